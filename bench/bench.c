@@ -1,0 +1,33 @@
+/* bench.c: the `hetring bench` dispatcher. Each suite lives in its own file. */
+#include "bench.h"
+#include "cli.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static const bench_suite suites[] = {
+    {NULL, NULL, NULL}, /* suites are added above this line */
+};
+#define N_SUITES ((int)(sizeof suites / sizeof suites[0]) - 1)
+
+int bench_available(void) {
+    return N_SUITES > 0;
+}
+
+static void usage(FILE *out) {
+    fprintf(out, "usage: hetring bench SUITE [OPTIONS]\n\nSuites:\n");
+    for (int i = 0; i < N_SUITES; i++) fprintf(out, "  %-10s %s\n", suites[i].name, suites[i].summary);
+    fprintf(out, "\nRun 'hetring bench SUITE --help' for a suite's options.\n");
+}
+
+int cmd_bench(int argc, char **argv) {
+    if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
+        usage(argc < 2 ? stderr : stdout);
+        return argc < 2 ? CLI_USAGE : CLI_OK;
+    }
+    for (int i = 0; i < N_SUITES; i++)
+        if (strcmp(suites[i].name, argv[1]) == 0) return suites[i].fn(argc - 1, argv + 1);
+    fprintf(stderr, "hetring bench: unknown suite '%s'\n\n", argv[1]);
+    usage(stderr);
+    return CLI_USAGE;
+}

@@ -1,0 +1,170 @@
+/*
+ * cfg.h: the typed cluster configuration and its INI schema.
+ *
+ * Values apply in the order defaults, INI file, environment (HETRING_<SECTION>_<KEY>, with
+ * node sections as HETRING_NODE_<ID>_<KEY>), then command line (cfg_set "section.key=value").
+ * Every key lives in one schema table in cfg.c, which drives parsing, range checks, the
+ * environment overrides, `hetring config` and the reference file conf/examples/reference.ini.
+ *
+ * Errors have the form "FILE:LINE: what is wrong (what was expected)"; overrides name their
+ * source instead of a file ("environment HETRING_TRAIN_LR: ..."). A failed load leaves the
+ * struct freed and safe to free again.
+ */
+#ifndef HR_CFG_H
+#define HR_CFG_H
+
+#include "hr_status.h"
+
+#include <stdint.h>
+#include <stdio.h>
+
+#define CFG_STR        128 /* host names, cluster name */
+#define CFG_PATH       512 /* file and directory paths */
+#define CFG_MAX_LAYERS 16  /* MLP layer sizes, input and output included */
+#define CFG_MAX_PHASES 32  /* interference schedule entries per node */
+#define CFG_MAX_NODES  256
+#define CFG_KEYLEN     32 /* public keys and pre-shared keys, bytes */
+
+typedef enum { CFG_SEC_AUTO, CFG_SEC_NONE, CFG_SEC_AUTH, CFG_SEC_ENCRYPT } cfg_security;
+typedef enum { CFG_BACKEND_AUTO, CFG_BACKEND_TCP, CFG_BACKEND_NCCL } cfg_backend;
+typedef enum { CFG_MODEL_LINREG, CFG_MODEL_SOFTMAX, CFG_MODEL_MLP, CFG_MODEL_CNN } cfg_model;
+typedef enum {
+    CFG_DATA_SYNTHETIC,            /* image-like classification set, 28x28x1, 10 classes */
+    CFG_DATA_SYNTHETIC_RGB,        /* the same at 32x32x3 */
+    CFG_DATA_SYNTHETIC_REGRESSION, /* linear target plus Gaussian noise */
+    CFG_DATA_MNIST,                /* IDX files (optionally .gz) in data_dir */
+    CFG_DATA_CIFAR10,              /* CIFAR-10 binary batches in data_dir */
+    CFG_DATA_CSV                   /* data_dir names a CSV file: label first, then features */
+} cfg_dataset;
+typedef enum { CFG_LR_CONSTANT, CFG_LR_STEP, CFG_LR_COSINE } cfg_lr_schedule;
+typedef enum {
+    CFG_POLICY_STATIC,
+    CFG_POLICY_PROPORTIONAL,
+    CFG_POLICY_PID,
+    CFG_POLICY_MODEL,
+    CFG_POLICY_EPOCH
+} cfg_policy;
+
+/* One step of a node's interference schedule: from iteration `iter` on, compute is stretched
+ * by `factor` (replacing the node's slowdown). */
+typedef struct {
+    long iter;     /* first iteration the factor applies to */
+    double factor; /* >= 1 stretches compute, 1 is full speed */
+} cfg_phase;
+
+typedef struct {
+    long id;                                 /* node id; ring order is ascending id */
+    char host[CFG_STR];                      /* address the node listens on */
+    long port;                               /* TCP port the node listens on */
+    long device;                             /* -1 for cpu, N for cuda:N */
+    long threads;                            /* BLAS threads; 0 means all cores */
+    double capacity;                         /* relative speed hint for the first split */
+    uint8_t pubkey[CFG_KEYLEN];              /* pinned identity public key */
+    int has_pubkey;                          /* pubkey was given */
+    double slowdown;                         /* emulated compute stretch factor, >= 1 */
+    cfg_phase interference[CFG_MAX_PHASES];  /* emulated speed changes, ascending iter */
+    int n_interference;                      /* entries used in interference[] */
+    int line;                                /* line of the [node.ID] header */
+    int key_line[16];                        /* line each node key was set on, 0 if unset */
+} cfg_node;
+
+typedef struct {
+    /* [cluster] */
+    char name[CFG_STR];        /* cluster name, checked in every handshake */
+    int security;              /* cfg_security; AUTO resolves during validation */
+    char key_file[CFG_PATH];   /* this node's identity secret key; "{id}" is the node id */
+    char psk_file[CFG_PATH];   /* cluster pre-shared key file (alternative to identities) */
+    uint8_t psk[CFG_KEYLEN];   /* inline pre-shared key; never printed */
+    int has_psk;               /* psk was given inline */
+    double connect_timeout;    /* seconds to keep retrying connects at ring formation */
+    double timeout;            /* seconds any blocking I/O may take before the peer is dead */
+    int backend;               /* cfg_backend */
+    long segment_bytes;        /* all-reduce pipeline segment; 0 picks the measured default */
+    /* [train] */
+    int model;                     /* cfg_model */
+    long layers[CFG_MAX_LAYERS];   /* MLP layer widths, input first, output last */
+    int n_layers;                  /* entries used in layers[] */
+    int dataset;                   /* cfg_dataset */
+    char data_dir[CFG_PATH];       /* directory (or CSV file) for file-backed datasets */
+    long samples;                  /* synthetic dataset size (training split) */
+    long eval_samples;             /* held-out split size */
+    long global_batch;             /* B: samples per iteration across all nodes */
+    double lr;                     /* base learning rate */
+    int lr_schedule;               /* cfg_lr_schedule */
+    long lr_step;                  /* step schedule: iterations between decays */
+    double lr_gamma;               /* step schedule: decay factor */
+    long warmup;                   /* linear warm-up iterations */
+    double momentum;               /* SGD momentum */
+    double weight_decay;           /* L2 weight decay */
+    long epochs;                   /* passes over the data (if iterations is 0) */
+    long iterations;               /* total iterations; overrides epochs when > 0 */
+    long eval_interval;            /* iterations between evaluations; 0 = at the end only */
+    uint64_t seed;                 /* seeds data, permutations and initial weights */
+    char checkpoint[CFG_PATH];     /* checkpoint file; empty disables checkpoints */
+    long checkpoint_interval;      /* iterations between checkpoints */
+    long hash_interval;            /* iterations between replica hash checks (I4) */
+    /* [controller] */
+    int policy;            /* cfg_policy */
+    long interval;         /* iterations between batch-size decisions */
+    double deadband;       /* relative change below which batches stay put */
+    double gain;           /* proportional gain (1 = jump straight to the balanced split) */
+    double ki;             /* pid: integral gain */
+    double kd;             /* pid: derivative gain */
+    long min_batch;        /* lower bound per node */
+    long max_batch;        /* upper bound per node; 0 means global_batch */
+    double smoothing;      /* EWMA weight of the newest timing, (0, 1] */
+    double rate_limit;     /* largest relative change of a batch per decision */
+    double forgetting;     /* model: RLS forgetting factor */
+    /* nodes */
+    cfg_node *nodes; /* ascending id */
+    int n_nodes;
+    /* provenance */
+    char path[CFG_PATH]; /* file the config came from */
+    int key_line[64];    /* line each global key was set on (schema order), 0 if unset */
+    int n_lines;         /* lines in the file */
+} cfg;
+
+/* Fill `c` with defaults and no nodes. */
+void cfg_init(cfg *c);
+void cfg_free(cfg *c);
+
+/* Parse `path` over the defaults, then apply the environment, then validate. On failure
+ * `err` holds "FILE:LINE: what (expected)". Returns HR_ERR_CONFIG or HR_ERR_IO. */
+hr_status cfg_load(cfg *c, const char *path, char *err, size_t errlen);
+
+/* The steps of cfg_load, for callers that add command-line overrides before validating. */
+hr_status cfg_parse_file(cfg *c, const char *path, char *err, size_t errlen);
+hr_status cfg_apply_env(cfg *c, char *err, size_t errlen);
+hr_status cfg_set(cfg *c, const char *assignment, char *err, size_t errlen);
+hr_status cfg_validate(cfg *c, char *err, size_t errlen);
+
+/* Index of node `id` in c->nodes, or -1. */
+int cfg_node_index(const cfg *c, long id);
+
+/* Compute stretch of node `idx` at iteration `iter` (slowdown, then interference). */
+double cfg_node_factor(const cfg *c, int idx, long iter);
+
+/* Which node is this process? In order: `cli_id` (may be NULL), HETRING_NODE (an id),
+ * SLURM_PROCID or OMPI_COMM_WORLD_RANK (a rank: the position in id order), then the one node
+ * whose host is an address of this machine. On ambiguity or none, `err` lists candidates. */
+hr_status cfg_resolve_node(const cfg *c, const char *cli_id, int *out_idx, char *err, size_t errlen);
+
+/* Is `host` (name or numeric) an address of this machine? */
+int cfg_host_is_local(const char *host);
+
+/* Write the effective configuration as INI, secrets redacted. */
+void cfg_print(const cfg *c, FILE *out);
+/* Write the reference file: every key, its default, its range and what it does. */
+void cfg_print_reference(FILE *out);
+
+/* Names for enum values ("encrypt", "mlp", ...). */
+const char *cfg_security_name(int v);
+const char *cfg_policy_name(int v);
+const char *cfg_model_name(int v);
+const char *cfg_dataset_name(int v);
+
+/* Hex helpers for keys: 2*n hex digits <-> n bytes. Return 0 on success. */
+int cfg_hex_decode(const char *hex, uint8_t *out, size_t n);
+void cfg_hex_encode(const uint8_t *in, size_t n, char *out);
+
+#endif

@@ -1,0 +1,48 @@
+/* hr_fault.c: HETRING_FAULT parsing and the process-level faults (see hr_fault.h). */
+#include "hr_fault.h"
+#include "hr_log.h"
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+int hr_fault_get(const char *kind, long node_id, double def, double *arg) {
+#ifdef HR_TEST_HOOKS
+    const char *spec = getenv("HETRING_FAULT");
+    if (!spec) return 0;
+    char buf[512];
+    snprintf(buf, sizeof buf, "%s", spec);
+    char *save = NULL;
+    for (char *item = strtok_r(buf, ",", &save); item; item = strtok_r(NULL, ",", &save)) {
+        char *k = item, *node = strchr(item, ':');
+        if (!node) continue;
+        *node++ = 0;
+        char *a = strchr(node, ':');
+        if (a) *a++ = 0;
+        if (strcmp(k, kind) != 0) continue;
+        if (strcmp(node, "*") != 0 && strtol(node, NULL, 10) != node_id) continue;
+        *arg = a ? strtod(a, NULL) : def;
+        return 1;
+    }
+#else
+    (void)kind, (void)node_id, (void)def, (void)arg;
+#endif
+    return 0;
+}
+
+void hr_fault_point(long node_id, long iter) {
+    double arg;
+    if (iter < 0 && hr_fault_get("hang", node_id, 3600, &arg)) {
+        HR_WARN(CLI, "test fault: hanging for %.1f s", arg);
+        struct timespec ts = {(time_t)arg, (long)((arg - (double)(time_t)arg) * 1e9)};
+        while (nanosleep(&ts, &ts) != 0) {
+        }
+    }
+    if (hr_fault_get("crash", node_id, -1, &arg) && (long)arg == iter) {
+        HR_WARN(CLI, "test fault: crashing%s", iter < 0 ? " once ready" : "");
+        raise(SIGKILL);
+    }
+}

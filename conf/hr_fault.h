@@ -1,0 +1,20 @@
+/*
+ * hr_fault.h: fault injection for tests (HETRING_FAULT).
+ *
+ * HETRING_FAULT is a comma-separated list of KIND:NODE[:ARG] items; NODE is a node id or *.
+ * Kinds: crash (the node kills itself with SIGKILL: once ready, or at iteration ARG), hang (the
+ * node sleeps ARG seconds once ready), perturb (flip a parameter bit at iteration ARG, I4),
+ * decision (corrupt the controller decision at iteration ARG, I5).
+ * Hooks exist only in builds configured with -DHETRING_TEST_HOOKS=ON (the default, so that
+ * ctest can use them); elsewhere hr_fault_get always reports "no fault".
+ */
+#ifndef HR_FAULT_H
+#define HR_FAULT_H
+
+/* Is fault KIND armed for node `node_id`? On success stores ARG (or `def`) in *arg. */
+int hr_fault_get(const char *kind, long node_id, double def, double *arg);
+/* Act on the process-level faults at a hook point: `iter` < 0 is "ready" (hang, and crash
+ * without ARG), `iter` >= 0 an iteration boundary (crash:NODE:ITER). */
+void hr_fault_point(long node_id, long iter);
+
+#endif

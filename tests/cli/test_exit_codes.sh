@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# CLI exit codes: 0 success, 1 runtime failure, 2 usage or configuration error.
+set -u
+HR=$1 SRC=$2
+fails=0
+expect() { # expect CODE CMD...
+    local want=$1; shift
+    "$@" >/dev/null 2>&1
+    local got=$?
+    if [ "$got" != "$want" ]; then echo "FAIL: '$*' exited $got, expected $want"; fails=$((fails+1));
+    else echo "ok: '$*' -> $got"; fi
+}
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+expect 2 "$HR"
+expect 2 "$HR" no-such-command
+expect 0 "$HR" help
+expect 0 "$HR" --help
+expect 0 "$HR" version
+for c in run local config version help; do expect 0 "$HR" "$c" --help; done
+expect 0 "$HR" help run
+expect 2 "$HR" help no-such-command
+expect 2 "$HR" run
+expect 2 "$HR" run --conf "$tmp/missing.ini"
+expect 2 "$HR" run --bogus-flag
+expect 2 "$HR" config --conf "$SRC/tests/conf/bad/unknown_key.ini"
+expect 0 "$HR" config --conf "$SRC/conf/examples/demo.ini"
+expect 2 "$HR" run --conf "$SRC/conf/examples/demo.ini" --node 9
+expect 2 "$HR" run --conf "$SRC/conf/examples/demo.ini" --set train.lr=fast --node 0
+expect 2 "$HR" local --conf "$SRC/conf/examples/demo.ini" --grace -1
+# every help line names a command that answers --help
+for c in $("$HR" help | awk '/^Commands:/{on=1;next} on && /^  [a-z]/{print $1}'); do
+    expect 0 "$HR" "$c" --help
+done
+# config prints secrets redacted
+printf '[cluster]\npsk = %s\n[node.0]\nhost = 127.0.0.1\nport = 7001\n' \
+    0011223344556677889900112233445566778899001122334455667788990011 > "$tmp/psk.ini"
+out=$("$HR" config --conf "$tmp/psk.ini")
+if echo "$out" | grep -q 00112233; then echo "FAIL: psk printed"; fails=$((fails+1)); fi
+echo "$out" | grep -q '^psk = <redacted>$' || { echo "FAIL: psk not shown as redacted"; fails=$((fails+1)); }
+# a configuration error prints its FILE:LINE message
+msg=$("$HR" config --conf "$SRC/tests/conf/bad/malformed_number.ini" 2>&1)
+[ "$msg" = "$(cat "$SRC/tests/conf/bad/malformed_number.err" | sed "s|^|$SRC/tests/conf/bad/|")" ] \
+    || { echo "FAIL: config error message: $msg"; fails=$((fails+1)); }
+echo "$fails failure(s)"
+[ "$fails" = 0 ]

@@ -1,0 +1,53 @@
+/*
+ * cli.h: the hetring command line: shared option handling and the built-in commands.
+ *
+ * Exit codes: CLI_OK (0) success, CLI_FAIL (1) a runtime failure, CLI_USAGE (2) a usage or
+ * configuration error. Every command accepts --help.
+ */
+#ifndef HR_CLI_H
+#define HR_CLI_H
+
+#include "cfg.h"
+
+enum { CLI_OK = 0, CLI_FAIL = 1, CLI_USAGE = 2 };
+
+/* A command of `hetring`. `available` returns 0 where the command cannot work in this build
+ * (help then leaves it out); NULL means always available. */
+typedef struct {
+    const char *name;
+    const char *summary;
+    int (*fn)(int argc, char **argv);
+    int (*available)(void);
+} cli_command;
+
+/* The most --set overrides one command line may carry. */
+#define CLI_MAX_SETS 64
+
+/* Options most commands share. */
+typedef struct {
+    const char *conf;                /* --conf FILE */
+    const char *node;                /* --node ID */
+    const char *sets[CLI_MAX_SETS];  /* --set SECTION.KEY=VALUE, in order */
+    int n_sets;
+} cli_common;
+
+/* Handle one shared option from getopt_long (the option's name and optarg). Returns 1 if it was
+ * one, 0 if not, -1 after printing a usage error. */
+int cli_common_opt(cli_common *o, const char *name, const char *arg);
+
+/* Load and validate the config named by o->conf: file, environment, --set, then validation.
+ * Prints the error to stderr. Returns CLI_OK or CLI_USAGE. */
+int cli_load_config(cfg *c, const cli_common *o, const char *cmd);
+
+/* Print "hetring CMD: msg" to stderr and return CLI_USAGE. */
+int cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Absolute path of the running executable (for re-executing nodes). */
+int cli_self_exe(char *buf, size_t len);
+
+int cmd_run(int argc, char **argv);
+int cmd_local(int argc, char **argv);
+int cmd_config(int argc, char **argv);
+int cmd_version(int argc, char **argv);
+
+#endif

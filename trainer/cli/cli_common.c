@@ -1,0 +1,61 @@
+/* cli_common.c: option handling and config loading shared by the commands. */
+#include "cli.h"
+#include "hr_log.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+int cli_usage_error(const char *cmd, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "hetring %s: ", cmd);
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, "\n");
+    va_end(ap);
+    return CLI_USAGE;
+}
+
+int cli_common_opt(cli_common *o, const char *name, const char *arg) {
+    if (strcmp(name, "conf") == 0) {
+        o->conf = arg;
+        return 1;
+    }
+    if (strcmp(name, "node") == 0) {
+        o->node = arg;
+        return 1;
+    }
+    if (strcmp(name, "set") == 0) {
+        if (o->n_sets == CLI_MAX_SETS) {
+            fprintf(stderr, "hetring: too many --set options (at most %d)\n", CLI_MAX_SETS);
+            return -1;
+        }
+        o->sets[o->n_sets++] = arg;
+        return 1;
+    }
+    return 0;
+}
+
+int cli_load_config(cfg *c, const cli_common *o, const char *cmd) {
+    char err[HR_ERRLEN];
+    if (!o->conf) return cli_usage_error(cmd, "--conf FILE is required (see hetring %s --help)", cmd);
+    cfg_init(c);
+    hr_status st = cfg_parse_file(c, o->conf, err, sizeof err);
+    if (st == HR_OK) st = cfg_apply_env(c, err, sizeof err);
+    for (int i = 0; st == HR_OK && i < o->n_sets; i++) st = cfg_set(c, o->sets[i], err, sizeof err);
+    if (st == HR_OK) st = cfg_validate(c, err, sizeof err);
+    if (st != HR_OK) {
+        fprintf(stderr, "%s\n", err);
+        cfg_free(c);
+        return CLI_USAGE;
+    }
+    return CLI_OK;
+}
+
+int cli_self_exe(char *buf, size_t len) {
+    ssize_t n = readlink("/proc/self/exe", buf, len - 1);
+    if (n <= 0) return -1;
+    buf[n] = 0;
+    return 0;
+}

@@ -1,0 +1,71 @@
+/*
+ * main.c: the hetring executable, a table of commands.
+ */
+#include "bench.h"
+#include "cli.h"
+#include "hr_log.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static int cmd_help(int argc, char **argv);
+
+static const cli_command commands[] = {
+    {"run", "start one node of a cluster", cmd_run, NULL},
+    {"local", "start every node of a cluster file on this machine", cmd_local, NULL},
+    {"config", "validate a cluster file and print the effective configuration", cmd_config, NULL},
+    {"bench", "benchmarks: all-reduce bandwidth, training speed, heterogeneous scenarios",
+     cmd_bench, bench_available},
+    {"version", "print the version and build features", cmd_version, NULL},
+    {"help", "help on a command", cmd_help, NULL},
+};
+#define N_COMMANDS ((int)(sizeof commands / sizeof commands[0]))
+
+static int available(const cli_command *c) {
+    return !c->available || c->available();
+}
+
+static void usage(FILE *out) {
+    fprintf(out, "usage: hetring COMMAND [OPTIONS]\n\n"
+                 "Peer-to-peer ring all-reduce training for clusters of mixed-speed machines.\n\n"
+                 "Commands:\n");
+    for (int i = 0; i < N_COMMANDS; i++)
+        if (available(&commands[i])) fprintf(out, "  %-9s %s\n", commands[i].name, commands[i].summary);
+    fprintf(out, "\nRun 'hetring COMMAND --help' for a command's options.\n"
+                 "Quick start: hetring local --conf conf/examples/demo.ini\n"
+                 "Logging: HETRING_LOG=info|debug|trace, or per subsystem, e.g. warn,ring=debug\n");
+}
+
+static const cli_command *find(const char *name) {
+    for (int i = 0; i < N_COMMANDS; i++)
+        if (strcmp(commands[i].name, name) == 0 && available(&commands[i])) return &commands[i];
+    return NULL;
+}
+
+static int cmd_help(int argc, char **argv) {
+    if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
+        usage(stdout);
+        return CLI_OK;
+    }
+    const cli_command *c = find(argv[1]);
+    if (!c) return cli_usage_error("help", "unknown command '%s' (see hetring help)", argv[1]);
+    char *sub[] = {argv[1], "--help", NULL};
+    return c->fn(2, sub);
+}
+
+int main(int argc, char **argv) {
+    hr_log_init_from_env();
+    if (argc < 2) {
+        usage(stderr);
+        return CLI_USAGE;
+    }
+    if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) return cmd_help(1, argv);
+    if (strcmp(argv[1], "--version") == 0) return cmd_version(1, argv);
+    const cli_command *c = find(argv[1]);
+    if (!c) {
+        fprintf(stderr, "hetring: unknown command '%s'\n\n", argv[1]);
+        usage(stderr);
+        return CLI_USAGE;
+    }
+    return c->fn(argc - 1, argv + 1);
+}
