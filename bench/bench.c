@@ -6,6 +6,7 @@
 #include <string.h>
 
 static const bench_suite suites[] = {
+    {"hetero", "dynamic batching against static on emulated heterogeneous clusters", bench_hetero},
     {NULL, NULL, NULL}, /* suites are added above this line */
 };
 #define N_SUITES ((int)(sizeof suites / sizeof suites[0]) - 1)
@@ -16,7 +17,8 @@ int bench_available(void) {
 
 static void usage(FILE *out) {
     fprintf(out, "usage: hetring bench SUITE [OPTIONS]\n\nSuites:\n");
-    for (int i = 0; i < N_SUITES; i++) fprintf(out, "  %-10s %s\n", suites[i].name, suites[i].summary);
+    for (int i = 0; i < N_SUITES; i++)
+        fprintf(out, "  %-10s %s\n", suites[i].name, suites[i].summary);
     fprintf(out, "\nRun 'hetring bench SUITE --help' for a suite's options.\n");
 }
 

@@ -12,6 +12,9 @@ typedef struct {
 } bench_suite;
 
 int cmd_bench(int argc, char **argv);
+
+/* The suites. */
+int bench_hetero(int argc, char **argv);
 /* Nonzero when this build has at least one suite. */
 int bench_available(void);
 
