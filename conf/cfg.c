@@ -40,9 +40,9 @@ typedef struct {
     const char *help;    /* one line for the reference file */
 } key_spec;
 
-#define G(f)    offsetof(cfg, f)
-#define N(f)    offsetof(cfg_node, f)
-#define BIG     1e12
+#define G(f)        offsetof(cfg, f)
+#define N(f)        offsetof(cfg_node, f)
+#define BIG         1e12
 #define SEC_CHOICES "auto|none|auth|encrypt"
 
 static const key_spec g_keys[] = {
@@ -81,8 +81,8 @@ static const key_spec g_keys[] = {
     {"train", "global_batch", T_INT, G(global_batch), 0, 1, 1e8, NULL, "512", 0,
      "B, samples per iteration over all nodes; fixed, so the learning rate never changes"},
     {"train", "lr", T_DBL, G(lr), 0, 0, 100, NULL, "0.05", 0, "base learning rate"},
-    {"train", "lr_schedule", T_ENUM, G(lr_schedule), 0, 0, 0, "constant|step|cosine",
-     "constant", 0, "learning-rate schedule after warm-up"},
+    {"train", "lr_schedule", T_ENUM, G(lr_schedule), 0, 0, 0, "constant|step|cosine", "constant", 0,
+     "learning-rate schedule after warm-up"},
     {"train", "lr_step", T_INT, G(lr_step), 0, 1, BIG, NULL, "1000", 0,
      "step schedule: iterations between decays"},
     {"train", "lr_gamma", T_DBL, G(lr_gamma), 0, 1e-6, 1, NULL, "0.1", 0,
@@ -158,9 +158,15 @@ static void expected(const key_spec *k, char *buf, size_t n) {
     case T_STR:
         snprintf(buf, n, "%s", strcmp(k->key, "host") == 0 ? "a host name or IP address" : "text");
         break;
-    case T_INT: snprintf(buf, n, "an integer in [%.15g, %.15g]", k->min, k->max); break;
-    case T_DBL: snprintf(buf, n, "a number in [%.15g, %.15g]", k->min, k->max); break;
-    case T_U64: snprintf(buf, n, "an unsigned 64-bit integer"); break;
+    case T_INT:
+        snprintf(buf, n, "an integer in [%.15g, %.15g]", k->min, k->max);
+        break;
+    case T_DBL:
+        snprintf(buf, n, "a number in [%.15g, %.15g]", k->min, k->max);
+        break;
+    case T_U64:
+        snprintf(buf, n, "an unsigned 64-bit integer");
+        break;
     case T_ENUM: {
         size_t o = (size_t)snprintf(buf, n, "one of ");
         for (const char *p = k->choices; *p && o + 2 < n; p++) {
@@ -176,8 +182,12 @@ static void expected(const key_spec *k, char *buf, size_t n) {
     case T_LAYERS:
         snprintf(buf, n, "2 to %d comma-separated widths in [1, %.0f]", CFG_MAX_LAYERS, k->max);
         break;
-    case T_HEXKEY: snprintf(buf, n, "%d hex digits", 2 * CFG_KEYLEN); break;
-    case T_DEVICE: snprintf(buf, n, "cpu or cuda:N"); break;
+    case T_HEXKEY:
+        snprintf(buf, n, "%d hex digits", 2 * CFG_KEYLEN);
+        break;
+    case T_DEVICE:
+        snprintf(buf, n, "cpu or cuda:N");
+        break;
     case T_PHASES:
         snprintf(buf, n, "up to %d ITER:FACTOR pairs with ascending ITER and FACTOR in [1, 1000]",
                  CFG_MAX_PHASES);
@@ -211,9 +221,12 @@ int cfg_hex_decode(const char *hex, uint8_t *out, size_t n) {
         unsigned v = 0;
         for (int j = 0; j < 2; j++) {
             char ch = (char)tolower((unsigned char)hex[2 * i + (size_t)j]);
-            if (ch >= '0' && ch <= '9') v = v * 16 + (unsigned)(ch - '0');
-            else if (ch >= 'a' && ch <= 'f') v = v * 16 + (unsigned)(ch - 'a' + 10);
-            else return -1;
+            if (ch >= '0' && ch <= '9')
+                v = v * 16 + (unsigned)(ch - '0');
+            else if (ch >= 'a' && ch <= 'f')
+                v = v * 16 + (unsigned)(ch - 'a' + 10);
+            else
+                return -1;
         }
         out[i] = (uint8_t)v;
     }
@@ -378,8 +391,12 @@ static int set_value(const key_spec *k, void *base, const char *val, char *why, 
 static void format_value(const key_spec *k, const void *base, char *out, size_t n) {
     const char *field = (const char *)base + k->off;
     switch (k->type) {
-    case T_STR: snprintf(out, n, "%s", field); break;
-    case T_INT: snprintf(out, n, "%ld", *(const long *)field); break;
+    case T_STR:
+        snprintf(out, n, "%s", field);
+        break;
+    case T_INT:
+        snprintf(out, n, "%ld", *(const long *)field);
+        break;
     case T_DBL: { /* shortest text that reads back as the same double */
         double v = *(const double *)field;
         for (int prec = 6; prec <= 17; prec++) {
@@ -388,7 +405,9 @@ static void format_value(const key_spec *k, const void *base, char *out, size_t 
         }
         break;
     }
-    case T_U64: snprintf(out, n, "%llu", (unsigned long long)*(const uint64_t *)field); break;
+    case T_U64:
+        snprintf(out, n, "%llu", (unsigned long long)*(const uint64_t *)field);
+        break;
     case T_ENUM: {
         int idx = *(const int *)field;
         const char *p = k->choices;
@@ -410,14 +429,19 @@ static void format_value(const key_spec *k, const void *base, char *out, size_t 
         break;
     }
     case T_HEXKEY:
-        if (!*(const int *)((const char *)base + k->size)) snprintf(out, n, "%s", "");
-        else if (k->secret) snprintf(out, n, "<redacted>");
-        else if (n > 2 * CFG_KEYLEN) cfg_hex_encode((const uint8_t *)field, CFG_KEYLEN, out);
+        if (!*(const int *)((const char *)base + k->size))
+            snprintf(out, n, "%s", "");
+        else if (k->secret)
+            snprintf(out, n, "<redacted>");
+        else if (n > 2 * CFG_KEYLEN)
+            cfg_hex_encode((const uint8_t *)field, CFG_KEYLEN, out);
         break;
     case T_DEVICE: {
         long d = *(const long *)field;
-        if (d < 0) snprintf(out, n, "cpu");
-        else snprintf(out, n, "cuda:%ld", d);
+        if (d < 0)
+            snprintf(out, n, "cpu");
+        else
+            snprintf(out, n, "cuda:%ld", d);
         break;
     }
     case T_PHASES: {
@@ -494,17 +518,18 @@ typedef struct {
     cfg *c;
     FILE *f;
     const char *path;
-    int line;                  /* line most recently handed to inih */
-    int section;               /* -1 none, 0 global section, 1 node */
-    cfg_node *node;            /* current node section */
-    long node_id;              /* id of the current node section */
-    int failed;                /* an error was recorded */
-    hr_status status;          /* status of the first error */
+    int line;         /* line most recently handed to inih */
+    int section;      /* -1 none, 0 global section, 1 node */
+    cfg_node *node;   /* current node section */
+    long node_id;     /* id of the current node section */
+    int failed;       /* an error was recorded */
+    hr_status status; /* status of the first error */
     char *err;
     size_t errlen;
 } parse_state;
 
-static void parse_error(parse_state *ps, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void parse_error(parse_state *ps, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
 static void parse_error(parse_state *ps, const char *fmt, ...) {
     if (ps->failed) return;
     ps->failed = 1;
@@ -532,14 +557,16 @@ static void on_section(parse_state *ps, const char *name) {
     if (strncmp(name, "node.", 5) == 0) {
         long id;
         if (parse_long(name + 5, &id) || id < 0 || id > 65535 || !isdigit((unsigned char)name[5])) {
-            parse_error(ps, "bad node id in [%s] (expected [node.N] with N an integer in [0, 65535])",
+            parse_error(ps,
+                        "bad node id in [%s] (expected [node.N] with N an integer in [0, 65535])",
                         name);
             return;
         }
         int prev = cfg_node_index(ps->c, id);
         if (prev >= 0) {
-            parse_error(ps, "duplicate node id %ld: [node.%ld] was already defined at line %d "
-                            "(expected each node id once)",
+            parse_error(ps,
+                        "duplicate node id %ld: [node.%ld] was already defined at line %d "
+                        "(expected each node id once)",
                         id, id, ps->c->nodes[prev].line);
             return;
         }
@@ -675,8 +702,10 @@ hr_status cfg_parse_file(cfg *c, const char *path, char *err, size_t errlen) {
 
 static void env_name(const char *section, long node_id, const char *key, char *out, size_t n) {
     size_t o;
-    if (node_id >= 0) o = (size_t)snprintf(out, n, "HETRING_NODE_%ld_", node_id);
-    else o = (size_t)snprintf(out, n, "HETRING_%s_", section);
+    if (node_id >= 0)
+        o = (size_t)snprintf(out, n, "HETRING_NODE_%ld_", node_id);
+    else
+        o = (size_t)snprintf(out, n, "HETRING_%s_", section);
     snprintf(out + o, n - o, "%s", key);
     for (char *p = out; *p; p++) *p = (char)toupper((unsigned char)*p);
 }
@@ -948,8 +977,8 @@ hr_status cfg_resolve_node(const cfg *c, const char *cli_id, int *out_idx, char 
                            src[s].val, src[s].is_rank ? "rank" : "id", cand);
         int idx = src[s].is_rank ? (v < c->n_nodes ? (int)v : -1) : cfg_node_index(c, v);
         if (idx < 0)
-            return hr_fail(err, errlen, HR_ERR_CONFIG,
-                           "%s = %ld names no node of %s (expected %s)", src[s].name, v, c->path,
+            return hr_fail(err, errlen, HR_ERR_CONFIG, "%s = %ld names no node of %s (expected %s)",
+                           src[s].name, v, c->path,
                            src[s].is_rank ? "a rank below the node count" : cand);
         *out_idx = idx;
         return HR_OK;
@@ -1006,10 +1035,11 @@ void cfg_print(const cfg *c, FILE *out) {
 
 void cfg_print_reference(FILE *out) {
     static const char *const sections[] = {"cluster", "train", "controller", "node"};
-    fprintf(out, "; reference.ini: every key hetring reads, with its default and its range.\n"
-                 "; Generated by `hetring config --reference`; tests check that it is current.\n"
-                 "; Order of precedence: defaults < this file < environment\n"
-                 "; (HETRING_<SECTION>_<KEY>, HETRING_NODE_<ID>_<KEY>) < --set SECTION.KEY=VALUE.\n");
+    fprintf(out,
+            "; reference.ini: every key hetring reads, with its default and its range.\n"
+            "; Generated by `hetring config --reference`; tests check that it is current.\n"
+            "; Order of precedence: defaults < this file < environment\n"
+            "; (HETRING_<SECTION>_<KEY>, HETRING_NODE_<ID>_<KEY>) < --set SECTION.KEY=VALUE.\n");
     for (int s = 0; s < 4; s++) {
         const key_spec *keys = s == 3 ? n_keys : g_keys;
         int n = s == 3 ? N_NKEYS : N_GKEYS;
@@ -1023,16 +1053,20 @@ void cfg_print_reference(FILE *out) {
             char exp[256];
             expected(&keys[i], exp, sizeof exp);
             fprintf(out, "; %s\n; expected: %s; default: %s\n", keys[i].help, exp,
-                    keys[i].def ? (keys[i].def[0] ? keys[i].def : "(empty)")
+                    keys[i].def                ? (keys[i].def[0] ? keys[i].def : "(empty)")
                     : keys[i].type == T_HEXKEY ? "(none)"
                                                : "(required)");
             if (strcmp(keys[i].key, "security") == 0) /* so that this file runs on loopback */
                 fprintf(out, "; this file sets none so that it runs as is on loopback\n"
                              "security = none\n");
-            else if (keys[i].def) fprintf(out, "%s = %s\n", keys[i].key, keys[i].def);
-            else if (strcmp(keys[i].key, "host") == 0) fprintf(out, "host = 127.0.0.1\n");
-            else if (strcmp(keys[i].key, "port") == 0) fprintf(out, "port = 7000\n");
-            else fprintf(out, ";%s =\n", keys[i].key);
+            else if (keys[i].def)
+                fprintf(out, "%s = %s\n", keys[i].key, keys[i].def);
+            else if (strcmp(keys[i].key, "host") == 0)
+                fprintf(out, "host = 127.0.0.1\n");
+            else if (strcmp(keys[i].key, "port") == 0)
+                fprintf(out, "port = 7000\n");
+            else
+                fprintf(out, ";%s =\n", keys[i].key);
         }
     }
 }

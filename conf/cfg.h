@@ -53,68 +53,68 @@ typedef struct {
 } cfg_phase;
 
 typedef struct {
-    long id;                                 /* node id; ring order is ascending id */
-    char host[CFG_STR];                      /* address the node listens on */
-    long port;                               /* TCP port the node listens on */
-    long device;                             /* -1 for cpu, N for cuda:N */
-    long threads;                            /* BLAS threads; 0 means all cores */
-    double capacity;                         /* relative speed hint for the first split */
-    uint8_t pubkey[CFG_KEYLEN];              /* pinned identity public key */
-    int has_pubkey;                          /* pubkey was given */
-    double slowdown;                         /* emulated compute stretch factor, >= 1 */
-    cfg_phase interference[CFG_MAX_PHASES];  /* emulated speed changes, ascending iter */
-    int n_interference;                      /* entries used in interference[] */
-    int line;                                /* line of the [node.ID] header */
-    int key_line[16];                        /* line each node key was set on, 0 if unset */
+    long id;                                /* node id; ring order is ascending id */
+    char host[CFG_STR];                     /* address the node listens on */
+    long port;                              /* TCP port the node listens on */
+    long device;                            /* -1 for cpu, N for cuda:N */
+    long threads;                           /* BLAS threads; 0 means all cores */
+    double capacity;                        /* relative speed hint for the first split */
+    uint8_t pubkey[CFG_KEYLEN];             /* pinned identity public key */
+    int has_pubkey;                         /* pubkey was given */
+    double slowdown;                        /* emulated compute stretch factor, >= 1 */
+    cfg_phase interference[CFG_MAX_PHASES]; /* emulated speed changes, ascending iter */
+    int n_interference;                     /* entries used in interference[] */
+    int line;                               /* line of the [node.ID] header */
+    int key_line[16];                       /* line each node key was set on, 0 if unset */
 } cfg_node;
 
 typedef struct {
     /* [cluster] */
-    char name[CFG_STR];        /* cluster name, checked in every handshake */
-    int security;              /* cfg_security; AUTO resolves during validation */
-    char key_file[CFG_PATH];   /* this node's identity secret key; "{id}" is the node id */
-    char psk_file[CFG_PATH];   /* cluster pre-shared key file (alternative to identities) */
-    uint8_t psk[CFG_KEYLEN];   /* inline pre-shared key; never printed */
-    int has_psk;               /* psk was given inline */
-    double connect_timeout;    /* seconds to keep retrying connects at ring formation */
-    double timeout;            /* seconds any blocking I/O may take before the peer is dead */
-    int backend;               /* cfg_backend */
-    long segment_bytes;        /* all-reduce pipeline segment; 0 picks the measured default */
+    char name[CFG_STR];      /* cluster name, checked in every handshake */
+    int security;            /* cfg_security; AUTO resolves during validation */
+    char key_file[CFG_PATH]; /* this node's identity secret key; "{id}" is the node id */
+    char psk_file[CFG_PATH]; /* cluster pre-shared key file (alternative to identities) */
+    uint8_t psk[CFG_KEYLEN]; /* inline pre-shared key; never printed */
+    int has_psk;             /* psk was given inline */
+    double connect_timeout;  /* seconds to keep retrying connects at ring formation */
+    double timeout;          /* seconds any blocking I/O may take before the peer is dead */
+    int backend;             /* cfg_backend */
+    long segment_bytes;      /* all-reduce pipeline segment; 0 picks the measured default */
     /* [train] */
-    int model;                     /* cfg_model */
-    long layers[CFG_MAX_LAYERS];   /* MLP layer widths, input first, output last */
-    int n_layers;                  /* entries used in layers[] */
-    int dataset;                   /* cfg_dataset */
-    char data_dir[CFG_PATH];       /* directory (or CSV file) for file-backed datasets */
-    long samples;                  /* synthetic dataset size (training split) */
-    long eval_samples;             /* held-out split size */
-    long global_batch;             /* B: samples per iteration across all nodes */
-    double lr;                     /* base learning rate */
-    int lr_schedule;               /* cfg_lr_schedule */
-    long lr_step;                  /* step schedule: iterations between decays */
-    double lr_gamma;               /* step schedule: decay factor */
-    long warmup;                   /* linear warm-up iterations */
-    double momentum;               /* SGD momentum */
-    double weight_decay;           /* L2 weight decay */
-    long epochs;                   /* passes over the data (if iterations is 0) */
-    long iterations;               /* total iterations; overrides epochs when > 0 */
-    long eval_interval;            /* iterations between evaluations; 0 = at the end only */
-    uint64_t seed;                 /* seeds data, permutations and initial weights */
-    char checkpoint[CFG_PATH];     /* checkpoint file; empty disables checkpoints */
-    long checkpoint_interval;      /* iterations between checkpoints */
-    long hash_interval;            /* iterations between replica hash checks (I4) */
+    int model;                   /* cfg_model */
+    long layers[CFG_MAX_LAYERS]; /* MLP layer widths, input first, output last */
+    int n_layers;                /* entries used in layers[] */
+    int dataset;                 /* cfg_dataset */
+    char data_dir[CFG_PATH];     /* directory (or CSV file) for file-backed datasets */
+    long samples;                /* synthetic dataset size (training split) */
+    long eval_samples;           /* held-out split size */
+    long global_batch;           /* B: samples per iteration across all nodes */
+    double lr;                   /* base learning rate */
+    int lr_schedule;             /* cfg_lr_schedule */
+    long lr_step;                /* step schedule: iterations between decays */
+    double lr_gamma;             /* step schedule: decay factor */
+    long warmup;                 /* linear warm-up iterations */
+    double momentum;             /* SGD momentum */
+    double weight_decay;         /* L2 weight decay */
+    long epochs;                 /* passes over the data (if iterations is 0) */
+    long iterations;             /* total iterations; overrides epochs when > 0 */
+    long eval_interval;          /* iterations between evaluations; 0 = at the end only */
+    uint64_t seed;               /* seeds data, permutations and initial weights */
+    char checkpoint[CFG_PATH];   /* checkpoint file; empty disables checkpoints */
+    long checkpoint_interval;    /* iterations between checkpoints */
+    long hash_interval;          /* iterations between replica hash checks (I4) */
     /* [controller] */
-    int policy;            /* cfg_policy */
-    long interval;         /* iterations between batch-size decisions */
-    double deadband;       /* relative change below which batches stay put */
-    double gain;           /* proportional gain (1 = jump straight to the balanced split) */
-    double ki;             /* pid: integral gain */
-    double kd;             /* pid: derivative gain */
-    long min_batch;        /* lower bound per node */
-    long max_batch;        /* upper bound per node; 0 means global_batch */
-    double smoothing;      /* EWMA weight of the newest timing, (0, 1] */
-    double rate_limit;     /* largest relative change of a batch per decision */
-    double forgetting;     /* model: RLS forgetting factor */
+    int policy;        /* cfg_policy */
+    long interval;     /* iterations between batch-size decisions */
+    double deadband;   /* relative change below which batches stay put */
+    double gain;       /* proportional gain (1 = jump straight to the balanced split) */
+    double ki;         /* pid: integral gain */
+    double kd;         /* pid: derivative gain */
+    long min_batch;    /* lower bound per node */
+    long max_batch;    /* upper bound per node; 0 means global_batch */
+    double smoothing;  /* EWMA weight of the newest timing, (0, 1] */
+    double rate_limit; /* largest relative change of a batch per decision */
+    double forgetting; /* model: RLS forgetting factor */
     /* nodes */
     cfg_node *nodes; /* ascending id */
     int n_nodes;
@@ -147,7 +147,8 @@ double cfg_node_factor(const cfg *c, int idx, long iter);
 /* Which node is this process? In order: `cli_id` (may be NULL), HETRING_NODE (an id),
  * SLURM_PROCID or OMPI_COMM_WORLD_RANK (a rank: the position in id order), then the one node
  * whose host is an address of this machine. On ambiguity or none, `err` lists candidates. */
-hr_status cfg_resolve_node(const cfg *c, const char *cli_id, int *out_idx, char *err, size_t errlen);
+hr_status cfg_resolve_node(const cfg *c, const char *cli_id, int *out_idx, char *err,
+                           size_t errlen);
 
 /* Is `host` (name or numeric) an address of this machine? */
 int cfg_host_is_local(const char *host);

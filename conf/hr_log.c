@@ -49,7 +49,8 @@ int hr_log_configure(const char *spec, char *err, int errlen) {
             size_t klen = (size_t)(eq - p);
             int sub = -1;
             for (int i = 0; i < HR_SUB_COUNT; i++)
-                if (strlen(sub_names[i]) == klen && strncasecmp(p, sub_names[i], klen) == 0) sub = i;
+                if (strlen(sub_names[i]) == klen && strncasecmp(p, sub_names[i], klen) == 0)
+                    sub = i;
             if (sub < 0 || parse_level(eq + 1, len - klen - 1, &lvl)) goto bad;
             next[sub] = lvl;
         }
@@ -91,8 +92,9 @@ void hr_vlog(hr_log_sub sub, hr_log_level lvl, const char *fmt, va_list ap) {
     localtime_r(&tv.tv_sec, &tm);
     int n;
     if (g_node >= 0)
-        n = snprintf(line, sizeof line, "%02d:%02d:%02d.%03d [n%d] %-5s %s: ", tm.tm_hour, tm.tm_min,
-                     tm.tm_sec, (int)(tv.tv_usec / 1000), g_node, level_names[lvl], sub_names[sub]);
+        n = snprintf(line, sizeof line, "%02d:%02d:%02d.%03d [n%d] %-5s %s: ", tm.tm_hour,
+                     tm.tm_min, tm.tm_sec, (int)(tv.tv_usec / 1000), g_node, level_names[lvl],
+                     sub_names[sub]);
     else
         n = snprintf(line, sizeof line, "%02d:%02d:%02d.%03d %-5s %s: ", tm.tm_hour, tm.tm_min,
                      tm.tm_sec, (int)(tv.tv_usec / 1000), level_names[lvl], sub_names[sub]);

@@ -43,11 +43,13 @@ void hr_vlog(hr_log_sub sub, hr_log_level lvl, const char *fmt, va_list ap);
 #define HR_INFO(sub, ...)  hr_log(HR_SUB_##sub, HR_LOG_INFO, __VA_ARGS__)
 #define HR_DEBUG(sub, ...)                                                                         \
     do {                                                                                           \
-        if (hr_log_enabled(HR_SUB_##sub, HR_LOG_DEBUG)) hr_log(HR_SUB_##sub, HR_LOG_DEBUG, __VA_ARGS__); \
+        if (hr_log_enabled(HR_SUB_##sub, HR_LOG_DEBUG))                                            \
+            hr_log(HR_SUB_##sub, HR_LOG_DEBUG, __VA_ARGS__);                                       \
     } while (0)
 #define HR_TRACE(sub, ...)                                                                         \
     do {                                                                                           \
-        if (hr_log_enabled(HR_SUB_##sub, HR_LOG_TRACE)) hr_log(HR_SUB_##sub, HR_LOG_TRACE, __VA_ARGS__); \
+        if (hr_log_enabled(HR_SUB_##sub, HR_LOG_TRACE))                                            \
+            hr_log(HR_SUB_##sub, HR_LOG_TRACE, __VA_ARGS__);                                       \
     } while (0)
 
 #endif

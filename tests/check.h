@@ -22,7 +22,7 @@ static int check_failures_;
         double md_ = 0, mr_ = 0;                                                                   \
         for (long i_ = 0; i_ < (long)(n); i_++) {                                                  \
             double d_ = fabs((double)(a)[i_] - (double)(b)[i_]);                                   \
-            double r_ = d_ / fmax(1e-12, fmax(fabs((double)(a)[i_]), fabs((double)(b)[i_])));    \
+            double r_ = d_ / fmax(1e-12, fmax(fabs((double)(a)[i_]), fabs((double)(b)[i_])));      \
             if (d_ > md_) md_ = d_;                                                                \
             if (r_ > mr_) mr_ = r_;                                                                \
         }                                                                                          \

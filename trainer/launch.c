@@ -22,10 +22,10 @@
 #include <unistd.h>
 
 typedef struct {
-    pid_t pid;       /* 0 once reaped */
-    int fd;          /* read end of the output pipe, -1 at EOF */
-    char buf[8192];  /* partial line not yet written */
-    size_t len;      /* bytes in buf */
+    pid_t pid;      /* 0 once reaped */
+    int fd;         /* read end of the output pipe, -1 at EOF */
+    char buf[8192]; /* partial line not yet written */
+    size_t len;     /* bytes in buf */
 } child;
 
 static double now_s(void) {

@@ -26,12 +26,12 @@ typedef struct {
 } launch_opts;
 
 typedef struct {
-    int n;              /* number of children */
-    long *ids;          /* node id of each child */
-    int *exit_code;     /* exit status, or 128+signal when killed */
-    int failed_node;    /* index of the first child that failed, or -1 */
-    int interrupted;    /* a SIGINT or SIGTERM reached the launcher */
-    int timed_out;      /* deadline_s passed */
+    int n;           /* number of children */
+    long *ids;       /* node id of each child */
+    int *exit_code;  /* exit status, or 128+signal when killed */
+    int failed_node; /* index of the first child that failed, or -1 */
+    int interrupted; /* a SIGINT or SIGTERM reached the launcher */
+    int timed_out;   /* deadline_s passed */
 } launch_result;
 
 /* Run every node of `c` and wait for all of them. Returns 0 when all exited 0, else 1 with

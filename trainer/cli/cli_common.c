@@ -39,7 +39,8 @@ int cli_common_opt(cli_common *o, const char *name, const char *arg) {
 
 int cli_load_config(cfg *c, const cli_common *o, const char *cmd) {
     char err[HR_ERRLEN];
-    if (!o->conf) return cli_usage_error(cmd, "--conf FILE is required (see hetring %s --help)", cmd);
+    if (!o->conf)
+        return cli_usage_error(cmd, "--conf FILE is required (see hetring %s --help)", cmd);
     cfg_init(c);
     hr_status st = cfg_parse_file(c, o->conf, err, sizeof err);
     if (st == HR_OK) st = cfg_apply_env(c, err, sizeof err);

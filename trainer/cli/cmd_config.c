@@ -22,20 +22,21 @@ static void usage(FILE *out) {
 }
 
 int cmd_config(int argc, char **argv) {
-    static const struct option opts[] = {{"conf", required_argument, 0, 0},
-                                         {"set", required_argument, 0, 0},
-                                         {"node", required_argument, 0, 0},
-                                         {"reference", no_argument, 0, 'r'},
-                                         {"help", no_argument, 0, 'h'},
-                                         {0, 0, 0, 0}};
+    static const struct option opts[] = {
+        {"conf", required_argument, 0, 0}, {"set", required_argument, 0, 0},
+        {"node", required_argument, 0, 0}, {"reference", no_argument, 0, 'r'},
+        {"help", no_argument, 0, 'h'},     {0, 0, 0, 0}};
     cli_common o = {0};
     int idx, ch, reference = 0;
     optind = 1;
     while ((ch = getopt_long(argc, argv, "h", opts, &idx)) != -1) {
         if (ch == 'h') return usage(stdout), CLI_OK;
-        if (ch == 'r') reference = 1;
-        else if (ch == 0 && cli_common_opt(&o, opts[idx].name, optarg) > 0) continue;
-        else if (ch != 'r') return usage(stderr), CLI_USAGE;
+        if (ch == 'r')
+            reference = 1;
+        else if (ch == 0 && cli_common_opt(&o, opts[idx].name, optarg) > 0)
+            continue;
+        else if (ch != 'r')
+            return usage(stderr), CLI_USAGE;
     }
     if (optind < argc) return cli_usage_error("config", "unexpected argument '%s'", argv[optind]);
     if (reference) {

@@ -7,22 +7,23 @@
 #include <stdlib.h>
 
 static void usage(FILE *out) {
-    fprintf(out,
-            "usage: hetring local --conf FILE [--set SECTION.KEY=VALUE]... [--grace S]\n"
-            "                     [-- RUN-OPTIONS...]\n"
-            "\n"
-            "Start one `hetring run` child per [node.ID] of FILE on this machine (every host must\n"
-            "be a local address). Each output line is prefixed with its node. SIGINT and SIGTERM\n"
-            "are forwarded; if any node fails the others are stopped, and no node outlives this\n"
-            "command. Options after -- are passed to every `hetring run`.\n"
-            "\n"
-            "  --conf FILE      cluster INI file\n"
-            "  --set S.K=V      override one key, for every node\n"
-            "  --grace S        seconds between SIGTERM and SIGKILL when stopping nodes (default 5)\n"
-            "  --help           this text\n"
-            "\n"
-            "Exit status: 0 when every node succeeded, 1 when one failed or the run was\n"
-            "interrupted, 2 for a usage or configuration error.\n");
+    fprintf(
+        out,
+        "usage: hetring local --conf FILE [--set SECTION.KEY=VALUE]... [--grace S]\n"
+        "                     [-- RUN-OPTIONS...]\n"
+        "\n"
+        "Start one `hetring run` child per [node.ID] of FILE on this machine (every host must\n"
+        "be a local address). Each output line is prefixed with its node. SIGINT and SIGTERM\n"
+        "are forwarded; if any node fails the others are stopped, and no node outlives this\n"
+        "command. Options after -- are passed to every `hetring run`.\n"
+        "\n"
+        "  --conf FILE      cluster INI file\n"
+        "  --set S.K=V      override one key, for every node\n"
+        "  --grace S        seconds between SIGTERM and SIGKILL when stopping nodes (default 5)\n"
+        "  --help           this text\n"
+        "\n"
+        "Exit status: 0 when every node succeeded, 1 when one failed or the run was\n"
+        "interrupted, 2 for a usage or configuration error.\n");
 }
 
 int cmd_local(int argc, char **argv) {
