@@ -1,0 +1,224 @@
+/*
+ * test_layers.c: every layer's gradients against central finite differences in double.
+ *
+ * The analytic gradients come from the float model (model_forward_backward). The numeric
+ * ones come from a double-precision re-implementation of the forward pass in this file,
+ * differenced with h = 1e-6, so the comparison measures the float backward pass and not
+ * float rounding in the differences. Each model puts the layer under test in front of
+ * others, so the input gradients of every layer are exercised through the parameter
+ * gradients upstream of it. Target: relative error < 1e-3.
+ */
+#include "check.h"
+#include "model.h"
+#include "rng.h"
+
+#include <float.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---------------------------------------------------------------- double reference */
+
+/* Loss of the model in double, with the parameters p (n_params doubles). */
+static double ref_loss(const model *m, const double *p, const float *x, const int32_t *y,
+                       const float *t, int B) {
+    long maxsz = m->in_size;
+    for (int i = 0; i < m->n_layers; i++)
+        if (m->layers[i].out_size > maxsz) maxsz = m->layers[i].out_size;
+    double *a = malloc(sizeof *a * (size_t)(B * maxsz)),
+           *o = malloc(sizeof *o * (size_t)(B * maxsz));
+    for (long i = 0; i < B * m->in_size; i++) a[i] = x[i];
+    for (int l = 0; l < m->n_layers; l++) {
+        const model_layer *L = &m->layers[l];
+        const double *w = p + L->w_off, *bias = p + L->b_off;
+        for (int b = 0; b < B; b++) {
+            const double *in = a + b * L->in_size;
+            double *out = o + b * L->out_size;
+            switch (L->kind) {
+            case LAYER_LINEAR:
+                for (int j = 0; j < L->out_c; j++) {
+                    double s = bias[j];
+                    for (long i = 0; i < L->in_size; i++) s += w[j * L->in_size + i] * in[i];
+                    out[j] = s;
+                }
+                break;
+            case LAYER_CONV2D: {
+                const conv_geom *g = &L->g;
+                for (int oc = 0; oc < g->OC; oc++)
+                    for (int oy = 0; oy < g->OH; oy++)
+                        for (int ox = 0; ox < g->OW; ox++) {
+                            double s = bias[oc];
+                            for (int c = 0; c < g->C; c++)
+                                for (int ky = 0; ky < g->K; ky++)
+                                    for (int kx = 0; kx < g->K; kx++) {
+                                        int yy = oy * g->S - g->P + ky, xx = ox * g->S - g->P + kx;
+                                        if (yy < 0 || yy >= g->H || xx < 0 || xx >= g->W) continue;
+                                        s += w[((oc * g->C + c) * g->K + ky) * g->K + kx] *
+                                             in[(c * g->H + yy) * g->W + xx];
+                                    }
+                            out[(oc * g->OH + oy) * g->OW + ox] = s;
+                        }
+                break;
+            }
+            case LAYER_RELU:
+                for (long i = 0; i < L->out_size; i++) out[i] = in[i] > 0 ? in[i] : 0;
+                break;
+            case LAYER_MAXPOOL:
+                for (int c = 0; c < L->out_c; c++)
+                    for (int oy = 0; oy < L->out_h; oy++)
+                        for (int ox = 0; ox < L->out_w; ox++) {
+                            double best = -DBL_MAX;
+                            for (int ky = 0; ky < L->k; ky++)
+                                for (int kx = 0; kx < L->k; kx++) {
+                                    double v = in[(c * L->in_h + oy * L->stride + ky) * L->in_w +
+                                                  ox * L->stride + kx];
+                                    if (v > best) best = v;
+                                }
+                            out[(c * L->out_h + oy) * L->out_w + ox] = best;
+                        }
+                break;
+            case LAYER_FLATTEN:
+                memcpy(out, in, sizeof *out * (size_t)L->out_size);
+                break;
+            }
+        }
+        double *tmp = a;
+        a = o, o = tmp;
+    }
+    double loss = 0;
+    for (int b = 0; b < B; b++) {
+        const double *z = a + b * m->out_size;
+        if (m->loss == MODEL_LOSS_XENT) {
+            double mx = z[0], s = 0;
+            for (long c = 1; c < m->out_size; c++) mx = z[c] > mx ? z[c] : mx;
+            for (long c = 0; c < m->out_size; c++) s += exp(z[c] - mx);
+            loss += log(s) + mx - z[y[b]];
+        } else {
+            for (long c = 0; c < m->out_size; c++) {
+                double e = z[c] - t[b * m->out_size + c];
+                loss += e * e;
+            }
+        }
+    }
+    free(a), free(o);
+    return loss;
+}
+
+/* ---------------------------------------------------------------- the check */
+
+static void gradcheck(const char *name, const model_spec *s, int B, long max_checked) {
+    model m;
+    char err[HR_ERRLEN];
+    CHECK(model_init(&m, s, B, 3, 42, err, sizeof err) == HR_OK, "%s", err);
+    rng r;
+    rng_init(&r, 7, 1, 0);
+    /* non-zero biases so that ReLU and pooling see a mix of signs */
+    for (long i = 0; i < m.n_params; i++)
+        if (m.params[i] == 0.0f) m.params[i] = 0.2f * (rng_uniform(&r) - 0.5f);
+    float *x = malloc(sizeof *x * (size_t)(B * m.in_size));
+    float *t = malloc(sizeof *t * (size_t)(B * m.out_size));
+    int32_t *y = malloc(sizeof *y * (size_t)B);
+    for (long i = 0; i < B * m.in_size; i++) x[i] = 2.0f * rng_uniform(&r) - 1.0f;
+    for (long i = 0; i < B * m.out_size; i++) t[i] = 2.0f * rng_uniform(&r) - 1.0f;
+    for (int b = 0; b < B; b++) y[b] = (int32_t)rng_below(&r, (uint64_t)m.out_size);
+    m.grads[m.n_params] = m.grads[m.n_params + 1] = m.grads[m.n_params + 2] = 123.0f;
+
+    model_stats st;
+    CHECK(model_forward_backward(&m, x, y, t, B, &st) == HR_OK, "forward_backward");
+    CHECK(m.grads[m.n_params + 2] == 123.0f, "%s: backward wrote into the caller's tail", name);
+
+    double *p = malloc(sizeof *p * (size_t)m.n_params);
+    for (long i = 0; i < m.n_params; i++) p[i] = m.params[i];
+    double l0 = ref_loss(&m, p, x, y, t, B);
+    CHECK(fabs(l0 - st.loss_sum) <= 1e-4 * fmax(1.0, fabs(l0)), "%s: loss %.9g vs double %.9g",
+          name, st.loss_sum, l0);
+
+    /* every parameter, or an evenly spaced subset of large models */
+    long stride = m.n_params > max_checked ? m.n_params / max_checked : 1;
+    double dd = 0, nn = 0, aa = 0, maxd = 0, maxn = 0;
+    long n = 0;
+    for (long i = 0; i < m.n_params; i += stride, n++) {
+        const double h = 1e-6;
+        double keep = p[i];
+        p[i] = keep + h;
+        double lp = ref_loss(&m, p, x, y, t, B);
+        p[i] = keep - h;
+        double lm = ref_loss(&m, p, x, y, t, B);
+        p[i] = keep;
+        double num = (lp - lm) / (2 * h), ana = m.grads[i];
+        dd += (num - ana) * (num - ana), nn += num * num, aa += ana * ana;
+        if (fabs(num - ana) > maxd) maxd = fabs(num - ana);
+        if (fabs(num) > maxn) maxn = fabs(num);
+    }
+    double rel = sqrt(dd) / fmax(1e-12, fmax(sqrt(nn), sqrt(aa)));
+    double relmax = maxd / fmax(1e-12, maxn);
+    printf("%-28s %6ld params, %5ld checked: rel err (norm) %.2e, max |diff|/max|grad| %.2e\n",
+           name, m.n_params, n, rel, relmax);
+    CHECK(rel < 1e-3 && relmax < 1e-3, "%s: gradient relative error %.3g / %.3g", name, rel,
+          relmax);
+    CHECK(nn > 0, "%s: all-zero gradient, the check would be vacuous", name);
+    free(p), free(x), free(t), free(y);
+    model_free(&m);
+}
+
+static model_spec spec(int c, int h, int w, model_loss loss) {
+    model_spec s;
+    memset(&s, 0, sizeof s);
+    s.in_c = c, s.in_h = h, s.in_w = w, s.loss = loss;
+    return s;
+}
+
+static void add(model_spec *s, layer_kind k, int units, int ks, int stride, int pad) {
+    int i = s->n_layers++;
+    s->kind[i] = k, s->units[i] = units, s->k[i] = ks, s->stride[i] = stride, s->pad[i] = pad;
+}
+
+int main(void) {
+    model_spec s;
+
+    s = spec(7, 1, 1, MODEL_LOSS_MSE); /* linear + MSE (linreg) */
+    add(&s, LAYER_LINEAR, 3, 0, 0, 0);
+    gradcheck("linear+mse", &s, 5, 1 << 20);
+
+    s = spec(6, 1, 1, MODEL_LOSS_XENT); /* softmax regression */
+    add(&s, LAYER_LINEAR, 4, 0, 0, 0);
+    gradcheck("linear+xent", &s, 5, 1 << 20);
+
+    s = spec(8, 1, 1, MODEL_LOSS_XENT); /* MLP: linear, relu, linear (din of linear, relu) */
+    add(&s, LAYER_LINEAR, 9, 0, 0, 0);
+    add(&s, LAYER_RELU, 0, 0, 0, 0);
+    add(&s, LAYER_LINEAR, 7, 0, 0, 0);
+    add(&s, LAYER_RELU, 0, 0, 0, 0);
+    add(&s, LAYER_LINEAR, 5, 0, 0, 0);
+    gradcheck("mlp (linear, relu)", &s, 6, 1 << 20);
+
+    s = spec(2, 7, 6, MODEL_LOSS_MSE); /* conv with stride 2 and padding 1, flatten */
+    add(&s, LAYER_CONV2D, 3, 3, 2, 1);
+    add(&s, LAYER_FLATTEN, 0, 0, 0, 0);
+    add(&s, LAYER_LINEAR, 2, 0, 0, 0);
+    gradcheck("conv2d s2 p1 + flatten", &s, 3, 1 << 20);
+
+    /* conv din through a second conv; max-pool with overlapping windows (k3 s2) and k2 s2 */
+    s = spec(2, 9, 9, MODEL_LOSS_XENT);
+    add(&s, LAYER_CONV2D, 3, 3, 1, 1);
+    add(&s, LAYER_RELU, 0, 0, 0, 0);
+    add(&s, LAYER_MAXPOOL, 0, 3, 2, 0);
+    add(&s, LAYER_CONV2D, 4, 2, 1, 0);
+    add(&s, LAYER_MAXPOOL, 0, 2, 2, 0);
+    add(&s, LAYER_FLATTEN, 0, 0, 0, 0);
+    add(&s, LAYER_LINEAR, 3, 0, 0, 0);
+    gradcheck("conv, relu, maxpool, conv", &s, 3, 1 << 20);
+
+    /* the configured CNNs (subset of parameters) */
+    cfg c;
+    cfg_init(&c);
+    c.model = CFG_MODEL_CNN;
+    char err[HR_ERRLEN];
+    CHECK(model_spec_from_cfg(&s, &c, 1, 28, 28, 10, err, sizeof err) == HR_OK, "%s", err);
+    gradcheck("cnn lenet 28x28x1", &s, 2, 300);
+    CHECK(model_spec_from_cfg(&s, &c, 3, 32, 32, 10, err, sizeof err) == HR_OK, "%s", err);
+    gradcheck("cnn vgg 32x32x3", &s, 2, 120);
+    CHECK(model_spec_from_cfg(&s, &c, 3, 28, 28, 10, err, sizeof err) == HR_ERR_CONFIG,
+          "cnn on 28x28x3 must be refused");
+    cfg_free(&c);
+    return check_exit();
+}

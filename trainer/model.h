@@ -1,0 +1,110 @@
+/*
+ * model.h: models built from the configuration, with flat parameter and gradient buffers.
+ *
+ * A model is a list of layers plus a loss. All parameters live in ONE contiguous buffer
+ * `params` (n_params floats) and all gradients in ONE buffer `grads`; each layer holds
+ * offsets into both, so the ring can all-reduce `grads` in place. `grads` has
+ * n_params + grad_tail floats: the tail belongs to the caller (the training loop puts its
+ * per-node statistics there so they ride along in the same all-reduce).
+ *
+ * model_forward_backward writes gradient SUMS over the b samples it is given (not means;
+ * DESIGN.md I2). Adding the sums of two slices gives the sum of the whole batch, up to
+ * float summation order (I3).
+ *
+ * Activations are allocated once for `max_batch` samples; forward/backward never allocate.
+ */
+#ifndef HR_MODEL_H
+#define HR_MODEL_H
+
+#include "cfg.h"
+#include "hr_status.h"
+#include "layers.h"
+
+#include <stdint.h>
+
+#define MODEL_MAX_LAYERS 40
+
+typedef enum { LAYER_LINEAR, LAYER_RELU, LAYER_CONV2D, LAYER_MAXPOOL, LAYER_FLATTEN } layer_kind;
+typedef enum { MODEL_LOSS_XENT, MODEL_LOSS_MSE } model_loss;
+
+/* What a model is built from: the input shape, the layers and the loss. */
+typedef struct {
+    int in_c, in_h, in_w; /* input shape per sample (C, H, W); dense inputs are (D, 1, 1) */
+    int n_layers;         /* entries used in the arrays below */
+    layer_kind kind[MODEL_MAX_LAYERS];
+    int units[MODEL_MAX_LAYERS]; /* linear: outputs; conv2d: filters */
+    int k[MODEL_MAX_LAYERS];     /* conv2d, maxpool: window */
+    int stride[MODEL_MAX_LAYERS];
+    int pad[MODEL_MAX_LAYERS];
+    model_loss loss;
+} model_spec;
+
+typedef struct {
+    layer_kind kind;
+    int in_c, in_h, in_w;    /* input shape per sample */
+    int out_c, out_h, out_w; /* output shape per sample */
+    long in_size, out_size;  /* C*H*W of input and output */
+    conv_geom g;             /* conv2d geometry */
+    int k, stride;           /* maxpool window and stride */
+    long w_off, b_off;       /* offsets of weights and bias into params/grads */
+    long n_params;           /* weights + bias */
+    int inplace;             /* relu/flatten: out and dout alias the previous layer's */
+    float *out;              /* (max_batch, out_size) activations */
+    float *dout;             /* (max_batch, out_size) gradient w.r.t. the activations */
+    int32_t *argmax;         /* maxpool: (max_batch, out_size) */
+} model_layer;
+
+typedef struct {
+    model_spec spec;
+    int n_layers;
+    model_layer layers[MODEL_MAX_LAYERS];
+    model_loss loss;
+    long in_size;      /* floats per input sample */
+    long out_size;     /* classes (xent) or regression targets (mse) */
+    long max_batch;    /* most samples per forward/backward */
+    long n_params;     /* floats in params (and the gradient part of grads) */
+    long grad_tail;    /* extra floats after the gradients, owned by the caller */
+    float *params;     /* (n_params) */
+    float *grads;      /* (n_params + grad_tail) gradient sums, then the caller's tail */
+    float *col, *dcol; /* conv2d scratch, (largest C*K*K*OH*OW) each */
+    layer_prof prof;   /* sgemm time and flops, accumulated when profile is set */
+    int profile;       /* accumulate prof */
+} model;
+
+/* Outcome of a forward pass over b samples. */
+typedef struct {
+    double loss_sum; /* summed per-sample loss */
+    long correct;    /* correct argmax predictions (xent only) */
+} model_stats;
+
+/* Spec for cfg's model (linreg, softmax, mlp, cnn) on inputs of shape (C, H, W) with
+ * `outputs` classes (or regression targets). Errors name the config key at fault. */
+hr_status model_spec_from_cfg(model_spec *s, const cfg *c, int in_c, int in_h, int in_w,
+                              int outputs, char *err, size_t errlen);
+
+/* Build the model, allocate its buffers and initialise the weights from `seed`
+ * (He-uniform for layers feeding a ReLU, 1/sqrt(fan_in) otherwise, biases zero). */
+hr_status model_init(model *m, const model_spec *s, long max_batch, long grad_tail, uint64_t seed,
+                     char *err, size_t errlen);
+void model_free(model *m);
+
+/* Forward, loss and backward over b <= max_batch samples x (b, in_size) with integer
+ * labels (xent) or float targets (b, out_size) (mse). Writes gradient sums into
+ * grads[0, n_params); leaves the tail alone. */
+hr_status model_forward_backward(model *m, const float *x, const int32_t *labels,
+                                 const float *targets, long b, model_stats *st);
+
+/* Forward and loss only (evaluation); adds to *st. */
+hr_status model_forward(model *m, const float *x, const int32_t *labels, const float *targets,
+                        long b, model_stats *st);
+
+/* Output of the last forward pass: (b, out_size) logits or predictions. */
+const float *model_output(const model *m);
+
+/* FLOPs of one forward+backward of one sample in the dense and conv layers (for reports). */
+double model_flops_per_sample(const model *m);
+
+/* One-line description, e.g. "mlp 784-512-512-10 (669706 params)". */
+void model_describe(const model *m, char *buf, size_t len);
+
+#endif
