@@ -1,0 +1,181 @@
+/*
+ * ckpt.c: atomic, checksummed checkpoints (see ckpt.h).
+ *
+ * Layout, little-endian as in memory on the supported machines:
+ *   header: magic "HRCKPT\0\1" (8), version u32, crc32 u32 (of all bytes after this field),
+ *           ckpt_meta (40), payload bytes u64
+ *   payload: params f32[n], opt_state f32[n], split i64[n_nodes]
+ */
+#include "ckpt.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#define CKPT_VERSION 1u
+static const char ckpt_magic[8] = {'H', 'R', 'C', 'K', 'P', 'T', 0, 1};
+
+typedef struct {
+    char magic[8];
+    uint32_t version;
+    uint32_t crc;
+    ckpt_meta meta;
+    uint64_t payload;
+} ckpt_header;
+
+static uint32_t crc_more(uint32_t crc, const void *p, size_t n) {
+    const unsigned char *b = p;
+    while (n) {
+        uInt chunk = n > (1u << 30) ? (1u << 30) : (uInt)n;
+        crc = (uint32_t)crc32(crc, b, chunk);
+        b += chunk, n -= chunk;
+    }
+    return crc;
+}
+
+static int write_all(int fd, const void *p, size_t n) {
+    const char *b = p;
+    while (n) {
+        ssize_t w = write(fd, b, n);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) return -1;
+        b += w, n -= (size_t)w;
+    }
+    return 0;
+}
+
+hr_status ckpt_save(const char *path, const ckpt_meta *meta, const float *params,
+                    const float *opt_state, const int64_t *split, char *err, size_t errlen) {
+    ckpt_header h;
+    memset(&h, 0, sizeof h);
+    memcpy(h.magic, ckpt_magic, 8);
+    h.version = CKPT_VERSION;
+    h.meta = *meta;
+    size_t np = sizeof(float) * meta->n_params, ns = sizeof(int64_t) * meta->n_nodes;
+    h.payload = 2 * np + ns;
+    uint32_t crc = crc_more(0, &h.meta, sizeof h - offsetof(ckpt_header, meta));
+    crc = crc_more(crc, params, np);
+    crc = crc_more(crc, opt_state, np);
+    h.crc = crc_more(crc, split, ns);
+
+    char tmp[4200];
+    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0)
+        return hr_fail(err, errlen, HR_ERR_IO, "checkpoint %s: cannot create %s (%s)", path, tmp,
+                       strerror(errno));
+    if (write_all(fd, &h, sizeof h) || write_all(fd, params, np) || write_all(fd, opt_state, np) ||
+        write_all(fd, split, ns) || fsync(fd)) {
+        int e = errno;
+        close(fd);
+        unlink(tmp);
+        return hr_fail(err, errlen, HR_ERR_IO, "checkpoint %s: write failed (%s)", path,
+                       strerror(e));
+    }
+    if (close(fd) || rename(tmp, path)) {
+        int e = errno;
+        unlink(tmp);
+        return hr_fail(err, errlen, HR_ERR_IO, "checkpoint %s: cannot rename into place (%s)", path,
+                       strerror(e));
+    }
+    char dir[4200];
+    snprintf(dir, sizeof dir, "%s", path);
+    int dfd = open(dirname(dir), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd >= 0) { /* make the rename durable */
+        fsync(dfd);
+        close(dfd);
+    }
+    return HR_OK;
+}
+
+static hr_status read_exact(FILE *f, void *p, size_t n, uint32_t *crc, const char *path,
+                            const char *what, char *err, size_t errlen) {
+    size_t got = fread(p, 1, n, f);
+    if (got != n)
+        return hr_fail(err, errlen, HR_ERR_DATA,
+                       "checkpoint %s is truncated in the %s (%zu of %zu bytes); it is unusable: "
+                       "delete it to start over",
+                       path, what, got, n);
+    *crc = crc_more(*crc, p, n);
+    return HR_OK;
+}
+
+hr_status ckpt_load(const char *path, ckpt_meta *expect, float *params, float *opt_state,
+                    int64_t *split, int max_nodes, char *err, size_t errlen) {
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return hr_fail(err, errlen, HR_ERR_IO, "checkpoint %s: cannot open (%s)", path,
+                       strerror(errno));
+    hr_status st = HR_OK;
+    ckpt_header h;
+    int64_t *sp = NULL;
+    float *buf = NULL;
+    uint32_t crc = 0;
+    if (fread(&h, 1, sizeof h, f) != sizeof h || memcmp(h.magic, ckpt_magic, 8) != 0) {
+        st = hr_fail(err, errlen, HR_ERR_DATA,
+                     "%s is not a hetring checkpoint (wrong magic or too short)", path);
+        goto out;
+    }
+    if (h.version != CKPT_VERSION) {
+        st = hr_fail(err, errlen, HR_ERR_DATA, "checkpoint %s has version %u (expected %u)", path,
+                     h.version, CKPT_VERSION);
+        goto out;
+    }
+    const ckpt_meta *m = &h.meta;
+    size_t np = sizeof(float) * m->n_params, ns = sizeof(int64_t) * m->n_nodes;
+    if (m->n_nodes > 65536 || h.payload != 2 * np + ns) {
+        st = hr_fail(err, errlen, HR_ERR_DATA,
+                     "checkpoint %s is corrupt: its header is inconsistent (payload %llu bytes)",
+                     path, (unsigned long long)h.payload);
+        goto out;
+    }
+    crc = crc_more(0, &h.meta, sizeof h - offsetof(ckpt_header, meta));
+    /* read into scratch first: the caller's buffers change only for a verified file */
+    buf = malloc(2 * np + 1);
+    sp = malloc(ns + 1);
+    if (!buf || !sp) {
+        st = hr_fail(err, errlen, HR_ERR_NOMEM, "checkpoint %s: out of memory", path);
+        goto out;
+    }
+    HR_CHECK_GOTO(read_exact(f, buf, 2 * np, &crc, path, "parameters", err, errlen), st, out);
+    HR_CHECK_GOTO(read_exact(f, sp, ns, &crc, path, "batch split", err, errlen), st, out);
+    if (fgetc(f) != EOF) {
+        st = hr_fail(err, errlen, HR_ERR_DATA,
+                     "checkpoint %s is corrupt: bytes after the declared payload", path);
+        goto out;
+    }
+    if (crc != h.crc) {
+        st = hr_fail(err, errlen, HR_ERR_DATA,
+                     "checkpoint %s is corrupt: checksum mismatch (crc32 %08x, header says %08x); "
+                     "refusing to resume from it: delete it to start over",
+                     path, crc, h.crc);
+        goto out;
+    }
+    if (m->model != expect->model || m->n_params != expect->n_params || m->seed != expect->seed ||
+        m->global_batch != expect->global_batch) {
+        st = hr_fail(err, errlen, HR_ERR_MISMATCH,
+                     "checkpoint %s belongs to another run (model %u with %llu params, seed "
+                     "%llu, global_batch %llu; this run has model %u with %llu params, seed "
+                     "%llu, global_batch %llu): point [train] checkpoint elsewhere",
+                     path, m->model, (unsigned long long)m->n_params, (unsigned long long)m->seed,
+                     (unsigned long long)m->global_batch, expect->model,
+                     (unsigned long long)expect->n_params, (unsigned long long)expect->seed,
+                     (unsigned long long)expect->global_batch);
+        goto out;
+    }
+    memcpy(params, buf, np);
+    memcpy(opt_state, (char *)buf + np, np);
+    if ((int)m->n_nodes <= max_nodes && m->n_nodes == expect->n_nodes) memcpy(split, sp, ns);
+    expect->iter = m->iter;
+    expect->n_nodes = m->n_nodes;
+out:
+    free(buf);
+    free(sp);
+    fclose(f);
+    return st;
+}

@@ -1,0 +1,40 @@
+/*
+ * ckpt.h: checkpoints of the training state.
+ *
+ * A checkpoint holds the iteration to run next, the parameters, the optimizer state and the
+ * current batch split, behind a fixed header. It is written atomically: to a temporary file
+ * in the same directory, fsync'ed, renamed over the target, then the directory is fsync'ed;
+ * a crash leaves either the old or the new checkpoint. A CRC-32 over header and payload
+ * detects corruption, and a checkpoint from another model, seed or batch is refused. The data
+ * order needs no state: perm_e is a function of (seed, epoch) (I1), so resuming at iteration
+ * i replays exactly what an uninterrupted run would have done.
+ */
+#ifndef HR_CKPT_H
+#define HR_CKPT_H
+
+#include "hr_status.h"
+
+#include <stdint.h>
+
+/* What identifies the run a checkpoint belongs to, and where it stands. */
+typedef struct {
+    uint64_t iter;         /* next iteration to run */
+    uint64_t n_params;     /* floats in params and in the optimizer state */
+    uint64_t seed;         /* [train] seed */
+    uint64_t global_batch; /* B */
+    uint32_t model;        /* cfg_model */
+    uint32_t n_nodes;      /* entries of the batch split */
+} ckpt_meta;
+
+/* Write meta, params (n_params), opt_state (n_params) and split (n_nodes) to `path`. */
+hr_status ckpt_save(const char *path, const ckpt_meta *meta, const float *params,
+                    const float *opt_state, const int64_t *split, char *err, size_t errlen);
+
+/* Read `path` into params, opt_state and split (each sized as in `expect`). Refuses a file
+ * whose model, n_params, seed or global batch differ from `expect` (HR_ERR_MISMATCH), a bad
+ * or truncated file (HR_ERR_DATA). On success expect->iter and expect->n_nodes hold the
+ * file's values; a file with a different n_nodes leaves `split` alone. */
+hr_status ckpt_load(const char *path, ckpt_meta *expect, float *params, float *opt_state,
+                    int64_t *split, int max_nodes, char *err, size_t errlen);
+
+#endif

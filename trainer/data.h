@@ -1,0 +1,97 @@
+/*
+ * data.h: datasets, the per-epoch global permutation and batch slices (DESIGN.md I1).
+ *
+ * A data_set holds n samples of one shape, as bytes (images, scaled to [0, 1] when gathered)
+ * or floats (CSV, regression features), with integer labels or float targets.
+ *
+ * I1: epoch e has a permutation perm_e of [0, n) that depends on (seed, e) only. Iteration i
+ * of epoch e uses perm_e[i*B, (i+1)*B); a node whose slice starts at `start` with `b` samples
+ * takes perm_e[i*B + start, i*B + start + b). The last n mod B samples of an epoch are not
+ * used (every iteration has exactly B samples). How a batch is split never changes which
+ * samples it holds.
+ *
+ * Synthetic sets are pure functions of (seed, sample index): the same seed gives the same
+ * bytes, and the held-out split uses a separate stream so it never overlaps the training set.
+ * `hetring gen-data` writes them as MNIST IDX, CIFAR-10 binary or CSV, and the loaders read
+ * those back bit for bit.
+ */
+#ifndef HR_DATA_H
+#define HR_DATA_H
+
+#include "cfg.h"
+#include "hr_status.h"
+
+#include <stdint.h>
+
+#define DATA_CLASSES             10   /* classes of the synthetic image sets */
+#define DATA_REGRESSION_FEATURES 16   /* inputs of the synthetic regression set */
+#define DATA_REGRESSION_NOISE    0.1f /* its noise standard deviation: the MSE floor is 0.01 */
+
+typedef struct {
+    long n;        /* samples */
+    int c, h, w;   /* shape per sample (C, H, W); feature vectors are (D, 1, 1) */
+    long d;        /* c*h*w */
+    int n_classes; /* classes, labels in [0, n_classes); 0 for regression */
+    int n_targets; /* regression outputs; 0 for classification */
+    uint8_t *x8;   /* (n, d) pixels 0..255 (image sets), or NULL */
+    float *xf;     /* (n, d) features (CSV, regression), or NULL */
+    int32_t *y;    /* (n) labels, or NULL */
+    float *t;      /* (n, n_targets) regression targets, or NULL */
+} data_set;
+
+void data_set_free(data_set *ds);
+
+/* Synthetic sets (kind is CFG_DATA_SYNTHETIC, _RGB or _REGRESSION): n training and n_eval
+ * held-out samples from `seed`. */
+hr_status data_synthetic(data_set *train, data_set *eval, int kind, long n, long n_eval,
+                         uint64_t seed, char *err, size_t errlen);
+
+/* The training and held-out sets that cfg asks for (synthetic, mnist, cifar10 or csv). */
+hr_status data_load(data_set *train, data_set *eval, const cfg *c, char *err, size_t errlen);
+
+/* Copy samples idx[0..b) (or rows first..first+b when idx is NULL) into x (b, d) as floats
+ * and y (b) or t (b, n_targets); y and t may be NULL when the set has none. */
+void data_gather(const data_set *ds, const uint32_t *idx, long first, long b, float *x, int32_t *y,
+                 float *t);
+
+/* ---------------------------------------------------------------- file formats */
+
+/* MNIST IDX: an idx3-ubyte image file and an idx1-ubyte label file, plain or gzipped. */
+hr_status data_load_idx(data_set *ds, const char *images, const char *labels, char *err,
+                        size_t errlen);
+hr_status data_write_idx(const data_set *ds, const char *images, const char *labels, int gz,
+                         char *err, size_t errlen);
+/* CIFAR-10 binary: records of 1 label byte and 3072 pixel bytes (R, G, B planes of 32x32). */
+hr_status data_load_cifar(data_set *ds, const char *const *files, int n_files, char *err,
+                          size_t errlen);
+/* Write samples [first, first+n) of a 32x32x3 set as one CIFAR-10 batch file. */
+hr_status data_write_cifar(const data_set *ds, long first, long n, const char *path, char *err,
+                           size_t errlen);
+/* CSV: one sample per line, label (or regression target) first, then the features. */
+hr_status data_load_csv(data_set *ds, const char *path, int regression, char *err, size_t errlen);
+hr_status data_write_csv(const data_set *ds, const char *path, char *err, size_t errlen);
+/* Move the last `k` samples of `all` into a new set `tail`; `all` keeps the first n - k. */
+hr_status data_split_tail(data_set *all, data_set *tail, long k, char *err, size_t errlen);
+
+/* ---------------------------------------------------------------- I1: permutation and slices */
+
+typedef struct {
+    const data_set *ds; /* training set (not owned) */
+    uint64_t seed;      /* permutation seed */
+    long B;             /* global batch */
+    long epoch;         /* epoch whose permutation is in perm, -1 for none */
+    uint32_t *perm;     /* (n) perm_epoch */
+} data_loader;
+
+hr_status data_loader_init(data_loader *dl, const data_set *ds, uint64_t seed, long B, char *err,
+                           size_t errlen);
+void data_loader_free(data_loader *dl);
+/* Iterations per epoch: floor(n / B). */
+long data_loader_iters_per_epoch(const data_loader *dl);
+/* perm_e (computed on first use of an epoch; no allocation). */
+const uint32_t *data_loader_perm(data_loader *dl, long epoch);
+/* The samples perm_e[iter*B + start, iter*B + start + b) into x (b, d), y (b) / t (b, T). */
+hr_status data_loader_slice(data_loader *dl, long epoch, long iter, long start, long b, float *x,
+                            int32_t *y, float *t);
+
+#endif

@@ -1,0 +1,479 @@
+/*
+ * data_io.c: the dataset file formats: MNIST IDX (plain or gzipped), CIFAR-10 binary, CSV.
+ *
+ * Every reader goes through zlib's gzread, which reads plain files as they are, so any of
+ * these files may also be gzipped. A bad file is refused with a message that names the file
+ * and the problem: wrong magic, truncated, size mismatch, label out of range, bad number.
+ */
+#include "data.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zlib.h>
+
+/* ================================================================ helpers */
+
+static gzFile open_read(const char *path, char *err, size_t errlen, hr_status *st) {
+    gzFile f = gzopen(path, "rb");
+    if (!f)
+        *st = hr_fail(err, errlen, HR_ERR_IO, "%s: cannot open (%s)", path,
+                      errno ? strerror(errno) : "out of memory");
+    return f;
+}
+
+/* Read exactly n bytes; returns the number read (< n at end of file), or -1 on an error. */
+static long read_full(gzFile f, void *buf, size_t n) {
+    size_t got = 0;
+    while (got < n) {
+        unsigned chunk = n - got > (1u << 30) ? (1u << 30) : (unsigned)(n - got);
+        int r = gzread(f, (char *)buf + got, chunk);
+        if (r < 0) return -1;
+        if (r == 0) break;
+        got += (size_t)r;
+    }
+    return (long)got;
+}
+
+static hr_status read_error(gzFile f, const char *path, char *err, size_t errlen) {
+    int zerr;
+    const char *m = gzerror(f, &zerr);
+    return hr_fail(err, errlen, HR_ERR_IO, "%s: read error (%s)", path,
+                   zerr == Z_ERRNO ? strerror(errno) : m);
+}
+
+/* Bytes left after the expected payload (0 when the file ends there). */
+static long trailing(gzFile f) {
+    char buf[4096];
+    long n = 0;
+    int r;
+    while ((r = gzread(f, buf, sizeof buf)) > 0) n += r;
+    return n;
+}
+
+static uint32_t be32(const uint8_t *p) {
+    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+}
+
+static void put_be32(uint8_t *p, uint32_t v) {
+    p[0] = (uint8_t)(v >> 24), p[1] = (uint8_t)(v >> 16), p[2] = (uint8_t)(v >> 8),
+    p[3] = (uint8_t)v;
+}
+
+static gzFile open_write(const char *path, int gz, char *err, size_t errlen, hr_status *st) {
+    gzFile f = gzopen(path, gz ? "wb6" : "wbT");
+    if (!f)
+        *st = hr_fail(err, errlen, HR_ERR_IO, "%s: cannot create (%s)", path,
+                      errno ? strerror(errno) : "out of memory");
+    return f;
+}
+
+static hr_status write_full(gzFile f, const void *buf, size_t n, const char *path, char *err,
+                            size_t errlen) {
+    size_t done = 0;
+    while (done < n) {
+        unsigned chunk = n - done > (1u << 30) ? (1u << 30) : (unsigned)(n - done);
+        int w = gzwrite(f, (const char *)buf + done, chunk);
+        if (w <= 0) return hr_fail(err, errlen, HR_ERR_IO, "%s: write failed", path);
+        done += (size_t)w;
+    }
+    return HR_OK;
+}
+
+static hr_status close_write(gzFile f, const char *path, char *err, size_t errlen) {
+    if (gzclose(f) != Z_OK)
+        return hr_fail(err, errlen, HR_ERR_IO, "%s: write failed on close (%s)", path,
+                       strerror(errno));
+    return HR_OK;
+}
+
+/* ================================================================ MNIST IDX */
+
+hr_status data_load_idx(data_set *ds, const char *images, const char *labels, char *err,
+                        size_t errlen) {
+    memset(ds, 0, sizeof *ds);
+    hr_status st = HR_OK;
+    gzFile fi = NULL, fl = NULL;
+    uint8_t hi[16], hl[8];
+    if (!(fi = open_read(images, err, errlen, &st))) goto fail;
+    long r = read_full(fi, hi, 16);
+    if (r < 0) {
+        st = read_error(fi, images, err, errlen);
+        goto fail;
+    }
+    if (r < 4 || be32(hi) != 0x00000803) {
+        st = hr_fail(err, errlen, HR_ERR_DATA,
+                     "%s: wrong magic %s0x%08x (expected 0x00000803, an IDX file of unsigned-byte "
+                     "images)",
+                     images, r < 4 ? "(file too short) " : "", r < 4 ? 0 : be32(hi));
+        goto fail;
+    }
+    if (r < 16) {
+        st = hr_fail(err, errlen, HR_ERR_DATA, "%s: truncated in the header (%ld of 16 bytes)",
+                     images, r);
+        goto fail;
+    }
+    long n = be32(hi + 4), rows = be32(hi + 8), cols = be32(hi + 12);
+    if (rows < 1 || cols < 1 || rows > 4096 || cols > 4096) {
+        st = hr_fail(err, errlen, HR_ERR_DATA, "%s: bad image size %ldx%ld in the header", images,
+                     rows, cols);
+        goto fail;
+    }
+    ds->n = n, ds->c = 1, ds->h = (int)rows, ds->w = (int)cols, ds->d = rows * cols;
+    ds->n_classes = DATA_CLASSES;
+    size_t bytes = (size_t)(n * ds->d);
+    ds->x8 = malloc(bytes + 1);
+    ds->y = malloc(sizeof *ds->y * (size_t)n + 1);
+    if (!ds->x8 || !ds->y) {
+        st = hr_fail(err, errlen, HR_ERR_NOMEM, "%s: out of memory for %ld images", images, n);
+        goto fail;
+    }
+    r = read_full(fi, ds->x8, bytes);
+    if (r < 0) {
+        st = read_error(fi, images, err, errlen);
+        goto fail;
+    }
+    if ((size_t)r < bytes) {
+        st = hr_fail(err, errlen, HR_ERR_DATA,
+                     "%s: truncated: the header declares %ld images of %ldx%ld (%zu bytes) but "
+                     "the file holds only %ld bytes of them",
+                     images, n, rows, cols, bytes, r);
+        goto fail;
+    }
+    long extra = trailing(fi);
+    if (extra) {
+        st = hr_fail(err, errlen, HR_ERR_DATA,
+                     "%s: size mismatch: %ld bytes after the %ld images the header declares",
+                     images, extra, n);
+        goto fail;
+    }
+
+    if (!(fl = open_read(labels, err, errlen, &st))) goto fail;
+    r = read_full(fl, hl, 8);
+    if (r < 0) {
+        st = read_error(fl, labels, err, errlen);
+        goto fail;
+    }
+    if (r < 8 || be32(hl) != 0x00000801) {
+        st = hr_fail(err, errlen, HR_ERR_DATA,
+                     "%s: wrong magic %s0x%08x (expected 0x00000801, an IDX file of labels)",
+                     labels, r < 8 ? "(file too short) " : "", r < 4 ? 0 : be32(hl));
+        goto fail;
+    }
+    if ((long)be32(hl + 4) != n) {
+        st = hr_fail(err, errlen, HR_ERR_DATA,
+                     "%s: size mismatch: %u labels for the %ld images of %s", labels, be32(hl + 4),
+                     n, images);
+        goto fail;
+    }
+    uint8_t *lab = (uint8_t *)ds->y + sizeof *ds->y * (size_t)n - (size_t)n; /* tail of y */
+    r = read_full(fl, lab, (size_t)n);
+    if (r < 0) {
+        st = read_error(fl, labels, err, errlen);
+        goto fail;
+    }
+    if (r < n) {
+        st = hr_fail(err, errlen, HR_ERR_DATA,
+                     "%s: truncated: the header declares %ld labels but the file holds %ld", labels,
+                     n, r);
+        goto fail;
+    }
+    if ((extra = trailing(fl))) {
+        st = hr_fail(err, errlen, HR_ERR_DATA,
+                     "%s: size mismatch: %ld bytes after the %ld labels the header declares",
+                     labels, extra, n);
+        goto fail;
+    }
+    for (long i = 0; i < n; i++) { /* widen in place, front to back is safe: y[i] ends at 4i+4 */
+        uint8_t v = lab[i];
+        if (v >= DATA_CLASSES) {
+            st = hr_fail(err, errlen, HR_ERR_DATA,
+                         "%s: label %u of sample %ld is out of range (expected 0..%d)", labels, v,
+                         i, DATA_CLASSES - 1);
+            goto fail;
+        }
+        ds->y[i] = v;
+    }
+    gzclose(fi);
+    gzclose(fl);
+    return HR_OK;
+fail:
+    if (fi) gzclose(fi);
+    if (fl) gzclose(fl);
+    data_set_free(ds);
+    return st;
+}
+
+hr_status data_write_idx(const data_set *ds, const char *images, const char *labels, int gz,
+                         char *err, size_t errlen) {
+    if (!ds->x8 || !ds->y || ds->c != 1)
+        return hr_fail(err, errlen, HR_ERR_INVAL, "%s: IDX needs a one-channel image set", images);
+    hr_status st = HR_OK;
+    uint8_t h[16];
+    gzFile f = open_write(images, gz, err, errlen, &st);
+    if (!f) return st;
+    put_be32(h, 0x00000803), put_be32(h + 4, (uint32_t)ds->n);
+    put_be32(h + 8, (uint32_t)ds->h), put_be32(h + 12, (uint32_t)ds->w);
+    st = write_full(f, h, 16, images, err, errlen);
+    if (st == HR_OK) st = write_full(f, ds->x8, (size_t)(ds->n * ds->d), images, err, errlen);
+    hr_status cs = close_write(f, images, err, errlen);
+    HR_CHECK(st != HR_OK ? st : cs);
+    if (!(f = open_write(labels, gz, err, errlen, &st))) return st;
+    put_be32(h, 0x00000801), put_be32(h + 4, (uint32_t)ds->n);
+    st = write_full(f, h, 8, labels, err, errlen);
+    for (long i = 0; i < ds->n && st == HR_OK; i++) {
+        uint8_t v = (uint8_t)ds->y[i];
+        st = write_full(f, &v, 1, labels, err, errlen);
+    }
+    cs = close_write(f, labels, err, errlen);
+    return st != HR_OK ? st : cs;
+}
+
+/* ================================================================ CIFAR-10 binary */
+
+#define CIFAR_PIXELS 3072
+#define CIFAR_RECORD (1 + CIFAR_PIXELS)
+
+hr_status data_load_cifar(data_set *ds, const char *const *files, int n_files, char *err,
+                          size_t errlen) {
+    memset(ds, 0, sizeof *ds);
+    ds->c = 3, ds->h = 32, ds->w = 32, ds->d = CIFAR_PIXELS, ds->n_classes = DATA_CLASSES;
+    hr_status st = HR_OK;
+    long cap = 0;
+    uint8_t *rec = malloc(CIFAR_RECORD);
+    if (!rec) return hr_fail(err, errlen, HR_ERR_NOMEM, "cifar: out of memory");
+    for (int fi = 0; fi < n_files; fi++) {
+        gzFile f = open_read(files[fi], err, errlen, &st);
+        if (!f) goto fail;
+        for (long k = 0;; k++) {
+            long r = read_full(f, rec, CIFAR_RECORD);
+            if (r < 0) {
+                st = read_error(f, files[fi], err, errlen);
+                gzclose(f);
+                goto fail;
+            }
+            if (r == 0) {
+                if (k == 0) {
+                    st = hr_fail(err, errlen, HR_ERR_DATA, "%s: empty (expected %d-byte records)",
+                                 files[fi], CIFAR_RECORD);
+                    gzclose(f);
+                    goto fail;
+                }
+                break;
+            }
+            if (r < CIFAR_RECORD) {
+                st = hr_fail(err, errlen, HR_ERR_DATA,
+                             "%s: size mismatch: truncated record %ld (%ld of %d bytes; the file "
+                             "must hold whole %d-byte records)",
+                             files[fi], k, r, CIFAR_RECORD, CIFAR_RECORD);
+                gzclose(f);
+                goto fail;
+            }
+            if (rec[0] >= DATA_CLASSES) {
+                st = hr_fail(err, errlen, HR_ERR_DATA,
+                             "%s: label %u of record %ld is out of range (expected 0..%d; is this "
+                             "a CIFAR-10 binary file?)",
+                             files[fi], rec[0], k, DATA_CLASSES - 1);
+                gzclose(f);
+                goto fail;
+            }
+            if (ds->n == cap) {
+                cap = cap ? 2 * cap : 10000;
+                uint8_t *x = realloc(ds->x8, (size_t)(cap * CIFAR_PIXELS));
+                int32_t *y = x ? realloc(ds->y, sizeof *y * (size_t)cap) : NULL;
+                if (x) ds->x8 = x;
+                if (y) ds->y = y;
+                if (!x || !y) {
+                    st = hr_fail(err, errlen, HR_ERR_NOMEM, "%s: out of memory", files[fi]);
+                    gzclose(f);
+                    goto fail;
+                }
+            }
+            ds->y[ds->n] = rec[0];
+            memcpy(ds->x8 + ds->n * CIFAR_PIXELS, rec + 1, CIFAR_PIXELS);
+            ds->n++;
+        }
+        gzclose(f);
+    }
+    free(rec);
+    return HR_OK;
+fail:
+    free(rec);
+    data_set_free(ds);
+    return st;
+}
+
+hr_status data_write_cifar(const data_set *ds, long first, long n, const char *path, char *err,
+                           size_t errlen) {
+    if (!ds->x8 || !ds->y || ds->d != CIFAR_PIXELS || ds->c != 3)
+        return hr_fail(err, errlen, HR_ERR_INVAL, "%s: CIFAR needs a 32x32x3 image set", path);
+    hr_status st = HR_OK;
+    gzFile f = open_write(path, 0, err, errlen, &st);
+    if (!f) return st;
+    for (long i = first; i < first + n && st == HR_OK; i++) {
+        uint8_t lab = (uint8_t)ds->y[i];
+        st = write_full(f, &lab, 1, path, err, errlen);
+        if (st == HR_OK)
+            st = write_full(f, ds->x8 + i * CIFAR_PIXELS, CIFAR_PIXELS, path, err, errlen);
+    }
+    hr_status cs = close_write(f, path, err, errlen);
+    return st != HR_OK ? st : cs;
+}
+
+/* ================================================================ CSV */
+
+hr_status data_load_csv(data_set *ds, const char *path, int regression, char *err, size_t errlen) {
+    memset(ds, 0, sizeof *ds);
+    hr_status st = HR_OK;
+    gzFile f = open_read(path, err, errlen, &st);
+    if (!f) return st;
+    size_t cap_line = 1 << 16;
+    char *line = malloc(cap_line);
+    float *row = NULL;
+    long cols = -1, cap = 0, lineno = 0;
+    if (!line) goto nomem;
+    while (gzgets(f, line, (int)cap_line)) {
+        size_t len = strlen(line);
+        while (len == cap_line - 1 && line[len - 1] != '\n') { /* grow for long lines */
+            char *g = realloc(line, cap_line * 2);
+            if (!g) goto nomem;
+            line = g;
+            if (!gzgets(f, line + len, (int)(cap_line + 1))) break;
+            cap_line *= 2;
+            len = strlen(line);
+        }
+        lineno++;
+        char *p = line;
+        while (*p == ' ' || *p == '\t') p++;
+        if (*p == '\n' || *p == '\r' || *p == 0 || *p == '#') continue;
+        /* count fields on the first data line */
+        long nf = 1;
+        for (char *q = p; *q; q++) nf += *q == ',';
+        if (cols < 0) {
+            cols = nf;
+            if (cols < 2) {
+                st = hr_fail(err, errlen, HR_ERR_DATA,
+                             "%s:%ld: one column only (expected a label, then the features)", path,
+                             lineno);
+                goto fail;
+            }
+            if (!(row = malloc(sizeof *row * (size_t)cols))) goto nomem;
+            ds->c = (int)(cols - 1), ds->h = 1, ds->w = 1, ds->d = cols - 1;
+            ds->n_targets = regression ? 1 : 0;
+        }
+        if (nf != cols) {
+            st = hr_fail(err, errlen, HR_ERR_DATA,
+                         "%s:%ld: size mismatch: %ld columns (expected %ld, as on the first line)",
+                         path, lineno, nf, cols);
+            goto fail;
+        }
+        for (long j = 0; j < cols; j++) {
+            char *end;
+            errno = 0;
+            row[j] = strtof(p, &end);
+            while (*end == ' ' || *end == '\t' || *end == '\r' || *end == '\n') end++;
+            if (end == p || errno == ERANGE || (*end != ',' && *end != 0) ||
+                (j + 1 < cols && *end != ',')) {
+                char *stop = strchr(p, ',');
+                int w = stop ? (int)(stop - p) : (int)strcspn(p, "\r\n");
+                st = hr_fail(err, errlen, HR_ERR_DATA, "%s:%ld: column %ld: bad number '%.*s'",
+                             path, lineno, j + 1, w > 40 ? 40 : w, p);
+                goto fail;
+            }
+            p = *end == ',' ? end + 1 : end;
+        }
+        if (!regression && (row[0] != (float)(long)row[0] || row[0] < 0 || row[0] > 65535)) {
+            st = hr_fail(err, errlen, HR_ERR_DATA,
+                         "%s:%ld: label %g is out of range (expected an integer class 0..65535)",
+                         path, lineno, (double)row[0]);
+            goto fail;
+        }
+        if (ds->n == cap) {
+            cap = cap ? 2 * cap : 1024;
+            float *x = realloc(ds->xf, sizeof *x * (size_t)(cap * ds->d));
+            if (x) ds->xf = x;
+            void *yt = x ? (regression ? realloc(ds->t, sizeof *ds->t * (size_t)cap)
+                                       : realloc(ds->y, sizeof *ds->y * (size_t)cap))
+                         : NULL;
+            if (yt) {
+                if (regression)
+                    ds->t = yt;
+                else
+                    ds->y = yt;
+            }
+            if (!x || !yt) goto nomem;
+        }
+        memcpy(ds->xf + ds->n * ds->d, row + 1, sizeof *row * (size_t)ds->d);
+        if (regression) {
+            ds->t[ds->n] = row[0];
+        } else {
+            ds->y[ds->n] = (int32_t)row[0];
+            if (ds->y[ds->n] + 1 > ds->n_classes) ds->n_classes = ds->y[ds->n] + 1;
+        }
+        ds->n++;
+    }
+    if (!gzeof(f)) {
+        st = read_error(f, path, err, errlen);
+        goto fail;
+    }
+    if (ds->n == 0) {
+        st = hr_fail(err, errlen, HR_ERR_DATA, "%s: no samples (expected lines of label,features)",
+                     path);
+        goto fail;
+    }
+    if (!regression && ds->n_classes < 2) ds->n_classes = 2;
+    free(line);
+    free(row);
+    gzclose(f);
+    return HR_OK;
+nomem:
+    st = hr_fail(err, errlen, HR_ERR_NOMEM, "%s: out of memory", path);
+fail:
+    free(line);
+    free(row);
+    gzclose(f);
+    data_set_free(ds);
+    return st;
+}
+
+hr_status data_write_csv(const data_set *ds, const char *path, char *err, size_t errlen) {
+    FILE *f = fopen(path, "w");
+    if (!f) return hr_fail(err, errlen, HR_ERR_IO, "%s: cannot create (%s)", path, strerror(errno));
+    for (long i = 0; i < ds->n; i++) {
+        if (ds->t)
+            fprintf(f, "%.9g", (double)ds->t[i * ds->n_targets]);
+        else
+            fprintf(f, "%d", ds->y[i]);
+        for (long j = 0; j < ds->d; j++)
+            fprintf(f, ",%.9g",
+                    ds->xf ? (double)ds->xf[i * ds->d + j] : (double)ds->x8[i * ds->d + j] / 255.0);
+        fputc('\n', f);
+    }
+    if (ferror(f) | (fclose(f) != 0))
+        return hr_fail(err, errlen, HR_ERR_IO, "%s: write failed (%s)", path, strerror(errno));
+    return HR_OK;
+}
+
+hr_status data_split_tail(data_set *all, data_set *tail, long k, char *err, size_t errlen) {
+    *tail = *all;
+    tail->x8 = NULL, tail->xf = NULL, tail->y = NULL, tail->t = NULL;
+    tail->n = k;
+    long keep = all->n - k, d = all->d, T = all->n_targets;
+    if (k < 0 || keep < 1)
+        return hr_fail(err, errlen, HR_ERR_INVAL, "cannot hold out %ld samples", k);
+    if (k == 0) return HR_OK;
+    if (all->x8 && !(tail->x8 = malloc((size_t)(k * d)))) goto nomem;
+    if (all->xf && !(tail->xf = malloc(sizeof *tail->xf * (size_t)(k * d)))) goto nomem;
+    if (all->y && !(tail->y = malloc(sizeof *tail->y * (size_t)k))) goto nomem;
+    if (all->t && !(tail->t = malloc(sizeof *tail->t * (size_t)(k * T)))) goto nomem;
+    if (all->x8) memcpy(tail->x8, all->x8 + keep * d, (size_t)(k * d));
+    if (all->xf) memcpy(tail->xf, all->xf + keep * d, sizeof *tail->xf * (size_t)(k * d));
+    if (all->y) memcpy(tail->y, all->y + keep, sizeof *tail->y * (size_t)k);
+    if (all->t) memcpy(tail->t, all->t + keep * T, sizeof *tail->t * (size_t)(k * T));
+    all->n = keep;
+    return HR_OK;
+nomem:
+    data_set_free(tail);
+    return hr_fail(err, errlen, HR_ERR_NOMEM, "out of memory");
+}

@@ -1,0 +1,42 @@
+/*
+ * optim.h: SGD with momentum and weight decay, and the learning-rate schedules.
+ *
+ * The step takes gradient SUMS over the global batch and divides by B itself (DESIGN.md I2):
+ *     g = grad_sum / B + weight_decay * p
+ *     v = momentum * v + g
+ *     p = p - lr(iter) * v
+ * (PyTorch's SGD convention). The update is elementwise and in a fixed order, so replicas
+ * that start equal and see the same gradient bytes stay bitwise equal (I4). B is fixed, so
+ * the learning rate never depends on how the batch was split.
+ */
+#ifndef HR_OPTIM_H
+#define HR_OPTIM_H
+
+#include "cfg.h"
+#include "hr_status.h"
+
+typedef struct {
+    double lr;           /* base learning rate */
+    int schedule;        /* cfg_lr_schedule */
+    long step;           /* step schedule: iterations between decays */
+    double gamma;        /* step schedule: decay factor */
+    long warmup;         /* linear warm-up iterations */
+    long total;          /* total iterations (cosine schedule) */
+    double momentum;     /* SGD momentum */
+    double weight_decay; /* L2 weight decay */
+    long n;              /* parameters */
+    float *vel;          /* (n) momentum buffer: the whole optimizer state */
+} opt_sgd;
+
+/* Settings from cfg's [train] section; `total` is the run's iteration count. */
+hr_status opt_init(opt_sgd *o, const cfg *c, long n_params, long total, char *err, size_t errlen);
+void opt_free(opt_sgd *o);
+
+/* Learning rate at iteration `iter` (0-based): warm-up ramps linearly from lr/warmup to lr
+ * over the first `warmup` iterations, then the schedule applies to iter - warmup. */
+double opt_lr(const opt_sgd *o, long iter);
+
+/* One step on params (n) with grad_sums (n) summed over B samples. */
+void opt_step(opt_sgd *o, float *params, const float *grad_sums, long B, long iter);
+
+#endif

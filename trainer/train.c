@@ -1,0 +1,399 @@
+/*
+ * train.c: the training loop (see train.h for the iteration and its invariants).
+ *
+ * Loss and accuracy come from the all-gathered stats tail, so every node reports the same
+ * global figures. Evaluation and checkpoints run on rank 0 only: after each step all
+ * replicas hold the same parameters (I4), so one copy is enough.
+ */
+#include "train.h"
+
+#include "ckpt.h"
+#include "hr_fault.h"
+#include "hr_log.h"
+
+#include <cblas.h>
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+/* ================================================================ helpers */
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void sleep_s(double s) {
+    if (s <= 0) return;
+    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+    }
+}
+
+static hr_status local_allreduce(void *ctx, float *buf, size_t n) {
+    (void)ctx, (void)buf, (void)n;
+    return HR_OK;
+}
+
+train_comm train_comm_local(void) {
+    train_comm c = {NULL, 0, 1, local_allreduce};
+    return c;
+}
+
+/* ================================================================ init and free */
+
+hr_status train_init(trainer *t, const cfg *c, int node, const train_comm *comm, char *err,
+                     size_t errlen) {
+    memset(t, 0, sizeof *t);
+    t->c = c, t->node = node;
+    t->comm = comm ? *comm : train_comm_local();
+    t->dl.perm = NULL;
+    hr_status st = HR_OK;
+    if (t->comm.size < 1 || t->comm.rank < 0 || t->comm.rank >= t->comm.size)
+        return hr_fail(err, errlen, HR_ERR_INVAL, "train: bad rank %d of %d", t->comm.rank,
+                       t->comm.size);
+    long threads = c->nodes[node].threads;
+    if (threads <= 0) threads = sysconf(_SC_NPROCESSORS_ONLN);
+    openblas_set_num_threads((int)threads);
+
+    HR_CHECK_GOTO(data_load(&t->train, &t->eval, c, err, errlen), st, fail);
+    int regression = t->train.n_targets > 0;
+    if (regression != (c->model == CFG_MODEL_LINREG)) {
+        st = hr_fail(err, errlen, HR_ERR_CONFIG,
+                     "%s: [train] model = %s does not fit dataset = %s (expected linreg with "
+                     "regression data, softmax, mlp or cnn with classification data)",
+                     c->path, cfg_model_name(c->model), cfg_dataset_name(c->dataset));
+        goto fail;
+    }
+    model_spec spec;
+    int outputs = regression ? t->train.n_targets : t->train.n_classes;
+    HR_CHECK_GOTO(
+        model_spec_from_cfg(&spec, c, t->train.c, t->train.h, t->train.w, outputs, err, errlen), st,
+        fail);
+    t->B = c->global_batch;
+    HR_CHECK_GOTO(data_loader_init(&t->dl, &t->train, c->seed, t->B, err, errlen), st, fail);
+    t->ipe = data_loader_iters_per_epoch(&t->dl);
+    t->total = c->iterations > 0 ? c->iterations : c->epochs * t->ipe;
+    t->tail = (long)t->comm.size * TRAIN_NODE_STATS;
+    HR_CHECK_GOTO(model_init(&t->m, &spec, t->B, t->tail, c->seed, err, errlen), st, fail);
+    HR_CHECK_GOTO(opt_init(&t->opt, c, t->m.n_params, t->total, err, errlen), st, fail);
+    t->stats = t->m.grads + t->m.n_params;
+    t->x = malloc(sizeof *t->x * (size_t)(t->B * t->train.d));
+    t->y = regression ? NULL : malloc(sizeof *t->y * (size_t)t->B);
+    t->t = regression ? malloc(sizeof *t->t * (size_t)(t->B * t->train.n_targets)) : NULL;
+    t->split = malloc(sizeof *t->split * (size_t)t->comm.size);
+    if (!t->x || (!t->y && !t->t) || !t->split) {
+        st = hr_fail(err, errlen, HR_ERR_NOMEM, "train: out of memory");
+        goto fail;
+    }
+    for (int k = 0; k < t->comm.size; k++)
+        t->split[k] = t->B / t->comm.size + (k < t->B % t->comm.size);
+    for (int k = 0; k < c->n_nodes; k++)
+        if (c->nodes[k].slowdown != 1.0 || c->nodes[k].n_interference) t->emulated = 1;
+    return HR_OK;
+fail:
+    train_free(t);
+    return st;
+}
+
+void train_free(trainer *t) {
+    if (!t) return;
+    data_set_free(&t->train);
+    data_set_free(&t->eval);
+    data_loader_free(&t->dl);
+    model_free(&t->m);
+    opt_free(&t->opt);
+    free(t->x);
+    free(t->y);
+    free(t->t);
+    free(t->split);
+    t->x = t->t = NULL;
+    t->y = NULL;
+    t->split = NULL;
+}
+
+/* ================================================================ one iteration */
+
+hr_status train_step(trainer *t, train_iter *out) {
+    const int rank = t->comm.rank, size = t->comm.size;
+    const long i = t->iter, epoch = i / t->ipe, it = i % t->ipe;
+    long start = 0;
+    for (int q = 0; q < rank; q++) start += t->split[q];
+    const long b = t->split[rank];
+    model_stats ms = {0, 0};
+
+    /* slice and compute: gradient sums of this node's b samples */
+    double t0 = now_s();
+    if (b > 0) {
+        HR_CHECK(data_loader_slice(&t->dl, epoch, it, start, b, t->x, t->y, t->t));
+        HR_CHECK(model_forward_backward(&t->m, t->x, t->y, t->t, b, &ms));
+    } else {
+        memset(t->m.grads, 0, sizeof *t->m.grads * (size_t)t->m.n_params);
+    }
+    double t1 = now_s();
+    double factor = cfg_node_factor(t->c, t->node, i);
+    if (factor > 1.0) sleep_s((factor - 1.0) * (t1 - t0));
+    double t2 = now_s();
+
+    /* stats tail: this node's slot, zeros elsewhere */
+    memset(t->stats, 0, sizeof *t->stats * (size_t)t->tail);
+    float *slot = t->stats + (long)rank * TRAIN_NODE_STATS;
+    slot[TRAIN_STAT_BATCH] = (float)b;
+    slot[TRAIN_STAT_TIME] = (float)(t2 - t0);
+    slot[TRAIN_STAT_LOSS] = (float)ms.loss_sum;
+    slot[TRAIN_STAT_CORRECT] = (float)ms.correct;
+
+    HR_CHECK(t->comm.allreduce(t->comm.ctx, t->m.grads, (size_t)(t->m.n_params + t->tail)));
+    double t3 = now_s();
+
+    opt_step(&t->opt, t->m.params, t->m.grads, t->B, i);
+
+    double loss = 0, correct = 0, total_b = 0;
+    for (int k = 0; k < size; k++) {
+        const float *s = t->stats + (long)k * TRAIN_NODE_STATS;
+        loss += s[TRAIN_STAT_LOSS], correct += s[TRAIN_STAT_CORRECT],
+            total_b += s[TRAIN_STAT_BATCH];
+    }
+    if (total_b != (double)t->B) {
+        HR_ERROR(TRAIN, "iteration %ld: the nodes processed %.0f samples, expected B = %ld (I6)", i,
+                 total_b, t->B);
+        return HR_ERR_MISMATCH;
+    }
+    if (t->ctrl.decide) {
+        HR_CHECK(t->ctrl.decide(t->ctrl.ctx, i, t->stats, size, t->split));
+        long sum = 0;
+        for (int k = 0; k < size; k++) {
+            if (t->split[k] < 0) return HR_ERR_INVAL;
+            sum += t->split[k];
+        }
+        if (sum != t->B) {
+            HR_ERROR(TRAIN, "iteration %ld: the controller's split sums to %ld, not B = %ld", i,
+                     sum, t->B);
+            return HR_ERR_INVAL;
+        }
+    }
+    t->iter++;
+    if (out) {
+        out->iter = i, out->epoch = epoch;
+        out->loss = loss / (double)t->B, out->accuracy = correct / (double)t->B;
+        out->lr = opt_lr(&t->opt, i);
+        out->t_compute = t1 - t0, out->t_node = t2 - t0, out->t_comm = t3 - t2;
+        out->t_iter = now_s() - t0, out->factor = factor;
+    }
+    return HR_OK;
+}
+
+hr_status train_evaluate(trainer *t, double *loss, double *accuracy) {
+    model_stats st = {0, 0};
+    long n = t->eval.n;
+    for (long s = 0; s < n; s += t->B) {
+        long b = n - s < t->B ? n - s : t->B;
+        data_gather(&t->eval, NULL, s, b, t->x, t->y, t->t);
+        HR_CHECK(model_forward(&t->m, t->x, t->y, t->t, b, &st));
+    }
+    *loss = n ? st.loss_sum / (double)n : NAN;
+    *accuracy = n && t->y ? (double)st.correct / (double)n : NAN;
+    return HR_OK;
+}
+
+/* ================================================================ checkpoints */
+
+static ckpt_meta meta_of(const trainer *t) {
+    ckpt_meta m = {(uint64_t)t->iter, (uint64_t)t->m.n_params, t->c->seed,
+                   (uint64_t)t->B,    (uint32_t)t->c->model,   (uint32_t)t->comm.size};
+    return m;
+}
+
+hr_status train_save(const trainer *t, const char *path, char *err, size_t errlen) {
+    ckpt_meta m = meta_of(t);
+    return ckpt_save(path, &m, t->m.params, t->opt.vel, (const int64_t *)t->split, err, errlen);
+}
+
+hr_status train_load(trainer *t, const char *path, char *err, size_t errlen) {
+    ckpt_meta m = meta_of(t);
+    HR_CHECK(ckpt_load(path, &m, t->m.params, t->opt.vel, (int64_t *)t->split, t->comm.size, err,
+                       errlen));
+    t->iter = (long)m.iter;
+    return HR_OK;
+}
+
+/* ================================================================ the run */
+
+static void json_num(FILE *f, const char *key, double v) {
+    if (isfinite(v))
+        fprintf(f, "\"%s\":%.9g", key, v);
+    else
+        fprintf(f, "\"%s\":null", key);
+}
+
+static void json_field(FILE *f, const char *key, double v) {
+    if (isfinite(v))
+        fprintf(f, "  \"%s\": %.9g,\n", key, v);
+    else
+        fprintf(f, "  \"%s\": null,\n", key);
+}
+
+static void write_metrics(FILE *f, const trainer *t, const train_iter *r, double wall,
+                          double eval_loss, double eval_acc, int evaluated) {
+    fprintf(f, "{\"iter\":%ld,\"epoch\":%ld,", r->iter, r->epoch);
+    json_num(f, "loss", r->loss);
+    fputc(',', f);
+    json_num(f, "accuracy", t->y ? r->accuracy : NAN);
+    fprintf(f, ",\"lr\":%.9g,\"b\":[", r->lr);
+    for (int k = 0; k < t->comm.size; k++)
+        fprintf(f, "%s%.0f", k ? "," : "",
+                (double)t->stats[k * TRAIN_NODE_STATS + TRAIN_STAT_BATCH]);
+    fprintf(f, "],\"t\":[");
+    for (int k = 0; k < t->comm.size; k++)
+        fprintf(f, "%s%.6g", k ? "," : "",
+                (double)t->stats[k * TRAIN_NODE_STATS + TRAIN_STAT_TIME]);
+    fprintf(f, "],\"t_compute\":%.6g,\"t_comm\":%.6g,\"t_iter\":%.6g,\"factor\":%g,\"wall_s\":%.6g",
+            r->t_compute, r->t_comm, r->t_iter, r->factor, wall);
+    if (evaluated) {
+        fputc(',', f);
+        json_num(f, "eval_loss", eval_loss);
+        fputc(',', f);
+        json_num(f, "eval_accuracy", eval_acc);
+    }
+    fputs("}\n", f);
+}
+
+static void progress(FILE *out, int bar, const trainer *t, const train_iter *r, double rate,
+                     double eval_acc, int evaluated) {
+    char acc[32] = "", ev[48] = "";
+    if (t->y) snprintf(acc, sizeof acc, " acc %5.1f%%", 100 * r->accuracy);
+    if (evaluated)
+        snprintf(ev, sizeof ev, t->y ? " | eval acc %.2f%%" : " | eval mse %.4g",
+                 t->y ? 100 * eval_acc : eval_acc);
+    if (bar) {
+        int w = 24, done = (int)((double)w * (double)(r->iter + 1) / (double)t->total);
+        char b[32];
+        for (int k = 0; k < w; k++) b[k] = k < done ? '#' : '.';
+        b[w] = 0;
+        fprintf(out, "\r[%s] %3.0f%% it %ld/%ld ep %ld loss %.4f%s %.0f samples/s%s\033[K", b,
+                100.0 * (double)(r->iter + 1) / (double)t->total, r->iter + 1, t->total, r->epoch,
+                r->loss, acc, rate, ev);
+    } else {
+        fprintf(out, "iter %ld/%ld epoch %ld loss %.4f%s %.0f samples/s%s\n", r->iter + 1, t->total,
+                r->epoch, r->loss, acc, rate, ev);
+    }
+    fflush(out);
+}
+
+static int exists(const char *p) {
+    return access(p, F_OK) == 0;
+}
+
+hr_status train_run(trainer *t, const train_opts *o, train_result *res, char *err, size_t errlen) {
+    const cfg *c = t->c;
+    const int rank0 = t->comm.rank == 0;
+    const long node_id = c->nodes[t->node].id;
+    hr_status st = HR_OK;
+    FILE *metrics = NULL, *out = o && o->out ? o->out : stdout;
+    memset(res, 0, sizeof *res);
+    res->emulated = t->emulated;
+    res->eval_loss = res->eval_accuracy = res->final_loss = NAN;
+    int resumed = 0;
+    if (c->checkpoint[0] && exists(c->checkpoint)) {
+        HR_CHECK(train_load(t, c->checkpoint, err, errlen));
+        HR_INFO(TRAIN, "resumed from checkpoint %s at iteration %ld", c->checkpoint, t->iter);
+        resumed = 1;
+    }
+    if (o && o->metrics_path && !(metrics = fopen(o->metrics_path, resumed ? "a" : "w")))
+        return hr_fail(err, errlen, HR_ERR_IO, "%s: cannot create metrics file (%s)",
+                       o->metrics_path, strerror(errno));
+    int mode = o ? o->progress : TRAIN_PROGRESS_NONE;
+    if (mode == TRAIN_PROGRESS_AUTO)
+        mode = isatty(fileno(out)) ? TRAIN_PROGRESS_BAR : TRAIN_PROGRESS_LINES;
+    if (!rank0) mode = TRAIN_PROGRESS_NONE;
+    char desc[160];
+    model_describe(&t->m, desc, sizeof desc);
+    if (rank0)
+        HR_INFO(TRAIN,
+                "training %s %s on %s: %ld iterations of B = %ld (%ld per epoch), %d node(s)%s",
+                cfg_model_name(c->model), desc, cfg_dataset_name(c->dataset), t->total, t->B,
+                t->ipe, t->comm.size, t->emulated ? ", EMULATED heterogeneity" : "");
+
+    long every = t->total / 20 > 0 ? t->total / 20 : 1;
+    double start = now_s(), last_print = start;
+    long last_iter = t->iter, first = t->iter;
+    train_iter r = {0};
+    while (t->iter < t->total) {
+        hr_fault_point(node_id, t->iter);
+        HR_CHECK_GOTO(train_step(t, &r), st, fail);
+        if (!isfinite(r.loss)) {
+            st = hr_fail(err, errlen, HR_ERR_DATA,
+                         "iteration %ld: the loss is %g; training diverged (try a smaller [train] "
+                         "lr, now %g)",
+                         r.iter, r.loss, c->lr);
+            goto fail;
+        }
+        res->iterations++;
+        res->final_loss = r.loss;
+        int last = t->iter == t->total, evaluated = 0;
+        double el = NAN, ea = NAN;
+        if (rank0 && (last || (c->eval_interval > 0 && t->iter % c->eval_interval == 0))) {
+            HR_CHECK_GOTO(train_evaluate(t, &el, &ea), st, fail);
+            evaluated = 1;
+            res->eval_loss = el, res->eval_accuracy = ea;
+        }
+        double now = now_s();
+        if (metrics) write_metrics(metrics, t, &r, now - start, el, ea, evaluated);
+        if (mode != TRAIN_PROGRESS_NONE &&
+            (mode == TRAIN_PROGRESS_BAR ? (now - last_print > 0.1 || last || evaluated)
+                                        : (t->iter % every == 0 || last || evaluated))) {
+            double rate =
+                (double)(t->iter - last_iter) * (double)t->B / fmax(1e-9, now - last_print);
+            progress(out, mode == TRAIN_PROGRESS_BAR, t, &r, rate, t->y ? ea : el, evaluated);
+            if (mode == TRAIN_PROGRESS_BAR && (evaluated || last)) fputc('\n', out);
+            last_print = now, last_iter = t->iter;
+        }
+        if (rank0 && c->checkpoint[0] &&
+            (last || (c->checkpoint_interval > 0 && t->iter % c->checkpoint_interval == 0)))
+            HR_CHECK_GOTO(train_save(t, c->checkpoint, err, errlen), st, fail);
+    }
+    res->wall_s = now_s() - start;
+    res->samples = (t->iter - first) * t->B;
+    res->samples_per_s = res->wall_s > 0 ? (double)res->samples / res->wall_s : 0;
+    if (res->iterations == 0 && rank0) /* resumed at the end: still report the model */
+        HR_CHECK_GOTO(train_evaluate(t, &res->eval_loss, &res->eval_accuracy), st, fail);
+    if (metrics && fclose(metrics) != 0) {
+        metrics = NULL;
+        st = hr_fail(err, errlen, HR_ERR_IO, "%s: write failed", o->metrics_path);
+        goto fail;
+    }
+    metrics = NULL;
+    if (rank0 && o && o->summary_path)
+        HR_CHECK_GOTO(train_write_summary(t, res, o->summary_path, err, errlen), st, fail);
+    return HR_OK;
+fail:
+    if (metrics) fclose(metrics);
+    if (st != HR_OK && err && !err[0])
+        snprintf(err, errlen, "iteration %ld: %s", t->iter, hr_strerror(st));
+    return st;
+}
+
+hr_status train_write_summary(const trainer *t, const train_result *r, const char *path, char *err,
+                              size_t errlen) {
+    FILE *f = fopen(path, "w");
+    if (!f) return hr_fail(err, errlen, HR_ERR_IO, "%s: cannot create (%s)", path, strerror(errno));
+    char desc[160];
+    model_describe(&t->m, desc, sizeof desc);
+    fprintf(f, "{\n  \"iterations\": %ld,\n  \"samples\": %ld,\n", r->iterations, r->samples);
+    json_field(f, "wall_s", r->wall_s);
+    json_field(f, "samples_per_s", r->samples_per_s);
+    json_field(f, "final_loss", r->final_loss);
+    json_field(f, "eval_loss", r->eval_loss);
+    json_field(f, "eval_accuracy", r->eval_accuracy);
+    fprintf(f, "  \"emulated\": %s,\n", r->emulated ? "true" : "false");
+    fprintf(f, "  \"model\": \"%s %s\",\n  \"dataset\": \"%s\",\n  \"nodes\": %d,\n",
+            cfg_model_name(t->c->model), desc, cfg_dataset_name(t->c->dataset), t->comm.size);
+    fprintf(f, "  \"global_batch\": %ld,\n  \"final_iteration\": %ld\n}\n", t->B, t->iter);
+    if (ferror(f) | (fclose(f) != 0))
+        return hr_fail(err, errlen, HR_ERR_IO, "%s: write failed", path);
+    return HR_OK;
+}
