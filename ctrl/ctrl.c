@@ -1,0 +1,551 @@
+/*
+ * ctrl.c: the replicated batch-size controllers (static, proportional, pid, model, epoch).
+ *
+ * Invariants kept here:
+ *   I5  every output is a pure function of (config, stats fed so far). No clocks, no
+ *       randomness, no node-local state; the library is built with -ffp-contract=off, loops run
+ *       in node order, and every tie is broken by node index, so replicas agree bit for bit.
+ *   I6  every split this file writes sums to B exactly, with min_batch <= b_k <= max_batch.
+ *       Real-valued targets are projected onto {sum = B, bounds} exactly (piecewise-linear
+ *       solve, no iteration count to tune) and then rounded by largest remainder.
+ *
+ * The decision pipeline and the call convention are described in ctrl.h. Policy notes:
+ *   proportional  Tyagi & Sharma: X_k = b_k / t_k, b*_k = B X_k / sum X. Adaptive b_max: if a
+ *                 node's throughput fell by more than max(deadband, 5%) after its batch grew
+ *                 by more than that, its b_max becomes the old batch for CTRL_CAP_DECISIONS
+ *                 decisions (the paper keeps it for good; a shared machine's speed changes,
+ *                 so here it expires). Also used by pid.
+ *   pid           relative error e_k = b*_k / b_k - 1 (zero-sum against b); output
+ *                 b_k (1 + gain e_k + ki I_k + kd (e_k - e_prev_k)). I_k is leaky
+ *                 (CTRL_PID_LEAK per decision) and integrates only errors beyond the
+ *                 dead-band, so noise inside the dead-band cannot wind it up. Anti-windup:
+ *                 no integration while the node sits on a bound it is pushing against,
+ *                 |ki I_k| <= CTRL_PID_IMAX, and I_k restarts when e_k changes sign (after
+ *                 a step the smoothed timings lag, and without the reset the integral
+ *                 carries the lag into an overshoot).
+ *   model         LB-BSP: per node, exponentially forgotten least squares (RLS with forgetting,
+ *                 kept as weighted means and co-moments, which cannot wind up when b stays
+ *                 put) fits t = alpha + beta b. The fit is used once it has two distinct b,
+ *                 at least CTRL_FIT_NEFF effective samples, beta > 0 and a slope standard
+ *                 error below CTRL_FIT_SE of beta; otherwise the node falls back to the
+ *                 proportional model alpha = 0. beta is clamped to [CTRL_BETA_MIN t/b, t/b]
+ *                 (alpha >= 0) and alpha re-anchored at the node's current smoothed time.
+ *                 The common finish time T solves sum clamp((T - alpha_k) / beta_k) = B.
+ *                 A node's step factor halves when its direction reverses, doubles back
+ *                 (up to 1) when it repeats.
+ *   epoch         DBS: at each epoch end, b*_k proportional to samples / compute seconds over
+ *                 that epoch.
+ */
+#include "ctrl.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define CTRL_CAP_DECISIONS 32     /* decisions an adaptive b_max lasts */
+#define CTRL_CAP_DROP      0.05   /* least throughput drop (and growth) that sets a cap */
+#define CTRL_PID_LEAK      0.5    /* pid: integral kept per decision */
+#define CTRL_PID_IMAX      0.5    /* pid: largest |ki * I| (relative change) */
+#define CTRL_STEP_MIN      0.0625 /* model: smallest step factor */
+#define CTRL_FIT_NEFF      3.0    /* model: least effective samples for a fit */
+#define CTRL_FIT_SE        0.25   /* model: largest slope standard error relative to slope */
+#define CTRL_BETA_MIN      0.05   /* model: beta >= this * t/b, i.e. alpha <= 95% of t */
+#define CTRL_D_MIN         1e-200 /* smallest normalised speed, keeps ratios finite */
+
+enum { ND = 16, NL = 6 }; /* double and long arrays per node */
+
+const char *ctrl_policy_name(ctrl_policy p) {
+    switch (p) {
+    case CTRL_STATIC:
+        return "static";
+    case CTRL_PROPORTIONAL:
+        return "proportional";
+    case CTRL_PID:
+        return "pid";
+    case CTRL_MODEL:
+        return "model";
+    case CTRL_EPOCH:
+        return "epoch";
+    }
+    return "?";
+}
+
+static void ctrl_bind(ctrl *c) {
+    long n = c->n;
+    double *d = c->dbl;
+    double **dp[ND] = {&c->ts,    &c->h1,    &c->h2,   &c->grow_x, &c->ep_t, &c->ep_b,
+                       &c->integ, &c->eprev, &c->step, &c->w,      &c->w2,   &c->mb,
+                       &c->mt,    &c->cbb,   &c->cbt,  &c->ctt};
+    for (int i = 0; i < ND; i++) *dp[i] = d + i * n;
+    long *l = c->lng;
+    long **lp[NL] = {&c->b, &c->nsamp, &c->grow_from, &c->cap, &c->cap_until, &c->dir};
+    for (int i = 0; i < NL; i++) *lp[i] = l + i * n;
+}
+
+void ctrl_free(ctrl *c) {
+    if (!c) return;
+    free(c->dbl);
+    free(c->lng);
+    memset(c, 0, sizeof *c);
+}
+
+hr_status ctrl_copy(ctrl *dst, const ctrl *src) {
+    if (!dst || !src || !src->dbl || !src->lng) return HR_ERR_INVAL;
+    memset(dst, 0, sizeof *dst);
+    size_t nd = (size_t)src->n * ND, nl = (size_t)src->n * NL;
+    double *d = malloc(nd * sizeof *d);
+    long *l = malloc(nl * sizeof *l);
+    if (!d || !l) {
+        free(d);
+        free(l);
+        return HR_ERR_NOMEM;
+    }
+    *dst = *src;
+    memcpy(d, src->dbl, nd * sizeof *d);
+    memcpy(l, src->lng, nl * sizeof *l);
+    dst->dbl = d;
+    dst->lng = l;
+    ctrl_bind(dst);
+    return HR_OK;
+}
+
+/* ---------------------------------------------------------------- projection and rounding */
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double clampd(double x, double lo, double hi) {
+    return x < lo ? lo : (x > hi ? hi : x);
+}
+
+static double proj_sum(int n, const double *c0, const double *d, const double *lo, const double *hi,
+                       double lam) {
+    double s = 0;
+    for (int k = 0; k < n; k++) s += clampd(c0[k] + d[k] * lam, lo[k], hi[k]);
+    return s;
+}
+
+/* out_k = clamp(c0_k + d_k lam, lo_k, hi_k) with lam chosen so that sum out = B; d_k > 0 and
+ * sum lo <= B <= sum hi. The sum is piecewise linear and non-decreasing in lam, so sort the 2n
+ * breakpoints, binary-search the segment holding B and interpolate in it. bp: 2n scratch. */
+static void project(int n, const double *c0, const double *d, const double *lo, const double *hi,
+                    double B, double *bp, double *out) {
+    for (int k = 0; k < n; k++) {
+        bp[2 * k] = (lo[k] - c0[k]) / d[k];
+        bp[2 * k + 1] = (hi[k] - c0[k]) / d[k];
+    }
+    qsort(bp, (size_t)(2 * n), sizeof *bp, cmp_double);
+    double lam;
+    if (proj_sum(n, c0, d, lo, hi, bp[0]) >= B) {
+        lam = bp[0];
+    } else if (proj_sum(n, c0, d, lo, hi, bp[2 * n - 1]) <= B) {
+        lam = bp[2 * n - 1];
+    } else {
+        int a = 0, z = 2 * n - 1; /* f(bp[a]) < B < f(bp[z]) */
+        while (z - a > 1) {
+            int m = a + (z - a) / 2;
+            if (proj_sum(n, c0, d, lo, hi, bp[m]) < B)
+                a = m;
+            else
+                z = m;
+        }
+        double fa = proj_sum(n, c0, d, lo, hi, bp[a]), fz = proj_sum(n, c0, d, lo, hi, bp[z]);
+        lam = fz > fa ? bp[a] + (B - fa) / (fz - fa) * (bp[z] - bp[a]) : bp[z];
+        lam = clampd(lam, bp[a], bp[z]);
+    }
+    for (int k = 0; k < n; k++) out[k] = clampd(c0[k] + d[k] * lam, lo[k], hi[k]);
+}
+
+/* Round q (sum about B, lo_k <= q_k <= hi_k) to integers summing to B within [lo_k, hi_k]:
+ * floors first, then one sample each to the largest remainders (ties: lower index), or away
+ * from the smallest (ties: higher index) if the floors overshoot. Needs sum lo <= B <= sum hi. */
+static void apportion(int n, const double *q, const long *lo, const long *hi, long B, long *out) {
+    long s = 0;
+    for (int k = 0; k < n; k++) {
+        double f = floor(q[k]);
+        long v = f <= (double)lo[k] ? lo[k] : (f >= (double)hi[k] ? hi[k] : (long)f);
+        out[k] = v;
+        s += v;
+    }
+    for (; s < B; s++) {
+        int best = -1;
+        double br = 0;
+        for (int k = 0; k < n; k++) {
+            if (out[k] >= hi[k]) continue;
+            double r = q[k] - (double)out[k];
+            if (best < 0 || r > br) best = k, br = r;
+        }
+        out[best]++;
+    }
+    for (; s > B; s--) {
+        int best = -1;
+        double br = 0;
+        for (int k = n - 1; k >= 0; k--) {
+            if (out[k] <= lo[k]) continue;
+            double r = q[k] - (double)out[k];
+            if (best < 0 || r < br) best = k, br = r;
+        }
+        out[best]--;
+    }
+}
+
+/* Scale-family projection: out proportional to y (y_k > 0) within [lo, hi], sum B. */
+static void project_scale(int n, const double *y, const double *lo, const double *hi, double B,
+                          double *zero, double *d, double *bp, double *out) {
+    double m = 0;
+    for (int k = 0; k < n; k++) m = y[k] > m ? y[k] : m;
+    for (int k = 0; k < n; k++) {
+        zero[k] = 0;
+        d[k] = m > 0 ? fmax(y[k] / m, CTRL_D_MIN) : 1;
+    }
+    project(n, zero, d, lo, hi, B, bp, out);
+}
+
+/* ---------------------------------------------------------------- init */
+
+static hr_status check_config(const ctrl_config *g, int n, long B) {
+    if (!g || n < 1 || B < 1) return HR_ERR_INVAL;
+    if (g->policy < CTRL_STATIC || g->policy > CTRL_EPOCH) return HR_ERR_INVAL;
+    if (g->interval < 1 || g->min_batch < 1 || g->max_batch < 0) return HR_ERR_INVAL;
+    if (!(g->deadband >= 0 && g->deadband <= 1)) return HR_ERR_INVAL;
+    if (!(g->gain > 0 && g->gain <= 2)) return HR_ERR_INVAL;
+    if (!(g->ki >= 0 && g->ki <= 1e6) || !(g->kd >= 0 && g->kd <= 1e6)) return HR_ERR_INVAL;
+    if (!(g->smoothing > 0 && g->smoothing <= 1)) return HR_ERR_INVAL;
+    if (!(g->rate_limit > 0 && g->rate_limit <= 1e6)) return HR_ERR_INVAL;
+    if (!(g->forgetting > 0 && g->forgetting <= 1)) return HR_ERR_INVAL;
+    long hi = g->max_batch ? g->max_batch : B;
+    if (hi < g->min_batch || g->min_batch > B / n || (double)hi * n < (double)B)
+        return HR_ERR_INVAL;
+    return HR_OK;
+}
+
+hr_status ctrl_init(ctrl *c, const ctrl_config *cfg, int n, long B, const double *capacity,
+                    long *b_out) {
+    if (!c) return HR_ERR_INVAL;
+    memset(c, 0, sizeof *c);
+    hr_status st = check_config(cfg, n, B);
+    if (st != HR_OK) return st;
+    if (capacity)
+        for (int k = 0; k < n; k++)
+            if (!(capacity[k] > 0 && isfinite(capacity[k]))) return HR_ERR_INVAL;
+    c->dbl = calloc((size_t)n * ND, sizeof *c->dbl);
+    c->lng = calloc((size_t)n * NL, sizeof *c->lng);
+    double *tmp = malloc((size_t)n * 7 * sizeof *tmp);
+    if (!c->dbl || !c->lng || !tmp) {
+        free(tmp);
+        ctrl_free(c);
+        return HR_ERR_NOMEM;
+    }
+    c->cfg = *cfg;
+    c->n = n;
+    c->B = B;
+    c->lo = cfg->min_batch;
+    c->hi = cfg->max_batch ? cfg->max_batch : B;
+    c->last_iter = -1;
+    ctrl_bind(c);
+
+    double *y = tmp, *lo = tmp + n, *hi = tmp + 2 * n, *zero = tmp + 3 * n, *d = tmp + 4 * n,
+           *bp = tmp + 5 * n;                /* bp: 2n */
+    long *lol = c->cap, *hil = c->cap_until; /* zero-filled scratch until the end of init */
+    for (int k = 0; k < n; k++) {
+        y[k] = capacity && cfg->policy != CTRL_STATIC ? capacity[k] : 1.0;
+        lo[k] = (double)c->lo;
+        hi[k] = (double)c->hi;
+        lol[k] = c->lo;
+        hil[k] = c->hi;
+        c->step[k] = 1;
+    }
+    double *q = tmp; /* y is consumed by project_scale before q is written */
+    project_scale(n, y, lo, hi, (double)B, zero, d, bp, q);
+    apportion(n, q, lol, hil, B, c->b);
+    for (int k = 0; k < n; k++) c->cap[k] = c->cap_until[k] = 0;
+    free(tmp);
+    if (b_out) memcpy(b_out, c->b, (size_t)n * sizeof *b_out);
+    return HR_OK;
+}
+
+/* ---------------------------------------------------------------- observe */
+
+static double median3(double a, double b, double c) {
+    double lo = fmin(a, b), hi = fmax(a, b);
+    return c < lo ? lo : (c > hi ? hi : c);
+}
+
+hr_status ctrl_observe(ctrl *c, long iter, const ctrl_stat *stats) {
+    if (!c || !c->dbl || !stats || iter < 0 || iter <= c->last_iter) return HR_ERR_INVAL;
+    for (int k = 0; k < c->n; k++) {
+        double t = stats[k].t;
+        if (!isfinite(t) || !(t >= CTRL_T_MIN && t <= CTRL_T_MAX) || stats[k].b != c->b[k])
+            return HR_ERR_INVAL;
+    }
+    double s = c->cfg.smoothing, lam = c->cfg.forgetting;
+    for (int k = 0; k < c->n; k++) {
+        double t = stats[k].t, b = (double)stats[k].b;
+        double f = c->nsamp[k] >= 2 ? median3(t, c->h1[k], c->h2[k]) : t;
+        c->ts[k] = c->nsamp[k] == 0 ? f : (1 - s) * c->ts[k] + s * f;
+        c->h2[k] = c->h1[k];
+        c->h1[k] = t;
+        c->nsamp[k]++;
+        if (c->cfg.policy == CTRL_EPOCH) {
+            c->ep_t[k] += t;
+            c->ep_b[k] += b;
+        }
+        if (c->cfg.policy == CTRL_MODEL) {
+            /* Exponentially forgotten weighted least squares (West's update, weight 1). */
+            double w = lam * c->w[k] + 1;
+            c->w2[k] = lam * lam * c->w2[k] + 1;
+            double db = b - c->mb[k], dt = f - c->mt[k];
+            c->mb[k] += db / w;
+            c->mt[k] += dt / w;
+            c->cbb[k] = lam * c->cbb[k] + db * (b - c->mb[k]);
+            c->cbt[k] = lam * c->cbt[k] + db * (f - c->mt[k]);
+            c->ctt[k] = lam * c->ctt[k] + dt * (f - c->mt[k]);
+            c->w[k] = w;
+        }
+    }
+    c->last_iter = iter;
+    c->window++;
+    return HR_OK;
+}
+
+/* ---------------------------------------------------------------- decide */
+
+/* Model policy: node k's (alpha, beta) in seconds and s/sample, or the proportional fallback. */
+static void model_fit(const ctrl *c, int k, double *alpha, double *beta) {
+    double t = c->ts[k], b = (double)c->b[k], bprop = t / b;
+    *alpha = 0;
+    *beta = bprop;
+    double w = c->w[k], cbb = c->cbb[k];
+    if (!(w > 0) || !(cbb > 0)) return;
+    double neff = w * w / c->w2[k];
+    double spread = 1e-3 * c->mb[k];
+    if (neff < CTRL_FIT_NEFF || cbb / w < spread * spread) return;
+    double be = c->cbt[k] / cbb;
+    if (!(be > 0) || !isfinite(be)) return;
+    double srr = fmax(0.0, c->ctt[k] - c->cbt[k] * be);
+    double var = srr / w * neff / (neff - 2) * (c->w2[k] / w) / cbb;
+    if (!(sqrt(var) <= CTRL_FIT_SE * be)) return;
+    be = clampd(be, CTRL_BETA_MIN * bprop, bprop);
+    *beta = be;
+    *alpha = t - be * b;
+}
+
+static int sgn(double x) {
+    return (x > 0) - (x < 0);
+}
+
+hr_status ctrl_decide(ctrl *c, long iter, int epoch_ended, long *b_out, int *changed) {
+    if (!c || !c->dbl || !b_out || iter < 0 || c->n < 1) return HR_ERR_INVAL;
+    const ctrl_config *g = &c->cfg;
+    int n = c->n;
+    if (changed) *changed = 0;
+    memcpy(b_out, c->b, (size_t)n * sizeof *b_out);
+    int due = g->policy == CTRL_EPOCH ? epoch_ended != 0
+                                      : g->policy != CTRL_STATIC && (iter + 1) % g->interval == 0;
+    if (!due || c->window == 0) return HR_OK;
+    for (int k = 0; k < n; k++)
+        if (c->nsamp[k] == 0 || (g->policy == CTRL_EPOCH && !(c->ep_t[k] > 0))) return HR_OK;
+
+    /* scratch: 13 doubles and 4 longs per node (bp takes 2n) */
+    double *tmp = malloc((size_t)n * 13 * sizeof *tmp);
+    long *ltmp = malloc((size_t)n * 4 * sizeof *ltmp);
+    if (!tmp || !ltmp) {
+        free(tmp);
+        free(ltmp);
+        return HR_ERR_NOMEM;
+    }
+    double *lo = tmp, *hi = tmp + n, *c0 = tmp + 2 * n, *d = tmp + 3 * n, *bstar = tmp + 4 * n,
+           *y = tmp + 5 * n, *q = tmp + 6 * n, *zero = tmp + 7 * n, *dd = tmp + 8 * n,
+           *e = tmp + 9 * n, *inew = tmp + 10 * n, *bp = tmp + 11 * n;
+    long *rlo = ltmp, *rhi = ltmp + n, *bn = ltmp + 2 * n, *hil = ltmp + 3 * n;
+
+    c->decisions++;
+    c->window = 0;
+    double thr = fmax(g->deadband, CTRL_CAP_DROP);
+    int adaptive = g->policy == CTRL_PROPORTIONAL || g->policy == CTRL_PID;
+
+    /* Adaptive b_max: expire old caps, review the last growth of each node. */
+    for (int k = 0; k < n; k++) {
+        if (c->cap[k] && c->decisions >= c->cap_until[k]) c->cap[k] = 0;
+        if (adaptive && c->grow_from[k] > 0) {
+            double x = (double)c->b[k] / c->ts[k];
+            if (x < c->grow_x[k] * (1 - thr)) {
+                c->cap[k] = c->grow_from[k];
+                c->cap_until[k] = c->decisions + CTRL_CAP_DECISIONS;
+            }
+            c->grow_from[k] = 0;
+        }
+    }
+    long shi = 0;
+    for (int k = 0; k < n; k++) {
+        hil[k] = c->cap[k] && c->cap[k] < c->hi ? c->cap[k] : c->hi;
+        shi += hil[k];
+    }
+    for (int k = 0; k < n; k++) {
+        if (shi < c->B) hil[k] = c->hi; /* caps would make the split infeasible: ignore them */
+        lo[k] = (double)c->lo;
+        hi[k] = (double)hil[k];
+    }
+
+    /* Balanced target b*: equal finish times under each node's time model. */
+    double tref = 0;
+    for (int k = 0; k < n; k++) tref = fmax(tref, c->ts[k]);
+    for (int k = 0; k < n; k++) {
+        double b = (double)c->b[k];
+        if (g->policy == CTRL_EPOCH) {
+            c0[k] = 0;
+            d[k] = c->ep_b[k] / c->ep_t[k]; /* samples/s over the epoch */
+        } else if (g->policy == CTRL_MODEL) {
+            double al, be;
+            model_fit(c, k, &al, &be);
+            c0[k] = -al / be; /* samples */
+            d[k] = tref / be; /* samples per unit of T / tref */
+        } else {
+            c0[k] = 0;
+            d[k] = b / c->ts[k]; /* samples/s */
+        }
+    }
+    if (g->policy != CTRL_MODEL) {
+        double m = 0;
+        for (int k = 0; k < n; k++) m = fmax(m, d[k]);
+        for (int k = 0; k < n; k++) d[k] = fmax(d[k] / m, CTRL_D_MIN);
+    }
+    project(n, c0, d, lo, hi, (double)c->B, bp, bstar);
+
+    if (g->policy == CTRL_PID) {
+        for (int k = 0; k < n; k++) {
+            double b = (double)c->b[k];
+            e[k] = bstar[k] / b - 1;
+            double edb = fabs(e[k]) > g->deadband ? e[k] : 0;
+            int pinned = (c->b[k] <= c->lo && edb < 0) || (c->b[k] >= hil[k] && edb > 0);
+            double ik = c->integ[k];
+            if (ik * e[k] < 0) ik = 0; /* the error changed sign: drop the old push */
+            inew[k] = CTRL_PID_LEAK * ik + (pinned ? 0 : edb);
+            if (g->ki > 0) inew[k] = clampd(inew[k], -CTRL_PID_IMAX / g->ki, CTRL_PID_IMAX / g->ki);
+            double u = g->gain * e[k] + g->ki * inew[k] + g->kd * (e[k] - c->eprev[k]);
+            y[k] = fmax(b * (1 + u), 1e-6 * b);
+        }
+        for (int k = 0; k < n; k++) {
+            c->integ[k] = inew[k];
+            c->eprev[k] = e[k];
+        }
+        project_scale(n, y, lo, hi, (double)c->B, zero, dd, bp, bstar);
+    }
+
+    /* Dead-band on the target. */
+    int act = 0;
+    for (int k = 0; k < n; k++)
+        if (fabs(bstar[k] - (double)c->b[k]) > g->deadband * (double)c->b[k]) act = 1;
+    if (g->policy == CTRL_EPOCH)
+        for (int k = 0; k < n; k++) c->ep_t[k] = c->ep_b[k] = 0;
+    if (!act) goto done;
+
+    /* Step toward the target. */
+    double *sf = inew; /* model: tentative step factors, committed when the split changes */
+    for (int k = 0; k < n; k++) {
+        double b = (double)c->b[k], f = g->gain;
+        if (g->policy == CTRL_PID) f = 1; /* the gain is inside the pid output */
+        if (g->policy == CTRL_MODEL) {
+            int dn = sgn(bstar[k] - b);
+            double s = c->step[k];
+            if (dn && c->dir[k] && dn != c->dir[k])
+                s = fmax(s * 0.5, CTRL_STEP_MIN);
+            else if (dn && dn == c->dir[k])
+                s = fmin(1.0, s * 2);
+            sf[k] = s;
+            f *= s;
+        }
+        y[k] = fmax(b + f * (bstar[k] - b), 1e-6 * b);
+    }
+
+    /* Rate limit (at least one sample either way), inside the bounds; the cap may override. */
+    long slo = 0, srh = 0;
+    for (int k = 0; k < n; k++) {
+        double b = (double)c->b[k], r = g->rate_limit;
+        double a = ceil(b * (1 - r)), z = floor(b * (1 + r));
+        long al = a < b - 1 ? (long)fmax(a, 0.0) : c->b[k] - 1;
+        long zl = z > b + 1 ? (z < (double)hil[k] ? (long)z : hil[k]) : c->b[k] + 1;
+        rlo[k] = al > c->lo ? al : c->lo;
+        rhi[k] = zl < hil[k] ? zl : hil[k];
+        if (rlo[k] > rhi[k]) rlo[k] = rhi[k];
+        slo += rlo[k];
+        srh += rhi[k];
+    }
+    if (slo > c->B || srh < c->B)
+        for (int k = 0; k < n; k++) rlo[k] = c->lo, rhi[k] = hil[k];
+    double *rl = c0, *rh = d; /* c0 and d are free again */
+    for (int k = 0; k < n; k++) rl[k] = (double)rlo[k], rh[k] = (double)rhi[k];
+    project_scale(n, y, rl, rh, (double)c->B, zero, dd, bp, q);
+    apportion(n, q, rlo, rhi, c->B, bn);
+
+    int diff = 0;
+    for (int k = 0; k < n; k++) diff |= bn[k] != c->b[k];
+    if (!diff) goto done;
+    for (int k = 0; k < n; k++) {
+        long old = c->b[k];
+        if (bn[k] == old) continue;
+        if (adaptive && (double)bn[k] > (double)old * (1 + thr)) {
+            c->grow_from[k] = old;
+            c->grow_x[k] = (double)old / c->ts[k];
+        } else {
+            c->grow_from[k] = 0;
+        }
+        if (g->policy == CTRL_MODEL) {
+            c->step[k] = sf[k];
+            c->dir[k] = bn[k] > old ? 1 : -1;
+        }
+        c->nsamp[k] = 0; /* restart the EWMA at the new batch */
+        c->b[k] = bn[k];
+    }
+    c->changes++;
+    memcpy(b_out, c->b, (size_t)n * sizeof *b_out);
+    if (changed) *changed = 1;
+done:
+    free(tmp);
+    free(ltmp);
+    return HR_OK;
+}
+
+/* ---------------------------------------------------------------- hash */
+
+static uint64_t fnv_bytes(uint64_t h, const void *p, size_t len) {
+    const unsigned char *s = p;
+    for (size_t i = 0; i < len; i++) {
+        h ^= s[i];
+        h *= 1099511628211ULL;
+    }
+    return h;
+}
+
+static uint64_t fnv_i64(uint64_t h, int64_t v) {
+    unsigned char b[8];
+    for (int i = 0; i < 8; i++) b[i] = (unsigned char)((uint64_t)v >> (8 * i));
+    return fnv_bytes(h, b, 8);
+}
+
+static uint64_t fnv_f64(uint64_t h, double v) {
+    uint64_t u;
+    memcpy(&u, &v, sizeof u);
+    return fnv_i64(h, (int64_t)u);
+}
+
+uint64_t ctrl_hash(const ctrl *c, const long *b) {
+    uint64_t h = 14695981039346656037ULL;
+    if (!c || !c->dbl) return h;
+    const ctrl_config *g = &c->cfg;
+    h = fnv_i64(h, g->policy);
+    h = fnv_i64(h, g->interval);
+    h = fnv_i64(h, g->min_batch);
+    h = fnv_i64(h, g->max_batch);
+    double gd[] = {g->deadband, g->gain, g->ki, g->kd, g->smoothing, g->rate_limit, g->forgetting};
+    for (size_t i = 0; i < sizeof gd / sizeof gd[0]; i++) h = fnv_f64(h, gd[i]);
+    long sc[] = {c->n, c->B, c->lo, c->hi, c->last_iter, c->window, c->decisions, c->changes};
+    for (size_t i = 0; i < sizeof sc / sizeof sc[0]; i++) h = fnv_i64(h, sc[i]);
+    for (long i = 0; i < (long)c->n * NL; i++) h = fnv_i64(h, c->lng[i]);
+    for (long i = 0; i < (long)c->n * ND; i++) h = fnv_f64(h, c->dbl[i]);
+    const long *bb = b ? b : c->b;
+    for (int k = 0; k < c->n; k++) h = fnv_i64(h, bb[k]);
+    return h;
+}
