@@ -1,0 +1,241 @@
+/*
+ * test_data.c: synthetic sets, the per-epoch permutation and slices (I1), the loaders' round
+ * trips through gen-data's writers, and clear errors for bad files.
+ */
+#include "check.h"
+#include "data.h"
+#include "util.h"
+
+#include <stdint.h>
+#include <zlib.h>
+
+static char dir[64];
+
+static void write_bytes(const char *path, const void *p, size_t n) {
+    FILE *f = fopen(path, "wb");
+    fwrite(p, 1, n, f);
+    fclose(f);
+}
+
+static long read_bytes(const char *path, uint8_t *buf, size_t cap) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return -1;
+    long n = (long)fread(buf, 1, cap, f);
+    fclose(f);
+    return n;
+}
+
+/* Expect `st` to be a data error whose message names `file` and contains `what`. */
+static void expect_error(hr_status st, const char *err, const char *file, const char *what) {
+    CHECK(st == HR_ERR_DATA, "expected a data error about '%s', got %d (%s)", what, st, err);
+    CHECK(strstr(err, file) != NULL, "message does not name %s: %s", file, err);
+    CHECK(strstr(err, what) != NULL, "message does not say '%s': %s", what, err);
+    printf("refused as expected: %s\n", err);
+}
+
+static void test_synthetic(void) {
+    data_set a, ae, b, be, c, ce;
+    char err[HR_ERRLEN];
+    CHECK(data_synthetic(&a, &ae, CFG_DATA_SYNTHETIC, 500, 100, 5, err, sizeof err) == HR_OK, "%s",
+          err);
+    CHECK(data_synthetic(&b, &be, CFG_DATA_SYNTHETIC, 500, 100, 5, err, sizeof err) == HR_OK, "%s",
+          err);
+    CHECK(data_synthetic(&c, &ce, CFG_DATA_SYNTHETIC, 500, 100, 6, err, sizeof err) == HR_OK, "%s",
+          err);
+    CHECK(a.d == 784 && a.c == 1 && a.n_classes == 10, "shape");
+    CHECK(memcmp(a.x8, b.x8, 500 * 784) == 0 && memcmp(a.y, b.y, 500 * 4) == 0,
+          "same seed must give the same bytes");
+    CHECK(memcmp(a.x8, c.x8, 500 * 784) != 0, "another seed must give other data");
+    CHECK(memcmp(a.x8, ae.x8, 100 * 784) != 0, "held-out split must differ from training");
+    int count[10] = {0};
+    for (long i = 0; i < a.n; i++) count[a.y[i]]++;
+    for (int k = 0; k < 10; k++)
+        CHECK(count[k] > 20, "class %d has %d samples of 500", k, count[k]);
+    /* a prefix of a larger set is the smaller set: samples are functions of their index */
+    data_set d, de;
+    CHECK(data_synthetic(&d, &de, CFG_DATA_SYNTHETIC, 800, 10, 5, err, sizeof err) == HR_OK, "%s",
+          err);
+    CHECK(memcmp(a.x8, d.x8, 500 * 784) == 0, "sample i must not depend on n");
+    data_set_free(&a), data_set_free(&ae), data_set_free(&b), data_set_free(&be);
+    data_set_free(&c), data_set_free(&ce), data_set_free(&d), data_set_free(&de);
+}
+
+static void test_permutation_and_slices(void) {
+    data_set tr, ev;
+    char err[HR_ERRLEN];
+    CHECK(data_synthetic(&tr, &ev, CFG_DATA_SYNTHETIC_REGRESSION, 1000, 10, 9, err, sizeof err) ==
+              HR_OK,
+          "%s", err);
+    data_loader dl;
+    const long B = 96;
+    CHECK(data_loader_init(&dl, &tr, 9, B, err, sizeof err) == HR_OK, "%s", err);
+    CHECK(data_loader_iters_per_epoch(&dl) == 1000 / 96, "iterations per epoch");
+    uint32_t *p0 = malloc(4 * 1000), *p1 = malloc(4 * 1000);
+    memcpy(p0, data_loader_perm(&dl, 0), 4 * 1000);
+    memcpy(p1, data_loader_perm(&dl, 1), 4 * 1000);
+    char *seen = calloc(1000, 1);
+    int ok = 1;
+    for (int i = 0; i < 1000; i++) ok &= !seen[p0[i]]++;
+    CHECK(ok, "perm_0 is not a permutation");
+    CHECK(memcmp(p0, p1, 4 * 1000) != 0, "epochs must have different permutations");
+    CHECK(memcmp(p0, data_loader_perm(&dl, 0), 4 * 1000) == 0, "perm_0 must be reproducible");
+    data_loader dl2; /* another loader, same seed: same order (every node agrees) */
+    CHECK(data_loader_init(&dl2, &tr, 9, B, err, sizeof err) == HR_OK, "%s", err);
+    CHECK(memcmp(p1, data_loader_perm(&dl2, 1), 4 * 1000) == 0, "same (seed, epoch) must agree");
+
+    /* I1: any split of iteration i's batch covers exactly perm_e[i*B, (i+1)*B) */
+    long d = tr.d;
+    float *whole = malloc(sizeof(float) * B * d), *parts = malloc(sizeof(float) * B * d);
+    float *tw = malloc(sizeof(float) * B), *tp = malloc(sizeof(float) * B);
+    const long splits[3][4] = {{96, 0, 0, 0}, {10, 40, 1, 45}, {0, 32, 64, 0}};
+    for (long e = 0; e < 2; e++)
+        for (long it = 0; it < 3; it++) {
+            CHECK(data_loader_slice(&dl, e, it, 0, B, whole, NULL, tw) == HR_OK, "slice");
+            for (int s = 0; s < 3; s++) {
+                long start = 0;
+                for (int k = 0; k < 4; k++) {
+                    CHECK(data_loader_slice(&dl, e, it, start, splits[s][k], parts + start * d,
+                                            NULL, tp + start) == HR_OK,
+                          "slice");
+                    start += splits[s][k];
+                }
+                CHECK(memcmp(whole, parts, sizeof(float) * B * d) == 0 &&
+                          memcmp(tw, tp, sizeof(float) * B) == 0,
+                      "epoch %ld iteration %ld: split %d changed the batch", e, it, s);
+            }
+            /* and it is perm_e's window */
+            const uint32_t *p = data_loader_perm(&dl, e);
+            CHECK(tw[0] == tr.t[p[it * B]] && tw[B - 1] == tr.t[p[it * B + B - 1]], "window");
+        }
+    CHECK(data_loader_slice(&dl, 0, 0, 90, 7, parts, NULL, tp) == HR_ERR_INVAL, "slice past B");
+    CHECK(data_loader_slice(&dl, 0, 10, 0, 1, parts, NULL, tp) == HR_ERR_INVAL,
+          "iteration past epoch");
+    data_loader too;
+    CHECK(data_loader_init(&too, &tr, 9, 2000, err, sizeof err) == HR_ERR_CONFIG &&
+              strstr(err, "global_batch"),
+          "B > n must be refused: %s", err);
+    free(p0), free(p1), free(seen), free(whole), free(parts), free(tw), free(tp);
+    data_loader_free(&dl), data_loader_free(&dl2);
+    data_set_free(&tr), data_set_free(&ev);
+}
+
+static void test_round_trips(void) {
+    char err[HR_ERRLEN], a[128], b[128];
+    data_set tr, ev, in;
+    /* IDX, plain and gzipped */
+    CHECK(data_synthetic(&tr, &ev, CFG_DATA_SYNTHETIC, 300, 10, 2, err, sizeof err) == HR_OK, "%s",
+          err);
+    for (int gz = 0; gz < 2; gz++) {
+        snprintf(a, sizeof a, "%s/img%s", dir, gz ? ".gz" : "");
+        snprintf(b, sizeof b, "%s/lab%s", dir, gz ? ".gz" : "");
+        CHECK(data_write_idx(&tr, a, b, gz, err, sizeof err) == HR_OK, "%s", err);
+        CHECK(data_load_idx(&in, a, b, err, sizeof err) == HR_OK, "%s", err);
+        CHECK(in.n == 300 && in.h == 28 && in.w == 28 && memcmp(in.x8, tr.x8, 300 * 784) == 0 &&
+                  memcmp(in.y, tr.y, 300 * 4) == 0,
+              "IDX round trip (gz %d) changed the data", gz);
+        data_set_free(&in);
+    }
+    data_set_free(&tr), data_set_free(&ev);
+    /* CIFAR-10 binary */
+    CHECK(data_synthetic(&tr, &ev, CFG_DATA_SYNTHETIC_RGB, 50, 5, 2, err, sizeof err) == HR_OK,
+          "%s", err);
+    snprintf(a, sizeof a, "%s/b1.bin", dir);
+    snprintf(b, sizeof b, "%s/b2.bin", dir);
+    CHECK(data_write_cifar(&tr, 0, 20, a, err, sizeof err) == HR_OK, "%s", err);
+    CHECK(data_write_cifar(&tr, 20, 30, b, err, sizeof err) == HR_OK, "%s", err);
+    const char *files[2] = {a, b};
+    CHECK(data_load_cifar(&in, files, 2, err, sizeof err) == HR_OK, "%s", err);
+    CHECK(in.n == 50 && in.c == 3 && memcmp(in.x8, tr.x8, 50 * 3072) == 0 &&
+              memcmp(in.y, tr.y, 50 * 4) == 0,
+          "CIFAR round trip changed the data");
+    data_set_free(&in), data_set_free(&tr), data_set_free(&ev);
+    /* CSV (regression) */
+    CHECK(data_synthetic(&tr, &ev, CFG_DATA_SYNTHETIC_REGRESSION, 40, 5, 2, err, sizeof err) ==
+              HR_OK,
+          "%s", err);
+    snprintf(a, sizeof a, "%s/r.csv", dir);
+    CHECK(data_write_csv(&tr, a, err, sizeof err) == HR_OK, "%s", err);
+    CHECK(data_load_csv(&in, a, 1, err, sizeof err) == HR_OK, "%s", err);
+    CHECK(in.n == 40 && in.d == tr.d && memcmp(in.xf, tr.xf, sizeof(float) * 40 * tr.d) == 0 &&
+              memcmp(in.t, tr.t, sizeof(float) * 40) == 0,
+          "CSV round trip changed the data");
+    data_set_free(&in), data_set_free(&tr), data_set_free(&ev);
+}
+
+static void test_bad_files(void) {
+    char err[HR_ERRLEN], img[128], lab[128];
+    data_set tr, ev, in;
+    CHECK(data_synthetic(&tr, &ev, CFG_DATA_SYNTHETIC, 20, 1, 2, err, sizeof err) == HR_OK, "%s",
+          err);
+    snprintf(img, sizeof img, "%s/bad-images", dir);
+    snprintf(lab, sizeof lab, "%s/bad-labels", dir);
+    CHECK(data_write_idx(&tr, img, lab, 0, err, sizeof err) == HR_OK, "%s", err);
+    uint8_t *good_img = malloc(20 * 784 + 64), good_lab[64];
+    long ni = read_bytes(img, good_img, 20 * 784 + 64), nl = read_bytes(lab, good_lab, 64);
+    CHECK(ni == 16 + 20 * 784 && nl == 28, "IDX sizes %ld %ld", ni, nl);
+
+    /* wrong magic */
+    good_img[3] = 0x01;
+    write_bytes(img, good_img, (size_t)ni);
+    expect_error(data_load_idx(&in, img, lab, err, sizeof err), err, img, "wrong magic");
+    good_img[3] = 0x03;
+    /* truncated */
+    write_bytes(img, good_img, (size_t)ni - 100);
+    expect_error(data_load_idx(&in, img, lab, err, sizeof err), err, img, "truncated");
+    /* trailing bytes */
+    write_bytes(img, good_img, (size_t)ni + 5);
+    expect_error(data_load_idx(&in, img, lab, err, sizeof err), err, img, "size mismatch");
+    write_bytes(img, good_img, (size_t)ni);
+    /* label count differs from image count */
+    good_lab[7] = 19;
+    write_bytes(lab, good_lab, (size_t)nl - 1);
+    expect_error(data_load_idx(&in, img, lab, err, sizeof err), err, lab, "size mismatch");
+    good_lab[7] = 20;
+    /* label out of range */
+    good_lab[8 + 13] = 12;
+    write_bytes(lab, good_lab, (size_t)nl);
+    expect_error(data_load_idx(&in, img, lab, err, sizeof err), err, lab, "out of range");
+    /* a missing file is an I/O error naming it */
+    snprintf(lab, sizeof lab, "%s/nope", dir);
+    CHECK(data_load_idx(&in, img, lab, err, sizeof err) == HR_ERR_IO && strstr(err, lab),
+          "missing file: %s", err);
+
+    /* CIFAR: partial record, label out of range */
+    data_set rt, re;
+    CHECK(data_synthetic(&rt, &re, CFG_DATA_SYNTHETIC_RGB, 3, 1, 2, err, sizeof err) == HR_OK, "%s",
+          err);
+    char cf[128];
+    snprintf(cf, sizeof cf, "%s/cifar.bin", dir);
+    CHECK(data_write_cifar(&rt, 0, 3, cf, err, sizeof err) == HR_OK, "%s", err);
+    uint8_t *rec = malloc(3 * 3073);
+    CHECK(read_bytes(cf, rec, 3 * 3073) == 3 * 3073, "cifar size");
+    const char *files[1] = {cf};
+    write_bytes(cf, rec, 3 * 3073 - 10);
+    expect_error(data_load_cifar(&in, files, 1, err, sizeof err), err, cf, "truncated");
+    rec[3073] = 200;
+    write_bytes(cf, rec, 3 * 3073);
+    expect_error(data_load_cifar(&in, files, 1, err, sizeof err), err, cf, "out of range");
+
+    /* CSV: bad number, ragged rows, bad label */
+    char csv[128];
+    snprintf(csv, sizeof csv, "%s/bad.csv", dir);
+    write_bytes(csv, "1,0.5,0.25\n0,abc,1\n", 19);
+    expect_error(data_load_csv(&in, csv, 0, err, sizeof err), err, csv, "bad number");
+    CHECK(strstr(err, ":2:") != NULL, "CSV error must name the line: %s", err);
+    write_bytes(csv, "1,0.5,0.25\n0,1\n", 15);
+    expect_error(data_load_csv(&in, csv, 0, err, sizeof err), err, csv, "size mismatch");
+    write_bytes(csv, "1.5,0.5,0.25\n", 13);
+    expect_error(data_load_csv(&in, csv, 0, err, sizeof err), err, csv, "out of range");
+    free(good_img), free(rec);
+    data_set_free(&tr), data_set_free(&ev), data_set_free(&rt), data_set_free(&re);
+}
+
+int main(void) {
+    tmpdir(dir, sizeof dir);
+    test_synthetic();
+    test_permutation_and_slices();
+    test_round_trips();
+    test_bad_files();
+    rm_rf(dir);
+    return check_exit();
+}

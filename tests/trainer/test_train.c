@@ -1,0 +1,242 @@
+/*
+ * test_train.c: learning targets, determinism, split invariance of the gradient sums (I3),
+ * the learning-rate schedules, checkpoint resume and refusal of corrupt checkpoints.
+ */
+#include "check.h"
+#include "ckpt.h"
+#include "train.h"
+#include "util.h"
+
+#include <malloc.h>
+#include <sys/stat.h>
+
+static char dir[64];
+
+static void train_or_die(trainer *t, cfg *c, const char *train) {
+    char err[HR_ERRLEN];
+    one_node_cfg(c, dir, train);
+    if (train_init(t, c, 0, NULL, err, sizeof err) != HR_OK) {
+        fprintf(stderr, "train_init: %s\n", err);
+        exit(2);
+    }
+}
+
+static void run_all(trainer *t, double *losses) {
+    train_iter r;
+    while (t->iter < t->total) {
+        long i = t->iter;
+        CHECK(train_step(t, &r) == HR_OK, "step %ld", i);
+        if (losses) losses[i] = r.loss;
+    }
+}
+
+static void test_learning(void) {
+    struct {
+        const char *name, *train;
+        int regression;
+        double target; /* accuracy >= target, or mse <= target */
+    } cases[] = {
+        {"mlp",
+         "model = mlp\nlayers = 784,128,10\nsamples = 60000\neval_samples = 5000\n"
+         "global_batch = 128\nlr = 0.05\nepochs = 2\nseed = 4",
+         0, 0.97},
+        {"softmax",
+         "model = softmax\nsamples = 6000\neval_samples = 2000\nglobal_batch = 64\n"
+         "lr = 0.02\nepochs = 2\nseed = 4",
+         0, 0.70},
+        {"cnn",
+         "model = cnn\nsamples = 3000\neval_samples = 1000\nglobal_batch = 32\nlr = 0.02\n"
+         "iterations = 150\nseed = 4",
+         0, 0.60},
+        {"linreg",
+         "model = linreg\ndataset = synthetic-regression\nsamples = 4000\n"
+         "eval_samples = 4000\nglobal_batch = 64\nlr = 0.01\nepochs = 5\nseed = 4",
+         1, 1.1 * DATA_REGRESSION_NOISE * DATA_REGRESSION_NOISE},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        cfg c;
+        trainer t;
+        train_or_die(&t, &c, cases[k].train);
+        run_all(&t, NULL);
+        double loss, acc;
+        CHECK(train_evaluate(&t, &loss, &acc) == HR_OK, "evaluate");
+        if (cases[k].regression) {
+            printf("%-8s held-out mse %.5f (noise floor %.5f)\n", cases[k].name, loss,
+                   (double)(DATA_REGRESSION_NOISE * DATA_REGRESSION_NOISE));
+            CHECK(loss <= cases[k].target, "%s: mse %.5f > %.5f", cases[k].name, loss,
+                  cases[k].target);
+        } else {
+            printf("%-8s held-out accuracy %.4f (target %.2f)\n", cases[k].name, acc,
+                   cases[k].target);
+            CHECK(acc >= cases[k].target, "%s: accuracy %.4f < %.2f", cases[k].name, acc,
+                  cases[k].target);
+        }
+        train_free(&t);
+        cfg_free(&c);
+    }
+}
+
+static const char *small = "model = mlp\nlayers = 784,32,10\nsamples = 2000\neval_samples = 200\n"
+                           "global_batch = 100\nlr = 0.05\nweight_decay = 0.0005\niterations = 40\n"
+                           "warmup = 5\nlr_schedule = cosine\nseed = 11";
+
+static void test_determinism_and_resume(void) {
+    cfg c1, c2;
+    trainer a, b;
+    double la[40], lb[40];
+    train_or_die(&a, &c1, small);
+    run_all(&a, la);
+    train_or_die(&b, &c2, small);
+    run_all(&b, lb);
+    CHECK(memcmp(la, lb, sizeof la) == 0, "same seed: loss trajectories differ");
+    CHECK(memcmp(a.m.params, b.m.params, sizeof(float) * a.m.n_params) == 0,
+          "same seed: parameters differ");
+    CHECK(la[39] < la[0], "loss did not fall: %g -> %g", la[0], la[39]);
+    train_free(&b);
+    cfg_free(&c2);
+
+    /* 17 iterations, checkpoint, a fresh trainer resumes: bitwise the same run */
+    char path[128], err[HR_ERRLEN];
+    snprintf(path, sizeof path, "%s/ck.bin", dir);
+    train_or_die(&b, &c2, small);
+    b.total = 17;
+    run_all(&b, lb);
+    CHECK(train_save(&b, path, err, sizeof err) == HR_OK, "%s", err);
+    train_free(&b);
+    train_or_die(&b, &c2, small);
+    CHECK(train_load(&b, path, err, sizeof err) == HR_OK, "%s", err);
+    CHECK(b.iter == 17, "resumed at %ld", b.iter);
+    run_all(&b, lb);
+    CHECK(memcmp(la, lb, sizeof la) == 0, "resumed run: loss trajectory differs");
+    CHECK(memcmp(a.m.params, b.m.params, sizeof(float) * a.m.n_params) == 0,
+          "resumed run: parameters differ");
+    CHECK(memcmp(a.opt.vel, b.opt.vel, sizeof(float) * a.m.n_params) == 0,
+          "resumed run: optimizer state differs");
+
+    /* corrupt: flip one byte of the payload; truncate; another run's checkpoint */
+    FILE *f = fopen(path, "r+b");
+    fseek(f, 200, SEEK_SET);
+    int ch = fgetc(f);
+    fseek(f, 200, SEEK_SET);
+    fputc(ch ^ 0x10, f);
+    fclose(f);
+    memcpy(lb, b.m.params, sizeof(double) * 4);
+    CHECK(train_load(&b, path, err, sizeof err) == HR_ERR_DATA && strstr(err, "corrupt") &&
+              strstr(err, path),
+          "flipped byte: %s", err);
+    printf("refused as expected: %s\n", err);
+    CHECK(memcmp(lb, b.m.params, sizeof(double) * 4) == 0,
+          "a refused checkpoint changed the model");
+    CHECK(truncate(path, 300) == 0, "truncate");
+    CHECK(train_load(&b, path, err, sizeof err) == HR_ERR_DATA && strstr(err, "truncated"),
+          "truncated: %s", err);
+    printf("refused as expected: %s\n", err);
+    CHECK(train_save(&b, path, err, sizeof err) == HR_OK, "%s", err);
+    train_free(&b);
+    cfg_free(&c2);
+    one_node_cfg(&c2, dir,
+                 "model = mlp\nlayers = 784,32,10\nsamples = 2000\nglobal_batch = 100\n"
+                 "iterations = 40\nseed = 12");
+    CHECK(train_init(&b, &c2, 0, NULL, err, sizeof err) == HR_OK, "%s", err);
+    CHECK(train_load(&b, path, err, sizeof err) == HR_ERR_MISMATCH && strstr(err, "seed"),
+          "other seed: %s", err);
+    printf("refused as expected: %s\n", err);
+    train_free(&b);
+    cfg_free(&c2);
+    train_free(&a);
+    cfg_free(&c1);
+}
+
+/* I3 at the level of one iteration: the gradient sums of any split of the batch add up to
+ * the sums of the whole batch, up to float summation order. */
+static void test_split_invariance(void) {
+    cfg c;
+    trainer t;
+    train_or_die(&t, &c,
+                 "model = mlp\nlayers = 784,64,32,10\nsamples = 1000\nglobal_batch = 120\n"
+                 "iterations = 2\nseed = 3");
+    long n = t.m.n_params, d = t.train.d;
+    float *whole = malloc(sizeof(float) * n), *sum = calloc((size_t)n, sizeof(float));
+    model_stats st, part;
+    CHECK(data_loader_slice(&t.dl, 0, 1, 0, 120, t.x, t.y, NULL) == HR_OK, "slice");
+    CHECK(model_forward_backward(&t.m, t.x, t.y, NULL, 120, &st) == HR_OK, "fb");
+    memcpy(whole, t.m.grads, sizeof(float) * n);
+    const long split[3] = {7, 80, 33};
+    double loss = 0;
+    long correct = 0, start = 0;
+    for (int k = 0; k < 3; k++) {
+        CHECK(data_loader_slice(&t.dl, 0, 1, start, split[k], t.x, t.y, NULL) == HR_OK, "slice");
+        CHECK(model_forward_backward(&t.m, t.x, t.y, NULL, split[k], &part) == HR_OK, "fb");
+        for (long i = 0; i < n; i++) sum[i] += t.m.grads[i];
+        loss += part.loss_sum, correct += part.correct, start += split[k];
+    }
+    double gmax = 0;
+    for (long i = 0; i < n; i++) gmax = fmax(gmax, fabs(whole[i]));
+    CHECK_CLOSE(whole, sum, n, 1e-5 * gmax, "gradient sums: whole batch vs 3 slices");
+    CHECK(fabs(loss - st.loss_sum) < 1e-5 * st.loss_sum && correct == st.correct,
+          "loss %.9g vs %.9g", loss, st.loss_sum);
+    (void)d;
+    free(whole), free(sum);
+    train_free(&t);
+    cfg_free(&c);
+}
+
+static void test_schedules(void) {
+    cfg c;
+    cfg_init(&c);
+    opt_sgd o;
+    char err[HR_ERRLEN];
+    c.lr = 0.1, c.warmup = 10, c.lr_schedule = CFG_LR_STEP, c.lr_step = 100, c.lr_gamma = 0.5;
+    CHECK(opt_init(&o, &c, 4, 1000, err, sizeof err) == HR_OK, "%s", err);
+    CHECK(fabs(opt_lr(&o, 0) - 0.01) < 1e-12 && fabs(opt_lr(&o, 9) - 0.1) < 1e-12, "warm-up");
+    CHECK(fabs(opt_lr(&o, 109) - 0.1) < 1e-12 && fabs(opt_lr(&o, 110) - 0.05) < 1e-12 &&
+              fabs(opt_lr(&o, 310) - 0.0125) < 1e-12,
+          "step");
+    o.schedule = CFG_LR_COSINE;
+    CHECK(fabs(opt_lr(&o, 10) - 0.1) < 1e-12 && fabs(opt_lr(&o, 505) - 0.05) < 1e-9 &&
+              opt_lr(&o, 999) < 1e-5,
+          "cosine");
+    o.schedule = CFG_LR_CONSTANT, o.warmup = 0;
+    CHECK(opt_lr(&o, 0) == 0.1 && opt_lr(&o, 999) == 0.1, "constant");
+    /* the step divides the gradient sums by B: p -= lr * (g/B + wd p) with momentum */
+    float p[4] = {1, 1, 1, 1}, g[4] = {4, 8, 0, -4};
+    o.momentum = 0.5, o.weight_decay = 0.1;
+    opt_step(&o, p, g, 4, 0);
+    CHECK(fabsf(p[0] - (1 - 0.1f * (1 + 0.1f))) < 1e-6f, "step value %g", (double)p[0]);
+    opt_step(&o, p, g, 4, 1);
+    float v = 0.5f * 1.1f + (1 + 0.1f * (1 - 0.11f));
+    CHECK(fabsf(p[0] - (1 - 0.11f - 0.1f * v)) < 1e-6f, "momentum value %g", (double)p[0]);
+    opt_free(&o);
+    cfg_free(&c);
+}
+
+/* No allocation in the iteration loop after warm-up (glibc's counters; not under ASan). */
+static void test_no_allocation(void) {
+#if defined(__SANITIZE_ADDRESS__)
+    printf("allocation check skipped under AddressSanitizer\n");
+#else
+    cfg c;
+    trainer t;
+    train_or_die(&t, &c, small);
+    train_iter r;
+    for (int i = 0; i < 3; i++) train_step(&t, &r);
+    struct mallinfo2 before = mallinfo2();
+    for (int i = 0; i < 30; i++) train_step(&t, &r);
+    struct mallinfo2 after = mallinfo2();
+    CHECK(before.uordblks == after.uordblks && before.hblkhd == after.hblkhd,
+          "the loop allocated: %zu -> %zu bytes in use", before.uordblks, after.uordblks);
+    train_free(&t);
+    cfg_free(&c);
+#endif
+}
+
+int main(void) {
+    tmpdir(dir, sizeof dir);
+    test_schedules();
+    test_split_invariance();
+    test_determinism_and_resume();
+    test_no_allocation();
+    test_learning();
+    rm_rf(dir);
+    return check_exit();
+}
