@@ -1,0 +1,216 @@
+/*
+ * nccl_comm.c: the NCCL backend (see nccl_comm.h).
+ *
+ * Every wait is a poll against a monotonic deadline: ncclCommGetAsyncError for the
+ * communicator's state (ncclInProgress while a non-blocking call completes, an error code
+ * when a peer or the network failed) and cudaStreamQuery for the collective itself. The poll
+ * yields for the first millisecond (small all-reduces finish in microseconds) and then
+ * sleeps 50 us per round so a long wait does not burn a core.
+ */
+#include "nccl_comm.h"
+
+#include "hr_log.h"
+
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+#include <sched.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+_Static_assert(sizeof(ncclUniqueId) == NCCL_UNIQUE_ID_BYTES, "ncclUniqueId size changed");
+
+/* ================================================================ helpers */
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void pause_poll(double waited_s) {
+    if (waited_s < 1e-3) {
+        sched_yield();
+        return;
+    }
+    struct timespec ts = {0, 50 * 1000};
+    nanosleep(&ts, NULL);
+}
+
+/* Record a failure, abort the communicator and return s. */
+static hr_status fail(nccl_comm *c, hr_status s, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static hr_status fail(nccl_comm *c, hr_status s, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(c->err, sizeof c->err, fmt, ap);
+    va_end(ap);
+    HR_ERROR(RING, "nccl rank %d/%d: %s", c->rank, c->n, c->err);
+    nccl_comm_abort(c);
+    return s;
+}
+
+/* Poll the communicator until it leaves ncclInProgress or the deadline passes. */
+static hr_status wait_comm(nccl_comm *c, double deadline, const char *what) {
+    double t0 = now_s();
+    for (;;) {
+        ncclResult_t st = ncclInProgress;
+        ncclResult_t r = ncclCommGetAsyncError((ncclComm_t)c->comm, &st);
+        if (r != ncclSuccess)
+            return fail(c, HR_ERR_NCCL, "%s: ncclCommGetAsyncError: %s", what,
+                        ncclGetErrorString(r));
+        if (st == ncclSuccess) return HR_OK;
+        if (st != ncclInProgress)
+            return fail(c, HR_ERR_NCCL, "%s: %s (%s)", what, ncclGetErrorString(st),
+                        ncclGetLastError((ncclComm_t)c->comm));
+        double t = now_s();
+        if (t > deadline)
+            return fail(c, HR_ERR_TIMEOUT,
+                        "%s: no progress within %.1f s (a member is missing or unreachable; "
+                        "check that every node reached the same view)",
+                        what, t - t0);
+        pause_poll(t - t0);
+    }
+}
+
+/* ================================================================ public API */
+
+int nccl_available(void) {
+    int v = 0, n = 0;
+    if (ncclGetVersion(&v) != ncclSuccess) return 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+        cudaGetLastError();
+        return 0;
+    }
+    return n > 0;
+}
+
+hr_status nccl_get_unique_id(uint8_t out[NCCL_UNIQUE_ID_BYTES], char *err, size_t errlen) {
+    ncclUniqueId id;
+    ncclResult_t r = ncclGetUniqueId(&id);
+    if (r != ncclSuccess)
+        return hr_fail(err, errlen, HR_ERR_NCCL, "ncclGetUniqueId: %s (%s)", ncclGetErrorString(r),
+                       ncclGetLastError(NULL));
+    memcpy(out, id.internal, NCCL_UNIQUE_ID_BYTES);
+    return HR_OK;
+}
+
+hr_status nccl_comm_init(nccl_comm *c, int rank, int n,
+                         const uint8_t unique_id[NCCL_UNIQUE_ID_BYTES], int device,
+                         double timeout_s, char *err, size_t errlen) {
+    memset(c, 0, sizeof *c);
+    c->rank = rank, c->n = n, c->device = device;
+    if (n < 1 || rank < 0 || rank >= n)
+        return hr_fail(err, errlen, HR_ERR_INVAL, "nccl: rank %d out of range for %d members", rank,
+                       n);
+    int ndev = 0;
+    if (cudaGetDeviceCount(&ndev) != cudaSuccess) cudaGetLastError(), ndev = 0;
+    if (device < 0 || device >= ndev)
+        return hr_fail(err, errlen, HR_ERR_UNSUPPORTED,
+                       "nccl: cuda:%d requested, but this machine has %d CUDA device(s)", device,
+                       ndev);
+    double deadline = now_s() + timeout_s;
+    cudaStream_t stream = NULL;
+    cudaError_t e = cudaSetDevice(device);
+    if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+    if (e != cudaSuccess)
+        return hr_fail(err, errlen, HR_ERR_CUDA, "nccl: cuda:%d: %s", device,
+                       cudaGetErrorString(e));
+    c->stream = stream;
+
+    ncclUniqueId id;
+    memcpy(id.internal, unique_id, NCCL_UNIQUE_ID_BYTES);
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 0;
+    ncclComm_t comm = NULL;
+    ncclResult_t r = ncclCommInitRankConfig(&comm, n, id, rank, &config);
+    c->comm = comm;
+    hr_status s = HR_OK;
+    if (r != ncclSuccess && r != ncclInProgress)
+        s = fail(c, HR_ERR_NCCL, "ncclCommInitRankConfig: %s (%s)", ncclGetErrorString(r),
+                 ncclGetLastError(comm));
+    else if (!comm)
+        s = fail(c, HR_ERR_NCCL, "ncclCommInitRankConfig returned no communicator");
+    else
+        s = wait_comm(c, deadline, "communicator init");
+    if (s != HR_OK) {
+        hr_fail(err, errlen, s, "nccl rank %d of %d on cuda:%d: %s", rank, n, device, c->err);
+        nccl_comm_free(c);
+        return s;
+    }
+    HR_INFO(RING, "nccl: rank %d of %d on cuda:%d ready", rank, n, device);
+    return HR_OK;
+}
+
+hr_status nccl_allreduce(nccl_comm *c, float *dev_buf, size_t count, double timeout_s) {
+    if (!c->comm || c->broken) {
+        if (!c->err[0]) snprintf(c->err, sizeof c->err, "communicator not initialised");
+        return HR_ERR_NCCL;
+    }
+    if (count == 0) return HR_OK;
+    double t0 = now_s(), deadline = t0 + timeout_s;
+    cudaError_t e = cudaSetDevice(c->device);
+    if (e != cudaSuccess)
+        return fail(c, HR_ERR_CUDA, "cudaSetDevice(%d): %s", c->device, cudaGetErrorString(e));
+    ncclResult_t r = ncclAllReduce(dev_buf, dev_buf, count, ncclFloat, ncclSum, (ncclComm_t)c->comm,
+                                   (cudaStream_t)c->stream);
+    if (r == ncclInProgress)
+        HR_CHECK(wait_comm(c, deadline, "all-reduce enqueue"));
+    else if (r != ncclSuccess)
+        return fail(c, HR_ERR_NCCL, "ncclAllReduce(%zu floats): %s (%s)", count,
+                    ncclGetErrorString(r), ncclGetLastError((ncclComm_t)c->comm));
+    for (;;) {
+        e = cudaStreamQuery((cudaStream_t)c->stream);
+        if (e == cudaSuccess) break;
+        if (e != cudaErrorNotReady)
+            return fail(c, HR_ERR_CUDA, "all-reduce of %zu floats: %s", count,
+                        cudaGetErrorString(e));
+        ncclResult_t st = ncclSuccess;
+        r = ncclCommGetAsyncError((ncclComm_t)c->comm, &st);
+        if (r != ncclSuccess || (st != ncclSuccess && st != ncclInProgress))
+            return fail(c, HR_ERR_NCCL, "all-reduce of %zu floats: %s (%s)", count,
+                        ncclGetErrorString(r != ncclSuccess ? r : st),
+                        ncclGetLastError((ncclComm_t)c->comm));
+        double t = now_s();
+        if (t > deadline)
+            return fail(c, HR_ERR_TIMEOUT,
+                        "all-reduce of %zu floats did not finish within %.1f s (a peer stopped "
+                        "or the network failed)",
+                        count, t - t0);
+        pause_poll(t - t0);
+    }
+    return HR_OK;
+}
+
+void nccl_comm_abort(nccl_comm *c) {
+    if (!c) return;
+    if (c->comm) {
+        cudaSetDevice(c->device);
+        ncclResult_t r = ncclCommAbort((ncclComm_t)c->comm);
+        if (r != ncclSuccess && r != ncclInProgress)
+            HR_WARN(RING, "nccl rank %d: ncclCommAbort: %s", c->rank, ncclGetErrorString(r));
+        c->comm = NULL;
+    }
+    c->broken = 1;
+}
+
+void nccl_comm_free(nccl_comm *c) {
+    if (!c) return;
+    if (c->comm) {
+        cudaSetDevice(c->device);
+        ncclComm_t comm = (ncclComm_t)c->comm;
+        ncclResult_t r = ncclCommFinalize(comm);
+        hr_status s = HR_OK;
+        if (r == ncclInProgress)
+            s = wait_comm(c, now_s() + 10.0, "finalize"); /* aborts on failure */
+        else if (r != ncclSuccess)
+            s = HR_ERR_NCCL, nccl_comm_abort(c);
+        if (s == HR_OK && c->comm) ncclCommDestroy(comm);
+        c->comm = NULL;
+    }
+    if (c->stream) { /* no synchronise: after an abort the stream may hold dead work */
+        cudaStreamDestroy((cudaStream_t)c->stream);
+        c->stream = NULL;
+    }
+}

@@ -1,0 +1,86 @@
+/*
+ * cuda_test_util.h: device helpers for the GPU tests (die on any CUDA error; tests only).
+ */
+#ifndef HR_CUDA_TEST_UTIL_H
+#define HR_CUDA_TEST_UTIL_H
+
+#include "cuda_layers.h"
+#include "rng.h"
+
+#include <cuda_runtime_api.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define CUDA_SKIP_IF_NO_DEVICE()                                                                   \
+    do {                                                                                           \
+        if (cuda_device_count() < 1) {                                                             \
+            printf("SKIP: no CUDA device\n");                                                      \
+            return 77;                                                                             \
+        }                                                                                          \
+    } while (0)
+
+#define CUDA_DIE(call)                                                                             \
+    do {                                                                                           \
+        cudaError_t e_ = (call);                                                                   \
+        if (e_ != cudaSuccess) {                                                                   \
+            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
+            exit(1);                                                                               \
+        }                                                                                          \
+    } while (0)
+
+#define HR_DIE(call)                                                                               \
+    do {                                                                                           \
+        hr_status s_ = (call);                                                                     \
+        if (s_ != HR_OK) {                                                                         \
+            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, hr_strerror(s_));        \
+            exit(1);                                                                               \
+        }                                                                                          \
+    } while (0)
+
+static inline void *xmalloc(size_t n) {
+    void *p = calloc(1, n ? n : 1);
+    if (!p) {
+        fprintf(stderr, "out of memory\n");
+        exit(1);
+    }
+    return p;
+}
+
+/* n values uniform in [-scale, scale) from (seed, stream). */
+static inline void fill_uniform(float *a, long n, uint64_t seed, uint64_t stream, float scale) {
+    rng r;
+    rng_init(&r, seed, stream, 0);
+    for (long i = 0; i < n; i++) a[i] = (2.0f * rng_uniform(&r) - 1.0f) * scale;
+}
+
+static inline void *dev_alloc(size_t bytes) {
+    void *p = NULL;
+    CUDA_DIE(cudaMalloc(&p, bytes ? bytes : 4));
+    CUDA_DIE(cudaMemset(p, 0, bytes ? bytes : 4));
+    return p;
+}
+
+static inline void *dev_copy(const void *h, size_t bytes) {
+    void *p = dev_alloc(bytes);
+    CUDA_DIE(cudaMemcpy(p, h, bytes, cudaMemcpyHostToDevice));
+    return p;
+}
+
+static inline void to_host(void *h, const void *d, size_t bytes) {
+    CUDA_DIE(cudaDeviceSynchronize());
+    CUDA_DIE(cudaMemcpy(h, d, bytes, cudaMemcpyDeviceToHost));
+}
+
+static inline double max_abs(const float *a, long n) {
+    double m = 0;
+    for (long i = 0; i < n; i++) m = fabs((double)a[i]) > m ? fabs((double)a[i]) : m;
+    return m;
+}
+
+/* fp32 GEMM tolerance for sums of k products of values up to the reference's scale. */
+static inline double gemm_tol(const float *ref, long n, long k) {
+    return 2e-6 * sqrt((double)k) * (1.0 + max_abs(ref, n)) + 1e-6;
+}
+
+#endif

@@ -1,0 +1,124 @@
+/*
+ * cuda_train_bench.c: GPU training throughput of one node: forward, backward and the SGD
+ * momentum step on device, for the MLP 784-512-512-10, LeNet (28x28x1) or the small VGG
+ * (32x32x3), on random data resident in pinned memory (the input copy is timed, as in
+ * training). Prints samples/s; bench/py/torch_gpu_mlp.py times the same models in PyTorch.
+ *
+ *   cuda_train_bench [--model mlp|lenet|vgg] [--batch N] [--iters N] [--device N]
+ *
+ * Exits 77 without a CUDA device.
+ */
+#include "cuda_test_util.h"
+#include "model.h"
+#include "model_cuda.h"
+
+#include <time.h>
+
+static void add(model_spec *s, layer_kind k, int units, int win, int stride, int pad) {
+    int i = s->n_layers++;
+    s->kind[i] = k, s->units[i] = units, s->k[i] = win, s->stride[i] = stride, s->pad[i] = pad;
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int spec_for(model_spec *s, const char *name) {
+    memset(s, 0, sizeof *s);
+    s->loss = MODEL_LOSS_XENT;
+    if (!strcmp(name, "mlp")) {
+        s->in_c = 784, s->in_h = 1, s->in_w = 1;
+        add(s, LAYER_LINEAR, 512, 0, 0, 0), add(s, LAYER_RELU, 0, 0, 0, 0);
+        add(s, LAYER_LINEAR, 512, 0, 0, 0), add(s, LAYER_RELU, 0, 0, 0, 0);
+        add(s, LAYER_LINEAR, 10, 0, 0, 0);
+    } else if (!strcmp(name, "lenet")) {
+        s->in_c = 1, s->in_h = 28, s->in_w = 28;
+        add(s, LAYER_CONV2D, 6, 5, 1, 2), add(s, LAYER_RELU, 0, 0, 0, 0);
+        add(s, LAYER_MAXPOOL, 0, 2, 2, 0);
+        add(s, LAYER_CONV2D, 16, 5, 1, 0), add(s, LAYER_RELU, 0, 0, 0, 0);
+        add(s, LAYER_MAXPOOL, 0, 2, 2, 0), add(s, LAYER_FLATTEN, 0, 0, 0, 0);
+        add(s, LAYER_LINEAR, 120, 0, 0, 0), add(s, LAYER_RELU, 0, 0, 0, 0);
+        add(s, LAYER_LINEAR, 84, 0, 0, 0), add(s, LAYER_RELU, 0, 0, 0, 0);
+        add(s, LAYER_LINEAR, 10, 0, 0, 0);
+    } else if (!strcmp(name, "vgg")) {
+        s->in_c = 3, s->in_h = 32, s->in_w = 32;
+        int widths[2] = {16, 32};
+        for (int b = 0; b < 2; b++) {
+            for (int j = 0; j < 2; j++)
+                add(s, LAYER_CONV2D, widths[b], 3, 1, 1), add(s, LAYER_RELU, 0, 0, 0, 0);
+            add(s, LAYER_MAXPOOL, 0, 2, 2, 0);
+        }
+        add(s, LAYER_FLATTEN, 0, 0, 0, 0);
+        add(s, LAYER_LINEAR, 128, 0, 0, 0), add(s, LAYER_RELU, 0, 0, 0, 0);
+        add(s, LAYER_LINEAR, 10, 0, 0, 0);
+    } else {
+        return -1;
+    }
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    const char *name = "mlp";
+    long B = 512, iters = 200;
+    int device = 0;
+    for (int i = 1; i + 1 < argc; i += 2) {
+        if (!strcmp(argv[i], "--model"))
+            name = argv[i + 1];
+        else if (!strcmp(argv[i], "--batch"))
+            B = atol(argv[i + 1]);
+        else if (!strcmp(argv[i], "--iters"))
+            iters = atol(argv[i + 1]);
+        else if (!strcmp(argv[i], "--device"))
+            device = atoi(argv[i + 1]);
+        else {
+            fprintf(stderr,
+                    "usage: %s [--model mlp|lenet|vgg] [--batch N] [--iters N] "
+                    "[--device N]\n",
+                    argv[0]);
+            return 2;
+        }
+    }
+    CUDA_SKIP_IF_NO_DEVICE();
+    model_spec s;
+    if (spec_for(&s, name) || B < 1 || iters < 1) {
+        fprintf(stderr, "unknown model '%s' (mlp, lenet, vgg) or bad batch/iters\n", name);
+        return 2;
+    }
+    char err[HR_ERRLEN], desc[128], dev[256];
+    model m;
+    model_cuda mc;
+    if (model_init(&m, &s, B, 0, 1, err, sizeof err) != HR_OK ||
+        model_cuda_init(&mc, &m, device, err, sizeof err) != HR_OK) {
+        fprintf(stderr, "%s\n", err);
+        return 1;
+    }
+    model_describe(&m, desc, sizeof desc);
+    double cap = cuda_device_capacity(device, dev, sizeof dev);
+    float *x = model_cuda_host_input(&mc);
+    fill_uniform(x, B * m.in_size, 3, 1, 1.0f);
+    int32_t *y = xmalloc(sizeof(int32_t) * (size_t)B);
+    for (long b = 0; b < B; b++) y[b] = (int32_t)(b % m.out_size);
+    model_stats st;
+    const float lr = 0.01f, mu = 0.9f, wd = 5e-4f, inv_b = 1.0f / (float)B;
+    for (int i = 0; i < 10; i++) { /* warm-up: cuBLAS heuristics, clocks */
+        HR_DIE(model_cuda_forward_backward(&mc, x, y, NULL, B, &st));
+        HR_DIE(model_cuda_sgd_step(&mc, lr, mu, wd, inv_b));
+    }
+    double t0 = now_s();
+    for (long i = 0; i < iters; i++) {
+        HR_DIE(model_cuda_forward_backward(&mc, x, y, NULL, B, &st));
+        HR_DIE(model_cuda_sgd_step(&mc, lr, mu, wd, inv_b));
+    }
+    double dt = now_s() - t0, sps = (double)B * iters / dt;
+    printf("model %s, batch %ld, %ld iterations on %s (%.1f fp32 TFLOP/s peak)\n", desc, B, iters,
+           dev, cap / 1e12);
+    printf("samples/s %.0f  ms/iter %.3f  GFLOP/s %.0f  final loss %.4f\n", sps,
+           1e3 * dt / (double)iters, sps * model_flops_per_sample(&m) / 1e9,
+           st.loss_sum / (double)B);
+    model_cuda_free(&mc);
+    model_free(&m);
+    free(y);
+    return 0;
+}

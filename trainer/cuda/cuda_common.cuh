@@ -1,0 +1,81 @@
+/*
+ * cuda_common.cuh: helpers shared by the .cu files of trainer/cuda (not a public header).
+ *
+ * CU_CHECK and BLAS_CHECK turn a CUDA or cuBLAS failure into HR_ERR_CUDA, logging the call
+ * and its file:line under the cuda subsystem; LAUNCH_CHECK does the same for the launch that
+ * precedes it. Grid sizes are pure functions of the shapes, never of the device, so the
+ * reduction order (and with it every bit of the result) is fixed by the input.
+ */
+#ifndef HR_CUDA_COMMON_CUH
+#define HR_CUDA_COMMON_CUH
+
+#include "cuda_layers.h"
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+extern "C" {
+#include "hr_log.h"
+}
+
+#define CU_CHECK(call)                                                                             \
+    do {                                                                                           \
+        cudaError_t e_ = (call);                                                                   \
+        if (e_ != cudaSuccess) {                                                                   \
+            HR_ERROR(CUDA, "%s:%d: %s: %s", __FILE__, __LINE__, #call, cudaGetErrorString(e_));    \
+            return HR_ERR_CUDA;                                                                    \
+        }                                                                                          \
+    } while (0)
+
+#define BLAS_CHECK(call)                                                                           \
+    do {                                                                                           \
+        cublasStatus_t s_ = (call);                                                                \
+        if (s_ != CUBLAS_STATUS_SUCCESS) {                                                         \
+            HR_ERROR(CUDA, "%s:%d: %s: %s", __FILE__, __LINE__, #call, cublasGetStatusString(s_)); \
+            return HR_ERR_CUDA;                                                                    \
+        }                                                                                          \
+    } while (0)
+
+#define LAUNCH_CHECK() CU_CHECK(cudaGetLastError())
+
+/* Threads per block of the elementwise and reduction kernels (a power of two). */
+#define HR_CUDA_THREADS 256
+
+/* Blocks for a grid-stride loop over n items: fixed by n alone. */
+static inline int hr_cuda_blocks(long n, int cap) {
+    long b = (n + HR_CUDA_THREADS - 1) / HR_CUDA_THREADS;
+    if (b < 1) b = 1;
+    return (int)(b < cap ? b : cap);
+}
+
+/* Row-major C (M, N) = alpha op(A) op(B) + beta C through column-major cuBLAS: the
+ * column-major view of a row-major matrix is its transpose, so compute C^T = op(B)^T op(A)^T
+ * by swapping the operands. */
+static inline hr_status hr_cuda_gemm(cuda_ctx *c, int ta, int tb, int M, int N, int K,
+                                     const float *A, int lda, const float *B, int ldb, float beta,
+                                     float *C, int ldc) {
+    const float one = 1.0f;
+    BLAS_CHECK(cublasSgemm(c->blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N,
+                           N, M, K, &one, B, ldb, A, lda, &beta, C, ldc));
+    return HR_OK;
+}
+
+/* Block-wide sum of one double per thread in a fixed tree order; thread 0 gets the total.
+ * `sh` holds HR_CUDA_THREADS doubles. */
+static __device__ inline double hr_block_sum(double v, double *sh) {
+    sh[threadIdx.x] = v;
+    __syncthreads();
+    for (int s = HR_CUDA_THREADS / 2; s > 0; s >>= 1) {
+        if ((int)threadIdx.x < s) sh[threadIdx.x] += sh[threadIdx.x + s];
+        __syncthreads();
+    }
+    double r = sh[0];
+    __syncthreads();
+    return r;
+}
+
+/* Sum the (nparts, 2) partials of a loss reduction into stats[0..1] (defined in
+ * cuda_dense.cu, used by both loss kernels). */
+hr_status hr_cuda_finish_stats(cuda_ctx *c, int nparts, double *stats);
+
+#endif
