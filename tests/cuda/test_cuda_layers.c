@@ -20,7 +20,9 @@ static void test_linear(int B, int I, int O) {
     float *bias = xmalloc(sizeof(float) * O), *dout = xmalloc(sizeof(float) * nout);
     float *out = xmalloc(sizeof(float) * nout), *dw = xmalloc(sizeof(float) * nw);
     float *db = xmalloc(sizeof(float) * O), *din = xmalloc(sizeof(float) * nin);
-    float *g = xmalloc(sizeof(float) * (nin > nw ? nin : nw)), *g2 = xmalloc(sizeof(float) * nw);
+    long nmax = nin > nw ? nin : nw;
+    nmax = nmax > nout ? nmax : nout;
+    float *g = xmalloc(sizeof(float) * nmax), *g2 = xmalloc(sizeof(float) * nw);
     fill_uniform(in, nin, 1, 1, 1.0f);
     fill_uniform(w, nw, 1, 2, 0.5f);
     fill_uniform(bias, O, 1, 3, 0.5f);
@@ -97,7 +99,8 @@ static void test_conv(int B, int C, int H, int W, int OC, int K, int S, int P) {
     float *db = xmalloc(sizeof(float) * OC), *din = xmalloc(sizeof(float) * nin);
     float *col = xmalloc(sizeof(float) * ckk * ohw), *dcol = xmalloc(sizeof(float) * ckk * ohw);
     long nmax = nin > nout ? nin : nout;
-    float *h = xmalloc(sizeof(float) * (nmax > nw ? nmax : nw)), *h2 = xmalloc(sizeof(float) * nin);
+    nmax = nmax > nw ? nmax : nw;
+    float *h = xmalloc(sizeof(float) * nmax), *h2 = xmalloc(sizeof(float) * nmax);
     fill_uniform(in, nin, 3, 1, 1.0f);
     fill_uniform(w, nw, 3, 2, 0.3f);
     fill_uniform(bias, OC, 3, 3, 0.3f);

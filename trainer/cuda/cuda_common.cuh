@@ -74,6 +74,10 @@ static __device__ inline double hr_block_sum(double v, double *sh) {
     return r;
 }
 
+/* out (C) = sums of x (B, C, S) over the batch and the S positions of each channel, without
+ * atomics (defined in cuda_dense.cu; linear and conv2d bias gradients). */
+hr_status hr_cuda_channel_sum(cuda_ctx *c, float *out, const float *x, int B, int C, int S);
+
 /* Sum the (nparts, 2) partials of a loss reduction into stats[0..1] (defined in
  * cuda_dense.cu, used by both loss kernels). */
 hr_status hr_cuda_finish_stats(cuda_ctx *c, int nparts, double *stats);

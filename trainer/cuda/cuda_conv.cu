@@ -15,8 +15,6 @@
 
 #include <float.h>
 
-hr_status hr_cuda_channel_sum(cuda_ctx *c, float *out, const float *x, int B, int C, int S);
-
 /* Workspace per chunk: col and dcol (CKK each) plus outT/doutT (OC), per output position. */
 #define CONV_CHUNK_FLOATS (32L << 20)
 

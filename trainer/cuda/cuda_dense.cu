@@ -137,8 +137,6 @@ extern "C" hr_status cuda_linear_backward(cuda_ctx *c, float *din, float *dw, fl
     return HR_OK;
 }
 
-/* Used by conv2d for its bias gradient. */
-hr_status hr_cuda_channel_sum(cuda_ctx *c, float *out, const float *x, int B, int C, int S);
 hr_status hr_cuda_channel_sum(cuda_ctx *c, float *out, const float *x, int B, int C, int S) {
     return channel_sum(c, out, x, B, C, S);
 }
