@@ -111,6 +111,7 @@ int main(int argc, char **argv) {
         HR_DIE(model_cuda_forward_backward(&mc, x, y, NULL, B, &st));
         HR_DIE(model_cuda_sgd_step(&mc, lr, mu, wd, inv_b));
     }
+    HR_DIE(cuda_ctx_sync(&mc.ctx)); /* the last step is queued, not yet done */
     double dt = now_s() - t0, sps = (double)B * iters / dt;
     printf("model %s, batch %ld, %ld iterations on %s (%.1f fp32 TFLOP/s peak)\n", desc, B, iters,
            dev, cap / 1e12);

@@ -459,7 +459,7 @@ hr_status model_cuda_vel_to_host(model_cuda *mc, float *host) {
 
 hr_status model_cuda_sgd_step(model_cuda *mc, float lr, float momentum, float wd, float inv_B) {
     HR_CHECK(after_copies(mc)); /* uploaded gradient chunks */
-    HR_CHECK(cuda_sgd_step(&mc->ctx, mc->params, mc->vel, mc->grads, mc->m->n_params, lr, momentum,
-                           wd, inv_B));
-    return cuda_ctx_sync(&mc->ctx);
+    /* no wait: every later call on the executor runs on (or after) the compute stream */
+    return cuda_sgd_step(&mc->ctx, mc->params, mc->vel, mc->grads, mc->m->n_params, lr, momentum,
+                         wd, inv_B);
 }

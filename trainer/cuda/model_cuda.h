@@ -138,7 +138,9 @@ hr_status model_cuda_vel_to_host(model_cuda *mc, float *host);
 /* One SGD step on the device grads, operation for operation opt_step's (optim.h):
  *     g = grad * inv_B + wd * p;  v = momentum * v + g;  p = p - lr * v
  * Pass lr = (float)opt_lr(o, iter), inv_B = 1.0f / (float)B as opt_step computes them, and
- * a GPU replica stays bitwise equal to CPU replicas (I4). Returns once the step is done. */
+ * a GPU replica stays bitwise equal to CPU replicas (I4). Orders itself after queued gradient
+ * uploads and returns once the step is queued; every later call on the executor (the next
+ * pass, params_to_host, ...) runs after it. */
 hr_status model_cuda_sgd_step(model_cuda *mc, float lr, float momentum, float wd, float inv_B);
 
 #ifdef __cplusplus
