@@ -1,0 +1,933 @@
+/*
+ * ring.c: ring formation, the frame engine and the collectives (see ring.h).
+ *
+ * Every collective is compiled into a schedule: the frames this node sends to its successor
+ * (byte ranges of one buffer, each with the number of received frames it must wait for) and
+ * the frames it receives from its predecessor (byte ranges, each added as floats or copied).
+ * One engine runs any schedule with non-blocking sockets: it sends whatever is ready, receives
+ * whatever has arrived, reduces each segment as soon as it has been verified, and sleeps in
+ * poll() only when neither link can move. So both links run at once, reduction overlaps the
+ * transfers, and no wait is longer than `timeout` without progress.
+ *
+ * Invariants:
+ *  - a received frame's header is checked against the one expected (epoch, sequence number,
+ *    collective, index, length) before its payload is read (I7);
+ *  - in auth and encrypt modes no payload byte is added or copied before its tag verified;
+ *  - each segment of the all-reduce is reduced once, by the node that owns it in that step,
+ *    and then copied unchanged, so all members end with the same bytes (I4).
+ */
+#include "ring.h"
+
+#include "frame.h"
+#include "hr_log.h"
+#include "tcp.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <time.h>
+#include <unistd.h>
+
+/* Measured default pipeline segment (bench/README.md, "All-reduce"). */
+#define RING_SEG_DEFAULT (256 << 10)
+/* All-reduces of at most this many bytes gather every contribution and add them in rank
+ * order: fewer hops, so lower latency, at the cost of (N-1)x the traffic. */
+#define RING_SMALL_BYTES (32 << 10)
+
+/* ================================================================ names and errors */
+
+static void node_str(const ring *r, long id, char *out, size_t n) {
+    int i = cfg_node_index(r->c, id);
+    if (i < 0)
+        snprintf(out, n, "node %ld", id);
+    else
+        snprintf(out, n, "node %ld (%s:%ld)", id, r->c->nodes[i].host, r->c->nodes[i].port);
+}
+
+static long id_of(const ring *r, int idx) {
+    return r->c->nodes[idx].id;
+}
+
+const char *ring_error(const ring *r) {
+    return r->err;
+}
+
+int ring_rank(const ring *r) {
+    return r->rank;
+}
+
+int ring_size(const ring *r) {
+    return r->view.n;
+}
+
+const ring_view *ring_get_view(const ring *r) {
+    return &r->view;
+}
+
+static void close_links(ring *r) {
+    tcp_close(&r->succ_fd);
+    tcp_close(&r->pred_fd);
+    sec_chan_free(&r->succ_ch);
+    sec_chan_free(&r->pred_ch);
+}
+
+/* ================================================================ formation */
+
+typedef struct {
+    ring *r;             /* the ring being formed */
+    double deadline;     /* give up waiting for the predecessor then */
+    atomic_int stop;     /* set by the connecting side when formation failed */
+    int fd;              /* the authenticated connection, or -1 */
+    sec_chan ch;         /* its channel */
+    hr_status st;        /* outcome */
+    char err[HR_ERRLEN]; /* why it failed (the last rejection, if any) */
+} acceptor;
+
+static sec_hs_params hs_params(const ring *r, long expect) {
+    sec_hs_params p = {.c = r->c,
+                       .keys = &r->keys,
+                       .epoch = r->view.epoch,
+                       .self_id = r->self_id,
+                       .expect_id = expect,
+                       .seg_bytes = (uint32_t)r->seg_bytes};
+    return p;
+}
+
+static void *accept_main(void *arg) {
+    acceptor *a = arg;
+    ring *r = a->r;
+    char pname[96], who[CFG_STR + 64], why[HR_ERRLEN];
+    node_str(r, id_of(r, r->pred), who, sizeof who);
+    a->st = HR_ERR_TIMEOUT;
+    snprintf(a->err, sizeof a->err, "no connection from predecessor %s", who);
+    while (!atomic_load(&a->stop)) {
+        double now = tcp_now();
+        if (now >= a->deadline) break;
+        double d = now + 0.2 < a->deadline ? now + 0.2 : a->deadline;
+        int fd;
+        hr_status st = tcp_accept(r->listen_fd, d, &fd, pname, sizeof pname, why, sizeof why);
+        if (st == HR_ERR_TIMEOUT) continue;
+        if (st != HR_OK) {
+            a->st = st;
+            snprintf(a->err, sizeof a->err, "%s", why);
+            break;
+        }
+        sec_hs_params p = hs_params(r, id_of(r, r->pred));
+        int refused;
+        st = sec_handshake(fd, 0, &p, tcp_now() + r->timeout, &a->ch, &refused, why, sizeof why);
+        if (st == HR_OK) {
+            a->fd = fd;
+            a->st = HR_OK;
+            return NULL;
+        }
+        HR_WARN(SEC, "rejected a connection from %s (expected predecessor %s): %s", pname, who,
+                why);
+        snprintf(a->err, sizeof a->err, "rejected a connection from %s: %.380s", pname, why);
+        a->st = st;
+        close(fd);
+    }
+    return NULL;
+}
+
+static void sleep_s(double s) {
+    if (s <= 0) return;
+    struct timespec t = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
+    nanosleep(&t, NULL);
+}
+
+/* Connect to the successor, retrying with backoff until `deadline`. */
+static hr_status connect_succ(ring *r, double deadline, acceptor *a, char *err, size_t errlen) {
+    const cfg_node *s = &r->c->nodes[r->succ];
+    char who[CFG_STR + 64], why[HR_ERRLEN] = "no attempt";
+    node_str(r, s->id, who, sizeof who);
+    double backoff = 0.01;
+    int tries = 0;
+    for (;;) {
+        double now = tcp_now();
+        if (now >= deadline ||
+            (a->st != HR_ERR_TIMEOUT && a->st != HR_OK && a->fd < 0 && atomic_load(&a->stop)))
+            break;
+        int fd;
+        double d = now + r->timeout < deadline ? now + r->timeout : deadline;
+        hr_status st = tcp_connect(s->host, s->port, d, &fd, why, sizeof why);
+        tries++;
+        if (st == HR_OK) {
+            sec_hs_params p = hs_params(r, s->id);
+            int refused;
+            st = sec_handshake(fd, 1, &p, tcp_now() + r->timeout, &r->succ_ch, &refused, why,
+                               sizeof why);
+            if (st == HR_OK) {
+                r->succ_fd = fd;
+                return HR_OK;
+            }
+            close(fd);
+            if (st == HR_ERR_AUTH || st == HR_ERR_PROTO || refused) {
+                HR_ERROR(SEC, "successor %s: %s", who, why);
+                return hr_fail(err, errlen, st, "successor %s: %s", who, why);
+            }
+        } else if (st == HR_ERR_CONFIG) {
+            return hr_fail(err, errlen, st, "successor %s: %s", who, why);
+        }
+        HR_DEBUG(RING, "connect to %s: %s; retrying in %.0f ms", who, why, backoff * 1e3);
+        sleep_s(backoff < deadline - tcp_now() ? backoff : deadline - tcp_now());
+        backoff = backoff * 2 > 0.5 ? 0.5 : backoff * 2;
+    }
+    return hr_fail(err, errlen, HR_ERR_TIMEOUT,
+                   "could not connect to successor %s within %.1f s (%d attempts): %s", who,
+                   r->c->connect_timeout, tries, why);
+}
+
+static hr_status form(ring *r, char *err, size_t errlen) {
+    r->rank = -1;
+    for (int i = 0; i < r->view.n; i++)
+        if (r->view.ids[i] == r->self_id) r->rank = i;
+    if (r->rank < 0)
+        return hr_fail(err, errlen, HR_ERR_VIEW, "node %ld is not a member of view epoch %llu",
+                       r->self_id, (unsigned long long)r->view.epoch);
+    int n = r->view.n;
+    r->seq = 0;
+    r->failed = HR_OK;
+    r->err[0] = 0;
+    r->succ = r->pred = -1;
+    if (n == 1) {
+        HR_INFO(RING, "ring of 1: view epoch %llu, nothing to connect",
+                (unsigned long long)r->view.epoch);
+        return HR_OK;
+    }
+    r->succ = cfg_node_index(r->c, r->view.ids[(r->rank + 1) % n]);
+    r->pred = cfg_node_index(r->c, r->view.ids[(r->rank + n - 1) % n]);
+    if (r->succ < 0 || r->pred < 0)
+        return hr_fail(err, errlen, HR_ERR_VIEW, "view epoch %llu names a node not in the config",
+                       (unsigned long long)r->view.epoch);
+    double deadline = tcp_now() + r->c->connect_timeout;
+    acceptor *a = calloc(1, sizeof *a); /* holds an aligned sec_chan; keep it off the stack */
+    if (!a) return hr_fail(err, errlen, HR_ERR_NOMEM, "out of memory");
+    a->r = r;
+    a->deadline = deadline;
+    a->fd = -1;
+    atomic_init(&a->stop, 0);
+    pthread_t th;
+    if (pthread_create(&th, NULL, accept_main, a) != 0) {
+        free(a);
+        return hr_fail(err, errlen, HR_ERR_IO, "cannot start the accepting thread");
+    }
+    hr_status st = connect_succ(r, deadline, a, err, errlen);
+    if (st != HR_OK) atomic_store(&a->stop, 1);
+    pthread_join(th, NULL);
+    if (st == HR_OK && a->st != HR_OK) {
+        char who[CFG_STR + 64];
+        node_str(r, id_of(r, r->pred), who, sizeof who);
+        st = a->st == HR_ERR_TIMEOUT ? HR_ERR_TIMEOUT : a->st;
+        hr_fail(err, errlen, st,
+                "no authenticated connection from predecessor %s within %.1f s: %s", who,
+                r->c->connect_timeout, a->err);
+    }
+    if (a->st == HR_OK) {
+        r->pred_fd = a->fd;
+        r->pred_ch = a->ch;
+    }
+    sec_chan_free(&a->ch);
+    free(a);
+    if (st != HR_OK) {
+        close_links(r);
+        return st;
+    }
+    char sw[CFG_STR + 64], pw[CFG_STR + 64];
+    node_str(r, id_of(r, r->succ), sw, sizeof sw);
+    node_str(r, id_of(r, r->pred), pw, sizeof pw);
+    HR_INFO(RING,
+            "ring formed: view epoch %llu, rank %d of %d, successor %s, predecessor %s, "
+            "security %s (%s)",
+            (unsigned long long)r->view.epoch, r->rank, n, sw, pw, cfg_security_name(r->keys.mode),
+            sec_aead_name(r->succ_ch.tx.aead));
+    return HR_OK;
+}
+
+static hr_status alloc_stage(ring *r) {
+    size_t cap = FRAME_HDR + r->seg_bytes + 64 + SEC_TAG;
+    if (cap < FRAME_HDR + FRAME_ABORT_MAX + SEC_TAG) cap = FRAME_HDR + FRAME_ABORT_MAX + SEC_TAG;
+    cap = (cap + 63) & ~(size_t)63;
+    r->tx_stage = aligned_alloc(64, cap);
+    r->rx_stage = aligned_alloc(64, cap);
+    if (!r->tx_stage || !r->rx_stage) return HR_ERR_NOMEM;
+    r->stage_cap = cap;
+    return HR_OK;
+}
+
+hr_status ring_init(ring *r, const cfg *c, int self_idx, char *err, size_t errlen) {
+    memset(r, 0, sizeof *r);
+    r->listen_fd = r->succ_fd = r->pred_fd = -1;
+    r->succ = r->pred = -1;
+    r->c = c;
+    hr_status st;
+    if (self_idx < 0 || self_idx >= c->n_nodes) {
+        st = hr_fail(r->err, sizeof r->err, HR_ERR_INVAL, "node index %d out of range", self_idx);
+        goto fail;
+    }
+    r->self = self_idx;
+    r->self_id = c->nodes[self_idx].id;
+    r->timeout = c->timeout;
+    r->seg_bytes = c->segment_bytes > 0 ? (size_t)c->segment_bytes : RING_SEG_DEFAULT;
+    if (r->seg_bytes < 64) r->seg_bytes = 64;
+    HR_CHECK_GOTO(sec_keys_load(&r->keys, c, r->self_id, r->err, sizeof r->err), st, fail);
+    if (r->keys.mode == CFG_SEC_NONE)
+        HR_WARN(SEC, "security = none: ring links are neither authenticated nor encrypted");
+    if (alloc_stage(r) != HR_OK) {
+        st = hr_fail(r->err, sizeof r->err, HR_ERR_NOMEM, "out of memory");
+        goto fail;
+    }
+    r->view.epoch = 0;
+    r->view.n = c->n_nodes;
+    for (int i = 0; i < c->n_nodes; i++) r->view.ids[i] = c->nodes[i].id;
+    if (c->n_nodes > 1)
+        HR_CHECK_GOTO(tcp_listen(c->nodes[self_idx].host, c->nodes[self_idx].port, &r->listen_fd,
+                                 r->err, sizeof r->err),
+                      st, fail);
+    HR_CHECK_GOTO(form(r, r->err, sizeof r->err), st, fail);
+    return HR_OK;
+fail:
+    if (err) snprintf(err, errlen, "%s", r->err);
+    return st;
+}
+
+hr_status ring_reform(ring *r, const ring_view *v, char *err, size_t errlen) {
+    close_links(r);
+    if (v->n < 1 || v->n > CFG_MAX_NODES)
+        return hr_fail(err, errlen, HR_ERR_INVAL, "a view needs 1 to %d members", CFG_MAX_NODES);
+    r->view = *v;
+    hr_status st = HR_OK;
+    if (v->n > 1 && r->listen_fd < 0)
+        st = tcp_listen(r->c->nodes[r->self].host, r->c->nodes[r->self].port, &r->listen_fd, r->err,
+                        sizeof r->err);
+    if (st == HR_OK) st = form(r, r->err, sizeof r->err);
+    if (st != HR_OK) {
+        r->failed = st;
+        if (err) snprintf(err, errlen, "%s", r->err);
+    }
+    return st;
+}
+
+void ring_free(ring *r) {
+    close_links(r);
+    tcp_close(&r->listen_fd);
+    sec_keys_free(&r->keys);
+    free(r->tx_stage);
+    free(r->rx_stage);
+    free(r->tmp);
+    ring_sched *s = &r->sched;
+    free(s->tx_off);
+    free(s->tx_len);
+    free(s->tx_need);
+    free(s->rx_off);
+    free(s->rx_len);
+    free(s->rx_add);
+    memset(s, 0, sizeof *s);
+    r->tx_stage = r->rx_stage = NULL;
+    r->tmp = NULL;
+}
+
+/* ================================================================ schedules */
+
+static hr_status sched_reserve(ring_sched *s, size_t n) {
+    if (n <= s->cap) return HR_OK;
+    size_t *a = realloc(s->tx_off, n * sizeof *a);
+    if (a) s->tx_off = a;
+    size_t *b = realloc(s->tx_len, n * sizeof *b);
+    if (b) s->tx_len = b;
+    size_t *c = realloc(s->tx_need, n * sizeof *c);
+    if (c) s->tx_need = c;
+    size_t *d = realloc(s->rx_off, n * sizeof *d);
+    if (d) s->rx_off = d;
+    size_t *e = realloc(s->rx_len, n * sizeof *e);
+    if (e) s->rx_len = e;
+    uint8_t *f = realloc(s->rx_add, n);
+    if (f) s->rx_add = f;
+    if (!a || !b || !c || !d || !e || !f) return HR_ERR_NOMEM;
+    s->cap = n;
+    return HR_OK;
+}
+
+static size_t nseg_of(size_t bytes, size_t seg) {
+    return bytes <= seg ? 1 : (bytes + seg - 1) / seg;
+}
+
+/* Blocks of a ring step schedule: byte offset and length of each rank's block. */
+typedef struct {
+    const size_t *off, *len;
+} blocks;
+
+/* Build the schedule of a sequence of ring steps: at step k this node sends block tx_blk[k] and
+ * receives block rx_blk[k] (adding floats when add[k]). The block sent at step k is the one
+ * received at step k-1, so its i-th segment waits for that segment to arrive. */
+static hr_status sched_steps(ring *r, const blocks *b, const int *tx_blk, const int *rx_blk,
+                             const uint8_t *add, int steps, size_t esz) {
+    ring_sched *s = &r->sched;
+    size_t total = 0;
+    for (int k = 0; k < steps; k++)
+        total +=
+            nseg_of(b->len[tx_blk[k]], r->seg_bytes) + nseg_of(b->len[rx_blk[k]], r->seg_bytes);
+    if (sched_reserve(s, total) != HR_OK) return HR_ERR_NOMEM;
+    s->n_tx = s->n_rx = 0;
+    size_t prev_rx_start = 0;
+    for (int k = 0; k < steps; k++) {
+        size_t len = b->len[tx_blk[k]], e = len / esz, ns = nseg_of(len, r->seg_bytes);
+        for (size_t i = 0; i < ns; i++) {
+            size_t lo = i * e / ns, hi = (i + 1) * e / ns;
+            s->tx_off[s->n_tx] = b->off[tx_blk[k]] + lo * esz;
+            s->tx_len[s->n_tx] = (hi - lo) * esz;
+            s->tx_need[s->n_tx] = k == 0 ? 0 : prev_rx_start + i + 1;
+            s->n_tx++;
+        }
+        prev_rx_start = s->n_rx;
+        len = b->len[rx_blk[k]], e = len / esz, ns = nseg_of(len, r->seg_bytes);
+        for (size_t i = 0; i < ns; i++) {
+            size_t lo = i * e / ns, hi = (i + 1) * e / ns;
+            s->rx_off[s->n_rx] = b->off[rx_blk[k]] + lo * esz;
+            s->rx_len[s->n_rx] = (hi - lo) * esz;
+            s->rx_add[s->n_rx] = add[k];
+            s->n_rx++;
+        }
+    }
+    return HR_OK;
+}
+
+/* ================================================================ the engine */
+
+/* The outgoing frame in flight. */
+typedef struct {
+    uint8_t hdr[FRAME_HDR]; /* header (mode none; secure modes build it in tx_stage) */
+    struct iovec iov[2];    /* what is left to send */
+    int iovn;               /* entries of iov in use */
+    size_t left;            /* bytes left */
+} txf;
+
+static void iov_advance(txf *t, size_t n) {
+    t->left -= n;
+    while (n > 0 && t->iovn > 0) {
+        if (n >= t->iov[0].iov_len) {
+            n -= t->iov[0].iov_len;
+            t->iov[0] = t->iov[1];
+            t->iovn--;
+        } else {
+            t->iov[0].iov_base = (char *)t->iov[0].iov_base + n;
+            t->iov[0].iov_len -= n;
+            n = 0;
+        }
+    }
+    while (t->iovn > 0 && t->iov[0].iov_len == 0) {
+        t->iov[0] = t->iov[1];
+        t->iovn--;
+    }
+}
+
+/* Finish sending the frame in flight (blocking, with a deadline). */
+static hr_status tx_finish(ring *r, txf *t, double deadline) {
+    while (t->left > 0) {
+        struct msghdr m = {.msg_iov = t->iov, .msg_iovlen = (size_t)t->iovn};
+        ssize_t n = sendmsg(r->succ_fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (n > 0) {
+            iov_advance(t, (size_t)n);
+            continue;
+        }
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            HR_CHECK(tcp_wait(r->succ_fd, POLLOUT, deadline));
+            continue;
+        }
+        return HR_ERR_PEER;
+    }
+    return HR_OK;
+}
+
+static void put32(uint8_t *p, uint32_t v) {
+    for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+static void put64(uint8_t *p, uint64_t v) {
+    for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+static uint32_t get32(const uint8_t *p) {
+    uint32_t v = 0;
+    for (int i = 3; i >= 0; i--) v = (v << 8) | p[i];
+    return v;
+}
+static uint64_t get64(const uint8_t *p) {
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--) v = (v << 8) | p[i];
+    return v;
+}
+
+/* Where a failure was seen: on the predecessor link, on the successor link, or here. */
+enum { FROM_PRED, FROM_SUCC, FROM_HERE };
+
+/* How long passing on news of a failure may take: a neighbour that is still working reads an
+ * abort within milliseconds; one that has stopped reading must not hold this node up. */
+static double spread_s(const ring *r) {
+    return r->timeout < 1.0 ? r->timeout : 1.0;
+}
+
+/* Send an abort frame naming `culprit` on one link (fd, sealed with `d`). Abort payload:
+ * culprit id i64 | status u32 | reporter id i64 | text. Best effort, bounded by the timeout. */
+static void send_abort(ring *r, int fd, sec_dir *d, int coll, long culprit, long reporter,
+                       hr_status st, const char *text) {
+    if (fd < 0) return;
+    size_t tl = strlen(text);
+    if (tl > FRAME_ABORT_MAX - 20) tl = FRAME_ABORT_MAX - 20;
+    uint8_t f[FRAME_HDR + FRAME_ABORT_MAX + SEC_TAG], body[FRAME_ABORT_MAX];
+    put64(body, (uint64_t)culprit);
+    put32(body + 8, (uint32_t)st);
+    put64(body + 12, (uint64_t)reporter);
+    memcpy(body + 20, text, tl);
+    size_t len = 20 + tl, tag = 0;
+    frame_hdr h = {FRAME_MAGIC,   FRAME_VERSION, FRAME_ABORT, (uint8_t)coll,
+                   r->view.epoch, r->seq,        0,           (uint32_t)len};
+    frame_encode(&h, f);
+    if (r->keys.mode != CFG_SEC_NONE) {
+        sec_seal(d, f, body, len);
+        tag = SEC_TAG;
+    } else {
+        memcpy(f + FRAME_HDR, body, len);
+    }
+    (void)tcp_send_all(fd, f, FRAME_HDR + len + tag, tcp_now() + spread_s(r));
+}
+
+/* Pass news of a failure to both neighbours, except the link it came from and the culprit, so
+ * that it travels round the ring both ways and every member names the same node. Forward, the
+ * frame in flight is finished first so that the abort starts on a frame boundary. Backward
+ * (on the predecessor link, which carries no data that way) it can go at once. */
+static void spread(ring *r, txf *t, int coll, long culprit, long reporter, hr_status st,
+                   const char *text, int from) {
+    if (r->pred >= 0 && from != FROM_PRED && id_of(r, r->pred) != culprit)
+        send_abort(r, r->pred_fd, &r->pred_ch.tx, coll, culprit, reporter, st, text);
+    if (r->succ >= 0 && from != FROM_SUCC && id_of(r, r->succ) != culprit && r->succ_fd >= 0) {
+        if (t && t->left > 0 && tx_finish(r, t, tcp_now() + spread_s(r)) != HR_OK) return;
+        send_abort(r, r->succ_fd, &r->succ_ch.tx, coll, culprit, reporter, st, text);
+    }
+}
+
+/* Record a failure of this view, blaming node `culprit`, seen `from` a link or here. The
+ * links stay open (closing them would look like yet another failure to the neighbours) until
+ * ring_reform or ring_free, except a predecessor link that carried a bad frame: it is dropped. */
+static hr_status fail_view(ring *r, txf *t, int coll, hr_status st, long culprit, int from,
+                           const char *fmt, ...) __attribute__((format(printf, 7, 8)));
+static hr_status fail_view(ring *r, txf *t, int coll, hr_status st, long culprit, int from,
+                           const char *fmt, ...) {
+    char what[HR_ERRLEN];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof what, fmt, ap);
+    va_end(ap);
+    snprintf(r->err, sizeof r->err, "%s #%llu (view epoch %llu): %.400s", frame_coll_name(coll),
+             (unsigned long long)r->seq, (unsigned long long)r->view.epoch, what);
+    HR_ERROR(RING, "%s", r->err);
+    spread(r, t, coll, culprit, r->self_id, st, what, from);
+    if (from == FROM_PRED && (st == HR_ERR_AUTH || st == HR_ERR_PROTO || st == HR_ERR_VIEW))
+        tcp_close(&r->pred_fd);
+    r->failed = st;
+    return st;
+}
+
+/* Read and report an abort frame whose header `h` (raw bytes `raw`) came in on a link. */
+static hr_status on_abort(ring *r, txf *t, int coll, const frame_hdr *h, const uint8_t *raw,
+                          int from) {
+    char pw[CFG_STR + 64];
+    int fd = from == FROM_PRED ? r->pred_fd : r->succ_fd;
+    sec_dir *d = from == FROM_PRED ? &r->pred_ch.rx : &r->succ_ch.rx;
+    long nid = id_of(r, from == FROM_PRED ? r->pred : r->succ);
+    node_str(r, nid, pw, sizeof pw);
+    size_t tag = r->keys.mode != CFG_SEC_NONE ? SEC_TAG : 0;
+    if (h->len < 20 || h->len > FRAME_ABORT_MAX)
+        return fail_view(r, t, coll, HR_ERR_PROTO, nid, from, "%s sent a malformed abort frame",
+                         pw);
+    uint8_t f[FRAME_HDR + FRAME_ABORT_MAX + SEC_TAG], body[FRAME_ABORT_MAX + 1];
+    memcpy(f, raw, FRAME_HDR);
+    if (tcp_recv_all(fd, f + FRAME_HDR, h->len + tag, tcp_now() + r->timeout) != HR_OK)
+        return fail_view(r, t, coll, HR_ERR_PEER, nid, from, "%s closed the connection", pw);
+    if (tag && sec_open(d, f, h->len, body) != 0)
+        return fail_view(r, t, coll, HR_ERR_AUTH, nid, from,
+                         "an abort frame from %s failed authentication (tampered link); "
+                         "connection dropped",
+                         pw);
+    if (!tag) memcpy(body, f + FRAME_HDR, h->len);
+    body[h->len] = 0;
+    long culprit = (long)get64(body);
+    hr_status st = (hr_status)get32(body + 8);
+    if (st <= HR_OK || st >= HR_STATUS_COUNT) st = HR_ERR_PEER;
+    long reporter = (long)get64(body + 12);
+    char *text = (char *)body + 20;
+    for (char *q = text; *q; q++)
+        if (*q < 32 || *q > 126) *q = '?';
+    char rw[CFG_STR + 64];
+    node_str(r, reporter, rw, sizeof rw);
+    snprintf(r->err, sizeof r->err, "%s #%llu (view epoch %llu): %.300s (reported by %.100s)",
+             frame_coll_name(coll), (unsigned long long)r->seq, (unsigned long long)r->view.epoch,
+             text, rw);
+    HR_ERROR(RING, "%s", r->err);
+    /* pass it on unchanged, so the next member names the same culprit and reporter */
+    if (reporter != r->self_id) spread(r, t, coll, culprit, reporter, st, text, from);
+    r->failed = st;
+    return st;
+}
+
+/* Something happened on the successor link, which carries nothing this way but an abort: a
+ * queued abort frame explains the failure, otherwise the successor is gone. */
+static hr_status succ_trouble(ring *r, txf *t, int coll, int e) {
+    char sw[CFG_STR + 64];
+    long sid = id_of(r, r->succ);
+    node_str(r, sid, sw, sizeof sw);
+    uint8_t raw[FRAME_HDR];
+    ssize_t n = recv(r->succ_fd, raw, 1, MSG_DONTWAIT | MSG_PEEK);
+    if (n > 0) {
+        frame_hdr h;
+        if (tcp_recv_all(r->succ_fd, raw, FRAME_HDR, tcp_now() + r->timeout) == HR_OK) {
+            frame_decode(raw, &h);
+            if (h.magic == FRAME_MAGIC && h.version == FRAME_VERSION && h.type == FRAME_ABORT &&
+                h.epoch == r->view.epoch)
+                return on_abort(r, t, coll, &h, raw, FROM_SUCC);
+        }
+        return fail_view(r, t, coll, HR_ERR_PROTO, sid, FROM_SUCC,
+                         "%s sent unexpected data the wrong way; connection dropped", sw);
+    }
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) && e == 0) return HR_OK;
+    if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) e = errno;
+    return fail_view(r, t, coll, HR_ERR_PEER, sid, FROM_SUCC, "%s %s", sw,
+                     e == 0 || e == EPIPE || e == ECONNRESET ? "closed the connection (peer died?)"
+                                                             : strerror(e));
+}
+
+static void add_floats(float *restrict dst, const float *restrict src, size_t n) {
+    for (size_t i = 0; i < n; i++) dst[i] += src[i];
+}
+
+/* Run the schedule in r->sched over `base`. */
+static hr_status engine(ring *r, int coll, uint8_t *base) {
+    const ring_sched *s = &r->sched;
+    const int secure = r->keys.mode != CFG_SEC_NONE;
+    const size_t tag = secure ? SEC_TAG : 0;
+    size_t ti = 0, ri = 0;
+    txf t = {.left = 0};
+    int tx_ready = 0;
+    int rx_body = 0; /* 0: reading the header, 1: reading the payload */
+    size_t rx_got = 0, rx_want = FRAME_HDR;
+    frame_hdr h;
+    char sw[CFG_STR + 64], pw[CFG_STR + 64];
+    long sid = id_of(r, r->succ), pid = id_of(r, r->pred);
+    double last = tcp_now();
+
+    while (ti < s->n_tx || ri < s->n_rx) {
+        int progress = 0;
+        /* ---- send everything that is ready */
+        while (ti < s->n_tx && ri >= s->tx_need[ti]) {
+            if (!tx_ready) {
+                size_t len = s->tx_len[ti];
+                frame_hdr th = {FRAME_MAGIC,   FRAME_VERSION, FRAME_DATA,   (uint8_t)coll,
+                                r->view.epoch, r->seq,        (uint32_t)ti, (uint32_t)len};
+                if (secure) {
+                    frame_encode(&th, r->tx_stage);
+                    sec_seal(&r->succ_ch.tx, r->tx_stage, base + s->tx_off[ti], len);
+                    t.iov[0].iov_base = r->tx_stage;
+                    t.iov[0].iov_len = FRAME_HDR + len + tag;
+                    t.iovn = 1;
+                } else {
+                    frame_encode(&th, t.hdr);
+                    t.iov[0].iov_base = t.hdr;
+                    t.iov[0].iov_len = FRAME_HDR;
+                    t.iov[1].iov_base = base + s->tx_off[ti];
+                    t.iov[1].iov_len = len;
+                    t.iovn = len ? 2 : 1;
+                }
+                t.left = FRAME_HDR + len + tag;
+                tx_ready = 1;
+            }
+            struct msghdr m = {.msg_iov = t.iov, .msg_iovlen = (size_t)t.iovn};
+            ssize_t n = sendmsg(r->succ_fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT);
+            if (n < 0) {
+                if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) break;
+                hr_status st = succ_trouble(r, NULL, coll, errno ? errno : EPIPE);
+                if (st == HR_OK) break;
+                return st;
+            }
+            progress = 1;
+            iov_advance(&t, (size_t)n);
+            if (t.left == 0) {
+                ti++;
+                tx_ready = 0;
+            }
+        }
+        /* ---- receive whatever has arrived */
+        while (ri < s->n_rx) {
+            uint8_t *dst;
+            if (!rx_body) {
+                dst = r->rx_stage + rx_got;
+            } else if (!secure && !s->rx_add[ri]) {
+                dst = base + s->rx_off[ri] + rx_got;
+            } else {
+                dst = r->rx_stage + FRAME_HDR + rx_got;
+            }
+            ssize_t n =
+                rx_want > rx_got ? recv(r->pred_fd, dst, rx_want - rx_got, MSG_DONTWAIT) : 0;
+            if (rx_want > rx_got && n <= 0) {
+                if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) break;
+                int e = n == 0 ? 0 : errno;
+                node_str(r, pid, pw, sizeof pw);
+                return fail_view(r, &t, coll, HR_ERR_PEER, pid, FROM_PRED, "%s %s", pw,
+                                 e == 0            ? "closed the connection (peer died?)"
+                                 : e == ECONNRESET ? "reset the connection (peer died?)"
+                                                   : strerror(e));
+            }
+            if (n > 0) {
+                rx_got += (size_t)n;
+                progress = 1;
+            }
+            if (rx_got < rx_want) continue;
+            if (!rx_body) {
+                frame_decode(r->rx_stage, &h);
+                node_str(r, pid, pw, sizeof pw);
+                if (h.magic != FRAME_MAGIC || h.version != FRAME_VERSION)
+                    return fail_view(r, &t, coll, HR_ERR_PROTO, pid, FROM_PRED,
+                                     "%s sent a malformed frame header (bad magic or version); "
+                                     "connection dropped",
+                                     pw);
+                if (h.epoch != r->view.epoch)
+                    return fail_view(r, &t, coll, HR_ERR_VIEW, pid, FROM_PRED,
+                                     "%s sent a frame of view epoch %llu, this node is in %llu; "
+                                     "frame dropped",
+                                     pw, (unsigned long long)h.epoch,
+                                     (unsigned long long)r->view.epoch);
+                if (h.type == FRAME_ABORT) return on_abort(r, &t, coll, &h, r->rx_stage, FROM_PRED);
+                if (h.type != FRAME_DATA || h.seq != r->seq || h.coll != coll)
+                    return fail_view(r, &t, coll, HR_ERR_PROTO, pid, FROM_PRED,
+                                     "%s sent a frame of %s #%llu while this node is in %s #%llu "
+                                     "(members must call the same collectives in the same order)",
+                                     pw, frame_coll_name(h.coll), (unsigned long long)h.seq,
+                                     frame_coll_name(coll), (unsigned long long)r->seq);
+                if (h.index != ri || h.len != s->rx_len[ri])
+                    return fail_view(r, &t, coll, HR_ERR_PROTO, pid, FROM_PRED,
+                                     "%s sent frame %u of %u bytes, expected frame %zu of %zu "
+                                     "bytes (replayed, dropped or reordered frame); connection "
+                                     "dropped",
+                                     pw, h.index, h.len, ri, s->rx_len[ri]);
+                rx_body = 1;
+                rx_got = 0;
+                rx_want = h.len + tag;
+                if (rx_want > 0) continue;
+            }
+            /* a whole frame: verify, then apply */
+            size_t len = s->rx_len[ri];
+            uint8_t *out = base + s->rx_off[ri];
+            if (secure) {
+                uint8_t *pay = r->rx_stage + FRAME_HDR;
+                if (sec_open(&r->pred_ch.rx, r->rx_stage, len, s->rx_add[ri] ? pay : out) != 0) {
+                    node_str(r, pid, pw, sizeof pw);
+                    return fail_view(r, &t, coll, HR_ERR_AUTH, pid, FROM_PRED,
+                                     "frame %zu from %s failed authentication (tampered, "
+                                     "replayed or reordered); connection dropped, frame unused",
+                                     ri, pw);
+                }
+                if (s->rx_add[ri]) add_floats((float *)out, (const float *)pay, len / 4);
+            } else if (s->rx_add[ri]) {
+                add_floats((float *)out, (const float *)(r->rx_stage + FRAME_HDR), len / 4);
+            }
+            ri++;
+            rx_body = 0;
+            rx_got = 0;
+            rx_want = FRAME_HDR;
+        }
+        if (ti >= s->n_tx && ri >= s->n_rx) break;
+        double now = tcp_now();
+        if (progress) {
+            last = now;
+            continue;
+        }
+        /* ---- nothing moved: wait for a link, at most until the timeout */
+        int tx_wait = ti < s->n_tx && ri >= s->tx_need[ti];
+        struct pollfd p[2] = {{.fd = r->pred_fd, .events = ri < s->n_rx ? POLLIN : 0},
+                              {.fd = r->succ_fd, .events = ti < s->n_tx ? POLLIN : 0}};
+        if (tx_wait) p[1].events |= POLLOUT;
+        double left = last + r->timeout - now;
+        int rc = left > 0 ? poll(p, 2, (int)(left * 1000) + 1) : 0;
+        if (rc < 0 && errno == EINTR) continue;
+        if (rc == 0 && tcp_now() >= last + r->timeout) {
+            if (tx_wait) {
+                node_str(r, sid, sw, sizeof sw);
+                return fail_view(r, &t, coll, HR_ERR_TIMEOUT, sid, FROM_SUCC,
+                                 "%s accepted no data for %.1f s (peer dead or hung?)", sw,
+                                 r->timeout);
+            }
+            node_str(r, pid, pw, sizeof pw);
+            return fail_view(r, &t, coll, HR_ERR_TIMEOUT, pid, FROM_PRED,
+                             "%s sent nothing for %.1f s (peer dead or hung?)", pw, r->timeout);
+        }
+        if (rc > 0 && ti < s->n_tx && (p[1].revents & (POLLIN | POLLHUP | POLLERR))) {
+            hr_status st = succ_trouble(r, &t, coll, 0);
+            if (st != HR_OK) return st;
+        }
+    }
+    return HR_OK;
+}
+
+/* ================================================================ collectives */
+
+static hr_status begin(ring *r) {
+    if (r->failed != HR_OK) return r->failed;
+    if (r->view.n > 1 && (r->succ_fd < 0 || r->pred_fd < 0)) {
+        snprintf(r->err, sizeof r->err, "the ring is not formed");
+        return HR_ERR_INVAL;
+    }
+    return HR_OK;
+}
+
+static hr_status finish(ring *r, hr_status st) {
+    r->seq++;
+    return st;
+}
+
+/* A local failure in the middle of a collective: the others are already sending, so the view
+ * is failed and they are told. */
+static hr_status local_fail(ring *r, int coll, hr_status st, const char *what) {
+    char me[CFG_STR + 64];
+    node_str(r, r->self_id, me, sizeof me);
+    return fail_view(r, NULL, coll, st, r->self_id, FROM_HERE, "%s: %s", me, what);
+}
+
+hr_status ring_allgatherv(ring *r, const void *mine, size_t my_bytes, void *all,
+                          const size_t *bytes_of) {
+    HR_CHECK(begin(r));
+    int n = r->view.n, k = r->rank;
+    size_t off[CFG_MAX_NODES] = {0}, tot = 0;
+    for (int i = 0; i < n; i++) off[i] = tot, tot += bytes_of[i];
+    if (my_bytes != bytes_of[k]) {
+        snprintf(r->err, sizeof r->err, "all-gather: my_bytes %zu != bytes_of[%d] %zu", my_bytes, k,
+                 bytes_of[k]);
+        return HR_ERR_INVAL;
+    }
+    if (my_bytes && (const uint8_t *)all + off[k] != mine)
+        memmove((uint8_t *)all + off[k], mine, my_bytes);
+    if (n == 1) return finish(r, HR_OK);
+    int tx[CFG_MAX_NODES], rx[CFG_MAX_NODES];
+    uint8_t add[CFG_MAX_NODES];
+    for (int s = 0; s < n - 1; s++) {
+        tx[s] = (k - s + n) % n;
+        rx[s] = (k - s - 1 + 2 * n) % n;
+        add[s] = 0;
+    }
+    blocks b = {off, bytes_of};
+    if (sched_steps(r, &b, tx, rx, add, n - 1, 1) != HR_OK)
+        return finish(r, local_fail(r, FRAME_COLL_ALLGATHER, HR_ERR_NOMEM, "out of memory"));
+    return finish(r, engine(r, FRAME_COLL_ALLGATHER, all));
+}
+
+hr_status ring_allgather(ring *r, const void *mine, void *all, size_t bytes_each) {
+    size_t sizes[CFG_MAX_NODES];
+    for (int i = 0; i < r->view.n; i++) sizes[i] = bytes_each;
+    return ring_allgatherv(r, mine, bytes_each, all, sizes);
+}
+
+hr_status ring_barrier(ring *r) {
+    HR_CHECK(begin(r));
+    int n = r->view.n, k = r->rank;
+    if (n == 1) return finish(r, HR_OK);
+    size_t off[CFG_MAX_NODES] = {0}, len[CFG_MAX_NODES] = {0};
+    int tx[CFG_MAX_NODES], rx[CFG_MAX_NODES];
+    uint8_t add[CFG_MAX_NODES] = {0};
+    for (int s = 0; s < n - 1; s++) {
+        tx[s] = (k - s + n) % n;
+        rx[s] = (k - s - 1 + 2 * n) % n;
+    }
+    blocks b = {off, len};
+    uint8_t dummy = 0;
+    if (sched_steps(r, &b, tx, rx, add, n - 1, 1) != HR_OK)
+        return finish(r, local_fail(r, FRAME_COLL_BARRIER, HR_ERR_NOMEM, "out of memory"));
+    return finish(r, engine(r, FRAME_COLL_BARRIER, &dummy));
+}
+
+hr_status ring_broadcast(ring *r, void *buf, size_t bytes, int root) {
+    HR_CHECK(begin(r));
+    int n = r->view.n;
+    if (root < 0 || root >= n) {
+        snprintf(r->err, sizeof r->err, "broadcast: root rank %d out of range (0..%d)", root,
+                 n - 1);
+        return HR_ERR_INVAL;
+    }
+    if (n == 1) return finish(r, HR_OK);
+    int rel = (r->rank - root + n) % n;
+    ring_sched *s = &r->sched;
+    size_t ns = nseg_of(bytes, r->seg_bytes);
+    if (sched_reserve(s, ns) != HR_OK)
+        return finish(r, local_fail(r, FRAME_COLL_BROADCAST, HR_ERR_NOMEM, "out of memory"));
+    s->n_tx = rel == n - 1 ? 0 : ns;
+    s->n_rx = rel == 0 ? 0 : ns;
+    for (size_t i = 0; i < ns; i++) {
+        size_t lo = i * bytes / ns, hi = (i + 1) * bytes / ns;
+        s->tx_off[i] = s->rx_off[i] = lo;
+        s->tx_len[i] = s->rx_len[i] = hi - lo;
+        s->tx_need[i] = rel == 0 ? 0 : i + 1;
+        s->rx_add[i] = 0;
+    }
+    return finish(r, engine(r, FRAME_COLL_BROADCAST, buf));
+}
+
+/* Small all-reduce: gather every contribution, then add them in rank order. */
+static hr_status allreduce_small(ring *r, float *buf, size_t count) {
+    int n = r->view.n;
+    size_t bytes = count * sizeof(float), need = bytes * (size_t)n;
+    if (need > r->tmp_cap) {
+        float *t = realloc(r->tmp, need);
+        if (!t) return local_fail(r, FRAME_COLL_ALLREDUCE, HR_ERR_NOMEM, "out of memory");
+        r->tmp = t;
+        r->tmp_cap = need;
+    }
+    int k = r->rank;
+    memcpy(r->tmp + (size_t)k * count, buf, bytes);
+    int tx[CFG_MAX_NODES], rx[CFG_MAX_NODES];
+    uint8_t add[CFG_MAX_NODES] = {0};
+    size_t off[CFG_MAX_NODES], len[CFG_MAX_NODES];
+    for (int i = 0; i < n; i++) off[i] = (size_t)i * bytes, len[i] = bytes;
+    for (int s = 0; s < n - 1; s++) {
+        tx[s] = (k - s + n) % n;
+        rx[s] = (k - s - 1 + 2 * n) % n;
+    }
+    blocks b = {off, len};
+    if (sched_steps(r, &b, tx, rx, add, n - 1, sizeof(float)) != HR_OK)
+        return local_fail(r, FRAME_COLL_ALLREDUCE, HR_ERR_NOMEM, "out of memory");
+    HR_CHECK(engine(r, FRAME_COLL_ALLREDUCE, (uint8_t *)r->tmp));
+    memcpy(buf, r->tmp, bytes);
+    for (int i = 1; i < n; i++) add_floats(buf, r->tmp + (size_t)i * count, count);
+    return HR_OK;
+}
+
+hr_status ring_allreduce(ring *r, float *buf, size_t count) {
+    HR_CHECK(begin(r));
+    int n = r->view.n, k = r->rank;
+    if (n == 1 || count == 0) return finish(r, HR_OK);
+    if (count * sizeof(float) <= RING_SMALL_BYTES || count < (size_t)n)
+        return finish(r, allreduce_small(r, buf, count));
+    size_t off[CFG_MAX_NODES], len[CFG_MAX_NODES];
+    for (int j = 0; j < n; j++) {
+        size_t lo = (size_t)j * count / (size_t)n, hi = (size_t)(j + 1) * count / (size_t)n;
+        off[j] = lo * sizeof(float);
+        len[j] = (hi - lo) * sizeof(float);
+    }
+    int tx[2 * CFG_MAX_NODES], rx[2 * CFG_MAX_NODES];
+    uint8_t add[2 * CFG_MAX_NODES];
+    for (int s = 0; s < n - 1; s++) { /* reduce-scatter */
+        tx[s] = (k - s + n) % n;
+        rx[s] = (k - s - 1 + 2 * n) % n;
+        add[s] = 1;
+    }
+    for (int t = 0; t < n - 1; t++) { /* all-gather of the reduced chunks */
+        tx[n - 1 + t] = (k + 1 - t + n) % n;
+        rx[n - 1 + t] = (k - t + n) % n;
+        add[n - 1 + t] = 0;
+    }
+    blocks b = {off, len};
+    if (sched_steps(r, &b, tx, rx, add, 2 * (n - 1), sizeof(float)) != HR_OK)
+        return finish(r, local_fail(r, FRAME_COLL_ALLREDUCE, HR_ERR_NOMEM, "out of memory"));
+    return finish(r, engine(r, FRAME_COLL_ALLREDUCE, (uint8_t *)buf));
+}

@@ -1,0 +1,109 @@
+/*
+ * sec.h: the ring's secure channel: keys, the handshake and frame sealing (libsodium).
+ *
+ * Handshake (initiator I connects to responder R, its successor in the view):
+ *   I -> R  HELLO   magic, version, role, security mode, view epoch, from id, to id,
+ *                   segment size, AES support, ephemeral X25519 key, cluster name hash
+ *   R -> I  HELLO   the same from R
+ *   R -> I  PROOF   or VERDICT(reject, reason) when I's hello does not fit
+ *   I -> R  PROOF
+ *   R -> I  VERDICT ok, or reject with a reason
+ * TH = BLAKE2b("hetring-hs-v1" | hello_I | hello_R). crypto_kx gives the shared secrets; with a
+ * PSK they are mixed with it (keyed BLAKE2b), giving one key per direction and a confirmation
+ * key. A PROOF is an Ed25519 signature over (role label | TH) with the node's pinned identity
+ * key (zeros in PSK-only mode) and a keyed BLAKE2b MAC of the role label under the confirmation
+ * key. Fresh ephemeral keys on both sides make every TH unique, which gives forward secrecy and
+ * makes a replayed handshake fail. In mode none only the hellos and the verdict are exchanged.
+ *
+ * Frames: AES-256-GCM when both ends have AES-NI, else XChaCha20-Poly1305; the nonce is a
+ * 64-bit counter per direction, so a replayed, dropped or reordered frame fails to open. In
+ * encrypt mode the header is associated data and the payload is encrypted; in auth mode
+ * header and payload are both associated data (a MAC only). Keys are wiped with
+ * sodium_memzero and never logged.
+ */
+#ifndef HR_SEC_H
+#define HR_SEC_H
+
+#include "cfg.h"
+#include "hr_status.h"
+
+#include <sodium.h>
+#include <stdint.h>
+
+#define SEC_TAG      16  /* bytes of authentication tag per frame in auth and encrypt modes */
+#define SEC_HELLO    192 /* bytes of a hello */
+#define SEC_MSG_HDR  8   /* type, status, reserved, length */
+#define SEC_PROOF    96  /* signature (64) and MAC (32) */
+#define SEC_TEXT_MAX 256 /* longest verdict text */
+/* Bytes the initiator sends during a handshake (the tamper test skips them). */
+#define SEC_HS_INIT_BYTES_SECURE (SEC_HELLO + SEC_MSG_HDR + SEC_PROOF)
+#define SEC_HS_INIT_BYTES_NONE   SEC_HELLO
+
+enum { SEC_AEAD_NONE, SEC_AEAD_AES256GCM, SEC_AEAD_XCHACHA20 };
+
+/* This node's long-term secrets. */
+typedef struct {
+    int mode;                                    /* CFG_SEC_NONE, CFG_SEC_AUTH or CFG_SEC_ENCRYPT */
+    int have_identity;                           /* sign_* hold this node's identity key pair */
+    uint8_t sign_pk[crypto_sign_PUBLICKEYBYTES]; /* Ed25519 public key, as pinned in the config */
+    uint8_t sign_sk[crypto_sign_SECRETKEYBYTES]; /* Ed25519 secret key */
+    int have_psk;                                /* psk holds the cluster pre-shared key */
+    uint8_t psk[32];                             /* cluster pre-shared key */
+} sec_keys;
+
+/* One direction of a channel. */
+typedef struct {
+    crypto_aead_aes256gcm_state aes; /* expanded AES-GCM key */
+    uint8_t key[32];                 /* XChaCha20-Poly1305 key */
+    int aead;                        /* SEC_AEAD_* */
+    int mode;                        /* CFG_SEC_*: how frames are protected */
+    uint64_t ctr;                    /* nonce counter of the next frame */
+} sec_dir;
+
+/* Both directions of one connection. */
+typedef struct {
+    sec_dir tx; /* frames this node sends */
+    sec_dir rx; /* frames this node receives */
+} sec_chan;
+
+/* What a handshake must agree on. */
+typedef struct {
+    const cfg *c;         /* cluster config: name, nodes and their pinned keys */
+    const sec_keys *keys; /* this node's secrets */
+    uint64_t epoch;       /* view epoch both ends must be in */
+    long self_id;         /* this node */
+    long expect_id;       /* the node the view puts at the other end */
+    uint32_t seg_bytes;   /* pipeline segment size both ends must use */
+} sec_hs_params;
+
+/* Load this node's keys as the config says (key_file with {id}, psk_file, inline psk). Key files
+ * readable by group or others are refused. */
+hr_status sec_keys_load(sec_keys *k, const cfg *c, long self_id, char *err, size_t errlen);
+void sec_keys_free(sec_keys *k);
+
+/* Run the handshake on a connected socket. The initiator is the node that connected. On success
+ * `ch` is ready; on failure `err` says what was wrong and with whom: HR_ERR_AUTH (a key did not
+ * match), HR_ERR_PROTO (cluster, version, mode, view, id or segment mismatch), or a transport
+ * status. `refused` is set when the other end refused this node (its verdict). */
+hr_status sec_handshake(int fd, int initiator, const sec_hs_params *p, double deadline,
+                        sec_chan *ch, int *refused, char *err, size_t errlen);
+void sec_chan_free(sec_chan *ch);
+const char *sec_aead_name(int aead);
+
+/* Seal `frame` = header(FRAME_HDR) | payload(len) | tag(SEC_TAG). The payload is taken from
+ * `src` (which may be frame + FRAME_HDR): encrypted into the frame, or copied for auth. */
+void sec_seal(sec_dir *d, uint8_t *frame, const uint8_t *src, size_t len);
+/* Verify `frame` and write the payload's plaintext to `dst` (may be frame + FRAME_HDR). Returns
+ * 0, or -1 with `dst` wiped when the frame is not authentic. */
+int sec_open(sec_dir *d, uint8_t *frame, size_t len, uint8_t *dst)
+    __attribute__((warn_unused_result));
+
+/* Key files: a comment line and 64 hex digits. Reading refuses group/other access. */
+hr_status sec_read_key_file(const char *path, uint8_t out[32], char *err, size_t errlen);
+/* Write with mode 0600; refuses to replace an existing file unless `force`. */
+hr_status sec_write_key_file(const char *path, const uint8_t key[32], const char *comment,
+                             int force, char *err, size_t errlen);
+/* The Ed25519 public key of an identity seed. */
+void sec_identity_public(const uint8_t seed[32], uint8_t pk[32]);
+
+#endif

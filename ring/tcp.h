@@ -1,0 +1,44 @@
+/*
+ * tcp.h: TCP sockets with deadlines, for the ring.
+ *
+ * Every call that can block takes an absolute deadline on the monotonic clock (tcp_now()
+ * seconds) and returns HR_ERR_TIMEOUT when it passes. Sockets are non-blocking; waiting is done
+ * with poll(). A peer that closes or resets the connection gives HR_ERR_PEER, other socket
+ * failures HR_ERR_IO. Sends use MSG_NOSIGNAL, so a dead peer never raises SIGPIPE.
+ */
+#ifndef HR_TCP_H
+#define HR_TCP_H
+
+#include "hr_status.h"
+
+#include <stddef.h>
+
+/* Seconds on the monotonic clock. */
+double tcp_now(void);
+
+/* Listen on host:port (SO_REUSEADDR, non-blocking). */
+hr_status tcp_listen(const char *host, long port, int *out_fd, char *err, size_t errlen);
+
+/* One connection attempt to host:port, finished by `deadline`. ECONNREFUSED and friends give
+ * HR_ERR_PEER, so that callers can retry. The socket is tuned (tcp_tune). */
+hr_status tcp_connect(const char *host, long port, double deadline, int *out_fd, char *err,
+                      size_t errlen);
+
+/* Accept one connection by `deadline`; `peer` receives "addr:port" of the remote end. */
+hr_status tcp_accept(int lfd, double deadline, int *out_fd, char *peer, size_t peerlen, char *err,
+                     size_t errlen);
+
+/* Non-blocking, TCP_NODELAY and the ring's socket buffer sizes. */
+void tcp_tune(int fd);
+
+/* Move exactly `len` bytes, or fail by `deadline`. */
+hr_status tcp_send_all(int fd, const void *buf, size_t len, double deadline);
+hr_status tcp_recv_all(int fd, void *buf, size_t len, double deadline);
+
+/* Wait until fd is ready for `events` (POLLIN/POLLOUT) or the deadline passes. */
+hr_status tcp_wait(int fd, short events, double deadline);
+
+/* Close fd if open and set it to -1. */
+void tcp_close(int *fd);
+
+#endif

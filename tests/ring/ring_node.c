@@ -1,0 +1,217 @@
+/*
+ * ring_node.c: one node of a multi-process ring test, spawned N times by the test scripts.
+ *
+ *   ring_node CONF ID correct COUNT...  all-reduce, all-gather(v), broadcast and barrier for each
+ *                                       COUNT, checked against a serial reference and, for the
+ *                                       all-reduce, checked bitwise-identical on every node
+ *   ring_node CONF ID loop COUNT        all-reduce COUNT floats until an error ("running" once)
+ *   ring_node CONF ID reduce COUNT K    K all-reduces of COUNT floats, each checked
+ *   ring_node CONF ID init              form the ring, one barrier, exit
+ *   ring_node keygen FILE               write an identity key file, print its public key
+ *
+ * Exit status: 0 success, 1 a wrong result, 2 usage or config error, 3 a ring error (its
+ * message, naming the peer, is printed as "node ID: ring error: ...").
+ */
+#include "cfg.h"
+#include "hr_log.h"
+#include "ring.h"
+#include "sec.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static long g_id;
+
+/* A deterministic float in [-1, 1) for (rank, index). */
+static float value(int rank, size_t i) {
+    uint64_t x = (uint64_t)i * 0x9E3779B97F4A7C15ull + (uint64_t)(rank + 1) * 0xBF58476D1CE4E5B9ull;
+    x ^= x >> 31;
+    x *= 0x94D049BB133111EBull;
+    x ^= x >> 29;
+    return (float)((double)(x >> 40) / (double)(1ull << 24) * 2.0 - 1.0);
+}
+
+static uint64_t fnv(const void *p, size_t n) {
+    const uint8_t *b = p;
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 1099511628211ull;
+    return h;
+}
+
+static int ring_fail(ring *r, const char *what) {
+    fprintf(stderr, "node %ld: ring error in %s: %s\n", g_id, what, ring_error(r));
+    return 3;
+}
+
+static int wrong(const char *what, size_t count, const char *detail) {
+    fprintf(stderr, "node %ld: WRONG %s (count %zu): %s\n", g_id, what, count, detail);
+    return 1;
+}
+
+static int check_count(ring *r, size_t count) {
+    int n = ring_size(r), k = ring_rank(r);
+    char msg[256];
+    /* all-reduce */
+    float *buf = malloc((count ? count : 1) * sizeof *buf);
+    if (!buf) return 2;
+    for (size_t i = 0; i < count; i++) buf[i] = value(k, i);
+    if (ring_allreduce(r, buf, count) != HR_OK) return free(buf), ring_fail(r, "all-reduce");
+    double maxd = 0;
+    for (size_t i = 0; i < count; i++) {
+        double ref = 0;
+        for (int q = 0; q < n; q++) ref += value(q, i);
+        double d = fabs(ref - buf[i]);
+        if (d > maxd) maxd = d;
+    }
+    printf("node %ld: all-reduce count %zu: max abs diff %.3g\n", g_id, count, maxd);
+    if (maxd > 1e-5 * n) {
+        snprintf(msg, sizeof msg, "max abs diff %.3g", maxd);
+        return free(buf), wrong("all-reduce", count, msg);
+    }
+    uint64_t h = fnv(buf, count * sizeof *buf), hs[CFG_MAX_NODES];
+    free(buf);
+    if (ring_allgather(r, &h, hs, sizeof h) != HR_OK) return ring_fail(r, "all-gather of hashes");
+    for (int q = 0; q < n; q++)
+        if (hs[q] != h) {
+            snprintf(msg, sizeof msg, "rank %d's result differs bitwise from rank %d's (I4)", q, k);
+            return wrong("all-reduce", count, msg);
+        }
+    /* all-gather, equal sizes (capped so that N copies stay small) */
+    size_t m = count < (1u << 20) ? count : (1u << 20);
+    float *mine = malloc((m ? m : 1) * sizeof *mine), *all = malloc((m ? m : 1) * n * sizeof *all);
+    if (!mine || !all) return 2;
+    for (size_t i = 0; i < m; i++) mine[i] = value(k, i);
+    if (ring_allgather(r, mine, all, m * sizeof *mine) != HR_OK)
+        return free(mine), free(all), ring_fail(r, "all-gather");
+    for (int q = 0; q < n; q++)
+        for (size_t i = 0; i < m; i++)
+            if (all[(size_t)q * m + i] != value(q, i)) {
+                snprintf(msg, sizeof msg, "block %d element %zu", q, i);
+                return free(mine), free(all), wrong("all-gather", count, msg);
+            }
+    free(mine);
+    free(all);
+    /* all-gather, variable sizes in bytes (some zero, none a multiple of 4) */
+    size_t sizes[CFG_MAX_NODES], tot = 0, off = 0;
+    for (int q = 0; q < n; q++) {
+        sizes[q] = (q % 3 == 2) ? 0 : ((size_t)q * 131 + count) % 70001;
+        tot += sizes[q];
+    }
+    for (int q = 0; q < k; q++) off += sizes[q];
+    uint8_t *vb = malloc(tot + 1);
+    if (!vb) return 2;
+    for (size_t i = 0; i < sizes[k]; i++) vb[off + i] = (uint8_t)(k * 31 + i * 7);
+    /* in place: my part already sits at its offset */
+    if (ring_allgatherv(r, vb + off, sizes[k], vb, sizes) != HR_OK)
+        return free(vb), ring_fail(r, "all-gatherv");
+    off = 0;
+    for (int q = 0; q < n; q++) {
+        for (size_t i = 0; i < sizes[q]; i++)
+            if (vb[off + i] != (uint8_t)(q * 31 + i * 7)) {
+                snprintf(msg, sizeof msg, "block %d byte %zu", q, i);
+                return free(vb), wrong("all-gatherv", count, msg);
+            }
+        off += sizes[q];
+    }
+    free(vb);
+    /* broadcast from every root */
+    float *bb = malloc((count ? count : 1) * sizeof *bb);
+    if (!bb) return 2;
+    for (int root = 0; root < n; root++) {
+        for (size_t i = 0; i < count; i++) bb[i] = k == root ? value(root + 7, i) : -1.0f;
+        if (ring_broadcast(r, bb, count * sizeof *bb, root) != HR_OK)
+            return free(bb), ring_fail(r, "broadcast");
+        for (size_t i = 0; i < count; i++)
+            if (bb[i] != value(root + 7, i)) {
+                snprintf(msg, sizeof msg, "root %d element %zu", root, i);
+                return free(bb), wrong("broadcast", count, msg);
+            }
+    }
+    free(bb);
+    if (ring_barrier(r) != HR_OK) return ring_fail(r, "barrier");
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    hr_log_init_from_env();
+    if (argc == 3 && strcmp(argv[1], "keygen") == 0) {
+        uint8_t seed[32], pk[32];
+        char err[HR_ERRLEN], hex[65];
+        if (sodium_init() < 0) return 2;
+        randombytes_buf(seed, sizeof seed);
+        if (sec_write_key_file(argv[2], seed, "hetring identity secret key (test)", 1, err,
+                               sizeof err) != HR_OK) {
+            fprintf(stderr, "%s\n", err);
+            return 2;
+        }
+        sec_identity_public(seed, pk);
+        sodium_memzero(seed, sizeof seed);
+        cfg_hex_encode(pk, 32, hex);
+        printf("%s\n", hex);
+        return 0;
+    }
+    if (argc < 4) {
+        fprintf(stderr, "usage: ring_node CONF ID correct|loop|reduce|init [ARGS]\n");
+        return 2;
+    }
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    cfg c;
+    char err[HR_ERRLEN];
+    if (cfg_load(&c, argv[1], err, sizeof err) != HR_OK) {
+        fprintf(stderr, "%s\n", err);
+        return 2;
+    }
+    g_id = atol(argv[2]);
+    int self = cfg_node_index(&c, g_id);
+    if (self < 0) {
+        fprintf(stderr, "node %ld is not in %s\n", g_id, argv[1]);
+        return 2;
+    }
+    hr_log_set_node((int)g_id);
+    ring r;
+    int rc = 0;
+    if (ring_init(&r, &c, self, err, sizeof err) != HR_OK) {
+        fprintf(stderr, "node %ld: ring error in init: %s\n", g_id, err);
+        rc = 3;
+        goto out;
+    }
+    printf("node %ld: ring formed, rank %d of %d\n", g_id, ring_rank(&r), ring_size(&r));
+    const char *mode = argv[3];
+    if (strcmp(mode, "init") == 0) {
+        if (ring_barrier(&r) != HR_OK) rc = ring_fail(&r, "barrier");
+    } else if (strcmp(mode, "correct") == 0) {
+        for (int i = 4; i < argc && rc == 0; i++) rc = check_count(&r, (size_t)atoll(argv[i]));
+    } else if (strcmp(mode, "loop") == 0 || strcmp(mode, "reduce") == 0) {
+        size_t count = argc > 4 ? (size_t)atoll(argv[4]) : 1 << 20;
+        long iters = strcmp(mode, "loop") == 0 ? -1 : (argc > 5 ? atol(argv[5]) : 1);
+        float *buf = malloc(count * sizeof *buf);
+        if (!buf) return 2;
+        int n = ring_size(&r);
+        for (long it = 0; iters < 0 || it < iters; it++) {
+            for (size_t i = 0; i < count; i++) buf[i] = (float)((i % 1000) + ring_rank(&r));
+            if (ring_allreduce(&r, buf, count) != HR_OK) {
+                rc = ring_fail(&r, "all-reduce");
+                break;
+            }
+            for (size_t i = 0; i < count; i++)
+                if (buf[i] != (float)(n * (i % 1000)) + (float)(n * (n - 1) / 2)) {
+                    rc = wrong("all-reduce", count, "wrong sum");
+                    break;
+                }
+            if (rc) break;
+            if (it == 0) printf("node %ld: running\n", g_id);
+        }
+        free(buf);
+    } else {
+        fprintf(stderr, "unknown mode %s\n", mode);
+        rc = 2;
+    }
+    if (rc == 0) printf("node %ld: ok\n", g_id);
+out:
+    ring_free(&r);
+    cfg_free(&c);
+    return rc;
+}

@@ -1,0 +1,180 @@
+#!/usr/bin/env bash
+# ring_test.sh SCENARIO MODE RING_NODE [TAMPER_PROXY]: multi-process ring tests on 127.0.0.1.
+#   correct   N = 1..5, counts 0, 1, N-1, N+1 and a large prime: all-reduce, all-gather(v),
+#             broadcast from every root, barrier, against a serial reference
+#   big       16 Mi floats, N = 1..5
+#   peer_death  SIGKILL of one node mid all-reduce: every survivor names it within the timeout
+#   bad_peers   wrong identity key, wrong PSK, unknown node id, group-readable key file
+#   startup     late starters and any start order
+#   tamper      a proxy flips a bit, truncates a frame, replays a frame
+# MODE is none, auth (cluster PSK) or encrypt (identity keys). Ports are random in 20000-60000.
+set -u
+scenario=$1 mode=$2 NODE=$3 PROXY=${4:-}
+tmp=$(mktemp -d)
+pids=()
+cleanup() {
+    for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null; done
+    wait 2>/dev/null
+    rm -rf "$tmp"
+}
+trap cleanup EXIT
+fails=0
+fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+now() { date +%s.%N; }
+
+# identity keys for ids 0..7, a cluster PSK, and a second ("wrong") key and PSK
+for i in 0 1 2 3 4 5 6 7; do pub[$i]=$("$NODE" keygen "$tmp/node$i.key"); done
+rogue_pub=$("$NODE" keygen "$tmp/rogue.key")
+mkpsk() { printf '# test psk\n%s\n' "$(od -An -tx1 -N32 /dev/urandom | tr -d ' \n')" > "$1"; chmod 600 "$1"; }
+mkpsk "$tmp/psk"; mkpsk "$tmp/wrong.psk"
+
+newbase() { base=$((20000 + (RANDOM * 7 + $$) % 40000)); }
+# [CT=S] [TO=S] conf FILE N: a cluster of nodes 0..N-1 on 127.0.0.1:base+i (connect_timeout
+# CT, timeout TO)
+conf() {
+    local f=$1 n=$2
+    {
+        printf '[cluster]\nname = ringtest\nconnect_timeout = %s\ntimeout = %s\n' "${CT:-20}" "${TO:-10}"
+        case $mode in
+        none) printf 'security = none\n' ;;
+        auth) printf 'security = auth\npsk_file = %s\n' "$tmp/psk" ;;
+        encrypt) printf 'security = encrypt\nkey_file = %s\n' "$tmp/node{id}.key" ;;
+        esac
+        printf '[train]\niterations = 1\n'
+        for ((i = 0; i < n; i++)); do
+            printf '[node.%d]\nhost = 127.0.0.1\nport = %d\n' $i $((base + i))
+            [ "$mode" = encrypt ] && printf 'pubkey = %s\n' "${pub[$i]}"
+        done
+    } > "$f"
+}
+# start ID CONF ARGS...: one node in the background, output in $tmp/out.ID
+start() {
+    local id=$1 f=$2; shift 2
+    "$NODE" "$f" "$id" "$@" > "$tmp/out.$id" 2>&1 &
+    pids+=($!); pid[$id]=$!
+}
+# finish IDS...: wait for the nodes, exit codes in rc[ID]
+finish() { for id in "$@"; do wait "${pid[$id]}"; rc[$id]=$?; done; }
+show() { for id in "$@"; do sed "s/^/    out.$id: /" "$tmp/out.$id" | tail -n 8; done; }
+
+case $scenario in
+correct | big)
+    for n in 1 2 3 4 5; do
+        newbase; conf "$tmp/c.ini" $n
+        if [ "$scenario" = big ]; then counts="16777216"; else counts="0 1 $((n - 1)) $((n + 1)) 1000003"; fi
+        t0=$(now)
+        for ((i = 0; i < n; i++)); do start $i "$tmp/c.ini" correct $counts; done
+        ids=$(seq 0 $((n - 1)))
+        finish $ids
+        bad=0
+        for i in $ids; do [ "${rc[$i]}" = 0 ] || bad=1; done
+        echo "N=$n $mode counts [$counts]: $(awk "BEGIN{printf \"%.2f\", $(now) - $t0}") s"
+        if [ $bad = 1 ]; then fail "N=$n: a node failed"; show $ids; fi
+    done
+    ;;
+peer_death)
+    n=4; newbase; TO=4 conf "$tmp/c.ini" $n
+    for i in 0 1 2 3; do start $i "$tmp/c.ini" loop 4194304; done
+    for _ in $(seq 1 200); do
+        [ "$(cat "$tmp"/out.* | grep -c running)" -ge 4 ] && break; sleep 0.1
+    done
+    sleep 0.3
+    kill -KILL "${pid[2]}"; t0=$(now)
+    finish 0 1 3
+    el=$(awk "BEGIN{printf \"%.2f\", $(now) - $t0}")
+    echo "survivors returned $el s after the SIGKILL (timeout 4 s)"
+    awk "BEGIN{exit !($el < 6)}" || fail "survivors took $el s (timeout 4 s)"
+    for i in 0 1 3; do
+        [ "${rc[$i]}" = 3 ] || fail "node $i exited ${rc[$i]}, expected 3 (ring error)"
+        grep -q "node 2 (127.0.0.1:$((base + 2)))" "$tmp/out.$i" || fail "node $i does not name node 2"
+        grep "ring error" "$tmp/out.$i" | sed 's/^/    /'
+    done
+    ;;
+bad_peers)
+    # 1. node 0 runs with a key that is not the one pinned by the others
+    newbase; CT=4 conf "$tmp/c.ini" 3
+    sed -e "s|key_file = .*|key_file = $tmp/rogue.key|" -e "s|${pub[0]}|$rogue_pub|" "$tmp/c.ini" > "$tmp/c0.ini"
+    start 0 "$tmp/c0.ini" init; start 1 "$tmp/c.ini" init; start 2 "$tmp/c.ini" init
+    finish 0 1 2
+    for i in 0 1 2; do [ "${rc[$i]}" = 3 ] || fail "wrong key: node $i exited ${rc[$i]}, expected 3"; done
+    grep -q "refused this node" "$tmp/out.0" || fail "wrong key: node 0 was not told it was refused"
+    grep -q "rejected a connection.*signature does not match" "$tmp/out.1" || fail "wrong key: node 1 did not log the rejection"
+    grep -q "authentication failed" "$tmp/out.2" || fail "wrong key: node 2 accepted node 0's proof"
+    show 0 1 2
+    # 2. an unknown node id knocks first; the real ring must still form
+    newbase; conf "$tmp/c.ini" 3
+    rport=$((base + 7))
+    sed -e "s|\[node.0\]|[node.7]|" -e "s|port = $base\$|port = $rport|" -e "s|${pub[0]}|${pub[7]}|" \
+        -e "/\[node.2\]/,\$d" "$tmp/c.ini" > "$tmp/rogue.ini"
+    [ "$mode" = auth ] && sed -i "s|$tmp/psk|$tmp/wrong.psk|" "$tmp/rogue.ini"
+    start 1 "$tmp/c.ini" init; start 2 "$tmp/c.ini" init; start 7 "$tmp/rogue.ini" init
+    finish 7
+    [ "${rc[7]}" = 3 ] || fail "unknown peer: the rogue exited ${rc[7]}, expected 3"
+    grep -q "refused this node.*unknown peer" "$tmp/out.7" || fail "unknown peer: not refused as unknown"
+    start 0 "$tmp/c.ini" init
+    finish 0 1 2
+    for i in 0 1 2; do [ "${rc[$i]}" = 0 ] || fail "unknown peer: node $i exited ${rc[$i]}"; done
+    grep -q "rejected a connection.*unknown peer" "$tmp/out.1" || fail "unknown peer: node 1 did not log it"
+    show 7 1
+    # 3. a wrong cluster PSK (auth mode)
+    mode=auth; newbase; CT=4 conf "$tmp/c.ini" 2
+    sed "s|$tmp/psk|$tmp/wrong.psk|" "$tmp/c.ini" > "$tmp/c0.ini"
+    start 0 "$tmp/c0.ini" init; start 1 "$tmp/c.ini" init
+    finish 0 1
+    for i in 0 1; do [ "${rc[$i]}" = 3 ] || fail "wrong psk: node $i exited ${rc[$i]}"; done
+    grep -q "key confirmation does not match" "$tmp/out.0" "$tmp/out.1" || fail "wrong psk: no clear message"
+    show 0
+    # 4. a key file readable by others is refused
+    mode=encrypt; newbase; conf "$tmp/c.ini" 1
+    chmod 644 "$tmp/node0.key"
+    start 0 "$tmp/c.ini" init; finish 0
+    [ "${rc[0]}" = 3 ] || fail "loose key file: exited ${rc[0]}"
+    grep -q "readable by group or others" "$tmp/out.0" || fail "loose key file accepted"
+    chmod 600 "$tmp/node0.key"
+    show 0
+    ;;
+startup)
+    n=4
+    for order in "3 2 1 0" "0 2 3 1" "1 3 0 2"; do
+        newbase; conf "$tmp/c.ini" $n
+        for i in $order; do start $i "$tmp/c.ini" correct 1000; sleep 0.7; done
+        finish 0 1 2 3
+        for i in 0 1 2 3; do [ "${rc[$i]}" = 0 ] || { fail "order $order: node $i exited ${rc[$i]}"; show $i; }; done
+        echo "start order $order (0.7 s apart): ok"
+    done
+    # one node 3 s late
+    newbase; conf "$tmp/c.ini" $n
+    for i in 0 1 3; do start $i "$tmp/c.ini" correct 1000; done
+    sleep 3; start 2 "$tmp/c.ini" correct 1000
+    finish 0 1 2 3
+    for i in 0 1 2 3; do [ "${rc[$i]}" = 0 ] || { fail "late node 2: node $i exited ${rc[$i]}"; show $i; }; done
+    echo "node 2 started 3 s late: ok"
+    ;;
+tamper)
+    for what in flip truncate replay; do
+        newbase; TO=5 conf "$tmp/c.ini" 2
+        pport=$((base + 5))
+        sed "s|port = $((base + 1))\$|port = $pport|" "$tmp/c.ini" > "$tmp/c0.ini" # node 0 reaches 1 via the proxy
+        "$PROXY" $pport $((base + 1)) $what 3 > "$tmp/proxy.out" 2>&1 &
+        pids+=($!); ppid=$!
+        sleep 0.2
+        start 0 "$tmp/c0.ini" reduce 1048576 5; start 1 "$tmp/c.ini" reduce 1048576 5
+        finish 0 1
+        kill "$ppid" 2>/dev/null; wait "$ppid" 2>/dev/null
+        for i in 0 1; do
+            [ "${rc[$i]}" = 3 ] || fail "$what: node $i exited ${rc[$i]}, expected 3 (ring error)"
+            grep -q "node $i: ok\|WRONG" "$tmp/out.$i" && fail "$what: node $i applied a result"
+        done
+        case $what in
+        flip) pat="failed authentication" ;;
+        truncate) pat="closed the connection" ;;
+        replay) pat="replayed, dropped or reordered" ;;
+        esac
+        grep -q "$pat" "$tmp/out.1" || fail "$what: node 1 did not report '$pat'"
+        echo "$what: $(cat "$tmp/proxy.out")"; show 1 0
+    done
+    ;;
+*) echo "unknown scenario $scenario"; exit 2 ;;
+esac
+echo "$fails failure(s)"
+[ "$fails" = 0 ]
