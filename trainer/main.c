@@ -15,6 +15,7 @@ static const cli_command commands[] = {
     {"local", "start every node of a cluster file on this machine", cmd_local, NULL},
     {"config", "validate a cluster file and print the effective configuration", cmd_config, NULL},
     {"gen-data", "write a synthetic dataset as MNIST IDX, CIFAR-10 or CSV files", cmd_gen_data, NULL},
+    {"keygen", "write a node identity key (or a cluster pre-shared key)", cmd_keygen, NULL},
     {"bench", "benchmarks: all-reduce bandwidth, training speed, heterogeneous scenarios",
      cmd_bench, bench_available},
     {"version", "print the version and build features", cmd_version, NULL},

@@ -50,5 +50,6 @@ int cmd_local(int argc, char **argv);
 int cmd_config(int argc, char **argv);
 int cmd_version(int argc, char **argv);
 int cmd_gen_data(int argc, char **argv);
+int cmd_keygen(int argc, char **argv);
 
 #endif

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# hetring keygen: mode 0600, a 64-hex public key on stdout that the config accepts as pubkey,
+# no overwrite without --force, and PSK files.
+set -u
+HR=$1
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+fails=0
+fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+pub=$("$HR" keygen --out "$tmp/n0.key" 2>"$tmp/err") || fail "keygen failed: $(cat "$tmp/err")"
+[[ $pub =~ ^[0-9a-f]{64}$ ]] || fail "public key is not 64 hex digits: '$pub'"
+[ "$(stat -c %a "$tmp/n0.key")" = 600 ] || fail "key file mode $(stat -c %a "$tmp/n0.key")"
+grep -q "$pub" "$tmp/n0.key" && fail "the public key is in the secret file (it holds the seed only)"
+"$HR" keygen --out "$tmp/n0.key" 2>/dev/null && fail "an existing key file was replaced"
+"$HR" keygen --out "$tmp/n0.key" --force >/dev/null 2>&1 || fail "--force did not replace"
+"$HR" keygen --psk --out "$tmp/psk" >"$tmp/psk.out" 2>/dev/null || fail "keygen --psk failed"
+[ -s "$tmp/psk.out" ] && fail "keygen --psk printed something on stdout"
+[ "$(stat -c %a "$tmp/psk")" = 600 ] || fail "psk file mode"
+pub=$("$HR" keygen --out "$tmp/n0.key" --force 2>/dev/null)
+printf '[cluster]\nsecurity = encrypt\nkey_file = %s\n[train]\niterations = 1\n[node.0]\nhost = 127.0.0.1\nport = 40999\npubkey = %s\n' \
+    "$tmp/n{id}.key" "$pub" > "$tmp/c.ini"
+"$HR" config --conf "$tmp/c.ini" >/dev/null 2>"$tmp/err" || fail "config rejects the printed pubkey: $(cat "$tmp/err")"
+"$HR" keygen 2>/dev/null; [ $? = 2 ] || fail "keygen without --out is not a usage error"
+echo "$fails failure(s)"
+[ "$fails" = 0 ]
