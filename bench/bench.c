@@ -7,6 +7,7 @@
 
 static const bench_suite suites[] = {
     {"hetero", "dynamic batching against static on emulated heterogeneous clusters", bench_hetero},
+    {"allreduce", "ring all-reduce bandwidth and latency, nccl-tests table", bench_allreduce},
     {NULL, NULL, NULL}, /* suites are added above this line */
 };
 #define N_SUITES ((int)(sizeof suites / sizeof suites[0]) - 1)

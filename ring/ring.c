@@ -63,6 +63,10 @@ int ring_rank(const ring *r) {
     return r->rank;
 }
 
+size_t ring_segment_bytes(const ring *r) {
+    return r->seg_bytes;
+}
+
 int ring_size(const ring *r) {
     return r->view.n;
 }

@@ -83,6 +83,8 @@ hr_status ring_init(ring *r, const cfg *c, int self_idx, char *err, size_t errle
 hr_status ring_reform(ring *r, const ring_view *v, char *err, size_t errlen);
 
 int ring_rank(const ring *r);
+/* Pipeline segment size in bytes (segment_bytes, or the measured default). */
+size_t ring_segment_bytes(const ring *r);
 int ring_size(const ring *r);
 const ring_view *ring_get_view(const ring *r);
 
