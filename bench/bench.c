@@ -7,6 +7,7 @@
 
 static const bench_suite suites[] = {
     {"hetero", "dynamic batching against static on emulated heterogeneous clusters", bench_hetero},
+    {"train", "one node's training step: samples/s, GEMM share, GFLOP/s (vs PyTorch)", bench_train},
     {"allreduce", "ring all-reduce bandwidth and latency, nccl-tests table", bench_allreduce},
     {NULL, NULL, NULL}, /* suites are added above this line */
 };

@@ -16,6 +16,7 @@ int cmd_bench(int argc, char **argv);
 /* The suites. */
 int bench_hetero(int argc, char **argv);
 int bench_allreduce(int argc, char **argv);
+int bench_train(int argc, char **argv);
 /* Nonzero when this build has at least one suite. */
 int bench_available(void);
 

@@ -103,6 +103,7 @@ static void test_determinism_and_resume(void) {
     run_all(&b, lb);
     CHECK(train_save(&b, path, err, sizeof err) == HR_OK, "%s", err);
     train_free(&b);
+    cfg_free(&c2);
     train_or_die(&b, &c2, small);
     CHECK(train_load(&b, path, err, sizeof err) == HR_OK, "%s", err);
     CHECK(b.iter == 17, "resumed at %ld", b.iter);
