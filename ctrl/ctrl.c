@@ -266,6 +266,23 @@ hr_status ctrl_init(ctrl *c, const ctrl_config *cfg, int n, long B, const double
     return HR_OK;
 }
 
+hr_status ctrl_set_split(ctrl *c, const long *b) {
+    if (!c || !c->lng || !b) return HR_ERR_INVAL;
+    long sum = 0;
+    for (int k = 0; k < c->n; k++) {
+        if (b[k] < c->lo || b[k] > c->hi) return HR_ERR_INVAL;
+        sum += b[k];
+    }
+    if (sum != c->B) return HR_ERR_INVAL;
+    for (int k = 0; k < c->n; k++) {
+        if (b[k] == c->b[k]) continue;
+        c->b[k] = b[k];
+        c->nsamp[k] = 0; /* timings at the old batch say nothing about the new one */
+        c->grow_from[k] = 0;
+    }
+    return HR_OK;
+}
+
 /* ---------------------------------------------------------------- observe */
 
 static double median3(double a, double b, double c) {

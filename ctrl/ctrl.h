@@ -110,6 +110,11 @@ typedef struct ctrl {
 hr_status ctrl_init(ctrl *c, const ctrl_config *cfg, int n, long B, const double *capacity,
                     long *b_out);
 
+/* Replace the current split, e.g. with the one a resumed checkpoint recorded. b must sum to B
+ * and respect the bounds (else HR_ERR_INVAL, state unchanged). Smoothed timings restart for
+ * every node whose batch changes. */
+hr_status ctrl_set_split(ctrl *c, const long *b);
+
 /* Feed iteration iter's all-gathered stats (n entries). Rejects with HR_ERR_INVAL, leaving the
  * state unchanged: iter not after the last observed one, t zero, negative, NaN, infinite or
  * outside [CTRL_T_MIN, CTRL_T_MAX], or b different from the current split. */

@@ -86,7 +86,8 @@ hr_status train_init(trainer *t, const cfg *c, int node, const train_comm *comm,
     t->y = regression ? NULL : malloc(sizeof *t->y * (size_t)t->B);
     t->t = regression ? malloc(sizeof *t->t * (size_t)(t->B * t->train.n_targets)) : NULL;
     t->split = malloc(sizeof *t->split * (size_t)t->comm.size);
-    if (!t->x || (!t->y && !t->t) || !t->split) {
+    t->split_prev = malloc(sizeof *t->split_prev * (size_t)t->comm.size);
+    if (!t->x || (!t->y && !t->t) || !t->split || !t->split_prev) {
         st = hr_fail(err, errlen, HR_ERR_NOMEM, "train: out of memory");
         goto fail;
     }
@@ -111,9 +112,10 @@ void train_free(trainer *t) {
     free(t->y);
     free(t->t);
     free(t->split);
+    free(t->split_prev);
     t->x = t->t = NULL;
     t->y = NULL;
-    t->split = NULL;
+    t->split = t->split_prev = NULL;
 }
 
 /* ================================================================ one iteration */
@@ -146,6 +148,8 @@ hr_status train_step(trainer *t, train_iter *out) {
     slot[TRAIN_STAT_TIME] = (float)(t2 - t0);
     slot[TRAIN_STAT_LOSS] = (float)ms.loss_sum;
     slot[TRAIN_STAT_CORRECT] = (float)ms.correct;
+    if (t->ctrl.annotate)
+        HR_CHECK(t->ctrl.annotate(t->ctrl.ctx, i, t->m.params, t->m.n_params, slot));
 
     HR_CHECK(t->comm.allreduce(t->comm.ctx, t->m.grads, (size_t)(t->m.n_params + t->tail)));
     double t3 = now_s();
@@ -163,6 +167,7 @@ hr_status train_step(trainer *t, train_iter *out) {
                  total_b, t->B);
         return HR_ERR_MISMATCH;
     }
+    memcpy(t->split_prev, t->split, sizeof *t->split * (size_t)size);
     if (t->ctrl.decide) {
         HR_CHECK(t->ctrl.decide(t->ctrl.ctx, i, t->stats, size, t->split));
         long sum = 0;
@@ -183,6 +188,7 @@ hr_status train_step(trainer *t, train_iter *out) {
         out->lr = opt_lr(&t->opt, i);
         out->t_compute = t1 - t0, out->t_node = t2 - t0, out->t_comm = t3 - t2;
         out->t_iter = now_s() - t0, out->factor = factor;
+        out->changed = memcmp(t->split_prev, t->split, sizeof *t->split * (size_t)size) != 0;
     }
     return HR_OK;
 }
@@ -251,8 +257,10 @@ static void write_metrics(FILE *f, const trainer *t, const train_iter *r, double
     for (int k = 0; k < t->comm.size; k++)
         fprintf(f, "%s%.6g", k ? "," : "",
                 (double)t->stats[k * TRAIN_NODE_STATS + TRAIN_STAT_TIME]);
-    fprintf(f, "],\"t_compute\":%.6g,\"t_comm\":%.6g,\"t_iter\":%.6g,\"factor\":%g,\"wall_s\":%.6g",
-            r->t_compute, r->t_comm, r->t_iter, r->factor, wall);
+    fprintf(f,
+            "],\"changed\":%d,\"t_compute\":%.6g,\"t_comm\":%.6g,\"t_iter\":%.6g,\"factor\":%g,"
+            "\"wall_s\":%.6g",
+            r->changed, r->t_compute, r->t_comm, r->t_iter, r->factor, wall);
     if (evaluated) {
         fputc(',', f);
         json_num(f, "eval_loss", eval_loss);
@@ -264,7 +272,18 @@ static void write_metrics(FILE *f, const trainer *t, const train_iter *r, double
 
 static void progress(FILE *out, int bar, const trainer *t, const train_iter *r, double rate,
                      double eval_acc, int evaluated) {
-    char acc[32] = "", ev[48] = "";
+    char acc[32] = "", ev[48] = "", nodes[512] = "";
+    if (t->comm.size > 1) { /* every node's batch and compute time, from the gathered stats */
+        size_t o = (size_t)snprintf(nodes, sizeof nodes, " | b");
+        for (int k = 0; k < t->comm.size && o < sizeof nodes; k++)
+            o += (size_t)snprintf(nodes + o, sizeof nodes - o, "%s%.0f", k ? "/" : " ",
+                                  (double)t->stats[k * TRAIN_NODE_STATS + TRAIN_STAT_BATCH]);
+        if (o < sizeof nodes) o += (size_t)snprintf(nodes + o, sizeof nodes - o, " t");
+        for (int k = 0; k < t->comm.size && o < sizeof nodes; k++)
+            o += (size_t)snprintf(nodes + o, sizeof nodes - o, "%s%.0f", k ? "/" : " ",
+                                  1e3 * t->stats[k * TRAIN_NODE_STATS + TRAIN_STAT_TIME]);
+        if (o < sizeof nodes) snprintf(nodes + o, sizeof nodes - o, " ms");
+    }
     if (t->y) snprintf(acc, sizeof acc, " acc %5.1f%%", 100 * r->accuracy);
     if (evaluated)
         snprintf(ev, sizeof ev, t->y ? " | eval acc %.2f%%" : " | eval mse %.4g",
@@ -274,12 +293,12 @@ static void progress(FILE *out, int bar, const trainer *t, const train_iter *r, 
         char b[32];
         for (int k = 0; k < w; k++) b[k] = k < done ? '#' : '.';
         b[w] = 0;
-        fprintf(out, "\r[%s] %3.0f%% it %ld/%ld ep %ld loss %.4f%s %.0f samples/s%s\033[K", b,
+        fprintf(out, "\r[%s] %3.0f%% it %ld/%ld ep %ld loss %.4f%s %.0f samples/s%s%s\033[K", b,
                 100.0 * (double)(r->iter + 1) / (double)t->total, r->iter + 1, t->total, r->epoch,
-                r->loss, acc, rate, ev);
+                r->loss, acc, rate, nodes, ev);
     } else {
-        fprintf(out, "iter %ld/%ld epoch %ld loss %.4f%s %.0f samples/s%s\n", r->iter + 1, t->total,
-                r->epoch, r->loss, acc, rate, ev);
+        fprintf(out, "iter %ld/%ld epoch %ld loss %.4f%s %.0f samples/s%s%s\n", r->iter + 1,
+                t->total, r->epoch, r->loss, acc, rate, nodes, ev);
     }
     fflush(out);
 }
@@ -297,8 +316,8 @@ hr_status train_run(trainer *t, const train_opts *o, train_result *res, char *er
     memset(res, 0, sizeof *res);
     res->emulated = t->emulated;
     res->eval_loss = res->eval_accuracy = res->final_loss = NAN;
-    int resumed = 0;
-    if (c->checkpoint[0] && exists(c->checkpoint)) {
+    int resumed = t->iter > 0;
+    if (!resumed && c->checkpoint[0] && exists(c->checkpoint)) {
         HR_CHECK(train_load(t, c->checkpoint, err, errlen));
         HR_INFO(TRAIN, "resumed from checkpoint %s at iteration %ld", c->checkpoint, t->iter);
         resumed = 1;

@@ -55,6 +55,9 @@ train_comm train_comm_local(void);
 typedef struct {
     void *ctx;
     hr_status (*decide)(void *ctx, long iter, const float *stats, int size, long *split);
+    /* Optional, before the all-reduce: may fill slots 4..7 of this node's stats `slot`
+     * (agreement hashes of the parameters, for instance). */
+    hr_status (*annotate)(void *ctx, long iter, float *params, long n_params, float *slot);
 } train_ctrl;
 
 /* What one iteration did, as seen after the all-reduce (same on every node). */
@@ -69,6 +72,7 @@ typedef struct {
     double t_comm;    /* this node's all-reduce seconds */
     double t_iter;    /* this node's wall seconds for the whole iteration */
     double factor;    /* emulated stretch factor applied */
+    int changed;      /* the decision after this iteration changed the split */
 } train_iter;
 
 typedef struct {
@@ -85,6 +89,7 @@ typedef struct {
     long total;           /* iterations of the run */
     long iter;            /* next iteration to run */
     long *split;          /* (comm.size) samples per node for the next iteration */
+    long *split_prev;     /* (comm.size) the split of the iteration just run */
     float *x;             /* (B, d) input slice */
     int32_t *y;           /* (B) labels, or NULL */
     float *t;             /* (B, n_targets) targets, or NULL */
@@ -131,7 +136,8 @@ typedef struct {
     int emulated;         /* the run emulated heterogeneity */
 } train_result;
 
-/* The whole run: resume from [train] checkpoint when the file exists, iterate to `total`,
+/* The whole run: resume from [train] checkpoint when the file exists (unless train_load has
+ * already resumed this trainer, t->iter > 0), iterate to `total`,
  * evaluate every eval_interval iterations and at the end, checkpoint every
  * checkpoint_interval iterations and at the end (rank 0), write metrics and summary. */
 hr_status train_run(trainer *t, const train_opts *o, train_result *res, char *err, size_t errlen);

@@ -1,34 +1,37 @@
 /*
  * cmd_run.c: `hetring run`, one node of the cluster.
  *
- * A one-node cluster trains here with the local communicator. A cluster of several nodes
- * needs the ring: run_cluster() is where it plugs in (train_init with a ring train_comm and
- * a controller in trainer.ctrl, then train_run).
+ * A one-node cluster trains with the local communicator; a cluster of several nodes forms
+ * the ring and trains with the replicated controller setting every node's batch (dist.h).
  */
 #include "cli.h"
 #include "hr_fault.h"
 #include "hr_log.h"
+#include "dist.h"
 #include "train.h"
 
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static void usage(FILE *out) {
-    fprintf(out, "usage: hetring run --conf FILE [--node ID] [--set SECTION.KEY=VALUE]...\n"
-                 "\n"
-                 "Start one node of the cluster described by FILE.\n"
-                 "\n"
-                 "  --conf FILE      cluster INI file (the same file on every node)\n"
-                 "  --node ID        which [node.ID] this process is; otherwise HETRING_NODE,\n"
-                 "                   SLURM_PROCID or OMPI_COMM_WORLD_RANK (a rank: position in id\n"
-                 "                   order), otherwise the one node whose host is a local address\n"
-                 "  --set S.K=V      override one key (node keys: node.ID.KEY=VALUE)\n"
-                 "  --metrics FILE   write one JSON record per iteration (JSONL)\n"
-                 "  --summary FILE   write a JSON summary of the run\n"
-                 "  --quiet          no progress output\n"
-                 "  --help           this text\n");
+    fprintf(out,
+            "usage: hetring run --conf FILE [--node ID] [--set SECTION.KEY=VALUE]...\n"
+            "\n"
+            "Start one node of the cluster described by FILE.\n"
+            "\n"
+            "  --conf FILE      cluster INI file (the same file on every node)\n"
+            "  --node ID        which [node.ID] this process is; otherwise HETRING_NODE,\n"
+            "                   SLURM_PROCID or OMPI_COMM_WORLD_RANK (a rank: position in id\n"
+            "                   order), otherwise the one node whose host is a local address\n"
+            "  --set S.K=V      override one key (node keys: node.ID.KEY=VALUE)\n"
+            "  --metrics FILE   write one JSON record per iteration (JSONL); {id} in FILE becomes\n"
+            "                   the node id\n"
+            "  --summary FILE   write a JSON summary of the run (the rank-0 node writes it)\n"
+            "  --quiet          no progress output\n"
+            "  --help           this text\n");
 }
 
 /* Train on this node alone. */
@@ -55,6 +58,64 @@ static int train_one(const cfg *c, int self, const train_opts *to) {
             res.emulated ? " (emulated heterogeneity)" : "");
     train_free(&t);
     return CLI_OK;
+}
+
+/* Copy `pattern` into out with every "{id}" replaced by the node id. */
+static void expand_id(char *out, size_t len, const char *pattern, long id) {
+    size_t o = 0;
+    for (const char *p = pattern; *p && o + 1 < len;) {
+        if (strncmp(p, "{id}", 4) == 0) {
+            o += (size_t)snprintf(out + o, len - o, "%ld", id);
+            p += 4;
+        } else {
+            out[o++] = *p++;
+        }
+    }
+    out[o < len ? o : len - 1] = 0;
+}
+
+/* Train as one node of a ring: form the ring, resume from a checkpoint if there is one, let
+ * the replicated controller set the split, and train. */
+static int train_cluster(const cfg *c, int self, const train_opts *to) {
+    dist d;
+    trainer t;
+    train_result res;
+    char err[HR_ERRLEN] = "";
+    int have_trainer = 0, rc = CLI_FAIL;
+    hr_status st = dist_init(&d, c, self, err, sizeof err);
+    if (st != HR_OK) goto fail;
+    HR_INFO(RING, "ring formed: %d nodes, rank %d", ring_size(&d.r), ring_rank(&d.r));
+    train_comm comm = dist_comm(&d);
+    st = train_init(&t, c, self, &comm, err, sizeof err);
+    if (st != HR_OK) goto fail;
+    have_trainer = 1;
+    if (c->checkpoint[0] && access(c->checkpoint, F_OK) == 0) {
+        st = train_load(&t, c->checkpoint, err, sizeof err);
+        if (st != HR_OK) goto fail;
+        HR_INFO(TRAIN, "resumed from checkpoint %s at iteration %ld", c->checkpoint, t.iter);
+    }
+    st = dist_attach(&d, &t, err, sizeof err);
+    if (st != HR_OK) goto fail;
+    st = train_run(&t, to, &res, err, sizeof err);
+    if (st != HR_OK) goto fail;
+    if (ring_rank(&d.r) == 0)
+        HR_INFO(TRAIN,
+                "done: %ld iterations, %ld samples in %.2f s (%.0f samples/s), final loss %.4f, "
+                "held-out %s %.4g, policy %s%s",
+                res.iterations, res.samples, res.wall_s, res.samples_per_s, res.final_loss,
+                t.y ? "accuracy" : "mse", t.y ? res.eval_accuracy : res.eval_loss,
+                cfg_policy_name(c->policy), res.emulated ? " (emulated heterogeneity)" : "");
+    rc = CLI_OK;
+fail:
+    if (rc != CLI_OK) {
+        fprintf(stderr, "hetring run: node %ld: %s\n", c->nodes[self].id,
+                err[0] ? err
+                       : (d.have_ring && ring_error(&d.r)[0] ? ring_error(&d.r) : hr_strerror(st)));
+        if (st == HR_ERR_CONFIG) rc = CLI_USAGE;
+    }
+    if (have_trainer) train_free(&t);
+    dist_free(&d);
+    return rc;
 }
 
 int cmd_run(int argc, char **argv) {
@@ -99,13 +160,15 @@ int cmd_run(int argc, char **argv) {
             me->host, me->port, me->device < 0 ? "cpu" : "cuda", me->threads,
             me->slowdown > 1 || me->n_interference ? ", emulated slowdown" : "");
     hr_fault_point(me->id, -1);
+    char metrics[CFG_PATH];
+    if (to.metrics_path) { /* "{id}" gives each node its own file */
+        expand_id(metrics, sizeof metrics, to.metrics_path, me->id);
+        to.metrics_path = metrics;
+    }
     if (c.n_nodes > 1) {
-        HR_WARN(CLI,
-                "%d nodes configured: distributed training is not available in this build "
-                "yet; only one-node clusters train",
-                c.n_nodes);
+        rc = train_cluster(&c, self, &to);
         cfg_free(&c);
-        return CLI_OK;
+        return rc;
     }
     rc = train_one(&c, self, &to);
     cfg_free(&c);

@@ -1,0 +1,191 @@
+/*
+ * dist.c: the ring communicator, the replicated controller and the agreement checks
+ * (see dist.h).
+ */
+#include "dist.h"
+#include "hr_fault.h"
+#include "hr_log.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ================================================================ hashing */
+
+uint64_t dist_hash_floats(const float *v, long n) {
+    /* word-at-a-time multiply-xor; only agreement matters, not cryptographic strength */
+    uint64_t h = 0x9e3779b97f4a7c15ull ^ (uint64_t)n;
+    long i = 0;
+    for (; i + 1 < n; i += 2) {
+        uint64_t w;
+        memcpy(&w, v + i, sizeof w);
+        h = (h ^ w) * 0xff51afd7ed558ccdull;
+        h ^= h >> 29;
+    }
+    if (i < n) {
+        uint32_t w;
+        memcpy(&w, v + i, sizeof w);
+        h = (h ^ w) * 0xff51afd7ed558ccdull;
+    }
+    h ^= h >> 33;
+    h *= 0xc4ceb9fe1a85ec53ull;
+    return h ^ (h >> 33);
+}
+
+static void put_hash(float *dst, uint64_t h) {
+    dst[0] = (float)(h & 0xffffff);
+    dst[1] = (float)((h >> 24) & 0xffffff);
+}
+
+static int same_hash(const float *a, const float *b) {
+    return a[0] == b[0] && a[1] == b[1];
+}
+
+/* ================================================================ communicator */
+
+static hr_status ring_allreduce_cb(void *ctx, float *buf, size_t n) {
+    dist *d = ctx;
+    hr_status st = ring_allreduce(&d->r, buf, n);
+    if (st != HR_OK) HR_ERROR(RING, "all-reduce failed: %s", ring_error(&d->r));
+    return st;
+}
+
+hr_status dist_init(dist *d, const cfg *c, int self, char *err, size_t errlen) {
+    memset(d, 0, sizeof *d);
+    d->c = c;
+    d->self = self;
+    d->hash_interval = c->hash_interval;
+    d->gathered = calloc((size_t)c->n_nodes, sizeof *d->gathered);
+    if (!d->gathered) return hr_fail(err, errlen, HR_ERR_NOMEM, "out of memory");
+    d->have_ring = 1;
+    return ring_init(&d->r, c, self, err, errlen);
+}
+
+train_comm dist_comm(dist *d) {
+    train_comm tc = {.ctx = d,
+                     .rank = ring_rank(&d->r),
+                     .size = ring_size(&d->r),
+                     .allreduce = ring_allreduce_cb};
+    return tc;
+}
+
+/* ================================================================ decisions and checks */
+
+/* Before the all-reduce: the test fault hook, then this node's hashes into its slot. */
+static hr_status annotate(void *ctx, long iter, float *params, long n_params, float *slot) {
+    dist *d = ctx;
+    double at;
+    if (hr_fault_get("perturb", d->c->nodes[d->self].id, -1, &at) && (long)at == iter &&
+        n_params > 0) {
+        HR_WARN(TRAIN, "test fault: flipping a parameter bit at iteration %ld", iter);
+        uint32_t w;
+        memcpy(&w, &params[0], sizeof w);
+        w ^= 1u;
+        memcpy(&params[0], &w, sizeof w);
+    }
+    if (iter % d->hash_interval == 0)
+        put_hash(slot + DIST_STAT_PHASH, dist_hash_floats(params, n_params));
+    put_hash(slot + DIST_STAT_DHASH, d->dhash);
+    return HR_OK;
+}
+
+/* Rank of the first node whose hash pair at `off` differs from rank 0's, or -1. */
+static int first_disagreement(const float *stats, int size, int off) {
+    for (int k = 1; k < size; k++)
+        if (!same_hash(stats + (long)k * TRAIN_NODE_STATS + off, stats + off)) return k;
+    return -1;
+}
+
+static hr_status decide(void *ctx, long iter, const float *stats, int size, long *split) {
+    dist *d = ctx;
+    const ring_view *v = ring_get_view(&d->r);
+    int bad;
+    if (iter % d->hash_interval == 0 &&
+        (bad = first_disagreement(stats, size, DIST_STAT_PHASH)) >= 0) {
+        HR_ERROR(TRAIN,
+                 "replica check failed at iteration %ld: the parameters of node %ld differ from "
+                 "node %ld's (I4: every node must hold identical parameters); stopping. This "
+                 "points to memory corruption or a build that differs between nodes",
+                 iter, v->ids[bad], v->ids[0]);
+        return HR_ERR_MISMATCH;
+    }
+    if ((bad = first_disagreement(stats, size, DIST_STAT_DHASH)) >= 0) {
+        HR_ERROR(TRAIN,
+                 "decision check failed at iteration %ld: node %ld's batch-size controller "
+                 "decided differently from node %ld's (I5: decisions must be identical on every "
+                 "node); stopping. Check that every node runs the same hetring build and config",
+                 iter, v->ids[bad], v->ids[0]);
+        return HR_ERR_MISMATCH;
+    }
+    for (int k = 0; k < size; k++) {
+        const float *s = stats + (long)k * TRAIN_NODE_STATS;
+        d->gathered[k].b = (long)s[TRAIN_STAT_BATCH];
+        d->gathered[k].t = s[TRAIN_STAT_TIME];
+    }
+    hr_status st = ctrl_observe(&d->ctl, iter, d->gathered);
+    if (st != HR_OK) {
+        HR_ERROR(CTRL, "iteration %ld: the controller rejected the gathered stats", iter);
+        return st;
+    }
+    int epoch_ended = (iter + 1) % d->ipe == 0;
+    HR_CHECK(ctrl_decide(&d->ctl, iter, epoch_ended, split, NULL));
+    double at;
+    if (hr_fault_get("decision", d->c->nodes[d->self].id, -1, &at) && (long)at == iter &&
+        size > 1 && split[0] > 1) {
+        HR_WARN(TRAIN, "test fault: corrupting this node's decision at iteration %ld", iter);
+        split[0]--, split[1]++;
+    }
+    d->dhash = ctrl_hash(&d->ctl, split);
+    return HR_OK;
+}
+
+hr_status dist_attach(dist *d, trainer *t, char *err, size_t errlen) {
+    const cfg *c = d->c;
+    int n = t->comm.size;
+    ctrl_config cc = {.policy = (ctrl_policy)c->policy,
+                      .interval = c->interval,
+                      .deadband = c->deadband,
+                      .gain = c->gain,
+                      .ki = c->ki,
+                      .kd = c->kd,
+                      .min_batch = c->min_batch,
+                      .max_batch = c->max_batch,
+                      .smoothing = c->smoothing,
+                      .rate_limit = c->rate_limit,
+                      .forgetting = c->forgetting};
+    double *cap = malloc(sizeof *cap * (size_t)n);
+    if (!cap) return hr_fail(err, errlen, HR_ERR_NOMEM, "out of memory");
+    const ring_view *v = ring_get_view(&d->r);
+    for (int k = 0; k < n; k++) cap[k] = c->nodes[cfg_node_index(c, v->ids[k])].capacity;
+    /* a trainer resumed from a checkpoint keeps the split it recorded */
+    long *resumed = t->iter > 0 ? t->split_prev : NULL;
+    if (resumed) memcpy(resumed, t->split, sizeof *resumed * (size_t)n);
+    hr_status st = ctrl_init(&d->ctl, &cc, n, t->B, cap, t->split);
+    if (st == HR_OK && resumed) {
+        st = ctrl_set_split(&d->ctl, resumed);
+        if (st == HR_OK)
+            memcpy(t->split, resumed, sizeof *resumed * (size_t)n);
+        else
+            ctrl_free(&d->ctl);
+    }
+    free(cap);
+    if (st != HR_OK)
+        return hr_fail(err, errlen, st,
+                       "%s: the [controller] settings do not fit %d nodes and global_batch = %ld",
+                       c->path, n, t->B);
+    d->have_ctrl = 1;
+    d->ipe = t->ipe;
+    d->dhash = ctrl_hash(&d->ctl, t->split);
+    t->ctrl.ctx = d;
+    t->ctrl.decide = decide;
+    t->ctrl.annotate = annotate;
+    return HR_OK;
+}
+
+void dist_free(dist *d) {
+    if (!d) return;
+    if (d->have_ctrl) ctrl_free(&d->ctl);
+    if (d->have_ring) ring_free(&d->r);
+    free(d->gathered);
+    memset(d, 0, sizeof *d);
+}
