@@ -36,10 +36,13 @@
 #include <unistd.h>
 
 /* Measured default pipeline segment (bench/README.md, "All-reduce"). */
-#define RING_SEG_DEFAULT (256 << 10)
+#define RING_SEG_DEFAULT (1 << 20)
 /* All-reduces of at most this many bytes gather every contribution and add them in rank
  * order: fewer hops, so lower latency, at the cost of (N-1)x the traffic. */
 #define RING_SMALL_BYTES (32 << 10)
+/* Collectives receiving at most this many bytes spin up to RING_SPIN_S before sleeping. */
+#define RING_SPIN_BYTES (256 << 10)
+#define RING_SPIN_S     50e-6
 
 /* ================================================================ names and errors */
 
@@ -623,6 +626,12 @@ static hr_status engine(ring *r, int coll, uint8_t *base) {
     char sw[CFG_STR + 64], pw[CFG_STR + 64];
     long sid = id_of(r, r->succ), pid = id_of(r, r->pred);
     double last = tcp_now();
+    /* Small collectives are latency-bound: poll the sockets for a few microseconds before
+     * sleeping in poll(), which saves a wake-up per hop. Large ones never spin, so that nodes
+     * sharing cores do not steal each other's time. */
+    size_t rx_bytes = 0;
+    for (size_t i = 0; i < s->n_rx && rx_bytes <= RING_SPIN_BYTES; i++) rx_bytes += s->rx_len[i];
+    const double spin_s = rx_bytes <= RING_SPIN_BYTES ? RING_SPIN_S : 0;
 
     while (ti < s->n_tx || ri < s->n_rx) {
         int progress = 0;
@@ -749,6 +758,7 @@ static hr_status engine(ring *r, int coll, uint8_t *base) {
             last = now;
             continue;
         }
+        if (now - last < spin_s) continue;
         /* ---- nothing moved: wait for a link, at most until the timeout */
         int tx_wait = ti < s->n_tx && ri >= s->tx_need[ti];
         struct pollfd p[2] = {{.fd = r->pred_fd, .events = ri < s->n_rx ? POLLIN : 0},
