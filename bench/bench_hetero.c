@@ -183,7 +183,9 @@ typedef struct {
     int ddp;             /* also run the PyTorch DDP baseline */
     int n_pol;           /* policies to run */
     const char *pol[N_POL];
-    int scen_on[N_SCEN]; /* scenarios to run */
+    int scen_on[N_SCEN];  /* scenarios to run */
+    const char *sets[16]; /* --set overrides passed to every node */
+    int n_sets;
 } hetero_opts;
 
 static int write_config(const char *path, const scenario *s, const char *policy,
@@ -223,7 +225,10 @@ static int run_one(const hetero_opts *o, const scenario *s, const char *policy, 
         return -1;
     }
     FILE *out = fopen(logpath, "w");
-    const char *args[] = {"--metrics", metrics, NULL};
+    const char *args[2 * 16 + 4] = {"--quiet", "--metrics", metrics};
+    int na = 3;
+    for (int i = 0; i < o->n_sets; i++) args[na++] = "--set", args[na++] = o->sets[i];
+    args[na] = NULL;
     launch_opts lo = {
         .exe = exe, .conf = conf, .args = args, .out = out, .grace_s = 5, .deadline_s = 600};
     launch_result res;
@@ -323,7 +328,8 @@ static void usage(FILE *out) {
         "  --layers L       MLP layers (default 784,512,512,10)\n"
         "  --policies P     subset of static,proportional,pid,model,epoch (static always runs)\n"
         "  --scenarios S    subset of homogeneous,one-slow,graded,interference\n"
-        "  --ddp            also run the PyTorch DDP (gloo) baseline where torch is installed\n",
+        "  --ddp            also run the PyTorch DDP (gloo) baseline where torch is installed\n"
+        "  --set S.K=V      override a key in every run (e.g. controller.interval=4)\n",
         HB_NODES);
 }
 
@@ -336,6 +342,7 @@ int bench_hetero(int argc, char **argv) {
                                          {"policies", required_argument, 0, 'p'},
                                          {"scenarios", required_argument, 0, 's'},
                                          {"ddp", no_argument, 0, 'd'},
+                                         {"set", required_argument, 0, 'S'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     hetero_opts o = {
@@ -375,6 +382,10 @@ int bench_hetero(int argc, char **argv) {
             break;
         case 'd':
             o.ddp = 1;
+            break;
+        case 'S':
+            if (o.n_sets == 16) return cli_usage_error("bench hetero", "too many --set options");
+            o.sets[o.n_sets++] = optarg;
             break;
         case 'h':
             usage(stdout);

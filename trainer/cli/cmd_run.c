@@ -84,7 +84,6 @@ static int train_cluster(const cfg *c, int self, const train_opts *to) {
     int have_trainer = 0, rc = CLI_FAIL;
     hr_status st = dist_init(&d, c, self, err, sizeof err);
     if (st != HR_OK) goto fail;
-    HR_INFO(RING, "ring formed: %d nodes, rank %d", ring_size(&d.r), ring_rank(&d.r));
     train_comm comm = dist_comm(&d);
     st = train_init(&t, c, self, &comm, err, sizeof err);
     if (st != HR_OK) goto fail;
