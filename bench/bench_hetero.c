@@ -120,6 +120,20 @@ static double ratio_max_min(const double *v, int n) {
     return lo > 0 ? hi / lo : INFINITY;
 }
 
+/* Per-node median compute time over iterations [i, i + BAL_WINDOW): a single iteration's
+ * times carry the scheduling noise of nodes sharing cores, so balance is judged on medians. */
+#define BAL_WINDOW 8
+
+static double window_ratio(const run_log *l, long i) {
+    double med[HB_NODES], w[BAL_WINDOW];
+    long n = l->n - i < BAL_WINDOW ? l->n - i : BAL_WINDOW;
+    for (int k = 0; k < HB_NODES; k++) {
+        for (long j = 0; j < n; j++) w[j] = l->t[i + j][k];
+        med[k] = bench_median(w, (int)n);
+    }
+    return ratio_max_min(med, HB_NODES);
+}
+
 /* Analyse a run: `change` is the iteration of the last speed change (0 for none). */
 static void analyse(const run_log *l, long change, long steady_from, long global_batch,
                     run_result *r) {
@@ -127,17 +141,17 @@ static void analyse(const run_log *l, long change, long steady_from, long global
     if (l->n - warm < 2) return;
     r->samples_per_s =
         (double)(l->n - 1 - warm) * (double)global_batch / (l->wall[l->n - 1] - l->wall[warm]);
-    /* adjustments from the change until compute times are within 10% of each other */
+    /* adjustments from the change until the windowed compute times are within 10% */
     r->rebalance = -1;
     int adj = 0;
-    for (long i = change; i < l->n; i++) {
-        if (ratio_max_min(l->t[i], HB_NODES) <= 1.10) {
+    for (long i = change; i + BAL_WINDOW <= l->n; i++) {
+        if (window_ratio(l, i) <= 1.10) {
             r->rebalance = adj;
             break;
         }
         adj += l->changed[i];
     }
-    /* steady state: movement between consecutive iterations, and the imbalance */
+    /* steady state: batch movement per iteration, and the windowed imbalance */
     double *imb = malloc(sizeof *imb * (size_t)l->n);
     long ni = 0, intervals = 0;
     double moved = 0;
@@ -147,7 +161,7 @@ static void analyse(const run_log *l, long change, long steady_from, long global
             mx = fmax(mx, fabs(l->b[i + 1][k] - l->b[i][k]) / fmax(1, l->b[i][k]));
         moved += mx;
         intervals++;
-        imb[ni++] = ratio_max_min(l->t[i], HB_NODES);
+        if (i + BAL_WINDOW <= l->n) imb[ni++] = window_ratio(l, i);
     }
     r->oscillation = intervals ? moved / (double)intervals : 0;
     r->imbalance = bench_median(imb, (int)ni);
@@ -501,9 +515,12 @@ int bench_hetero(int argc, char **argv) {
             }
         }
     }
-    fprintf(md, "\nEfficiency is the achieved speed-up over the ideal one, max f * sum(1/f) / N "
-                "per phase. Oscillation is the mean largest relative batch move per iteration in "
-                "steady state. Plots: SCENARIO-batch.png, SCENARIO-time.png, SCENARIO-loss.png.\n");
+    fprintf(md,
+            "\nEfficiency is the achieved speed-up over the ideal one, max f * sum(1/f) / N "
+            "per phase. Oscillation is the mean largest relative batch move per iteration in "
+            "steady state. Balance is judged on each node's median compute time over %d "
+            "iterations. Plots: SCENARIO-batch.png, SCENARIO-time.png, SCENARIO-loss.png.\n",
+            BAL_WINDOW);
     fclose(md);
     if (js) {
         fprintf(js, "\n]\n");

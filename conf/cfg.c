@@ -108,7 +108,7 @@ static const key_spec g_keys[] = {
 
     {"controller", "policy", T_ENUM, G(policy), 0, 0, 0, "static|proportional|pid|model|epoch",
      "proportional", 0, "batch-size controller; static is the plain BSP baseline"},
-    {"controller", "interval", T_INT, G(interval), 0, 1, 1e6, NULL, "2", 0,
+    {"controller", "interval", T_INT, G(interval), 0, 1, 1e6, NULL, "4", 0,
      "iterations between batch-size decisions"},
     {"controller", "deadband", T_DBL, G(deadband), 0, 0, 1, NULL, "0.05", 0,
      "no change unless some node's batch would move by more than this fraction"},
@@ -120,7 +120,7 @@ static const key_spec g_keys[] = {
      "smallest batch a node is given"},
     {"controller", "max_batch", T_INT, G(max_batch), 0, 0, 1e8, NULL, "0", 0,
      "largest batch a node is given; 0 means global_batch"},
-    {"controller", "smoothing", T_DBL, G(smoothing), 0, 0.001, 1, NULL, "0.5", 0,
+    {"controller", "smoothing", T_DBL, G(smoothing), 0, 0.001, 1, NULL, "0.3", 0,
      "EWMA weight of the newest compute-time sample"},
     {"controller", "rate_limit", T_DBL, G(rate_limit), 0, 0.01, 100, NULL, "1", 0,
      "largest relative change of one node's batch per decision"},

@@ -51,8 +51,11 @@
 #define CTRL_FIT_SE        0.25   /* model: largest slope standard error relative to slope */
 #define CTRL_BETA_MIN      0.05   /* model: beta >= this * t/b, i.e. alpha <= 95% of t */
 #define CTRL_D_MIN         1e-200 /* smallest normalised speed, keeps ratios finite */
+#define CTRL_NOISE_Z       2.0  /* dead-band: least target move in standard errors of the timings */
+#define CTRL_NOISE_SMOOTH  0.1  /* EWMA weight of a new squared deviation in the noise estimate */
+#define CTRL_NOISE_CLAMP   0.02 /* largest squared relative deviation one sample contributes */
 
-enum { ND = 16, NL = 6 }; /* double and long arrays per node */
+enum { ND = 17, NL = 6 }; /* double and long arrays per node */
 
 const char *ctrl_policy_name(ctrl_policy p) {
     switch (p) {
@@ -75,7 +78,7 @@ static void ctrl_bind(ctrl *c) {
     double *d = c->dbl;
     double **dp[ND] = {&c->ts,    &c->h1,    &c->h2,   &c->grow_x, &c->ep_t, &c->ep_b,
                        &c->integ, &c->eprev, &c->step, &c->w,      &c->w2,   &c->mb,
-                       &c->mt,    &c->cbb,   &c->cbt,  &c->ctt};
+                       &c->mt,    &c->cbb,   &c->cbt,  &c->ctt,    &c->rv};
     for (int i = 0; i < ND; i++) *dp[i] = d + i * n;
     long *l = c->lng;
     long **lp[NL] = {&c->b, &c->nsamp, &c->grow_from, &c->cap, &c->cap_until, &c->dir};
@@ -301,6 +304,14 @@ hr_status ctrl_observe(ctrl *c, long iter, const ctrl_stat *stats) {
     for (int k = 0; k < c->n; k++) {
         double t = stats[k].t, b = (double)stats[k].b;
         double f = c->nsamp[k] >= 2 ? median3(t, c->h1[k], c->h2[k]) : t;
+        /* Relative variance of one timing sample, kept across batch changes: how noisy this
+         * node's clock is (shared cores, interference), which the dead-band must not chase.
+         * Deviations are taken from the median-of-3 value and clamped, so a real speed step
+         * adds one bounded outlier rather than a run of large deviations. */
+        if (c->nsamp[k] >= 2) {
+            double dev = (t - f) / f;
+            c->rv[k] += CTRL_NOISE_SMOOTH * (fmin(dev * dev, CTRL_NOISE_CLAMP) - c->rv[k]);
+        }
         c->ts[k] = c->nsamp[k] == 0 ? f : (1 - s) * c->ts[k] + s * f;
         c->h2[k] = c->h1[k];
         c->h1[k] = t;
@@ -451,10 +462,17 @@ hr_status ctrl_decide(ctrl *c, long iter, int epoch_ended, long *b_out, int *cha
         project_scale(n, y, lo, hi, (double)c->B, zero, dd, bp, bstar);
     }
 
-    /* Dead-band on the target. */
+    /* Dead-band on the target: the configured fraction, or more when the timings are noisy.
+     * A smoothed time has relative variance rv * s / (2 - s) (EWMA of independent samples);
+     * a target moves with the noise of its own node and of the others, so a move smaller than
+     * CTRL_NOISE_Z standard errors of that difference is noise, not imbalance. */
+    double rv_mean = 0, ewma = g->smoothing / (2 - g->smoothing);
+    for (int k = 0; k < n; k++) rv_mean += c->rv[k] / n;
     int act = 0;
-    for (int k = 0; k < n; k++)
-        if (fabs(bstar[k] - (double)c->b[k]) > g->deadband * (double)c->b[k]) act = 1;
+    for (int k = 0; k < n; k++) {
+        double noise = CTRL_NOISE_Z * sqrt((c->rv[k] + rv_mean) * ewma);
+        if (fabs(bstar[k] - (double)c->b[k]) > fmax(g->deadband, noise) * (double)c->b[k]) act = 1;
+    }
     if (g->policy == CTRL_EPOCH)
         for (int k = 0; k < n; k++) c->ep_t[k] = c->ep_b[k] = 0;
     if (!act) goto done;

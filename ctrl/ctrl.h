@@ -100,6 +100,7 @@ typedef struct ctrl {
     double *cbb;    /* (n) model: weighted sum of (b - mb)^2 */
     double *cbt;    /* (n) model: weighted sum of (b - mb)(t - mt) */
     double *ctt;    /* (n) model: weighted sum of (t - mt)^2 */
+    double *rv;     /* (n) EWMA of the squared relative deviation of a timing sample */
     double *dbl;    /* owned block behind the double arrays */
     long *lng;      /* owned block behind the long arrays */
 } ctrl;
