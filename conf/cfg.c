@@ -107,7 +107,7 @@ static const key_spec g_keys[] = {
      "iterations between replica hash checks (all nodes must hold identical parameters)"},
 
     {"controller", "policy", T_ENUM, G(policy), 0, 0, 0, "static|proportional|pid|model|epoch",
-     "proportional", 0, "batch-size controller; static is the plain BSP baseline"},
+     "model", 0, "batch-size controller; static is the plain BSP baseline"},
     {"controller", "interval", T_INT, G(interval), 0, 1, 1e6, NULL, "4", 0,
      "iterations between batch-size decisions"},
     {"controller", "deadband", T_DBL, G(deadband), 0, 0, 1, NULL, "0.05", 0,

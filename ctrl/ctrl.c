@@ -397,6 +397,10 @@ hr_status ctrl_decide(ctrl *c, long iter, int epoch_ended, long *b_out, int *cha
     /* Adaptive b_max: expire old caps, review the last growth of each node. */
     for (int k = 0; k < n; k++) {
         if (c->cap[k] && c->decisions >= c->cap_until[k]) c->cap[k] = 0;
+        /* conditions changed (interference ended): the node now beats the throughput that
+         * capped it, so the cap no longer describes it */
+        if (c->cap[k] && c->nsamp[k] > 0 && (double)c->b[k] / c->ts[k] > c->grow_x[k] * (1 + thr))
+            c->cap[k] = 0;
         if (adaptive && c->grow_from[k] > 0) {
             double x = (double)c->b[k] / c->ts[k];
             if (x < c->grow_x[k] * (1 - thr)) {
