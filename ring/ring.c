@@ -19,6 +19,7 @@
 #include "ring.h"
 
 #include "frame.h"
+#include "bytes.h"
 #include "hr_log.h"
 #include "tcp.h"
 
@@ -453,23 +454,6 @@ static hr_status tx_finish(ring *r, txf *t, double deadline) {
     return HR_OK;
 }
 
-static void put32(uint8_t *p, uint32_t v) {
-    for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
-}
-static void put64(uint8_t *p, uint64_t v) {
-    for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
-}
-static uint32_t get32(const uint8_t *p) {
-    uint32_t v = 0;
-    for (int i = 3; i >= 0; i--) v = (v << 8) | p[i];
-    return v;
-}
-static uint64_t get64(const uint8_t *p) {
-    uint64_t v = 0;
-    for (int i = 7; i >= 0; i--) v = (v << 8) | p[i];
-    return v;
-}
-
 /* Where a failure was seen: on the predecessor link, on the successor link, or here. */
 enum { FROM_PRED, FROM_SUCC, FROM_HERE };
 
@@ -487,9 +471,9 @@ static void send_abort(ring *r, int fd, sec_dir *d, int coll, long culprit, long
     size_t tl = strlen(text);
     if (tl > FRAME_ABORT_MAX - 20) tl = FRAME_ABORT_MAX - 20;
     uint8_t f[FRAME_HDR + FRAME_ABORT_MAX + SEC_TAG], body[FRAME_ABORT_MAX];
-    put64(body, (uint64_t)culprit);
-    put32(body + 8, (uint32_t)st);
-    put64(body + 12, (uint64_t)reporter);
+    le_put64(body, (uint64_t)culprit);
+    le_put32(body + 8, (uint32_t)st);
+    le_put64(body + 12, (uint64_t)reporter);
     memcpy(body + 20, text, tl);
     size_t len = 20 + tl, tag = 0;
     frame_hdr h = {FRAME_MAGIC,   FRAME_VERSION, FRAME_ABORT, (uint8_t)coll,
@@ -563,10 +547,10 @@ static hr_status on_abort(ring *r, txf *t, int coll, const frame_hdr *h, const u
                          pw);
     if (!tag) memcpy(body, f + FRAME_HDR, h->len);
     body[h->len] = 0;
-    long culprit = (long)get64(body);
-    hr_status st = (hr_status)get32(body + 8);
+    long culprit = (long)le_get64(body);
+    hr_status st = (hr_status)le_get32(body + 8);
     if (st <= HR_OK || st >= HR_STATUS_COUNT) st = HR_ERR_PEER;
-    long reporter = (long)get64(body + 12);
+    long reporter = (long)le_get64(body + 12);
     char *text = (char *)body + 20;
     for (char *q = text; *q; q++)
         if (*q < 32 || *q > 126) *q = '?';

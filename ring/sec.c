@@ -8,6 +8,7 @@
 #include "sec.h"
 
 #include "frame.h"
+#include "bytes.h"
 #include "hr_log.h"
 #include "tcp.h"
 
@@ -246,23 +247,6 @@ static void dir_init(sec_dir *d, int mode, int aead, const uint8_t key[32]) {
 
 /* ================================================================ handshake */
 
-static void put32(uint8_t *p, uint32_t v) {
-    for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
-}
-static void put64(uint8_t *p, uint64_t v) {
-    for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
-}
-static uint32_t get32(const uint8_t *p) {
-    uint32_t v = 0;
-    for (int i = 3; i >= 0; i--) v = (v << 8) | p[i];
-    return v;
-}
-static uint64_t get64(const uint8_t *p) {
-    uint64_t v = 0;
-    for (int i = 7; i >= 0; i--) v = (v << 8) | p[i];
-    return v;
-}
-
 /* Hello layout: 0 magic u32 | 4 version u16 | 6 role u8 | 7 mode u8 | 8 epoch u64 | 16 from i64 |
  * 24 to i64 | 32 seg u32 | 36 aes u8 | 64 ephemeral pk (32) | 96 name hash (32) |
  * 128 name prefix (64, for messages). */
@@ -278,14 +262,14 @@ typedef struct {
 static void hello_build(uint8_t h[SEC_HELLO], const sec_hs_params *p, int role,
                         const uint8_t eph[32]) {
     memset(h, 0, SEC_HELLO);
-    put32(h, HS_MAGIC);
+    le_put32(h, HS_MAGIC);
     h[4] = HS_VERSION;
     h[6] = (uint8_t)role;
     h[7] = (uint8_t)p->keys->mode;
-    put64(h + 8, p->epoch);
-    put64(h + 16, (uint64_t)p->self_id);
-    put64(h + 24, (uint64_t)p->expect_id);
-    put32(h + 32, p->seg_bytes);
+    le_put64(h + 8, p->epoch);
+    le_put64(h + 16, (uint64_t)p->self_id);
+    le_put64(h + 24, (uint64_t)p->expect_id);
+    le_put32(h + 32, p->seg_bytes);
     h[36] = p->keys->mode == CFG_SEC_NONE ? 0 : (uint8_t)crypto_aead_aes256gcm_is_available();
     if (eph) memcpy(h + 64, eph, 32);
     crypto_generichash(h + 96, 32, (const uint8_t *)p->c->name, strlen(p->c->name), NULL, 0);
@@ -293,14 +277,14 @@ static void hello_build(uint8_t h[SEC_HELLO], const sec_hs_params *p, int role,
 }
 
 static void hello_parse(const uint8_t h[SEC_HELLO], hello *o) {
-    o->magic = get32(h);
+    o->magic = le_get32(h);
     o->version = h[4] | (h[5] << 8);
     o->role = h[6];
     o->mode = h[7];
-    o->epoch = get64(h + 8);
-    o->from = (long)get64(h + 16);
-    o->to = (long)get64(h + 24);
-    o->seg = get32(h + 32);
+    o->epoch = le_get64(h + 8);
+    o->from = (long)le_get64(h + 16);
+    o->to = (long)le_get64(h + 24);
+    o->seg = le_get32(h + 32);
     o->aes = h[36];
     o->eph = h + 64;
     o->name_hash = h + 96;
@@ -356,7 +340,7 @@ static hr_status msg_send(int fd, int type, int status, const void *body, size_t
     memset(buf, 0, SEC_MSG_HDR);
     buf[0] = (uint8_t)type;
     buf[1] = (uint8_t)status;
-    put32(buf + 4, (uint32_t)len);
+    le_put32(buf + 4, (uint32_t)len);
     if (len) memcpy(buf + SEC_MSG_HDR, body, len);
     return tcp_send_all(fd, buf, SEC_MSG_HDR + len, deadline);
 }
@@ -368,7 +352,7 @@ static hr_status msg_recv(int fd, int *type, int *status, uint8_t *body, size_t 
     HR_CHECK(tcp_recv_all(fd, h, sizeof h, deadline));
     *type = h[0];
     *status = h[1];
-    uint32_t n = get32(h + 4);
+    uint32_t n = le_get32(h + 4);
     if (n > SEC_TEXT_MAX || (*type != MSG_PROOF && *type != MSG_VERDICT) ||
         (*type == MSG_PROOF && n != SEC_PROOF))
         return HR_ERR_PROTO;
