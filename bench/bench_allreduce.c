@@ -64,7 +64,7 @@ static void usage(FILE *out) {
             "                    1 Gbit/s and 200 us delay (needs root; removed afterwards)\n"
             "  --rate R          R in GB/s instead of measuring it with iperf3\n"
             "  --segment BYTES   pipeline segment size (default: the ring's)\n"
-            "  --port P          first TCP port (default: random in 30000-59000)\n");
+            "  --port P          first TCP port (default: random in 10000-32000)\n");
 }
 
 static size_t parse_size(const char *s) {
@@ -319,7 +319,7 @@ int bench_allreduce(int argc, char **argv) {
                  .iters = 20,
                  .warmup = 3};
     srand((unsigned)(getpid() ^ time(NULL)));
-    o.port = 30000 + rand() % 29000;
+    o.port = 10000 + rand() % 22000; /* below the ephemeral range (32768+) */
     int ch;
     optind = 1;
     while ((ch = getopt_long(argc, argv, "h", opts, NULL)) != -1) {

@@ -231,7 +231,7 @@ static int run_one(const hetero_opts *o, const scenario *s, const char *policy, 
     snprintf(conf, sizeof conf, "%s/%s-%s.ini", o->out_dir, s->name, policy);
     snprintf(metrics, sizeof metrics, "%s/%s-%s-node{id}.jsonl", o->out_dir, s->name, policy);
     snprintf(logpath, sizeof logpath, "%s/%s-%s.log", o->out_dir, s->name, policy);
-    int port = 30000 + (int)((unsigned)getpid() * 7919u % 20000u);
+    int port = 10000 + (int)((unsigned)getpid() * 7919u % 22000u); /* below 32768 */
     if (write_config(conf, s, policy, o, port, interf) || cli_self_exe(exe, sizeof exe)) return -1;
     cfg c;
     if (cfg_load(&c, conf, err, sizeof err) != HR_OK) {

@@ -7,7 +7,7 @@ fails=0
 fail() { echo "FAIL: $*"; fails=$((fails+1)); }
 tmp=$(mktemp -d); trap 'pkill -KILL -f "$tmp/" 2>/dev/null; rm -rf "$tmp"' EXIT
 conf=$tmp/c.ini
-base=$((20000 + RANDOM % 20000))
+base=$((10000 + RANDOM % 22000)) # below the ephemeral range (32768+)
 { printf '[cluster]\nsecurity = none\n[train]\niterations = 1\n'
   for i in 0 1 2 3; do printf '[node.%d]\nhost = 127.0.0.1\nport = %d\n' $i $((base+i)); done; } > "$conf"
 children() { pgrep -f "run --conf $conf" | tr '\n' ' '; }

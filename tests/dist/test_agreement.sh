@@ -6,7 +6,7 @@ HR=$1
 fails=0
 fail() { echo "FAIL: $*"; fails=$((fails+1)); }
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
-base=$((22000 + RANDOM % 20000))
+base=$((10000 + RANDOM % 22000)) # below the ephemeral range (32768+)
 { printf '[cluster]\nsecurity = none\nconnect_timeout = 20\ntimeout = 20\n'
   printf '[train]\nlayers = 784,16,10\nsamples = 2048\neval_samples = 64\nglobal_batch = 60\n'
   printf 'iterations = 40\nhash_interval = 1\n[controller]\npolicy = proportional\ninterval = 1\n'

@@ -52,7 +52,7 @@ int main(void) {
     snprintf(three, sizeof three, "%s/three.ini", dir);
     snprintf(ck1, sizeof ck1, "%s/one.ckpt", dir);
     snprintf(ck3, sizeof ck3, "%s/three.ckpt", dir);
-    int port = 21000 + (int)(getpid() % 20000);
+    int port = 10000 + (int)(getpid() % 22000); /* below the ephemeral range (32768+) */
     FILE *f = fopen(one, "w");
     fprintf(f, common, ck1);
     fprintf(f, "[node.0]\nhost = 127.0.0.1\nport = %d\n", port);

@@ -7,7 +7,8 @@
 #   bad_peers   wrong identity key, wrong PSK, unknown node id, group-readable key file
 #   startup     late starters and any start order
 #   tamper      a proxy flips a bit, truncates a frame, replays a frame
-# MODE is none, auth (cluster PSK) or encrypt (identity keys). Ports are random in 20000-60000.
+# MODE is none, auth (cluster PSK) or encrypt (identity keys). Ports are random in 10000-32000,
+# below the kernel's ephemeral range (32768+), so no outgoing connection can hold one.
 set -u
 scenario=$1 mode=$2 NODE=$3 PROXY=${4:-}
 tmp=$(mktemp -d)
@@ -28,7 +29,7 @@ rogue_pub=$("$NODE" keygen "$tmp/rogue.key")
 mkpsk() { printf '# test psk\n%s\n' "$(od -An -tx1 -N32 /dev/urandom | tr -d ' \n')" > "$1"; chmod 600 "$1"; }
 mkpsk "$tmp/psk"; mkpsk "$tmp/wrong.psk"
 
-newbase() { base=$((20000 + (RANDOM * 7 + $$) % 40000)); }
+newbase() { base=$((10000 + (RANDOM * 7 + $$) % 22000)); }
 # [CT=S] [TO=S] conf FILE N: a cluster of nodes 0..N-1 on 127.0.0.1:base+i (connect_timeout
 # CT, timeout TO)
 conf() {
