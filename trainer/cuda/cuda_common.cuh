@@ -13,19 +13,11 @@
 
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
+#include "cuda_check.h"
 
 extern "C" {
 #include "hr_log.h"
 }
-
-#define CU_CHECK(call)                                                                             \
-    do {                                                                                           \
-        cudaError_t e_ = (call);                                                                   \
-        if (e_ != cudaSuccess) {                                                                   \
-            HR_ERROR(CUDA, "%s:%d: %s: %s", __FILE__, __LINE__, #call, cudaGetErrorString(e_));    \
-            return HR_ERR_CUDA;                                                                    \
-        }                                                                                          \
-    } while (0)
 
 #define BLAS_CHECK(call)                                                                           \
     do {                                                                                           \

@@ -15,14 +15,7 @@
 #include <cuda_runtime_api.h>
 #include <string.h>
 
-#define CU_CHECK(call)                                                                             \
-    do {                                                                                           \
-        cudaError_t e_ = (call);                                                                   \
-        if (e_ != cudaSuccess) {                                                                   \
-            HR_ERROR(CUDA, "%s:%d: %s: %s", __FILE__, __LINE__, #call, cudaGetErrorString(e_));    \
-            return HR_ERR_CUDA;                                                                    \
-        }                                                                                          \
-    } while (0)
+#include "cuda_check.h"
 
 /* ================================================================ init and free */
 
