@@ -11,8 +11,8 @@
  *
  * The decision pipeline and the call convention are described in ctrl.h. Policy notes:
  *   proportional  Tyagi & Sharma: X_k = b_k / t_k, b*_k = B X_k / sum X. Adaptive b_max: if a
- *                 node's throughput fell by more than max(deadband, 5%) after its batch grew
- *                 by more than that, its b_max becomes the old batch for CTRL_CAP_DECISIONS
+ *                 node's throughput fell by more than max(deadband, 5%, its timing noise)
+ *                 after its batch grew by more than max(deadband, 5%), its b_max becomes the old batch for CTRL_CAP_DECISIONS
  *                 decisions (the paper keeps it for good; a shared machine's speed changes,
  *                 so here it expires). Also used by pid.
  *   pid           relative error e_k = b*_k / b_k - 1 (zero-sum against b); output
@@ -32,7 +32,8 @@
  *                 (alpha >= 0) and alpha re-anchored at the node's current smoothed time.
  *                 The common finish time T solves sum clamp((T - alpha_k) / beta_k) = B.
  *                 A node's step factor halves when its direction reverses, doubles back
- *                 (up to 1) when it repeats.
+ *                 (up to 1) when it repeats, and returns to 1 when its time jumps at an
+ *                 unchanged batch by more than CTRL_JUMP_Z noise deviations (a speed change).
  *   epoch         DBS: at each epoch end, b*_k proportional to samples / compute seconds over
  *                 that epoch.
  */
@@ -53,9 +54,13 @@
 #define CTRL_D_MIN         1e-200 /* smallest normalised speed, keeps ratios finite */
 #define CTRL_NOISE_Z       2.0  /* dead-band: least target move in standard errors of the timings */
 #define CTRL_NOISE_SMOOTH  0.1  /* EWMA weight of a new squared deviation in the noise estimate */
-#define CTRL_NOISE_CLAMP   0.02 /* largest squared relative deviation one sample contributes */
+#define CTRL_NOISE_DMAX    0.5  /* largest relative difference one pair of samples contributes */
+#define CTRL_MAD_SIGMA     0.886226925452758 /* sqrt(pi) / 2: sd from E|t_i - t_(i-1)| */
+#define CTRL_CAP_Z         3.0  /* a drop that sets a cap: least size in standard errors */
+#define CTRL_JUMP_Z        4.0  /* model: a speed change, in standard deviations of a sample */
+#define CTRL_JUMP_MIN      0.22314355131420976 /* model: and at least ln 1.25 */
 
-enum { ND = 17, NL = 6 }; /* double and long arrays per node */
+enum { ND = 19, NL = 7 }; /* double and long arrays per node */
 
 const char *ctrl_policy_name(ctrl_policy p) {
     switch (p) {
@@ -78,10 +83,11 @@ static void ctrl_bind(ctrl *c) {
     double *d = c->dbl;
     double **dp[ND] = {&c->ts,    &c->h1,    &c->h2,   &c->grow_x, &c->ep_t, &c->ep_b,
                        &c->integ, &c->eprev, &c->step, &c->w,      &c->w2,   &c->mb,
-                       &c->mt,    &c->cbb,   &c->cbt,  &c->ctt,    &c->rv};
+                       &c->mt,    &c->cbb,   &c->cbt,  &c->ctt,    &c->rd,   &c->tw2,
+                       &c->grow_v};
     for (int i = 0; i < ND; i++) *dp[i] = d + i * n;
     long *l = c->lng;
-    long **lp[NL] = {&c->b, &c->nsamp, &c->grow_from, &c->cap, &c->cap_until, &c->dir};
+    long **lp[NL] = {&c->b, &c->nsamp, &c->grow_from, &c->cap, &c->cap_until, &c->dir, &c->nrd};
     for (int i = 0; i < NL; i++) *lp[i] = l + i * n;
 }
 
@@ -288,6 +294,12 @@ hr_status ctrl_set_split(ctrl *c, const long *b) {
 
 /* ---------------------------------------------------------------- observe */
 
+/* Relative variance of one timing sample of node k. */
+static double noise_var(const ctrl *c, int k) {
+    double sd = CTRL_MAD_SIGMA * c->rd[k];
+    return sd * sd;
+}
+
 static double median3(double a, double b, double c) {
     double lo = fmin(a, b), hi = fmax(a, b);
     return c < lo ? lo : (c > hi ? hi : c);
@@ -304,15 +316,30 @@ hr_status ctrl_observe(ctrl *c, long iter, const ctrl_stat *stats) {
     for (int k = 0; k < c->n; k++) {
         double t = stats[k].t, b = (double)stats[k].b;
         double f = c->nsamp[k] >= 2 ? median3(t, c->h1[k], c->h2[k]) : t;
-        /* Relative variance of one timing sample, kept across batch changes: how noisy this
-         * node's clock is (shared cores, interference), which the dead-band must not chase.
-         * Deviations are taken from the median-of-3 value and clamped, so a real speed step
-         * adds one bounded outlier rather than a run of large deviations. */
-        if (c->nsamp[k] >= 2) {
-            double dev = (t - f) / f;
-            c->rv[k] += CTRL_NOISE_SMOOTH * (fmin(dev * dev, CTRL_NOISE_CLAMP) - c->rv[k]);
+        /* How noisy this node's clock is (shared cores, interference), which the dead-band
+         * and the adaptive cap must not chase; kept across batch changes. rd is the mean
+         * relative difference of successive samples at the same batch, from which
+         * noise_var() derives the variance of one sample (unbiased for independent normal
+         * noise, and unaffected by a slow drift). A difference is clamped to
+         * CTRL_NOISE_DMAX, so a real speed step adds one bounded outlier. The first
+         * differences are averaged plainly (weight 1/count), so the estimate starts from
+         * data rather than from zero. */
+        if (c->nsamp[k] >= 1) {
+            double d = fmin(fabs(t - c->h1[k]) / c->h1[k], CTRL_NOISE_DMAX);
+            /* model: a jump far beyond the noise at an unchanged batch is a change of speed
+             * (interference starting or stopping), not the oscillation that step-halving
+             * damps, so the node's next steps are full again */
+            double jump = fabs(log(t / c->h1[k]));
+            if (c->nrd[k] >= 2 && jump > fmax(CTRL_JUMP_Z * sqrt(noise_var(c, k)), CTRL_JUMP_MIN)) {
+                c->step[k] = 1;
+                c->dir[k] = 0;
+            }
+            c->nrd[k]++;
+            double w = fmax(CTRL_NOISE_SMOOTH, 1.0 / (double)c->nrd[k]);
+            c->rd[k] += w * (d - c->rd[k]);
         }
         c->ts[k] = c->nsamp[k] == 0 ? f : (1 - s) * c->ts[k] + s * f;
+        c->tw2[k] = c->nsamp[k] == 0 ? 1 : (1 - s) * (1 - s) * c->tw2[k] + s * s;
         c->h2[k] = c->h1[k];
         c->h1[k] = t;
         c->nsamp[k]++;
@@ -394,7 +421,11 @@ hr_status ctrl_decide(ctrl *c, long iter, int epoch_ended, long *b_out, int *cha
     double thr = fmax(g->deadband, CTRL_CAP_DROP);
     int adaptive = g->policy == CTRL_PROPORTIONAL || g->policy == CTRL_PID;
 
-    /* Adaptive b_max: expire old caps, review the last growth of each node. */
+    /* Adaptive b_max: expire old caps, review the last growth of each node. A throughput
+     * drop only counts when it exceeds thr and CTRL_CAP_Z standard errors of the difference
+     * of the two throughput estimates: on a shared machine, scheduling alone moves a node's
+     * throughput by tens of percent, and a cap set on noise holds a fast node back for
+     * CTRL_CAP_DECISIONS decisions. */
     for (int k = 0; k < n; k++) {
         if (c->cap[k] && c->decisions >= c->cap_until[k]) c->cap[k] = 0;
         /* conditions changed (interference ended): the node now beats the throughput that
@@ -403,7 +434,9 @@ hr_status ctrl_decide(ctrl *c, long iter, int epoch_ended, long *b_out, int *cha
             c->cap[k] = 0;
         if (adaptive && c->grow_from[k] > 0) {
             double x = (double)c->b[k] / c->ts[k];
-            if (x < c->grow_x[k] * (1 - thr)) {
+            double var = noise_var(c, k) * c->tw2[k] + c->grow_v[k];
+            double drop = fmax(thr, CTRL_CAP_Z * sqrt(var));
+            if (x < c->grow_x[k] * (1 - drop)) {
                 c->cap[k] = c->grow_from[k];
                 c->cap_until[k] = c->decisions + CTRL_CAP_DECISIONS;
             }
@@ -471,10 +504,10 @@ hr_status ctrl_decide(ctrl *c, long iter, int epoch_ended, long *b_out, int *cha
      * a target moves with the noise of its own node and of the others, so a move smaller than
      * CTRL_NOISE_Z standard errors of that difference is noise, not imbalance. */
     double rv_mean = 0, ewma = g->smoothing / (2 - g->smoothing);
-    for (int k = 0; k < n; k++) rv_mean += c->rv[k] / n;
+    for (int k = 0; k < n; k++) rv_mean += noise_var(c, k) / n;
     int act = 0;
     for (int k = 0; k < n; k++) {
-        double noise = CTRL_NOISE_Z * sqrt((c->rv[k] + rv_mean) * ewma);
+        double noise = CTRL_NOISE_Z * sqrt((noise_var(c, k) + rv_mean) * ewma);
         if (fabs(bstar[k] - (double)c->b[k]) > fmax(g->deadband, noise) * (double)c->b[k]) act = 1;
     }
     if (g->policy == CTRL_EPOCH)
@@ -528,6 +561,7 @@ hr_status ctrl_decide(ctrl *c, long iter, int epoch_ended, long *b_out, int *cha
         if (adaptive && (double)bn[k] > (double)old * (1 + thr)) {
             c->grow_from[k] = old;
             c->grow_x[k] = (double)old / c->ts[k];
+            c->grow_v[k] = noise_var(c, k) * c->tw2[k];
         } else {
             c->grow_from[k] = 0;
         }

@@ -83,6 +83,7 @@ typedef struct ctrl {
     long *cap;       /* (n) adaptive b_max (Tyagi & Sharma), 0 when none */
     long *cap_until; /* (n) decision count at which the cap expires */
     long *dir;       /* (n) direction of the last change: -1, 0 or +1 (model step-halving) */
+    long *nrd;       /* (n) sample differences folded into rd so far */
     /* per node, in `dbl` */
     double *ts;     /* (n) EWMA of compute time at the current batch, s */
     double *h1;     /* (n) previous raw sample at the current batch, s */
@@ -100,7 +101,9 @@ typedef struct ctrl {
     double *cbb;    /* (n) model: weighted sum of (b - mb)^2 */
     double *cbt;    /* (n) model: weighted sum of (b - mb)(t - mt) */
     double *ctt;    /* (n) model: weighted sum of (t - mt)^2 */
-    double *rv;     /* (n) EWMA of the squared relative deviation of a timing sample */
+    double *rd;     /* (n) EWMA of |t_i - t_(i-1)| / t_(i-1) at the same batch (timing noise) */
+    double *tw2;    /* (n) sum of the squared EWMA weights behind ts (its variance factor) */
+    double *grow_v; /* (n) relative variance of grow_x when it was taken */
     double *dbl;    /* owned block behind the double arrays */
     long *lng;      /* owned block behind the long arrays */
 } ctrl;
