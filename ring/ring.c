@@ -176,7 +176,9 @@ static hr_status connect_succ(ring *r, double deadline, acceptor *a, char *err, 
                 return HR_OK;
             }
             close(fd);
-            if (st == HR_ERR_AUTH || st == HR_ERR_PROTO || refused) {
+            /* A view mismatch (other epoch, other neighbour) is transient while the members
+             * re-form one after another: retry until the deadline, keeping the reason. */
+            if (st == HR_ERR_AUTH || st == HR_ERR_PROTO || (refused && st != HR_ERR_VIEW)) {
                 HR_ERROR(SEC, "successor %s: %s", who, why);
                 return hr_fail(err, errlen, st, "successor %s: %s", who, why);
             }

@@ -315,7 +315,7 @@ static hr_status hello_check(const hello *o, const uint8_t mine[SEC_HELLO], cons
         return hr_fail(why, whylen, HR_ERR_AUTH, "unknown peer: node id %ld is not in the cluster",
                        o->from);
     if (o->from != p->expect_id)
-        return hr_fail(why, whylen, HR_ERR_PROTO,
+        return hr_fail(why, whylen, HR_ERR_VIEW,
                        "node %ld is not the expected neighbour (node %ld) in view epoch %llu",
                        o->from, p->expect_id, (unsigned long long)p->epoch);
     if (o->to != p->self_id)

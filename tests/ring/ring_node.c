@@ -7,6 +7,11 @@
  *   ring_node CONF ID loop COUNT        all-reduce COUNT floats until an error ("running" once)
  *   ring_node CONF ID reduce COUNT K    K all-reduces of COUNT floats, each checked
  *   ring_node CONF ID init              form the ring, one barrier, exit
+ *   ring_node CONF ID reform DROP COUNT  leave and rejoin: check COUNT in view epoch 0 (all
+ *                                       nodes); the others re-form as epoch 1 without node
+ *                                       DROP and check again, while DROP goes straight on to
+ *                                       epoch 2; then everyone re-forms as epoch 2 (all nodes)
+ *                                       and checks a third time
  *   ring_node keygen FILE               write an identity key file, print its public key
  *
  * Exit status: 0 success, 1 a wrong result, 2 usage or config error, 3 a ring error (its
@@ -135,6 +140,34 @@ static int check_count(ring *r, size_t count) {
     return 0;
 }
 
+/* Re-form as `v` and check that the ring has its epoch and size, then run check_count. */
+static int reform_and_check(ring *r, const ring_view *v, size_t count) {
+    char err[HR_ERRLEN];
+    if (ring_reform(r, v, err, sizeof err) != HR_OK) {
+        fprintf(stderr, "node %ld: ring error in re-form to epoch %llu: %s\n", g_id,
+                (unsigned long long)v->epoch, err);
+        return 3;
+    }
+    const ring_view *got = ring_get_view(r);
+    printf("node %ld: view epoch %llu formed, rank %d of %d\n", g_id,
+           (unsigned long long)got->epoch, ring_rank(r), ring_size(r));
+    if (got->epoch != v->epoch || ring_size(r) != v->n)
+        return wrong("re-form", count, "view epoch or size differs from the one asked for");
+    return check_count(r, count);
+}
+
+static int leave_and_rejoin(ring *r, const cfg *c, long drop, size_t count) {
+    int rc = check_count(r, count);
+    if (rc) return rc;
+    ring_view without = {.epoch = 1}, all = {.epoch = 2};
+    for (int i = 0; i < c->n_nodes; i++) {
+        all.ids[all.n++] = c->nodes[i].id;
+        if (c->nodes[i].id != drop) without.ids[without.n++] = c->nodes[i].id;
+    }
+    if (g_id != drop && (rc = reform_and_check(r, &without, count)) != 0) return rc;
+    return reform_and_check(r, &all, count);
+}
+
 int main(int argc, char **argv) {
     hr_log_init_from_env();
     if (argc == 3 && strcmp(argv[1], "keygen") == 0) {
@@ -154,7 +187,7 @@ int main(int argc, char **argv) {
         return 0;
     }
     if (argc < 4) {
-        fprintf(stderr, "usage: ring_node CONF ID correct|loop|reduce|init [ARGS]\n");
+        fprintf(stderr, "usage: ring_node CONF ID correct|loop|reduce|init|reform [ARGS]\n");
         return 2;
     }
     setvbuf(stdout, NULL, _IOLBF, 0);
@@ -184,6 +217,8 @@ int main(int argc, char **argv) {
         if (ring_barrier(&r) != HR_OK) rc = ring_fail(&r, "barrier");
     } else if (strcmp(mode, "correct") == 0) {
         for (int i = 4; i < argc && rc == 0; i++) rc = check_count(&r, (size_t)atoll(argv[i]));
+    } else if (strcmp(mode, "reform") == 0 && argc == 6) {
+        rc = leave_and_rejoin(&r, &c, atol(argv[4]), (size_t)atoll(argv[5]));
     } else if (strcmp(mode, "loop") == 0 || strcmp(mode, "reduce") == 0) {
         size_t count = argc > 4 ? (size_t)atoll(argv[4]) : 1 << 20;
         long iters = strcmp(mode, "loop") == 0 ? -1 : (argc > 5 ? atol(argv[5]) : 1);

@@ -7,6 +7,7 @@
 #   bad_peers   wrong identity key, wrong PSK, unknown node id, group-readable key file
 #   startup     late starters and any start order
 #   tamper      a proxy flips a bit, truncates a frame, replays a frame
+#   reform      one node leaves (view epoch 1) and rejoins (epoch 2) without any restart
 # MODE is none, auth (cluster PSK) or encrypt (identity keys). Ports are random in 10000-32000,
 # below the kernel's ephemeral range (32768+), so no outgoing connection can hold one.
 set -u
@@ -176,6 +177,23 @@ tamper)
         grep -q "$pat" "$tmp/out.1" || fail "$what: node 1 did not report '$pat'"
         echo "$what: $(cat "$tmp/proxy.out")"; show 1 0
     done
+    ;;
+reform)
+    # leave and rejoin without restarting: view epoch 0 = all four, epoch 1 = all but node 2,
+    # epoch 2 = all four again; node 2 re-forms for epoch 2 while the others still work in 1
+    n=4; newbase; conf "$tmp/c.ini" $n
+    for i in 0 1 2 3; do start $i "$tmp/c.ini" reform 2 100003; done
+    finish 0 1 2 3
+    for i in 0 1 2 3; do [ "${rc[$i]}" = 0 ] || { fail "node $i exited ${rc[$i]}"; show $i; }; done
+    for i in 0 1 3; do
+        grep -q "view epoch 1 formed, rank [0-2] of 3" "$tmp/out.$i" || fail "node $i: no epoch 1 of 3"
+    done
+    for i in 0 1 2 3; do
+        grep -q "view epoch 2 formed, rank $i of 4" "$tmp/out.$i" || fail "node $i: no epoch 2 of 4"
+    done
+    grep -q "epoch 1 formed" "$tmp/out.2" && fail "node 2 took part in epoch 1"
+    echo "leave (epoch 1, 3 nodes) and rejoin (epoch 2, 4 nodes): $fails failure(s)"
+    show 2
     ;;
 *) echo "unknown scenario $scenario"; exit 2 ;;
 esac
