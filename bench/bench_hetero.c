@@ -27,6 +27,7 @@
 
 #define HB_NODES     4
 #define HB_MAX_ITERS 100000
+#define HB_MAX_REPEAT 15
 
 typedef struct {
     const char *name;          /* scenario id used in file names and the report */
@@ -64,6 +65,7 @@ typedef struct {
     double rebalance;     /* adjustments to re-balance after the last change (-1: never) */
     double oscillation;   /* mean max relative batch move per interval, steady state */
     double imbalance;     /* median max/min compute time, steady state */
+    int runs;             /* runs behind a median (median_result) */
     int ok;               /* the run completed */
 } run_result;
 
@@ -169,6 +171,34 @@ static void analyse(const run_log *l, long change, long steady_from, long global
     r->ok = 1;
 }
 
+/* Medians over the completed runs of one policy (v) and its static pairing (st) in the same
+ * rounds: throughput, speed-up per round, oscillation, imbalance, and re-balance adjustments
+ * with "never" (-1) ranked above every count. */
+static void median_result(const run_result *v, const run_result *st, int k, run_result *out) {
+    double sps[HB_MAX_REPEAT], sp[HB_MAX_REPEAT], osc[HB_MAX_REPEAT], imb[HB_MAX_REPEAT],
+        rb[HB_MAX_REPEAT];
+    int n = 0, ns = 0;
+    for (int i = 0; i < k; i++) {
+        if (!v[i].ok) continue;
+        sps[n] = v[i].samples_per_s;
+        osc[n] = v[i].oscillation;
+        imb[n] = v[i].imbalance;
+        rb[n] = v[i].rebalance < 0 ? INFINITY : v[i].rebalance;
+        n++;
+        if (st[i].ok) sp[ns++] = v[i].samples_per_s / st[i].samples_per_s;
+    }
+    memset(out, 0, sizeof *out);
+    out->runs = n;
+    if (!n) return;
+    out->ok = 1;
+    out->samples_per_s = bench_median(sps, n);
+    out->speedup = ns ? bench_median(sp, ns) : NAN;
+    out->oscillation = bench_median(osc, n);
+    out->imbalance = bench_median(imb, n);
+    double r = bench_median(rb, n);
+    out->rebalance = isinf(r) ? -1 : r;
+}
+
 /* Ideal speed-up of perfect balancing over static: sum over phases of the static iteration
  * time (slowest node, max f) against the balanced one (N / sum 1/f). */
 static double ideal_speedup(const scenario *s, long iters, long t0, long t1, double factor) {
@@ -195,6 +225,7 @@ typedef struct {
     long batch;          /* global batch */
     const char *layers;  /* MLP layers */
     int ddp;             /* also run the PyTorch DDP baseline */
+    int repeat;          /* runs of every scenario and policy; the report gives medians */
     int n_pol;           /* policies to run */
     const char *pol[N_POL];
     int scen_on[N_SCEN];  /* scenarios to run */
@@ -330,7 +361,7 @@ static void usage(FILE *out) {
         out,
         "usage: hetring bench hetero [--out DIR] [--json FILE] [--iters N] [--batch B]\n"
         "                            [--layers L] [--policies P,...] [--scenarios S,...]\n"
-        "                            [--ddp]\n"
+        "                            [--repeat K] [--ddp]\n"
         "\n"
         "Run every scenario on %d local nodes for every policy and compare dynamic batching\n"
         "with static. Slowdowns are emulated by sleeping.\n"
@@ -342,6 +373,9 @@ static void usage(FILE *out) {
         "  --layers L       MLP layers (default 784,512,512,10)\n"
         "  --policies P     subset of static,proportional,pid,model,epoch (static always runs)\n"
         "  --scenarios S    subset of homogeneous,one-slow,graded,interference\n"
+        "  --repeat K       run every scenario and policy K times, interleaved, and report\n"
+        "                   medians; speed-ups pair each run with static's run of the same\n"
+        "                   round (default 1)\n"
         "  --ddp            also run the PyTorch DDP (gloo) baseline where torch is installed\n"
         "  --set S.K=V      override a key in every run (e.g. controller.interval=4)\n",
         HB_NODES);
@@ -356,11 +390,13 @@ int bench_hetero(int argc, char **argv) {
                                          {"policies", required_argument, 0, 'p'},
                                          {"scenarios", required_argument, 0, 's'},
                                          {"ddp", no_argument, 0, 'd'},
+                                         {"repeat", required_argument, 0, 'r'},
                                          {"set", required_argument, 0, 'S'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     hetero_opts o = {
-        .out_dir = "bench-out", .iters = 300, .batch = 512, .layers = "784,512,512,10"};
+        .out_dir = "bench-out", .iters = 300, .batch = 512, .layers = "784,512,512,10",
+        .repeat = 1};
     const char *pols = NULL, *scens = NULL;
     int ch;
     optind = 1;
@@ -396,6 +432,12 @@ int bench_hetero(int argc, char **argv) {
             break;
         case 'd':
             o.ddp = 1;
+            break;
+        case 'r':
+            o.repeat = (int)strtol(optarg, &end, 10);
+            if (*end || o.repeat < 1 || o.repeat > HB_MAX_REPEAT)
+                return cli_usage_error("bench hetero", "--repeat '%s' (expected 1..%d)", optarg,
+                                       HB_MAX_REPEAT);
             break;
         case 'S':
             if (o.n_sets == 16) return cli_usage_error("bench hetero", "too many --set options");
@@ -449,8 +491,8 @@ int bench_hetero(int argc, char **argv) {
     int first_json = 1, failures = 0;
     fprintf(md,
             "# hetring bench hetero\n\n%d local nodes, MLP %s, global batch %ld, %ld "
-            "iterations per run. Slowdowns are emulated by sleeping.\n\n",
-            HB_NODES, o.layers, o.batch, o.iters);
+            "iterations per run, median of %d run(s). Slowdowns are emulated by sleeping.\n\n",
+            HB_NODES, o.layers, o.batch, o.iters, o.repeat);
     fprintf(md, "| scenario | policy | samples/s | speed-up vs static | ideal | efficiency | "
                 "re-balance adjustments | oscillation | max/min compute |\n"
                 "|---|---|---|---|---|---|---|---|---|\n");
@@ -462,20 +504,32 @@ int bench_hetero(int argc, char **argv) {
         const char *schedule = sc->interference ? sc->interference : interf;
         long change = sc->interference ? 0 : t1;
         double ideal = ideal_speedup(sc, o.iters, t0, t1, 3);
+        /* K rounds, each running every policy once, so that slow phases of the shared machine
+         * hit all policies alike; medians over the rounds, speed-ups paired within a round. */
+        run_result rr[N_POL][HB_MAX_REPEAT];
+        memset(rr, 0, sizeof rr);
+        long steady = sc->interference ? o.iters / 2 : t1 + (o.iters - t1) / 3;
+        for (int round = 0; round < o.repeat; round++)
+            for (int p = 0; p < o.n_pol; p++) {
+                run_log log;
+                if (run_one(&o, sc, o.pol[p], schedule, &log) != 0) {
+                    failures++;
+                    continue;
+                }
+                analyse(&log, change, steady, o.batch, &rr[p][round]);
+                write_csv(o.out_dir, sc->name, o.pol[p], &log); /* the last round's */
+                run_log_free(&log);
+            }
         int best = -1;
         for (int p = 0; p < o.n_pol; p++) {
-            run_log log;
             run_result *r = &res[s][p];
-            if (run_one(&o, sc, o.pol[p], schedule, &log) != 0) {
-                failures++;
+            median_result(rr[p], rr[0], o.repeat, r);
+            r->ideal = ideal;
+            if (!r->ok) {
+                printf("%-13s %-13s (every run failed)\n", sc->name, o.pol[p]);
+                fprintf(md, "| %s | %s | failed | | | | | | |\n", sc->name, o.pol[p]);
                 continue;
             }
-            long steady = sc->interference ? o.iters / 2 : t1 + (o.iters - t1) / 3;
-            analyse(&log, change, steady, o.batch, r);
-            r->ideal = ideal;
-            r->speedup = res[s][0].ok ? r->samples_per_s / res[s][0].samples_per_s : NAN;
-            write_csv(o.out_dir, sc->name, o.pol[p], &log);
-            run_log_free(&log);
             if (p > 0 && r->ok && (best < 0 || r->samples_per_s > res[s][best].samples_per_s))
                 best = p;
             const char *pol = o.pol[p];
@@ -494,9 +548,9 @@ int bench_hetero(int argc, char **argv) {
                         "%s  {\"scenario\": \"%s\", \"policy\": \"%s\", \"samples_per_s\": %.1f, "
                         "\"speedup_vs_static\": %.4f, \"ideal_speedup\": %.4f, "
                         "\"rebalance_adjustments\": %s, \"oscillation\": %.5f, "
-                        "\"imbalance\": %.4f, \"emulated\": true}",
+                        "\"imbalance\": %.4f, \"runs\": %d, \"emulated\": true}",
                         first_json ? "" : ",\n", sc->name, pol, r->samples_per_s, r->speedup, ideal,
-                        strcmp(rb, "-") ? rb : "null", r->oscillation, r->imbalance);
+                        strcmp(rb, "-") ? rb : "null", r->oscillation, r->imbalance, r->runs);
                 first_json = 0;
             }
         }
