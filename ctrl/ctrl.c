@@ -417,6 +417,7 @@ hr_status ctrl_decide(ctrl *c, long iter, int epoch_ended, long *b_out, int *cha
     long *rlo = ltmp, *rhi = ltmp + n, *bn = ltmp + 2 * n, *hil = ltmp + 3 * n;
 
     c->decisions++;
+    long seen = c->window; /* observations behind this decision (epoch: the whole epoch) */
     c->window = 0;
     double thr = fmax(g->deadband, CTRL_CAP_DROP);
     int adaptive = g->policy == CTRL_PROPORTIONAL || g->policy == CTRL_PID;
@@ -501,9 +502,11 @@ hr_status ctrl_decide(ctrl *c, long iter, int epoch_ended, long *b_out, int *cha
 
     /* Dead-band on the target: the configured fraction, or more when the timings are noisy.
      * A smoothed time has relative variance rv * s / (2 - s) (EWMA of independent samples);
-     * a target moves with the noise of its own node and of the others, so a move smaller than
+     * epoch's rate is a mean over the `seen` iterations of the epoch, variance rv / seen. A
+     * target moves with the noise of its own node and of the others, so a move smaller than
      * CTRL_NOISE_Z standard errors of that difference is noise, not imbalance. */
-    double rv_mean = 0, ewma = g->smoothing / (2 - g->smoothing);
+    double rv_mean = 0, ewma = g->policy == CTRL_EPOCH ? 1.0 / (double)seen
+                                                       : g->smoothing / (2 - g->smoothing);
     for (int k = 0; k < n; k++) rv_mean += noise_var(c, k) / n;
     int act = 0;
     for (int k = 0; k < n; k++) {

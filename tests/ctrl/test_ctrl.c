@@ -642,6 +642,23 @@ static void test_cap_ignores_noise(void) {
     ctrl_free(&c);
 }
 
+/* epoch averages a whole epoch, so its dead-band shrinks with the epoch's length: a 25% slower
+ * node is found under +-30% timing noise (sd 17%), which an EWMA-sized dead-band would hide. */
+static void test_epoch_noise(void) {
+    ctrl_config g = cfg_default(CTRL_EPOCH);
+    const double slow[4] = {1, 1, 1, 1.25};
+    sim s;
+    run_log L;
+    sim_setup(&s, 4, slow, 0, 512, 0.3);
+    run_sim(&s, &g, 512, 320, 32, NULL, 0, NULL, &L);
+    double last = L.nd ? L.ratio[L.nd - 1] : 0;
+    printf("figure: epoch under 30%% noise, slowdowns (1,1,1,1.25): ratio 1.250 -> %.3f after %ld "
+           "epochs\n",
+           last, L.nd);
+    CHECK(L.errors == 0 && L.nd == 10, "epoch run: %d errors, %ld decisions", L.errors, L.nd);
+    CHECK(last <= 1.10, "epoch left a 25%% slower node at ratio %.3f", last);
+}
+
 int main(void) {
     test_init_split();
     test_convergence();
@@ -654,5 +671,6 @@ int main(void) {
     test_static();
     test_adaptive_cap();
     test_cap_ignores_noise();
+    test_epoch_noise();
     return check_exit();
 }
