@@ -25,7 +25,9 @@
  *      the same batch, so a lone spike is ignored.
  *   2. A balanced target b* with sum B inside [min_batch, max_batch]: equal finish times under
  *      each node's time model (proportional: t = b / X_k; model: t = alpha_k + beta_k b).
- *   3. Dead-band: nothing changes unless some node's |b*_k - b_k| > deadband * b_k.
+ *   3. Dead-band: nothing changes unless some node's |b*_k - b_k| > max(deadband, noise_k) *
+ *      b_k, where noise_k is two standard errors of the target's move as the nodes' measured
+ *      timing noise implies it (ctrl.c, "Dead-band on the target").
  *   4. The step b + gain * (b* - b) (model: also times a per-node factor halved whenever the
  *      node's direction reverses; pid: its own output), limited to a relative change of
  *      rate_limit per node (at least one sample), and projected back onto sum = B and bounds.
