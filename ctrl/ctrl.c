@@ -61,6 +61,7 @@
 #define CTRL_JUMP_MIN      0.22314355131420976 /* model: and at least ln 1.25 */
 
 enum { ND = 19, NL = 7 }; /* double and long arrays per node */
+enum { SD = 13, SL = 4 };  /* scratch doubles and longs per node for a decision (or init) */
 
 const char *ctrl_policy_name(ctrl_policy p) {
     switch (p) {
@@ -95,6 +96,8 @@ void ctrl_free(ctrl *c) {
     if (!c) return;
     free(c->dbl);
     free(c->lng);
+    free(c->sdbl);
+    free(c->slng);
     memset(c, 0, sizeof *c);
 }
 
@@ -102,11 +105,13 @@ hr_status ctrl_copy(ctrl *dst, const ctrl *src) {
     if (!dst || !src || !src->dbl || !src->lng) return HR_ERR_INVAL;
     memset(dst, 0, sizeof *dst);
     size_t nd = (size_t)src->n * ND, nl = (size_t)src->n * NL;
-    double *d = malloc(nd * sizeof *d);
-    long *l = malloc(nl * sizeof *l);
-    if (!d || !l) {
+    double *d = malloc(nd * sizeof *d), *sd = malloc((size_t)src->n * SD * sizeof *sd);
+    long *l = malloc(nl * sizeof *l), *sl = malloc((size_t)src->n * SL * sizeof *sl);
+    if (!d || !l || !sd || !sl) {
         free(d);
         free(l);
+        free(sd);
+        free(sl);
         return HR_ERR_NOMEM;
     }
     *dst = *src;
@@ -114,6 +119,8 @@ hr_status ctrl_copy(ctrl *dst, const ctrl *src) {
     memcpy(l, src->lng, nl * sizeof *l);
     dst->dbl = d;
     dst->lng = l;
+    dst->sdbl = sd; /* scratch: no state to copy */
+    dst->slng = sl;
     ctrl_bind(dst);
     return HR_OK;
 }
@@ -241,12 +248,13 @@ hr_status ctrl_init(ctrl *c, const ctrl_config *cfg, int n, long B, const double
             if (!(capacity[k] > 0 && isfinite(capacity[k]))) return HR_ERR_INVAL;
     c->dbl = calloc((size_t)n * ND, sizeof *c->dbl);
     c->lng = calloc((size_t)n * NL, sizeof *c->lng);
-    double *tmp = malloc((size_t)n * 7 * sizeof *tmp);
-    if (!c->dbl || !c->lng || !tmp) {
-        free(tmp);
+    c->sdbl = malloc((size_t)n * SD * sizeof *c->sdbl);
+    c->slng = malloc((size_t)n * SL * sizeof *c->slng);
+    if (!c->dbl || !c->lng || !c->sdbl || !c->slng) {
         ctrl_free(c);
         return HR_ERR_NOMEM;
     }
+    double *tmp = c->sdbl; /* 7 per node needed here */
     c->cfg = *cfg;
     c->n = n;
     c->B = B;
@@ -270,7 +278,6 @@ hr_status ctrl_init(ctrl *c, const ctrl_config *cfg, int n, long B, const double
     project_scale(n, y, lo, hi, (double)B, zero, d, bp, q);
     apportion(n, q, lol, hil, B, c->b);
     for (int k = 0; k < n; k++) c->cap[k] = c->cap_until[k] = 0;
-    free(tmp);
     if (b_out) memcpy(b_out, c->b, (size_t)n * sizeof *b_out);
     return HR_OK;
 }
@@ -392,7 +399,7 @@ static int sgn(double x) {
 }
 
 hr_status ctrl_decide(ctrl *c, long iter, int epoch_ended, long *b_out, int *changed) {
-    if (!c || !c->dbl || !b_out || iter < 0 || c->n < 1) return HR_ERR_INVAL;
+    if (!c || !c->dbl || !c->sdbl || !b_out || iter < 0 || c->n < 1) return HR_ERR_INVAL;
     const ctrl_config *g = &c->cfg;
     int n = c->n;
     if (changed) *changed = 0;
@@ -403,14 +410,9 @@ hr_status ctrl_decide(ctrl *c, long iter, int epoch_ended, long *b_out, int *cha
     for (int k = 0; k < n; k++)
         if (c->nsamp[k] == 0 || (g->policy == CTRL_EPOCH && !(c->ep_t[k] > 0))) return HR_OK;
 
-    /* scratch: 13 doubles and 4 longs per node (bp takes 2n) */
-    double *tmp = malloc((size_t)n * 13 * sizeof *tmp);
-    long *ltmp = malloc((size_t)n * 4 * sizeof *ltmp);
-    if (!tmp || !ltmp) {
-        free(tmp);
-        free(ltmp);
-        return HR_ERR_NOMEM;
-    }
+    /* scratch: SD doubles and SL longs per node (bp takes 2n), allocated by init */
+    double *tmp = c->sdbl;
+    long *ltmp = c->slng;
     double *lo = tmp, *hi = tmp + n, *c0 = tmp + 2 * n, *d = tmp + 3 * n, *bstar = tmp + 4 * n,
            *y = tmp + 5 * n, *q = tmp + 6 * n, *zero = tmp + 7 * n, *dd = tmp + 8 * n,
            *e = tmp + 9 * n, *inew = tmp + 10 * n, *bp = tmp + 11 * n;
@@ -579,8 +581,6 @@ hr_status ctrl_decide(ctrl *c, long iter, int epoch_ended, long *b_out, int *cha
     memcpy(b_out, c->b, (size_t)n * sizeof *b_out);
     if (changed) *changed = 1;
 done:
-    free(tmp);
-    free(ltmp);
     return HR_OK;
 }
 

@@ -68,7 +68,8 @@ typedef struct {
 #define CTRL_T_MAX 1e9   /* largest accepted compute time, s */
 
 /* Replicated controller state. Caller-owned; every per-node array has n entries and lives in
- * one of two heap blocks (`dbl`, `lng`), so a copy is two memcpys (ctrl_copy). */
+ * one of two heap blocks (`dbl`, `lng`), so a copy is two memcpys (ctrl_copy). A decision
+ * works in scratch allocated once by ctrl_init, so it never allocates. */
 typedef struct ctrl {
     ctrl_config cfg; /* validated copy of the config */
     int n;           /* nodes */
@@ -108,6 +109,8 @@ typedef struct ctrl {
     double *grow_v; /* (n) relative variance of grow_x when it was taken */
     double *dbl;    /* owned block behind the double arrays */
     long *lng;      /* owned block behind the long arrays */
+    double *sdbl;   /* owned scratch for ctrl_decide, not state (not hashed, not copied) */
+    long *slng;     /* owned scratch for ctrl_decide, longs */
 } ctrl;
 
 /* Validate cfg, n >= 1 and B (n * min_batch <= B <= n * max_batch), and write the first split
