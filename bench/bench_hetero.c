@@ -25,8 +25,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#define HB_NODES     4
-#define HB_MAX_ITERS 100000
+#define HB_NODES      4
+#define HB_MAX_ITERS  100000
 #define HB_MAX_REPEAT 15
 
 typedef struct {
@@ -394,9 +394,11 @@ int bench_hetero(int argc, char **argv) {
                                          {"set", required_argument, 0, 'S'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
-    hetero_opts o = {
-        .out_dir = "bench-out", .iters = 300, .batch = 512, .layers = "784,512,512,10",
-        .repeat = 1};
+    hetero_opts o = {.out_dir = "bench-out",
+                     .iters = 300,
+                     .batch = 512,
+                     .layers = "784,512,512,10",
+                     .repeat = 1};
     const char *pols = NULL, *scens = NULL;
     int ch;
     optind = 1;

@@ -11,10 +11,11 @@
  *
  * The decision pipeline and the call convention are described in ctrl.h. Policy notes:
  *   proportional  Tyagi & Sharma: X_k = b_k / t_k, b*_k = B X_k / sum X. Adaptive b_max: if a
- *                 node's throughput fell by more than max(deadband, 5%, its timing noise)
- *                 after its batch grew by more than max(deadband, 5%), its b_max becomes the old batch for CTRL_CAP_DECISIONS
- *                 decisions (the paper keeps it for good; a shared machine's speed changes,
- *                 so here it expires). Also used by pid.
+ *                 node's throughput fell by more than max(deadband, 5%, CTRL_CAP_Z standard
+ *                 errors of its timings) after its batch grew by more than max(deadband,
+ *                 5%), its b_max becomes the old batch for CTRL_CAP_DECISIONS decisions (the
+ *                 paper keeps it for good; a shared machine's speed changes, so here it
+ *                 expires). Also used by pid.
  *   pid           relative error e_k = b*_k / b_k - 1 (zero-sum against b); output
  *                 b_k (1 + gain e_k + ki I_k + kd (e_k - e_prev_k)). I_k is leaky
  *                 (CTRL_PID_LEAK per decision) and integrates only errors beyond the
@@ -52,16 +53,16 @@
 #define CTRL_FIT_SE        0.25   /* model: largest slope standard error relative to slope */
 #define CTRL_BETA_MIN      0.05   /* model: beta >= this * t/b, i.e. alpha <= 95% of t */
 #define CTRL_D_MIN         1e-200 /* smallest normalised speed, keeps ratios finite */
-#define CTRL_NOISE_Z       2.0  /* dead-band: least target move in standard errors of the timings */
-#define CTRL_NOISE_SMOOTH  0.1  /* EWMA weight of a new squared deviation in the noise estimate */
-#define CTRL_NOISE_DMAX    0.5  /* largest relative difference one pair of samples contributes */
+#define CTRL_NOISE_Z       2.0 /* dead-band: least target move in standard errors of the timings */
+#define CTRL_NOISE_SMOOTH  0.1 /* EWMA weight of a new sample difference in the noise estimate */
+#define CTRL_NOISE_DMAX    0.5 /* largest relative difference one pair of samples contributes */
 #define CTRL_MAD_SIGMA     0.886226925452758 /* sqrt(pi) / 2: sd from E|t_i - t_(i-1)| */
-#define CTRL_CAP_Z         3.0  /* a drop that sets a cap: least size in standard errors */
-#define CTRL_JUMP_Z        4.0  /* model: a speed change, in standard deviations of a sample */
+#define CTRL_CAP_Z         3.0 /* a drop that sets a cap: least size in standard errors */
+#define CTRL_JUMP_Z        4.0 /* model: a speed change, in standard deviations of a sample */
 #define CTRL_JUMP_MIN      0.22314355131420976 /* model: and at least ln 1.25 */
 
 enum { ND = 19, NL = 7 }; /* double and long arrays per node */
-enum { SD = 13, SL = 4 };  /* scratch doubles and longs per node for a decision (or init) */
+enum { SD = 13, SL = 4 }; /* scratch doubles and longs per node for a decision (or init) */
 
 const char *ctrl_policy_name(ctrl_policy p) {
     switch (p) {
@@ -82,10 +83,9 @@ const char *ctrl_policy_name(ctrl_policy p) {
 static void ctrl_bind(ctrl *c) {
     long n = c->n;
     double *d = c->dbl;
-    double **dp[ND] = {&c->ts,    &c->h1,    &c->h2,   &c->grow_x, &c->ep_t, &c->ep_b,
-                       &c->integ, &c->eprev, &c->step, &c->w,      &c->w2,   &c->mb,
-                       &c->mt,    &c->cbb,   &c->cbt,  &c->ctt,    &c->rd,   &c->tw2,
-                       &c->grow_v};
+    double **dp[ND] = {&c->ts,    &c->h1,   &c->h2, &c->grow_x, &c->ep_t,  &c->ep_b, &c->integ,
+                       &c->eprev, &c->step, &c->w,  &c->w2,     &c->mb,    &c->mt,   &c->cbb,
+                       &c->cbt,   &c->ctt,  &c->rd, &c->tw2,    &c->grow_v};
     for (int i = 0; i < ND; i++) *dp[i] = d + i * n;
     long *l = c->lng;
     long **lp[NL] = {&c->b, &c->nsamp, &c->grow_from, &c->cap, &c->cap_until, &c->dir, &c->nrd};
@@ -337,7 +337,8 @@ hr_status ctrl_observe(ctrl *c, long iter, const ctrl_stat *stats) {
              * (interference starting or stopping), not the oscillation that step-halving
              * damps, so the node's next steps are full again */
             double jump = fabs(log(t / c->h1[k]));
-            if (c->nrd[k] >= 2 && jump > fmax(CTRL_JUMP_Z * sqrt(noise_var(c, k)), CTRL_JUMP_MIN)) {
+            double big = fmax(CTRL_JUMP_Z * sqrt(noise_var(c, k)), CTRL_JUMP_MIN);
+            if (c->cfg.policy == CTRL_MODEL && c->nrd[k] >= 2 && jump > big) {
                 c->step[k] = 1;
                 c->dir[k] = 0;
             }
@@ -503,16 +504,17 @@ hr_status ctrl_decide(ctrl *c, long iter, int epoch_ended, long *b_out, int *cha
     }
 
     /* Dead-band on the target: the configured fraction, or more when the timings are noisy.
-     * A smoothed time has relative variance rv * s / (2 - s) (EWMA of independent samples);
-     * epoch's rate is a mean over the `seen` iterations of the epoch, variance rv / seen. A
-     * target moves with the noise of its own node and of the others, so a move smaller than
-     * CTRL_NOISE_Z standard errors of that difference is noise, not imbalance. */
-    double rv_mean = 0, ewma = g->policy == CTRL_EPOCH ? 1.0 / (double)seen
-                                                       : g->smoothing / (2 - g->smoothing);
-    for (int k = 0; k < n; k++) rv_mean += noise_var(c, k) / n;
+     * With v the variance of one sample (noise_var), a smoothed time has relative variance
+     * v * s / (2 - s) (EWMA of independent samples); epoch's rate is a mean over the `seen`
+     * iterations of the epoch, variance v / seen. A target moves with the noise of its own
+     * node and of the others, so a move smaller than CTRL_NOISE_Z standard errors of that
+     * difference is noise, not imbalance. */
+    double v_mean = 0,
+           vf = g->policy == CTRL_EPOCH ? 1.0 / (double)seen : g->smoothing / (2 - g->smoothing);
+    for (int k = 0; k < n; k++) v_mean += noise_var(c, k) / n;
     int act = 0;
     for (int k = 0; k < n; k++) {
-        double noise = CTRL_NOISE_Z * sqrt((noise_var(c, k) + rv_mean) * ewma);
+        double noise = CTRL_NOISE_Z * sqrt((noise_var(c, k) + v_mean) * vf);
         if (fabs(bstar[k] - (double)c->b[k]) > fmax(g->deadband, noise) * (double)c->b[k]) act = 1;
     }
     if (g->policy == CTRL_EPOCH)

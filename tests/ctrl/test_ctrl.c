@@ -610,8 +610,8 @@ static void test_adaptive_cap(void) {
 }
 
 /* Adaptive b_max under shared-machine noise: node 0 is truly 2x faster at every batch, and
- * every timing carries +-30% uniform noise (relative sd 17%). A throughput "drop" after a growth is then noise,
- * not a cliff, and must not cap the node. */
+ * every timing carries +-30% uniform noise (relative sd 17%). A throughput "drop" after a growth is
+ * then noise, not a cliff, and must not cap the node. */
 static void test_cap_ignores_noise(void) {
     ctrl_config g = cfg_default(CTRL_PROPORTIONAL);
     g.interval = 4; /* the default: several samples per batch, so the noise is measured */
