@@ -114,7 +114,7 @@ static const key_spec g_keys[] = {
      "no change unless some node's batch would move by more than this fraction"},
     {"controller", "gain", T_DBL, G(gain), 0, 0.01, 2, NULL, "1", 0,
      "proportional gain; 1 moves straight to the balanced split"},
-    {"controller", "ki", T_DBL, G(ki), 0, 0, 10, NULL, "0.2", 0, "pid: integral gain"},
+    {"controller", "ki", T_DBL, G(ki), 0, 0, 10, NULL, "0.05", 0, "pid: integral gain"},
     {"controller", "kd", T_DBL, G(kd), 0, 0, 10, NULL, "0", 0, "pid: derivative gain"},
     {"controller", "min_batch", T_INT, G(min_batch), 0, 1, 1e8, NULL, "1", 0,
      "smallest batch a node is given"},
