@@ -615,19 +615,18 @@ static void test_adaptive_cap(void) {
 static void test_cap_ignores_noise(void) {
     ctrl_config g = cfg_default(CTRL_PROPORTIONAL);
     g.interval = 4; /* the default: several samples per batch, so the noise is measured */
+    const double slow[4] = {0.5, 1, 1, 1};
+    sim s;
+    sim_setup(&s, 4, slow, 0.01, 512, 0.3);
     ctrl c;
     long b[4], nb[4];
     CHECK(ctrl_init(&c, &g, 4, 512, NULL, b) == HR_OK, "init");
-    uint64_t rng = 12345;
     long capped = 0, grown = 0;
     for (long it = 0; it < 400; it++) {
         ctrl_stat st[4];
-        for (int k = 0; k < 4; k++) {
-            rng = rng * 6364136223846793005ULL + 1442695040888963407ULL;
-            double u = (double)(rng >> 11) / 9007199254740992.0; /* [0, 1) */
-            double beta = k == 0 ? 0.5e-4 : 1e-4;
-            st[k] = (ctrl_stat){(1e-4 + beta * (double)b[k]) * (1 + 0.3 * (2 * u - 1)), b[k]};
-        }
+        for (int k = 0; k < 4; k++)
+            st[k] =
+                (ctrl_stat){sim_true(&s, k, b[k]) * (1 + (2 * sim_u01(&s) - 1) * s.noise), b[k]};
         CHECK(ctrl_observe(&c, it, st) == HR_OK && ctrl_decide(&c, it, 0, nb, NULL) == HR_OK,
               "observe/decide at %ld", it);
         capped += c.cap[0] != 0;
