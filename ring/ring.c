@@ -92,6 +92,7 @@ typedef struct {
     ring *r;             /* the ring being formed */
     double deadline;     /* give up waiting for the predecessor then */
     atomic_int stop;     /* set by the connecting side when formation failed */
+    atomic_int gave_up;  /* set by the acceptor after a fatal accept error (st, err final) */
     int fd;              /* the authenticated connection, or -1 */
     sec_chan ch;         /* its channel */
     hr_status st;        /* outcome */
@@ -125,6 +126,7 @@ static void *accept_main(void *arg) {
         if (st != HR_OK) {
             a->st = st;
             snprintf(a->err, sizeof a->err, "%s", why);
+            atomic_store(&a->gave_up, 1); /* publishes st and err to the connecting side */
             break;
         }
         sec_hs_params p = hs_params(r, id_of(r, r->pred));
@@ -159,9 +161,9 @@ static hr_status connect_succ(ring *r, double deadline, acceptor *a, char *err, 
     int tries = 0;
     for (;;) {
         double now = tcp_now();
-        if (now >= deadline ||
-            (a->st != HR_ERR_TIMEOUT && a->st != HR_OK && a->fd < 0 && atomic_load(&a->stop)))
-            break;
+        if (now >= deadline) break;
+        if (atomic_load(&a->gave_up)) /* no predecessor can reach this node: no ring */
+            return hr_fail(err, errlen, a->st, "listening for predecessor: %s", a->err);
         int fd;
         double d = now + r->timeout < deadline ? now + r->timeout : deadline;
         hr_status st = tcp_connect(s->host, s->port, d, &fd, why, sizeof why);
@@ -223,6 +225,7 @@ static hr_status form(ring *r, char *err, size_t errlen) {
     a->deadline = deadline;
     a->fd = -1;
     atomic_init(&a->stop, 0);
+    atomic_init(&a->gave_up, 0);
     pthread_t th;
     if (pthread_create(&th, NULL, accept_main, a) != 0) {
         free(a);
@@ -706,12 +709,18 @@ static hr_status engine(ring *r, int coll, uint8_t *base) {
                                      "(members must call the same collectives in the same order)",
                                      pw, frame_coll_name(h.coll), (unsigned long long)h.seq,
                                      frame_coll_name(coll), (unsigned long long)r->seq);
-                if (h.index != ri || h.len != s->rx_len[ri])
+                if (h.index != ri)
                     return fail_view(r, &t, coll, HR_ERR_PROTO, pid, FROM_PRED,
                                      "%s sent frame %u of %u bytes, expected frame %zu of %zu "
                                      "bytes (replayed, dropped or reordered frame); connection "
                                      "dropped",
                                      pw, h.index, h.len, ri, s->rx_len[ri]);
+                if (h.len != s->rx_len[ri])
+                    return fail_view(r, &t, coll, HR_ERR_PROTO, pid, FROM_PRED,
+                                     "%s sent frame %u of %u bytes, expected %zu bytes: the "
+                                     "nodes disagree on the size of this %s (do they run the "
+                                     "same config, model and bucket_bytes?); connection dropped",
+                                     pw, h.index, h.len, s->rx_len[ri], frame_coll_name(coll));
                 rx_body = 1;
                 rx_got = 0;
                 rx_want = h.len + tag;
