@@ -105,6 +105,9 @@ static const key_spec g_keys[] = {
      "iterations between checkpoints; 0 writes one at the end only"},
     {"train", "hash_interval", T_INT, G(hash_interval), 0, 1, BIG, NULL, "10", 0,
      "iterations between replica hash checks (all nodes must hold identical parameters)"},
+    {"train", "bucket_bytes", T_INT, G(bucket_bytes), 0, 0, 1 << 30, NULL, "0", 0,
+     "gradient bucket: each is all-reduced as soon as backward has it, overlapping the rest "
+     "of backward; 0 all-reduces once after backward"},
 
     {"controller", "policy", T_ENUM, G(policy), 0, 0, 0, "static|proportional|pid|model|epoch",
      "model", 0, "batch-size controller; static is the plain BSP baseline"},

@@ -103,6 +103,7 @@ typedef struct {
     char checkpoint[CFG_PATH];   /* checkpoint file; empty disables checkpoints */
     long checkpoint_interval;    /* iterations between checkpoints */
     long hash_interval;          /* iterations between replica hash checks (I4) */
+    long bucket_bytes;           /* gradient bucket overlapped with backward; 0 = one all-reduce */
     /* [controller] */
     int policy;        /* cfg_policy */
     long interval;     /* iterations between batch-size decisions */

@@ -166,7 +166,8 @@ hr_status model_init(model *m, const model_spec *s, long max_batch, long grad_ta
     m->out_size = (long)c * h * w;
     m->n_params = n_params;
     m->params = calloc((size_t)n_params + 1, sizeof *m->params);
-    m->grads = calloc((size_t)(n_params + grad_tail) + 1, sizeof *m->grads);
+    float *g = calloc((size_t)(grad_tail + n_params + grad_tail) + 1, sizeof *g);
+    m->grads = g ? g + grad_tail : NULL;
     if (col) {
         m->col = malloc(sizeof *m->col * (size_t)col);
         m->dcol = malloc(sizeof *m->dcol * (size_t)col);
@@ -216,7 +217,7 @@ void model_free(model *m) {
         L->argmax = NULL;
     }
     free(m->params);
-    free(m->grads);
+    free(m->grads ? m->grads - m->grad_tail : NULL);
     free(m->col);
     free(m->dcol);
     m->params = m->grads = m->col = m->dcol = NULL;
@@ -269,12 +270,19 @@ static hr_status check_args(const model *m, const int32_t *labels, const float *
 
 hr_status model_forward_backward(model *m, const float *x, const int32_t *labels,
                                  const float *targets, long b, model_stats *st) {
+    return model_forward_backward_hooked(m, x, labels, targets, b, st, NULL);
+}
+
+hr_status model_forward_backward_hooked(model *m, const float *x, const int32_t *labels,
+                                        const float *targets, long b, model_stats *st,
+                                        const model_grad_hook *hook) {
     HR_CHECK(check_args(m, labels, targets, b));
     int B = (int)b;
     layer_prof *prof = m->profile ? &m->prof : NULL;
     memset(st, 0, sizeof *st);
     forward(m, x, B);
     loss(m, m->layers[m->n_layers - 1].dout, labels, targets, B, st);
+    if (hook) hook->ready(hook->ctx, m->n_params);
     for (int i = m->n_layers - 1; i >= 0; i--) {
         model_layer *L = &m->layers[i];
         const float *in = i ? m->layers[i - 1].out : x;
@@ -300,7 +308,9 @@ hr_status model_forward_backward(model *m, const float *x, const int32_t *labels
             if (din && !L->inplace) memcpy(din, L->dout, sizeof *din * (size_t)(B * L->out_size));
             break;
         }
+        if (hook && L->n_params && i > 0) hook->ready(hook->ctx, L->w_off);
     }
+    if (hook) hook->ready(hook->ctx, 0);
     return HR_OK;
 }
 

@@ -5,7 +5,9 @@
  * `params` (n_params floats) and all gradients in ONE buffer `grads`; each layer holds
  * offsets into both, so the ring can all-reduce `grads` in place. `grads` has
  * n_params + grad_tail floats: the tail belongs to the caller (the training loop puts its
- * per-node statistics there so they ride along in the same all-reduce).
+ * per-node statistics there so they ride along in the same all-reduce). grad_tail more
+ * floats before grads[0], grads[-grad_tail, 0), are the caller's scratch: a copy of the
+ * tail placed there rides along with the first gradients instead (overlap.h).
  *
  * model_forward_backward writes gradient SUMS over the b samples it is given (not means;
  * DESIGN.md I2). Adding the sums of two slices gives the sum of the whole batch, up to
@@ -65,7 +67,8 @@ typedef struct {
     long n_params;     /* floats in params (and the gradient part of grads) */
     long grad_tail;    /* extra floats after the gradients, owned by the caller */
     float *params;     /* (n_params) */
-    float *grads;      /* (n_params + grad_tail) gradient sums, then the caller's tail */
+    float *grads;      /* (n_params + grad_tail) gradient sums, then the caller's tail;
+                          preceded by grad_tail floats of the caller's scratch */
     float *col, *dcol; /* conv2d scratch, (largest C*K*K*OH*OW) each */
     layer_prof prof;   /* sgemm time and flops, accumulated when profile is set */
     int profile;       /* accumulate prof */
@@ -93,6 +96,21 @@ void model_free(model *m);
  * grads[0, n_params); leaves the tail alone. */
 hr_status model_forward_backward(model *m, const float *x, const int32_t *labels,
                                  const float *targets, long b, model_stats *st);
+
+/* Progress of a backward pass, for overlapping communication with it: ready(ctx, off) says
+ * that grads[off, n_params) hold their final values. It is called once after the forward
+ * pass and the loss (off = n_params), after every layer that has parameters, and once at
+ * the end (off = 0); off never grows. Layers own ascending offsets, so backward finishes
+ * the gradient buffer from its end towards its start. */
+typedef struct {
+    void (*ready)(void *ctx, long off);
+    void *ctx;
+} model_grad_hook;
+
+/* model_forward_backward that reports its progress to hook (NULL: none). */
+hr_status model_forward_backward_hooked(model *m, const float *x, const int32_t *labels,
+                                        const float *targets, long b, model_stats *st,
+                                        const model_grad_hook *hook);
 
 /* Forward and loss only (evaluation); adds to *st. */
 hr_status model_forward(model *m, const float *x, const int32_t *labels, const float *targets,

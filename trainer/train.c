@@ -95,6 +95,8 @@ hr_status train_init(trainer *t, const cfg *c, int node, const train_comm *comm,
         t->split[k] = t->B / t->comm.size + (k < t->B % t->comm.size);
     for (int k = 0; k < c->n_nodes; k++)
         if (c->nodes[k].slowdown != 1.0 || c->nodes[k].n_interference) t->emulated = 1;
+    if (t->comm.size > 1 && c->bucket_bytes > 0)
+        t->n_buckets = overlap_plan(&t->m, c->bucket_bytes, t->cuts);
     return HR_OK;
 fail:
     train_free(t);
@@ -103,6 +105,7 @@ fail:
 
 void train_free(trainer *t) {
     if (!t) return;
+    overlap_stop(&t->ow);
     data_set_free(&t->train);
     data_set_free(&t->eval);
     data_loader_free(&t->dl);
@@ -120,6 +123,36 @@ void train_free(trainer *t) {
 
 /* ================================================================ one iteration */
 
+static int overlapping(const trainer *t) {
+    return t->n_buckets > 1;
+}
+
+/* Backward has finished grads[off, n_params) (model_grad_hook): hand every finished bucket
+ * but the last to the communication thread; the last one waits for the stats tail. */
+static void grads_ready(void *ctx, long off) {
+    trainer *t = ctx;
+    while (t->next_bucket < t->n_buckets - 1 && t->cuts[t->next_bucket + 1] >= off) {
+        long lo = t->cuts[t->next_bucket + 1], hi = t->cuts[t->next_bucket];
+        overlap_submit(&t->ow, t->m.grads + lo, (size_t)(hi - lo));
+        t->next_bucket++;
+    }
+}
+
+/* Slice and compute this node's b samples into gradient sums; with buckets, all but the
+ * last are on their way when this returns. */
+static hr_status compute(trainer *t, long epoch, long it, long start, long b, model_stats *ms) {
+    model_grad_hook hook = {grads_ready, t};
+    const model_grad_hook *h = overlapping(t) ? &hook : NULL;
+    if (b > 0) {
+        HR_CHECK(data_loader_slice(&t->dl, epoch, it, start, b, t->x, t->y, t->t));
+        HR_CHECK(model_forward_backward_hooked(&t->m, t->x, t->y, t->t, b, ms, h));
+    } else {
+        memset(t->m.grads, 0, sizeof *t->m.grads * (size_t)t->m.n_params);
+        if (h) grads_ready(t, 0);
+    }
+    return HR_OK;
+}
+
 hr_status train_step(trainer *t, train_iter *out) {
     const int rank = t->comm.rank, size = t->comm.size;
     const long i = t->iter, epoch = i / t->ipe, it = i % t->ipe;
@@ -128,13 +161,21 @@ hr_status train_step(trainer *t, train_iter *out) {
     const long b = t->split[rank];
     model_stats ms = {0, 0};
 
-    /* slice and compute: gradient sums of this node's b samples */
+    if (overlapping(t) && !t->ow.running) {
+        hr_status st = overlap_start(&t->ow, t->comm.allreduce, t->comm.ctx);
+        if (st != HR_OK) {
+            HR_ERROR(TRAIN, "cannot start the gradient communication thread: %s", hr_strerror(st));
+            return st;
+        }
+    }
+
+    /* compute: gradient sums of this node's b samples, then the emulated stretch */
     double t0 = now_s();
-    if (b > 0) {
-        HR_CHECK(data_loader_slice(&t->dl, epoch, it, start, b, t->x, t->y, t->t));
-        HR_CHECK(model_forward_backward(&t->m, t->x, t->y, t->t, b, &ms));
-    } else {
-        memset(t->m.grads, 0, sizeof *t->m.grads * (size_t)t->m.n_params);
+    t->next_bucket = 0;
+    hr_status cst = compute(t, epoch, it, start, b, &ms);
+    if (cst != HR_OK) {
+        if (overlapping(t)) (void)overlap_wait(&t->ow); /* the communicator must be idle */
+        return cst;
     }
     double t1 = now_s();
     double factor = cfg_node_factor(t->c, t->node, i);
@@ -148,10 +189,24 @@ hr_status train_step(trainer *t, train_iter *out) {
     slot[TRAIN_STAT_TIME] = (float)(t2 - t0);
     slot[TRAIN_STAT_LOSS] = (float)ms.loss_sum;
     slot[TRAIN_STAT_CORRECT] = (float)ms.correct;
-    if (t->ctrl.annotate)
-        HR_CHECK(t->ctrl.annotate(t->ctrl.ctx, i, t->m.params, t->m.n_params, slot));
+    hr_status ast = HR_OK;
+    if (t->ctrl.annotate) ast = t->ctrl.annotate(t->ctrl.ctx, i, t->m.params, t->m.n_params, slot);
 
-    HR_CHECK(t->comm.allreduce(t->comm.ctx, t->m.grads, (size_t)(t->m.n_params + t->tail)));
+    if (overlapping(t)) {
+        /* the last bucket starts at grads[0]: a copy of the tail just before it rides along */
+        float *head = t->m.grads - t->tail;
+        if (ast == HR_OK) {
+            memcpy(head, t->stats, sizeof *head * (size_t)t->tail);
+            overlap_submit(&t->ow, head, (size_t)(t->tail + t->cuts[t->n_buckets - 1]));
+        }
+        hr_status wst = overlap_wait(&t->ow);
+        HR_CHECK(ast);
+        HR_CHECK(wst);
+        memcpy(t->stats, head, sizeof *head * (size_t)t->tail);
+    } else {
+        HR_CHECK(ast);
+        HR_CHECK(t->comm.allreduce(t->comm.ctx, t->m.grads, (size_t)(t->m.n_params + t->tail)));
+    }
     double t3 = now_s();
 
     opt_step(&t->opt, t->m.params, t->m.grads, t->B, i);
@@ -336,6 +391,9 @@ hr_status train_run(trainer *t, const train_opts *o, train_result *res, char *er
                 "training %s %s on %s: %ld iterations of B = %ld (%ld per epoch), %d node(s)%s",
                 cfg_model_name(c->model), desc, cfg_dataset_name(c->dataset), t->total, t->B,
                 t->ipe, t->comm.size, t->emulated ? ", EMULATED heterogeneity" : "");
+    if (rank0 && overlapping(t))
+        HR_INFO(TRAIN, "gradients in %d buckets (bucket_bytes = %ld), all-reduced during backward",
+                t->n_buckets, c->bucket_bytes);
 
     long every = t->total / 20 > 0 ? t->total / 20 : 1;
     double start = now_s(), last_print = start;
@@ -411,7 +469,9 @@ hr_status train_write_summary(const trainer *t, const train_result *r, const cha
     fprintf(f, "  \"emulated\": %s,\n", r->emulated ? "true" : "false");
     fprintf(f, "  \"model\": \"%s %s\",\n  \"dataset\": \"%s\",\n  \"nodes\": %d,\n",
             cfg_model_name(t->c->model), desc, cfg_dataset_name(t->c->dataset), t->comm.size);
-    fprintf(f, "  \"global_batch\": %ld,\n  \"final_iteration\": %ld\n}\n", t->B, t->iter);
+    fprintf(f, "  \"global_batch\": %ld,\n  \"gradient_buckets\": %d,\n", t->B,
+            overlapping(t) ? t->n_buckets : 1);
+    fprintf(f, "  \"final_iteration\": %ld\n}\n", t->iter);
     if (ferror(f) | (fclose(f) != 0))
         return hr_fail(err, errlen, HR_ERR_IO, "%s: write failed", path);
     return HR_OK;

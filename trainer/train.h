@@ -5,10 +5,16 @@
  *   compute  forward + backward -> gradient SUMS in grads[0, n_params); the compute time is
  *            measured on CLOCK_MONOTONIC, then stretched by sleeping (factor - 1) * t when the
  *            node emulates a slowdown (factor = cfg_node_factor(c, node, iter))
+ *   buckets  with bucket_bytes > 0 and more than one node, each finished bucket of the
+ *            gradient buffer (overlap.h) is all-reduced on a thread while backward computes
+ *            the layers before it. An emulated slow node hands its buckets over before its
+ *            stretch; with a balanced split the last node to finish bounds every bucket,
+ *            as it would with a truly slower device
  *   stats    this node's slot of the stats tail grads[n_params, n_params + size*TRAIN_NODE_STATS)
  *            gets (b, t, loss sum, correct); the other slots are zero
  *   comm     comm.allreduce(grads, n_params + tail): a SUM over the nodes, in place; the
- *            summed tail is an all-gather of every node's stats
+ *            summed tail is an all-gather of every node's stats. With buckets, the tail is
+ *            the last (small) all-reduce of the iteration
  *   update   opt_step divides by B (I2), identically on every node (I4)
  *   decide   ctrl.decide may set the split for the next iteration from the gathered stats
  *
@@ -24,6 +30,7 @@
 #include "hr_status.h"
 #include "model.h"
 #include "optim.h"
+#include "overlap.h"
 
 #include <stdio.h>
 
@@ -69,33 +76,37 @@ typedef struct {
     double lr;        /* learning rate used by the update */
     double t_compute; /* this node's compute seconds, before the emulated stretch */
     double t_node;    /* this node's compute seconds including the stretch (t_k) */
-    double t_comm;    /* this node's all-reduce seconds */
+    double t_comm;    /* this node's all-reduce seconds after its compute (not overlapped) */
     double t_iter;    /* this node's wall seconds for the whole iteration */
     double factor;    /* emulated stretch factor applied */
     int changed;      /* the decision after this iteration changed the split */
 } train_iter;
 
 typedef struct {
-    const cfg *c;         /* configuration (not owned) */
-    int node;             /* index of this node in c->nodes */
-    train_comm comm;      /* communication step */
-    train_ctrl ctrl;      /* batch-size decision */
-    data_set train, eval; /* training and held-out sets */
-    data_loader dl;       /* permutation and slices (I1) */
-    model m;              /* the model; m.grads carries the stats tail */
-    opt_sgd opt;          /* optimizer state */
-    long B;               /* global batch */
-    long ipe;             /* iterations per epoch */
-    long total;           /* iterations of the run */
-    long iter;            /* next iteration to run */
-    long *split;          /* (comm.size) samples per node for the next iteration */
-    long *split_prev;     /* (comm.size) the split of the iteration just run */
-    float *x;             /* (B, d) input slice */
-    int32_t *y;           /* (B) labels, or NULL */
-    float *t;             /* (B, n_targets) targets, or NULL */
-    float *stats;         /* = m.grads + m.n_params, (comm.size, TRAIN_NODE_STATS) */
-    long tail;            /* floats in the stats tail */
-    int emulated;         /* any node of the cluster emulates a slowdown */
+    const cfg *c;                    /* configuration (not owned) */
+    int node;                        /* index of this node in c->nodes */
+    train_comm comm;                 /* communication step */
+    train_ctrl ctrl;                 /* batch-size decision */
+    data_set train, eval;            /* training and held-out sets */
+    data_loader dl;                  /* permutation and slices (I1) */
+    model m;                         /* the model; m.grads carries the stats tail */
+    opt_sgd opt;                     /* optimizer state */
+    long B;                          /* global batch */
+    long ipe;                        /* iterations per epoch */
+    long total;                      /* iterations of the run */
+    long iter;                       /* next iteration to run */
+    long *split;                     /* (comm.size) samples per node for the next iteration */
+    long *split_prev;                /* (comm.size) the split of the iteration just run */
+    float *x;                        /* (B, d) input slice */
+    int32_t *y;                      /* (B) labels, or NULL */
+    float *t;                        /* (B, n_targets) targets, or NULL */
+    float *stats;                    /* = m.grads + m.n_params, (comm.size, TRAIN_NODE_STATS) */
+    long tail;                       /* floats in the stats tail */
+    int emulated;                    /* any node of the cluster emulates a slowdown */
+    overlap_worker ow;               /* all-reduces gradient buckets while backward runs */
+    long cuts[MODEL_MAX_LAYERS + 1]; /* the bucket plan (overlap.h) */
+    int n_buckets;                   /* buckets in the plan; overlap only when > 1 and size > 1 */
+    int next_bucket;                 /* next bucket to hand to ow in this iteration */
 } trainer;
 
 /* Load the data, build the model and optimizer for node `node` of `c`. comm may be NULL

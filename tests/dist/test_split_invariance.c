@@ -21,7 +21,7 @@ static const char *common =
     "[cluster]\nsecurity = none\nconnect_timeout = 20\ntimeout = 20\n"
     "[train]\nmodel = mlp\nlayers = 784,32,10\ndataset = synthetic\nsamples = 4096\n"
     "eval_samples = 64\nglobal_batch = 96\nlr = 0.05\niterations = 50\nseed = 11\n"
-    "hash_interval = 1\ncheckpoint = %s\n"
+    "hash_interval = 1\ncheckpoint = %s\nbucket_bytes = %ld\n"
     "[controller]\npolicy = proportional\ninterval = 1\ndeadband = 0\nmin_batch = 4\n";
 
 static int read_losses(const char *path, double *loss, long **b_out, int nodes) {
@@ -44,7 +44,10 @@ static int read_losses(const char *path, double *loss, long **b_out, int nodes) 
     return n;
 }
 
-int main(void) {
+/* argv[1], optional: bucket_bytes for both runs; 1024 cuts the MLP's gradients into two
+ * buckets, so the three-node run all-reduces the first while backward computes the second. */
+int main(int argc, char **argv) {
+    long bucket = argc > 1 ? atol(argv[1]) : 0;
     char dir[] = "/tmp/hetring-test-i3-XXXXXX";
     CHECK(mkdtemp(dir) != NULL, "mkdtemp");
     char one[512], three[512], ck1[512], ck3[512], cmd[4096];
@@ -52,13 +55,15 @@ int main(void) {
     snprintf(three, sizeof three, "%s/three.ini", dir);
     snprintf(ck1, sizeof ck1, "%s/one.ckpt", dir);
     snprintf(ck3, sizeof ck3, "%s/three.ckpt", dir);
-    int port = 10000 + (int)(getpid() % 22000); /* below the ephemeral range (32768+) */
+    /* 8 ports per pid, so tests started together never share one; all below the ephemeral
+     * range (32768+) */
+    int port = 10000 + 8 * (int)(getpid() % 2800);
     FILE *f = fopen(one, "w");
-    fprintf(f, common, ck1);
+    fprintf(f, common, ck1, bucket);
     fprintf(f, "[node.0]\nhost = 127.0.0.1\nport = %d\n", port);
     fclose(f);
     f = fopen(three, "w");
-    fprintf(f, common, ck3);
+    fprintf(f, common, ck3, bucket);
     for (int k = 0; k < 3; k++)
         fprintf(f, "[node.%d]\nhost = 127.0.0.1\nport = %d\nslowdown = %d\n", k, port + 1 + k,
                 1 + 2 * k);
@@ -68,9 +73,21 @@ int main(void) {
              HETRING, one, dir);
     CHECK(system(cmd) == 0, "one-node run failed: %s", cmd);
     snprintf(cmd, sizeof cmd,
-             "timeout 120 %s local --conf %s -- --quiet --metrics %s/three-{id}.jsonl >%s/log 2>&1",
-             HETRING, three, dir, dir);
+             "timeout 120 %s local --conf %s -- --quiet --metrics %s/three-{id}.jsonl "
+             "--summary %s/three.json >%s/log 2>&1",
+             HETRING, three, dir, dir, dir);
     CHECK(system(cmd) == 0, "three-node run failed: %s (log in %s/log)", cmd, dir);
+    /* the run must really have overlapped when asked to, or the test proves nothing */
+    char summary[600], text[4096] = "";
+    snprintf(summary, sizeof summary, "%s/three.json", dir);
+    f = fopen(summary, "r");
+    CHECK(f != NULL, "no summary %s", summary);
+    if (f) {
+        text[fread(text, 1, sizeof text - 1, f)] = 0;
+        fclose(f);
+    }
+    const char *want = bucket > 0 ? "\"gradient_buckets\": 2," : "\"gradient_buckets\": 1,";
+    CHECK(strstr(text, want) != NULL, "summary %s lacks %s", summary, want);
 
     double l1[ITERS], l3[ITERS];
     long bsplit[ITERS][3], *rows[ITERS];
