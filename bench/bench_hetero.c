@@ -65,6 +65,7 @@ typedef struct {
     double rebalance;     /* adjustments to re-balance after the last change (-1: never) */
     double oscillation;   /* mean max relative batch move per interval, steady state */
     double imbalance;     /* median max/min compute time, steady state */
+    double sync_ms;       /* median iteration time beyond the slowest node's compute, ms */
     int runs;             /* runs behind a median (median_result) */
     int ok;               /* the run completed */
 } run_result;
@@ -143,6 +144,17 @@ static void analyse(const run_log *l, long change, long steady_from, long global
     if (l->n - warm < 2) return;
     r->samples_per_s =
         (double)(l->n - 1 - warm) * (double)global_batch / (l->wall[l->n - 1] - l->wall[warm]);
+    /* what balancing cannot remove: the all-reduce, the update and the bookkeeping after the
+     * slowest node has finished its compute */
+    double *sync = malloc(sizeof *sync * (size_t)l->n);
+    long ns = 0;
+    for (long i = warm + 1; i < l->n; i++) {
+        double mx = 0;
+        for (int k = 0; k < HB_NODES; k++) mx = fmax(mx, l->t[i][k]);
+        sync[ns++] = l->wall[i] - l->wall[i - 1] - mx;
+    }
+    r->sync_ms = 1e3 * bench_median(sync, (int)ns);
+    free(sync);
     /* adjustments from the change until the windowed compute times are within 10% */
     r->rebalance = -1;
     int adj = 0;
@@ -176,13 +188,14 @@ static void analyse(const run_log *l, long change, long steady_from, long global
  * with "never" (-1) ranked above every count. */
 static void median_result(const run_result *v, const run_result *st, int k, run_result *out) {
     double sps[HB_MAX_REPEAT], sp[HB_MAX_REPEAT], osc[HB_MAX_REPEAT], imb[HB_MAX_REPEAT],
-        rb[HB_MAX_REPEAT];
+        rb[HB_MAX_REPEAT], syn[HB_MAX_REPEAT];
     int n = 0, ns = 0;
     for (int i = 0; i < k; i++) {
         if (!v[i].ok) continue;
         sps[n] = v[i].samples_per_s;
         osc[n] = v[i].oscillation;
         imb[n] = v[i].imbalance;
+        syn[n] = v[i].sync_ms;
         rb[n] = v[i].rebalance < 0 ? INFINITY : v[i].rebalance;
         n++;
         if (st[i].ok) sp[ns++] = v[i].samples_per_s / st[i].samples_per_s;
@@ -195,6 +208,7 @@ static void median_result(const run_result *v, const run_result *st, int k, run_
     out->speedup = ns ? bench_median(sp, ns) : NAN;
     out->oscillation = bench_median(osc, n);
     out->imbalance = bench_median(imb, n);
+    out->sync_ms = bench_median(syn, n);
     double r = bench_median(rb, n);
     out->rebalance = isinf(r) ? -1 : r;
 }
@@ -496,10 +510,10 @@ int bench_hetero(int argc, char **argv) {
             "iterations per run, median of %d run(s). Slowdowns are emulated by sleeping.\n\n",
             HB_NODES, o.layers, o.batch, o.iters, o.repeat);
     fprintf(md, "| scenario | policy | samples/s | speed-up vs static | ideal | efficiency | "
-                "re-balance adjustments | oscillation | max/min compute |\n"
-                "|---|---|---|---|---|---|---|---|---|\n");
-    printf("%-13s %-13s %10s %8s %7s %6s %6s %7s %7s\n", "scenario", "policy", "samples/s",
-           "speedup", "ideal", "effic", "rebal", "oscill", "imbal");
+                "re-balance adjustments | oscillation | max/min compute | sync ms |\n"
+                "|---|---|---|---|---|---|---|---|---|---|\n");
+    printf("%-13s %-13s %10s %8s %7s %6s %6s %7s %7s %7s\n", "scenario", "policy", "samples/s",
+           "speedup", "ideal", "effic", "rebal", "oscill", "imbal", "sync");
     for (int s = 0; s < N_SCEN; s++) {
         if (!o.scen_on[s]) continue;
         scenario *sc = &scenarios[s];
@@ -529,30 +543,30 @@ int bench_hetero(int argc, char **argv) {
             r->ideal = ideal;
             if (!r->ok) {
                 printf("%-13s %-13s (every run failed)\n", sc->name, o.pol[p]);
-                fprintf(md, "| %s | %s | failed | | | | | | |\n", sc->name, o.pol[p]);
+                fprintf(md, "| %s | %s | failed | | | | | | | |\n", sc->name, o.pol[p]);
                 continue;
             }
-            if (p > 0 && (best < 0 || r->samples_per_s > res[s][best].samples_per_s))
-                best = p;
+            if (p > 0 && (best < 0 || r->samples_per_s > res[s][best].samples_per_s)) best = p;
             const char *pol = o.pol[p];
             int is_static = p == 0;
             char rb[32] = "-";
             if (!is_static && r->rebalance >= 0) snprintf(rb, sizeof rb, "%.0f", r->rebalance);
-            printf("%-13s %-13s %10.0f %7.2fx %6.2fx %5.0f%% %6s %6.1f%% %7.2f\n", sc->name, pol,
-                   r->samples_per_s, r->speedup, ideal, 100 * r->speedup / ideal, rb,
-                   100 * r->oscillation, r->imbalance);
+            printf("%-13s %-13s %10.0f %7.2fx %6.2fx %5.0f%% %6s %6.1f%% %7.2f %7.1f\n", sc->name,
+                   pol, r->samples_per_s, r->speedup, ideal, 100 * r->speedup / ideal, rb,
+                   100 * r->oscillation, r->imbalance, r->sync_ms);
             fflush(stdout);
-            fprintf(md, "| %s | %s | %.0f | %.2fx | %.2fx | %.0f%% | %s | %.1f%% | %.2f |\n",
+            fprintf(md, "| %s | %s | %.0f | %.2fx | %.2fx | %.0f%% | %s | %.1f%% | %.2f | %.1f |\n",
                     sc->name, pol, r->samples_per_s, r->speedup, ideal, 100 * r->speedup / ideal,
-                    rb, 100 * r->oscillation, r->imbalance);
+                    rb, 100 * r->oscillation, r->imbalance, r->sync_ms);
             if (js) {
                 fprintf(js,
                         "%s  {\"scenario\": \"%s\", \"policy\": \"%s\", \"samples_per_s\": %.1f, "
                         "\"speedup_vs_static\": %.4f, \"ideal_speedup\": %.4f, "
                         "\"rebalance_adjustments\": %s, \"oscillation\": %.5f, "
-                        "\"imbalance\": %.4f, \"runs\": %d, \"emulated\": true}",
+                        "\"imbalance\": %.4f, \"sync_ms\": %.3f, \"runs\": %d, \"emulated\": true}",
                         first_json ? "" : ",\n", sc->name, pol, r->samples_per_s, r->speedup, ideal,
-                        strcmp(rb, "-") ? rb : "null", r->oscillation, r->imbalance, r->runs);
+                        strcmp(rb, "-") ? rb : "null", r->oscillation, r->imbalance, r->sync_ms,
+                        r->runs);
                 first_json = 0;
             }
         }
@@ -566,8 +580,8 @@ int bench_hetero(int argc, char **argv) {
                 double mine = best > 0 ? res[s][best].samples_per_s : res[s][0].samples_per_s;
                 printf("%-13s %-13s %10.0f   hetring static %.2fx, best dynamic %.2fx of DDP\n",
                        sc->name, "ddp-gloo", ddp, res[s][0].samples_per_s / ddp, mine / ddp);
-                fprintf(md, "| %s | PyTorch DDP (gloo) | %.0f | %.2fx | | | | | |\n", sc->name, ddp,
-                        ddp / res[s][0].samples_per_s);
+                fprintf(md, "| %s | PyTorch DDP (gloo) | %.0f | %.2fx | | | | | | |\n", sc->name,
+                        ddp, ddp / res[s][0].samples_per_s);
             }
         }
     }
@@ -575,7 +589,9 @@ int bench_hetero(int argc, char **argv) {
             "\nEfficiency is the achieved speed-up over the ideal one, max f * sum(1/f) / N "
             "per phase. Oscillation is the mean largest relative batch move per iteration in "
             "steady state. Balance is judged on each node's median compute time over %d "
-            "iterations. Plots: SCENARIO-batch.png, SCENARIO-time.png, SCENARIO-loss.png.\n",
+            "iterations. Sync is the median time per iteration beyond the slowest node's compute "
+            "(all-reduce, update, bookkeeping): balancing cannot remove it, and the ideal leaves "
+            "it out. Plots: SCENARIO-batch.png, SCENARIO-time.png, SCENARIO-loss.png.\n",
             BAL_WINDOW);
     fclose(md);
     if (js) {
