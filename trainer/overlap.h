@@ -25,7 +25,7 @@
 #include <pthread.h>
 #include <stddef.h>
 
-#define OVERLAP_MAX_JOBS (MODEL_MAX_LAYERS + 2) /* every bucket plus the stats tail */
+#define OVERLAP_MAX_JOBS (MODEL_MAX_LAYERS + 1) /* at most one bucket per layer */
 
 /* A SUM all-reduce of n floats in place (train_comm's signature). */
 typedef hr_status (*overlap_allreduce)(void *ctx, float *buf, size_t n);

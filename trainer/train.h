@@ -13,8 +13,8 @@
  *   stats    this node's slot of the stats tail grads[n_params, n_params + size*TRAIN_NODE_STATS)
  *            gets (b, t, loss sum, correct); the other slots are zero
  *   comm     comm.allreduce(grads, n_params + tail): a SUM over the nodes, in place; the
- *            summed tail is an all-gather of every node's stats. With buckets, the tail is
- *            the last (small) all-reduce of the iteration
+ *            summed tail is an all-gather of every node's stats. With buckets, a copy of the
+ *            tail rides with the last bucket instead (model.h's scratch before grads[0])
  *   update   opt_step divides by B (I2), identically on every node (I4)
  *   decide   ctrl.decide may set the split for the next iteration from the gathered stats
  *
@@ -83,30 +83,32 @@ typedef struct {
 } train_iter;
 
 typedef struct {
-    const cfg *c;                    /* configuration (not owned) */
-    int node;                        /* index of this node in c->nodes */
-    train_comm comm;                 /* communication step */
-    train_ctrl ctrl;                 /* batch-size decision */
-    data_set train, eval;            /* training and held-out sets */
-    data_loader dl;                  /* permutation and slices (I1) */
-    model m;                         /* the model; m.grads carries the stats tail */
-    opt_sgd opt;                     /* optimizer state */
-    long B;                          /* global batch */
-    long ipe;                        /* iterations per epoch */
-    long total;                      /* iterations of the run */
-    long iter;                       /* next iteration to run */
-    long *split;                     /* (comm.size) samples per node for the next iteration */
-    long *split_prev;                /* (comm.size) the split of the iteration just run */
-    float *x;                        /* (B, d) input slice */
-    int32_t *y;                      /* (B) labels, or NULL */
-    float *t;                        /* (B, n_targets) targets, or NULL */
-    float *stats;                    /* = m.grads + m.n_params, (comm.size, TRAIN_NODE_STATS) */
-    long tail;                       /* floats in the stats tail */
-    int emulated;                    /* any node of the cluster emulates a slowdown */
-    overlap_worker ow;               /* all-reduces gradient buckets while backward runs */
-    long cuts[MODEL_MAX_LAYERS + 1]; /* the bucket plan (overlap.h) */
-    int n_buckets;                   /* buckets in the plan; overlap only when > 1 and size > 1 */
+    const cfg *c;         /* configuration (not owned) */
+    int node;             /* index of this node in c->nodes */
+    train_comm comm;      /* communication step */
+    train_ctrl ctrl;      /* batch-size decision */
+    data_set train, eval; /* training and held-out sets */
+    data_loader dl;       /* permutation and slices (I1) */
+    model m;              /* the model; m.grads carries the stats tail */
+    opt_sgd opt;          /* optimizer state */
+    long B;               /* global batch */
+    long ipe;             /* iterations per epoch */
+    long total;           /* iterations of the run */
+    long iter;            /* next iteration to run */
+    long *split;          /* (comm.size) samples per node for the next iteration */
+    long *split_prev;     /* (comm.size) the split of the iteration just run */
+    float *x;             /* (B, d) input slice */
+    int32_t *y;           /* (B) labels, or NULL */
+    float *t;             /* (B, n_targets) targets, or NULL */
+    float *stats;         /* = m.grads + m.n_params, (comm.size, TRAIN_NODE_STATS) */
+    long tail;            /* floats in the stats tail */
+    int emulated;         /* any node of the cluster emulates a slowdown */
+
+    /* gradient buckets (overlap.h), used when n_buckets > 1 */
+    long cuts[MODEL_MAX_LAYERS + 1]; /* the plan: bucket j = grads[cuts[j+1], cuts[j]) */
+    int n_buckets;                   /* buckets in the plan; 0 with one node or bucket_bytes 0 */
     int next_bucket;                 /* next bucket to hand to ow in this iteration */
+    overlap_worker ow;               /* all-reduces the buckets while backward runs */
 } trainer;
 
 /* Load the data, build the model and optimizer for node `node` of `c`. comm may be NULL
