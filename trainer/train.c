@@ -97,6 +97,10 @@ hr_status train_init(trainer *t, const cfg *c, int node, const train_comm *comm,
         if (c->nodes[k].slowdown != 1.0 || c->nodes[k].n_interference) t->emulated = 1;
     if (t->comm.size > 1 && c->bucket_bytes > 0)
         t->n_buckets = overlap_plan(&t->m, c->bucket_bytes, t->cuts);
+    if (t->n_buckets > 1 && (st = overlap_start(&t->ow, t->comm.allreduce, t->comm.ctx)) != HR_OK) {
+        hr_fail(err, errlen, st, "train: cannot start the gradient communication thread");
+        goto fail;
+    }
     return HR_OK;
 fail:
     train_free(t);
@@ -160,14 +164,6 @@ hr_status train_step(trainer *t, train_iter *out) {
     for (int q = 0; q < rank; q++) start += t->split[q];
     const long b = t->split[rank];
     model_stats ms = {0, 0};
-
-    if (overlapping(t) && !t->ow.running) {
-        hr_status st = overlap_start(&t->ow, t->comm.allreduce, t->comm.ctx);
-        if (st != HR_OK) {
-            HR_ERROR(TRAIN, "cannot start the gradient communication thread: %s", hr_strerror(st));
-            return st;
-        }
-    }
 
     /* compute: gradient sums of this node's b samples, then the emulated stretch */
     double t0 = now_s();
