@@ -3,6 +3,10 @@
 #define HR_TEST_TRAINER_UTIL_H
 
 #include "cfg.h"
+#include "dist.h"
+#include "train.h"
+
+#include <pthread.h>
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,6 +43,84 @@ static inline void one_node_cfg(cfg *c, const char *dir, const char *train) {
         fprintf(stderr, "config: %s\n", err);
         exit(2);
     }
+}
+
+/* Load a config of `n` nodes on 127.0.0.1 ports port..port+n-1 with the given [train] and
+ * [controller] lines; node k gets capacity caps[k] (NULL: 1). Exits on failure. */
+static inline void ring_cfg(cfg *c, const char *dir, const char *train, const char *controller,
+                            int n, int port, const double *caps) {
+    char path[600], err[512];
+    snprintf(path, sizeof path, "%s/ring.ini", dir);
+    FILE *f = fopen(path, "w");
+    if (!f) exit(2);
+    fprintf(f,
+            "[cluster]\nsecurity = none\nconnect_timeout = 20\ntimeout = 20\n[train]\n%s\n"
+            "[controller]\n%s\n",
+            train, controller);
+    for (int k = 0; k < n; k++)
+        fprintf(f, "[node.%d]\nhost = 127.0.0.1\nport = %d\nthreads = 1\ncapacity = %g\n", k,
+                port + k, caps ? caps[k] : 1.0);
+    fclose(f);
+    if (cfg_load(c, path, err, sizeof err) != HR_OK) {
+        fprintf(stderr, "config: %s\n", err);
+        exit(2);
+    }
+}
+
+/* A base port for this process: 16 ports per pid, so tests started together never share
+ * one, all below the ephemeral range (32768+). */
+static inline int test_port(void) {
+    return 10000 + 16 * (int)(getpid() % 1400);
+}
+
+/* One node of a ring inside this process, set up as `hetring run` does (cmd_run.c). */
+typedef struct {
+    dist d;     /* ring and controller */
+    trainer t;  /* the node's trainer */
+    int have_t; /* t was initialised */
+    char err[HR_ERRLEN];
+} test_node;
+
+static inline hr_status test_node_up(test_node *n, const cfg *c, int self) {
+    memset(n, 0, sizeof *n);
+    hr_status st = dist_init(&n->d, c, self, n->err, sizeof n->err);
+    if (st != HR_OK) return st;
+    train_comm comm = dist_comm(&n->d);
+    if ((st = train_init(&n->t, c, self, &comm, n->err, sizeof n->err)) != HR_OK) return st;
+    n->have_t = 1;
+    return dist_attach(&n->d, &n->t, n->err, sizeof n->err);
+}
+
+static inline void test_node_down(test_node *n) {
+    if (n->have_t) train_free(&n->t);
+    dist_free(&n->d);
+    n->have_t = 0;
+}
+
+/* Run body(node, arg) on `n` threads, one per node of c; returns when all have finished. */
+typedef struct {
+    const cfg *c;
+    int self;
+    void (*body)(int self, const cfg *c, void *arg);
+    void *arg;
+} test_thread_;
+
+static inline void *test_thread_main_(void *p) {
+    test_thread_ *a = p;
+    a->body(a->self, a->c, a->arg);
+    return NULL;
+}
+
+static inline void run_nodes(const cfg *c, int n, void (*body)(int self, const cfg *c, void *arg),
+                             void *arg) {
+    pthread_t th[8];
+    test_thread_ a[8];
+    if (n > 8) exit(2);
+    for (int k = 0; k < n; k++) {
+        a[k] = (test_thread_){c, k, body, arg};
+        if (pthread_create(&th[k], NULL, test_thread_main_, &a[k]) != 0) exit(2);
+    }
+    for (int k = 0; k < n; k++) pthread_join(th[k], NULL);
 }
 
 #endif
