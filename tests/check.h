@@ -16,17 +16,26 @@ static int check_failures_;
             fprintf(stderr, "\n");                                                                 \
         }                                                                                          \
     } while (0)
-/* Compare two float arrays; reports the largest absolute and relative difference. */
+/* Compare two float arrays; reports the largest absolute and relative difference. NaN-safe: a
+ * NaN or infinite difference (NaN against a number, Inf against Inf) makes the largest
+ * difference NaN, which no tolerance accepts, and the first such element is named. */
 #define CHECK_CLOSE(a, b, n, tol, what)                                                            \
     do {                                                                                           \
         double md_ = 0, mr_ = 0;                                                                   \
+        long bad_ = -1;                                                                            \
         for (long i_ = 0; i_ < (long)(n); i_++) {                                                  \
             double d_ = fabs((double)(a)[i_] - (double)(b)[i_]);                                   \
             double r_ = d_ / fmax(1e-12, fmax(fabs((double)(a)[i_]), fabs((double)(b)[i_])));      \
-            if (d_ > md_) md_ = d_;                                                                \
+            if (!isfinite(d_)) {                                                                   \
+                if (bad_ < 0) bad_ = i_;                                                           \
+                md_ = mr_ = NAN;                                                                   \
+            }                                                                                      \
+            if (d_ > md_) md_ = d_; /* false once md_ is NaN: the NaN sticks */                    \
             if (r_ > mr_) mr_ = r_;                                                                \
         }                                                                                          \
         printf("%s: max abs diff %.3g, max rel diff %.3g\n", what, md_, mr_);                      \
+        if (bad_ >= 0)                                                                             \
+            fprintf(stderr, "%s: first non-finite difference at index %ld\n", what, bad_);         \
         CHECK(md_ <= (tol), "%s: max abs diff %.3g > tol %.3g", what, md_, (double)(tol));         \
     } while (0)
 static inline int check_exit(void) {
