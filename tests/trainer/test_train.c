@@ -7,7 +7,6 @@
 #include "train.h"
 #include "util.h"
 
-#include <malloc.h>
 #include <sys/stat.h>
 
 static char dir[64];
@@ -211,32 +210,11 @@ static void test_schedules(void) {
     cfg_free(&c);
 }
 
-/* No allocation in the iteration loop after warm-up (glibc's counters; not under ASan). */
-static void test_no_allocation(void) {
-#if defined(__SANITIZE_ADDRESS__)
-    printf("allocation check skipped under AddressSanitizer\n");
-#else
-    cfg c;
-    trainer t;
-    train_or_die(&t, &c, small);
-    train_iter r;
-    for (int i = 0; i < 3; i++) train_step(&t, &r);
-    struct mallinfo2 before = mallinfo2();
-    for (int i = 0; i < 30; i++) train_step(&t, &r);
-    struct mallinfo2 after = mallinfo2();
-    CHECK(before.uordblks == after.uordblks && before.hblkhd == after.hblkhd,
-          "the loop allocated: %zu -> %zu bytes in use", before.uordblks, after.uordblks);
-    train_free(&t);
-    cfg_free(&c);
-#endif
-}
-
 int main(void) {
     tmpdir(dir, sizeof dir);
     test_schedules();
     test_split_invariance();
     test_determinism_and_resume();
-    test_no_allocation();
     test_learning();
     rm_rf(dir);
     return check_exit();
