@@ -294,14 +294,20 @@ static void hello_parse(const uint8_t h[SEC_HELLO], hello *o) {
         if (*q < 32 || *q > 126) *q = '?';
 }
 
-/* Check the other end's hello against ours; the reason goes to `why`. */
-static hr_status hello_check(const hello *o, const uint8_t mine[SEC_HELLO], const sec_hs_params *p,
-                             int want_role, char *why, size_t whylen) {
+/* Is the other end a hetring node speaking this protocol version? */
+static hr_status hello_speaks(const hello *o, char *why, size_t whylen) {
     if (o->magic != HS_MAGIC)
         return hr_fail(why, whylen, HR_ERR_PROTO, "not a hetring peer (bad handshake magic)");
     if (o->version != HS_VERSION)
         return hr_fail(why, whylen, HR_ERR_PROTO, "protocol version %d, this node speaks %d",
                        o->version, HS_VERSION);
+    return HR_OK;
+}
+
+/* Check the other end's hello against ours; the reason goes to `why`. */
+static hr_status hello_check(const hello *o, const uint8_t mine[SEC_HELLO], const sec_hs_params *p,
+                             int want_role, char *why, size_t whylen) {
+    HR_CHECK(hello_speaks(o, why, whylen));
     if (o->role != want_role)
         return hr_fail(why, whylen, HR_ERR_PROTO, "unexpected handshake role");
     if (sodium_memcmp(o->name_hash, mine + 96, 32) != 0)
@@ -333,6 +339,14 @@ static hr_status hello_check(const hello *o, const uint8_t mine[SEC_HELLO], cons
     return HR_OK;
 }
 
+/* A handshake message after the hellos. */
+typedef struct {
+    int type;                       /* MSG_PROOF or MSG_VERDICT */
+    int status;                     /* a verdict's: 0 accepted, else the refusal's hr_status */
+    size_t len;                     /* bytes in body */
+    uint8_t body[SEC_TEXT_MAX + 1]; /* a proof, or a refusal's text (NUL-terminated, printable) */
+} hs_msg;
+
 static hr_status msg_send(int fd, int type, int status, const void *body, size_t len,
                           double deadline) {
     uint8_t buf[SEC_MSG_HDR + SEC_TEXT_MAX];
@@ -345,24 +359,28 @@ static hr_status msg_send(int fd, int type, int status, const void *body, size_t
     return tcp_send_all(fd, buf, SEC_MSG_HDR + len, deadline);
 }
 
-/* Receive one message; the length is checked before the body is read. */
-static hr_status msg_recv(int fd, int *type, int *status, uint8_t *body, size_t *len,
-                          double deadline) {
+/* Receive one message. Type, reserved bytes and length are checked before the body is read;
+ * HR_ERR_PROTO with `why` set when they are wrong. */
+static hr_status msg_recv(int fd, hs_msg *m, double deadline, char *why, size_t whylen) {
     uint8_t h[SEC_MSG_HDR];
     HR_CHECK(tcp_recv_all(fd, h, sizeof h, deadline));
-    *type = h[0];
-    *status = h[1];
+    m->type = h[0];
+    m->status = h[1];
     uint32_t n = le_get32(h + 4);
-    if (n > SEC_TEXT_MAX || (*type != MSG_PROOF && *type != MSG_VERDICT) ||
-        (*type == MSG_PROOF && n != SEC_PROOF))
-        return HR_ERR_PROTO;
-    HR_CHECK(tcp_recv_all(fd, body, n, deadline));
-    *len = n;
+    int well_formed = h[2] == 0 && h[3] == 0 &&
+                      ((m->type == MSG_PROOF && m->status == 0 && n == SEC_PROOF) ||
+                       (m->type == MSG_VERDICT && n <= SEC_TEXT_MAX));
+    if (!well_formed)
+        return hr_fail(why, whylen, HR_ERR_PROTO,
+                       "malformed handshake message (type %d, status %d, %u bytes)", m->type,
+                       m->status, n);
+    HR_CHECK(tcp_recv_all(fd, m->body, n, deadline));
+    m->len = n;
+    m->body[n] = 0;
+    if (m->type == MSG_VERDICT)
+        for (size_t i = 0; i < n; i++)
+            if (m->body[i] < 32 || m->body[i] > 126) m->body[i] = '?';
     return HR_OK;
-}
-
-static void reject(int fd, hr_status s, const char *why, double deadline) {
-    (void)msg_send(fd, MSG_VERDICT, (int)s, why, strlen(why), deadline);
 }
 
 /* Session secrets derived from the key exchange, the transcript and the PSK. */
@@ -422,125 +440,183 @@ static hr_status proof_check(const hs_keys *k, const sec_hs_params *p, long peer
     return HR_OK;
 }
 
+/* ---------------------------------------------------------------- the two roles
+ * Each role is a straight line of steps; a step either succeeds or ends the handshake with
+ * `why` set. The only `return HR_OK` of a role comes after the other end's hello checked out
+ * and, in auth and encrypt modes, after its proof verified: no path accepts a peer that has
+ * not proved who it is. */
+
+enum { ROLE_INITIATOR = 0, ROLE_RESPONDER = 1 };
+
+/* One handshake in progress; wiped when it ends. */
+typedef struct {
+    const sec_hs_params *p;                   /* what both ends must agree on */
+    int fd;                                   /* the connection */
+    double deadline;                          /* for the whole handshake */
+    int secure;                               /* auth or encrypt: both ends prove who they are */
+    uint8_t eph_pk[crypto_kx_PUBLICKEYBYTES]; /* this end's ephemeral X25519 key pair */
+    uint8_t eph_sk[crypto_kx_SECRETKEYBYTES];
+    uint8_t mine[SEC_HELLO];   /* this end's hello */
+    uint8_t theirs[SEC_HELLO]; /* the other end's hello */
+    hello o;                   /* theirs, parsed */
+    hs_keys k;                 /* transcript hash and session keys (secure modes) */
+    int refused;               /* the other end's verdict refused this node */
+    char why[HR_ERRLEN];       /* what went wrong */
+} hs_state;
+
+/* A transport failure, in words. */
+static hr_status hs_io(hs_state *h, hr_status st) {
+    if (st == HR_ERR_PROTO) return st; /* msg_recv already said what was malformed */
+    return hr_fail(h->why, sizeof h->why, st, "%s",
+                   st == HR_ERR_TIMEOUT ? "handshake timed out"
+                                        : "connection lost during the handshake");
+}
+
+/* Tell the other end why it is refused (best effort: it may be gone already). */
+static hr_status hs_refuse(hs_state *h, hr_status st) {
+    (void)msg_send(h->fd, MSG_VERDICT, (int)st, h->why, strlen(h->why), h->deadline);
+    return st;
+}
+
+static hr_status hs_hellos(hs_state *h, int role) {
+    hr_status st;
+    if (role == ROLE_INITIATOR) {
+        st = tcp_send_all(h->fd, h->mine, SEC_HELLO, h->deadline);
+        if (st == HR_OK) st = tcp_recv_all(h->fd, h->theirs, SEC_HELLO, h->deadline);
+    } else {
+        st = tcp_recv_all(h->fd, h->theirs, SEC_HELLO, h->deadline);
+        if (st == HR_OK) st = tcp_send_all(h->fd, h->mine, SEC_HELLO, h->deadline);
+    }
+    if (st != HR_OK) return hs_io(h, st);
+    hello_parse(h->theirs, &h->o);
+    return HR_OK;
+}
+
+/* Receive the next message; a refusal ends the handshake with the other end's reason. */
+static hr_status hs_recv(hs_state *h, hs_msg *m) {
+    hr_status st = msg_recv(h->fd, m, h->deadline, h->why, sizeof h->why);
+    if (st != HR_OK) return hs_io(h, st);
+    if (m->type != MSG_VERDICT || m->status == 0) return HR_OK;
+    h->refused = 1;
+    st = m->status < HR_STATUS_COUNT ? (hr_status)m->status : HR_ERR_PROTO;
+    return hr_fail(h->why, sizeof h->why, st, "it refused this node: %s", (const char *)m->body);
+}
+
+/* The message received must be the one the protocol expects now. A verdict where a proof is
+ * due is a peer skipping authentication. */
+static hr_status hs_want(hs_state *h, const hs_msg *m, int type) {
+    if (m->type == type) return HR_OK;
+    if (type == MSG_PROOF)
+        return hr_fail(h->why, sizeof h->why, HR_ERR_AUTH,
+                       "authentication failed: it sent no proof of its identity");
+    return hr_fail(h->why, sizeof h->why, HR_ERR_PROTO,
+                   "handshake message out of order: a proof where the verdict was due");
+}
+
+/* Transcript hash and session keys, from both hellos and the ephemeral exchange. */
+static hr_status hs_derive(hs_state *h, int role) {
+    const uint8_t *hello_i = role == ROLE_INITIATOR ? h->mine : h->theirs;
+    const uint8_t *hello_r = role == ROLE_INITIATOR ? h->theirs : h->mine;
+    crypto_generichash_state t;
+    crypto_generichash_init(&t, NULL, 0, 32);
+    crypto_generichash_update(&t, (const uint8_t *)"hetring-hs-v1", 13);
+    crypto_generichash_update(&t, hello_i, SEC_HELLO);
+    crypto_generichash_update(&t, hello_r, SEC_HELLO);
+    crypto_generichash_final(&t, h->k.th, 32);
+    uint8_t rx[32], tx[32];
+    int kx = role == ROLE_INITIATOR
+                 ? crypto_kx_client_session_keys(rx, tx, h->eph_pk, h->eph_sk, h->o.eph)
+                 : crypto_kx_server_session_keys(rx, tx, h->eph_pk, h->eph_sk, h->o.eph);
+    hr_status st = HR_OK;
+    if (kx != 0) {
+        st = hr_fail(h->why, sizeof h->why, HR_ERR_AUTH, "invalid ephemeral key");
+    } else {
+        const uint8_t *i2r = role == ROLE_INITIATOR ? tx : rx;
+        const uint8_t *r2i = role == ROLE_INITIATOR ? rx : tx;
+        derive(&h->k, h->p->keys, i2r, r2i, "hetring-key-i2r", h->k.i2r);
+        derive(&h->k, h->p->keys, i2r, r2i, "hetring-key-r2i", h->k.r2i);
+        derive(&h->k, h->p->keys, i2r, r2i, "hetring-confirm", h->k.conf);
+    }
+    sodium_memzero(rx, sizeof rx);
+    sodium_memzero(tx, sizeof tx);
+    return st;
+}
+
+static hr_status hs_send_proof(hs_state *h, int role) {
+    uint8_t proof[SEC_PROOF];
+    proof_make(&h->k, h->p->keys, role, proof);
+    hr_status st = msg_send(h->fd, MSG_PROOF, 0, proof, SEC_PROOF, h->deadline);
+    return st == HR_OK ? HR_OK : hs_io(h, st);
+}
+
+/* Check the other end's proof (it plays `role`); refuse it when it does not verify. */
+static hr_status hs_check_proof(hs_state *h, int role, const hs_msg *m) {
+    hr_status st = proof_check(&h->k, h->p, h->o.from, role, m->body, h->why, sizeof h->why);
+    return st == HR_OK ? HR_OK : hs_refuse(h, st);
+}
+
+/* The connecting end: hellos; the responder's proof (or its refusal); this end's proof; the
+ * verdict. */
+static hr_status hs_initiator(hs_state *h) {
+    hs_msg m;
+    hr_status st;
+    HR_CHECK(hs_hellos(h, ROLE_INITIATOR));
+    /* Fail at once on a stranger rather than wait for a message it will never send. */
+    st = hello_speaks(&h->o, h->why, sizeof h->why);
+    if (st != HR_OK) return st;
+    /* The responder's next message may refuse this node's hello: report that, it says more
+     * than this end's own check of the responder's hello. */
+    HR_CHECK(hs_recv(h, &m));
+    st = hello_check(&h->o, h->mine, h->p, ROLE_RESPONDER, h->why, sizeof h->why);
+    if (st != HR_OK) return hs_refuse(h, st);
+    if (!h->secure) return hs_want(h, &m, MSG_VERDICT);
+    st = hs_want(h, &m, MSG_PROOF);
+    if (st == HR_OK) st = hs_derive(h, ROLE_INITIATOR);
+    if (st != HR_OK) return hs_refuse(h, st);
+    HR_CHECK(hs_check_proof(h, ROLE_RESPONDER, &m));
+    HR_CHECK(hs_send_proof(h, ROLE_INITIATOR));
+    HR_CHECK(hs_recv(h, &m));
+    return hs_want(h, &m, MSG_VERDICT);
+}
+
+/* The accepting end: hellos; this end's proof; the initiator's proof (or its refusal); the
+ * verdict. */
+static hr_status hs_responder(hs_state *h) {
+    hs_msg m;
+    hr_status st;
+    HR_CHECK(hs_hellos(h, ROLE_RESPONDER));
+    st = hello_check(&h->o, h->mine, h->p, ROLE_INITIATOR, h->why, sizeof h->why);
+    if (st == HR_OK && h->secure) st = hs_derive(h, ROLE_RESPONDER);
+    if (st != HR_OK) return hs_refuse(h, st);
+    if (h->secure) {
+        HR_CHECK(hs_send_proof(h, ROLE_RESPONDER));
+        HR_CHECK(hs_recv(h, &m));
+        st = hs_want(h, &m, MSG_PROOF);
+        if (st != HR_OK) return hs_refuse(h, st);
+        HR_CHECK(hs_check_proof(h, ROLE_INITIATOR, &m));
+    }
+    st = msg_send(h->fd, MSG_VERDICT, 0, NULL, 0, h->deadline);
+    return st == HR_OK ? HR_OK : hs_io(h, st);
+}
+
 hr_status sec_handshake(int fd, int initiator, const sec_hs_params *p, double deadline,
                         sec_chan *ch, int *refused, char *err, size_t errlen) {
-    const sec_keys *keys = p->keys;
-    int secure = keys->mode != CFG_SEC_NONE;
-    uint8_t eph_pk[crypto_kx_PUBLICKEYBYTES], eph_sk[crypto_kx_SECRETKEYBYTES];
-    uint8_t mine[SEC_HELLO], theirs[SEC_HELLO], body[SEC_TEXT_MAX + 1];
-    uint8_t kx_rx[32], kx_tx[32];
-    hs_keys hk;
-    hello o;
-    char why[HR_ERRLEN] = "";
-    hr_status st = HR_OK;
-    int type, status;
-    size_t blen;
-    *refused = 0;
+    int role = initiator ? ROLE_INITIATOR : ROLE_RESPONDER;
+    hs_state h = {.p = p, .fd = fd, .deadline = deadline, .secure = p->keys->mode != CFG_SEC_NONE};
     memset(ch, 0, sizeof *ch);
-    memset(&hk, 0, sizeof hk);
-    if (secure) crypto_kx_keypair(eph_pk, eph_sk);
-    hello_build(mine, p, initiator ? 0 : 1, secure ? eph_pk : NULL);
-
-    if (initiator) {
-        HR_CHECK_GOTO(tcp_send_all(fd, mine, SEC_HELLO, deadline), st, io);
-        HR_CHECK_GOTO(tcp_recv_all(fd, theirs, SEC_HELLO, deadline), st, io);
+    if (h.secure) crypto_kx_keypair(h.eph_pk, h.eph_sk);
+    hello_build(h.mine, p, role, h.secure ? h.eph_pk : NULL);
+    hr_status st = role == ROLE_INITIATOR ? hs_initiator(&h) : hs_responder(&h);
+    *refused = h.refused;
+    if (st == HR_OK) {
+        int aead = !h.secure                 ? SEC_AEAD_NONE
+                   : (h.o.aes && h.mine[36]) ? SEC_AEAD_AES256GCM
+                                             : SEC_AEAD_XCHACHA20;
+        dir_init(&ch->tx, p->keys->mode, aead, initiator ? h.k.i2r : h.k.r2i);
+        dir_init(&ch->rx, p->keys->mode, aead, initiator ? h.k.r2i : h.k.i2r);
     } else {
-        HR_CHECK_GOTO(tcp_recv_all(fd, theirs, SEC_HELLO, deadline), st, io);
-        HR_CHECK_GOTO(tcp_send_all(fd, mine, SEC_HELLO, deadline), st, io);
+        hr_fail(err, errlen, st, "%s", h.why);
     }
-    hello_parse(theirs, &o);
-    if (initiator) {
-        /* the responder's first message may be its refusal: report that, it says more */
-        HR_CHECK_GOTO(msg_recv(fd, &type, &status, body, &blen, deadline), st, io);
-        if (type == MSG_VERDICT && status != 0) goto refused;
-    }
-    st = hello_check(&o, mine, p, initiator ? 1 : 0, why, sizeof why);
-    if (st != HR_OK) {
-        if (!initiator) reject(fd, st, why, deadline);
-        goto fail;
-    }
-    int aead = !secure               ? SEC_AEAD_NONE
-               : (o.aes && mine[36]) ? SEC_AEAD_AES256GCM
-                                     : SEC_AEAD_XCHACHA20;
-    if (secure) {
-        crypto_generichash_state hs;
-        crypto_generichash_init(&hs, NULL, 0, 32);
-        crypto_generichash_update(&hs, (const uint8_t *)"hetring-hs-v1", 13);
-        crypto_generichash_update(&hs, initiator ? mine : theirs, SEC_HELLO);
-        crypto_generichash_update(&hs, initiator ? theirs : mine, SEC_HELLO);
-        crypto_generichash_final(&hs, hk.th, 32);
-        int kx = initiator ? crypto_kx_client_session_keys(kx_rx, kx_tx, eph_pk, eph_sk, o.eph)
-                           : crypto_kx_server_session_keys(kx_rx, kx_tx, eph_pk, eph_sk, o.eph);
-        if (kx != 0) {
-            st = hr_fail(why, sizeof why, HR_ERR_AUTH, "invalid ephemeral key");
-            if (!initiator) reject(fd, st, why, deadline);
-            goto fail;
-        }
-        const uint8_t *i2r = initiator ? kx_tx : kx_rx, *r2i = initiator ? kx_rx : kx_tx;
-        derive(&hk, keys, i2r, r2i, "hetring-key-i2r", hk.i2r);
-        derive(&hk, keys, i2r, r2i, "hetring-key-r2i", hk.r2i);
-        derive(&hk, keys, i2r, r2i, "hetring-confirm", hk.conf);
-    }
-
-    uint8_t proof[SEC_PROOF];
-    if (!initiator) {
-        if (secure) {
-            proof_make(&hk, keys, 1, proof);
-            HR_CHECK_GOTO(msg_send(fd, MSG_PROOF, 0, proof, SEC_PROOF, deadline), st, io);
-            HR_CHECK_GOTO(msg_recv(fd, &type, &status, body, &blen, deadline), st, io);
-            if (type != MSG_PROOF) {
-                st = hr_fail(why, sizeof why, HR_ERR_PROTO, "it sent no proof");
-                goto fail;
-            }
-            st = proof_check(&hk, p, o.from, 0, body, why, sizeof why);
-            if (st != HR_OK) {
-                reject(fd, st, why, deadline);
-                goto fail;
-            }
-        }
-        HR_CHECK_GOTO(msg_send(fd, MSG_VERDICT, 0, NULL, 0, deadline), st, io);
-    } else {
-        if (type == MSG_PROOF && secure) {
-            st = proof_check(&hk, p, o.from, 1, body, why, sizeof why);
-            if (st != HR_OK) goto fail;
-            proof_make(&hk, keys, 0, proof);
-            HR_CHECK_GOTO(msg_send(fd, MSG_PROOF, 0, proof, SEC_PROOF, deadline), st, io);
-            HR_CHECK_GOTO(msg_recv(fd, &type, &status, body, &blen, deadline), st, io);
-        }
-        if (type != MSG_VERDICT) {
-            st = hr_fail(why, sizeof why, HR_ERR_PROTO, "unexpected handshake message");
-            goto fail;
-        }
-        if (status != 0) {
-        refused:
-            body[blen] = 0;
-            for (size_t i = 0; i < blen; i++)
-                if (body[i] < 32 || body[i] > 126) body[i] = '?';
-            *refused = 1;
-            st = status < HR_STATUS_COUNT ? (hr_status)status : HR_ERR_PROTO;
-            if (st == HR_OK) st = HR_ERR_PROTO;
-            snprintf(why, sizeof why, "it refused this node: %s", (char *)body);
-            goto fail;
-        }
-    }
-    dir_init(&ch->tx, keys->mode, aead, initiator ? hk.i2r : hk.r2i);
-    dir_init(&ch->rx, keys->mode, aead, initiator ? hk.r2i : hk.i2r);
-    goto done;
-
-io:
-    if (st == HR_ERR_TIMEOUT)
-        snprintf(why, sizeof why, "handshake timed out");
-    else if (st == HR_ERR_PROTO)
-        snprintf(why, sizeof why, "malformed handshake message");
-    else
-        snprintf(why, sizeof why, "connection lost during the handshake");
-fail:
-    hr_fail(err, errlen, st, "%s", why);
-    sec_chan_free(ch);
-done:
-    sodium_memzero(eph_sk, sizeof eph_sk);
-    sodium_memzero(kx_rx, sizeof kx_rx);
-    sodium_memzero(kx_tx, sizeof kx_tx);
-    sodium_memzero(&hk, sizeof hk);
+    sodium_memzero(&h, sizeof h);
     return st;
 }

@@ -6,14 +6,19 @@
  *                   segment size, AES support, ephemeral X25519 key, cluster name hash
  *   R -> I  HELLO   the same from R
  *   R -> I  PROOF   or VERDICT(reject, reason) when I's hello does not fit
- *   I -> R  PROOF
+ *   I -> R  PROOF   or VERDICT(reject, reason) when R's hello or proof does not check out
  *   R -> I  VERDICT ok, or reject with a reason
+ * In auth and encrypt modes each role accepts the other only after the other's PROOF verified:
+ * a message out of turn (a verdict "ok" in place of a proof, a second proof), a truncated or
+ * oversized message, or silence past the deadline ends the handshake as a failure. In mode
+ * none only the hellos and R's verdict are exchanged.
  * TH = BLAKE2b("hetring-hs-v1" | hello_I | hello_R). crypto_kx gives the shared secrets; with a
  * PSK they are mixed with it (keyed BLAKE2b), giving one key per direction and a confirmation
  * key. A PROOF is an Ed25519 signature over (role label | TH) with the node's pinned identity
  * key (zeros in PSK-only mode) and a keyed BLAKE2b MAC of the role label under the confirmation
  * key. Fresh ephemeral keys on both sides make every TH unique, which gives forward secrecy and
- * makes a replayed handshake fail. In mode none only the hellos and the verdict are exchanged.
+ * makes a replayed handshake fail. With a PSK and no identity keys, a proof shows only that the
+ * peer holds the PSK: any holder may claim any node id.
  *
  * Frames: AES-256-GCM when both ends have AES-NI, else XChaCha20-Poly1305; the nonce is a
  * 64-bit counter per direction, so a replayed, dropped or reordered frame fails to open. In
@@ -82,9 +87,12 @@ hr_status sec_keys_load(sec_keys *k, const cfg *c, long self_id, char *err, size
 void sec_keys_free(sec_keys *k);
 
 /* Run the handshake on a connected socket. The initiator is the node that connected. On success
- * `ch` is ready; on failure `err` says what was wrong and with whom: HR_ERR_AUTH (a key did not
- * match), HR_ERR_PROTO (cluster, version, mode, view, id or segment mismatch), or a transport
- * status. `refused` is set when the other end refused this node (its verdict). */
+ * the peer is the node `expect_id` and, in auth and encrypt modes, proved it; `ch` is ready. On
+ * failure `ch` is wiped and `err` says what was wrong (the caller names the address):
+ * HR_ERR_AUTH (no proof, or a proof that does not verify; an unknown node id), HR_ERR_PROTO
+ * (cluster, version, mode, id or segment mismatch; a malformed or out-of-turn message),
+ * HR_ERR_VIEW (another view epoch or neighbour), or a transport status. `refused` is set when
+ * the other end refused this node (its verdict). */
 hr_status sec_handshake(int fd, int initiator, const sec_hs_params *p, double deadline,
                         sec_chan *ch, int *refused, char *err, size_t errlen);
 void sec_chan_free(sec_chan *ch);
