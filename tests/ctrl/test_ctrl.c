@@ -583,13 +583,16 @@ static void test_static(void) {
 }
 
 /* Adaptive b_max: node 0 is fastest but its throughput collapses beyond 160 samples (memory
- * cliff); after growing past it once, proportional caps it and stops oscillating. */
+ * cliff); after growing past it once, proportional caps it (at the batch it grew from, below the
+ * cliff) and stops oscillating. A cap expires after a while and the node may probe once more, so
+ * a few iterations above the cliff are expected over 200, but not in iterations 20-59, and never
+ * while a cap is set. */
 static void test_adaptive_cap(void) {
     ctrl_config g = cfg_default(CTRL_PROPORTIONAL);
     ctrl c;
     long b[4], nb[4];
     CHECK(ctrl_init(&c, &g, 4, 512, NULL, b) == HR_OK, "init");
-    long over = 0, late_over = 0;
+    long over = 0, late_over = 0, capped = 0, cap_lo = 0, cap_hi = 0, above_cap = 0;
     for (long it = 0; it < 200; it++) {
         ctrl_stat st[4];
         for (int k = 0; k < 4; k++) {
@@ -597,15 +600,27 @@ static void test_adaptive_cap(void) {
             if (k == 0 && b[k] > 160) beta *= 3;
             st[k] = (ctrl_stat){1e-3 + beta * (double)b[k], b[k]};
         }
-        ctrl_observe(&c, it, st);
-        ctrl_decide(&c, it, 0, nb, NULL);
+        CHECK(ctrl_observe(&c, it, st) == HR_OK && ctrl_decide(&c, it, 0, nb, NULL) == HR_OK,
+              "observe/decide at %ld", it);
         if (nb[0] > 160) over++, late_over += it >= 20 && it < 60;
+        if (c.cap[0]) {
+            capped++;
+            cap_lo = cap_lo && cap_lo < c.cap[0] ? cap_lo : c.cap[0];
+            cap_hi = cap_hi > c.cap[0] ? cap_hi : c.cap[0];
+            above_cap += nb[0] > c.cap[0];
+        }
         memcpy(b, nb, sizeof b);
     }
     printf("figure: adaptive b_max: node 0 above its cliff in %ld of 200 iterations (%ld in "
-           "iterations 20-59)\n",
-           over, late_over);
+           "iterations 20-59); capped in %ld, cap in [%ld, %ld]\n",
+           over, late_over, capped, cap_lo, cap_hi);
+    CHECK(over >= 1, "node 0 never grew past its cliff: the cap was not exercised");
+    CHECK(over <= 20, "cap did not hold: node 0 above its cliff in %ld of 200 iterations", over);
     CHECK(late_over == 0, "cap did not hold: %ld iterations over the cliff", late_over);
+    CHECK(capped >= 100, "node 0 capped in only %ld of 200 iterations", capped);
+    CHECK(cap_lo >= g.min_batch && cap_hi <= 160, "cap[0] in [%ld, %ld], not below the cliff",
+          cap_lo, cap_hi);
+    CHECK(above_cap == 0, "node 0 given more than its cap in %ld iterations", above_cap);
     ctrl_free(&c);
 }
 
