@@ -3,13 +3,21 @@
 # they promise. Not a timing test: it checks shape and correctness, never speed.
 #   bench hetero    2 rounds of one scenario: JSON objects with the documented keys, medians
 #                   over 2 runs, CSV per policy, report.md
-#   bench allreduce 2 nodes, small sizes: every size correct (#wrong 0), JSON per size
+#                   whose values are numbers in a sane range (speed-up, oscillation, ideal)
+#   bench allreduce 2 nodes, small sizes: every size correct (#wrong 0 in the JSON and in the
+#                   table, checked positively: a missing field fails), JSON per size
 set -u
 HR=$1
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 fails=0
 fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+# field LINE KEY: the raw JSON value of KEY in a one-object line ("" when absent)
+field() { echo "$1" | sed -n "s/.*\"$2\": \([^,}]*\).*/\1/p"; }
+# in_range VALUE LO HI: VALUE is a plain decimal number with LO <= VALUE <= HI
+in_range() {
+    [[ $1 =~ ^-?[0-9]+(\.[0-9]+)?$ ]] && awk -v v="$1" -v lo="$2" -v hi="$3" 'BEGIN { exit !(v >= lo && v <= hi) }'
+}
 
 timeout 120 "$HR" bench hetero --out "$tmp/h" --json "$tmp/h.json" --iters 24 --batch 64 \
     --layers 784,16,10 --scenarios homogeneous,one-slow --policies model --repeat 2 > "$tmp/h.out" 2>&1 \
@@ -23,6 +31,26 @@ done
 [ "$(grep -c '"sync_ms": [0-9]*\.[0-9]*[1-9]' "$tmp/h.json" 2>/dev/null)" = 4 ] ||
     fail "bench hetero: sync_ms missing or not positive"
 grep -q '"ideal_speedup": 3.2500' "$tmp/h.json" || fail "bench hetero: one-slow ideal is not 3.25"
+# values: static pairs with itself (speed-up exactly 1, no batch movement); a dynamic policy's
+# speed-up is a finite ratio (this tiny run on a shared machine measures noise, so the range is
+# wide, not a performance claim) and its oscillation a mean relative batch move per interval
+while IFS= read -r line; do
+    sc=$(field "$line" scenario) pol=$(field "$line" policy)
+    sp=$(field "$line" speedup_vs_static) osc=$(field "$line" oscillation)
+    ideal=$(field "$line" ideal_speedup) sps=$(field "$line" samples_per_s)
+    rb=$(field "$line" rebalance_adjustments)
+    what="bench hetero $sc/$pol"
+    in_range "$sps" 1 1e12 || fail "$what: samples_per_s '$sps' is not a positive number"
+    in_range "$ideal" 1 16 || fail "$what: ideal_speedup '$ideal' not in [1, 16]"
+    [[ $rb =~ ^(null|[0-9]+)$ ]] || fail "$what: rebalance_adjustments '$rb' is neither a count nor null"
+    if [ "$pol" = '"static"' ]; then
+        [ "$sp" = 1.0000 ] || fail "$what: speedup_vs_static '$sp', expected 1.0000"
+        [ "$osc" = 0.00000 ] || fail "$what: oscillation '$osc', expected 0.00000"
+    else
+        in_range "$sp" 0.1 10 || fail "$what: speedup_vs_static '$sp' not a number in [0.1, 10]"
+        in_range "$osc" 0 1 || fail "$what: oscillation '$osc' not a number in [0, 1]"
+    fi
+done < <(grep '"scenario"' "$tmp/h.json" 2>/dev/null)
 for f in homogeneous-static.csv homogeneous-model.csv one-slow-model.csv report.md; do
     [ -s "$tmp/h/$f" ] || fail "bench hetero: $f not written"
 done
@@ -31,8 +59,19 @@ grep -q "median of 2 run" "$tmp/h/report.md" || fail "bench hetero: report does 
 timeout 120 "$HR" bench allreduce --nodes 2 --min-bytes 4 --max-bytes 64K --iters 5 --rate 1 \
     --json "$tmp/a.json" > "$tmp/a.out" 2>&1 || { fail "bench allreduce exited $?"; cat "$tmp/a.out"; }
 [ "$(grep -c '"bytes"' "$tmp/a.json" 2>/dev/null)" = 15 ] || fail "bench allreduce: expected 15 sizes (4 B..64 KiB)"
-grep -q '"wrong": [1-9]' "$tmp/a.json" && fail "bench allreduce: a size had wrong results"
-grep -q "# Avg bus bandwidth" "$tmp/a.out" || fail "bench allreduce: no average line"
+# every size says it had no wrong element: the field must be there and be 0
+[ "$(grep -c '"wrong": 0,' "$tmp/a.json" 2>/dev/null)" = 15 ] ||
+    fail "bench allreduce: not every size reports \"wrong\": 0: $(grep -o '"wrong": [^,]*' "$tmp/a.json" | sort | uniq -c | tr '\n' ' ')"
+while IFS= read -r line; do
+    by=$(field "$line" bytes) al=$(field "$line" algbw) bu=$(field "$line" busbw)
+    in_range "$al" 1e-9 1e4 || fail "bench allreduce $by B: algbw '$al' not a positive number"
+    [ "$al" = "$bu" ] || fail "bench allreduce $by B: busbw '$bu' != algbw '$al' on 2 nodes"
+done < <(grep '"bytes"' "$tmp/a.json" 2>/dev/null)
+# the table: 15 rows whose last column (#wrong) is 0, and the nccl-tests footer
+[ "$(awk '$1 ~ /^[0-9]+$/ && NF == 8 && $4 == "sum" && $8 == "0"' "$tmp/a.out" | wc -l)" = 15 ] ||
+    fail "bench allreduce: the table does not show 15 sizes with #wrong 0"
+grep -q '^# Out of bounds values : 0 OK$' "$tmp/a.out" || fail "bench allreduce: no 'Out of bounds values : 0 OK' line"
+grep -q "^# Avg bus bandwidth *: [0-9]" "$tmp/a.out" || fail "bench allreduce: no average line"
 
 cat "$tmp/h.out"
 echo "$fails failure(s)"
