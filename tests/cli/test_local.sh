@@ -33,7 +33,9 @@ echo "children before SIGTERM: $(children)"
 kill -TERM $lp
 timeout 30 tail --pid=$lp -f /dev/null
 wait $lp; rc=$?
-[ $rc != 0 ] || fail "interrupted local exited 0"
+# `hetring local --help` and launch.h: an interrupted run exits 1 (not 128+15, not 2)
+[ "$rc" = 1 ] || fail "interrupted local exited $rc, expected 1: $(cat "$tmp/out2")"
+grep -q "received SIGTERM: stopping 4 node(s)" "$tmp/out2" || fail "the interruption was not reported: $(cat "$tmp/out2")"
 wait_gone 10 || fail "orphans after SIGTERM: $(children)"
 
 # 3. one child crashes: the launcher stops the others and exits 1
