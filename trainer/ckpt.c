@@ -7,6 +7,7 @@
  *   payload: params f32[n], opt_state f32[n], split i64[n_nodes]
  */
 #include "ckpt.h"
+#include "cfg.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -159,13 +160,13 @@ hr_status ckpt_load(const char *path, ckpt_meta *expect, float *params, float *o
     if (m->model != expect->model || m->n_params != expect->n_params || m->seed != expect->seed ||
         m->global_batch != expect->global_batch) {
         st = hr_fail(err, errlen, HR_ERR_MISMATCH,
-                     "checkpoint %s belongs to another run (model %u with %llu params, seed "
-                     "%llu, global_batch %llu; this run has model %u with %llu params, seed "
+                     "checkpoint %s belongs to another run (model %s with %llu params, seed "
+                     "%llu, global_batch %llu; this run has model %s with %llu params, seed "
                      "%llu, global_batch %llu): point [train] checkpoint elsewhere",
-                     path, m->model, (unsigned long long)m->n_params, (unsigned long long)m->seed,
-                     (unsigned long long)m->global_batch, expect->model,
-                     (unsigned long long)expect->n_params, (unsigned long long)expect->seed,
-                     (unsigned long long)expect->global_batch);
+                     path, cfg_model_name((int)m->model), (unsigned long long)m->n_params,
+                     (unsigned long long)m->seed, (unsigned long long)m->global_batch,
+                     cfg_model_name((int)expect->model), (unsigned long long)expect->n_params,
+                     (unsigned long long)expect->seed, (unsigned long long)expect->global_batch);
         goto out;
     }
     memcpy(params, buf, np);

@@ -1,0 +1,291 @@
+/*
+ * test_ckpt.c: checkpoints (ckpt.h) are atomic, and a refused checkpoint changes nothing.
+ *
+ *  - atomicity: a save that dies part-way (a child process killed by SIGXFSZ when its file
+ *    size limit is below the checkpoint's size) leaves the previous checkpoint bitwise as it
+ *    was, and it still loads; a save whose write fails (SIGXFSZ ignored, EFBIG) reports the
+ *    error, leaves the previous checkpoint alone and no temporary file behind;
+ *  - refusal: corrupt, truncated, padded or foreign-version files, and checkpoints of runs
+ *    with another seed, global batch, model shape or model kind, are refused with a message
+ *    that names the file and the reason, and leave every parameter, the whole optimizer state,
+ *    the iteration and the split of the trainer exactly as they were.
+ */
+#include "check.h"
+#include "ckpt.h"
+#include "util.h"
+
+#include <dirent.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+
+static char dir[64];
+
+#define MLP(layers, batch, seed)                                                                   \
+    "model = mlp\nlayers = " layers "\nsamples = 2000\neval_samples = 100\nglobal_batch = " batch  \
+    "\nlr = 0.05\nmomentum = 0.9\niterations = 40\nseed = " seed
+
+static void trainer_or_die(trainer *t, cfg *c, const char *train) {
+    char err[HR_ERRLEN];
+    one_node_cfg(c, dir, train);
+    if (train_init(t, c, 0, NULL, err, sizeof err) != HR_OK) {
+        fprintf(stderr, "train_init: %s\n", err);
+        exit(2);
+    }
+}
+
+static void steps(trainer *t, int n) {
+    train_iter r;
+    for (int i = 0; i < n; i++) CHECK(train_step(t, &r) == HR_OK, "step %ld", t->iter);
+}
+
+/* Contents of a whole file (malloc'ed, *len bytes), or NULL. */
+static char *slurp(const char *path, long *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    *len = ftell(f);
+    rewind(f);
+    char *b = malloc((size_t)*len + 1);
+    if (b && fread(b, 1, (size_t)*len, f) != (size_t)*len) free(b), b = NULL;
+    fclose(f);
+    return b;
+}
+
+static void spit(const char *path, const char *b, long len) {
+    FILE *f = fopen(path, "wb");
+    CHECK(f && fwrite(b, 1, (size_t)len, f) == (size_t)len, "cannot write %s", path);
+    if (f) fclose(f);
+}
+
+/* Entries of dir whose name contains `part`. */
+static int count_entries(const char *part) {
+    DIR *d = opendir(dir);
+    int n = 0;
+    struct dirent *e;
+    while (d && (e = readdir(d)))
+        if (strstr(e->d_name, part)) n++;
+    if (d) closedir(d);
+    return n;
+}
+
+/* ================================================================ atomicity */
+
+/* In a child: save t to path with the file size limited to `limit` bytes; SIGXFSZ is left
+ * fatal (the process dies in the middle of the write) or ignored (write fails with EFBIG).
+ * Exits 0 when the save reported an error naming the path, 1 when it claimed success. */
+static pid_t save_limited(const trainer *t, const char *path, rlim_t limit, int ignore) {
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid != 0) return pid;
+    signal(SIGXFSZ, ignore ? SIG_IGN : SIG_DFL);
+    struct rlimit rl = {limit, limit};
+    if (setrlimit(RLIMIT_FSIZE, &rl) != 0) _exit(3);
+    char err[HR_ERRLEN] = "";
+    hr_status st = train_save(t, path, err, sizeof err);
+    if (st != HR_OK) fprintf(stderr, "save refused as expected: %s\n", err);
+    _exit(st != HR_OK && strstr(err, path) ? 0 : 1);
+}
+
+static void test_atomic_save(void) {
+    cfg c;
+    trainer a, b;
+    char path[128], err[HR_ERRLEN];
+    snprintf(path, sizeof path, "%s/atomic.ckpt", dir);
+    trainer_or_die(&a, &c, MLP("784,32,10", "100", "11"));
+    steps(&a, 3);
+    CHECK(train_save(&a, path, err, sizeof err) == HR_OK, "%s", err);
+    long old_len = 0, len = 0;
+    char *old = slurp(path, &old_len);
+    CHECK(old && old_len > 200000, "checkpoint of %ld bytes", old_len);
+    float *p3 = malloc(sizeof(float) * (size_t)a.m.n_params);
+    memcpy(p3, a.m.params, sizeof(float) * (size_t)a.m.n_params);
+    steps(&a, 3); /* the next save carries other parameters */
+
+    /* killed in the middle of writing: the old checkpoint is untouched and loads */
+    int status = 0;
+    pid_t pid = save_limited(&a, path, (rlim_t)old_len / 2, 0);
+    CHECK(waitpid(pid, &status, 0) == pid && WIFSIGNALED(status) && WTERMSIG(status) == SIGXFSZ,
+          "the save was not killed part-way (status %#x)", status);
+    char *now = slurp(path, &len);
+    CHECK(now && len == old_len && memcmp(now, old, (size_t)len) == 0,
+          "a save killed part-way changed the previous checkpoint (%ld bytes, was %ld)", len,
+          old_len);
+    free(now);
+    cfg c2;
+    trainer_or_die(&b, &c2, MLP("784,32,10", "100", "11"));
+    CHECK(train_load(&b, path, err, sizeof err) == HR_OK, "after a killed save: %s", err);
+    CHECK(b.iter == 3 && memcmp(b.m.params, p3, sizeof(float) * (size_t)a.m.n_params) == 0,
+          "after a killed save the checkpoint holds iteration %ld, not the saved state", b.iter);
+    /* a crash leaves its temporary file; the next save must not trip over it */
+    char stale[256];
+    snprintf(stale, sizeof stale, "%s.tmp.%ld", path, (long)pid);
+    printf("temporary files after the killed save: %d\n", count_entries(".tmp"));
+    unlink(stale);
+
+    /* the write fails (EFBIG): an error, the old checkpoint untouched, no temporary left */
+    pid = save_limited(&a, path, (rlim_t)old_len / 2, 1);
+    CHECK(waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0,
+          "a failed write was not reported as an error naming the file (status %#x)", status);
+    now = slurp(path, &len);
+    CHECK(now && len == old_len && memcmp(now, old, (size_t)len) == 0,
+          "a failed save changed the previous checkpoint");
+    free(now);
+    int left = count_entries(".tmp");
+    CHECK(left == 0, "a failed save left %d temporary file(s) in %s", left, dir);
+
+    /* and with room, the new state replaces the old */
+    CHECK(train_save(&a, path, err, sizeof err) == HR_OK, "%s", err);
+    CHECK(train_load(&b, path, err, sizeof err) == HR_OK, "%s", err);
+    CHECK(b.iter == 6 && memcmp(b.m.params, a.m.params, sizeof(float) * (size_t)a.m.n_params) == 0,
+          "the new checkpoint did not replace the old one");
+    CHECK(count_entries(".tmp") == 0, "a good save left a temporary file");
+    free(old);
+    free(p3);
+    train_free(&b);
+    cfg_free(&c2);
+    train_free(&a);
+    cfg_free(&c);
+}
+
+/* ================================================================ refusal */
+
+/* Everything a load may change. */
+typedef struct {
+    float *params, *vel;
+    long iter;
+    long split[1];
+} snapshot;
+
+static void snap(snapshot *s, const trainer *t) {
+    size_t n = sizeof(float) * (size_t)t->m.n_params;
+    s->params = malloc(n), s->vel = malloc(n);
+    memcpy(s->params, t->m.params, n);
+    memcpy(s->vel, t->opt.vel, n);
+    s->iter = t->iter, s->split[0] = t->split[0];
+}
+
+/* Is t exactly as in s? Reports how many parameters and momentum values changed. */
+static int unchanged(const snapshot *s, const trainer *t, const char *what) {
+    long dp = 0, dv = 0;
+    for (long i = 0; i < t->m.n_params; i++) {
+        dp += memcmp(&s->params[i], &t->m.params[i], sizeof(float)) != 0;
+        dv += memcmp(&s->vel[i], &t->opt.vel[i], sizeof(float)) != 0;
+    }
+    CHECK(dp == 0 && dv == 0 && s->iter == t->iter && s->split[0] == t->split[0],
+          "%s: the refused checkpoint changed %ld parameters, %ld momentum values, iteration "
+          "%ld -> %ld, split %ld -> %ld",
+          what, dp, dv, s->iter, t->iter, s->split[0], t->split[0]);
+    return dp == 0 && dv == 0;
+}
+
+/* Load `path` into t: it must be refused with `want`, an error naming the file and every
+ * string of `words`, and leave t alone. */
+static void refused(trainer *t, const snapshot *s, const char *path, hr_status want,
+                    const char *what, const char *const *words) {
+    char err[HR_ERRLEN] = "";
+    hr_status st = train_load(t, path, err, sizeof err);
+    CHECK(st == want, "%s: status %s, expected %s (%s)", what, hr_strerror(st), hr_strerror(want),
+          err);
+    CHECK(strstr(err, path) != NULL, "%s: the error does not name the file: %s", what, err);
+    for (int k = 0; words && words[k]; k++)
+        CHECK(strstr(err, words[k]) != NULL, "%s: the error lacks '%s': %s", what, words[k], err);
+    printf("%-18s refused: %s\n", what, err);
+    unchanged(s, t, what);
+}
+
+/* Save a checkpoint of a run of config `train`, after a few steps, to path. */
+static void foreign(const char *train, const char *path) {
+    cfg c;
+    trainer o;
+    char err[HR_ERRLEN];
+    trainer_or_die(&o, &c, train);
+    steps(&o, 2);
+    CHECK(train_save(&o, path, err, sizeof err) == HR_OK, "%s", err);
+    train_free(&o);
+    cfg_free(&c);
+}
+
+static void test_refusal(void) {
+    cfg c;
+    trainer t;
+    char good[128], bad[128], err[HR_ERRLEN];
+    snprintf(good, sizeof good, "%s/good.ckpt", dir);
+    snprintf(bad, sizeof bad, "%s/bad.ckpt", dir);
+    /* the checkpoint another trainer of the same run wrote at iteration 2 */
+    foreign(MLP("784,32,10", "100", "11"), good);
+    trainer_or_die(&t, &c, MLP("784,32,10", "100", "11"));
+    CHECK(train_load(&t, good, err, sizeof err) == HR_OK, "%s", err);
+    steps(&t, 5); /* now at iteration 7, with momentum */
+    long len = 0;
+    char *bytes = slurp(good, &len);
+    snapshot s;
+    snap(&s, &t);
+
+    /* damaged files; the header is 64 bytes, the payload params, momentum, split */
+    const long n = t.m.n_params;
+    const long flips[] = {12,     20, 30, 40, 56, 64 + 8, 64 + 4 * (n - 1), 64 + 4 * (2 * n - 1),
+                          len - 1};
+    for (size_t k = 0; k < sizeof flips / sizeof flips[0]; k++) {
+        bytes[flips[k]] ^= 0x10;
+        spit(bad, bytes, len);
+        bytes[flips[k]] ^= 0x10;
+        char what[64];
+        snprintf(what, sizeof what, "byte %ld flipped", flips[k]);
+        refused(&t, &s, bad, HR_ERR_DATA, what, (const char *const[]){"corrupt", NULL});
+    }
+    bytes[8] ^= 1; /* the version field, outside the checksum */
+    spit(bad, bytes, len);
+    bytes[8] ^= 1;
+    refused(&t, &s, bad, HR_ERR_DATA, "other version", (const char *const[]){"version", NULL});
+    const long cuts[] = {0, 30, 64 + 4 * n, len - 1};
+    for (size_t k = 0; k < sizeof cuts / sizeof cuts[0]; k++) {
+        spit(bad, bytes, cuts[k]);
+        char what[64];
+        snprintf(what, sizeof what, "cut at %ld", cuts[k]);
+        refused(&t, &s, bad, HR_ERR_DATA, what, NULL);
+    }
+    char *padded = malloc((size_t)len + 1);
+    memcpy(padded, bytes, (size_t)len);
+    padded[len] = 0;
+    spit(bad, padded, len + 1);
+    free(padded);
+    refused(&t, &s, bad, HR_ERR_DATA, "one byte more", (const char *const[]){"corrupt", NULL});
+
+    /* checkpoints of other runs */
+    const char *other[] = {"belongs to another run", NULL, NULL};
+    foreign(MLP("784,32,10", "100", "12"), bad);
+    other[1] = "seed 12";
+    refused(&t, &s, bad, HR_ERR_MISMATCH, "other seed", other);
+    foreign(MLP("784,32,10", "50", "11"), bad);
+    other[1] = "global_batch 50";
+    refused(&t, &s, bad, HR_ERR_MISMATCH, "other batch", other);
+    foreign(MLP("784,16,10", "100", "11"), bad);
+    other[1] = "12730 params";
+    refused(&t, &s, bad, HR_ERR_MISMATCH, "other shape", other);
+    /* another model kind with as many parameters: only the model field tells them apart */
+    ckpt_meta m = {3, (uint64_t)n, 11, 100, CFG_MODEL_SOFTMAX, 1};
+    int64_t split = 100;
+    CHECK(ckpt_save(bad, &m, t.m.params, t.opt.vel, &split, err, sizeof err) == HR_OK, "%s", err);
+    other[1] = "model softmax with 25450 params";
+    refused(&t, &s, bad, HR_ERR_MISMATCH, "other model", other);
+
+    /* the good file still loads and does change the state: the checks above can fail */
+    CHECK(train_load(&t, good, err, sizeof err) == HR_OK, "%s", err);
+    CHECK(t.iter == 2 && memcmp(s.params, t.m.params, sizeof(float) * (size_t)n) != 0,
+          "the good checkpoint did not restore iteration 2 (now %ld)", t.iter);
+    free(bytes);
+    free(s.params);
+    free(s.vel);
+    train_free(&t);
+    cfg_free(&c);
+}
+
+int main(void) {
+    tmpdir(dir, sizeof dir);
+    test_atomic_save();
+    test_refusal();
+    rm_rf(dir);
+    return check_exit();
+}
