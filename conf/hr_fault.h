@@ -3,8 +3,9 @@
  *
  * HETRING_FAULT is a comma-separated list of KIND:NODE[:ARG] items; NODE is a node id or *.
  * Kinds: crash (the node kills itself with SIGKILL: once ready, or at iteration ARG), hang (the
- * node sleeps ARG seconds once ready), perturb (flip a parameter bit at iteration ARG, I4),
- * decision (corrupt the controller decision at iteration ARG, I5).
+ * node sleeps ARG seconds once ready), perturb and perturb_last (flip a bit of the first or
+ * the last parameter at iteration ARG, I4), decision (corrupt the controller decision at
+ * iteration ARG, I5).
  * Hooks exist only in builds configured with -DHETRING_TEST_HOOKS=ON (the default, so that
  * ctest can use them); elsewhere hr_fault_get always reports "no fault".
  */

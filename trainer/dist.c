@@ -71,18 +71,28 @@ train_comm dist_comm(dist *d) {
 
 /* ================================================================ decisions and checks */
 
+/* Test faults: flip the lowest bit of the first (perturb) or the last (perturb_last)
+ * parameter, so the replica check is tested at both ends of the buffer it hashes. */
+static void perturb(const dist *d, long iter, float *params, long n_params) {
+    static const char *const kinds[] = {"perturb", "perturb_last"};
+    double at;
+    for (int k = 0; k < 2; k++) {
+        if (!hr_fault_get(kinds[k], d->c->nodes[d->self].id, -1, &at) || (long)at != iter ||
+            n_params <= 0)
+            continue;
+        long i = k ? n_params - 1 : 0;
+        HR_WARN(TRAIN, "test fault: flipping a bit of parameter %ld at iteration %ld", i, iter);
+        uint32_t w;
+        memcpy(&w, &params[i], sizeof w);
+        w ^= 1u;
+        memcpy(&params[i], &w, sizeof w);
+    }
+}
+
 /* Before the all-reduce: the test fault hook, then this node's hashes into its slot. */
 static hr_status annotate(void *ctx, long iter, float *params, long n_params, float *slot) {
     dist *d = ctx;
-    double at;
-    if (hr_fault_get("perturb", d->c->nodes[d->self].id, -1, &at) && (long)at == iter &&
-        n_params > 0) {
-        HR_WARN(TRAIN, "test fault: flipping a parameter bit at iteration %ld", iter);
-        uint32_t w;
-        memcpy(&w, &params[0], sizeof w);
-        w ^= 1u;
-        memcpy(&params[0], &w, sizeof w);
-    }
+    perturb(d, iter, params, n_params);
     if (iter % d->hash_interval == 0)
         put_hash(slot + DIST_STAT_PHASH, dist_hash_floats(params, n_params));
     put_hash(slot + DIST_STAT_DHASH, d->dhash);

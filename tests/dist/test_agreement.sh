@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# I4 and I5: a test fault perturbs one node's parameters, or separately one node's decision.
-# Either way every node must stop with a clearly worded error, and hetring local exits 1.
+# I4 and I5: a test fault perturbs one node's parameters (the first parameter, or the last
+# one, so the hash must cover the whole buffer), or separately one node's decision. Either way
+# every node must stop with a clearly worded error at that iteration, and hetring local exits 1.
 set -u
 HR=$1
 fails=0
@@ -12,24 +13,74 @@ base=$((10000 + RANDOM % 22000)) # below the ephemeral range (32768+)
   printf 'iterations = 40\nhash_interval = 1\n[controller]\npolicy = proportional\ninterval = 1\n'
   for i in 0 1 2; do printf '[node.%d]\nhost = 127.0.0.1\nport = %d\n' $i $((base+i)); done; } > "$tmp/c.ini"
 
-# clean run: succeeds
-timeout 60 "$HR" local --conf "$tmp/c.ini" -- --quiet > "$tmp/ok.log" 2>&1 || fail "clean run failed: $(tail -5 "$tmp/ok.log")"
+# Last iteration each node recorded in its metrics (-1 for none).
+last_iter() { { grep -o '"iter":[0-9]*' "$1" 2>/dev/null || true; } | tail -1 | cut -d: -f2 | grep . || echo -1; }
 
-# I4: node 1's parameters are perturbed at iteration 7
-HETRING_FAULT=perturb:1:7 timeout 60 "$HR" local --conf "$tmp/c.ini" -- --quiet > "$tmp/i4.log" 2>&1
+# run_local NAME FAULT: all nodes under hetring local with HETRING_FAULT=FAULT, metrics per node.
+# The launcher stops the others with SIGTERM once one node fails, which may cut a node's
+# unflushed metrics short.
+run_local() {
+  HETRING_FAULT=$2 timeout 60 "$HR" local --conf "$tmp/c.ini" -- --metrics "$tmp/$1-{id}.jsonl" \
+    > "$tmp/$1.log" 2>&1
+}
+
+# run_nodes NAME FAULT: each node started on its own, so every one of them must reach the error
+# and exit 1 by itself; its output goes to NAME.log.ID
+run_nodes() {
+  local pids=() i
+  for i in 0 1 2; do
+    HETRING_FAULT=$2 timeout 60 "$HR" run --conf "$tmp/c.ini" --node $i \
+      --metrics "$tmp/$1-$i.jsonl" > "$tmp/$1.log.$i" 2>&1 &
+    pids+=($!)
+  done
+  for i in 0 1 2; do
+    wait "${pids[$i]}"; rc=$?
+    [ $rc = 1 ] || fail "$1: node $i exited $rc, expected 1: $(tail -3 "$tmp/$1.log.$i")"
+  done
+  cat "$tmp/$1".log.? > "$tmp/$1.log"
+}
+
+# stopped NAME ITER ALL: no node recorded iteration ITER or later, and every node (ALL = 3)
+# or at least one recorded ITER-1; node 0's progress lines ("iter N/40", every 2
+# iterations) reach ITER-1 or ITER and stop there
+stopped() {
+  local full=0 i last top
+  for i in 0 1 2; do
+    last=$(last_iter "$tmp/$1-$i.jsonl")
+    [ "$last" -lt "$2" ] || fail "$1: node $i recorded iteration $last, past the mismatch at $2"
+    [ "$last" = $(($2 - 1)) ] && full=$((full + 1))
+  done
+  [ "$full" -ge "$3" ] || fail "$1: $full node(s) recorded iteration $(($2 - 1)), expected $3"
+  top=$(grep -o '^\(node0 | \)\?iter [0-9]*/40' "$tmp/$1.log" | tail -1 | sed 's/.*iter \([0-9]*\).*/\1/')
+  echo "$1: $full node(s) recorded up to iteration $(($2 - 1)); progress reached ${top:-none} of 40"
+  [ -n "$top" ] && [ "$top" -le "$2" ] && [ "$top" -ge $(($2 - 1)) ] ||
+    fail "$1: progress lines reached ${top:-nothing}, expected $(($2 - 1)) or $2: $(grep 'iter' "$tmp/$1.log" | tail -3)"
+}
+
+# clean run: succeeds, every node records all 40 iterations
+run_local ok ""
 rc=$?
-[ $rc = 1 ] || fail "I4: local exited $rc, expected 1"
-n=$(grep -c "replica check failed at iteration 7: the parameters of node 1 differ" "$tmp/i4.log")
-echo "I4: $n node(s) reported the replica mismatch"
-[ "$n" -ge 1 ] || fail "I4: no clear replica error: $(tail -8 "$tmp/i4.log")"
-grep -q "iteration 8/" "$tmp/i4.log" && fail "I4: training went on past the mismatch"
+[ $rc = 0 ] || fail "clean run exited $rc: $(tail -5 "$tmp/ok.log")"
+for i in 0 1 2; do
+  [ "$(last_iter "$tmp/ok-$i.jsonl")" = 39 ] || fail "clean run: node $i did not record 40 iterations"
+done
+
+# I4: node 1's first, then its last parameter is perturbed at iteration 7
+for kind in perturb perturb_last; do
+  run_nodes "$kind" "$kind:1:7"
+  n=$(grep -c "replica check failed at iteration 7: the parameters of node 1 differ" "$tmp/$kind.log")
+  echo "$kind: $n node(s) reported the replica mismatch"
+  [ "$n" = 3 ] || fail "$kind: $n of 3 nodes gave the clear replica error: $(tail -8 "$tmp/$kind.log")"
+  stopped "$kind" 7 3
+done
 
 # I5: node 2's decision is corrupted at iteration 5; the mismatch shows at iteration 6
-HETRING_FAULT=decision:2:5 timeout 60 "$HR" local --conf "$tmp/c.ini" -- --quiet > "$tmp/i5.log" 2>&1
+run_local i5 decision:2:5
 rc=$?
 [ $rc = 1 ] || fail "I5: local exited $rc, expected 1"
 n=$(grep -c "decision check failed at iteration 6: node 2's batch-size controller decided differently" "$tmp/i5.log")
 echo "I5: $n node(s) reported the decision mismatch"
-[ "$n" -ge 1 ] || fail "I5: no clear decision error: $(tail -8 "$tmp/i5.log")"
+[ "$n" -ge 1 ] || fail "I5: $n of 3 nodes gave the clear decision error: $(tail -8 "$tmp/i5.log")"
+stopped i5 6 1
 echo "$fails failure(s)"
 [ "$fails" = 0 ]
