@@ -1,0 +1,147 @@
+#!/usr/bin/env bash
+# test_output.sh HETRING: what a user sees, end to end with the real binary on loopback.
+#   progress   without --quiet, node 0 prints one line per iteration (iteration, loss,
+#              samples/s, every node's batch, summing to B); the other nodes print none
+#   security   `security = none` is logged as a warning on every node; a PSK run logs none
+#   HETRING_LOG info (default) hides debug lines, debug and trace show them, warn hides info,
+#              warn,ring=debug shows ring's debug and info but no other subsystem's info;
+#              every log line of node k carries [nk]
+#   local      --compare-static prints both rates and "speed-up over static: R.RRx", R their ratio
+# Node 1 starts once node 0 has logged its first line and 0.3 s more, so node 0's first connects
+# to it are refused and retried: that retry is the ring debug line the level tests look for.
+set -u
+HR=$1
+fails=0
+fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+tmp=$(mktemp -d)
+p0=
+trap '[ -n "$p0" ] && kill -KILL "$p0" 2>/dev/null; rm -rf "$tmp"' EXIT
+base=$((10000 + RANDOM % 22000)) # below the ephemeral range (32768+)
+B=96 ITERS=10
+cluster() { # cluster FILE SECURITY-LINE: a 2-node cluster file, tiny model
+    { printf '[cluster]\n%s\nconnect_timeout = 10\ntimeout = 20\n' "$2"
+      printf '[train]\nlayers = 784,16,10\nsamples = 2000\neval_samples = 200\n'
+      printf 'global_batch = %d\niterations = %d\n' $B $ITERS
+      printf '[controller]\ninterval = 2\n'
+      for i in 0 1; do printf '[node.%d]\nhost = 127.0.0.1\nport = %d\n' $i $((base + i)); done
+    } > "$1"
+}
+cluster "$tmp/none.ini" 'security = none'
+
+# run2 NAME CONF LOGSPEC [RUN-ARGS...]: node 0, then node 1 a moment later; stdout and
+# stderr of node k in $tmp/NAME.{out,err}.k. LOGSPEC "-" leaves HETRING_LOG unset.
+run2() {
+    local name=$1 conf=$2 spec=$3
+    shift 3
+    local envs=(env -u HETRING_LOG)
+    [ "$spec" = - ] || envs=(env HETRING_LOG="$spec")
+    "${envs[@]}" timeout 30 "$HR" run --conf "$conf" --node 0 "$@" \
+        > "$tmp/$name.out.0" 2> "$tmp/$name.err.0" &
+    p0=$!
+    # node 0 has started once it logs (every level shows a line); then give it time to connect
+    for _ in $(seq 1 100); do [ -s "$tmp/$name.err.0" ] && break; sleep 0.1; done
+    sleep 0.3
+    "${envs[@]}" timeout 30 "$HR" run --conf "$conf" --node 1 "$@" \
+        > "$tmp/$name.out.1" 2> "$tmp/$name.err.1"
+    local rc1=$?
+    wait $p0
+    local rc0=$?
+    p0=
+    [ $rc0 = 0 ] && [ $rc1 = 0 ] ||
+        fail "$name: nodes exited $rc0/$rc1: $(cat "$tmp/$name.err.0" "$tmp/$name.err.1")"
+}
+# node_ids NAME: every log line on each node's stderr is "HH:MM:SS.mmm [nK] LEVEL subsys: "
+node_ids() {
+    for k in 0 1; do
+        local f=$tmp/$1.err.$k
+        [ -s "$f" ] || { [ "$2" = may-be-empty ] || fail "$1: node $k logged nothing"; continue; }
+        local bad
+        bad=$(grep -Ev "^[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{3} \[n$k\] (error|warn |info |debug|trace) [a-z]+: " "$f")
+        [ -z "$bad" ] || fail "$1: node $k lines without [n$k]: $bad"
+    done
+}
+has() { grep -Eq "$2" "$tmp/$1" || fail "$1: no line matching '$2': $(cat "$tmp/$1")"; }
+hasnt() { ! grep -Eq "$2" "$tmp/$1" || fail "$1: unexpected line matching '$2': $(grep -E "$2" "$tmp/$1")"; }
+RETRY='^[0-9:.]+ \[n0\] debug ring: connect to node 1 \(127\.0\.0\.1:[0-9]+\): .*retrying'
+
+# 1. default level, progress on: node 0's lines, none from node 1; the none warning
+run2 info "$tmp/none.ini" -
+f=$tmp/info.out.0
+n=$(grep -c '^iter ' "$f")
+[ "$n" = $ITERS ] || fail "progress: node 0 printed $n iteration lines, expected $ITERS: $(cat "$f")"
+want=1
+while IFS= read -r line; do
+    re="^iter ([0-9]+)/$ITERS epoch [0-9]+ loss ([0-9]+\.[0-9]{4}) acc +[0-9.]+% ([0-9]+) samples/s \| b ([0-9]+)/([0-9]+) t [0-9]+/[0-9]+ ms"
+    if [[ $line =~ $re ]]; then
+        [ "${BASH_REMATCH[1]}" = $want ] || fail "progress: iteration ${BASH_REMATCH[1]}, expected $want"
+        awk -v l="${BASH_REMATCH[2]}" 'BEGIN { exit !(l > 0 && l < 100) }' || fail "progress: loss '${BASH_REMATCH[2]}' not in (0, 100)"
+        [ "${BASH_REMATCH[3]}" -gt 0 ] || fail "progress: samples/s '${BASH_REMATCH[3]}' not positive"
+        [ $((BASH_REMATCH[4] + BASH_REMATCH[5])) = $B ] ||
+            fail "progress: batches ${BASH_REMATCH[4]}/${BASH_REMATCH[5]} do not sum to B = $B"
+    else
+        fail "progress: malformed line: $line"
+    fi
+    want=$((want + 1))
+done < <(grep '^iter ' "$f")
+[ ! -s "$tmp/info.out.1" ] || fail "progress: node 1 printed on stdout: $(cat "$tmp/info.out.1")"
+hasnt info.err.1 'iter [0-9]'
+for k in 0 1; do
+    has info.err.$k "^[0-9:.]+ \[n$k\] warn  cli: security = none: peer links are neither authenticated nor encrypted$"
+    has info.err.$k "^[0-9:.]+ \[n$k\] info  ring: ring formed: .*security none"
+    hasnt info.err.$k ' debug '
+done
+has info.err.0 '^[0-9:.]+ \[n0\] info  train: done: '"$ITERS"' iterations'
+node_ids info
+
+# 2. --quiet silences progress only
+run2 quiet "$tmp/none.ini" - --quiet
+[ ! -s "$tmp/quiet.out.0" ] || fail "--quiet: node 0 printed progress: $(cat "$tmp/quiet.out.0")"
+has quiet.err.0 'info  train: done: '
+
+# 3. debug and trace show node 0's connect retries; per-subsystem and warn filtering
+run2 debug "$tmp/none.ini" debug --quiet
+has debug.err.0 "$RETRY"
+node_ids debug
+run2 trace "$tmp/none.ini" trace --quiet
+has trace.err.0 "$RETRY"
+run2 warn "$tmp/none.ini" warn --quiet
+for k in 0 1; do
+    has warn.err.$k '^[0-9:.]+ \[n'$k'\] warn  cli: security = none'
+    hasnt warn.err.$k ' (info |debug) '
+done
+node_ids warn
+run2 mixed "$tmp/none.ini" 'warn,ring=debug' --quiet
+has mixed.err.0 "$RETRY"
+for k in 0 1; do
+    has mixed.err.$k '^[0-9:.]+ \[n'$k'\] info  ring: ring formed'
+    has mixed.err.$k '^[0-9:.]+ \[n'$k'\] warn  cli: security = none'
+    hasnt mixed.err.$k ' (info |debug) (conf|sec|ctrl|train|data|cli|bench|cuda): '
+done
+node_ids mixed
+
+# 4. with a pre-shared key the links are protected and nothing warns about security = none
+timeout 10 "$HR" keygen --psk --out "$tmp/c.psk" > /dev/null 2>&1 || fail "keygen --psk failed"
+cluster "$tmp/psk.ini" "psk_file = $tmp/c.psk"
+run2 psk "$tmp/psk.ini" - --quiet
+for k in 0 1; do
+    hasnt psk.err.$k 'security = none'
+    has psk.err.$k '^[0-9:.]+ \[n'$k'\] info  ring: ring formed: .*security (auth|encrypt)'
+done
+node_ids psk
+
+# 5. local --compare-static: both rates and their ratio
+timeout 60 "$HR" local --conf "$tmp/none.ini" --compare-static -- --quiet > "$tmp/cmp.out" 2>&1 ||
+    fail "local --compare-static exited $?: $(cat "$tmp/cmp.out")"
+r1=$(sed -n 's/^static: *\([0-9][0-9]*\) samples\/s$/\1/p' "$tmp/cmp.out")
+r2=$(sed -n 's/^model *\([0-9][0-9]*\) samples\/s$/\1/p' "$tmp/cmp.out")
+sp=$(sed -n 's/^speed-up over static: \([0-9][0-9]*\.[0-9][0-9]\)x (measured)$/\1/p' "$tmp/cmp.out")
+if [ -n "$r1" ] && [ -n "$r2" ] && [ -n "$sp" ]; then
+    # the printed rates are rounded to whole samples/s: their ratio matches to the second decimal
+    awk -v a="$r1" -v b="$r2" -v s="$sp" 'BEGIN { exit !(a > 0 && b > 0 && s > 0 && (b / a - s) < 0.0051 && (s - b / a) < 0.0051) }' ||
+        fail "local --compare-static: speed-up ${sp}x is not model/static = $r2/$r1"
+else
+    fail "local --compare-static: missing rate or speed-up line (static '$r1', model '$r2', speed-up '$sp'): $(cat "$tmp/cmp.out")"
+fi
+
+echo "$fails failure(s)"
+[ "$fails" = 0 ]
