@@ -583,16 +583,17 @@ static void test_static(void) {
 }
 
 /* Adaptive b_max: node 0 is fastest but its throughput collapses beyond 160 samples (memory
- * cliff); after growing past it once, proportional caps it (at the batch it grew from, below the
- * cliff) and stops oscillating. A cap expires after a while and the node may probe once more, so
- * a few iterations above the cliff are expected over 200, but not in iterations 20-59, and never
- * while a cap is set. */
+ * cliff); after growing past it once, proportional caps it at the batch it grew from (below the
+ * cliff, not lower) and stops oscillating. A cap expires after a while and the node may probe once
+ * more, so a few iterations above the cliff are expected over 200, but not in iterations 20-59, and
+ * never while a cap is set. */
 static void test_adaptive_cap(void) {
     ctrl_config g = cfg_default(CTRL_PROPORTIONAL);
     ctrl c;
     long b[4], nb[4];
     CHECK(ctrl_init(&c, &g, 4, 512, NULL, b) == HR_OK, "init");
     long over = 0, late_over = 0, capped = 0, cap_lo = 0, cap_hi = 0, above_cap = 0;
+    long grew_from = 0, prev_cap = 0, wrong_cap = 0; /* batch before node 0's last growth */
     for (long it = 0; it < 200; it++) {
         ctrl_stat st[4];
         for (int k = 0; k < 4; k++) {
@@ -603,6 +604,9 @@ static void test_adaptive_cap(void) {
         CHECK(ctrl_observe(&c, it, st) == HR_OK && ctrl_decide(&c, it, 0, nb, NULL) == HR_OK,
               "observe/decide at %ld", it);
         if (nb[0] > 160) over++, late_over += it >= 20 && it < 60;
+        if (c.cap[0] && c.cap[0] != prev_cap && c.cap[0] != grew_from) wrong_cap++;
+        prev_cap = c.cap[0];
+        if (nb[0] > b[0]) grew_from = b[0];
         if (c.cap[0]) {
             capped++;
             cap_lo = cap_lo && cap_lo < c.cap[0] ? cap_lo : c.cap[0];
@@ -621,6 +625,7 @@ static void test_adaptive_cap(void) {
     CHECK(cap_lo >= g.min_batch && cap_hi <= 160, "cap[0] in [%ld, %ld], not below the cliff",
           cap_lo, cap_hi);
     CHECK(above_cap == 0, "node 0 given more than its cap in %ld iterations", above_cap);
+    CHECK(wrong_cap == 0, "%ld caps were not the batch node 0 grew from", wrong_cap);
     ctrl_free(&c);
 }
 
