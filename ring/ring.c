@@ -601,19 +601,205 @@ static void add_floats(float *restrict dst, const float *restrict src, size_t n)
     for (size_t i = 0; i < n; i++) dst[i] += src[i];
 }
 
-/* Run the schedule in r->sched over `base`. */
-static hr_status engine(ring *r, int coll, uint8_t *base) {
-    const ring_sched *s = &r->sched;
-    const int secure = r->keys.mode != CFG_SEC_NONE;
-    const size_t tag = secure ? SEC_TAG : 0;
-    size_t ti = 0, ri = 0;
-    txf t = {.left = 0};
-    int tx_ready = 0;
-    int rx_body = 0; /* 0: reading the header, 1: reading the payload */
-    size_t rx_got = 0, rx_want = FRAME_HDR;
+/* One collective in progress: where the schedule stands in each direction. */
+typedef struct {
+    const ring_sched *s; /* the schedule (r->sched) */
+    int coll;            /* FRAME_COLL_* of this collective */
+    uint8_t *base;       /* the caller's buffer the schedule's offsets refer to */
+    int secure;          /* frames are sealed (auth or encrypt) */
+    size_t tag;          /* bytes of tag per frame: SEC_TAG or 0 */
+    size_t ti, ri;       /* next frame to send, next frame to receive */
+    txf t;               /* the outgoing frame in flight */
+    int tx_ready;        /* t holds frame ti, partly sent */
+    int rx_body;         /* 0: reading frame ri's header, 1: its payload and tag */
+    size_t rx_got;       /* bytes of the current header or payload read so far */
+    size_t rx_want;      /* bytes the current header or payload has */
+    int progress;        /* something moved in this round */
+} eng;
+
+/* Lay frame e->ti out in e->t: sealed in tx_stage, or header and payload as two pieces. */
+static void eng_frame(ring *r, eng *e) {
+    size_t len = e->s->tx_len[e->ti];
+    uint8_t *src = e->base + e->s->tx_off[e->ti];
+    frame_hdr th = {FRAME_MAGIC,   FRAME_VERSION, FRAME_DATA,      (uint8_t)e->coll,
+                    r->view.epoch, r->seq,        (uint32_t)e->ti, (uint32_t)len};
+    if (e->secure) {
+        frame_encode(&th, r->tx_stage);
+        sec_seal(&r->succ_ch.tx, r->tx_stage, src, len);
+        e->t.iov[0] = (struct iovec){r->tx_stage, FRAME_HDR + len + e->tag};
+        e->t.iovn = 1;
+    } else {
+        frame_encode(&th, e->t.hdr);
+        e->t.iov[0] = (struct iovec){e->t.hdr, FRAME_HDR};
+        e->t.iov[1] = (struct iovec){src, len};
+        e->t.iovn = len ? 2 : 1;
+    }
+    e->t.left = FRAME_HDR + len + e->tag;
+    e->tx_ready = 1;
+}
+
+/* Send every frame whose inputs have arrived, until the socket would block. */
+static hr_status eng_send(ring *r, eng *e) {
+    const ring_sched *s = e->s;
+    while (e->ti < s->n_tx && e->ri >= s->tx_need[e->ti]) {
+        if (!e->tx_ready) eng_frame(r, e);
+        struct msghdr m = {.msg_iov = e->t.iov, .msg_iovlen = (size_t)e->t.iovn};
+        ssize_t n = sendmsg(r->succ_fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (n < 0) {
+            if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return HR_OK;
+            return succ_trouble(r, NULL, e->coll, errno ? errno : EPIPE);
+        }
+        e->progress = 1;
+        iov_advance(&e->t, (size_t)n);
+        if (e->t.left == 0) {
+            e->ti++;
+            e->tx_ready = 0;
+        }
+    }
+    return HR_OK;
+}
+
+/* Check the header of frame e->ri (in rx_stage) before its payload is read. An abort frame
+ * ends the collective with the failure it reports. */
+static hr_status eng_header(ring *r, eng *e) {
     frame_hdr h;
-    char sw[CFG_STR + 64], pw[CFG_STR + 64];
-    long sid = id_of(r, r->succ), pid = id_of(r, r->pred);
+    char pw[CFG_STR + 64];
+    long pid = id_of(r, r->pred);
+    size_t ri = e->ri, want = e->s->rx_len[ri];
+    const char *coll = frame_coll_name(e->coll);
+    frame_decode(r->rx_stage, &h);
+    node_str(r, pid, pw, sizeof pw);
+    if (h.magic != FRAME_MAGIC || h.version != FRAME_VERSION)
+        return fail_view(r, &e->t, e->coll, HR_ERR_PROTO, pid, FROM_PRED,
+                         "%s sent a malformed frame header (bad magic or version); connection "
+                         "dropped",
+                         pw);
+    if (h.epoch != r->view.epoch)
+        return fail_view(r, &e->t, e->coll, HR_ERR_VIEW, pid, FROM_PRED,
+                         "%s sent a frame of view epoch %llu, this node is in %llu; frame dropped",
+                         pw, (unsigned long long)h.epoch, (unsigned long long)r->view.epoch);
+    if (h.type == FRAME_ABORT) return on_abort(r, &e->t, e->coll, &h, r->rx_stage, FROM_PRED);
+    if (h.type != FRAME_DATA || h.seq != r->seq || h.coll != e->coll)
+        return fail_view(r, &e->t, e->coll, HR_ERR_PROTO, pid, FROM_PRED,
+                         "%s sent a frame of %s #%llu while this node is in %s #%llu (members "
+                         "must call the same collectives in the same order)",
+                         pw, frame_coll_name(h.coll), (unsigned long long)h.seq, coll,
+                         (unsigned long long)r->seq);
+    if (h.index != ri)
+        return fail_view(r, &e->t, e->coll, HR_ERR_PROTO, pid, FROM_PRED,
+                         "%s sent frame %u of %u bytes, expected frame %zu of %zu bytes "
+                         "(replayed, dropped or reordered frame); connection dropped",
+                         pw, h.index, h.len, ri, want);
+    if (h.len != want)
+        return fail_view(r, &e->t, e->coll, HR_ERR_PROTO, pid, FROM_PRED,
+                         "%s sent frame %u of %u bytes, expected %zu bytes: the nodes disagree "
+                         "on the size of this %s (do they run the same config, model and "
+                         "bucket_bytes?); connection dropped",
+                         pw, h.index, h.len, want, coll);
+    return HR_OK;
+}
+
+/* Frame e->ri has arrived whole: verify it, then copy or add its payload into place. */
+static hr_status eng_apply(ring *r, eng *e) {
+    size_t len = e->s->rx_len[e->ri];
+    int add = e->s->rx_add[e->ri];
+    uint8_t *out = e->base + e->s->rx_off[e->ri], *pay = r->rx_stage + FRAME_HDR;
+    if (e->secure && sec_open(&r->pred_ch.rx, r->rx_stage, len, add ? pay : out) != 0) {
+        char pw[CFG_STR + 64];
+        long pid = id_of(r, r->pred);
+        node_str(r, pid, pw, sizeof pw);
+        return fail_view(r, &e->t, e->coll, HR_ERR_AUTH, pid, FROM_PRED,
+                         "frame %zu from %s failed authentication (tampered, replayed or "
+                         "reordered); connection dropped, frame unused",
+                         e->ri, pw);
+    }
+    if (add) add_floats((float *)out, (const float *)pay, len / 4);
+    return HR_OK;
+}
+
+/* Where the next bytes from the predecessor go: a header and a sealed or summed payload into
+ * rx_stage; a plain payload that is copied straight into place. */
+static uint8_t *eng_rx_dst(ring *r, const eng *e) {
+    if (!e->rx_body) return r->rx_stage + e->rx_got;
+    if (!e->secure && !e->s->rx_add[e->ri]) return e->base + e->s->rx_off[e->ri] + e->rx_got;
+    return r->rx_stage + FRAME_HDR + e->rx_got;
+}
+
+/* Receive whatever has arrived, frame by frame, until the socket would block. */
+static hr_status eng_recv(ring *r, eng *e) {
+    while (e->ri < e->s->n_rx) {
+        ssize_t n = e->rx_want > e->rx_got
+                        ? recv(r->pred_fd, eng_rx_dst(r, e), e->rx_want - e->rx_got, MSG_DONTWAIT)
+                        : 0;
+        if (e->rx_want > e->rx_got && n <= 0) {
+            if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) break;
+            int err = n == 0 ? 0 : errno;
+            char pw[CFG_STR + 64];
+            long pid = id_of(r, r->pred);
+            node_str(r, pid, pw, sizeof pw);
+            return fail_view(r, &e->t, e->coll, HR_ERR_PEER, pid, FROM_PRED, "%s %s", pw,
+                             err == 0            ? "closed the connection (peer died?)"
+                             : err == ECONNRESET ? "reset the connection (peer died?)"
+                                                 : strerror(err));
+        }
+        if (n > 0) {
+            e->rx_got += (size_t)n;
+            e->progress = 1;
+        }
+        if (e->rx_got < e->rx_want) continue;
+        if (!e->rx_body) {
+            HR_CHECK(eng_header(r, e));
+            e->rx_body = 1;
+            e->rx_got = 0;
+            e->rx_want = e->s->rx_len[e->ri] + e->tag;
+            if (e->rx_want > 0) continue;
+        }
+        HR_CHECK(eng_apply(r, e));
+        e->ri++;
+        e->rx_body = 0;
+        e->rx_got = 0;
+        e->rx_want = FRAME_HDR;
+    }
+    return HR_OK;
+}
+
+/* Nothing moved: wait for either link, at most until `timeout` after the last progress, and
+ * blame the neighbour that held things up when it passes. */
+static hr_status eng_wait(ring *r, eng *e, double last) {
+    const ring_sched *s = e->s;
+    char who[CFG_STR + 64];
+    int tx_wait = e->ti < s->n_tx && e->ri >= s->tx_need[e->ti];
+    struct pollfd p[2] = {{.fd = r->pred_fd, .events = e->ri < s->n_rx ? POLLIN : 0},
+                          {.fd = r->succ_fd, .events = e->ti < s->n_tx ? POLLIN : 0}};
+    if (tx_wait) p[1].events |= POLLOUT;
+    double left = last + r->timeout - tcp_now();
+    int rc = left > 0 ? poll(p, 2, (int)(left * 1000) + 1) : 0;
+    if (rc < 0 && errno == EINTR) return HR_OK;
+    if (rc == 0 && tcp_now() >= last + r->timeout) {
+        long id = id_of(r, tx_wait ? r->succ : r->pred);
+        node_str(r, id, who, sizeof who);
+        if (tx_wait)
+            return fail_view(r, &e->t, e->coll, HR_ERR_TIMEOUT, id, FROM_SUCC,
+                             "%s accepted no data for %.1f s (peer dead or hung?)", who,
+                             r->timeout);
+        return fail_view(r, &e->t, e->coll, HR_ERR_TIMEOUT, id, FROM_PRED,
+                         "%s sent nothing for %.1f s (peer dead or hung?)", who, r->timeout);
+    }
+    if (rc > 0 && e->ti < s->n_tx && (p[1].revents & (POLLIN | POLLHUP | POLLERR)))
+        return succ_trouble(r, &e->t, e->coll, 0);
+    return HR_OK;
+}
+
+/* Run the schedule in r->sched over `base`: send and receive in both directions at once,
+ * each frame as soon as its inputs are there, waiting only when neither link can move. */
+static hr_status engine(ring *r, int coll, uint8_t *base) {
+    eng e = {.s = &r->sched,
+             .coll = coll,
+             .base = base,
+             .secure = r->keys.mode != CFG_SEC_NONE,
+             .rx_want = FRAME_HDR};
+    e.tag = e.secure ? SEC_TAG : 0;
+    const ring_sched *s = e.s;
     double last = tcp_now();
     /* Small collectives are latency-bound: poll the sockets for a few microseconds before
      * sleeping in poll(), which saves a wake-up per hop. Large ones never spin, so that nodes
@@ -621,162 +807,18 @@ static hr_status engine(ring *r, int coll, uint8_t *base) {
     size_t rx_bytes = 0;
     for (size_t i = 0; i < s->n_rx && rx_bytes <= RING_SPIN_BYTES; i++) rx_bytes += s->rx_len[i];
     const double spin_s = rx_bytes <= RING_SPIN_BYTES ? RING_SPIN_S : 0;
-
-    while (ti < s->n_tx || ri < s->n_rx) {
-        int progress = 0;
-        /* ---- send everything that is ready */
-        while (ti < s->n_tx && ri >= s->tx_need[ti]) {
-            if (!tx_ready) {
-                size_t len = s->tx_len[ti];
-                frame_hdr th = {FRAME_MAGIC,   FRAME_VERSION, FRAME_DATA,   (uint8_t)coll,
-                                r->view.epoch, r->seq,        (uint32_t)ti, (uint32_t)len};
-                if (secure) {
-                    frame_encode(&th, r->tx_stage);
-                    sec_seal(&r->succ_ch.tx, r->tx_stage, base + s->tx_off[ti], len);
-                    t.iov[0].iov_base = r->tx_stage;
-                    t.iov[0].iov_len = FRAME_HDR + len + tag;
-                    t.iovn = 1;
-                } else {
-                    frame_encode(&th, t.hdr);
-                    t.iov[0].iov_base = t.hdr;
-                    t.iov[0].iov_len = FRAME_HDR;
-                    t.iov[1].iov_base = base + s->tx_off[ti];
-                    t.iov[1].iov_len = len;
-                    t.iovn = len ? 2 : 1;
-                }
-                t.left = FRAME_HDR + len + tag;
-                tx_ready = 1;
-            }
-            struct msghdr m = {.msg_iov = t.iov, .msg_iovlen = (size_t)t.iovn};
-            ssize_t n = sendmsg(r->succ_fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT);
-            if (n < 0) {
-                if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) break;
-                hr_status st = succ_trouble(r, NULL, coll, errno ? errno : EPIPE);
-                if (st == HR_OK) break;
-                return st;
-            }
-            progress = 1;
-            iov_advance(&t, (size_t)n);
-            if (t.left == 0) {
-                ti++;
-                tx_ready = 0;
-            }
-        }
-        /* ---- receive whatever has arrived */
-        while (ri < s->n_rx) {
-            uint8_t *dst;
-            if (!rx_body) {
-                dst = r->rx_stage + rx_got;
-            } else if (!secure && !s->rx_add[ri]) {
-                dst = base + s->rx_off[ri] + rx_got;
-            } else {
-                dst = r->rx_stage + FRAME_HDR + rx_got;
-            }
-            ssize_t n =
-                rx_want > rx_got ? recv(r->pred_fd, dst, rx_want - rx_got, MSG_DONTWAIT) : 0;
-            if (rx_want > rx_got && n <= 0) {
-                if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) break;
-                int e = n == 0 ? 0 : errno;
-                node_str(r, pid, pw, sizeof pw);
-                return fail_view(r, &t, coll, HR_ERR_PEER, pid, FROM_PRED, "%s %s", pw,
-                                 e == 0            ? "closed the connection (peer died?)"
-                                 : e == ECONNRESET ? "reset the connection (peer died?)"
-                                                   : strerror(e));
-            }
-            if (n > 0) {
-                rx_got += (size_t)n;
-                progress = 1;
-            }
-            if (rx_got < rx_want) continue;
-            if (!rx_body) {
-                frame_decode(r->rx_stage, &h);
-                node_str(r, pid, pw, sizeof pw);
-                if (h.magic != FRAME_MAGIC || h.version != FRAME_VERSION)
-                    return fail_view(r, &t, coll, HR_ERR_PROTO, pid, FROM_PRED,
-                                     "%s sent a malformed frame header (bad magic or version); "
-                                     "connection dropped",
-                                     pw);
-                if (h.epoch != r->view.epoch)
-                    return fail_view(r, &t, coll, HR_ERR_VIEW, pid, FROM_PRED,
-                                     "%s sent a frame of view epoch %llu, this node is in %llu; "
-                                     "frame dropped",
-                                     pw, (unsigned long long)h.epoch,
-                                     (unsigned long long)r->view.epoch);
-                if (h.type == FRAME_ABORT) return on_abort(r, &t, coll, &h, r->rx_stage, FROM_PRED);
-                if (h.type != FRAME_DATA || h.seq != r->seq || h.coll != coll)
-                    return fail_view(r, &t, coll, HR_ERR_PROTO, pid, FROM_PRED,
-                                     "%s sent a frame of %s #%llu while this node is in %s #%llu "
-                                     "(members must call the same collectives in the same order)",
-                                     pw, frame_coll_name(h.coll), (unsigned long long)h.seq,
-                                     frame_coll_name(coll), (unsigned long long)r->seq);
-                if (h.index != ri)
-                    return fail_view(r, &t, coll, HR_ERR_PROTO, pid, FROM_PRED,
-                                     "%s sent frame %u of %u bytes, expected frame %zu of %zu "
-                                     "bytes (replayed, dropped or reordered frame); connection "
-                                     "dropped",
-                                     pw, h.index, h.len, ri, s->rx_len[ri]);
-                if (h.len != s->rx_len[ri])
-                    return fail_view(r, &t, coll, HR_ERR_PROTO, pid, FROM_PRED,
-                                     "%s sent frame %u of %u bytes, expected %zu bytes: the "
-                                     "nodes disagree on the size of this %s (do they run the "
-                                     "same config, model and bucket_bytes?); connection dropped",
-                                     pw, h.index, h.len, s->rx_len[ri], frame_coll_name(coll));
-                rx_body = 1;
-                rx_got = 0;
-                rx_want = h.len + tag;
-                if (rx_want > 0) continue;
-            }
-            /* a whole frame: verify, then apply */
-            size_t len = s->rx_len[ri];
-            uint8_t *out = base + s->rx_off[ri];
-            if (secure) {
-                uint8_t *pay = r->rx_stage + FRAME_HDR;
-                if (sec_open(&r->pred_ch.rx, r->rx_stage, len, s->rx_add[ri] ? pay : out) != 0) {
-                    node_str(r, pid, pw, sizeof pw);
-                    return fail_view(r, &t, coll, HR_ERR_AUTH, pid, FROM_PRED,
-                                     "frame %zu from %s failed authentication (tampered, "
-                                     "replayed or reordered); connection dropped, frame unused",
-                                     ri, pw);
-                }
-                if (s->rx_add[ri]) add_floats((float *)out, (const float *)pay, len / 4);
-            } else if (s->rx_add[ri]) {
-                add_floats((float *)out, (const float *)(r->rx_stage + FRAME_HDR), len / 4);
-            }
-            ri++;
-            rx_body = 0;
-            rx_got = 0;
-            rx_want = FRAME_HDR;
-        }
-        if (ti >= s->n_tx && ri >= s->n_rx) break;
+    while (e.ti < s->n_tx || e.ri < s->n_rx) {
+        e.progress = 0;
+        HR_CHECK(eng_send(r, &e));
+        HR_CHECK(eng_recv(r, &e));
+        if (e.ti >= s->n_tx && e.ri >= s->n_rx) break;
         double now = tcp_now();
-        if (progress) {
+        if (e.progress) {
             last = now;
             continue;
         }
         if (now - last < spin_s) continue;
-        /* ---- nothing moved: wait for a link, at most until the timeout */
-        int tx_wait = ti < s->n_tx && ri >= s->tx_need[ti];
-        struct pollfd p[2] = {{.fd = r->pred_fd, .events = ri < s->n_rx ? POLLIN : 0},
-                              {.fd = r->succ_fd, .events = ti < s->n_tx ? POLLIN : 0}};
-        if (tx_wait) p[1].events |= POLLOUT;
-        double left = last + r->timeout - now;
-        int rc = left > 0 ? poll(p, 2, (int)(left * 1000) + 1) : 0;
-        if (rc < 0 && errno == EINTR) continue;
-        if (rc == 0 && tcp_now() >= last + r->timeout) {
-            if (tx_wait) {
-                node_str(r, sid, sw, sizeof sw);
-                return fail_view(r, &t, coll, HR_ERR_TIMEOUT, sid, FROM_SUCC,
-                                 "%s accepted no data for %.1f s (peer dead or hung?)", sw,
-                                 r->timeout);
-            }
-            node_str(r, pid, pw, sizeof pw);
-            return fail_view(r, &t, coll, HR_ERR_TIMEOUT, pid, FROM_PRED,
-                             "%s sent nothing for %.1f s (peer dead or hung?)", pw, r->timeout);
-        }
-        if (rc > 0 && ti < s->n_tx && (p[1].revents & (POLLIN | POLLHUP | POLLERR))) {
-            hr_status st = succ_trouble(r, &t, coll, 0);
-            if (st != HR_OK) return st;
-        }
+        HR_CHECK(eng_wait(r, &e, last));
     }
     return HR_OK;
 }
