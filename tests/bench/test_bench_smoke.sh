@@ -3,7 +3,8 @@
 # they promise. Not a timing test: it checks shape and correctness, never speed.
 #   bench hetero    2 rounds of one scenario: JSON objects with the documented keys, medians
 #                   over 2 runs, CSV per policy, report.md
-#                   whose values are numbers in a sane range (speed-up, oscillation, ideal)
+#                   whose values are numbers in a sane range (speed-up, oscillation, ideal);
+#                   one round of one scenario: the speed-up is the ratio of the two rates
 #   bench allreduce 2 nodes, small sizes: every size correct (#wrong 0 in the JSON and in the
 #                   table, checked positively: a missing field fails), JSON per size
 set -u
@@ -51,6 +52,16 @@ while IFS= read -r line; do
         in_range "$osc" 0 1 || fail "$what: oscillation '$osc' not a number in [0, 1]"
     fi
 done < <(grep '"scenario"' "$tmp/h.json" 2>/dev/null)
+# one round: the median is that round, so the speed-up is exactly the ratio of the two rates
+timeout 120 "$HR" bench hetero --out "$tmp/h1" --json "$tmp/h1.json" --iters 24 --batch 64 \
+    --layers 784,16,10 --scenarios one-slow --policies model --repeat 1 > "$tmp/h1.out" 2>&1 \
+    || { fail "bench hetero --repeat 1 exited $?"; cat "$tmp/h1.out"; }
+s1=$(field "$(grep '"policy": "static"' "$tmp/h1.json")" samples_per_s)
+l1=$(grep '"policy": "model"' "$tmp/h1.json")
+s2=$(field "$l1" samples_per_s) sp=$(field "$l1" speedup_vs_static)
+in_range "$s1" 1 1e12 && in_range "$s2" 1 1e12 && in_range "$sp" 0.1 10 &&
+    awk -v a="$s1" -v b="$s2" -v s="$sp" 'BEGIN { d = b / a - s; exit !(d < 2e-4 && d > -2e-4) }' ||
+    fail "bench hetero --repeat 1: speedup_vs_static '$sp' is not model/static = $s2/$s1"
 for f in homogeneous-static.csv homogeneous-model.csv one-slow-model.csv report.md; do
     [ -s "$tmp/h/$f" ] || fail "bench hetero: $f not written"
 done
