@@ -62,7 +62,50 @@
 #define CTRL_JUMP_MIN      0.22314355131420976 /* model: and at least ln 1.25 */
 
 enum { ND = 19, NL = 7 }; /* double and long arrays per node */
-enum { SD = 13, SL = 4 }; /* scratch doubles and longs per node for a decision (or init) */
+
+/* Work space of one decision (and of ctrl_init), allocated once per controller so that a
+ * decision never allocates. Not state: nothing in it outlives the call that fills it. The
+ * arrays live in `mem`, right behind the struct (scratch_new). */
+typedef struct ctrl_scratch {
+    long seen;     /* observations behind this decision (epoch: the whole epoch) */
+    double *lo;    /* (n) lower bound of the target, samples (min_batch) */
+    double *hi;    /* (n) upper bound of the target, samples (hil) */
+    double *c0;    /* (n) target line b*_k = c0_k + d_k lam: offset, samples */
+    double *d;     /* (n) its slope: normalised speed (model: samples per unit of T / tref) */
+    double *bstar; /* (n) the target b*, samples */
+    double *e;     /* (n) pid: relative error b*_k / b_k - 1 */
+    double *inew;  /* (n) pid: the new integral, committed with the decision */
+    double *sf;    /* (n) model: tentative step factors, committed when the split changes */
+    double *y;     /* (n) the stepped split before the rate limit (pid: its raw output) */
+    double *rl;    /* (n) rate-limited lower bound, samples (rlo as doubles) */
+    double *rh;    /* (n) rate-limited upper bound, samples (rhi as doubles) */
+    double *q;     /* (n) real-valued next split, sum B */
+    double *zero;  /* (n) project_scale: zero offsets */
+    double *dd;    /* (n) project_scale: normalised slopes */
+    double *bp;    /* (2n) projection breakpoints */
+    long *hil;     /* (n) upper bound per node after adaptive caps */
+    long *rlo;     /* (n) rate-limited lower bound (init: min_batch) */
+    long *rhi;     /* (n) rate-limited upper bound (init: max_batch) */
+    long *bn;      /* (n) the next split, sum B */
+    double mem[];  /* SD doubles per node, then SL longs per node */
+} ctrl_scratch;
+
+enum { SD = 16, SL = 4 }; /* scratch doubles (bp counts twice) and longs per node */
+_Static_assert(_Alignof(long) <= _Alignof(double), "scratch longs follow its doubles");
+
+static ctrl_scratch *scratch_new(long n) {
+    ctrl_scratch *s = malloc(sizeof *s + (size_t)n * (SD * sizeof(double) + SL * sizeof(long)));
+    if (!s) return NULL;
+    double *d = s->mem;
+    double **dp[SD - 1] = {&s->lo, &s->hi, &s->c0, &s->d, &s->bstar, &s->e,  &s->inew, &s->sf,
+                           &s->y,  &s->rl, &s->rh, &s->q, &s->zero,  &s->dd, &s->bp};
+    for (int i = 0; i < SD - 1; i++) *dp[i] = d + i * n; /* bp, last, takes 2n */
+    long *l = (long *)(d + SD * n);
+    long **lp[SL] = {&s->hil, &s->rlo, &s->rhi, &s->bn};
+    for (int i = 0; i < SL; i++) *lp[i] = l + i * n;
+    s->seen = 0;
+    return s;
+}
 
 const char *ctrl_policy_name(ctrl_policy p) {
     switch (p) {
@@ -96,8 +139,7 @@ void ctrl_free(ctrl *c) {
     if (!c) return;
     free(c->dbl);
     free(c->lng);
-    free(c->sdbl);
-    free(c->slng);
+    free(c->scr);
     memset(c, 0, sizeof *c);
 }
 
@@ -105,13 +147,13 @@ hr_status ctrl_copy(ctrl *dst, const ctrl *src) {
     if (!dst || !src || !src->dbl || !src->lng) return HR_ERR_INVAL;
     memset(dst, 0, sizeof *dst);
     size_t nd = (size_t)src->n * ND, nl = (size_t)src->n * NL;
-    double *d = malloc(nd * sizeof *d), *sd = malloc((size_t)src->n * SD * sizeof *sd);
-    long *l = malloc(nl * sizeof *l), *sl = malloc((size_t)src->n * SL * sizeof *sl);
-    if (!d || !l || !sd || !sl) {
+    double *d = malloc(nd * sizeof *d);
+    long *l = malloc(nl * sizeof *l);
+    ctrl_scratch *scr = scratch_new(src->n); /* scratch: no state to copy */
+    if (!d || !l || !scr) {
         free(d);
         free(l);
-        free(sd);
-        free(sl);
+        free(scr);
         return HR_ERR_NOMEM;
     }
     *dst = *src;
@@ -119,8 +161,7 @@ hr_status ctrl_copy(ctrl *dst, const ctrl *src) {
     memcpy(l, src->lng, nl * sizeof *l);
     dst->dbl = d;
     dst->lng = l;
-    dst->sdbl = sd; /* scratch: no state to copy */
-    dst->slng = sl;
+    dst->scr = scr;
     ctrl_bind(dst);
     return HR_OK;
 }
@@ -248,13 +289,12 @@ hr_status ctrl_init(ctrl *c, const ctrl_config *cfg, int n, long B, const double
             if (!(capacity[k] > 0 && isfinite(capacity[k]))) return HR_ERR_INVAL;
     c->dbl = calloc((size_t)n * ND, sizeof *c->dbl);
     c->lng = calloc((size_t)n * NL, sizeof *c->lng);
-    c->sdbl = malloc((size_t)n * SD * sizeof *c->sdbl);
-    c->slng = malloc((size_t)n * SL * sizeof *c->slng);
-    if (!c->dbl || !c->lng || !c->sdbl || !c->slng) {
+    c->scr = scratch_new(n);
+    if (!c->dbl || !c->lng || !c->scr) {
         ctrl_free(c);
         return HR_ERR_NOMEM;
     }
-    double *tmp = c->sdbl; /* 7 per node needed here */
+    ctrl_scratch *s = c->scr;
     c->cfg = *cfg;
     c->n = n;
     c->B = B;
@@ -263,21 +303,16 @@ hr_status ctrl_init(ctrl *c, const ctrl_config *cfg, int n, long B, const double
     c->last_iter = -1;
     ctrl_bind(c);
 
-    double *y = tmp, *lo = tmp + n, *hi = tmp + 2 * n, *zero = tmp + 3 * n, *d = tmp + 4 * n,
-           *bp = tmp + 5 * n;                /* bp: 2n */
-    long *lol = c->cap, *hil = c->cap_until; /* zero-filled scratch until the end of init */
     for (int k = 0; k < n; k++) {
-        y[k] = capacity && cfg->policy != CTRL_STATIC ? capacity[k] : 1.0;
-        lo[k] = (double)c->lo;
-        hi[k] = (double)c->hi;
-        lol[k] = c->lo;
-        hil[k] = c->hi;
+        s->y[k] = capacity && cfg->policy != CTRL_STATIC ? capacity[k] : 1.0;
+        s->lo[k] = (double)c->lo;
+        s->hi[k] = (double)c->hi;
+        s->rlo[k] = c->lo;
+        s->rhi[k] = c->hi;
         c->step[k] = 1;
     }
-    double *q = tmp; /* y is consumed by project_scale before q is written */
-    project_scale(n, y, lo, hi, (double)B, zero, d, bp, q);
-    apportion(n, q, lol, hil, B, c->b);
-    for (int k = 0; k < n; k++) c->cap[k] = c->cap_until[k] = 0;
+    project_scale(n, s->y, s->lo, s->hi, (double)B, s->zero, s->dd, s->bp, s->q);
+    apportion(n, s->q, s->rlo, s->rhi, B, c->b);
     if (b_out) memcpy(b_out, c->b, (size_t)n * sizeof *b_out);
     return HR_OK;
 }
@@ -400,7 +435,7 @@ static int sgn(double x) {
 }
 
 hr_status ctrl_decide(ctrl *c, long iter, int epoch_ended, long *b_out, int *changed) {
-    if (!c || !c->dbl || !c->sdbl || !b_out || iter < 0 || c->n < 1) return HR_ERR_INVAL;
+    if (!c || !c->dbl || !c->scr || !b_out || iter < 0 || c->n < 1) return HR_ERR_INVAL;
     const ctrl_config *g = &c->cfg;
     int n = c->n;
     if (changed) *changed = 0;
@@ -411,13 +446,10 @@ hr_status ctrl_decide(ctrl *c, long iter, int epoch_ended, long *b_out, int *cha
     for (int k = 0; k < n; k++)
         if (c->nsamp[k] == 0 || (g->policy == CTRL_EPOCH && !(c->ep_t[k] > 0))) return HR_OK;
 
-    /* scratch: SD doubles and SL longs per node (bp takes 2n), allocated by init */
-    double *tmp = c->sdbl;
-    long *ltmp = c->slng;
-    double *lo = tmp, *hi = tmp + n, *c0 = tmp + 2 * n, *d = tmp + 3 * n, *bstar = tmp + 4 * n,
-           *y = tmp + 5 * n, *q = tmp + 6 * n, *zero = tmp + 7 * n, *dd = tmp + 8 * n,
-           *e = tmp + 9 * n, *inew = tmp + 10 * n, *bp = tmp + 11 * n;
-    long *rlo = ltmp, *rhi = ltmp + n, *bn = ltmp + 2 * n, *hil = ltmp + 3 * n;
+    ctrl_scratch *S = c->scr;
+    double *lo = S->lo, *hi = S->hi, *c0 = S->c0, *d = S->d, *bstar = S->bstar, *y = S->y,
+           *q = S->q, *zero = S->zero, *dd = S->dd, *e = S->e, *inew = S->inew, *bp = S->bp;
+    long *rlo = S->rlo, *rhi = S->rhi, *bn = S->bn, *hil = S->hil;
 
     c->decisions++;
     long seen = c->window; /* observations behind this decision (epoch: the whole epoch) */
@@ -522,7 +554,7 @@ hr_status ctrl_decide(ctrl *c, long iter, int epoch_ended, long *b_out, int *cha
     if (!act) goto done;
 
     /* Step toward the target. */
-    double *sf = inew; /* model: tentative step factors, committed when the split changes */
+    double *sf = S->sf; /* model: tentative step factors, committed when the split changes */
     for (int k = 0; k < n; k++) {
         double b = (double)c->b[k], f = g->gain;
         if (g->policy == CTRL_PID) f = 1; /* the gain is inside the pid output */
@@ -554,7 +586,7 @@ hr_status ctrl_decide(ctrl *c, long iter, int epoch_ended, long *b_out, int *cha
     }
     if (slo > c->B || srh < c->B)
         for (int k = 0; k < n; k++) rlo[k] = c->lo, rhi[k] = hil[k];
-    double *rl = c0, *rh = d; /* c0 and d are free again */
+    double *rl = S->rl, *rh = S->rh;
     for (int k = 0; k < n; k++) rl[k] = (double)rlo[k], rh[k] = (double)rhi[k];
     project_scale(n, y, rl, rh, (double)c->B, zero, dd, bp, q);
     apportion(n, q, rlo, rhi, c->B, bn);

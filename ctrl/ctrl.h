@@ -109,8 +109,8 @@ typedef struct ctrl {
     double *grow_v; /* (n) relative variance of grow_x when it was taken */
     double *dbl;    /* owned block behind the double arrays */
     long *lng;      /* owned block behind the long arrays */
-    double *sdbl;   /* owned scratch for ctrl_decide, not state (not hashed, not copied) */
-    long *slng;     /* owned scratch for ctrl_decide, longs */
+    struct ctrl_scratch *scr; /* owned work space of ctrl_init and ctrl_decide (ctrl.c), not
+                               * state: neither hashed nor copied */
 } ctrl;
 
 /* Validate cfg, n >= 1 and B (n * min_batch <= B <= n * max_batch), and write the first split
