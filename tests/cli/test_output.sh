@@ -86,7 +86,7 @@ done < <(grep '^iter ' "$f")
 [ ! -s "$tmp/info.out.1" ] || fail "progress: node 1 printed on stdout: $(cat "$tmp/info.out.1")"
 hasnt info.err.1 'iter [0-9]'
 for k in 0 1; do
-    has info.err.$k "^[0-9:.]+ \[n$k\] warn  cli: security = none: peer links are neither authenticated nor encrypted$"
+    has info.err.$k "^[0-9:.]+ \[n$k\] warn  (cli|sec): security = none: .* neither authenticated nor encrypted$"
     has info.err.$k "^[0-9:.]+ \[n$k\] info  ring: ring formed: .*security none"
     hasnt info.err.$k ' debug '
 done
@@ -106,7 +106,7 @@ run2 trace "$tmp/none.ini" trace --quiet
 has trace.err.0 "$RETRY"
 run2 warn "$tmp/none.ini" warn --quiet
 for k in 0 1; do
-    has warn.err.$k '^[0-9:.]+ \[n'$k'\] warn  cli: security = none'
+    has warn.err.$k '^[0-9:.]+ \[n'$k'\] warn  (cli|sec): security = none'
     hasnt warn.err.$k ' (info |debug) '
 done
 node_ids warn
@@ -114,7 +114,7 @@ run2 mixed "$tmp/none.ini" 'warn,ring=debug' --quiet
 has mixed.err.0 "$RETRY"
 for k in 0 1; do
     has mixed.err.$k '^[0-9:.]+ \[n'$k'\] info  ring: ring formed'
-    has mixed.err.$k '^[0-9:.]+ \[n'$k'\] warn  cli: security = none'
+    has mixed.err.$k '^[0-9:.]+ \[n'$k'\] warn  (cli|sec): security = none'
     hasnt mixed.err.$k ' (info |debug) (conf|sec|ctrl|train|data|cli|bench|cuda): '
 done
 node_ids mixed
