@@ -248,6 +248,16 @@ static void apportion(int n, const double *q, const long *lo, const long *hi, lo
     }
 }
 
+/* I6: b sums to B with min_batch <= b_k <= max_batch. */
+static int split_ok(const ctrl *c, const long *b) {
+    long sum = 0;
+    for (int k = 0; k < c->n; k++) {
+        if (b[k] < c->lo || b[k] > c->hi) return 0;
+        sum += b[k];
+    }
+    return sum == c->B;
+}
+
 /* Scale-family projection: out proportional to y (y_k > 0) within [lo, hi], sum B. */
 static void project_scale(int n, const double *y, const double *lo, const double *hi, double B,
                           double *zero, double *d, double *bp, double *out) {
@@ -319,12 +329,7 @@ hr_status ctrl_init(ctrl *c, const ctrl_config *cfg, int n, long B, const double
 
 hr_status ctrl_set_split(ctrl *c, const long *b) {
     if (!c || !c->lng || !b) return HR_ERR_INVAL;
-    long sum = 0;
-    for (int k = 0; k < c->n; k++) {
-        if (b[k] < c->lo || b[k] > c->hi) return HR_ERR_INVAL;
-        sum += b[k];
-    }
-    if (sum != c->B) return HR_ERR_INVAL;
+    if (!split_ok(c, b)) return HR_ERR_INVAL;
     for (int k = 0; k < c->n; k++) {
         if (b[k] == c->b[k]) continue;
         c->b[k] = b[k];
@@ -590,6 +595,7 @@ hr_status ctrl_decide(ctrl *c, long iter, int epoch_ended, long *b_out, int *cha
     for (int k = 0; k < n; k++) rl[k] = (double)rlo[k], rh[k] = (double)rhi[k];
     project_scale(n, y, rl, rh, (double)c->B, zero, dd, bp, q);
     apportion(n, q, rlo, rhi, c->B, bn);
+    if (!split_ok(c, bn)) return HR_ERR_INVAL; /* I6, checked where the split is made */
 
     int diff = 0;
     for (int k = 0; k < n; k++) diff |= bn[k] != c->b[k];

@@ -130,7 +130,9 @@ hr_status ctrl_set_split(ctrl *c, const long *b);
 hr_status ctrl_observe(ctrl *c, long iter, const ctrl_stat *stats);
 
 /* Write the split for iteration iter + 1 into b_out (n entries) and set *changed (may be NULL)
- * to 1 when it differs from the current one. Decides per the convention above. */
+ * to 1 when it differs from the current one. Decides per the convention above. A new split is
+ * checked against I6 where it is made; should it fail (a bug in ctrl.c, never the input),
+ * HR_ERR_INVAL is returned and the current split stays in b_out and in the state. */
 hr_status ctrl_decide(ctrl *c, long iter, int epoch_ended, long *b_out, int *changed);
 
 /* FNV-1a hash of the config, the whole replicated state and the split b (n entries; NULL
