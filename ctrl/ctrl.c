@@ -9,7 +9,12 @@
  *       Real-valued targets are projected onto {sum = B, bounds} exactly (piecewise-linear
  *       solve, no iteration count to tune) and then rounded by largest remainder.
  *
- * The decision pipeline and the call convention are described in ctrl.h. Policy notes:
+ * The decision pipeline and the call convention are described in ctrl.h. Here a policy is one
+ * row of `policies` (section "policies"): when it is due, its target b*, the variance of the
+ * timing that target rests on, its step toward b*, and what a move commits. ctrl_decide runs
+ * the shared stages around those (adaptive caps, bounds, dead-band, rate limit, projection,
+ * apportionment, the I6 check) in a ctrl_scratch allocated once, so a decision never
+ * allocates. Policy notes:
  *   proportional  Tyagi & Sharma: X_k = b_k / t_k, b*_k = B X_k / sum X. Adaptive b_max: if a
  *                 node's throughput fell by more than max(deadband, 5%, CTRL_CAP_Z standard
  *                 errors of its timings) after its batch grew by more than max(deadband,
@@ -105,22 +110,6 @@ static ctrl_scratch *scratch_new(long n) {
     for (int i = 0; i < SL; i++) *lp[i] = l + i * n;
     s->seen = 0;
     return s;
-}
-
-const char *ctrl_policy_name(ctrl_policy p) {
-    switch (p) {
-    case CTRL_STATIC:
-        return "static";
-    case CTRL_PROPORTIONAL:
-        return "proportional";
-    case CTRL_PID:
-        return "pid";
-    case CTRL_MODEL:
-        return "model";
-    case CTRL_EPOCH:
-        return "epoch";
-    }
-    return "?";
 }
 
 static void ctrl_bind(ctrl *c) {
@@ -413,7 +402,182 @@ hr_status ctrl_observe(ctrl *c, long iter, const ctrl_stat *stats) {
     return HR_OK;
 }
 
-/* ---------------------------------------------------------------- decide */
+/* ---------------------------------------------------------------- decide: shared stages */
+
+/* Least relative growth of a batch, and least drop of its throughput, that the adaptive b_max
+ * acts on. */
+static double cap_thr(const ctrl_config *g) {
+    return fmax(g->deadband, CTRL_CAP_DROP);
+}
+
+/* Adaptive b_max: expire old caps, review the last growth of each node (only when `adaptive`,
+ * i.e. the policy keeps caps). A throughput drop only counts when it exceeds cap_thr and
+ * CTRL_CAP_Z standard errors of the difference of the two throughput estimates: on a shared
+ * machine, scheduling alone moves a node's throughput by tens of percent, and a cap set on
+ * noise holds a fast node back for CTRL_CAP_DECISIONS decisions. */
+static void caps_review(ctrl *c, int adaptive) {
+    double thr = cap_thr(&c->cfg);
+    for (int k = 0; k < c->n; k++) {
+        if (c->cap[k] && c->decisions >= c->cap_until[k]) c->cap[k] = 0;
+        /* conditions changed (interference ended): the node now beats the throughput that
+         * capped it, so the cap no longer describes it */
+        if (c->cap[k] && c->nsamp[k] > 0 && (double)c->b[k] / c->ts[k] > c->grow_x[k] * (1 + thr))
+            c->cap[k] = 0;
+        if (adaptive && c->grow_from[k] > 0) {
+            double x = (double)c->b[k] / c->ts[k];
+            double var = noise_var(c, k) * c->tw2[k] + c->grow_v[k];
+            double drop = fmax(thr, CTRL_CAP_Z * sqrt(var));
+            if (x < c->grow_x[k] * (1 - drop)) {
+                c->cap[k] = c->grow_from[k];
+                c->cap_until[k] = c->decisions + CTRL_CAP_DECISIONS;
+            }
+            c->grow_from[k] = 0;
+        }
+    }
+}
+
+/* Bounds of this decision's target: [min_batch, cap or max_batch] per node into s->hil (and
+ * as doubles into s->lo, s->hi). Caps that would make sum B infeasible are all ignored. */
+static void target_bounds(const ctrl *c, ctrl_scratch *s) {
+    long shi = 0;
+    for (int k = 0; k < c->n; k++) {
+        s->hil[k] = c->cap[k] && c->cap[k] < c->hi ? c->cap[k] : c->hi;
+        shi += s->hil[k];
+    }
+    for (int k = 0; k < c->n; k++) {
+        if (shi < c->B) s->hil[k] = c->hi;
+        s->lo[k] = (double)c->lo;
+        s->hi[k] = (double)s->hil[k];
+    }
+}
+
+/* Dead-band on the target: the configured fraction, or more when the timings are noisy.
+ * With v the variance of one sample (noise_var), the timing a target rests on has relative
+ * variance v * vf, vf the policy's variance factor (ctrl_policy_ops.var). A target moves with
+ * the noise of its own node and of the others, so a move smaller than CTRL_NOISE_Z standard
+ * errors of that difference is noise, not imbalance. Returns 1 when some node's target lies
+ * beyond its dead-band. */
+static int beyond_deadband(const ctrl *c, const ctrl_scratch *s, double vf) {
+    int n = c->n;
+    double v_mean = 0;
+    for (int k = 0; k < n; k++) v_mean += noise_var(c, k) / n;
+    for (int k = 0; k < n; k++) {
+        double b = (double)c->b[k];
+        double noise = CTRL_NOISE_Z * sqrt((noise_var(c, k) + v_mean) * vf);
+        if (fabs(s->bstar[k] - b) > fmax(c->cfg.deadband, noise) * b) return 1;
+    }
+    return 0;
+}
+
+/* One node's step: the fraction f of the way from b to b*, kept positive for the scale
+ * projection that follows. */
+static double step_to(double b, double f, double bstar) {
+    return fmax(b + f * (bstar - b), 1e-6 * b);
+}
+
+/* Rate limit (at least one sample either way), inside the bounds; the cap may override. Into
+ * s->rlo, s->rhi (and as doubles s->rl, s->rh); when those cannot reach sum B, the plain
+ * bounds [min_batch, hil] apply instead. */
+static void rate_bounds(const ctrl *c, ctrl_scratch *s) {
+    long slo = 0, srh = 0, *rlo = s->rlo, *rhi = s->rhi, *hil = s->hil;
+    for (int k = 0; k < c->n; k++) {
+        double b = (double)c->b[k], r = c->cfg.rate_limit;
+        double a = ceil(b * (1 - r)), z = floor(b * (1 + r));
+        long al = a < b - 1 ? (long)fmax(a, 0.0) : c->b[k] - 1;
+        long zl = z > b + 1 ? (z < (double)hil[k] ? (long)z : hil[k]) : c->b[k] + 1;
+        rlo[k] = al > c->lo ? al : c->lo;
+        rhi[k] = zl < hil[k] ? zl : hil[k];
+        if (rlo[k] > rhi[k]) rlo[k] = rhi[k];
+        slo += rlo[k];
+        srh += rhi[k];
+    }
+    if (slo > c->B || srh < c->B)
+        for (int k = 0; k < c->n; k++) rlo[k] = c->lo, rhi[k] = hil[k];
+    for (int k = 0; k < c->n; k++) s->rl[k] = (double)rlo[k], s->rh[k] = (double)rhi[k];
+}
+
+/* ---------------------------------------------------------------- policies */
+
+/* A policy is its stages of a decision; ctrl_decide runs the shared ones around them. */
+typedef struct {
+    const char *name; /* as in the config ("static", "proportional", ...) */
+    /* whether iteration iter ends with a decision (before the shared readiness checks) */
+    int (*due)(const ctrl *c, long iter, int epoch_ended);
+    /* the target b* into s->bstar, sum B within [s->lo, s->hi]; may update the policy's own
+     * state, which a decision keeps whether or not the split then changes */
+    void (*target)(ctrl *c, ctrl_scratch *s);
+    /* variance of the timing behind b*, in units of one sample's (noise_var) */
+    double (*var)(const ctrl *c, const ctrl_scratch *s);
+    /* the stepped split into s->y (positive, any sum), from b toward s->bstar */
+    void (*step)(const ctrl *c, ctrl_scratch *s);
+    /* node k's batch goes from c->b[k] to s->bn[k]: commit what the step kept tentative;
+     * NULL when nothing is */
+    void (*moved)(ctrl *c, const ctrl_scratch *s, int k);
+    int caps; /* keeps adaptive b_max caps (Tyagi & Sharma) */
+} ctrl_policy_ops;
+
+static int due_never(const ctrl *c, long iter, int epoch_ended) {
+    (void)c, (void)iter, (void)epoch_ended;
+    return 0;
+}
+
+static int due_interval(const ctrl *c, long iter, int epoch_ended) {
+    (void)epoch_ended;
+    return (iter + 1) % c->cfg.interval == 0;
+}
+
+/* At an epoch end, once every node computed something in it (a rate needs seconds). */
+static int due_epoch(const ctrl *c, long iter, int epoch_ended) {
+    (void)iter;
+    if (!epoch_ended) return 0;
+    for (int k = 0; k < c->n; k++)
+        if (!(c->ep_t[k] > 0)) return 0;
+    return 1;
+}
+
+/* A smoothed time: EWMA of independent samples, relative variance v * s / (2 - s). */
+static double var_ewma(const ctrl *c, const ctrl_scratch *s) {
+    (void)s;
+    return c->cfg.smoothing / (2 - c->cfg.smoothing);
+}
+
+/* epoch: a rate is a mean over the `seen` iterations of the epoch, variance v / seen. */
+static double var_epoch(const ctrl *c, const ctrl_scratch *s) {
+    (void)c;
+    return 1.0 / (double)s->seen;
+}
+
+/* proportional: b*_k proportional to the node's smoothed throughput b_k / t_k. */
+static void target_proportional(ctrl *c, ctrl_scratch *s) {
+    for (int k = 0; k < c->n; k++) s->d[k] = (double)c->b[k] / c->ts[k]; /* samples/s */
+    project_scale(c->n, s->d, s->lo, s->hi, (double)c->B, s->zero, s->dd, s->bp, s->bstar);
+}
+
+/* pid: the proportional target, then the pid law on the relative error (ctrl.c's header)
+ * gives the target the dead-band judges. The integral and the previous error are kept at
+ * every decision, whether or not the split changes. */
+static void target_pid(ctrl *c, ctrl_scratch *s) {
+    const ctrl_config *g = &c->cfg;
+    target_proportional(c, s);
+    for (int k = 0; k < c->n; k++) {
+        double b = (double)c->b[k];
+        double e = s->e[k] = s->bstar[k] / b - 1;
+        double edb = fabs(e) > g->deadband ? e : 0;
+        int pinned = (c->b[k] <= c->lo && edb < 0) || (c->b[k] >= s->hil[k] && edb > 0);
+        double ik = c->integ[k];
+        if (ik * e < 0) ik = 0; /* the error changed sign: drop the old push */
+        s->inew[k] = CTRL_PID_LEAK * ik + (pinned ? 0 : edb);
+        if (g->ki > 0)
+            s->inew[k] = clampd(s->inew[k], -CTRL_PID_IMAX / g->ki, CTRL_PID_IMAX / g->ki);
+        double u = g->gain * e + g->ki * s->inew[k] + g->kd * (e - c->eprev[k]);
+        s->y[k] = fmax(b * (1 + u), 1e-6 * b);
+    }
+    for (int k = 0; k < c->n; k++) {
+        c->integ[k] = s->inew[k];
+        c->eprev[k] = s->e[k];
+    }
+    project_scale(c->n, s->y, s->lo, s->hi, (double)c->B, s->zero, s->dd, s->bp, s->bstar);
+}
 
 /* Model policy: node k's (alpha, beta) in seconds and s/sample, or the proportional fallback. */
 static void model_fit(const ctrl *c, int k, double *alpha, double *beta) {
@@ -435,192 +599,156 @@ static void model_fit(const ctrl *c, int k, double *alpha, double *beta) {
     *alpha = t - be * b;
 }
 
+/* model: b*_k = (T - alpha_k) / beta_k with the common finish time T that makes the sum B;
+ * the line's parameter is T / tref, tref the slowest smoothed time, to keep it near 1. */
+static void target_model(ctrl *c, ctrl_scratch *s) {
+    double tref = 0;
+    for (int k = 0; k < c->n; k++) tref = fmax(tref, c->ts[k]);
+    for (int k = 0; k < c->n; k++) {
+        double al, be;
+        model_fit(c, k, &al, &be);
+        s->c0[k] = -al / be; /* samples */
+        s->d[k] = tref / be; /* samples per unit of T / tref */
+    }
+    project(c->n, s->c0, s->d, s->lo, s->hi, (double)c->B, s->bp, s->bstar);
+}
+
+/* epoch: b*_k proportional to the node's samples per compute second over the epoch, whose
+ * totals this decision consumes. */
+static void target_epoch(ctrl *c, ctrl_scratch *s) {
+    for (int k = 0; k < c->n; k++) s->d[k] = c->ep_b[k] / c->ep_t[k]; /* samples/s */
+    for (int k = 0; k < c->n; k++) c->ep_t[k] = c->ep_b[k] = 0;
+    project_scale(c->n, s->d, s->lo, s->hi, (double)c->B, s->zero, s->dd, s->bp, s->bstar);
+}
+
+/* proportional, epoch: the fraction `gain` of the way. */
+static void step_gain(const ctrl *c, ctrl_scratch *s) {
+    for (int k = 0; k < c->n; k++) s->y[k] = step_to((double)c->b[k], c->cfg.gain, s->bstar[k]);
+}
+
+/* pid: all the way to its output, which already holds the gain. */
+static void step_pid(const ctrl *c, ctrl_scratch *s) {
+    for (int k = 0; k < c->n; k++) s->y[k] = step_to((double)c->b[k], 1, s->bstar[k]);
+}
+
 static int sgn(double x) {
     return (x > 0) - (x < 0);
 }
 
+/* model: gain times the node's step factor, halved when its direction reverses and doubled
+ * back (up to 1) when it repeats. The factors stay tentative in s->sf (moved_model). */
+static void step_model(const ctrl *c, ctrl_scratch *s) {
+    for (int k = 0; k < c->n; k++) {
+        double b = (double)c->b[k], f = c->cfg.gain;
+        int dn = sgn(s->bstar[k] - b);
+        double sk = c->step[k];
+        if (dn && c->dir[k] && dn != c->dir[k])
+            sk = fmax(sk * 0.5, CTRL_STEP_MIN);
+        else if (dn && dn == c->dir[k])
+            sk = fmin(1.0, sk * 2);
+        s->sf[k] = sk;
+        f *= sk;
+        s->y[k] = step_to(b, f, s->bstar[k]);
+    }
+}
+
+/* proportional, pid: a growth beyond cap_thr is remembered, to be reviewed by the next
+ * decision (caps_review) against the throughput it had before. */
+static void moved_grow(ctrl *c, const ctrl_scratch *s, int k) {
+    long old = c->b[k];
+    if ((double)s->bn[k] > (double)old * (1 + cap_thr(&c->cfg))) {
+        c->grow_from[k] = old;
+        c->grow_x[k] = (double)old / c->ts[k];
+        c->grow_v[k] = noise_var(c, k) * c->tw2[k];
+    }
+}
+
+/* model: the step factor and direction of the move that happened. */
+static void moved_model(ctrl *c, const ctrl_scratch *s, int k) {
+    c->step[k] = s->sf[k];
+    c->dir[k] = s->bn[k] > c->b[k] ? 1 : -1;
+}
+
+/* Indexed by ctrl_policy. static is never due, so it needs no other stage. */
+static const ctrl_policy_ops policies[] = {
+    [CTRL_STATIC] = {.name = "static", .due = due_never},
+    [CTRL_PROPORTIONAL] = {.name = "proportional",
+                           .due = due_interval,
+                           .target = target_proportional,
+                           .var = var_ewma,
+                           .step = step_gain,
+                           .moved = moved_grow,
+                           .caps = 1},
+    [CTRL_PID] = {.name = "pid",
+                  .due = due_interval,
+                  .target = target_pid,
+                  .var = var_ewma,
+                  .step = step_pid,
+                  .moved = moved_grow,
+                  .caps = 1},
+    [CTRL_MODEL] = {.name = "model",
+                    .due = due_interval,
+                    .target = target_model,
+                    .var = var_ewma,
+                    .step = step_model,
+                    .moved = moved_model},
+    [CTRL_EPOCH] = {.name = "epoch",
+                    .due = due_epoch,
+                    .target = target_epoch,
+                    .var = var_epoch,
+                    .step = step_gain},
+};
+_Static_assert(sizeof policies / sizeof policies[0] == CTRL_EPOCH + 1, "one entry per policy");
+
+const char *ctrl_policy_name(ctrl_policy p) {
+    return p >= CTRL_STATIC && p <= CTRL_EPOCH ? policies[p].name : "?";
+}
+
+/* ---------------------------------------------------------------- decide */
+
+/* Make s->bn the split when it differs from the current one; returns 1 when it did. A node
+ * whose batch changes restarts its EWMA, and its policy commits what the step kept. */
+static int adopt(ctrl *c, const ctrl_policy_ops *P, const ctrl_scratch *s) {
+    int diff = 0;
+    for (int k = 0; k < c->n; k++) diff |= s->bn[k] != c->b[k];
+    if (!diff) return 0;
+    for (int k = 0; k < c->n; k++) {
+        if (s->bn[k] == c->b[k]) continue;
+        c->grow_from[k] = 0; /* only this move's growth (moved_grow) awaits review */
+        if (P->moved) P->moved(c, s, k);
+        c->nsamp[k] = 0; /* restart the EWMA at the new batch */
+        c->b[k] = s->bn[k];
+    }
+    c->changes++;
+    return 1;
+}
+
 hr_status ctrl_decide(ctrl *c, long iter, int epoch_ended, long *b_out, int *changed) {
     if (!c || !c->dbl || !c->scr || !b_out || iter < 0 || c->n < 1) return HR_ERR_INVAL;
-    const ctrl_config *g = &c->cfg;
+    const ctrl_policy_ops *P = &policies[c->cfg.policy];
+    ctrl_scratch *s = c->scr;
     int n = c->n;
     if (changed) *changed = 0;
     memcpy(b_out, c->b, (size_t)n * sizeof *b_out);
-    int due = g->policy == CTRL_EPOCH ? epoch_ended != 0
-                                      : g->policy != CTRL_STATIC && (iter + 1) % g->interval == 0;
-    if (!due || c->window == 0) return HR_OK;
+    if (!P->due(c, iter, epoch_ended) || c->window == 0) return HR_OK;
     for (int k = 0; k < n; k++)
-        if (c->nsamp[k] == 0 || (g->policy == CTRL_EPOCH && !(c->ep_t[k] > 0))) return HR_OK;
-
-    ctrl_scratch *S = c->scr;
-    double *lo = S->lo, *hi = S->hi, *c0 = S->c0, *d = S->d, *bstar = S->bstar, *y = S->y,
-           *q = S->q, *zero = S->zero, *dd = S->dd, *e = S->e, *inew = S->inew, *bp = S->bp;
-    long *rlo = S->rlo, *rhi = S->rhi, *bn = S->bn, *hil = S->hil;
+        if (c->nsamp[k] == 0) return HR_OK; /* no timing yet at some node's batch */
 
     c->decisions++;
-    long seen = c->window; /* observations behind this decision (epoch: the whole epoch) */
+    s->seen = c->window;
     c->window = 0;
-    double thr = fmax(g->deadband, CTRL_CAP_DROP);
-    int adaptive = g->policy == CTRL_PROPORTIONAL || g->policy == CTRL_PID;
-
-    /* Adaptive b_max: expire old caps, review the last growth of each node. A throughput
-     * drop only counts when it exceeds thr and CTRL_CAP_Z standard errors of the difference
-     * of the two throughput estimates: on a shared machine, scheduling alone moves a node's
-     * throughput by tens of percent, and a cap set on noise holds a fast node back for
-     * CTRL_CAP_DECISIONS decisions. */
-    for (int k = 0; k < n; k++) {
-        if (c->cap[k] && c->decisions >= c->cap_until[k]) c->cap[k] = 0;
-        /* conditions changed (interference ended): the node now beats the throughput that
-         * capped it, so the cap no longer describes it */
-        if (c->cap[k] && c->nsamp[k] > 0 && (double)c->b[k] / c->ts[k] > c->grow_x[k] * (1 + thr))
-            c->cap[k] = 0;
-        if (adaptive && c->grow_from[k] > 0) {
-            double x = (double)c->b[k] / c->ts[k];
-            double var = noise_var(c, k) * c->tw2[k] + c->grow_v[k];
-            double drop = fmax(thr, CTRL_CAP_Z * sqrt(var));
-            if (x < c->grow_x[k] * (1 - drop)) {
-                c->cap[k] = c->grow_from[k];
-                c->cap_until[k] = c->decisions + CTRL_CAP_DECISIONS;
-            }
-            c->grow_from[k] = 0;
-        }
-    }
-    long shi = 0;
-    for (int k = 0; k < n; k++) {
-        hil[k] = c->cap[k] && c->cap[k] < c->hi ? c->cap[k] : c->hi;
-        shi += hil[k];
-    }
-    for (int k = 0; k < n; k++) {
-        if (shi < c->B) hil[k] = c->hi; /* caps would make the split infeasible: ignore them */
-        lo[k] = (double)c->lo;
-        hi[k] = (double)hil[k];
-    }
-
-    /* Balanced target b*: equal finish times under each node's time model. */
-    double tref = 0;
-    for (int k = 0; k < n; k++) tref = fmax(tref, c->ts[k]);
-    for (int k = 0; k < n; k++) {
-        double b = (double)c->b[k];
-        if (g->policy == CTRL_EPOCH) {
-            c0[k] = 0;
-            d[k] = c->ep_b[k] / c->ep_t[k]; /* samples/s over the epoch */
-        } else if (g->policy == CTRL_MODEL) {
-            double al, be;
-            model_fit(c, k, &al, &be);
-            c0[k] = -al / be; /* samples */
-            d[k] = tref / be; /* samples per unit of T / tref */
-        } else {
-            c0[k] = 0;
-            d[k] = b / c->ts[k]; /* samples/s */
-        }
-    }
-    if (g->policy != CTRL_MODEL) {
-        double m = 0;
-        for (int k = 0; k < n; k++) m = fmax(m, d[k]);
-        for (int k = 0; k < n; k++) d[k] = fmax(d[k] / m, CTRL_D_MIN);
-    }
-    project(n, c0, d, lo, hi, (double)c->B, bp, bstar);
-
-    if (g->policy == CTRL_PID) {
-        for (int k = 0; k < n; k++) {
-            double b = (double)c->b[k];
-            e[k] = bstar[k] / b - 1;
-            double edb = fabs(e[k]) > g->deadband ? e[k] : 0;
-            int pinned = (c->b[k] <= c->lo && edb < 0) || (c->b[k] >= hil[k] && edb > 0);
-            double ik = c->integ[k];
-            if (ik * e[k] < 0) ik = 0; /* the error changed sign: drop the old push */
-            inew[k] = CTRL_PID_LEAK * ik + (pinned ? 0 : edb);
-            if (g->ki > 0) inew[k] = clampd(inew[k], -CTRL_PID_IMAX / g->ki, CTRL_PID_IMAX / g->ki);
-            double u = g->gain * e[k] + g->ki * inew[k] + g->kd * (e[k] - c->eprev[k]);
-            y[k] = fmax(b * (1 + u), 1e-6 * b);
-        }
-        for (int k = 0; k < n; k++) {
-            c->integ[k] = inew[k];
-            c->eprev[k] = e[k];
-        }
-        project_scale(n, y, lo, hi, (double)c->B, zero, dd, bp, bstar);
-    }
-
-    /* Dead-band on the target: the configured fraction, or more when the timings are noisy.
-     * With v the variance of one sample (noise_var), a smoothed time has relative variance
-     * v * s / (2 - s) (EWMA of independent samples); epoch's rate is a mean over the `seen`
-     * iterations of the epoch, variance v / seen. A target moves with the noise of its own
-     * node and of the others, so a move smaller than CTRL_NOISE_Z standard errors of that
-     * difference is noise, not imbalance. */
-    double v_mean = 0,
-           vf = g->policy == CTRL_EPOCH ? 1.0 / (double)seen : g->smoothing / (2 - g->smoothing);
-    for (int k = 0; k < n; k++) v_mean += noise_var(c, k) / n;
-    int act = 0;
-    for (int k = 0; k < n; k++) {
-        double noise = CTRL_NOISE_Z * sqrt((noise_var(c, k) + v_mean) * vf);
-        if (fabs(bstar[k] - (double)c->b[k]) > fmax(g->deadband, noise) * (double)c->b[k]) act = 1;
-    }
-    if (g->policy == CTRL_EPOCH)
-        for (int k = 0; k < n; k++) c->ep_t[k] = c->ep_b[k] = 0;
-    if (!act) goto done;
-
-    /* Step toward the target. */
-    double *sf = S->sf; /* model: tentative step factors, committed when the split changes */
-    for (int k = 0; k < n; k++) {
-        double b = (double)c->b[k], f = g->gain;
-        if (g->policy == CTRL_PID) f = 1; /* the gain is inside the pid output */
-        if (g->policy == CTRL_MODEL) {
-            int dn = sgn(bstar[k] - b);
-            double s = c->step[k];
-            if (dn && c->dir[k] && dn != c->dir[k])
-                s = fmax(s * 0.5, CTRL_STEP_MIN);
-            else if (dn && dn == c->dir[k])
-                s = fmin(1.0, s * 2);
-            sf[k] = s;
-            f *= s;
-        }
-        y[k] = fmax(b + f * (bstar[k] - b), 1e-6 * b);
-    }
-
-    /* Rate limit (at least one sample either way), inside the bounds; the cap may override. */
-    long slo = 0, srh = 0;
-    for (int k = 0; k < n; k++) {
-        double b = (double)c->b[k], r = g->rate_limit;
-        double a = ceil(b * (1 - r)), z = floor(b * (1 + r));
-        long al = a < b - 1 ? (long)fmax(a, 0.0) : c->b[k] - 1;
-        long zl = z > b + 1 ? (z < (double)hil[k] ? (long)z : hil[k]) : c->b[k] + 1;
-        rlo[k] = al > c->lo ? al : c->lo;
-        rhi[k] = zl < hil[k] ? zl : hil[k];
-        if (rlo[k] > rhi[k]) rlo[k] = rhi[k];
-        slo += rlo[k];
-        srh += rhi[k];
-    }
-    if (slo > c->B || srh < c->B)
-        for (int k = 0; k < n; k++) rlo[k] = c->lo, rhi[k] = hil[k];
-    double *rl = S->rl, *rh = S->rh;
-    for (int k = 0; k < n; k++) rl[k] = (double)rlo[k], rh[k] = (double)rhi[k];
-    project_scale(n, y, rl, rh, (double)c->B, zero, dd, bp, q);
-    apportion(n, q, rlo, rhi, c->B, bn);
-    if (!split_ok(c, bn)) return HR_ERR_INVAL; /* I6, checked where the split is made */
-
-    int diff = 0;
-    for (int k = 0; k < n; k++) diff |= bn[k] != c->b[k];
-    if (!diff) goto done;
-    for (int k = 0; k < n; k++) {
-        long old = c->b[k];
-        if (bn[k] == old) continue;
-        if (adaptive && (double)bn[k] > (double)old * (1 + thr)) {
-            c->grow_from[k] = old;
-            c->grow_x[k] = (double)old / c->ts[k];
-            c->grow_v[k] = noise_var(c, k) * c->tw2[k];
-        } else {
-            c->grow_from[k] = 0;
-        }
-        if (g->policy == CTRL_MODEL) {
-            c->step[k] = sf[k];
-            c->dir[k] = bn[k] > old ? 1 : -1;
-        }
-        c->nsamp[k] = 0; /* restart the EWMA at the new batch */
-        c->b[k] = bn[k];
-    }
-    c->changes++;
+    caps_review(c, P->caps);
+    target_bounds(c, s);
+    P->target(c, s);
+    if (!beyond_deadband(c, s, P->var(c, s))) return HR_OK;
+    P->step(c, s);
+    rate_bounds(c, s);
+    project_scale(n, s->y, s->rl, s->rh, (double)c->B, s->zero, s->dd, s->bp, s->q);
+    apportion(n, s->q, s->rlo, s->rhi, c->B, s->bn);
+    if (!split_ok(c, s->bn)) return HR_ERR_INVAL; /* I6, checked where the split is made */
+    if (!adopt(c, P, s)) return HR_OK;
     memcpy(b_out, c->b, (size_t)n * sizeof *b_out);
     if (changed) *changed = 1;
-done:
     return HR_OK;
 }
 
