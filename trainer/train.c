@@ -8,7 +8,6 @@
 #include "train.h"
 
 #include "ckpt.h"
-#include "hr_fault.h"
 #include "hr_log.h"
 
 #include <cblas.h>
@@ -361,7 +360,6 @@ static int exists(const char *p) {
 hr_status train_run(trainer *t, const train_opts *o, train_result *res, char *err, size_t errlen) {
     const cfg *c = t->c;
     const int rank0 = t->comm.rank == 0;
-    const long node_id = c->nodes[t->node].id;
     hr_status st = HR_OK;
     FILE *metrics = NULL, *out = o && o->out ? o->out : stdout;
     memset(res, 0, sizeof *res);
@@ -396,7 +394,7 @@ hr_status train_run(trainer *t, const train_opts *o, train_result *res, char *er
     long last_iter = t->iter, first = t->iter;
     train_iter r = {0};
     while (t->iter < t->total) {
-        hr_fault_point(node_id, t->iter);
+        if (o->on_iter) o->on_iter(o->on_iter_ctx, t->iter);
         HR_CHECK_GOTO(train_step(t, &r), st, fail);
         if (!isfinite(r.loss)) {
             st = hr_fail(err, errlen, HR_ERR_DATA,

@@ -136,6 +136,10 @@ typedef struct {
     const char *summary_path; /* JSON summary at the end, or NULL */
     int progress;             /* TRAIN_PROGRESS_*; AUTO draws a bar when stdout is a TTY */
     FILE *out;                /* progress stream (NULL = stdout) */
+    /* Optional: called before every iteration with its index (the application's test fault
+     * hooks use it). */
+    void (*on_iter)(void *ctx, long iter);
+    void *on_iter_ctx;
 } train_opts;
 
 typedef struct {

@@ -117,6 +117,11 @@ fail:
     return rc;
 }
 
+/* The per-iteration hook: HETRING_FAULT crash:NODE:ITER. */
+static void fault_at_iter(void *node_id, long iter) {
+    hr_fault_point(*(const long *)node_id, iter);
+}
+
 int cmd_run(int argc, char **argv) {
     static const struct option opts[] = {
         {"conf", required_argument, 0, 0},    {"node", required_argument, 0, 0},
@@ -124,7 +129,7 @@ int cmd_run(int argc, char **argv) {
         {"summary", required_argument, 0, 0}, {"quiet", no_argument, 0, 0},
         {"help", no_argument, 0, 'h'},        {0, 0, 0, 0}};
     cli_common o = {0};
-    train_opts to = {NULL, NULL, TRAIN_PROGRESS_AUTO, NULL};
+    train_opts to = {.progress = TRAIN_PROGRESS_AUTO};
     int idx, ch;
     optind = 1;
     while ((ch = getopt_long(argc, argv, "h", opts, &idx)) != -1) {
@@ -159,6 +164,9 @@ int cmd_run(int argc, char **argv) {
             me->host, me->port, me->device < 0 ? "cpu" : "cuda", me->threads,
             me->slowdown > 1 || me->n_interference ? ", emulated slowdown" : "");
     hr_fault_point(me->id, -1);
+    long node_id = me->id;
+    to.on_iter = fault_at_iter;
+    to.on_iter_ctx = &node_id;
     char metrics[CFG_PATH];
     if (to.metrics_path) { /* "{id}" gives each node its own file */
         expand_id(metrics, sizeof metrics, to.metrics_path, me->id);
