@@ -8,6 +8,7 @@
  */
 #include "launch.h"
 #include "hr_log.h"
+#include "node_id.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -116,7 +117,7 @@ int launch_cluster(const cfg *c, const launch_opts *o, launch_result *res) {
     res->failed_node = -1;
     int n = c->n_nodes;
     for (int i = 0; i < n; i++)
-        if (!cfg_host_is_local(c->nodes[i].host)) {
+        if (!node_id_host_is_local(c->nodes[i].host)) {
             fprintf(stderr,
                     "%s:%d: [node.%ld] host %s is not an address of this machine (expected every "
                     "node on a local address for hetring local; use hetring run on each host)\n",

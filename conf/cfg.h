@@ -145,15 +145,6 @@ int cfg_node_index(const cfg *c, long id);
 /* Compute stretch of node `idx` at iteration `iter` (slowdown, then interference). */
 double cfg_node_factor(const cfg *c, int idx, long iter);
 
-/* Which node is this process? In order: `cli_id` (may be NULL), HETRING_NODE (an id),
- * SLURM_PROCID or OMPI_COMM_WORLD_RANK (a rank: the position in id order), then the one node
- * whose host is an address of this machine. On ambiguity or none, `err` lists candidates. */
-hr_status cfg_resolve_node(const cfg *c, const char *cli_id, int *out_idx, char *err,
-                           size_t errlen);
-
-/* Is `host` (name or numeric) an address of this machine? */
-int cfg_host_is_local(const char *host);
-
 /* Write the effective configuration as INI, secrets redacted. */
 void cfg_print(const cfg *c, FILE *out);
 /* Write the reference file: every key, its default, its range and what it does. */

@@ -1,5 +1,6 @@
 /* cmd_config.c: `hetring config`, the effective configuration with secrets redacted. */
 #include "cli.h"
+#include "node_id.h"
 
 #include <getopt.h>
 #include <stdio.h>
@@ -50,7 +51,7 @@ int cmd_config(int argc, char **argv) {
     if (o.node || getenv("HETRING_NODE")) {
         int self;
         char err[HR_ERRLEN];
-        if (cfg_resolve_node(&c, o.node, &self, err, sizeof err) != HR_OK) {
+        if (node_id_resolve(&c, o.node, &self, err, sizeof err) != HR_OK) {
             fprintf(stderr, "%s\n", err);
             cfg_free(&c);
             return CLI_USAGE;

@@ -7,6 +7,7 @@
 #include "cli.h"
 #include "hr_fault.h"
 #include "hr_log.h"
+#include "node_id.h"
 #include "dist.h"
 #include "train.h"
 
@@ -151,7 +152,7 @@ int cmd_run(int argc, char **argv) {
     if (rc) return rc;
     int self;
     char err[HR_ERRLEN];
-    if (cfg_resolve_node(&c, o.node, &self, err, sizeof err) != HR_OK) {
+    if (node_id_resolve(&c, o.node, &self, err, sizeof err) != HR_OK) {
         fprintf(stderr, "hetring run: %s\n", err);
         cfg_free(&c);
         return CLI_USAGE;
