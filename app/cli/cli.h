@@ -25,9 +25,9 @@ typedef struct {
 
 /* Options most commands share. */
 typedef struct {
-    const char *conf;                /* --conf FILE */
-    const char *node;                /* --node ID */
-    const char *sets[CLI_MAX_SETS];  /* --set SECTION.KEY=VALUE, in order */
+    const char *conf;               /* --conf FILE */
+    const char *node;               /* --node ID */
+    const char *sets[CLI_MAX_SETS]; /* --set SECTION.KEY=VALUE, in order */
     int n_sets;
 } cli_common;
 
