@@ -1,10 +1,18 @@
 /* bench_util.c: see bench_util.h. */
 #include "bench_util.h"
+#include "cli.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
 
 static const char *find_key(const char *line, const char *key) {
     char pat[128];
@@ -72,4 +80,85 @@ double bench_median(double *v, int n) {
     if (n <= 0) return NAN;
     qsort(v, (size_t)n, sizeof *v, cmp_double);
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+int bench_long_opt(const char *suite, const char *name, const char *arg, long lo, long hi,
+                   long *out) {
+    char *end;
+    errno = 0;
+    long v = strtol(arg, &end, 10);
+    if (end == arg || *end || errno || v < lo || v > hi) {
+        char cmd[64];
+        snprintf(cmd, sizeof cmd, "bench %s", suite);
+        cli_usage_error(cmd, "--%s '%s' (expected %ld..%ld)", name, arg, lo, hi);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+int bench_sibling_exe(const char *name, char *buf, size_t len) {
+    char self[4096];
+    if (cli_self_exe(self, sizeof self) != 0) {
+        snprintf(buf, len, "%s", name);
+        return -1;
+    }
+    char *slash = strrchr(self, '/');
+    if (slash) *slash = 0;
+    snprintf(buf, len, "%s/%s", self, name);
+    return access(buf, X_OK) == 0 ? 0 : -1;
+}
+
+/* ================================================================ child processes */
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void child_exec(char *const argv[], const char *log, int append) {
+    prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (log) {
+        int fd = open(log, O_WRONLY | O_CREAT | (append ? O_APPEND : O_TRUNC), 0644);
+        if (fd < 0 || dup2(fd, 1) < 0 || dup2(fd, 2) < 0) _exit(127);
+        close(fd);
+    }
+    execvp(argv[0], argv);
+    fprintf(stderr, "cannot run %s: %s\n", argv[0], strerror(errno));
+    _exit(127);
+}
+
+/* waitpid that gives up at `until` (monotonic seconds); 1 when the child was reaped */
+static int wait_until(pid_t pid, int *status, double until) {
+    const struct timespec tick = {0, 20 * 1000 * 1000};
+    for (;;) {
+        pid_t r = waitpid(pid, status, WNOHANG);
+        if (r == pid) return 1;
+        if (r < 0 && errno != EINTR) {
+            *status = W_EXITCODE(127, 0); /* lost: count it as a child that could not run */
+            return 1;
+        }
+        if (now_s() >= until) return 0;
+        nanosleep(&tick, NULL);
+    }
+}
+
+int bench_spawn(char *const argv[], const char *log, int append, double deadline_s) {
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid < 0) return -1;
+    if (pid == 0) child_exec(argv, log, append);
+    int status = 0;
+    if (wait_until(pid, &status, now_s() + deadline_s)) {
+        if (WIFEXITED(status)) return WEXITSTATUS(status);
+        return WIFSIGNALED(status) ? 128 + WTERMSIG(status) : -1;
+    }
+    kill(pid, SIGTERM);
+    if (!wait_until(pid, &status, now_s() + 5)) {
+        kill(pid, SIGKILL);
+        waitpid(pid, &status, 0);
+    }
+    return 124;
 }
