@@ -1,20 +1,57 @@
 /*
  * main.c: the hetring executable, a table of commands.
+ *
+ * `hetring bench` is the one command that lives elsewhere: the bench suites are their own
+ * executable, hetring-bench, on top of everything else (it starts clusters with this hetring),
+ * so nothing here includes them; the command runs the hetring-bench next to this executable.
  */
-#include "bench.h"
 #include "cli.h"
 #include "hr_log.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 static int cmd_help(int argc, char **argv);
+
+/* `hetring bench ARGS...`: exec hetring-bench ARGS... from the directory of this executable. */
+static int cmd_bench(int argc, char **argv) {
+    char self[4096], bench[4200];
+    if (cli_self_exe(self, sizeof self) != 0) {
+        fprintf(stderr, "hetring bench: cannot find the hetring executable (/proc/self/exe)\n");
+        return CLI_FAIL;
+    }
+    const char *slash = strrchr(self, '/');
+    snprintf(bench, sizeof bench, "%.*s/hetring-bench", slash ? (int)(slash - self) : 1,
+             slash ? self : ".");
+    if (access(bench, X_OK) != 0)
+        return cli_usage_error("bench",
+                               "hetring-bench not found next to %s; build the "
+                               "hetring-bench target",
+                               self);
+    argv[0] = bench;
+    fflush(stdout);
+    execv(bench, argv);
+    fprintf(stderr, "hetring bench: cannot run %s: %s\n", bench, strerror(errno));
+    return CLI_FAIL;
+}
+
+/* The bench suites are built unless -DHETRING_BENCH=OFF. */
+static int bench_available(void) {
+#ifdef HR_HAVE_BENCH
+    return 1;
+#else
+    return 0;
+#endif
+}
 
 static const cli_command commands[] = {
     {"run", "start one node of a cluster", cmd_run, NULL},
     {"local", "start every node of a cluster file on this machine", cmd_local, NULL},
     {"config", "validate a cluster file and print the effective configuration", cmd_config, NULL},
-    {"gen-data", "write a synthetic dataset as MNIST IDX, CIFAR-10 or CSV files", cmd_gen_data, NULL},
+    {"gen-data", "write a synthetic dataset as MNIST IDX, CIFAR-10 or CSV files", cmd_gen_data,
+     NULL},
     {"keygen", "write a node identity key (or a cluster pre-shared key)", cmd_keygen, NULL},
     {"bench", "benchmarks: all-reduce bandwidth, training speed, heterogeneous scenarios",
      cmd_bench, bench_available},
@@ -32,7 +69,8 @@ static void usage(FILE *out) {
                  "Peer-to-peer ring all-reduce training for clusters of mixed-speed machines.\n\n"
                  "Commands:\n");
     for (int i = 0; i < N_COMMANDS; i++)
-        if (available(&commands[i])) fprintf(out, "  %-9s %s\n", commands[i].name, commands[i].summary);
+        if (available(&commands[i]))
+            fprintf(out, "  %-9s %s\n", commands[i].name, commands[i].summary);
     fprintf(out, "\nRun 'hetring COMMAND --help' for a command's options.\n"
                  "Quick start: hetring local --conf conf/examples/demo.ini\n"
                  "Logging: HETRING_LOG=info|debug|trace, or per subsystem, e.g. warn,ring=debug\n");

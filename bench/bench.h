@@ -1,23 +1,23 @@
 /*
- * bench.h: `hetring bench SUITE`, the benchmark suites.
+ * bench.h: the suites of hetring-bench, the bench executable (`hetring bench SUITE` runs it).
+ *
+ * The bench sits on top of everything: it may use the application (app/), the trainer, the
+ * ring and the config module, and nothing below includes it. A suite is a function of its own
+ * command line, returning CLI_OK, CLI_FAIL or CLI_USAGE.
  */
 #ifndef HR_BENCH_H
 #define HR_BENCH_H
 
-/* A benchmark suite of `hetring bench`. */
+/* A benchmark suite of hetring-bench. */
 typedef struct {
     const char *name;
     const char *summary;
     int (*fn)(int argc, char **argv);
 } bench_suite;
 
-int cmd_bench(int argc, char **argv);
-
 /* The suites. */
 int bench_hetero(int argc, char **argv);
 int bench_allreduce(int argc, char **argv);
 int bench_train(int argc, char **argv);
-/* Nonzero when this build has at least one suite. */
-int bench_available(void);
 
 #endif

@@ -7,6 +7,9 @@
 #                   one round of one scenario: the speed-up is the ratio of the two rates
 #   bench allreduce 2 nodes, small sizes: every size correct (#wrong 0 in the JSON and in the
 #                   table, checked positively: a missing field fails), JSON per size
+#   hetring bench   is listed by hetring --help and runs the hetring-bench next to hetring;
+#                   without one it says so and exits 2; each hetero run's cluster file is one
+#                   hetring config accepts
 set -u
 HR=$1
 tmp=$(mktemp -d)
@@ -66,6 +69,16 @@ for f in homogeneous-static.csv homogeneous-model.csv one-slow-model.csv report.
     [ -s "$tmp/h/$f" ] || fail "bench hetero: $f not written"
 done
 grep -q "median of 2 run" "$tmp/h/report.md" || fail "bench hetero: report does not say median of 2"
+"$HR" config --conf "$tmp/h/one-slow-model.ini" > "$tmp/cfg.out" 2>&1 &&
+    grep -q '^slowdown = 4$' "$tmp/cfg.out" && grep -q '^policy = model$' "$tmp/cfg.out" ||
+    fail "bench hetero: one-slow-model.ini is not a valid cluster file with slowdown 4, policy model: $(head -3 "$tmp/cfg.out")"
+
+"$HR" --help | grep -q '^  bench ' || fail "hetring --help does not list bench"
+mkdir "$tmp/alone" && cp "$HR" "$tmp/alone/hetring"
+"$tmp/alone/hetring" bench hetero --help > "$tmp/alone.out" 2>&1
+rc=$?
+[ $rc = 2 ] && grep -q "hetring-bench not found next to $tmp/alone/hetring; build the hetring-bench target" "$tmp/alone.out" ||
+    fail "hetring bench without hetring-bench: exit $rc, $(cat "$tmp/alone.out")"
 
 timeout 120 "$HR" bench allreduce --nodes 2 --min-bytes 4 --max-bytes 64K --iters 5 --rate 1 \
     --json "$tmp/a.json" > "$tmp/a.out" 2>&1 || { fail "bench allreduce exited $?"; cat "$tmp/a.out"; }
