@@ -7,6 +7,7 @@
  * runs next, at the same thread count, for comparison.
  */
 #include "bench.h"
+#include "bench_util.h"
 #include "cli.h"
 #include "hr_log.h"
 #include "train.h"
@@ -83,9 +84,9 @@ int bench_train(int argc, char **argv) {
         {"help", no_argument, 0, 'h'},        {0, 0, 0, 0}};
     const char *model_name = "mlp", *layers = "784,512,512,10", *json = NULL;
     long batch = 512, threads = 1, iters = 50, repeat = 5;
-    int use_torch = 1, ch;
+    int use_torch = 1, ch, bad = 0;
     optind = 1;
-    while ((ch = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+    while (!bad && (ch = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (ch) {
         case 'h':
             usage(stdout);
@@ -97,16 +98,16 @@ int bench_train(int argc, char **argv) {
             layers = optarg;
             break;
         case 'b':
-            batch = atol(optarg);
+            bad = bench_long_opt("train", "batch", optarg, 1, 1L << 24, &batch);
             break;
         case 't':
-            threads = atol(optarg);
+            bad = bench_long_opt("train", "threads", optarg, 0, 1024, &threads);
             break;
         case 'n':
-            iters = atol(optarg);
+            bad = bench_long_opt("train", "iters", optarg, 1, 1L << 30, &iters);
             break;
         case 'r':
-            repeat = atol(optarg);
+            bad = bench_long_opt("train", "repeat", optarg, 1, 100, &repeat);
             break;
         case 'j':
             json = optarg;
@@ -119,8 +120,9 @@ int bench_train(int argc, char **argv) {
             return CLI_USAGE;
         }
     }
-    if (batch < 1 || threads < 0 || iters < 1 || repeat < 1 || repeat > 100)
-        return cli_usage_error("bench train", "--batch, --iters and --repeat must be >= 1");
+    if (bad) return CLI_USAGE;
+    if (optind < argc)
+        return cli_usage_error("bench train", "unexpected argument '%s'", argv[optind]);
 
     cfg c;
     cfg_init(&c);
