@@ -5,6 +5,7 @@
 #include "dist.h"
 #include "hr_fault.h"
 #include "hr_log.h"
+#include "trainer_setup.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -90,23 +91,23 @@ static void perturb(const dist *d, long iter, float *params, long n_params) {
 }
 
 /* Before the all-reduce: the test fault hook, then this node's hashes into its slot. */
-static hr_status annotate(void *ctx, long iter, float *params, long n_params, float *slot) {
+static hr_status annotate(void *ctx, long iter, float *params, long n_params, train_stat *mine) {
     dist *d = ctx;
     perturb(d, iter, params, n_params);
     if (iter % d->hash_interval == 0)
-        put_hash(slot + DIST_STAT_PHASH, dist_hash_floats(params, n_params));
-    put_hash(slot + DIST_STAT_DHASH, d->dhash);
+        put_hash(mine->extra + DIST_STAT_PHASH, dist_hash_floats(params, n_params));
+    put_hash(mine->extra + DIST_STAT_DHASH, d->dhash);
     return HR_OK;
 }
 
-/* Rank of the first node whose hash pair at `off` differs from rank 0's, or -1. */
-static int first_disagreement(const float *stats, int size, int off) {
+/* Rank of the first node whose hash pair at extra[off] differs from rank 0's, or -1. */
+static int first_disagreement(const train_stat *stats, int size, int off) {
     for (int k = 1; k < size; k++)
-        if (!same_hash(stats + (long)k * TRAIN_NODE_STATS + off, stats + off)) return k;
+        if (!same_hash(stats[k].extra + off, stats[0].extra + off)) return k;
     return -1;
 }
 
-static hr_status decide(void *ctx, long iter, const float *stats, int size, long *split) {
+static hr_status decide(void *ctx, long iter, const train_stat *stats, int size, long *split) {
     dist *d = ctx;
     const ring_view *v = ring_get_view(&d->r);
     int bad;
@@ -127,11 +128,7 @@ static hr_status decide(void *ctx, long iter, const float *stats, int size, long
                  iter, v->ids[bad], v->ids[0]);
         return HR_ERR_MISMATCH;
     }
-    for (int k = 0; k < size; k++) {
-        const float *s = stats + (long)k * TRAIN_NODE_STATS;
-        d->gathered[k].b = (long)s[TRAIN_STAT_BATCH];
-        d->gathered[k].t = s[TRAIN_STAT_TIME];
-    }
+    for (int k = 0; k < size; k++) d->gathered[k] = (ctrl_stat){.t = stats[k].t, .b = stats[k].b};
     hr_status st = ctrl_observe(&d->ctl, iter, d->gathered);
     if (st != HR_OK) {
         HR_ERROR(CTRL, "iteration %ld: the controller rejected the gathered stats", iter);
@@ -152,40 +149,27 @@ static hr_status decide(void *ctx, long iter, const float *stats, int size, long
 hr_status dist_attach(dist *d, trainer *t, char *err, size_t errlen) {
     const cfg *c = d->c;
     int n = t->comm.size;
-    ctrl_config cc = {.policy = (ctrl_policy)c->policy,
-                      .interval = c->interval,
-                      .deadband = c->deadband,
-                      .gain = c->gain,
-                      .ki = c->ki,
-                      .kd = c->kd,
-                      .min_batch = c->min_batch,
-                      .max_batch = c->max_batch,
-                      .smoothing = c->smoothing,
-                      .rate_limit = c->rate_limit,
-                      .forgetting = c->forgetting};
+    ctrl_config cc;
+    app_ctrl_config(c, &cc); /* the policy enums are checked to agree there */
     double *cap = malloc(sizeof *cap * (size_t)n);
     if (!cap) return hr_fail(err, errlen, HR_ERR_NOMEM, "out of memory");
     const ring_view *v = ring_get_view(&d->r);
     for (int k = 0; k < n; k++) cap[k] = c->nodes[cfg_node_index(c, v->ids[k])].capacity;
-    /* a trainer resumed from a checkpoint keeps the split it recorded */
-    long *resumed = t->iter > 0 ? t->split_prev : NULL;
-    if (resumed) memcpy(resumed, t->split, sizeof *resumed * (size_t)n);
-    hr_status st = ctrl_init(&d->ctl, &cc, n, t->B, cap, t->split);
-    if (st == HR_OK && resumed) {
-        st = ctrl_set_split(&d->ctl, resumed);
-        if (st == HR_OK)
-            memcpy(t->split, resumed, sizeof *resumed * (size_t)n);
-        else
-            ctrl_free(&d->ctl);
-    }
+    /* the controller owns the split: its first one from the capacities, or the one a resumed
+     * checkpoint recorded, which it checks (I6) before adopting it */
+    const long B = train_global_batch(t);
+    hr_status st = ctrl_init(&d->ctl, &cc, n, B, cap, NULL);
+    if (st == HR_OK && t->has_recorded && (st = ctrl_set_split(&d->ctl, t->recorded)) != HR_OK)
+        ctrl_free(&d->ctl);
     free(cap);
     if (st != HR_OK)
         return hr_fail(err, errlen, st,
                        "%s: the [controller] settings do not fit %d nodes and global_batch = %ld",
-                       c->path, n, t->B);
+                       c->path, n, B);
     d->have_ctrl = 1;
     d->ipe = t->ipe;
-    d->dhash = ctrl_hash(&d->ctl, t->split);
+    train_set_split(t, d->ctl.b);
+    d->dhash = ctrl_hash(&d->ctl, NULL);
     t->ctrl.ctx = d;
     t->ctrl.decide = decide;
     t->ctrl.annotate = annotate;

@@ -20,11 +20,12 @@
 #include "ring.h"
 #include "train.h"
 
-/* Slots of the per-node stats used by the checks (train.h leaves 4..7 free). */
+/* The checks' floats in train_stat.extra, the per-node stats left free by the trainer. */
 enum {
-    DIST_STAT_PHASH = 4, /* two floats: parameter hash, on hash iterations */
-    DIST_STAT_DHASH = 6, /* two floats: hash of the decision that set this iteration's split */
+    DIST_STAT_PHASH = 0, /* two floats: parameter hash, on hash iterations */
+    DIST_STAT_DHASH = 2, /* two floats: hash of the decision that set this iteration's split */
 };
+_Static_assert(DIST_STAT_DHASH + 2 <= TRAIN_STAT_EXTRA, "the hashes must fit train_stat.extra");
 
 typedef struct {
     const cfg *c;        /* configuration (borrowed) */
@@ -45,8 +46,9 @@ hr_status dist_init(dist *d, const cfg *c, int self, char *err, size_t errlen);
 /* The ring as the trainer's communicator. */
 train_comm dist_comm(dist *d);
 
-/* Set up the controller for trainer `t` (built with dist_comm): the first split from the
- * nodes' capacity hints, and t->ctrl. */
+/* Set up the controller for trainer `t` (built with dist_comm) and hand it the split
+ * (train_set_split): the first one from the nodes' capacity hints, or the one the checkpoint
+ * train_load resumed from recorded; then t->ctrl. */
 hr_status dist_attach(dist *d, trainer *t, char *err, size_t errlen);
 
 void dist_free(dist *d);

@@ -11,6 +11,7 @@
 #include "cli.h"
 #include "hr_log.h"
 #include "train.h"
+#include "trainer_setup.h"
 
 #include <getopt.h>
 #include <stdio.h>
@@ -145,7 +146,9 @@ int bench_train(int argc, char **argv) {
     c.nodes[0].slowdown = 1;
     snprintf(c.nodes[0].host, sizeof c.nodes[0].host, "127.0.0.1");
     trainer t;
-    if ((st = train_init(&t, &c, 0, NULL, err, sizeof err)) != HR_OK) {
+    train_config tc;
+    app_train_config(&c, 0, &tc);
+    if ((st = train_init(&t, &tc, NULL, err, sizeof err)) != HR_OK) {
         fprintf(stderr, "hetring bench train: %s\n", err);
         cfg_free(&c);
         return st == HR_ERR_CONFIG ? CLI_USAGE : CLI_FAIL;

@@ -7,7 +7,7 @@
  *   payload: params f32[n], opt_state f32[n], split i64[n_nodes]
  */
 #include "ckpt.h"
-#include "cfg.h"
+#include "cfg.h" /* cfg_model_name: model_kind shares cfg_model's values (app/trainer_setup.c) */
 
 #include <errno.h>
 #include <fcntl.h>

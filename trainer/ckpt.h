@@ -22,7 +22,7 @@ typedef struct {
     uint64_t n_params;     /* floats in params and in the optimizer state */
     uint64_t seed;         /* [train] seed */
     uint64_t global_batch; /* B */
-    uint32_t model;        /* cfg_model */
+    uint32_t model;        /* model_kind (model.h), which shares cfg_model's values */
     uint32_t n_nodes;      /* entries of the batch split */
 } ckpt_meta;
 

@@ -1,6 +1,6 @@
 /*
- * data.c: synthetic datasets, dataset selection from the config, batch gathering, and the
- * per-epoch permutation (I1). File formats are in data_io.c.
+ * data.c: synthetic datasets, batch gathering, and the per-epoch permutation (I1). Loading
+ * from files and picking the set a config asks for are in data_io.c.
  *
  * The synthetic image set: each class has a prototype made of three random strokes
  * (anti-aliased line segments), rendered per channel with a class colour. A sample is its
@@ -16,7 +16,6 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 enum { STREAM_PROTO = 0x3000, STREAM_TRAIN = 0x3001, STREAM_EVAL = 0x3002, STREAM_PERM = 0x2000 };
 
@@ -153,22 +152,22 @@ static hr_status synth_regression(data_set *ds, uint64_t seed, uint64_t stream, 
     return HR_OK;
 }
 
-hr_status data_synthetic(data_set *train, data_set *eval, int kind, long n, long n_eval,
+hr_status data_synthetic(data_set *train, data_set *eval, data_kind kind, long n, long n_eval,
                          uint64_t seed, char *err, size_t errlen) {
     memset(train, 0, sizeof *train);
     memset(eval, 0, sizeof *eval);
     hr_status st;
-    if (kind == CFG_DATA_SYNTHETIC_REGRESSION) {
+    if (kind == DATA_SYNTHETIC_REGRESSION) {
         st = synth_regression(train, seed, STREAM_TRAIN, n);
         if (st == HR_OK) st = synth_regression(eval, seed, STREAM_EVAL, n_eval);
-    } else if (kind == CFG_DATA_SYNTHETIC || kind == CFG_DATA_SYNTHETIC_RGB) {
-        int c = kind == CFG_DATA_SYNTHETIC ? 1 : 3, hw = kind == CFG_DATA_SYNTHETIC ? 28 : 32;
+    } else if (kind == DATA_SYNTHETIC || kind == DATA_SYNTHETIC_RGB) {
+        int c = kind == DATA_SYNTHETIC ? 1 : 3, hw = kind == DATA_SYNTHETIC ? 28 : 32;
         float *proto = make_prototypes(seed, c, hw, hw);
         st = proto ? synth_images(train, proto, seed, STREAM_TRAIN, n, c, hw) : HR_ERR_NOMEM;
         if (st == HR_OK) st = synth_images(eval, proto, seed, STREAM_EVAL, n_eval, c, hw);
         free(proto);
     } else {
-        return hr_fail(err, errlen, HR_ERR_INVAL, "data: kind %d is not synthetic", kind);
+        return hr_fail(err, errlen, HR_ERR_INVAL, "data: kind %d is not synthetic", (int)kind);
     }
     if (st != HR_OK) {
         data_set_free(train);
@@ -178,97 +177,6 @@ hr_status data_synthetic(data_set *train, data_set *eval, int kind, long n, long
     }
     return HR_OK;
 }
-
-/* ================================================================ selection from the config */
-
-static int is_dir(const char *p) {
-    struct stat sb;
-    return stat(p, &sb) == 0 && S_ISDIR(sb.st_mode);
-}
-
-static int exists(const char *p) {
-    struct stat sb;
-    return stat(p, &sb) == 0;
-}
-
-/* DIR/NAME or DIR/NAME.gz, whichever exists (NAME when neither, for the error message). */
-static void pick(char *out, size_t len, const char *dir, const char *name) {
-    snprintf(out, len, "%s/%s.gz", dir, name);
-    if (exists(out)) return;
-    snprintf(out, len, "%s/%s", dir, name);
-}
-
-hr_status data_load(data_set *train, data_set *eval, const cfg *c, char *err, size_t errlen) {
-    memset(train, 0, sizeof *train);
-    memset(eval, 0, sizeof *eval);
-    const char *dir = c->data_dir;
-    int kind = c->dataset;
-    if (kind == CFG_DATA_SYNTHETIC || kind == CFG_DATA_SYNTHETIC_RGB ||
-        kind == CFG_DATA_SYNTHETIC_REGRESSION)
-        return data_synthetic(train, eval, kind, c->samples, c->eval_samples, c->seed, err, errlen);
-    if (!dir[0])
-        return hr_fail(err, errlen, HR_ERR_CONFIG,
-                       "%s: dataset = %s needs [train] data_dir (expected the directory of the "
-                       "files, e.g. from `hetring gen-data`)",
-                       c->path, cfg_dataset_name(kind));
-    hr_status st = HR_OK;
-    char a[CFG_PATH + 64], b[CFG_PATH + 64];
-    if (kind == CFG_DATA_MNIST) {
-        pick(a, sizeof a, dir, "train-images-idx3-ubyte");
-        pick(b, sizeof b, dir, "train-labels-idx1-ubyte");
-        HR_CHECK_GOTO(data_load_idx(train, a, b, err, errlen), st, fail);
-        pick(a, sizeof a, dir, "t10k-images-idx3-ubyte");
-        pick(b, sizeof b, dir, "t10k-labels-idx1-ubyte");
-        HR_CHECK_GOTO(data_load_idx(eval, a, b, err, errlen), st, fail);
-    } else if (kind == CFG_DATA_CIFAR10) {
-        char names[5][CFG_PATH + 64];
-        const char *files[5];
-        int nf = 0;
-        for (int i = 1; i <= 5; i++) {
-            snprintf(names[nf], sizeof names[nf], "%s/data_batch_%d.bin", dir, i);
-            if (i > 1 && !exists(names[nf])) break;
-            files[nf] = names[nf];
-            nf++;
-        }
-        HR_CHECK_GOTO(data_load_cifar(train, files, nf, err, errlen), st, fail);
-        snprintf(a, sizeof a, "%s/test_batch.bin", dir);
-        files[0] = a;
-        HR_CHECK_GOTO(data_load_cifar(eval, files, 1, err, errlen), st, fail);
-    } else if (kind == CFG_DATA_CSV) {
-        int regression = c->model == CFG_MODEL_LINREG;
-        if (is_dir(dir)) {
-            snprintf(a, sizeof a, "%s/train.csv", dir);
-            snprintf(b, sizeof b, "%s/test.csv", dir);
-            HR_CHECK_GOTO(data_load_csv(train, a, regression, err, errlen), st, fail);
-            HR_CHECK_GOTO(data_load_csv(eval, b, regression, err, errlen), st, fail);
-        } else {
-            HR_CHECK_GOTO(data_load_csv(train, dir, regression, err, errlen), st, fail);
-            long k = c->eval_samples < train->n / 5 ? c->eval_samples : train->n / 5;
-            HR_CHECK_GOTO(data_split_tail(train, eval, k, err, errlen), st, fail);
-        }
-        if (!regression) { /* one class count for both splits */
-            int k = train->n_classes > eval->n_classes ? train->n_classes : eval->n_classes;
-            train->n_classes = eval->n_classes = k;
-        }
-        if (train->d != eval->d && eval->n > 0) {
-            st = hr_fail(err, errlen, HR_ERR_DATA,
-                         "%s: train.csv has %ld features but test.csv has %ld", dir, train->d,
-                         eval->d);
-            goto fail;
-        }
-    } else {
-        return hr_fail(err, errlen, HR_ERR_CONFIG, "unknown dataset %d", kind);
-    }
-    HR_INFO(DATA, "loaded %s from %s: %ld training and %ld held-out samples of %dx%dx%d",
-            cfg_dataset_name(kind), dir, train->n, eval->n, train->h, train->w, train->c);
-    return HR_OK;
-fail:
-    data_set_free(train);
-    data_set_free(eval);
-    return st;
-}
-
-/* ================================================================ gathering */
 
 void data_gather(const data_set *ds, const uint32_t *idx, long first, long b, float *x, int32_t *y,
                  float *t) {
@@ -294,7 +202,7 @@ void data_gather(const data_set *ds, const uint32_t *idx, long first, long b, fl
 hr_status data_loader_init(data_loader *dl, const data_set *ds, uint64_t seed, long B, char *err,
                            size_t errlen) {
     memset(dl, 0, sizeof *dl);
-    dl->ds = ds, dl->seed = seed, dl->B = B, dl->epoch = -1;
+    dl->ds = ds, dl->seed = seed, dl->epoch = -1;
     if (B < 1 || ds->n < B)
         return hr_fail(err, errlen, HR_ERR_CONFIG,
                        "the training set has %ld samples, fewer than global_batch = %ld (expected "
@@ -312,8 +220,8 @@ void data_loader_free(data_loader *dl) {
     dl->perm = NULL;
 }
 
-long data_loader_iters_per_epoch(const data_loader *dl) {
-    return dl->ds->n / dl->B;
+long data_loader_iters_per_epoch(const data_loader *dl, long B) {
+    return dl->ds->n / B;
 }
 
 const uint32_t *data_loader_perm(data_loader *dl, long epoch) {
@@ -332,12 +240,12 @@ const uint32_t *data_loader_perm(data_loader *dl, long epoch) {
     return dl->perm;
 }
 
-hr_status data_loader_slice(data_loader *dl, long epoch, long iter, long start, long b, float *x,
-                            int32_t *y, float *t) {
-    if (iter < 0 || iter >= data_loader_iters_per_epoch(dl) || start < 0 || b < 0 ||
-        start + b > dl->B)
+hr_status data_loader_slice(data_loader *dl, long epoch, long iter, long B, long start, long b,
+                            float *x, int32_t *y, float *t) {
+    if (B < 1 || iter < 0 || iter >= data_loader_iters_per_epoch(dl, B) || start < 0 || b < 0 ||
+        start + b > B)
         return HR_ERR_INVAL;
     const uint32_t *p = data_loader_perm(dl, epoch);
-    data_gather(dl->ds, p + iter * dl->B + start, 0, b, x, y, t);
+    data_gather(dl->ds, p + iter * B + start, 0, b, x, y, t);
     return HR_OK;
 }

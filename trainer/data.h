@@ -12,13 +12,12 @@
  *
  * Synthetic sets are pure functions of (seed, sample index): the same seed gives the same
  * bytes, and the held-out split uses a separate stream so it never overlaps the training set.
- * `hetring gen-data` writes them as MNIST IDX, CIFAR-10 binary or CSV, and the loaders read
- * those back bit for bit.
+ * `hetring gen-data` writes them as MNIST IDX, CIFAR-10 binary or CSV, and the loaders
+ * (data_io.h) read those back bit for bit.
  */
 #ifndef HR_DATA_H
 #define HR_DATA_H
 
-#include "cfg.h"
 #include "hr_status.h"
 
 #include <stdint.h>
@@ -26,6 +25,16 @@
 #define DATA_CLASSES             10   /* classes of the synthetic image sets */
 #define DATA_REGRESSION_FEATURES 16   /* inputs of the synthetic regression set */
 #define DATA_REGRESSION_NOISE    0.1f /* its noise standard deviation: the MSE floor is 0.01 */
+
+/* The datasets a config can ask for. */
+typedef enum {
+    DATA_SYNTHETIC,            /* image-like classification set, 28x28x1, 10 classes */
+    DATA_SYNTHETIC_RGB,        /* the same at 32x32x3 */
+    DATA_SYNTHETIC_REGRESSION, /* linear target plus Gaussian noise */
+    DATA_MNIST,                /* IDX files (optionally .gz) in a directory */
+    DATA_CIFAR10,              /* CIFAR-10 binary batches in a directory */
+    DATA_CSV                   /* a CSV file, or a directory with train.csv and test.csv */
+} data_kind;
 
 typedef struct {
     long n;        /* samples */
@@ -41,57 +50,38 @@ typedef struct {
 
 void data_set_free(data_set *ds);
 
-/* Synthetic sets (kind is CFG_DATA_SYNTHETIC, _RGB or _REGRESSION): n training and n_eval
+/* Synthetic sets (kind is DATA_SYNTHETIC, _RGB or _REGRESSION): n training and n_eval
  * held-out samples from `seed`. */
-hr_status data_synthetic(data_set *train, data_set *eval, int kind, long n, long n_eval,
+hr_status data_synthetic(data_set *train, data_set *eval, data_kind kind, long n, long n_eval,
                          uint64_t seed, char *err, size_t errlen);
-
-/* The training and held-out sets that cfg asks for (synthetic, mnist, cifar10 or csv). */
-hr_status data_load(data_set *train, data_set *eval, const cfg *c, char *err, size_t errlen);
 
 /* Copy samples idx[0..b) (or rows first..first+b when idx is NULL) into x (b, d) as floats
  * and y (b) or t (b, n_targets); y and t may be NULL when the set has none. */
 void data_gather(const data_set *ds, const uint32_t *idx, long first, long b, float *x, int32_t *y,
                  float *t);
 
-/* ---------------------------------------------------------------- file formats */
-
-/* MNIST IDX: an idx3-ubyte image file and an idx1-ubyte label file, plain or gzipped. */
-hr_status data_load_idx(data_set *ds, const char *images, const char *labels, char *err,
-                        size_t errlen);
-hr_status data_write_idx(const data_set *ds, const char *images, const char *labels, int gz,
-                         char *err, size_t errlen);
-/* CIFAR-10 binary: records of 1 label byte and 3072 pixel bytes (R, G, B planes of 32x32). */
-hr_status data_load_cifar(data_set *ds, const char *const *files, int n_files, char *err,
-                          size_t errlen);
-/* Write samples [first, first+n) of a 32x32x3 set as one CIFAR-10 batch file. */
-hr_status data_write_cifar(const data_set *ds, long first, long n, const char *path, char *err,
-                           size_t errlen);
-/* CSV: one sample per line, label (or regression target) first, then the features. */
-hr_status data_load_csv(data_set *ds, const char *path, int regression, char *err, size_t errlen);
-hr_status data_write_csv(const data_set *ds, const char *path, char *err, size_t errlen);
-/* Move the last `k` samples of `all` into a new set `tail`; `all` keeps the first n - k. */
-hr_status data_split_tail(data_set *all, data_set *tail, long k, char *err, size_t errlen);
-
 /* ---------------------------------------------------------------- I1: permutation and slices */
 
+/* The loader does not keep B: the caller's global batch is its one copy (train.h), passed
+ * to every call that needs it. */
 typedef struct {
     const data_set *ds; /* training set (not owned) */
     uint64_t seed;      /* permutation seed */
-    long B;             /* global batch */
     long epoch;         /* epoch whose permutation is in perm, -1 for none */
     uint32_t *perm;     /* (n) perm_epoch */
 } data_loader;
 
+/* Refuses a set smaller than one global batch B (HR_ERR_CONFIG). */
 hr_status data_loader_init(data_loader *dl, const data_set *ds, uint64_t seed, long B, char *err,
                            size_t errlen);
 void data_loader_free(data_loader *dl);
 /* Iterations per epoch: floor(n / B). */
-long data_loader_iters_per_epoch(const data_loader *dl);
+long data_loader_iters_per_epoch(const data_loader *dl, long B);
 /* perm_e (computed on first use of an epoch; no allocation). */
 const uint32_t *data_loader_perm(data_loader *dl, long epoch);
-/* The samples perm_e[iter*B + start, iter*B + start + b) into x (b, d), y (b) / t (b, T). */
-hr_status data_loader_slice(data_loader *dl, long epoch, long iter, long start, long b, float *x,
-                            int32_t *y, float *t);
+/* The samples perm_e[iter*B + start, iter*B + start + b) into x (b, d), y (b) / t (b, T);
+ * HR_ERR_INVAL unless iter < floor(n / B) and the slice lies within the batch. */
+hr_status data_loader_slice(data_loader *dl, long epoch, long iter, long B, long start, long b,
+                            float *x, int32_t *y, float *t);
 
 #endif

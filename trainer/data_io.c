@@ -1,16 +1,20 @@
 /*
- * data_io.c: the dataset file formats: MNIST IDX (plain or gzipped), CIFAR-10 binary, CSV.
+ * data_io.c: the dataset file formats: MNIST IDX (plain or gzipped), CIFAR-10 binary, CSV;
+ * and data_load, which picks the set a data_config asks for.
  *
  * Every reader goes through zlib's gzread, which reads plain files as they are, so any of
  * these files may also be gzipped. A bad file is refused with a message that names the file
  * and the problem: wrong magic, truncated, size mismatch, label out of range, bad number.
  */
-#include "data.h"
+#include "data_io.h"
+
+#include "hr_log.h"
 
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <zlib.h>
 
 /* ================================================================ helpers */
@@ -477,3 +481,96 @@ nomem:
     data_set_free(tail);
     return hr_fail(err, errlen, HR_ERR_NOMEM, "out of memory");
 }
+
+/* ================================================================ the set a config asks for */
+
+#define DATA_PATH (512 + 64) /* a file name in data_dir: the directory and a file name */
+
+static int is_dir(const char *p) {
+    struct stat sb;
+    return stat(p, &sb) == 0 && S_ISDIR(sb.st_mode);
+}
+
+static int exists(const char *p) {
+    struct stat sb;
+    return stat(p, &sb) == 0;
+}
+
+/* DIR/NAME or DIR/NAME.gz, whichever exists (NAME when neither, for the error message). */
+static void pick(char *out, size_t len, const char *dir, const char *name) {
+    snprintf(out, len, "%s/%s.gz", dir, name);
+    if (exists(out)) return;
+    snprintf(out, len, "%s/%s", dir, name);
+}
+
+hr_status data_load(data_set *train, data_set *eval, const data_config *c, uint64_t seed, char *err,
+                    size_t errlen) {
+    memset(train, 0, sizeof *train);
+    memset(eval, 0, sizeof *eval);
+    const char *dir = c->dir ? c->dir : "";
+    data_kind kind = c->kind;
+    if (kind == DATA_SYNTHETIC || kind == DATA_SYNTHETIC_RGB || kind == DATA_SYNTHETIC_REGRESSION)
+        return data_synthetic(train, eval, kind, c->samples, c->eval_samples, seed, err, errlen);
+    if (!dir[0])
+        return hr_fail(err, errlen, HR_ERR_CONFIG,
+                       "%s: dataset = %s needs [train] data_dir (expected the directory of the "
+                       "files, e.g. from `hetring gen-data`)",
+                       c->origin, c->name);
+    hr_status st = HR_OK;
+    char a[DATA_PATH], b[DATA_PATH];
+    if (kind == DATA_MNIST) {
+        pick(a, sizeof a, dir, "train-images-idx3-ubyte");
+        pick(b, sizeof b, dir, "train-labels-idx1-ubyte");
+        HR_CHECK_GOTO(data_load_idx(train, a, b, err, errlen), st, fail);
+        pick(a, sizeof a, dir, "t10k-images-idx3-ubyte");
+        pick(b, sizeof b, dir, "t10k-labels-idx1-ubyte");
+        HR_CHECK_GOTO(data_load_idx(eval, a, b, err, errlen), st, fail);
+    } else if (kind == DATA_CIFAR10) {
+        char names[5][DATA_PATH];
+        const char *files[5];
+        int nf = 0;
+        for (int i = 1; i <= 5; i++) {
+            snprintf(names[nf], sizeof names[nf], "%s/data_batch_%d.bin", dir, i);
+            if (i > 1 && !exists(names[nf])) break;
+            files[nf] = names[nf];
+            nf++;
+        }
+        HR_CHECK_GOTO(data_load_cifar(train, files, nf, err, errlen), st, fail);
+        snprintf(a, sizeof a, "%s/test_batch.bin", dir);
+        files[0] = a;
+        HR_CHECK_GOTO(data_load_cifar(eval, files, 1, err, errlen), st, fail);
+    } else if (kind == DATA_CSV) {
+        int regression = c->csv_regression;
+        if (is_dir(dir)) {
+            snprintf(a, sizeof a, "%s/train.csv", dir);
+            snprintf(b, sizeof b, "%s/test.csv", dir);
+            HR_CHECK_GOTO(data_load_csv(train, a, regression, err, errlen), st, fail);
+            HR_CHECK_GOTO(data_load_csv(eval, b, regression, err, errlen), st, fail);
+        } else {
+            HR_CHECK_GOTO(data_load_csv(train, dir, regression, err, errlen), st, fail);
+            long k = c->eval_samples < train->n / 5 ? c->eval_samples : train->n / 5;
+            HR_CHECK_GOTO(data_split_tail(train, eval, k, err, errlen), st, fail);
+        }
+        if (!regression) { /* one class count for both splits */
+            int k = train->n_classes > eval->n_classes ? train->n_classes : eval->n_classes;
+            train->n_classes = eval->n_classes = k;
+        }
+        if (train->d != eval->d && eval->n > 0) {
+            st = hr_fail(err, errlen, HR_ERR_DATA,
+                         "%s: train.csv has %ld features but test.csv has %ld", dir, train->d,
+                         eval->d);
+            goto fail;
+        }
+    } else {
+        return hr_fail(err, errlen, HR_ERR_CONFIG, "unknown dataset %d", (int)kind);
+    }
+    HR_INFO(DATA, "loaded %s from %s: %ld training and %ld held-out samples of %dx%dx%d", c->name,
+            dir, train->n, eval->n, train->h, train->w, train->c);
+    return HR_OK;
+fail:
+    data_set_free(train);
+    data_set_free(eval);
+    return st;
+}
+
+/* ================================================================ gathering */

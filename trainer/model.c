@@ -1,5 +1,5 @@
 /*
- * model.c: model construction from a spec or the config, and the forward/backward pass.
+ * model.c: model construction from a spec or a model_config, and the forward/backward pass.
  *
  * Layer l reads the activation of layer l-1 (the input x for l = 0). ReLU and flatten run in
  * place: their activation and gradient buffers alias the previous layer's, which halves the
@@ -27,36 +27,35 @@ static void spec_add(model_spec *s, layer_kind kind, int units, int k, int strid
     s->pad[i] = pad;
 }
 
-hr_status model_spec_from_cfg(model_spec *s, const cfg *c, int in_c, int in_h, int in_w,
-                              int outputs, char *err, size_t errlen) {
+hr_status model_spec_build(model_spec *s, const model_config *c, int in_c, int in_h, int in_w,
+                           int outputs, char *err, size_t errlen) {
     memset(s, 0, sizeof *s);
     s->in_c = in_c, s->in_h = in_h, s->in_w = in_w;
     long d = (long)in_c * in_h * in_w;
-    s->loss = c->model == CFG_MODEL_LINREG ? MODEL_LOSS_MSE : MODEL_LOSS_XENT;
-    const char *where = c->path[0] ? c->path : "configuration";
-    switch (c->model) {
-    case CFG_MODEL_LINREG:
-    case CFG_MODEL_SOFTMAX:
+    s->loss = c->kind == MODEL_LINREG ? MODEL_LOSS_MSE : MODEL_LOSS_XENT;
+    const char *where = c->origin && c->origin[0] ? c->origin : "configuration";
+    switch (c->kind) {
+    case MODEL_LINREG:
+    case MODEL_SOFTMAX:
         spec_add(s, LAYER_LINEAR, outputs, 0, 0, 0);
         break;
-    case CFG_MODEL_MLP:
+    case MODEL_MLP:
         if (c->layers[0] != d)
             return hr_fail(err, errlen, HR_ERR_CONFIG,
                            "%s: [train] layers starts with %ld, but the %s inputs have %ld "
                            "features (expected layers = %ld,...,%d)",
-                           where, c->layers[0], cfg_dataset_name(c->dataset), d, d, outputs);
+                           where, c->layers[0], c->data_name, d, d, outputs);
         if (c->layers[c->n_layers - 1] != outputs)
             return hr_fail(err, errlen, HR_ERR_CONFIG,
                            "%s: [train] layers ends with %ld, but the %s data has %d classes "
                            "(expected layers = %ld,...,%d)",
-                           where, c->layers[c->n_layers - 1], cfg_dataset_name(c->dataset), outputs,
-                           d, outputs);
+                           where, c->layers[c->n_layers - 1], c->data_name, outputs, d, outputs);
         for (int i = 1; i < c->n_layers; i++) {
             spec_add(s, LAYER_LINEAR, (int)c->layers[i], 0, 0, 0);
             if (i + 1 < c->n_layers) spec_add(s, LAYER_RELU, 0, 0, 0, 0);
         }
         break;
-    case CFG_MODEL_CNN:
+    case MODEL_CNN:
         if (in_c == 1 && in_h == 28 && in_w == 28) { /* LeNet-5 style */
             spec_add(s, LAYER_CONV2D, 6, 5, 1, 2);
             spec_add(s, LAYER_RELU, 0, 0, 0, 0);
@@ -88,11 +87,11 @@ hr_status model_spec_from_cfg(model_spec *s, const cfg *c, int in_c, int in_h, i
                            "%s: [train] model = cnn needs 28x28x1 or 32x32x3 inputs, but the %s "
                            "data is %dx%dx%d (expected dataset = synthetic, synthetic-rgb, mnist "
                            "or cifar10)",
-                           where, cfg_dataset_name(c->dataset), in_h, in_w, in_c);
+                           where, c->data_name, in_h, in_w, in_c);
         }
         break;
     default:
-        return hr_fail(err, errlen, HR_ERR_CONFIG, "%s: unknown model %d", where, c->model);
+        return hr_fail(err, errlen, HR_ERR_CONFIG, "%s: unknown model %d", where, (int)c->kind);
     }
     return HR_OK;
 }

@@ -18,13 +18,27 @@
 #ifndef HR_MODEL_H
 #define HR_MODEL_H
 
-#include "cfg.h"
 #include "hr_status.h"
 #include "layers.h"
 
 #include <stdint.h>
 
 #define MODEL_MAX_LAYERS 40
+#define MODEL_MAX_WIDTHS 16 /* mlp widths in a model_config, input and output included */
+
+/* The model families. The values are stored in checkpoints (ckpt_meta.model): never reorder. */
+typedef enum { MODEL_LINREG, MODEL_SOFTMAX, MODEL_MLP, MODEL_CNN } model_kind;
+
+/* What the configuration asks for; model_spec_build makes a spec of it once the data's shape
+ * is known. The strings are borrowed and only name things in messages. */
+typedef struct {
+    model_kind kind;               /* family */
+    long layers[MODEL_MAX_WIDTHS]; /* mlp: layer widths, input first, output last */
+    int n_layers;                  /* entries used in layers[] */
+    const char *name;              /* the family's name, e.g. "mlp" */
+    const char *data_name;         /* the dataset's name, e.g. "synthetic" */
+    const char *origin;            /* the config file, or "" */
+} model_config;
 
 typedef enum { LAYER_LINEAR, LAYER_RELU, LAYER_CONV2D, LAYER_MAXPOOL, LAYER_FLATTEN } layer_kind;
 typedef enum { MODEL_LOSS_XENT, MODEL_LOSS_MSE } model_loss;
@@ -80,10 +94,10 @@ typedef struct {
     long correct;    /* correct argmax predictions (xent only) */
 } model_stats;
 
-/* Spec for cfg's model (linreg, softmax, mlp, cnn) on inputs of shape (C, H, W) with
- * `outputs` classes (or regression targets). Errors name the config key at fault. */
-hr_status model_spec_from_cfg(model_spec *s, const cfg *c, int in_c, int in_h, int in_w,
-                              int outputs, char *err, size_t errlen);
+/* Spec for model mc (linreg, softmax, mlp, cnn) on inputs of shape (C, H, W) with `outputs`
+ * classes (or regression targets). Errors name the config key at fault. */
+hr_status model_spec_build(model_spec *s, const model_config *mc, int in_c, int in_h, int in_w,
+                           int outputs, char *err, size_t errlen);
 
 /* Build the model, allocate its buffers and initialise the weights from `seed`
  * (He-uniform for layers feeding a ReLU, 1/sqrt(fan_in) otherwise, biases zero). */

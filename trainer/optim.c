@@ -7,10 +7,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-hr_status opt_init(opt_sgd *o, const cfg *c, long n_params, long total, char *err, size_t errlen) {
+hr_status opt_init(opt_sgd *o, const opt_config *c, long n_params, long total, char *err,
+                   size_t errlen) {
     memset(o, 0, sizeof *o);
-    o->lr = c->lr, o->schedule = c->lr_schedule, o->step = c->lr_step > 0 ? c->lr_step : 1;
-    o->gamma = c->lr_gamma, o->warmup = c->warmup, o->total = total;
+    o->lr = c->lr, o->schedule = c->schedule, o->step = c->step > 0 ? c->step : 1;
+    o->gamma = c->gamma, o->warmup = c->warmup, o->total = total;
     o->momentum = c->momentum, o->weight_decay = c->weight_decay;
     o->n = n_params;
     o->vel = calloc((size_t)n_params + 1, sizeof *o->vel);
@@ -28,9 +29,9 @@ double opt_lr(const opt_sgd *o, long iter) {
     if (iter < o->warmup) return o->lr * (double)(iter + 1) / (double)o->warmup;
     long t = iter - o->warmup;
     switch (o->schedule) {
-    case CFG_LR_STEP:
+    case OPT_LR_STEP:
         return o->lr * pow(o->gamma, (double)(t / o->step));
-    case CFG_LR_COSINE: {
+    case OPT_LR_COSINE: {
         long span = o->total - o->warmup;
         if (span <= 0) return o->lr;
         double f = (double)(t < span ? t : span) / (double)span;

@@ -12,24 +12,37 @@
 #ifndef HR_OPTIM_H
 #define HR_OPTIM_H
 
-#include "cfg.h"
 #include "hr_status.h"
 
+typedef enum { OPT_LR_CONSTANT, OPT_LR_STEP, OPT_LR_COSINE } opt_schedule;
+
+/* The optimizer's settings ([train] lr ... weight_decay of the config). */
 typedef struct {
-    double lr;           /* base learning rate */
-    int schedule;        /* cfg_lr_schedule */
-    long step;           /* step schedule: iterations between decays */
-    double gamma;        /* step schedule: decay factor */
-    long warmup;         /* linear warm-up iterations */
-    long total;          /* total iterations (cosine schedule) */
-    double momentum;     /* SGD momentum */
-    double weight_decay; /* L2 weight decay */
-    long n;              /* parameters */
-    float *vel;          /* (n) momentum buffer: the whole optimizer state */
+    double lr;             /* base learning rate */
+    opt_schedule schedule; /* learning-rate schedule after the warm-up */
+    long step;             /* step schedule: iterations between decays (<= 0 means 1) */
+    double gamma;          /* step schedule: decay factor */
+    long warmup;           /* linear warm-up iterations */
+    double momentum;       /* SGD momentum */
+    double weight_decay;   /* L2 weight decay */
+} opt_config;
+
+typedef struct {
+    double lr;             /* base learning rate */
+    opt_schedule schedule; /* learning-rate schedule after the warm-up */
+    long step;             /* step schedule: iterations between decays */
+    double gamma;          /* step schedule: decay factor */
+    long warmup;           /* linear warm-up iterations */
+    long total;            /* total iterations (cosine schedule) */
+    double momentum;       /* SGD momentum */
+    double weight_decay;   /* L2 weight decay */
+    long n;                /* parameters */
+    float *vel;            /* (n) momentum buffer: the whole optimizer state */
 } opt_sgd;
 
-/* Settings from cfg's [train] section; `total` is the run's iteration count. */
-hr_status opt_init(opt_sgd *o, const cfg *c, long n_params, long total, char *err, size_t errlen);
+/* Settings from oc; `total` is the run's iteration count (cosine schedule). */
+hr_status opt_init(opt_sgd *o, const opt_config *oc, long n_params, long total, char *err,
+                   size_t errlen);
 void opt_free(opt_sgd *o);
 
 /* Learning rate at iteration `iter` (0-based): warm-up ramps linearly from lr/warmup to lr

@@ -10,6 +10,7 @@
 #include "ckpt.h"
 #include "hr_log.h"
 
+#include <assert.h>
 #include <cblas.h>
 #include <errno.h>
 #include <math.h>
@@ -45,55 +46,56 @@ train_comm train_comm_local(void) {
 
 /* ================================================================ init and free */
 
-hr_status train_init(trainer *t, const cfg *c, int node, const train_comm *comm, char *err,
+hr_status train_init(trainer *t, const train_config *tc, const train_comm *comm, char *err,
                      size_t errlen) {
     memset(t, 0, sizeof *t);
-    t->c = c, t->node = node;
+    t->conf = *tc;
+    const train_config *c = &t->conf;
     t->comm = comm ? *comm : train_comm_local();
     t->dl.perm = NULL;
     hr_status st = HR_OK;
     if (t->comm.size < 1 || t->comm.rank < 0 || t->comm.rank >= t->comm.size)
         return hr_fail(err, errlen, HR_ERR_INVAL, "train: bad rank %d of %d", t->comm.rank,
                        t->comm.size);
-    long threads = c->nodes[node].threads;
+    long threads = c->threads;
     if (threads <= 0) threads = sysconf(_SC_NPROCESSORS_ONLN);
     openblas_set_num_threads((int)threads);
 
-    HR_CHECK_GOTO(data_load(&t->train, &t->eval, c, err, errlen), st, fail);
+    HR_CHECK_GOTO(data_load(&t->train, &t->eval, &c->data, c->seed, err, errlen), st, fail);
     int regression = t->train.n_targets > 0;
-    if (regression != (c->model == CFG_MODEL_LINREG)) {
+    if (regression != (c->model.kind == MODEL_LINREG)) {
         st = hr_fail(err, errlen, HR_ERR_CONFIG,
                      "%s: [train] model = %s does not fit dataset = %s (expected linreg with "
                      "regression data, softmax, mlp or cnn with classification data)",
-                     c->path, cfg_model_name(c->model), cfg_dataset_name(c->dataset));
+                     c->origin, c->model.name, c->data.name);
         goto fail;
     }
     model_spec spec;
     int outputs = regression ? t->train.n_targets : t->train.n_classes;
-    HR_CHECK_GOTO(
-        model_spec_from_cfg(&spec, c, t->train.c, t->train.h, t->train.w, outputs, err, errlen), st,
-        fail);
-    t->B = c->global_batch;
-    HR_CHECK_GOTO(data_loader_init(&t->dl, &t->train, c->seed, t->B, err, errlen), st, fail);
-    t->ipe = data_loader_iters_per_epoch(&t->dl);
+    HR_CHECK_GOTO(model_spec_build(&spec, &c->model, t->train.c, t->train.h, t->train.w, outputs,
+                                   err, errlen),
+                  st, fail);
+    const long B = c->global_batch;
+    HR_CHECK_GOTO(data_loader_init(&t->dl, &t->train, c->seed, B, err, errlen), st, fail);
+    t->ipe = data_loader_iters_per_epoch(&t->dl, B);
     t->total = c->iterations > 0 ? c->iterations : c->epochs * t->ipe;
     t->tail = (long)t->comm.size * TRAIN_NODE_STATS;
-    HR_CHECK_GOTO(model_init(&t->m, &spec, t->B, t->tail, c->seed, err, errlen), st, fail);
-    HR_CHECK_GOTO(opt_init(&t->opt, c, t->m.n_params, t->total, err, errlen), st, fail);
+    HR_CHECK_GOTO(model_init(&t->m, &spec, B, t->tail, c->seed, err, errlen), st, fail);
+    HR_CHECK_GOTO(opt_init(&t->opt, &c->opt, t->m.n_params, t->total, err, errlen), st, fail);
     t->stats = t->m.grads + t->m.n_params;
-    t->x = malloc(sizeof *t->x * (size_t)(t->B * t->train.d));
-    t->y = regression ? NULL : malloc(sizeof *t->y * (size_t)t->B);
-    t->t = regression ? malloc(sizeof *t->t * (size_t)(t->B * t->train.n_targets)) : NULL;
-    t->split = malloc(sizeof *t->split * (size_t)t->comm.size);
-    t->split_prev = malloc(sizeof *t->split_prev * (size_t)t->comm.size);
-    if (!t->x || (!t->y && !t->t) || !t->split || !t->split_prev) {
+    t->x = malloc(sizeof *t->x * (size_t)(B * t->train.d));
+    t->y = regression ? NULL : malloc(sizeof *t->y * (size_t)B);
+    t->t = regression ? malloc(sizeof *t->t * (size_t)(B * t->train.n_targets)) : NULL;
+    const size_t n = (size_t)t->comm.size;
+    t->split = calloc(n, sizeof *t->split);
+    t->next = calloc(n, sizeof *t->next);
+    t->recorded = calloc(n, sizeof *t->recorded);
+    t->gathered = calloc(n, sizeof *t->gathered);
+    if (!t->x || (!t->y && !t->t) || !t->split || !t->next || !t->recorded || !t->gathered) {
         st = hr_fail(err, errlen, HR_ERR_NOMEM, "train: out of memory");
         goto fail;
     }
-    for (int k = 0; k < t->comm.size; k++)
-        t->split[k] = t->B / t->comm.size + (k < t->B % t->comm.size);
-    for (int k = 0; k < c->n_nodes; k++)
-        if (c->nodes[k].slowdown != 1.0 || c->nodes[k].n_interference) t->emulated = 1;
+    if (t->comm.size == 1) train_set_split(t, &B); /* several nodes: the controller's */
     if (t->comm.size > 1 && c->bucket_bytes > 0)
         t->n_buckets = overlap_plan(&t->m, c->bucket_bytes, t->cuts);
     if (t->n_buckets > 1 && (st = overlap_start(&t->ow, t->comm.allreduce, t->comm.ctx)) != HR_OK) {
@@ -118,13 +120,61 @@ void train_free(trainer *t) {
     free(t->y);
     free(t->t);
     free(t->split);
-    free(t->split_prev);
+    free(t->next);
+    free(t->recorded);
+    free(t->gathered);
     t->x = t->t = NULL;
     t->y = NULL;
-    t->split = t->split_prev = NULL;
+    t->split = t->next = t->recorded = NULL;
+    t->gathered = NULL;
+}
+
+long train_global_batch(const trainer *t) {
+    return t->conf.global_batch;
+}
+
+void train_set_split(trainer *t, const long *b) {
+#ifndef NDEBUG /* a precondition, not the I6 check: that is the controller's (ctrl.h) */
+    long sum = 0;
+    for (int k = 0; k < t->comm.size; k++) assert(b[k] >= 0), sum += b[k];
+    assert(sum == train_global_batch(t));
+#endif
+    memcpy(t->split, b, sizeof *t->split * (size_t)t->comm.size);
+    t->has_split = 1;
 }
 
 /* ================================================================ one iteration */
+
+/* The stats tail, the one place that knows its layout: this node's stats into its slot,
+ * zeros elsewhere. The slot holds floats because the all-reduce is a float SUM. */
+static void stats_pack(float *tail, int rank, int size, const train_stat *mine) {
+    memset(tail, 0, sizeof *tail * (size_t)size * TRAIN_NODE_STATS);
+    float *slot = tail + (long)rank * TRAIN_NODE_STATS;
+    slot[0] = (float)mine->b;
+    slot[1] = (float)mine->t;
+    slot[2] = (float)mine->loss;
+    slot[3] = (float)mine->correct;
+    memcpy(slot + 4, mine->extra, sizeof mine->extra);
+}
+
+/* Every node's stats from the all-reduced tail. */
+static void stats_unpack(const float *tail, int size, train_stat *out) {
+    for (int k = 0; k < size; k++) {
+        const float *slot = tail + (long)k * TRAIN_NODE_STATS;
+        out[k].b = (long)slot[0];
+        out[k].t = slot[1];
+        out[k].loss = slot[2];
+        out[k].correct = (long)slot[3];
+        memcpy(out[k].extra, slot + 4, sizeof out[k].extra);
+    }
+}
+
+/* The emulated stretch of iteration iter: the slowdown, or the last phase begun by then. */
+static double stretch_factor(const train_config *c, long iter) {
+    double f = c->slowdown;
+    for (int i = 0; i < c->n_phases && c->phases[i].iter <= iter; i++) f = c->phases[i].factor;
+    return f;
+}
 
 static int overlapping(const trainer *t) {
     return t->n_buckets > 1;
@@ -144,10 +194,11 @@ static void grads_ready(void *ctx, long off) {
 /* Slice and compute this node's b samples into gradient sums; with buckets, all but the
  * last are on their way when this returns. */
 static hr_status compute(trainer *t, long epoch, long it, long start, long b, model_stats *ms) {
+    const long B = train_global_batch(t);
     model_grad_hook hook = {grads_ready, t};
     const model_grad_hook *h = overlapping(t) ? &hook : NULL;
     if (b > 0) {
-        HR_CHECK(data_loader_slice(&t->dl, epoch, it, start, b, t->x, t->y, t->t));
+        HR_CHECK(data_loader_slice(&t->dl, epoch, it, B, start, b, t->x, t->y, t->t));
         HR_CHECK(model_forward_backward_hooked(&t->m, t->x, t->y, t->t, b, ms, h));
     } else {
         memset(t->m.grads, 0, sizeof *t->m.grads * (size_t)t->m.n_params);
@@ -158,7 +209,11 @@ static hr_status compute(trainer *t, long epoch, long it, long start, long b, mo
 
 hr_status train_step(trainer *t, train_iter *out) {
     const int rank = t->comm.rank, size = t->comm.size;
-    const long i = t->iter, epoch = i / t->ipe, it = i % t->ipe;
+    const long i = t->iter, epoch = i / t->ipe, it = i % t->ipe, B = train_global_batch(t);
+    if (!t->has_split) {
+        HR_ERROR(TRAIN, "iteration %ld: no batch split was set (train_set_split)", i);
+        return HR_ERR_INVAL;
+    }
     long start = 0;
     for (int q = 0; q < rank; q++) start += t->split[q];
     const long b = t->split[rank];
@@ -173,19 +228,15 @@ hr_status train_step(trainer *t, train_iter *out) {
         return cst;
     }
     double t1 = now_s();
-    double factor = cfg_node_factor(t->c, t->node, i);
+    double factor = stretch_factor(&t->conf, i);
     if (factor > 1.0) sleep_s((factor - 1.0) * (t1 - t0));
     double t2 = now_s();
 
     /* stats tail: this node's slot, zeros elsewhere */
-    memset(t->stats, 0, sizeof *t->stats * (size_t)t->tail);
-    float *slot = t->stats + (long)rank * TRAIN_NODE_STATS;
-    slot[TRAIN_STAT_BATCH] = (float)b;
-    slot[TRAIN_STAT_TIME] = (float)(t2 - t0);
-    slot[TRAIN_STAT_LOSS] = (float)ms.loss_sum;
-    slot[TRAIN_STAT_CORRECT] = (float)ms.correct;
+    train_stat mine = {.b = b, .t = t2 - t0, .loss = ms.loss_sum, .correct = ms.correct};
     hr_status ast = HR_OK;
-    if (t->ctrl.annotate) ast = t->ctrl.annotate(t->ctrl.ctx, i, t->m.params, t->m.n_params, slot);
+    if (t->ctrl.annotate) ast = t->ctrl.annotate(t->ctrl.ctx, i, t->m.params, t->m.n_params, &mine);
+    stats_pack(t->stats, rank, size, &mine);
 
     if (overlapping(t)) {
         /* the last bucket starts at grads[0]: a copy of the tail just before it rides along */
@@ -204,50 +255,35 @@ hr_status train_step(trainer *t, train_iter *out) {
     }
     double t3 = now_s();
 
-    opt_step(&t->opt, t->m.params, t->m.grads, t->B, i);
+    opt_step(&t->opt, t->m.params, t->m.grads, B, i);
 
-    double loss = 0, correct = 0, total_b = 0;
-    for (int k = 0; k < size; k++) {
-        const float *s = t->stats + (long)k * TRAIN_NODE_STATS;
-        loss += s[TRAIN_STAT_LOSS], correct += s[TRAIN_STAT_CORRECT],
-            total_b += s[TRAIN_STAT_BATCH];
-    }
-    if (total_b != (double)t->B) {
-        HR_ERROR(TRAIN, "iteration %ld: the nodes processed %.0f samples, expected B = %ld (I6)", i,
-                 total_b, t->B);
-        return HR_ERR_MISMATCH;
-    }
-    memcpy(t->split_prev, t->split, sizeof *t->split * (size_t)size);
+    stats_unpack(t->stats, size, t->gathered);
+    double loss = 0, correct = 0;
+    for (int k = 0; k < size; k++) loss += t->gathered[k].loss, correct += t->gathered[k].correct;
+    int changed = 0;
     if (t->ctrl.decide) {
-        HR_CHECK(t->ctrl.decide(t->ctrl.ctx, i, t->stats, size, t->split));
-        long sum = 0;
-        for (int k = 0; k < size; k++) {
-            if (t->split[k] < 0) return HR_ERR_INVAL;
-            sum += t->split[k];
-        }
-        if (sum != t->B) {
-            HR_ERROR(TRAIN, "iteration %ld: the controller's split sums to %ld, not B = %ld", i,
-                     sum, t->B);
-            return HR_ERR_INVAL;
-        }
+        memcpy(t->next, t->split, sizeof *t->next * (size_t)size);
+        HR_CHECK(t->ctrl.decide(t->ctrl.ctx, i, t->gathered, size, t->next));
+        changed = memcmp(t->next, t->split, sizeof *t->next * (size_t)size) != 0;
+        train_set_split(t, t->next);
     }
     t->iter++;
     if (out) {
         out->iter = i, out->epoch = epoch;
-        out->loss = loss / (double)t->B, out->accuracy = correct / (double)t->B;
+        out->loss = loss / (double)B, out->accuracy = correct / (double)B;
         out->lr = opt_lr(&t->opt, i);
         out->t_compute = t1 - t0, out->t_node = t2 - t0, out->t_comm = t3 - t2;
         out->t_iter = now_s() - t0, out->factor = factor;
-        out->changed = memcmp(t->split_prev, t->split, sizeof *t->split * (size_t)size) != 0;
+        out->changed = changed;
     }
     return HR_OK;
 }
 
 hr_status train_evaluate(trainer *t, double *loss, double *accuracy) {
     model_stats st = {0, 0};
-    long n = t->eval.n;
-    for (long s = 0; s < n; s += t->B) {
-        long b = n - s < t->B ? n - s : t->B;
+    const long n = t->eval.n, B = train_global_batch(t);
+    for (long s = 0; s < n; s += B) {
+        long b = n - s < B ? n - s : B;
         data_gather(&t->eval, NULL, s, b, t->x, t->y, t->t);
         HR_CHECK(model_forward(&t->m, t->x, t->y, t->t, b, &st));
     }
@@ -259,8 +295,12 @@ hr_status train_evaluate(trainer *t, double *loss, double *accuracy) {
 /* ================================================================ checkpoints */
 
 static ckpt_meta meta_of(const trainer *t) {
-    ckpt_meta m = {(uint64_t)t->iter, (uint64_t)t->m.n_params, t->c->seed,
-                   (uint64_t)t->B,    (uint32_t)t->c->model,   (uint32_t)t->comm.size};
+    ckpt_meta m = {(uint64_t)t->iter,
+                   (uint64_t)t->m.n_params,
+                   t->conf.seed,
+                   (uint64_t)train_global_batch(t),
+                   (uint32_t)t->conf.model.kind,
+                   (uint32_t)t->comm.size};
     return m;
 }
 
@@ -271,9 +311,10 @@ hr_status train_save(const trainer *t, const char *path, char *err, size_t errle
 
 hr_status train_load(trainer *t, const char *path, char *err, size_t errlen) {
     ckpt_meta m = meta_of(t);
-    HR_CHECK(ckpt_load(path, &m, t->m.params, t->opt.vel, (int64_t *)t->split, t->comm.size, err,
+    HR_CHECK(ckpt_load(path, &m, t->m.params, t->opt.vel, (int64_t *)t->recorded, t->comm.size, err,
                        errlen));
     t->iter = (long)m.iter;
+    t->has_recorded = m.n_nodes == (uint32_t)t->comm.size;
     return HR_OK;
 }
 
@@ -300,13 +341,9 @@ static void write_metrics(FILE *f, const trainer *t, const train_iter *r, double
     fputc(',', f);
     json_num(f, "accuracy", t->y ? r->accuracy : NAN);
     fprintf(f, ",\"lr\":%.9g,\"b\":[", r->lr);
-    for (int k = 0; k < t->comm.size; k++)
-        fprintf(f, "%s%.0f", k ? "," : "",
-                (double)t->stats[k * TRAIN_NODE_STATS + TRAIN_STAT_BATCH]);
+    for (int k = 0; k < t->comm.size; k++) fprintf(f, "%s%ld", k ? "," : "", t->gathered[k].b);
     fprintf(f, "],\"t\":[");
-    for (int k = 0; k < t->comm.size; k++)
-        fprintf(f, "%s%.6g", k ? "," : "",
-                (double)t->stats[k * TRAIN_NODE_STATS + TRAIN_STAT_TIME]);
+    for (int k = 0; k < t->comm.size; k++) fprintf(f, "%s%.6g", k ? "," : "", t->gathered[k].t);
     fprintf(f,
             "],\"changed\":%d,\"t_compute\":%.6g,\"t_comm\":%.6g,\"t_iter\":%.6g,\"factor\":%g,"
             "\"wall_s\":%.6g",
@@ -326,12 +363,12 @@ static void progress(FILE *out, int bar, const trainer *t, const train_iter *r, 
     if (t->comm.size > 1) { /* every node's batch and compute time, from the gathered stats */
         size_t o = (size_t)snprintf(nodes, sizeof nodes, " | b");
         for (int k = 0; k < t->comm.size && o < sizeof nodes; k++)
-            o += (size_t)snprintf(nodes + o, sizeof nodes - o, "%s%.0f", k ? "/" : " ",
-                                  (double)t->stats[k * TRAIN_NODE_STATS + TRAIN_STAT_BATCH]);
+            o += (size_t)snprintf(nodes + o, sizeof nodes - o, "%s%ld", k ? "/" : " ",
+                                  t->gathered[k].b);
         if (o < sizeof nodes) o += (size_t)snprintf(nodes + o, sizeof nodes - o, " t");
         for (int k = 0; k < t->comm.size && o < sizeof nodes; k++)
             o += (size_t)snprintf(nodes + o, sizeof nodes - o, "%s%.0f", k ? "/" : " ",
-                                  1e3 * t->stats[k * TRAIN_NODE_STATS + TRAIN_STAT_TIME]);
+                                  1e3 * t->gathered[k].t);
         if (o < sizeof nodes) snprintf(nodes + o, sizeof nodes - o, " ms");
     }
     if (t->y) snprintf(acc, sizeof acc, " acc %5.1f%%", 100 * r->accuracy);
@@ -358,17 +395,18 @@ static int exists(const char *p) {
 }
 
 hr_status train_run(trainer *t, const train_opts *o, train_result *res, char *err, size_t errlen) {
-    const cfg *c = t->c;
+    const train_config *c = &t->conf;
+    const char *ckpt = c->checkpoint ? c->checkpoint : "";
     const int rank0 = t->comm.rank == 0;
     hr_status st = HR_OK;
     FILE *metrics = NULL, *out = o && o->out ? o->out : stdout;
     memset(res, 0, sizeof *res);
-    res->emulated = t->emulated;
+    res->emulated = t->conf.emulated;
     res->eval_loss = res->eval_accuracy = res->final_loss = NAN;
     int resumed = t->iter > 0;
-    if (!resumed && c->checkpoint[0] && exists(c->checkpoint)) {
-        HR_CHECK(train_load(t, c->checkpoint, err, errlen));
-        HR_INFO(TRAIN, "resumed from checkpoint %s at iteration %ld", c->checkpoint, t->iter);
+    if (!resumed && ckpt[0] && exists(ckpt)) {
+        HR_CHECK(train_load(t, ckpt, err, errlen));
+        HR_INFO(TRAIN, "resumed from checkpoint %s at iteration %ld", ckpt, t->iter);
         resumed = 1;
     }
     if (o && o->metrics_path && !(metrics = fopen(o->metrics_path, resumed ? "a" : "w")))
@@ -383,8 +421,8 @@ hr_status train_run(trainer *t, const train_opts *o, train_result *res, char *er
     if (rank0)
         HR_INFO(TRAIN,
                 "training %s %s on %s: %ld iterations of B = %ld (%ld per epoch), %d node(s)%s",
-                cfg_model_name(c->model), desc, cfg_dataset_name(c->dataset), t->total, t->B,
-                t->ipe, t->comm.size, t->emulated ? ", EMULATED heterogeneity" : "");
+                c->model.name, desc, c->data.name, t->total, train_global_batch(t), t->ipe,
+                t->comm.size, t->conf.emulated ? ", EMULATED heterogeneity" : "");
     if (rank0 && overlapping(t))
         HR_INFO(TRAIN, "gradients in %d buckets (bucket_bytes = %ld), all-reduced during backward",
                 t->n_buckets, c->bucket_bytes);
@@ -400,7 +438,7 @@ hr_status train_run(trainer *t, const train_opts *o, train_result *res, char *er
             st = hr_fail(err, errlen, HR_ERR_DATA,
                          "iteration %ld: the loss is %g; training diverged (try a smaller [train] "
                          "lr, now %g)",
-                         r.iter, r.loss, c->lr);
+                         r.iter, r.loss, c->opt.lr);
             goto fail;
         }
         res->iterations++;
@@ -417,18 +455,18 @@ hr_status train_run(trainer *t, const train_opts *o, train_result *res, char *er
         if (mode != TRAIN_PROGRESS_NONE &&
             (mode == TRAIN_PROGRESS_BAR ? (now - last_print > 0.1 || last || evaluated)
                                         : (t->iter % every == 0 || last || evaluated))) {
-            double rate =
-                (double)(t->iter - last_iter) * (double)t->B / fmax(1e-9, now - last_print);
+            double rate = (double)(t->iter - last_iter) * (double)train_global_batch(t) /
+                          fmax(1e-9, now - last_print);
             progress(out, mode == TRAIN_PROGRESS_BAR, t, &r, rate, t->y ? ea : el, evaluated);
             if (mode == TRAIN_PROGRESS_BAR && (evaluated || last)) fputc('\n', out);
             last_print = now, last_iter = t->iter;
         }
-        if (rank0 && c->checkpoint[0] &&
+        if (rank0 && ckpt[0] &&
             (last || (c->checkpoint_interval > 0 && t->iter % c->checkpoint_interval == 0)))
-            HR_CHECK_GOTO(train_save(t, c->checkpoint, err, errlen), st, fail);
+            HR_CHECK_GOTO(train_save(t, ckpt, err, errlen), st, fail);
     }
     res->wall_s = now_s() - start;
-    res->samples = (t->iter - first) * t->B;
+    res->samples = (t->iter - first) * train_global_batch(t);
     res->samples_per_s = res->wall_s > 0 ? (double)res->samples / res->wall_s : 0;
     if (res->iterations == 0 && rank0) /* resumed at the end: still report the model */
         HR_CHECK_GOTO(train_evaluate(t, &res->eval_loss, &res->eval_accuracy), st, fail);
@@ -462,8 +500,8 @@ hr_status train_write_summary(const trainer *t, const train_result *r, const cha
     json_field(f, "eval_accuracy", r->eval_accuracy);
     fprintf(f, "  \"emulated\": %s,\n", r->emulated ? "true" : "false");
     fprintf(f, "  \"model\": \"%s %s\",\n  \"dataset\": \"%s\",\n  \"nodes\": %d,\n",
-            cfg_model_name(t->c->model), desc, cfg_dataset_name(t->c->dataset), t->comm.size);
-    fprintf(f, "  \"global_batch\": %ld,\n  \"gradient_buckets\": %d,\n", t->B,
+            t->conf.model.name, desc, t->conf.data.name, t->comm.size);
+    fprintf(f, "  \"global_batch\": %ld,\n  \"gradient_buckets\": %d,\n", train_global_batch(t),
             overlapping(t) ? t->n_buckets : 1);
     fprintf(f, "  \"final_iteration\": %ld\n}\n", t->iter);
     if (ferror(f) | (fclose(f) != 0))

@@ -4,19 +4,20 @@
  *   slice    b = split[rank] samples starting at start = sum of split[q], q < rank (I1)
  *   compute  forward + backward -> gradient SUMS in grads[0, n_params); the compute time is
  *            measured on CLOCK_MONOTONIC, then stretched by sleeping (factor - 1) * t when the
- *            node emulates a slowdown (factor = cfg_node_factor(c, node, iter))
+ *            node emulates a slowdown (train_config's slowdown and phases)
  *   buckets  with bucket_bytes > 0 and more than one node, each finished bucket of the
  *            gradient buffer (overlap.h) is all-reduced on a thread while backward computes
  *            the layers before it. An emulated slow node hands its buckets over before its
  *            stretch; with a balanced split the last node to finish bounds every bucket,
  *            as it would with a truly slower device
- *   stats    this node's slot of the stats tail grads[n_params, n_params + size*TRAIN_NODE_STATS)
- *            gets (b, t, loss sum, correct); the other slots are zero
+ *   stats    this node's train_stat (b, t, loss sum, correct, extra) is packed into its slot
+ *            of the tail grads[n_params, n_params + size*TRAIN_NODE_STATS); the others are 0
  *   comm     comm.allreduce(grads, n_params + tail): a SUM over the nodes, in place; the
  *            summed tail is an all-gather of every node's stats. With buckets, a copy of the
  *            tail rides with the last bucket instead (model.h's scratch before grads[0])
  *   update   opt_step divides by B (I2), identically on every node (I4)
- *   decide   ctrl.decide may set the split for the next iteration from the gathered stats
+ *   decide   the tail is unpacked into gathered[] (size); ctrl.decide may decide the split of
+ *            the next iteration from them, adopted through train_set_split
  *
  * One node is the case comm = train_comm_local() (no-op all-reduce), split = {B}. The
  * distributed loop plugs a ring into `comm` and a controller into `ctrl`; nothing else
@@ -25,8 +26,8 @@
 #ifndef HR_TRAIN_H
 #define HR_TRAIN_H
 
-#include "cfg.h"
 #include "data.h"
+#include "data_io.h"
 #include "hr_status.h"
 #include "model.h"
 #include "optim.h"
@@ -34,15 +35,56 @@
 
 #include <stdio.h>
 
-/* Per-node statistics slot in the tail of the gradient buffer. Slots 4..7 are free for
- * resource features (memory, queue length, ...) that a controller may want gathered. */
-#define TRAIN_NODE_STATS 8
-enum {
-    TRAIN_STAT_BATCH = 0,   /* b_k, samples this node processed */
-    TRAIN_STAT_TIME = 1,    /* t_k, seconds of compute including any emulated stretch */
-    TRAIN_STAT_LOSS = 2,    /* sum of the per-sample losses of the slice */
-    TRAIN_STAT_CORRECT = 3, /* correct predictions in the slice */
-};
+/* ---------------------------------------------------------------- settings */
+
+#define TRAIN_MAX_PHASES 32 /* interference schedule entries */
+
+/* One step of an emulated interference schedule: from iteration `iter` on, compute is
+ * stretched by `factor` (replacing the slowdown). */
+typedef struct {
+    long iter;     /* first iteration the factor applies to */
+    double factor; /* >= 1 stretches compute, 1 is full speed */
+} train_phase;
+
+/* What one node's training is built from: the [train] section and this node's emulation
+ * settings, converted from the INI config once by the application (app/trainer_setup.h).
+ * Strings are borrowed and must outlive the trainer. */
+typedef struct {
+    model_config model;       /* the model to build */
+    data_config data;         /* the data to train on */
+    opt_config opt;           /* the optimizer */
+    long global_batch;        /* B, samples per iteration across all nodes: its one home */
+    uint64_t seed;            /* weights, synthetic data and every epoch's permutation */
+    long iterations;          /* iterations of the run; 0: `epochs` passes over the data */
+    long epochs;              /* passes over the data when iterations is 0 */
+    long eval_interval;       /* iterations between evaluations; 0: at the end only */
+    const char *checkpoint;   /* checkpoint file; NULL or "": none */
+    long checkpoint_interval; /* iterations between checkpoints; 0: at the end only */
+    long bucket_bytes;        /* gradient bucket overlapped with backward; 0: one all-reduce */
+    long threads;             /* BLAS threads of this node; 0: all cores */
+    double slowdown;          /* this node's emulated compute stretch, >= 1 */
+    train_phase phases[TRAIN_MAX_PHASES]; /* its interference schedule, ascending iter */
+    int n_phases;                         /* entries used in phases[] */
+    int emulated;       /* some node of the cluster emulates a slowdown (labels the run) */
+    const char *origin; /* the config file, named in errors */
+} train_config;
+
+/* ---------------------------------------------------------------- one iteration */
+
+/* One node's statistics for one iteration. They travel in the stats tail of the gradient
+ * buffer as TRAIN_NODE_STATS floats per node (DESIGN.md "One iteration", step 3): each node
+ * fills its own slot and zeros the others, so the float SUM all-reduce hands every node every
+ * slot unchanged. train.c packs and unpacks this struct in one place each; b and correct are
+ * exact in a float up to 2^24. */
+#define TRAIN_STAT_EXTRA 4 /* floats free for the decision hook (train_ctrl.annotate) */
+typedef struct {
+    long b;                        /* b_k, samples this node processed */
+    double t;                      /* t_k, seconds of compute including any emulated stretch */
+    double loss;                   /* sum of the per-sample losses of the slice */
+    long correct;                  /* correct predictions in the slice */
+    float extra[TRAIN_STAT_EXTRA]; /* resource features or agreement hashes, carried as is */
+} train_stat;
+#define TRAIN_NODE_STATS (4 + TRAIN_STAT_EXTRA) /* floats per node in the stats tail */
 
 /* The communication step: a SUM all-reduce of n floats in place, the same bytes on every
  * node afterwards (I4). rank is this node's ring position, size the number of nodes. */
@@ -55,16 +97,17 @@ typedef struct {
 /* A one-node communicator: the all-reduce leaves the buffer as it is. */
 train_comm train_comm_local(void);
 
-/* The batch-size decision after iteration `iter`: `stats` (size, TRAIN_NODE_STATS) is the
- * all-gathered tail, `split` (size) holds the split just used and receives the next one
- * (sum B, each >= 0). Must be a pure function of its inputs and ctx (I5). NULL decide keeps
- * the split. */
+/* The batch-size decision after iteration `iter`: `stats` (size) are every node's stats of
+ * that iteration, `next` (size) holds the split just used and receives the next one, which
+ * the trainer adopts through train_set_split. The decision owns the split: it must check
+ * I6 (sum B, bounds) where it makes it, and be a pure function of its inputs and ctx (I5).
+ * NULL decide keeps the split. */
 typedef struct {
     void *ctx;
-    hr_status (*decide)(void *ctx, long iter, const float *stats, int size, long *split);
-    /* Optional, before the all-reduce: may fill slots 4..7 of this node's stats `slot`
+    hr_status (*decide)(void *ctx, long iter, const train_stat *stats, int size, long *next);
+    /* Optional, before the all-reduce: may fill mine->extra, this node's free stats
      * (agreement hashes of the parameters, for instance). */
-    hr_status (*annotate)(void *ctx, long iter, float *params, long n_params, float *slot);
+    hr_status (*annotate)(void *ctx, long iter, float *params, long n_params, train_stat *mine);
 } train_ctrl;
 
 /* What one iteration did, as seen after the all-reduce (same on every node). */
@@ -83,26 +126,29 @@ typedef struct {
 } train_iter;
 
 typedef struct {
-    const cfg *c;         /* configuration (not owned) */
-    int node;             /* index of this node in c->nodes */
+    train_config conf;    /* settings (strings borrowed); conf.global_batch is B */
     train_comm comm;      /* communication step */
     train_ctrl ctrl;      /* batch-size decision */
     data_set train, eval; /* training and held-out sets */
     data_loader dl;       /* permutation and slices (I1) */
     model m;              /* the model; m.grads carries the stats tail */
     opt_sgd opt;          /* optimizer state */
-    long B;               /* global batch */
     long ipe;             /* iterations per epoch */
     long total;           /* iterations of the run */
     long iter;            /* next iteration to run */
-    long *split;          /* (comm.size) samples per node for the next iteration */
-    long *split_prev;     /* (comm.size) the split of the iteration just run */
+    long *split;          /* (comm.size) samples per node for the next iteration; written by
+                           * train_set_split only */
+    int has_split;        /* split was set (train_init does it for one node) */
+    long *next;           /* (comm.size) where ctrl.decide writes the next split */
+    long *recorded;       /* (comm.size) the split of the checkpoint train_load read, for the
+                           * controller to adopt; valid when has_recorded */
+    int has_recorded;     /* the checkpoint recorded a split for comm.size nodes */
     float *x;             /* (B, d) input slice */
     int32_t *y;           /* (B) labels, or NULL */
     float *t;             /* (B, n_targets) targets, or NULL */
-    float *stats;         /* = m.grads + m.n_params, (comm.size, TRAIN_NODE_STATS) */
+    float *stats;         /* = m.grads + m.n_params, (comm.size, TRAIN_NODE_STATS) packed */
+    train_stat *gathered; /* (comm.size) the stats of the iteration just run, unpacked */
     long tail;            /* floats in the stats tail */
-    int emulated;         /* any node of the cluster emulates a slowdown */
 
     /* gradient buckets (overlap.h), used when n_buckets > 1 */
     long cuts[MODEL_MAX_LAYERS + 1]; /* the plan: bucket j = grads[cuts[j+1], cuts[j]) */
@@ -111,20 +157,32 @@ typedef struct {
     overlap_worker ow;               /* all-reduces the buckets while backward runs */
 } trainer;
 
-/* Load the data, build the model and optimizer for node `node` of `c`. comm may be NULL
- * (one node). Sets the BLAS thread count from the node's `threads` (0 = all cores).
- * The split starts even: B/size each, the remainder to the lowest ranks. */
-hr_status train_init(trainer *t, const cfg *c, int node, const train_comm *comm, char *err,
+/* Load the data, build the model and optimizer from tc. comm may be NULL (one node). Sets
+ * the BLAS thread count from tc->threads (0 = all cores).
+ * One node's split is {B}; with several nodes the controller sets the first one through
+ * train_set_split before the first train_step. */
+hr_status train_init(trainer *t, const train_config *tc, const train_comm *comm, char *err,
                      size_t errlen);
 void train_free(trainer *t);
 
-/* Run iteration t->iter and advance. */
+/* The global batch B: its one home is t->conf.global_batch; the data loader, the optimizer
+ * and the controller are handed it, and everyone else asks here. */
+long train_global_batch(const trainer *t);
+
+/* Adopt the split b (comm.size entries) for the next iteration: the one way the split
+ * changes. b comes from the controller, which checks I6 (sum B, bounds) where it makes a
+ * split (ctrl.h); the trainer does not check it again. */
+void train_set_split(trainer *t, const long *b);
+
+/* Run iteration t->iter and advance. HR_ERR_INVAL when no split was set. */
 hr_status train_step(trainer *t, train_iter *out);
 
 /* Loss and accuracy of the current parameters on the held-out split (all of it). */
 hr_status train_evaluate(trainer *t, double *loss, double *accuracy);
 
-/* Checkpoint the state (iteration, parameters, optimizer, split) / resume from one. */
+/* Checkpoint the state (iteration, parameters, optimizer, split) / resume from one. A
+ * resumed checkpoint's split goes to t->recorded, not to t->split: the controller owns the
+ * split and adopts the recorded one (dist_attach). */
 hr_status train_save(const trainer *t, const char *path, char *err, size_t errlen);
 hr_status train_load(trainer *t, const char *path, char *err, size_t errlen);
 
@@ -153,7 +211,7 @@ typedef struct {
     int emulated;         /* the run emulated heterogeneity */
 } train_result;
 
-/* The whole run: resume from [train] checkpoint when the file exists (unless train_load has
+/* The whole run: resume from conf.checkpoint when the file exists (unless train_load has
  * already resumed this trainer, t->iter > 0), iterate to `total`,
  * evaluate every eval_interval iterations and at the end, checkpoint every
  * checkpoint_interval iterations and at the end (rank 0), write metrics and summary. */

@@ -10,7 +10,7 @@
  * so a run on the files follows the same trajectory as a run on the generator.
  */
 #include "cli.h"
-#include "data.h"
+#include "data_io.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -95,13 +95,13 @@ int cmd_gen_data(int argc, char **argv) {
     }
     if (optind < argc) return cli_usage_error("gen-data", "unexpected argument '%s'", argv[optind]);
     if (!kind_s || !dir) return cli_usage_error("gen-data", "--kind and --out are required");
-    int kind;
+    data_kind kind;
     if (strcmp(kind_s, "synthetic") == 0)
-        kind = CFG_DATA_SYNTHETIC;
+        kind = DATA_SYNTHETIC;
     else if (strcmp(kind_s, "synthetic-rgb") == 0)
-        kind = CFG_DATA_SYNTHETIC_RGB;
+        kind = DATA_SYNTHETIC_RGB;
     else if (strcmp(kind_s, "synthetic-regression") == 0)
-        kind = CFG_DATA_SYNTHETIC_REGRESSION;
+        kind = DATA_SYNTHETIC_REGRESSION;
     else
         return cli_usage_error("gen-data",
                                "--kind '%s' (expected synthetic, synthetic-rgb or "
@@ -115,14 +115,14 @@ int cmd_gen_data(int argc, char **argv) {
     char err[HR_ERRLEN] = "", a[4200], b[4200];
     hr_status st = data_synthetic(&tr, &ev, kind, n, n_eval, seed, err, sizeof err);
     const char *z = gz ? ".gz" : "";
-    if (st == HR_OK && kind == CFG_DATA_SYNTHETIC) {
+    if (st == HR_OK && kind == DATA_SYNTHETIC) {
         snprintf(a, sizeof a, "%s/train-images-idx3-ubyte%s", dir, z);
         snprintf(b, sizeof b, "%s/train-labels-idx1-ubyte%s", dir, z);
         st = data_write_idx(&tr, a, b, gz, err, sizeof err);
         snprintf(a, sizeof a, "%s/t10k-images-idx3-ubyte%s", dir, z);
         snprintf(b, sizeof b, "%s/t10k-labels-idx1-ubyte%s", dir, z);
         if (st == HR_OK) st = data_write_idx(&ev, a, b, gz, err, sizeof err);
-    } else if (st == HR_OK && kind == CFG_DATA_SYNTHETIC_RGB) {
+    } else if (st == HR_OK && kind == DATA_SYNTHETIC_RGB) {
         for (int k = 0; k < 5 && st == HR_OK; k++) { /* five batches, like CIFAR-10 */
             long from = n * k / 5, to = n * (k + 1) / 5;
             snprintf(a, sizeof a, "%s/data_batch_%d.bin", dir, k + 1);

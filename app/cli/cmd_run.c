@@ -10,6 +10,7 @@
 #include "node_id.h"
 #include "dist.h"
 #include "train.h"
+#include "trainer_setup.h"
 
 #include <getopt.h>
 #include <stdio.h>
@@ -40,7 +41,9 @@ static int train_one(const cfg *c, int self, const train_opts *to) {
     trainer t;
     train_result res;
     char err[HR_ERRLEN] = "";
-    hr_status st = train_init(&t, c, self, NULL, err, sizeof err);
+    train_config tc;
+    app_train_config(c, self, &tc);
+    hr_status st = train_init(&t, &tc, NULL, err, sizeof err);
     if (st != HR_OK) {
         fprintf(stderr, "hetring run: %s\n", err[0] ? err : hr_strerror(st));
         return st == HR_ERR_CONFIG ? CLI_USAGE : CLI_FAIL;
@@ -86,7 +89,9 @@ static int train_cluster(const cfg *c, int self, const train_opts *to) {
     hr_status st = dist_init(&d, c, self, err, sizeof err);
     if (st != HR_OK) goto fail;
     train_comm comm = dist_comm(&d);
-    st = train_init(&t, c, self, &comm, err, sizeof err);
+    train_config tc;
+    app_train_config(c, self, &tc);
+    st = train_init(&t, &tc, &comm, err, sizeof err);
     if (st != HR_OK) goto fail;
     have_trainer = 1;
     if (c->checkpoint[0] && access(c->checkpoint, F_OK) == 0) {

@@ -19,7 +19,7 @@ int main(void) {
     }
     opt_sgd o;
     memset(&o, 0, sizeof o);
-    o.lr = 0.05, o.schedule = CFG_LR_COSINE, o.warmup = 3, o.total = 10;
+    o.lr = 0.05, o.schedule = OPT_LR_COSINE, o.warmup = 3, o.total = 10;
     o.momentum = 0.9, o.weight_decay = 5e-4, o.n = n;
     o.vel = xmalloc(sizeof(float) * n);
     float *p = xmalloc(sizeof(float) * n), *g = xmalloc(sizeof(float) * n);

@@ -29,7 +29,7 @@ static char dir[64];
 static void trainer_or_die(trainer *t, cfg *c, const char *train) {
     char err[HR_ERRLEN];
     one_node_cfg(c, dir, train);
-    if (train_init(t, c, 0, NULL, err, sizeof err) != HR_OK) {
+    if (test_train_init(t, c, 0, NULL, err, sizeof err) != HR_OK) {
         fprintf(stderr, "train_init: %s\n", err);
         exit(2);
     }

@@ -4,6 +4,7 @@
  */
 #include "check.h"
 #include "data.h"
+#include "data_io.h"
 #include "util.h"
 
 #include <stdint.h>
@@ -36,11 +37,11 @@ static void expect_error(hr_status st, const char *err, const char *file, const 
 static void test_synthetic(void) {
     data_set a, ae, b, be, c, ce;
     char err[HR_ERRLEN];
-    CHECK(data_synthetic(&a, &ae, CFG_DATA_SYNTHETIC, 500, 100, 5, err, sizeof err) == HR_OK, "%s",
+    CHECK(data_synthetic(&a, &ae, DATA_SYNTHETIC, 500, 100, 5, err, sizeof err) == HR_OK, "%s",
           err);
-    CHECK(data_synthetic(&b, &be, CFG_DATA_SYNTHETIC, 500, 100, 5, err, sizeof err) == HR_OK, "%s",
+    CHECK(data_synthetic(&b, &be, DATA_SYNTHETIC, 500, 100, 5, err, sizeof err) == HR_OK, "%s",
           err);
-    CHECK(data_synthetic(&c, &ce, CFG_DATA_SYNTHETIC, 500, 100, 6, err, sizeof err) == HR_OK, "%s",
+    CHECK(data_synthetic(&c, &ce, DATA_SYNTHETIC, 500, 100, 6, err, sizeof err) == HR_OK, "%s",
           err);
     CHECK(a.d == 784 && a.c == 1 && a.n_classes == 10, "shape");
     CHECK(memcmp(a.x8, b.x8, 500 * 784) == 0 && memcmp(a.y, b.y, 500 * 4) == 0,
@@ -53,8 +54,7 @@ static void test_synthetic(void) {
         CHECK(count[k] > 20, "class %d has %d samples of 500", k, count[k]);
     /* a prefix of a larger set is the smaller set: samples are functions of their index */
     data_set d, de;
-    CHECK(data_synthetic(&d, &de, CFG_DATA_SYNTHETIC, 800, 10, 5, err, sizeof err) == HR_OK, "%s",
-          err);
+    CHECK(data_synthetic(&d, &de, DATA_SYNTHETIC, 800, 10, 5, err, sizeof err) == HR_OK, "%s", err);
     CHECK(memcmp(a.x8, d.x8, 500 * 784) == 0, "sample i must not depend on n");
     data_set_free(&a), data_set_free(&ae), data_set_free(&b), data_set_free(&be);
     data_set_free(&c), data_set_free(&ce), data_set_free(&d), data_set_free(&de);
@@ -63,13 +63,13 @@ static void test_synthetic(void) {
 static void test_permutation_and_slices(void) {
     data_set tr, ev;
     char err[HR_ERRLEN];
-    CHECK(data_synthetic(&tr, &ev, CFG_DATA_SYNTHETIC_REGRESSION, 1000, 10, 9, err, sizeof err) ==
+    CHECK(data_synthetic(&tr, &ev, DATA_SYNTHETIC_REGRESSION, 1000, 10, 9, err, sizeof err) ==
               HR_OK,
           "%s", err);
     data_loader dl;
     const long B = 96;
     CHECK(data_loader_init(&dl, &tr, 9, B, err, sizeof err) == HR_OK, "%s", err);
-    CHECK(data_loader_iters_per_epoch(&dl) == 1000 / 96, "iterations per epoch");
+    CHECK(data_loader_iters_per_epoch(&dl, B) == 1000 / 96, "iterations per epoch");
     uint32_t *p0 = malloc(4 * 1000), *p1 = malloc(4 * 1000);
     memcpy(p0, data_loader_perm(&dl, 0), 4 * 1000);
     memcpy(p1, data_loader_perm(&dl, 1), 4 * 1000);
@@ -90,11 +90,11 @@ static void test_permutation_and_slices(void) {
     const long splits[3][4] = {{96, 0, 0, 0}, {10, 40, 1, 45}, {0, 32, 64, 0}};
     for (long e = 0; e < 2; e++)
         for (long it = 0; it < 3; it++) {
-            CHECK(data_loader_slice(&dl, e, it, 0, B, whole, NULL, tw) == HR_OK, "slice");
+            CHECK(data_loader_slice(&dl, e, it, B, 0, B, whole, NULL, tw) == HR_OK, "slice");
             for (int s = 0; s < 3; s++) {
                 long start = 0;
                 for (int k = 0; k < 4; k++) {
-                    CHECK(data_loader_slice(&dl, e, it, start, splits[s][k], parts + start * d,
+                    CHECK(data_loader_slice(&dl, e, it, B, start, splits[s][k], parts + start * d,
                                             NULL, tp + start) == HR_OK,
                           "slice");
                     start += splits[s][k];
@@ -107,8 +107,8 @@ static void test_permutation_and_slices(void) {
             const uint32_t *p = data_loader_perm(&dl, e);
             CHECK(tw[0] == tr.t[p[it * B]] && tw[B - 1] == tr.t[p[it * B + B - 1]], "window");
         }
-    CHECK(data_loader_slice(&dl, 0, 0, 90, 7, parts, NULL, tp) == HR_ERR_INVAL, "slice past B");
-    CHECK(data_loader_slice(&dl, 0, 10, 0, 1, parts, NULL, tp) == HR_ERR_INVAL,
+    CHECK(data_loader_slice(&dl, 0, 0, B, 90, 7, parts, NULL, tp) == HR_ERR_INVAL, "slice past B");
+    CHECK(data_loader_slice(&dl, 0, 10, B, 0, 1, parts, NULL, tp) == HR_ERR_INVAL,
           "iteration past epoch");
     data_loader too;
     CHECK(data_loader_init(&too, &tr, 9, 2000, err, sizeof err) == HR_ERR_CONFIG &&
@@ -123,7 +123,7 @@ static void test_round_trips(void) {
     char err[HR_ERRLEN], a[128], b[128];
     data_set tr, ev, in;
     /* IDX, plain and gzipped */
-    CHECK(data_synthetic(&tr, &ev, CFG_DATA_SYNTHETIC, 300, 10, 2, err, sizeof err) == HR_OK, "%s",
+    CHECK(data_synthetic(&tr, &ev, DATA_SYNTHETIC, 300, 10, 2, err, sizeof err) == HR_OK, "%s",
           err);
     for (int gz = 0; gz < 2; gz++) {
         snprintf(a, sizeof a, "%s/img%s", dir, gz ? ".gz" : "");
@@ -137,8 +137,8 @@ static void test_round_trips(void) {
     }
     data_set_free(&tr), data_set_free(&ev);
     /* CIFAR-10 binary */
-    CHECK(data_synthetic(&tr, &ev, CFG_DATA_SYNTHETIC_RGB, 50, 5, 2, err, sizeof err) == HR_OK,
-          "%s", err);
+    CHECK(data_synthetic(&tr, &ev, DATA_SYNTHETIC_RGB, 50, 5, 2, err, sizeof err) == HR_OK, "%s",
+          err);
     snprintf(a, sizeof a, "%s/b1.bin", dir);
     snprintf(b, sizeof b, "%s/b2.bin", dir);
     CHECK(data_write_cifar(&tr, 0, 20, a, err, sizeof err) == HR_OK, "%s", err);
@@ -150,8 +150,7 @@ static void test_round_trips(void) {
           "CIFAR round trip changed the data");
     data_set_free(&in), data_set_free(&tr), data_set_free(&ev);
     /* CSV (regression) */
-    CHECK(data_synthetic(&tr, &ev, CFG_DATA_SYNTHETIC_REGRESSION, 40, 5, 2, err, sizeof err) ==
-              HR_OK,
+    CHECK(data_synthetic(&tr, &ev, DATA_SYNTHETIC_REGRESSION, 40, 5, 2, err, sizeof err) == HR_OK,
           "%s", err);
     snprintf(a, sizeof a, "%s/r.csv", dir);
     CHECK(data_write_csv(&tr, a, err, sizeof err) == HR_OK, "%s", err);
@@ -165,8 +164,7 @@ static void test_round_trips(void) {
 static void test_bad_files(void) {
     char err[HR_ERRLEN], img[128], lab[128];
     data_set tr, ev, in;
-    CHECK(data_synthetic(&tr, &ev, CFG_DATA_SYNTHETIC, 20, 1, 2, err, sizeof err) == HR_OK, "%s",
-          err);
+    CHECK(data_synthetic(&tr, &ev, DATA_SYNTHETIC, 20, 1, 2, err, sizeof err) == HR_OK, "%s", err);
     snprintf(img, sizeof img, "%s/bad-images", dir);
     snprintf(lab, sizeof lab, "%s/bad-labels", dir);
     CHECK(data_write_idx(&tr, img, lab, 0, err, sizeof err) == HR_OK, "%s", err);
@@ -202,7 +200,7 @@ static void test_bad_files(void) {
 
     /* CIFAR: partial record, label out of range */
     data_set rt, re;
-    CHECK(data_synthetic(&rt, &re, CFG_DATA_SYNTHETIC_RGB, 3, 1, 2, err, sizeof err) == HR_OK, "%s",
+    CHECK(data_synthetic(&rt, &re, DATA_SYNTHETIC_RGB, 3, 1, 2, err, sizeof err) == HR_OK, "%s",
           err);
     char cf[128];
     snprintf(cf, sizeof cf, "%s/cifar.bin", dir);

@@ -209,16 +209,13 @@ int main(void) {
     gradcheck("conv, relu, maxpool, conv", &s, 3, 1 << 20);
 
     /* the configured CNNs (subset of parameters) */
-    cfg c;
-    cfg_init(&c);
-    c.model = CFG_MODEL_CNN;
+    model_config c = {.kind = MODEL_CNN, .name = "cnn", .data_name = "synthetic", .origin = ""};
     char err[HR_ERRLEN];
-    CHECK(model_spec_from_cfg(&s, &c, 1, 28, 28, 10, err, sizeof err) == HR_OK, "%s", err);
+    CHECK(model_spec_build(&s, &c, 1, 28, 28, 10, err, sizeof err) == HR_OK, "%s", err);
     gradcheck("cnn lenet 28x28x1", &s, 2, 300);
-    CHECK(model_spec_from_cfg(&s, &c, 3, 32, 32, 10, err, sizeof err) == HR_OK, "%s", err);
+    CHECK(model_spec_build(&s, &c, 3, 32, 32, 10, err, sizeof err) == HR_OK, "%s", err);
     gradcheck("cnn vgg 32x32x3", &s, 2, 120);
-    CHECK(model_spec_from_cfg(&s, &c, 3, 28, 28, 10, err, sizeof err) == HR_ERR_CONFIG,
+    CHECK(model_spec_build(&s, &c, 3, 28, 28, 10, err, sizeof err) == HR_ERR_CONFIG,
           "cnn on 28x28x3 must be refused");
-    cfg_free(&c);
     return check_exit();
 }

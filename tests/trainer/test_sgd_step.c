@@ -46,13 +46,15 @@ static void expected_run(const cfg *c, const float *p0, long w_off, long b_off, 
     data_set tr, ev;
     data_loader dl;
     char err[HR_ERRLEN];
-    if (data_load(&tr, &ev, c, err, sizeof err) != HR_OK ||
+    train_config tc;
+    app_train_config(c, 0, &tc);
+    if (data_load(&tr, &ev, &tc.data, c->seed, err, sizeof err) != HR_OK ||
         data_loader_init(&dl, &tr, c->seed, B, err, sizeof err) != HR_OK) {
         fprintf(stderr, "%s\n", err);
         exit(2);
     }
     CHECK(tr.n == N_SAMPLES && tr.d == D, "csv: %ld samples of %ld features", tr.n, tr.d);
-    long ipe = data_loader_iters_per_epoch(&dl);
+    long ipe = data_loader_iters_per_epoch(&dl, B);
     double w[D], bias = p0[b_off], vw[D] = {0}, vb = 0;
     for (int j = 0; j < D; j++) w[j] = p0[w_off + j];
     for (int i = 0; i < ITERS; i++) {
@@ -160,7 +162,7 @@ static void test_one_node(void) {
     snprintf(train, sizeof train, TRAIN_INI, dir);
     one_node_cfg(&c, dir, train);
     node_out o = {0};
-    if (train_init(&t, &c, 0, NULL, err, sizeof err) != HR_OK) {
+    if (test_train_init(&t, &c, 0, NULL, err, sizeof err) != HR_OK) {
         CHECK(0, "train_init: %s", err);
         cfg_free(&c);
         return;

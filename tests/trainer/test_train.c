@@ -14,7 +14,7 @@ static char dir[64];
 static void train_or_die(trainer *t, cfg *c, const char *train) {
     char err[HR_ERRLEN];
     one_node_cfg(c, dir, train);
-    if (train_init(t, c, 0, NULL, err, sizeof err) != HR_OK) {
+    if (test_train_init(t, c, 0, NULL, err, sizeof err) != HR_OK) {
         fprintf(stderr, "train_init: %s\n", err);
         exit(2);
     }
@@ -130,14 +130,15 @@ static void test_split_invariance(void) {
     long n = t.m.n_params, d = t.train.d;
     float *whole = malloc(sizeof(float) * n), *sum = calloc((size_t)n, sizeof(float));
     model_stats st, part;
-    CHECK(data_loader_slice(&t.dl, 0, 1, 0, 120, t.x, t.y, NULL) == HR_OK, "slice");
+    CHECK(data_loader_slice(&t.dl, 0, 1, 120, 0, 120, t.x, t.y, NULL) == HR_OK, "slice");
     CHECK(model_forward_backward(&t.m, t.x, t.y, NULL, 120, &st) == HR_OK, "fb");
     memcpy(whole, t.m.grads, sizeof(float) * n);
     const long split[3] = {7, 80, 33};
     double loss = 0;
     long correct = 0, start = 0;
     for (int k = 0; k < 3; k++) {
-        CHECK(data_loader_slice(&t.dl, 0, 1, start, split[k], t.x, t.y, NULL) == HR_OK, "slice");
+        CHECK(data_loader_slice(&t.dl, 0, 1, 120, start, split[k], t.x, t.y, NULL) == HR_OK,
+              "slice");
         CHECK(model_forward_backward(&t.m, t.x, t.y, NULL, split[k], &part) == HR_OK, "fb");
         for (long i = 0; i < n; i++) sum[i] += t.m.grads[i];
         loss += part.loss_sum, correct += part.correct, start += split[k];
@@ -154,21 +155,19 @@ static void test_split_invariance(void) {
 }
 
 static void test_schedules(void) {
-    cfg c;
-    cfg_init(&c);
     opt_sgd o;
     char err[HR_ERRLEN];
-    c.lr = 0.1, c.warmup = 10, c.lr_schedule = CFG_LR_STEP, c.lr_step = 100, c.lr_gamma = 0.5;
+    opt_config c = {.lr = 0.1, .warmup = 10, .schedule = OPT_LR_STEP, .step = 100, .gamma = 0.5};
     CHECK(opt_init(&o, &c, 4, 1000, err, sizeof err) == HR_OK, "%s", err);
     CHECK(fabs(opt_lr(&o, 0) - 0.01) < 1e-12 && fabs(opt_lr(&o, 9) - 0.1) < 1e-12, "warm-up");
     CHECK(fabs(opt_lr(&o, 109) - 0.1) < 1e-12 && fabs(opt_lr(&o, 110) - 0.05) < 1e-12 &&
               fabs(opt_lr(&o, 310) - 0.0125) < 1e-12,
           "step");
-    o.schedule = CFG_LR_COSINE;
+    o.schedule = OPT_LR_COSINE;
     CHECK(fabs(opt_lr(&o, 10) - 0.1) < 1e-12 && fabs(opt_lr(&o, 505) - 0.05) < 1e-9 &&
               opt_lr(&o, 999) < 1e-5,
           "cosine");
-    o.schedule = CFG_LR_CONSTANT, o.warmup = 0;
+    o.schedule = OPT_LR_CONSTANT, o.warmup = 0;
     CHECK(opt_lr(&o, 0) == 0.1 && opt_lr(&o, 999) == 0.1, "constant");
     /* the step divides the gradient sums by B: p -= lr * (g/B + wd p) with momentum */
     float p[4] = {1, 1, 1, 1}, g[4] = {4, 8, 0, -4};
@@ -179,7 +178,6 @@ static void test_schedules(void) {
     float v = 0.5f * 1.1f + (1 + 0.1f * (1 - 0.11f));
     CHECK(fabsf(p[0] - (1 - 0.11f - 0.1f * v)) < 1e-6f, "momentum value %g", (double)p[0]);
     opt_free(&o);
-    cfg_free(&c);
 }
 
 int main(void) {

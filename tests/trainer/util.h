@@ -5,6 +5,7 @@
 #include "cfg.h"
 #include "dist.h"
 #include "train.h"
+#include "trainer_setup.h"
 
 #include <pthread.h>
 
@@ -73,6 +74,14 @@ static inline int test_port(void) {
     return 10000 + 16 * (int)(getpid() % 1400);
 }
 
+/* train_init for node `self` of c, with the config converted as `hetring run` does. */
+static inline hr_status test_train_init(trainer *t, const cfg *c, int self, const train_comm *comm,
+                                        char *err, size_t errlen) {
+    train_config tc;
+    app_train_config(c, self, &tc);
+    return train_init(t, &tc, comm, err, errlen);
+}
+
 /* One node of a ring inside this process, set up as `hetring run` does (cmd_run.c). */
 typedef struct {
     dist d;     /* ring and controller */
@@ -86,7 +95,7 @@ static inline hr_status test_node_up(test_node *n, const cfg *c, int self) {
     hr_status st = dist_init(&n->d, c, self, n->err, sizeof n->err);
     if (st != HR_OK) return st;
     train_comm comm = dist_comm(&n->d);
-    if ((st = train_init(&n->t, c, self, &comm, n->err, sizeof n->err)) != HR_OK) return st;
+    if ((st = test_train_init(&n->t, c, self, &comm, n->err, sizeof n->err)) != HR_OK) return st;
     n->have_t = 1;
     return dist_attach(&n->d, &n->t, n->err, sizeof n->err);
 }

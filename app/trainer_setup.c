@@ -1,0 +1,100 @@
+/*
+ * trainer_setup.c: cfg -> train_config and ctrl_config (see trainer_setup.h).
+ *
+ * conf/ numbers its enums for the INI schema, and the trainer and the controller number their
+ * own; where the numbers are shared (a model kind is also stored in checkpoints) the
+ * assertions below keep them in step, so a reordered enum fails the build instead of a run.
+ */
+#include "trainer_setup.h"
+
+#include <string.h>
+
+_Static_assert((int)MODEL_LINREG == (int)CFG_MODEL_LINREG &&
+                   (int)MODEL_SOFTMAX == (int)CFG_MODEL_SOFTMAX &&
+                   (int)MODEL_MLP == (int)CFG_MODEL_MLP && (int)MODEL_CNN == (int)CFG_MODEL_CNN,
+               "model_kind must share cfg_model's values (checkpoints store them)");
+_Static_assert((int)DATA_SYNTHETIC == (int)CFG_DATA_SYNTHETIC &&
+                   (int)DATA_SYNTHETIC_RGB == (int)CFG_DATA_SYNTHETIC_RGB &&
+                   (int)DATA_SYNTHETIC_REGRESSION == (int)CFG_DATA_SYNTHETIC_REGRESSION &&
+                   (int)DATA_MNIST == (int)CFG_DATA_MNIST &&
+                   (int)DATA_CIFAR10 == (int)CFG_DATA_CIFAR10 && (int)DATA_CSV == (int)CFG_DATA_CSV,
+               "data_kind must share cfg_dataset's values");
+_Static_assert((int)OPT_LR_CONSTANT == (int)CFG_LR_CONSTANT &&
+                   (int)OPT_LR_STEP == (int)CFG_LR_STEP && (int)OPT_LR_COSINE == (int)CFG_LR_COSINE,
+               "opt_schedule must share cfg_lr_schedule's values");
+_Static_assert((int)CTRL_STATIC == (int)CFG_POLICY_STATIC &&
+                   (int)CTRL_PROPORTIONAL == (int)CFG_POLICY_PROPORTIONAL &&
+                   (int)CTRL_PID == (int)CFG_POLICY_PID &&
+                   (int)CTRL_MODEL == (int)CFG_POLICY_MODEL &&
+                   (int)CTRL_EPOCH == (int)CFG_POLICY_EPOCH,
+               "ctrl_policy must share cfg_policy's values");
+_Static_assert(CFG_MAX_LAYERS <= MODEL_MAX_WIDTHS, "every [train] layers list must fit");
+_Static_assert(CFG_MAX_PHASES <= TRAIN_MAX_PHASES, "every interference schedule must fit");
+
+static void model_config_of(const cfg *c, model_config *out) {
+    memset(out, 0, sizeof *out);
+    out->kind = (model_kind)c->model;
+    memcpy(out->layers, c->layers, sizeof c->layers);
+    out->n_layers = c->n_layers;
+    out->name = cfg_model_name(c->model);
+    out->data_name = cfg_dataset_name(c->dataset);
+    out->origin = c->path;
+}
+
+static void data_config_of(const cfg *c, data_config *out) {
+    *out = (data_config){.kind = (data_kind)c->dataset,
+                         .dir = c->data_dir,
+                         .samples = c->samples,
+                         .eval_samples = c->eval_samples,
+                         .csv_regression = c->model == CFG_MODEL_LINREG,
+                         .name = cfg_dataset_name(c->dataset),
+                         .origin = c->path};
+}
+
+static void opt_config_of(const cfg *c, opt_config *out) {
+    *out = (opt_config){.lr = c->lr,
+                        .schedule = (opt_schedule)c->lr_schedule,
+                        .step = c->lr_step,
+                        .gamma = c->lr_gamma,
+                        .warmup = c->warmup,
+                        .momentum = c->momentum,
+                        .weight_decay = c->weight_decay};
+}
+
+void app_train_config(const cfg *c, int self_idx, train_config *out) {
+    memset(out, 0, sizeof *out);
+    model_config_of(c, &out->model);
+    data_config_of(c, &out->data);
+    opt_config_of(c, &out->opt);
+    out->global_batch = c->global_batch;
+    out->seed = c->seed;
+    out->iterations = c->iterations;
+    out->epochs = c->epochs;
+    out->eval_interval = c->eval_interval;
+    out->checkpoint = c->checkpoint;
+    out->checkpoint_interval = c->checkpoint_interval;
+    out->bucket_bytes = c->bucket_bytes;
+    out->origin = c->path;
+    const cfg_node *me = &c->nodes[self_idx];
+    out->threads = me->threads;
+    out->slowdown = me->slowdown;
+    out->n_phases = me->n_interference;
+    for (int i = 0; i < me->n_interference; i++)
+        out->phases[i] = (train_phase){me->interference[i].iter, me->interference[i].factor};
+    for (int k = 0; k < c->n_nodes; k++)
+        if (c->nodes[k].slowdown != 1.0 || c->nodes[k].n_interference) out->emulated = 1;
+}
+
+void app_ctrl_config(const cfg *c, ctrl_config *out) {
+    *out = (ctrl_config){.policy = (ctrl_policy)c->policy,
+                         .interval = c->interval,
+                         .deadband = c->deadband,
+                         .gain = c->gain,
+                         .ki = c->ki,
+                         .kd = c->kd,
+                         .min_batch = c->min_batch,
+                         .max_batch = c->max_batch,
+                         .smoothing = c->smoothing,
+                         .rate_limit = c->rate_limit,
+                         .forgetting = c->forgetting};
+}

@@ -1,0 +1,25 @@
+/*
+ * trainer_setup.h: the trainer's and the controller's configs, made from the cluster's INI
+ * config (the one place that knows both sides).
+ *
+ * The trainer (train_config, with model_config, data_config and opt_config inside) and the
+ * controller (ctrl_config) never see the whole cfg; this conversion happens once per node, in
+ * the application. The enums and limits that conf/ shares with trainer/ and ctrl/ are checked
+ * to agree at compile time (trainer_setup.c).
+ */
+#ifndef HR_TRAINER_SETUP_H
+#define HR_TRAINER_SETUP_H
+
+#include "cfg.h"
+#include "ctrl.h"
+#include "train.h"
+
+/* Fill `out` for node c->nodes[self_idx]: the [train] section, the node's threads, slowdown
+ * and interference schedule, and whether any node of the cluster emulates a slowdown.
+ * Strings in `out` point into c, which must outlive every trainer built from it. */
+void app_train_config(const cfg *c, int self_idx, train_config *out);
+
+/* The [controller] section as the controller's config. */
+void app_ctrl_config(const cfg *c, ctrl_config *out);
+
+#endif
