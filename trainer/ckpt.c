@@ -7,7 +7,7 @@
  *   payload: params f32[n], opt_state f32[n], split i64[n_nodes]
  */
 #include "ckpt.h"
-#include "cfg.h" /* cfg_model_name: model_kind shares cfg_model's values (app/trainer_setup.c) */
+#include "model.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -163,9 +163,9 @@ hr_status ckpt_load(const char *path, ckpt_meta *expect, float *params, float *o
                      "checkpoint %s belongs to another run (model %s with %llu params, seed "
                      "%llu, global_batch %llu; this run has model %s with %llu params, seed "
                      "%llu, global_batch %llu): point [train] checkpoint elsewhere",
-                     path, cfg_model_name((int)m->model), (unsigned long long)m->n_params,
+                     path, model_kind_name((int)m->model), (unsigned long long)m->n_params,
                      (unsigned long long)m->seed, (unsigned long long)m->global_batch,
-                     cfg_model_name((int)expect->model), (unsigned long long)expect->n_params,
+                     model_kind_name((int)expect->model), (unsigned long long)expect->n_params,
                      (unsigned long long)expect->seed, (unsigned long long)expect->global_batch);
         goto out;
     }

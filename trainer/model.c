@@ -16,6 +16,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+const char *model_kind_name(int kind) {
+    static const char *const names[] = {"linreg", "softmax", "mlp", "cnn"};
+    return kind >= 0 && kind < (int)(sizeof names / sizeof names[0]) ? names[kind] : "?";
+}
+
 /* ================================================================ specs */
 
 static void spec_add(model_spec *s, layer_kind kind, int units, int k, int stride, int pad) {

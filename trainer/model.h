@@ -29,6 +29,9 @@
 /* The model families. The values are stored in checkpoints (ckpt_meta.model): never reorder. */
 typedef enum { MODEL_LINREG, MODEL_SOFTMAX, MODEL_MLP, MODEL_CNN } model_kind;
 
+/* "linreg", "softmax", "mlp", "cnn" (the config's spelling), or "?" for another value. */
+const char *model_kind_name(int kind);
+
 /* What the configuration asks for; model_spec_build makes a spec of it once the data's shape
  * is known. The strings are borrowed and only name things in messages. */
 typedef struct {
