@@ -8,6 +8,7 @@
 #include "hr_fault.h"
 #include "hr_log.h"
 #include "node_id.h"
+#include "ring_setup.h"
 #include "dist.h"
 #include "train.h"
 #include "trainer_setup.h"
@@ -62,20 +63,6 @@ static int train_one(const cfg *c, int self, const train_opts *to) {
             res.emulated ? " (emulated heterogeneity)" : "");
     train_free(&t);
     return CLI_OK;
-}
-
-/* Copy `pattern` into out with every "{id}" replaced by the node id. */
-static void expand_id(char *out, size_t len, const char *pattern, long id) {
-    size_t o = 0;
-    for (const char *p = pattern; *p && o + 1 < len;) {
-        if (strncmp(p, "{id}", 4) == 0) {
-            o += (size_t)snprintf(out + o, len - o, "%ld", id);
-            p += 4;
-        } else {
-            out[o++] = *p++;
-        }
-    }
-    out[o < len ? o : len - 1] = 0;
 }
 
 /* Train as one node of a ring: form the ring, resume from a checkpoint if there is one, let
@@ -175,7 +162,7 @@ int cmd_run(int argc, char **argv) {
     to.on_iter_ctx = &node_id;
     char metrics[CFG_PATH];
     if (to.metrics_path) { /* "{id}" gives each node its own file */
-        expand_id(metrics, sizeof metrics, to.metrics_path, me->id);
+        app_expand_id(metrics, sizeof metrics, to.metrics_path, me->id);
         to.metrics_path = metrics;
     }
     if (c.n_nodes > 1) {

@@ -1,0 +1,29 @@
+/*
+ * ring_setup.h: the ring's config, made from the cluster's INI config (the one place that
+ * knows both), and the "{id}" expansion of per-node file names.
+ *
+ * The ring layer takes a ring_config and never sees the whole cfg; this conversion happens
+ * once per ring, in the application. The limits and security modes of conf/ and ring/ are
+ * checked to agree at compile time (ring_setup.c).
+ */
+#ifndef HR_RING_SETUP_H
+#define HR_RING_SETUP_H
+
+#include "cfg.h"
+#include "hr_status.h"
+#include "ring_config.h"
+
+#include <stddef.h>
+
+/* Fill `out` with what the ring of node c->nodes[self_idx] needs: members, timeouts, segment
+ * size, security mode (auto resolves to encrypt) and key sources, with "{id}" in key_file
+ * replaced by the node id. `out` then holds the inline PSK, if any: the caller wipes it with
+ * ring_config_wipe once ring_init has copied it. Returns HR_ERR_INVAL for a bad index, or
+ * HR_ERR_CONFIG when a value does not fit, with `err` saying which. */
+hr_status app_ring_config(const cfg *c, int self_idx, ring_config *out, char *err, size_t errlen);
+
+/* Copy `pattern` into `out` (`len` bytes) with every "{id}" replaced by `id`. Returns 0, or -1
+ * when the result was cut to fit (it is still NUL-terminated). */
+int app_expand_id(char *out, size_t len, const char *pattern, long id);
+
+#endif
