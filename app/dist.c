@@ -6,6 +6,7 @@
 #include "hr_fault.h"
 #include "hr_log.h"
 #include "trainer_setup.h"
+#include "ring_setup.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -58,8 +59,13 @@ hr_status dist_init(dist *d, const cfg *c, int self, char *err, size_t errlen) {
     d->hash_interval = c->hash_interval;
     d->gathered = calloc((size_t)c->n_nodes, sizeof *d->gathered);
     if (!d->gathered) return hr_fail(err, errlen, HR_ERR_NOMEM, "out of memory");
+    ring_config rc;
+    hr_status st = app_ring_config(c, self, &rc, err, errlen);
+    if (st != HR_OK) return st;
     d->have_ring = 1;
-    return ring_init(&d->r, c, self, err, errlen);
+    st = ring_init(&d->r, &rc, err, errlen);
+    ring_config_wipe(&rc); /* the ring keeps its own copy of the PSK */
+    return st;
 }
 
 train_comm dist_comm(dist *d) {

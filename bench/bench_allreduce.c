@@ -16,6 +16,7 @@
 #include "cli.h"
 #include "hr_log.h"
 #include "ring.h"
+#include "ring_setup.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -197,7 +198,14 @@ static int run_node(const ar_opts *o, cfg *c, int idx, double r_gbs) {
     hr_log_set_node((int)c->nodes[idx].id);
     ring r;
     char err[HR_ERRLEN];
-    if (ring_init(&r, c, idx, err, sizeof err) != HR_OK) {
+    ring_config rcfg;
+    if (app_ring_config(c, idx, &rcfg, err, sizeof err) != HR_OK) {
+        fprintf(stderr, "node %d: %s\n", idx, err);
+        return 1;
+    }
+    hr_status st = ring_init(&r, &rcfg, err, sizeof err);
+    ring_config_wipe(&rcfg); /* the ring keeps its own copy of the PSK */
+    if (st != HR_OK) {
         fprintf(stderr, "node %d: %s\n", idx, err);
         ring_free(&r);
         return 1;

@@ -48,15 +48,15 @@
 /* ================================================================ names and errors */
 
 static void node_str(const ring *r, long id, char *out, size_t n) {
-    int i = cfg_node_index(r->c, id);
+    int i = ring_config_index(&r->rc, id);
     if (i < 0)
         snprintf(out, n, "node %ld", id);
     else
-        snprintf(out, n, "node %ld (%s:%ld)", id, r->c->nodes[i].host, r->c->nodes[i].port);
+        snprintf(out, n, "node %ld (%s:%ld)", id, r->rc.members[i].host, r->rc.members[i].port);
 }
 
 static long id_of(const ring *r, int idx) {
-    return r->c->nodes[idx].id;
+    return r->rc.members[idx].id;
 }
 
 const char *ring_error(const ring *r) {
@@ -100,7 +100,7 @@ typedef struct {
 } acceptor;
 
 static sec_hs_params hs_params(const ring *r, long expect) {
-    sec_hs_params p = {.c = r->c,
+    sec_hs_params p = {.rc = &r->rc,
                        .keys = &r->keys,
                        .epoch = r->view.epoch,
                        .self_id = r->self_id,
@@ -112,7 +112,7 @@ static sec_hs_params hs_params(const ring *r, long expect) {
 static void *accept_main(void *arg) {
     acceptor *a = arg;
     ring *r = a->r;
-    char pname[96], who[CFG_STR + 64], why[HR_ERRLEN];
+    char pname[96], who[RING_STR + 64], why[HR_ERRLEN];
     node_str(r, id_of(r, r->pred), who, sizeof who);
     a->st = HR_ERR_TIMEOUT;
     snprintf(a->err, sizeof a->err, "no connection from predecessor %s", who);
@@ -154,8 +154,8 @@ static void sleep_s(double s) {
 
 /* Connect to the successor, retrying with backoff until `deadline`. */
 static hr_status connect_succ(ring *r, double deadline, acceptor *a, char *err, size_t errlen) {
-    const cfg_node *s = &r->c->nodes[r->succ];
-    char who[CFG_STR + 64], why[HR_ERRLEN] = "no attempt";
+    const ring_member *s = &r->rc.members[r->succ];
+    char who[RING_STR + 64], why[HR_ERRLEN] = "no attempt";
     node_str(r, s->id, who, sizeof who);
     double backoff = 0.01;
     int tries = 0;
@@ -193,7 +193,7 @@ static hr_status connect_succ(ring *r, double deadline, acceptor *a, char *err, 
     }
     return hr_fail(err, errlen, HR_ERR_TIMEOUT,
                    "could not connect to successor %s within %.1f s (%d attempts): %s", who,
-                   r->c->connect_timeout, tries, why);
+                   r->rc.connect_timeout, tries, why);
 }
 
 static hr_status form(ring *r, char *err, size_t errlen) {
@@ -213,12 +213,12 @@ static hr_status form(ring *r, char *err, size_t errlen) {
                 (unsigned long long)r->view.epoch);
         return HR_OK;
     }
-    r->succ = cfg_node_index(r->c, r->view.ids[(r->rank + 1) % n]);
-    r->pred = cfg_node_index(r->c, r->view.ids[(r->rank + n - 1) % n]);
+    r->succ = ring_config_index(&r->rc, r->view.ids[(r->rank + 1) % n]);
+    r->pred = ring_config_index(&r->rc, r->view.ids[(r->rank + n - 1) % n]);
     if (r->succ < 0 || r->pred < 0)
         return hr_fail(err, errlen, HR_ERR_VIEW, "view epoch %llu names a node not in the config",
                        (unsigned long long)r->view.epoch);
-    double deadline = tcp_now() + r->c->connect_timeout;
+    double deadline = tcp_now() + r->rc.connect_timeout;
     acceptor *a = calloc(1, sizeof *a); /* holds an aligned sec_chan; keep it off the stack */
     if (!a) return hr_fail(err, errlen, HR_ERR_NOMEM, "out of memory");
     a->r = r;
@@ -235,12 +235,12 @@ static hr_status form(ring *r, char *err, size_t errlen) {
     if (st != HR_OK) atomic_store(&a->stop, 1);
     pthread_join(th, NULL);
     if (st == HR_OK && a->st != HR_OK) {
-        char who[CFG_STR + 64];
+        char who[RING_STR + 64];
         node_str(r, id_of(r, r->pred), who, sizeof who);
         st = a->st == HR_ERR_TIMEOUT ? HR_ERR_TIMEOUT : a->st;
         hr_fail(err, errlen, st,
                 "no authenticated connection from predecessor %s within %.1f s: %s", who,
-                r->c->connect_timeout, a->err);
+                r->rc.connect_timeout, a->err);
     }
     if (a->st == HR_OK) {
         r->pred_fd = a->fd;
@@ -252,13 +252,13 @@ static hr_status form(ring *r, char *err, size_t errlen) {
         close_links(r);
         return st;
     }
-    char sw[CFG_STR + 64], pw[CFG_STR + 64];
+    char sw[RING_STR + 64], pw[RING_STR + 64];
     node_str(r, id_of(r, r->succ), sw, sizeof sw);
     node_str(r, id_of(r, r->pred), pw, sizeof pw);
     HR_INFO(RING,
             "ring formed: view epoch %llu, rank %d of %d, successor %s, predecessor %s, "
             "security %s (%s)",
-            (unsigned long long)r->view.epoch, r->rank, n, sw, pw, cfg_security_name(r->keys.mode),
+            (unsigned long long)r->view.epoch, r->rank, n, sw, pw, ring_security_name(r->keys.mode),
             sec_aead_name(r->succ_ch.tx.aead));
     return HR_OK;
 }
@@ -274,35 +274,40 @@ static hr_status alloc_stage(ring *r) {
     return HR_OK;
 }
 
-hr_status ring_init(ring *r, const cfg *c, int self_idx, char *err, size_t errlen) {
+hr_status ring_init(ring *r, const ring_config *rc, char *err, size_t errlen) {
     memset(r, 0, sizeof *r);
     r->listen_fd = r->succ_fd = r->pred_fd = -1;
     r->succ = r->pred = -1;
-    r->c = c;
+    r->rc = *rc;
     hr_status st;
-    if (self_idx < 0 || self_idx >= c->n_nodes) {
-        st = hr_fail(r->err, sizeof r->err, HR_ERR_INVAL, "node index %d out of range", self_idx);
+    if (rc->n_members < 1 || rc->n_members > RING_MAX_NODES) {
+        st = hr_fail(r->err, sizeof r->err, HR_ERR_INVAL, "a ring needs 1 to %d members, not %d",
+                     RING_MAX_NODES, rc->n_members);
         goto fail;
     }
-    r->self = self_idx;
-    r->self_id = c->nodes[self_idx].id;
-    r->timeout = c->timeout;
-    r->seg_bytes = c->segment_bytes > 0 ? (size_t)c->segment_bytes : RING_SEG_DEFAULT;
+    r->self = ring_config_index(rc, rc->self_id);
+    if (r->self < 0) {
+        st = hr_fail(r->err, sizeof r->err, HR_ERR_INVAL, "node %ld is not a member", rc->self_id);
+        goto fail;
+    }
+    r->self_id = rc->self_id;
+    r->timeout = rc->timeout;
+    r->seg_bytes = rc->segment_bytes > 0 ? (size_t)rc->segment_bytes : RING_SEG_DEFAULT;
     if (r->seg_bytes < 64) r->seg_bytes = 64;
-    HR_CHECK_GOTO(sec_keys_load(&r->keys, c, r->self_id, r->err, sizeof r->err), st, fail);
-    if (r->keys.mode == CFG_SEC_NONE)
+    HR_CHECK_GOTO(sec_keys_load(&r->keys, &r->rc, r->err, sizeof r->err), st, fail);
+    if (r->keys.mode == RING_SEC_NONE)
         HR_WARN(SEC, "security = none: ring links are neither authenticated nor encrypted");
     if (alloc_stage(r) != HR_OK) {
         st = hr_fail(r->err, sizeof r->err, HR_ERR_NOMEM, "out of memory");
         goto fail;
     }
     r->view.epoch = 0;
-    r->view.n = c->n_nodes;
-    for (int i = 0; i < c->n_nodes; i++) r->view.ids[i] = c->nodes[i].id;
-    if (c->n_nodes > 1)
-        HR_CHECK_GOTO(tcp_listen(c->nodes[self_idx].host, c->nodes[self_idx].port, &r->listen_fd,
-                                 r->err, sizeof r->err),
-                      st, fail);
+    r->view.n = rc->n_members;
+    for (int i = 0; i < rc->n_members; i++) r->view.ids[i] = rc->members[i].id;
+    const ring_member *me = &rc->members[r->self];
+    if (rc->n_members > 1)
+        HR_CHECK_GOTO(tcp_listen(me->host, me->port, &r->listen_fd, r->err, sizeof r->err), st,
+                      fail);
     HR_CHECK_GOTO(form(r, r->err, sizeof r->err), st, fail);
     return HR_OK;
 fail:
@@ -312,13 +317,13 @@ fail:
 
 hr_status ring_reform(ring *r, const ring_view *v, char *err, size_t errlen) {
     close_links(r);
-    if (v->n < 1 || v->n > CFG_MAX_NODES)
-        return hr_fail(err, errlen, HR_ERR_INVAL, "a view needs 1 to %d members", CFG_MAX_NODES);
+    if (v->n < 1 || v->n > RING_MAX_NODES)
+        return hr_fail(err, errlen, HR_ERR_INVAL, "a view needs 1 to %d members", RING_MAX_NODES);
     r->view = *v;
     hr_status st = HR_OK;
     if (v->n > 1 && r->listen_fd < 0)
-        st = tcp_listen(r->c->nodes[r->self].host, r->c->nodes[r->self].port, &r->listen_fd, r->err,
-                        sizeof r->err);
+        st = tcp_listen(r->rc.members[r->self].host, r->rc.members[r->self].port, &r->listen_fd,
+                        r->err, sizeof r->err);
     if (st == HR_OK) st = form(r, r->err, sizeof r->err);
     if (st != HR_OK) {
         r->failed = st;
@@ -331,6 +336,7 @@ void ring_free(ring *r) {
     close_links(r);
     tcp_close(&r->listen_fd);
     sec_keys_free(&r->keys);
+    ring_config_wipe(&r->rc);
     free(r->tx_stage);
     free(r->rx_stage);
     free(r->tmp);
@@ -484,7 +490,7 @@ static void send_abort(ring *r, int fd, sec_dir *d, int coll, long culprit, long
     frame_hdr h = {FRAME_MAGIC,   FRAME_VERSION, FRAME_ABORT, (uint8_t)coll,
                    r->view.epoch, r->seq,        0,           (uint32_t)len};
     frame_encode(&h, f);
-    if (r->keys.mode != CFG_SEC_NONE) {
+    if (r->keys.mode != RING_SEC_NONE) {
         sec_seal(d, f, body, len);
         tag = SEC_TAG;
     } else {
@@ -532,12 +538,12 @@ static hr_status fail_view(ring *r, txf *t, int coll, hr_status st, long culprit
 /* Read and report an abort frame whose header `h` (raw bytes `raw`) came in on a link. */
 static hr_status on_abort(ring *r, txf *t, int coll, const frame_hdr *h, const uint8_t *raw,
                           int from) {
-    char pw[CFG_STR + 64];
+    char pw[RING_STR + 64];
     int fd = from == FROM_PRED ? r->pred_fd : r->succ_fd;
     sec_dir *d = from == FROM_PRED ? &r->pred_ch.rx : &r->succ_ch.rx;
     long nid = id_of(r, from == FROM_PRED ? r->pred : r->succ);
     node_str(r, nid, pw, sizeof pw);
-    size_t tag = r->keys.mode != CFG_SEC_NONE ? SEC_TAG : 0;
+    size_t tag = r->keys.mode != RING_SEC_NONE ? SEC_TAG : 0;
     if (h->len < 20 || h->len > FRAME_ABORT_MAX)
         return fail_view(r, t, coll, HR_ERR_PROTO, nid, from, "%s sent a malformed abort frame",
                          pw);
@@ -559,7 +565,7 @@ static hr_status on_abort(ring *r, txf *t, int coll, const frame_hdr *h, const u
     char *text = (char *)body + 20;
     for (char *q = text; *q; q++)
         if (*q < 32 || *q > 126) *q = '?';
-    char rw[CFG_STR + 64];
+    char rw[RING_STR + 64];
     node_str(r, reporter, rw, sizeof rw);
     snprintf(r->err, sizeof r->err, "%s #%llu (view epoch %llu): %.300s (reported by %.100s)",
              frame_coll_name(coll), (unsigned long long)r->seq, (unsigned long long)r->view.epoch,
@@ -574,7 +580,7 @@ static hr_status on_abort(ring *r, txf *t, int coll, const frame_hdr *h, const u
 /* Something happened on the successor link, which carries nothing this way but an abort: a
  * queued abort frame explains the failure, otherwise the successor is gone. */
 static hr_status succ_trouble(ring *r, txf *t, int coll, int e) {
-    char sw[CFG_STR + 64];
+    char sw[RING_STR + 64];
     long sid = id_of(r, r->succ);
     node_str(r, sid, sw, sizeof sw);
     uint8_t raw[FRAME_HDR];
@@ -663,7 +669,7 @@ static hr_status eng_send(ring *r, eng *e) {
  * ends the collective with the failure it reports. */
 static hr_status eng_header(ring *r, eng *e) {
     frame_hdr h;
-    char pw[CFG_STR + 64];
+    char pw[RING_STR + 64];
     long pid = id_of(r, r->pred);
     size_t ri = e->ri, want = e->s->rx_len[ri];
     const char *coll = frame_coll_name(e->coll);
@@ -705,7 +711,7 @@ static hr_status eng_apply(ring *r, eng *e) {
     int add = e->s->rx_add[e->ri];
     uint8_t *out = e->base + e->s->rx_off[e->ri], *pay = r->rx_stage + FRAME_HDR;
     if (e->secure && sec_open(&r->pred_ch.rx, r->rx_stage, len, add ? pay : out) != 0) {
-        char pw[CFG_STR + 64];
+        char pw[RING_STR + 64];
         long pid = id_of(r, r->pred);
         node_str(r, pid, pw, sizeof pw);
         return fail_view(r, &e->t, e->coll, HR_ERR_AUTH, pid, FROM_PRED,
@@ -734,7 +740,7 @@ static hr_status eng_recv(ring *r, eng *e) {
         if (e->rx_want > e->rx_got && n <= 0) {
             if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) break;
             int err = n == 0 ? 0 : errno;
-            char pw[CFG_STR + 64];
+            char pw[RING_STR + 64];
             long pid = id_of(r, r->pred);
             node_str(r, pid, pw, sizeof pw);
             return fail_view(r, &e->t, e->coll, HR_ERR_PEER, pid, FROM_PRED, "%s %s", pw,
@@ -767,7 +773,7 @@ static hr_status eng_recv(ring *r, eng *e) {
  * blame the neighbour that held things up when it passes. */
 static hr_status eng_wait(ring *r, eng *e, double last) {
     const ring_sched *s = e->s;
-    char who[CFG_STR + 64];
+    char who[RING_STR + 64];
     int tx_wait = e->ti < s->n_tx && e->ri >= s->tx_need[e->ti];
     struct pollfd p[2] = {{.fd = r->pred_fd, .events = e->ri < s->n_rx ? POLLIN : 0},
                           {.fd = r->succ_fd, .events = e->ti < s->n_tx ? POLLIN : 0}};
@@ -796,7 +802,7 @@ static hr_status engine(ring *r, int coll, uint8_t *base) {
     eng e = {.s = &r->sched,
              .coll = coll,
              .base = base,
-             .secure = r->keys.mode != CFG_SEC_NONE,
+             .secure = r->keys.mode != RING_SEC_NONE,
              .rx_want = FRAME_HDR};
     e.tag = e.secure ? SEC_TAG : 0;
     const ring_sched *s = e.s;
@@ -842,7 +848,7 @@ static hr_status finish(ring *r, hr_status st) {
 /* A local failure in the middle of a collective: the others are already sending, so the view
  * is failed and they are told. */
 static hr_status local_fail(ring *r, int coll, hr_status st, const char *what) {
-    char me[CFG_STR + 64];
+    char me[RING_STR + 64];
     node_str(r, r->self_id, me, sizeof me);
     return fail_view(r, NULL, coll, st, r->self_id, FROM_HERE, "%s: %s", me, what);
 }
@@ -851,7 +857,7 @@ hr_status ring_allgatherv(ring *r, const void *mine, size_t my_bytes, void *all,
                           const size_t *bytes_of) {
     HR_CHECK(begin(r));
     int n = r->view.n, k = r->rank;
-    size_t off[CFG_MAX_NODES] = {0}, tot = 0;
+    size_t off[RING_MAX_NODES] = {0}, tot = 0;
     for (int i = 0; i < n; i++) off[i] = tot, tot += bytes_of[i];
     if (my_bytes != bytes_of[k]) {
         snprintf(r->err, sizeof r->err, "all-gather: my_bytes %zu != bytes_of[%d] %zu", my_bytes, k,
@@ -861,8 +867,8 @@ hr_status ring_allgatherv(ring *r, const void *mine, size_t my_bytes, void *all,
     if (my_bytes && (const uint8_t *)all + off[k] != mine)
         memmove((uint8_t *)all + off[k], mine, my_bytes);
     if (n == 1) return finish(r, HR_OK);
-    int tx[CFG_MAX_NODES], rx[CFG_MAX_NODES];
-    uint8_t add[CFG_MAX_NODES];
+    int tx[RING_MAX_NODES], rx[RING_MAX_NODES];
+    uint8_t add[RING_MAX_NODES];
     for (int s = 0; s < n - 1; s++) {
         tx[s] = (k - s + n) % n;
         rx[s] = (k - s - 1 + 2 * n) % n;
@@ -875,7 +881,7 @@ hr_status ring_allgatherv(ring *r, const void *mine, size_t my_bytes, void *all,
 }
 
 hr_status ring_allgather(ring *r, const void *mine, void *all, size_t bytes_each) {
-    size_t sizes[CFG_MAX_NODES];
+    size_t sizes[RING_MAX_NODES];
     for (int i = 0; i < r->view.n; i++) sizes[i] = bytes_each;
     return ring_allgatherv(r, mine, bytes_each, all, sizes);
 }
@@ -884,9 +890,9 @@ hr_status ring_barrier(ring *r) {
     HR_CHECK(begin(r));
     int n = r->view.n, k = r->rank;
     if (n == 1) return finish(r, HR_OK);
-    size_t off[CFG_MAX_NODES] = {0}, len[CFG_MAX_NODES] = {0};
-    int tx[CFG_MAX_NODES], rx[CFG_MAX_NODES];
-    uint8_t add[CFG_MAX_NODES] = {0};
+    size_t off[RING_MAX_NODES] = {0}, len[RING_MAX_NODES] = {0};
+    int tx[RING_MAX_NODES], rx[RING_MAX_NODES];
+    uint8_t add[RING_MAX_NODES] = {0};
     for (int s = 0; s < n - 1; s++) {
         tx[s] = (k - s + n) % n;
         rx[s] = (k - s - 1 + 2 * n) % n;
@@ -936,9 +942,9 @@ static hr_status allreduce_small(ring *r, float *buf, size_t count) {
     }
     int k = r->rank;
     memcpy(r->tmp + (size_t)k * count, buf, bytes);
-    int tx[CFG_MAX_NODES], rx[CFG_MAX_NODES];
-    uint8_t add[CFG_MAX_NODES] = {0};
-    size_t off[CFG_MAX_NODES], len[CFG_MAX_NODES];
+    int tx[RING_MAX_NODES], rx[RING_MAX_NODES];
+    uint8_t add[RING_MAX_NODES] = {0};
+    size_t off[RING_MAX_NODES], len[RING_MAX_NODES];
     for (int i = 0; i < n; i++) off[i] = (size_t)i * bytes, len[i] = bytes;
     for (int s = 0; s < n - 1; s++) {
         tx[s] = (k - s + n) % n;
@@ -959,14 +965,14 @@ hr_status ring_allreduce(ring *r, float *buf, size_t count) {
     if (n == 1 || count == 0) return finish(r, HR_OK);
     if (count * sizeof(float) <= RING_SMALL_BYTES || count < (size_t)n)
         return finish(r, allreduce_small(r, buf, count));
-    size_t off[CFG_MAX_NODES], len[CFG_MAX_NODES];
+    size_t off[RING_MAX_NODES], len[RING_MAX_NODES];
     for (int j = 0; j < n; j++) {
         size_t lo = (size_t)j * count / (size_t)n, hi = (size_t)(j + 1) * count / (size_t)n;
         off[j] = lo * sizeof(float);
         len[j] = (hi - lo) * sizeof(float);
     }
-    int tx[2 * CFG_MAX_NODES], rx[2 * CFG_MAX_NODES];
-    uint8_t add[2 * CFG_MAX_NODES];
+    int tx[2 * RING_MAX_NODES], rx[2 * RING_MAX_NODES];
+    uint8_t add[2 * RING_MAX_NODES];
     for (int s = 0; s < n - 1; s++) { /* reduce-scatter */
         tx[s] = (k - s + n) % n;
         rx[s] = (k - s - 1 + 2 * n) % n;

@@ -24,8 +24,8 @@
 #ifndef HR_RING_H
 #define HR_RING_H
 
-#include "cfg.h"
 #include "hr_status.h"
+#include "ring_config.h"
 #include "sec.h"
 
 #include <stddef.h>
@@ -33,9 +33,9 @@
 
 /* A membership view. */
 typedef struct {
-    uint64_t epoch;          /* 0 at start, +1 per re-formation */
-    int n;                   /* members */
-    long ids[CFG_MAX_NODES]; /* member ids in ring order */
+    uint64_t epoch;           /* 0 at start, +1 per re-formation */
+    int n;                    /* members */
+    long ids[RING_MAX_NODES]; /* member ids in ring order */
 } ring_view;
 
 /* Per-call schedule of frames (internal). */
@@ -49,12 +49,12 @@ typedef struct {
 } ring_sched;
 
 typedef struct ring {
-    const cfg *c;        /* cluster config; borrowed, must outlive the ring */
-    int self;            /* this node's index in c->nodes */
+    ring_config rc;      /* this ring's own copy of its config; its PSK is wiped by ring_free */
+    int self;            /* this node's index in rc.members */
     long self_id;        /* this node's id */
     ring_view view;      /* current view */
     int rank;            /* position of this node in view.ids */
-    int succ, pred;      /* c->nodes indices of successor and predecessor; -1 when alone */
+    int succ, pred;      /* rc.members indices of successor and predecessor; -1 when alone */
     int listen_fd;       /* listening socket, kept across views */
     int succ_fd;         /* connection to the successor (this node sends) */
     int pred_fd;         /* connection from the predecessor (this node receives) */
@@ -74,9 +74,10 @@ typedef struct ring {
     char err[HR_ERRLEN]; /* last detailed error */
 } ring;
 
-/* Form the ring for view epoch 0 (all nodes of `c`, ascending id) as node c->nodes[self_idx].
- * On failure `err` (and ring_error) say which peer and why; ring_free is still needed. */
-hr_status ring_init(ring *r, const cfg *c, int self_idx, char *err, size_t errlen);
+/* Form the ring for view epoch 0 (all members of `rc`, in their order) as node rc->self_id.
+ * `rc` is copied: the caller may wipe and drop its own after the call. On failure `err` (and
+ * ring_error) say which peer and why; ring_free is still needed. */
+hr_status ring_init(ring *r, const ring_config *rc, char *err, size_t errlen);
 
 /* Drop the current links and form the ring of view `v` (which must contain this node),
  * keeping the listening socket and the keys. Clears a failed state. */
@@ -103,7 +104,8 @@ hr_status ring_barrier(ring *r);
 
 /* The last detailed error ("" if none). */
 const char *ring_error(const ring *r);
-/* Close everything and wipe the keys; safe on a partly initialised ring. */
+/* Close everything and wipe the keys (the config's PSK too); safe on a partly initialised
+ * ring. */
 void ring_free(ring *r);
 
 #endif

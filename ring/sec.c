@@ -26,6 +26,17 @@ enum { MSG_PROOF = 1, MSG_VERDICT = 2 };
 
 /* ================================================================ key files */
 
+/* 64 hex digits (either case) into 32 bytes, in constant time. Returns 0 or -1. */
+static int hex_key(const char hex[64], uint8_t out[32]) {
+    size_t n = 0;
+    const char *end = NULL;
+    if (sodium_hex2bin(out, 32, hex, 64, NULL, &n, &end) != 0 || n != 32 || end != hex + 64) {
+        sodium_memzero(out, 32);
+        return -1;
+    }
+    return 0;
+}
+
 hr_status sec_read_key_file(const char *path, uint8_t out[32], char *err, size_t errlen) {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
@@ -59,7 +70,7 @@ hr_status sec_read_key_file(const char *path, uint8_t out[32], char *err, size_t
         }
         hex[nh++] = ch;
     }
-    if (nh != 64 || cfg_hex_decode(hex, out, 32) != 0)
+    if (nh != 64 || hex_key(hex, out) != 0)
         s = hr_fail(err, errlen, HR_ERR_CONFIG,
                     "%s: not a key file (expected 64 hex digits, as hetring keygen writes)", path);
     sodium_memzero(buf, sizeof buf);
@@ -79,7 +90,7 @@ hr_status sec_write_key_file(const char *path, const uint8_t key[32], const char
     }
     char text[256];
     char hex[65];
-    cfg_hex_encode(key, 32, hex);
+    sodium_bin2hex(hex, sizeof hex, key, 32);
     int len = snprintf(text, sizeof text, "# %s\n%s\n", comment, hex);
     ssize_t w = write(fd, text, (size_t)len);
     int e = errno;
@@ -99,57 +110,46 @@ void sec_identity_public(const uint8_t seed[32], uint8_t pk[32]) {
     sodium_memzero(sk, sizeof sk);
 }
 
-static void expand_id(const char *tmpl, long id, char *out, size_t outlen) {
-    size_t o = 0;
-    for (const char *p = tmpl; *p && o + 1 < outlen; p++) {
-        if (strncmp(p, "{id}", 4) == 0) {
-            o += (size_t)snprintf(out + o, outlen - o, "%ld", id);
-            if (o >= outlen) o = outlen - 1;
-            p += 3;
-        } else {
-            out[o++] = *p;
-        }
-    }
-    out[o] = 0;
-}
-
-hr_status sec_keys_load(sec_keys *k, const cfg *c, long self_id, char *err, size_t errlen) {
+hr_status sec_keys_load(sec_keys *k, const ring_config *rc, char *err, size_t errlen) {
     memset(k, 0, sizeof *k);
-    k->mode = c->security == CFG_SEC_AUTO ? CFG_SEC_ENCRYPT : c->security;
-    if (k->mode == CFG_SEC_NONE) return HR_OK;
+    k->mode = rc->security;
+    if (k->mode != RING_SEC_NONE && k->mode != RING_SEC_AUTH && k->mode != RING_SEC_ENCRYPT)
+        return hr_fail(err, errlen, HR_ERR_INVAL, "security mode %d is not none, auth or encrypt",
+                       k->mode);
+    if (k->mode == RING_SEC_NONE) return HR_OK;
     if (sodium_init() < 0) return hr_fail(err, errlen, HR_ERR_IO, "libsodium failed to start");
     hr_status st;
-    if (c->key_file[0]) {
-        char path[CFG_PATH + 32];
-        expand_id(c->key_file, self_id, path, sizeof path);
+    long self_id = rc->self_id;
+    if (rc->key_file[0]) {
+        const char *path = rc->key_file;
         uint8_t seed[32];
         HR_CHECK_GOTO(sec_read_key_file(path, seed, err, errlen), st, fail);
         crypto_sign_seed_keypair(k->sign_pk, k->sign_sk, seed);
         sodium_memzero(seed, sizeof seed);
         k->have_identity = 1;
-        int idx = cfg_node_index(c, self_id);
-        if (idx < 0 || !c->nodes[idx].has_pubkey ||
-            sodium_memcmp(c->nodes[idx].pubkey, k->sign_pk, 32) != 0) {
+        int idx = ring_config_index(rc, self_id);
+        if (idx < 0 || !rc->members[idx].has_pubkey ||
+            sodium_memcmp(rc->members[idx].pubkey, k->sign_pk, 32) != 0) {
             char hex[65];
-            cfg_hex_encode(k->sign_pk, 32, hex);
+            sodium_bin2hex(hex, sizeof hex, k->sign_pk, 32);
             st = hr_fail(err, errlen, HR_ERR_CONFIG,
                          "%s: this key's public key %s is not the pubkey pinned for [node.%ld] "
                          "in %s (fix the pubkey or use the right key file)",
-                         path, hex, self_id, c->path[0] ? c->path : "the config");
+                         path, hex, self_id, rc->label[0] ? rc->label : "the config");
             goto fail;
         }
     }
-    if (c->psk_file[0]) {
-        HR_CHECK_GOTO(sec_read_key_file(c->psk_file, k->psk, err, errlen), st, fail);
+    if (rc->psk_file[0]) {
+        HR_CHECK_GOTO(sec_read_key_file(rc->psk_file, k->psk, err, errlen), st, fail);
         k->have_psk = 1;
-    } else if (c->has_psk) {
-        memcpy(k->psk, c->psk, 32);
+    } else if (rc->has_psk) {
+        memcpy(k->psk, rc->psk, 32);
         k->have_psk = 1;
     }
     if (!k->have_identity && !k->have_psk) {
         st = hr_fail(err, errlen, HR_ERR_CONFIG,
                      "security = %s needs keys (key_file with a pubkey per node, or psk_file)",
-                     cfg_security_name(k->mode));
+                     ring_security_name(k->mode));
         goto fail;
     }
     return HR_OK;
@@ -188,7 +188,7 @@ void sec_seal(sec_dir *d, uint8_t *frame, const uint8_t *src, size_t len) {
     uint8_t n[24], dummy = 0;
     uint8_t *pay = frame + FRAME_HDR, *tag = pay + len;
     nonce_of(d->ctr++, n);
-    if (d->mode == CFG_SEC_AUTH) {
+    if (d->mode == RING_SEC_AUTH) {
         if (src != pay && len) memcpy(pay, src, len);
         if (d->aead == SEC_AEAD_AES256GCM)
             crypto_aead_aes256gcm_encrypt_detached_afternm(&dummy, tag, NULL, &dummy, 0, frame,
@@ -211,7 +211,7 @@ int sec_open(sec_dir *d, uint8_t *frame, size_t len, uint8_t *dst) {
     uint8_t *pay = frame + FRAME_HDR, *tag = pay + len;
     int rc;
     nonce_of(d->ctr++, n);
-    if (d->mode == CFG_SEC_AUTH) {
+    if (d->mode == RING_SEC_AUTH) {
         if (d->aead == SEC_AEAD_AES256GCM)
             rc = crypto_aead_aes256gcm_decrypt_detached_afternm(&dummy, NULL, &dummy, 0, tag, frame,
                                                                 FRAME_HDR + len, n, &d->aes);
@@ -238,7 +238,7 @@ static void dir_init(sec_dir *d, int mode, int aead, const uint8_t key[32]) {
     memset(d, 0, sizeof *d);
     d->mode = mode;
     d->aead = aead;
-    if (mode == CFG_SEC_NONE) return;
+    if (mode == RING_SEC_NONE) return;
     if (aead == SEC_AEAD_AES256GCM)
         crypto_aead_aes256gcm_beforenm(&d->aes, key);
     else
@@ -270,10 +270,10 @@ static void hello_build(uint8_t h[SEC_HELLO], const sec_hs_params *p, int role,
     le_put64(h + 16, (uint64_t)p->self_id);
     le_put64(h + 24, (uint64_t)p->expect_id);
     le_put32(h + 32, p->seg_bytes);
-    h[36] = p->keys->mode == CFG_SEC_NONE ? 0 : (uint8_t)crypto_aead_aes256gcm_is_available();
+    h[36] = p->keys->mode == RING_SEC_NONE ? 0 : (uint8_t)crypto_aead_aes256gcm_is_available();
     if (eph) memcpy(h + 64, eph, 32);
-    crypto_generichash(h + 96, 32, (const uint8_t *)p->c->name, strlen(p->c->name), NULL, 0);
-    memcpy(h + 128, p->c->name, strnlen(p->c->name, 63));
+    crypto_generichash(h + 96, 32, (const uint8_t *)p->rc->name, strlen(p->rc->name), NULL, 0);
+    memcpy(h + 128, p->rc->name, strnlen(p->rc->name, 63));
 }
 
 static void hello_parse(const uint8_t h[SEC_HELLO], hello *o) {
@@ -312,11 +312,11 @@ static hr_status hello_check(const hello *o, const uint8_t mine[SEC_HELLO], cons
         return hr_fail(why, whylen, HR_ERR_PROTO, "unexpected handshake role");
     if (sodium_memcmp(o->name_hash, mine + 96, 32) != 0)
         return hr_fail(why, whylen, HR_ERR_PROTO, "cluster name '%s' differs from '%s'", o->name,
-                       p->c->name);
+                       p->rc->name);
     if (o->mode != p->keys->mode)
         return hr_fail(why, whylen, HR_ERR_PROTO, "security = %s differs from this node's %s",
-                       cfg_security_name(o->mode), cfg_security_name(p->keys->mode));
-    int idx = cfg_node_index(p->c, o->from);
+                       ring_security_name(o->mode), ring_security_name(p->keys->mode));
+    int idx = ring_config_index(p->rc, o->from);
     if (idx < 0)
         return hr_fail(why, whylen, HR_ERR_AUTH, "unknown peer: node id %ld is not in the cluster",
                        o->from);
@@ -333,7 +333,7 @@ static hr_status hello_check(const hello *o, const uint8_t mine[SEC_HELLO], cons
     if (o->seg != p->seg_bytes)
         return hr_fail(why, whylen, HR_ERR_PROTO, "segment_bytes %u differs from this node's %u",
                        o->seg, p->seg_bytes);
-    if (p->keys->have_identity && !p->c->nodes[idx].has_pubkey)
+    if (p->keys->have_identity && !p->rc->members[idx].has_pubkey)
         return hr_fail(why, whylen, HR_ERR_AUTH, "unknown peer: node %ld has no pinned pubkey",
                        o->from);
     return HR_OK;
@@ -426,8 +426,8 @@ static hr_status proof_check(const hs_keys *k, const sec_hs_params *p, long peer
     int mac_ok = sodium_memcmp(want + 64, in + 64, 32) == 0;
     sodium_memzero(want, sizeof want);
     if (p->keys->have_identity) {
-        int idx = cfg_node_index(p->c, peer);
-        if (idx < 0 || crypto_sign_verify_detached(in, m, ll + 32, p->c->nodes[idx].pubkey) != 0)
+        int idx = ring_config_index(p->rc, peer);
+        if (idx < 0 || crypto_sign_verify_detached(in, m, ll + 32, p->rc->members[idx].pubkey) != 0)
             return hr_fail(why, whylen, HR_ERR_AUTH,
                            "authentication failed: its signature does not match the pubkey "
                            "pinned for node %ld (wrong key file, or not that node)",
@@ -602,7 +602,7 @@ static hr_status hs_responder(hs_state *h) {
 hr_status sec_handshake(int fd, int initiator, const sec_hs_params *p, double deadline,
                         sec_chan *ch, int *refused, char *err, size_t errlen) {
     int role = initiator ? ROLE_INITIATOR : ROLE_RESPONDER;
-    hs_state h = {.p = p, .fd = fd, .deadline = deadline, .secure = p->keys->mode != CFG_SEC_NONE};
+    hs_state h = {.p = p, .fd = fd, .deadline = deadline, .secure = p->keys->mode != RING_SEC_NONE};
     memset(ch, 0, sizeof *ch);
     if (h.secure) crypto_kx_keypair(h.eph_pk, h.eph_sk);
     hello_build(h.mine, p, role, h.secure ? h.eph_pk : NULL);

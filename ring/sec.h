@@ -29,8 +29,8 @@
 #ifndef HR_SEC_H
 #define HR_SEC_H
 
-#include "cfg.h"
 #include "hr_status.h"
+#include "ring_config.h"
 
 #include <sodium.h>
 #include <stdint.h>
@@ -48,7 +48,7 @@ enum { SEC_AEAD_NONE, SEC_AEAD_AES256GCM, SEC_AEAD_XCHACHA20 };
 
 /* This node's long-term secrets. */
 typedef struct {
-    int mode;                                    /* CFG_SEC_NONE, CFG_SEC_AUTH or CFG_SEC_ENCRYPT */
+    int mode;                                    /* ring_security */
     int have_identity;                           /* sign_* hold this node's identity key pair */
     uint8_t sign_pk[crypto_sign_PUBLICKEYBYTES]; /* Ed25519 public key, as pinned in the config */
     uint8_t sign_sk[crypto_sign_SECRETKEYBYTES]; /* Ed25519 secret key */
@@ -61,7 +61,7 @@ typedef struct {
     crypto_aead_aes256gcm_state aes; /* expanded AES-GCM key */
     uint8_t key[32];                 /* XChaCha20-Poly1305 key */
     int aead;                        /* SEC_AEAD_* */
-    int mode;                        /* CFG_SEC_*: how frames are protected */
+    int mode;                        /* ring_security: how frames are protected */
     uint64_t ctr;                    /* nonce counter of the next frame */
 } sec_dir;
 
@@ -73,17 +73,18 @@ typedef struct {
 
 /* What a handshake must agree on. */
 typedef struct {
-    const cfg *c;         /* cluster config: name, nodes and their pinned keys */
-    const sec_keys *keys; /* this node's secrets */
-    uint64_t epoch;       /* view epoch both ends must be in */
-    long self_id;         /* this node */
-    long expect_id;       /* the node the view puts at the other end */
-    uint32_t seg_bytes;   /* pipeline segment size both ends must use */
+    const ring_config *rc; /* cluster name, members and their pinned keys */
+    const sec_keys *keys;  /* this node's secrets */
+    uint64_t epoch;        /* view epoch both ends must be in */
+    long self_id;          /* this node */
+    long expect_id;        /* the node the view puts at the other end */
+    uint32_t seg_bytes;    /* pipeline segment size both ends must use */
 } sec_hs_params;
 
-/* Load this node's keys as the config says (key_file with {id}, psk_file, inline psk). Key files
- * readable by group or others are refused. */
-hr_status sec_keys_load(sec_keys *k, const cfg *c, long self_id, char *err, size_t errlen);
+/* Load node rc->self_id's keys as `rc` says (key_file, psk_file, inline psk). The identity key
+ * must match the pubkey pinned for this node. Key files readable by group or others are
+ * refused. */
+hr_status sec_keys_load(sec_keys *k, const ring_config *rc, char *err, size_t errlen);
 void sec_keys_free(sec_keys *k);
 
 /* Run the handshake on a connected socket. The initiator is the node that connected. On success

@@ -20,6 +20,7 @@
 #include "cfg.h"
 #include "hr_log.h"
 #include "ring.h"
+#include "ring_setup.h"
 #include "sec.h"
 
 #include <math.h>
@@ -78,7 +79,7 @@ static int check_count(ring *r, size_t count) {
         snprintf(msg, sizeof msg, "max abs diff %.3g at element %zu", maxd, worst);
         return free(buf), wrong("all-reduce", count, msg);
     }
-    uint64_t h = fnv(buf, count * sizeof *buf), hs[CFG_MAX_NODES];
+    uint64_t h = fnv(buf, count * sizeof *buf), hs[RING_MAX_NODES];
     free(buf);
     if (ring_allgather(r, &h, hs, sizeof h) != HR_OK) return ring_fail(r, "all-gather of hashes");
     for (int q = 0; q < n; q++)
@@ -102,7 +103,7 @@ static int check_count(ring *r, size_t count) {
     free(mine);
     free(all);
     /* all-gather, variable sizes in bytes (some zero, none a multiple of 4) */
-    size_t sizes[CFG_MAX_NODES], tot = 0, off = 0;
+    size_t sizes[RING_MAX_NODES], tot = 0, off = 0;
     for (int q = 0; q < n; q++) {
         sizes[q] = (q % 3 == 2) ? 0 : ((size_t)q * 131 + count) % 70001;
         tot += sizes[q];
@@ -206,9 +207,17 @@ int main(int argc, char **argv) {
         return 2;
     }
     hr_log_set_node((int)g_id);
+    ring_config rcfg;
+    if (app_ring_config(&c, self, &rcfg, err, sizeof err) != HR_OK) {
+        fprintf(stderr, "%s\n", err);
+        cfg_free(&c);
+        return 2;
+    }
     ring r;
     int rc = 0;
-    if (ring_init(&r, &c, self, err, sizeof err) != HR_OK) {
+    hr_status st = ring_init(&r, &rcfg, err, sizeof err);
+    ring_config_wipe(&rcfg);
+    if (st != HR_OK) {
         fprintf(stderr, "node %ld: ring error in init: %s\n", g_id, err);
         rc = 3;
         goto out;

@@ -16,6 +16,7 @@
 #include "bytes.h"
 #include "cfg.h"
 #include "ring.h"
+#include "ring_setup.h"
 #include "sec.h"
 #include "tcp.h"
 
@@ -60,7 +61,7 @@ typedef struct {
     int role;               /* the fake's */
     int wrong_role;         /* its hello claims the other role */
     fk_script script;       /* how it cheats */
-    int mode;               /* CFG_SEC_* in its hello */
+    int mode;               /* RING_SEC_* in its hello */
     long from, to;          /* ids in its hello */
     uint64_t epoch;         /* view epoch in its hello */
     uint32_t seg;           /* segment size in its hello */
@@ -331,25 +332,29 @@ static void make_keys(void) {
 
 /* The real node: node 0 of `c`, expecting node 1 at the other end. */
 typedef struct {
-    cfg c;
-    sec_keys keys;
-    sec_hs_params p;
+    ring_config rc;  /* node 0's ring config, made from the INI as `hetring run` does */
+    sec_keys keys;   /* its secrets */
+    sec_hs_params p; /* what its handshake expects */
 } realnode;
 
 static void real_init(realnode *r, int psk_mode) {
     char path[128], err[HR_ERRLEN];
     snprintf(path, sizeof path, "%s/%s.ini", g_dir, psk_mode ? "auth" : "encrypt");
     write_conf(path, psk_mode, 20000, 5);
-    cfg_init(&r->c);
-    CHECK(cfg_load(&r->c, path, err, sizeof err) == HR_OK, "config: %s", err);
-    CHECK(sec_keys_load(&r->keys, &r->c, 0, err, sizeof err) == HR_OK, "keys: %s", err);
+    cfg c;
+    cfg_init(&c);
+    CHECK(cfg_load(&c, path, err, sizeof err) == HR_OK, "config: %s", err);
+    CHECK(app_ring_config(&c, cfg_node_index(&c, 0), &r->rc, err, sizeof err) == HR_OK,
+          "ring config: %s", err);
+    cfg_free(&c);
+    CHECK(sec_keys_load(&r->keys, &r->rc, err, sizeof err) == HR_OK, "keys: %s", err);
     r->p = (sec_hs_params){
-        .c = &r->c, .keys = &r->keys, .epoch = 0, .self_id = 0, .expect_id = 1, .seg_bytes = SEG};
+        .rc = &r->rc, .keys = &r->keys, .epoch = 0, .self_id = 0, .expect_id = 1, .seg_bytes = SEG};
 }
 
 static void real_free(realnode *r) {
     sec_keys_free(&r->keys);
-    cfg_free(&r->c);
+    ring_config_wipe(&r->rc);
 }
 
 /* A fake that plays node 1 honestly toward node 0, in `r`'s mode. */
@@ -467,7 +472,7 @@ static void test_cheats(realnode *r, int role, const char *tag) {
          "unknown peer: node id 7");
     CASE("another node's id", f.from = 2, HR_ERR_VIEW, "node 2 is not the expected neighbour");
     CASE("wrong cluster name", f.name = "other", HR_ERR_PROTO, "cluster name 'other' differs");
-    CASE("mismatched mode", f.mode = psk_only ? CFG_SEC_ENCRYPT : CFG_SEC_AUTH, HR_ERR_PROTO,
+    CASE("mismatched mode", f.mode = psk_only ? RING_SEC_ENCRYPT : RING_SEC_AUTH, HR_ERR_PROTO,
          "differs from this node's");
     CASE("mismatched segment size", f.seg = SEG / 2, HR_ERR_PROTO, "segment_bytes 32768 differs");
     CASE("another view epoch", f.epoch = 3, HR_ERR_VIEW, "view epoch 3 differs");
@@ -613,7 +618,7 @@ static void ring_case(int role, fk_script script, const char *text, const char *
     CHECK(fn.lfd >= 0, "%s: cannot listen on port %d", what, base + 1);
     fn.f = (fake){.role = role,
                   .script = script,
-                  .mode = CFG_SEC_ENCRYPT,
+                  .mode = RING_SEC_ENCRYPT,
                   .from = 1,
                   .to = 0,
                   .seg = SEG,
@@ -628,8 +633,12 @@ static void ring_case(int role, fk_script script, const char *text, const char *
     pthread_t th, th2;
     pthread_create(&th, NULL, fake_node_main, &fn);
     if (role == INITIATOR) pthread_create(&th2, NULL, fake_node_main, &hn);
+    ring_config rc;
+    CHECK(app_ring_config(&c, cfg_node_index(&c, 0), &rc, err, sizeof err) == HR_OK,
+          "ring config: %s", err);
     ring r;
-    hr_status st = ring_init(&r, &c, cfg_node_index(&c, 0), err, sizeof err);
+    hr_status st = ring_init(&r, &rc, err, sizeof err);
+    ring_config_wipe(&rc);
     printf("%-44s -> %s: %s\n", what, hr_strerror(st), err);
     char addr[64];
     snprintf(addr, sizeof addr, role == RESPONDER ? "127.0.0.1:%d" : "from 127.0.0.1:", base + 1);

@@ -57,13 +57,13 @@ static void test_seal(int mode, int aead) {
     uint8_t src[1000], out[1000];
     for (size_t i = 0; i < len; i++) src[i] = (uint8_t)i;
     frame_hdr h = {FRAME_MAGIC, FRAME_VERSION, FRAME_DATA, 1, 0, 0, 0, (uint32_t)len};
-    const char *what = mode == CFG_SEC_AUTH ? "auth" : "encrypt";
+    const char *what = mode == RING_SEC_AUTH ? "auth" : "encrypt";
     for (int round = 0; round < 3; round++) {
         h.index = (uint32_t)round;
         frame_encode(&h, f);
         sec_seal(tx, f, src, len);
         memcpy(f2, f, FRAME_HDR + len + SEC_TAG);
-        if (mode == CFG_SEC_ENCRYPT)
+        if (mode == RING_SEC_ENCRYPT)
             CHECK(memcmp(f + FRAME_HDR, src, len) != 0, "%s: payload is not plaintext", what);
         else
             CHECK(memcmp(f + FRAME_HDR, src, len) == 0, "%s: payload is plaintext", what);
@@ -128,13 +128,13 @@ int main(int argc, char **argv) {
             printf("SKIP: AES-256-GCM is not available on this CPU (no AES-NI)\n");
             return 77;
         }
-        test_seal(CFG_SEC_AUTH, SEC_AEAD_AES256GCM);
-        test_seal(CFG_SEC_ENCRYPT, SEC_AEAD_AES256GCM);
+        test_seal(RING_SEC_AUTH, SEC_AEAD_AES256GCM);
+        test_seal(RING_SEC_ENCRYPT, SEC_AEAD_AES256GCM);
         return check_exit();
     }
     test_frame();
-    test_seal(CFG_SEC_AUTH, SEC_AEAD_XCHACHA20);
-    test_seal(CFG_SEC_ENCRYPT, SEC_AEAD_XCHACHA20);
+    test_seal(RING_SEC_AUTH, SEC_AEAD_XCHACHA20);
+    test_seal(RING_SEC_ENCRYPT, SEC_AEAD_XCHACHA20);
     test_key_files();
     return check_exit();
 }
