@@ -57,7 +57,7 @@ static const key_spec g_keys[] = {
     {"cluster", "timeout", T_DBL, G(timeout), 0, 0.1, 3600, NULL, "30", 0,
      "seconds a blocking send or receive may wait before its peer is declared dead"},
     {"cluster", "backend", T_ENUM, G(backend), 0, 0, 0, "auto|tcp|nccl", "auto", 0,
-     "gradient transport: nccl when every node has a GPU (auto), or tcp"},
+     "gradient transport: tcp (auto means tcp; nccl is refused until GPU training is wired in)"},
     {"cluster", "segment_bytes", T_INT, G(segment_bytes), 0, 0, 1 << 30, NULL, "0", 0,
      "all-reduce pipeline segment in bytes; 0 uses the measured default"},
 
@@ -133,7 +133,8 @@ static const key_spec n_keys[] = {
      "address the node listens on (required)"},
     {"node", "port", T_INT, N(port), 0, 1, 65535, NULL, NULL, 0,
      "TCP port the node listens on (required)"},
-    {"node", "device", T_DEVICE, N(device), 0, 0, 0, NULL, "cpu", 0, "cpu or cuda:N"},
+    {"node", "device", T_DEVICE, N(device), 0, 0, 0, NULL, "cpu", 0,
+     "cpu (cuda:N is refused until GPU training is wired in)"},
     {"node", "threads", T_INT, N(threads), 0, 0, 1024, NULL, "1", 0,
      "BLAS threads; 0 uses every core"},
     {"node", "capacity", T_DBL, N(capacity), 0, 1e-6, BIG, NULL, "1", 0,

@@ -39,6 +39,11 @@ int cli_common_opt(cli_common *o, const char *name, const char *arg);
  * Prints the error to stderr. Returns CLI_OK or CLI_USAGE. */
 int cli_load_config(cfg *c, const cli_common *o, const char *cmd);
 
+/* Settings the schema accepts but this application cannot honour yet (device = cuda:N,
+ * backend = nccl) are refused here, naming the file, the node and the key. cli_load_config
+ * calls it. */
+hr_status cli_check_supported(const cfg *c, char *err, size_t errlen);
+
 /* Print "hetring CMD: msg" to stderr and return CLI_USAGE. */
 int cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 

@@ -37,6 +37,24 @@ int cli_common_opt(cli_common *o, const char *name, const char *arg) {
     return 0;
 }
 
+hr_status cli_check_supported(const cfg *c, char *err, size_t errlen) {
+    /* The CUDA kernels and the NCCL backend are built and tested on their own, but the
+     * distributed loop does not use them yet: accepting these settings would train on the CPU
+     * over TCP while the file says otherwise. */
+    if (c->backend == CFG_BACKEND_NCCL)
+        return hr_fail(err, errlen, HR_ERR_CONFIG,
+                       "%s: [cluster] backend = nccl: the distributed loop does not use NCCL yet; "
+                       "use backend = tcp (or auto, which means tcp)",
+                       c->path);
+    for (int i = 0; i < c->n_nodes; i++)
+        if (c->nodes[i].device >= 0)
+            return hr_fail(err, errlen, HR_ERR_CONFIG,
+                           "%s: [node.%ld] device = cuda:%ld: the distributed loop trains on the "
+                           "CPU only so far; use device = cpu",
+                           c->path, c->nodes[i].id, c->nodes[i].device);
+    return HR_OK;
+}
+
 int cli_load_config(cfg *c, const cli_common *o, const char *cmd) {
     char err[HR_ERRLEN];
     if (!o->conf)
@@ -46,6 +64,7 @@ int cli_load_config(cfg *c, const cli_common *o, const char *cmd) {
     if (st == HR_OK) st = cfg_apply_env(c, err, sizeof err);
     for (int i = 0; st == HR_OK && i < o->n_sets; i++) st = cfg_set(c, o->sets[i], err, sizeof err);
     if (st == HR_OK) st = cfg_validate(c, err, sizeof err);
+    if (st == HR_OK) st = cli_check_supported(c, err, sizeof err);
     if (st != HR_OK) {
         fprintf(stderr, "%s\n", err);
         cfg_free(c);

@@ -41,5 +41,17 @@ echo "$out" | grep -q '^psk = <redacted>$' || { echo "FAIL: psk not shown as red
 msg=$("$HR" config --conf "$SRC/tests/conf/bad/malformed_number.ini" 2>&1)
 [ "$msg" = "$(cat "$SRC/tests/conf/bad/malformed_number.err" | sed "s|^|$SRC/tests/conf/bad/|")" ] \
     || { echo "FAIL: config error message: $msg"; fails=$((fails+1)); }
+# settings the schema parses but the application cannot honour yet are refused at start-up,
+# naming the file, the node and the key, before anything listens or trains
+printf '[cluster]\nsecurity = none\n[node.0]\nhost = 127.0.0.1\nport = 7001\n[node.3]\nhost = 127.0.0.1\nport = 7002\ndevice = cuda:1\n' > "$tmp/gpu.ini"
+for c in "config --node 0" "run --node 0" local; do
+    msg=$("$HR" $c --conf "$tmp/gpu.ini" 2>&1 >/dev/null); rc=$?
+    [ $rc = 2 ] && echo "$msg" | grep -q "gpu.ini: \[node.3\] device = cuda:1: .*use device = cpu" \
+        || { echo "FAIL: $c with device = cuda:1 exited $rc: $msg"; fails=$((fails+1)); }
+done
+sed -e 's/^device = cuda:1$//' -e 's/^security = none$/security = none\nbackend = nccl/' "$tmp/gpu.ini" > "$tmp/nccl.ini"
+msg=$("$HR" run --conf "$tmp/nccl.ini" --node 0 2>&1 >/dev/null); rc=$?
+[ $rc = 2 ] && echo "$msg" | grep -q "nccl.ini: \[cluster\] backend = nccl: .*use backend = tcp" \
+    || { echo "FAIL: backend = nccl exited $rc: $msg"; fails=$((fails+1)); }
 echo "$fails failure(s)"
 [ "$fails" = 0 ]
