@@ -153,49 +153,29 @@ _Static_assert(N_NKEYS <= 16, "cfg_node.key_line is too small");
 
 /* ================================================================ value parsing */
 
-static void expected(const key_spec *k, char *buf, size_t n) {
-    switch (k->type) {
-    case T_STR:
-        snprintf(buf, n, "%s", strcmp(k->key, "host") == 0 ? "a host name or IP address" : "text");
-        break;
-    case T_INT:
-        snprintf(buf, n, "an integer in [%.15g, %.15g]", k->min, k->max);
-        break;
-    case T_DBL:
-        snprintf(buf, n, "a number in [%.15g, %.15g]", k->min, k->max);
-        break;
-    case T_U64:
-        snprintf(buf, n, "an unsigned 64-bit integer");
-        break;
-    case T_ENUM: {
-        size_t o = (size_t)snprintf(buf, n, "one of ");
-        for (const char *p = k->choices; *p && o + 2 < n; p++) {
-            if (*p == '|') {
-                if (o + 2 < n) buf[o++] = ',', buf[o++] = ' ';
-            } else {
-                buf[o++] = *p;
-            }
-        }
-        buf[o < n ? o : n - 1] = 0;
-        break;
-    }
-    case T_LAYERS:
-        snprintf(buf, n, "2 to %d comma-separated widths in [1, %.0f]", CFG_MAX_LAYERS, k->max);
-        break;
-    case T_HEXKEY:
-        snprintf(buf, n, "%d hex digits", 2 * CFG_KEYLEN);
-        break;
-    case T_DEVICE:
-        snprintf(buf, n, "cpu or cuda:N");
-        break;
-    case T_PHASES:
-        snprintf(buf, n, "up to %d ITER:FACTOR pairs with ascending ITER and FACTOR in [1, 1000]",
-                 CFG_MAX_PHASES);
-        break;
-    }
+/* Each value type is a row of three small functions: what it expects (for messages and the
+ * reference file), how its text is parsed into the field, and how the field prints. A parser
+ * writes nothing to the field unless the whole value is good. */
+
+/* Why a value was refused: the text of the value, what the key expects, and the caller's
+ * buffer for the reason. */
+typedef struct {
+    const char *val; /* the value as written */
+    const char *exp; /* what the key expects, e.g. "an integer in [1, 65535]" */
+    char *why;       /* out: the reason the value is refused */
+    size_t whylen;
+} verdict;
+
+static int refuse(verdict *v, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int refuse(verdict *v, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(v->why, v->whylen, fmt, ap);
+    va_end(ap);
+    return -1;
 }
 
-static int parse_long(const char *s, long *out) {
+int cfg_parse_long(const char *s, long *out) {
     char *end;
     errno = 0;
     long v = strtol(s, &end, 10);
@@ -214,6 +194,239 @@ static int parse_double(const char *s, double *out) {
     *out = v;
     return 0;
 }
+
+static int in_range(const key_spec *k, double v) {
+    return v >= k->min && v <= k->max;
+}
+
+/* Split a comma-separated list in `buf` (modified) into its non-empty items, leading white
+ * space trimmed. Returns the count, or -1 when there are more than `max`. */
+static int split_list(char *buf, char **items, int max) {
+    int n = 0;
+    char *save = NULL;
+    for (char *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        if (n == max) return -1;
+        while (isspace((unsigned char)*tok)) tok++;
+        items[n++] = tok;
+    }
+    return n;
+}
+
+/* The shortest text that reads back as the same double. */
+static void format_double(double v, char *out, size_t n) {
+    for (int prec = 6; prec <= 17; prec++) {
+        snprintf(out, n, "%.*g", prec, v);
+        if (strtod(out, NULL) == v) break;
+    }
+}
+
+/* ---------------------------------------------------------------- text */
+
+static void str_expect(const key_spec *k, char *buf, size_t n) {
+    snprintf(buf, n, "%s", strcmp(k->key, "host") == 0 ? "a host name or IP address" : "text");
+}
+
+static int str_parse(const key_spec *k, void *base, char *field, verdict *v) {
+    (void)base;
+    size_t len = strlen(v->val);
+    if (len >= k->size)
+        return refuse(v, "value is too long (expected at most %zu characters)", k->size - 1);
+    memcpy(field, v->val, len + 1);
+    return 0;
+}
+
+static void str_format(const key_spec *k, const void *base, const char *field, char *out,
+                       size_t n) {
+    (void)k, (void)base;
+    snprintf(out, n, "%s", field);
+}
+
+/* ---------------------------------------------------------------- numbers */
+
+static void int_expect(const key_spec *k, char *buf, size_t n) {
+    snprintf(buf, n, "an integer in [%.15g, %.15g]", k->min, k->max);
+}
+
+static int int_parse(const key_spec *k, void *base, char *field, verdict *v) {
+    (void)base;
+    long x;
+    if (cfg_parse_long(v->val, &x))
+        return refuse(v, "malformed integer '%s' (expected %s)", v->val, v->exp);
+    if (!in_range(k, (double)x)) return refuse(v, "%ld is out of range (expected %s)", x, v->exp);
+    *(long *)field = x;
+    return 0;
+}
+
+static void int_format(const key_spec *k, const void *base, const char *field, char *out,
+                       size_t n) {
+    (void)k, (void)base;
+    snprintf(out, n, "%ld", *(const long *)field);
+}
+
+static void dbl_expect(const key_spec *k, char *buf, size_t n) {
+    snprintf(buf, n, "a number in [%.15g, %.15g]", k->min, k->max);
+}
+
+static int dbl_parse(const key_spec *k, void *base, char *field, verdict *v) {
+    (void)base;
+    double x;
+    if (parse_double(v->val, &x))
+        return refuse(v, "malformed number '%s' (expected %s)", v->val, v->exp);
+    if (!in_range(k, x)) return refuse(v, "%g is out of range (expected %s)", x, v->exp);
+    *(double *)field = x;
+    return 0;
+}
+
+static void dbl_format(const key_spec *k, const void *base, const char *field, char *out,
+                       size_t n) {
+    (void)k, (void)base;
+    format_double(*(const double *)field, out, n);
+}
+
+static void u64_expect(const key_spec *k, char *buf, size_t n) {
+    (void)k;
+    snprintf(buf, n, "an unsigned 64-bit integer");
+}
+
+static int u64_parse(const key_spec *k, void *base, char *field, verdict *v) {
+    (void)k, (void)base;
+    char *end;
+    errno = 0;
+    unsigned long long x = strtoull(v->val, &end, 0);
+    if (errno || end == v->val || *end || v->val[0] == '-')
+        return refuse(v, "malformed integer '%s' (expected %s)", v->val, v->exp);
+    *(uint64_t *)field = (uint64_t)x;
+    return 0;
+}
+
+static void u64_format(const key_spec *k, const void *base, const char *field, char *out,
+                       size_t n) {
+    (void)k, (void)base;
+    snprintf(out, n, "%llu", (unsigned long long)*(const uint64_t *)field);
+}
+
+/* ---------------------------------------------------------------- enums: "a|b|c", value is the
+ * index */
+
+static void enum_expect(const key_spec *k, char *buf, size_t n) {
+    size_t o = (size_t)snprintf(buf, n, "one of ");
+    for (const char *p = k->choices; *p && o + 2 < n; p++) {
+        if (*p == '|') {
+            if (o + 2 < n) buf[o++] = ',', buf[o++] = ' ';
+        } else {
+            buf[o++] = *p;
+        }
+    }
+    buf[o < n ? o : n - 1] = 0;
+}
+
+static int enum_parse(const key_spec *k, void *base, char *field, verdict *v) {
+    (void)base;
+    size_t vlen = strlen(v->val);
+    int idx = 0;
+    for (const char *p = k->choices; *p; idx++) {
+        const char *bar = strchr(p, '|');
+        size_t len = bar ? (size_t)(bar - p) : strlen(p);
+        if (len == vlen && strncmp(p, v->val, len) == 0) {
+            *(int *)field = idx;
+            return 0;
+        }
+        p += len + (bar ? 1 : 0);
+    }
+    return refuse(v, "unknown value '%s' (expected %s)", v->val, v->exp);
+}
+
+static void enum_format(const key_spec *k, const void *base, const char *field, char *out,
+                        size_t n) {
+    (void)base;
+    int idx = *(const int *)field;
+    const char *p = k->choices;
+    for (int i = 0; i < idx && p; i++) {
+        p = strchr(p, '|');
+        if (p) p++;
+    }
+    const char *bar = p ? strchr(p, '|') : NULL;
+    snprintf(out, n, "%.*s", p ? (int)(bar ? (size_t)(bar - p) : strlen(p)) : 0, p ? p : "");
+}
+
+/* ---------------------------------------------------------------- lists */
+
+static void layers_expect(const key_spec *k, char *buf, size_t n) {
+    snprintf(buf, n, "2 to %d comma-separated widths in [1, %.0f]", CFG_MAX_LAYERS, k->max);
+}
+
+static int layers_parse(const key_spec *k, void *base, char *field, verdict *v) {
+    (void)base;
+    char buf[512], *item[CFG_MAX_LAYERS];
+    long tmp[CFG_MAX_LAYERS];
+    snprintf(buf, sizeof buf, "%s", v->val);
+    int n = split_list(buf, item, CFG_MAX_LAYERS), ok = n >= 2;
+    for (int i = 0; i < n && ok; i++)
+        ok = cfg_parse_long(item[i], &tmp[i]) == 0 && in_range(k, (double)tmp[i]);
+    if (!ok) return refuse(v, "bad layer list '%s' (expected %s)", v->val, v->exp);
+    memcpy(field, tmp, sizeof tmp);
+    /* n_layers follows layers[] directly in cfg */
+    *(int *)(field + sizeof(long) * CFG_MAX_LAYERS) = n;
+    return 0;
+}
+
+static void layers_format(const key_spec *k, const void *base, const char *field, char *out,
+                          size_t n) {
+    (void)k, (void)base;
+    const long *l = (const long *)field;
+    int cnt = *(const int *)(field + sizeof(long) * CFG_MAX_LAYERS);
+    size_t o = 0;
+    out[0] = 0;
+    for (int i = 0; i < cnt && o < n; i++)
+        o += (size_t)snprintf(out + o, n - o, "%s%ld", i ? "," : "", l[i]);
+}
+
+static void phases_expect(const key_spec *k, char *buf, size_t n) {
+    (void)k;
+    snprintf(buf, n, "up to %d ITER:FACTOR pairs with ascending ITER and FACTOR in [1, 1000]",
+             CFG_MAX_PHASES);
+}
+
+/* One "ITER:FACTOR" item of an interference schedule, after the phase `prev` (NULL first). */
+static int parse_phase(const key_spec *k, char *item, const cfg_phase *prev, cfg_phase *out) {
+    char *colon = strchr(item, ':');
+    if (!colon) return -1;
+    *colon = 0;
+    return cfg_parse_long(item, &out->iter) || out->iter < 0 ||
+                   parse_double(colon + 1, &out->factor) || !in_range(k, out->factor) ||
+                   (prev && out->iter <= prev->iter)
+               ? -1
+               : 0;
+}
+
+static int phases_parse(const key_spec *k, void *base, char *field, verdict *v) {
+    char buf[512], *item[CFG_MAX_PHASES];
+    cfg_phase tmp[CFG_MAX_PHASES];
+    snprintf(buf, sizeof buf, "%s", v->val);
+    int n = split_list(buf, item, CFG_MAX_PHASES), ok = n >= 0;
+    for (int i = 0; i < n && ok; i++)
+        ok = parse_phase(k, item[i], i ? &tmp[i - 1] : NULL, &tmp[i]) == 0;
+    if (!ok) return refuse(v, "bad interference schedule '%s' (expected %s)", v->val, v->exp);
+    memcpy(field, tmp, sizeof tmp);
+    ((cfg_node *)base)->n_interference = n;
+    return 0;
+}
+
+static void phases_format(const key_spec *k, const void *base, const char *field, char *out,
+                          size_t n) {
+    (void)k, (void)field;
+    const cfg_node *node = base;
+    char factor[32];
+    size_t o = 0;
+    out[0] = 0;
+    for (int i = 0; i < node->n_interference && o < n; i++) {
+        snprintf(factor, sizeof factor, "%g", node->interference[i].factor);
+        o += (size_t)snprintf(out + o, n - o, "%s%ld:%s", i ? "," : "", node->interference[i].iter,
+                              factor);
+    }
+}
+
+/* ---------------------------------------------------------------- keys and devices */
 
 int cfg_hex_decode(const char *hex, uint8_t *out, size_t n) {
     if (strlen(hex) != 2 * n) return -1;
@@ -242,218 +455,103 @@ void cfg_hex_encode(const uint8_t *in, size_t n, char *out) {
     out[2 * n] = 0;
 }
 
+#define REDACTED "<redacted>" /* what cfg_print writes in place of a secret key */
+
+static void hexkey_expect(const key_spec *k, char *buf, size_t n) {
+    (void)k;
+    snprintf(buf, n, "%d hex digits", 2 * CFG_KEYLEN);
+}
+
+/* T_HEXKEY keys are optional: `size` is the offset of the flag that says the key was given. */
+static int *hexkey_flag(const key_spec *k, void *base) {
+    return (int *)((char *)base + k->size);
+}
+static int hexkey_given(const key_spec *k, const void *base) {
+    return *(const int *)((const char *)base + k->size);
+}
+
+static int hexkey_parse(const key_spec *k, void *base, char *field, verdict *v) {
+    uint8_t key[CFG_KEYLEN];
+    if (cfg_hex_decode(v->val, key, CFG_KEYLEN)) /* never echo a key value: it may be secret */
+        return refuse(v, "malformed key (expected %s)", v->exp);
+    memcpy(field, key, CFG_KEYLEN);
+    *hexkey_flag(k, base) = 1;
+    memset(key, 0, sizeof key);
+    return 0;
+}
+
+static void hexkey_format(const key_spec *k, const void *base, const char *field, char *out,
+                          size_t n) {
+    if (!hexkey_given(k, base))
+        snprintf(out, n, "%s", "");
+    else if (k->secret)
+        snprintf(out, n, REDACTED);
+    else if (n > 2 * CFG_KEYLEN)
+        cfg_hex_encode((const uint8_t *)field, CFG_KEYLEN, out);
+}
+
+static void device_expect(const key_spec *k, char *buf, size_t n) {
+    (void)k;
+    snprintf(buf, n, "cpu or cuda:N");
+}
+
+static int device_parse(const key_spec *k, void *base, char *field, verdict *v) {
+    (void)k, (void)base;
+    long d;
+    if (strcmp(v->val, "cpu") == 0)
+        d = -1;
+    else if (strncmp(v->val, "cuda:", 5) != 0 || cfg_parse_long(v->val + 5, &d) || d < 0 || d >= 64)
+        return refuse(v, "unknown device '%s' (expected %s)", v->val, v->exp);
+    *(long *)field = d;
+    return 0;
+}
+
+static void device_format(const key_spec *k, const void *base, const char *field, char *out,
+                          size_t n) {
+    (void)k, (void)base;
+    long d = *(const long *)field;
+    if (d < 0)
+        snprintf(out, n, "cpu");
+    else
+        snprintf(out, n, "cuda:%ld", d);
+}
+
+/* ---------------------------------------------------------------- the table */
+
+typedef struct {
+    void (*expect)(const key_spec *k, char *buf, size_t n);
+    int (*parse)(const key_spec *k, void *base, char *field, verdict *v);
+    void (*format)(const key_spec *k, const void *base, const char *field, char *out, size_t n);
+} value_type;
+
+static const value_type value_types[] = {
+    [T_STR] = {str_expect, str_parse, str_format},
+    [T_INT] = {int_expect, int_parse, int_format},
+    [T_DBL] = {dbl_expect, dbl_parse, dbl_format},
+    [T_ENUM] = {enum_expect, enum_parse, enum_format},
+    [T_U64] = {u64_expect, u64_parse, u64_format},
+    [T_LAYERS] = {layers_expect, layers_parse, layers_format},
+    [T_HEXKEY] = {hexkey_expect, hexkey_parse, hexkey_format},
+    [T_DEVICE] = {device_expect, device_parse, device_format},
+    [T_PHASES] = {phases_expect, phases_parse, phases_format},
+};
+
+/* What key `k` expects, for messages and the reference file. */
+static void expected(const key_spec *k, char *buf, size_t n) {
+    value_types[k->type].expect(k, buf, n);
+}
+
 /* Parse `val` into the field of `k` inside `base`. On failure write the reason to `why`. */
 static int set_value(const key_spec *k, void *base, const char *val, char *why, size_t whylen) {
     char exp[256];
     expected(k, exp, sizeof exp);
-    char *field = (char *)base + k->off;
-    switch (k->type) {
-    case T_STR:
-        if (strlen(val) >= k->size) {
-            snprintf(why, whylen, "value is too long (expected at most %zu characters)",
-                     k->size - 1);
-            return -1;
-        }
-        memcpy(field, val, strlen(val) + 1);
-        return 0;
-    case T_INT: {
-        long v;
-        if (parse_long(val, &v)) {
-            snprintf(why, whylen, "malformed integer '%s' (expected %s)", val, exp);
-            return -1;
-        }
-        if ((double)v < k->min || (double)v > k->max) {
-            snprintf(why, whylen, "%ld is out of range (expected %s)", v, exp);
-            return -1;
-        }
-        *(long *)field = v;
-        return 0;
-    }
-    case T_DBL: {
-        double v;
-        if (parse_double(val, &v)) {
-            snprintf(why, whylen, "malformed number '%s' (expected %s)", val, exp);
-            return -1;
-        }
-        if (v < k->min || v > k->max) {
-            snprintf(why, whylen, "%g is out of range (expected %s)", v, exp);
-            return -1;
-        }
-        *(double *)field = v;
-        return 0;
-    }
-    case T_U64: {
-        char *end;
-        errno = 0;
-        unsigned long long v = strtoull(val, &end, 0);
-        if (errno || end == val || *end || val[0] == '-') {
-            snprintf(why, whylen, "malformed integer '%s' (expected %s)", val, exp);
-            return -1;
-        }
-        *(uint64_t *)field = (uint64_t)v;
-        return 0;
-    }
-    case T_ENUM: {
-        size_t vlen = strlen(val);
-        int idx = 0;
-        for (const char *p = k->choices; *p; idx++) {
-            const char *bar = strchr(p, '|');
-            size_t len = bar ? (size_t)(bar - p) : strlen(p);
-            if (len == vlen && strncmp(p, val, len) == 0) {
-                *(int *)field = idx;
-                return 0;
-            }
-            p += len + (bar ? 1 : 0);
-        }
-        snprintf(why, whylen, "unknown value '%s' (expected %s)", val, exp);
-        return -1;
-    }
-    case T_LAYERS: {
-        long tmp[CFG_MAX_LAYERS];
-        int n = 0;
-        char buf[512];
-        snprintf(buf, sizeof buf, "%s", val);
-        char *save = NULL;
-        for (char *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-            long v;
-            while (isspace((unsigned char)*tok)) tok++;
-            if (n == CFG_MAX_LAYERS || parse_long(tok, &v) || v < k->min || v > k->max) {
-                snprintf(why, whylen, "bad layer list '%s' (expected %s)", val, exp);
-                return -1;
-            }
-            tmp[n++] = v;
-        }
-        if (n < 2) {
-            snprintf(why, whylen, "bad layer list '%s' (expected %s)", val, exp);
-            return -1;
-        }
-        memcpy(field, tmp, sizeof tmp);
-        /* n_layers follows layers[] directly in cfg */
-        *(int *)(field + sizeof(long) * CFG_MAX_LAYERS) = n;
-        return 0;
-    }
-    case T_HEXKEY: {
-        uint8_t key[CFG_KEYLEN];
-        if (cfg_hex_decode(val, key, CFG_KEYLEN)) {
-            /* never echo a key value: it may be a secret */
-            snprintf(why, whylen, "malformed key (expected %s)", exp);
-            return -1;
-        }
-        memcpy(field, key, CFG_KEYLEN);
-        *(int *)((char *)base + k->size) = 1;
-        memset(key, 0, sizeof key);
-        return 0;
-    }
-    case T_DEVICE: {
-        long v;
-        if (strcmp(val, "cpu") == 0) {
-            *(long *)field = -1;
-            return 0;
-        }
-        if (strncmp(val, "cuda:", 5) == 0 && parse_long(val + 5, &v) == 0 && v >= 0 && v < 64) {
-            *(long *)field = v;
-            return 0;
-        }
-        snprintf(why, whylen, "unknown device '%s' (expected %s)", val, exp);
-        return -1;
-    }
-    case T_PHASES: {
-        cfg_phase tmp[CFG_MAX_PHASES];
-        int n = 0;
-        char buf[512];
-        snprintf(buf, sizeof buf, "%s", val);
-        char *save = NULL;
-        for (char *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-            char *colon = strchr(tok, ':');
-            long it;
-            double f;
-            if (colon) *colon = 0;
-            while (isspace((unsigned char)*tok)) tok++;
-            if (!colon || n == CFG_MAX_PHASES || parse_long(tok, &it) || it < 0 ||
-                parse_double(colon + 1, &f) || f < k->min || f > k->max ||
-                (n > 0 && it <= tmp[n - 1].iter)) {
-                snprintf(why, whylen, "bad interference schedule '%s' (expected %s)", val, exp);
-                return -1;
-            }
-            tmp[n].iter = it;
-            tmp[n].factor = f;
-            n++;
-        }
-        memcpy(field, tmp, sizeof tmp);
-        ((cfg_node *)base)->n_interference = n;
-        return 0;
-    }
-    }
-    return -1;
+    verdict v = {.val = val, .exp = exp, .why = why, .whylen = whylen};
+    return value_types[k->type].parse(k, base, (char *)base + k->off, &v);
 }
 
 /* Text of a field's current value, for printing. */
 static void format_value(const key_spec *k, const void *base, char *out, size_t n) {
-    const char *field = (const char *)base + k->off;
-    switch (k->type) {
-    case T_STR:
-        snprintf(out, n, "%s", field);
-        break;
-    case T_INT:
-        snprintf(out, n, "%ld", *(const long *)field);
-        break;
-    case T_DBL: { /* shortest text that reads back as the same double */
-        double v = *(const double *)field;
-        for (int prec = 6; prec <= 17; prec++) {
-            snprintf(out, n, "%.*g", prec, v);
-            if (strtod(out, NULL) == v) break;
-        }
-        break;
-    }
-    case T_U64:
-        snprintf(out, n, "%llu", (unsigned long long)*(const uint64_t *)field);
-        break;
-    case T_ENUM: {
-        int idx = *(const int *)field;
-        const char *p = k->choices;
-        for (int i = 0; i < idx && p; i++) {
-            p = strchr(p, '|');
-            if (p) p++;
-        }
-        const char *bar = p ? strchr(p, '|') : NULL;
-        snprintf(out, n, "%.*s", p ? (int)(bar ? (size_t)(bar - p) : strlen(p)) : 0, p ? p : "");
-        break;
-    }
-    case T_LAYERS: {
-        const long *l = (const long *)field;
-        int cnt = *(const int *)(field + sizeof(long) * CFG_MAX_LAYERS);
-        size_t o = 0;
-        out[0] = 0;
-        for (int i = 0; i < cnt && o < n; i++)
-            o += (size_t)snprintf(out + o, n - o, "%s%ld", i ? "," : "", l[i]);
-        break;
-    }
-    case T_HEXKEY:
-        if (!*(const int *)((const char *)base + k->size))
-            snprintf(out, n, "%s", "");
-        else if (k->secret)
-            snprintf(out, n, "<redacted>");
-        else if (n > 2 * CFG_KEYLEN)
-            cfg_hex_encode((const uint8_t *)field, CFG_KEYLEN, out);
-        break;
-    case T_DEVICE: {
-        long d = *(const long *)field;
-        if (d < 0)
-            snprintf(out, n, "cpu");
-        else
-            snprintf(out, n, "cuda:%ld", d);
-        break;
-    }
-    case T_PHASES: {
-        const cfg_node *node = base;
-        size_t o = 0;
-        out[0] = 0;
-        for (int i = 0; i < node->n_interference && o < n; i++)
-            o += (size_t)snprintf(out + o, n - o, "%s%ld:%g", i ? "," : "",
-                                  node->interference[i].iter, node->interference[i].factor);
-        break;
-    }
-    }
+    value_types[k->type].format(k, base, (const char *)base + k->off, out, n);
 }
 
 /* ================================================================ defaults and nodes */
@@ -556,7 +654,8 @@ static void on_section(parse_state *ps, const char *name) {
     }
     if (strncmp(name, "node.", 5) == 0) {
         long id;
-        if (parse_long(name + 5, &id) || id < 0 || id > 65535 || !isdigit((unsigned char)name[5])) {
+        if (cfg_parse_long(name + 5, &id) || id < 0 || id > 65535 ||
+            !isdigit((unsigned char)name[5])) {
             parse_error(ps,
                         "bad node id in [%s] (expected [node.N] with N an integer in [0, 65535])",
                         name);
@@ -785,7 +884,7 @@ hr_status cfg_set(cfg *c, const char *assignment, char *err, size_t errlen) {
             return hr_fail(err, errlen, HR_ERR_CONFIG,
                            "--set %s: malformed (expected node.ID.KEY=VALUE)", assignment);
         snprintf(idbuf, sizeof idbuf, "%.*s", (int)(dot2 - kstart), kstart);
-        if (parse_long(idbuf, &node_id) || cfg_node_index(c, node_id) < 0)
+        if (cfg_parse_long(idbuf, &node_id) || cfg_node_index(c, node_id) < 0)
             return hr_fail(err, errlen, HR_ERR_CONFIG,
                            "--set %s: no node '%s' in the configuration", assignment, idbuf);
         kstart = dot2 + 1;
@@ -817,16 +916,17 @@ static int blame(const cfg *c, const char *key) {
     return l ? l : 1;
 }
 
-hr_status cfg_validate(cfg *c, char *err, size_t errlen) {
-    const char *f = c->path[0] ? c->path : "<config>";
+/* Each check below returns HR_OK or fails with "FILE:LINE: what (expected)", `f` the file. */
+
+/* Every node has host and port, and no two share both. Nodes are still in file order. */
+static hr_status check_nodes(const cfg *c, const char *f, char *err, size_t errlen) {
     if (c->n_nodes == 0)
         return hr_fail(err, errlen, HR_ERR_CONFIG,
                        "%s:%d: the peer list is empty (expected one [node.ID] section per peer, "
                        "with host and port)",
                        f, c->n_lines > 0 ? c->n_lines : 1);
-    /* nodes in file order for the checks below, id order afterwards */
     for (int i = 0; i < c->n_nodes; i++) {
-        cfg_node *n = &c->nodes[i];
+        const cfg_node *n = &c->nodes[i];
         const char *missing = !n->host[0] ? "host" : n->port == 0 ? "port" : NULL;
         if (missing) {
             int idx;
@@ -844,6 +944,11 @@ hr_status cfg_validate(cfg *c, char *err, size_t errlen) {
                                f, n->line, n->id, n->host, n->port, c->nodes[j].id,
                                c->nodes[j].line);
     }
+    return HR_OK;
+}
+
+/* min_batch and max_batch leave room for a split of global_batch over the nodes. */
+static hr_status check_batch_bounds(const cfg *c, const char *f, char *err, size_t errlen) {
     long nn = c->n_nodes;
     if (c->global_batch < nn * c->min_batch)
         return hr_fail(err, errlen, HR_ERR_CONFIG,
@@ -862,6 +967,11 @@ hr_status cfg_validate(cfg *c, char *err, size_t errlen) {
                        "(expected max_batch >= %ld)",
                        f, blame(c, "max_batch"), c->max_batch, nn, c->global_batch,
                        (c->global_batch + nn - 1) / nn);
+    return HR_OK;
+}
+
+/* There is something to train, and the mlp has its layers. */
+static hr_status check_training(const cfg *c, const char *f, char *err, size_t errlen) {
     if (c->epochs == 0 && c->iterations == 0)
         return hr_fail(err, errlen, HR_ERR_CONFIG,
                        "%s:%d: nothing to train (expected epochs >= 1 or iterations >= 1)", f,
@@ -870,7 +980,12 @@ hr_status cfg_validate(cfg *c, char *err, size_t errlen) {
         return hr_fail(err, errlen, HR_ERR_CONFIG,
                        "%s:%d: the mlp needs layers (expected e.g. layers = 784,256,10)", f,
                        blame(c, "layers"));
-    /* security: the default is encrypt when keys are configured, never a silent none */
+    return HR_OK;
+}
+
+/* Security has the keys it needs. The default is encrypt when keys are configured, never a
+ * silent none: this is where security = auto resolves. */
+static hr_status check_security(cfg *c, const char *f, char *err, size_t errlen) {
     int have_identity = c->key_file[0] != 0;
     int have_psk = c->psk_file[0] != 0 || c->has_psk;
     if (c->security == CFG_SEC_AUTO) {
@@ -882,22 +997,30 @@ hr_status cfg_validate(cfg *c, char *err, size_t errlen) {
                            f, blame(c, "security"));
         c->security = CFG_SEC_ENCRYPT;
     }
-    if (c->security != CFG_SEC_NONE) {
-        if (!have_identity && !have_psk)
-            return hr_fail(err, errlen, HR_ERR_CONFIG,
-                           "%s:%d: security = %s needs keys (expected key_file with a pubkey per "
-                           "node, or psk_file)",
-                           f, blame(c, "security"), cfg_security_name(c->security));
-        if (have_identity && !have_psk)
-            for (int i = 0; i < c->n_nodes; i++)
-                if (!c->nodes[i].has_pubkey)
-                    return hr_fail(err, errlen, HR_ERR_CONFIG,
-                                   "%s:%d: [node.%ld] has no pubkey, but key_file makes peers "
-                                   "authenticate by identity (expected pubkey = 64 hex digits "
-                                   "from hetring keygen)",
-                                   f, c->nodes[i].line, c->nodes[i].id);
-    }
-    qsort(c->nodes, (size_t)c->n_nodes, sizeof *c->nodes, cmp_node_id);
+    if (c->security == CFG_SEC_NONE) return HR_OK;
+    if (!have_identity && !have_psk)
+        return hr_fail(err, errlen, HR_ERR_CONFIG,
+                       "%s:%d: security = %s needs keys (expected key_file with a pubkey per "
+                       "node, or psk_file)",
+                       f, blame(c, "security"), cfg_security_name(c->security));
+    if (have_identity && !have_psk)
+        for (int i = 0; i < c->n_nodes; i++)
+            if (!c->nodes[i].has_pubkey)
+                return hr_fail(err, errlen, HR_ERR_CONFIG,
+                               "%s:%d: [node.%ld] has no pubkey, but key_file makes peers "
+                               "authenticate by identity (expected pubkey = 64 hex digits "
+                               "from hetring keygen)",
+                               f, c->nodes[i].line, c->nodes[i].id);
+    return HR_OK;
+}
+
+hr_status cfg_validate(cfg *c, char *err, size_t errlen) {
+    const char *f = c->path[0] ? c->path : "<config>";
+    HR_CHECK(check_nodes(c, f, err, errlen));
+    HR_CHECK(check_batch_bounds(c, f, err, errlen));
+    HR_CHECK(check_training(c, f, err, errlen));
+    HR_CHECK(check_security(c, f, err, errlen));
+    qsort(c->nodes, (size_t)c->n_nodes, sizeof *c->nodes, cmp_node_id); /* id order from here */
     return HR_OK;
 }
 

@@ -156,6 +156,10 @@ const char *cfg_policy_name(int v);
 const char *cfg_model_name(int v);
 const char *cfg_dataset_name(int v);
 
+/* A whole decimal number, surrounding white space allowed. Returns 0, or -1 (and leaves `out`
+ * alone) when `s` is not one or does not fit a long. */
+int cfg_parse_long(const char *s, long *out);
+
 /* Hex helpers for keys: 2*n hex digits <-> n bytes. Return 0 on success. */
 int cfg_hex_decode(const char *hex, uint8_t *out, size_t n);
 void cfg_hex_encode(const uint8_t *in, size_t n, char *out);
