@@ -420,7 +420,7 @@ static void phases_format(const key_spec *k, const void *base, const char *field
     size_t o = 0;
     out[0] = 0;
     for (int i = 0; i < node->n_interference && o < n; i++) {
-        snprintf(factor, sizeof factor, "%g", node->interference[i].factor);
+        format_double(node->interference[i].factor, factor, sizeof factor);
         o += (size_t)snprintf(out + o, n - o, "%s%ld:%s", i ? "," : "", node->interference[i].iter,
                               factor);
     }
@@ -455,7 +455,9 @@ void cfg_hex_encode(const uint8_t *in, size_t n, char *out) {
     out[2 * n] = 0;
 }
 
-#define REDACTED "<redacted>" /* what cfg_print writes in place of a secret key */
+/* What cfg_print writes in place of a secret key. It does not parse as a key: a printed
+ * configuration with an inline secret reads back only once the secret is given again. */
+#define REDACTED "<redacted>"
 
 static void hexkey_expect(const key_spec *k, char *buf, size_t n) {
     (void)k;
@@ -472,6 +474,12 @@ static int hexkey_given(const key_spec *k, const void *base) {
 
 static int hexkey_parse(const key_spec *k, void *base, char *field, verdict *v) {
     uint8_t key[CFG_KEYLEN];
+    if (k->secret && strcmp(v->val, REDACTED) == 0)
+        return refuse(v,
+                      "the key was redacted when this configuration was printed (expected %s: "
+                      "give the key again, or remove this line and set psk_file or "
+                      "HETRING_CLUSTER_PSK)",
+                      v->exp);
     if (cfg_hex_decode(v->val, key, CFG_KEYLEN)) /* never echo a key value: it may be secret */
         return refuse(v, "malformed key (expected %s)", v->exp);
     memcpy(field, key, CFG_KEYLEN);
@@ -547,6 +555,11 @@ static int set_value(const key_spec *k, void *base, const char *val, char *why, 
     expected(k, exp, sizeof exp);
     verdict v = {.val = val, .exp = exp, .why = why, .whylen = whylen};
     return value_types[k->type].parse(k, base, (char *)base + k->off, &v);
+}
+
+/* Is an optional key (a T_HEXKEY) unset? Every other key always has a value. */
+static int value_unset(const key_spec *k, const void *base) {
+    return k->type == T_HEXKEY && !hexkey_given(k, base);
 }
 
 /* Text of a field's current value, for printing. */
@@ -1043,6 +1056,10 @@ static void print_section(const key_spec *keys, int n, const char *section, cons
     char val[1024];
     for (int i = 0; i < n; i++) {
         if (strcmp(keys[i].section, section) != 0) continue;
+        if (value_unset(&keys[i], base)) { /* as in reference.ini: an empty key is malformed */
+            fprintf(out, ";%s =\n", keys[i].key);
+            continue;
+        }
         format_value(&keys[i], base, val, sizeof val);
         fprintf(out, "%s = %s\n", keys[i].key, val);
     }

@@ -145,7 +145,10 @@ int cfg_node_index(const cfg *c, long id);
 /* Compute stretch of node `idx` at iteration `iter` (slowdown, then interference). */
 double cfg_node_factor(const cfg *c, int idx, long iter);
 
-/* Write the effective configuration as INI, secrets redacted. */
+/* Write the effective configuration as INI. It reads back as the same configuration, with two
+ * exceptions: the header comment names the file, and an inline psk prints as "<redacted>",
+ * which the parser refuses with a message saying so (give the key again, or use psk_file or
+ * HETRING_CLUSTER_PSK). Unset optional keys (psk, pubkey) print as comments, ";psk =". */
 void cfg_print(const cfg *c, FILE *out);
 /* Write the reference file: every key, its default, its range and what it does. */
 void cfg_print_reference(FILE *out);

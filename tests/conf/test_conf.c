@@ -2,7 +2,9 @@
  * test_conf.c: the configuration schema against golden files, overrides and node identity.
  *
  * bad/NAME.ini must fail with exactly the line in bad/NAME.err; good/NAME.ini must load and
- * print exactly good/NAME.out (HETRING_UPDATE_GOLDEN=1 rewrites the .out files).
+ * print exactly good/NAME.out (HETRING_UPDATE_GOLDEN=1 rewrites the .out files). What
+ * cfg_print writes reads back as the same configuration (good files, examples), except that an
+ * inline psk is redacted and must be refused as such when read back.
  */
 #include "../check.h"
 #include "cfg.h"
@@ -31,68 +33,143 @@ static int has_suffix(const char *s, const char *suf) {
     return a > b && strcmp(s + a - b, suf) == 0;
 }
 
-static void test_bad_files(void) {
+/* Call `fn` on each NAME.ini in TEST_DIR/`sub` (the working directory while it runs), with the
+ * path of NAME.`ext` beside it; returns how many there were. */
+static int each_ini(const char *sub, const char *ext,
+                    void (*fn)(const char *ini, const char *gold)) {
     char dir[1024];
-    snprintf(dir, sizeof dir, "%s/bad", TEST_DIR);
+    snprintf(dir, sizeof dir, "%s/%s", TEST_DIR, sub);
     CHECK(chdir(dir) == 0, "chdir %s", dir);
     DIR *d = opendir(".");
     int n = 0;
     for (struct dirent *e; d && (e = readdir(d));) {
         if (!has_suffix(e->d_name, ".ini")) continue;
-        char errfile[512], err[HR_ERRLEN] = "";
-        snprintf(errfile, sizeof errfile, "%.*s.err", (int)strlen(e->d_name) - 4, e->d_name);
-        char *want = slurp(errfile);
-        CHECK(want != NULL, "%s has no .err golden file", e->d_name);
-        cfg c;
-        hr_status st = cfg_load(&c, e->d_name, err, sizeof err);
-        CHECK(st == HR_ERR_CONFIG, "%s: expected a configuration error, got %d", e->d_name, st);
-        CHECK(want && strcmp(err, want) == 0, "%s:\n   got: %s\n  want: %s", e->d_name, err,
-              want ? want : "");
-        cfg_free(&c); /* must be safe after a failed load */
-        free(want);
+        char gold[512];
+        snprintf(gold, sizeof gold, "%.*s.%s", (int)strlen(e->d_name) - 4, e->d_name, ext);
+        fn(e->d_name, gold);
         n++;
     }
     if (d) closedir(d);
+    return n;
+}
+
+/* `c` as cfg_print writes it, trailing newlines dropped; the caller frees it. */
+static char *print_to_string(const cfg *c) {
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *m = open_memstream(&buf, &len);
+    cfg_print(c, m);
+    fclose(m);
+    while (len && buf[len - 1] == '\n') buf[--len] = 0;
+    return buf;
+}
+
+static void check_bad_file(const char *ini, const char *errfile) {
+    char err[HR_ERRLEN] = "";
+    char *want = slurp(errfile);
+    CHECK(want != NULL, "%s has no .err golden file", ini);
+    cfg c;
+    hr_status st = cfg_load(&c, ini, err, sizeof err);
+    CHECK(st == HR_ERR_CONFIG, "%s: expected a configuration error, got %d", ini, st);
+    CHECK(want && strcmp(err, want) == 0, "%s:\n   got: %s\n  want: %s", ini, err,
+          want ? want : "");
+    cfg_free(&c); /* must be safe after a failed load */
+    free(want);
+}
+
+static void test_bad_files(void) {
+    int n = each_ini("bad", "err", check_bad_file);
     printf("bad files checked: %d\n", n);
     CHECK(n >= 20, "expected at least 20 bad files, found %d", n);
 }
 
-static void test_good_files(void) {
-    char dir[1024];
-    snprintf(dir, sizeof dir, "%s/good", TEST_DIR);
-    CHECK(chdir(dir) == 0, "chdir %s", dir);
-    DIR *d = opendir(".");
-    int n = 0;
-    for (struct dirent *e; d && (e = readdir(d));) {
-        if (!has_suffix(e->d_name, ".ini")) continue;
-        char outfile[512], err[HR_ERRLEN] = "";
-        snprintf(outfile, sizeof outfile, "%.*s.out", (int)strlen(e->d_name) - 4, e->d_name);
-        cfg c;
-        hr_status st = cfg_load(&c, e->d_name, err, sizeof err);
-        CHECK(st == HR_OK, "%s: %s", e->d_name, err);
-        if (st != HR_OK) continue;
-        char *buf = NULL;
-        size_t len = 0;
-        FILE *m = open_memstream(&buf, &len);
-        cfg_print(&c, m);
-        fclose(m);
-        while (len && buf[len - 1] == '\n') buf[--len] = 0;
-        if (getenv("HETRING_UPDATE_GOLDEN")) {
-            FILE *o = fopen(outfile, "w");
-            fprintf(o, "%s\n", buf);
-            fclose(o);
-        }
-        char *want = slurp(outfile);
-        CHECK(want && strcmp(buf, want) == 0, "%s: printed config differs from %s:\n%s", e->d_name,
-              outfile, buf);
-        CHECK(strstr(buf, "<redacted>") || !c.has_psk, "%s: psk not redacted", e->d_name);
-        free(want);
-        free(buf);
-        cfg_free(&c);
-        n++;
+static void check_good_file(const char *ini, const char *outfile) {
+    char err[HR_ERRLEN] = "";
+    cfg c;
+    hr_status st = cfg_load(&c, ini, err, sizeof err);
+    CHECK(st == HR_OK, "%s: %s", ini, err);
+    if (st != HR_OK) return;
+    char *buf = print_to_string(&c);
+    if (getenv("HETRING_UPDATE_GOLDEN")) {
+        FILE *o = fopen(outfile, "w");
+        fprintf(o, "%s\n", buf);
+        fclose(o);
     }
-    if (d) closedir(d);
+    char *want = slurp(outfile);
+    CHECK(want && strcmp(buf, want) == 0, "%s: printed config differs from %s:\n%s", ini, outfile,
+          buf);
+    CHECK(strstr(buf, "<redacted>") || !c.has_psk, "%s: psk not redacted", ini);
+    free(want);
+    free(buf);
+    cfg_free(&c);
+}
+
+static void test_good_files(void) {
+    int n = each_ini("good", "out", check_good_file);
     CHECK(n >= 2, "expected good files, found %d", n);
+}
+
+/* ================================================================ printed configs read back */
+
+static char g_tmp[64];     /* scratch file for the printed configuration */
+static char g_tmp_src[64]; /* scratch file for a configuration written here */
+
+/* Load `path`, print it, load the print and print again: the two prints must be equal but for
+ * their first line, which names the file. With an inline psk the print says <redacted>, and
+ * reading it back must fail on that line, saying so, rather than load some other key. */
+static void check_round_trip(const char *path, const char *unused) {
+    (void)unused;
+    char err[HR_ERRLEN] = "";
+    cfg c, back;
+    CHECK(cfg_load(&c, path, err, sizeof err) == HR_OK, "%s: %s", path, err);
+    char *first = print_to_string(&c);
+    FILE *f = fopen(g_tmp, "w");
+    fprintf(f, "%s\n", first);
+    fclose(f);
+    hr_status st = cfg_load(&back, g_tmp, err, sizeof err);
+    if (c.has_psk) {
+        CHECK(st == HR_ERR_CONFIG && strstr(err, ": psk: the key was redacted when this "
+                                                 "configuration was printed (expected 64 hex"),
+              "%s: a printed inline psk read back as %d: %s", path, st, err);
+    } else {
+        CHECK(st == HR_OK, "%s: its printed form does not read back: %s", path, err);
+        char *second = st == HR_OK ? print_to_string(&back) : NULL;
+        const char *a = strchr(first, '\n'), *b = second ? strchr(second, '\n') : NULL;
+        CHECK(a && b && strcmp(a, b) == 0, "%s: printed twice, differs:\n%s\n----\n%s", path, first,
+              second ? second : "");
+        free(second);
+    }
+    cfg_free(&back);
+    cfg_free(&c);
+    free(first);
+}
+
+static void test_round_trip(void) {
+    int n = each_ini("good", "out", check_round_trip);
+    static const char *const examples[] = {"demo.ini", "two-node.ini", "reference.ini"};
+    for (int i = 0; i < 3; i++, n++) {
+        char path[1024];
+        snprintf(path, sizeof path, "%s/%s", EXAMPLES_DIR, examples[i]);
+        check_round_trip(path, NULL);
+    }
+    /* every value type set away from its default: keys, lists, a factor %g would round */
+    FILE *f = fopen(g_tmp_src, "w");
+    fprintf(f,
+            "[cluster]\nkey_file = k{id}.key\n[train]\nseed = 18446744073709551615\n"
+            "layers = 4,3,2\nlr = 0.123456789012\n[node.3]\nhost = h3\nport = 9\n"
+            "device = cuda:1\npubkey = %s\ninterference = 5:1.23456789,9:2\n",
+            "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff");
+    fclose(f);
+    check_round_trip(g_tmp_src, NULL);
+    /* equal prints are not enough if the first print rounded: the values must survive too */
+    char err[HR_ERRLEN] = "";
+    cfg back;
+    CHECK(cfg_load(&back, g_tmp, err, sizeof err) == HR_OK, "%s", err);
+    CHECK(back.n_nodes == 1 && back.nodes[0].interference[0].factor == 1.23456789 &&
+              back.lr == 0.123456789012 && back.seed == UINT64_MAX && back.nodes[0].device == 1,
+          "values changed in print and read back");
+    cfg_free(&back);
+    printf("configs printed and read back: %d\n", n + 1);
 }
 
 static void test_examples(void) {
@@ -188,6 +265,11 @@ int main(void) {
     test_bad_files();
     test_good_files();
     test_examples();
+    snprintf(g_tmp, sizeof g_tmp, "%s.ini", tmp);
+    snprintf(g_tmp_src, sizeof g_tmp_src, "%s.src.ini", tmp);
+    test_round_trip();
+    unlink(g_tmp);
+    unlink(g_tmp_src);
     test_overrides(tmp);
     test_factor(tmp);
     unlink(tmp);
