@@ -3,8 +3,6 @@
  */
 #include "node_id.h"
 
-#include <ctype.h>
-#include <errno.h>
 #include <ifaddrs.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -12,17 +10,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-
-/* A whole decimal number, surrounding white space allowed. */
-static int parse_id(const char *s, long *out) {
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    while (isspace((unsigned char)*end)) end++;
-    if (errno || end == s || *end) return -1;
-    *out = v;
-    return 0;
-}
 
 int node_id_host_is_local(const char *host) {
     struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM};
@@ -80,7 +67,7 @@ hr_status node_id_resolve(const cfg *c, const char *cli_id, int *out_idx, char *
     for (size_t s = 0; s < sizeof src / sizeof src[0]; s++) {
         if (!src[s].val || !src[s].val[0]) continue;
         long v;
-        if (parse_id(src[s].val, &v) || v < 0)
+        if (cfg_parse_long(src[s].val, &v) || v < 0)
             return hr_fail(err, errlen, HR_ERR_CONFIG,
                            "%s = '%s' is not a node %s (expected one of %s)", src[s].name,
                            src[s].val, src[s].is_rank ? "rank" : "id", cand);
