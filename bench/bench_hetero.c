@@ -21,7 +21,6 @@
 #include "plot.h"
 
 #include <errno.h>
-#include <getopt.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -297,74 +296,39 @@ static void usage(FILE *out) {
             HB_NODES, pols, HB_NODES, HR_SOURCE_DIR);
 }
 
+/* --set SECTION.KEY=VALUE, kept in order for every run */
+static int add_set(const char *suite, const char *arg, void *dst) {
+    hetero_opts *o = dst;
+    (void)suite;
+    if (o->n_sets == HB_MAX_SETS) {
+        cli_usage_error("bench hetero", "too many --set options (at most %d)", HB_MAX_SETS);
+        return -1;
+    }
+    o->sets[o->n_sets++] = arg;
+    return 0;
+}
+
 /* Returns -1 to go on, else the exit status (after --help or a usage error). */
 static int parse_opts(hetero_opts *o, int argc, char **argv, const char **pols,
                       const char **scens) {
-    static const struct option opts[] = {{"out", required_argument, 0, 'o'},
-                                         {"json", required_argument, 0, 'j'},
-                                         {"iters", required_argument, 0, 'i'},
-                                         {"batch", required_argument, 0, 'b'},
-                                         {"layers", required_argument, 0, 'l'},
-                                         {"policies", required_argument, 0, 'p'},
-                                         {"scenarios", required_argument, 0, 's'},
-                                         {"ddp", no_argument, 0, 'd'},
-                                         {"repeat", required_argument, 0, 'r'},
-                                         {"set", required_argument, 0, 'S'},
-                                         {"template", required_argument, 0, 't'},
-                                         {"help", no_argument, 0, 'h'},
-                                         {0, 0, 0, 0}};
-    int ch, bad = 0;
-    optind = 1;
-    while (!bad && (ch = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-        switch (ch) {
-        case 'o':
-            o->out_dir = optarg;
-            break;
-        case 'j':
-            o->json = optarg;
-            break;
-        case 'l':
-            o->layers = optarg;
-            break;
-        case 'p':
-            *pols = optarg;
-            break;
-        case 's':
-            *scens = optarg;
-            break;
-        case 'd':
-            o->ddp = 1;
-            break;
-        case 't':
-            o->tmpl = optarg;
-            break;
-        case 'i':
-            bad = bench_long_opt("hetero", "iters", optarg, 20, HB_MAX_ITERS, &o->iters);
-            break;
-        case 'b':
-            bad = bench_long_opt("hetero", "batch", optarg, 4 * HB_NODES, 1L << 30, &o->batch);
-            break;
-        case 'r':
-            bad = bench_long_opt("hetero", "repeat", optarg, 1, HB_MAX_REPEAT, &o->repeat);
-            break;
-        case 'S':
-            if (o->n_sets == HB_MAX_SETS)
-                return cli_usage_error("bench hetero", "too many --set options (at most %d)",
-                                       HB_MAX_SETS);
-            o->sets[o->n_sets++] = optarg;
-            break;
-        case 'h':
-            usage(stdout);
-            return CLI_OK;
-        default:
-            usage(stderr);
-            return CLI_USAGE;
-        }
-    }
-    if (bad) return CLI_USAGE;
-    if (optind < argc)
-        return cli_usage_error("bench hetero", "unexpected argument '%s'", argv[optind]);
-    return -1;
+    const bench_opt opts[] = {
+        {.name = "out", .kind = BENCH_OPT_STR, .dst = &o->out_dir},
+        {.name = "json", .kind = BENCH_OPT_STR, .dst = &o->json},
+        {.name = "iters", .kind = BENCH_OPT_LONG, .dst = &o->iters, .lo = 20, .hi = HB_MAX_ITERS},
+        {.name = "batch",
+         .kind = BENCH_OPT_LONG,
+         .dst = &o->batch,
+         .lo = 4 * HB_NODES,
+         .hi = 1L << 30},
+        {.name = "layers", .kind = BENCH_OPT_STR, .dst = &o->layers},
+        {.name = "policies", .kind = BENCH_OPT_STR, .dst = pols},
+        {.name = "scenarios", .kind = BENCH_OPT_STR, .dst = scens},
+        {.name = "ddp", .kind = BENCH_OPT_FLAG, .dst = &o->ddp},
+        {.name = "repeat", .kind = BENCH_OPT_LONG, .dst = &o->repeat, .lo = 1, .hi = HB_MAX_REPEAT},
+        {.name = "set", .kind = BENCH_OPT_FN, .dst = o, .fn = add_set},
+        {.name = "template", .kind = BENCH_OPT_STR, .dst = &o->tmpl},
+        {0}};
+    return bench_parse_opts("hetero", opts, usage, argc, argv);
 }
 
 /* static always, then the policies `pols` names (all when NULL), in the config's order */

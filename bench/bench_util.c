@@ -4,6 +4,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <getopt.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -82,6 +83,8 @@ double bench_median(double *v, int n) {
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
+/* ================================================================ options */
+
 int bench_long_opt(const char *suite, const char *name, const char *arg, long lo, long hi,
                    long *out) {
     char *end;
@@ -95,6 +98,74 @@ int bench_long_opt(const char *suite, const char *name, const char *arg, long lo
     }
     *out = v;
     return 0;
+}
+
+static size_t parse_size(const char *s) {
+    char *end;
+    double v = strtod(s, &end);
+    if (*end == 'K' || *end == 'k') v *= 1024;
+    if (*end == 'M' || *end == 'm') v *= 1024 * 1024;
+    if (*end == 'G' || *end == 'g') v *= 1024.0 * 1024 * 1024;
+    return v < 0 ? 0 : (size_t)v;
+}
+
+/* Store the value of option `o`; 0, or -1 after a usage error was printed. */
+static int store_opt(const char *suite, const bench_opt *o, const char *arg) {
+    switch (o->kind) {
+    case BENCH_OPT_FLAG:
+        *(int *)o->dst = 1;
+        return 0;
+    case BENCH_OPT_STR:
+        *(const char **)o->dst = arg;
+        return 0;
+    case BENCH_OPT_LONG:
+        return bench_long_opt(suite, o->name, arg, o->lo, o->hi, o->dst);
+    case BENCH_OPT_LAX_INT:
+        *(int *)o->dst = atoi(arg);
+        return 0;
+    case BENCH_OPT_LAX_LONG:
+        *(long *)o->dst = atol(arg);
+        return 0;
+    case BENCH_OPT_LAX_REAL:
+        *(double *)o->dst = atof(arg);
+        return 0;
+    case BENCH_OPT_SIZE:
+        *(size_t *)o->dst = parse_size(arg);
+        return 0;
+    case BENCH_OPT_FN:
+        return o->fn(suite, arg, o->dst);
+    }
+    return -1;
+}
+
+int bench_parse_opts(const char *suite, const bench_opt *opts, void (*usage)(FILE *), int argc,
+                     char **argv) {
+    enum { HELP = 'h', FIRST = 256 }; /* getopt_long returns FIRST + i for opts[i] */
+    struct option longopts[BENCH_MAX_OPTS + 2];
+    int n = 0;
+    for (; opts[n].name; n++) {
+        if (n == BENCH_MAX_OPTS) {
+            fprintf(stderr, "hetring bench %s: more than %d options; raise BENCH_MAX_OPTS\n", suite,
+                    BENCH_MAX_OPTS);
+            return CLI_FAIL;
+        }
+        longopts[n] = (struct option){
+            opts[n].name, opts[n].kind == BENCH_OPT_FLAG ? no_argument : required_argument, NULL,
+            FIRST + n};
+    }
+    longopts[n] = (struct option){"help", no_argument, NULL, HELP};
+    longopts[n + 1] = (struct option){0, 0, 0, 0};
+    char cmd[64];
+    snprintf(cmd, sizeof cmd, "bench %s", suite);
+    int ch;
+    optind = 1;
+    while ((ch = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+        if (ch == HELP) return usage(stdout), CLI_OK;
+        if (ch < FIRST || ch >= FIRST + n) return usage(stderr), CLI_USAGE;
+        if (store_opt(suite, &opts[ch - FIRST], optarg) != 0) return CLI_USAGE;
+    }
+    if (optind < argc) return cli_usage_error(cmd, "unexpected argument '%s'", argv[optind]);
+    return -1;
 }
 
 int bench_sibling_exe(const char *name, char *buf, size_t len) {
@@ -111,7 +182,7 @@ int bench_sibling_exe(const char *name, char *buf, size_t len) {
 
 /* ================================================================ child processes */
 
-static double now_s(void) {
+double bench_now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
@@ -139,7 +210,7 @@ static int wait_until(pid_t pid, int *status, double until) {
             *status = W_EXITCODE(127, 0); /* lost: count it as a child that could not run */
             return 1;
         }
-        if (now_s() >= until) return 0;
+        if (bench_now_s() >= until) return 0;
         nanosleep(&tick, NULL);
     }
 }
@@ -151,12 +222,12 @@ int bench_spawn(char *const argv[], const char *log, int append, double deadline
     if (pid < 0) return -1;
     if (pid == 0) child_exec(argv, log, append);
     int status = 0;
-    if (wait_until(pid, &status, now_s() + deadline_s)) {
+    if (wait_until(pid, &status, bench_now_s() + deadline_s)) {
         if (WIFEXITED(status)) return WEXITSTATUS(status);
         return WIFSIGNALED(status) ? 128 + WTERMSIG(status) : -1;
     }
     kill(pid, SIGTERM);
-    if (!wait_until(pid, &status, now_s() + 5)) {
+    if (!wait_until(pid, &status, bench_now_s() + 5)) {
         kill(pid, SIGKILL);
         waitpid(pid, &status, 0);
     }

@@ -7,6 +7,7 @@
 #define HR_BENCH_UTIL_H
 
 #include <stddef.h>
+#include <stdio.h>
 
 /* Find "key": NUMBER in a one-line JSON object. Returns 0 and stores it, or -1. */
 int json_number(const char *line, const char *key, double *out);
@@ -21,6 +22,44 @@ double bench_median(double *v, int n);
  * "hetring bench SUITE: --NAME 'ARG' (expected LO..HI)" and returns -1. */
 int bench_long_opt(const char *suite, const char *name, const char *arg, long lo, long hi,
                    long *out);
+
+/* How bench_parse_opts stores an option's value at `dst`. The lax kinds convert the way the C
+ * library does (garbage reads as 0) and leave range checks to the suite. */
+typedef enum {
+    BENCH_OPT_FLAG,     /* no value; int = 1 */
+    BENCH_OPT_STR,      /* const char * = the argument */
+    BENCH_OPT_LONG,     /* long in [lo, hi], checked by bench_long_opt */
+    BENCH_OPT_LAX_INT,  /* int, atoi */
+    BENCH_OPT_LAX_LONG, /* long, atol */
+    BENCH_OPT_LAX_REAL, /* double, atof */
+    BENCH_OPT_SIZE,     /* size_t bytes, K, M, G suffixes (powers of 1024); lax, negative = 0 */
+    BENCH_OPT_FN,       /* fn(suite, argument, dst) */
+} bench_opt_kind;
+
+/* One --NAME option of a suite; a table of them ends with {NULL}. */
+typedef struct {
+    const char *name;    /* without the dashes */
+    bench_opt_kind kind; /* how the value is read */
+    void *dst;           /* where it goes (the type the kind names) */
+    long lo, hi;         /* BENCH_OPT_LONG: the accepted range */
+    int (*fn)(const char *suite, const char *arg, void *dst); /* BENCH_OPT_FN: 0, or -1 after
+                                                                 printing a usage error */
+} bench_opt;
+
+/* The most options one table may hold. */
+#define BENCH_MAX_OPTS 24
+
+/* Parse the command line of `hetring bench SUITE` (argv[0] is the suite) with getopt_long,
+ * taking --help and -h besides the table. Returns -1 when the suite goes on, else its exit
+ * status: CLI_OK after --help (usage to stdout); CLI_USAGE after an unknown option or a
+ * missing value (getopt's message, then usage to stderr), a bad value (its message) or a
+ * leftover argument ("hetring bench SUITE: unexpected argument 'ARG'"). Options are read in
+ * order, so the first of these to appear decides. */
+int bench_parse_opts(const char *suite, const bench_opt *opts, void (*usage)(FILE *), int argc,
+                     char **argv);
+
+/* Seconds on the monotonic clock. */
+double bench_now_s(void);
 
 /* Path of the executable `name` in the directory of the running one (the build root, where
  * hetring and hetring-bench both land). Returns 0 when it is there and executable; else -1,
