@@ -20,7 +20,6 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <getopt.h>
 #include <math.h>
 #include <sched.h>
 #include <signal.h>
@@ -42,7 +41,7 @@ typedef struct {
     const char *json; /* --json FILE or NULL */
     int netns;        /* run over shaped veth links in namespaces */
     double rate;      /* R in GB/s; 0 = measure with iperf3 */
-    long segment;     /* segment_bytes, 0 = default */
+    size_t segment;   /* segment_bytes, 0 = default */
     long port;        /* first port */
 } ar_opts;
 
@@ -66,21 +65,6 @@ static void usage(FILE *out) {
             "  --rate R          R in GB/s instead of measuring it with iperf3\n"
             "  --segment BYTES   pipeline segment size (default: the ring's)\n"
             "  --port P          first TCP port (default: random in 10000-32000)\n");
-}
-
-static size_t parse_size(const char *s) {
-    char *end;
-    double v = strtod(s, &end);
-    if (*end == 'K' || *end == 'k') v *= 1024;
-    if (*end == 'M' || *end == 'm') v *= 1024 * 1024;
-    if (*end == 'G' || *end == 'g') v *= 1024.0 * 1024 * 1024;
-    return v < 0 ? 0 : (size_t)v;
-}
-
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
 /* ================================================================ R, by iperf3 */
@@ -193,111 +177,151 @@ typedef struct {
     double wrong;   /* wrong elements in the checked run */
 } node_result;
 
-static int run_node(const ar_opts *o, cfg *c, int idx, double r_gbs) {
-    if (o->netns && netns_enter(idx) != 0) return 1;
-    hr_log_set_node((int)c->nodes[idx].id);
-    ring r;
+/* The sizes measured so far, for the footer. */
+typedef struct {
+    double sum_bus;    /* sum of busbw over the sizes, GB/s */
+    int sizes;         /* sizes measured */
+    size_t last_bytes; /* the last (largest) size */
+    double last_bus;   /* its busbw, GB/s */
+} sweep;
+
+/* Form node `idx`'s ring. 0, or -1 after printing why not. */
+static int node_ring(ring *r, const cfg *c, int idx) {
     char err[HR_ERRLEN];
     ring_config rcfg;
     if (app_ring_config(c, idx, &rcfg, err, sizeof err) != HR_OK) {
         fprintf(stderr, "node %d: %s\n", idx, err);
-        return 1;
+        return -1;
     }
-    hr_status st = ring_init(&r, &rcfg, err, sizeof err);
+    hr_status st = ring_init(r, &rcfg, err, sizeof err);
     ring_config_wipe(&rcfg); /* the ring keeps its own copy of the PSK */
     if (st != HR_OK) {
         fprintf(stderr, "node %d: %s\n", idx, err);
-        ring_free(&r);
-        return 1;
+        ring_free(r);
+        return -1;
     }
-    int n = ring_size(&r), k = ring_rank(&r), rc = 0;
+    return 0;
+}
+
+/* --json FILE, opened by rank 0; NULL without one or when it cannot be written (said). */
+static FILE *open_json(const ar_opts *o) {
+    if (!o->json) return NULL;
+    FILE *js = fopen(o->json, "w");
+    if (!js) fprintf(stderr, "hetring bench: cannot write %s: %s\n", o->json, strerror(errno));
+    return js;
+}
+
+/* The nccl-tests header: the run, R or the link rate, the column names. */
+static void print_header(const ar_opts *o, ring *r, double r_gbs) {
+    int n = ring_size(r);
+    printf("# hetring bench allreduce: %d nodes %s, security %s, segment %ld B, %d iterations "
+           "(at least 200 below 1 MiB), %d warm-up\n",
+           n, o->netns ? "in network namespaces (veth links)" : "on loopback",
+           cfg_security_name(o->security), (long)ring_segment_bytes(r), o->iters, o->warmup);
+    if (o->netns)
+        printf("# link rate = 0.125 GB/s (1 Gbit/s%s); target busbw >= 0.9 of it\n",
+               g_no_delay ? "; tc netem is missing here, so tbf shapes the rate and the "
+                            "200 us delay is NOT emulated"
+                          : ", netem delay 200 us");
+    else if (r_gbs > 0)
+        printf("# R = %.2f GB/s (one iperf3 TCP stream on loopback); R/N = %.2f GB/s\n", r_gbs,
+               r_gbs / n);
+    else
+        printf("# R unknown (iperf3 failed; give --rate)\n");
+    printf("#\n# %10s %12s %8s %6s %11s %8s %8s %7s\n", "size", "count", "type", "redop", "time",
+           "algbw", "busbw", "#wrong");
+    printf("# %10s %12s %8s %6s %11s %8s %8s %7s\n", "(B)", "(elements)", "", "", "(us)", "(GB/s)",
+           "(GB/s)", "");
+    fflush(stdout);
+}
+
+/* One size on this node: one checked all-reduce, the warm-up, the timed iterations. Returns
+ * the slowest node's mean time and the wrong elements of all nodes in *out; -1 on a ring
+ * error. */
+static int measure_size(ring *r, const ar_opts *o, float *buf, size_t count, node_result *out) {
+    int n = ring_size(r), k = ring_rank(r);
+    size_t bytes = count * sizeof(float);
+    double wrong = 0;
+    for (size_t i = 0; i < count; i++) buf[i] = (float)((i % 251) + (size_t)k);
+    if (ring_allreduce(r, buf, count) != HR_OK) return -1;
+    for (size_t i = 0; i < count; i++)
+        if (buf[i] != (float)(n * (int)(i % 251) + n * (n - 1) / 2)) wrong++;
+    int iters = bytes < (1u << 20) && o->iters < 200 ? 200 : o->iters;
+    for (int w = 0; w < o->warmup; w++)
+        if (ring_allreduce(r, buf, count) != HR_OK) return -1;
+    if (ring_barrier(r) != HR_OK) return -1;
+    double t0 = bench_now_s();
+    for (int it = 0; it < iters; it++) {
+        if (it % 16 == 0) memset(buf, 0, bytes); /* keep the values finite */
+        if (ring_allreduce(r, buf, count) != HR_OK) return -1;
+    }
+    node_result me = {(bench_now_s() - t0) / iters * 1e6, wrong}, all[CFG_MAX_NODES];
+    if (ring_allgather(r, &me, all, sizeof me) != HR_OK) return -1;
+    *out = (node_result){0, 0};
+    for (int q = 0; q < n; q++) {
+        if (all[q].time_us > out->time_us) out->time_us = all[q].time_us;
+        out->wrong += all[q].wrong;
+    }
+    return 0;
+}
+
+/* One row of the table (and of --json) for `res` at `bytes`; returns busbw. */
+static double report_size(const ar_opts *o, int n, size_t bytes, node_result res, FILE *js) {
+    double t = res.time_us;
+    double algbw = (double)bytes / (t * 1e-6) / 1e9, busbw = algbw * 2.0 * (n - 1) / n;
+    printf("  %10zu %12zu %8s %6s %11.1f %8.3f %8.3f %7.0f\n", bytes, bytes / sizeof(float),
+           "float", "sum", t, algbw, busbw, res.wrong);
+    fflush(stdout);
+    if (js)
+        fprintf(js,
+                "{\"bytes\": %zu, \"time_us\": %.3f, \"algbw\": %.6f, \"busbw\": %.6f, "
+                "\"wrong\": %.0f, \"nodes\": %d, \"security\": \"%s\"}\n",
+                bytes, t, algbw, busbw, res.wrong, n, cfg_security_name(o->security));
+    return busbw;
+}
+
+static void print_footer(const ar_opts *o, int n, double r_gbs, const sweep *s) {
+    printf("# Out of bounds values : 0 OK\n# Avg bus bandwidth    : %.4f\n", s->sum_bus / s->sizes);
+    if (o->netns)
+        printf("# busbw at %zu B = %.3f GB/s = %.2f of the 1 Gbit/s link\n", s->last_bytes,
+               s->last_bus, s->last_bus / 0.125);
+    else if (r_gbs > 0)
+        printf("# busbw at %zu B = %.3f GB/s = %.2f of R/N\n", s->last_bytes, s->last_bus,
+               s->last_bus / (r_gbs / n));
+}
+
+/* Node `idx` of the bench: joins the ring, runs every size, rank 0 prints. The exit status of
+ * its process: 0, or 1 on a ring error or a wrong element. */
+static int run_node(const ar_opts *o, cfg *c, int idx, double r_gbs) {
+    if (o->netns && netns_enter(idx) != 0) return 1;
+    hr_log_set_node((int)c->nodes[idx].id);
+    ring r;
+    if (node_ring(&r, c, idx) != 0) return 1;
+    int n = ring_size(&r), k = ring_rank(&r), rc = 0, ring_failed = 0;
     size_t maxc = o->max_bytes / sizeof(float);
     float *buf = malloc((maxc ? maxc : 1) * sizeof *buf);
-    FILE *js = NULL;
-    if (k == 0 && o->json) {
-        js = fopen(o->json, "w");
-        if (!js) fprintf(stderr, "hetring bench: cannot write %s: %s\n", o->json, strerror(errno));
-    }
-    if (k == 0) {
-        printf("# hetring bench allreduce: %d nodes %s, security %s, segment %ld B, %d iterations "
-               "(at least 200 below 1 MiB), %d warm-up\n",
-               n, o->netns ? "in network namespaces (veth links)" : "on loopback",
-               cfg_security_name(o->security), (long)ring_segment_bytes(&r), o->iters, o->warmup);
-        if (o->netns)
-            printf("# link rate = 0.125 GB/s (1 Gbit/s%s); target busbw >= 0.9 of it\n",
-                   g_no_delay ? "; tc netem is missing here, so tbf shapes the rate and the "
-                                "200 us delay is NOT emulated"
-                              : ", netem delay 200 us");
-        else if (r_gbs > 0)
-            printf("# R = %.2f GB/s (one iperf3 TCP stream on loopback); R/N = %.2f GB/s\n", r_gbs,
-                   r_gbs / n);
-        else
-            printf("# R unknown (iperf3 failed; give --rate)\n");
-        printf("#\n# %10s %12s %8s %6s %11s %8s %8s %7s\n", "size", "count", "type", "redop",
-               "time", "algbw", "busbw", "#wrong");
-        printf("# %10s %12s %8s %6s %11s %8s %8s %7s\n", "(B)", "(elements)", "", "", "(us)",
-               "(GB/s)", "(GB/s)", "");
-        fflush(stdout);
-    }
-    double sum_bus = 0, last_bus = 0;
-    int nsz = 0;
-    size_t last_bytes = 0;
+    FILE *js = k == 0 ? open_json(o) : NULL;
+    if (k == 0) print_header(o, &r, r_gbs);
+    sweep s = {0};
     for (size_t bytes = o->min_bytes; bytes <= o->max_bytes && buf; bytes *= 2) {
         size_t count = bytes / sizeof(float);
         if (count == 0) count = 1;
         bytes = count * sizeof(float);
-        double wrong = 0;
-        for (size_t i = 0; i < count; i++) buf[i] = (float)((i % 251) + (size_t)k);
-        if (ring_allreduce(&r, buf, count) != HR_OK) goto ring_err;
-        for (size_t i = 0; i < count; i++)
-            if (buf[i] != (float)(n * (int)(i % 251) + n * (n - 1) / 2)) wrong++;
-        int iters = bytes < (1u << 20) && o->iters < 200 ? 200 : o->iters;
-        for (int w = 0; w < o->warmup; w++)
-            if (ring_allreduce(&r, buf, count) != HR_OK) goto ring_err;
-        if (ring_barrier(&r) != HR_OK) goto ring_err;
-        double t0 = now_s();
-        for (int it = 0; it < iters; it++) {
-            if (it % 16 == 0) memset(buf, 0, bytes); /* keep the values finite */
-            if (ring_allreduce(&r, buf, count) != HR_OK) goto ring_err;
+        node_result res;
+        if (measure_size(&r, o, buf, count, &res) != 0) {
+            ring_failed = 1;
+            break;
         }
-        node_result me = {(now_s() - t0) / iters * 1e6, wrong}, all[CFG_MAX_NODES];
-        if (ring_allgather(&r, &me, all, sizeof me) != HR_OK) goto ring_err;
-        double t = 0, wr = 0;
-        for (int q = 0; q < n; q++) {
-            if (all[q].time_us > t) t = all[q].time_us;
-            wr += all[q].wrong;
-        }
-        double algbw = (double)bytes / (t * 1e-6) / 1e9, busbw = algbw * 2.0 * (n - 1) / n;
-        if (wr > 0) rc = 1;
-        if (k == 0) {
-            printf("  %10zu %12zu %8s %6s %11.1f %8.3f %8.3f %7.0f\n", bytes, count, "float", "sum",
-                   t, algbw, busbw, wr);
-            fflush(stdout);
-            if (js)
-                fprintf(js,
-                        "{\"bytes\": %zu, \"time_us\": %.3f, \"algbw\": %.6f, \"busbw\": %.6f, "
-                        "\"wrong\": %.0f, \"nodes\": %d, \"security\": \"%s\"}\n",
-                        bytes, t, algbw, busbw, wr, n, cfg_security_name(o->security));
-        }
-        sum_bus += busbw;
-        nsz++;
-        last_bus = busbw;
-        last_bytes = bytes;
+        if (res.wrong > 0) rc = 1;
+        double busbw = k == 0 ? report_size(o, n, bytes, res, js) : 0;
+        s = (sweep){s.sum_bus + busbw, s.sizes + 1, bytes, busbw};
     }
-    if (k == 0 && nsz) {
-        printf("# Out of bounds values : 0 OK\n# Avg bus bandwidth    : %.4f\n", sum_bus / nsz);
-        if (o->netns)
-            printf("# busbw at %zu B = %.3f GB/s = %.2f of the 1 Gbit/s link\n", last_bytes,
-                   last_bus, last_bus / 0.125);
-        else if (r_gbs > 0)
-            printf("# busbw at %zu B = %.3f GB/s = %.2f of R/N\n", last_bytes, last_bus,
-                   last_bus / (r_gbs / n));
+    if (ring_failed) {
+        fprintf(stderr, "node %d: %s\n", idx, ring_error(&r));
+        rc = 1;
+    } else if (k == 0 && s.sizes) {
+        print_footer(o, n, r_gbs, &s);
     }
-    goto done;
-ring_err:
-    fprintf(stderr, "node %d: %s\n", idx, ring_error(&r));
-    rc = 1;
-done:
     if (js) fclose(js);
     free(buf);
     ring_free(&r);
@@ -306,128 +330,87 @@ done:
 
 /* ================================================================ the suite */
 
-int bench_allreduce(int argc, char **argv) {
-    static const struct option opts[] = {{"nodes", required_argument, 0, 'n'},
-                                         {"security", required_argument, 0, 's'},
-                                         {"min-bytes", required_argument, 0, 'a'},
-                                         {"max-bytes", required_argument, 0, 'b'},
-                                         {"iters", required_argument, 0, 'k'},
-                                         {"warmup", required_argument, 0, 'w'},
-                                         {"json", required_argument, 0, 'j'},
-                                         {"netns", no_argument, 0, 'N'},
-                                         {"rate", required_argument, 0, 'r'},
-                                         {"segment", required_argument, 0, 'g'},
-                                         {"port", required_argument, 0, 'p'},
-                                         {"help", no_argument, 0, 'h'},
-                                         {0, 0, 0, 0}};
-    ar_opts o = {.nodes = 2,
-                 .security = CFG_SEC_NONE,
-                 .min_bytes = 8,
-                 .max_bytes = 64 << 20,
-                 .iters = 20,
-                 .warmup = 3};
+static int opt_security(const char *suite, const char *arg, void *dst) {
+    for (int sec = CFG_SEC_NONE; sec <= CFG_SEC_ENCRYPT; sec++)
+        if (strcmp(arg, cfg_security_name(sec)) == 0) return *(int *)dst = sec, 0;
+    char cmd[64];
+    snprintf(cmd, sizeof cmd, "bench %s", suite);
+    cli_usage_error(cmd, "--security none|auth|encrypt");
+    return -1;
+}
+
+/* Returns -1 to go on, else the exit status (after --help or a usage error). */
+static int parse_opts(ar_opts *o, int argc, char **argv) {
+    *o = (ar_opts){.nodes = 2,
+                   .security = CFG_SEC_NONE,
+                   .min_bytes = 8,
+                   .max_bytes = 64 << 20,
+                   .iters = 20,
+                   .warmup = 3};
     srand((unsigned)(getpid() ^ time(NULL)));
-    o.port = 10000 + rand() % 22000; /* below the ephemeral range (32768+) */
-    int ch;
-    optind = 1;
-    while ((ch = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-        switch (ch) {
-        case 'n':
-            o.nodes = atoi(optarg);
-            break;
-        case 's':
-            if (strcmp(optarg, "none") == 0)
-                o.security = CFG_SEC_NONE;
-            else if (strcmp(optarg, "auth") == 0)
-                o.security = CFG_SEC_AUTH;
-            else if (strcmp(optarg, "encrypt") == 0)
-                o.security = CFG_SEC_ENCRYPT;
-            else
-                return cli_usage_error("bench allreduce", "--security none|auth|encrypt");
-            break;
-        case 'a':
-            o.min_bytes = parse_size(optarg);
-            break;
-        case 'b':
-            o.max_bytes = parse_size(optarg);
-            break;
-        case 'k':
-            o.iters = atoi(optarg);
-            break;
-        case 'w':
-            o.warmup = atoi(optarg);
-            break;
-        case 'j':
-            o.json = optarg;
-            break;
-        case 'N':
-            o.netns = 1;
-            break;
-        case 'r':
-            o.rate = atof(optarg);
-            break;
-        case 'g':
-            o.segment = (long)parse_size(optarg);
-            break;
-        case 'p':
-            o.port = atol(optarg);
-            break;
-        case 'h':
-            usage(stdout);
-            return CLI_OK;
-        default:
-            usage(stderr);
-            return CLI_USAGE;
-        }
-    }
-    if (optind < argc)
-        return cli_usage_error("bench allreduce", "unexpected argument '%s'", argv[optind]);
-    if (o.nodes < 1 || o.nodes > 64 || o.iters < 1 || o.min_bytes < 1 || o.max_bytes < o.min_bytes)
+    o->port = 10000 + rand() % 22000; /* below the ephemeral range (32768+) */
+    const bench_opt opts[] = {
+        {.name = "nodes", .kind = BENCH_OPT_LAX_INT, .dst = &o->nodes},
+        {.name = "security", .kind = BENCH_OPT_FN, .dst = &o->security, .fn = opt_security},
+        {.name = "min-bytes", .kind = BENCH_OPT_SIZE, .dst = &o->min_bytes},
+        {.name = "max-bytes", .kind = BENCH_OPT_SIZE, .dst = &o->max_bytes},
+        {.name = "iters", .kind = BENCH_OPT_LAX_INT, .dst = &o->iters},
+        {.name = "warmup", .kind = BENCH_OPT_LAX_INT, .dst = &o->warmup},
+        {.name = "json", .kind = BENCH_OPT_STR, .dst = &o->json},
+        {.name = "netns", .kind = BENCH_OPT_FLAG, .dst = &o->netns},
+        {.name = "rate", .kind = BENCH_OPT_LAX_REAL, .dst = &o->rate},
+        {.name = "segment", .kind = BENCH_OPT_SIZE, .dst = &o->segment},
+        {.name = "port", .kind = BENCH_OPT_LAX_LONG, .dst = &o->port},
+        {0}};
+    int rc = bench_parse_opts("allreduce", opts, usage, argc, argv);
+    if (rc >= 0) return rc;
+    if (o->nodes < 1 || o->nodes > 64 || o->iters < 1 || o->min_bytes < 1 ||
+        o->max_bytes < o->min_bytes)
         return cli_usage_error("bench allreduce",
                                "need 1 <= nodes <= 64, iters >= 1, 1 <= min-bytes <= max-bytes");
-    double r_gbs = o.rate;
-    if (!o.netns && r_gbs <= 0) r_gbs = measure_r(o.port + 100);
+    return -1;
+}
 
-    cfg c;
-    cfg_init(&c);
-    snprintf(c.name, sizeof c.name, "bench-allreduce");
-    c.security = o.security;
-    c.connect_timeout = 30;
-    c.timeout = 30;
-    c.segment_bytes = o.segment;
-    if (o.security != CFG_SEC_NONE) {
-        if (sodium_init() < 0) return CLI_FAIL;
-        randombytes_buf(c.psk, sizeof c.psk);
-        c.has_psk = 1;
+/* The cluster of the run: N nodes on loopback (or in the namespaces), a random PSK when
+ * secured. 0, or -1 with `c` freed. */
+static int cluster_config(cfg *c, const ar_opts *o) {
+    cfg_init(c);
+    snprintf(c->name, sizeof c->name, "bench-allreduce");
+    c->security = o->security;
+    c->connect_timeout = 30;
+    c->timeout = 30;
+    c->segment_bytes = (long)o->segment;
+    if (o->security != CFG_SEC_NONE) {
+        if (sodium_init() < 0) return cfg_free(c), -1;
+        randombytes_buf(c->psk, sizeof c->psk);
+        c->has_psk = 1;
     }
-    c.nodes = calloc((size_t)o.nodes, sizeof *c.nodes);
-    if (!c.nodes) return CLI_FAIL;
-    c.n_nodes = o.nodes;
-    for (int i = 0; i < o.nodes; i++) {
-        c.nodes[i].id = i;
-        c.nodes[i].port = o.netns ? 47000 : o.port + i;
-        c.nodes[i].device = -1;
-        if (o.netns)
-            snprintf(c.nodes[i].host, sizeof c.nodes[i].host, "10.77.0.%d", i + 1);
+    c->nodes = calloc((size_t)o->nodes, sizeof *c->nodes);
+    if (!c->nodes) return cfg_free(c), -1;
+    c->n_nodes = o->nodes;
+    for (int i = 0; i < o->nodes; i++) {
+        c->nodes[i].id = i;
+        c->nodes[i].port = o->netns ? 47000 : o->port + i;
+        c->nodes[i].device = -1;
+        if (o->netns)
+            snprintf(c->nodes[i].host, sizeof c->nodes[i].host, "10.77.0.%d", i + 1);
         else
-            snprintf(c.nodes[i].host, sizeof c.nodes[i].host, "127.0.0.1");
+            snprintf(c->nodes[i].host, sizeof c->nodes[i].host, "127.0.0.1");
     }
-    if (o.netns && netns_setup(o.nodes) != 0) {
-        fprintf(stderr, "hetring bench: could not create the network namespaces (needs root and "
-                        "ip/tc); removed what was made\n");
-        netns_cleanup();
-        cfg_free(&c);
-        return CLI_FAIL;
-    }
+    return 0;
+}
+
+/* Fork the nodes and wait for them; the first to fail ends the others. */
+static int run_nodes(const ar_opts *o, cfg *c, double r_gbs) {
     fflush(stdout);
     pid_t pids[64];
     int rc = CLI_OK;
-    for (int i = 0; i < o.nodes; i++) {
+    for (int i = 0; i < o->nodes; i++) {
         pids[i] = fork();
         if (pids[i] == 0) {
             prctl(PR_SET_PDEATHSIG, SIGKILL);
             g_ns_owner = 0; /* only the parent removes the namespaces */
-            int nrc = run_node(&o, &c, i, r_gbs);
+            int nrc = run_node(o, c, i, r_gbs);
             fflush(stdout);
             _exit(nrc);
         }
@@ -437,15 +420,34 @@ int bench_allreduce(int argc, char **argv) {
             break;
         }
     }
-    for (int i = 0; i < o.nodes && rc == CLI_OK; i++) {
+    for (int i = 0; i < o->nodes && rc == CLI_OK; i++) {
         int st;
         if (waitpid(pids[i], &st, 0) < 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0) {
             rc = CLI_FAIL;
-            for (int j = 0; j < o.nodes; j++) kill(pids[j], SIGKILL);
+            for (int j = 0; j < o->nodes; j++) kill(pids[j], SIGKILL);
         }
     }
     while (wait(NULL) > 0) {
     }
+    return rc;
+}
+
+int bench_allreduce(int argc, char **argv) {
+    ar_opts o;
+    int rc = parse_opts(&o, argc, argv);
+    if (rc >= 0) return rc;
+    double r_gbs = o.rate;
+    if (!o.netns && r_gbs <= 0) r_gbs = measure_r(o.port + 100);
+    cfg c;
+    if (cluster_config(&c, &o) != 0) return CLI_FAIL;
+    if (o.netns && netns_setup(o.nodes) != 0) {
+        fprintf(stderr, "hetring bench: could not create the network namespaces (needs root and "
+                        "ip/tc); removed what was made\n");
+        netns_cleanup();
+        cfg_free(&c);
+        return CLI_FAIL;
+    }
+    rc = run_nodes(&o, &c, r_gbs);
     netns_cleanup();
     cfg_free(&c);
     return rc;
