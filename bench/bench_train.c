@@ -13,11 +13,9 @@
 #include "train.h"
 #include "trainer_setup.h"
 
-#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 static void usage(FILE *out) {
@@ -37,15 +35,34 @@ static void usage(FILE *out) {
                  "  --no-torch     skip the PyTorch comparison\n");
 }
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
+/* The options. */
+typedef struct {
+    const char *model;  /* --model */
+    const char *layers; /* --layers, MLP widths */
+    const char *json;   /* --json FILE or NULL */
+    long batch;         /* samples per step */
+    long threads;       /* BLAS threads */
+    long iters;         /* timed steps per repeat */
+    long repeat;        /* repeats; medians are reported */
+    int no_torch;       /* skip the PyTorch comparison */
+} tb_opts;
+
+/* The medians over the repeats. */
+typedef struct {
+    double rate;  /* samples/s */
+    double share; /* share of the step's time in sgemm */
+    double gemm;  /* GFLOP/s inside sgemm */
+} tb_speed;
 
 static int cmp_dbl(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
+}
+
+/* v[n / 2] after sorting: the median for odd n, the upper of the middle two for even n. */
+static double upper_median(double *v, long n) {
+    qsort(v, (size_t)n, sizeof *v, cmp_dbl);
+    return v[n / 2];
 }
 
 /* PyTorch's samples/s for the same MLP, or -1 when torch is not available. */
@@ -76,140 +93,132 @@ static double torch_rate(const char *layers, long batch, long threads, long iter
     return rate;
 }
 
-int bench_train(int argc, char **argv) {
-    static const struct option opts[] = {
-        {"model", required_argument, 0, 'm'}, {"layers", required_argument, 0, 'l'},
-        {"batch", required_argument, 0, 'b'}, {"threads", required_argument, 0, 't'},
-        {"iters", required_argument, 0, 'n'}, {"repeat", required_argument, 0, 'r'},
-        {"json", required_argument, 0, 'j'},  {"no-torch", no_argument, 0, 'T'},
-        {"help", no_argument, 0, 'h'},        {0, 0, 0, 0}};
-    const char *model_name = "mlp", *layers = "784,512,512,10", *json = NULL;
-    long batch = 512, threads = 1, iters = 50, repeat = 5;
-    int use_torch = 1, ch, bad = 0;
-    optind = 1;
-    while (!bad && (ch = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-        switch (ch) {
-        case 'h':
-            usage(stdout);
-            return CLI_OK;
-        case 'm':
-            model_name = optarg;
-            break;
-        case 'l':
-            layers = optarg;
-            break;
-        case 'b':
-            bad = bench_long_opt("train", "batch", optarg, 1, 1L << 24, &batch);
-            break;
-        case 't':
-            bad = bench_long_opt("train", "threads", optarg, 0, 1024, &threads);
-            break;
-        case 'n':
-            bad = bench_long_opt("train", "iters", optarg, 1, 1L << 30, &iters);
-            break;
-        case 'r':
-            bad = bench_long_opt("train", "repeat", optarg, 1, 100, &repeat);
-            break;
-        case 'j':
-            json = optarg;
-            break;
-        case 'T':
-            use_torch = 0;
-            break;
-        default:
-            usage(stderr);
-            return CLI_USAGE;
-        }
-    }
-    if (bad) return CLI_USAGE;
-    if (optind < argc)
-        return cli_usage_error("bench train", "unexpected argument '%s'", argv[optind]);
+/* Returns -1 to go on, else the exit status (after --help or a usage error). */
+static int parse_opts(tb_opts *o, int argc, char **argv) {
+    *o = (tb_opts){.model = "mlp",
+                   .layers = "784,512,512,10",
+                   .batch = 512,
+                   .threads = 1,
+                   .iters = 50,
+                   .repeat = 5};
+    const bench_opt opts[] = {
+        {.name = "model", .kind = BENCH_OPT_STR, .dst = &o->model},
+        {.name = "layers", .kind = BENCH_OPT_STR, .dst = &o->layers},
+        {.name = "batch", .kind = BENCH_OPT_LONG, .dst = &o->batch, .lo = 1, .hi = 1L << 24},
+        {.name = "threads", .kind = BENCH_OPT_LONG, .dst = &o->threads, .lo = 0, .hi = 1024},
+        {.name = "iters", .kind = BENCH_OPT_LONG, .dst = &o->iters, .lo = 1, .hi = 1L << 30},
+        {.name = "repeat", .kind = BENCH_OPT_LONG, .dst = &o->repeat, .lo = 1, .hi = 100},
+        {.name = "json", .kind = BENCH_OPT_STR, .dst = &o->json},
+        {.name = "no-torch", .kind = BENCH_OPT_FLAG, .dst = &o->no_torch},
+        {0}};
+    return bench_parse_opts("train", opts, usage, argc, argv);
+}
 
-    cfg c;
-    cfg_init(&c);
+/* One node's config and trainer for the options. Returns -1 when ready, else the exit status
+ * (the error printed, `c` freed). */
+static int setup(cfg *c, trainer *t, const tb_opts *o) {
+    cfg_init(c);
     char err[HR_ERRLEN], set[300];
-    snprintf(set, sizeof set, "train.model=%s", model_name);
-    hr_status st = cfg_set(&c, set, err, sizeof err);
-    snprintf(set, sizeof set, "train.layers=%s", layers);
-    if (st == HR_OK) st = cfg_set(&c, set, err, sizeof err);
+    snprintf(set, sizeof set, "train.model=%s", o->model);
+    hr_status st = cfg_set(c, set, err, sizeof err);
+    snprintf(set, sizeof set, "train.layers=%s", o->layers);
+    if (st == HR_OK) st = cfg_set(c, set, err, sizeof err);
     if (st != HR_OK) {
-        cfg_free(&c);
+        cfg_free(c);
         return cli_usage_error("bench train", "%s", err);
     }
-    c.global_batch = batch;
-    c.samples = batch * 8;
-    c.eval_samples = 0;
-    c.iterations = 1L << 40;
-    c.nodes = calloc(1, sizeof *c.nodes);
-    c.n_nodes = 1;
-    c.nodes[0].threads = threads;
-    c.nodes[0].slowdown = 1;
-    snprintf(c.nodes[0].host, sizeof c.nodes[0].host, "127.0.0.1");
-    trainer t;
+    c->global_batch = o->batch;
+    c->samples = o->batch * 8;
+    c->eval_samples = 0;
+    c->iterations = 1L << 40;
+    c->nodes = calloc(1, sizeof *c->nodes);
+    c->n_nodes = 1;
+    c->nodes[0].threads = o->threads;
+    c->nodes[0].slowdown = 1;
+    snprintf(c->nodes[0].host, sizeof c->nodes[0].host, "127.0.0.1");
     train_config tc;
-    app_train_config(&c, 0, &tc);
-    if ((st = train_init(&t, &tc, NULL, err, sizeof err)) != HR_OK) {
+    app_train_config(c, 0, &tc);
+    if ((st = train_init(t, &tc, NULL, err, sizeof err)) != HR_OK) {
         fprintf(stderr, "hetring bench train: %s\n", err);
-        cfg_free(&c);
+        cfg_free(c);
         return st == HR_ERR_CONFIG ? CLI_USAGE : CLI_FAIL;
     }
+    return -1;
+}
+
+/* Warm up, then --repeat times --iters profiled steps. Returns the status of the last step. */
+static hr_status measure(trainer *t, const tb_opts *o, tb_speed *med) {
+    train_iter r;
+    hr_status st = HR_OK;
+    for (int i = 0; i < 5; i++) train_step(t, &r); /* warm-up: first touch, BLAS threads */
+    double *rate = calloc((size_t)o->repeat, sizeof *rate),
+           *share = calloc((size_t)o->repeat, sizeof *share);
+    double *gemm = calloc((size_t)o->repeat, sizeof *gemm);
+    t->m.profile = 1;
+    for (long k = 0; k < o->repeat; k++) {
+        memset(&t->m.prof, 0, sizeof t->m.prof);
+        double t0 = bench_now_s();
+        for (long i = 0; i < o->iters; i++)
+            if ((st = train_step(t, &r)) != HR_OK) break;
+        double dt = bench_now_s() - t0;
+        rate[k] = (double)(o->iters * o->batch) / dt;
+        share[k] = t->m.prof.gemm_s / dt;
+        gemm[k] = t->m.prof.gemm_flop / t->m.prof.gemm_s * 1e-9;
+    }
+    *med = (tb_speed){upper_median(rate, o->repeat), upper_median(share, o->repeat),
+                      upper_median(gemm, o->repeat)};
+    free(rate), free(share), free(gemm);
+    return st;
+}
+
+/* --json FILE: the medians and, when it ran, PyTorch's rate (tr > 0). */
+static int write_json(const tb_opts *o, const tb_speed *m, double flops, double tr) {
+    FILE *f = fopen(o->json, "w");
+    if (!f) {
+        fprintf(stderr, "hetring bench train: cannot create %s\n", o->json);
+        return -1;
+    }
+    fprintf(f,
+            "{\"model\":\"%s\",\"layers\":\"%s\",\"batch\":%ld,\"threads\":%ld,"
+            "\"samples_per_s\":%.1f,\"gemm_share\":%.4f,\"gflops\":%.2f,"
+            "\"gemm_gflops\":%.2f,\"flops_per_sample\":%.0f",
+            o->model, o->layers, o->batch, o->threads, m->rate, m->share, m->rate * flops * 1e-9,
+            m->gemm, flops);
+    if (tr > 0)
+        fprintf(f, ",\"pytorch_samples_per_s\":%.1f,\"speedup_vs_pytorch\":%.3f", tr, m->rate / tr);
+    fprintf(f, "}\n");
+    fclose(f);
+    return 0;
+}
+
+int bench_train(int argc, char **argv) {
+    tb_opts o;
+    int rc = parse_opts(&o, argc, argv);
+    if (rc >= 0) return rc;
+    cfg c;
+    trainer t;
+    if ((rc = setup(&c, &t, &o)) >= 0) return rc;
     char desc[160];
     model_describe(&t.m, desc, sizeof desc);
-    train_iter r;
-    for (int i = 0; i < 5; i++) train_step(&t, &r); /* warm-up: first touch, BLAS threads */
-    double *rate = calloc((size_t)repeat, sizeof *rate),
-           *share = calloc((size_t)repeat, sizeof *share);
-    double *gemm = calloc((size_t)repeat, sizeof *gemm);
-    t.m.profile = 1;
-    for (long k = 0; k < repeat; k++) {
-        memset(&t.m.prof, 0, sizeof t.m.prof);
-        double t0 = now_s();
-        for (long i = 0; i < iters; i++)
-            if ((st = train_step(&t, &r)) != HR_OK) break;
-        double dt = now_s() - t0;
-        rate[k] = (double)(iters * batch) / dt;
-        share[k] = t.m.prof.gemm_s / dt;
-        gemm[k] = t.m.prof.gemm_flop / t.m.prof.gemm_s * 1e-9;
-    }
+    tb_speed m;
+    hr_status st = measure(&t, &o, &m);
     double flops = model_flops_per_sample(&t.m);
-    qsort(rate, (size_t)repeat, sizeof *rate, cmp_dbl);
-    qsort(share, (size_t)repeat, sizeof *share, cmp_dbl);
-    qsort(gemm, (size_t)repeat, sizeof *gemm, cmp_dbl);
-    double med = rate[repeat / 2], sh = share[repeat / 2], gg = gemm[repeat / 2];
-    printf("# hetring bench train: %s %s, batch %ld, %ld thread(s), %ld x %ld steps\n", model_name,
-           desc, batch, threads, repeat, iters);
+    printf("# hetring bench train: %s %s, batch %ld, %ld thread(s), %ld x %ld steps\n", o.model,
+           desc, o.batch, o.threads, o.repeat, o.iters);
     printf("%-10s %12s %10s %12s %12s\n", "impl", "samples/s", "gemm%", "GFLOP/s", "gemm GFLOP/s");
-    printf("%-10s %12.0f %9.1f%% %12.1f %12.1f\n", "hetring", med, 100 * sh, med * flops * 1e-9,
-           gg);
+    printf("%-10s %12.0f %9.1f%% %12.1f %12.1f\n", "hetring", m.rate, 100 * m.share,
+           m.rate * flops * 1e-9, m.gemm);
     double tr = -1;
-    if (use_torch && strcmp(model_name, "mlp") == 0) {
-        tr = torch_rate(layers, batch, threads, iters);
+    if (!o.no_torch && strcmp(o.model, "mlp") == 0) {
+        tr = torch_rate(o.layers, o.batch, o.threads, o.iters);
         if (tr > 0)
             printf("%-10s %12.0f %10s %12.1f %12s\n# hetring / pytorch: %.2fx\n", "pytorch", tr,
-                   "-", tr * flops * 1e-9, "-", med / tr);
+                   "-", tr * flops * 1e-9, "-", m.rate / tr);
         else
             printf("# pytorch: not available (/usr/bin/python3 with torch)\n");
     }
-    int rc = st == HR_OK ? CLI_OK : CLI_FAIL;
-    if (json) {
-        FILE *f = fopen(json, "w");
-        if (!f) {
-            fprintf(stderr, "hetring bench train: cannot create %s\n", json);
-            rc = CLI_FAIL;
-        } else {
-            fprintf(f,
-                    "{\"model\":\"%s\",\"layers\":\"%s\",\"batch\":%ld,\"threads\":%ld,"
-                    "\"samples_per_s\":%.1f,\"gemm_share\":%.4f,\"gflops\":%.2f,"
-                    "\"gemm_gflops\":%.2f,\"flops_per_sample\":%.0f",
-                    model_name, layers, batch, threads, med, sh, med * flops * 1e-9, gg, flops);
-            if (tr > 0)
-                fprintf(f, ",\"pytorch_samples_per_s\":%.1f,\"speedup_vs_pytorch\":%.3f", tr,
-                        med / tr);
-            fprintf(f, "}\n");
-            fclose(f);
-        }
-    }
-    free(rate), free(share), free(gemm);
+    rc = st == HR_OK ? CLI_OK : CLI_FAIL;
+    if (o.json && write_json(&o, &m, flops, tr) != 0) rc = CLI_FAIL;
     train_free(&t);
     cfg_free(&c);
     return rc;
