@@ -112,11 +112,9 @@ void launch_result_free(launch_result *res) {
     res->exit_code = NULL;
 }
 
-int launch_cluster(const cfg *c, const launch_opts *o, launch_result *res) {
-    memset(res, 0, sizeof *res);
-    res->failed_node = -1;
-    int n = c->n_nodes;
-    for (int i = 0; i < n; i++)
+/* Every node must be on an address of this machine. Returns 0, or 2 after saying which is not. */
+static int check_local(const cfg *c) {
+    for (int i = 0; i < c->n_nodes; i++)
         if (!node_id_host_is_local(c->nodes[i].host)) {
             fprintf(stderr,
                     "%s:%d: [node.%ld] host %s is not an address of this machine (expected every "
@@ -124,11 +122,144 @@ int launch_cluster(const cfg *c, const launch_opts *o, launch_result *res) {
                     c->path, c->nodes[i].line, c->nodes[i].id, c->nodes[i].host);
             return 2;
         }
-    child *ch = calloc((size_t)n, sizeof *ch);
+    return 0;
+}
+
+/* The launcher while its children run. */
+typedef struct {
+    const launch_opts *o;
+    launch_result *res; /* ids, exit codes and how the run ended */
+    child *ch;          /* one per node, in c->nodes order */
+    int n;              /* nodes */
+    int alive;          /* children not yet reaped */
+    int sfd;            /* signalfd for SIGINT, SIGTERM and SIGCHLD */
+    double start;       /* now_s() when every child was started */
+    double kill_at;     /* now_s() after which survivors get SIGKILL; 0 while none is due */
+} launcher;
+
+/* Send `sig` to every child still running and give them o->grace_s to exit. */
+static void stop_all(launcher *l, int sig, double now) {
+    signal_all(l->ch, l->n, sig);
+    l->kill_at = now + l->o->grace_s;
+}
+
+/* Fork one child per node, its output on a non-blocking pipe. Returns 0, or 2 when a pipe or
+ * fork failed (the children already started keep running for the caller to stop). */
+static int start_children(launcher *l, const cfg *c, const sigset_t *old_mask) {
+    for (int i = 0; i < l->n; i++) {
+        int p[2];
+        l->res->ids[i] = c->nodes[i].id;
+        l->ch[i].fd = -1;
+        if (pipe2(p, O_CLOEXEC) != 0) {
+            fprintf(stderr, "hetring local: pipe: %s\n", strerror(errno));
+            return 2;
+        }
+        pid_t pid = spawn(l->o, c->nodes[i].id, p[1], old_mask);
+        close(p[1]);
+        if (pid < 0) {
+            close(p[0]);
+            fprintf(stderr, "hetring local: fork: %s\n", strerror(errno));
+            return 2;
+        }
+        fcntl(p[0], F_SETFL, O_NONBLOCK);
+        l->ch[i].pid = pid;
+        l->ch[i].fd = p[0];
+        l->alive++;
+    }
+    return 0;
+}
+
+/* SIGINT and SIGTERM to the launcher go on to every child. */
+static void forward_signals(launcher *l) {
+    struct signalfd_siginfo si;
+    while (read(l->sfd, &si, sizeof si) == (ssize_t)sizeof si) {
+        if (si.ssi_signo != SIGINT && si.ssi_signo != SIGTERM) continue;
+        if (!l->res->interrupted)
+            HR_WARN(CLI, "received SIG%s: stopping %d node(s)", signame((int)si.ssi_signo),
+                    l->alive);
+        l->res->interrupted = 1;
+        signal_all(l->ch, l->n, (int)si.ssi_signo);
+        if (!l->kill_at) l->kill_at = now_s() + l->o->grace_s;
+    }
+}
+
+/* Note the exit of child `i`; the first to fail on its own stops the others. */
+static void on_exit_status(launcher *l, int i, int status) {
+    launch_result *res = l->res;
+    int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    res->exit_code[i] = code;
+    if (code == 0 || res->failed_node >= 0 || res->interrupted || l->kill_at) return;
+    res->failed_node = i;
+    if (WIFSIGNALED(status))
+        HR_ERROR(CLI, "node %ld was killed by SIG%s; stopping the others", res->ids[i],
+                 signame(WTERMSIG(status)));
+    else
+        HR_ERROR(CLI, "node %ld exited with status %d; stopping the others", res->ids[i], code);
+    stop_all(l, SIGTERM, now_s());
+}
+
+static void reap(launcher *l) {
+    for (;;) {
+        int status;
+        pid_t pid = waitpid(-1, &status, WNOHANG);
+        if (pid <= 0) break;
+        for (int i = 0; i < l->n; i++) {
+            if (l->ch[i].pid != pid) continue;
+            l->ch[i].pid = 0;
+            l->alive--;
+            on_exit_status(l, i, status);
+        }
+    }
+}
+
+/* The run's deadline, then the grace period after a stop. */
+static void enforce_deadlines(launcher *l, double t) {
+    if (l->o->deadline_s > 0 && !l->res->timed_out && t - l->start > l->o->deadline_s) {
+        HR_ERROR(CLI, "the run passed its %.0f s deadline; stopping every node", l->o->deadline_s);
+        l->res->timed_out = 1;
+        stop_all(l, SIGTERM, t);
+    }
+    if (l->kill_at && t > l->kill_at && l->alive > 0) {
+        HR_WARN(CLI, "%d node(s) still running after %.0f s; killing them", l->alive,
+                l->o->grace_s);
+        signal_all(l->ch, l->n, SIGKILL);
+        l->kill_at = t + 3600;
+    }
+}
+
+/* Relay output, signals and exits until every child is reaped and its pipe closed. */
+static void watch(launcher *l, struct pollfd *pfd) {
+    int open_fds = l->alive;
+    while (l->alive > 0 || open_fds > 0) {
+        int np = 0;
+        pfd[np++] = (struct pollfd){.fd = l->sfd, .events = POLLIN};
+        for (int i = 0; i < l->n; i++)
+            if (l->ch[i].fd >= 0) pfd[np++] = (struct pollfd){.fd = l->ch[i].fd, .events = POLLIN};
+        poll(pfd, (nfds_t)np, 200 /* ms */);
+        for (int i = 0; i < l->n; i++)
+            if (l->ch[i].fd >= 0) drain(&l->ch[i], l->res->ids[i], l->o->out);
+        forward_signals(l);
+        reap(l);
+        open_fds = 0;
+        for (int i = 0; i < l->n; i++) open_fds += l->ch[i].fd >= 0;
+        double t = now_s();
+        enforce_deadlines(l, t);
+        if (l->alive == 0 && open_fds > 0 && l->kill_at && t > l->kill_at)
+            break; /* stray writers */
+    }
+}
+
+int launch_cluster(const cfg *c, const launch_opts *o, launch_result *res) {
+    memset(res, 0, sizeof *res);
+    res->failed_node = -1;
+    int n = c->n_nodes;
+    if (check_local(c)) return 2;
+    launcher l = {.o = o, .res = res, .n = n};
+    l.ch = calloc((size_t)n, sizeof *l.ch);
     res->ids = calloc((size_t)n, sizeof *res->ids);
     res->exit_code = calloc((size_t)n, sizeof *res->exit_code);
-    if (!ch || !res->ids || !res->exit_code) {
-        free(ch);
+    if (!l.ch || !res->ids || !res->exit_code) {
+        free(l.ch);
         launch_result_free(res);
         fprintf(stderr, "hetring local: out of memory\n");
         return 2;
@@ -141,104 +272,19 @@ int launch_cluster(const cfg *c, const launch_opts *o, launch_result *res) {
     sigaddset(&mask, SIGTERM);
     sigaddset(&mask, SIGCHLD);
     sigprocmask(SIG_BLOCK, &mask, &old);
-    int sfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
+    l.sfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
     void (*old_pipe)(int) = signal(SIGPIPE, SIG_IGN);
 
-    int alive = 0, rc = 0;
-    for (int i = 0; i < n; i++) {
-        int p[2];
-        res->ids[i] = c->nodes[i].id;
-        ch[i].fd = -1;
-        if (pipe2(p, O_CLOEXEC) != 0) {
-            fprintf(stderr, "hetring local: pipe: %s\n", strerror(errno));
-            rc = 2;
-            break;
-        }
-        pid_t pid = spawn(o, c->nodes[i].id, p[1], &old);
-        close(p[1]);
-        if (pid < 0) {
-            close(p[0]);
-            fprintf(stderr, "hetring local: fork: %s\n", strerror(errno));
-            rc = 2;
-            break;
-        }
-        fcntl(p[0], F_SETFL, O_NONBLOCK);
-        ch[i].pid = pid;
-        ch[i].fd = p[0];
-        alive++;
-    }
-    double start = now_s(), kill_at = 0;
-    if (rc) { /* could not start everyone: stop who did start */
-        signal_all(ch, n, SIGTERM);
-        kill_at = start + o->grace_s;
-    }
-
+    int rc = start_children(&l, c, &old);
+    l.start = now_s();
+    if (rc) stop_all(&l, SIGTERM, l.start); /* could not start everyone: stop who did start */
     struct pollfd *pfd = calloc((size_t)n + 1, sizeof *pfd);
-    int open_fds = alive;
-    while (alive > 0 || open_fds > 0) {
-        int np = 0;
-        pfd[np++] = (struct pollfd){.fd = sfd, .events = POLLIN};
-        for (int i = 0; i < n; i++)
-            if (ch[i].fd >= 0) pfd[np++] = (struct pollfd){.fd = ch[i].fd, .events = POLLIN};
-        int timeout_ms = 200;
-        poll(pfd, (nfds_t)np, timeout_ms);
-        for (int i = 0; i < n; i++)
-            if (ch[i].fd >= 0) drain(&ch[i], res->ids[i], o->out);
-        struct signalfd_siginfo si;
-        while (read(sfd, &si, sizeof si) == (ssize_t)sizeof si) {
-            if (si.ssi_signo == SIGINT || si.ssi_signo == SIGTERM) {
-                if (!res->interrupted)
-                    HR_WARN(CLI, "received SIG%s: stopping %d node(s)", signame((int)si.ssi_signo),
-                            alive);
-                res->interrupted = 1;
-                signal_all(ch, n, (int)si.ssi_signo);
-                if (!kill_at) kill_at = now_s() + o->grace_s;
-            }
-        }
-        for (;;) { /* reap */
-            int status;
-            pid_t pid = waitpid(-1, &status, WNOHANG);
-            if (pid <= 0) break;
-            for (int i = 0; i < n; i++) {
-                if (ch[i].pid != pid) continue;
-                ch[i].pid = 0;
-                alive--;
-                int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-                res->exit_code[i] = code;
-                if (code != 0 && res->failed_node < 0 && !res->interrupted && !kill_at) {
-                    res->failed_node = i;
-                    if (WIFSIGNALED(status))
-                        HR_ERROR(CLI, "node %ld was killed by SIG%s; stopping the others",
-                                 res->ids[i], signame(WTERMSIG(status)));
-                    else
-                        HR_ERROR(CLI, "node %ld exited with status %d; stopping the others",
-                                 res->ids[i], code);
-                    signal_all(ch, n, SIGTERM);
-                    kill_at = now_s() + o->grace_s;
-                }
-            }
-        }
-        open_fds = 0;
-        for (int i = 0; i < n; i++) open_fds += ch[i].fd >= 0;
-        double t = now_s();
-        if (o->deadline_s > 0 && !res->timed_out && t - start > o->deadline_s) {
-            HR_ERROR(CLI, "the run passed its %.0f s deadline; stopping every node", o->deadline_s);
-            res->timed_out = 1;
-            signal_all(ch, n, SIGTERM);
-            kill_at = t + o->grace_s;
-        }
-        if (kill_at && t > kill_at && alive > 0) {
-            HR_WARN(CLI, "%d node(s) still running after %.0f s; killing them", alive, o->grace_s);
-            signal_all(ch, n, SIGKILL);
-            kill_at = t + 3600;
-        }
-        if (alive == 0 && open_fds > 0 && kill_at && t > kill_at) break; /* stray writers */
-    }
+    watch(&l, pfd);
     free(pfd);
     for (int i = 0; i < n; i++)
-        if (ch[i].fd >= 0) close(ch[i].fd);
-    free(ch);
-    close(sfd);
+        if (l.ch[i].fd >= 0) close(l.ch[i].fd);
+    free(l.ch);
+    close(l.sfd);
     signal(SIGPIPE, old_pipe);
     sigprocmask(SIG_SETMASK, &old, NULL);
     if (rc) return rc;
