@@ -394,93 +394,150 @@ static int exists(const char *p) {
     return access(p, F_OK) == 0;
 }
 
-hr_status train_run(trainer *t, const train_opts *o, train_result *res, char *err, size_t errlen) {
+/* Whether a cadence of `interval` iterations (0: never) falls on iteration count iter. */
+static int due(long iter, long interval) {
+    return interval > 0 && iter % interval == 0;
+}
+
+/* Where a run reports after each iteration, and when: set up once before the loop. */
+typedef struct {
+    FILE *out;                /* progress lines or the bar */
+    FILE *metrics;            /* one JSON object per iteration, or NULL */
+    const char *metrics_path; /* its name, for the error when closing it fails */
+    int mode;                 /* TRAIN_PROGRESS_*: NONE on every node but rank 0 */
+    long every;               /* lines mode: a line every `every` iterations */
+    double start;             /* now_s() when the loop began */
+    double last_print;        /* now_s() of the last progress output */
+    long last_iter;           /* t->iter at the last progress output */
+} run_report;
+
+/* Resume from conf.checkpoint when it exists and train_load has not resumed t already;
+ * *resumed says whether the run continues an earlier one. */
+static hr_status run_resume(trainer *t, int *resumed, char *err, size_t errlen) {
+    const char *ckpt = t->conf.checkpoint ? t->conf.checkpoint : "";
+    *resumed = t->iter > 0;
+    if (*resumed || !ckpt[0] || !exists(ckpt)) return HR_OK;
+    HR_CHECK(train_load(t, ckpt, err, errlen));
+    HR_INFO(TRAIN, "resumed from checkpoint %s at iteration %ld", ckpt, t->iter);
+    *resumed = 1;
+    return HR_OK;
+}
+
+/* Open the metrics file (appended to when resumed) and pick the progress mode. */
+static hr_status report_open(run_report *rr, const trainer *t, const train_opts *o, int resumed,
+                             char *err, size_t errlen) {
+    memset(rr, 0, sizeof *rr);
+    rr->out = o && o->out ? o->out : stdout;
+    rr->metrics_path = o ? o->metrics_path : NULL;
+    if (rr->metrics_path && !(rr->metrics = fopen(rr->metrics_path, resumed ? "a" : "w")))
+        return hr_fail(err, errlen, HR_ERR_IO, "%s: cannot create metrics file (%s)",
+                       rr->metrics_path, strerror(errno));
+    rr->mode = o ? o->progress : TRAIN_PROGRESS_NONE;
+    if (rr->mode == TRAIN_PROGRESS_AUTO)
+        rr->mode = isatty(fileno(rr->out)) ? TRAIN_PROGRESS_BAR : TRAIN_PROGRESS_LINES;
+    if (t->comm.rank != 0) rr->mode = TRAIN_PROGRESS_NONE;
+    rr->every = t->total / 20 > 0 ? t->total / 20 : 1;
+    return HR_OK;
+}
+
+/* Close the metrics file; a failed close means lost records. */
+static hr_status report_close(run_report *rr, char *err, size_t errlen) {
+    FILE *f = rr->metrics;
+    rr->metrics = NULL;
+    if (f && fclose(f) != 0)
+        return hr_fail(err, errlen, HR_ERR_IO, "%s: write failed", rr->metrics_path);
+    return HR_OK;
+}
+
+/* Rank 0 says what it trains, on how many nodes, and how the gradients travel. */
+static void announce(const trainer *t) {
     const train_config *c = &t->conf;
-    const char *ckpt = c->checkpoint ? c->checkpoint : "";
+    if (t->comm.rank != 0) return;
+    char desc[160];
+    model_describe(&t->m, desc, sizeof desc);
+    HR_INFO(TRAIN, "training %s %s on %s: %ld iterations of B = %ld (%ld per epoch), %d node(s)%s",
+            c->model.name, desc, c->data.name, t->total, train_global_batch(t), t->ipe,
+            t->comm.size, c->emulated ? ", EMULATED heterogeneity" : "");
+    if (overlapping(t))
+        HR_INFO(TRAIN, "gradients in %d buckets (bucket_bytes = %ld), all-reduced during backward",
+                t->n_buckets, c->bucket_bytes);
+}
+
+/* After iteration r: its metrics record, and a progress line (or bar) when one is due. */
+static void report_iteration(run_report *rr, const trainer *t, const train_iter *r, double el,
+                             double ea, int evaluated) {
+    const int last = t->iter == t->total, bar = rr->mode == TRAIN_PROGRESS_BAR;
+    double now = now_s();
+    if (rr->metrics) write_metrics(rr->metrics, t, r, now - rr->start, el, ea, evaluated);
+    if (rr->mode == TRAIN_PROGRESS_NONE) return;
+    if (!(bar ? (now - rr->last_print > 0.1 || last || evaluated)
+              : (t->iter % rr->every == 0 || last || evaluated)))
+        return;
+    double rate = (double)(t->iter - rr->last_iter) * (double)train_global_batch(t) /
+                  fmax(1e-9, now - rr->last_print);
+    progress(rr->out, bar, t, r, rate, t->y ? ea : el, evaluated);
+    if (bar && (evaluated || last)) fputc('\n', rr->out);
+    rr->last_print = now, rr->last_iter = t->iter;
+}
+
+/* One iteration of the run: the step and its divergence check, then evaluation, report and
+ * checkpoint where they are due. Allocates nothing. */
+static hr_status run_iteration(trainer *t, const train_opts *o, run_report *rr, train_result *res,
+                               char *err, size_t errlen) {
+    const train_config *c = &t->conf;
     const int rank0 = t->comm.rank == 0;
-    hr_status st = HR_OK;
-    FILE *metrics = NULL, *out = o && o->out ? o->out : stdout;
+    train_iter r = {0};
+    if (o->on_iter) o->on_iter(o->on_iter_ctx, t->iter);
+    HR_CHECK(train_step(t, &r));
+    if (!isfinite(r.loss))
+        return hr_fail(err, errlen, HR_ERR_DATA,
+                       "iteration %ld: the loss is %g; training diverged (try a smaller [train] "
+                       "lr, now %g)",
+                       r.iter, r.loss, c->opt.lr);
+    res->iterations++;
+    res->final_loss = r.loss;
+    const int last = t->iter == t->total;
+    int evaluated = 0;
+    double el = NAN, ea = NAN;
+    if (rank0 && (last || due(t->iter, c->eval_interval))) {
+        HR_CHECK(train_evaluate(t, &el, &ea));
+        evaluated = 1;
+        res->eval_loss = el, res->eval_accuracy = ea;
+    }
+    report_iteration(rr, t, &r, el, ea, evaluated);
+    if (rank0 && c->checkpoint && c->checkpoint[0] &&
+        (last || due(t->iter, c->checkpoint_interval)))
+        HR_CHECK(train_save(t, c->checkpoint, err, errlen));
+    return HR_OK;
+}
+
+hr_status train_run(trainer *t, const train_opts *o, train_result *res, char *err, size_t errlen) {
+    const int rank0 = t->comm.rank == 0;
     memset(res, 0, sizeof *res);
     res->emulated = t->conf.emulated;
     res->eval_loss = res->eval_accuracy = res->final_loss = NAN;
-    int resumed = t->iter > 0;
-    if (!resumed && ckpt[0] && exists(ckpt)) {
-        HR_CHECK(train_load(t, ckpt, err, errlen));
-        HR_INFO(TRAIN, "resumed from checkpoint %s at iteration %ld", ckpt, t->iter);
-        resumed = 1;
-    }
-    if (o && o->metrics_path && !(metrics = fopen(o->metrics_path, resumed ? "a" : "w")))
-        return hr_fail(err, errlen, HR_ERR_IO, "%s: cannot create metrics file (%s)",
-                       o->metrics_path, strerror(errno));
-    int mode = o ? o->progress : TRAIN_PROGRESS_NONE;
-    if (mode == TRAIN_PROGRESS_AUTO)
-        mode = isatty(fileno(out)) ? TRAIN_PROGRESS_BAR : TRAIN_PROGRESS_LINES;
-    if (!rank0) mode = TRAIN_PROGRESS_NONE;
-    char desc[160];
-    model_describe(&t->m, desc, sizeof desc);
-    if (rank0)
-        HR_INFO(TRAIN,
-                "training %s %s on %s: %ld iterations of B = %ld (%ld per epoch), %d node(s)%s",
-                c->model.name, desc, c->data.name, t->total, train_global_batch(t), t->ipe,
-                t->comm.size, t->conf.emulated ? ", EMULATED heterogeneity" : "");
-    if (rank0 && overlapping(t))
-        HR_INFO(TRAIN, "gradients in %d buckets (bucket_bytes = %ld), all-reduced during backward",
-                t->n_buckets, c->bucket_bytes);
+    int resumed;
+    HR_CHECK(run_resume(t, &resumed, err, errlen));
+    run_report rr;
+    HR_CHECK(report_open(&rr, t, o, resumed, err, errlen));
+    announce(t);
 
-    long every = t->total / 20 > 0 ? t->total / 20 : 1;
-    double start = now_s(), last_print = start;
-    long last_iter = t->iter, first = t->iter;
-    train_iter r = {0};
-    while (t->iter < t->total) {
-        if (o->on_iter) o->on_iter(o->on_iter_ctx, t->iter);
-        HR_CHECK_GOTO(train_step(t, &r), st, fail);
-        if (!isfinite(r.loss)) {
-            st = hr_fail(err, errlen, HR_ERR_DATA,
-                         "iteration %ld: the loss is %g; training diverged (try a smaller [train] "
-                         "lr, now %g)",
-                         r.iter, r.loss, c->opt.lr);
-            goto fail;
-        }
-        res->iterations++;
-        res->final_loss = r.loss;
-        int last = t->iter == t->total, evaluated = 0;
-        double el = NAN, ea = NAN;
-        if (rank0 && (last || (c->eval_interval > 0 && t->iter % c->eval_interval == 0))) {
-            HR_CHECK_GOTO(train_evaluate(t, &el, &ea), st, fail);
-            evaluated = 1;
-            res->eval_loss = el, res->eval_accuracy = ea;
-        }
-        double now = now_s();
-        if (metrics) write_metrics(metrics, t, &r, now - start, el, ea, evaluated);
-        if (mode != TRAIN_PROGRESS_NONE &&
-            (mode == TRAIN_PROGRESS_BAR ? (now - last_print > 0.1 || last || evaluated)
-                                        : (t->iter % every == 0 || last || evaluated))) {
-            double rate = (double)(t->iter - last_iter) * (double)train_global_batch(t) /
-                          fmax(1e-9, now - last_print);
-            progress(out, mode == TRAIN_PROGRESS_BAR, t, &r, rate, t->y ? ea : el, evaluated);
-            if (mode == TRAIN_PROGRESS_BAR && (evaluated || last)) fputc('\n', out);
-            last_print = now, last_iter = t->iter;
-        }
-        if (rank0 && ckpt[0] &&
-            (last || (c->checkpoint_interval > 0 && t->iter % c->checkpoint_interval == 0)))
-            HR_CHECK_GOTO(train_save(t, ckpt, err, errlen), st, fail);
-    }
-    res->wall_s = now_s() - start;
+    hr_status st = HR_OK;
+    const long first = t->iter;
+    rr.start = rr.last_print = now_s();
+    rr.last_iter = first;
+    while (t->iter < t->total) HR_CHECK_GOTO(run_iteration(t, o, &rr, res, err, errlen), st, fail);
+    res->wall_s = now_s() - rr.start;
     res->samples = (t->iter - first) * train_global_batch(t);
     res->samples_per_s = res->wall_s > 0 ? (double)res->samples / res->wall_s : 0;
     if (res->iterations == 0 && rank0) /* resumed at the end: still report the model */
         HR_CHECK_GOTO(train_evaluate(t, &res->eval_loss, &res->eval_accuracy), st, fail);
-    if (metrics && fclose(metrics) != 0) {
-        metrics = NULL;
-        st = hr_fail(err, errlen, HR_ERR_IO, "%s: write failed", o->metrics_path);
-        goto fail;
-    }
-    metrics = NULL;
+    HR_CHECK_GOTO(report_close(&rr, err, errlen), st, fail);
     if (rank0 && o && o->summary_path)
         HR_CHECK_GOTO(train_write_summary(t, res, o->summary_path, err, errlen), st, fail);
     return HR_OK;
 fail:
-    if (metrics) fclose(metrics);
+    (void)report_close(&rr, NULL, 0);
     if (st != HR_OK && err && !err[0])
         snprintf(err, errlen, "iteration %ld: %s", t->iter, hr_strerror(st));
     return st;
