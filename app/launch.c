@@ -146,10 +146,10 @@ static void stop_all(launcher *l, int sig, double now) {
 /* Fork one child per node, its output on a non-blocking pipe. Returns 0, or 2 when a pipe or
  * fork failed (the children already started keep running for the caller to stop). */
 static int start_children(launcher *l, const cfg *c, const sigset_t *old_mask) {
+    for (int i = 0; i < l->n; i++) l->ch[i].fd = -1; /* none polled until started */
     for (int i = 0; i < l->n; i++) {
         int p[2];
         l->res->ids[i] = c->nodes[i].id;
-        l->ch[i].fd = -1;
         if (pipe2(p, O_CLOEXEC) != 0) {
             fprintf(stderr, "hetring local: pipe: %s\n", strerror(errno));
             return 2;
