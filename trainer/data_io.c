@@ -327,6 +327,90 @@ hr_status data_write_cifar(const data_set *ds, long first, long n, const char *p
 
 /* ================================================================ CSV */
 
+/* The next line of f into *line (grown as needed; *cap bytes): 1 when a line was read, 0 at
+ * the end of the file or on a read error (gzeof tells them apart), -1 out of memory. */
+static int csv_read_line(gzFile f, char **line, size_t *cap) {
+    if (!gzgets(f, *line, (int)*cap)) return 0;
+    size_t len = strlen(*line);
+    while (len == *cap - 1 && (*line)[len - 1] != '\n') { /* grow for long lines */
+        char *g = realloc(*line, *cap * 2);
+        if (!g) return -1;
+        *line = g;
+        if (!gzgets(f, *line + len, (int)(*cap + 1))) break;
+        *cap *= 2;
+        len = strlen(*line);
+    }
+    return 1;
+}
+
+/* The first data line fixes the shape: `cols` fields, a label (or target) and cols-1 features;
+ * *row gets room for one line's fields. */
+static hr_status csv_shape(data_set *ds, long cols, int regression, float **row, const char *path,
+                           long lineno, char *err, size_t errlen) {
+    if (cols < 2)
+        return hr_fail(err, errlen, HR_ERR_DATA,
+                       "%s:%ld: one column only (expected a label, then the features)", path,
+                       lineno);
+    if (!(*row = malloc(sizeof **row * (size_t)cols)))
+        return hr_fail(err, errlen, HR_ERR_NOMEM, "%s: out of memory", path);
+    ds->c = (int)(cols - 1), ds->h = 1, ds->w = 1, ds->d = cols - 1;
+    ds->n_targets = regression ? 1 : 0;
+    return HR_OK;
+}
+
+/* The cols fields of data line p into row; a class label must be an integer 0..65535. */
+static hr_status csv_parse_row(char *p, float *row, long cols, int regression, const char *path,
+                               long lineno, char *err, size_t errlen) {
+    for (long j = 0; j < cols; j++) {
+        char *end;
+        errno = 0;
+        row[j] = strtof(p, &end);
+        while (*end == ' ' || *end == '\t' || *end == '\r' || *end == '\n') end++;
+        if (end == p || errno == ERANGE || (*end != ',' && *end != 0) ||
+            (j + 1 < cols && *end != ',')) {
+            char *stop = strchr(p, ',');
+            int w = stop ? (int)(stop - p) : (int)strcspn(p, "\r\n");
+            return hr_fail(err, errlen, HR_ERR_DATA, "%s:%ld: column %ld: bad number '%.*s'", path,
+                           lineno, j + 1, w > 40 ? 40 : w, p);
+        }
+        p = *end == ',' ? end + 1 : end;
+    }
+    if (!regression && (row[0] != (float)(long)row[0] || row[0] < 0 || row[0] > 65535))
+        return hr_fail(err, errlen, HR_ERR_DATA,
+                       "%s:%ld: label %g is out of range (expected an integer class 0..65535)",
+                       path, lineno, (double)row[0]);
+    return HR_OK;
+}
+
+/* Append a parsed row as sample ds->n, doubling the arrays (room for *cap samples) when they
+ * are full; -1 when out of memory. */
+static int csv_append(data_set *ds, const float *row, int regression, long *cap) {
+    if (ds->n == *cap) {
+        *cap = *cap ? 2 * *cap : 1024;
+        float *x = realloc(ds->xf, sizeof *x * (size_t)(*cap * ds->d));
+        if (x) ds->xf = x;
+        void *yt = x ? (regression ? realloc(ds->t, sizeof *ds->t * (size_t)*cap)
+                                   : realloc(ds->y, sizeof *ds->y * (size_t)*cap))
+                     : NULL;
+        if (yt) {
+            if (regression)
+                ds->t = yt;
+            else
+                ds->y = yt;
+        }
+        if (!x || !yt) return -1;
+    }
+    memcpy(ds->xf + ds->n * ds->d, row + 1, sizeof *row * (size_t)ds->d);
+    if (regression) {
+        ds->t[ds->n] = row[0];
+    } else {
+        ds->y[ds->n] = (int32_t)row[0];
+        if (ds->y[ds->n] + 1 > ds->n_classes) ds->n_classes = ds->y[ds->n] + 1;
+    }
+    ds->n++;
+    return 0;
+}
+
 hr_status data_load_csv(data_set *ds, const char *path, int regression, char *err, size_t errlen) {
     memset(ds, 0, sizeof *ds);
     hr_status st = HR_OK;
@@ -336,35 +420,19 @@ hr_status data_load_csv(data_set *ds, const char *path, int regression, char *er
     char *line = malloc(cap_line);
     float *row = NULL;
     long cols = -1, cap = 0, lineno = 0;
+    int got;
     if (!line) goto nomem;
-    while (gzgets(f, line, (int)cap_line)) {
-        size_t len = strlen(line);
-        while (len == cap_line - 1 && line[len - 1] != '\n') { /* grow for long lines */
-            char *g = realloc(line, cap_line * 2);
-            if (!g) goto nomem;
-            line = g;
-            if (!gzgets(f, line + len, (int)(cap_line + 1))) break;
-            cap_line *= 2;
-            len = strlen(line);
-        }
+    while ((got = csv_read_line(f, &line, &cap_line)) > 0) {
         lineno++;
         char *p = line;
         while (*p == ' ' || *p == '\t') p++;
         if (*p == '\n' || *p == '\r' || *p == 0 || *p == '#') continue;
-        /* count fields on the first data line */
         long nf = 1;
         for (char *q = p; *q; q++) nf += *q == ',';
         if (cols < 0) {
             cols = nf;
-            if (cols < 2) {
-                st = hr_fail(err, errlen, HR_ERR_DATA,
-                             "%s:%ld: one column only (expected a label, then the features)", path,
-                             lineno);
-                goto fail;
-            }
-            if (!(row = malloc(sizeof *row * (size_t)cols))) goto nomem;
-            ds->c = (int)(cols - 1), ds->h = 1, ds->w = 1, ds->d = cols - 1;
-            ds->n_targets = regression ? 1 : 0;
+            HR_CHECK_GOTO(csv_shape(ds, cols, regression, &row, path, lineno, err, errlen), st,
+                          fail);
         }
         if (nf != cols) {
             st = hr_fail(err, errlen, HR_ERR_DATA,
@@ -372,51 +440,10 @@ hr_status data_load_csv(data_set *ds, const char *path, int regression, char *er
                          path, lineno, nf, cols);
             goto fail;
         }
-        for (long j = 0; j < cols; j++) {
-            char *end;
-            errno = 0;
-            row[j] = strtof(p, &end);
-            while (*end == ' ' || *end == '\t' || *end == '\r' || *end == '\n') end++;
-            if (end == p || errno == ERANGE || (*end != ',' && *end != 0) ||
-                (j + 1 < cols && *end != ',')) {
-                char *stop = strchr(p, ',');
-                int w = stop ? (int)(stop - p) : (int)strcspn(p, "\r\n");
-                st = hr_fail(err, errlen, HR_ERR_DATA, "%s:%ld: column %ld: bad number '%.*s'",
-                             path, lineno, j + 1, w > 40 ? 40 : w, p);
-                goto fail;
-            }
-            p = *end == ',' ? end + 1 : end;
-        }
-        if (!regression && (row[0] != (float)(long)row[0] || row[0] < 0 || row[0] > 65535)) {
-            st = hr_fail(err, errlen, HR_ERR_DATA,
-                         "%s:%ld: label %g is out of range (expected an integer class 0..65535)",
-                         path, lineno, (double)row[0]);
-            goto fail;
-        }
-        if (ds->n == cap) {
-            cap = cap ? 2 * cap : 1024;
-            float *x = realloc(ds->xf, sizeof *x * (size_t)(cap * ds->d));
-            if (x) ds->xf = x;
-            void *yt = x ? (regression ? realloc(ds->t, sizeof *ds->t * (size_t)cap)
-                                       : realloc(ds->y, sizeof *ds->y * (size_t)cap))
-                         : NULL;
-            if (yt) {
-                if (regression)
-                    ds->t = yt;
-                else
-                    ds->y = yt;
-            }
-            if (!x || !yt) goto nomem;
-        }
-        memcpy(ds->xf + ds->n * ds->d, row + 1, sizeof *row * (size_t)ds->d);
-        if (regression) {
-            ds->t[ds->n] = row[0];
-        } else {
-            ds->y[ds->n] = (int32_t)row[0];
-            if (ds->y[ds->n] + 1 > ds->n_classes) ds->n_classes = ds->y[ds->n] + 1;
-        }
-        ds->n++;
+        HR_CHECK_GOTO(csv_parse_row(p, row, cols, regression, path, lineno, err, errlen), st, fail);
+        if (csv_append(ds, row, regression, &cap) != 0) goto nomem;
     }
+    if (got < 0) goto nomem;
     if (!gzeof(f)) {
         st = read_error(f, path, err, errlen);
         goto fail;
