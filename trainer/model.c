@@ -32,6 +32,54 @@ static void spec_add(model_spec *s, layer_kind kind, int units, int k, int strid
     s->pad[i] = pad;
 }
 
+/* A 3x3 or 5x5 convolution of stride 1 and its ReLU. */
+static void spec_conv_relu(model_spec *s, int channels, int k, int pad) {
+    spec_add(s, LAYER_CONV2D, channels, k, 1, pad);
+    spec_add(s, LAYER_RELU, 0, 0, 0, 0);
+}
+
+static void spec_pool(model_spec *s) {
+    spec_add(s, LAYER_MAXPOOL, 0, 2, 2, 0);
+}
+
+/* The classifier of the CNNs: flatten, the hidden linear layers with their ReLUs, the outputs. */
+static void spec_head(model_spec *s, const int *hidden, int n_hidden, int outputs) {
+    spec_add(s, LAYER_FLATTEN, 0, 0, 0, 0);
+    for (int i = 0; i < n_hidden; i++) {
+        spec_add(s, LAYER_LINEAR, hidden[i], 0, 0, 0);
+        spec_add(s, LAYER_RELU, 0, 0, 0, 0);
+    }
+    spec_add(s, LAYER_LINEAR, outputs, 0, 0, 0);
+}
+
+/* The CNN for the input shape: LeNet-5 style for 28x28x1, a small VGG for 32x32x3. */
+static hr_status spec_cnn(model_spec *s, const model_config *c, const char *where, int outputs,
+                          char *err, size_t errlen) {
+    if (s->in_c == 1 && s->in_h == 28 && s->in_w == 28) { /* LeNet-5 style */
+        static const int hidden[] = {120, 84};
+        spec_conv_relu(s, 6, 5, 2);
+        spec_pool(s);
+        spec_conv_relu(s, 16, 5, 0);
+        spec_pool(s);
+        spec_head(s, hidden, 2, outputs);
+    } else if (s->in_c == 3 && s->in_h == 32 && s->in_w == 32) { /* small VGG style */
+        static const int widths[2] = {16, 32}, hidden[] = {128};
+        for (int blk = 0; blk < 2; blk++) {
+            spec_conv_relu(s, widths[blk], 3, 1);
+            spec_conv_relu(s, widths[blk], 3, 1);
+            spec_pool(s);
+        }
+        spec_head(s, hidden, 1, outputs);
+    } else {
+        return hr_fail(err, errlen, HR_ERR_CONFIG,
+                       "%s: [train] model = cnn needs 28x28x1 or 32x32x3 inputs, but the %s "
+                       "data is %dx%dx%d (expected dataset = synthetic, synthetic-rgb, mnist "
+                       "or cifar10)",
+                       where, c->data_name, s->in_h, s->in_w, s->in_c);
+    }
+    return HR_OK;
+}
+
 hr_status model_spec_build(model_spec *s, const model_config *c, int in_c, int in_h, int in_w,
                            int outputs, char *err, size_t errlen) {
     memset(s, 0, sizeof *s);
@@ -61,40 +109,7 @@ hr_status model_spec_build(model_spec *s, const model_config *c, int in_c, int i
         }
         break;
     case MODEL_CNN:
-        if (in_c == 1 && in_h == 28 && in_w == 28) { /* LeNet-5 style */
-            spec_add(s, LAYER_CONV2D, 6, 5, 1, 2);
-            spec_add(s, LAYER_RELU, 0, 0, 0, 0);
-            spec_add(s, LAYER_MAXPOOL, 0, 2, 2, 0);
-            spec_add(s, LAYER_CONV2D, 16, 5, 1, 0);
-            spec_add(s, LAYER_RELU, 0, 0, 0, 0);
-            spec_add(s, LAYER_MAXPOOL, 0, 2, 2, 0);
-            spec_add(s, LAYER_FLATTEN, 0, 0, 0, 0);
-            spec_add(s, LAYER_LINEAR, 120, 0, 0, 0);
-            spec_add(s, LAYER_RELU, 0, 0, 0, 0);
-            spec_add(s, LAYER_LINEAR, 84, 0, 0, 0);
-            spec_add(s, LAYER_RELU, 0, 0, 0, 0);
-            spec_add(s, LAYER_LINEAR, outputs, 0, 0, 0);
-        } else if (in_c == 3 && in_h == 32 && in_w == 32) { /* small VGG style */
-            int widths[2] = {16, 32};
-            for (int blk = 0; blk < 2; blk++) {
-                for (int j = 0; j < 2; j++) {
-                    spec_add(s, LAYER_CONV2D, widths[blk], 3, 1, 1);
-                    spec_add(s, LAYER_RELU, 0, 0, 0, 0);
-                }
-                spec_add(s, LAYER_MAXPOOL, 0, 2, 2, 0);
-            }
-            spec_add(s, LAYER_FLATTEN, 0, 0, 0, 0);
-            spec_add(s, LAYER_LINEAR, 128, 0, 0, 0);
-            spec_add(s, LAYER_RELU, 0, 0, 0, 0);
-            spec_add(s, LAYER_LINEAR, outputs, 0, 0, 0);
-        } else {
-            return hr_fail(err, errlen, HR_ERR_CONFIG,
-                           "%s: [train] model = cnn needs 28x28x1 or 32x32x3 inputs, but the %s "
-                           "data is %dx%dx%d (expected dataset = synthetic, synthetic-rgb, mnist "
-                           "or cifar10)",
-                           where, c->data_name, in_h, in_w, in_c);
-        }
-        break;
+        return spec_cnn(s, c, where, outputs, err, errlen);
     default:
         return hr_fail(err, errlen, HR_ERR_CONFIG, "%s: unknown model %d", where, (int)c->kind);
     }
