@@ -9,6 +9,7 @@
 #include "ring_setup.h"
 
 #include <math.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -106,34 +107,43 @@ static hr_status annotate(void *ctx, long iter, float *params, long n_params, tr
     return HR_OK;
 }
 
-/* Rank of the first node whose hash pair at extra[off] differs from rank 0's, or -1. */
-static int first_disagreement(const train_stat *stats, int size, int off) {
+/* Whether every node's hash pair at extra[off] equals rank 0's; when one differs, *bad_id and
+ * *ref_id get the ids of the first such node and of rank 0. */
+static int agree(const dist *d, const train_stat *stats, int size, int off, long *bad_id,
+                 long *ref_id) {
+    const ring_view *v = ring_get_view(&d->r);
     for (int k = 1; k < size; k++)
-        if (!same_hash(stats[k].extra + off, stats[0].extra + off)) return k;
-    return -1;
+        if (!same_hash(stats[k].extra + off, stats[0].extra + off)) {
+            *bad_id = v->ids[k], *ref_id = v->ids[0];
+            return 0;
+        }
+    return 1;
+}
+
+/* Log why the nodes disagree and stop: a mismatch is never trained through (I4, I5). */
+__attribute__((format(printf, 1, 2))) static hr_status mismatch(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    hr_vlog(HR_SUB_TRAIN, HR_LOG_ERROR, fmt, ap);
+    va_end(ap);
+    return HR_ERR_MISMATCH;
 }
 
 static hr_status decide(void *ctx, long iter, const train_stat *stats, int size, long *split) {
     dist *d = ctx;
-    const ring_view *v = ring_get_view(&d->r);
-    int bad;
-    if (iter % d->hash_interval == 0 &&
-        (bad = first_disagreement(stats, size, DIST_STAT_PHASH)) >= 0) {
-        HR_ERROR(TRAIN,
-                 "replica check failed at iteration %ld: the parameters of node %ld differ from "
-                 "node %ld's (I4: every node must hold identical parameters); stopping. This "
-                 "points to memory corruption or a build that differs between nodes",
-                 iter, v->ids[bad], v->ids[0]);
-        return HR_ERR_MISMATCH;
-    }
-    if ((bad = first_disagreement(stats, size, DIST_STAT_DHASH)) >= 0) {
-        HR_ERROR(TRAIN,
-                 "decision check failed at iteration %ld: node %ld's batch-size controller "
-                 "decided differently from node %ld's (I5: decisions must be identical on every "
-                 "node); stopping. Check that every node runs the same hetring build and config",
-                 iter, v->ids[bad], v->ids[0]);
-        return HR_ERR_MISMATCH;
-    }
+    long bad, ref;
+    if (iter % d->hash_interval == 0 && !agree(d, stats, size, DIST_STAT_PHASH, &bad, &ref))
+        return mismatch("replica check failed at iteration %ld: the parameters of node %ld differ "
+                        "from node %ld's (I4: every node must hold identical parameters); "
+                        "stopping. This points to memory corruption or a build that differs "
+                        "between nodes",
+                        iter, bad, ref);
+    if (!agree(d, stats, size, DIST_STAT_DHASH, &bad, &ref))
+        return mismatch("decision check failed at iteration %ld: node %ld's batch-size controller "
+                        "decided differently from node %ld's (I5: decisions must be identical on "
+                        "every node); stopping. Check that every node runs the same hetring build "
+                        "and config",
+                        iter, bad, ref);
     for (int k = 0; k < size; k++) d->gathered[k] = (ctrl_stat){.t = stats[k].t, .b = stats[k].b};
     hr_status st = ctrl_observe(&d->ctl, iter, d->gathered);
     if (st != HR_OK) {
