@@ -26,15 +26,6 @@ static char dir[64];
     "model = mlp\nlayers = " layers "\nsamples = 2000\neval_samples = 100\nglobal_batch = " batch  \
     "\nlr = 0.05\nmomentum = 0.9\niterations = 40\nseed = " seed
 
-static void trainer_or_die(trainer *t, cfg *c, const char *train) {
-    char err[HR_ERRLEN];
-    one_node_cfg(c, dir, train);
-    if (test_train_init(t, c, 0, NULL, err, sizeof err) != HR_OK) {
-        fprintf(stderr, "train_init: %s\n", err);
-        exit(2);
-    }
-}
-
 static void steps(trainer *t, int n) {
     train_iter r;
     for (int i = 0; i < n; i++) CHECK(train_step(t, &r) == HR_OK, "step %ld", t->iter);
@@ -93,7 +84,7 @@ static void test_atomic_save(void) {
     trainer a, b;
     char path[128], err[HR_ERRLEN];
     snprintf(path, sizeof path, "%s/atomic.ckpt", dir);
-    trainer_or_die(&a, &c, MLP("784,32,10", "100", "11"));
+    test_trainer_or_die(&a, &c, dir, MLP("784,32,10", "100", "11"));
     steps(&a, 3);
     CHECK(train_save(&a, path, err, sizeof err) == HR_OK, "%s", err);
     long old_len = 0, len = 0;
@@ -114,7 +105,7 @@ static void test_atomic_save(void) {
           old_len);
     free(now);
     cfg c2;
-    trainer_or_die(&b, &c2, MLP("784,32,10", "100", "11"));
+    test_trainer_or_die(&b, &c2, dir, MLP("784,32,10", "100", "11"));
     CHECK(train_load(&b, path, err, sizeof err) == HR_OK, "after a killed save: %s", err);
     CHECK(b.iter == 3 && memcmp(b.m.params, p3, sizeof(float) * (size_t)a.m.n_params) == 0,
           "after a killed save the checkpoint holds iteration %ld, not the saved state", b.iter);
@@ -200,7 +191,7 @@ static void foreign(const char *train, const char *path) {
     cfg c;
     trainer o;
     char err[HR_ERRLEN];
-    trainer_or_die(&o, &c, train);
+    test_trainer_or_die(&o, &c, dir, train);
     steps(&o, 2);
     CHECK(train_save(&o, path, err, sizeof err) == HR_OK, "%s", err);
     train_free(&o);
@@ -215,7 +206,7 @@ static void test_refusal(void) {
     snprintf(bad, sizeof bad, "%s/bad.ckpt", dir);
     /* the checkpoint another trainer of the same run wrote at iteration 2 */
     foreign(MLP("784,32,10", "100", "11"), good);
-    trainer_or_die(&t, &c, MLP("784,32,10", "100", "11"));
+    test_trainer_or_die(&t, &c, dir, MLP("784,32,10", "100", "11"));
     CHECK(train_load(&t, good, err, sizeof err) == HR_OK, "%s", err);
     steps(&t, 5); /* now at iteration 7, with momentum */
     long len = 0;

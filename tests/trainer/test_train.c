@@ -11,15 +11,6 @@
 
 static char dir[64];
 
-static void train_or_die(trainer *t, cfg *c, const char *train) {
-    char err[HR_ERRLEN];
-    one_node_cfg(c, dir, train);
-    if (test_train_init(t, c, 0, NULL, err, sizeof err) != HR_OK) {
-        fprintf(stderr, "train_init: %s\n", err);
-        exit(2);
-    }
-}
-
 static void run_all(trainer *t, double *losses) {
     train_iter r;
     while (t->iter < t->total) {
@@ -55,7 +46,7 @@ static void test_learning(void) {
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
         cfg c;
         trainer t;
-        train_or_die(&t, &c, cases[k].train);
+        test_trainer_or_die(&t, &c, dir, cases[k].train);
         run_all(&t, NULL);
         double loss, acc;
         CHECK(train_evaluate(&t, &loss, &acc) == HR_OK, "evaluate");
@@ -83,9 +74,9 @@ static void test_determinism_and_resume(void) {
     cfg c1, c2;
     trainer a, b;
     double la[40], lb[40];
-    train_or_die(&a, &c1, small);
+    test_trainer_or_die(&a, &c1, dir, small);
     run_all(&a, la);
-    train_or_die(&b, &c2, small);
+    test_trainer_or_die(&b, &c2, dir, small);
     run_all(&b, lb);
     CHECK(memcmp(la, lb, sizeof la) == 0, "same seed: loss trajectories differ");
     CHECK(memcmp(a.m.params, b.m.params, sizeof(float) * a.m.n_params) == 0,
@@ -97,13 +88,13 @@ static void test_determinism_and_resume(void) {
     /* 17 iterations, checkpoint, a fresh trainer resumes: bitwise the same run */
     char path[128], err[HR_ERRLEN];
     snprintf(path, sizeof path, "%s/ck.bin", dir);
-    train_or_die(&b, &c2, small);
+    test_trainer_or_die(&b, &c2, dir, small);
     b.total = 17;
     run_all(&b, lb);
     CHECK(train_save(&b, path, err, sizeof err) == HR_OK, "%s", err);
     train_free(&b);
     cfg_free(&c2);
-    train_or_die(&b, &c2, small);
+    test_trainer_or_die(&b, &c2, dir, small);
     CHECK(train_load(&b, path, err, sizeof err) == HR_OK, "%s", err);
     CHECK(b.iter == 17, "resumed at %ld", b.iter);
     run_all(&b, lb);
@@ -124,9 +115,9 @@ static void test_determinism_and_resume(void) {
 static void test_split_invariance(void) {
     cfg c;
     trainer t;
-    train_or_die(&t, &c,
-                 "model = mlp\nlayers = 784,64,32,10\nsamples = 1000\nglobal_batch = 120\n"
-                 "iterations = 2\nseed = 3");
+    test_trainer_or_die(&t, &c, dir,
+                        "model = mlp\nlayers = 784,64,32,10\nsamples = 1000\nglobal_batch = 120\n"
+                        "iterations = 2\nseed = 3");
     long n = t.m.n_params, d = t.train.d;
     float *whole = malloc(sizeof(float) * n), *sum = calloc((size_t)n, sizeof(float));
     model_stats st, part;

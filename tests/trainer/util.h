@@ -29,16 +29,17 @@ static inline void rm_rf(const char *dir) {
     if (system(cmd) != 0) fprintf(stderr, "cannot remove %s\n", dir);
 }
 
-/* Load a one-node config whose [train] section is `train` (INI lines). Exits on failure. */
-static inline void one_node_cfg(cfg *c, const char *dir, const char *train) {
-    char path[600], err[512];
-    snprintf(path, sizeof path, "%s/c.ini", dir);
+/* Create the config file dir/name (its path into path[len]). Exits on failure. */
+static inline FILE *cfg_create(const char *dir, const char *name, char *path, size_t len) {
+    snprintf(path, len, "%s/%s", dir, name);
     FILE *f = fopen(path, "w");
     if (!f) exit(2);
-    fprintf(f,
-            "[cluster]\nsecurity = none\n[train]\n%s\n[node.0]\nhost = 127.0.0.1\nport = 47990\n"
-            "threads = 1\n",
-            train);
+    return f;
+}
+
+/* Close the config file f written by cfg_create and load it into c. Exits on failure. */
+static inline void cfg_close_load(cfg *c, FILE *f, const char *path) {
+    char err[512];
     fclose(f);
     if (cfg_load(c, path, err, sizeof err) != HR_OK) {
         fprintf(stderr, "config: %s\n", err);
@@ -46,14 +47,23 @@ static inline void one_node_cfg(cfg *c, const char *dir, const char *train) {
     }
 }
 
+/* Load a one-node config whose [train] section is `train` (INI lines). Exits on failure. */
+static inline void one_node_cfg(cfg *c, const char *dir, const char *train) {
+    char path[600];
+    FILE *f = cfg_create(dir, "c.ini", path, sizeof path);
+    fprintf(f,
+            "[cluster]\nsecurity = none\n[train]\n%s\n[node.0]\nhost = 127.0.0.1\nport = 47990\n"
+            "threads = 1\n",
+            train);
+    cfg_close_load(c, f, path);
+}
+
 /* Load a config of `n` nodes on 127.0.0.1 ports port..port+n-1 with the given [train] and
  * [controller] lines; node k gets capacity caps[k] (NULL: 1). Exits on failure. */
 static inline void ring_cfg(cfg *c, const char *dir, const char *train, const char *controller,
                             int n, int port, const double *caps) {
-    char path[600], err[512];
-    snprintf(path, sizeof path, "%s/ring.ini", dir);
-    FILE *f = fopen(path, "w");
-    if (!f) exit(2);
+    char path[600];
+    FILE *f = cfg_create(dir, "ring.ini", path, sizeof path);
     fprintf(f,
             "[cluster]\nsecurity = none\nconnect_timeout = 20\ntimeout = 20\n[train]\n%s\n"
             "[controller]\n%s\n",
@@ -61,11 +71,7 @@ static inline void ring_cfg(cfg *c, const char *dir, const char *train, const ch
     for (int k = 0; k < n; k++)
         fprintf(f, "[node.%d]\nhost = 127.0.0.1\nport = %d\nthreads = 1\ncapacity = %g\n", k,
                 port + k, caps ? caps[k] : 1.0);
-    fclose(f);
-    if (cfg_load(c, path, err, sizeof err) != HR_OK) {
-        fprintf(stderr, "config: %s\n", err);
-        exit(2);
-    }
+    cfg_close_load(c, f, path);
 }
 
 /* A base port for this process: 16 ports per pid, so tests started together never share
@@ -80,6 +86,17 @@ static inline hr_status test_train_init(trainer *t, const cfg *c, int self, cons
     train_config tc;
     app_train_config(c, self, &tc);
     return train_init(t, &tc, comm, err, errlen);
+}
+
+/* A one-node trainer on the config whose [train] section is `train` (written into dir), as
+ * `hetring run` sets it up. Exits on failure. */
+static inline void test_trainer_or_die(trainer *t, cfg *c, const char *dir, const char *train) {
+    char err[HR_ERRLEN];
+    one_node_cfg(c, dir, train);
+    if (test_train_init(t, c, 0, NULL, err, sizeof err) != HR_OK) {
+        fprintf(stderr, "train_init: %s\n", err);
+        exit(2);
+    }
 }
 
 /* One node of a ring inside this process, set up as `hetring run` does (cmd_run.c). */
