@@ -2,16 +2,19 @@
 # I4 and I5: a test fault perturbs one node's parameters (the first parameter, or the last
 # one, so the hash must cover the whole buffer), or separately one node's decision. Either way
 # every node must stop with a clearly worded error at that iteration, and hetring local exits 1.
-set -u
-HR=$1
-fails=0
-fail() { echo "FAIL: $*"; fails=$((fails+1)); }
-tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
-base=$((10000 + RANDOM % 22000)) # below the ephemeral range (32768+)
-{ printf '[cluster]\nsecurity = none\nconnect_timeout = 20\ntimeout = 20\n'
-  printf '[train]\nlayers = 784,16,10\nsamples = 2048\neval_samples = 64\nglobal_batch = 60\n'
-  printf 'iterations = 40\nhash_interval = 1\n[controller]\npolicy = proportional\ninterval = 1\n'
-  for i in 0 1 2; do printf '[node.%d]\nhost = 127.0.0.1\nport = %d\n' $i $((base+i)); done; } > "$tmp/c.ini"
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+write_conf "$tmp/c.ini" 3 20 <<'EOF'
+[train]
+layers = 784,16,10
+samples = 2048
+eval_samples = 64
+global_batch = 60
+iterations = 40
+hash_interval = 1
+[controller]
+policy = proportional
+interval = 1
+EOF
 
 # Last iteration each node recorded in its metrics (-1 for none).
 last_iter() { { grep -o '"iter":[0-9]*' "$1" 2>/dev/null || true; } | tail -1 | cut -d: -f2 | grep . || echo -1; }
@@ -82,5 +85,4 @@ n=$(grep -c "decision check failed at iteration 6: node 2's batch-size controlle
 echo "I5: $n node(s) reported the decision mismatch"
 [ "$n" -ge 1 ] || fail "I5: $n of 3 nodes gave the clear decision error: $(tail -8 "$tmp/i5.log")"
 stopped i5 6 1
-echo "$fails failure(s)"
-[ "$fails" = 0 ]
+finish

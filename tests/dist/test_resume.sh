@@ -5,22 +5,25 @@
 # node at iterations 10..29, and a final checkpoint (iteration, parameters, momentum, split)
 # identical byte for byte. The static policy keeps the split, and the cosine schedule with
 # warm-up makes the learning rate depend on the resumed iteration.
-set -u
-HR=$1
-fails=0
-fail() { echo "FAIL: $*"; fails=$((fails+1)); }
-tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
-base=$((10000 + RANDOM % 22000)) # below the ephemeral range (32768+)
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 # conf NAME: the cluster, checkpointing to NAME.ckpt
 conf() {
-  { printf '[cluster]\nsecurity = none\nconnect_timeout = 20\ntimeout = 20\n'
-    printf '[train]\nlayers = 784,16,10\nsamples = 2048\neval_samples = 64\nglobal_batch = 60\n'
-    printf 'iterations = 30\nlr_schedule = cosine\nwarmup = 4\nhash_interval = 1\n'
-    printf 'checkpoint = %s/%s.ckpt\ncheckpoint_interval = 10\n' "$tmp" "$1"
-    printf '[controller]\npolicy = static\n'
-    for i in 0 1 2; do printf '[node.%d]\nhost = 127.0.0.1\nport = %d\n' $i $((base+i)); done
-  } > "$tmp/$1.ini"
+  write_conf "$tmp/$1.ini" 3 20 <<EOF
+[train]
+layers = 784,16,10
+samples = 2048
+eval_samples = 64
+global_batch = 60
+iterations = 30
+lr_schedule = cosine
+warmup = 4
+hash_interval = 1
+checkpoint = $tmp/$1.ckpt
+checkpoint_interval = 10
+[controller]
+policy = static
+EOF
 }
 
 # run NAME LOG [FAULT]: hetring local on NAME.ini, metrics appended to NAME-ID.jsonl
@@ -69,5 +72,4 @@ done
 [ "$(ckpt_iter "$tmp/full.ckpt")" = 30 ] || fail "the uninterrupted run did not checkpoint iteration 30"
 cmp "$tmp/full.ckpt" "$tmp/part.ckpt" && echo "final checkpoints are identical" ||
   fail "the resumed run's final checkpoint differs from the uninterrupted run's"
-echo "$fails failure(s)"
-[ "$fails" = 0 ]
+finish
