@@ -44,16 +44,23 @@ static int parse_count(const char *s, long lo, long *out) {
     return 0;
 }
 
-int cmd_gen_data(int argc, char **argv) {
+typedef struct {
+    const char *kind; /* --kind, as given */
+    const char *dir;  /* --out */
+    long n, n_eval;   /* training and held-out samples */
+    unsigned long long seed;
+    int gz; /* gzip the IDX files */
+} gen_opts;
+
+/* Read the command line into `g`. Returns -1 to go on, or the exit code to return now. */
+static int parse_args(int argc, char **argv, gen_opts *g) {
     static const struct option opts[] = {
         {"kind", required_argument, 0, 'k'},    {"out", required_argument, 0, 'o'},
         {"samples", required_argument, 0, 'n'}, {"eval-samples", required_argument, 0, 'e'},
         {"seed", required_argument, 0, 's'},    {"gzip", no_argument, 0, 'z'},
         {"help", no_argument, 0, 'h'},          {0, 0, 0, 0}};
-    const char *kind_s = NULL, *dir = NULL;
-    long n = 60000, n_eval = 10000;
-    unsigned long long seed = 1;
-    int gz = 0, ch;
+    int ch;
+    char *end;
     optind = 1;
     while ((ch = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (ch) {
@@ -61,32 +68,30 @@ int cmd_gen_data(int argc, char **argv) {
             usage(stdout);
             return CLI_OK;
         case 'k':
-            kind_s = optarg;
+            g->kind = optarg;
             break;
         case 'o':
-            dir = optarg;
+            g->dir = optarg;
             break;
         case 'n':
-            if (parse_count(optarg, 1, &n))
+            if (parse_count(optarg, 1, &g->n))
                 return cli_usage_error("gen-data", "--samples '%s' (expected an integer >= 1)",
                                        optarg);
             break;
         case 'e':
-            if (parse_count(optarg, 0, &n_eval))
+            if (parse_count(optarg, 0, &g->n_eval))
                 return cli_usage_error("gen-data", "--eval-samples '%s' (expected an integer >= 0)",
                                        optarg);
             break;
-        case 's': {
-            char *end;
+        case 's':
             errno = 0;
-            seed = strtoull(optarg, &end, 10);
+            g->seed = strtoull(optarg, &end, 10);
             if (errno || end == optarg || *end)
                 return cli_usage_error("gen-data", "--seed '%s' (expected an unsigned integer)",
                                        optarg);
             break;
-        }
         case 'z':
-            gz = 1;
+            g->gz = 1;
             break;
         default:
             usage(stderr);
@@ -94,55 +99,89 @@ int cmd_gen_data(int argc, char **argv) {
         }
     }
     if (optind < argc) return cli_usage_error("gen-data", "unexpected argument '%s'", argv[optind]);
-    if (!kind_s || !dir) return cli_usage_error("gen-data", "--kind and --out are required");
+    if (!g->kind || !g->dir) return cli_usage_error("gen-data", "--kind and --out are required");
+    return -1;
+}
+
+/* synthetic: MNIST IDX files, training then t10k. */
+static hr_status write_idx(const gen_opts *g, const data_set *tr, const data_set *ev, char *err,
+                           size_t errlen) {
+    const char *z = g->gz ? ".gz" : "";
+    char a[4200], b[4200];
+    snprintf(a, sizeof a, "%s/train-images-idx3-ubyte%s", g->dir, z);
+    snprintf(b, sizeof b, "%s/train-labels-idx1-ubyte%s", g->dir, z);
+    hr_status st = data_write_idx(tr, a, b, g->gz, err, errlen);
+    snprintf(a, sizeof a, "%s/t10k-images-idx3-ubyte%s", g->dir, z);
+    snprintf(b, sizeof b, "%s/t10k-labels-idx1-ubyte%s", g->dir, z);
+    if (st == HR_OK) st = data_write_idx(ev, a, b, g->gz, err, errlen);
+    return st;
+}
+
+/* synthetic-rgb: CIFAR-10 binary, five training batches and a test batch. */
+static hr_status write_cifar(const gen_opts *g, const data_set *tr, const data_set *ev, char *err,
+                             size_t errlen) {
+    char a[4200];
+    hr_status st = HR_OK;
+    for (int k = 0; k < 5 && st == HR_OK; k++) {
+        long from = g->n * k / 5, to = g->n * (k + 1) / 5;
+        snprintf(a, sizeof a, "%s/data_batch_%d.bin", g->dir, k + 1);
+        st = data_write_cifar(tr, from, to - from, a, err, errlen);
+    }
+    snprintf(a, sizeof a, "%s/test_batch.bin", g->dir);
+    if (st == HR_OK) st = data_write_cifar(ev, 0, ev->n, a, err, errlen);
+    return st;
+}
+
+/* synthetic-regression: CSV, target first. */
+static hr_status write_csv(const gen_opts *g, const data_set *tr, const data_set *ev, char *err,
+                           size_t errlen) {
+    char a[4200];
+    snprintf(a, sizeof a, "%s/train.csv", g->dir);
+    hr_status st = data_write_csv(tr, a, err, errlen);
+    snprintf(a, sizeof a, "%s/test.csv", g->dir);
+    if (st == HR_OK) st = data_write_csv(ev, a, err, errlen);
+    return st;
+}
+
+typedef hr_status (*writer)(const gen_opts *g, const data_set *tr, const data_set *ev, char *err,
+                            size_t errlen);
+
+static const struct {
+    const char *name;
     data_kind kind;
-    if (strcmp(kind_s, "synthetic") == 0)
-        kind = DATA_SYNTHETIC;
-    else if (strcmp(kind_s, "synthetic-rgb") == 0)
-        kind = DATA_SYNTHETIC_RGB;
-    else if (strcmp(kind_s, "synthetic-regression") == 0)
-        kind = DATA_SYNTHETIC_REGRESSION;
-    else
+    writer write;
+} kinds[] = {
+    {"synthetic", DATA_SYNTHETIC, write_idx},
+    {"synthetic-rgb", DATA_SYNTHETIC_RGB, write_cifar},
+    {"synthetic-regression", DATA_SYNTHETIC_REGRESSION, write_csv},
+};
+
+int cmd_gen_data(int argc, char **argv) {
+    gen_opts g = {.n = 60000, .n_eval = 10000, .seed = 1};
+    int rc = parse_args(argc, argv, &g);
+    if (rc >= 0) return rc;
+    int k = 0, n_kinds = (int)(sizeof kinds / sizeof kinds[0]);
+    while (k < n_kinds && strcmp(g.kind, kinds[k].name) != 0) k++;
+    if (k == n_kinds)
         return cli_usage_error("gen-data",
                                "--kind '%s' (expected synthetic, synthetic-rgb or "
                                "synthetic-regression)",
-                               kind_s);
-    if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
-        fprintf(stderr, "hetring gen-data: cannot create %s (%s)\n", dir, strerror(errno));
+                               g.kind);
+    if (mkdir(g.dir, 0755) != 0 && errno != EEXIST) {
+        fprintf(stderr, "hetring gen-data: cannot create %s (%s)\n", g.dir, strerror(errno));
         return CLI_FAIL;
     }
     data_set tr, ev;
-    char err[HR_ERRLEN] = "", a[4200], b[4200];
-    hr_status st = data_synthetic(&tr, &ev, kind, n, n_eval, seed, err, sizeof err);
-    const char *z = gz ? ".gz" : "";
-    if (st == HR_OK && kind == DATA_SYNTHETIC) {
-        snprintf(a, sizeof a, "%s/train-images-idx3-ubyte%s", dir, z);
-        snprintf(b, sizeof b, "%s/train-labels-idx1-ubyte%s", dir, z);
-        st = data_write_idx(&tr, a, b, gz, err, sizeof err);
-        snprintf(a, sizeof a, "%s/t10k-images-idx3-ubyte%s", dir, z);
-        snprintf(b, sizeof b, "%s/t10k-labels-idx1-ubyte%s", dir, z);
-        if (st == HR_OK) st = data_write_idx(&ev, a, b, gz, err, sizeof err);
-    } else if (st == HR_OK && kind == DATA_SYNTHETIC_RGB) {
-        for (int k = 0; k < 5 && st == HR_OK; k++) { /* five batches, like CIFAR-10 */
-            long from = n * k / 5, to = n * (k + 1) / 5;
-            snprintf(a, sizeof a, "%s/data_batch_%d.bin", dir, k + 1);
-            st = data_write_cifar(&tr, from, to - from, a, err, sizeof err);
-        }
-        snprintf(a, sizeof a, "%s/test_batch.bin", dir);
-        if (st == HR_OK) st = data_write_cifar(&ev, 0, ev.n, a, err, sizeof err);
-    } else if (st == HR_OK) {
-        snprintf(a, sizeof a, "%s/train.csv", dir);
-        st = data_write_csv(&tr, a, err, sizeof err);
-        snprintf(a, sizeof a, "%s/test.csv", dir);
-        if (st == HR_OK) st = data_write_csv(&ev, a, err, sizeof err);
-    }
+    char err[HR_ERRLEN] = "";
+    hr_status st = data_synthetic(&tr, &ev, kinds[k].kind, g.n, g.n_eval, g.seed, err, sizeof err);
+    if (st == HR_OK) st = kinds[k].write(&g, &tr, &ev, err, sizeof err);
     data_set_free(&tr);
     data_set_free(&ev);
     if (st != HR_OK) {
         fprintf(stderr, "hetring gen-data: %s\n", err[0] ? err : hr_strerror(st));
         return CLI_FAIL;
     }
-    printf("wrote %s: %ld training and %ld held-out samples (seed %llu) to %s\n", kind_s, n, n_eval,
-           seed, dir);
+    printf("wrote %s: %ld training and %ld held-out samples (seed %llu) to %s\n", g.kind, g.n,
+           g.n_eval, g.seed, g.dir);
     return CLI_OK;
 }
