@@ -39,6 +39,11 @@ int cli_common_opt(cli_common *o, const char *name, const char *arg);
  * Prints the error to stderr. Returns CLI_OK or CLI_USAGE. */
 int cli_load_config(cfg *c, const cli_common *o, const char *cmd);
 
+/* Which node of `c` this process is (node_id_resolve, `node` from --node or NULL). On failure
+ * prints the candidates (after "hetring CMD: " when `cmd` is given), frees `c` and returns
+ * CLI_USAGE; otherwise sets *self to the node's index and returns CLI_OK. */
+int cli_resolve_node(cfg *c, const char *node, const char *cmd, int *self);
+
 /* Settings the schema accepts but this application cannot honour yet (device = cuda:N,
  * backend = nccl) are refused here, naming the file, the node and the key. cli_load_config
  * calls it. */

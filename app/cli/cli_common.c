@@ -1,6 +1,7 @@
 /* cli_common.c: option handling and config loading shared by the commands. */
 #include "cli.h"
 #include "hr_log.h"
+#include "node_id.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -55,6 +56,16 @@ hr_status cli_check_supported(const cfg *c, char *err, size_t errlen) {
     return HR_OK;
 }
 
+/* Print `err` (after "hetring CMD: " when `cmd` is given), free `c` and return CLI_USAGE. */
+static int config_error(cfg *c, const char *cmd, const char *err) {
+    if (cmd)
+        fprintf(stderr, "hetring %s: %s\n", cmd, err);
+    else
+        fprintf(stderr, "%s\n", err);
+    cfg_free(c);
+    return CLI_USAGE;
+}
+
 int cli_load_config(cfg *c, const cli_common *o, const char *cmd) {
     char err[HR_ERRLEN];
     if (!o->conf)
@@ -65,11 +76,12 @@ int cli_load_config(cfg *c, const cli_common *o, const char *cmd) {
     for (int i = 0; st == HR_OK && i < o->n_sets; i++) st = cfg_set(c, o->sets[i], err, sizeof err);
     if (st == HR_OK) st = cfg_validate(c, err, sizeof err);
     if (st == HR_OK) st = cli_check_supported(c, err, sizeof err);
-    if (st != HR_OK) {
-        fprintf(stderr, "%s\n", err);
-        cfg_free(c);
-        return CLI_USAGE;
-    }
+    return st == HR_OK ? CLI_OK : config_error(c, NULL, err);
+}
+
+int cli_resolve_node(cfg *c, const char *node, const char *cmd, int *self) {
+    char err[HR_ERRLEN];
+    if (node_id_resolve(c, node, self, err, sizeof err) != HR_OK) return config_error(c, cmd, err);
     return CLI_OK;
 }
 

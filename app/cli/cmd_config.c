@@ -1,6 +1,5 @@
 /* cmd_config.c: `hetring config`, the effective configuration with secrets redacted. */
 #include "cli.h"
-#include "node_id.h"
 
 #include <getopt.h>
 #include <stdio.h>
@@ -50,12 +49,7 @@ int cmd_config(int argc, char **argv) {
     cfg_print(&c, stdout);
     if (o.node || getenv("HETRING_NODE")) {
         int self;
-        char err[HR_ERRLEN];
-        if (node_id_resolve(&c, o.node, &self, err, sizeof err) != HR_OK) {
-            fprintf(stderr, "%s\n", err);
-            cfg_free(&c);
-            return CLI_USAGE;
-        }
+        if ((rc = cli_resolve_node(&c, o.node, NULL, &self))) return rc;
         printf("\n; this process is node %ld\n", c.nodes[self].id);
     }
     cfg_free(&c);

@@ -7,7 +7,6 @@
 #include "cli.h"
 #include "hr_fault.h"
 #include "hr_log.h"
-#include "node_id.h"
 #include "ring_setup.h"
 #include "dist.h"
 #include "train.h"
@@ -143,12 +142,7 @@ int cmd_run(int argc, char **argv) {
     int rc = cli_load_config(&c, &o, "run");
     if (rc) return rc;
     int self;
-    char err[HR_ERRLEN];
-    if (node_id_resolve(&c, o.node, &self, err, sizeof err) != HR_OK) {
-        fprintf(stderr, "hetring run: %s\n", err);
-        cfg_free(&c);
-        return CLI_USAGE;
-    }
+    if ((rc = cli_resolve_node(&c, o.node, "run", &self))) return rc;
     const cfg_node *me = &c.nodes[self];
     hr_log_set_node((int)me->id);
     if (c.security == CFG_SEC_NONE)
