@@ -3,23 +3,13 @@
  * OMPI_COMM_WORLD_RANK, then the one node on a local address; errors list the candidates.
  */
 #include "../check.h"
+#include "../conf/two_nodes.h"
 #include "node_id.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-
-/* node 0 on a loopback address, node 5 on a documentation address (never contacted) */
-static const char *two_nodes = "[cluster]\nsecurity = none\n[train]\nlr = 0.2\n"
-                               "[node.0]\nhost = 127.0.0.1\nport = 7001\n"
-                               "[node.5]\nhost = 192.0.2.1\nport = 7002\n";
-
-static void write_file(const char *path, const char *text) {
-    FILE *f = fopen(path, "w");
-    fputs(text, f);
-    fclose(f);
-}
 
 static void test_resolve(const char *tmp) {
     char err[HR_ERRLEN] = "";

@@ -7,6 +7,7 @@
  * inline psk is redacted and must be refused as such when read back.
  */
 #include "../check.h"
+#include "two_nodes.h"
 #include "cfg.h"
 
 #include <dirent.h>
@@ -195,16 +196,6 @@ static void test_examples(void) {
           "`hetring config --reference > conf/examples/reference.ini`");
     free(want);
     free(buf);
-}
-
-static const char *two_nodes = "[cluster]\nsecurity = none\n[train]\nlr = 0.2\n"
-                               "[node.0]\nhost = 127.0.0.1\nport = 7001\n"
-                               "[node.5]\nhost = 192.0.2.1\nport = 7002\n";
-
-static void write_file(const char *path, const char *text) {
-    FILE *f = fopen(path, "w");
-    fputs(text, f);
-    fclose(f);
 }
 
 static void test_overrides(const char *tmp) {
