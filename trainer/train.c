@@ -487,7 +487,7 @@ static hr_status run_iteration(trainer *t, const train_opts *o, run_report *rr, 
     const train_config *c = &t->conf;
     const int rank0 = t->comm.rank == 0;
     train_iter r = {0};
-    if (o->on_iter) o->on_iter(o->on_iter_ctx, t->iter);
+    if (o && o->on_iter) o->on_iter(o->on_iter_ctx, t->iter);
     HR_CHECK(train_step(t, &r));
     if (!isfinite(r.loss))
         return hr_fail(err, errlen, HR_ERR_DATA,
