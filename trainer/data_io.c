@@ -94,111 +94,104 @@ static hr_status close_write(gzFile f, const char *path, char *err, size_t errle
 
 /* ================================================================ MNIST IDX */
 
-hr_status data_load_idx(data_set *ds, const char *images, const char *labels, char *err,
-                        size_t errlen) {
-    memset(ds, 0, sizeof *ds);
-    hr_status st = HR_OK;
-    gzFile fi = NULL, fl = NULL;
-    uint8_t hi[16], hl[8];
-    if (!(fi = open_read(images, err, errlen, &st))) goto fail;
-    long r = read_full(fi, hi, 16);
-    if (r < 0) {
-        st = read_error(fi, images, err, errlen);
-        goto fail;
-    }
-    if (r < 4 || be32(hi) != 0x00000803) {
-        st = hr_fail(err, errlen, HR_ERR_DATA,
-                     "%s: wrong magic %s0x%08x (expected 0x00000803, an IDX file of unsigned-byte "
-                     "images)",
-                     images, r < 4 ? "(file too short) " : "", r < 4 ? 0 : be32(hi));
-        goto fail;
-    }
-    if (r < 16) {
-        st = hr_fail(err, errlen, HR_ERR_DATA, "%s: truncated in the header (%ld of 16 bytes)",
-                     images, r);
-        goto fail;
-    }
-    long n = be32(hi + 4), rows = be32(hi + 8), cols = be32(hi + 12);
-    if (rows < 1 || cols < 1 || rows > 4096 || cols > 4096) {
-        st = hr_fail(err, errlen, HR_ERR_DATA, "%s: bad image size %ldx%ld in the header", images,
-                     rows, cols);
-        goto fail;
-    }
+/* The 16-byte header of IDX image file `path`: n images of rows x cols bytes each. */
+static hr_status idx_image_header(gzFile f, const char *path, long *n, long *rows, long *cols,
+                                  char *err, size_t errlen) {
+    uint8_t h[16];
+    long r = read_full(f, h, 16);
+    if (r < 0) return read_error(f, path, err, errlen);
+    if (r < 4 || be32(h) != 0x00000803)
+        return hr_fail(
+            err, errlen, HR_ERR_DATA,
+            "%s: wrong magic %s0x%08x (expected 0x00000803, an IDX file of unsigned-byte "
+            "images)",
+            path, r < 4 ? "(file too short) " : "", r < 4 ? 0 : be32(h));
+    if (r < 16)
+        return hr_fail(err, errlen, HR_ERR_DATA, "%s: truncated in the header (%ld of 16 bytes)",
+                       path, r);
+    *n = be32(h + 4), *rows = be32(h + 8), *cols = be32(h + 12);
+    if (*rows < 1 || *cols < 1 || *rows > 4096 || *cols > 4096)
+        return hr_fail(err, errlen, HR_ERR_DATA, "%s: bad image size %ldx%ld in the header", path,
+                       *rows, *cols);
+    return HR_OK;
+}
+
+/* Image file `path` into ds: its shape and x8 (n, rows*cols). Also allocates ds->y, which
+ * idx_read_labels fills; the file must end right after the images the header declares. */
+static hr_status idx_read_images(data_set *ds, gzFile f, const char *path, char *err,
+                                 size_t errlen) {
+    long n = 0, rows = 0, cols = 0;
+    HR_CHECK(idx_image_header(f, path, &n, &rows, &cols, err, errlen));
     ds->n = n, ds->c = 1, ds->h = (int)rows, ds->w = (int)cols, ds->d = rows * cols;
     ds->n_classes = DATA_CLASSES;
     size_t bytes = (size_t)(n * ds->d);
     ds->x8 = malloc(bytes + 1);
     ds->y = malloc(sizeof *ds->y * (size_t)n + 1);
-    if (!ds->x8 || !ds->y) {
-        st = hr_fail(err, errlen, HR_ERR_NOMEM, "%s: out of memory for %ld images", images, n);
-        goto fail;
-    }
-    r = read_full(fi, ds->x8, bytes);
-    if (r < 0) {
-        st = read_error(fi, images, err, errlen);
-        goto fail;
-    }
-    if ((size_t)r < bytes) {
-        st = hr_fail(err, errlen, HR_ERR_DATA,
-                     "%s: truncated: the header declares %ld images of %ldx%ld (%zu bytes) but "
-                     "the file holds only %ld bytes of them",
-                     images, n, rows, cols, bytes, r);
-        goto fail;
-    }
-    long extra = trailing(fi);
-    if (extra) {
-        st = hr_fail(err, errlen, HR_ERR_DATA,
-                     "%s: size mismatch: %ld bytes after the %ld images the header declares",
-                     images, extra, n);
-        goto fail;
-    }
+    if (!ds->x8 || !ds->y)
+        return hr_fail(err, errlen, HR_ERR_NOMEM, "%s: out of memory for %ld images", path, n);
+    long r = read_full(f, ds->x8, bytes);
+    if (r < 0) return read_error(f, path, err, errlen);
+    if ((size_t)r < bytes)
+        return hr_fail(err, errlen, HR_ERR_DATA,
+                       "%s: truncated: the header declares %ld images of %ldx%ld (%zu bytes) but "
+                       "the file holds only %ld bytes of them",
+                       path, n, rows, cols, bytes, r);
+    long extra = trailing(f);
+    if (extra)
+        return hr_fail(err, errlen, HR_ERR_DATA,
+                       "%s: size mismatch: %ld bytes after the %ld images the header declares",
+                       path, extra, n);
+    return HR_OK;
+}
 
-    if (!(fl = open_read(labels, err, errlen, &st))) goto fail;
-    r = read_full(fl, hl, 8);
-    if (r < 0) {
-        st = read_error(fl, labels, err, errlen);
-        goto fail;
-    }
-    if (r < 8 || be32(hl) != 0x00000801) {
-        st = hr_fail(err, errlen, HR_ERR_DATA,
-                     "%s: wrong magic %s0x%08x (expected 0x00000801, an IDX file of labels)",
-                     labels, r < 8 ? "(file too short) " : "", r < 4 ? 0 : be32(hl));
-        goto fail;
-    }
-    if ((long)be32(hl + 4) != n) {
-        st = hr_fail(err, errlen, HR_ERR_DATA,
-                     "%s: size mismatch: %u labels for the %ld images of %s", labels, be32(hl + 4),
-                     n, images);
-        goto fail;
-    }
+/* Label file `path` into ds->y: one label 0..DATA_CLASSES-1 per image of ds (read from
+ * `images`, named in messages), and nothing after them. */
+static hr_status idx_read_labels(data_set *ds, gzFile f, const char *path, const char *images,
+                                 char *err, size_t errlen) {
+    long n = ds->n;
+    uint8_t h[8];
+    long r = read_full(f, h, 8);
+    if (r < 0) return read_error(f, path, err, errlen);
+    if (r < 8 || be32(h) != 0x00000801)
+        return hr_fail(err, errlen, HR_ERR_DATA,
+                       "%s: wrong magic %s0x%08x (expected 0x00000801, an IDX file of labels)",
+                       path, r < 8 ? "(file too short) " : "", r < 4 ? 0 : be32(h));
+    if ((long)be32(h + 4) != n)
+        return hr_fail(err, errlen, HR_ERR_DATA,
+                       "%s: size mismatch: %u labels for the %ld images of %s", path, be32(h + 4),
+                       n, images);
     uint8_t *lab = (uint8_t *)ds->y + sizeof *ds->y * (size_t)n - (size_t)n; /* tail of y */
-    r = read_full(fl, lab, (size_t)n);
-    if (r < 0) {
-        st = read_error(fl, labels, err, errlen);
-        goto fail;
-    }
-    if (r < n) {
-        st = hr_fail(err, errlen, HR_ERR_DATA,
-                     "%s: truncated: the header declares %ld labels but the file holds %ld", labels,
-                     n, r);
-        goto fail;
-    }
-    if ((extra = trailing(fl))) {
-        st = hr_fail(err, errlen, HR_ERR_DATA,
-                     "%s: size mismatch: %ld bytes after the %ld labels the header declares",
-                     labels, extra, n);
-        goto fail;
-    }
+    r = read_full(f, lab, (size_t)n);
+    if (r < 0) return read_error(f, path, err, errlen);
+    if (r < n)
+        return hr_fail(err, errlen, HR_ERR_DATA,
+                       "%s: truncated: the header declares %ld labels but the file holds %ld", path,
+                       n, r);
+    long extra = trailing(f);
+    if (extra)
+        return hr_fail(err, errlen, HR_ERR_DATA,
+                       "%s: size mismatch: %ld bytes after the %ld labels the header declares",
+                       path, extra, n);
     for (long i = 0; i < n; i++) { /* widen in place, front to back is safe: y[i] ends at 4i+4 */
         uint8_t v = lab[i];
-        if (v >= DATA_CLASSES) {
-            st = hr_fail(err, errlen, HR_ERR_DATA,
-                         "%s: label %u of sample %ld is out of range (expected 0..%d)", labels, v,
-                         i, DATA_CLASSES - 1);
-            goto fail;
-        }
+        if (v >= DATA_CLASSES)
+            return hr_fail(err, errlen, HR_ERR_DATA,
+                           "%s: label %u of sample %ld is out of range (expected 0..%d)", path, v,
+                           i, DATA_CLASSES - 1);
         ds->y[i] = v;
     }
+    return HR_OK;
+}
+
+hr_status data_load_idx(data_set *ds, const char *images, const char *labels, char *err,
+                        size_t errlen) {
+    memset(ds, 0, sizeof *ds);
+    hr_status st = HR_OK;
+    gzFile fi = NULL, fl = NULL;
+    if (!(fi = open_read(images, err, errlen, &st))) goto fail;
+    HR_CHECK_GOTO(idx_read_images(ds, fi, images, err, errlen), st, fail);
+    if (!(fl = open_read(labels, err, errlen, &st))) goto fail;
+    HR_CHECK_GOTO(idx_read_labels(ds, fl, labels, images, err, errlen), st, fail);
     gzclose(fi);
     gzclose(fl);
     return HR_OK;

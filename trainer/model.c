@@ -118,6 +118,122 @@ hr_status model_spec_build(model_spec *s, const model_config *c, int in_c, int i
 
 /* ================================================================ init and free */
 
+/* Layer i's output shape and parameter count from its input shape (already in L), with its
+ * parameters placed at params[n_params]; raises *col to the conv2d scratch it needs. */
+static hr_status layer_shape(model_layer *L, const model_spec *s, int i, long n_params, long *col,
+                             char *err, size_t errlen) {
+    int c = L->in_c, h = L->in_h, w = L->in_w;
+    switch (L->kind) {
+    case LAYER_LINEAR:
+        L->out_c = s->units[i], L->out_h = 1, L->out_w = 1;
+        L->w_off = n_params;
+        L->b_off = n_params + (long)L->out_c * L->in_size;
+        L->n_params = (long)L->out_c * (L->in_size + 1);
+        break;
+    case LAYER_CONV2D: {
+        conv_geom *g = &L->g;
+        g->C = c, g->H = h, g->W = w, g->OC = s->units[i], g->K = s->k[i];
+        g->S = s->stride[i] > 0 ? s->stride[i] : 1, g->P = s->pad[i];
+        g->OH = (h + 2 * g->P - g->K) / g->S + 1;
+        g->OW = (w + 2 * g->P - g->K) / g->S + 1;
+        if (g->K < 1 || g->OH < 1 || g->OW < 1)
+            return hr_fail(err, errlen, HR_ERR_INVAL, "model: conv layer %d does not fit %dx%d", i,
+                           h, w);
+        L->out_c = g->OC, L->out_h = g->OH, L->out_w = g->OW;
+        L->w_off = n_params;
+        L->b_off = n_params + (long)g->OC * c * g->K * g->K;
+        L->n_params = (long)g->OC * (c * g->K * g->K + 1);
+        long cs = (long)c * g->K * g->K * g->OH * g->OW;
+        if (cs > *col) *col = cs;
+        break;
+    }
+    case LAYER_MAXPOOL:
+        L->k = s->k[i], L->stride = s->stride[i] > 0 ? s->stride[i] : s->k[i];
+        if (L->k < 1 || h < L->k || w < L->k)
+            return hr_fail(err, errlen, HR_ERR_INVAL, "model: pool layer %d does not fit %dx%d", i,
+                           h, w);
+        L->out_c = c, L->out_h = (h - L->k) / L->stride + 1;
+        L->out_w = (w - L->k) / L->stride + 1;
+        break;
+    case LAYER_RELU:
+        L->out_c = c, L->out_h = h, L->out_w = w;
+        L->inplace = i > 0;
+        break;
+    case LAYER_FLATTEN:
+        L->out_c = c * h * w, L->out_h = 1, L->out_w = 1;
+        L->inplace = i > 0;
+        break;
+    }
+    L->out_size = (long)L->out_c * L->out_h * L->out_w;
+    return HR_OK;
+}
+
+/* Every layer's shapes and parameter offsets, then m->n_layers, out_size and n_params;
+ * *col gets the conv2d scratch size (0 without conv layers). Allocates nothing. */
+static hr_status model_plan(model *m, const model_spec *s, long *col, char *err, size_t errlen) {
+    int c = s->in_c, h = s->in_h, w = s->in_w;
+    long n_params = 0;
+    *col = 0;
+    for (int i = 0; i < s->n_layers; i++) {
+        model_layer *L = &m->layers[i];
+        L->kind = s->kind[i];
+        L->in_c = c, L->in_h = h, L->in_w = w;
+        L->in_size = (long)c * h * w;
+        HR_CHECK(layer_shape(L, s, i, n_params, col, err, errlen));
+        n_params += L->n_params;
+        c = L->out_c, h = L->out_h, w = L->out_w;
+    }
+    m->n_layers = s->n_layers;
+    m->out_size = (long)c * h * w;
+    m->n_params = n_params;
+    return HR_OK;
+}
+
+/* params, grads (with the caller's scratch before and tail after), the conv2d scratch (col
+ * floats each) and each layer's activations for max_batch samples; in-place layers share the
+ * previous layer's. -1 when out of memory, leaving what was allocated for model_free. */
+static int model_alloc(model *m, long col) {
+    m->params = calloc((size_t)m->n_params + 1, sizeof *m->params);
+    float *g = calloc((size_t)(m->grad_tail + m->n_params + m->grad_tail) + 1, sizeof *g);
+    m->grads = g ? g + m->grad_tail : NULL;
+    if (col) {
+        m->col = malloc(sizeof *m->col * (size_t)col);
+        m->dcol = malloc(sizeof *m->dcol * (size_t)col);
+    }
+    if (!m->params || !m->grads || (col && (!m->col || !m->dcol))) return -1;
+    for (int i = 0; i < m->n_layers; i++) {
+        model_layer *L = &m->layers[i];
+        if (L->inplace) {
+            L->out = m->layers[i - 1].out;
+            L->dout = m->layers[i - 1].dout;
+            continue;
+        }
+        size_t n = (size_t)(m->max_batch * L->out_size);
+        L->out = malloc(sizeof *L->out * n);
+        L->dout = malloc(sizeof *L->dout * n);
+        if (!L->out || !L->dout) return -1;
+        if (L->kind == LAYER_MAXPOOL && !(L->argmax = malloc(sizeof *L->argmax * n))) return -1;
+    }
+    return 0;
+}
+
+/* Initial weights (biases stay zero): a stream per layer, so a layer's init does not depend
+ * on others. He-uniform for a layer feeding a ReLU, 1/sqrt(fan_in) otherwise. */
+static void model_init_weights(model *m, uint64_t seed) {
+    for (int i = 0; i < m->n_layers; i++) {
+        const model_layer *L = &m->layers[i];
+        if (!L->n_params) continue;
+        long fan_in = L->kind == LAYER_LINEAR ? L->in_size : (long)L->g.C * L->g.K * L->g.K;
+        int feeds_relu = i + 1 < m->n_layers && m->layers[i + 1].kind == LAYER_RELU;
+        float bound = feeds_relu ? sqrtf(6.0f / (float)fan_in) : 1.0f / sqrtf((float)fan_in);
+        rng r;
+        rng_init(&r, seed, 0x1000 + (uint64_t)i, 0);
+        float *wp = m->params + L->w_off;
+        for (long j = 0; j < L->b_off - L->w_off; j++)
+            wp[j] = (2.0f * rng_uniform(&r) - 1.0f) * bound;
+    }
+}
+
 hr_status model_init(model *m, const model_spec *s, long max_batch, long grad_tail, uint64_t seed,
                      char *err, size_t errlen) {
     memset(m, 0, sizeof *m);
@@ -129,98 +245,14 @@ hr_status model_init(model *m, const model_spec *s, long max_batch, long grad_ta
     if (s->n_layers < 1 || s->n_layers > MODEL_MAX_LAYERS || max_batch < 1 || grad_tail < 0)
         return hr_fail(err, errlen, HR_ERR_INVAL, "model: bad spec (%d layers, batch %ld)",
                        s->n_layers, max_batch);
-    int c = s->in_c, h = s->in_h, w = s->in_w;
-    long n_params = 0, col = 0;
-    for (int i = 0; i < s->n_layers; i++) {
-        model_layer *L = &m->layers[i];
-        L->kind = s->kind[i];
-        L->in_c = c, L->in_h = h, L->in_w = w;
-        L->in_size = (long)c * h * w;
-        switch (L->kind) {
-        case LAYER_LINEAR:
-            L->out_c = s->units[i], L->out_h = 1, L->out_w = 1;
-            L->w_off = n_params;
-            L->b_off = n_params + (long)L->out_c * L->in_size;
-            L->n_params = (long)L->out_c * (L->in_size + 1);
-            break;
-        case LAYER_CONV2D: {
-            conv_geom *g = &L->g;
-            g->C = c, g->H = h, g->W = w, g->OC = s->units[i], g->K = s->k[i];
-            g->S = s->stride[i] > 0 ? s->stride[i] : 1, g->P = s->pad[i];
-            g->OH = (h + 2 * g->P - g->K) / g->S + 1;
-            g->OW = (w + 2 * g->P - g->K) / g->S + 1;
-            if (g->K < 1 || g->OH < 1 || g->OW < 1)
-                return hr_fail(err, errlen, HR_ERR_INVAL, "model: conv layer %d does not fit %dx%d",
-                               i, h, w);
-            L->out_c = g->OC, L->out_h = g->OH, L->out_w = g->OW;
-            L->w_off = n_params;
-            L->b_off = n_params + (long)g->OC * c * g->K * g->K;
-            L->n_params = (long)g->OC * (c * g->K * g->K + 1);
-            long cs = (long)c * g->K * g->K * g->OH * g->OW;
-            if (cs > col) col = cs;
-            break;
-        }
-        case LAYER_MAXPOOL:
-            L->k = s->k[i], L->stride = s->stride[i] > 0 ? s->stride[i] : s->k[i];
-            if (L->k < 1 || h < L->k || w < L->k)
-                return hr_fail(err, errlen, HR_ERR_INVAL, "model: pool layer %d does not fit %dx%d",
-                               i, h, w);
-            L->out_c = c, L->out_h = (h - L->k) / L->stride + 1;
-            L->out_w = (w - L->k) / L->stride + 1;
-            break;
-        case LAYER_RELU:
-            L->out_c = c, L->out_h = h, L->out_w = w;
-            L->inplace = i > 0;
-            break;
-        case LAYER_FLATTEN:
-            L->out_c = c * h * w, L->out_h = 1, L->out_w = 1;
-            L->inplace = i > 0;
-            break;
-        }
-        L->out_size = (long)L->out_c * L->out_h * L->out_w;
-        n_params += L->n_params;
-        c = L->out_c, h = L->out_h, w = L->out_w;
+    long col;
+    HR_CHECK(model_plan(m, s, &col, err, errlen));
+    if (model_alloc(m, col) != 0) {
+        model_free(m);
+        return hr_fail(err, errlen, HR_ERR_NOMEM, "model: out of memory (batch %ld)", max_batch);
     }
-    m->n_layers = s->n_layers;
-    m->out_size = (long)c * h * w;
-    m->n_params = n_params;
-    m->params = calloc((size_t)n_params + 1, sizeof *m->params);
-    float *g = calloc((size_t)(grad_tail + n_params + grad_tail) + 1, sizeof *g);
-    m->grads = g ? g + grad_tail : NULL;
-    if (col) {
-        m->col = malloc(sizeof *m->col * (size_t)col);
-        m->dcol = malloc(sizeof *m->dcol * (size_t)col);
-    }
-    if (!m->params || !m->grads || (col && (!m->col || !m->dcol))) goto nomem;
-    for (int i = 0; i < m->n_layers; i++) {
-        model_layer *L = &m->layers[i];
-        if (L->inplace) {
-            L->out = m->layers[i - 1].out;
-            L->dout = m->layers[i - 1].dout;
-        } else {
-            size_t n = (size_t)(max_batch * L->out_size);
-            L->out = malloc(sizeof *L->out * n);
-            L->dout = malloc(sizeof *L->dout * n);
-            if (!L->out || !L->dout) goto nomem;
-            if (L->kind == LAYER_MAXPOOL && !(L->argmax = malloc(sizeof *L->argmax * n)))
-                goto nomem;
-        }
-        /* initial weights: a stream per layer, so a layer's init does not depend on others */
-        if (L->n_params) {
-            long fan_in = L->kind == LAYER_LINEAR ? L->in_size : (long)L->g.C * L->g.K * L->g.K;
-            int feeds_relu = i + 1 < m->n_layers && s->kind[i + 1] == LAYER_RELU;
-            float bound = feeds_relu ? sqrtf(6.0f / (float)fan_in) : 1.0f / sqrtf((float)fan_in);
-            rng r;
-            rng_init(&r, seed, 0x1000 + (uint64_t)i, 0);
-            float *wp = m->params + L->w_off;
-            for (long j = 0; j < L->b_off - L->w_off; j++)
-                wp[j] = (2.0f * rng_uniform(&r) - 1.0f) * bound;
-        }
-    }
+    model_init_weights(m, seed);
     return HR_OK;
-nomem:
-    model_free(m);
-    return hr_fail(err, errlen, HR_ERR_NOMEM, "model: out of memory (batch %ld)", max_batch);
 }
 
 void model_free(model *m) {
