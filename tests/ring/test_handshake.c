@@ -372,6 +372,14 @@ static fake honest(const realnode *r, int role) {
     return f;
 }
 
+/* A channel on the heap: its AES-GCM state wants 16-byte alignment, and aligned_alloc wants a
+ * size that is a multiple of the alignment. */
+static sec_chan *chan_alloc(void) {
+    sec_chan *ch = aligned_alloc(64, (sizeof *ch + 63) & ~(size_t)63);
+    if (!ch) abort();
+    return ch;
+}
+
 static int is_zero(const void *p, size_t n) {
     const uint8_t *b = p;
     for (size_t i = 0; i < n; i++)
@@ -407,7 +415,7 @@ static hr_status run(realnode *r, fake *f, double deadline_s, sec_chan *ch, int 
 /* One cheat: the real side must fail with `want` and a message containing `text`, and leave
  * the channel wiped. */
 static void expect_fail(realnode *r, fake *f, hr_status want, const char *text, const char *what) {
-    sec_chan *ch = aligned_alloc(64, sizeof *ch);
+    sec_chan *ch = chan_alloc();
     memset(ch, 0xA5, sizeof *ch);
     char err[HR_ERRLEN] = "";
     int refused = -1;
@@ -427,7 +435,7 @@ static void expect_fail(realnode *r, fake *f, hr_status want, const char *text, 
 /* The honest fake succeeds and both ends hold the same frame keys. */
 static void test_honest(realnode *r, int role, const char *what) {
     fake f = honest(r, role);
-    sec_chan *ch = aligned_alloc(64, sizeof *ch);
+    sec_chan *ch = chan_alloc();
     char err[HR_ERRLEN] = "";
     int refused;
     hr_status st = run(r, &f, 3, ch, &refused, err, sizeof err);
@@ -497,7 +505,7 @@ static void test_cheats(realnode *r, int role, const char *tag) {
 static void test_replay(realnode *r, int role, const char *tag) {
     fake f = honest(r, role);
     f.record = 1;
-    sec_chan *ch = aligned_alloc(64, sizeof *ch);
+    sec_chan *ch = chan_alloc();
     char err[HR_ERRLEN], what[96];
     int refused;
     CHECK(run(r, &f, 3, ch, &refused, err, sizeof err) == HR_OK, "recording session: %s", err);
@@ -517,7 +525,7 @@ static void test_replay(realnode *r, int role, const char *tag) {
 static void test_refusal_is_told(realnode *r) {
     fake f = honest(r, INITIATOR);
     f.sign_sk = g_sk[2];
-    sec_chan *ch = aligned_alloc(64, sizeof *ch);
+    sec_chan *ch = chan_alloc();
     char err[HR_ERRLEN];
     int refused;
     (void)run(r, &f, 3, ch, &refused, err, sizeof err);
