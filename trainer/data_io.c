@@ -4,7 +4,9 @@
  *
  * Every reader goes through zlib's gzread, which reads plain files as they are, so any of
  * these files may also be gzipped. A bad file is refused with a message that names the file
- * and the problem: wrong magic, truncated, size mismatch, label out of range, bad number.
+ * and the problem: wrong magic, truncated, size mismatch, label out of range, bad number; and
+ * held-out files whose samples have another shape than the training samples (the model and
+ * the batch buffers are sized for the training shape).
  */
 #include "data_io.h"
 
@@ -523,6 +525,20 @@ static void pick(char *out, size_t len, const char *dir, const char *name) {
     snprintf(out, len, "%s/%s", dir, name);
 }
 
+/* The model is built for the training set's sample shape, and the held-out set is gathered
+ * into the same buffers: its samples must have that shape. `train_file` and `eval_file` name
+ * the sets in the message. */
+static hr_status check_eval_shape(const data_set *train, const data_set *eval,
+                                  const char *train_file, const char *eval_file, char *err,
+                                  size_t errlen) {
+    if (eval->n == 0 || (eval->c == train->c && eval->h == train->h && eval->w == train->w))
+        return HR_OK;
+    return hr_fail(err, errlen, HR_ERR_DATA,
+                   "%s: size mismatch: held-out samples of %dx%dx%d, but the training samples in "
+                   "%s are %dx%dx%d (expected the held-out files of the same dataset)",
+                   eval_file, eval->h, eval->w, eval->c, train_file, train->h, train->w, train->c);
+}
+
 hr_status data_load(data_set *train, data_set *eval, const data_config *c, uint64_t seed, char *err,
                     size_t errlen) {
     memset(train, 0, sizeof *train);
@@ -537,11 +553,13 @@ hr_status data_load(data_set *train, data_set *eval, const data_config *c, uint6
                        "files, e.g. from `hetring gen-data`)",
                        c->origin, c->name);
     hr_status st = HR_OK;
-    char a[DATA_PATH], b[DATA_PATH];
+    char a[DATA_PATH], b[DATA_PATH], ta[DATA_PATH]; /* held-out files; training images */
+    snprintf(ta, sizeof ta, "%s", dir);
+    snprintf(a, sizeof a, "%s", dir);
     if (kind == DATA_MNIST) {
-        pick(a, sizeof a, dir, "train-images-idx3-ubyte");
+        pick(ta, sizeof ta, dir, "train-images-idx3-ubyte");
         pick(b, sizeof b, dir, "train-labels-idx1-ubyte");
-        HR_CHECK_GOTO(data_load_idx(train, a, b, err, errlen), st, fail);
+        HR_CHECK_GOTO(data_load_idx(train, ta, b, err, errlen), st, fail);
         pick(a, sizeof a, dir, "t10k-images-idx3-ubyte");
         pick(b, sizeof b, dir, "t10k-labels-idx1-ubyte");
         HR_CHECK_GOTO(data_load_idx(eval, a, b, err, errlen), st, fail);
@@ -556,16 +574,17 @@ hr_status data_load(data_set *train, data_set *eval, const data_config *c, uint6
             nf++;
         }
         HR_CHECK_GOTO(data_load_cifar(train, files, nf, err, errlen), st, fail);
+        snprintf(ta, sizeof ta, "%s", files[0]);
         snprintf(a, sizeof a, "%s/test_batch.bin", dir);
         files[0] = a;
         HR_CHECK_GOTO(data_load_cifar(eval, files, 1, err, errlen), st, fail);
     } else if (kind == DATA_CSV) {
         int regression = c->csv_regression;
         if (is_dir(dir)) {
-            snprintf(a, sizeof a, "%s/train.csv", dir);
-            snprintf(b, sizeof b, "%s/test.csv", dir);
-            HR_CHECK_GOTO(data_load_csv(train, a, regression, err, errlen), st, fail);
-            HR_CHECK_GOTO(data_load_csv(eval, b, regression, err, errlen), st, fail);
+            snprintf(ta, sizeof ta, "%s/train.csv", dir);
+            snprintf(a, sizeof a, "%s/test.csv", dir);
+            HR_CHECK_GOTO(data_load_csv(train, ta, regression, err, errlen), st, fail);
+            HR_CHECK_GOTO(data_load_csv(eval, a, regression, err, errlen), st, fail);
         } else {
             HR_CHECK_GOTO(data_load_csv(train, dir, regression, err, errlen), st, fail);
             long k = c->eval_samples < train->n / 5 ? c->eval_samples : train->n / 5;
@@ -584,6 +603,7 @@ hr_status data_load(data_set *train, data_set *eval, const data_config *c, uint6
     } else {
         return hr_fail(err, errlen, HR_ERR_CONFIG, "unknown dataset %d", (int)kind);
     }
+    HR_CHECK_GOTO(check_eval_shape(train, eval, ta, a, err, errlen), st, fail);
     HR_INFO(DATA, "loaded %s from %s: %ld training and %ld held-out samples of %dx%dx%d", c->name,
             dir, train->n, eval->n, train->h, train->w, train->c);
     return HR_OK;

@@ -8,6 +8,7 @@
 #include "util.h"
 
 #include <stdint.h>
+#include <sys/stat.h>
 #include <zlib.h>
 
 static char dir[64];
@@ -228,12 +229,49 @@ static void test_bad_files(void) {
     data_set_free(&tr), data_set_free(&ev), data_set_free(&rt), data_set_free(&re);
 }
 
+/* A held-out set whose images have another shape than the training set's is refused, naming
+ * the held-out file, before anything is gathered into buffers sized for the training shape. */
+static void write_idx_of_size(const char *sub, const char *prefix, int hw, long n) {
+    char err[HR_ERRLEN], a[160], b[160];
+    data_set ds = {.n = n, .c = 1, .h = hw, .w = hw, .d = (long)hw * hw, .n_classes = 10};
+    ds.x8 = calloc((size_t)(n * ds.d), 1);
+    ds.y = calloc((size_t)n, sizeof *ds.y);
+    snprintf(a, sizeof a, "%s/%s-images-idx3-ubyte", sub, prefix);
+    snprintf(b, sizeof b, "%s/%s-labels-idx1-ubyte", sub, prefix);
+    CHECK(data_write_idx(&ds, a, b, 0, err, sizeof err) == HR_OK, "%s", err);
+    data_set_free(&ds);
+}
+
+static void test_eval_shape(void) {
+    char err[HR_ERRLEN], sub[128], eval_file[192];
+    snprintf(sub, sizeof sub, "%s/mnist", dir);
+    CHECK(mkdir(sub, 0700) == 0, "mkdir %s", sub);
+    snprintf(eval_file, sizeof eval_file, "%s/t10k-images-idx3-ubyte", sub);
+    data_config dc = {.kind = DATA_MNIST, .dir = sub, .name = "mnist", .origin = "t.ini"};
+    data_set tr, ev;
+    write_idx_of_size(sub, "train", 28, 40);
+    write_idx_of_size(sub, "t10k", 28, 7);
+    CHECK(data_load(&tr, &ev, &dc, 1, err, sizeof err) == HR_OK, "same shapes: %s", err);
+    data_set_free(&tr), data_set_free(&ev);
+    const int sizes[2] = {32, 14};
+    for (int i = 0; i < 2; i++) {
+        char want[32];
+        write_idx_of_size(sub, "t10k", sizes[i], 7);
+        snprintf(want, sizeof want, "%dx%dx1", sizes[i], sizes[i]);
+        expect_error(data_load(&tr, &ev, &dc, 1, err, sizeof err), err, eval_file, want);
+        CHECK(strstr(err, "28x28x1") != NULL, "message does not give the training shape: %s", err);
+        CHECK(tr.x8 == NULL && ev.x8 == NULL, "a refused load leaves sets allocated");
+        data_set_free(&tr), data_set_free(&ev);
+    }
+}
+
 int main(void) {
     tmpdir(dir, sizeof dir);
     test_synthetic();
     test_permutation_and_slices();
     test_round_trips();
     test_bad_files();
+    test_eval_shape();
     rm_rf(dir);
     return check_exit();
 }
