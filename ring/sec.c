@@ -38,12 +38,29 @@ static int hex_key(const char hex[64], uint8_t out[32]) {
 }
 
 hr_status sec_read_key_file(const char *path, uint8_t out[32], char *err, size_t errlen) {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK: opening a FIFO must not wait for a writer; only regular files are read */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
     if (fd < 0)
         return hr_fail(err, errlen, HR_ERR_CONFIG, "%s: cannot open key file: %s", path,
                        strerror(errno));
     struct stat st;
-    if (fstat(fd, &st) != 0 || (st.st_mode & 077)) {
+    if (fstat(fd, &st) != 0) {
+        int e = errno;
+        close(fd);
+        return hr_fail(err, errlen, HR_ERR_CONFIG, "%s: cannot open key file: %s", path,
+                       strerror(e));
+    }
+    if (!S_ISREG(st.st_mode)) {
+        close(fd);
+        return hr_fail(err, errlen, HR_ERR_CONFIG,
+                       "%s: key file is not a regular file (it is a %s); refusing it (expected a "
+                       "file as hetring keygen writes)",
+                       path,
+                       S_ISFIFO(st.st_mode)  ? "FIFO"
+                       : S_ISDIR(st.st_mode) ? "directory"
+                                             : "device or socket");
+    }
+    if (st.st_mode & 077) {
         unsigned mode = (unsigned)(st.st_mode & 0777);
         close(fd);
         return hr_fail(err, errlen, HR_ERR_CONFIG,

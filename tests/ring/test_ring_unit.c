@@ -10,6 +10,7 @@
 #include "frame.h"
 #include "sec.h"
 
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -95,6 +96,13 @@ static void test_seal(int mode, int aead) {
     free(rx);
 }
 
+static void on_alarm(int sig) {
+    (void)sig;
+    static const char m[] = "test_ring_unit: reading a FIFO as key file hung for 10 s\n";
+    if (write(2, m, sizeof m - 1) < 0) _exit(1);
+    _exit(1);
+}
+
 static void test_key_files(void) {
     char dir[] = "/tmp/hr_ring_unitXXXXXX", path[64], err[HR_ERRLEN];
     CHECK(mkdtemp(dir) != NULL, "mkdtemp");
@@ -114,6 +122,20 @@ static void test_key_files(void) {
           "group-readable key file refused: %s", err);
     CHECK(strstr(err, "chmod 600") != NULL, "the message says how to fix it");
     unlink(path);
+    /* a FIFO or a directory is refused at once, never waited on (SIGALRM ends a hang) */
+    CHECK(mkfifo(path, 0600) == 0, "mkfifo %s", path);
+    signal(SIGALRM, on_alarm);
+    alarm(10);
+    CHECK(sec_read_key_file(path, back, err, sizeof err) == HR_ERR_CONFIG && strstr(err, path) &&
+              strstr(err, "not a regular file"),
+          "a FIFO as key file refused: %s", err);
+    unlink(path);
+    CHECK(mkdir(path, 0700) == 0, "mkdir %s", path);
+    CHECK(sec_read_key_file(path, back, err, sizeof err) == HR_ERR_CONFIG &&
+              strstr(err, "not a regular file"),
+          "a directory as key file refused: %s", err);
+    alarm(0);
+    rmdir(path);
     rmdir(dir);
 }
 
