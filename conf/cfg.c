@@ -292,7 +292,7 @@ static int u64_parse(const key_spec *k, void *base, char *field, verdict *v) {
     (void)k, (void)base;
     char *end;
     errno = 0;
-    unsigned long long x = strtoull(v->val, &end, 0);
+    unsigned long long x = strtoull(v->val, &end, 10); /* decimal: 010 is ten, not eight */
     if (errno || end == v->val || *end || v->val[0] == '-')
         return refuse(v, "malformed integer '%s' (expected %s)", v->val, v->exp);
     *(uint64_t *)field = (uint64_t)x;
@@ -625,6 +625,8 @@ double cfg_node_factor(const cfg *c, int idx, long iter) {
 
 /* ================================================================ INI parsing */
 
+#define CFG_MAX_LINE 16384 /* characters of an INI line, its end of line not counted */
+
 typedef struct {
     cfg *c;
     FILE *f;
@@ -718,6 +720,13 @@ static char *read_line(char *str, int num, void *stream) {
         parse_error(ps, "line is too long (expected at most %d characters)", num - 3);
         return NULL;
     }
+    const char *nul = memchr(line, 0, (size_t)len); /* inih would stop the line there */
+    if (nul) {
+        parse_error(ps, "NUL byte in column %ld (expected text; is this a binary file?)",
+                    (long)(nul - line) + 1);
+        free(line);
+        return NULL;
+    }
     memcpy(str, line, (size_t)len + 1);
     /* Section headers never reach the handler, so note them here. */
     const char *p = line;
@@ -798,6 +807,9 @@ hr_status cfg_parse_file(cfg *c, const char *path, char *err, size_t errlen) {
     /* A line that starts with whitespace would otherwise continue the previous value; we want
      * indented keys to be keys. This inih setting is process-wide and we never want it on. */
     ini_allow_multiline = false;
+    /* Debian's libinih sizes its line buffer from ini_max_line at run time (the compiled-in
+     * INI_MAX_LINE is 200); read_line refuses a longer line with its file:line. */
+    ini_max_line = CFG_MAX_LINE + 3;
     int rc = ini_parse_stream(read_line, &ps, on_key, &ps);
     fclose(f);
     if (ps.failed) return ps.status;

@@ -248,6 +248,50 @@ static void test_factor(const char *tmp) {
     cfg_free(&c);
 }
 
+/* Values are read whole and as written: a NUL byte is refused (it would cut the value), numbers
+ * are decimal (no octal, no hex), and long lines are read (a line over the limit is refused
+ * with its file:line). */
+static void test_input_holes(const char *tmp) {
+    char err[HR_ERRLEN] = "";
+    cfg c;
+    const char *head = "[cluster]\nsecurity = none\n[node.0]\nhost = 127.0.0.1\nport = 7001\n"
+                       "[train]\n";
+    FILE *f = fopen(tmp, "w");
+    fprintf(f, "%siterations = 5", head);
+    fputc(0, f);
+    fprintf(f, "99999\n");
+    fclose(f);
+    CHECK(cfg_load(&c, tmp, err, sizeof err) == HR_ERR_CONFIG, "a NUL byte in a value accepted");
+    CHECK(strstr(err, tmp) && strstr(err, ":7: ") && strstr(err, "NUL byte"), "got: %s", err);
+    cfg_free(&c);
+
+    f = fopen(tmp, "w");
+    fprintf(f, "%sseed = 010\n", head);
+    fclose(f);
+    CHECK(cfg_load(&c, tmp, err, sizeof err) == HR_OK, "%s", err);
+    CHECK(c.seed == 10, "seed = 010 reads as %llu, not 10", (unsigned long long)c.seed);
+    cfg_free(&c);
+    f = fopen(tmp, "w");
+    fprintf(f, "%sseed = 0x10\n", head);
+    fclose(f);
+    CHECK(cfg_load(&c, tmp, err, sizeof err) == HR_ERR_CONFIG, "seed = 0x10 accepted");
+    CHECK(strstr(err, ":7: seed: malformed integer '0x10'"), "got: %s", err);
+    cfg_free(&c);
+
+    f = fopen(tmp, "w");
+    fprintf(f, "%s; %01000d\nseed = 3\n", head, 0);
+    fclose(f);
+    CHECK(cfg_load(&c, tmp, err, sizeof err) == HR_OK, "a 1000-character line: %s", err);
+    CHECK(c.seed == 3, "seed after a long line: %llu", (unsigned long long)c.seed);
+    cfg_free(&c);
+    f = fopen(tmp, "w");
+    fprintf(f, "%s; %0100000d\nseed = 3\n", head, 0);
+    fclose(f);
+    CHECK(cfg_load(&c, tmp, err, sizeof err) == HR_ERR_CONFIG, "a 100000-character line accepted");
+    CHECK(strstr(err, ":7: line is too long (expected at most "), "got: %s", err);
+    cfg_free(&c);
+}
+
 int main(void) {
     char tmp[] = "/tmp/hetring-test-conf-XXXXXX";
     int fd = mkstemp(tmp);
@@ -263,6 +307,7 @@ int main(void) {
     unlink(g_tmp_src);
     test_overrides(tmp);
     test_factor(tmp);
+    test_input_holes(tmp);
     unlink(tmp);
     return check_exit();
 }
