@@ -499,15 +499,20 @@ static void send_abort(ring *r, int fd, sec_dir *d, int coll, long culprit, long
     (void)tcp_send_all(fd, f, FRAME_HDR + len + tag, tcp_now() + spread_s(r));
 }
 
-/* Pass news of a failure to both neighbours, except the link it came from and the culprit, so
- * that it travels round the ring both ways and every member names the same node. Forward, the
- * frame in flight is finished first so that the abort starts on a frame boundary. Backward
- * (on the predecessor link, which carries no data that way) it can go at once. */
+/* Pass news of a failure to both neighbours, except the link it came from, the reporter and the
+ * culprit, so that it travels round the ring both ways and every member names the same node.
+ * A node blamed for a link that failed authentication is told too: it is alive and only sent
+ * frames, and without the news it would see its links close and blame a neighbour. Forward,
+ * the frame in flight is finished first so that the abort starts on a frame boundary.
+ * Backward (on the predecessor link, which carries no data that way) it can go at once. */
 static void spread(ring *r, txf *t, int coll, long culprit, long reporter, hr_status st,
                    const char *text, int from) {
-    if (r->pred >= 0 && from != FROM_PRED && id_of(r, r->pred) != culprit)
+    long pid = r->pred >= 0 ? id_of(r, r->pred) : -1, sid = r->succ >= 0 ? id_of(r, r->succ) : -1;
+    int tell_culprit = st == HR_ERR_AUTH;
+    if (r->pred >= 0 && from != FROM_PRED && pid != reporter && (pid != culprit || tell_culprit))
         send_abort(r, r->pred_fd, &r->pred_ch.tx, coll, culprit, reporter, st, text);
-    if (r->succ >= 0 && from != FROM_SUCC && id_of(r, r->succ) != culprit && r->succ_fd >= 0) {
+    if (r->succ >= 0 && from != FROM_SUCC && sid != reporter && (sid != culprit || tell_culprit) &&
+        r->succ_fd >= 0) {
         if (t && t->left > 0 && tx_finish(r, t, tcp_now() + spread_s(r)) != HR_OK) return;
         send_abort(r, r->succ_fd, &r->succ_ch.tx, coll, culprit, reporter, st, text);
     }
@@ -515,7 +520,8 @@ static void spread(ring *r, txf *t, int coll, long culprit, long reporter, hr_st
 
 /* Record a failure of this view, blaming node `culprit`, seen `from` a link or here. The
  * links stay open (closing them would look like yet another failure to the neighbours) until
- * ring_reform or ring_free, except a predecessor link that carried a bad frame: it is dropped. */
+ * ring_reform or ring_free, except a predecessor link that carried a bad frame: it is dropped,
+ * after an abort on it tells the predecessor why its frames are no longer read. */
 static hr_status fail_view(ring *r, txf *t, int coll, hr_status st, long culprit, int from,
                            const char *fmt, ...) __attribute__((format(printf, 7, 8)));
 static hr_status fail_view(ring *r, txf *t, int coll, hr_status st, long culprit, int from,
@@ -529,35 +535,36 @@ static hr_status fail_view(ring *r, txf *t, int coll, hr_status st, long culprit
              (unsigned long long)r->seq, (unsigned long long)r->view.epoch, what);
     HR_ERROR(RING, "%s", r->err);
     spread(r, t, coll, culprit, r->self_id, st, what, from);
-    if (from == FROM_PRED && (st == HR_ERR_AUTH || st == HR_ERR_PROTO || st == HR_ERR_VIEW))
+    if (from == FROM_PRED && (st == HR_ERR_AUTH || st == HR_ERR_PROTO || st == HR_ERR_VIEW)) {
+        send_abort(r, r->pred_fd, &r->pred_ch.tx, coll, culprit, r->self_id, st, what);
         tcp_close(&r->pred_fd);
+    }
     r->failed = st;
     return st;
 }
 
-/* Read and report an abort frame whose header `h` (raw bytes `raw`) came in on a link. */
-static hr_status on_abort(ring *r, txf *t, int coll, const frame_hdr *h, const uint8_t *raw,
-                          int from) {
+/* A frame on the link `from` failed authentication (or, unverified, cannot be a genuine one). */
+static hr_status link_auth_fail(ring *r, txf *t, int coll, int from, const char *frame) {
     char pw[RING_STR + 64];
-    int fd = from == FROM_PRED ? r->pred_fd : r->succ_fd;
-    sec_dir *d = from == FROM_PRED ? &r->pred_ch.rx : &r->succ_ch.rx;
     long nid = id_of(r, from == FROM_PRED ? r->pred : r->succ);
     node_str(r, nid, pw, sizeof pw);
-    size_t tag = r->keys.mode != RING_SEC_NONE ? SEC_TAG : 0;
-    if (h->len < 20 || h->len > FRAME_ABORT_MAX)
+    return fail_view(r, t, coll, HR_ERR_AUTH, nid, from,
+                     "authentication failed on the link from %s (tampered or corrupted frame%s); "
+                     "%sframe unused",
+                     pw, frame, from == FROM_PRED ? "connection dropped, " : "");
+}
+
+/* Report the abort frame whose payload (`len` bytes, verified in secure modes) is `body` and
+ * pass it on. `body` has room for one more byte. */
+static hr_status abort_report(ring *r, txf *t, int coll, uint8_t *body, size_t len, int from) {
+    if (len < 20 || len > FRAME_ABORT_MAX) {
+        char pw[RING_STR + 64];
+        long nid = id_of(r, from == FROM_PRED ? r->pred : r->succ);
+        node_str(r, nid, pw, sizeof pw);
         return fail_view(r, t, coll, HR_ERR_PROTO, nid, from, "%s sent a malformed abort frame",
                          pw);
-    uint8_t f[FRAME_HDR + FRAME_ABORT_MAX + SEC_TAG], body[FRAME_ABORT_MAX + 1];
-    memcpy(f, raw, FRAME_HDR);
-    if (tcp_recv_all(fd, f + FRAME_HDR, h->len + tag, tcp_now() + r->timeout) != HR_OK)
-        return fail_view(r, t, coll, HR_ERR_PEER, nid, from, "%s closed the connection", pw);
-    if (tag && sec_open(d, f, h->len, body) != 0)
-        return fail_view(r, t, coll, HR_ERR_AUTH, nid, from,
-                         "an abort frame from %s failed authentication (tampered link); "
-                         "connection dropped",
-                         pw);
-    if (!tag) memcpy(body, f + FRAME_HDR, h->len);
-    body[h->len] = 0;
+    }
+    body[len] = 0;
     long culprit = (long)le_get64(body);
     hr_status st = (hr_status)le_get32(body + 8);
     if (st <= HR_OK || st >= HR_STATUS_COUNT) st = HR_ERR_PEER;
@@ -577,6 +584,33 @@ static hr_status on_abort(ring *r, txf *t, int coll, const frame_hdr *h, const u
     return st;
 }
 
+/* Read the rest of a frame whose header `raw` came in on the link `from` and that should be an
+ * abort. In secure modes it is verified before any header field but the length is used; the
+ * length is bounded first (no genuine abort is longer), so the read stays in `f`. */
+static hr_status on_abort(ring *r, txf *t, int coll, const uint8_t *raw, int from) {
+    char pw[RING_STR + 64];
+    int fd = from == FROM_PRED ? r->pred_fd : r->succ_fd;
+    sec_dir *d = from == FROM_PRED ? &r->pred_ch.rx : &r->succ_ch.rx;
+    long nid = id_of(r, from == FROM_PRED ? r->pred : r->succ);
+    node_str(r, nid, pw, sizeof pw);
+    size_t tag = r->keys.mode != RING_SEC_NONE ? SEC_TAG : 0;
+    frame_hdr h;
+    frame_decode(raw, &h);
+    if (h.len > FRAME_ABORT_MAX && tag) return link_auth_fail(r, t, coll, from, "");
+    if (h.len > FRAME_ABORT_MAX) return abort_report(r, t, coll, NULL, h.len, from);
+    uint8_t f[FRAME_HDR + FRAME_ABORT_MAX + SEC_TAG], body[FRAME_ABORT_MAX + 1];
+    memcpy(f, raw, FRAME_HDR);
+    if (tcp_recv_all(fd, f + FRAME_HDR, h.len + tag, tcp_now() + r->timeout) != HR_OK)
+        return fail_view(r, t, coll, HR_ERR_PEER, nid, from, "%s closed the connection", pw);
+    if (tag && sec_open(d, f, h.len, body) != 0) return link_auth_fail(r, t, coll, from, "");
+    if (!tag) memcpy(body, f + FRAME_HDR, h.len);
+    if (h.magic != FRAME_MAGIC || h.version != FRAME_VERSION || h.type != FRAME_ABORT ||
+        h.epoch != r->view.epoch)
+        return fail_view(r, t, coll, HR_ERR_PROTO, nid, from,
+                         "%s sent unexpected data the wrong way; connection dropped", pw);
+    return abort_report(r, t, coll, body, h.len, from);
+}
+
 /* Something happened on the successor link, which carries nothing this way but an abort: a
  * queued abort frame explains the failure, otherwise the successor is gone. */
 static hr_status succ_trouble(ring *r, txf *t, int coll, int e) {
@@ -586,13 +620,8 @@ static hr_status succ_trouble(ring *r, txf *t, int coll, int e) {
     uint8_t raw[FRAME_HDR];
     ssize_t n = recv(r->succ_fd, raw, 1, MSG_DONTWAIT | MSG_PEEK);
     if (n > 0) {
-        frame_hdr h;
-        if (tcp_recv_all(r->succ_fd, raw, FRAME_HDR, tcp_now() + r->timeout) == HR_OK) {
-            frame_decode(raw, &h);
-            if (h.magic == FRAME_MAGIC && h.version == FRAME_VERSION && h.type == FRAME_ABORT &&
-                h.epoch == r->view.epoch)
-                return on_abort(r, t, coll, &h, raw, FROM_SUCC);
-        }
+        if (tcp_recv_all(r->succ_fd, raw, FRAME_HDR, tcp_now() + r->timeout) == HR_OK)
+            return on_abort(r, t, coll, raw, FROM_SUCC);
         return fail_view(r, t, coll, HR_ERR_PROTO, sid, FROM_SUCC,
                          "%s sent unexpected data the wrong way; connection dropped", sw);
     }
@@ -618,6 +647,7 @@ typedef struct {
     txf t;               /* the outgoing frame in flight */
     int tx_ready;        /* t holds frame ti, partly sent */
     int rx_body;         /* 0: reading frame ri's header, 1: its payload and tag */
+    size_t rx_len;       /* payload bytes of frame ri on the wire (known once its header is in) */
     size_t rx_got;       /* bytes of the current header or payload read so far */
     size_t rx_want;      /* bytes the current header or payload has */
     int progress;        /* something moved in this round */
@@ -665,8 +695,9 @@ static hr_status eng_send(ring *r, eng *e) {
     return HR_OK;
 }
 
-/* Check the header of frame e->ri (in rx_stage) before its payload is read. An abort frame
- * ends the collective with the failure it reports. */
+/* Check the header of frame e->ri (in rx_stage) against the one expected: in mode none before
+ * its payload is read, in secure modes once the whole frame verified. An abort frame ends the
+ * collective with the failure it reports. */
 static hr_status eng_header(ring *r, eng *e) {
     frame_hdr h;
     char pw[RING_STR + 64];
@@ -684,7 +715,9 @@ static hr_status eng_header(ring *r, eng *e) {
         return fail_view(r, &e->t, e->coll, HR_ERR_VIEW, pid, FROM_PRED,
                          "%s sent a frame of view epoch %llu, this node is in %llu; frame dropped",
                          pw, (unsigned long long)h.epoch, (unsigned long long)r->view.epoch);
-    if (h.type == FRAME_ABORT) return on_abort(r, &e->t, e->coll, &h, r->rx_stage, FROM_PRED);
+    if (h.type == FRAME_ABORT && e->secure)
+        return abort_report(r, &e->t, e->coll, r->rx_stage + FRAME_HDR, h.len, FROM_PRED);
+    if (h.type == FRAME_ABORT) return on_abort(r, &e->t, e->coll, r->rx_stage, FROM_PRED);
     if (h.type != FRAME_DATA || h.seq != r->seq || h.coll != e->coll)
         return fail_view(r, &e->t, e->coll, HR_ERR_PROTO, pid, FROM_PRED,
                          "%s sent a frame of %s #%llu while this node is in %s #%llu (members "
@@ -705,19 +738,43 @@ static hr_status eng_header(ring *r, eng *e) {
     return HR_OK;
 }
 
-/* Frame e->ri has arrived whole: verify it, then copy or add its payload into place. */
+/* Secure modes: how many payload bytes frame e->ri has on the wire, from its header, which is
+ * not verified yet. Only the type and the length are read, and only to find the tag; every
+ * field is checked after the frame verified (the header is associated data of the tag).
+ *  - an abort frame is read as long as it says, up to FRAME_ABORT_MAX (longer is no abort);
+ *  - any other frame is read as min(its length, the expected length). Those bytes are on the
+ *    wire whether the length is genuine or was altered, so the read never waits for bytes
+ *    that were not sent, and the read stays inside rx_stage. An altered length fails
+ *    verification (it is authenticated), as does a genuine longer frame, which could not be
+ *    this frame anyway; a genuine shorter frame verifies and is reported as a size mismatch. */
+static hr_status eng_frame_len(ring *r, eng *e) {
+    frame_hdr h;
+    size_t want = e->s->rx_len[e->ri];
+    frame_decode(r->rx_stage, &h);
+    if (h.type == FRAME_ABORT && h.len > FRAME_ABORT_MAX)
+        return link_auth_fail(r, &e->t, e->coll, FROM_PRED, "");
+    e->rx_len = h.type == FRAME_ABORT || h.len < want ? h.len : want;
+    return HR_OK;
+}
+
+/* Frame e->ri has arrived whole. Secure modes: verify it, then check its header. Then copy
+ * or add its payload into place. */
 static hr_status eng_apply(ring *r, eng *e) {
-    size_t len = e->s->rx_len[e->ri];
+    size_t len = e->rx_len;
     int add = e->s->rx_add[e->ri];
     uint8_t *out = e->base + e->s->rx_off[e->ri], *pay = r->rx_stage + FRAME_HDR;
-    if (e->secure && sec_open(&r->pred_ch.rx, r->rx_stage, len, add ? pay : out) != 0) {
-        char pw[RING_STR + 64];
-        long pid = id_of(r, r->pred);
-        node_str(r, pid, pw, sizeof pw);
-        return fail_view(r, &e->t, e->coll, HR_ERR_AUTH, pid, FROM_PRED,
-                         "frame %zu from %s failed authentication (tampered, replayed or "
-                         "reordered); connection dropped, frame unused",
-                         e->ri, pw);
+    if (e->secure) {
+        /* the plaintext of anything but a data frame stays in rx_stage (the type is checked
+         * once verified); a data frame is never longer than its place */
+        frame_hdr h;
+        frame_decode(r->rx_stage, &h);
+        uint8_t *dst = add || h.type != FRAME_DATA ? pay : out;
+        if (sec_open(&r->pred_ch.rx, r->rx_stage, len, dst) != 0) {
+            char f[32];
+            snprintf(f, sizeof f, " %zu", e->ri);
+            return link_auth_fail(r, &e->t, e->coll, FROM_PRED, f);
+        }
+        HR_CHECK(eng_header(r, e));
     }
     if (add) add_floats((float *)out, (const float *)pay, len / 4);
     return HR_OK;
@@ -754,10 +811,15 @@ static hr_status eng_recv(ring *r, eng *e) {
         }
         if (e->rx_got < e->rx_want) continue;
         if (!e->rx_body) {
-            HR_CHECK(eng_header(r, e));
+            if (e->secure) {
+                HR_CHECK(eng_frame_len(r, e));
+            } else {
+                HR_CHECK(eng_header(r, e));
+                e->rx_len = e->s->rx_len[e->ri];
+            }
             e->rx_body = 1;
             e->rx_got = 0;
-            e->rx_want = e->s->rx_len[e->ri] + e->tag;
+            e->rx_want = e->rx_len + e->tag;
             if (e->rx_want > 0) continue;
         }
         HR_CHECK(eng_apply(r, e));

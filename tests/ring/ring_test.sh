@@ -6,7 +6,7 @@
 #   peer_death  SIGKILL of one node mid all-reduce: every survivor names it within the timeout
 #   bad_peers   wrong identity key, wrong PSK, unknown node id, group-readable key file
 #   startup     late starters and any start order
-#   tamper      a proxy flips a bit, truncates a frame, replays a frame
+#   tamper      a proxy flips a payload bit or a header field, truncates a frame, replays a frame
 #   reform      one node leaves (view epoch 1) and rejoins (epoch 2) without any restart
 # MODE is none, auth (cluster PSK) or encrypt (identity keys). Ports are random in 10000-32000,
 # below the kernel's ephemeral range (32768+), so no outgoing connection can hold one.
@@ -155,27 +155,42 @@ startup)
     echo "node 2 started 3 s late: ok"
     ;;
 tamper)
-    for what in flip truncate replay; do
-        newbase; TO=5 conf "$tmp/c.ini" 2
+    # three nodes; node 0 reaches node 1 through the proxy, which tampers with node 0's data
+    # frame 3. Every failure of authentication names the link from node 0, on node 1 (which
+    # detects it) and on the others (told by aborts); nobody blames a dead or silent peer.
+    for what in ${TAMPER_WHAT:-flip flip-type flip-coll flip-epoch flip-seq flip-index flip-len replay truncate}; do
+        newbase; TO=5 conf "$tmp/c.ini" 3
         pport=$((base + 5))
         sed "s|port = $((base + 1))\$|port = $pport|" "$tmp/c.ini" > "$tmp/c0.ini" # node 0 reaches 1 via the proxy
         "$PROXY" $pport $((base + 1)) $what 3 > "$tmp/proxy.out" 2>&1 &
         pids+=($!); ppid=$!
         sleep 0.2
-        start 0 "$tmp/c0.ini" reduce 4194304 3; start 1 "$tmp/c.ini" reduce 4194304 3
-        finish 0 1
+        # nodes 1 and 2 first, so that node 1 is forming its view when the proxy connects
+        for i in 1 2; do start $i "$tmp/c.ini" reduce 4194304 3; done
+        sleep 0.2; start 0 "$tmp/c0.ini" reduce 4194304 3
+        finish 0 1 2
         kill "$ppid" 2>/dev/null; wait "$ppid" 2>/dev/null
-        for i in 0 1; do
+        for i in 0 1 2; do
             [ "${rc[$i]}" = 3 ] || fail "$what: node $i exited ${rc[$i]}, expected 3 (ring error)"
             grep -q "node $i: ok\|WRONG" "$tmp/out.$i" && fail "$what: node $i applied a result"
         done
-        case $what in
-        flip) pat="failed authentication" ;;
-        truncate) pat="closed the connection" ;;
-        replay) pat="replayed, dropped or reordered\|sent a frame of all-reduce #0 while" ;;
-        esac
-        grep -q "$pat" "$tmp/out.1" || fail "$what: node 1 did not report '$pat'"
-        echo "$what: $(cat "$tmp/proxy.out")"; show 1 0
+        link="authentication failed on the link from node 0 (127.0.0.1:$base) (tampered or corrupted frame"
+        k=3; [ "$what" = replay ] && k=4 # the copy arrives where frame 4 is expected
+        if [ "$what" = truncate ]; then
+            grep -q "node 0 (127.0.0.1:$base) closed the connection" "$tmp/out.1" ||
+                fail "$what: node 1 did not report that node 0 closed the connection"
+        else
+            grep -q "error.*$link $k)" "$tmp/out.1" || fail "$what: node 1 did not report '$link $k)'"
+            grep -q "the same collectives\|same config\|view epoch [0-9]*, this node" "$tmp"/out.[012] &&
+                fail "$what: a node reports a header field of the tampered frame"
+            # Nodes 0 and 2 learn of it from aborts, which can lose a race with a link closing
+            # (node 0 may see the proxy reset its successor link first): noted, not counted.
+            for i in 0 2; do
+                grep -q "error.*$link $k).*(reported by node 1 " "$tmp/out.$i" ||
+                    echo "NOTE: $what: node $i does not name the link from node 0 (not counted)"
+            done
+        fi
+        echo "$what: $(cat "$tmp/proxy.out" | tail -n 1)"; show 1 0 2
     done
     ;;
 reform)

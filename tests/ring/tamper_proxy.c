@@ -1,12 +1,14 @@
 /*
  * tamper_proxy.c: a man in the middle for the tampering test.
  *
- *   tamper_proxy LISTEN_PORT TARGET_PORT flip|truncate|replay K
+ *   tamper_proxy LISTEN_PORT TARGET_PORT flip[-FIELD]|truncate|replay K
  *
  * Accepts one connection on 127.0.0.1:LISTEN_PORT (from the initiating node), connects to
  * 127.0.0.1:TARGET_PORT and relays both ways. In the initiator-to-responder direction it skips
  * the handshake, then parses frames (header, payload, tag) and tampers with data frame K:
- * flip one payload bit, truncate the frame and close both ends, or send the frame twice.
+ * flip one payload bit ("flip") or the lowest bit of a header field ("flip-type", "flip-coll",
+ * "flip-epoch", "flip-seq", "flip-index", "flip-len"), truncate the frame and close both ends,
+ * or send the frame twice. The frame is relayed with the length it had before the flip.
  */
 #include "frame.h"
 #include "sec.h"
@@ -31,12 +33,29 @@ static int write_all(int fd, const uint8_t *p, size_t n) {
     return 0;
 }
 
+/* Byte offset of header field `name` (frame.h), or -1. */
+static int field_offset(const char *name) {
+    static const struct {
+        const char *name;
+        int off;
+    } f[] = {{"type", 6}, {"coll", 7}, {"epoch", 8}, {"seq", 16}, {"index", 24}, {"len", 28}};
+    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
+        if (strcmp(name, f[i].name) == 0) return f[i].off;
+    return -1;
+}
+
 int main(int argc, char **argv) {
     if (argc != 5) {
-        fprintf(stderr, "usage: tamper_proxy LISTEN_PORT TARGET_PORT flip|truncate|replay K\n");
+        fprintf(stderr, "usage: tamper_proxy LISTEN_PORT TARGET_PORT "
+                        "flip[-type|-coll|-epoch|-seq|-index|-len]|truncate|replay K\n");
         return 2;
     }
     const char *mode = argv[3];
+    int field = strncmp(mode, "flip-", 5) == 0 ? field_offset(mode + 5) : -1;
+    if (strncmp(mode, "flip-", 5) == 0 && field < 0) {
+        fprintf(stderr, "tamper_proxy: unknown header field %s\n", mode + 5);
+        return 2;
+    }
     long k = atol(argv[4]);
     int one = 1, lfd = socket(AF_INET, SOCK_STREAM, 0);
     setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
@@ -90,7 +109,11 @@ int main(int argc, char **argv) {
             if (have - pos < flen) break;
             uint8_t *f = buf + pos;
             if (h.type == FRAME_DATA && frame_no++ == k) {
-                if (strcmp(mode, "flip") == 0) {
+                if (field >= 0) {
+                    f[field] ^= 0x01;
+                    printf("proxy: flipped the lowest bit of the %s field of frame %ld\n", mode + 5,
+                           k);
+                } else if (strcmp(mode, "flip") == 0) {
                     f[FRAME_HDR + h.len / 2] ^= 0x04;
                     printf("proxy: flipped a bit of frame %ld\n", k);
                 } else if (strcmp(mode, "truncate") == 0) {
