@@ -88,16 +88,323 @@ static void close_links(ring *r) {
 
 /* ================================================================ formation */
 
+static void sleep_s(double s) {
+    if (s <= 0) return;
+    struct timespec t = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
+    nanosleep(&t, NULL);
+}
+
+/*
+ * The gate: one thread per ring, from the first listen until ring_free, does all accepting.
+ * While a view forms it hands each connection to a handshake thread of its own, with a short
+ * deadline (GATE_HS_S, at most `timeout`); at most GATE_PENDING of them run at once, and a new
+ * connection past that cap evicts the oldest one from the address with the most pending. The
+ * first connection that proves to be the expected predecessor is taken. Every other connection
+ * (one that fails its handshake, one still pending when formation ends, any that arrives while
+ * no view forms) is closed at once and its address logged. So nothing a node without the key
+ * does can hold formation up, and no stranger's connection stays open for long.
+ * Invariant: a slot's fd is shut down (never closed) by the gate, under `mu`, and only while
+ * the handshake thread still owns it; that thread closes it.
+ */
+#define GATE_PENDING 16                 /* unauthenticated connections handshaking at once */
+#define GATE_SLOTS   (2 * GATE_PENDING) /* those, and evicted ones still winding down */
+#define GATE_HS_S    5.0                /* per-connection handshake deadline, capped by timeout */
+#define GATE_LOGS    20                 /* lines per second about strangers; the rest are counted */
+
 typedef struct {
-    ring *r;             /* the ring being formed */
-    double deadline;     /* give up waiting for the predecessor then */
-    atomic_int stop;     /* set by the connecting side when formation failed */
-    atomic_int gave_up;  /* set by the acceptor after a fatal accept error (st, err final) */
-    int fd;              /* the authenticated connection, or -1 */
-    sec_chan ch;         /* its channel */
-    hr_status st;        /* outcome */
-    char err[HR_ERRLEN]; /* why it failed (the last rejection, if any) */
-} acceptor;
+    ring_gate *g;            /* owner */
+    pthread_t th;            /* the handshake thread */
+    int used;                /* th started and not yet joined (gate thread only) */
+    int done;                /* the handshake thread is finishing (mu) */
+    int fd;                  /* the connection while the handshake thread owns it, else -1 (mu) */
+    const char *cut;         /* why the gate shut the connection down, or NULL (mu) */
+    double t0;               /* when it was accepted (tcp_now seconds) */
+    double deadline;         /* its handshake must finish by then */
+    sec_hs_params p;         /* what the handshake must agree on */
+    char peer[96];           /* "addr:port" of the remote end */
+    char who[RING_STR + 64]; /* the predecessor expected, for messages */
+    sec_chan ch;             /* channel of a successful handshake */
+} gate_slot;
+
+struct ring_gate {
+    ring *r;                     /* the ring it accepts for (listen_fd, rc and keys read) */
+    pthread_t th;                /* the gate thread */
+    atomic_int stop;             /* set by ring_free */
+    double hs_s;                 /* per-connection handshake deadline in seconds */
+    pthread_mutex_t mu;          /* guards what follows */
+    pthread_cond_t cv;           /* signalled when fd is set (CLOCK_MONOTONIC) */
+    int forming;                 /* a view is forming: connections are handshaken */
+    sec_hs_params p;             /* its parameters (or the last view's, for messages) */
+    char who[RING_STR + 64];     /* its expected predecessor */
+    int fd;                      /* the authenticated predecessor, or -1 */
+    sec_chan ch;                 /* its channel */
+    hr_status st;                /* status of the last rejection (HR_ERR_TIMEOUT if none) */
+    char err[HR_ERRLEN];         /* the last rejection or accept failure of this formation */
+    double log_t;                /* start of the current one-second log window */
+    int log_n;                   /* lines logged in it */
+    long log_skipped;            /* lines not shown since the last one shown */
+    gate_slot slots[GATE_SLOTS]; /* handshake threads */
+};
+
+/* A WARN line about a stranger, at most GATE_LOGS a second (a flood must not flood the log). */
+static void gate_log(ring_gate *g, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void gate_log(ring_gate *g, const char *fmt, ...) {
+    char line[HR_ERRLEN + 256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    long skipped = -1;
+    pthread_mutex_lock(&g->mu);
+    double now = tcp_now();
+    if (now - g->log_t >= 1.0) {
+        g->log_t = now;
+        g->log_n = 0;
+    }
+    if (g->log_n < GATE_LOGS) {
+        g->log_n++;
+        skipped = g->log_skipped;
+        g->log_skipped = 0;
+    } else {
+        g->log_skipped++;
+    }
+    pthread_mutex_unlock(&g->mu);
+    if (skipped > 0)
+        HR_WARN(SEC, "%s (%ld similar lines not shown before this one)", line, skipped);
+    else if (skipped == 0)
+        HR_WARN(SEC, "%s", line);
+}
+
+/* Shut a pending connection down, so that its handshake thread ends now. Under mu. */
+static void gate_cut(gate_slot *s, const char *why) {
+    if (s->cut) return;
+    s->cut = why;
+    if (s->fd >= 0) shutdown(s->fd, SHUT_RDWR);
+}
+
+static void *gate_hs_main(void *arg) {
+    gate_slot *s = arg;
+    ring_gate *g = s->g;
+    int fd = s->fd, refused = 0;
+    char why[HR_ERRLEN];
+    hr_status st = sec_handshake(fd, 0, &s->p, s->deadline, &s->ch, &refused, why, sizeof why);
+    pthread_mutex_lock(&g->mu);
+    const char *cut = s->cut;
+    int take = st == HR_OK && !cut && g->forming && g->fd < 0;
+    if (take) {
+        g->fd = fd;
+        g->ch = s->ch;
+        pthread_cond_broadcast(&g->cv);
+    } else if (st != HR_OK && !cut && g->forming) {
+        g->st = st;
+        snprintf(g->err, sizeof g->err, "rejected a connection from %s: %.380s", s->peer, why);
+    }
+    s->fd = -1;
+    s->done = 1;
+    pthread_mutex_unlock(&g->mu);
+    sec_chan_free(&s->ch);
+    if (take) return NULL;
+    close(fd);
+    if (cut)
+        gate_log(g, "closed a connection from %s after %.1f s: %s", s->peer, tcp_now() - s->t0,
+                 cut);
+    else if (st != HR_OK)
+        gate_log(g, "rejected a connection from %s (expected predecessor %s): %s", s->peer, s->who,
+                 why);
+    else
+        gate_log(g, "closed a connection from %s: predecessor %s is connected already", s->peer,
+                 s->who);
+    return NULL;
+}
+
+/* Join finished handshake threads; with `all`, shut every connection down and join them all. */
+static void gate_reap(ring_gate *g, int all) {
+    for (int i = 0; i < GATE_SLOTS; i++) {
+        gate_slot *s = &g->slots[i];
+        if (!s->used) continue;
+        pthread_mutex_lock(&g->mu);
+        if (all) gate_cut(s, "this node is shutting down");
+        int done = s->done;
+        pthread_mutex_unlock(&g->mu);
+        if (!done && !all) continue;
+        pthread_join(s->th, NULL);
+        s->used = 0;
+    }
+}
+
+/* The pending connection to evict: the oldest from the address with the most pending (the
+ * predecessor has one at a time, so a flood from elsewhere never evicts it). Under mu. */
+static int gate_victim(ring_gate *g) {
+    int best = -1, best_n = 0;
+    for (int i = 0; i < GATE_SLOTS; i++) {
+        gate_slot *s = &g->slots[i];
+        if (!s->used || s->done || s->cut) continue;
+        size_t hl = strcspn(s->peer, "]") + 1, colon = (size_t)(strrchr(s->peer, ':') - s->peer);
+        hl = hl < colon ? hl : colon;
+        int n = 0;
+        for (int j = 0; j < GATE_SLOTS; j++) {
+            gate_slot *o = &g->slots[j];
+            if (o->used && !o->done && !o->cut && strncmp(o->peer, s->peer, hl) == 0) n++;
+        }
+        if (n > best_n || (n == best_n && s->t0 < g->slots[best].t0)) best = i, best_n = n;
+    }
+    return best;
+}
+
+/* Start a handshake thread for a new connection, or close it at once. */
+static void gate_admit(ring_gate *g, int fd, const char *peer) {
+    const char *no = NULL;
+    pthread_mutex_lock(&g->mu);
+    uint64_t epoch = g->p.epoch;
+    int live = 0, free_i = -1;
+    for (int i = 0; i < GATE_SLOTS; i++) {
+        gate_slot *s = &g->slots[i];
+        if (!s->used)
+            free_i = free_i < 0 ? i : free_i;
+        else if (!s->done && !s->cut)
+            live++;
+    }
+    if (!g->forming) {
+        no = "no view is forming here";
+    } else {
+        if (live >= GATE_PENDING) {
+            int v = gate_victim(g);
+            if (v >= 0)
+                gate_cut(&g->slots[v], "evicted: too many unauthenticated connections pending");
+        }
+        if (free_i < 0) no = "too many unauthenticated connections pending";
+    }
+    if (!no) {
+        gate_slot *s = &g->slots[free_i];
+        s->g = g;
+        s->fd = fd;
+        s->done = 0;
+        s->cut = NULL;
+        s->t0 = tcp_now();
+        s->deadline = s->t0 + g->hs_s;
+        s->p = g->p;
+        snprintf(s->peer, sizeof s->peer, "%s", peer);
+        snprintf(s->who, sizeof s->who, "%s", g->who);
+        if (pthread_create(&s->th, NULL, gate_hs_main, s) == 0)
+            s->used = 1;
+        else
+            no = "cannot start a handshake thread";
+    }
+    pthread_mutex_unlock(&g->mu);
+    if (!no) return;
+    close(fd);
+    gate_log(g, "closed a connection from %s: %s (view epoch %llu)", peer, no,
+             (unsigned long long)epoch);
+}
+
+static void *gate_main(void *arg) {
+    ring_gate *g = arg;
+    while (!atomic_load(&g->stop)) {
+        gate_reap(g, 0);
+        int fd;
+        char peer[96], why[HR_ERRLEN];
+        hr_status st =
+            tcp_accept(g->r->listen_fd, tcp_now() + 0.1, &fd, peer, sizeof peer, why, sizeof why);
+        if (st == HR_OK) {
+            gate_admit(g, fd, peer);
+        } else if (st != HR_ERR_TIMEOUT) { /* out of descriptors, say: keep trying */
+            pthread_mutex_lock(&g->mu);
+            if (g->forming) snprintf(g->err, sizeof g->err, "%s", why);
+            pthread_mutex_unlock(&g->mu);
+            gate_log(g, "listening socket: %s", why);
+            sleep_s(0.1);
+        }
+    }
+    gate_reap(g, 1);
+    return NULL;
+}
+
+/* Start the gate on r->listen_fd. */
+static hr_status gate_start(ring *r, char *err, size_t errlen) {
+    size_t sz = (sizeof(ring_gate) + 63) & ~(size_t)63; /* holds aligned channel states */
+    ring_gate *g = aligned_alloc(64, sz);
+    if (!g) return hr_fail(err, errlen, HR_ERR_NOMEM, "out of memory");
+    memset(g, 0, sz);
+    g->r = r;
+    g->fd = -1;
+    for (int i = 0; i < GATE_SLOTS; i++) g->slots[i].fd = -1;
+    g->hs_s = r->timeout < GATE_HS_S ? r->timeout : GATE_HS_S;
+    g->p.epoch = r->view.epoch;
+    atomic_init(&g->stop, 0);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_mutex_init(&g->mu, NULL);
+    pthread_cond_init(&g->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    if (pthread_create(&g->th, NULL, gate_main, g) != 0) {
+        pthread_cond_destroy(&g->cv);
+        pthread_mutex_destroy(&g->mu);
+        free(g);
+        return hr_fail(err, errlen, HR_ERR_IO, "cannot start the accepting thread");
+    }
+    r->gate = g;
+    return HR_OK;
+}
+
+/* Stop the gate: every pending connection is closed and every thread joined. */
+static void gate_stop(ring *r) {
+    ring_gate *g = r->gate;
+    if (!g) return;
+    atomic_store(&g->stop, 1);
+    pthread_join(g->th, NULL);
+    if (g->fd >= 0) close(g->fd);
+    sec_chan_free(&g->ch);
+    pthread_cond_destroy(&g->cv);
+    pthread_mutex_destroy(&g->mu);
+    free(g);
+    r->gate = NULL;
+}
+
+/* Listen on this node's address and start the gate. */
+static hr_status listen_start(ring *r, char *err, size_t errlen) {
+    const ring_member *me = &r->rc.members[r->self];
+    HR_CHECK(tcp_listen(me->host, me->port, &r->listen_fd, err, errlen));
+    hr_status st = gate_start(r, err, errlen);
+    if (st != HR_OK) tcp_close(&r->listen_fd);
+    return st;
+}
+
+/* Formation begins: connections are handshaken as the predecessor `p` names. */
+static void gate_open(ring_gate *g, const sec_hs_params *p, const char *who) {
+    pthread_mutex_lock(&g->mu);
+    g->forming = 1;
+    g->p = *p;
+    snprintf(g->who, sizeof g->who, "%s", who);
+    g->st = HR_ERR_TIMEOUT;
+    snprintf(g->err, sizeof g->err, "no connection from predecessor %s", who);
+    pthread_mutex_unlock(&g->mu);
+}
+
+/* Wait until `deadline` for the predecessor (0 skips the wait), then end formation: every
+ * connection still pending is shut down. Returns the predecessor's fd and channel, or -1 with
+ * the last rejection's status in `st` and its text in `why`. */
+static int gate_close(ring_gate *g, double deadline, sec_chan *ch, hr_status *st, char *why,
+                      size_t whylen) {
+    pthread_mutex_lock(&g->mu);
+    while (g->fd < 0 && tcp_now() < deadline) {
+        double t = tcp_now() + 0.5 < deadline ? tcp_now() + 0.5 : deadline; /* monotonic */
+        struct timespec ts = {(time_t)t, (long)((t - (double)(time_t)t) * 1e9)};
+        pthread_cond_timedwait(&g->cv, &g->mu, &ts);
+    }
+    int fd = g->fd;
+    g->fd = -1;
+    if (fd >= 0) *ch = g->ch;
+    sec_chan_free(&g->ch);
+    g->forming = 0;
+    for (int i = 0; i < GATE_SLOTS; i++)
+        if (g->slots[i].fd >= 0) /* its handshake is still running */
+            gate_cut(&g->slots[i], "still unauthenticated when formation ended");
+    *st = g->st;
+    snprintf(why, whylen, "%s", g->err);
+    pthread_mutex_unlock(&g->mu);
+    return fd;
+}
 
 static sec_hs_params hs_params(const ring *r, long expect) {
     sec_hs_params p = {.rc = &r->rc,
@@ -109,51 +416,8 @@ static sec_hs_params hs_params(const ring *r, long expect) {
     return p;
 }
 
-static void *accept_main(void *arg) {
-    acceptor *a = arg;
-    ring *r = a->r;
-    char pname[96], who[RING_STR + 64], why[HR_ERRLEN];
-    node_str(r, id_of(r, r->pred), who, sizeof who);
-    a->st = HR_ERR_TIMEOUT;
-    snprintf(a->err, sizeof a->err, "no connection from predecessor %s", who);
-    while (!atomic_load(&a->stop)) {
-        double now = tcp_now();
-        if (now >= a->deadline) break;
-        double d = now + 0.2 < a->deadline ? now + 0.2 : a->deadline;
-        int fd;
-        hr_status st = tcp_accept(r->listen_fd, d, &fd, pname, sizeof pname, why, sizeof why);
-        if (st == HR_ERR_TIMEOUT) continue;
-        if (st != HR_OK) {
-            a->st = st;
-            snprintf(a->err, sizeof a->err, "%s", why);
-            atomic_store(&a->gave_up, 1); /* publishes st and err to the connecting side */
-            break;
-        }
-        sec_hs_params p = hs_params(r, id_of(r, r->pred));
-        int refused;
-        st = sec_handshake(fd, 0, &p, tcp_now() + r->timeout, &a->ch, &refused, why, sizeof why);
-        if (st == HR_OK) {
-            a->fd = fd;
-            a->st = HR_OK;
-            return NULL;
-        }
-        HR_WARN(SEC, "rejected a connection from %s (expected predecessor %s): %s", pname, who,
-                why);
-        snprintf(a->err, sizeof a->err, "rejected a connection from %s: %.380s", pname, why);
-        a->st = st;
-        close(fd);
-    }
-    return NULL;
-}
-
-static void sleep_s(double s) {
-    if (s <= 0) return;
-    struct timespec t = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
-    nanosleep(&t, NULL);
-}
-
 /* Connect to the successor, retrying with backoff until `deadline`. */
-static hr_status connect_succ(ring *r, double deadline, acceptor *a, char *err, size_t errlen) {
+static hr_status connect_succ(ring *r, double deadline, char *err, size_t errlen) {
     const ring_member *s = &r->rc.members[r->succ];
     char who[RING_STR + 64], why[HR_ERRLEN] = "no attempt";
     node_str(r, s->id, who, sizeof who);
@@ -162,8 +426,6 @@ static hr_status connect_succ(ring *r, double deadline, acceptor *a, char *err, 
     for (;;) {
         double now = tcp_now();
         if (now >= deadline) break;
-        if (atomic_load(&a->gave_up)) /* no predecessor can reach this node: no ring */
-            return hr_fail(err, errlen, a->st, "listening for predecessor: %s", a->err);
         int fd;
         double d = now + r->timeout < deadline ? now + r->timeout : deadline;
         hr_status st = tcp_connect(s->host, s->port, d, &fd, why, sizeof why);
@@ -219,42 +481,23 @@ static hr_status form(ring *r, char *err, size_t errlen) {
         return hr_fail(err, errlen, HR_ERR_VIEW, "view epoch %llu names a node not in the config",
                        (unsigned long long)r->view.epoch);
     double deadline = tcp_now() + r->rc.connect_timeout;
-    acceptor *a = calloc(1, sizeof *a); /* holds an aligned sec_chan; keep it off the stack */
-    if (!a) return hr_fail(err, errlen, HR_ERR_NOMEM, "out of memory");
-    a->r = r;
-    a->deadline = deadline;
-    a->fd = -1;
-    atomic_init(&a->stop, 0);
-    atomic_init(&a->gave_up, 0);
-    pthread_t th;
-    if (pthread_create(&th, NULL, accept_main, a) != 0) {
-        free(a);
-        return hr_fail(err, errlen, HR_ERR_IO, "cannot start the accepting thread");
-    }
-    hr_status st = connect_succ(r, deadline, a, err, errlen);
-    if (st != HR_OK) atomic_store(&a->stop, 1);
-    pthread_join(th, NULL);
-    if (st == HR_OK && a->st != HR_OK) {
-        char who[RING_STR + 64];
-        node_str(r, id_of(r, r->pred), who, sizeof who);
-        st = a->st == HR_ERR_TIMEOUT ? HR_ERR_TIMEOUT : a->st;
-        hr_fail(err, errlen, st,
-                "no authenticated connection from predecessor %s within %.1f s: %s", who,
-                r->rc.connect_timeout, a->err);
-    }
-    if (a->st == HR_OK) {
-        r->pred_fd = a->fd;
-        r->pred_ch = a->ch;
-    }
-    sec_chan_free(&a->ch);
-    free(a);
+    char pw[RING_STR + 64], why[HR_ERRLEN];
+    node_str(r, id_of(r, r->pred), pw, sizeof pw);
+    sec_hs_params p = hs_params(r, id_of(r, r->pred));
+    gate_open(r->gate, &p, pw);
+    hr_status st = connect_succ(r, deadline, err, errlen), pst;
+    r->pred_fd =
+        gate_close(r->gate, st == HR_OK ? deadline : 0, &r->pred_ch, &pst, why, sizeof why);
+    if (st == HR_OK && r->pred_fd < 0)
+        st = hr_fail(err, errlen, pst,
+                     "no authenticated connection from predecessor %s within %.1f s: %s", pw,
+                     r->rc.connect_timeout, why);
     if (st != HR_OK) {
         close_links(r);
         return st;
     }
-    char sw[RING_STR + 64], pw[RING_STR + 64];
+    char sw[RING_STR + 64];
     node_str(r, id_of(r, r->succ), sw, sizeof sw);
-    node_str(r, id_of(r, r->pred), pw, sizeof pw);
     HR_INFO(RING,
             "ring formed: view epoch %llu, rank %d of %d, successor %s, predecessor %s, "
             "security %s (%s)",
@@ -304,10 +547,7 @@ hr_status ring_init(ring *r, const ring_config *rc, char *err, size_t errlen) {
     r->view.epoch = 0;
     r->view.n = rc->n_members;
     for (int i = 0; i < rc->n_members; i++) r->view.ids[i] = rc->members[i].id;
-    const ring_member *me = &rc->members[r->self];
-    if (rc->n_members > 1)
-        HR_CHECK_GOTO(tcp_listen(me->host, me->port, &r->listen_fd, r->err, sizeof r->err), st,
-                      fail);
+    if (rc->n_members > 1) HR_CHECK_GOTO(listen_start(r, r->err, sizeof r->err), st, fail);
     HR_CHECK_GOTO(form(r, r->err, sizeof r->err), st, fail);
     return HR_OK;
 fail:
@@ -321,9 +561,7 @@ hr_status ring_reform(ring *r, const ring_view *v, char *err, size_t errlen) {
         return hr_fail(err, errlen, HR_ERR_INVAL, "a view needs 1 to %d members", RING_MAX_NODES);
     r->view = *v;
     hr_status st = HR_OK;
-    if (v->n > 1 && r->listen_fd < 0)
-        st = tcp_listen(r->rc.members[r->self].host, r->rc.members[r->self].port, &r->listen_fd,
-                        r->err, sizeof r->err);
+    if (v->n > 1 && r->listen_fd < 0) st = listen_start(r, r->err, sizeof r->err);
     if (st == HR_OK) st = form(r, r->err, sizeof r->err);
     if (st != HR_OK) {
         r->failed = st;
@@ -333,6 +571,7 @@ hr_status ring_reform(ring *r, const ring_view *v, char *err, size_t errlen) {
 }
 
 void ring_free(ring *r) {
+    gate_stop(r); /* its threads read listen_fd, rc and keys */
     close_links(r);
     tcp_close(&r->listen_fd);
     sec_keys_free(&r->keys);

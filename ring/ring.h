@@ -6,6 +6,10 @@
  * connect_timeout) and accepts its predecessor; both links are authenticated by the handshake
  * in sec.h. Data flows one way round the ring: a node sends only to its successor and
  * receives only from its predecessor, both at once.
+ * From the first listen until ring_free a thread accepts every connection: while a view forms,
+ * handshakes run in parallel, each with a short deadline and at most 16 pending; any connection
+ * that is not the authenticated predecessor is closed at once and its address logged, so a
+ * peer without the key cannot delay or stop the cluster.
  *
  * Contract of every collective:
  *  - all members call the same collectives in the same order with matching arguments;
@@ -30,6 +34,9 @@
 
 #include <stddef.h>
 #include <stdint.h>
+
+/* The accepting thread and its pending connections (ring.c). */
+typedef struct ring_gate ring_gate;
 
 /* A membership view. */
 typedef struct {
@@ -56,6 +63,7 @@ typedef struct ring {
     int rank;            /* position of this node in view.ids */
     int succ, pred;      /* rc.members indices of successor and predecessor; -1 when alone */
     int listen_fd;       /* listening socket, kept across views */
+    ring_gate *gate;     /* thread that accepts on listen_fd until ring_free (ring.c) */
     int succ_fd;         /* connection to the successor (this node sends) */
     int pred_fd;         /* connection from the predecessor (this node receives) */
     sec_keys keys;       /* this node's secrets */

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# ring_test.sh SCENARIO MODE RING_NODE [TAMPER_PROXY]: multi-process ring tests on 127.0.0.1.
+# ring_test.sh SCENARIO MODE RING_NODE [TAMPER_PROXY | STRANGER]: multi-process ring tests on 127.0.0.1.
 #   correct   N = 1..5, counts 0, 1, N-1, N+1 and a large prime: all-reduce, all-gather(v),
 #             broadcast from every root, barrier, against a serial reference
 #   big       16 Mi floats, N = 1..5
@@ -8,6 +8,8 @@
 #   startup     late starters and any start order
 #   tamper      a proxy flips a payload bit or a header field, truncates a frame, replays a frame
 #   reform      one node leaves (view epoch 1) and rejoins (epoch 2) without any restart
+#   strangers   idle and garbage connections from a node without the key, at formation and
+#               during a run: the ring forms and runs on, they are closed and named
 # MODE is none, auth (cluster PSK) or encrypt (identity keys). Ports are random in 10000-32000,
 # below the kernel's ephemeral range (32768+), so no outgoing connection can hold one.
 set -u
@@ -209,6 +211,63 @@ reform)
     grep -q "epoch 1 formed" "$tmp/out.2" && fail "node 2 took part in epoch 1"
     echo "leave (epoch 1, 3 nodes) and rejoin (epoch 2, 4 nodes): $fails failure(s)"
     show 2
+    ;;
+strangers)
+    # connections from a node without the key (tests/ring/stranger.c, the 4th argument): idle
+    # ones before and while a ring forms must not slow it down, and during a run idle and
+    # garbage ones are closed within 2 s while the all-reduces go on; node 0 names them
+    stranger=$PROXY
+    # 1. one idle connection, then 200, at node 0 before nodes 1 and 2 start (its log is
+    # rate-limited: with 200, only some are named)
+    for k in 1 200; do
+        newbase; TO=10 conf "$tmp/c.ini" 3
+        start 0 "$tmp/c.ini" init
+        sleep 0.3 # node 0 listens and waits for node 2
+        "$stranger" $base $k idle 15 > "$tmp/s.out" 2>&1 &
+        pids+=($!); sp=$!
+        for _ in $(seq 1 100); do [ "$(grep -c connected "$tmp/s.out")" -ge $k ] && break; sleep 0.05; done
+        t0=$(now)
+        start 1 "$tmp/c.ini" init; start 2 "$tmp/c.ini" init
+        finish 0 1 2
+        el=$(awk "BEGIN{printf \"%.2f\", $(now) - $t0}")
+        named=$(grep -o 'connection from 127.0.0.1:[0-9]*' "$tmp/out.0" | sort -u | wc -l)
+        echo "3 nodes formed with $(grep -c connected "$tmp/s.out") idle connections at node 0 in $el s (timeout 10 s); $named named"
+        for i in 0 1 2; do [ "${rc[$i]}" = 0 ] || { fail "$k idle at formation: node $i exited ${rc[$i]}"; show $i; }; done
+        awk "BEGIN{exit !($el < 4)}" || fail "$k idle: the ring took $el s to form"
+        grep -m 2 "connection from" "$tmp/out.0" | sed 's/^/    /'
+        if [ $k = 1 ]; then
+            a=$(sed -n 's/^connected //p' "$tmp/s.out")
+            grep -q "connection from $a[: ]" "$tmp/out.0" || fail "node 0 did not name the idle connection $a"
+        else
+            [ "$named" -ge 20 ] || fail "200 idle: node 0 named only $named addresses"
+        fi
+        wait $sp 2>/dev/null
+    done
+    # 2. during a run: 1 idle at node 0, 20 garbage at node 1, 200 idle at node 2
+    newbase; TO=4 conf "$tmp/c.ini" 3
+    for i in 0 1 2; do start $i "$tmp/c.ini" loop 65536; done
+    for _ in $(seq 1 400); do
+        [ "$(cat "$tmp"/out.* | grep -c running)" -ge 3 ] && break; sleep 0.05
+    done
+    t0=$(now)
+    "$stranger" $base 1 idle 2 > "$tmp/s.0" 2>&1 & sp[0]=$!
+    "$stranger" $((base + 1)) 20 garbage 2 > "$tmp/s.1" 2>&1 & sp[1]=$!
+    "$stranger" $((base + 2)) 200 idle 2 > "$tmp/s.2" 2>&1 & sp[2]=$!
+    pids+=("${sp[@]}")
+    for i in 0 1 2; do
+        wait "${sp[$i]}" || fail "during the run: node $i did not close every stranger within 2 s"
+        echo "    node $i: $(tail -n 1 "$tmp/s.$i")"
+    done
+    # past the ring timeout (4 s): a collective held up by the strangers would have failed
+    sleep "$(awk "BEGIN{d = $t0 + 5.5 - $(now); print (d > 0 ? d : 0)}")"
+    for i in 0 1 2; do
+        kill -0 "${pid[$i]}" 2>/dev/null || { fail "node $i stopped during the run"; show $i; }
+        grep -q "ring error\|WRONG" "$tmp/out.$i" && { fail "node $i: ring error during the run"; show $i; }
+    done
+    for i in 0 1 2; do kill -KILL "${pid[$i]}" 2>/dev/null; done
+    a0=$(sed -n 's/^connected //p' "$tmp/s.0")
+    grep -q "connection from $a0[: ]" "$tmp/out.0" || fail "node 0 did not name the idle connection $a0"
+    grep -m 1 "connection from" "$tmp/out.0" "$tmp/out.1" | sed 's/^/    /'
     ;;
 *) echo "unknown scenario $scenario"; exit 2 ;;
 esac
