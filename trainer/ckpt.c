@@ -7,14 +7,19 @@
  *   payload: params f32[n], opt_state f32[n], split i64[n_nodes]
  */
 #include "ckpt.h"
+#include "hr_log.h"
 #include "model.h"
 
+#include <ctype.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -50,6 +55,66 @@ static int write_all(int fd, const void *p, size_t n) {
     return 0;
 }
 
+/* The temporary file a save by process `pid` writes before renaming it to `path`. */
+static void tmp_name(char *out, size_t n, const char *path, long pid) {
+    snprintf(out, n, "%s.tmp.%ld", path, pid);
+}
+
+/* The process id in `name` when it is `base`.tmp.PID, else 0. */
+static long tmp_pid(const char *name, const char *base) {
+    size_t bl = strlen(base);
+    if (strncmp(name, base, bl) != 0 || strncmp(name + bl, ".tmp.", 5) != 0) return 0;
+    const char *p = name + bl + 5;
+    char *end;
+    errno = 0;
+    long pid = strtol(p, &end, 10);
+    return isdigit((unsigned char)*p) && !*end && !errno && pid > 0 ? pid : 0;
+}
+
+/* Remove the temporary files of saves to `path` whose process no longer runs. A process id is
+ * only meaningful on this machine: rank 0 writes checkpoints, so the files are its own. */
+static void remove_stale_tmp(const char *path) {
+    char dbuf[4200], bbuf[4200];
+    snprintf(dbuf, sizeof dbuf, "%s", path);
+    snprintf(bbuf, sizeof bbuf, "%s", path);
+    const char *d = dirname(dbuf), *base = basename(bbuf);
+    DIR *dp = opendir(d);
+    if (!dp) return;
+    struct dirent *e;
+    while ((e = readdir(dp))) {
+        long pid = tmp_pid(e->d_name, base);
+        if (pid == 0 || pid == (long)getpid() || kill((pid_t)pid, 0) == 0 || errno != ESRCH)
+            continue;
+        char full[8500];
+        snprintf(full, sizeof full, "%s/%s", d, e->d_name);
+        if (unlink(full) == 0)
+            HR_INFO(TRAIN, "removed %s, left by an interrupted checkpoint save of process %ld",
+                    full, pid);
+    }
+    closedir(dp);
+}
+
+hr_status ckpt_prepare(const char *path, char *err, size_t errlen) {
+    struct stat sb;
+    if (stat(path, &sb) == 0 && !S_ISREG(sb.st_mode))
+        return hr_fail(err, errlen, HR_ERR_IO,
+                       "checkpoint %s: not a regular file (expected a file name for the "
+                       "checkpoint, e.g. %s/run.ckpt)",
+                       path, path);
+    remove_stale_tmp(path);
+    char tmp[4200];
+    tmp_name(tmp, sizeof tmp, path, (long)getpid());
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0)
+        return hr_fail(err, errlen, HR_ERR_IO,
+                       "checkpoint %s: cannot create %s (%s); checked before training (expected "
+                       "an existing directory this process may write to)",
+                       path, tmp, strerror(errno));
+    close(fd);
+    unlink(tmp);
+    return HR_OK;
+}
+
 hr_status ckpt_save(const char *path, const ckpt_meta *meta, const float *params,
                     const float *opt_state, const int64_t *split, char *err, size_t errlen) {
     ckpt_header h;
@@ -65,7 +130,7 @@ hr_status ckpt_save(const char *path, const ckpt_meta *meta, const float *params
     h.crc = crc_more(crc, split, ns);
 
     char tmp[4200];
-    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
+    tmp_name(tmp, sizeof tmp, path, (long)getpid());
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0)
         return hr_fail(err, errlen, HR_ERR_IO, "checkpoint %s: cannot create %s (%s)", path, tmp,

@@ -4,7 +4,8 @@
  * A checkpoint holds the iteration to run next, the parameters, the optimizer state and the
  * current batch split, behind a fixed header. It is written atomically: to a temporary file
  * in the same directory, fsync'ed, renamed over the target, then the directory is fsync'ed;
- * a crash leaves either the old or the new checkpoint. A CRC-32 over header and payload
+ * a crash leaves either the old or the new checkpoint (and a temporary file, which
+ * ckpt_prepare removes when the next run starts). A CRC-32 over header and payload
  * detects corruption, and a checkpoint from another model, seed or batch is refused. The data
  * order needs no state: perm_e is a function of (seed, epoch) (I1), so resuming at iteration
  * i replays exactly what an uninterrupted run would have done.
@@ -25,6 +26,12 @@ typedef struct {
     uint32_t model;        /* model_kind (model.h), which shares cfg_model's values */
     uint32_t n_nodes;      /* entries of the batch split */
 } ckpt_meta;
+
+/* Get `path` ready before a run writes it: remove the temporary files `path`.tmp.PID that saves
+ * of processes no longer running left behind (a save killed part-way), then create and remove
+ * this process's own to prove that the directory takes new files (HR_ERR_IO naming the file
+ * when not, or when `path` exists and is not a regular file). */
+hr_status ckpt_prepare(const char *path, char *err, size_t errlen);
 
 /* Write meta, params (n_params), opt_state (n_params) and split (n_nodes) to `path`. */
 hr_status ckpt_save(const char *path, const ckpt_meta *meta, const float *params,

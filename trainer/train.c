@@ -57,6 +57,9 @@ hr_status train_init(trainer *t, const train_config *tc, const train_comm *comm,
     if (t->comm.size < 1 || t->comm.rank < 0 || t->comm.rank >= t->comm.size)
         return hr_fail(err, errlen, HR_ERR_INVAL, "train: bad rank %d of %d", t->comm.rank,
                        t->comm.size);
+    /* rank 0 writes the checkpoints: find an unwritable place now, not at the first save */
+    if (t->comm.rank == 0 && c->checkpoint && c->checkpoint[0])
+        HR_CHECK(ckpt_prepare(c->checkpoint, err, errlen));
     long threads = c->threads;
     if (threads <= 0) threads = sysconf(_SC_NPROCESSORS_ONLN);
     openblas_set_num_threads((int)threads);

@@ -4,7 +4,9 @@
  *  - atomicity: a save that dies part-way (a child process killed by SIGXFSZ when its file
  *    size limit is below the checkpoint's size) leaves the previous checkpoint bitwise as it
  *    was, and it still loads; a save whose write fails (SIGXFSZ ignored, EFBIG) reports the
- *    error, leaves the previous checkpoint alone and no temporary file behind;
+ *    error, leaves the previous checkpoint alone and no temporary file behind; the temporary
+ *    file of a killed save is removed when the next run starts (ckpt_prepare);
+ *  - an unwritable checkpoint (missing directory, a directory as the file) fails train_init;
  *  - refusal: corrupt, truncated, padded or foreign-version files, and checkpoints of runs
  *    with another seed, global batch, model shape or model kind, are refused with a message
  *    that names the file and the reason, and leave every parameter, the whole optimizer state,
@@ -109,11 +111,19 @@ static void test_atomic_save(void) {
     CHECK(train_load(&b, path, err, sizeof err) == HR_OK, "after a killed save: %s", err);
     CHECK(b.iter == 3 && memcmp(b.m.params, p3, sizeof(float) * (size_t)a.m.n_params) == 0,
           "after a killed save the checkpoint holds iteration %ld, not the saved state", b.iter);
-    /* a crash leaves its temporary file; the next save must not trip over it */
-    char stale[256];
+    /* a crash leaves its temporary file; the next run removes it at start (its process is
+     * gone), and keeps those of live processes and files that only look alike */
+    char stale[256], live[256], other[256];
     snprintf(stale, sizeof stale, "%s.tmp.%ld", path, (long)pid);
-    printf("temporary files after the killed save: %d\n", count_entries(".tmp"));
-    unlink(stale);
+    snprintf(live, sizeof live, "%s.tmp.%ld", path, (long)getppid());
+    snprintf(other, sizeof other, "%s.tmp.12x", path);
+    spit(live, "x", 1), spit(other, "x", 1);
+    CHECK(access(stale, F_OK) == 0, "the killed save left no temporary file %s", stale);
+    CHECK(ckpt_prepare(path, err, sizeof err) == HR_OK, "%s", err);
+    CHECK(access(stale, F_OK) != 0, "the killed save's temporary file %s is still there", stale);
+    CHECK(access(live, F_OK) == 0 && access(other, F_OK) == 0,
+          "a temporary file of a live process, or another file, was removed");
+    unlink(live), unlink(other);
 
     /* the write fails (EFBIG): an error, the old checkpoint untouched, no temporary left */
     pid = save_limited(&a, path, (rlim_t)old_len / 2, 1);
@@ -273,10 +283,31 @@ static void test_refusal(void) {
     cfg_free(&c);
 }
 
+/* A checkpoint that cannot be written is found by train_init, before any training, with a
+ * message naming the file: a missing directory, a directory where a file is expected. */
+static void test_unwritable(void) {
+    for (int i = 0; i < 2; i++) {
+        char path[160], train[600], err[HR_ERRLEN] = "";
+        snprintf(path, sizeof path, "%s/%s", dir, i == 0 ? "missing/run.ckpt" : "adir");
+        if (i == 1) CHECK(mkdir(path, 0700) == 0, "mkdir %s", path);
+        snprintf(train, sizeof train, "%s\ncheckpoint = %s", MLP("784,32,10", "100", "11"), path);
+        cfg c;
+        trainer t;
+        one_node_cfg(&c, dir, train);
+        hr_status st = test_train_init(&t, &c, 0, NULL, err, sizeof err);
+        CHECK(st == HR_ERR_IO && strstr(err, path), "train_init with checkpoint %s: %d (%s)", path,
+              st, err);
+        printf("refused at start as expected: %s\n", err);
+        if (st == HR_OK) train_free(&t);
+        cfg_free(&c);
+    }
+}
+
 int main(void) {
     tmpdir(dir, sizeof dir);
     test_atomic_save();
     test_refusal();
+    test_unwritable();
     rm_rf(dir);
     return check_exit();
 }
