@@ -53,5 +53,17 @@ sed -e 's/^device = cuda:1$//' -e 's/^security = none$/security = none\nbackend 
 msg=$("$HR" run --conf "$tmp/nccl.ini" --node 0 2>&1 >/dev/null); rc=$?
 [ $rc = 2 ] && echo "$msg" | grep -q "nccl.ini: \[cluster\] backend = nccl: .*use backend = tcp" \
     || { echo "FAIL: backend = nccl exited $rc: $msg"; fails=$((fails+1)); }
+# held-out MNIST images of another size than the training images: refused at start, naming the
+# file (they overflowed the heap in the evaluation)
+"$HR" gen-data --kind synthetic --out "$tmp/mnist" --samples 200 --eval-samples 20 >/dev/null 2>&1
+rm -f "$tmp/mnist"/t10k-*
+{ printf '\x00\x00\x08\x03\x00\x00\x00\x02\x00\x00\x00\x20\x00\x00\x00\x20'; head -c 2048 /dev/zero; } \
+    > "$tmp/mnist/t10k-images-idx3-ubyte"
+printf '\x00\x00\x08\x01\x00\x00\x00\x02\x00\x00' > "$tmp/mnist/t10k-labels-idx1-ubyte"
+printf '[cluster]\nsecurity = none\n[train]\ndataset = mnist\ndata_dir = %s\nmodel = softmax\nglobal_batch = 20\niterations = 2\n[node.0]\nhost = 127.0.0.1\nport = 7001\n' \
+    "$tmp/mnist" > "$tmp/mnist.ini"
+msg=$(timeout 30 "$HR" run --conf "$tmp/mnist.ini" --node 0 2>&1 >/dev/null); rc=$?
+[ $rc = 1 ] && echo "$msg" | grep -q "t10k-images-idx3-ubyte: size mismatch: held-out samples of 32x32x1" \
+    || { echo "FAIL: 32x32 held-out images with 28x28 training images exited $rc: $msg"; fails=$((fails+1)); }
 echo "$fails failure(s)"
 [ "$fails" = 0 ]
