@@ -100,7 +100,11 @@ bad_peers)
     # 1. node 0 runs with a key that is not the one pinned by the others
     newbase; CT=4 conf "$tmp/c.ini" 3
     sed -e "s|key_file = .*|key_file = $tmp/rogue.key|" -e "s|${pub[0]}|$rogue_pub|" "$tmp/c.ini" > "$tmp/c0.ini"
-    start 0 "$tmp/c0.ini" init; start 1 "$tmp/c.ini" init; start 2 "$tmp/c.ini" init
+    # node 2 reaches node 0 first and must refuse its proof; node 1 starts only then, so that
+    # node 0 cannot give up (refused by node 1) and close its port before node 2 has seen it
+    start 2 "$tmp/c.ini" init; start 0 "$tmp/c0.ini" init
+    for _ in $(seq 1 100); do grep -q "authentication failed" "$tmp/out.2" && break; sleep 0.05; done
+    start 1 "$tmp/c.ini" init
     finish 0 1 2
     for i in 0 1 2; do [ "${rc[$i]}" = 3 ] || fail "wrong key: node $i exited ${rc[$i]}, expected 3"; done
     grep -q "refused this node" "$tmp/out.0" || fail "wrong key: node 0 was not told it was refused"
