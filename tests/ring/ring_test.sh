@@ -165,12 +165,21 @@ tamper)
     # frame 3. Every failure of authentication names the link from node 0, on node 1 (which
     # detects it) and on the others (told by aborts); nobody blames a dead or silent peer.
     for what in ${TAMPER_WHAT:-flip flip-type flip-coll flip-epoch flip-seq flip-index flip-len replay truncate}; do
-        newbase; TO=5 conf "$tmp/c.ini" 3
-        pport=$((base + 5))
-        sed "s|port = $((base + 1))\$|port = $pport|" "$tmp/c.ini" > "$tmp/c0.ini" # node 0 reaches 1 via the proxy
-        "$PROXY" $pport $((base + 1)) $what 3 > "$tmp/proxy.out" 2>&1 &
-        pids+=($!); ppid=$!
-        sleep 0.2
+        # another test running beside this one may hold the proxy's port: take other ports then
+        for _ in 1 2 3 4 5; do
+            newbase; TO=5 conf "$tmp/c.ini" 3
+            pport=$((base + 5))
+            sed "s|port = $((base + 1))\$|port = $pport|" "$tmp/c.ini" > "$tmp/c0.ini" # node 0 reaches 1 via the proxy
+            "$PROXY" $pport $((base + 1)) $what 3 > "$tmp/proxy.out" 2>&1 &
+            ppid=$!
+            for _ in $(seq 1 40); do
+                grep -q "proxy listening" "$tmp/proxy.out" || ! kill -0 $ppid 2>/dev/null && break
+                sleep 0.05
+            done
+            grep -q "proxy listening" "$tmp/proxy.out" && break
+            wait $ppid 2>/dev/null
+        done
+        pids+=($ppid)
         # nodes 1 and 2 first, so that node 1 is forming its view when the proxy connects
         for i in 1 2; do start $i "$tmp/c.ini" reduce 4194304 3; done
         sleep 0.2; start 0 "$tmp/c0.ini" reduce 4194304 3
