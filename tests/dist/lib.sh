@@ -1,12 +1,13 @@
 # lib.sh: the setup the multi-process scripts share; sourced with the hetring binary as $1.
 # Sets HR, a failure counter (fail MSG, then `finish` at the end), a temporary directory $tmp
-# removed on exit, and a base port below the ephemeral range (32768+).
+# removed on exit, and `base`, the first of 8 ports claimed for this script (tests/ports.sh).
 set -u
 HR=$1
 fails=0
 fail() { echo "FAIL: $*"; fails=$((fails+1)); }
-tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
-base=$((10000 + RANDOM % 22000)) # below the ephemeral range (32768+)
+. "$(dirname "${BASH_SOURCE[0]}")/../ports.sh"
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"; port_release' EXIT
+port_block || exit 1 # base: 8 ports no other test holds
 
 # write_conf FILE NODES TIMEOUT: a cluster of NODES nodes on 127.0.0.1 ports base.., without
 # security, with the given read timeout; the [train] and [controller] sections from stdin

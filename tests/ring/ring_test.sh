@@ -10,16 +10,19 @@
 #   reform      one node leaves (view epoch 1) and rejoins (epoch 2) without any restart
 #   strangers   idle and garbage connections from a node without the key, at formation and
 #               during a run: the ring forms and runs on, they are closed and named
-# MODE is none, auth (cluster PSK) or encrypt (identity keys). Ports are random in 10000-32000,
+# MODE is none, auth (cluster PSK) or encrypt (identity keys). Ports come in claimed blocks of 8
+# (tests/ports.sh), so tests side by side never share one; they are in 10000-32000,
 # below the kernel's ephemeral range (32768+), so no outgoing connection can hold one.
 set -u
 scenario=$1 mode=$2 NODE=$3 PROXY=${4:-}
 tmp=$(mktemp -d)
 pids=()
+. "$(dirname "$0")/../ports.sh"
 cleanup() {
     for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null; done
     wait 2>/dev/null
     rm -rf "$tmp"
+    port_release
 }
 trap cleanup EXIT
 fails=0
@@ -32,7 +35,7 @@ rogue_pub=$("$NODE" keygen "$tmp/rogue.key")
 mkpsk() { printf '# test psk\n%s\n' "$(od -An -tx1 -N32 /dev/urandom | tr -d ' \n')" > "$1"; chmod 600 "$1"; }
 mkpsk "$tmp/psk"; mkpsk "$tmp/wrong.psk"
 
-newbase() { base=$((10000 + (RANDOM * 7 + $$) % 22000)); }
+newbase() { port_block || exit 1; } # a fresh block of 8 ports, held until the script ends
 # [CT=S] [TO=S] conf FILE N: a cluster of nodes 0..N-1 on 127.0.0.1:base+i (connect_timeout
 # CT, timeout TO)
 conf() {
