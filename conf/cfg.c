@@ -615,14 +615,6 @@ static int cmp_node_id(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-double cfg_node_factor(const cfg *c, int idx, long iter) {
-    const cfg_node *n = &c->nodes[idx];
-    double f = n->slowdown;
-    for (int i = 0; i < n->n_interference && n->interference[i].iter <= iter; i++)
-        f = n->interference[i].factor;
-    return f;
-}
-
 /* ================================================================ INI parsing */
 
 #define CFG_MAX_LINE 16384 /* characters of an INI line, its end of line not counted */

@@ -142,9 +142,6 @@ hr_status cfg_validate(cfg *c, char *err, size_t errlen);
 /* Index of node `id` in c->nodes, or -1. */
 int cfg_node_index(const cfg *c, long id);
 
-/* Compute stretch of node `idx` at iteration `iter` (slowdown, then interference). */
-double cfg_node_factor(const cfg *c, int idx, long iter);
-
 /* Write the effective configuration as INI. It reads back as the same configuration, with two
  * exceptions: the header comment names the file, and an inline psk prints as "<redacted>",
  * which the parser refuses with a message saying so (give the key again, or use psk_file or

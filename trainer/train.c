@@ -172,8 +172,7 @@ static void stats_unpack(const float *tail, int size, train_stat *out) {
     }
 }
 
-/* The emulated stretch of iteration iter: the slowdown, or the last phase begun by then. */
-static double stretch_factor(const train_config *c, long iter) {
+double train_stretch_factor(const train_config *c, long iter) {
     double f = c->slowdown;
     for (int i = 0; i < c->n_phases && c->phases[i].iter <= iter; i++) f = c->phases[i].factor;
     return f;
@@ -231,7 +230,7 @@ hr_status train_step(trainer *t, train_iter *out) {
         return cst;
     }
     double t1 = now_s();
-    double factor = stretch_factor(&t->conf, i);
+    double factor = train_stretch_factor(&t->conf, i);
     if (factor > 1.0) sleep_s((factor - 1.0) * (t1 - t0));
     double t2 = now_s();
 

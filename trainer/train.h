@@ -174,6 +174,10 @@ long train_global_batch(const trainer *t);
  * split (ctrl.h); the trainer does not check it again. */
 void train_set_split(trainer *t, const long *b);
 
+/* The emulated stretch of iteration `iter`: the slowdown, or the factor of the last
+ * interference phase begun by then. */
+double train_stretch_factor(const train_config *c, long iter);
+
 /* Run iteration t->iter and advance. HR_ERR_INVAL when no split was set. */
 hr_status train_step(trainer *t, train_iter *out);
 

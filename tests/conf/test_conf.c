@@ -236,18 +236,6 @@ static void test_overrides(const char *tmp) {
     unsetenv("HETRING_NODE_5_SLOWDOWN");
 }
 
-static void test_factor(const char *tmp) {
-    char err[HR_ERRLEN] = "";
-    cfg c;
-    write_file(tmp, "[cluster]\nsecurity = none\n[node.0]\nhost = 127.0.0.1\nport = 7001\n"
-                    "slowdown = 2\ninterference = 10:4, 20:1\n");
-    CHECK(cfg_load(&c, tmp, err, sizeof err) == HR_OK, "%s", err);
-    CHECK(cfg_node_factor(&c, 0, 0) == 2, "before interference");
-    CHECK(cfg_node_factor(&c, 0, 10) == 4, "during interference");
-    CHECK(cfg_node_factor(&c, 0, 25) == 1, "after interference");
-    cfg_free(&c);
-}
-
 /* Values are read whole and as written: a NUL byte is refused (it would cut the value), numbers
  * are decimal (no octal, no hex), and long lines are read (a line over the limit is refused
  * with its file:line). */
@@ -306,7 +294,6 @@ int main(void) {
     unlink(g_tmp);
     unlink(g_tmp_src);
     test_overrides(tmp);
-    test_factor(tmp);
     test_input_holes(tmp);
     unlink(tmp);
     return check_exit();

@@ -171,9 +171,31 @@ static void test_schedules(void) {
     opt_free(&o);
 }
 
+/* A node's slowdown and interference schedule reach the trainer's stretch factor: the
+ * slowdown before the first phase, then each phase's factor from its iteration on. */
+static void test_stretch(void) {
+    char path[512], err[HR_ERRLEN] = "";
+    snprintf(path, sizeof path, "%s/stretch.ini", dir);
+    FILE *f = fopen(path, "w");
+    fputs("[cluster]\nsecurity = none\n[node.0]\nhost = 127.0.0.1\nport = 7001\n"
+          "slowdown = 2\ninterference = 10:4, 20:1\n",
+          f);
+    fclose(f);
+    cfg c;
+    CHECK(cfg_load(&c, path, err, sizeof err) == HR_OK, "%s", err);
+    train_config tc;
+    app_train_config(&c, 0, &tc);
+    CHECK(train_stretch_factor(&tc, 0) == 2, "before interference");
+    CHECK(train_stretch_factor(&tc, 10) == 4, "during interference");
+    CHECK(train_stretch_factor(&tc, 25) == 1, "after interference");
+    CHECK(tc.emulated, "the run is labelled emulated");
+    cfg_free(&c);
+}
+
 int main(void) {
     tmpdir(dir, sizeof dir);
     test_schedules();
+    test_stretch();
     test_split_invariance();
     test_determinism_and_resume();
     test_learning();
