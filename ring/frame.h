@@ -5,7 +5,7 @@
  * Header fields, little-endian:
  *   0  magic   u32  FRAME_MAGIC
  *   4  version u16  FRAME_VERSION
- *   6  type    u8   FRAME_DATA or FRAME_ABORT
+ *   6  type    u8   FRAME_DATA or FRAME_ABORT (FRAME_LOBBY only on lobby connections)
  *   7  coll    u8   the collective (FRAME_COLL_*) the frame belongs to
  *   8  epoch   u64  membership view epoch (I7)
  *   16 seq     u64  collective sequence number within the view
@@ -25,7 +25,7 @@
 #define FRAME_HDR       32
 #define FRAME_ABORT_MAX 512 /* largest abort payload */
 
-enum { FRAME_DATA = 1, FRAME_ABORT = 2 };
+enum { FRAME_DATA = 1, FRAME_ABORT = 2, FRAME_LOBBY = 3 /* elect.c's lobby messages */ };
 enum {
     FRAME_COLL_ALLREDUCE = 1,
     FRAME_COLL_ALLGATHER = 2,

@@ -18,6 +18,7 @@
  */
 #include "ring.h"
 
+#include "elect.h"
 #include "frame.h"
 #include "bytes.h"
 #include "hr_log.h"
@@ -79,7 +80,7 @@ const ring_view *ring_get_view(const ring *r) {
     return &r->view;
 }
 
-static void close_links(ring *r) {
+void ring_close_links(ring *r) {
     tcp_close(&r->succ_fd);
     tcp_close(&r->pred_fd);
     sec_chan_free(&r->succ_ch);
@@ -96,19 +97,23 @@ static void sleep_s(double s) {
 
 /*
  * The gate: one thread per ring, from the first listen until ring_free, does all accepting.
- * While a view forms it hands each connection to a handshake thread of its own, with a short
- * deadline (GATE_HS_S, at most `timeout`); at most GATE_PENDING of them run at once, and a new
- * connection past that cap evicts the oldest one from the address with the most pending. The
- * first connection that proves to be the expected predecessor is taken. Every other connection
- * (one that fails its handshake, one still pending when formation ends, any that arrives while
- * no view forms) is closed at once and its address logged. So nothing a node without the key
- * does can hold formation up, and no stranger's connection stays open for long.
+ * It hands each connection to a handshake thread of its own, with a short deadline (GATE_HS_S,
+ * at most `timeout`, while a view forms; GATE_IDLE_S otherwise, when only lobby calls can
+ * succeed); at most GATE_PENDING of them run at once, and a new connection past that cap evicts
+ * the oldest one from the address with the most pending. A lobby call (any member of the
+ * config, sec.h) is served by its handshake thread: one request, one reply, closed
+ * (elect_serve, every read and write by the same deadline). The first ring-link connection
+ * that proves to be the expected predecessor while a view forms is taken. Every other
+ * connection (one that fails its handshake, a ring link while no view forms) is closed at once
+ * and its address logged. So nothing a node without the key does can hold formation up, and no
+ * stranger's connection stays open for long.
  * Invariant: a slot's fd is shut down (never closed) by the gate, under `mu`, and only while
  * the handshake thread still owns it; that thread closes it.
  */
 #define GATE_PENDING 16                 /* unauthenticated connections handshaking at once */
 #define GATE_SLOTS   (2 * GATE_PENDING) /* those, and evicted ones still winding down */
 #define GATE_HS_S    5.0                /* per-connection handshake deadline, capped by timeout */
+#define GATE_IDLE_S  1.0                /* the same while no view forms (lobby calls only) */
 #define GATE_LOGS    20                 /* lines per second about strangers; the rest are counted */
 
 typedef struct {
@@ -121,6 +126,7 @@ typedef struct {
     double t0;               /* when it was accepted (tcp_now seconds) */
     double deadline;         /* its handshake must finish by then */
     sec_hs_params p;         /* what the handshake must agree on */
+    sec_hs_peer who_is;      /* who the other end proved to be */
     char peer[96];           /* "addr:port" of the remote end */
     char who[RING_STR + 64]; /* the predecessor expected, for messages */
     sec_chan ch;             /* channel of a successful handshake */
@@ -188,6 +194,17 @@ static void *gate_hs_main(void *arg) {
     int fd = s->fd, refused = 0;
     char why[HR_ERRLEN];
     hr_status st = sec_handshake(fd, 0, &s->p, s->deadline, &s->ch, &refused, why, sizeof why);
+    if (st == HR_OK && s->who_is.lobby) {
+        /* the gate may still shut fd down (s->fd is kept) while the request is served */
+        elect_serve(g->r, fd, &s->ch, s->who_is.id, s->peer, s->deadline);
+        pthread_mutex_lock(&g->mu);
+        s->fd = -1;
+        s->done = 1;
+        pthread_mutex_unlock(&g->mu);
+        sec_chan_free(&s->ch);
+        close(fd);
+        return NULL;
+    }
     pthread_mutex_lock(&g->mu);
     const char *cut = s->cut;
     int take = st == HR_OK && !cut && g->forming && g->fd < 0;
@@ -208,6 +225,9 @@ static void *gate_hs_main(void *arg) {
     if (cut)
         gate_log(g, "closed a connection from %s after %.1f s: %s", s->peer, tcp_now() - s->t0,
                  cut);
+    else if (st == HR_ERR_VIEW) /* another epoch or neighbour: transient while views change */
+        HR_DEBUG(SEC, "refused a connection from %s (expected predecessor %s): %s", s->peer, s->who,
+                 why);
     else if (st != HR_OK)
         gate_log(g, "rejected a connection from %s (expected predecessor %s): %s", s->peer, s->who,
                  why);
@@ -264,16 +284,11 @@ static void gate_admit(ring_gate *g, int fd, const char *peer) {
         else if (!s->done && !s->cut)
             live++;
     }
-    if (!g->forming) {
-        no = "no view is forming here";
-    } else {
-        if (live >= GATE_PENDING) {
-            int v = gate_victim(g);
-            if (v >= 0)
-                gate_cut(&g->slots[v], "evicted: too many unauthenticated connections pending");
-        }
-        if (free_i < 0) no = "too many unauthenticated connections pending";
+    if (live >= GATE_PENDING) {
+        int v = gate_victim(g);
+        if (v >= 0) gate_cut(&g->slots[v], "evicted: too many unauthenticated connections pending");
     }
+    if (free_i < 0) no = "too many unauthenticated connections pending";
     if (!no) {
         gate_slot *s = &g->slots[free_i];
         s->g = g;
@@ -281,10 +296,14 @@ static void gate_admit(ring_gate *g, int fd, const char *peer) {
         s->done = 0;
         s->cut = NULL;
         s->t0 = tcp_now();
-        s->deadline = s->t0 + g->hs_s;
+        s->deadline = s->t0 + (g->forming || g->hs_s < GATE_IDLE_S ? g->hs_s : GATE_IDLE_S);
         s->p = g->p;
+        s->p.accept_lobby = 1;
+        s->p.peer = &s->who_is;
+        s->who_is = (sec_hs_peer){-1, 0};
+        if (!g->forming) s->p.expect_id = -1; /* a ring link is refused: none is wanted now */
         snprintf(s->peer, sizeof s->peer, "%s", peer);
-        snprintf(s->who, sizeof s->who, "%s", g->who);
+        snprintf(s->who, sizeof s->who, "%s", g->forming ? g->who : "none (no view is forming)");
         if (pthread_create(&s->th, NULL, gate_hs_main, s) == 0)
             s->used = 1;
         else
@@ -329,7 +348,12 @@ static hr_status gate_start(ring *r, char *err, size_t errlen) {
     g->fd = -1;
     for (int i = 0; i < GATE_SLOTS; i++) g->slots[i].fd = -1;
     g->hs_s = r->timeout < GATE_HS_S ? r->timeout : GATE_HS_S;
-    g->p.epoch = r->view.epoch;
+    g->p = (sec_hs_params){.rc = &r->rc,
+                           .keys = &r->keys,
+                           .epoch = r->view.epoch,
+                           .self_id = r->self_id,
+                           .expect_id = -1,
+                           .seg_bytes = (uint32_t)r->seg_bytes};
     atomic_init(&g->stop, 0);
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
@@ -381,9 +405,9 @@ static void gate_open(ring_gate *g, const sec_hs_params *p, const char *who) {
     pthread_mutex_unlock(&g->mu);
 }
 
-/* Wait until `deadline` for the predecessor (0 skips the wait), then end formation: every
- * connection still pending is shut down. Returns the predecessor's fd and channel, or -1 with
- * the last rejection's status in `st` and its text in `why`. */
+/* Wait until `deadline` for the predecessor (0 skips the wait), then end formation. Returns the
+ * predecessor's fd and channel, or -1 with the last rejection's status in `st` and its text in
+ * `why`. */
 static int gate_close(ring_gate *g, double deadline, sec_chan *ch, hr_status *st, char *why,
                       size_t whylen) {
     pthread_mutex_lock(&g->mu);
@@ -397,9 +421,8 @@ static int gate_close(ring_gate *g, double deadline, sec_chan *ch, hr_status *st
     if (fd >= 0) *ch = g->ch;
     sec_chan_free(&g->ch);
     g->forming = 0;
-    for (int i = 0; i < GATE_SLOTS; i++)
-        if (g->slots[i].fd >= 0) /* its handshake is still running */
-            gate_cut(&g->slots[i], "still unauthenticated when formation ended");
+    /* handshakes still running are left to their deadline: they may be lobby calls, and a
+     * ring link that finishes now is closed as no longer wanted */
     *st = g->st;
     snprintf(why, whylen, "%s", g->err);
     pthread_mutex_unlock(&g->mu);
@@ -417,7 +440,7 @@ static sec_hs_params hs_params(const ring *r, long expect) {
 }
 
 /* Connect to the successor, retrying with backoff until `deadline`. */
-static hr_status connect_succ(ring *r, double deadline, char *err, size_t errlen) {
+static hr_status connect_succ(ring *r, double deadline, double secs, char *err, size_t errlen) {
     const ring_member *s = &r->rc.members[r->succ];
     char who[RING_STR + 64], why[HR_ERRLEN] = "no attempt";
     node_str(r, s->id, who, sizeof who);
@@ -454,11 +477,13 @@ static hr_status connect_succ(ring *r, double deadline, char *err, size_t errlen
         backoff = backoff * 2 > 0.5 ? 0.5 : backoff * 2;
     }
     return hr_fail(err, errlen, HR_ERR_TIMEOUT,
-                   "could not connect to successor %s within %.1f s (%d attempts): %s", who,
-                   r->rc.connect_timeout, tries, why);
+                   "could not connect to successor %s within %.1f s (%d attempts): %s", who, secs,
+                   tries, why);
 }
 
-static hr_status form(ring *r, char *err, size_t errlen) {
+/* Form the ring of r->view: connect to the successor and take the predecessor, both within
+ * `secs` seconds. */
+hr_status ring_form(ring *r, double secs, char *err, size_t errlen) {
     r->rank = -1;
     for (int i = 0; i < r->view.n; i++)
         if (r->view.ids[i] == r->self_id) r->rank = i;
@@ -480,20 +505,20 @@ static hr_status form(ring *r, char *err, size_t errlen) {
     if (r->succ < 0 || r->pred < 0)
         return hr_fail(err, errlen, HR_ERR_VIEW, "view epoch %llu names a node not in the config",
                        (unsigned long long)r->view.epoch);
-    double deadline = tcp_now() + r->rc.connect_timeout;
+    double deadline = tcp_now() + secs;
     char pw[RING_STR + 64], why[HR_ERRLEN];
     node_str(r, id_of(r, r->pred), pw, sizeof pw);
     sec_hs_params p = hs_params(r, id_of(r, r->pred));
     gate_open(r->gate, &p, pw);
-    hr_status st = connect_succ(r, deadline, err, errlen), pst;
+    hr_status st = connect_succ(r, deadline, secs, err, errlen), pst;
     r->pred_fd =
         gate_close(r->gate, st == HR_OK ? deadline : 0, &r->pred_ch, &pst, why, sizeof why);
     if (st == HR_OK && r->pred_fd < 0)
         st = hr_fail(err, errlen, pst,
-                     "no authenticated connection from predecessor %s within %.1f s: %s", pw,
-                     r->rc.connect_timeout, why);
+                     "no authenticated connection from predecessor %s within %.1f s: %s", pw, secs,
+                     why);
     if (st != HR_OK) {
-        close_links(r);
+        ring_close_links(r);
         return st;
     }
     char sw[RING_STR + 64];
@@ -517,38 +542,55 @@ static hr_status alloc_stage(ring *r) {
     return HR_OK;
 }
 
-hr_status ring_init(ring *r, const ring_config *rc, char *err, size_t errlen) {
+/* What ring_init and ring_open share: copy the config, load the keys, allocate the stages and
+ * the election state. */
+static hr_status ring_setup(ring *r, const ring_config *rc) {
     memset(r, 0, sizeof *r);
     r->listen_fd = r->succ_fd = r->pred_fd = -1;
     r->succ = r->pred = -1;
     r->rc = *rc;
-    hr_status st;
-    if (rc->n_members < 1 || rc->n_members > RING_MAX_NODES) {
-        st = hr_fail(r->err, sizeof r->err, HR_ERR_INVAL, "a ring needs 1 to %d members, not %d",
-                     RING_MAX_NODES, rc->n_members);
-        goto fail;
-    }
+    if (rc->n_members < 1 || rc->n_members > RING_MAX_NODES)
+        return hr_fail(r->err, sizeof r->err, HR_ERR_INVAL, "a ring needs 1 to %d members, not %d",
+                       RING_MAX_NODES, rc->n_members);
     r->self = ring_config_index(rc, rc->self_id);
-    if (r->self < 0) {
-        st = hr_fail(r->err, sizeof r->err, HR_ERR_INVAL, "node %ld is not a member", rc->self_id);
-        goto fail;
-    }
+    if (r->self < 0)
+        return hr_fail(r->err, sizeof r->err, HR_ERR_INVAL, "node %ld is not a member",
+                       rc->self_id);
     r->self_id = rc->self_id;
     r->timeout = rc->timeout;
     r->seg_bytes = rc->segment_bytes > 0 ? (size_t)rc->segment_bytes : RING_SEG_DEFAULT;
     if (r->seg_bytes < 64) r->seg_bytes = 64;
-    HR_CHECK_GOTO(sec_keys_load(&r->keys, &r->rc, r->err, sizeof r->err), st, fail);
+    HR_CHECK(sec_keys_load(&r->keys, &r->rc, r->err, sizeof r->err));
     if (r->keys.mode == RING_SEC_NONE)
         HR_WARN(SEC, "security = none: ring links are neither authenticated nor encrypted");
-    if (alloc_stage(r) != HR_OK) {
-        st = hr_fail(r->err, sizeof r->err, HR_ERR_NOMEM, "out of memory");
-        goto fail;
-    }
+    if (alloc_stage(r) != HR_OK || elect_alloc(r) != HR_OK)
+        return hr_fail(r->err, sizeof r->err, HR_ERR_NOMEM, "out of memory");
+    return HR_OK;
+}
+
+hr_status ring_init(ring *r, const ring_config *rc, char *err, size_t errlen) {
+    hr_status st;
+    HR_CHECK_GOTO(ring_setup(r, rc), st, fail);
     r->view.epoch = 0;
     r->view.n = rc->n_members;
     for (int i = 0; i < rc->n_members; i++) r->view.ids[i] = rc->members[i].id;
     if (rc->n_members > 1) HR_CHECK_GOTO(listen_start(r, r->err, sizeof r->err), st, fail);
-    HR_CHECK_GOTO(form(r, r->err, sizeof r->err), st, fail);
+    HR_CHECK_GOTO(ring_form(r, r->rc.connect_timeout, r->err, sizeof r->err), st, fail);
+    elect_formed(r);
+    return HR_OK;
+fail:
+    if (err) snprintf(err, errlen, "%s", r->err);
+    return st;
+}
+
+hr_status ring_open(ring *r, const ring_config *rc, char *err, size_t errlen) {
+    hr_status st;
+    HR_CHECK_GOTO(ring_setup(r, rc), st, fail);
+    r->view = (ring_view){.epoch = 0, .n = 0};
+    r->rank = -1;
+    r->failed = HR_ERR_VIEW;
+    snprintf(r->err, sizeof r->err, "no view yet: call ring_elect");
+    if (rc->n_members > 1) HR_CHECK_GOTO(listen_start(r, r->err, sizeof r->err), st, fail);
     return HR_OK;
 fail:
     if (err) snprintf(err, errlen, "%s", r->err);
@@ -556,13 +598,14 @@ fail:
 }
 
 hr_status ring_reform(ring *r, const ring_view *v, char *err, size_t errlen) {
-    close_links(r);
+    ring_close_links(r);
     if (v->n < 1 || v->n > RING_MAX_NODES)
         return hr_fail(err, errlen, HR_ERR_INVAL, "a view needs 1 to %d members", RING_MAX_NODES);
     r->view = *v;
     hr_status st = HR_OK;
     if (v->n > 1 && r->listen_fd < 0) st = listen_start(r, r->err, sizeof r->err);
-    if (st == HR_OK) st = form(r, r->err, sizeof r->err);
+    if (st == HR_OK) st = ring_form(r, r->rc.connect_timeout, r->err, sizeof r->err);
+    if (st == HR_OK) elect_formed(r);
     if (st != HR_OK) {
         r->failed = st;
         if (err) snprintf(err, errlen, "%s", r->err);
@@ -571,8 +614,9 @@ hr_status ring_reform(ring *r, const ring_view *v, char *err, size_t errlen) {
 }
 
 void ring_free(ring *r) {
-    gate_stop(r); /* its threads read listen_fd, rc and keys */
-    close_links(r);
+    gate_stop(r); /* its threads read listen_fd, rc, keys and the election state */
+    elect_free(r);
+    ring_close_links(r);
     tcp_close(&r->listen_fd);
     sec_keys_free(&r->keys);
     ring_config_wipe(&r->rc);

@@ -6,10 +6,11 @@
  * connect_timeout) and accepts its predecessor; both links are authenticated by the handshake
  * in sec.h. Data flows one way round the ring: a node sends only to its successor and
  * receives only from its predecessor, both at once.
- * From the first listen until ring_free a thread accepts every connection: while a view forms,
- * handshakes run in parallel, each with a short deadline and at most 16 pending; any connection
- * that is not the authenticated predecessor is closed at once and its address logged, so a
- * peer without the key cannot delay or stop the cluster.
+ * From the first listen until ring_free a thread accepts every connection and handshakes it
+ * (in parallel, each with a short deadline, at most 16 pending): an authenticated lobby call
+ * from a member (elastic membership, below) is answered; the authenticated predecessor is taken
+ * while a view forms; anything else is closed at once and its address logged, so a peer without
+ * the key cannot delay or stop the cluster.
  *
  * Contract of every collective:
  *  - all members call the same collectives in the same order with matching arguments;
@@ -56,30 +57,31 @@ typedef struct {
 } ring_sched;
 
 typedef struct ring {
-    ring_config rc;      /* this ring's own copy of its config; its PSK is wiped by ring_free */
-    int self;            /* this node's index in rc.members */
-    long self_id;        /* this node's id */
-    ring_view view;      /* current view */
-    int rank;            /* position of this node in view.ids */
-    int succ, pred;      /* rc.members indices of successor and predecessor; -1 when alone */
-    int listen_fd;       /* listening socket, kept across views */
-    ring_gate *gate;     /* thread that accepts on listen_fd until ring_free (ring.c) */
-    int succ_fd;         /* connection to the successor (this node sends) */
-    int pred_fd;         /* connection from the predecessor (this node receives) */
-    sec_keys keys;       /* this node's secrets */
-    sec_chan succ_ch;    /* channel state of the successor link (tx used) */
-    sec_chan pred_ch;    /* channel state of the predecessor link (rx used) */
-    uint64_t seq;        /* sequence number of the next collective in this view */
-    size_t seg_bytes;    /* pipeline segment size */
-    double timeout;      /* seconds without progress before a peer counts as dead */
-    uint8_t *tx_stage;   /* sealed outgoing frame: header | payload | tag */
-    uint8_t *rx_stage;   /* incoming frame: header | payload | tag */
-    size_t stage_cap;    /* bytes allocated for each stage */
-    float *tmp;          /* scratch for the small all-reduce (n * count floats) */
-    size_t tmp_cap;      /* bytes allocated for tmp */
-    ring_sched sched;    /* schedule scratch */
-    hr_status failed;    /* HR_OK, or the error that broke this view */
-    char err[HR_ERRLEN]; /* last detailed error */
+    ring_config rc;          /* this ring's own copy of its config; its PSK is wiped by ring_free */
+    int self;                /* this node's index in rc.members */
+    long self_id;            /* this node's id */
+    ring_view view;          /* current view */
+    int rank;                /* position of this node in view.ids */
+    int succ, pred;          /* rc.members indices of successor and predecessor; -1 when alone */
+    int listen_fd;           /* listening socket, kept across views */
+    ring_gate *gate;         /* thread that accepts on listen_fd until ring_free (ring.c) */
+    int succ_fd;             /* connection to the successor (this node sends) */
+    int pred_fd;             /* connection from the predecessor (this node receives) */
+    sec_keys keys;           /* this node's secrets */
+    sec_chan succ_ch;        /* channel state of the successor link (tx used) */
+    sec_chan pred_ch;        /* channel state of the predecessor link (rx used) */
+    uint64_t seq;            /* sequence number of the next collective in this view */
+    size_t seg_bytes;        /* pipeline segment size */
+    double timeout;          /* seconds without progress before a peer counts as dead */
+    uint8_t *tx_stage;       /* sealed outgoing frame: header | payload | tag */
+    uint8_t *rx_stage;       /* incoming frame: header | payload | tag */
+    size_t stage_cap;        /* bytes allocated for each stage */
+    float *tmp;              /* scratch for the small all-reduce (n * count floats) */
+    size_t tmp_cap;          /* bytes allocated for tmp */
+    ring_sched sched;        /* schedule scratch */
+    struct ring_elastic *el; /* election state, shared with the gate's lobby (elect.c) */
+    hr_status failed;        /* HR_OK, or the error that broke this view */
+    char err[HR_ERRLEN];     /* last detailed error */
 } ring;
 
 /* Form the ring for view epoch 0 (all members of `rc`, in their order) as node rc->self_id.
@@ -109,6 +111,61 @@ hr_status ring_allgatherv(ring *r, const void *mine, size_t my_bytes, void *all,
 hr_status ring_broadcast(ring *r, void *buf, size_t bytes, int root_rank);
 /* Returns once every member has entered the barrier. */
 hr_status ring_barrier(ring *r);
+
+/* ---------------------------------------------------------------- elastic membership
+ * (DESIGN.md "Elastic membership"; ring/elect.c)
+ *
+ * Views after the first are agreed on with no coordinator. Every node's gate also answers
+ * lobby requests: short authenticated connections (the same handshake, any member of the
+ * config may call) that ask a node for its status (electing, forming or training, its view,
+ * its lineage) or ask it to admit the caller. ring_elect runs on every node that needs a new
+ * view: at start, after a collective failed, or when the members agreed to admit a joiner.
+ * It probes every peer of the config, and the lowest id among the electing nodes decides the
+ * next view (epoch = 1 + the highest epoch any of them has seen, members = the electing
+ * nodes) once two probe rounds agree and the view has min_nodes members; the others adopt the
+ * decision from any peer that forms or trains in it. A node that finds the others training a
+ * view it is not in asks them to admit it (ring_join_requested on their side) and keeps
+ * probing. At most one view per epoch is ever formed: a node adopts at most one view per
+ * epoch, and two quorums share a node.
+ *
+ * State: a node's lineage says which state it holds; the election hands every member every
+ * member's lineage, so all of them pick the same donor (ring_agreement.donor). */
+
+#define RING_PROGRESS_NONE (-1) /* lineage.progress of a node that holds no training state */
+
+/* Which training state a node holds. */
+typedef struct {
+    uint64_t epoch;   /* the last view whose state this node took up completely (0: none) */
+    int64_t progress; /* iterations applied, or RING_PROGRESS_NONE */
+} ring_lineage;
+
+/* What an election decided, the same on every member. */
+typedef struct {
+    ring_view view;                       /* the view formed (ring_get_view gives it too) */
+    ring_lineage lineage[RING_MAX_NODES]; /* every member's, by rank */
+    int donor;                            /* rank whose state everyone takes: the lowest rank
+                                           * of the highest lineage (epoch, then progress) */
+    int in_sync;                          /* every member's lineage equals the donor's: no
+                                           * state needs to move */
+    uint64_t prev_epoch;                  /* the view this node held before, 0 at start */
+} ring_agreement;
+
+/* Agree on the next view with every peer that can be reached, and form its ring; `mine` is
+ * this node's lineage. Gives up with HR_ERR_TIMEOUT after rc.rejoin_timeout without a
+ * quorum (the error says which nodes were reachable), logging every few seconds while it
+ * waits. Safe to call on a failed ring, and as the first thing after ring_open. */
+hr_status ring_elect(ring *r, const ring_lineage *mine, ring_agreement *out, char *err,
+                     size_t errlen);
+
+/* Open a ring for elections: copy `rc`, load the keys, listen and start the gate (which answers
+ * lobby calls from then on), form nothing yet: the view is {epoch 0, no members} and every
+ * collective fails with HR_ERR_VIEW until ring_elect formed one. ring_free is still needed on
+ * failure. */
+hr_status ring_open(ring *r, const ring_config *rc, char *err, size_t errlen);
+
+/* Whether a node outside the view has asked to be admitted since the last ring_elect
+ * (read by the training loop at every iteration; thread-safe). */
+int ring_join_requested(ring *r);
 
 /* The last detailed error ("" if none). */
 const char *ring_error(const ring *r);

@@ -47,6 +47,9 @@ typedef struct {
     uint8_t psk[RING_KEYLEN];            /* inline pre-shared key (if no psk_file); secret */
     int has_psk;                         /* psk was given */
     char label[RING_PATH];               /* where the config came from, for messages; "" = none */
+    /* elastic membership (ring_elect) */
+    int min_nodes;         /* quorum: members a view needs; 0 = floor(n_members / 2) + 1 */
+    double rejoin_timeout; /* seconds ring_elect keeps trying to reach a quorum */
 } ring_config;
 
 /* Index of member `id` in rc->members, or -1. */

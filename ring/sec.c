@@ -321,6 +321,11 @@ static hr_status hello_speaks(const hello *o, char *why, size_t whylen) {
     return HR_OK;
 }
 
+/* Is `o` a lobby hello that this end takes (as responder, with accept_lobby)? */
+static int hello_lobby(const hello *o, const sec_hs_params *p, int want_role) {
+    return o->epoch == SEC_EPOCH_LOBBY && p->accept_lobby && want_role == 0 /* initiator's */;
+}
+
 /* Check the other end's hello against ours; the reason goes to `why`. */
 static hr_status hello_check(const hello *o, const uint8_t mine[SEC_HELLO], const sec_hs_params *p,
                              int want_role, char *why, size_t whylen) {
@@ -337,14 +342,22 @@ static hr_status hello_check(const hello *o, const uint8_t mine[SEC_HELLO], cons
     if (idx < 0)
         return hr_fail(why, whylen, HR_ERR_AUTH, "unknown peer: node id %ld is not in the cluster",
                        o->from);
-    if (o->from != p->expect_id)
+    int lobby = hello_lobby(o, p, want_role);
+    if (lobby && o->from == p->self_id)
+        return hr_fail(why, whylen, HR_ERR_PROTO, "a lobby call claims this node's own id %ld",
+                       o->from);
+    if (!lobby && p->expect_id < 0)
+        return hr_fail(why, whylen, HR_ERR_VIEW,
+                       "no view is forming at node %ld (only lobby calls are taken now)",
+                       p->self_id);
+    if (!lobby && o->from != p->expect_id)
         return hr_fail(why, whylen, HR_ERR_VIEW,
                        "node %ld is not the expected neighbour (node %ld) in view epoch %llu",
                        o->from, p->expect_id, (unsigned long long)p->epoch);
     if (o->to != p->self_id)
         return hr_fail(why, whylen, HR_ERR_PROTO, "it wanted node %ld, this is node %ld", o->to,
                        p->self_id);
-    if (o->epoch != p->epoch)
+    if (!lobby && o->epoch != p->epoch)
         return hr_fail(why, whylen, HR_ERR_VIEW, "view epoch %llu differs from this node's %llu",
                        (unsigned long long)o->epoch, (unsigned long long)p->epoch);
     if (o->seg != p->seg_bytes)
@@ -495,18 +508,27 @@ static hr_status hs_refuse(hs_state *h, hr_status st) {
     return st;
 }
 
-static hr_status hs_hellos(hs_state *h, int role) {
-    hr_status st;
-    if (role == ROLE_INITIATOR) {
-        st = tcp_send_all(h->fd, h->mine, SEC_HELLO, h->deadline);
-        if (st == HR_OK) st = tcp_recv_all(h->fd, h->theirs, SEC_HELLO, h->deadline);
-    } else {
-        st = tcp_recv_all(h->fd, h->theirs, SEC_HELLO, h->deadline);
-        if (st == HR_OK) st = tcp_send_all(h->fd, h->mine, SEC_HELLO, h->deadline);
-    }
+/* Initiator: send this end's hello, then read the responder's. */
+static hr_status hs_hellos_initiator(hs_state *h) {
+    hr_status st = tcp_send_all(h->fd, h->mine, SEC_HELLO, h->deadline);
+    if (st == HR_OK) st = tcp_recv_all(h->fd, h->theirs, SEC_HELLO, h->deadline);
     if (st != HR_OK) return hs_io(h, st);
     hello_parse(h->theirs, &h->o);
     return HR_OK;
+}
+
+/* Responder: read the initiator's hello first; a lobby call is answered with a lobby hello
+ * addressed to the caller (the transcript covers it like any hello). */
+static hr_status hs_hellos_responder(hs_state *h) {
+    hr_status st = tcp_recv_all(h->fd, h->theirs, SEC_HELLO, h->deadline);
+    if (st != HR_OK) return hs_io(h, st);
+    hello_parse(h->theirs, &h->o);
+    if (hello_lobby(&h->o, h->p, ROLE_INITIATOR)) {
+        le_put64(h->mine + 8, SEC_EPOCH_LOBBY);
+        le_put64(h->mine + 24, (uint64_t)h->o.from);
+    }
+    st = tcp_send_all(h->fd, h->mine, SEC_HELLO, h->deadline);
+    return st == HR_OK ? HR_OK : hs_io(h, st);
 }
 
 /* Receive the next message; a refusal ends the handshake with the other end's reason. */
@@ -577,7 +599,7 @@ static hr_status hs_check_proof(hs_state *h, int role, const hs_msg *m) {
 static hr_status hs_initiator(hs_state *h) {
     hs_msg m;
     hr_status st;
-    HR_CHECK(hs_hellos(h, ROLE_INITIATOR));
+    HR_CHECK(hs_hellos_initiator(h));
     /* Fail at once on a stranger rather than wait for a message it will never send. */
     st = hello_speaks(&h->o, h->why, sizeof h->why);
     if (st != HR_OK) return st;
@@ -601,7 +623,7 @@ static hr_status hs_initiator(hs_state *h) {
 static hr_status hs_responder(hs_state *h) {
     hs_msg m;
     hr_status st;
-    HR_CHECK(hs_hellos(h, ROLE_RESPONDER));
+    HR_CHECK(hs_hellos_responder(h));
     st = hello_check(&h->o, h->mine, h->p, ROLE_INITIATOR, h->why, sizeof h->why);
     if (st == HR_OK && h->secure) st = hs_derive(h, ROLE_RESPONDER);
     if (st != HR_OK) return hs_refuse(h, st);
@@ -631,6 +653,10 @@ hr_status sec_handshake(int fd, int initiator, const sec_hs_params *p, double de
                                              : SEC_AEAD_XCHACHA20;
         dir_init(&ch->tx, p->keys->mode, aead, initiator ? h.k.i2r : h.k.r2i);
         dir_init(&ch->rx, p->keys->mode, aead, initiator ? h.k.r2i : h.k.i2r);
+        if (p->peer) {
+            p->peer->id = h.o.from;
+            p->peer->lobby = h.o.epoch == SEC_EPOCH_LOBBY;
+        }
     } else {
         hr_fail(err, errlen, st, "%s", h.why);
     }

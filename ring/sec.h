@@ -1,7 +1,8 @@
 /*
  * sec.h: the ring's secure channel: keys, the handshake and frame sealing (libsodium).
  *
- * Handshake (initiator I connects to responder R, its successor in the view):
+ * Handshake (initiator I connects to responder R, its successor in the view, or any member for a
+ * lobby call):
  *   I -> R  HELLO   magic, version, role, security mode, view epoch, from id, to id,
  *                   segment size, AES support, ephemeral X25519 key, cluster name hash
  *   R -> I  HELLO   the same from R
@@ -19,6 +20,11 @@
  * key. Fresh ephemeral keys on both sides make every TH unique, which gives forward secrecy and
  * makes a replayed handshake fail. With a PSK and no identity keys, a proof shows only that the
  * peer holds the PSK: any holder may claim any node id.
+ * Lobby: a hello whose epoch is SEC_EPOCH_LOBBY asks for a short membership exchange (elect.c).
+ * A responder with accept_lobby takes it from any member of the config other than itself, in
+ * place of the expected neighbour, and answers with a lobby hello of its own (epoch
+ * SEC_EPOCH_LOBBY, addressed to the caller); the proofs are checked exactly as for a ring link,
+ * against the caller's pinned key or the PSK.
  *
  * Frames: AES-256-GCM when both ends have AES-NI, else XChaCha20-Poly1305; the nonce is a
  * 64-bit counter per direction, so a replayed, dropped or reordered frame fails to open. In
@@ -71,14 +77,27 @@ typedef struct {
     sec_dir rx; /* frames this node receives */
 } sec_chan;
 
+/* The view epoch a lobby hello carries: a short connection for a membership request (elect.c),
+ * not a ring link. No view ever has this epoch. */
+#define SEC_EPOCH_LOBBY UINT64_MAX
+
+/* Who the other end of a successful handshake is. */
+typedef struct {
+    long id;   /* its node id */
+    int lobby; /* it made a lobby connection (epoch SEC_EPOCH_LOBBY), not a ring link */
+} sec_hs_peer;
+
 /* What a handshake must agree on. */
 typedef struct {
     const ring_config *rc; /* cluster name, members and their pinned keys */
     const sec_keys *keys;  /* this node's secrets */
-    uint64_t epoch;        /* view epoch both ends must be in */
+    uint64_t epoch;        /* view epoch both ends must be in (SEC_EPOCH_LOBBY: a lobby call) */
     long self_id;          /* this node */
-    long expect_id;        /* the node the view puts at the other end */
+    long expect_id;        /* the node the view puts at the other end; -1: no view is forming,
+                            * so only a lobby hello can be accepted */
     uint32_t seg_bytes;    /* pipeline segment size both ends must use */
+    int accept_lobby;      /* responder: also accept a lobby hello from any member but itself */
+    sec_hs_peer *peer;     /* out, when not NULL: set on success */
 } sec_hs_params;
 
 /* Load node rc->self_id's keys as `rc` says (key_file, psk_file, inline psk). The identity key

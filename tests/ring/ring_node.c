@@ -12,6 +12,11 @@
  *                                       DROP and check again, while DROP goes straight on to
  *                                       epoch 2; then everyone re-forms as epoch 2 (all nodes)
  *                                       and checks a third time
+ *   ring_node CONF ID elastic STOPFILE [REJOIN_S [MIN_NODES]]
+ *                                       elastic membership: ring_open, then elect a view and
+ *                                       run rounds of all-reduce in it, re-electing after a
+ *                                       failure or when a node asks to be admitted, until
+ *                                       STOPFILE exists (120 s at most); see elastic_main
  *   ring_node keygen FILE               write an identity key file, print its public key
  *
  * Exit status: 0 success, 1 a wrong result, 2 usage or config error, 3 a ring error (its
@@ -171,6 +176,126 @@ static int leave_and_rejoin(ring *r, const cfg *c, long drop, size_t count) {
     return reform_and_check(r, &all, count);
 }
 
+/* ================================================================ elastic mode
+ *
+ * Round k of a view: every member contributes (id + 1) * (k + 1) + (i % 7) to element i of
+ * ELASTIC_COUNT floats (large enough for the reduce-scatter path), plus two flags: "a node asks
+ * to be admitted" and "STOPFILE exists". Each result is checked against the sum over the view's
+ * members, so a member that took another round number (another donor), or a frame from another
+ * view, shows as a wrong sum. The flags are summed too, so every member re-elects or stops at
+ * the same round. After an election every member takes the donor's progress, as the trainer
+ * takes the donor's state. Lines, for elastic_test.sh:
+ *   node ID: view E members A,B,C rank R donor D in_sync S prev P progress K t=REALTIME
+ *   node ID: round K view E ok
+ *   node ID: failed in view E round K: ERROR t=REALTIME
+ *   node ID: admit requested at round K of view E
+ *   node ID: elect failed: ERROR t=REALTIME
+ *   node ID: ok rounds N (on the stop flag)
+ */
+#define ELASTIC_COUNT 20000
+
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+static double wall(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_REALTIME, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+static void print_view(const ring_agreement *a, int rank, int64_t progress) {
+    char ids[RING_MAX_NODES * 8] = "";
+    size_t o = 0;
+    for (int i = 0; i < a->view.n; i++)
+        o += (size_t)snprintf(ids + o, sizeof ids - o, "%s%ld", i ? "," : "", a->view.ids[i]);
+    printf("node %ld: view %llu members %s rank %d donor %d in_sync %d prev %llu progress %lld "
+           "t=%.3f\n",
+           g_id, (unsigned long long)a->view.epoch, ids, rank, a->donor, a->in_sync,
+           (unsigned long long)a->prev_epoch, (long long)progress, wall());
+}
+
+/* Rounds in the current view until a failure (3), an admit request (0), the stop flag (4) or a
+ * wrong sum (1). */
+static int elastic_rounds(ring *r, float *buf, ring_lineage *me, long *rounds,
+                          const char *stopfile) {
+    const ring_view *v = ring_get_view(r);
+    double members = 0;
+    for (int q = 0; q < v->n; q++) members += (double)(v->ids[q] + 1);
+    for (;;) {
+        int64_t k = me->progress;
+        struct stat sb;
+        for (size_t i = 0; i < ELASTIC_COUNT; i++)
+            buf[i] = (float)((g_id + 1) * (k + 1) + (int64_t)(i % 7));
+        buf[ELASTIC_COUNT] = (float)ring_join_requested(r);
+        buf[ELASTIC_COUNT + 1] = (float)(stat(stopfile, &sb) == 0);
+        if (ring_allreduce(r, buf, ELASTIC_COUNT + 2) != HR_OK) {
+            printf("node %ld: failed in view %llu round %lld: %s t=%.3f\n", g_id,
+                   (unsigned long long)v->epoch, (long long)k, ring_error(r), wall());
+            return 3;
+        }
+        for (size_t i = 0; i < ELASTIC_COUNT; i++) {
+            double want = members * (double)(k + 1) + (double)(v->n * (int)(i % 7));
+            if (!(buf[i] == (float)want)) {
+                char msg[160];
+                snprintf(msg, sizeof msg, "view %llu round %lld element %zu: %g, expected %g",
+                         (unsigned long long)v->epoch, (long long)k, i, buf[i], want);
+                return wrong("elastic all-reduce", ELASTIC_COUNT, msg);
+            }
+        }
+        me->progress = k + 1; /* applied: the all-reduce completed here */
+        (*rounds)++;
+        printf("node %ld: round %lld view %llu ok\n", g_id, (long long)k,
+               (unsigned long long)v->epoch);
+        if (buf[ELASTIC_COUNT + 1] > 0) return 4;
+        if (buf[ELASTIC_COUNT] > 0) {
+            printf("node %ld: admit requested at round %lld of view %llu\n", g_id, (long long)k,
+                   (unsigned long long)v->epoch);
+            return 0;
+        }
+        usleep(10000); /* "compute" */
+    }
+}
+
+static int elastic_main(const ring_config *rcfg, const char *stopfile) {
+    ring r;
+    char err[HR_ERRLEN];
+    if (ring_open(&r, rcfg, err, sizeof err) != HR_OK) {
+        fprintf(stderr, "node %ld: ring error in open: %s\n", g_id, err);
+        ring_free(&r);
+        return 3;
+    }
+    float *buf = malloc((ELASTIC_COUNT + 2) * sizeof *buf);
+    ring_lineage me = {0, RING_PROGRESS_NONE};
+    ring_agreement *a = malloc(sizeof *a);
+    long rounds = 0;
+    int rc = 2;
+    double end = wall() + 120;
+    while (buf && a && wall() < end) {
+        if (ring_elect(&r, &me, a, err, sizeof err) != HR_OK) {
+            printf("node %ld: elect failed: %s t=%.3f\n", g_id, err, wall());
+            continue;
+        }
+        /* take the donor's state */
+        int64_t p = a->lineage[a->donor].progress;
+        me.epoch = a->view.epoch;
+        me.progress = p < 0 ? 0 : p;
+        print_view(a, ring_rank(&r), me.progress);
+        rc = elastic_rounds(&r, buf, &me, &rounds, stopfile);
+        if (rc == 1) break;
+        if (rc == 4) {
+            printf("node %ld: ok rounds %ld\n", g_id, rounds);
+            rc = 0;
+            break;
+        }
+        rc = 2;
+    }
+    free(buf);
+    free(a);
+    ring_free(&r);
+    return rc;
+}
+
 int main(int argc, char **argv) {
     hr_log_init_from_env();
     if (argc == 3 && strcmp(argv[1], "keygen") == 0) {
@@ -190,7 +315,8 @@ int main(int argc, char **argv) {
         return 0;
     }
     if (argc < 4) {
-        fprintf(stderr, "usage: ring_node CONF ID correct|loop|reduce|init|reform [ARGS]\n");
+        fprintf(stderr,
+                "usage: ring_node CONF ID correct|loop|reduce|init|reform|elastic [ARGS]\n");
         return 2;
     }
     setvbuf(stdout, NULL, _IOLBF, 0);
@@ -212,6 +338,14 @@ int main(int argc, char **argv) {
         fprintf(stderr, "%s\n", err);
         cfg_free(&c);
         return 2;
+    }
+    if (strcmp(argv[3], "elastic") == 0 && argc >= 5) {
+        rcfg.rejoin_timeout = argc > 5 ? atof(argv[5]) : 30;
+        rcfg.min_nodes = argc > 6 ? atoi(argv[6]) : 0;
+        int erc = elastic_main(&rcfg, argv[4]);
+        ring_config_wipe(&rcfg);
+        cfg_free(&c);
+        return erc;
     }
     ring r;
     int rc = 0;
