@@ -1,0 +1,196 @@
+#!/usr/bin/env bash
+# elastic_test.sh SCENARIO MODE RING_NODE: elastic membership (ring_elect) with real processes on
+# 127.0.0.1. Every node runs `ring_node CONF ID elastic STOPFILE 30`: elect, then rounds of
+# checked all-reduces, re-electing after a failure or an admit request (tests/ring/ring_node.c).
+#   kill    4 nodes; SIGKILL node 2: the 3 survivors install a view of 3 within 3 s and go on;
+#           node 2 restarts and is admitted: all 4 go on in a new view
+#   quorum  4 nodes; SIGKILL nodes 2 and 3: nodes 0 and 1 pause (no view of 2, the log says
+#           they wait for a quorum); node 3 restarts: 0, 1 and 3 go on
+#   stop    4 nodes; SIGSTOP node 1 for 6 s (timeout 2 s): the others go on without it; after
+#           SIGCONT it rejoins through an admit request and all 4 go on
+# Every scenario also checks, over all nodes' logs: no wrong sum, no view below the quorum, and
+# no epoch with two different member sets. MODE is none, auth (PSK) or encrypt (identity keys).
+set -u
+scenario=$1 mode=$2 NODE=$3
+tmp=$(mktemp -d)
+pids=()
+. "$(dirname "$0")/../ports.sh"
+cleanup() {
+    for p in "${pids[@]}"; do kill -CONT "$p" 2>/dev/null; kill -KILL "$p" 2>/dev/null; done
+    wait 2>/dev/null
+    rm -rf "$tmp"
+    port_release
+}
+trap cleanup EXIT
+fails=0
+fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+now() { date +%s.%N; }
+calc() { awk "BEGIN{printf \"%.2f\", $*}"; }
+
+for i in 0 1 2 3; do pub[$i]=$("$NODE" keygen "$tmp/node$i.key"); done
+printf '# test psk\n%s\n' "$(od -An -tx1 -N32 /dev/urandom | tr -d ' \n')" > "$tmp/psk"
+chmod 600 "$tmp/psk"
+port_block || exit 1
+{
+    printf '[cluster]\nname = elastic\nconnect_timeout = 5\ntimeout = 2\n'
+    case $mode in
+    none) printf 'security = none\n' ;;
+    auth) printf 'security = auth\npsk_file = %s\n' "$tmp/psk" ;;
+    encrypt) printf 'security = encrypt\nkey_file = %s\n' "$tmp/node{id}.key" ;;
+    esac
+    printf '[train]\niterations = 1\n'
+    for i in 0 1 2 3; do
+        printf '[node.%d]\nhost = 127.0.0.1\nport = %d\n' $i $((base + i))
+        [ "$mode" = encrypt ] && printf 'pubkey = %s\n' "${pub[$i]}"
+    done
+} > "$tmp/c.ini"
+stopfile=$tmp/stop
+
+# start ID: a node in the background; each start gets a log of its own (out.ID.K)
+declare -A runs
+start() {
+    local id=$1 k=${runs[$1]:-0}
+    runs[$id]=$((k + 1))
+    "$NODE" "$tmp/c.ini" "$id" elastic "$stopfile" 30 > "$tmp/out.$id.$k" 2>&1 &
+    pids+=($!); pid[$id]=$!
+    log[$id]=$tmp/out.$id.$k
+}
+# last_view ID: "EPOCH MEMBERS T" of the node's last installed view
+last_view() { sed -n 's/^node [0-9]*: view \([0-9]*\) members \([0-9,]*\) .* t=\(.*\)$/\1 \2 \3/p' "${log[$1]}" | tail -n 1; }
+# wait_view MEMBERS TIMEOUT_S IDS...: until every node's last view has MEMBERS and an epoch
+# above $min_epoch; sets epoch and t_view (the latest of their view times)
+wait_view() {
+    local want=$1 limit=$2; shift 2
+    local end; end=$(calc "$(now) + $limit")
+    while awk "BEGIN{exit !($(now) < $end)}"; do
+        local ok=1 ep="" tv=0
+        for id in "$@"; do
+            read -r e m t <<< "$(last_view "$id")"
+            if [ "${m:-}" != "$want" ] || [ "${e:-0}" -le "$min_epoch" ] || { [ -n "$ep" ] && [ "$e" != "$ep" ]; }; then ok=0; break; fi
+            ep=$e; tv=$(awk "BEGIN{printf \"%.3f\", ($t > $tv) ? $t : $tv}")
+        done
+        if [ $ok = 1 ]; then epoch=$ep; t_view=$tv; return 0; fi
+        sleep 0.05
+    done
+    return 1
+}
+# rounds ID EPOCH: rounds the node completed in that view
+rounds() { grep -c "^node $1: round [0-9]* view $2 ok" "${log[$1]}"; }
+# wait_rounds K EPOCH TIMEOUT_S IDS...: until every node completed K rounds in view EPOCH
+wait_rounds() {
+    local k=$1 ep=$2 limit=$3; shift 3
+    local end; end=$(calc "$(now) + $limit")
+    while awk "BEGIN{exit !($(now) < $end)}"; do
+        local ok=1
+        for id in "$@"; do [ "$(rounds "$id" "$ep")" -ge "$k" ] || { ok=0; break; }; done
+        [ $ok = 1 ] && return 0
+        sleep 0.1
+    done
+    return 1
+}
+show() { for f in "$tmp"/out.*; do grep -v ' round [0-9]* view [0-9]* ok' "$f" | tail -n 12 | sed "s|^|    ${f##*/}: |"; done; }
+# stop_all IDS...: raise the stop flag; every node ends at the same round and exits 0
+stop_all() {
+    touch "$stopfile"
+    for id in "$@"; do
+        local end; end=$(calc "$(now) + 15")
+        while kill -0 "${pid[$id]}" 2>/dev/null && awk "BEGIN{exit !($(now) < $end)}"; do sleep 0.1; done
+        kill -0 "${pid[$id]}" 2>/dev/null && { fail "node $id still runs 15 s after the stop flag"; continue; }
+        wait "${pid[$id]}"; local rc=$?
+        [ $rc = 0 ] || fail "node $id exited $rc"
+        grep -q "^node $id: ok rounds" "${log[$id]}" || fail "node $id did not stop on the flag"
+    done
+}
+# Over every log: no wrong sum, no view below the quorum (3 of 4), one member set per epoch.
+check_logs() {
+    grep -h "WRONG" "$tmp"/out.* && fail "a wrong sum"
+    grep -h "^node [0-9]*: view " "$tmp"/out.* | awk '
+        { e = $4; m = $6; n = split(m, a, ",")
+          if (n < 3) { print "view " e " has " n " members: " m; bad = 1 }
+          if ((e in set) && set[e] != m) { print "epoch " e ": members " set[e] " and " m; bad = 1 }
+          set[e] = m }
+        END { for (e in set) k++; print "  " k " distinct epochs, one member set each: " (bad ? "NO" : "yes"); exit bad }' ||
+        fail "views: an epoch with two member sets, or a view below the quorum"
+}
+
+min_epoch=0
+for i in 0 1 2 3; do start $i; done
+wait_view 0,1,2,3 20 0 1 2 3 || { fail "the first view of 4 did not form within 20 s"; show; exit 1; }
+e0=$epoch
+echo "first view $e0 of 4 formed"
+wait_rounds 20 "$e0" 20 0 1 2 3 || fail "no 20 rounds in view $e0"
+
+case $scenario in
+kill)
+    kill -KILL "${pid[2]}"; t_kill=$(now); wait "${pid[2]}" 2>/dev/null
+    min_epoch=$e0
+    if wait_view 0,1,3 10 0 1 3; then
+        dt=$(calc "$t_view - $t_kill"); e1=$epoch
+        echo "kill -9 node 2 -> view $e1 (0,1,3) on all survivors after $dt s (timeout 2 s)"
+        awk "BEGIN{exit !($dt < 3)}" || fail "the survivors took $dt s to install a view of 3"
+        wait_rounds 20 "$e1" 20 0 1 3 || fail "the survivors did not go on in view $e1"
+        min_epoch=$e1
+        start 2; t_start=$(now)
+        if wait_view 0,1,2,3 15 0 1 2 3; then
+            dt=$(calc "$t_view - $t_start")
+            echo "node 2 restarted -> view $epoch (0,1,2,3) on all after $dt s"
+            awk "BEGIN{exit !($dt < 5)}" || fail "admitting node 2 took $dt s"
+            wait_rounds 20 "$epoch" 20 0 1 2 3 || fail "the 4 did not go on in view $epoch"
+        else
+            fail "restarted node 2 was not admitted within 15 s"
+        fi
+    else
+        fail "no view of 0,1,3 within 10 s of the kill"
+    fi
+    stop_all 0 1 2 3
+    ;;
+quorum)
+    kill -KILL "${pid[2]}" "${pid[3]}"; t_kill=$(now); wait "${pid[2]}" "${pid[3]}" 2>/dev/null
+    sleep 1
+    r0=$(rounds 0 "$e0"); r1=$(rounds 1 "$e0")
+    sleep 5.5 # past one "waiting for a quorum" period (5 s)
+    [ "$(rounds 0 "$e0")" = "$r0" ] && [ "$(rounds 1 "$e0")" = "$r1" ] || fail "nodes 0 and 1 trained on without a quorum"
+    for i in 0 1; do
+        grep -q "waiting for a quorum of 3 of 4 nodes: reachable 0,1" "${log[$i]}" ||
+            fail "node $i does not say it waits for a quorum"
+        [ "$(last_view $i | cut -d' ' -f1)" = "$e0" ] || fail "node $i installed a view without a quorum"
+    done
+    grep -h "waiting for a quorum" "${log[0]}" | head -n 1 | sed 's/^/    /'
+    min_epoch=$e0
+    start 3; t_start=$(now)
+    if wait_view 0,1,3 15 0 1 3; then
+        echo "node 3 restarted -> view $epoch (0,1,3) after $(calc "$t_view - $t_start") s; the pause lasted $(calc "$t_view - $t_kill") s"
+        wait_rounds 20 "$epoch" 20 0 1 3 || fail "0, 1 and 3 did not go on in view $epoch"
+    else
+        fail "no view of 0,1,3 within 15 s of node 3's restart"
+    fi
+    stop_all 0 1 3
+    ;;
+stop)
+    kill -STOP "${pid[1]}"; t_stop=$(now)
+    min_epoch=$e0
+    if wait_view 0,2,3 10 0 2 3; then
+        e1=$epoch
+        echo "SIGSTOP node 1 -> view $e1 (0,2,3) after $(calc "$t_view - $t_stop") s (timeout 2 s)"
+        wait_rounds 20 "$e1" 20 0 2 3 || fail "0, 2 and 3 did not go on in view $e1"
+    else
+        fail "no view of 0,2,3 within 10 s of SIGSTOP"
+    fi
+    sleep "$(awk "BEGIN{d = $t_stop + 6 - $(now); print (d > 0 ? d : 0)}")"
+    kill -CONT "${pid[1]}"; t_cont=$(now)
+    min_epoch=${e1:-$e0}
+    if wait_view 0,1,2,3 15 0 1 2 3; then
+        echo "SIGCONT node 1 -> view $epoch (0,1,2,3) after $(calc "$t_view - $t_cont") s"
+        grep -q "admit requested" "${log[0]}" || fail "node 1 came back without an admit request"
+        wait_rounds 20 "$epoch" 20 0 1 2 3 || fail "the 4 did not go on in view $epoch"
+    else
+        fail "node 1 was not admitted within 15 s of SIGCONT"
+    fi
+    stop_all 0 1 2 3
+    ;;
+*) echo "unknown scenario $scenario"; exit 2 ;;
+esac
+check_logs
+[ "$fails" = 0 ] || show
+echo "$fails failure(s)"
+[ "$fails" = 0 ]
