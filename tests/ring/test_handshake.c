@@ -540,6 +540,76 @@ static void test_refusal_is_told(realnode *r) {
     free(ch);
 }
 
+/* Lobby hellos (epoch SEC_EPOCH_LOBBY) at a responder that takes lobby calls and expects no
+ * ring link (as the gate while no view forms): any member but itself is accepted and named,
+ * with its proof checked as for a ring link; strangers, wrong keys and ring links are refused.
+ * A responder that takes no lobby calls refuses them; a real lobby initiator succeeds. */
+static void test_lobby(realnode *r, const char *mode) {
+    char what[96], err[HR_ERRLEN];
+    int psk_only = !r->keys.have_identity, refused;
+    sec_hs_params ring_p = r->p;
+    sec_hs_peer who = {-1, -1};
+    r->p.accept_lobby = 1;
+    r->p.expect_id = -1;
+    r->p.peer = &who;
+    for (long id = 1; id <= 2; id++) {
+        fake f = honest(r, INITIATOR);
+        f.epoch = SEC_EPOCH_LOBBY;
+        f.from = id;
+        if (!psk_only) f.sign_sk = g_sk[id];
+        sec_chan *ch = chan_alloc();
+        who = (sec_hs_peer){-1, -1};
+        hr_status st = run(r, &f, 3, ch, &refused, err, sizeof err);
+        snprintf(what, sizeof what, "%s: lobby hello from node %ld", mode, id);
+        printf("%-44s -> %s, caller %ld, lobby %d\n", what, hr_strerror(st), who.id, who.lobby);
+        CHECK(st == HR_OK, "%s refused: %s", what, err);
+        CHECK(who.id == id && who.lobby == 1, "%s: reported caller %ld, lobby %d", what, who.id,
+              who.lobby);
+        CHECK(f.proof_ok == 1 && f.verdict == 0, "%s: the caller did not accept node 0", what);
+        sec_chan_free(ch);
+        free(ch);
+    }
+    fake f;
+#define LOBBY_CASE(name, setup, want, text)                                                        \
+    do {                                                                                           \
+        f = honest(r, INITIATOR);                                                                  \
+        f.epoch = SEC_EPOCH_LOBBY;                                                                 \
+        setup;                                                                                     \
+        snprintf(what, sizeof what, "%s: lobby: %s", mode, name);                                  \
+        who = (sec_hs_peer){-1, -1};                                                               \
+        expect_fail(r, &f, want, text, what);                                                      \
+        CHECK(who.id == -1, "%s: a caller was reported", what);                                    \
+    } while (0)
+    LOBBY_CASE("a stranger", (f.from = 7, f.sign_sk = g_sk[3]), HR_ERR_AUTH,
+               "unknown peer: node id 7");
+    if (psk_only)
+        LOBBY_CASE("wrong PSK", f.psk = g_wrong_psk, HR_ERR_AUTH, "a different pre-shared key");
+    else
+        LOBBY_CASE("an outsider's key", f.sign_sk = g_sk[3], HR_ERR_AUTH,
+                   "does not match the pubkey pinned for node 1");
+    LOBBY_CASE("no proof", f.script = FK_VERDICT_NO_PROOF, HR_ERR_AUTH, "sent no proof");
+    LOBBY_CASE("this node's own id", (f.from = 0, f.sign_sk = g_sk[0]), HR_ERR_PROTO,
+               "this node's own id");
+    LOBBY_CASE("another cluster", f.name = "other", HR_ERR_PROTO, "cluster name 'other' differs");
+    LOBBY_CASE("a ring link while none forms", f.epoch = 0, HR_ERR_VIEW, "no view is forming");
+    r->p = ring_p; /* a responder that takes no lobby calls (a ring link forming) */
+    LOBBY_CASE("not taken here", (void)0, HR_ERR_VIEW, "view epoch 18446744073709551615 differs");
+#undef LOBBY_CASE
+    /* the calling end: a real lobby initiator and an honest member answering */
+    r->p.epoch = SEC_EPOCH_LOBBY;
+    r->p.peer = &who;
+    f = honest(r, RESPONDER);
+    f.epoch = SEC_EPOCH_LOBBY;
+    sec_chan *ch = chan_alloc();
+    hr_status st = run(r, &f, 3, ch, &refused, err, sizeof err);
+    snprintf(what, sizeof what, "%s: lobby call to node 1", mode);
+    printf("%-44s -> %s\n", what, hr_strerror(st));
+    CHECK(st == HR_OK && who.id == 1 && who.lobby == 1, "%s: %s (peer %ld)", what, err, who.id);
+    sec_chan_free(ch);
+    free(ch);
+    r->p = ring_p;
+}
+
 static void part1(int psk_mode) {
     realnode r;
     real_init(&r, psk_mode);
@@ -553,6 +623,7 @@ static void part1(int psk_mode) {
         test_replay(&r, role, tag);
     }
     if (!psk_mode) test_refusal_is_told(&r);
+    test_lobby(&r, mode);
     real_free(&r);
 }
 
