@@ -10,29 +10,27 @@
 
 #include <math.h>
 #include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static double unix_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
 
 /* ================================================================ hashing */
 
 uint64_t dist_hash_floats(const float *v, long n) {
-    /* word-at-a-time multiply-xor; only agreement matters, not cryptographic strength */
-    uint64_t h = 0x9e3779b97f4a7c15ull ^ (uint64_t)n;
-    long i = 0;
-    for (; i + 1 < n; i += 2) {
-        uint64_t w;
-        memcpy(&w, v + i, sizeof w);
-        h = (h ^ w) * 0xff51afd7ed558ccdull;
-        h ^= h >> 29;
-    }
-    if (i < n) {
-        uint32_t w;
-        memcpy(&w, v + i, sizeof w);
-        h = (h ^ w) * 0xff51afd7ed558ccdull;
-    }
-    h ^= h >> 33;
-    h *= 0xc4ceb9fe1a85ec53ull;
-    return h ^ (h >> 33);
+    return train_hash_floats(v, n);
 }
 
 static void put_hash(float *dst, uint64_t h) {
@@ -46,8 +44,15 @@ static int same_hash(const float *a, const float *b) {
 
 /* ================================================================ communicator */
 
+/* A test fault of kind `kind` armed for this node with argument `at`. */
+static int fault_at(const dist *d, const char *kind, long at) {
+    double arg;
+    return hr_fault_get(kind, d->c->nodes[d->self].id, -1, &arg) && (long)arg == at;
+}
+
 static hr_status ring_allreduce_cb(void *ctx, float *buf, size_t n) {
     dist *d = ctx;
+    if (fault_at(d, "crash_comm", d->iter)) hr_fault_kill_after("the all-reduce", 0.002);
     hr_status st = ring_allreduce(&d->r, buf, n);
     if (st != HR_OK) HR_ERROR(RING, "all-reduce failed: %s", ring_error(&d->r));
     return st;
@@ -64,16 +69,13 @@ hr_status dist_init(dist *d, const cfg *c, int self, char *err, size_t errlen) {
     hr_status st = app_ring_config(c, self, &rc, err, errlen);
     if (st != HR_OK) return st;
     d->have_ring = 1;
-    st = ring_init(&d->r, &rc, err, errlen);
+    st = ring_open(&d->r, &rc, err, errlen);
     ring_config_wipe(&rc); /* the ring keeps its own copy of the PSK */
     return st;
 }
 
 train_comm dist_comm(dist *d) {
-    train_comm tc = {.ctx = d,
-                     .rank = ring_rank(&d->r),
-                     .size = ring_size(&d->r),
-                     .allreduce = ring_allreduce_cb};
+    train_comm tc = {.ctx = d, .rank = d->self, .size = d->c->n_nodes, .allreduce = ring_allreduce_cb};
     return tc;
 }
 
@@ -100,10 +102,15 @@ static void perturb(const dist *d, long iter, float *params, long n_params) {
 /* Before the all-reduce: the test fault hook, then this node's hashes into its slot. */
 static hr_status annotate(void *ctx, long iter, float *params, long n_params, train_stat *mine) {
     dist *d = ctx;
+    d->iter = iter;
     perturb(d, iter, params, n_params);
-    if (iter % d->hash_interval == 0)
+    if (iter % d->hash_interval == 0 || d->force_hash)
         put_hash(mine->extra + DIST_STAT_PHASH, dist_hash_floats(params, n_params));
     put_hash(mine->extra + DIST_STAT_DHASH, d->dhash);
+    int flags = 0;
+    if (ring_join_requested(&d->r)) flags |= DIST_FLAG_JOIN;
+    if (d->leave && *d->leave) flags |= DIST_FLAG_LEAVE;
+    mine->extra[DIST_STAT_FLAGS] = (float)flags;
     return HR_OK;
 }
 
@@ -132,7 +139,16 @@ __attribute__((format(printf, 1, 2))) static hr_status mismatch(const char *fmt,
 static hr_status decide(void *ctx, long iter, const train_stat *stats, int size, long *split) {
     dist *d = ctx;
     long bad, ref;
-    if (iter % d->hash_interval == 0 && !agree(d, stats, size, DIST_STAT_PHASH, &bad, &ref))
+    const int check_params = iter % d->hash_interval == 0 || d->force_hash;
+    d->force_hash = 0;
+    d->change = 0;
+    d->leaving_self = 0;
+    for (int k = 0; k < size; k++) {
+        int f = (int)stats[k].extra[DIST_STAT_FLAGS];
+        d->change |= f;
+        if ((f & DIST_FLAG_LEAVE) && k == ring_rank(&d->r)) d->leaving_self = 1;
+    }
+    if (check_params && !agree(d, stats, size, DIST_STAT_PHASH, &bad, &ref))
         return mismatch("replica check failed at iteration %ld: the parameters of node %ld differ "
                         "from node %ld's (I4: every node must hold identical parameters); "
                         "stopping. This points to memory corruption or a build that differs "
@@ -162,34 +178,245 @@ static hr_status decide(void *ctx, long iter, const train_stat *stats, int size,
     return HR_OK;
 }
 
-hr_status dist_attach(dist *d, trainer *t, char *err, size_t errlen) {
+/* ================================================================ views */
+
+/* "0,1,3" */
+static void ids_str(char *out, size_t n, const long *ids, int count) {
+    size_t o = 0;
+    out[0] = 0;
+    for (int k = 0; k < count && o < n; k++)
+        o += (size_t)snprintf(out + o, n - o, "%s%ld", k ? "," : "", ids[k]);
+}
+
+static int has_id(const long *ids, int n, long id) {
+    for (int k = 0; k < n; k++)
+        if (ids[k] == id) return 1;
+    return 0;
+}
+
+/* Ids of `a` not in `b`, into out; returns how many. */
+static int ids_minus(const ring_view *a, const ring_view *b, long *out) {
+    int n = 0;
+    for (int k = 0; k < a->n; k++)
+        if (!has_id(b->ids, b->n, a->ids[k])) out[n++] = a->ids[k];
+    return n;
+}
+
+/* Start the controller for the members of the current view, and adopt its split. */
+static hr_status start_controller(dist *d, trainer *t, int use_recorded, char *err,
+                                  size_t errlen) {
     const cfg *c = d->c;
-    int n = t->comm.size;
+    const ring_view *v = ring_get_view(&d->r);
     ctrl_config cc;
     app_ctrl_config(c, &cc); /* the policy enums are checked to agree there */
-    double *cap = malloc(sizeof *cap * (size_t)n);
-    if (!cap) return hr_fail(err, errlen, HR_ERR_NOMEM, "out of memory");
-    const ring_view *v = ring_get_view(&d->r);
-    for (int k = 0; k < n; k++) cap[k] = c->nodes[cfg_node_index(c, v->ids[k])].capacity;
-    /* the controller owns the split: its first one from the capacities, or the one a resumed
-     * checkpoint recorded, which it checks (I6) before adopting it */
+    double cap[RING_MAX_NODES];
+    for (int k = 0; k < v->n; k++) cap[k] = c->nodes[cfg_node_index(c, v->ids[k])].capacity;
+    if (d->have_ctrl) ctrl_free(&d->ctl);
+    d->have_ctrl = 0;
     const long B = train_global_batch(t);
-    hr_status st = ctrl_init(&d->ctl, &cc, n, B, cap, NULL);
-    if (st == HR_OK && t->has_recorded && (st = ctrl_set_split(&d->ctl, t->recorded)) != HR_OK)
+    hr_status st = ctrl_init(&d->ctl, &cc, v->n, B, cap, NULL);
+    if (st == HR_OK && use_recorded && (st = ctrl_set_split(&d->ctl, t->recorded)) != HR_OK)
         ctrl_free(&d->ctl);
-    free(cap);
     if (st != HR_OK)
         return hr_fail(err, errlen, st,
                        "%s: the [controller] settings do not fit %d nodes and global_batch = %ld",
-                       c->path, n, B);
+                       c->path, v->n, B);
     d->have_ctrl = 1;
-    d->ipe = t->ipe;
     train_set_split(t, d->ctl.b);
     d->dhash = ctrl_hash(&d->ctl, NULL);
+    return HR_OK;
+}
+
+/* Bring every member to the donor's state: a broadcast over the new ring when the lineages
+ * differ, then an all-gathered hash of every member's state, which must agree (I4). A
+ * failure of the ring itself returns its status (the caller elects again). */
+static hr_status sync_state(dist *d, trainer *t, const ring_agreement *a, size_t *moved,
+                            char *err, size_t errlen) {
+    const int rank = ring_rank(&d->r), n = ring_size(&d->r);
+    *moved = 0;
+    if (!a->in_sync && n > 1) {
+        size_t bytes = train_state_bytes(t);
+        if (bytes > d->blob_cap) {
+            unsigned char *b = realloc(d->blob, bytes);
+            if (!b) return hr_fail(err, errlen, HR_ERR_NOMEM, "out of memory for the state");
+            d->blob = b, d->blob_cap = bytes;
+        }
+        if (rank == a->donor) train_state_pack(t, d->blob);
+        if (fault_at(d, "crash_xfer", d->views)) hr_fault_kill_after("the state transfer", 0);
+        hr_status st = ring_broadcast(&d->r, d->blob, bytes, a->donor);
+        if (st != HR_OK)
+            return hr_fail(err, errlen, st, "state transfer failed: %s", ring_error(&d->r));
+        if (rank != a->donor) HR_CHECK(train_state_unpack(t, d->blob, bytes, err, errlen));
+        *moved = bytes;
+    }
+    uint64_t mine = train_state_hash(t), all[RING_MAX_NODES];
+    hr_status st = ring_allgather(&d->r, &mine, all, sizeof mine);
+    if (st != HR_OK)
+        return hr_fail(err, errlen, st, "state check failed: %s", ring_error(&d->r));
+    const ring_view *v = ring_get_view(&d->r);
+    for (int k = 0; k < n; k++)
+        if (all[k] != all[a->donor])
+            return hr_fail(err, errlen, HR_ERR_MISMATCH,
+                           "view %llu: node %ld's training state differs from node %ld's after "
+                           "the transfer (I4); stopping",
+                           (unsigned long long)v->epoch, v->ids[k], v->ids[a->donor]);
+    return HR_OK;
+}
+
+/* Failures a new view can cure: a peer that died, hung or dropped its link. Not so a frame
+ * that fails authentication or breaks the protocol (nodes that disagree on the all-reduce's
+ * size, a tampered link): those stop the run, as they would be met again. */
+static int ring_trouble(hr_status st) {
+    return st == HR_ERR_PEER || st == HR_ERR_TIMEOUT || st == HR_ERR_IO || st == HR_ERR_VIEW;
+}
+
+/* Agree on a new view, bring every member to the same state and restart the controller.
+ * `why` is the failure that started it ("" for a planned change); t0 when it was seen. */
+static hr_status change_view(dist *d, trainer *t, const char *why, double t0, char *err,
+                             size_t errlen) {
+    const ring_view old = *ring_get_view(&d->r);
+    const long first = t->iter;
+    ring_agreement a;
+    hr_status st;
+    size_t moved = 0;
+    for (int attempt = 0;; attempt++) {
+        d->lineage.progress = t->iter;
+        if ((st = ring_elect(&d->r, &d->lineage, &a, err, errlen)) != HR_OK) return st;
+        if (fault_at(d, "crash_view", d->views)) hr_fault_kill_after("the view change", 0);
+        HR_CHECK(train_set_comm(t, ring_rank(&d->r), a.view.n));
+        st = sync_state(d, t, &a, &moved, err, errlen);
+        if (st == HR_OK) break;
+        if (!ring_trouble(st) || attempt >= 16) return st;
+        HR_WARN(RING, "view %llu failed before training (%s); agreeing on another",
+                (unsigned long long)a.view.epoch, err);
+    }
+    d->lineage.epoch = a.view.epoch;
+    d->lineage.progress = t->iter;
+    const int at_start = old.n == 0;
+    HR_CHECK(start_controller(d, t, at_start && a.in_sync && t->has_recorded &&
+                                        a.view.n == d->c->n_nodes,
+                              err, errlen));
+    d->force_hash = 1;
+    d->change = d->leaving_self = 0;
+    d->views++;
+    const double took = now_s() - t0;
+
+    long left[RING_MAX_NODES], joined[RING_MAX_NODES];
+    int nl = ids_minus(&old, &a.view, left), nj = at_start ? 0 : ids_minus(&a.view, &old, joined);
+    char members[RING_MAX_NODES * 8], ls[RING_MAX_NODES * 8], js[RING_MAX_NODES * 8];
+    ids_str(members, sizeof members, a.view.ids, a.view.n);
+    ids_str(ls, sizeof ls, left, nl);
+    ids_str(js, sizeof js, joined, nj);
+    if (ring_rank(&d->r) == 0) {
+        char lead[HR_ERRLEN + 128] = "", state[96] = "";
+        if (moved)
+            snprintf(state, sizeof state, ": state %.1f MB in %.2f s", (double)moved / 1e6, took);
+        if (at_start)
+            snprintf(lead, sizeof lead, "started at iteration %ld%s; ", t->iter, state);
+        else if (nj && !nl)
+            snprintf(lead, sizeof lead, "node%s %s %s at iteration %ld%s; ", nj > 1 ? "s" : "",
+                     js, nj > 1 ? "joined" : "rejoined", t->iter, state);
+        else if (nl)
+            snprintf(lead, sizeof lead, "node%s %s left%s%.*s%s at iteration %ld%s; ",
+                     nl > 1 ? "s" : "", ls, why[0] ? " (" : "", HR_ERRLEN, why,
+                     why[0] ? ")" : "", first, nj ? "" : state);
+        HR_INFO(RING, "%sview %llu: nodes %s; %s in %.2f s", lead,
+                (unsigned long long)a.view.epoch, members, at_start ? "ready" : "resumed", took);
+    }
+    char rec[sizeof d->pending];
+    snprintf(rec, sizeof rec,
+             "{\"event\":\"view\",\"epoch\":%llu,\"nodes\":[%s],\"iter\":%ld,\"left\":[%s],"
+             "\"joined\":[%s],\"state_bytes\":%zu,\"elect_s\":%.6f,\"t_unix\":%.6f,\"node\":%ld}\n",
+             (unsigned long long)a.view.epoch, members, t->iter, ls, js, moved, took, unix_s(),
+             d->c->nodes[d->self].id);
+    if (t->metrics) {
+        fputs(rec, t->metrics);
+    } else {
+        snprintf(d->pending, sizeof d->pending, "%s", rec);
+        d->have_pending = 1;
+    }
+    return HR_OK;
+}
+
+hr_status dist_attach(dist *d, trainer *t, char *err, size_t errlen) {
+    d->ipe = t->ipe;
+    d->lineage.epoch = 0;
+    d->lineage.progress = t->iter;
+    HR_CHECK(change_view(d, t, "", now_s(), err, errlen));
     t->ctrl.ctx = d;
     t->ctrl.decide = decide;
     t->ctrl.annotate = annotate;
     return HR_OK;
+}
+
+static void flush_pending(dist *d, trainer *t) {
+    if (d->have_pending && t->metrics) fputs(d->pending, t->metrics);
+    if (t->metrics) d->have_pending = 0;
+}
+
+/* Leave the cluster at this boundary, with a checkpoint when one is configured. */
+static hr_status leave_now(dist *d, trainer *t, char *err, size_t errlen) {
+    const char *ck = d->c->checkpoint;
+    if (ck[0]) HR_CHECK(train_save(t, ck, err, errlen));
+    HR_INFO(RING, "leaving the cluster at iteration %ld%s%s", t->iter,
+            ck[0] ? "; checkpoint written to " : " (no checkpoint configured)", ck);
+    return HR_ERR_INTERRUPTED;
+}
+
+/* A view change that a leave request interrupted (ring_elect polls it) ends in leave_now. */
+static hr_status change_or_leave(dist *d, trainer *t, const char *why, double t0, char *err,
+                                 size_t errlen) {
+    hr_status st = change_view(d, t, why, t0, err, errlen);
+    if (st == HR_ERR_INTERRUPTED && d->leave && *d->leave) return leave_now(d, t, err, errlen);
+    return st;
+}
+
+/* train_step failed: when the ring broke, elect a new view and let the trainer retry. */
+static hr_status on_fail(void *ctx, trainer *t, hr_status st, char *err, size_t errlen) {
+    dist *d = ctx;
+    flush_pending(d, t);
+    if (d->r.failed == HR_OK || !ring_trouble(st)) return st;
+    if (t->iter == d->fail_iter && ++d->fails >= DIST_MAX_RETRIES)
+        return hr_fail(err, errlen, st, "iteration %ld failed in %d views in a row; stopping: %s",
+                       t->iter, d->fails, ring_error(&d->r));
+    if (t->iter != d->fail_iter) d->fail_iter = t->iter, d->fails = 0;
+    double t0 = now_s();
+    char why[HR_ERRLEN];
+    snprintf(why, sizeof why, "%s", ring_error(&d->r));
+    HR_WARN(RING, "iteration %ld failed: %s; agreeing on a new view", t->iter, why);
+    return change_or_leave(d, t, why, t0, err, errlen);
+}
+
+/* After an iteration: leave, or change the view, when a member asked for it. */
+static hr_status after_iter(void *ctx, trainer *t, char *err, size_t errlen) {
+    dist *d = ctx;
+    flush_pending(d, t);
+    d->lineage.progress = t->iter;
+    if (!d->change) return HR_OK;
+    if (d->leaving_self) return leave_now(d, t, err, errlen);
+    return change_or_leave(d, t, "", now_s(), err, errlen);
+}
+
+/* Every metrics record and the summary: who wrote it and in which view. */
+static void tag(void *ctx, const trainer *t, FILE *f, int summary) {
+    const dist *d = ctx;
+    (void)t;
+    const ring_view *v = ring_get_view(&d->r);
+    char members[RING_MAX_NODES * 8];
+    ids_str(members, sizeof members, v->ids, v->n);
+    if (summary)
+        fprintf(f, ",\n  \"views\": %d,\n  \"nodes_final\": [%s]", d->views, members);
+    else
+        fprintf(f, ",\"node\":%ld,\"view\":%llu,\"nodes\":[%s]", d->c->nodes[d->self].id,
+                (unsigned long long)v->epoch, members);
+}
+
+void dist_hooks(dist *d, train_opts *o, const volatile sig_atomic_t *leave) {
+    d->leave = leave;
+    o->on_fail = on_fail;
+    o->after_iter = after_iter;
+    o->tag = tag;
+    o->member_ctx = d;
 }
 
 void dist_free(dist *d) {
@@ -197,5 +424,6 @@ void dist_free(dist *d) {
     if (d->have_ctrl) ctrl_free(&d->ctl);
     if (d->have_ring) ring_free(&d->r);
     free(d->gathered);
+    free(d->blob);
     memset(d, 0, sizeof *d);
 }

@@ -2,6 +2,7 @@
 #include "hr_fault.h"
 #include "hr_log.h"
 
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -45,4 +46,24 @@ void hr_fault_point(long node_id, long iter) {
         HR_WARN(CLI, "test fault: crashing%s", iter < 0 ? " once ready" : "");
         raise(SIGKILL);
     }
+}
+
+static void *kill_later(void *arg) {
+    double s = *(double *)arg;
+    free(arg);
+    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
+    while (nanosleep(&ts, &ts) != 0) {
+    }
+    raise(SIGKILL);
+    return NULL;
+}
+
+void hr_fault_kill_after(const char *what, double seconds) {
+    HR_WARN(CLI, "test fault: crashing %.3f s into %s", seconds, what);
+    double *arg = malloc(sizeof *arg);
+    pthread_t th;
+    if (!arg) raise(SIGKILL);
+    *arg = seconds;
+    if (pthread_create(&th, NULL, kill_later, arg) != 0) raise(SIGKILL);
+    pthread_detach(th);
 }

@@ -5,7 +5,10 @@
  * Kinds: crash (the node kills itself with SIGKILL: once ready, or at iteration ARG), hang (the
  * node sleeps ARG seconds once ready), perturb and perturb_last (flip a bit of the first or
  * the last parameter at iteration ARG, I4), decision (corrupt the controller decision at
- * iteration ARG, I5).
+ * iteration ARG, I5); and for elastic membership, crashes part-way through something:
+ * crash_comm (the all-reduce of iteration ARG, 2 ms in), crash_view (this node's view change
+ * number ARG once the election decided it: 0 is the one at start, 1 the next), crash_xfer
+ * (the state transfer of view change ARG, as it begins, on the donor or a receiver).
  * Hooks exist only in builds configured with -DHETRING_TEST_HOOKS=ON (the default, so that
  * ctest can use them); elsewhere hr_fault_get always reports "no fault".
  */
@@ -17,5 +20,8 @@ int hr_fault_get(const char *kind, long node_id, double def, double *arg);
 /* Act on the process-level faults at a hook point: `iter` < 0 is "ready" (hang, and crash
  * without ARG), `iter` >= 0 an iteration boundary (crash:NODE:ITER). */
 void hr_fault_point(long node_id, long iter);
+/* SIGKILL this process `seconds` from now, from a thread, while the caller goes on with
+ * `what` (named in the log line). */
+void hr_fault_kill_after(const char *what, double seconds);
 
 #endif

@@ -55,6 +55,8 @@ hr_status app_ring_config(const cfg *c, int self_idx, ring_config *out, char *er
     out->connect_timeout = c->connect_timeout;
     out->timeout = c->timeout;
     out->segment_bytes = c->segment_bytes;
+    out->min_nodes = (int)cfg_quorum(c);
+    out->rejoin_timeout = c->rejoin_timeout;
     if (app_expand_id(out->key_file, sizeof out->key_file, c->key_file, out->self_id) != 0)
         return hr_fail(err, errlen, HR_ERR_CONFIG,
                        "%s: key_file with {id} replaced by %ld is longer than %zu characters",

@@ -75,6 +75,7 @@ void app_train_config(const cfg *c, int self_idx, train_config *out) {
     out->checkpoint_interval = c->checkpoint_interval;
     out->bucket_bytes = c->bucket_bytes;
     out->origin = c->path;
+    out->max_nodes = c->n_nodes;
     const cfg_node *me = &c->nodes[self_idx];
     out->threads = me->threads;
     out->slowdown = me->slowdown;

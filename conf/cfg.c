@@ -56,6 +56,10 @@ static const key_spec g_keys[] = {
      "seconds to keep retrying connects while the ring forms"},
     {"cluster", "timeout", T_DBL, G(timeout), 0, 0.1, 3600, NULL, "30", 0,
      "seconds a blocking send or receive may wait before its peer is declared dead"},
+    {"cluster", "min_nodes", T_INT, G(min_nodes), 0, 0, CFG_MAX_NODES, NULL, "0", 0,
+     "quorum: nodes a view needs to train; 0 = a majority, floor(N/2)+1 (with N = 2 both)"},
+    {"cluster", "rejoin_timeout", T_DBL, G(rejoin_timeout), 0, 0.1, 86400, NULL, "300", 0,
+     "seconds a node without a quorum keeps trying to rejoin before it gives up"},
     {"cluster", "backend", T_ENUM, G(backend), 0, 0, 0, "auto|tcp|nccl", "auto", 0,
      "gradient transport: tcp (auto means tcp; nccl is refused until GPU training is wired in)"},
     {"cluster", "segment_bytes", T_INT, G(segment_bytes), 0, 0, 1 << 30, NULL, "0", 0,
@@ -964,9 +968,25 @@ static hr_status check_nodes(const cfg *c, const char *f, char *err, size_t errl
     return HR_OK;
 }
 
-/* min_batch and max_batch leave room for a split of global_batch over the nodes. */
+/* min_nodes is a majority, so two sides of a partition can never both train. */
+static hr_status check_quorum(const cfg *c, const char *f, char *err, size_t errlen) {
+    long majority = c->n_nodes / 2 + 1;
+    if (c->min_nodes != 0 && (c->min_nodes < majority || c->min_nodes > c->n_nodes))
+        return hr_fail(err, errlen, HR_ERR_CONFIG,
+                       "%s:%d: min_nodes = %ld with %d nodes (expected 0 for a majority, or %ld "
+                       "to %d: a smaller quorum would let both sides of a split train)",
+                       f, blame(c, "min_nodes"), c->min_nodes, c->n_nodes, majority, c->n_nodes);
+    return HR_OK;
+}
+
+long cfg_quorum(const cfg *c) {
+    return c->min_nodes ? c->min_nodes : c->n_nodes / 2 + 1;
+}
+
+/* min_batch and max_batch leave room for a split of global_batch over the nodes, from every
+ * node down to a quorum (the smallest view that trains). */
 static hr_status check_batch_bounds(const cfg *c, const char *f, char *err, size_t errlen) {
-    long nn = c->n_nodes;
+    long nn = c->n_nodes, nq = cfg_quorum(c);
     if (c->global_batch < nn * c->min_batch)
         return hr_fail(err, errlen, HR_ERR_CONFIG,
                        "%s:%d: global_batch = %ld is smaller than %ld nodes x min_batch %ld = %ld "
@@ -978,12 +998,13 @@ static hr_status check_batch_bounds(const cfg *c, const char *f, char *err, size
                        "%s:%d: max_batch = %ld is below min_batch = %ld (expected max_batch >= "
                        "min_batch, or 0 for no limit)",
                        f, blame(c, "max_batch"), c->max_batch, c->min_batch);
-    if (c->max_batch && c->max_batch * nn < c->global_batch)
+    if (c->max_batch && c->max_batch * nq < c->global_batch)
         return hr_fail(err, errlen, HR_ERR_CONFIG,
                        "%s:%d: max_batch = %ld with %ld nodes cannot cover global_batch = %ld "
-                       "(expected max_batch >= %ld)",
-                       f, blame(c, "max_batch"), c->max_batch, nn, c->global_batch,
-                       (c->global_batch + nn - 1) / nn);
+                       "(expected max_batch >= %ld%s)",
+                       f, blame(c, "max_batch"), c->max_batch, nq, c->global_batch,
+                       (c->global_batch + nq - 1) / nq,
+                       nq < nn ? ": a view may shrink to the quorum, min_nodes" : "");
     return HR_OK;
 }
 
@@ -1034,6 +1055,7 @@ static hr_status check_security(cfg *c, const char *f, char *err, size_t errlen)
 hr_status cfg_validate(cfg *c, char *err, size_t errlen) {
     const char *f = c->path[0] ? c->path : "<config>";
     HR_CHECK(check_nodes(c, f, err, errlen));
+    HR_CHECK(check_quorum(c, f, err, errlen));
     HR_CHECK(check_batch_bounds(c, f, err, errlen));
     HR_CHECK(check_training(c, f, err, errlen));
     HR_CHECK(check_security(c, f, err, errlen));

@@ -80,6 +80,8 @@ typedef struct {
     double timeout;          /* seconds any blocking I/O may take before the peer is dead */
     int backend;             /* cfg_backend */
     long segment_bytes;      /* all-reduce pipeline segment; 0 picks the measured default */
+    long min_nodes;          /* quorum a view needs; 0: a majority (cfg_quorum) */
+    double rejoin_timeout;   /* seconds a node without a quorum keeps trying */
     /* [train] */
     int model;                   /* cfg_model */
     long layers[CFG_MAX_LAYERS]; /* MLP layer widths, input first, output last */
@@ -138,6 +140,8 @@ hr_status cfg_parse_file(cfg *c, const char *path, char *err, size_t errlen);
 hr_status cfg_apply_env(cfg *c, char *err, size_t errlen);
 hr_status cfg_set(cfg *c, const char *assignment, char *err, size_t errlen);
 hr_status cfg_validate(cfg *c, char *err, size_t errlen);
+/* Members a view needs to train: min_nodes, or a majority of the nodes when it is 0. */
+long cfg_quorum(const cfg *c);
 
 /* Index of node `id` in c->nodes, or -1. */
 int cfg_node_index(const cfg *c, long id);

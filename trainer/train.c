@@ -57,8 +57,10 @@ hr_status train_init(trainer *t, const train_config *tc, const train_comm *comm,
     if (t->comm.size < 1 || t->comm.rank < 0 || t->comm.rank >= t->comm.size)
         return hr_fail(err, errlen, HR_ERR_INVAL, "train: bad rank %d of %d", t->comm.rank,
                        t->comm.size);
-    /* rank 0 writes the checkpoints: find an unwritable place now, not at the first save */
-    if (t->comm.rank == 0 && c->checkpoint && c->checkpoint[0])
+    t->max_nodes = c->max_nodes > t->comm.size ? c->max_nodes : t->comm.size;
+    /* every node writes the checkpoint (nodes need not share a disk): find an unwritable place
+     * now, not at the first save */
+    if (c->checkpoint && c->checkpoint[0])
         HR_CHECK(ckpt_prepare(c->checkpoint, err, errlen));
     long threads = c->threads;
     if (threads <= 0) threads = sysconf(_SC_NPROCESSORS_ONLN);
@@ -83,13 +85,14 @@ hr_status train_init(trainer *t, const train_config *tc, const train_comm *comm,
     t->ipe = data_loader_iters_per_epoch(&t->dl, B);
     t->total = c->iterations > 0 ? c->iterations : c->epochs * t->ipe;
     t->tail = (long)t->comm.size * TRAIN_NODE_STATS;
-    HR_CHECK_GOTO(model_init(&t->m, &spec, B, t->tail, c->seed, err, errlen), st, fail);
+    const long max_tail = (long)t->max_nodes * TRAIN_NODE_STATS;
+    HR_CHECK_GOTO(model_init(&t->m, &spec, B, max_tail, c->seed, err, errlen), st, fail);
     HR_CHECK_GOTO(opt_init(&t->opt, &c->opt, t->m.n_params, t->total, err, errlen), st, fail);
     t->stats = t->m.grads + t->m.n_params;
     t->x = malloc(sizeof *t->x * (size_t)(B * t->train.d));
     t->y = regression ? NULL : malloc(sizeof *t->y * (size_t)B);
     t->t = regression ? malloc(sizeof *t->t * (size_t)(B * t->train.n_targets)) : NULL;
-    const size_t n = (size_t)t->comm.size;
+    const size_t n = (size_t)t->max_nodes;
     t->split = calloc(n, sizeof *t->split);
     t->next = calloc(n, sizeof *t->next);
     t->recorded = calloc(n, sizeof *t->recorded);
@@ -99,7 +102,7 @@ hr_status train_init(trainer *t, const train_config *tc, const train_comm *comm,
         goto fail;
     }
     if (t->comm.size == 1) train_set_split(t, &B); /* several nodes: the controller's */
-    if (t->comm.size > 1 && c->bucket_bytes > 0)
+    if (t->max_nodes > 1 && c->bucket_bytes > 0)
         t->n_buckets = overlap_plan(&t->m, c->bucket_bytes, t->cuts);
     if (t->n_buckets > 1 && (st = overlap_start(&t->ow, t->comm.allreduce, t->comm.ctx)) != HR_OK) {
         hr_fail(err, errlen, st, "train: cannot start the gradient communication thread");
@@ -130,6 +133,22 @@ void train_free(trainer *t) {
     t->y = NULL;
     t->split = t->next = t->recorded = NULL;
     t->gathered = NULL;
+}
+
+hr_status train_set_comm(trainer *t, int rank, int size) {
+    if (size < 1 || size > t->max_nodes || rank < 0 || rank >= size) {
+        HR_ERROR(TRAIN, "train: bad rank %d of %d (at most %d nodes)", rank, size, t->max_nodes);
+        return HR_ERR_INVAL;
+    }
+    t->comm.rank = rank;
+    t->comm.size = size;
+    t->tail = (long)size * TRAIN_NODE_STATS;
+    t->has_split = 0;
+    if (size == 1) {
+        const long B = train_global_batch(t);
+        train_set_split(t, &B);
+    }
+    return HR_OK;
 }
 
 long train_global_batch(const trainer *t) {
@@ -313,14 +332,99 @@ hr_status train_save(const trainer *t, const char *path, char *err, size_t errle
 
 hr_status train_load(trainer *t, const char *path, char *err, size_t errlen) {
     ckpt_meta m = meta_of(t);
-    HR_CHECK(ckpt_load(path, &m, t->m.params, t->opt.vel, (int64_t *)t->recorded, t->comm.size, err,
+    HR_CHECK(ckpt_load(path, &m, t->m.params, t->opt.vel, (int64_t *)t->recorded, t->max_nodes, err,
                        errlen));
     t->iter = (long)m.iter;
-    t->has_recorded = m.n_nodes == (uint32_t)t->comm.size;
+    t->has_recorded = m.n_nodes == (uint32_t)t->comm.size; /* ckpt_load copied it */
     return HR_OK;
 }
 
+/* ================================================================ state transfer */
+
+/* Blob layout, little-endian as on every supported host: a header of u64 magic, iter,
+ * n_params, seed, B, model kind, then params f32[n_params], opt_state f32[n_params]. */
+#define STATE_MAGIC 0x3174737268ull /* "hrst1" */
+#define STATE_HDR   6
+
+size_t train_state_bytes(const trainer *t) {
+    return sizeof(uint64_t) * STATE_HDR + sizeof(float) * 2 * (size_t)t->m.n_params;
+}
+
+static void state_header(const trainer *t, uint64_t h[STATE_HDR]) {
+    h[0] = STATE_MAGIC;
+    h[1] = (uint64_t)t->iter;
+    h[2] = (uint64_t)t->m.n_params;
+    h[3] = t->conf.seed;
+    h[4] = (uint64_t)train_global_batch(t);
+    h[5] = (uint64_t)t->conf.model.kind;
+}
+
+void train_state_pack(const trainer *t, void *blob) {
+    uint64_t h[STATE_HDR];
+    state_header(t, h);
+    uint8_t *p = blob;
+    const size_t np = sizeof(float) * (size_t)t->m.n_params;
+    memcpy(p, h, sizeof h);
+    memcpy(p + sizeof h, t->m.params, np);
+    memcpy(p + sizeof h + np, t->opt.vel, np);
+}
+
+hr_status train_state_unpack(trainer *t, const void *blob, size_t bytes, char *err, size_t errlen) {
+    uint64_t mine[STATE_HDR], h[STATE_HDR];
+    static const char *const what[STATE_HDR] = {"format", "iteration", "parameter count", "seed",
+                                                "global batch", "model"};
+    if (bytes != train_state_bytes(t))
+        return hr_fail(err, errlen, HR_ERR_DATA, "training state of %zu bytes, expected %zu",
+                       bytes, train_state_bytes(t));
+    state_header(t, mine);
+    memcpy(h, blob, sizeof h);
+    for (int i = 0; i < STATE_HDR; i++)
+        if (i != 1 && h[i] != mine[i])
+            return hr_fail(err, errlen, i ? HR_ERR_MISMATCH : HR_ERR_DATA,
+                           "training state: its %s is %llu, this node's %llu", what[i],
+                           (unsigned long long)h[i], (unsigned long long)mine[i]);
+    if (h[1] > (uint64_t)t->total)
+        return hr_fail(err, errlen, HR_ERR_DATA, "training state at iteration %llu, past the %ld "
+                       "of the run", (unsigned long long)h[1], t->total);
+    const uint8_t *p = blob;
+    const size_t np = sizeof(float) * (size_t)t->m.n_params;
+    memcpy(t->m.params, p + sizeof h, np);
+    memcpy(t->opt.vel, p + sizeof h + np, np);
+    t->iter = (long)h[1];
+    return HR_OK;
+}
+
+uint64_t train_hash_floats(const float *v, long n) {
+    /* word-at-a-time multiply-xor; only agreement matters, not cryptographic strength */
+    uint64_t h = 0x9e3779b97f4a7c15ull ^ (uint64_t)n;
+    long i = 0;
+    for (; i + 1 < n; i += 2) {
+        uint64_t w;
+        memcpy(&w, v + i, sizeof w);
+        h = (h ^ w) * 0xff51afd7ed558ccdull;
+        h ^= h >> 29;
+    }
+    if (i < n) {
+        uint32_t w;
+        memcpy(&w, v + i, sizeof w);
+        h = (h ^ w) * 0xff51afd7ed558ccdull;
+    }
+    h ^= h >> 33;
+    h *= 0xc4ceb9fe1a85ec53ull;
+    return h ^ (h >> 33);
+}
+
+uint64_t train_state_hash(const trainer *t) {
+    uint64_t h = train_hash_floats(t->m.params, t->m.n_params);
+    h = (h ^ train_hash_floats(t->opt.vel, t->m.n_params)) * 0xff51afd7ed558ccdull;
+    return (h ^ (uint64_t)t->iter) * 0xc4ceb9fe1a85ec53ull;
+}
+
 /* ================================================================ the run */
+
+static hr_status train_write_summary_tagged(const trainer *t, const train_result *r,
+                                            const train_opts *o, const char *path, char *err,
+                                            size_t errlen);
 
 static void json_num(FILE *f, const char *key, double v) {
     if (isfinite(v))
@@ -336,8 +440,22 @@ static void json_field(FILE *f, const char *key, double v) {
         fprintf(f, "  \"%s\": null,\n", key);
 }
 
-static void write_metrics(FILE *f, const trainer *t, const train_iter *r, double wall,
-                          double eval_loss, double eval_acc, int evaluated) {
+static double unix_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* The end of a metrics record: the wall-clock time and the application's fields. */
+static void record_end(FILE *f, const trainer *t, const train_opts *o) {
+    fprintf(f, ",\"t_unix\":%.6f", unix_s());
+    if (o && o->tag) o->tag(o->member_ctx, t, f, 0);
+    fputs("}\n", f);
+    fflush(f); /* whoever watches the run (a bench, a dashboard) sees each record at once */
+}
+
+static void write_metrics(FILE *f, const trainer *t, const train_opts *o, const train_iter *r,
+                          double wall, double eval_loss, double eval_acc, int evaluated) {
     fprintf(f, "{\"iter\":%ld,\"epoch\":%ld,", r->iter, r->epoch);
     json_num(f, "loss", r->loss);
     fputc(',', f);
@@ -356,7 +474,7 @@ static void write_metrics(FILE *f, const trainer *t, const train_iter *r, double
         fputc(',', f);
         json_num(f, "eval_accuracy", eval_acc);
     }
-    fputs("}\n", f);
+    record_end(f, t, o);
 }
 
 static void progress(FILE *out, int bar, const trainer *t, const train_iter *r, double rate,
@@ -406,7 +524,8 @@ typedef struct {
     FILE *out;                /* progress lines or the bar */
     FILE *metrics;            /* one JSON object per iteration, or NULL */
     const char *metrics_path; /* its name, for the error when closing it fails */
-    int mode;                 /* TRAIN_PROGRESS_*: NONE on every node but rank 0 */
+    int mode;                 /* TRAIN_PROGRESS_*: shown only while this node is rank 0 */
+    const train_opts *o;      /* the options (hooks), or NULL */
     long every;               /* lines mode: a line every `every` iterations */
     double start;             /* now_s() when the loop began */
     double last_print;        /* now_s() of the last progress output */
@@ -430,6 +549,7 @@ static hr_status report_open(run_report *rr, const trainer *t, const train_opts 
                              char *err, size_t errlen) {
     memset(rr, 0, sizeof *rr);
     rr->out = o && o->out ? o->out : stdout;
+    rr->o = o;
     rr->metrics_path = o ? o->metrics_path : NULL;
     if (rr->metrics_path && !(rr->metrics = fopen(rr->metrics_path, resumed ? "a" : "w")))
         return hr_fail(err, errlen, HR_ERR_IO, "%s: cannot create metrics file (%s)",
@@ -437,7 +557,6 @@ static hr_status report_open(run_report *rr, const trainer *t, const train_opts 
     rr->mode = o ? o->progress : TRAIN_PROGRESS_NONE;
     if (rr->mode == TRAIN_PROGRESS_AUTO)
         rr->mode = isatty(fileno(rr->out)) ? TRAIN_PROGRESS_BAR : TRAIN_PROGRESS_LINES;
-    if (t->comm.rank != 0) rr->mode = TRAIN_PROGRESS_NONE;
     rr->every = t->total / 20 > 0 ? t->total / 20 : 1;
     return HR_OK;
 }
@@ -470,8 +589,8 @@ static void report_iteration(run_report *rr, const trainer *t, const train_iter 
                              double ea, int evaluated) {
     const int last = t->iter == t->total, bar = rr->mode == TRAIN_PROGRESS_BAR;
     double now = now_s();
-    if (rr->metrics) write_metrics(rr->metrics, t, r, now - rr->start, el, ea, evaluated);
-    if (rr->mode == TRAIN_PROGRESS_NONE) return;
+    if (rr->metrics) write_metrics(rr->metrics, t, rr->o, r, now - rr->start, el, ea, evaluated);
+    if (rr->mode == TRAIN_PROGRESS_NONE || t->comm.rank != 0) return;
     if (!(bar ? (now - rr->last_print > 0.1 || last || evaluated)
               : (t->iter % rr->every == 0 || last || evaluated)))
         return;
@@ -507,14 +626,12 @@ static hr_status run_iteration(trainer *t, const train_opts *o, run_report *rr, 
         res->eval_loss = el, res->eval_accuracy = ea;
     }
     report_iteration(rr, t, &r, el, ea, evaluated);
-    if (rank0 && c->checkpoint && c->checkpoint[0] &&
-        (last || due(t->iter, c->checkpoint_interval)))
+    if (c->checkpoint && c->checkpoint[0] && (last || due(t->iter, c->checkpoint_interval)))
         HR_CHECK(train_save(t, c->checkpoint, err, errlen));
     return HR_OK;
 }
 
 hr_status train_run(trainer *t, const train_opts *o, train_result *res, char *err, size_t errlen) {
-    const int rank0 = t->comm.rank == 0;
     memset(res, 0, sizeof *res);
     res->emulated = t->conf.emulated;
     res->eval_loss = res->eval_accuracy = res->final_loss = NAN;
@@ -528,17 +645,44 @@ hr_status train_run(trainer *t, const train_opts *o, train_result *res, char *er
     const long first = t->iter;
     rr.start = rr.last_print = now_s();
     rr.last_iter = first;
-    while (t->iter < t->total) HR_CHECK_GOTO(run_iteration(t, o, &rr, res, err, errlen), st, fail);
+    t->metrics = rr.metrics;
+    while (t->iter < t->total) {
+        st = run_iteration(t, o, &rr, res, err, errlen);
+        if (st != HR_OK && o && o->on_fail) { /* the membership may repair it: then retry */
+            st = o->on_fail(o->member_ctx, t, st, err, errlen);
+            if (st == HR_OK) {
+                if (err) err[0] = 0;
+                rr.last_print = now_s(), rr.last_iter = t->iter;
+                continue;
+            }
+        } else if (st == HR_OK && o && o->after_iter) {
+            st = o->after_iter(o->member_ctx, t, err, errlen);
+        }
+        if (st == HR_ERR_INTERRUPTED && o && (o->on_fail || o->after_iter)) {
+            res->left = 1; /* a hook made this node leave at a boundary: the run ends well */
+            st = HR_OK;
+            break;
+        }
+        if (st != HR_OK) goto fail;
+    }
     res->wall_s = now_s() - rr.start;
     res->samples = (t->iter - first) * train_global_batch(t);
     res->samples_per_s = res->wall_s > 0 ? (double)res->samples / res->wall_s : 0;
-    if (res->iterations == 0 && rank0) /* resumed at the end: still report the model */
+    if (res->iterations == 0 && t->comm.rank == 0) /* resumed at the end: report the model */
         HR_CHECK_GOTO(train_evaluate(t, &res->eval_loss, &res->eval_accuracy), st, fail);
+    if (rr.metrics) {
+        fprintf(rr.metrics, "{\"event\":\"end\",\"iter\":%ld,\"param_hash\":\"%016llx\"", t->iter,
+                (unsigned long long)train_hash_floats(t->m.params, t->m.n_params));
+        record_end(rr.metrics, t, o);
+    }
+    t->metrics = NULL;
     HR_CHECK_GOTO(report_close(&rr, err, errlen), st, fail);
-    if (rank0 && o && o->summary_path)
-        HR_CHECK_GOTO(train_write_summary(t, res, o->summary_path, err, errlen), st, fail);
+    if (t->comm.rank == 0 && o && o->summary_path && !res->left)
+        HR_CHECK_GOTO(train_write_summary_tagged(t, res, o, o->summary_path, err, errlen), st,
+                      fail);
     return HR_OK;
 fail:
+    t->metrics = NULL;
     (void)report_close(&rr, NULL, 0);
     if (st != HR_OK && err && !err[0])
         snprintf(err, errlen, "iteration %ld: %s", t->iter, hr_strerror(st));
@@ -547,6 +691,12 @@ fail:
 
 hr_status train_write_summary(const trainer *t, const train_result *r, const char *path, char *err,
                               size_t errlen) {
+    return train_write_summary_tagged(t, r, NULL, path, err, errlen);
+}
+
+static hr_status train_write_summary_tagged(const trainer *t, const train_result *r,
+                                            const train_opts *o, const char *path, char *err,
+                                            size_t errlen) {
     FILE *f = fopen(path, "w");
     if (!f) return hr_fail(err, errlen, HR_ERR_IO, "%s: cannot create (%s)", path, strerror(errno));
     char desc[160];
@@ -562,7 +712,9 @@ hr_status train_write_summary(const trainer *t, const train_result *r, const cha
             t->conf.model.name, desc, t->conf.data.name, t->comm.size);
     fprintf(f, "  \"global_batch\": %ld,\n  \"gradient_buckets\": %d,\n", train_global_batch(t),
             overlapping(t) ? t->n_buckets : 1);
-    fprintf(f, "  \"final_iteration\": %ld\n}\n", t->iter);
+    fprintf(f, "  \"final_iteration\": %ld", t->iter);
+    if (o && o->tag) o->tag(o->member_ctx, t, f, 1);
+    fputs("\n}\n", f);
     if (ferror(f) | (fclose(f) != 0))
         return hr_fail(err, errlen, HR_ERR_IO, "%s: write failed", path);
     return HR_OK;

@@ -67,6 +67,7 @@ typedef struct {
     int n_phases;                         /* entries used in phases[] */
     int emulated;       /* some node of the cluster emulates a slowdown (labels the run) */
     const char *origin; /* the config file, named in errors */
+    int max_nodes;      /* most nodes a view can have (train_set_comm); 0: the comm's size */
 } train_config;
 
 /* ---------------------------------------------------------------- one iteration */
@@ -76,7 +77,7 @@ typedef struct {
  * fills its own slot and zeros the others, so the float SUM all-reduce hands every node every
  * slot unchanged. train.c packs and unpacks this struct in one place each; b and correct are
  * exact in a float up to 2^24. */
-#define TRAIN_STAT_EXTRA 4 /* floats free for the decision hook (train_ctrl.annotate) */
+#define TRAIN_STAT_EXTRA 5 /* floats free for the decision hook (train_ctrl.annotate) */
 typedef struct {
     long b;                        /* b_k, samples this node processed */
     double t;                      /* t_k, seconds of compute including any emulated stretch */
@@ -136,6 +137,7 @@ typedef struct {
     long ipe;             /* iterations per epoch */
     long total;           /* iterations of the run */
     long iter;            /* next iteration to run */
+    int max_nodes;        /* capacity of the per-node arrays and of the stats tail */
     long *split;          /* (comm.size) samples per node for the next iteration; written by
                            * train_set_split only */
     int has_split;        /* split was set (train_init does it for one node) */
@@ -148,7 +150,9 @@ typedef struct {
     float *t;             /* (B, n_targets) targets, or NULL */
     float *stats;         /* = m.grads + m.n_params, (comm.size, TRAIN_NODE_STATS) packed */
     train_stat *gathered; /* (comm.size) the stats of the iteration just run, unpacked */
-    long tail;            /* floats in the stats tail */
+    long tail;            /* floats in the stats tail: comm.size * TRAIN_NODE_STATS */
+    FILE *metrics;        /* the metrics file while train_run runs, else NULL: the hooks of
+                           * train_opts may add their own records */
 
     /* gradient buckets (overlap.h), used when n_buckets > 1 */
     long cuts[MODEL_MAX_LAYERS + 1]; /* the plan: bucket j = grads[cuts[j+1], cuts[j]) */
@@ -173,6 +177,25 @@ long train_global_batch(const trainer *t);
  * changes. b comes from the controller, which checks I6 (sum B, bounds) where it makes a
  * split (ctrl.h); the trainer does not check it again. */
 void train_set_split(trainer *t, const long *b);
+
+/* Switch to another communicator (a new membership view): rank and size change, size at most
+ * max_nodes; the split is unset until the caller sets one (train_set_split). The all-reduce
+ * function and context stay those given to train_init. */
+hr_status train_set_comm(trainer *t, int rank, int size);
+
+/* The training state as one blob, for a node that joins or falls behind: the iteration to run
+ * next, the parameters and the optimizer state (the data order and the learning rate follow
+ * from the iteration, I1). Every replica's blob has the same size. */
+size_t train_state_bytes(const trainer *t);
+void train_state_pack(const trainer *t, void *blob);
+/* Adopt a blob packed by a trainer of the same model, seed and B (HR_ERR_MISMATCH naming what
+ * differs, HR_ERR_DATA for a malformed one); nothing changes on failure. */
+hr_status train_state_unpack(trainer *t, const void *blob, size_t bytes, char *err, size_t errlen);
+/* A 64-bit hash of the state (iteration, parameters, optimizer state): replicas that agree on
+ * it hold the same state. */
+uint64_t train_state_hash(const trainer *t);
+/* The same hash of any float array (the parameter agreement check uses it). */
+uint64_t train_hash_floats(const float *v, long n);
 
 /* The emulated stretch of iteration `iter`: the slowdown, or the factor of the last
  * interference phase begun by then. */
@@ -202,6 +225,18 @@ typedef struct {
      * hooks use it). */
     void (*on_iter)(void *ctx, long iter);
     void *on_iter_ctx;
+    /* Optional membership hooks (the application's elastic training), with ctx member_ctx:
+     *  - on_fail: train_step failed with `st`; return HR_OK once the trainer may retry
+     *    t->iter (possibly with another comm, split and state), else the status to stop with;
+     *  - after_iter: after every completed iteration (its checkpoint written); return HR_OK to
+     *    go on, HR_ERR_INTERRUPTED to end the run here as a success, else a status to stop;
+     *  - tag: adds fields to every metrics record, or with `summary` to the summary (written
+     *    as ",\"key\":value...").
+     * The hooks may write their own records to t->metrics. */
+    hr_status (*on_fail)(void *ctx, trainer *t, hr_status st, char *err, size_t errlen);
+    hr_status (*after_iter)(void *ctx, trainer *t, char *err, size_t errlen);
+    void (*tag)(void *ctx, const trainer *t, FILE *f, int summary);
+    void *member_ctx;
 } train_opts;
 
 typedef struct {
@@ -213,6 +248,7 @@ typedef struct {
     double eval_loss;     /* held-out loss at the end */
     double eval_accuracy; /* held-out accuracy at the end (classification) */
     int emulated;         /* the run emulated heterogeneity */
+    int left;             /* after_iter ended the run early (this node left the cluster) */
 } train_result;
 
 /* The whole run: resume from conf.checkpoint when the file exists (unless train_load has

@@ -3,6 +3,8 @@
  *
  * A one-node cluster trains with the local communicator; a cluster of several nodes forms
  * the ring and trains with the replicated controller setting every node's batch (dist.h).
+ * Such a node joins a running job by itself, and SIGTERM or SIGINT make it leave at the next
+ * iteration boundary the members agree on, with a checkpoint (a second signal kills it).
  */
 #include "cli.h"
 #include "hr_fault.h"
@@ -13,6 +15,7 @@
 #include "trainer_setup.h"
 
 #include <getopt.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -64,9 +67,30 @@ static int train_one(const cfg *c, int self, const train_opts *to) {
     return CLI_OK;
 }
 
-/* Train as one node of a ring: form the ring, resume from a checkpoint if there is one, let
- * the replicated controller set the split, and train. */
-static int train_cluster(const cfg *c, int self, const train_opts *to) {
+static volatile sig_atomic_t leave_requested;
+
+static void on_leave_signal(int sig) {
+    (void)sig;
+    leave_requested = 1;
+}
+
+/* SIGTERM (a scheduler's pre-emption) and SIGINT ask this node to leave cleanly; the second
+ * one takes the default action. */
+static void catch_leave_signals(void) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_leave_signal;
+    sa.sa_flags = SA_RESETHAND | SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+}
+
+/* Train as one node of a ring: resume from this node's checkpoint if it has one, agree on a
+ * view with the others (taking the newest state any of them holds), let the replicated
+ * controller set the split, and train, changing views as nodes leave and join. */
+static int train_cluster(const cfg *c, int self, const train_opts *opts) {
+    train_opts o = *opts, *to = &o;
     dist d;
     trainer t;
     train_result res;
@@ -85,11 +109,15 @@ static int train_cluster(const cfg *c, int self, const train_opts *to) {
         if (st != HR_OK) goto fail;
         HR_INFO(TRAIN, "resumed from checkpoint %s at iteration %ld", c->checkpoint, t.iter);
     }
+    catch_leave_signals();
     st = dist_attach(&d, &t, err, sizeof err);
     if (st != HR_OK) goto fail;
+    dist_hooks(&d, to, &leave_requested);
     st = train_run(&t, to, &res, err, sizeof err);
     if (st != HR_OK) goto fail;
-    if (ring_rank(&d.r) == 0)
+    if (res.left)
+        HR_INFO(TRAIN, "node %ld left the cluster at iteration %ld", c->nodes[self].id, t.iter);
+    else if (ring_rank(&d.r) == 0)
         HR_INFO(TRAIN,
                 "done: %ld iterations, %ld samples in %.2f s (%.0f samples/s), final loss %.4f, "
                 "held-out %s %.4g, policy %s%s",

@@ -19,8 +19,10 @@ write_conf() {
   } > "$1"
 }
 
-# finish: the failure count, and the exit status of the script
+# finish: the failure count, and the exit status of the script; with HR_KEEP=DIR the
+# temporary files are copied there first, for a look at the logs
 finish() {
+  [ -n "${HR_KEEP:-}" ] && rm -rf "$HR_KEEP" && cp -r "$tmp" "$HR_KEEP"
   echo "$fails failure(s)"
   [ "$fails" = 0 ]
 }

@@ -16,8 +16,9 @@ policy = proportional
 interval = 1
 EOF
 
-# Last iteration each node recorded in its metrics (-1 for none).
-last_iter() { { grep -o '"iter":[0-9]*' "$1" 2>/dev/null || true; } | tail -1 | cut -d: -f2 | grep . || echo -1; }
+# Last iteration each node recorded in its metrics (-1 for none); other records (views, the
+# end) start with "event".
+last_iter() { { grep -o '^{"iter":[0-9]*' "$1" 2>/dev/null || true; } | tail -1 | cut -d: -f2 | grep . || echo -1; }
 
 # run_local NAME FAULT: all nodes under hetring local with HETRING_FAULT=FAULT, metrics per node.
 # The launcher stops the others with SIGTERM once one node fails, which may cut a node's

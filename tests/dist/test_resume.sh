@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Resuming a multi-node run: three nodes train 30 iterations with a checkpoint every 10; one
-# node crashes at iteration 17; the rerun resumes every node from the checkpoint of iteration
+# node crashes at iteration 17, which leaves the other two short of their quorum (min_nodes =
+# 3), so they stop after rejoin_timeout; the rerun resumes every node from the checkpoint of iteration
 # 10 and must continue the very trajectory of an uninterrupted run: the same loss on every
 # node at iterations 10..29, and a final checkpoint (iteration, parameters, momentum, split)
 # identical byte for byte. The static policy keeps the split, and the cosine schedule with
@@ -10,6 +11,8 @@
 # conf NAME: the cluster, checkpointing to NAME.ckpt
 conf() {
   write_conf "$tmp/$1.ini" 3 20 <<EOF
+min_nodes = 3
+rejoin_timeout = 2
 [train]
 layers = 784,16,10
 samples = 2048
