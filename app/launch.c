@@ -4,7 +4,9 @@
  * One poll loop watches a signalfd (SIGINT, SIGTERM, SIGCHLD) and one pipe per child carrying
  * its merged stdout and stderr. Output is cut into lines and written with a node prefix.
  * Children run in their own process groups, so a terminal's Ctrl-C reaches them only through
- * the launcher, once.
+ * the launcher, once. A failed child either waits for its restart (respawn_at), stays down
+ * while a quorum runs, or stops the others; the launcher is "stopping" (kill_at set) from the
+ * first stop on, and from then on restarts nothing and no exit changes the outcome.
  */
 #include "launch.h"
 #include "hr_log.h"
@@ -23,10 +25,11 @@
 #include <unistd.h>
 
 typedef struct {
-    pid_t pid;      /* 0 once reaped */
-    int fd;         /* read end of the output pipe, -1 at EOF */
-    char buf[8192]; /* partial line not yet written */
-    size_t len;     /* bytes in buf */
+    pid_t pid;         /* 0 once reaped */
+    int fd;            /* read end of the output pipe, -1 at EOF */
+    double respawn_at; /* now_s() at which this failed node starts again; 0 = none pending */
+    char buf[8192];    /* partial line not yet written */
+    size_t len;        /* bytes in buf */
 } child;
 
 static double now_s(void) {
@@ -108,8 +111,10 @@ void launch_result_free(launch_result *res) {
     if (!res) return;
     free(res->ids);
     free(res->exit_code);
+    free(res->restarts);
     res->ids = NULL;
     res->exit_code = NULL;
+    res->restarts = NULL;
 }
 
 /* Every node must be on an address of this machine. Returns 0, or 2 after saying which is not. */
@@ -128,48 +133,68 @@ static int check_local(const cfg *c) {
 /* The launcher while its children run. */
 typedef struct {
     const launch_opts *o;
-    launch_result *res; /* ids, exit codes and how the run ended */
+    launch_result *res; /* ids, exit codes, restarts and how the run ended */
     child *ch;          /* one per node, in c->nodes order */
     int n;              /* nodes */
     int alive;          /* children not yet reaped */
+    int pending;        /* failed children waiting for their restart */
     int sfd;            /* signalfd for SIGINT, SIGTERM and SIGCHLD */
+    sigset_t old_mask;  /* the caller's signal mask, which children get back */
     double start;       /* now_s() when every child was started */
     double kill_at;     /* now_s() after which survivors get SIGKILL; 0 while none is due */
 } launcher;
 
-/* Send `sig` to every child still running and give them o->grace_s to exit. */
+/* Send `sig` (then SIGCONT, so that a stopped child acts on it) to every child still running,
+ * give them o->grace_s to exit and drop every pending restart. */
 static void stop_all(launcher *l, int sig, double now) {
     signal_all(l->ch, l->n, sig);
-    l->kill_at = now + l->o->grace_s;
+    signal_all(l->ch, l->n, SIGCONT);
+    if (!l->kill_at) l->kill_at = now + l->o->grace_s;
+    for (int i = 0; i < l->n; i++) l->ch[i].respawn_at = 0;
+    l->pending = 0;
 }
 
-/* Fork one child per node, its output on a non-blocking pipe. Returns 0, or 2 when a pipe or
- * fork failed (the children already started keep running for the caller to stop). */
-static int start_children(launcher *l, const cfg *c, const sigset_t *old_mask) {
-    for (int i = 0; i < l->n; i++) l->ch[i].fd = -1; /* none polled until started */
-    for (int i = 0; i < l->n; i++) {
-        int p[2];
-        l->res->ids[i] = c->nodes[i].id;
-        if (pipe2(p, O_CLOEXEC) != 0) {
-            fprintf(stderr, "hetring local: pipe: %s\n", strerror(errno));
-            return 2;
-        }
-        pid_t pid = spawn(l->o, c->nodes[i].id, p[1], old_mask);
-        close(p[1]);
-        if (pid < 0) {
-            close(p[0]);
-            fprintf(stderr, "hetring local: fork: %s\n", strerror(errno));
-            return 2;
-        }
-        fcntl(p[0], F_SETFL, O_NONBLOCK);
-        l->ch[i].pid = pid;
-        l->ch[i].fd = p[0];
-        l->alive++;
+/* Fork child `i` with its output on a fresh non-blocking pipe. Returns 0, or -1 after a message
+ * when the pipe or the fork failed. */
+static int start_child(launcher *l, int i) {
+    child *ch = &l->ch[i];
+    if (ch->fd >= 0) { /* a dead incarnation's output: print what is left, then drop the pipe */
+        drain(ch, l->res->ids[i], l->o->out);
+        if (ch->fd >= 0) close(ch->fd);
+        if (ch->len) emit(l->o->out, l->res->ids[i], ch->buf, ch->len);
+        ch->fd = -1;
+        ch->len = 0;
     }
+    int p[2];
+    if (pipe2(p, O_CLOEXEC) != 0) {
+        HR_ERROR(CLI, "cannot start node %ld: pipe: %s", l->res->ids[i], strerror(errno));
+        return -1;
+    }
+    pid_t pid = spawn(l->o, l->res->ids[i], p[1], &l->old_mask);
+    close(p[1]);
+    if (pid < 0) {
+        close(p[0]);
+        HR_ERROR(CLI, "cannot start node %ld: fork: %s", l->res->ids[i], strerror(errno));
+        return -1;
+    }
+    fcntl(p[0], F_SETFL, O_NONBLOCK);
+    ch->pid = pid;
+    ch->fd = p[0];
+    l->alive++;
     return 0;
 }
 
-/* SIGINT and SIGTERM to the launcher go on to every child. */
+/* Fork one child per node. Returns 0, or 2 when one could not be started (the children
+ * already started keep running for the caller to stop). */
+static int start_children(launcher *l, const cfg *c) {
+    for (int i = 0; i < l->n; i++) l->ch[i].fd = -1; /* none polled until started */
+    for (int i = 0; i < l->n; i++) l->res->ids[i] = c->nodes[i].id;
+    for (int i = 0; i < l->n; i++)
+        if (start_child(l, i) != 0) return 2;
+    return 0;
+}
+
+/* SIGINT and SIGTERM to the launcher reach every child as SIGTERM. */
 static void forward_signals(launcher *l) {
     struct signalfd_siginfo si;
     while (read(l->sfd, &si, sizeof si) == (ssize_t)sizeof si) {
@@ -178,24 +203,71 @@ static void forward_signals(launcher *l) {
             HR_WARN(CLI, "received SIG%s: stopping %d node(s)", signame((int)si.ssi_signo),
                     l->alive);
         l->res->interrupted = 1;
-        signal_all(l->ch, l->n, (int)si.ssi_signo);
-        if (!l->kill_at) l->kill_at = now_s() + l->o->grace_s;
+        stop_all(l, SIGTERM, now_s());
     }
 }
 
-/* Note the exit of child `i`; the first to fail on its own stops the others. */
-static void on_exit_status(launcher *l, int i, int status) {
+/* Whether a node other than `i` runs or waits for its restart: a cluster to rejoin. */
+static int others_active(const launcher *l, int i) {
+    for (int k = 0; k < l->n; k++)
+        if (k != i && (l->ch[k].pid > 0 || l->ch[k].respawn_at > 0)) return 1;
+    return 0;
+}
+
+/* Whether failed child `i` is to be restarted; when not, `why` says why ("" when restarts are
+ * off). */
+static int may_respawn(const launcher *l, int i, char *why, size_t n) {
+    long id = l->res->ids[i];
+    why[0] = 0;
+    if (l->o->max_respawns <= 0) return 0;
+    if (l->res->restarts[i] >= l->o->max_respawns)
+        snprintf(why, n, "node %ld was restarted %d time(s), the most allowed; it stays down", id,
+                 l->res->restarts[i]);
+    else if (!others_active(l, i))
+        snprintf(why, n, "not restarting node %ld: no other node is running", id);
+    return why[0] == 0;
+}
+
+/* After child `i` failed (`what` says how): restart it later, let the others go on while a
+ * quorum runs or a restart is pending, or stop them. */
+static void on_failure(launcher *l, int i, const char *what) {
     launch_result *res = l->res;
+    double now = now_s();
+    char why[160];
+    if (res->failed_node < 0) res->failed_node = i;
+    int respawn = may_respawn(l, i, why, sizeof why);
+    if (respawn) l->ch[i].respawn_at = now + l->o->respawn_s, l->pending++;
+    if (l->alive == 0 && l->pending == 0) {
+        HR_ERROR(CLI, "%s; no node is running any more", what);
+    } else if (l->alive >= res->quorum || l->pending > 0) {
+        HR_WARN(CLI, "%s; %d of %d nodes still running (quorum %ld)%s", what, l->alive, l->n,
+                res->quorum, l->alive < res->quorum ? "; waiting for a restart" : "");
+    } else {
+        HR_ERROR(CLI,
+                 "%s; %d of %d nodes still running, below the quorum of %ld; stopping the "
+                 "others",
+                 what, l->alive, l->n, res->quorum);
+        res->quorum_lost = 1;
+        stop_all(l, SIGTERM, now);
+    }
+    if (respawn)
+        HR_WARN(CLI, "respawning node %ld in %.1f s", res->ids[i], l->o->respawn_s);
+    else if (why[0])
+        HR_WARN(CLI, "%s", why);
+}
+
+/* Note the exit of child `i`. Once the launcher is stopping, exits are only recorded. */
+static void on_exit_status(launcher *l, int i, int status) {
     int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-    res->exit_code[i] = code;
-    if (code == 0 || res->failed_node >= 0 || res->interrupted || l->kill_at) return;
-    res->failed_node = i;
+    l->res->exit_code[i] = code;
+    if (code == 0 || l->kill_at) return;
+    char what[128];
     if (WIFSIGNALED(status))
-        HR_ERROR(CLI, "node %ld was killed by SIG%s; stopping the others", res->ids[i],
+        snprintf(what, sizeof what, "node %ld was killed by SIG%s", l->res->ids[i],
                  signame(WTERMSIG(status)));
     else
-        HR_ERROR(CLI, "node %ld exited with status %d; stopping the others", res->ids[i], code);
-    stop_all(l, SIGTERM, now_s());
+        snprintf(what, sizeof what, "node %ld exited with status %d", l->res->ids[i], code);
+    on_failure(l, i, what);
 }
 
 static void reap(launcher *l) {
@@ -209,6 +281,28 @@ static void reap(launcher *l) {
             l->alive--;
             on_exit_status(l, i, status);
         }
+    }
+}
+
+/* Start the failed children whose delay has passed. */
+static void respawn_due(launcher *l, double t) {
+    for (int i = 0; i < l->n; i++) {
+        child *ch = &l->ch[i];
+        if (!ch->respawn_at || t < ch->respawn_at) continue;
+        ch->respawn_at = 0;
+        l->pending--;
+        if (!others_active(l, i)) {
+            HR_WARN(CLI, "not restarting node %ld: no other node is running", l->res->ids[i]);
+            continue;
+        }
+        l->res->restarts[i]++; /* counted before it is tried, so failed forks are bounded too */
+        if (start_child(l, i) != 0) {
+            char what[64];
+            snprintf(what, sizeof what, "node %ld could not be restarted", l->res->ids[i]);
+            on_failure(l, i, what);
+            continue;
+        }
+        HR_WARN(CLI, "node %ld restarted (pid %ld)", l->res->ids[i], (long)ch->pid);
     }
 }
 
@@ -227,26 +321,46 @@ static void enforce_deadlines(launcher *l, double t) {
     }
 }
 
-/* Relay output, signals and exits until every child is reaped and its pipe closed. */
+/* Milliseconds poll may sleep: 200, or less when a restart falls due sooner. */
+static int poll_ms(const launcher *l, double t) {
+    int ms = 200;
+    for (int i = 0; i < l->n; i++)
+        if (l->ch[i].respawn_at > 0) {
+            double d = (l->ch[i].respawn_at - t) * 1e3 + 1;
+            if (d < ms) ms = d < 0 ? 0 : (int)d;
+        }
+    return ms;
+}
+
+/* Relay output, signals, exits and restarts until every child is reaped, its pipe closed and
+ * no restart is pending. */
 static void watch(launcher *l, struct pollfd *pfd) {
     int open_fds = l->alive;
-    while (l->alive > 0 || open_fds > 0) {
+    while (l->alive > 0 || open_fds > 0 || l->pending > 0) {
         int np = 0;
         pfd[np++] = (struct pollfd){.fd = l->sfd, .events = POLLIN};
         for (int i = 0; i < l->n; i++)
             if (l->ch[i].fd >= 0) pfd[np++] = (struct pollfd){.fd = l->ch[i].fd, .events = POLLIN};
-        poll(pfd, (nfds_t)np, 200 /* ms */);
+        poll(pfd, (nfds_t)np, poll_ms(l, now_s()));
         for (int i = 0; i < l->n; i++)
             if (l->ch[i].fd >= 0) drain(&l->ch[i], l->res->ids[i], l->o->out);
         forward_signals(l);
         reap(l);
+        double t = now_s();
+        respawn_due(l, t);
         open_fds = 0;
         for (int i = 0; i < l->n; i++) open_fds += l->ch[i].fd >= 0;
-        double t = now_s();
         enforce_deadlines(l, t);
-        if (l->alive == 0 && open_fds > 0 && l->kill_at && t > l->kill_at)
+        if (l->alive == 0 && l->pending == 0 && open_fds > 0 && l->kill_at && t > l->kill_at)
             break; /* stray writers */
     }
+}
+
+/* The outcome: 0 when the last process of every node exited 0 and nothing stopped the run. */
+static int outcome(const launch_result *res) {
+    for (int i = 0; i < res->n; i++)
+        if (res->exit_code[i] != 0) return 1;
+    return res->interrupted || res->timed_out || res->quorum_lost ? 1 : 0;
 }
 
 int launch_cluster(const cfg *c, const launch_opts *o, launch_result *res) {
@@ -258,24 +372,26 @@ int launch_cluster(const cfg *c, const launch_opts *o, launch_result *res) {
     l.ch = calloc((size_t)n, sizeof *l.ch);
     res->ids = calloc((size_t)n, sizeof *res->ids);
     res->exit_code = calloc((size_t)n, sizeof *res->exit_code);
-    if (!l.ch || !res->ids || !res->exit_code) {
+    res->restarts = calloc((size_t)n, sizeof *res->restarts);
+    if (!l.ch || !res->ids || !res->exit_code || !res->restarts) {
         free(l.ch);
         launch_result_free(res);
         fprintf(stderr, "hetring local: out of memory\n");
         return 2;
     }
     res->n = n;
+    res->quorum = o->min_nodes > 0 ? o->min_nodes : n / 2 + 1;
 
-    sigset_t mask, old;
+    sigset_t mask;
     sigemptyset(&mask);
     sigaddset(&mask, SIGINT);
     sigaddset(&mask, SIGTERM);
     sigaddset(&mask, SIGCHLD);
-    sigprocmask(SIG_BLOCK, &mask, &old);
+    sigprocmask(SIG_BLOCK, &mask, &l.old_mask);
     l.sfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
     void (*old_pipe)(int) = signal(SIGPIPE, SIG_IGN);
 
-    int rc = start_children(&l, c, &old);
+    int rc = start_children(&l, c);
     l.start = now_s();
     if (rc) stop_all(&l, SIGTERM, l.start); /* could not start everyone: stop who did start */
     struct pollfd *pfd = calloc((size_t)n + 1, sizeof *pfd);
@@ -286,9 +402,6 @@ int launch_cluster(const cfg *c, const launch_opts *o, launch_result *res) {
     free(l.ch);
     close(l.sfd);
     signal(SIGPIPE, old_pipe);
-    sigprocmask(SIG_SETMASK, &old, NULL);
-    if (rc) return rc;
-    for (int i = 0; i < n; i++)
-        if (res->exit_code[i] != 0) return 1;
-    return res->interrupted || res->timed_out ? 1 : 0;
+    sigprocmask(SIG_SETMASK, &l.old_mask, NULL);
+    return rc ? rc : outcome(res);
 }

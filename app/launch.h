@@ -1,11 +1,16 @@
 /*
  * launch.h: start every node of a cluster file as a child process on this machine.
  *
- * Used by `hetring local` and by the bench suite. Guarantees:
+ * Used by `hetring local`. Guarantees:
  *  - each child's stdout and stderr lines are prefixed with "nodeID | ";
- *  - SIGINT and SIGTERM to the launcher are forwarded to every child;
- *  - when a child fails (non-zero exit or a signal) the others are stopped, first with
- *    SIGTERM and after `grace_s` with SIGKILL;
+ *  - SIGINT and SIGTERM to the launcher reach every child as SIGTERM (a node checkpoints and
+ *    leaves at an iteration boundary), followed by SIGCONT so that a stopped node acts on it;
+ *    after `grace_s` the ones still running get SIGKILL, and no node is restarted any more;
+ *  - a child that fails (non-zero exit or a signal) stops the others only when fewer than the
+ *    quorum (`min_nodes`) are left running and no restart is pending; otherwise they go on;
+ *  - with `max_respawns` > 0 a failed child is started again with the same command line after
+ *    `respawn_s`, at most `max_respawns` times per node, and only while another node is running
+ *    or waiting for its own restart (a node that fails after the others finished stays down);
  *  - no child outlives the launcher: children are started with PR_SET_PDEATHSIG, so even a
  *    SIGKILL of the launcher takes them down.
  */
@@ -16,6 +21,9 @@
 
 #include <stdio.h>
 
+/* Restarts per node that `hetring local --respawn` allows. */
+#define LAUNCH_MAX_RESPAWNS 5
+
 typedef struct {
     const char *exe;         /* hetring executable to run for each node */
     const char *conf;        /* cluster file passed to each node */
@@ -23,19 +31,28 @@ typedef struct {
     FILE *out;               /* where prefixed child output goes (NULL: discard) */
     double grace_s;          /* SIGTERM-to-SIGKILL grace period when stopping children */
     double deadline_s;       /* stop everything after this long; 0 = no limit */
+    long min_nodes;          /* quorum: nodes that must run for the others to go on after a
+                              * failure; 0 = floor(N/2) + 1 of the N nodes in the file */
+    double respawn_s;        /* seconds between a child's failure and its restart */
+    int max_respawns;        /* restarts per node; 0 = a failed node stays down */
 } launch_opts;
 
 typedef struct {
-    int n;           /* number of children */
+    int n;           /* number of nodes */
     long *ids;       /* node id of each child */
-    int *exit_code;  /* exit status, or 128+signal when killed */
+    int *exit_code;  /* exit status of each node's last process, or 128+signal when killed */
+    int *restarts;   /* how often each node was started again */
+    long quorum;     /* the quorum the run kept (min_nodes, resolved) */
     int failed_node; /* index of the first child that failed, or -1 */
+    int quorum_lost; /* fewer than `quorum` ran with no restart pending: the others were stopped */
     int interrupted; /* a SIGINT or SIGTERM reached the launcher */
     int timed_out;   /* deadline_s passed */
 } launch_result;
 
-/* Run every node of `c` and wait for all of them. Returns 0 when all exited 0, else 1 with
- * `res` saying why; 2 when the setup failed (message on stderr). `res` must be freed. */
+/* Run every node of `c` and wait for all of them. Returns 0 when the last process of every node
+ * exited 0 (a node that failed and whose restart then exited 0 counts as a success) and the run
+ * was neither interrupted, timed out nor stopped for want of a quorum; else 1 with `res` saying
+ * why; 2 when the setup failed (message on stderr). `res` must be freed. */
 int launch_cluster(const cfg *c, const launch_opts *o, launch_result *res);
 void launch_result_free(launch_result *res);
 

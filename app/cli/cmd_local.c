@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,26 +15,66 @@ static void usage(FILE *out) {
     fprintf(
         out,
         "usage: hetring local --conf FILE [--set SECTION.KEY=VALUE]... [--grace S]\n"
-        "                     [--compare-static] [-- RUN-OPTIONS...]\n"
+        "                     [--respawn S] [--compare-static] [-- RUN-OPTIONS...]\n"
         "\n"
         "Start one `hetring run` child per [node.ID] of FILE on this machine (every host must\n"
-        "be a local address). Each output line is prefixed with its node. SIGINT and SIGTERM\n"
-        "are forwarded; if any node fails the others are stopped, and no node outlives this\n"
-        "command. Options after -- are passed to every `hetring run`.\n"
+        "be a local address). Each output line is prefixed with its node. No node outlives\n"
+        "this command. Options after -- are passed to every `hetring run`.\n"
+        "\n"
+        "When a node dies (killed, or a non-zero exit) the others go on as long as a quorum\n"
+        "of them still runs ([cluster] min_nodes, default a majority: floor(N/2)+1 of the N\n"
+        "nodes); below it, with no restart pending, the others are stopped. SIGINT and SIGTERM\n"
+        "reach every node as SIGTERM (each checkpoints and leaves); nodes still running after\n"
+        "the grace period are killed, and nothing is restarted any more.\n"
         "\n"
         "  --conf FILE      cluster INI file\n"
         "  --set S.K=V      override one key, for every node\n"
         "  --grace S        seconds between SIGTERM and SIGKILL when stopping nodes (default 5)\n"
+        "  --respawn S      restart a node that died (killed or a non-zero exit, not one that\n"
+        "                   exited 0) S seconds later with the same command line, so that it\n"
+        "                   rejoins the cluster; at most %d times per node, and only while\n"
+        "                   another node runs or waits for its own restart\n"
         "  --compare-static run the cluster twice, first with static batches, then as\n"
         "                   configured, and report the measured speed-up\n"
         "  --help           this text\n"
         "\n"
-        "Exit status: 0 when every node succeeded, 1 when one failed or the run was\n"
-        "interrupted, 2 for a usage or configuration error.\n");
+        "Exit status: 0 when the last process of every node exited 0 (a node that died, was\n"
+        "restarted and then finished counts as a success; one that stayed down does not, even\n"
+        "if the others finished without it); 1 when a node's last process failed, the quorum\n"
+        "was lost or the run was interrupted; 2 for a usage or configuration error.\n",
+        LAUNCH_MAX_RESPAWNS);
+}
+
+/* How a node's last process ended, for the closing message. */
+static void describe_exit(char *buf, size_t n, int code) {
+    if (code > 128)
+        snprintf(buf, n, "killed by SIG%s",
+                 sigabbrev_np(code - 128) ? sigabbrev_np(code - 128) : "?");
+    else
+        snprintf(buf, n, "exit status %d", code);
+}
+
+/* Why the run failed, after launch_cluster returned 1 (not for an interruption). */
+static void report_failure(const launch_result *res) {
+    if (res->quorum_lost)
+        fprintf(stderr,
+                "hetring local: fewer than %ld node(s) (the quorum) were left running; every "
+                "node has been stopped\n",
+                res->quorum);
+    else if (res->timed_out)
+        fprintf(stderr, "hetring local: the run passed its deadline\n");
+    for (int i = 0; i < res->n; i++) {
+        if (res->exit_code[i] == 0) continue;
+        char how[64];
+        describe_exit(how, sizeof how, res->exit_code[i]);
+        fprintf(stderr, "hetring local: node %ld ended with %s", res->ids[i], how);
+        if (res->restarts[i]) fprintf(stderr, " after %d restart(s)", res->restarts[i]);
+        fprintf(stderr, "\n");
+    }
 }
 
 /* Launch every node once. `extra` are additional run arguments (NULL-terminated). */
-static int launch_once(const cfg *c, const cli_common *o, const char *exe, double grace,
+static int launch_once(const cfg *c, const cli_common *o, const char *exe, const launch_opts *how,
                        char **tail, int n_tail, const char *const *extra) {
     /* every child gets the same --set overrides, then `extra`, then whatever followed "--" */
     const char *args[2 * CLI_MAX_SETS + 80];
@@ -42,13 +83,11 @@ static int launch_once(const cfg *c, const cli_common *o, const char *exe, doubl
     for (int i = 0; extra && extra[i] && na < cap; i++) args[na++] = extra[i];
     for (int i = 0; i < n_tail && na < cap; i++) args[na++] = tail[i];
     args[na] = NULL;
-    launch_opts lo = {.exe = exe, .conf = o->conf, .args = args, .out = stdout, .grace_s = grace};
+    launch_opts lo = *how;
+    lo.exe = exe, lo.conf = o->conf, lo.args = args, lo.out = stdout;
     launch_result res;
     int rc = launch_cluster(c, &lo, &res);
-    if (rc == 1 && !res.interrupted)
-        fprintf(stderr, "hetring local: %s\n",
-                res.failed_node >= 0 ? "a node failed; every node has been stopped"
-                                     : "not every node succeeded");
+    if (rc == 1 && !res.interrupted) report_failure(&res);
     if (res.interrupted) rc = -1;
     launch_result_free(&res);
     return rc;
@@ -68,8 +107,8 @@ static double summary_rate(const char *path) {
 }
 
 /* Run the cluster with the static policy, then as configured, and report the speed-up. */
-static int compare_static(const cfg *c, const cli_common *o, const char *exe, double grace,
-                          char **tail, int n_tail) {
+static int compare_static(const cfg *c, const cli_common *o, const char *exe,
+                          const launch_opts *how, char **tail, int n_tail) {
     char dir[] = "/tmp/hetring-local-XXXXXX";
     if (!mkdtemp(dir)) {
         fprintf(stderr, "hetring local: cannot create a temporary directory: %s\n",
@@ -83,11 +122,11 @@ static int compare_static(const cfg *c, const cli_common *o, const char *exe, do
     const char *run2[] = {"--summary", s_dyn, NULL};
     printf("== 1/2: static batches (the plain BSP baseline) ==\n");
     fflush(stdout);
-    int rc = launch_once(c, o, exe, grace, tail, n_tail, run1);
+    int rc = launch_once(c, o, exe, how, tail, n_tail, run1);
     if (rc == 0) {
         printf("== 2/2: dynamic batching, policy %s ==\n", cfg_policy_name(c->policy));
         fflush(stdout);
-        rc = launch_once(c, o, exe, grace, tail, n_tail, run2);
+        rc = launch_once(c, o, exe, how, tail, n_tail, run2);
     }
     double r1 = summary_rate(s_static), r2 = summary_rate(s_dyn);
     if (rc == 0 && r1 > 0 && r2 > 0) {
@@ -108,13 +147,26 @@ static int compare_static(const cfg *c, const cli_common *o, const char *exe, do
     return rc;
 }
 
+/* --grace and --respawn: seconds in [0, 3600]. Returns 0, or CLI_USAGE after a message. */
+static int seconds_opt(const char *name, const char *arg, double *out) {
+    char *end;
+    double v = strtod(arg, &end);
+    if (end == arg || *end || !(v >= 0 && v <= 3600))
+        return cli_usage_error("local", "--%s '%s' (expected seconds in [0, 3600])", name, arg);
+    *out = v;
+    return 0;
+}
+
 int cmd_local(int argc, char **argv) {
-    static const struct option opts[] = {
-        {"conf", required_argument, 0, 0},    {"set", required_argument, 0, 0},
-        {"grace", required_argument, 0, 'g'}, {"compare-static", no_argument, 0, 'c'},
-        {"help", no_argument, 0, 'h'},        {0, 0, 0, 0}};
+    static const struct option opts[] = {{"conf", required_argument, 0, 0},
+                                         {"set", required_argument, 0, 0},
+                                         {"grace", required_argument, 0, 'g'},
+                                         {"respawn", required_argument, 0, 'r'},
+                                         {"compare-static", no_argument, 0, 'c'},
+                                         {"help", no_argument, 0, 'h'},
+                                         {0, 0, 0, 0}};
     cli_common o = {0};
-    double grace = 5;
+    launch_opts how = {.grace_s = 5};
     int idx, ch, compare = 0;
     optind = 1;
     while ((ch = getopt_long(argc, argv, "h", opts, &idx)) != -1) {
@@ -122,11 +174,10 @@ int cmd_local(int argc, char **argv) {
         if (ch == 'c') {
             compare = 1;
         } else if (ch == 'g') {
-            char *end;
-            grace = strtod(optarg, &end);
-            if (*end || grace < 0 || grace > 3600)
-                return cli_usage_error("local", "--grace '%s' (expected seconds in [0, 3600])",
-                                       optarg);
+            if (seconds_opt("grace", optarg, &how.grace_s)) return CLI_USAGE;
+        } else if (ch == 'r') {
+            if (seconds_opt("respawn", optarg, &how.respawn_s)) return CLI_USAGE;
+            how.max_respawns = LAUNCH_MAX_RESPAWNS;
         } else if (ch != 0 || cli_common_opt(&o, opts[idx].name, optarg) <= 0) {
             return usage(stderr), CLI_USAGE;
         }
@@ -140,10 +191,12 @@ int cmd_local(int argc, char **argv) {
         fprintf(stderr, "hetring local: cannot find the hetring executable (/proc/self/exe)\n");
         return CLI_FAIL;
     }
+    /* TODO(issue 12): how.min_nodes = c.min_nodes once [cluster] min_nodes is in cfg; until
+     * then the launcher's default, a majority */
     if (compare)
-        rc = compare_static(&c, &o, exe, grace, argv + optind, argc - optind);
+        rc = compare_static(&c, &o, exe, &how, argv + optind, argc - optind);
     else
-        rc = launch_once(&c, &o, exe, grace, argv + optind, argc - optind, NULL);
+        rc = launch_once(&c, &o, exe, &how, argv + optind, argc - optind, NULL);
     cfg_free(&c);
     return rc == 2 ? CLI_USAGE : rc < 0 ? CLI_FAIL : rc;
 }

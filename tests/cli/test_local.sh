@@ -1,13 +1,18 @@
 #!/usr/bin/env bash
-# hetring local: start, failure propagation, signal forwarding and no orphans.
+# hetring local: start, a crash tolerated while a quorum runs and the others stopped below it,
+# --respawn and its limit, signal forwarding and no orphans. The launcher's decisions in every
+# case are tested with scripted nodes by app.launch (tests/app/test_launch.c); this script checks
+# them through the real command and real nodes. Faults strike when a node is ready, before any
+# ring exists, so what the nodes do about a lost peer (elastic training) does not change them.
 # Every node gets its own unique config path so that pgrep finds exactly this test's children.
 set -u
 HR=$1
 fails=0
 fail() { echo "FAIL: $*"; fails=$((fails+1)); }
-tmp=$(mktemp -d); trap 'pkill -KILL -f "$tmp/" 2>/dev/null; rm -rf "$tmp"' EXIT
+. "$(dirname "$0")/../ports.sh"
+tmp=$(mktemp -d); trap 'pkill -KILL -f "$tmp/" 2>/dev/null; rm -rf "$tmp"; port_release' EXIT
+port_block || exit 1 # base: 8 ports no other test holds
 conf=$tmp/c.ini
-base=$((10000 + RANDOM % 22000)) # below the ephemeral range (32768+)
 { printf '[cluster]\nsecurity = none\n[train]\niterations = 1\n'
   for i in 0 1 2 3; do printf '[node.%d]\nhost = 127.0.0.1\nport = %d\n' $i $((base+i)); done; } > "$conf"
 children() { pgrep -f "run --conf $conf" | tr '\n' ' '; }
@@ -38,17 +43,52 @@ wait $lp; rc=$?
 grep -q "received SIGTERM: stopping 4 node(s)" "$tmp/out2" || fail "the interruption was not reported: $(cat "$tmp/out2")"
 wait_gone 10 || fail "orphans after SIGTERM: $(children)"
 
-# 3. one child crashes: the launcher stops the others and exits 1
-HETRING_FAULT='hang:0:60,hang:1:60,hang:3:60,crash:2' timeout 60 "$HR" local --conf "$conf" --grace 2 >"$tmp/out3" 2>&1
+# 3. one child crashes: 3 of 4 still run (the quorum of 4 nodes is 3), so the others go on;
+# a second crash leaves 2, below the quorum: the launcher stops the others and exits 1
+HETRING_FAULT='hang:0:60,hang:1:60,crash:2,hang:3:2,crash:3' timeout 60 "$HR" local --conf "$conf" --grace 2 >"$tmp/out3" 2>&1
 rc=$?
 [ $rc = 1 ] || fail "crash: local exited $rc, expected 1"
-grep -q "node 2 was killed by SIGKILL" "$tmp/out3" || fail "crash not reported: $(cat "$tmp/out3")"
+grep -q "node 2 was killed by SIGKILL; 3 of 4 nodes still running (quorum 3)$" "$tmp/out3" ||
+    fail "the first crash was not tolerated: $(cat "$tmp/out3")"
+grep -q "node 3 was killed by SIGKILL; 2 of 4 nodes still running, below the quorum of 3; stopping the others" "$tmp/out3" ||
+    fail "the quorum loss was not reported: $(cat "$tmp/out3")"
+grep -q "fewer than 3 node(s) (the quorum) were left running; every node has been stopped" "$tmp/out3" ||
+    fail "no closing message for the quorum loss: $(cat "$tmp/out3")"
 wait_gone 10 || fail "orphans after a crash: $(children)"
 
-# 4. SIGKILL of the launcher itself: the children die with it
+# 4. --respawn: a node that crashes whenever it starts is restarted 5 times, then stays down
+# while the others (a quorum) go on; SIGTERM to the launcher then reaches every node
+HETRING_FAULT='hang:0:60,hang:1:60,crash:2,hang:3:60' "$HR" local --conf "$conf" --grace 2 --respawn 0.2 >"$tmp/out5" 2>&1 &
+lp=$!
+for _ in $(seq 1 300); do grep -q "it stays down" "$tmp/out5" && break; sleep 0.1; done
+grep -q "node 2 was restarted 5 time(s), the most allowed; it stays down" "$tmp/out5" ||
+    fail "--respawn: no limit after 5 restarts: $(cat "$tmp/out5")"
+[ "$(grep -c "respawning node 2 in 0.2 s$" "$tmp/out5")" = 5 ] &&
+    [ "$(grep -c "node 2 restarted (pid [0-9]*)$" "$tmp/out5")" = 5 ] ||
+    fail "--respawn: expected 5 respawning and 5 restarted lines: $(cat "$tmp/out5")"
+[ "$(grep -c "node2 | .*test fault: crashing once ready" "$tmp/out5")" = 6 ] ||
+    fail "--respawn: node 2 should have started 6 times: $(cat "$tmp/out5")"
+[ "$(children | wc -w)" = 3 ] || fail "--respawn: the 3 others should still run: $(children)"
+kill -TERM $lp
+timeout 30 tail --pid=$lp -f /dev/null
+wait $lp; rc=$?
+[ "$rc" = 1 ] || fail "--respawn: interrupted local exited $rc, expected 1"
+grep -q "received SIGTERM: stopping 3 node(s)" "$tmp/out5" || fail "--respawn: no SIGTERM line: $(cat "$tmp/out5")"
+wait_gone 10 || fail "orphans after --respawn: $(children)"
+
+# 5. the options and the exit rule are documented; a bad delay is a usage error
+"$HR" local --help > "$tmp/help" 2>&1
+grep -q -- "--respawn S" "$tmp/help" && grep -q "at most 5 times per node" "$tmp/help" &&
+    grep -q "a quorum" "$tmp/help" && grep -q "Exit status: 0 when the last process of every node exited 0" "$tmp/help" ||
+    fail "local --help does not document --respawn, the quorum and the exit rule: $(cat "$tmp/help")"
+"$HR" local --conf "$conf" --respawn -1 > "$tmp/bad" 2>&1; rc=$?
+[ $rc = 2 ] && grep -q "respawn '-1' (expected seconds in \[0, 3600\])" "$tmp/bad" ||
+    fail "--respawn -1: exit $rc: $(cat "$tmp/bad")"
+
+# 6. SIGKILL of the launcher itself: the children die with it
 HETRING_FAULT='hang:*:60' "$HR" local --conf "$conf" >"$tmp/out4" 2>&1 &
 lp=$!
-wait_count 4 20 || fail "children did not start (4)"
+wait_count 4 20 || fail "children did not start (6)"
 kill -KILL $lp
 wait $lp 2>/dev/null
 wait_gone 10 || fail "orphans after SIGKILL of the launcher: $(children)"

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# fake_node.sh run --conf FILE --node ID [ARGS...]: a stand-in for `hetring run` that the
+# launcher test (test_launch.c) starts instead of hetring, so that it can script each node.
+#
+# FAKE_DIR is a directory for the node's records; FAKE_PLAN_<ID> lists one action per start of
+# node ID (the last repeats): ok:S (sleep S seconds, exit 0), exit:N (exit N at once), kill:S
+# (sleep S, then SIGKILL itself), hang (sleep until a signal), stop (SIGSTOP itself, then hang).
+# Every start appends its pid to $FAKE_DIR/count.ID. SIGTERM and SIGINT are answered the way a
+# node that checkpoints and leaves answers them: the signal's name goes to $FAKE_DIR/sig.ID and
+# the node exits 0, FAKE_LEAVE_<ID> seconds later (default 0: at once).
+id=$5
+dir=${FAKE_DIR:?}
+echo $$ >> "$dir/count.$id" # the launcher made $$ a process group: the test's clean-up kills it
+n=$(wc -l < "$dir/count.$id")
+plan_var=FAKE_PLAN_$id
+read -r -a plan <<< "${!plan_var:-ok:0}"
+k=$(( n <= ${#plan[@]} ? n - 1 : ${#plan[@]} - 1 ))
+action=${plan[$k]}
+sp=
+leave_var=FAKE_LEAVE_$id
+leave() {
+    echo "$1" >> "$dir/sig.$id"
+    [ -n "$sp" ] && kill "$sp" 2>/dev/null
+    sleep "${!leave_var:-0}"
+    exit 0
+}
+trap 'leave TERM' TERM
+trap 'leave INT' INT
+nap() { sleep "$1" & sp=$!; wait "$sp"; sp=; }
+echo "fake node $id start $n: $action"
+case $action in
+    ok:*) nap "${action#ok:}"; exit 0 ;;
+    exit:*) exit "${action#exit:}" ;;
+    kill:*) nap "${action#kill:}"; kill -KILL $$ ;;
+    hang) nap 60; exit 0 ;;
+    stop) kill -STOP $$; nap 60; exit 0 ;;
+esac
+echo "fake node $id: unknown action '$action'" >&2
+exit 99
