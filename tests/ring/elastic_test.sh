@@ -2,8 +2,8 @@
 # elastic_test.sh SCENARIO MODE RING_NODE: elastic membership (ring_elect) with real processes on
 # 127.0.0.1. Every node runs `ring_node CONF ID elastic STOPFILE 30`: elect, then rounds of
 # checked all-reduces, re-electing after a failure or an admit request (tests/ring/ring_node.c).
-#   kill    4 nodes; SIGKILL node 2: the 3 survivors install a view of 3 within 3 s and go on;
-#           node 2 restarts and is admitted: all 4 go on in a new view
+#   kill    4 nodes; SIGKILL node 0: the 3 survivors install a view of 3 within 3 s and go on;
+#           node 0 restarts and is admitted (it takes rank 1's state): all 4 go on in a new view
 #   quorum  4 nodes; SIGKILL nodes 2 and 3: nodes 0 and 1 pause (no view of 2, the log says
 #           they wait for a quorum); node 3 restarts: 0, 1 and 3 go on
 #   stop    4 nodes; SIGSTOP node 1 for 6 s (timeout 2 s): the others go on without it; after
@@ -122,25 +122,29 @@ wait_rounds 20 "$e0" 20 0 1 2 3 || fail "no 20 rounds in view $e0"
 
 case $scenario in
 kill)
-    kill -KILL "${pid[2]}"; t_kill=$(now); wait "${pid[2]}" 2>/dev/null
+    # node 0: the survivors' leader is another node, and the restarted node 0 (no state, rank
+    # 0) must not be the donor
+    kill -KILL "${pid[0]}"; t_kill=$(now); wait "${pid[0]}" 2>/dev/null
     min_epoch=$e0
-    if wait_view 0,1,3 10 0 1 3; then
+    if wait_view 1,2,3 10 1 2 3; then
         dt=$(calc "$t_view - $t_kill"); e1=$epoch
-        echo "kill -9 node 2 -> view $e1 (0,1,3) on all survivors after $dt s (timeout 2 s)"
+        echo "kill -9 node 0 -> view $e1 (1,2,3) on all survivors after $dt s (timeout 2 s)"
         awk "BEGIN{exit !($dt < 3)}" || fail "the survivors took $dt s to install a view of 3"
-        wait_rounds 20 "$e1" 20 0 1 3 || fail "the survivors did not go on in view $e1"
+        wait_rounds 20 "$e1" 20 1 2 3 || fail "the survivors did not go on in view $e1"
         min_epoch=$e1
-        start 2; t_start=$(now)
+        start 0; t_start=$(now)
         if wait_view 0,1,2,3 15 0 1 2 3; then
             dt=$(calc "$t_view - $t_start")
-            echo "node 2 restarted -> view $epoch (0,1,2,3) on all after $dt s"
-            awk "BEGIN{exit !($dt < 5)}" || fail "admitting node 2 took $dt s"
+            echo "node 0 restarted -> view $epoch (0,1,2,3) on all after $dt s"
+            awk "BEGIN{exit !($dt < 5)}" || fail "admitting node 0 took $dt s"
+            grep -q "view $epoch members 0,1,2,3 rank 0 donor 1 in_sync 0" "${log[0]}" ||
+                fail "node 0 (no state) is not told to take rank 1's state"
             wait_rounds 20 "$epoch" 20 0 1 2 3 || fail "the 4 did not go on in view $epoch"
         else
-            fail "restarted node 2 was not admitted within 15 s"
+            fail "restarted node 0 was not admitted within 15 s"
         fi
     else
-        fail "no view of 0,1,3 within 10 s of the kill"
+        fail "no view of 1,2,3 within 10 s of the kill"
     fi
     stop_all 0 1 2 3
     ;;

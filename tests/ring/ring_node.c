@@ -276,6 +276,24 @@ static int elastic_main(const ring_config *rcfg, const char *stopfile) {
             printf("node %ld: elect failed: %s t=%.3f\n", g_id, err, wall());
             continue;
         }
+        /* the agreement's contract: this node's lineage at its rank; the donor is the lowest
+         * rank of the highest (epoch, progress); in_sync when all equal the donor's */
+        int rank = ring_rank(&r), d = 0, sync = 1;
+        for (int q = 0; q < a->view.n; q++) {
+            const ring_lineage *l = &a->lineage[q], *b = &a->lineage[d];
+            if (l->epoch > b->epoch || (l->epoch == b->epoch && l->progress > b->progress)) d = q;
+        }
+        for (int q = 0; q < a->view.n; q++)
+            sync &= a->lineage[q].epoch == a->lineage[d].epoch &&
+                    a->lineage[q].progress == a->lineage[d].progress;
+        if (rank < 0 || a->lineage[rank].epoch != me.epoch ||
+            a->lineage[rank].progress != me.progress || a->donor != d || a->in_sync != sync) {
+            char msg[160];
+            snprintf(msg, sizeof msg, "view %llu: donor %d (expected %d), in_sync %d (expected %d)",
+                     (unsigned long long)a->view.epoch, a->donor, d, a->in_sync, sync);
+            rc = wrong("agreement", 0, msg);
+            break;
+        }
         /* take the donor's state */
         int64_t p = a->lineage[a->donor].progress;
         me.epoch = a->view.epoch;
