@@ -413,6 +413,7 @@ static void tag(void *ctx, const trainer *t, FILE *f, int summary) {
 
 void dist_hooks(dist *d, train_opts *o, const volatile sig_atomic_t *leave) {
     d->leave = leave;
+    ring_set_stop(&d->r, leave); /* a leave request ends an election that waits for a quorum */
     o->on_fail = on_fail;
     o->after_iter = after_iter;
     o->tag = tag;

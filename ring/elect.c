@@ -7,7 +7,8 @@
  *  - drop the current links first, so the neighbours of a failed collective see EOF at once
  *    and the abort forwarding of ring.c spreads the news; state ELECTING;
  *  - each round, probe every other member of the config in parallel (a lobby call each, by
- *    min(timeout, 1 s)); then, in this order:
+ *    min(timeout, 0.5 s), or 0.2 s for a peer whose last probe in this election timed out: a
+ *    stopped or cut-off peer slows the first round only); then, in this order:
  *     1. adopt: a peer FORMING or TRAINING a view that contains this node and whose epoch is
  *        above the highest epoch this node has seen gives the view (and its members'
  *        lineages); seen := that epoch, then form it;
@@ -69,7 +70,8 @@ enum { LOBBY_REQ = 1, LOBBY_REP = 2 };
 #define LOBBY_MEMBER    24
 #define LOBBY_MAX       (LOBBY_REP_HDR + LOBBY_MEMBER * RING_MAX_NODES)
 #define ELECT_ROUND_S   0.05 /* pause between probe rounds */
-#define ELECT_PROBE_S   1.0  /* a probe's deadline, capped by timeout */
+#define ELECT_PROBE_S   0.5  /* a probe's deadline, capped by timeout */
+#define ELECT_SILENT_S  0.2  /* the same for a peer whose last probe timed out */
 #define ELECT_LOG_S     5.0  /* seconds between "waiting for a quorum" lines */
 #define ELECT_DEFAULT_S 60.0 /* rejoin_timeout when the config gives none */
 
@@ -134,6 +136,10 @@ void elect_formed(ring *r) {
     el->been_in_view = 1;
     el->held = r->view.epoch;
     pthread_mutex_unlock(&el->mu);
+}
+
+void ring_set_stop(ring *r, const volatile sig_atomic_t *stop) {
+    r->stop = stop;
 }
 
 int ring_join_requested(ring *r) {
@@ -263,6 +269,7 @@ typedef struct {
     pthread_t th;                     /* the probing thread */
     int started;                      /* th runs */
     int ok;                           /* it answered with a well-formed reply */
+    int silent;                       /* its last probe in this election timed out */
     char why[HR_ERRLEN];              /* why not */
     int state, admitted;              /* its EL_* state; it honoured the admit request */
     uint64_t seen;                    /* its highest epoch seen */
@@ -311,7 +318,8 @@ static hr_status reply_parse(probe *p, const uint8_t *b, size_t len) {
 static hr_status probe_run(probe *p) {
     ring *r = p->r;
     const ring_member *m = &r->rc.members[p->idx];
-    double s = r->timeout < ELECT_PROBE_S ? r->timeout : ELECT_PROBE_S;
+    double s = p->silent ? ELECT_SILENT_S : ELECT_PROBE_S;
+    if (r->timeout < s) s = r->timeout;
     double deadline = tcp_now() + s;
     int fd = -1, refused = 0;
     HR_CHECK(tcp_connect(m->host, m->port, deadline, &fd, p->why, sizeof p->why));
@@ -340,7 +348,9 @@ static hr_status probe_run(probe *p) {
 
 static void *probe_main(void *arg) {
     probe *p = arg;
-    p->ok = probe_run(p) == HR_OK;
+    hr_status st = probe_run(p);
+    p->ok = st == HR_OK;
+    p->silent = st == HR_ERR_TIMEOUT;
     return NULL;
 }
 
@@ -441,7 +451,9 @@ static hr_status install(ring *r, const ring_view *v, const ring_lineage *lin, c
     ids_str(v->ids, v->n, ids, sizeof ids);
     HR_DEBUG(RING, "%s view %llu: nodes %s; forming", how, (unsigned long long)v->epoch, ids);
     r->view = *v;
-    double secs = been ? r->timeout : r->rc.connect_timeout;
+    /* after the first view: the timeout, and time for the slowest member to finish its probe
+     * round and adopt the view */
+    double secs = been ? r->timeout + 2 * ELECT_PROBE_S : r->rc.connect_timeout;
     hr_status st = ring_form(r, secs, err, errlen);
     if (st == HR_OK) st = confirm(r, lin, err, errlen);
     if (st != HR_OK) {
@@ -624,13 +636,22 @@ hr_status ring_elect(ring *r, const ring_lineage *mine, ring_agreement *out, cha
     char why[HR_ERRLEN] = "";
     hr_status st;
     for (;;) {
+        if (r->stop && *r->stop) {
+            st = HR_ERR_INTERRUPTED;
+            snprintf(why, sizeof why, "interrupted");
+            break;
+        }
         st = elect_round(r, &e, out, why, sizeof why);
         if (st == HR_OK || tcp_now() - t0 >= limit) break;
         double pause = ELECT_ROUND_S;
         struct timespec ts = {0, (long)(pause * 1e9)};
         nanosleep(&ts, NULL);
     }
-    if (st != HR_OK) {
+    if (st == HR_ERR_INTERRUPTED) {
+        set_state(el, EL_IDLE);
+        st = hr_fail(r->err, sizeof r->err, st, "the election was interrupted (stop requested)");
+        if (err) snprintf(err, errlen, "%s", r->err);
+    } else if (st != HR_OK) {
         char reach[512];
         reach_str(r, &e, reach, sizeof reach);
         set_state(el, EL_IDLE);

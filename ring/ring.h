@@ -33,6 +33,7 @@
 #include "ring_config.h"
 #include "sec.h"
 
+#include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -82,6 +83,7 @@ typedef struct ring {
     struct ring_elastic *el; /* election state, shared with the gate's lobby (elect.c) */
     hr_status failed;        /* HR_OK, or the error that broke this view */
     char err[HR_ERRLEN];     /* last detailed error */
+    const volatile sig_atomic_t *stop; /* ring_set_stop's flag, or NULL */
 } ring;
 
 /* Form the ring for view epoch 0 (all members of `rc`, in their order) as node rc->self_id.
@@ -162,6 +164,10 @@ hr_status ring_elect(ring *r, const ring_lineage *mine, ring_agreement *out, cha
  * collective fails with HR_ERR_VIEW until ring_elect formed one. ring_free is still needed on
  * failure. */
 hr_status ring_open(ring *r, const ring_config *rc, char *err, size_t errlen);
+
+/* A flag (a signal handler's) that ring_elect polls between probe rounds: once it is nonzero
+ * an election gives up with HR_ERR_INTERRUPTED. NULL: none. */
+void ring_set_stop(ring *r, const volatile sig_atomic_t *stop);
 
 /* Whether a node outside the view has asked to be admitted since the last ring_elect
  * (read by the training loop at every iteration; thread-safe). */

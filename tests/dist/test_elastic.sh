@@ -96,23 +96,27 @@ check_end() {
   echo "final parameters of nodes $*: ${ref:-none}"
 }
 
-# exactly_once ID: node ID (which ran from start to end) recorded 0..ITERS-1 once each, with
-# splits that sum to B
+# exactly_once IDS...: over the nodes IDS (which ran from start to end), every iteration
+# 0..ITERS-1 was recorded by one of them at least (a node that takes the state at a view change
+# has not recorded the iteration the state brings) and by none twice, and every record's split
+# sums to B (I8)
 exactly_once() {
-  awk -v n="$ITERS" -v B="$B" -v id="$1" '
+  local id files=()
+  for id in "$@"; do files+=("$tmp/m-$id.jsonl"); done
+  awk -v n="$ITERS" -v B="$B" -v ids="$*" '
     /^\{"iter":/ {
       match($0, /^\{"iter":[0-9]+/); it = substr($0, 9, RLENGTH - 8) + 0
-      seen[it]++
+      if ((FILENAME, it) in seen) dup++
+      seen[FILENAME, it] = 1; any[it] = 1
       match($0, /"b":\[[0-9,]*\]/); s = substr($0, RSTART + 5, RLENGTH - 6)
       k = split(s, b, ","); sum = 0; for (j = 1; j <= k; j++) sum += b[j]
       if (sum != B) bad++
     }
     END {
-      miss = 0; dup = 0
-      for (i = 0; i < n; i++) { if (!(i in seen)) miss++; else if (seen[i] > 1) dup += seen[i] - 1 }
-      printf "node %s: %d iterations missing, %d recorded twice, %d splits not summing to B\n", id, miss, dup, bad + 0
+      for (i = 0; i < n; i++) if (!(i in any)) miss++
+      printf "nodes %s: %d iterations recorded by none, %d recorded twice by one node, %d splits not summing to B\n", ids, miss, dup, bad
       exit (miss || dup || bad) ? 1 : 0
-    }' "$tmp/m-$1.jsonl" || fail "node $1 broke exactly-once (I8)"
+    }' "${files[@]}" || fail "nodes $* broke exactly-once (I8)"
 }
 
 # losses FILE: "iter loss" per iteration record
@@ -154,7 +158,7 @@ kill)
   grep -qh "node 2 rejoined" "$tmp"/n*.log || fail "no node logged that node 2 rejoined"
   grep -h "node 2 rejoined" "$tmp"/n*.log | head -1
   check_end 0 1 2 3
-  for id in 0 1 3; do exactly_once $id; done
+  exactly_once 0 1 3
   follows_reference 0
   ;;
 stop)
@@ -171,7 +175,7 @@ stop)
   grep -qh "node 3 left" "$tmp"/n*.log || fail "no node logged that node 3 left"
   grep -qh "node 3 rejoined" "$tmp"/n*.log || fail "no node logged that node 3 rejoined"
   check_end 0 1 2 3
-  for id in 0 1 2; do exactly_once $id; done
+  exactly_once 0 1 2
   follows_reference 0
   ;;
 quorum)
@@ -191,7 +195,7 @@ quorum)
   start 1
   finish_all 0 1 3
   check_end 0 1 3
-  for id in 0 3; do exactly_once $id; done
+  exactly_once 0 3
   follows_reference 0
   ;;
 leave)
@@ -207,7 +211,7 @@ leave)
   at=$(od -An -tu8 -j16 -N8 "$tmp/n1.ckpt" 2>/dev/null | tr -d ' ')
   [ "${at:-x}" = "${left:-y}" ] || fail "node 1's checkpoint is at iteration ${at:-none}, expected ${left:-?}"
   check_end 0 2 3
-  for id in 0 2 3; do exactly_once $id; done
+  exactly_once 0 2 3
   follows_reference 0
   ;;
 resume)
@@ -246,7 +250,7 @@ phases)
   grep -q "crashing .* into the all-reduce" "$tmp/n4.log" || fail "node 4 did not die in an all-reduce"
   grep -q "crashing .* into the view change" "$tmp/n3.log" || fail "node 3 did not die in a view change"
   check_end 0 1 2 3
-  for id in 0 1 2; do exactly_once $id; done
+  exactly_once 0 1 2
   follows_reference 0
   ;;
 donor)
@@ -261,7 +265,7 @@ donor)
   grep -q "crashing .* into the state transfer" "$tmp/n0.log" || fail "node 0 did not die in the state transfer"
   finish_all 1 2 3
   check_end 1 2 3
-  for id in 1 2; do exactly_once $id; done
+  exactly_once 1 2
   follows_reference 1
   ;;
 *)
