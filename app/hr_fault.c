@@ -42,6 +42,8 @@ void hr_fault_point(long node_id, long iter) {
         while (nanosleep(&ts, &ts) != 0) {
         }
     }
+    if (iter >= 0 && hr_fault_get("crash_compute", node_id, -1, &arg) && (long)arg == iter)
+        hr_fault_kill_after("the compute", 0.001);
     if (hr_fault_get("crash", node_id, -1, &arg) && (long)arg == iter) {
         HR_WARN(CLI, "test fault: crashing%s", iter < 0 ? " once ready" : "");
         raise(SIGKILL);

@@ -13,6 +13,11 @@
 #   phases   5 nodes: node 4 dies inside an all-reduce, node 3 inside the view change that
 #            follows; node 3 comes back and dies inside its state transfer (a joiner); then
 #            comes back for good
+#   compute  node 2 (emulated 30x slower) dies 1 ms into its compute
+#   twojoin  5 nodes: nodes 3 and 4 die together and come back together
+#   late     nodes 0..2 start alone, train once connect_timeout has passed, and node 3
+#            joins later
+#   stopall  every node gets SIGTERM at once: all leave with a checkpoint, exit 0
 #   donor    node 3 dies and comes back; the donor of its state (node 0) dies inside the
 #            transfer; the others take the state from the next donor
 # After each, every final member's parameters hash the same, every iteration 0..N-1 is
@@ -267,6 +272,61 @@ donor)
   check_end 1 2 3
   exactly_once 1 2
   follows_reference 1
+  ;;
+compute)
+  EXTRA[2]="--set node.2.slowdown=30"
+  for id in 0 1 3; do start $id; done
+  start 2 HETRING_FAULT=crash_compute:2:25
+  wait "${pids[2]}"
+  grep -q "crashing .* into the compute" "$tmp/n2.log" || fail "node 2 did not die in its compute"
+  finish_all 0 1 3
+  grep -qh "node 2 left" "$tmp"/n*.log || fail "no node logged that node 2 left"
+  check_end 0 1 3
+  exactly_once 0 1 3
+  follows_reference 0
+  ;;
+twojoin)
+  conf "$tmp/c.ini" 5
+  for id in 0 1 2; do start $id; done
+  start 3 HETRING_FAULT=crash:3:20
+  start 4 HETRING_FAULT=crash:4:20
+  wait "${pids[3]}"
+  wait "${pids[4]}"
+  wait_iter 0 60
+  start 3
+  start 4
+  finish_all 0 1 2 3 4
+  grep -h "joined at" "$tmp/n0.log" | head -2
+  grep -q "nodes 3,4 joined at" "$tmp/n0.log" || fail "nodes 3 and 4 did not join in one view change"
+  check_end 0 1 2 3 4
+  exactly_once 0 1 2
+  follows_reference 0
+  ;;
+late)
+  sed -i 's/^connect_timeout = .*/connect_timeout = 2/' "$tmp/c.ini"
+  for id in 0 1 2; do start $id; done
+  wait_iter 0 30
+  start 3
+  finish_all 0 1 2 3
+  grep -h "started at\|joined at" "$tmp/n0.log" | head -2
+  grep -q "view [0-9]*: nodes 0,1,2; ready" "$tmp/n0.log" || fail "nodes 0..2 did not start on their own"
+  grep -q "node 3 rejoined at" "$tmp/n0.log" || fail "node 3 did not join late"
+  check_end 0 1 2 3
+  exactly_once 0 1 2
+  follows_reference 0
+  ;;
+stopall)
+  for id in 0 1 2 3; do EXTRA[$id]="--set train.checkpoint=$tmp/n$id.ckpt"; start $id; done
+  wait_iter 0 100
+  kill -TERM "${pids[@]}"
+  finish_all 0 1 2 3
+  its=""
+  for id in 0 1 2 3; do
+    grep -q "leaving the cluster" "$tmp/n$id.log" || fail "node $id did not leave cleanly"
+    its="$its $(od -An -tu8 -j16 -N8 "$tmp/n$id.ckpt" 2>/dev/null | tr -d ' ')"
+  done
+  echo "checkpoints at iterations:$its"
+  [ "$(echo $its | wc -w)" = 4 ] || fail "not every node wrote its checkpoint"
   ;;
 *)
   echo "unknown scenario $scenario"
