@@ -36,7 +36,13 @@ static void usage(FILE *out) {
             "                   the node id\n"
             "  --summary FILE   write a JSON summary of the run (the rank-0 node writes it)\n"
             "  --quiet          no progress output\n"
-            "  --help           this text\n");
+            "  --help           this text\n"
+            "\n"
+            "With several nodes the run is elastic: when a node dies the others agree on a new\n"
+            "view and go on while a quorum ([cluster] min_nodes) remains; a node started while\n"
+            "the others train joins them and receives the state. SIGTERM or SIGINT make this\n"
+            "node leave after an iteration the others agree on, writing its checkpoint; a\n"
+            "second one stops it at once.\n");
 }
 
 /* Train on this node alone. */
