@@ -7,6 +7,7 @@
 #include <getopt.h>
 #include <math.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -178,6 +179,38 @@ int bench_sibling_exe(const char *name, char *buf, size_t len) {
     if (slash) *slash = 0;
     snprintf(buf, len, "%s/%s", self, name);
     return access(buf, X_OK) == 0 ? 0 : -1;
+}
+
+/* ================================================================ cluster files */
+
+hr_status bench_cfg_set(cfg *c, char *err, size_t errlen, const char *fmt, ...) {
+    char assignment[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(assignment, sizeof assignment, fmt, ap);
+    va_end(ap);
+    return cfg_set(c, assignment, err, errlen);
+}
+
+int bench_write_cfg(const cfg *c, const char *path, const char *comment) {
+    char *text = NULL;
+    size_t len = 0;
+    FILE *mem = open_memstream(&text, &len);
+    FILE *f = fopen(path, "w");
+    if (mem) cfg_print(c, mem), fclose(mem);
+    if (!f || !text) {
+        if (f) fclose(f);
+        free(text);
+        return -1;
+    }
+    fprintf(f, "; %s\n", comment);
+    for (char *line = text, *end; *line; line = end + (*end == '\n')) {
+        end = line + strcspn(line, "\n");
+        int n = (int)(end - line);
+        if (n < 3 || strncmp(end - 3, " = ", 3) != 0) fprintf(f, "%.*s\n", n, line);
+    }
+    free(text);
+    return fclose(f) == 0 ? 0 : -1;
 }
 
 /* ================================================================ child processes */

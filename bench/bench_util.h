@@ -1,10 +1,13 @@
 /*
  * bench_util.h: small helpers shared by the bench suites: reading numbers out of one-line
  * JSON records (the metrics and summary files hetring writes), list and number options,
- * medians, and running the hetring executable (or gnuplot) as a child with a deadline.
+ * medians, cluster files built over a template, and running the hetring executable (or
+ * gnuplot) as a child with a deadline.
  */
 #ifndef HR_BENCH_UTIL_H
 #define HR_BENCH_UTIL_H
+
+#include "cfg.h"
 
 #include <stddef.h>
 #include <stdio.h>
@@ -57,6 +60,15 @@ typedef struct {
  * order, so the first of these to appear decides. */
 int bench_parse_opts(const char *suite, const bench_opt *opts, void (*usage)(FILE *), int argc,
                      char **argv);
+
+/* Apply one printf-formatted SECTION.KEY=VALUE to `c` (cfg_set, the same assignments as
+ * --set). */
+hr_status bench_cfg_set(cfg *c, char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+/* Write `c` to `path` as cfg_print does, after a "; comment" line. cfg_print writes an unset
+ * key as "key = ", which the parser refuses for keys (psk, pubkey); an empty value always means
+ * the default, so such lines are left out. Returns 0, or -1 when the file could not be written. */
+int bench_write_cfg(const cfg *c, const char *path, const char *comment);
 
 /* Seconds on the monotonic clock. */
 double bench_now_s(void);
