@@ -14,6 +14,8 @@ static const bench_suite suites[] = {
     {"hetero", "dynamic batching against static on emulated heterogeneous clusters", bench_hetero},
     {"train", "one node's training step: samples/s, GEMM share, GFLOP/s (vs PyTorch)", bench_train},
     {"allreduce", "ring all-reduce bandwidth and latency, nccl-tests table", bench_allreduce},
+    {"elastic", "a node killed or stopped mid-run and brought back: detection, resume, join",
+     bench_elastic},
 };
 #define N_SUITES ((int)(sizeof suites / sizeof suites[0]))
 

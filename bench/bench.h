@@ -19,5 +19,6 @@ typedef struct {
 int bench_hetero(int argc, char **argv);
 int bench_allreduce(int argc, char **argv);
 int bench_train(int argc, char **argv);
+int bench_elastic(int argc, char **argv);
 
 #endif
