@@ -191,8 +191,7 @@ int cmd_local(int argc, char **argv) {
         fprintf(stderr, "hetring local: cannot find the hetring executable (/proc/self/exe)\n");
         return CLI_FAIL;
     }
-    /* TODO(issue 12): how.min_nodes = c.min_nodes once [cluster] min_nodes is in cfg; until
-     * then the launcher's default, a majority */
+    how.min_nodes = cfg_quorum(&c); /* the nodes' own quorum: below it they stop training too */
     if (compare)
         rc = compare_static(&c, &o, exe, &how, argv + optind, argc - optind);
     else

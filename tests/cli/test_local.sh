@@ -55,6 +55,13 @@ grep -q "node 3 was killed by SIGKILL; 2 of 4 nodes still running, below the quo
 grep -q "fewer than 3 node(s) (the quorum) were left running; every node has been stopped" "$tmp/out3" ||
     fail "no closing message for the quorum loss: $(cat "$tmp/out3")"
 wait_gone 10 || fail "orphans after a crash: $(children)"
+# the quorum is the config's: with [cluster] min_nodes = 4 one crash stops the others
+HETRING_FAULT='hang:0:60,hang:1:60,crash:2,hang:3:60' timeout 60 "$HR" local --conf "$conf" --grace 2 \
+    --set cluster.min_nodes=4 >"$tmp/out3b" 2>&1
+rc=$?
+[ $rc = 1 ] && grep -q "node 2 was killed by SIGKILL; 3 of 4 nodes still running, below the quorum of 4; stopping the others" "$tmp/out3b" ||
+    fail "min_nodes = 4: exit $rc, $(cat "$tmp/out3b")"
+wait_gone 10 || fail "orphans after a crash with min_nodes = 4: $(children)"
 
 # 4. --respawn: a node that crashes whenever it starts is restarted 5 times, then stays down
 # while the others (a quorum) go on; SIGTERM to the launcher then reaches every node
