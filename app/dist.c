@@ -270,6 +270,24 @@ static int ring_trouble(hr_status st) {
     return st == HR_ERR_PEER || st == HR_ERR_TIMEOUT || st == HR_ERR_IO || st == HR_ERR_VIEW;
 }
 
+/* The deadline for a silent peer follows the step time: step_timeout times the slowest
+ * recent iteration (decaying by 10% an iteration), never below [cluster] timeout; before
+ * any step was measured, connect_timeout (peers may still be loading their data). */
+static void pace(dist *d, int measured) {
+    const cfg *c = d->c;
+    double now = now_s();
+    if (measured && d->t_last > 0) {
+        double took = now - d->t_last;
+        d->t_slow = took > 0.9 * d->t_slow ? took : 0.9 * d->t_slow;
+    }
+    d->t_last = measured ? now : 0;
+    if (c->step_timeout <= 0)
+        ring_set_step_timeout(&d->r, 0);
+    else
+        ring_set_step_timeout(&d->r, d->t_slow > 0 ? c->step_timeout * d->t_slow
+                                                   : c->connect_timeout);
+}
+
 /* Agree on a new view, bring every member to the same state and restart the controller.
  * `why` is the failure that started it ("" for a planned change); t0 when it was seen. */
 static hr_status change_view(dist *d, trainer *t, const char *why, double t0, char *err,
@@ -299,6 +317,7 @@ static hr_status change_view(dist *d, trainer *t, const char *why, double t0, ch
     d->force_hash = 1;
     d->change = d->leaving_self = 0;
     d->views++;
+    pace(d, 0); /* the election is no step: the next iteration starts the clock */
     const double took = now_s() - t0;
 
     long left[RING_MAX_NODES], joined[RING_MAX_NODES];
@@ -391,6 +410,7 @@ static hr_status on_fail(void *ctx, trainer *t, hr_status st, char *err, size_t 
 static hr_status after_iter(void *ctx, trainer *t, char *err, size_t errlen) {
     dist *d = ctx;
     flush_pending(d, t);
+    pace(d, 1);
     d->lineage.progress = t->iter;
     if (!d->change) return HR_OK;
     if (d->leaving_self) return leave_now(d, t, err, errlen);

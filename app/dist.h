@@ -75,6 +75,8 @@ typedef struct {
     long iter;                        /* the iteration in flight (test faults) */
     long fail_iter;                   /* the iteration that failed last */
     int fails;                        /* views in a row it failed in */
+    double t_last;                    /* now_s() at the end of the last iteration, 0: none */
+    double t_slow;                    /* the slowest recent iteration, seconds (decaying) */
     int have_pending;                 /* `pending` is a view record not yet in the metrics */
     char pending[1024];               /* the first view's record, before the file was open */
     unsigned char *blob;              /* state transfer buffer */

@@ -56,6 +56,9 @@ static const key_spec g_keys[] = {
      "seconds to keep retrying connects while the ring forms"},
     {"cluster", "timeout", T_DBL, G(timeout), 0, 0.1, 3600, NULL, "30", 0,
      "seconds a blocking send or receive may wait before its peer is declared dead"},
+    {"cluster", "step_timeout", T_DBL, G(step_timeout), 0, 0, 1e6, NULL, "10", 0,
+     "a collective waits up to this many times the slowest recent iteration for a silent "
+     "peer, when that is longer than timeout; 0: timeout alone"},
     {"cluster", "min_nodes", T_INT, G(min_nodes), 0, 0, CFG_MAX_NODES, NULL, "0", 0,
      "quorum: nodes a view needs to train; 0 = a majority, floor(N/2)+1 (with N = 2 both)"},
     {"cluster", "rejoin_timeout", T_DBL, G(rejoin_timeout), 0, 0.1, 86400, NULL, "300", 0,

@@ -64,6 +64,10 @@ const char *ring_error(const ring *r) {
     return r->err;
 }
 
+void ring_set_step_timeout(ring *r, double secs) {
+    r->coll_timeout = secs;
+}
+
 int ring_rank(const ring *r) {
     return r->rank;
 }
@@ -1123,18 +1127,19 @@ static hr_status eng_wait(ring *r, eng *e, double last) {
     struct pollfd p[2] = {{.fd = r->pred_fd, .events = e->ri < s->n_rx ? POLLIN : 0},
                           {.fd = r->succ_fd, .events = e->ti < s->n_tx ? POLLIN : 0}};
     if (tx_wait) p[1].events |= POLLOUT;
-    double left = last + r->timeout - tcp_now();
+    const double limit = r->coll_timeout > r->timeout ? r->coll_timeout : r->timeout;
+    double left = last + limit - tcp_now();
     int rc = left > 0 ? poll(p, 2, (int)(left * 1000) + 1) : 0;
     if (rc < 0 && errno == EINTR) return HR_OK;
-    if (rc == 0 && tcp_now() >= last + r->timeout) {
+    if (rc == 0 && tcp_now() >= last + limit) {
         long id = id_of(r, tx_wait ? r->succ : r->pred);
         node_str(r, id, who, sizeof who);
         if (tx_wait)
             return fail_view(r, &e->t, e->coll, HR_ERR_TIMEOUT, id, FROM_SUCC,
                              "%s accepted no data for %.1f s (peer dead or hung?)", who,
-                             r->timeout);
+                             limit);
         return fail_view(r, &e->t, e->coll, HR_ERR_TIMEOUT, id, FROM_PRED,
-                         "%s sent nothing for %.1f s (peer dead or hung?)", who, r->timeout);
+                         "%s sent nothing for %.1f s (peer dead or hung?)", who, limit);
     }
     if (rc > 0 && e->ti < s->n_tx && (p[1].revents & (POLLIN | POLLHUP | POLLERR)))
         return succ_trouble(r, &e->t, e->coll, 0);

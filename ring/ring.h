@@ -74,6 +74,8 @@ typedef struct ring {
     uint64_t seq;            /* sequence number of the next collective in this view */
     size_t seg_bytes;        /* pipeline segment size */
     double timeout;          /* seconds without progress before a peer counts as dead */
+    double coll_timeout;     /* a collective's deadline without progress if longer
+                              * (ring_set_step_timeout), else timeout applies */
     uint8_t *tx_stage;       /* sealed outgoing frame: header | payload | tag */
     uint8_t *rx_stage;       /* incoming frame: header | payload | tag */
     size_t stage_cap;        /* bytes allocated for each stage */
@@ -96,6 +98,10 @@ hr_status ring_init(ring *r, const ring_config *rc, char *err, size_t errlen);
 hr_status ring_reform(ring *r, const ring_view *v, char *err, size_t errlen);
 
 int ring_rank(const ring *r);
+/* Let a collective wait up to `secs` without progress when that is longer than the config's
+ * timeout (which stays the floor): the training loop sets it from its measured step times,
+ * so a slow step is not taken for a dead peer. 0 restores the plain timeout. */
+void ring_set_step_timeout(ring *r, double secs);
 /* Pipeline segment size in bytes (segment_bytes, or the measured default). */
 size_t ring_segment_bytes(const ring *r);
 int ring_size(const ring *r);

@@ -18,6 +18,9 @@
 #   late     nodes 0..2 start alone, train once connect_timeout has passed, and node 3
 #            joins later
 #   stopall  every node gets SIGTERM at once: all leave with a checkpoint, exit 0
+#   slowstep node 2 takes ~0.3 s a step against a timeout of 0.2 s: with step_timeout the
+#            deadline follows the step time and nobody is taken for dead; with step_timeout
+#            = 0 node 2 is (the negative control)
 #   donor    node 3 dies and comes back; the donor of its state (node 0) dies inside the
 #            transfer; the others take the state from the next donor
 # After each, every final member's parameters hash the same, every iteration 0..N-1 is
@@ -327,6 +330,36 @@ stopall)
   done
   echo "checkpoints at iterations:$its"
   [ "$(echo $its | wc -w)" = 4 ] || fail "not every node wrote its checkpoint"
+  ;;
+slowstep)
+  # 40 steps of a wider MLP; node 2's compute stretched 200x
+  for st in 10 0; do
+    rm -f "$tmp"/m-*.jsonl "$tmp"/n*.log
+    write_conf "$tmp/c.ini" 4 0.2 <<EOF
+step_timeout = $st
+[train]
+layers = 784,256,10
+samples = 4096
+eval_samples = 64
+global_batch = 256
+iterations = 40
+[controller]
+policy = static
+EOF
+    sed -i -e '/^\[node.2\]/a slowdown = 200' -e 's/^connect_timeout = .*/connect_timeout = 5/' "$tmp/c.ini"
+    for id in 0 1 2 3; do start $id; done
+    if [ "$st" = 10 ]; then
+      finish_all 0 1 2 3
+      grep -h "sent nothing\|left" "$tmp"/n*.log | head -2
+      ! grep -qh "node 2 left\|sent nothing" "$tmp"/n*.log || fail "step_timeout = 10: a slow step was taken for a dead peer"
+      ITERS=40 check_end 0 1 2 3
+    else
+      for id in 0 1 3; do wait "${pids[$id]}"; done
+      kill -KILL "${pids[2]}" 2>/dev/null # it may still try to rejoin the finished run
+      grep -qh "sent nothing for 0.2 s" "$tmp"/n*.log || fail "step_timeout = 0: the slow node was never taken for dead (is the scenario too fast?)"
+      echo "step_timeout = 0: $(grep -h 'sent nothing' "$tmp"/n*.log | head -1 | cut -c1-160)"
+    fi
+  done
   ;;
 *)
   echo "unknown scenario $scenario"
