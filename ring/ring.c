@@ -342,6 +342,8 @@ static void *gate_main(void *arg) {
     return NULL;
 }
 
+static sec_hs_params hs_params(const ring *r, long expect);
+
 /* Start the gate on r->listen_fd. */
 static hr_status gate_start(ring *r, char *err, size_t errlen) {
     size_t sz = (sizeof(ring_gate) + 63) & ~(size_t)63; /* holds aligned channel states */
@@ -358,6 +360,16 @@ static hr_status gate_start(ring *r, char *err, size_t errlen) {
                            .self_id = r->self_id,
                            .expect_id = -1,
                            .seg_bytes = (uint32_t)r->seg_bytes};
+    if (r->view.n > 1) { /* ring_init knows its view: formation is open from the first accept */
+        int rank = 0;
+        while (rank < r->view.n - 1 && r->view.ids[rank] != r->self_id) rank++;
+        long pred = r->view.ids[(rank + r->view.n - 1) % r->view.n];
+        g->forming = 1;
+        g->p = hs_params(r, pred);
+        node_str(r, pred, g->who, sizeof g->who);
+        g->st = HR_ERR_TIMEOUT;
+        snprintf(g->err, sizeof g->err, "no connection from predecessor %s", g->who);
+    }
     atomic_init(&g->stop, 0);
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
