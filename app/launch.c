@@ -142,6 +142,7 @@ typedef struct {
     sigset_t old_mask;  /* the caller's signal mask, which children get back */
     double start;       /* now_s() when every child was started */
     double kill_at;     /* now_s() after which survivors get SIGKILL; 0 while none is due */
+    double stop_at;     /* now_s() at which nodes left without a quorum get SIGTERM; 0 = none */
 } launcher;
 
 /* Send `sig` (then SIGCONT, so that a stopped child acts on it) to every child still running,
@@ -243,12 +244,20 @@ static void on_failure(launcher *l, int i, const char *what) {
         HR_WARN(CLI, "%s; %d of %d nodes still running (quorum %ld)%s", what, l->alive, l->n,
                 res->quorum, l->alive < res->quorum ? "; waiting for a restart" : "");
     } else {
-        HR_ERROR(CLI,
-                 "%s; %d of %d nodes still running, below the quorum of %ld; stopping the "
-                 "others",
-                 what, l->alive, l->n, res->quorum);
         res->quorum_lost = 1;
-        stop_all(l, SIGTERM, now);
+        if (l->o->quorum_wait_s > 0) {
+            HR_ERROR(CLI,
+                     "%s; %d of %d nodes still running, below the quorum of %ld; they wait "
+                     "%.1f s (rejoin_timeout) for it, then give up or are stopped",
+                     what, l->alive, l->n, res->quorum, l->o->quorum_wait_s);
+            l->stop_at = now + l->o->quorum_wait_s + l->o->grace_s;
+        } else {
+            HR_ERROR(CLI,
+                     "%s; %d of %d nodes still running, below the quorum of %ld; stopping "
+                     "the others",
+                     what, l->alive, l->n, res->quorum);
+            stop_all(l, SIGTERM, now);
+        }
     }
     if (respawn)
         HR_WARN(CLI, "respawning node %ld in %.1f s", res->ids[i], l->o->respawn_s);
@@ -256,11 +265,12 @@ static void on_failure(launcher *l, int i, const char *what) {
         HR_WARN(CLI, "%s", why);
 }
 
-/* Note the exit of child `i`. Once the launcher is stopping, exits are only recorded. */
+/* Note the exit of child `i`. Once the launcher is stopping, or the quorum is lost, exits are
+ * only recorded. */
 static void on_exit_status(launcher *l, int i, int status) {
     int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
     l->res->exit_code[i] = code;
-    if (code == 0 || l->kill_at) return;
+    if (code == 0 || l->kill_at || l->res->quorum_lost) return;
     char what[128];
     if (WIFSIGNALED(status))
         snprintf(what, sizeof what, "node %ld was killed by SIG%s", l->res->ids[i],
@@ -311,6 +321,10 @@ static void enforce_deadlines(launcher *l, double t) {
     if (l->o->deadline_s > 0 && !l->res->timed_out && t - l->start > l->o->deadline_s) {
         HR_ERROR(CLI, "the run passed its %.0f s deadline; stopping every node", l->o->deadline_s);
         l->res->timed_out = 1;
+        stop_all(l, SIGTERM, t);
+    }
+    if (l->stop_at && t > l->stop_at && !l->kill_at && l->alive > 0) {
+        HR_ERROR(CLI, "%d node(s) still running without a quorum; stopping them", l->alive);
         stop_all(l, SIGTERM, t);
     }
     if (l->kill_at && t > l->kill_at && l->alive > 0) {

@@ -7,7 +7,9 @@
  *    leaves at an iteration boundary), followed by SIGCONT so that a stopped node acts on it;
  *    after `grace_s` the ones still running get SIGKILL, and no node is restarted any more;
  *  - a child that fails (non-zero exit or a signal) stops the others only when fewer than the
- *    quorum (`min_nodes`) are left running and no restart is pending; otherwise they go on;
+ *    quorum (`min_nodes`) are left running and no restart is pending; otherwise they go on.
+ *    Below the quorum the nodes pause and give up by themselves after their rejoin_timeout:
+ *    the launcher stops those still running `quorum_wait_s` plus `grace_s` later;
  *  - with `max_respawns` > 0 a failed child is started again with the same command line after
  *    `respawn_s`, at most `max_respawns` times per node, and only while another node is running
  *    or waiting for its own restart (a node that fails after the others finished stays down);
@@ -33,6 +35,8 @@ typedef struct {
     double deadline_s;       /* stop everything after this long; 0 = no limit */
     long min_nodes;          /* quorum: nodes that must run for the others to go on after a
                               * failure; 0 = floor(N/2) + 1 of the N nodes in the file */
+    double quorum_wait_s;    /* seconds the nodes wait for a lost quorum to return (their
+                              * rejoin_timeout) before the launcher stops them; 0 = at once */
     double respawn_s;        /* seconds between a child's failure and its restart */
     int max_respawns;        /* restarts per node; 0 = a failed node stays down */
 } launch_opts;
@@ -44,7 +48,8 @@ typedef struct {
     int *restarts;   /* how often each node was started again */
     long quorum;     /* the quorum the run kept (min_nodes, resolved) */
     int failed_node; /* index of the first child that failed, or -1 */
-    int quorum_lost; /* fewer than `quorum` ran with no restart pending: the others were stopped */
+    int quorum_lost; /* fewer than `quorum` ran with no restart pending: the others were stopped
+                      * (or ended by themselves) */
     int interrupted; /* a SIGINT or SIGTERM reached the launcher */
     int timed_out;   /* deadline_s passed */
 } launch_result;

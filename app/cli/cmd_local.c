@@ -23,7 +23,8 @@ static void usage(FILE *out) {
         "\n"
         "When a node dies (killed, or a non-zero exit) the others go on as long as a quorum\n"
         "of them still runs ([cluster] min_nodes, default a majority: floor(N/2)+1 of the N\n"
-        "nodes); below it, with no restart pending, the others are stopped. SIGINT and SIGTERM\n"
+        "nodes); below it, with no restart pending, the others pause and give up after\n"
+        "[cluster] rejoin_timeout; those still running then are stopped. SIGINT and SIGTERM\n"
         "reach every node as SIGTERM (each checkpoints and leaves); nodes still running after\n"
         "the grace period are killed, and nothing is restarted any more.\n"
         "\n"
@@ -58,8 +59,8 @@ static void describe_exit(char *buf, size_t n, int code) {
 static void report_failure(const launch_result *res) {
     if (res->quorum_lost)
         fprintf(stderr,
-                "hetring local: fewer than %ld node(s) (the quorum) were left running; every "
-                "node has been stopped\n",
+                "hetring local: fewer than %ld node(s) (the quorum) were left running; the "
+                "others gave up or were stopped\n",
                 res->quorum);
     else if (res->timed_out)
         fprintf(stderr, "hetring local: the run passed its deadline\n");
@@ -192,6 +193,7 @@ int cmd_local(int argc, char **argv) {
         return CLI_FAIL;
     }
     how.min_nodes = cfg_quorum(&c); /* the nodes' own quorum: below it they stop training too */
+    how.quorum_wait_s = c.rejoin_timeout; /* and wait this long for it before giving up */
     if (compare)
         rc = compare_static(&c, &o, exe, &how, argv + optind, argc - optind);
     else

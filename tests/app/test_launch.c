@@ -5,6 +5,8 @@
  *   keep_going     one node killed, 3 of 4 still run (quorum 3): the others are not stopped
  *   quorum_lost    two nodes fail: the others get SIGTERM at once, the run fails
  *   min_nodes      an explicit quorum of 4 stops the others after one failure
+ *   quorum_wait    below the quorum, the others get their rejoin_timeout to give up by
+ *                  themselves; one still running after it (and the grace) is stopped
  *   respawn_ok     a killed node is restarted and then exits 0: the run succeeds
  *   respawn_limit  a node that always fails is restarted LAUNCH_MAX_RESPAWNS times, no more
  *   below_quorum   2 nodes, one dies: with a restart pending the other is not stopped
@@ -195,6 +197,36 @@ static void test_quorum_lost(void) {
     scene_free(&s);
 }
 
+/* Below the quorum with quorum_wait_s: nodes that give up by themselves are never signalled;
+ * one that does not is stopped quorum_wait_s + grace_s after the loss. */
+static void test_quorum_wait(void) {
+    const char *plan[2][3] = {{"kill:1.0", "kill:0.3", "kill:0"}, {"hang", "kill:0.3", "kill:0"}};
+    for (int k = 0; k < 2; k++) {
+        scene s;
+        scene_init(&s, k ? "quorum_wait_stop" : "quorum_wait_gave_up", 3, plan[k]);
+        launch_opts o = {.quorum_wait_s = 0.6, .grace_s = 0.6};
+        launch_result r;
+        double took;
+        char sig[64];
+        int rc = scene_run(&s, &o, &r, &took);
+        CHECK(rc == 1 && r.quorum_lost, "rc %d quorum_lost %d", rc, r.quorum_lost);
+        CHECK_LOG(&s, "node 1 was killed by SIGKILL; 1 of 3 nodes still running, below the quorum "
+                      "of 2; they wait 0.6 s (rejoin_timeout) for it, then give up or are stopped");
+        signals_of(&s, 0, sig, sizeof sig);
+        if (k == 0) {
+            CHECK(!sig[0] && r.exit_code[0] == 128 + SIGKILL,
+                  "node 0 gave up by itself: signals '%s', exit %d", sig, r.exit_code[0]);
+        } else {
+            CHECK(strcmp(sig, "TERM ") == 0, "node 0 should have been stopped: '%s'", sig);
+            CHECK(took > 1.4 && took < 4, "stopped 1.2 s after the loss at 0.3 s: took %.2f s",
+                  took);
+            CHECK_LOG(&s, "1 node(s) still running without a quorum; stopping them");
+        }
+        launch_result_free(&r);
+        scene_free(&s);
+    }
+}
+
 static void test_min_nodes(void) {
     const char *plan[] = {"hang", "hang", "kill:0", "hang"};
     scene s;
@@ -328,6 +360,7 @@ int main(void) {
     test_keep_going();
     test_quorum_lost();
     test_min_nodes();
+    test_quorum_wait();
     test_respawn_ok();
     test_respawn_limit();
     test_below_quorum();

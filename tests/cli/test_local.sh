@@ -13,7 +13,7 @@ fail() { echo "FAIL: $*"; fails=$((fails+1)); }
 tmp=$(mktemp -d); trap 'pkill -KILL -f "$tmp/" 2>/dev/null; rm -rf "$tmp"; port_release' EXIT
 port_block || exit 1 # base: 8 ports no other test holds
 conf=$tmp/c.ini
-{ printf '[cluster]\nsecurity = none\n[train]\niterations = 1\n'
+{ printf '[cluster]\nsecurity = none\nrejoin_timeout = 1\n[train]\niterations = 1\n'
   for i in 0 1 2 3; do printf '[node.%d]\nhost = 127.0.0.1\nport = %d\n' $i $((base+i)); done; } > "$conf"
 children() { pgrep -f "run --conf $conf" | tr '\n' ' '; }
 wait_gone() { # wait_gone SECONDS: until no child is left
@@ -44,22 +44,24 @@ grep -q "received SIGTERM: stopping 4 node(s)" "$tmp/out2" || fail "the interrup
 wait_gone 10 || fail "orphans after SIGTERM: $(children)"
 
 # 3. one child crashes: 3 of 4 still run (the quorum of 4 nodes is 3), so the others go on;
-# a second crash leaves 2, below the quorum: the launcher stops the others and exits 1
+# a second crash leaves 2, below the quorum: the others (hanging, so they cannot give up by
+# themselves) are stopped after rejoin_timeout (1 s) and the grace (2 s); exit 1
 HETRING_FAULT='hang:0:60,hang:1:60,crash:2,hang:3:2,crash:3' timeout 60 "$HR" local --conf "$conf" --grace 2 >"$tmp/out3" 2>&1
 rc=$?
 [ $rc = 1 ] || fail "crash: local exited $rc, expected 1"
 grep -q "node 2 was killed by SIGKILL; 3 of 4 nodes still running (quorum 3)$" "$tmp/out3" ||
     fail "the first crash was not tolerated: $(cat "$tmp/out3")"
-grep -q "node 3 was killed by SIGKILL; 2 of 4 nodes still running, below the quorum of 3; stopping the others" "$tmp/out3" ||
+grep -q "node 3 was killed by SIGKILL; 2 of 4 nodes still running, below the quorum of 3; they wait 1.0 s (rejoin_timeout) for it, then give up or are stopped" "$tmp/out3" &&
+    grep -q "2 node(s) still running without a quorum; stopping them" "$tmp/out3" ||
     fail "the quorum loss was not reported: $(cat "$tmp/out3")"
-grep -q "fewer than 3 node(s) (the quorum) were left running; every node has been stopped" "$tmp/out3" ||
+grep -q "fewer than 3 node(s) (the quorum) were left running; the others gave up or were stopped" "$tmp/out3" ||
     fail "no closing message for the quorum loss: $(cat "$tmp/out3")"
 wait_gone 10 || fail "orphans after a crash: $(children)"
 # the quorum is the config's: with [cluster] min_nodes = 4 one crash stops the others
 HETRING_FAULT='hang:0:60,hang:1:60,crash:2,hang:3:60' timeout 60 "$HR" local --conf "$conf" --grace 2 \
     --set cluster.min_nodes=4 >"$tmp/out3b" 2>&1
 rc=$?
-[ $rc = 1 ] && grep -q "node 2 was killed by SIGKILL; 3 of 4 nodes still running, below the quorum of 4; stopping the others" "$tmp/out3b" ||
+[ $rc = 1 ] && grep -q "node 2 was killed by SIGKILL; 3 of 4 nodes still running, below the quorum of 4; they wait" "$tmp/out3b" ||
     fail "min_nodes = 4: exit $rc, $(cat "$tmp/out3b")"
 wait_gone 10 || fail "orphans after a crash with min_nodes = 4: $(children)"
 
@@ -99,6 +101,23 @@ wait_count 4 20 || fail "children did not start (6)"
 kill -KILL $lp
 wait $lp 2>/dev/null
 wait_gone 10 || fail "orphans after SIGKILL of the launcher: $(children)"
+
+# 7. the demo of elastic training: node 2 kills itself at iteration 300 while the others train;
+# the 3 survivors are a quorum and go on, --respawn starts node 2 again, it rejoins with the
+# state, and every node finishes: a node restarted that then exits 0 counts, exit status 0
+train=$tmp/train.ini
+{ printf '[cluster]\nsecurity = none\ntimeout = 1\nrejoin_timeout = 30\n'
+  printf '[train]\nlayers = 784,32,10\nsamples = 4096\nglobal_batch = 64\niterations = 3000\n'
+  for i in 0 1 2 3; do printf '[node.%d]\nhost = 127.0.0.1\nport = %d\n' $i $((base+4+i)); done; } > "$train"
+HETRING_FAULT='crash:2:300' timeout 90 "$HR" local --conf "$train" --grace 2 --respawn 0.5 -- --quiet >"$tmp/out7" 2>&1
+rc=$?
+[ $rc = 0 ] || fail "demo: local --respawn exited $rc, expected 0: $(tail -5 "$tmp/out7")"
+for line in "node 2 was killed by SIGKILL; 3 of 4 nodes still running (quorum 3)" \
+    "respawning node 2 in 0.5 s" "node 2 restarted (pid" "node 2 rejoined at iteration"; do
+    grep -qF "$line" "$tmp/out7" || fail "demo: no line with '$line': $(grep -v '^node[0-9] |' "$tmp/out7" | tail -5)"
+done
+grep -h "node 2 was killed\|respawning\|restarted\|rejoined" "$tmp/out7" | head -4
+pgrep -f "run --conf $train" > /dev/null && fail "demo: nodes left running"
 
 echo "$fails failure(s)"
 [ "$fails" = 0 ]
