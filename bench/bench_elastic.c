@@ -80,7 +80,7 @@ static void usage(FILE *out) {
         "  --rejoin-after S  seconds between the fault and the restart (default 3 after a\n"
         "                    kill, 5 after a stop: a stopped node must stay silent past\n"
         "                    cluster.timeout and the election, about 1 s, to be left out)\n"
-        "  --iters N         iterations per run (default 400)\n"
+        "  --iters N         iterations per run (default 1000)\n"
         "  --runs R          faulted runs, 1..%d (default 5); one reference run besides\n"
         "  --json FILE       one object per run\n"
         "  --out DIR         cluster file, node logs, metrics, CSV and PNG (default\n"
@@ -652,7 +652,7 @@ int bench_elastic(int argc, char **argv) {
                       .target = 2,
                       .fault_iter = -1,
                       .rejoin_after = -1,
-                      .iters = 400,
+                      .iters = 1000,
                       .runs = 5,
                       .deadline = 600,
                       .out_dir = "bench-elastic",

@@ -270,8 +270,11 @@ static double rate(const em_node *x, long a, long b, long B) {
 }
 
 /* Throughput before the fault and at the end, over equal windows, and the final loss, from the
- * lowest final member that is not the target (it saw the whole run). */
-static void throughput(const em_node *nodes, int n, const em_fault *f, em_result *r) {
+ * lowest final member that is not the target (it saw the whole run). The windows are W
+ * iterations: a quarter of the run, but no more than fit between the warm-up (5% of the run)
+ * and the fault, nor between the join plus as much again to settle and the end. */
+static void throughput(const em_node *nodes, int n, const em_fault *f, long joined_at,
+                       em_result *r) {
     const em_node *x = NULL;
     r->throughput_before = r->throughput_after = r->final_loss = NAN;
     r->fault_iter = -1;
@@ -292,6 +295,8 @@ static void throughput(const em_node *nodes, int n, const em_fault *f, em_result
     r->fault_iter = fault_iter;
     if (fault_iter < 0) return;
     if (fault_iter - warm < w) w = fault_iter - warm;
+    if (joined_at >= 0 && r->final_iter - (joined_at + warm) < w)
+        w = r->final_iter - (joined_at + warm);
     r->window = w;
     if (w < 1) return;
     r->throughput_before = rate(x, fault_iter - w, fault_iter, f->B);
@@ -306,7 +311,7 @@ void em_analyse(const em_node *nodes, int n, const em_fault *f, em_result *r) {
     long joined_at = join(nodes, n, f, r);
     touched(nodes, n, f, joined_at, r);
     samples(nodes, n, f, r);
-    throughput(nodes, n, f, r);
+    throughput(nodes, n, f, joined_at, r);
 }
 
 double em_final_loss(const em_node *nodes, int n) {

@@ -88,7 +88,9 @@ typedef struct {
                                * and all their param_hash are equal */
     double throughput_before; /* samples/s over the W iterations up to fault_iter */
     double throughput_after;  /* samples/s over the last W iterations (W: a quarter of the run,
-                               * at most the iterations between warm-up and the fault) */
+                               * at most the iterations between warm-up and the fault, and
+                               * between the join plus a settling time and the end; warm-up
+                               * and settling are 5% of the run each) */
     double final_loss;        /* loss of the last iteration */
     long fault_iter;          /* one past the last iteration the reference node recorded
                                * before the fault, or -1 */

@@ -4,6 +4,7 @@
  *   clean       3 nodes, node 2 killed after iteration 12 and back at iteration 25: detect_s,
  *               resume_s, join_s, state_bytes, the touched epochs, throughput before and
  *               after, final loss, no sample missing or duplicated, replicas identical
+ *   late join   a join near the end shortens both throughput windows to what fits after it
  *   gap         an iteration no final member recorded inside the touched epochs counts B
  *               missing; one outside them does not; a node without a record of the iteration
  *               after the fault (it took it up as state) still gives throughput_before
@@ -33,6 +34,7 @@
 #define BACK  102.5  /* t_unix of the restart */
 
 static char g_dir[64];
+static long g_join = 25; /* the iteration node 2 joins at */
 
 /* What to craft into one node's file besides the clean run. */
 typedef struct {
@@ -88,8 +90,8 @@ static void write_survivor(long id, const craft *c) {
     view_line(f, id, 1, "0,1,2", 0, "", 0, 99.9);
     for (long i = 0; i < ITERS; i++) {
         if (i == 13 && !c->no_view2) view_line(f, id, 2, "0,1", 13, "", 0, 101.5 + 0.1 * id);
-        if (i == 25) view_line(f, id, 3, "0,1,2", 25, "2", 4000, 102.8);
-        long view = i < 13 ? 1 : i < 25 ? 2 : 3;
+        if (i == g_join) view_line(f, id, 3, "0,1,2", g_join, "2", 4000, 102.8);
+        long view = i < 13 ? 1 : i < g_join ? 2 : 3;
         const char *nodes = view == 2 ? "0,1" : "0,1,2";
         int n = view == 2 ? 2 : 3;
         if (skipped(c, i)) continue;
@@ -121,8 +123,8 @@ static void write_target(const craft *c) {
                 "{\"iter\":13,\"epoch\":1,\"loss\":1.87,\"b\":[3,3,2],\"t_unix\":%.6f,"
                 "\"node\":2,\"view\":1,\"nodes\":[0,1,2]}\n",
                 BACK + 0.05);
-    if (!c->no_own_view) view_line(f, 2, 3, "0,1,2", 25, "", 4096, 102.9);
-    for (long i = 25; i < ITERS; i++) iter_line(f, 2, i, 3, "0,1,2", 3, 0);
+    if (!c->no_own_view) view_line(f, 2, 3, "0,1,2", g_join, "", 4096, 102.9);
+    for (long i = g_join; i < ITERS; i++) iter_line(f, 2, i, 3, "0,1,2", 3, 0);
     if (c->hash)
         fprintf(f,
                 "{\"event\":\"end\",\"iter\":%d,\"param_hash\":\"aaaa\",\"t_unix\":104.5,"
@@ -184,6 +186,18 @@ static void test_clean(void) {
     CHECK_NEAR(r.throughput_after, 10.0 * GB / (t_of(39) - t_of(29)), "throughput_after");
     CHECK_NEAR(r.throughput_after / r.throughput_before, 0.5, "after/before");
     CHECK_NEAR(r.final_loss, 2.0 - 0.01 * 39, "final_loss");
+}
+
+/* A late join shortens both windows: W = 40 - (33 + 3) = 4. */
+static void test_late_join(void) {
+    em_result r;
+    g_join = 33;
+    analyse(NULL, NULL, &r);
+    g_join = 25;
+    CHECK(r.window == 4, "window %ld, expected 4", r.window);
+    CHECK_NEAR(r.throughput_before, 4.0 * GB / (t_of(12) - t_of(8)),
+               "throughput_before, late join");
+    CHECK_NEAR(r.throughput_after, 4.0 * GB / (t_of(39) - t_of(35)), "throughput_after, late join");
 }
 
 static void test_gap(void) {
@@ -278,6 +292,7 @@ int main(void) {
     snprintf(g_dir, sizeof g_dir, "/tmp/hetring-test-em-XXXXXX");
     if (!mkdtemp(g_dir)) return perror("mkdtemp"), 1;
     test_clean();
+    test_late_join();
     test_gap();
     test_duplicate();
     test_hashes();
