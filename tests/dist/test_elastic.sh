@@ -18,9 +18,9 @@
 #   late     nodes 0..2 start alone, train once connect_timeout has passed, and node 3
 #            joins later
 #   stopall  every node gets SIGTERM at once: all leave with a checkpoint, exit 0
-#   slowstep node 2 takes ~0.3 s a step against a timeout of 0.2 s: with step_timeout the
-#            deadline follows the step time and nobody is taken for dead; with step_timeout
-#            = 0 node 2 is (the negative control)
+#   slowstep node 2 takes ~0.5 s a step against a timeout of 0.2 s: with step_timeout the
+#            deadline follows the step time (connect_timeout, 20 s, for the first step) and
+#            nobody is taken for dead; with step_timeout = 0 node 2 is (the negative control)
 #   donor    node 3 dies and comes back; the donor of its state (node 0) dies inside the
 #            transfer; the others take the state from the next donor
 # After each, every final member's parameters hash the same, every iteration 0..N-1 is
@@ -127,9 +127,10 @@ exactly_once() {
     }' "${files[@]}" || fail "nodes $* broke exactly-once (I8)"
 }
 
-# losses FILE: "iter loss" per iteration record
+# losses FILE: "iter loss" per iteration record, in the order join wants
 losses() {
-  sed -n 's/^{"iter":\([0-9]*\),"epoch":[0-9]*,"loss":\([^,]*\),.*/\1 \2/p' "$1" | sort -n -u -k1,1
+  sed -n 's/^{"iter":\([0-9]*\),"epoch":[0-9]*,"loss":\([^,]*\),.*/\1 \2/p' "$1" |
+    LC_ALL=C sort -u -k1,1
 }
 
 # follows_reference ID: node ID's losses against the one-node run's (I3): within a relative
@@ -142,7 +143,7 @@ follows_reference() {
     > "$tmp/one.log" 2>&1 || fail "the one-node reference run failed: $(tail -3 "$tmp/one.log")"
   losses "$tmp/one.jsonl" > "$tmp/one.l"
   losses "$tmp/m-$1.jsonl" > "$tmp/n.l"
-  join "$tmp/one.l" "$tmp/n.l" | awk -v id="$1" -v n="$ITERS" '
+  LC_ALL=C join "$tmp/one.l" "$tmp/n.l" | awk -v id="$1" -v n="$ITERS" '
     { d = $2 - $3; if (d < 0) d = -d; r = d / ($2 < 0 ? -$2 : $2); c++
       if ($1 < 1000) { if (r > e) e = r } else if (r > w) w = r }
     END {
@@ -337,6 +338,7 @@ slowstep)
     rm -f "$tmp"/m-*.jsonl "$tmp"/n*.log
     write_conf "$tmp/c.ini" 4 0.2 <<EOF
 step_timeout = $st
+rejoin_timeout = 5
 [train]
 layers = 784,256,10
 samples = 4096
@@ -346,7 +348,7 @@ iterations = 40
 [controller]
 policy = static
 EOF
-    sed -i -e '/^\[node.2\]/a slowdown = 200' -e 's/^connect_timeout = .*/connect_timeout = 5/' "$tmp/c.ini"
+    sed -i '/^\[node.2\]/a slowdown = 200' "$tmp/c.ini"
     for id in 0 1 2 3; do start $id; done
     if [ "$st" = 10 ]; then
       finish_all 0 1 2 3
