@@ -53,9 +53,7 @@ static int fault_at(const dist *d, const char *kind, long at) {
 static hr_status ring_allreduce_cb(void *ctx, float *buf, size_t n) {
     dist *d = ctx;
     if (fault_at(d, "crash_comm", d->iter)) hr_fault_kill_after("the all-reduce", 0.002);
-    hr_status st = ring_allreduce(&d->r, buf, n);
-    if (st != HR_OK) HR_ERROR(RING, "all-reduce failed: %s", ring_error(&d->r));
-    return st;
+    return ring_allreduce(&d->r, buf, n); /* a failure: on_fail logs and handles it */
 }
 
 hr_status dist_init(dist *d, const cfg *c, int self, char *err, size_t errlen) {
@@ -394,7 +392,8 @@ static hr_status change_or_leave(dist *d, trainer *t, const char *why, double t0
 static hr_status on_fail(void *ctx, trainer *t, hr_status st, char *err, size_t errlen) {
     dist *d = ctx;
     flush_pending(d, t);
-    if (d->r.failed == HR_OK || !ring_trouble(st)) return st;
+    if (d->r.failed == HR_OK) return st;
+    if (!ring_trouble(st)) return hr_fail(err, errlen, st, "%s", ring_error(&d->r));
     if (t->iter == d->fail_iter && ++d->fails >= DIST_MAX_RETRIES)
         return hr_fail(err, errlen, st, "iteration %ld failed in %d views in a row; stopping: %s",
                        t->iter, d->fails, ring_error(&d->r));

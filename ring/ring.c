@@ -832,7 +832,10 @@ static hr_status fail_view(ring *r, txf *t, int coll, hr_status st, long culprit
     va_end(ap);
     snprintf(r->err, sizeof r->err, "%s #%llu (view epoch %llu): %.400s", frame_coll_name(coll),
              (unsigned long long)r->seq, (unsigned long long)r->view.epoch, what);
-    HR_ERROR(RING, "%s", r->err);
+    if (st == HR_ERR_AUTH || st == HR_ERR_PROTO) /* not cured by a new view */
+        HR_ERROR(RING, "%s", r->err);
+    else
+        HR_WARN(RING, "%s", r->err);
     spread(r, t, coll, culprit, r->self_id, st, what, from);
     if (from == FROM_PRED && (st == HR_ERR_AUTH || st == HR_ERR_PROTO || st == HR_ERR_VIEW)) {
         send_abort(r, r->pred_fd, &r->pred_ch.tx, coll, culprit, r->self_id, st, what);
