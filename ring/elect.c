@@ -7,8 +7,9 @@
  *  - drop the current links first, so the neighbours of a failed collective see EOF at once
  *    and the abort forwarding of ring.c spreads the news; state ELECTING;
  *  - each round, probe every other member of the config in parallel (a lobby call each, by
- *    min(timeout, 0.5 s), or 0.2 s for a peer whose last probe in this election timed out: a
- *    stopped or cut-off peer slows the first round only); then, in this order:
+ *    0.5 s, or 0.2 s for a peer whose last probe in this election timed out or that the
+ *    failure was blamed on, and at most timeout / 8: a stopped or cut-off peer slows the
+ *    first round only); then, in this order:
  *     1. adopt: a peer FORMING or TRAINING a view that contains this node and whose epoch is
  *        above the highest epoch this node has seen gives the view (and its members'
  *        lineages); seen := that epoch, then form it;
@@ -70,8 +71,15 @@ enum { LOBBY_REQ = 1, LOBBY_REP = 2 };
 #define LOBBY_MEMBER    24
 #define LOBBY_MAX       (LOBBY_REP_HDR + LOBBY_MEMBER * RING_MAX_NODES)
 #define ELECT_ROUND_S   0.05 /* pause between probe rounds */
-#define ELECT_PROBE_S   0.5  /* a probe's deadline, capped by timeout */
+#define ELECT_PROBE_S   0.5  /* a probe's deadline, at most timeout / 8 */
 #define ELECT_SILENT_S  0.2  /* the same for a peer whose last probe timed out */
+
+/* A probe's deadline: ELECT_PROBE_S, or ELECT_SILENT_S for a peer silent before, and never
+ * above timeout / 8: a cluster set to notice a silent peer quickly also elects quickly. */
+static double probe_s(const ring *r, int silent) {
+    double s = silent ? ELECT_SILENT_S : ELECT_PROBE_S;
+    return r->timeout / 8 < s ? r->timeout / 8 : s;
+}
 #define ELECT_LOG_S     5.0  /* seconds between "waiting for a quorum" lines */
 #define ELECT_DEFAULT_S 60.0 /* rejoin_timeout when the config gives none */
 
@@ -318,8 +326,7 @@ static hr_status reply_parse(probe *p, const uint8_t *b, size_t len) {
 static hr_status probe_run(probe *p) {
     ring *r = p->r;
     const ring_member *m = &r->rc.members[p->idx];
-    double s = p->silent ? ELECT_SILENT_S : ELECT_PROBE_S;
-    if (r->timeout < s) s = r->timeout;
+    double s = probe_s(r, p->silent);
     double deadline = tcp_now() + s;
     int fd = -1, refused = 0;
     HR_CHECK(tcp_connect(m->host, m->port, deadline, &fd, p->why, sizeof p->why));
@@ -453,7 +460,7 @@ static hr_status install(ring *r, const ring_view *v, const ring_lineage *lin, c
     r->view = *v;
     /* after the first view: the timeout, and time for the slowest member to finish its probe
      * round and adopt the view */
-    double secs = been ? r->timeout + 2 * ELECT_PROBE_S : r->rc.connect_timeout;
+    double secs = been ? r->timeout + 2 * probe_s(r, 0) : r->rc.connect_timeout;
     hr_status st = ring_form(r, secs, err, errlen);
     if (st == HR_OK) st = confirm(r, lin, err, errlen);
     if (st != HR_OK) {
@@ -631,6 +638,11 @@ hr_status ring_elect(ring *r, const ring_lineage *mine, ring_agreement *out, cha
     election e = {.quorum = quorum_of(&r->rc), .next_log = tcp_now() + 1.0};
     e.pr = calloc((size_t)r->rc.n_members, sizeof *e.pr);
     if (!e.pr) return hr_fail(err, errlen, HR_ERR_NOMEM, "out of memory");
+    /* the node the failure was blamed on is probed as a silent one from the first round */
+    int sus = r->suspect >= 0 && r->suspect != r->self_id ? ring_config_index(&r->rc, r->suspect)
+                                                          : -1;
+    if (sus >= 0) e.pr[sus].silent = 1;
+    r->suspect = -1;
     double limit = r->rc.rejoin_timeout > 0 ? r->rc.rejoin_timeout : ELECT_DEFAULT_S;
     double t0 = tcp_now();
     char why[HR_ERRLEN] = "";

@@ -564,6 +564,7 @@ static hr_status ring_setup(ring *r, const ring_config *rc) {
     memset(r, 0, sizeof *r);
     r->listen_fd = r->succ_fd = r->pred_fd = -1;
     r->succ = r->pred = -1;
+    r->suspect = -1;
     r->rc = *rc;
     if (rc->n_members < 1 || rc->n_members > RING_MAX_NODES)
         return hr_fail(r->err, sizeof r->err, HR_ERR_INVAL, "a ring needs 1 to %d members, not %d",
@@ -836,6 +837,7 @@ static hr_status fail_view(ring *r, txf *t, int coll, hr_status st, long culprit
         HR_ERROR(RING, "%s", r->err);
     else
         HR_WARN(RING, "%s", r->err);
+    r->suspect = culprit;
     spread(r, t, coll, culprit, r->self_id, st, what, from);
     if (from == FROM_PRED && (st == HR_ERR_AUTH || st == HR_ERR_PROTO || st == HR_ERR_VIEW)) {
         send_abort(r, r->pred_fd, &r->pred_ch.tx, coll, culprit, r->self_id, st, what);
@@ -879,7 +881,11 @@ static hr_status abort_report(ring *r, txf *t, int coll, uint8_t *body, size_t l
     snprintf(r->err, sizeof r->err, "%s #%llu (view epoch %llu): %.300s (reported by %.100s)",
              frame_coll_name(coll), (unsigned long long)r->seq, (unsigned long long)r->view.epoch,
              text, rw);
-    HR_ERROR(RING, "%s", r->err);
+    if (st == HR_ERR_AUTH || st == HR_ERR_PROTO)
+        HR_ERROR(RING, "%s", r->err);
+    else
+        HR_WARN(RING, "%s", r->err);
+    r->suspect = culprit;
     /* pass it on unchanged, so the next member names the same culprit and reporter */
     if (reporter != r->self_id) spread(r, t, coll, culprit, reporter, st, text, from);
     r->failed = st;
