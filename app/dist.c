@@ -388,6 +388,21 @@ static hr_status change_or_leave(dist *d, trainer *t, const char *why, double t0
     return st;
 }
 
+/* The gist of a ring error for the "node N left (...)" line: "closed the connection (peer
+ * died?)" out of "all-reduce #106 (view epoch 1): node 2 (127.0.0.1:29402) closed the
+ * connection (peer died?) (reported by node 1 (127.0.0.1:29401))". */
+static void gist(const char *e, char *out, size_t n) {
+    const char *p = strstr(e, "): ");
+    p = p ? p + 3 : e;
+    if (strncmp(p, "node ", 5) == 0) { /* "node ID (HOST:PORT) " */
+        const char *q = strstr(p, ") ");
+        if (q) p = q + 2;
+    }
+    snprintf(out, n, "%s", p);
+    char *r = strstr(out, " (reported by ");
+    if (r) *r = 0;
+}
+
 /* train_step failed: when the ring broke, elect a new view and let the trainer retry. */
 static hr_status on_fail(void *ctx, trainer *t, hr_status st, char *err, size_t errlen) {
     dist *d = ctx;
@@ -400,8 +415,8 @@ static hr_status on_fail(void *ctx, trainer *t, hr_status st, char *err, size_t 
     if (t->iter != d->fail_iter) d->fail_iter = t->iter, d->fails = 0;
     double t0 = now_s();
     char why[HR_ERRLEN];
-    snprintf(why, sizeof why, "%s", ring_error(&d->r));
-    HR_WARN(RING, "iteration %ld failed: %s; agreeing on a new view", t->iter, why);
+    gist(ring_error(&d->r), why, sizeof why);
+    HR_WARN(RING, "iteration %ld failed: %s; agreeing on a new view", t->iter, ring_error(&d->r));
     return change_or_leave(d, t, why, t0, err, errlen);
 }
 
