@@ -21,6 +21,8 @@
 #   slowstep node 2 takes ~0.5 s a step against a timeout of 0.2 s: with step_timeout the
 #            deadline follows the step time (connect_timeout, 20 s, for the first step) and
 #            nobody is taken for dead; with step_timeout = 0 node 2 is (the negative control)
+#   badstate node 3 rejoins, and a test fault changes the state it received: every node
+#            stops, naming node 3 (the state check, I4)
 #   donor    node 3 dies and comes back; the donor of its state (node 0) dies inside the
 #            transfer; the others take the state from the next donor
 # After each, every final member's parameters hash the same, every iteration 0..N-1 is
@@ -365,6 +367,21 @@ EOF
       echo "step_timeout = 0: $(grep -h 'sent nothing' "$tmp"/n*.log | head -1 | cut -c1-160)"
     fi
   done
+  ;;
+badstate)
+  for id in 0 1 2; do start $id; done
+  start 3 HETRING_FAULT=crash:3:20
+  wait "${pids[3]}"
+  wait_iter 0 40
+  start 3 HETRING_FAULT=perturb_xfer:3:0
+  for id in 0 1 2 3; do
+    wait "${pids[$id]}"
+    rc=$?
+    [ $rc != 0 ] || fail "node $id exited 0 although node 3's state differs"
+  done
+  grep -h "training state differs" "$tmp"/n*.log | head -1
+  n=$(grep -l "node 3's training state differs" "$tmp"/n*.log | wc -l)
+  [ "$n" = 4 ] || fail "$n of 4 nodes named node 3's state as the one that differs"
   ;;
 *)
   echo "unknown scenario $scenario"
