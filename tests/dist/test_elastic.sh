@@ -9,7 +9,7 @@
 #            back and the three resume
 #   leave    node 1 gets SIGTERM: it leaves at a boundary with a checkpoint, exit 0; the
 #            others go on without it
-#   resume   only node 0 holds a checkpoint (disks not shared): every node starts from it
+#   resume   only node 2 holds a checkpoint (disks not shared): every node starts from it
 #   phases   5 nodes: node 4 dies inside an all-reduce, node 3 inside the view change that
 #            follows; node 3 comes back and dies inside its state transfer (a joiner); then
 #            comes back for good
@@ -229,20 +229,21 @@ leave)
   follows_reference 0 2 3
   ;;
 resume)
-  # a first run checkpoints on node 0 only and stops half-way
+  # a first run checkpoints on node 2 only (not rank 0: every node writes its own) and stops
+  # half-way; the second run must start every node from node 2's checkpoint
   ITERS=1500 conf "$tmp/c.ini" 4
-  EXTRA[0]="--set train.checkpoint=$tmp/n0.ckpt --set train.checkpoint_interval=40"
+  EXTRA[2]="--set train.checkpoint=$tmp/n2.ckpt --set train.checkpoint_interval=40"
   for id in 0 1 2 3; do start $id; done
   finish_all 0 1 2 3
-  [ -f "$tmp/n0.ckpt" ] || fail "node 0 wrote no checkpoint"
+  [ -f "$tmp/n2.ckpt" ] || fail "node 2 wrote no checkpoint"
   conf "$tmp/c.ini" 4
   rm -f "$tmp"/m-*.jsonl
   for id in 0 1 2 3; do start $id; done
   finish_all 0 1 2 3
-  grep -q "resumed from checkpoint" "$tmp/n0.log" || fail "node 0 did not resume"
-  n=$(grep -o '^{"iter":[0-9]*' "$tmp/m-1.jsonl" | head -1 | grep -o '[0-9]*$')
-  echo "node 1 (no checkpoint of its own) began at iteration ${n:-?}"
-  [ "$n" = 1500 ] || fail "node 1 began at iteration ${n:-?}, expected 1500 from node 0's checkpoint"
+  grep -q "resumed from checkpoint" "$tmp/n2.log" || fail "node 2 did not resume"
+  n=$(grep -o '^{"iter":[0-9]*' "$tmp/m-0.jsonl" | head -1 | grep -o '[0-9]*$')
+  echo "node 0 (no checkpoint of its own) began at iteration ${n:-?}"
+  [ "$n" = 1500 ] || fail "node 0 began at iteration ${n:-?}, expected 1500 from node 2's checkpoint"
   check_end 0 1 2 3
   ;;
 phases)
