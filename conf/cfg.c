@@ -15,13 +15,26 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdlib.h>
+#include <limits.h>
 #include <string.h>
+#include <unistd.h>
 
 extern char **environ;
 
 /* ================================================================ schema */
 
-typedef enum { T_STR, T_INT, T_DBL, T_ENUM, T_U64, T_LAYERS, T_HEXKEY, T_DEVICE, T_PHASES } ktype;
+typedef enum {
+    T_STR,
+    T_PATH, /* a T_STR naming a file: relative to the INI file's directory (resolve_path) */
+    T_INT,
+    T_DBL,
+    T_ENUM,
+    T_U64,
+    T_LAYERS,
+    T_HEXKEY,
+    T_DEVICE,
+    T_PHASES
+} ktype;
 
 typedef struct {
     const char *section; /* "cluster", "train", "controller" or "node" */
@@ -46,9 +59,9 @@ static const key_spec g_keys[] = {
      "cluster name; peers with another name are refused in the handshake"},
     {"cluster", "security", T_ENUM, G(security), 0, 0, 0, SEC_CHOICES, "auto", 0,
      "peer links: auto = encrypt when keys are configured; none must be asked for"},
-    {"cluster", "key_file", T_STR, G(key_file), CFG_PATH, 0, 0, NULL, "", 0,
+    {"cluster", "key_file", T_PATH, G(key_file), CFG_PATH, 0, 0, NULL, "", 0,
      "this node's identity secret key (hetring keygen); {id} becomes the node id"},
-    {"cluster", "psk_file", T_STR, G(psk_file), CFG_PATH, 0, 0, NULL, "", 0,
+    {"cluster", "psk_file", T_PATH, G(psk_file), CFG_PATH, 0, 0, NULL, "", 0,
      "cluster pre-shared key file (32 bytes as 64 hex digits), instead of identity keys"},
     {"cluster", "psk", T_HEXKEY, G(psk), G(has_psk), 0, 0, NULL, NULL, 1,
      "inline pre-shared key, 64 hex digits; prefer psk_file or HETRING_CLUSTER_PSK"},
@@ -75,7 +88,7 @@ static const key_spec g_keys[] = {
     {"train", "dataset", T_ENUM, G(dataset), 0, 0, 0,
      "synthetic|synthetic-rgb|synthetic-regression|mnist|cifar10|csv", "synthetic", 0,
      "training data; the synthetic sets are generated from the seed"},
-    {"train", "data_dir", T_STR, G(data_dir), CFG_PATH, 0, 0, NULL, "", 0,
+    {"train", "data_dir", T_PATH, G(data_dir), CFG_PATH, 0, 0, NULL, "", 0,
      "directory of mnist/cifar10 files, or the CSV file"},
     {"train", "samples", T_INT, G(samples), 0, 1, 1e9, NULL, "60000", 0,
      "synthetic training set size"},
@@ -102,7 +115,7 @@ static const key_spec g_keys[] = {
      "iterations between held-out evaluations; 0 evaluates at the end only"},
     {"train", "seed", T_U64, G(seed), 0, 0, 0, NULL, "1", 0,
      "seeds the data, the per-epoch permutations and the initial weights"},
-    {"train", "checkpoint", T_STR, G(checkpoint), CFG_PATH, 0, 0, NULL, "", 0,
+    {"train", "checkpoint", T_PATH, G(checkpoint), CFG_PATH, 0, 0, NULL, "", 0,
      "checkpoint file, written atomically; resumed from when it exists; empty = none"},
     {"train", "checkpoint_interval", T_INT, G(checkpoint_interval), 0, 0, BIG, NULL, "0", 0,
      "iterations between checkpoints; 0 writes one at the end only"},
@@ -231,6 +244,12 @@ static void format_double(double v, char *out, size_t n) {
 
 static void str_expect(const key_spec *k, char *buf, size_t n) {
     snprintf(buf, n, "%s", strcmp(k->key, "host") == 0 ? "a host name or IP address" : "text");
+}
+
+static void path_expect(const key_spec *k, char *buf, size_t n) {
+    (void)k;
+    snprintf(buf, n, "a path; relative to this file's directory (from --set or the environment: "
+                     "to the current directory)");
 }
 
 static int str_parse(const key_spec *k, void *base, char *field, verdict *v) {
@@ -531,6 +550,47 @@ static void device_format(const key_spec *k, const void *base, const char *field
         snprintf(out, n, "cuda:%ld", d);
 }
 
+/* ---------------------------------------------------------------- paths */
+
+/* A T_PATH value written relative is taken relative to `base`, an absolute directory: the INI
+ * file's for values from the file, the current one for overrides. The field then holds an
+ * absolute path, so the configuration means the same files from any working directory, and
+ * what cfg_print writes reads back the same from anywhere. An empty value (unset) stays
+ * empty; "{id}" in key_file is expanded later and survives. */
+static int resolve_path(const char *base, char *field, size_t size, char *why, size_t whylen) {
+    if (!field[0] || field[0] == '/') return 0;
+    const char *rel = field;
+    while (rel[0] == '.' && rel[1] == '/') /* "./x" is "x" */
+        for (rel += 2; *rel == '/';) rel++;
+    char joined[PATH_MAX + CFG_PATH];
+    int n = snprintf(joined, sizeof joined, "%s%s%s", base,
+                     base[0] && base[strlen(base) - 1] == '/' ? "" : "/", rel);
+    if (n < 0 || (size_t)n >= size) {
+        snprintf(why, whylen, "'%s' relative to %s is too long (expected at most %zu characters)",
+                 field, base, size - 1);
+        return -1;
+    }
+    memcpy(field, joined, (size_t)n + 1);
+    return 0;
+}
+
+/* The absolute directory of `file` (the file need not be named absolutely) into `out`, which
+ * holds PATH_MAX bytes (realpath's size). */
+static void dir_of(const char *file, char *out, size_t n) {
+    char dir[PATH_MAX];
+    const char *slash = strrchr(file, '/');
+    if (!slash)
+        snprintf(dir, sizeof dir, ".");
+    else
+        snprintf(dir, sizeof dir, "%.*s", slash == file ? 1 : (int)(slash - file), file);
+    if (!realpath(dir, out)) snprintf(out, n, "%s", dir);
+}
+
+/* The current directory, for overrides. */
+static void current_dir(char *out, size_t n) {
+    if (!getcwd(out, n)) snprintf(out, n, ".");
+}
+
 /* ---------------------------------------------------------------- the table */
 
 typedef struct {
@@ -541,6 +601,7 @@ typedef struct {
 
 static const value_type value_types[] = {
     [T_STR] = {str_expect, str_parse, str_format},
+    [T_PATH] = {path_expect, str_parse, str_format},
     [T_INT] = {int_expect, int_parse, int_format},
     [T_DBL] = {dbl_expect, dbl_parse, dbl_format},
     [T_ENUM] = {enum_expect, enum_parse, enum_format},
@@ -630,6 +691,7 @@ typedef struct {
     cfg *c;
     FILE *f;
     const char *path;
+    char dir[PATH_MAX]; /* absolute directory of path: relative T_PATH values start there */
     int line;         /* line most recently handed to inih */
     int section;      /* -1 none, 0 global section, 1 node */
     cfg_node *node;   /* current node section */
@@ -788,7 +850,10 @@ static int on_key(void *user, const char *section, const char *name, const char 
         return 0;
     }
     char why[512];
-    if (set_value(k, ps->section == 1 ? (void *)ps->node : (void *)ps->c, value, why, sizeof why)) {
+    void *base = ps->section == 1 ? (void *)ps->node : (void *)ps->c;
+    if (set_value(k, base, value, why, sizeof why) ||
+        (k->type == T_PATH &&
+         resolve_path(ps->dir, (char *)base + k->off, k->size, why, sizeof why))) {
         parse_error(ps, "%s: %s", name, why);
         return 0;
     }
@@ -803,6 +868,7 @@ hr_status cfg_parse_file(cfg *c, const char *path, char *err, size_t errlen) {
         return hr_fail(err, errlen, HR_ERR_IO, "%s: cannot open: %s (expected a readable INI file)",
                        path, strerror(errno));
     parse_state ps = {.c = c, .f = f, .path = path, .section = -1, .err = err, .errlen = errlen};
+    dir_of(path, ps.dir, sizeof ps.dir);
     /* A line that starts with whitespace would otherwise continue the previous value; we want
      * indented keys to be keys. This inih setting is process-wide and we never want it on. */
     ini_allow_multiline = false;
@@ -835,8 +901,10 @@ static void env_name(const char *section, long node_id, const char *key, char *o
 
 static hr_status apply_one(const key_spec *k, void *base, const char *src, const char *val,
                            char *err, size_t errlen) {
-    char why[512];
-    if (set_value(k, base, val, why, sizeof why))
+    char why[512], cwd[PATH_MAX];
+    if (k->type == T_PATH) current_dir(cwd, sizeof cwd); /* an override is the user's own */
+    if (set_value(k, base, val, why, sizeof why) ||
+        (k->type == T_PATH && resolve_path(cwd, (char *)base + k->off, k->size, why, sizeof why)))
         return hr_fail(err, errlen, HR_ERR_CONFIG, "%s: %s", src, why);
     return HR_OK;
 }

@@ -6,6 +6,10 @@
  * Every key lives in one schema table in cfg.c, which drives parsing, range checks, the
  * environment overrides, `hetring config` and the reference file conf/examples/reference.ini.
  *
+ * Paths (key_file, psk_file, data_dir, checkpoint) written relative in the file are relative to
+ * the file's directory, and relative in an override to the current directory; either way the
+ * struct holds them absolute, so a config means the same files from any working directory.
+ *
  * Errors have the form "FILE:LINE: what is wrong (what was expected)"; overrides name their
  * source instead of a file ("environment HETRING_TRAIN_LR: ..."). A failed load leaves the
  * struct freed and safe to free again.

@@ -13,6 +13,7 @@
 #include <dirent.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static char *slurp(const char *path) {
@@ -280,6 +281,51 @@ static void test_input_holes(const char *tmp) {
     cfg_free(&c);
 }
 
+/* key_file, psk_file, data_dir and checkpoint written relative are relative to the INI file's
+ * directory, whatever the working directory; absolute paths stay; {id} survives; overrides from
+ * --set and the environment are relative to the working directory. */
+static void test_paths(void) {
+    char dir[] = "/tmp/hetring-test-paths-XXXXXX", sub[128], ini[192], want[256], err[HR_ERRLEN];
+    CHECK(mkdtemp(dir) != NULL, "mkdtemp");
+    snprintf(sub, sizeof sub, "%s/conf", dir);
+    CHECK(mkdir(sub, 0700) == 0, "mkdir %s", sub);
+    snprintf(ini, sizeof ini, "%s/c.ini", sub);
+    write_file(ini, "[cluster]\nsecurity = encrypt\nkey_file = keys/node{id}.key\n"
+                    "psk_file = ./../c.psk\n[train]\ndata_dir = data\ncheckpoint = /abs/run.ckpt\n"
+                    "[node.0]\nhost = 127.0.0.1\nport = 7001\npubkey = "
+                    "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff\n");
+    CHECK(chdir(dir) == 0, "chdir %s", dir); /* the file is conf/c.ini from here */
+    cfg c;
+    CHECK(cfg_load(&c, "conf/c.ini", err, sizeof err) == HR_OK, "%s", err);
+    snprintf(want, sizeof want, "%s/keys/node{id}.key", sub);
+    CHECK(strcmp(c.key_file, want) == 0, "key_file: %s, want %s", c.key_file, want);
+    snprintf(want, sizeof want, "%s/../c.psk", sub);
+    CHECK(strcmp(c.psk_file, want) == 0, "psk_file: %s, want %s", c.psk_file, want);
+    snprintf(want, sizeof want, "%s/data", sub);
+    CHECK(strcmp(c.data_dir, want) == 0, "data_dir: %s, want %s", c.data_dir, want);
+    CHECK(strcmp(c.checkpoint, "/abs/run.ckpt") == 0, "checkpoint: %s", c.checkpoint);
+    /* overrides: the working directory */
+    CHECK(cfg_set(&c, "train.checkpoint=out/r.ckpt", err, sizeof err) == HR_OK, "%s", err);
+    snprintf(want, sizeof want, "%s/out/r.ckpt", dir);
+    CHECK(strcmp(c.checkpoint, want) == 0, "--set checkpoint: %s, want %s", c.checkpoint, want);
+    cfg_free(&c);
+    setenv("HETRING_TRAIN_DATA_DIR", "d2", 1);
+    CHECK(cfg_load(&c, "conf/c.ini", err, sizeof err) == HR_OK, "%s", err);
+    snprintf(want, sizeof want, "%s/d2", dir);
+    CHECK(strcmp(c.data_dir, want) == 0, "env data_dir: %s, want %s", c.data_dir, want);
+    unsetenv("HETRING_TRAIN_DATA_DIR");
+    cfg_free(&c);
+    /* the same file from its own directory and from / means the same files */
+    CHECK(chdir("/") == 0, "chdir /");
+    CHECK(cfg_load(&c, ini, err, sizeof err) == HR_OK, "%s", err);
+    snprintf(want, sizeof want, "%s/keys/node{id}.key", sub);
+    CHECK(strcmp(c.key_file, want) == 0, "key_file from /: %s, want %s", c.key_file, want);
+    cfg_free(&c);
+    unlink(ini);
+    rmdir(sub);
+    rmdir(dir);
+}
+
 int main(void) {
     char tmp[] = "/tmp/hetring-test-conf-XXXXXX";
     int fd = mkstemp(tmp);
@@ -296,5 +342,6 @@ int main(void) {
     test_overrides(tmp);
     test_input_holes(tmp);
     unlink(tmp);
+    test_paths();
     return check_exit();
 }
