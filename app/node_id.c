@@ -51,33 +51,79 @@ static void list_candidates(const cfg *c, const int *which, char *out, size_t n)
                                   c->nodes[i].host, c->nodes[i].port);
 }
 
+/* A launcher's rank, with the world size it launched; the size must be the node count. */
+typedef struct {
+    const char *rank, *size; /* environment variables */
+} launcher_env;
+
+static const launcher_env launchers[] = {
+    {"SLURM_PROCID", "SLURM_NTASKS"},                 /* srun */
+    {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"}, /* Open MPI's mpirun */
+    {"PMI_RANK", "PMI_SIZE"},                         /* MPICH, Intel MPI (PMI) */
+    {"RANK", "WORLD_SIZE"},                           /* torchrun */
+};
+
+/* The world size `l` launched, when it says one, must be the node count of `c`. */
+static hr_status check_world_size(const cfg *c, const launcher_env *l, char *err, size_t errlen) {
+    const char *v = getenv(l->size);
+    long n;
+    if (!v || !v[0]) return HR_OK;
+    if (cfg_parse_long(v, &n) || n < 1)
+        return hr_fail(err, errlen, HR_ERR_CONFIG,
+                       "%s = '%s' is not a world size (expected %d, "
+                       "the number of nodes in %s)",
+                       l->size, v, c->n_nodes, c->path);
+    if (n != c->n_nodes)
+        return hr_fail(err, errlen, HR_ERR_CONFIG,
+                       "%s = %ld, but %s has %d node%s (expected one process per [node.ID] "
+                       "section: launch %d, or list %ld nodes in the file)",
+                       l->size, n, c->path, c->n_nodes, c->n_nodes == 1 ? "" : "s", c->n_nodes, n);
+    return HR_OK;
+}
+
+/* The node a rank (position in id order) names. */
+static hr_status from_rank(const cfg *c, const launcher_env *l, const char *val, int *out_idx,
+                           const char *cand, char *err, size_t errlen) {
+    long v;
+    if (cfg_parse_long(val, &v) || v < 0)
+        return hr_fail(err, errlen, HR_ERR_CONFIG,
+                       "%s = '%s' is not a node rank (expected one of "
+                       "0 to %d, for %s)",
+                       l->rank, val, c->n_nodes - 1, cand);
+    HR_CHECK(check_world_size(c, l, err, errlen));
+    if (v >= c->n_nodes)
+        return hr_fail(err, errlen, HR_ERR_CONFIG,
+                       "%s = %ld names no node of %s (expected a rank below the node count, %d)",
+                       l->rank, v, c->path, c->n_nodes);
+    *out_idx = (int)v;
+    return HR_OK;
+}
+
+/* The node an id (--node, HETRING_NODE) names. */
+static hr_status from_id(const cfg *c, const char *src, const char *val, int *out_idx,
+                         const char *cand, char *err, size_t errlen) {
+    long v;
+    if (cfg_parse_long(val, &v) || v < 0)
+        return hr_fail(err, errlen, HR_ERR_CONFIG,
+                       "%s = '%s' is not a node id (expected one of %s)", src, val, cand);
+    int idx = cfg_node_index(c, v);
+    if (idx < 0)
+        return hr_fail(err, errlen, HR_ERR_CONFIG, "%s = %ld names no node of %s (expected %s)",
+                       src, v, c->path, cand);
+    *out_idx = idx;
+    return HR_OK;
+}
+
 hr_status node_id_resolve(const cfg *c, const char *cli_id, int *out_idx, char *err,
                           size_t errlen) {
     char cand[2048];
     list_candidates(c, NULL, cand, sizeof cand);
-    struct {
-        const char *name, *val;
-        int is_rank;
-    } src[] = {
-        {"--node", cli_id, 0},
-        {"HETRING_NODE", getenv("HETRING_NODE"), 0},
-        {"SLURM_PROCID", getenv("SLURM_PROCID"), 1},
-        {"OMPI_COMM_WORLD_RANK", getenv("OMPI_COMM_WORLD_RANK"), 1},
-    };
-    for (size_t s = 0; s < sizeof src / sizeof src[0]; s++) {
-        if (!src[s].val || !src[s].val[0]) continue;
-        long v;
-        if (cfg_parse_long(src[s].val, &v) || v < 0)
-            return hr_fail(err, errlen, HR_ERR_CONFIG,
-                           "%s = '%s' is not a node %s (expected one of %s)", src[s].name,
-                           src[s].val, src[s].is_rank ? "rank" : "id", cand);
-        int idx = src[s].is_rank ? (v < c->n_nodes ? (int)v : -1) : cfg_node_index(c, v);
-        if (idx < 0)
-            return hr_fail(err, errlen, HR_ERR_CONFIG, "%s = %ld names no node of %s (expected %s)",
-                           src[s].name, v, c->path,
-                           src[s].is_rank ? "a rank below the node count" : cand);
-        *out_idx = idx;
-        return HR_OK;
+    const char *env_id = getenv("HETRING_NODE");
+    if (cli_id && cli_id[0]) return from_id(c, "--node", cli_id, out_idx, cand, err, errlen);
+    if (env_id && env_id[0]) return from_id(c, "HETRING_NODE", env_id, out_idx, cand, err, errlen);
+    for (size_t l = 0; l < sizeof launchers / sizeof launchers[0]; l++) {
+        const char *v = getenv(launchers[l].rank);
+        if (v && v[0]) return from_rank(c, &launchers[l], v, out_idx, cand, err, errlen);
     }
     int *local = calloc((size_t)c->n_nodes, sizeof *local);
     if (!local) return HR_ERR_NOMEM;

@@ -2,8 +2,8 @@
  * node_id.h: which node of the cluster file this process is.
  *
  * Every node reads the same file, so a process must learn its own id from outside it: the
- * command line, the environment a launcher sets (srun, mpirun), or the one node whose host is
- * an address of this machine.
+ * command line, the environment a launcher sets (srun, mpirun, torchrun), or the one node whose
+ * host is an address of this machine.
  */
 #ifndef HR_NODE_ID_H
 #define HR_NODE_ID_H
@@ -11,9 +11,12 @@
 #include "cfg.h"
 #include "hr_status.h"
 
-/* Which node is this process? In order: `cli_id` (may be NULL), HETRING_NODE (an id),
- * SLURM_PROCID or OMPI_COMM_WORLD_RANK (a rank: the position in id order), then the one node
- * whose host is an address of this machine. On ambiguity or none, `err` lists candidates. */
+/* Which node is this process? In order: `cli_id` (may be NULL), HETRING_NODE (an id), a
+ * launcher's rank (the position in id order): SLURM_PROCID, OMPI_COMM_WORLD_RANK, PMI_RANK or
+ * torchrun's RANK, then the one node whose host is an address of this machine. On ambiguity
+ * or none, `err` lists candidates. A rank comes with its launcher's world size (SLURM_NTASKS,
+ * OMPI_COMM_WORLD_SIZE, PMI_SIZE, WORLD_SIZE), which must equal the node count: otherwise
+ * `err` names the variable and both numbers. */
 hr_status node_id_resolve(const cfg *c, const char *cli_id, int *out_idx, char *err, size_t errlen);
 
 /* Is `host` (name or numeric) an address of this machine? */

@@ -1,6 +1,7 @@
 /*
  * test_node_id.c: which node a process is: --node, HETRING_NODE, SLURM_PROCID,
- * OMPI_COMM_WORLD_RANK, then the one node on a local address; errors list the candidates.
+ * OMPI_COMM_WORLD_RANK, PMI_RANK, RANK, then the one node on a local address; errors list the
+ * candidates, and a launcher's world size must be the node count.
  */
 #include "../check.h"
 #include "../conf/two_nodes.h"
@@ -57,6 +58,59 @@ static void test_local(void) {
     CHECK(!node_id_host_is_local("192.0.2.1"), "a documentation address is not");
 }
 
+/* MPICH's PMI_RANK and torchrun's RANK are ranks too, after the others; each launcher's world
+ * size must be the node count, and a mismatch names the variable and both numbers. */
+static void test_launchers(const char *tmp) {
+    char err[HR_ERRLEN] = "";
+    cfg c;
+    int idx = -1;
+    write_file(tmp, two_nodes);
+    CHECK(cfg_load(&c, tmp, err, sizeof err) == HR_OK, "%s", err);
+    setenv("RANK", "1", 1);
+    CHECK(node_id_resolve(&c, NULL, &idx, err, sizeof err) == HR_OK && idx == 1, "RANK: %d %s", idx,
+          err);
+    setenv("PMI_RANK", "0", 1);
+    CHECK(node_id_resolve(&c, NULL, &idx, err, sizeof err) == HR_OK && idx == 0,
+          "PMI_RANK before RANK: %d %s", idx, err);
+    setenv("PMI_SIZE", "2", 1);
+    CHECK(node_id_resolve(&c, NULL, &idx, err, sizeof err) == HR_OK && idx == 0,
+          "PMI_SIZE = 2 fits 2 nodes: %s", err);
+    setenv("PMI_SIZE", "3", 1);
+    CHECK(node_id_resolve(&c, NULL, &idx, err, sizeof err) == HR_ERR_CONFIG, "PMI_SIZE = 3");
+    CHECK(strstr(err, "PMI_SIZE = 3") && strstr(err, "has 2 nodes"), "PMI_SIZE: %s", err);
+    unsetenv("PMI_RANK");
+    unsetenv("PMI_SIZE");
+    setenv("WORLD_SIZE", "4", 1);
+    CHECK(node_id_resolve(&c, NULL, &idx, err, sizeof err) == HR_ERR_CONFIG, "WORLD_SIZE = 4");
+    CHECK(strstr(err, "WORLD_SIZE = 4") && strstr(err, "has 2 nodes"), "WORLD_SIZE: %s", err);
+    setenv("RANK", "2", 1);
+    setenv("WORLD_SIZE", "2", 1);
+    CHECK(node_id_resolve(&c, NULL, &idx, err, sizeof err) == HR_ERR_CONFIG, "RANK = 2 of 2");
+    CHECK(strstr(err, "RANK = 2 names no node"), "RANK out of range: %s", err);
+    unsetenv("RANK");
+    unsetenv("WORLD_SIZE");
+    static const char *const sizes[][2] = {{"SLURM_PROCID", "SLURM_NTASKS"},
+                                           {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"}};
+    for (int i = 0; i < 2; i++) {
+        setenv(sizes[i][0], "0", 1);
+        setenv(sizes[i][1], "3", 1);
+        CHECK(node_id_resolve(&c, NULL, &idx, err, sizeof err) == HR_ERR_CONFIG, "%s = 3",
+              sizes[i][1]);
+        CHECK(strstr(err, sizes[i][1]) && strstr(err, " = 3, but ") && strstr(err, "has 2 nodes"),
+              "%s: %s", sizes[i][1], err);
+        setenv(sizes[i][1], "2", 1);
+        CHECK(node_id_resolve(&c, NULL, &idx, err, sizeof err) == HR_OK && idx == 0, "%s = 2: %s",
+              sizes[i][1], err);
+        unsetenv(sizes[i][0]);
+        unsetenv(sizes[i][1]);
+    }
+    /* an id given outright is not a launcher's rank: its sizes are not consulted */
+    setenv("SLURM_NTASKS", "7", 1);
+    CHECK(node_id_resolve(&c, "5", &idx, err, sizeof err) == HR_OK && idx == 1, "--node: %s", err);
+    unsetenv("SLURM_NTASKS");
+    cfg_free(&c);
+}
+
 int main(void) {
     char tmp[] = "/tmp/hr-node-id-XXXXXX";
     int fd = mkstemp(tmp);
@@ -64,6 +118,7 @@ int main(void) {
     close(fd);
     test_resolve(tmp);
     test_local();
+    test_launchers(tmp);
     unlink(tmp);
     return check_exit();
 }
