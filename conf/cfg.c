@@ -248,8 +248,9 @@ static void str_expect(const key_spec *k, char *buf, size_t n) {
 
 static void path_expect(const key_spec *k, char *buf, size_t n) {
     (void)k;
-    snprintf(buf, n, "a path; relative to this file's directory (from --set or the environment: "
-                     "to the current directory)");
+    snprintf(buf, n,
+             "a path; relative to this file's directory (from --set or the environment: "
+             "to the current directory)");
 }
 
 static int str_parse(const key_spec *k, void *base, char *field, verdict *v) {
@@ -692,12 +693,12 @@ typedef struct {
     FILE *f;
     const char *path;
     char dir[PATH_MAX]; /* absolute directory of path: relative T_PATH values start there */
-    int line;         /* line most recently handed to inih */
-    int section;      /* -1 none, 0 global section, 1 node */
-    cfg_node *node;   /* current node section */
-    long node_id;     /* id of the current node section */
-    int failed;       /* an error was recorded */
-    hr_status status; /* status of the first error */
+    int line;           /* line most recently handed to inih */
+    int section;        /* -1 none, 0 global section, 1 node */
+    cfg_node *node;     /* current node section */
+    long node_id;       /* id of the current node section */
+    int failed;         /* an error was recorded */
+    hr_status status;   /* status of the first error */
     char *err;
     size_t errlen;
 } parse_state;
@@ -899,13 +900,19 @@ static void env_name(const char *section, long node_id, const char *key, char *o
     for (char *p = out; *p; p++) *p = (char)toupper((unsigned char)*p);
 }
 
-static hr_status apply_one(const key_spec *k, void *base, const char *src, const char *val,
+/* Set key `k` of `base` (c, or one of its nodes) from an override; its line becomes
+ * CFG_LINE_OVERRIDE, so that nothing blames the file for the value. */
+static hr_status apply_one(cfg *c, const key_spec *k, void *base, const char *src, const char *val,
                            char *err, size_t errlen) {
     char why[512], cwd[PATH_MAX];
     if (k->type == T_PATH) current_dir(cwd, sizeof cwd); /* an override is the user's own */
     if (set_value(k, base, val, why, sizeof why) ||
         (k->type == T_PATH && resolve_path(cwd, (char *)base + k->off, k->size, why, sizeof why)))
         return hr_fail(err, errlen, HR_ERR_CONFIG, "%s: %s", src, why);
+    if (base == (void *)c)
+        c->key_line[k - g_keys] = CFG_LINE_OVERRIDE;
+    else
+        ((cfg_node *)base)->key_line[k - n_keys] = CFG_LINE_OVERRIDE;
     return HR_OK;
 }
 
@@ -916,7 +923,7 @@ hr_status cfg_apply_env(cfg *c, char *err, size_t errlen) {
         const char *v = getenv(name);
         if (!v) continue;
         snprintf(src, sizeof src, "environment %s", name);
-        HR_CHECK(apply_one(&g_keys[i], c, src, v, err, errlen));
+        HR_CHECK(apply_one(c, &g_keys[i], c, src, v, err, errlen));
     }
     for (int j = 0; j < c->n_nodes; j++)
         for (int i = 0; i < N_NKEYS; i++) {
@@ -924,7 +931,7 @@ hr_status cfg_apply_env(cfg *c, char *err, size_t errlen) {
             const char *v = getenv(name);
             if (!v) continue;
             snprintf(src, sizeof src, "environment %s", name);
-            HR_CHECK(apply_one(&n_keys[i], &c->nodes[j], src, v, err, errlen));
+            HR_CHECK(apply_one(c, &n_keys[i], &c->nodes[j], src, v, err, errlen));
         }
     /* A misspelt override must not be silently ignored. */
     for (char **e = environ; *e; e++) {
@@ -991,21 +998,26 @@ hr_status cfg_set(cfg *c, const char *assignment, char *err, size_t errlen) {
                        "--set %s: unknown key '%s' in [%s] (expected a key of reference.ini)",
                        assignment, key, section);
     void *base = node_id >= 0 ? (void *)&c->nodes[cfg_node_index(c, node_id)] : (void *)c;
-    return apply_one(k, base, src, eq + 1, err, errlen);
+    return apply_one(c, k, base, src, eq + 1, err, errlen);
 }
 
 /* ================================================================ validation */
 
-static int gline(const cfg *c, const char *key) {
-    for (int i = 0; i < N_GKEYS; i++)
-        if (strcmp(g_keys[i].key, key) == 0) return c->key_line[i];
-    return 0;
+int cfg_key_line(const cfg *c, int node_idx, const char *key) {
+    int idx;
+    if (node_idx < 0) {
+        for (int i = 0; i < N_GKEYS; i++)
+            if (strcmp(g_keys[i].key, key) == 0) return c->key_line[i];
+        return 0;
+    }
+    if (node_idx >= c->n_nodes || !find_key(n_keys, N_NKEYS, "node", key, &idx)) return 0;
+    return c->nodes[node_idx].key_line[idx];
 }
 
 /* Line to blame for a global key: where it was set, else line 1. */
 static int blame(const cfg *c, const char *key) {
-    int l = gline(c, key);
-    return l ? l : 1;
+    int l = cfg_key_line(c, -1, key);
+    return l > 0 ? l : 1;
 }
 
 /* Each check below returns HR_OK or fails with "FILE:LINE: what (expected)", `f` the file. */
@@ -1084,7 +1096,7 @@ static hr_status check_training(const cfg *c, const char *f, char *err, size_t e
     if (c->epochs == 0 && c->iterations == 0)
         return hr_fail(err, errlen, HR_ERR_CONFIG,
                        "%s:%d: nothing to train (expected epochs >= 1 or iterations >= 1)", f,
-                       blame(c, gline(c, "iterations") ? "iterations" : "epochs"));
+                       blame(c, cfg_key_line(c, -1, "iterations") ? "iterations" : "epochs"));
     if (c->model == CFG_MODEL_MLP && c->n_layers < 2)
         return hr_fail(err, errlen, HR_ERR_CONFIG,
                        "%s:%d: the mlp needs layers (expected e.g. layers = 784,256,10)", f,

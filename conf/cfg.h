@@ -22,12 +22,13 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#define CFG_STR        128 /* host names, cluster name */
-#define CFG_PATH       512 /* file and directory paths */
-#define CFG_MAX_LAYERS 16  /* MLP layer sizes, input and output included */
-#define CFG_MAX_PHASES 32  /* interference schedule entries per node */
-#define CFG_MAX_NODES  256
-#define CFG_KEYLEN     32 /* public keys and pre-shared keys, bytes */
+#define CFG_STR           128 /* host names, cluster name */
+#define CFG_PATH          512 /* file and directory paths */
+#define CFG_MAX_LAYERS    16  /* MLP layer sizes, input and output included */
+#define CFG_MAX_PHASES    32  /* interference schedule entries per node */
+#define CFG_MAX_NODES     256
+#define CFG_KEYLEN        32   /* public keys and pre-shared keys, bytes */
+#define CFG_LINE_OVERRIDE (-1) /* key_line of a key the environment or --set set last */
 
 typedef enum { CFG_SEC_AUTO, CFG_SEC_NONE, CFG_SEC_AUTH, CFG_SEC_ENCRYPT } cfg_security;
 typedef enum { CFG_BACKEND_AUTO, CFG_BACKEND_TCP, CFG_BACKEND_NCCL } cfg_backend;
@@ -69,7 +70,7 @@ typedef struct {
     cfg_phase interference[CFG_MAX_PHASES]; /* emulated speed changes, ascending iter */
     int n_interference;                     /* entries used in interference[] */
     int line;                               /* line of the [node.ID] header */
-    int key_line[16];                       /* line each node key was set on, 0 if unset */
+    int key_line[16]; /* line each node key was set on, 0 if unset, CFG_LINE_OVERRIDE */
 } cfg_node;
 
 typedef struct {
@@ -129,6 +130,7 @@ typedef struct {
     /* provenance */
     char path[CFG_PATH]; /* file the config came from */
     int key_line[64];    /* line each global key was set on (schema order), 0 if unset */
+                         /* or CFG_LINE_OVERRIDE when the environment or --set set it last */
     int n_lines;         /* lines in the file */
 } cfg;
 
@@ -147,6 +149,11 @@ hr_status cfg_set(cfg *c, const char *assignment, char *err, size_t errlen);
 hr_status cfg_validate(cfg *c, char *err, size_t errlen);
 /* Members a view needs to train: min_nodes, or a majority of the nodes when it is 0. */
 long cfg_quorum(const cfg *c);
+
+/* Line of the file that set `key` of the cluster (node_idx -1) or of c->nodes[node_idx]: > 0,
+ * or 0 when it has its default, or CFG_LINE_OVERRIDE when an override set it. For messages
+ * that blame a value: "FILE:LINE: key: ...". */
+int cfg_key_line(const cfg *c, int node_idx, const char *key);
 
 /* Index of node `id` in c->nodes, or -1. */
 int cfg_node_index(const cfg *c, long id);

@@ -1,10 +1,27 @@
-/* cmd_config.c: `hetring config`, the effective configuration with secrets redacted. */
+/*
+ * cmd_config.c: `hetring config`, the effective configuration with secrets redacted, and with
+ * --node a dry run of that node: everything `hetring run` would meet before its first
+ * iteration except the peers. It reads the key files as the ring would, builds the trainer as
+ * train_init does (data loaded and checked against the model, the checkpoint directory
+ * proven writable, an existing checkpoint read), and binds the node's port and lets it go.
+ * Nothing is trained and nothing is left behind. Each problem is reported on its own line,
+ * naming the FILE:LINE (or the override) that set the value.
+ */
 #include "cli.h"
+#include "hr_log.h"
+#include "ring_setup.h"
+#include "sec.h"
+#include "tcp.h"
+#include "ckpt.h"
+#include "train.h"
+#include "trainer_setup.h"
 
 #include <getopt.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static void usage(FILE *out) {
     fprintf(out,
@@ -13,12 +30,112 @@ static void usage(FILE *out) {
             "\n"
             "Validate FILE and print the effective configuration: defaults, then the file, then\n"
             "HETRING_<SECTION>_<KEY> environment overrides, then --set. Secrets are redacted.\n"
+            "Paths written relative in FILE are relative to FILE's directory; in an override, to\n"
+            "the current directory. The printed paths are absolute.\n"
             "\n"
             "  --conf FILE        cluster INI file\n"
             "  --set S.K=V        override one key (node keys: node.ID.KEY=VALUE)\n"
-            "  --node ID          also resolve and report which node this process would be\n"
+            "  --node ID          also a dry run of node ID (or of the node HETRING_NODE names):\n"
+            "                     its key files are read, its data loaded and checked against\n"
+            "                     the model, its checkpoint directory written to and its port\n"
+            "                     bound, as hetring run would; each problem names the FILE:LINE\n"
+            "                     of the value; exit status 1 when there is one\n"
             "  --reference        print every key with its default and range (reference.ini)\n"
             "  --help             this text\n");
+}
+
+/* "FILE:LINE: KEY" for a value of the cluster (node_idx -1) or of a node, or where an override
+ * set it, so that a problem points at the text to change. */
+static void where(const cfg *c, int node_idx, const char *key, char *out, size_t n) {
+    int line = cfg_key_line(c, node_idx, key);
+    char sec[48] = "";
+    if (node_idx >= 0) snprintf(sec, sizeof sec, "[node.%ld] ", c->nodes[node_idx].id);
+    if (line > 0)
+        snprintf(out, n, "%s:%d: %s%s", c->path, line, sec, key);
+    else if (line == CFG_LINE_OVERRIDE)
+        snprintf(out, n, "%s: %s%s (set by the environment or --set)", c->path, sec, key);
+    else
+        snprintf(out, n, "%s: %s%s (default)", c->path, sec, key);
+}
+
+/* One problem of the dry run: "WHERE: what". Returns 1, to be counted. */
+__attribute__((format(printf, 4, 5))) static int problem(const cfg *c, int node_idx,
+                                                         const char *key, const char *fmt, ...) {
+    char at[CFG_PATH + 96];
+    where(c, node_idx, key, at, sizeof at);
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "%s: ", at);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    return 1;
+}
+
+/* The key files the ring reads at start, read the same way (regular files, mode 0600, a key). */
+static int dry_keys(const cfg *c, int self) {
+    char path[CFG_PATH], err[HR_ERRLEN];
+    uint8_t key[32];
+    int bad = 0;
+    if (c->security == CFG_SEC_NONE) return 0;
+    if (c->key_file[0]) {
+        if (app_expand_id(path, sizeof path, c->key_file, c->nodes[self].id) != 0)
+            bad += problem(c, -1, "key_file", "too long once {id} is replaced");
+        else if (sec_read_key_file(path, key, err, sizeof err) != HR_OK)
+            bad += problem(c, -1, "key_file", "%s", err);
+    }
+    if (c->psk_file[0] && sec_read_key_file(c->psk_file, key, err, sizeof err) != HR_OK)
+        bad += problem(c, -1, "psk_file", "%s", err);
+    memset(key, 0, sizeof key);
+    return bad;
+}
+
+/* The trainer as train_init builds it, and the checkpoint as a resuming run reads it. */
+static int dry_trainer(const cfg *c, int self) {
+    char err[HR_ERRLEN] = "", key[32] = "";
+    train_config tc;
+    trainer t;
+    int bad = 0;
+    if (c->checkpoint[0] && ckpt_prepare(c->checkpoint, err, sizeof err) != HR_OK)
+        bad += problem(c, -1, "checkpoint", "%s", err);
+    app_train_config(c, self, &tc);
+    tc.checkpoint = NULL; /* checked above, to name its key */
+    if (train_init(&t, &tc, NULL, err, sizeof err) != HR_OK) {
+        /* "FILE: [train] KEY ..." (a model that does not fit the data) names its key; anything
+         * else is about the data files */
+        size_t pl = strlen(c->path);
+        if (strncmp(err, c->path, pl) == 0 && strncmp(err + pl, ": [train] ", 10) == 0 &&
+            sscanf(err + pl + 10, "%31[a-z_]", key) == 1)
+            return bad + problem(c, -1, key, "%s", err + pl + 10 + strlen(key) + 1);
+        return bad +
+               problem(c, -1, c->dataset >= CFG_DATA_MNIST ? "data_dir" : "dataset", "%s", err);
+    }
+    if (!bad && c->checkpoint[0] && access(c->checkpoint, F_OK) == 0 &&
+        train_load(&t, c->checkpoint, err, sizeof err) != HR_OK)
+        bad += problem(c, -1, "checkpoint", "%s", err);
+    printf("; data: %ld training and %ld held-out samples of %dx%dx%d\n", t.train.n, t.eval.n,
+           t.train.h, t.train.w, t.train.c);
+    train_free(&t);
+    return bad;
+}
+
+/* The node's listening port: bound and released, as the ring will bind it. */
+static int dry_port(const cfg *c, int self) {
+    const cfg_node *me = &c->nodes[self];
+    char err[HR_ERRLEN];
+    int fd = -1;
+    if (c->n_nodes < 2) return 0; /* one node trains alone and listens on nothing */
+    if (tcp_listen(me->host, me->port, &fd, err, sizeof err) != HR_OK)
+        return problem(c, self, "port", "%s (is another node or program using it?)", err);
+    tcp_close(&fd);
+    return 0;
+}
+
+/* Everything hetring run would meet on this node before its first iteration, peers aside.
+ * Returns the number of problems, each printed. */
+static int dry_run(const cfg *c, int self) {
+    hr_log_set_node((int)c->nodes[self].id);
+    return dry_keys(c, self) + dry_trainer(c, self) + dry_port(c, self);
 }
 
 int cmd_config(int argc, char **argv) {
@@ -51,6 +168,16 @@ int cmd_config(int argc, char **argv) {
         int self;
         if ((rc = cli_resolve_node(&c, o.node, NULL, &self))) return rc;
         printf("\n; this process is node %ld\n", c.nodes[self].id);
+        fflush(stdout);
+        int bad = dry_run(&c, self);
+        if (bad) {
+            fprintf(stderr, "hetring config: node %ld would not start: %d problem%s above\n",
+                    c.nodes[self].id, bad, bad == 1 ? "" : "s");
+            cfg_free(&c);
+            return CLI_FAIL;
+        }
+        printf("; dry run of node %ld: key files, data, checkpoint and port are ready\n",
+               c.nodes[self].id);
     }
     cfg_free(&c);
     return CLI_OK;
