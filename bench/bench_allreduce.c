@@ -35,7 +35,8 @@ typedef struct {
     int nodes;        /* N */
     int security;     /* CFG_SEC_* */
     size_t min_bytes; /* first size */
-    size_t max_bytes; /* last size (sizes double) */
+    size_t max_bytes; /* last size */
+    long factor;      /* each size is the previous times this (nccl-tests' -f) */
     int iters;        /* timed iterations per size (at least 200 below 1 MiB) */
     int warmup;       /* untimed iterations per size */
     const char *json; /* --json FILE or NULL */
@@ -47,24 +48,29 @@ typedef struct {
 
 static void usage(FILE *out) {
     fprintf(out,
-            "usage: hetring bench allreduce [--nodes N] [--security MODE] [--min-bytes A]\n"
-            "                               [--max-bytes B] [--iters K] [--json FILE] [--netns]\n"
+            "usage: hetring bench allreduce [--nodes N] [--security MODE] [-b|--min-bytes A]\n"
+            "                               [-e|--max-bytes B] [-f|--step-factor F]\n"
+            "                               [--iters K] [--warmup W] [--json FILE] [--netns]\n"
+            "                               [--rate R] [--segment BYTES] [--port P]\n"
             "\n"
-            "All-reduce bandwidth of N local nodes in the nccl-tests table format.\n"
+            "All-reduce bandwidth of N local nodes in the nccl-tests table format. -b, -e\n"
+            "and -f are nccl-tests' names for the smallest size, the largest, the step.\n"
             "\n"
-            "  --nodes N         nodes (default 2)\n"
-            "  --security MODE   none, auth or encrypt (default none; auth and encrypt use a\n"
-            "                    random cluster pre-shared key)\n"
-            "  --min-bytes A     smallest size (default 8)\n"
-            "  --max-bytes B     largest size (default 64M); sizes double; K, M, G suffixes\n"
-            "  --iters K         timed iterations per size (default 20; 200 below 1 MiB)\n"
-            "  --warmup W        untimed iterations per size (default 3)\n"
-            "  --json FILE       also write one JSON object per size\n"
-            "  --netns           run over veth links in network namespaces, shaped with tc to\n"
-            "                    1 Gbit/s and 200 us delay (needs root; removed afterwards)\n"
-            "  --rate R          R in GB/s instead of measuring it with iperf3\n"
-            "  --segment BYTES   pipeline segment size (default: the ring's)\n"
-            "  --port P          first TCP port (default: random in 10000-32000)\n");
+            "  --nodes N              nodes (default 2)\n"
+            "  --security MODE        none, auth or encrypt (default none; auth and encrypt\n"
+            "                         use a random cluster pre-shared key)\n"
+            "  -b, --min-bytes A      smallest size (default 8); K, M, G suffixes (x1024)\n"
+            "  -e, --max-bytes B      largest size (default 64M); K, M, G suffixes\n"
+            "  -f, --step-factor F    each size is the last one times F (default 2; 2..1024)\n"
+            "  --iters K              timed iterations per size (default 20; 200 below 1 MiB)\n"
+            "  --warmup W             untimed iterations per size (default 3)\n"
+            "  --json FILE            also write one JSON object per size\n"
+            "  --netns                run over veth links in network namespaces, shaped with tc\n"
+            "                         to 1 Gbit/s and 200 us delay (needs root; removed after)\n"
+            "  --rate R               R in GB/s instead of measuring it with iperf3\n"
+            "  --segment BYTES        pipeline segment size (default: the ring's)\n"
+            "  --port P               first TCP port (default: random in 10000-32000)\n"
+            "  -h, --help             this text\n");
 }
 
 /* ================================================================ R, by iperf3 */
@@ -290,6 +296,12 @@ static void print_footer(const ar_opts *o, int n, double r_gbs, const sweep *s) 
                s->last_bus / (r_gbs / n));
 }
 
+/* The size after `bytes`: times the step factor, or past max_bytes where that would wrap. */
+static size_t next_size(const ar_opts *o, size_t bytes) {
+    size_t f = (size_t)o->factor;
+    return bytes > o->max_bytes / f ? o->max_bytes + 1 : bytes * f;
+}
+
 /* Node `idx` of the bench: joins the ring, runs every size, rank 0 prints. The exit status of
  * its process: 0, or 1 on a ring error or a wrong element. */
 static int run_node(const ar_opts *o, cfg *c, int idx, double r_gbs) {
@@ -303,7 +315,7 @@ static int run_node(const ar_opts *o, cfg *c, int idx, double r_gbs) {
     FILE *js = k == 0 ? open_json(o) : NULL;
     if (k == 0) print_header(o, &r, r_gbs);
     sweep s = {0};
-    for (size_t bytes = o->min_bytes; bytes <= o->max_bytes && buf; bytes *= 2) {
+    for (size_t bytes = o->min_bytes; bytes <= o->max_bytes && buf; bytes = next_size(o, bytes)) {
         size_t count = bytes / sizeof(float);
         if (count == 0) count = 1;
         bytes = count * sizeof(float);
@@ -339,12 +351,50 @@ static int opt_security(const char *suite, const char *arg, void *dst) {
     return -1;
 }
 
+/* nccl-tests' short options and the long ones they stand for; each takes a value. */
+static const char *const nccl_alias[][2] = {
+    {"-b", "--min-bytes"}, {"-e", "--max-bytes"}, {"-f", "--step-factor"}};
+#define N_ALIASES ((int)(sizeof nccl_alias / sizeof nccl_alias[0]))
+
+/* Copy argv (argc + 1 entries with the final NULL) into `out`, which holds 2 * argc + 1, with
+ * nccl-tests' "-b A" and "-bA" spelled "--min-bytes A" (likewise -e, -f). The value of a long
+ * option of `opts` that takes one is copied as is, and so is everything after "--". Returns
+ * the new argc. */
+static int expand_aliases(const bench_opt *opts, int argc, char **argv, char **out) {
+    int n = 0;
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        int alias = -1;
+        for (int k = 0; k < N_ALIASES && i > 0; k++)
+            if (strncmp(a, nccl_alias[k][0], 2) == 0) alias = k;
+        if (alias < 0) {
+            out[n++] = argv[i];
+            if (strcmp(a, "--") == 0) {
+                while (++i < argc) out[n++] = argv[i];
+                break;
+            }
+            if (strncmp(a, "--", 2) == 0 && !strchr(a, '=') && i + 1 < argc)
+                for (const bench_opt *p = opts; p->name; p++)
+                    if (strcmp(a + 2, p->name) == 0 && p->kind != BENCH_OPT_FLAG) {
+                        out[n++] = argv[++i];
+                        break;
+                    }
+            continue;
+        }
+        out[n++] = (char *)nccl_alias[alias][1];
+        if (a[2]) out[n++] = argv[i] + 2; /* "-b1K" */
+    }
+    out[n] = NULL;
+    return n;
+}
+
 /* Returns -1 to go on, else the exit status (after --help or a usage error). */
 static int parse_opts(ar_opts *o, int argc, char **argv) {
     *o = (ar_opts){.nodes = 2,
                    .security = CFG_SEC_NONE,
                    .min_bytes = 8,
                    .max_bytes = 64 << 20,
+                   .factor = 2,
                    .iters = 20,
                    .warmup = 3};
     srand((unsigned)(getpid() ^ time(NULL)));
@@ -354,6 +404,7 @@ static int parse_opts(ar_opts *o, int argc, char **argv) {
         {.name = "security", .kind = BENCH_OPT_FN, .dst = &o->security, .fn = opt_security},
         {.name = "min-bytes", .kind = BENCH_OPT_SIZE, .dst = &o->min_bytes},
         {.name = "max-bytes", .kind = BENCH_OPT_SIZE, .dst = &o->max_bytes},
+        {.name = "step-factor", .kind = BENCH_OPT_LONG, .dst = &o->factor, .lo = 2, .hi = 1024},
         {.name = "iters", .kind = BENCH_OPT_LAX_INT, .dst = &o->iters},
         {.name = "warmup", .kind = BENCH_OPT_LAX_INT, .dst = &o->warmup},
         {.name = "json", .kind = BENCH_OPT_STR, .dst = &o->json},
@@ -362,7 +413,11 @@ static int parse_opts(ar_opts *o, int argc, char **argv) {
         {.name = "segment", .kind = BENCH_OPT_SIZE, .dst = &o->segment},
         {.name = "port", .kind = BENCH_OPT_LAX_LONG, .dst = &o->port},
         {0}};
-    int rc = bench_parse_opts("allreduce", opts, usage, argc, argv);
+    char **args = malloc((2 * (size_t)argc + 1) * sizeof *args);
+    if (!args) return CLI_FAIL;
+    int nargs = expand_aliases(opts, argc, argv, args);
+    int rc = bench_parse_opts("allreduce", opts, usage, nargs, args);
+    free(args); /* the values point into argv, which outlives the run */
     if (rc >= 0) return rc;
     if (o->nodes < 1 || o->nodes > 64 || o->iters < 1 || o->min_bytes < 1 ||
         o->max_bytes < o->min_bytes)

@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# test_bench_aliases.sh HETRING: `hetring bench allreduce` takes nccl-tests' -b/-e/-f (smallest
+# size, largest size, step factor; K/M/G suffixes, value attached or apart) as aliases of
+# --min-bytes/--max-bytes/--step-factor, and its usage lists every option its parser takes.
+# Two nodes on loopback, sizes of a few KiB: about a second.
+set -u
+HR=$(realpath "$1")
+fails=0
+fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+. "$(dirname "$0")/../ports.sh"
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"; port_release' EXIT
+port_block || exit 1
+
+# sizes RUN-ARGS...: the sizes column of the table, one line
+sizes() {
+    timeout 60 "$HR" bench allreduce --port "$base" --rate 1 --iters 1 --warmup 0 "$@" \
+        > "$tmp/out" 2> "$tmp/err" || { fail "bench allreduce $* exited $?: $(cat "$tmp/err")"; return; }
+    grep -v '^#' "$tmp/out" | awk '{ print $1 }' | tr '\n' ' '
+}
+got=$(sizes -b 1K -e 4K -f 2)
+[ "$got" = "1024 2048 4096 " ] || fail "-b 1K -e 4K -f 2: sizes '$got', expected 1024 2048 4096"
+got=$(sizes -b1K -e16K -f4)
+[ "$got" = "1024 4096 16384 " ] || fail "-b1K -e16K -f4: sizes '$got', expected 1024 4096 16384"
+got=$(sizes --min-bytes 2K --max-bytes 18K --step-factor 3)
+[ "$got" = "2048 6144 18432 " ] || fail "long names: sizes '$got', expected 2048 6144 18432"
+# an alias is only an option where an option can be: the value of --json stays a file name
+got=$(cd "$tmp" && sizes --json -b -e 8 -b 8)
+[ "$got" = "8 " ] && [ -s "$tmp/-b" ] || fail "--json -b: sizes '$got', file: $(ls "$tmp")"
+"$HR" bench allreduce -f 1 > /dev/null 2> "$tmp/err"
+rc=$?
+[ $rc = 2 ] && grep -q -- "--step-factor '1' (expected 2..1024)" "$tmp/err" ||
+    fail "-f 1: exit $rc (expected 2), $(cat "$tmp/err")"
+
+# the usage names every option the parser takes, and the parser takes every one it names
+"$HR" bench allreduce --help > "$tmp/help" || fail "--help exited $?"
+sed '/^$/q' "$tmp/help" > "$tmp/synopsis"
+for opt in --nodes --security -b --min-bytes -e --max-bytes -f --step-factor --iters --warmup \
+           --json --netns --rate --segment --port --help; do
+    [[ $opt = --help ]] || grep -q -- "[[|]$opt\b" "$tmp/synopsis" || fail "the synopsis lacks $opt"
+    grep -Eq -- "^  (-[a-z], )?$opt\b" "$tmp/help" || fail "no line of the usage explains $opt"
+done
+for opt in $(grep -o -- '--[a-z-]*' "$tmp/help" | sort -u); do
+    "$HR" bench allreduce "$opt" x --help > /dev/null 2> "$tmp/err"
+    ! grep -q "unrecognized option" "$tmp/err" || fail "usage lists $opt, which the parser refuses"
+done
+[ $fails = 0 ] && echo "PASS" || { echo "$fails failure(s)"; exit 1; }
