@@ -148,13 +148,13 @@ static hr_status decide(void *ctx, long iter, const train_stat *stats, int size,
     }
     if (check_params && !agree(d, stats, size, DIST_STAT_PHASH, &bad, &ref))
         return mismatch("replica check failed at iteration %ld: the parameters of node %ld differ "
-                        "from node %ld's (I4: every node must hold identical parameters); "
+                        "from node %ld's (every node must hold identical parameters); "
                         "stopping. This points to memory corruption or a build that differs "
                         "between nodes",
                         iter, bad, ref);
     if (!agree(d, stats, size, DIST_STAT_DHASH, &bad, &ref))
         return mismatch("decision check failed at iteration %ld: node %ld's batch-size controller "
-                        "decided differently from node %ld's (I5: decisions must be identical on "
+                        "decided differently from node %ld's (decisions must be identical on "
                         "every node); stopping. Check that every node runs the same hetring build "
                         "and config",
                         iter, bad, ref);
@@ -260,7 +260,7 @@ static hr_status sync_state(dist *d, trainer *t, const ring_agreement *a, size_t
         if (all[k] != all[a->donor])
             return hr_fail(err, errlen, HR_ERR_MISMATCH,
                            "view %llu: node %ld's training state differs from node %ld's after "
-                           "the transfer (I4); stopping",
+                           "the transfer (every node must hold an identical state); stopping",
                            (unsigned long long)v->epoch, v->ids[k], v->ids[a->donor]);
     return HR_OK;
 }

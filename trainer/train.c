@@ -481,11 +481,11 @@ static void progress(FILE *out, int bar, const trainer *t, const train_iter *r, 
                      double eval_acc, int evaluated) {
     char acc[32] = "", ev[48] = "", nodes[512] = "";
     if (t->comm.size > 1) { /* every node's batch and compute time, from the gathered stats */
-        size_t o = (size_t)snprintf(nodes, sizeof nodes, " | b");
+        size_t o = (size_t)snprintf(nodes, sizeof nodes, " | batch");
         for (int k = 0; k < t->comm.size && o < sizeof nodes; k++)
             o += (size_t)snprintf(nodes + o, sizeof nodes - o, "%s%ld", k ? "/" : " ",
                                   t->gathered[k].b);
-        if (o < sizeof nodes) o += (size_t)snprintf(nodes + o, sizeof nodes - o, " t");
+        if (o < sizeof nodes) o += (size_t)snprintf(nodes + o, sizeof nodes - o, " compute");
         for (int k = 0; k < t->comm.size && o < sizeof nodes; k++)
             o += (size_t)snprintf(nodes + o, sizeof nodes - o, "%s%.0f", k ? "/" : " ",
                                   1e3 * t->gathered[k].t);

@@ -28,9 +28,12 @@ static void usage(FILE *out) {
             "Start one node of the cluster described by FILE.\n"
             "\n"
             "  --conf FILE      cluster INI file (the same file on every node)\n"
-            "  --node ID        which [node.ID] this process is; otherwise HETRING_NODE,\n"
-            "                   SLURM_PROCID or OMPI_COMM_WORLD_RANK (a rank: position in id\n"
-            "                   order), otherwise the one node whose host is a local address\n"
+            "  --node ID        which [node.ID] this process is; otherwise HETRING_NODE, or a\n"
+            "                   launcher's rank (position in id order): SLURM_PROCID,\n"
+            "                   OMPI_COMM_WORLD_RANK, PMI_RANK or torchrun's RANK, whose world\n"
+            "                   size (SLURM_NTASKS, OMPI_COMM_WORLD_SIZE, PMI_SIZE, WORLD_SIZE)\n"
+            "                   must be the node count; otherwise the one node whose host is a\n"
+            "                   local address\n"
             "  --set S.K=V      override one key (node keys: node.ID.KEY=VALUE)\n"
             "  --metrics FILE   write one JSON record per iteration (JSONL); {id} in FILE becomes\n"
             "                   the node id\n"
@@ -45,6 +48,16 @@ static void usage(FILE *out) {
             "second one stops it at once.\n");
 }
 
+/* "node ID of N ready", with the address it listens on when `listening`. */
+static void announce(const cfg *c, int self, int listening) {
+    const cfg_node *me = &c->nodes[self];
+    char on[CFG_STR + 32] = "";
+    if (listening) snprintf(on, sizeof on, " on %s:%ld", me->host, me->port);
+    HR_INFO(CLI, "node %ld of %d ready%s (%s, %ld thread(s)%s)", me->id, c->n_nodes, on,
+            me->device < 0 ? "cpu" : "cuda", me->threads,
+            me->slowdown > 1 || me->n_interference ? ", emulated slowdown" : "");
+}
+
 /* Train on this node alone. */
 static int train_one(const cfg *c, int self, const train_opts *to) {
     trainer t;
@@ -52,6 +65,7 @@ static int train_one(const cfg *c, int self, const train_opts *to) {
     char err[HR_ERRLEN] = "";
     train_config tc;
     app_train_config(c, self, &tc);
+    announce(c, self, 0); /* one node listens on nothing */
     hr_status st = train_init(&t, &tc, NULL, err, sizeof err);
     if (st != HR_OK) {
         fprintf(stderr, "hetring run: %s\n", err[0] ? err : hr_strerror(st));
@@ -92,6 +106,26 @@ static void catch_leave_signals(void) {
     sigaction(SIGINT, &sa, NULL);
 }
 
+/* The reason a cluster run failed, for its last line. train_run's own fallback says only
+ * "iteration K: peer failure": the ring knows which peer and why, so a ring failure is told in
+ * its words; a replica mismatch was told just above, naming the nodes. */
+static void failure_reason(dist *d, hr_status st, long iter, const char *err, char *out, size_t n) {
+    char generic[128];
+    snprintf(generic, sizeof generic, "iteration %ld: %s", iter, hr_strerror(st));
+    int ring_kind = st == HR_ERR_PEER || st == HR_ERR_TIMEOUT || st == HR_ERR_AUTH ||
+                    st == HR_ERR_PROTO || st == HR_ERR_VIEW;
+    const char *ring_why = d->have_ring ? ring_error(&d->r) : "";
+    if (err[0] && strcmp(err, generic) != 0)
+        snprintf(out, n, "%s", err);
+    else if (ring_kind && ring_why[0])
+        snprintf(out, n, "iteration %ld: %s", iter, ring_why);
+    else if (st == HR_ERR_MISMATCH)
+        snprintf(out, n, "iteration %ld: the nodes disagree (the error above names them); stopped",
+                 iter);
+    else
+        snprintf(out, n, "%s", err[0] ? err : hr_strerror(st));
+}
+
 /* Train as one node of a ring: resume from this node's checkpoint if it has one, agree on a
  * view with the others (taking the newest state any of them holds), let the replicated
  * controller set the split, and train, changing views as nodes leave and join. */
@@ -104,6 +138,7 @@ static int train_cluster(const cfg *c, int self, const train_opts *opts) {
     int have_trainer = 0, rc = CLI_FAIL;
     hr_status st = dist_init(&d, c, self, err, sizeof err);
     if (st != HR_OK) goto fail;
+    announce(c, self, 1); /* dist_init bound the port: only now is this true */
     train_comm comm = dist_comm(&d);
     train_config tc;
     app_train_config(c, self, &tc);
@@ -133,9 +168,9 @@ static int train_cluster(const cfg *c, int self, const train_opts *opts) {
     rc = CLI_OK;
 fail:
     if (rc != CLI_OK) {
-        fprintf(stderr, "hetring run: node %ld: %s\n", c->nodes[self].id,
-                err[0] ? err
-                       : (d.have_ring && ring_error(&d.r)[0] ? ring_error(&d.r) : hr_strerror(st)));
+        char why[HR_ERRLEN + 64];
+        failure_reason(&d, st, have_trainer ? t.iter : -1, err, why, sizeof why);
+        fprintf(stderr, "hetring run: node %ld: %s\n", c->nodes[self].id, why);
         if (st == HR_ERR_CONFIG) rc = CLI_USAGE;
     }
     if (have_trainer) train_free(&t);
@@ -178,12 +213,7 @@ int cmd_run(int argc, char **argv) {
     int self;
     if ((rc = cli_resolve_node(&c, o.node, "run", &self))) return rc;
     const cfg_node *me = &c.nodes[self];
-    hr_log_set_node((int)me->id);
-    if (c.security == CFG_SEC_NONE)
-        HR_WARN(CLI, "security = none: peer links are neither authenticated nor encrypted");
-    HR_INFO(CLI, "node %ld of %d ready on %s:%ld (%s, %ld thread(s)%s)", me->id, c.n_nodes,
-            me->host, me->port, me->device < 0 ? "cpu" : "cuda", me->threads,
-            me->slowdown > 1 || me->n_interference ? ", emulated slowdown" : "");
+    hr_log_set_node((int)me->id); /* security = none is the ring's to warn about, once */
     hr_fault_point(me->id, -1);
     long node_id = me->id;
     to.on_iter = fault_at_iter;

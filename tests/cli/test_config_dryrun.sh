@@ -88,7 +88,7 @@ chmod 600 "$tmp/cluster/keys/node1.key"
 
 # the node's port in use: named with its line, and released again after the dry run
 python3 -c 'import socket,sys,time
-s=socket.socket(); s.bind(("127.0.0.1", int(sys.argv[1]))); s.listen(1); time.sleep(60)' \
+s=socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind(("127.0.0.1", int(sys.argv[1]))); s.listen(1); time.sleep(60)' \
     $((base + 1)) & holder=$!
 for _ in $(seq 50); do
     python3 -c 'import socket,sys; socket.create_connection(("127.0.0.1", int(sys.argv[1])))' \

@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# What hetring run tells a user: "ready on HOST:PORT" only once the port is bound (a busy port
+# gives an error naming the address, and no ready line), the security = none warning once per
+# node, per-node progress columns labelled, no internal invariant tags (I4, I5, I6), and a last
+# line that carries the reason of a failure rather than a bare status.
+set -u
+HR=$1
+here=$(cd "$(dirname "$0")/.." && pwd)
+. "$here/ports.sh"
+fails=0
+fail() { echo "FAIL: $*"; fails=$((fails+1)); }
+tmp=$(mktemp -d); holder=
+trap 'rm -rf "$tmp"; [ -n "$holder" ] && kill "$holder" 2>/dev/null; port_release' EXIT
+port_block || exit 1
+cat > "$tmp/c.ini" <<INI
+[cluster]
+security = none
+connect_timeout = 20
+timeout = 10
+rejoin_timeout = 5
+[train]
+samples = 2000
+eval_samples = 100
+iterations = 12
+global_batch = 64
+layers = 784,16,10
+hash_interval = 5
+[node.0]
+host = 127.0.0.1
+port = $base
+[node.1]
+host = 127.0.0.1
+port = $((base + 1))
+INI
+# pair FAULT: both nodes, logs in $tmp/l0 and $tmp/l1, exit codes in rc0 rc1
+pair() {
+    HETRING_FAULT=$1 timeout 60 "$HR" run --conf "$tmp/c.ini" --node 1 > "$tmp/l1" 2>&1 & local p1=$!
+    HETRING_FAULT=$1 timeout 60 "$HR" run --conf "$tmp/c.ini" --node 0 > "$tmp/l0" 2>&1; rc0=$?
+    wait $p1; rc1=$?
+}
+
+# a clean run: one warning per node, ready after the bind, labelled columns, no tags
+pair ""
+[ $rc0 = 0 ] && [ $rc1 = 0 ] || fail "clean run exited $rc0/$rc1: $(tail -3 "$tmp/l0")"
+for i in 0 1; do
+    n=$(grep -c "security = none" "$tmp/l$i")
+    [ "$n" = 1 ] || fail "node $i warned about security = none $n times"
+    grep -q "node $i of 2 ready on 127.0.0.1:$((base + i))" "$tmp/l$i" || fail "node $i: no ready line"
+done
+grep -Eq '\| batch [0-9]+/[0-9]+ compute [0-9]+/[0-9]+ ms' "$tmp/l0" ||
+    fail "progress columns unlabelled: $(grep iter "$tmp/l0" | tail -1)"
+
+# the port is taken: no ready line, and the error names the address
+python3 -c 'import socket,sys,time
+s=socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind(("127.0.0.1", int(sys.argv[1]))); s.listen(1); time.sleep(60)' \
+    "$base" & holder=$!
+for _ in $(seq 50); do
+    python3 -c 'import socket,sys; socket.create_connection(("127.0.0.1", int(sys.argv[1])))' \
+        "$base" 2>/dev/null && break
+    sleep 0.1
+done
+timeout 30 "$HR" run --conf "$tmp/c.ini" --node 0 --set cluster.connect_timeout=2 > "$tmp/busy" 2>&1; rc=$?
+kill "$holder"; wait "$holder" 2>/dev/null; holder=
+[ $rc = 1 ] || fail "busy port: exited $rc, expected 1"
+grep -q "ready on" "$tmp/busy" && fail "busy port: said ready: $(cat "$tmp/busy")"
+tail -1 "$tmp/busy" | grep -q "cannot listen on 127.0.0.1:$base: Address already in use" ||
+    fail "busy port: last line: $(tail -1 "$tmp/busy")"
+
+# a replica mismatch: every node's last line says why, in words
+pair perturb:1:3
+for i in 0 1; do
+    last=$(tail -1 "$tmp/l$i")
+    echo "node $i: $last"
+    [ "$(eval echo \$rc$i)" = 1 ] || fail "mismatch: node $i exited $(eval echo \$rc$i)"
+    case $last in
+        *"the nodes disagree"*) ;;
+        *) fail "mismatch: node $i's last line is '$last'" ;;
+    esac
+    grep -q "(I[0-9]" "$tmp/l$i" && fail "node $i shows an internal tag: $(grep '(I[0-9]' "$tmp/l$i")"
+    grep -q "every node must hold identical parameters" "$tmp/l$i" ||
+        fail "node $i: the mismatch is not explained: $(tail -3 "$tmp/l$i")"
+done
+[ $fails = 0 ] && echo "run messages: ok"
+exit $((fails > 0))
