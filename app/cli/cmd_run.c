@@ -24,6 +24,7 @@
 static void usage(FILE *out) {
     fprintf(out,
             "usage: hetring run --conf FILE [--node ID] [--set SECTION.KEY=VALUE]...\n"
+            "                   [--metrics FILE] [--summary FILE] [--quiet]\n"
             "\n"
             "Start one node of the cluster described by FILE.\n"
             "\n"
