@@ -6,8 +6,10 @@
  * compile time, so the copy never truncates and the mode needs no table.
  */
 #include "ring_setup.h"
+#include "hr_log.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* the enums are distinct types: compare their values */
@@ -35,6 +37,70 @@ int app_expand_id(char *out, size_t len, const char *pattern, long id) {
     return *p ? -1 : 0;
 }
 
+/* Whether key `key` of `section` ("[train]") must be the same on every node: everything that
+ * decides what is computed and how the nodes talk, not local paths, deadlines, cadences or
+ * emulation settings. */
+static int must_agree(const char *section, const char *key) {
+    static const char *const cluster[] = {"name", "security", "backend", "segment_bytes",
+                                          "min_nodes"};
+    static const char *const train_local[] = {"data_dir", "checkpoint", "checkpoint_interval",
+                                              "eval_interval"};
+    static const char *const node[] = {"host", "port", "capacity", "pubkey"};
+    if (strcmp(section, "[cluster]") == 0) {
+        for (size_t i = 0; i < sizeof cluster / sizeof *cluster; i++)
+            if (strcmp(key, cluster[i]) == 0) return 1;
+        return 0;
+    }
+    if (strcmp(section, "[train]") == 0) {
+        for (size_t i = 0; i < sizeof train_local / sizeof *train_local; i++)
+            if (strcmp(key, train_local[i]) == 0) return 0;
+        return 1;
+    }
+    if (strcmp(section, "[controller]") == 0) return 1;
+    if (strncmp(section, "[node.", 6) == 0) {
+        for (size_t i = 0; i < sizeof node / sizeof *node; i++)
+            if (strcmp(key, node[i]) == 0) return 1;
+    }
+    return 0;
+}
+
+size_t app_agree_text(const cfg *c, char *out, size_t cap) {
+    char *buf = NULL;
+    size_t len = 0, o = 0;
+    FILE *f = open_memstream(&buf, &len);
+    if (!f) return 0;
+    cfg_print(c, f);
+    if (fclose(f) != 0 || !buf) {
+        free(buf);
+        return 0;
+    }
+    char section[96] = "";
+    for (char *line = strtok(buf, "\n"); line; line = strtok(NULL, "\n")) {
+        int keep = 0;
+        if (line[0] == '[') {
+            snprintf(section, sizeof section, "%s", line);
+            keep = 1;
+        } else if (line[0] != ';' && strchr(line, '=')) {
+            char key[96];
+            size_t kl = strcspn(line, " =");
+            snprintf(key, sizeof key, "%.*s", (int)kl, line);
+            keep = must_agree(section, key);
+        }
+        size_t n = strlen(line);
+        if (keep && o + n + 1 >= cap) { /* does not fit: no check rather than half of one */
+            free(buf);
+            return 0;
+        }
+        if (keep) {
+            memcpy(out + o, line, n);
+            o += n;
+            out[o++] = '\n';
+        }
+    }
+    free(buf);
+    return o;
+}
+
 hr_status app_ring_config(const cfg *c, int self_idx, ring_config *out, char *err, size_t errlen) {
     memset(out, 0, sizeof *out);
     if (self_idx < 0 || self_idx >= c->n_nodes)
@@ -56,6 +122,9 @@ hr_status app_ring_config(const cfg *c, int self_idx, ring_config *out, char *er
     out->timeout = c->timeout;
     out->segment_bytes = c->segment_bytes;
     out->min_nodes = (int)cfg_quorum(c);
+    out->agree_len = app_agree_text(c, out->agree, sizeof out->agree);
+    if (out->agree_len == 0)
+        HR_WARN(RING, "the configuration is too long for the nodes to compare it; not checked");
     out->rejoin_timeout = c->rejoin_timeout;
     if (app_expand_id(out->key_file, sizeof out->key_file, c->key_file, out->self_id) != 0)
         return hr_fail(err, errlen, HR_ERR_CONFIG,

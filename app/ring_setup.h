@@ -20,6 +20,13 @@
  * replaced by the node id. `out` then holds the inline PSK, if any: the caller wipes it with
  * ring_config_wipe once ring_init has copied it. Returns HR_ERR_INVAL for a bad index, or
  * HR_ERR_CONFIG when a value does not fit, with `err` saying which. */
+/* The lines of c's effective configuration (cfg_print) that every node must share, as
+ * "[section]" and "key = value" lines, into out (cap bytes): [train] and [controller] but for
+ * local paths and cadences, the cluster's name, security, backend, segment_bytes and
+ * min_nodes, and each node's host, port, capacity and pubkey. Returns its length, 0 when it
+ * does not fit. The ring compares its digest between nodes (ring_config.agree). */
+size_t app_agree_text(const cfg *c, char *out, size_t cap);
+
 hr_status app_ring_config(const cfg *c, int self_idx, ring_config *out, char *err, size_t errlen);
 
 /* Copy `pattern` into `out` (`len` bytes) with every "{id}" replaced by `id`. Returns 0, or -1

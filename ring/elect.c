@@ -27,22 +27,31 @@
  *    so two different views of one epoch cannot both form;
  *  - no view below the quorum is ever formed: a minority waits (and says so every ~5 s);
  *  - a lobby request changes nothing but the admit flag, and only when it comes from a proven
- *    member of the config outside the view while this node trains; malformed requests are
- *    refused with a logged reason.
+ *    member of the config outside the view, whose configuration digest equals this node's,
+ *    while this node trains; malformed requests are refused with a logged reason;
+ *  - configuration: every reply and request carries a BLAKE2b digest of rc.agree (what the
+ *    members' configurations must share). A peer whose digest differs is never adopted from,
+ *    elected with or admitted; the first time, its text is fetched and the differing keys are
+ *    logged. When the nodes that could still agree with this node are fewer than the quorum,
+ *    the election ends with HR_ERR_CONFIG naming the differences: a node whose file differs
+ *    from the others' stops at once (and so do two nodes of two that differ).
  *
  * Lobby wire format (after the handshake of sec.h with epoch SEC_EPOCH_LOBBY). Each message is
  * one frame as frame.h lays it out, sealed with the connection's keys exactly like a ring frame
  * (encrypt: header authenticated, payload encrypted; auth: both authenticated; none: plain):
  *   header: magic, version, type FRAME_LOBBY, coll LOBBY_REQ or LOBBY_REP,
  *           epoch SEC_EPOCH_LOBBY, seq 0, index 0, len (at most LOBBY_MAX)
- *   request (LOBBY_REQ_LEN = 8 bytes):
- *     0 version u8 (1) | 1 flags u8 (bit 0: admit me) | 2..7 zero
+ *   request (LOBBY_REQ_LEN = 40 bytes):
+ *     0 version u8 (2) | 1 flags u8 (bit 0: admit me; bit 1: send your configuration text) |
+ *     2..7 zero | 8 the caller's configuration digest (32 bytes)
+ *   reply to a configuration request: the text of rc.agree (at most RING_AGREE_MAX bytes)
  *   reply (LOBBY_REP_HDR + 24 n bytes):
- *     0 version u8 (1) | 1 state u8 (1 electing, 2 forming, 3 training; 0 idle) |
+ *     0 version u8 (2) | 1 state u8 (1 electing, 2 forming, 3 training; 0 idle) |
  *     2 admitted u8 (the request's admit flag was honoured) | 3 zero u8 | 4 n u32 |
  *     8 seen u64 (highest epoch seen) | 16 view epoch u64 (forming/training: the view;
  *     otherwise the last view held) | 24 own lineage epoch u64 | 32 own progress i64 |
- *     40 zero u64 | then n members (forming/training only, in ring order):
+ *     40 zero u64 | 48 configuration digest (32 bytes) | then n members (forming/training
+ *     only, in ring order):
  *     id i64 | lineage epoch u64 | lineage progress i64
  * The caller sends one request and reads one reply; the responder closes. Integers are
  * little-endian.
@@ -64,12 +73,15 @@
 enum { EL_IDLE = 0, EL_ELECTING = 1, EL_FORMING = 2, EL_TRAINING = 3 };
 enum { LOBBY_REQ = 1, LOBBY_REP = 2 };
 
-#define LOBBY_VERSION   1
+#define LOBBY_VERSION   2
 #define LOBBY_ADMIT     0x01
-#define LOBBY_REQ_LEN   8
-#define LOBBY_REP_HDR   48
+#define LOBBY_CONFIG    0x02
+#define LOBBY_DIGEST    32
+#define LOBBY_REQ_LEN   (8 + LOBBY_DIGEST)
+#define LOBBY_REP_HDR   (48 + LOBBY_DIGEST)
 #define LOBBY_MEMBER    24
-#define LOBBY_MAX       (LOBBY_REP_HDR + LOBBY_MEMBER * RING_MAX_NODES)
+#define LOBBY_VIEW_MAX  (LOBBY_REP_HDR + LOBBY_MEMBER * RING_MAX_NODES)
+#define LOBBY_MAX       (LOBBY_VIEW_MAX > RING_AGREE_MAX ? LOBBY_VIEW_MAX : RING_AGREE_MAX)
 #define ELECT_ROUND_S   0.05 /* pause between probe rounds */
 #define ELECT_PROBE_S   0.5  /* a probe's deadline, at most timeout / 8 */
 #define ELECT_SILENT_S  0.2  /* the same for a peer whose last probe timed out */
@@ -95,7 +107,18 @@ struct ring_elastic {
     uint64_t held;                    /* epoch of the last view formed here (0: none) */
     double t_open;                    /* tcp_now() when the ring was opened */
     atomic_int join;                  /* an admit request was honoured since ring_elect */
+    uint8_t digest[LOBBY_DIGEST];     /* of rc.agree; zeros: no configuration check */
+    uint8_t told[RING_MAX_NODES];     /* a differing configuration was logged, by index */
 };
+
+/* Whether a peer's configuration digest differs from this node's (no check if either side
+ * has none). */
+static int digest_differs(const ring_elastic *el, const uint8_t *theirs) {
+    static const uint8_t zero[LOBBY_DIGEST];
+    if (memcmp(el->digest, zero, LOBBY_DIGEST) == 0 || memcmp(theirs, zero, LOBBY_DIGEST) == 0)
+        return 0;
+    return memcmp(el->digest, theirs, LOBBY_DIGEST) != 0;
+}
 
 static const char *state_name(int s) {
     static const char *names[] = {"idle", "electing", "forming", "training"};
@@ -123,6 +146,9 @@ hr_status elect_alloc(ring *r) {
     pthread_mutex_init(&el->mu, NULL);
     atomic_init(&el->join, 0);
     el->t_open = tcp_now();
+    if (r->rc.agree_len > 0 && r->rc.agree_len <= RING_AGREE_MAX)
+        crypto_generichash(el->digest, LOBBY_DIGEST, (const uint8_t *)r->rc.agree,
+                           r->rc.agree_len, NULL, 0);
     r->el = el;
     return HR_OK;
 }
@@ -220,6 +246,7 @@ static size_t reply_build(ring_elastic *el, int admitted, uint8_t *b) {
     le_put64(b + 16, decided ? el->view.epoch : el->held);
     le_put64(b + 24, el->mine.epoch);
     le_put64(b + 32, (uint64_t)el->mine.progress);
+    memcpy(b + 48, el->digest, LOBBY_DIGEST);
     for (int i = 0; i < n; i++) {
         uint8_t *m = b + LOBBY_REP_HDR + (size_t)i * LOBBY_MEMBER;
         le_put64(m, (uint64_t)el->view.ids[i]);
@@ -236,8 +263,9 @@ void elect_serve(ring *r, int fd, sec_chan *ch, long peer, const char *addr, dou
     char why[HR_ERRLEN];
     hr_status st = lobby_recv(fd, ch, LOBBY_REQ, body, &len, deadline, why, sizeof why);
     if (st == HR_OK &&
-        (len != LOBBY_REQ_LEN || body[0] != LOBBY_VERSION || (body[1] & ~LOBBY_ADMIT) != 0 ||
-         le_get32(body + 4) != 0 || body[2] || body[3]))
+        (len != LOBBY_REQ_LEN || body[0] != LOBBY_VERSION ||
+         (body[1] & ~(LOBBY_ADMIT | LOBBY_CONFIG)) != 0 || le_get32(body + 4) != 0 || body[2] ||
+         body[3]))
         st = hr_fail(why, sizeof why, HR_ERR_PROTO,
                      "malformed lobby request (%zu bytes, version %d, flags 0x%02x)", len, body[0],
                      body[1]);
@@ -245,10 +273,22 @@ void elect_serve(ring *r, int fd, sec_chan *ch, long peer, const char *addr, dou
         HR_WARN(RING, "lobby call from node %ld (%s) refused: %s", peer, addr, why);
         return;
     }
+    if (body[1] & LOBBY_CONFIG) { /* the text of what must agree, for the caller's diff */
+        st = lobby_send(fd, ch, LOBBY_REP, (const uint8_t *)r->rc.agree, r->rc.agree_len,
+                        deadline);
+        if (st != HR_OK)
+            HR_DEBUG(RING, "configuration for node %ld (%s) not delivered: %s", peer, addr,
+                     hr_strerror(st));
+        return;
+    }
     int admit = body[1] & LOBBY_ADMIT, admitted = 0, state;
+    int differs = digest_differs(el, body + 8);
     pthread_mutex_lock(&el->mu);
     state = el->state;
-    if (admit && state == EL_TRAINING && !view_has(&el->view, peer)) {
+    if (admit && differs) {
+        HR_DEBUG(RING, "node %ld (%s) asked to be admitted; its configuration differs", peer,
+                 addr);
+    } else if (admit && state == EL_TRAINING && !view_has(&el->view, peer)) {
         admitted = 1;
         if (!atomic_exchange(&el->join, 1))
             HR_INFO(RING,
@@ -284,6 +324,7 @@ typedef struct {
     ring_view view;                   /* its view (n = 0 unless forming or training) */
     ring_lineage own;                 /* its own lineage */
     ring_lineage lin[RING_MAX_NODES]; /* its view members' lineages, by rank */
+    int differs;                      /* its configuration digest differs from this node's */
 } probe;
 
 /* Check and decode a reply; `why` says what is wrong. */
@@ -304,6 +345,7 @@ static hr_status reply_parse(probe *p, const uint8_t *b, size_t len) {
     p->view.n = (int)n;
     p->own.epoch = le_get64(b + 24);
     p->own.progress = (int64_t)le_get64(b + 32);
+    p->differs = digest_differs(p->r->el, b + 48);
     for (uint32_t i = 0; i < n; i++) {
         const uint8_t *m = b + LOBBY_REP_HDR + (size_t)i * LOBBY_MEMBER;
         p->view.ids[i] = (long)le_get64(m);
@@ -323,13 +365,13 @@ static hr_status reply_parse(probe *p, const uint8_t *b, size_t len) {
     return HR_OK;
 }
 
-static hr_status probe_run(probe *p) {
-    ring *r = p->r;
-    const ring_member *m = &r->rc.members[p->idx];
-    double s = probe_s(r, p->silent);
-    double deadline = tcp_now() + s;
+/* One lobby call to member `idx`: connect, handshake, send a request with `flags`, read the
+ * reply into body (LOBBY_MAX bytes), all by `deadline`. */
+static hr_status lobby_call(ring *r, int idx, int flags, double deadline, uint8_t *body,
+                            size_t *len, char *why, size_t whylen) {
+    const ring_member *m = &r->rc.members[idx];
     int fd = -1, refused = 0;
-    HR_CHECK(tcp_connect(m->host, m->port, deadline, &fd, p->why, sizeof p->why));
+    HR_CHECK(tcp_connect(m->host, m->port, deadline, &fd, why, whylen));
     sec_hs_params hp = {.rc = &r->rc,
                         .keys = &r->keys,
                         .epoch = SEC_EPOCH_LOBBY,
@@ -337,20 +379,27 @@ static hr_status probe_run(probe *p) {
                         .expect_id = m->id,
                         .seg_bytes = (uint32_t)r->seg_bytes};
     sec_chan ch;
-    uint8_t body[LOBBY_MAX];
-    size_t len = 0;
-    hr_status st = sec_handshake(fd, 1, &hp, deadline, &ch, &refused, p->why, sizeof p->why);
+    *len = 0;
+    hr_status st = sec_handshake(fd, 1, &hp, deadline, &ch, &refused, why, whylen);
     if (st == HR_OK) {
-        uint8_t req[LOBBY_REQ_LEN] = {LOBBY_VERSION, (uint8_t)(p->admit ? LOBBY_ADMIT : 0)};
+        uint8_t req[LOBBY_REQ_LEN] = {LOBBY_VERSION, (uint8_t)flags};
+        memcpy(req + 8, r->el->digest, LOBBY_DIGEST);
         st = lobby_send(fd, &ch, LOBBY_REQ, req, sizeof req, deadline);
-        if (st != HR_OK) snprintf(p->why, sizeof p->why, "lobby request not delivered");
+        if (st != HR_OK) snprintf(why, whylen, "lobby request not delivered");
     }
-    if (st == HR_OK)
-        st = lobby_recv(fd, &ch, LOBBY_REP, body, &len, deadline, p->why, sizeof p->why);
-    if (st == HR_OK) st = reply_parse(p, body, len);
+    if (st == HR_OK) st = lobby_recv(fd, &ch, LOBBY_REP, body, len, deadline, why, whylen);
     sec_chan_free(&ch);
     tcp_close(&fd);
     return st;
+}
+
+static hr_status probe_run(probe *p) {
+    uint8_t body[LOBBY_MAX];
+    size_t len = 0;
+    double deadline = tcp_now() + probe_s(p->r, p->silent);
+    HR_CHECK(lobby_call(p->r, p->idx, p->admit ? LOBBY_ADMIT : 0, deadline, body, &len, p->why,
+                        sizeof p->why));
+    return reply_parse(p, body, len);
 }
 
 static void *probe_main(void *arg) {
@@ -493,8 +542,115 @@ typedef struct {
     int prev_s[RING_MAX_NODES]; /* the last round's */
     int have_prev;              /* prev_s holds a round */
     int n_s;                    /* members of in_s */
+    int n_differ;               /* peers that answered with another configuration */
+    char cfg_err[HR_ERRLEN];    /* the first configuration difference found */
     double next_log;            /* when to say again that a quorum is missing */
 } election;
+
+/* ---------------------------------------------------------------- configurations */
+
+/* Find line `key` ("[section] key") of text `t` (n bytes): its value into val, or 0. */
+static int agree_lookup(const char *t, size_t n, const char *sec, const char *key, char *val,
+                        size_t vlen) {
+    char cur[96] = "";
+    size_t i = 0;
+    while (i < n) {
+        size_t e = i;
+        while (e < n && t[e] != '\n') e++;
+        int l = (int)(e - i);
+        if (l > 1 && t[i] == '[') {
+            snprintf(cur, sizeof cur, "%.*s", l, t + i);
+        } else if (strcmp(cur, sec) == 0) {
+            const char *eq = memchr(t + i, '=', (size_t)l);
+            if (eq) {
+                int kl = (int)(eq - (t + i));
+                while (kl > 0 && t[i + (size_t)kl - 1] == ' ') kl--;
+                if ((size_t)kl == strlen(key) && strncmp(t + i, key, (size_t)kl) == 0) {
+                    const char *v = eq + 1;
+                    while (v < t + e && *v == ' ') v++;
+                    snprintf(val, vlen, "%.*s", (int)(t + e - v), v);
+                    return 1;
+                }
+            }
+        }
+        i = e + 1;
+    }
+    return 0;
+}
+
+/* Name the first keys on which text `a` (this node, id `ida`) and `b` (node `idb`) differ:
+ * "node 1 has [train] samples = 3000, node 0 has 4000". Returns how many differ. */
+static int agree_diff(const char *a, size_t na, long ida, const char *b, size_t nb, long idb,
+                      char *out, size_t olen) {
+    int count = 0;
+    size_t o = 0;
+    out[0] = 0;
+    for (int pass = 0; pass < 2; pass++) { /* keys of a, then keys only b has */
+        const char *t = pass ? b : a, *u = pass ? a : b;
+        size_t n = pass ? nb : na, un = pass ? na : nb;
+        char cur[96] = "";
+        size_t i = 0;
+        while (i < n) {
+            size_t e = i;
+            while (e < n && t[e] != '\n') e++;
+            int l = (int)(e - i);
+            const char *eq = l > 1 && t[i] != '[' ? memchr(t + i, '=', (size_t)l) : NULL;
+            if (l > 1 && t[i] == '[') {
+                snprintf(cur, sizeof cur, "%.*s", l, t + i);
+            } else if (eq) {
+                char key[96], mine[160], theirs[160];
+                int kl = (int)(eq - (t + i));
+                while (kl > 0 && t[i + (size_t)kl - 1] == ' ') kl--;
+                snprintf(key, sizeof key, "%.*s", kl, t + i);
+                agree_lookup(t, n, cur, key, mine, sizeof mine);
+                int has = agree_lookup(u, un, cur, key, theirs, sizeof theirs);
+                if ((pass == 0 && (!has || strcmp(mine, theirs) != 0)) || (pass == 1 && !has)) {
+                    if (count < 3 && o < olen) {
+                        long tid = pass ? idb : ida, uid = pass ? ida : idb;
+                        if (has)
+                            o += (size_t)snprintf(out + o, olen - o,
+                                                  "%snode %ld has %s %s = %s, node %ld has %s",
+                                                  count ? "; " : "", uid, cur, key, theirs, tid,
+                                                  mine);
+                        else
+                            o += (size_t)snprintf(out + o, olen - o,
+                                                  "%snode %ld has %s %s = %s, node %ld has no such "
+                                                  "key",
+                                                  count ? "; " : "", tid, cur, key, mine, uid);
+                    }
+                    count++;
+                }
+            }
+            i = e + 1;
+        }
+    }
+    if (count > 3 && o < olen) snprintf(out + o, olen - o, " (and %d more)", count - 3);
+    return count;
+}
+
+/* A peer answered with another configuration: once per peer, fetch its text and log what
+ * differs; keep the first such message for the error that may end the election. */
+static void tell_difference(ring *r, election *e, int idx) {
+    ring_elastic *el = r->el;
+    if (el->told[idx]) return;
+    el->told[idx] = 1;
+    long peer = r->rc.members[idx].id;
+    uint8_t body[LOBBY_MAX];
+    size_t len = 0;
+    char why[HR_ERRLEN], diff[HR_ERRLEN - 128] = "";
+    hr_status st = lobby_call(r, idx, LOBBY_CONFIG, tcp_now() + probe_s(r, 0) * 4, body, &len,
+                              why, sizeof why);
+    if (st != HR_OK || agree_diff(r->rc.agree, r->rc.agree_len, r->self_id, (const char *)body,
+                                  len, peer, diff, sizeof diff) == 0)
+        snprintf(diff, sizeof diff, "its configuration differs from this node's%s%.200s%s",
+                 st != HR_OK ? " (its text could not be fetched: " : "", st != HR_OK ? why : "",
+                 st != HR_OK ? ")" : "");
+    HR_ERROR(RING, "node %ld cannot train with this node: %s", peer, diff);
+    if (!e->cfg_err[0])
+        snprintf(e->cfg_err, sizeof e->cfg_err, "node %ld cannot train with this node: %s", peer,
+                 diff);
+}
+
 
 static int quorum_of(const ring_config *rc) {
     int q = rc->min_nodes > 0 ? rc->min_nodes : rc->n_members / 2 + 1;
@@ -507,7 +663,9 @@ static int pick_adopt(ring *r, const election *e, uint64_t seen) {
     int best = -1;
     for (int i = 0; i < r->rc.n_members; i++) {
         const probe *p = &e->pr[i];
-        if (i == r->self || !p->ok || (p->state != EL_FORMING && p->state != EL_TRAINING)) continue;
+        if (i == r->self || !p->ok || p->differs ||
+            (p->state != EL_FORMING && p->state != EL_TRAINING))
+            continue;
         if (!view_has(&p->view, r->self_id) || p->view.epoch <= seen) continue;
         if (best < 0 || p->view.epoch > e->pr[best].view.epoch) best = i;
     }
@@ -517,12 +675,15 @@ static int pick_adopt(ring *r, const election *e, uint64_t seen) {
 /* This round's electing set; peers training without this node are asked to admit it. */
 static void electing_set(ring *r, election *e, uint64_t seen) {
     e->n_s = 0;
+    e->n_differ = 0;
     for (int i = 0; i < r->rc.n_members; i++) {
         probe *p = &e->pr[i];
-        e->in_s[i] = i == r->self || (p->ok && p->state == EL_ELECTING);
+        int differs = i != r->self && p->ok && p->differs;
+        e->n_differ += differs;
+        e->in_s[i] = i == r->self || (p->ok && !differs && p->state == EL_ELECTING);
         e->n_s += e->in_s[i];
         if (i != r->self)
-            p->admit = p->ok && p->state == EL_TRAINING &&
+            p->admit = p->ok && !differs && p->state == EL_TRAINING &&
                        (!view_has(&p->view, r->self_id) || p->view.epoch > seen);
     }
 }
@@ -539,7 +700,8 @@ static int may_decide(ring *r, const election *e) {
     int first = !el->been_in_view;
     double t_open = el->t_open;
     pthread_mutex_unlock(&el->mu);
-    return !first || e->n_s == n || tcp_now() - t_open >= r->rc.connect_timeout;
+    /* the first view waits for every node, but not for one whose configuration differs */
+    return !first || e->n_s + e->n_differ == n || tcp_now() - t_open >= r->rc.connect_timeout;
 }
 
 /* The view the leader decides: S in ascending id, epoch 1 + the highest seen over S. */
@@ -600,6 +762,13 @@ static hr_status elect_round(ring *r, election *e, ring_agreement *out, char *er
         return HR_ERR_VIEW;
     }
     electing_set(r, e, seen);
+    for (int i = 0; i < r->rc.n_members; i++)
+        if (i != r->self && e->pr[i].ok && e->pr[i].differs) tell_difference(r, e, i);
+    if (r->rc.n_members - e->n_differ < e->quorum) {
+        /* even if every other node came, the ones that agree with this node are too few */
+        snprintf(err, errlen, "%s", e->cfg_err);
+        return HR_ERR_CONFIG;
+    }
     if (may_decide(r, e)) {
         ring_view v;
         ring_lineage lin[RING_MAX_NODES];
@@ -654,12 +823,19 @@ hr_status ring_elect(ring *r, const ring_lineage *mine, ring_agreement *out, cha
             break;
         }
         st = elect_round(r, &e, out, why, sizeof why);
-        if (st == HR_OK || tcp_now() - t0 >= limit) break;
+        if (st == HR_OK || st == HR_ERR_CONFIG || tcp_now() - t0 >= limit) break;
         double pause = ELECT_ROUND_S;
         struct timespec ts = {0, (long)(pause * 1e9)};
         nanosleep(&ts, NULL);
     }
-    if (st == HR_ERR_INTERRUPTED) {
+    if (st == HR_ERR_CONFIG) {
+        /* stay reachable a moment, so the peers that differ learn it too, and stop as well */
+        struct timespec linger = {1, 500000000};
+        nanosleep(&linger, NULL);
+        set_state(el, EL_IDLE);
+        st = hr_fail(r->err, sizeof r->err, st, "%s", why);
+        if (err) snprintf(err, errlen, "%s", r->err);
+    } else if (st == HR_ERR_INTERRUPTED) {
         set_state(el, EL_IDLE);
         st = hr_fail(r->err, sizeof r->err, st, "the election was interrupted (stop requested)");
         if (err) snprintf(err, errlen, "%s", r->err);

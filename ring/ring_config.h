@@ -19,6 +19,7 @@
 #define RING_PATH      512 /* bytes of a file path, NUL included */
 #define RING_MAX_NODES 256 /* members of a cluster */
 #define RING_KEYLEN    32  /* bytes of a public key or pre-shared key */
+#define RING_AGREE_MAX 16384 /* bytes of the configuration text members compare */
 
 /* How ring links are protected. The values travel in the handshake's hello (one byte), so
  * they never change; 0 is not a mode. */
@@ -47,6 +48,11 @@ typedef struct {
     uint8_t psk[RING_KEYLEN];            /* inline pre-shared key (if no psk_file); secret */
     int has_psk;                         /* psk was given */
     char label[RING_PATH];               /* where the config came from, for messages; "" = none */
+    /* what every member's configuration must agree on: lines "[section]" and "key = value"
+     * (the application's canonical text); a peer whose text differs is never taken into a
+     * view, and the differing keys are named. agree_len 0: no check */
+    char agree[RING_AGREE_MAX];
+    size_t agree_len;
     /* elastic membership (ring_elect) */
     int min_nodes;         /* quorum: members a view needs; 0 = floor(n_members / 2) + 1 */
     double rejoin_timeout; /* seconds ring_elect keeps trying to reach a quorum */

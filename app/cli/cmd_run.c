@@ -152,9 +152,9 @@ static int train_cluster(const cfg *c, int self, const train_opts *opts) {
         HR_INFO(TRAIN, "resumed from checkpoint %s at iteration %ld", c->checkpoint, t.iter);
     }
     catch_leave_signals();
+    dist_hooks(&d, to, &leave_requested); /* first: a signal also ends the first election */
     st = dist_attach(&d, &t, err, sizeof err);
     if (st != HR_OK) goto fail;
-    dist_hooks(&d, to, &leave_requested);
     st = train_run(&t, to, &res, err, sizeof err);
     if (st != HR_OK) goto fail;
     if (res.left)
