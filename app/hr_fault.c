@@ -42,6 +42,11 @@ void hr_fault_point(long node_id, long iter) {
         while (nanosleep(&ts, &ts) != 0) {
         }
     }
+    if (iter >= 0 && hr_fault_get("sleep", node_id, 0, &arg) && arg > 0) {
+        struct timespec ts = {(time_t)arg, (long)((arg - (double)(time_t)arg) * 1e9)};
+        while (nanosleep(&ts, &ts) != 0) {
+        }
+    }
     if (iter >= 0 && hr_fault_get("crash_compute", node_id, -1, &arg) && (long)arg == iter)
         hr_fault_kill_after("the compute", 0.001);
     if (hr_fault_get("crash", node_id, -1, &arg) && (long)arg == iter) {

@@ -6,6 +6,7 @@
  * node sleeps ARG seconds once ready), perturb and perturb_last (flip a bit of the first or
  * the last parameter at iteration ARG, I4), decision (corrupt the controller decision at
  * iteration ARG, I5); and for elastic membership, crashes part-way through something:
+ * sleep (ARG seconds at the start of every iteration: a slow step whatever the load),
  * crash_compute (iteration ARG, 1 ms after it began), crash_comm (the all-reduce of iteration ARG, 2 ms in), crash_view (this node's view change
  * number ARG once the election decided it: 0 is the one at start, 1 the next), crash_xfer
  * (the state transfer of view change ARG, as it begins, on the donor or a receiver), and
