@@ -127,12 +127,30 @@ static hr_status idx_read_images(data_set *ds, gzFile f, const char *path, char 
     ds->n = n, ds->c = 1, ds->h = (int)rows, ds->w = (int)cols, ds->d = rows * cols;
     ds->n_classes = DATA_CLASSES;
     size_t bytes = (size_t)(n * ds->d);
-    ds->x8 = malloc(bytes + 1);
-    ds->y = malloc(sizeof *ds->y * (size_t)n + 1);
-    if (!ds->x8 || !ds->y)
+    /* the header's count is not trusted with memory: the buffer grows as the images arrive
+     * (a 64-byte file may declare 2^56 bytes), and the labels are allocated once the images
+     * are all there */
+    size_t cap = bytes < ((size_t)64 << 20) ? bytes : ((size_t)64 << 20), got = 0;
+    ds->x8 = malloc(cap + 1);
+    if (!ds->x8)
         return hr_fail(err, errlen, HR_ERR_NOMEM, "%s: out of memory for %ld images", path, n);
-    long r = read_full(f, ds->x8, bytes);
-    if (r < 0) return read_error(f, path, err, errlen);
+    long r = 0;
+    for (;;) {
+        r = read_full(f, ds->x8 + got, cap - got);
+        if (r < 0) return read_error(f, path, err, errlen);
+        got += (size_t)r;
+        if (got < cap || cap == bytes) break;
+        size_t grown = cap * 2 < bytes ? cap * 2 : bytes;
+        uint8_t *x = realloc(ds->x8, grown + 1);
+        if (!x)
+            return hr_fail(err, errlen, HR_ERR_NOMEM, "%s: out of memory for %ld images", path,
+                           n);
+        ds->x8 = x, cap = grown;
+    }
+    r = (long)got;
+    if ((size_t)r == bytes) ds->y = malloc(sizeof *ds->y * (size_t)n + 1);
+    if ((size_t)r == bytes && !ds->y)
+        return hr_fail(err, errlen, HR_ERR_NOMEM, "%s: out of memory for %ld labels", path, n);
     if ((size_t)r < bytes)
         return hr_fail(err, errlen, HR_ERR_DATA,
                        "%s: truncated: the header declares %ld images of %ldx%ld (%zu bytes) but "
@@ -370,7 +388,8 @@ static hr_status csv_parse_row(char *p, float *row, long cols, int regression, c
         }
         p = *end == ',' ? end + 1 : end;
     }
-    if (!regression && (row[0] != (float)(long)row[0] || row[0] < 0 || row[0] > 65535))
+    /* the range first: casting a float beyond long's range (or NaN) is undefined */
+    if (!regression && (!(row[0] >= 0 && row[0] <= 65535) || row[0] != (float)(long)row[0]))
         return hr_fail(err, errlen, HR_ERR_DATA,
                        "%s:%ld: label %g is out of range (expected an integer class 0..65535)",
                        path, lineno, (double)row[0]);
