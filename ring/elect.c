@@ -782,6 +782,24 @@ static hr_status elect_round(ring *r, election *e, ring_agreement *out, char *er
     if (tcp_now() >= e->next_log) {
         char reach[512];
         reach_str(r, e, reach, sizeof reach);
+        ring_elastic *el = r->el;
+        pthread_mutex_lock(&el->mu);
+        int first = !el->been_in_view;
+        double left = r->rc.connect_timeout - (tcp_now() - el->t_open);
+        pthread_mutex_unlock(&el->mu);
+        if (first) /* the first view waits for everyone: say for whom, why and how long */
+            for (int i = 0; i < r->rc.n_members; i++) {
+                const probe *p = &e->pr[i];
+                const ring_member *m = &r->rc.members[i];
+                if (i == r->self || e->in_s[i] || (p->ok && p->differs)) continue;
+                if (left > 0)
+                    HR_INFO(RING, "waiting for node %ld (%s:%ld): %.200s; %s in %.0f s more",
+                            m->id, m->host, m->port, p->ok ? state_name(p->state) : p->why,
+                            e->n_s >= e->quorum ? "starting without it" : "retrying", left);
+                else
+                    HR_INFO(RING, "node %ld (%s:%ld) is not here (%.200s)", m->id, m->host,
+                            m->port, p->ok ? state_name(p->state) : p->why);
+            }
         if (e->n_s < e->quorum)
             HR_WARN(RING, "waiting for a quorum of %d of %d nodes: %s; training pauses", e->quorum,
                     r->rc.n_members, reach);

@@ -5,6 +5,8 @@
 #            started again and rejoins with the state transferred
 #   stop     node 3 is stopped (SIGSTOP) past the timeout, then continued: it is left out,
 #            then rejoins as a joiner
+#   stop0    the same with node 0, the lowest id: every survivor names node 0 (issue 15's
+#            blame), and node 1 leads the next view
 #   quorum   nodes 1 and 2 die at once: 0 and 3 are no quorum of 4 and pause; node 1 comes
 #            back and the three resume
 #   leave    node 1 gets SIGTERM: it leaves at a boundary with a checkpoint, exit 0; the
@@ -193,6 +195,22 @@ stop)
   exactly_once 0 1 2
   follows_reference 0 1 2
   ;;
+stop0)
+  # the lowest id, the leader of the first view, stops: every survivor must name node 0
+  for id in 0 1 2 3; do start $id; done
+  wait_iter 0 20
+  kill -STOP "${pids[0]}"
+  sleep 3
+  kill -CONT "${pids[0]}"
+  finish_all 0 1 2 3
+  grep -h "node 0 left" "$tmp"/n*.log | head -1
+  grep -q "node 0 left" "$tmp/n1.log" || fail "node 1 (the lowest live id) did not log that node 0 left"
+  grep -hE "node [0-9] left" "$tmp"/n*.log | grep -v "node 0 left" && fail "a survivor blamed a live node"
+  grep -qh "node 0 rejoined" "$tmp"/n*.log || fail "node 0 did not rejoin"
+  check_end 0 1 2 3
+  exactly_once 1 2 3
+  follows_reference 1 2 3
+  ;;
 quorum)
   start 0
   start 3
@@ -322,6 +340,9 @@ late)
   grep -h "started at\|joined at" "$tmp/n0.log" | head -2
   grep -q "view [0-9]*: nodes 0,1,2; ready" "$tmp/n0.log" || fail "nodes 0..2 did not start on their own"
   grep -q "node 3 rejoined at" "$tmp/n0.log" || fail "node 3 did not join late"
+  grep -h "waiting for node 3" "$tmp/n0.log" | head -1
+  grep -q "waiting for node 3 (127.0.0.1:[0-9]*): .*; starting without it in [0-9]* s more" \
+    "$tmp/n0.log" || fail "node 0 did not say whom it waited for at the start"
   check_end 0 1 2 3
   exactly_once 0 1 2
   follows_reference 0 1 2
