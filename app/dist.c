@@ -324,6 +324,11 @@ static hr_status change_view(dist *d, trainer *t, const char *why, double t0, ch
 
     long left[RING_MAX_NODES], joined[RING_MAX_NODES];
     int nl = ids_minus(&old, &a.view, left), nj = at_start ? 0 : ids_minus(&a.view, &old, joined);
+    if (!at_start && moved && ring_rank(&d->r) != a.donor && nl == 0 && nj == 0) {
+        /* this node was left out and took the state: it is the one that rejoined */
+        joined[0] = d->c->nodes[d->self].id;
+        nj = 1;
+    }
     char members[RING_MAX_NODES * 8], ls[RING_MAX_NODES * 8], js[RING_MAX_NODES * 8];
     ids_str(members, sizeof members, a.view.ids, a.view.n);
     ids_str(ls, sizeof ls, left, nl);
