@@ -19,6 +19,24 @@ write_conf() {
   } > "$1"
 }
 
+# iter_of ID: the last iteration node ID recorded in $tmp/m-ID.jsonl (-1 if none)
+iter_of() {
+  local v
+  v=$(grep -o '^{"iter":[0-9]*' "$tmp/m-$1.jsonl" 2>/dev/null | tail -1 | grep -o '[0-9]*$')
+  echo "${v:--1}"
+}
+
+# wait_iter ID N: until node ID recorded iteration N (at most 60 s)
+wait_iter() {
+  local t
+  for ((t = 0; t < 600; t++)); do
+    [ "$(iter_of "$1")" -ge "$2" ] && return 0
+    sleep 0.1
+  done
+  fail "node $1 never reached iteration $2"
+  return 1
+}
+
 # finish: the failure count, and the exit status of the script; with HR_KEEP=DIR the
 # temporary files are copied there first, for a look at the logs
 finish() {

@@ -67,24 +67,6 @@ start() {
 }
 declare -a EXTRA
 
-# iter_of ID: the last iteration node ID recorded (-1 if none)
-iter_of() {
-  local v
-  v=$(grep -o '^{"iter":[0-9]*' "$tmp/m-$1.jsonl" 2>/dev/null | tail -1 | grep -o '[0-9]*$')
-  echo "${v:--1}"
-}
-
-# wait_iter ID N: until node ID recorded iteration N (at most 60 s)
-wait_iter() {
-  local t
-  for ((t = 0; t < 600; t++)); do
-    [ "$(iter_of "$1")" -ge "$2" ] && return 0
-    sleep 0.1
-  done
-  fail "node $1 never reached iteration $2"
-  return 1
-}
-
 # finish_all IDS...: wait for the nodes; each must exit 0
 finish_all() {
   local id rc

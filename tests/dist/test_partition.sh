@@ -58,21 +58,6 @@ for ((k = 0; k < N; k++)); do
   pids[$k]=$!
 done
 
-iter_of() {
-  local v
-  v=$(grep -o '^{"iter":[0-9]*' "$tmp/m-$1.jsonl" 2>/dev/null | tail -1 | grep -o '[0-9]*$')
-  echo "${v:--1}"
-}
-wait_iter() {
-  local t
-  for ((t = 0; t < 600; t++)); do
-    [ "$(iter_of "$1")" -ge "$2" ] && return 0
-    sleep 0.1
-  done
-  fail "node $1 never reached iteration $2"
-  return 1
-}
-
 wait_iter 0 200
 for ((k = SPLIT; k < N; k++)); do ip link set hrh$k master hrbr1; done
 echo "cut: nodes 0..$((SPLIT - 1)) | $SPLIT..$((N - 1)) at iteration $(iter_of 0)"
