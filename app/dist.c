@@ -100,7 +100,6 @@ static void perturb(const dist *d, long iter, float *params, long n_params) {
 /* Before the all-reduce: the test fault hook, then this node's hashes into its slot. */
 static hr_status annotate(void *ctx, long iter, float *params, long n_params, train_stat *mine) {
     dist *d = ctx;
-    d->iter = iter;
     perturb(d, iter, params, n_params);
     if (iter % d->hash_interval == 0 || d->force_hash)
         put_hash(mine->extra + DIST_STAT_PHASH, dist_hash_floats(params, n_params));
@@ -138,6 +137,7 @@ static hr_status decide(void *ctx, long iter, const train_stat *stats, int size,
     dist *d = ctx;
     long bad, ref;
     const int check_params = iter % d->hash_interval == 0 || d->force_hash;
+    d->iter = iter + 1; /* set while the bucket thread is idle: it reads it (test faults) */
     d->force_hash = 0;
     d->change = 0;
     d->leaving_self = 0;
@@ -319,6 +319,7 @@ static hr_status change_view(dist *d, trainer *t, const char *why, double t0, ch
     d->force_hash = 1;
     d->change = d->leaving_self = 0;
     d->views++;
+    d->iter = t->iter;
     pace(d, 0); /* the election is no step: the next iteration starts the clock */
     const double took = now_s() - t0;
 
@@ -340,11 +341,11 @@ static hr_status change_view(dist *d, trainer *t, const char *why, double t0, ch
         if (at_start)
             snprintf(lead, sizeof lead, "started at iteration %ld%s; ", t->iter, state);
         else if (nj && !nl)
-            snprintf(lead, sizeof lead, "node%s %s %s at iteration %ld%s; ", nj > 1 ? "s" : "",
-                     js, nj > 1 ? "joined" : "rejoined", t->iter, state);
+            snprintf(lead, sizeof lead, "node%s %.300s %s at iteration %ld%s; ",
+                     nj > 1 ? "s" : "", js, nj > 1 ? "joined" : "rejoined", t->iter, state);
         else if (nl)
-            snprintf(lead, sizeof lead, "node%s %s left%s%.*s%s at iteration %ld%s; ",
-                     nl > 1 ? "s" : "", ls, why[0] ? " (" : "", HR_ERRLEN, why,
+            snprintf(lead, sizeof lead, "node%s %.300s left%s%.300s%s at iteration %ld%s; ",
+                     nl > 1 ? "s" : "", ls, why[0] ? " (" : "", why,
                      why[0] ? ")" : "", first, nj ? "" : state);
         HR_INFO(RING, "%sview %llu: nodes %s; %s in %.2f s", lead,
                 (unsigned long long)a.view.epoch, members, at_start ? "ready" : "resumed", took);

@@ -72,13 +72,14 @@ typedef struct {
     int leaving_self;                 /* this node is among the leavers */
     int force_hash;                   /* check the parameters at the next iteration */
     int views;                        /* views installed */
-    long iter;                        /* the iteration in flight (test faults) */
+    long iter;                        /* the iteration in flight (test faults): written only
+                                       * between iterations, when the bucket thread is idle */
     long fail_iter;                   /* the iteration that failed last */
     int fails;                        /* views in a row it failed in */
     double t_last;                    /* now_s() at the end of the last iteration, 0: none */
     double t_slow;                    /* the slowest recent iteration, seconds (decaying) */
     int have_pending;                 /* `pending` is a view record not yet in the metrics */
-    char pending[1024];               /* the first view's record, before the file was open */
+    char pending[8192];               /* the first view's record, before the file was open */
     unsigned char *blob;              /* state transfer buffer */
     size_t blob_cap;                  /* bytes allocated for blob */
 } dist;

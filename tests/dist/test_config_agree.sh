@@ -56,7 +56,7 @@ done
 
 # 3. keys local to a node may differ
 X0="--set train.eval_interval=7 --set cluster.timeout=9 --set node.0.slowdown=2" \
-  X1="--set train.checkpoint=$tmp/x.ckpt --set node.1.threads=2" run three 0 1
+  X1="--set train.checkpoint=$tmp/x.ckpt --set node.1.slowdown=1.5" run three 0 1
 echo "local keys differ: exit status ${rc[0]} ${rc[1]}"
 [ "${rc[0]}" = 0 ] && [ "${rc[1]}" = 0 ] || fail "local keys that differ stopped the run: $(tail -2 "$tmp/three.0.log")"
 finish
