@@ -73,7 +73,8 @@ hr_status dist_init(dist *d, const cfg *c, int self, char *err, size_t errlen) {
 }
 
 train_comm dist_comm(dist *d) {
-    train_comm tc = {.ctx = d, .rank = d->self, .size = d->c->n_nodes, .allreduce = ring_allreduce_cb};
+    train_comm tc = {
+        .ctx = d, .rank = d->self, .size = d->c->n_nodes, .allreduce = ring_allreduce_cb};
     return tc;
 }
 
@@ -201,8 +202,7 @@ static int ids_minus(const ring_view *a, const ring_view *b, long *out) {
 }
 
 /* Start the controller for the members of the current view, and adopt its split. */
-static hr_status start_controller(dist *d, trainer *t, int use_recorded, char *err,
-                                  size_t errlen) {
+static hr_status start_controller(dist *d, trainer *t, int use_recorded, char *err, size_t errlen) {
     const cfg *c = d->c;
     const ring_view *v = ring_get_view(&d->r);
     ctrl_config cc;
@@ -228,8 +228,8 @@ static hr_status start_controller(dist *d, trainer *t, int use_recorded, char *e
 /* Bring every member to the donor's state: a broadcast over the new ring when the lineages
  * differ, then an all-gathered hash of every member's state, which must agree (I4). A
  * failure of the ring itself returns its status (the caller elects again). */
-static hr_status sync_state(dist *d, trainer *t, const ring_agreement *a, size_t *moved,
-                            char *err, size_t errlen) {
+static hr_status sync_state(dist *d, trainer *t, const ring_agreement *a, size_t *moved, char *err,
+                            size_t errlen) {
     const int rank = ring_rank(&d->r), n = ring_size(&d->r);
     *moved = 0;
     if (!a->in_sync && n > 1) {
@@ -253,8 +253,7 @@ static hr_status sync_state(dist *d, trainer *t, const ring_agreement *a, size_t
     }
     uint64_t mine = train_state_hash(t), all[RING_MAX_NODES];
     hr_status st = ring_allgather(&d->r, &mine, all, sizeof mine);
-    if (st != HR_OK)
-        return hr_fail(err, errlen, st, "state check failed: %s", ring_error(&d->r));
+    if (st != HR_OK) return hr_fail(err, errlen, st, "state check failed: %s", ring_error(&d->r));
     const ring_view *v = ring_get_view(&d->r);
     for (int k = 0; k < n; k++)
         if (all[k] != all[a->donor])
@@ -286,8 +285,8 @@ static void pace(dist *d, int measured) {
     if (c->step_timeout <= 0)
         ring_set_step_timeout(&d->r, 0);
     else
-        ring_set_step_timeout(&d->r, d->t_slow > 0 ? c->step_timeout * d->t_slow
-                                                   : c->connect_timeout);
+        ring_set_step_timeout(&d->r,
+                              d->t_slow > 0 ? c->step_timeout * d->t_slow : c->connect_timeout);
 }
 
 /* Agree on a new view, bring every member to the same state and restart the controller.
@@ -313,9 +312,8 @@ static hr_status change_view(dist *d, trainer *t, const char *why, double t0, ch
     d->lineage.epoch = a.view.epoch;
     d->lineage.progress = t->iter;
     const int at_start = old.n == 0;
-    HR_CHECK(start_controller(d, t, at_start && a.in_sync && t->has_recorded &&
-                                        a.view.n == d->c->n_nodes,
-                              err, errlen));
+    HR_CHECK(start_controller(
+        d, t, at_start && a.in_sync && t->has_recorded && a.view.n == d->c->n_nodes, err, errlen));
     d->force_hash = 1;
     d->change = d->leaving_self = 0;
     d->views++;
@@ -341,14 +339,14 @@ static hr_status change_view(dist *d, trainer *t, const char *why, double t0, ch
         if (at_start)
             snprintf(lead, sizeof lead, "started at iteration %ld%s; ", t->iter, state);
         else if (nj && !nl)
-            snprintf(lead, sizeof lead, "node%s %.300s %s at iteration %ld%s; ",
-                     nj > 1 ? "s" : "", js, nj > 1 ? "joined" : "rejoined", t->iter, state);
+            snprintf(lead, sizeof lead, "node%s %.300s %s at iteration %ld%s; ", nj > 1 ? "s" : "",
+                     js, nj > 1 ? "joined" : "rejoined", t->iter, state);
         else if (nl)
             snprintf(lead, sizeof lead, "node%s %.300s left%s%.300s%s at iteration %ld%s; ",
-                     nl > 1 ? "s" : "", ls, why[0] ? " (" : "", why,
-                     why[0] ? ")" : "", first, nj ? "" : state);
-        HR_INFO(RING, "%sview %llu: nodes %s; %s in %.2f s", lead,
-                (unsigned long long)a.view.epoch, members, at_start ? "ready" : "resumed", took);
+                     nl > 1 ? "s" : "", ls, why[0] ? " (" : "", why, why[0] ? ")" : "", first,
+                     nj ? "" : state);
+        HR_INFO(RING, "%sview %llu: nodes %s; %s in %.2f s", lead, (unsigned long long)a.view.epoch,
+                members, at_start ? "ready" : "resumed", took);
     }
     char rec[sizeof d->pending];
     snprintf(rec, sizeof rec,

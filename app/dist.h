@@ -66,22 +66,22 @@ typedef struct {
     uint64_t dhash;      /* hash of the last decision, checked at the next iteration */
     ctrl_stat *gathered; /* (n) stats handed to the controller */
     /* elastic membership */
-    ring_lineage lineage;             /* the training state this node holds */
+    ring_lineage lineage;               /* the training state this node holds */
     const volatile sig_atomic_t *leave; /* nonzero: leave at the next boundary (a signal's) */
-    int change;                       /* DIST_FLAG_* bits gathered at the last iteration */
-    int leaving_self;                 /* this node is among the leavers */
-    int force_hash;                   /* check the parameters at the next iteration */
-    int views;                        /* views installed */
-    long iter;                        /* the iteration in flight (test faults): written only
-                                       * between iterations, when the bucket thread is idle */
-    long fail_iter;                   /* the iteration that failed last */
-    int fails;                        /* views in a row it failed in */
-    double t_last;                    /* now_s() at the end of the last iteration, 0: none */
-    double t_slow;                    /* the slowest recent iteration, seconds (decaying) */
-    int have_pending;                 /* `pending` is a view record not yet in the metrics */
-    char pending[8192];               /* the first view's record, before the file was open */
-    unsigned char *blob;              /* state transfer buffer */
-    size_t blob_cap;                  /* bytes allocated for blob */
+    int change;                         /* DIST_FLAG_* bits gathered at the last iteration */
+    int leaving_self;                   /* this node is among the leavers */
+    int force_hash;                     /* check the parameters at the next iteration */
+    int views;                          /* views installed */
+    long iter;                          /* the iteration in flight (test faults): written only
+                                         * between iterations, when the bucket thread is idle */
+    long fail_iter;                     /* the iteration that failed last */
+    int fails;                          /* views in a row it failed in */
+    double t_last;                      /* now_s() at the end of the last iteration, 0: none */
+    double t_slow;                      /* the slowest recent iteration, seconds (decaying) */
+    int have_pending;                   /* `pending` is a view record not yet in the metrics */
+    char pending[8192];                 /* the first view's record, before the file was open */
+    unsigned char *blob;                /* state transfer buffer */
+    size_t blob_cap;                    /* bytes allocated for blob */
 } dist;
 
 /* Open the ring for node `self` of `c` (listening; no view yet). dist_free still needed. */

@@ -7,13 +7,13 @@
  * the last parameter at iteration ARG, I4), decision (corrupt the controller decision at
  * iteration ARG, I5); and for elastic membership, crashes part-way through something:
  * sleep (ARG seconds at the start of every iteration: a slow step whatever the load),
- * crash_compute (iteration ARG, 1 ms after it began), crash_comm (the all-reduce of iteration ARG, 2 ms in), crash_view (this node's view change
- * number ARG once the election decided it: 0 is the one at start, 1 the next), crash_xfer
- * (the state transfer of view change ARG, as it begins, on the donor or a receiver), and
- * perturb_xfer (change the momentum a receiver took in view change ARG, so the state check
- * must stop the run).
- * Hooks exist only in builds configured with -DHETRING_TEST_HOOKS=ON (the default, so that
- * ctest can use them); elsewhere hr_fault_get always reports "no fault".
+ * crash_compute (iteration ARG, 1 ms after it began), crash_comm (the all-reduce of iteration ARG,
+ * 2 ms in), crash_view (this node's view change number ARG once the election decided it: 0 is the
+ * one at start, 1 the next), crash_xfer (the state transfer of view change ARG, as it begins, on
+ * the donor or a receiver), and perturb_xfer (change the momentum a receiver took in view change
+ * ARG, so the state check must stop the run). Hooks exist only in builds configured with
+ * -DHETRING_TEST_HOOKS=ON (the default, so that ctest can use them); elsewhere hr_fault_get always
+ * reports "no fault".
  */
 #ifndef HR_FAULT_H
 #define HR_FAULT_H

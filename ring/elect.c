@@ -73,18 +73,18 @@
 enum { EL_IDLE = 0, EL_ELECTING = 1, EL_FORMING = 2, EL_TRAINING = 3 };
 enum { LOBBY_REQ = 1, LOBBY_REP = 2 };
 
-#define LOBBY_VERSION   2
-#define LOBBY_ADMIT     0x01
-#define LOBBY_CONFIG    0x02
-#define LOBBY_DIGEST    32
-#define LOBBY_REQ_LEN   (8 + LOBBY_DIGEST)
-#define LOBBY_REP_HDR   (48 + LOBBY_DIGEST)
-#define LOBBY_MEMBER    24
-#define LOBBY_VIEW_MAX  (LOBBY_REP_HDR + LOBBY_MEMBER * RING_MAX_NODES)
-#define LOBBY_MAX       (LOBBY_VIEW_MAX > RING_AGREE_MAX ? LOBBY_VIEW_MAX : RING_AGREE_MAX)
-#define ELECT_ROUND_S   0.05 /* pause between probe rounds */
-#define ELECT_PROBE_S   0.5  /* a probe's deadline, at most timeout / 8 */
-#define ELECT_SILENT_S  0.2  /* the same for a peer whose last probe timed out */
+#define LOBBY_VERSION  2
+#define LOBBY_ADMIT    0x01
+#define LOBBY_CONFIG   0x02
+#define LOBBY_DIGEST   32
+#define LOBBY_REQ_LEN  (8 + LOBBY_DIGEST)
+#define LOBBY_REP_HDR  (48 + LOBBY_DIGEST)
+#define LOBBY_MEMBER   24
+#define LOBBY_VIEW_MAX (LOBBY_REP_HDR + LOBBY_MEMBER * RING_MAX_NODES)
+#define LOBBY_MAX      (LOBBY_VIEW_MAX > RING_AGREE_MAX ? LOBBY_VIEW_MAX : RING_AGREE_MAX)
+#define ELECT_ROUND_S  0.05 /* pause between probe rounds */
+#define ELECT_PROBE_S  0.5  /* a probe's deadline, at most timeout / 8 */
+#define ELECT_SILENT_S 0.2  /* the same for a peer whose last probe timed out */
 
 /* A probe's deadline: ELECT_PROBE_S, or ELECT_SILENT_S for a peer silent before, and never
  * above timeout / 8: a cluster set to notice a silent peer quickly also elects quickly. */
@@ -147,8 +147,8 @@ hr_status elect_alloc(ring *r) {
     atomic_init(&el->join, 0);
     el->t_open = tcp_now();
     if (r->rc.agree_len > 0 && r->rc.agree_len <= RING_AGREE_MAX)
-        crypto_generichash(el->digest, LOBBY_DIGEST, (const uint8_t *)r->rc.agree,
-                           r->rc.agree_len, NULL, 0);
+        crypto_generichash(el->digest, LOBBY_DIGEST, (const uint8_t *)r->rc.agree, r->rc.agree_len,
+                           NULL, 0);
     r->el = el;
     return HR_OK;
 }
@@ -262,10 +262,9 @@ void elect_serve(ring *r, int fd, sec_chan *ch, long peer, const char *addr, dou
     size_t len = 0;
     char why[HR_ERRLEN];
     hr_status st = lobby_recv(fd, ch, LOBBY_REQ, body, &len, deadline, why, sizeof why);
-    if (st == HR_OK &&
-        (len != LOBBY_REQ_LEN || body[0] != LOBBY_VERSION ||
-         (body[1] & ~(LOBBY_ADMIT | LOBBY_CONFIG)) != 0 || le_get32(body + 4) != 0 || body[2] ||
-         body[3]))
+    if (st == HR_OK && (len != LOBBY_REQ_LEN || body[0] != LOBBY_VERSION ||
+                        (body[1] & ~(LOBBY_ADMIT | LOBBY_CONFIG)) != 0 || le_get32(body + 4) != 0 ||
+                        body[2] || body[3]))
         st = hr_fail(why, sizeof why, HR_ERR_PROTO,
                      "malformed lobby request (%zu bytes, version %d, flags 0x%02x)", len, body[0],
                      body[1]);
@@ -274,8 +273,7 @@ void elect_serve(ring *r, int fd, sec_chan *ch, long peer, const char *addr, dou
         return;
     }
     if (body[1] & LOBBY_CONFIG) { /* the text of what must agree, for the caller's diff */
-        st = lobby_send(fd, ch, LOBBY_REP, (const uint8_t *)r->rc.agree, r->rc.agree_len,
-                        deadline);
+        st = lobby_send(fd, ch, LOBBY_REP, (const uint8_t *)r->rc.agree, r->rc.agree_len, deadline);
         if (st != HR_OK)
             HR_DEBUG(RING, "configuration for node %ld (%s) not delivered: %s", peer, addr,
                      hr_strerror(st));
@@ -286,8 +284,7 @@ void elect_serve(ring *r, int fd, sec_chan *ch, long peer, const char *addr, dou
     pthread_mutex_lock(&el->mu);
     state = el->state;
     if (admit && differs) {
-        HR_DEBUG(RING, "node %ld (%s) asked to be admitted; its configuration differs", peer,
-                 addr);
+        HR_DEBUG(RING, "node %ld (%s) asked to be admitted; its configuration differs", peer, addr);
     } else if (admit && state == EL_TRAINING && !view_has(&el->view, peer)) {
         admitted = 1;
         if (!atomic_exchange(&el->join, 1))
@@ -549,32 +546,48 @@ typedef struct {
 
 /* ---------------------------------------------------------------- configurations */
 
-/* Find line `key` ("[section] key") of text `t` (n bytes): its value into val, or 0. */
+/* A reader of agree texts: "[section]" lines and "key = value" lines. */
+typedef struct {
+    const char *t; /* the text */
+    size_t n, i;   /* its length, and where the next line starts */
+    char sec[96];  /* the section the current line is in */
+    char key[96];  /* the current line's key ("" for a section line) */
+    char val[160]; /* and its value */
+} agree_rd;
+
+/* The next key line of the text into r->sec/key/val; 0 at the end. */
+static int agree_next(agree_rd *r) {
+    while (r->i < r->n) {
+        const char *line = r->t + r->i;
+        size_t e = r->i;
+        while (e < r->n && r->t[e] != '\n') e++;
+        int l = (int)(e - r->i);
+        r->i = e + 1;
+        const char *eq = l > 1 && line[0] != '[' ? memchr(line, '=', (size_t)l) : NULL;
+        if (l > 1 && line[0] == '[') {
+            snprintf(r->sec, sizeof r->sec, "%.*s", l, line);
+        } else if (eq) {
+            int kl = (int)(eq - line);
+            while (kl > 0 && line[kl - 1] == ' ') kl--;
+            const char *v = eq + 1;
+            while (v < line + l && *v == ' ') v++;
+            snprintf(r->key, sizeof r->key, "%.*s", kl, line);
+            snprintf(r->val, sizeof r->val, "%.*s", (int)(line + l - v), v);
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* The value of `key` in section `sec` of text t (n bytes) into val; 0 when it has none. */
 static int agree_lookup(const char *t, size_t n, const char *sec, const char *key, char *val,
                         size_t vlen) {
-    char cur[96] = "";
-    size_t i = 0;
-    while (i < n) {
-        size_t e = i;
-        while (e < n && t[e] != '\n') e++;
-        int l = (int)(e - i);
-        if (l > 1 && t[i] == '[') {
-            snprintf(cur, sizeof cur, "%.*s", l, t + i);
-        } else if (strcmp(cur, sec) == 0) {
-            const char *eq = memchr(t + i, '=', (size_t)l);
-            if (eq) {
-                int kl = (int)(eq - (t + i));
-                while (kl > 0 && t[i + (size_t)kl - 1] == ' ') kl--;
-                if ((size_t)kl == strlen(key) && strncmp(t + i, key, (size_t)kl) == 0) {
-                    const char *v = eq + 1;
-                    while (v < t + e && *v == ' ') v++;
-                    snprintf(val, vlen, "%.*s", (int)(t + e - v), v);
-                    return 1;
-                }
-            }
+    agree_rd r = {.t = t, .n = n};
+    while (agree_next(&r))
+        if (strcmp(r.sec, sec) == 0 && strcmp(r.key, key) == 0) {
+            snprintf(val, vlen, "%s", r.val);
+            return 1;
         }
-        i = e + 1;
-    }
     return 0;
 }
 
@@ -586,42 +599,25 @@ static int agree_diff(const char *a, size_t na, long ida, const char *b, size_t 
     size_t o = 0;
     out[0] = 0;
     for (int pass = 0; pass < 2; pass++) { /* keys of a, then keys only b has */
-        const char *t = pass ? b : a, *u = pass ? a : b;
-        size_t n = pass ? nb : na, un = pass ? na : nb;
-        char cur[96] = "";
-        size_t i = 0;
-        while (i < n) {
-            size_t e = i;
-            while (e < n && t[e] != '\n') e++;
-            int l = (int)(e - i);
-            const char *eq = l > 1 && t[i] != '[' ? memchr(t + i, '=', (size_t)l) : NULL;
-            if (l > 1 && t[i] == '[') {
-                snprintf(cur, sizeof cur, "%.*s", l, t + i);
-            } else if (eq) {
-                char key[96], mine[160], theirs[160];
-                int kl = (int)(eq - (t + i));
-                while (kl > 0 && t[i + (size_t)kl - 1] == ' ') kl--;
-                snprintf(key, sizeof key, "%.*s", kl, t + i);
-                agree_lookup(t, n, cur, key, mine, sizeof mine);
-                int has = agree_lookup(u, un, cur, key, theirs, sizeof theirs);
-                if ((pass == 0 && (!has || strcmp(mine, theirs) != 0)) || (pass == 1 && !has)) {
-                    if (count < 3 && o < olen) {
-                        long tid = pass ? idb : ida, uid = pass ? ida : idb;
-                        if (has)
-                            o += (size_t)snprintf(out + o, olen - o,
-                                                  "%snode %ld has %s %s = %s, node %ld has %s",
-                                                  count ? "; " : "", uid, cur, key, theirs, tid,
-                                                  mine);
-                        else
-                            o += (size_t)snprintf(out + o, olen - o,
-                                                  "%snode %ld has %s %s = %s, node %ld has no such "
-                                                  "key",
-                                                  count ? "; " : "", tid, cur, key, mine, uid);
-                    }
-                    count++;
-                }
+        agree_rd r = {.t = pass ? b : a, .n = pass ? nb : na};
+        const char *u = pass ? a : b;
+        size_t un = pass ? na : nb;
+        long tid = pass ? idb : ida, uid = pass ? ida : idb;
+        while (agree_next(&r)) {
+            char theirs[160];
+            int has = agree_lookup(u, un, r.sec, r.key, theirs, sizeof theirs);
+            if (has && (pass == 1 || strcmp(r.val, theirs) == 0)) continue;
+            if (count < 3 && o < olen) {
+                if (has)
+                    o += (size_t)snprintf(out + o, olen - o,
+                                          "%snode %ld has %s %s = %s, node %ld has %s",
+                                          count ? "; " : "", uid, r.sec, r.key, theirs, tid, r.val);
+                else
+                    o += (size_t)snprintf(out + o, olen - o,
+                                          "%snode %ld has %s %s = %s, node %ld has no such key",
+                                          count ? "; " : "", tid, r.sec, r.key, r.val, uid);
             }
-            i = e + 1;
+            count++;
         }
     }
     if (count > 3 && o < olen) snprintf(out + o, olen - o, " (and %d more)", count - 3);
@@ -638,10 +634,10 @@ static void tell_difference(ring *r, election *e, int idx) {
     uint8_t body[LOBBY_MAX];
     size_t len = 0;
     char why[HR_ERRLEN], diff[HR_ERRLEN - 128] = "";
-    hr_status st = lobby_call(r, idx, LOBBY_CONFIG, tcp_now() + probe_s(r, 0) * 4, body, &len,
-                              why, sizeof why);
-    if (st != HR_OK || agree_diff(r->rc.agree, r->rc.agree_len, r->self_id, (const char *)body,
-                                  len, peer, diff, sizeof diff) == 0)
+    hr_status st = lobby_call(r, idx, LOBBY_CONFIG, tcp_now() + probe_s(r, 0) * 4, body, &len, why,
+                              sizeof why);
+    if (st != HR_OK || agree_diff(r->rc.agree, r->rc.agree_len, r->self_id, (const char *)body, len,
+                                  peer, diff, sizeof diff) == 0)
         snprintf(diff, sizeof diff, "its configuration differs from this node's%s%.200s%s",
                  st != HR_OK ? " (its text could not be fetched: " : "", st != HR_OK ? why : "",
                  st != HR_OK ? ")" : "");
@@ -650,7 +646,6 @@ static void tell_difference(ring *r, election *e, int idx) {
         snprintf(e->cfg_err, sizeof e->cfg_err, "node %ld cannot train with this node: %s", peer,
                  diff);
 }
-
 
 static int quorum_of(const ring_config *rc) {
     int q = rc->min_nodes > 0 ? rc->min_nodes : rc->n_members / 2 + 1;
@@ -793,12 +788,12 @@ static hr_status elect_round(ring *r, election *e, ring_agreement *out, char *er
                 const ring_member *m = &r->rc.members[i];
                 if (i == r->self || e->in_s[i] || (p->ok && p->differs)) continue;
                 if (left > 0)
-                    HR_INFO(RING, "waiting for node %ld (%s:%ld): %.200s; %s in %.0f s more",
-                            m->id, m->host, m->port, p->ok ? state_name(p->state) : p->why,
+                    HR_INFO(RING, "waiting for node %ld (%s:%ld): %.200s; %s in %.0f s more", m->id,
+                            m->host, m->port, p->ok ? state_name(p->state) : p->why,
                             e->n_s >= e->quorum ? "starting without it" : "retrying", left);
                 else
-                    HR_INFO(RING, "node %ld (%s:%ld) is not here (%.200s)", m->id, m->host,
-                            m->port, p->ok ? state_name(p->state) : p->why);
+                    HR_INFO(RING, "node %ld (%s:%ld) is not here (%.200s)", m->id, m->host, m->port,
+                            p->ok ? state_name(p->state) : p->why);
             }
         if (e->n_s < e->quorum)
             HR_WARN(RING, "waiting for a quorum of %d of %d nodes: %s; training pauses", e->quorum,
@@ -826,8 +821,8 @@ hr_status ring_elect(ring *r, const ring_lineage *mine, ring_agreement *out, cha
     e.pr = calloc((size_t)r->rc.n_members, sizeof *e.pr);
     if (!e.pr) return hr_fail(err, errlen, HR_ERR_NOMEM, "out of memory");
     /* the node the failure was blamed on is probed as a silent one from the first round */
-    int sus = r->suspect >= 0 && r->suspect != r->self_id ? ring_config_index(&r->rc, r->suspect)
-                                                          : -1;
+    int sus =
+        r->suspect >= 0 && r->suspect != r->self_id ? ring_config_index(&r->rc, r->suspect) : -1;
     if (sus >= 0) e.pr[sus].silent = 1;
     r->suspect = -1;
     double limit = r->rc.rejoin_timeout > 0 ? r->rc.rejoin_timeout : ELECT_DEFAULT_S;

@@ -1157,8 +1157,7 @@ static hr_status eng_wait(ring *r, eng *e, double last) {
         node_str(r, id, who, sizeof who);
         if (tx_wait)
             return fail_view(r, &e->t, e->coll, HR_ERR_TIMEOUT, id, FROM_SUCC,
-                             "%s accepted no data for %.1f s (peer dead or hung?)", who,
-                             limit);
+                             "%s accepted no data for %.1f s (peer dead or hung?)", who, limit);
         return fail_view(r, &e->t, e->coll, HR_ERR_TIMEOUT, id, FROM_PRED,
                          "%s sent nothing for %.1f s (peer dead or hung?)", who, limit);
     }

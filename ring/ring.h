@@ -86,8 +86,8 @@ typedef struct ring {
     hr_status failed;        /* HR_OK, or the error that broke this view */
     char err[HR_ERRLEN];     /* last detailed error */
     const volatile sig_atomic_t *stop; /* ring_set_stop's flag, or NULL */
-    long suspect;            /* the node the last failure was blamed on, for the election's
-                              * first probe (-1: none) */
+    long suspect; /* the node the last failure was blamed on, for the election's
+                   * first probe (-1: none) */
 } ring;
 
 /* Form the ring for view epoch 0 (all members of `rc`, in their order) as node rc->self_id.

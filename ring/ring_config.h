@@ -15,10 +15,10 @@
 #include <sodium.h>
 #include <stdint.h>
 
-#define RING_STR       128 /* bytes of a host name or cluster name, NUL included */
-#define RING_PATH      512 /* bytes of a file path, NUL included */
-#define RING_MAX_NODES 256 /* members of a cluster */
-#define RING_KEYLEN    32  /* bytes of a public key or pre-shared key */
+#define RING_STR       128   /* bytes of a host name or cluster name, NUL included */
+#define RING_PATH      512   /* bytes of a file path, NUL included */
+#define RING_MAX_NODES 256   /* members of a cluster */
+#define RING_KEYLEN    32    /* bytes of a public key or pre-shared key */
 #define RING_AGREE_MAX 16384 /* bytes of the configuration text members compare */
 
 /* How ring links are protected. The values travel in the handshake's hello (one byte), so

@@ -143,8 +143,7 @@ static hr_status idx_read_images(data_set *ds, gzFile f, const char *path, char 
         size_t grown = cap * 2 < bytes ? cap * 2 : bytes;
         uint8_t *x = realloc(ds->x8, grown + 1);
         if (!x)
-            return hr_fail(err, errlen, HR_ERR_NOMEM, "%s: out of memory for %ld images", path,
-                           n);
+            return hr_fail(err, errlen, HR_ERR_NOMEM, "%s: out of memory for %ld images", path, n);
         ds->x8 = x, cap = grown;
     }
     r = (long)got;

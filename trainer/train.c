@@ -60,8 +60,7 @@ hr_status train_init(trainer *t, const train_config *tc, const train_comm *comm,
     t->max_nodes = c->max_nodes > t->comm.size ? c->max_nodes : t->comm.size;
     /* every node writes the checkpoint (nodes need not share a disk): find an unwritable place
      * now, not at the first save */
-    if (c->checkpoint && c->checkpoint[0])
-        HR_CHECK(ckpt_prepare(c->checkpoint, err, errlen));
+    if (c->checkpoint && c->checkpoint[0]) HR_CHECK(ckpt_prepare(c->checkpoint, err, errlen));
     long threads = c->threads;
     if (threads <= 0) threads = sysconf(_SC_NPROCESSORS_ONLN);
     openblas_set_num_threads((int)threads);
@@ -371,11 +370,11 @@ void train_state_pack(const trainer *t, void *blob) {
 
 hr_status train_state_unpack(trainer *t, const void *blob, size_t bytes, char *err, size_t errlen) {
     uint64_t mine[STATE_HDR], h[STATE_HDR];
-    static const char *const what[STATE_HDR] = {"format", "iteration", "parameter count", "seed",
-                                                "global batch", "model"};
+    static const char *const what[STATE_HDR] = {"format", "iteration",    "parameter count",
+                                                "seed",   "global batch", "model"};
     if (bytes != train_state_bytes(t))
-        return hr_fail(err, errlen, HR_ERR_DATA, "training state of %zu bytes, expected %zu",
-                       bytes, train_state_bytes(t));
+        return hr_fail(err, errlen, HR_ERR_DATA, "training state of %zu bytes, expected %zu", bytes,
+                       train_state_bytes(t));
     state_header(t, mine);
     memcpy(h, blob, sizeof h);
     for (int i = 0; i < STATE_HDR; i++)
@@ -384,8 +383,10 @@ hr_status train_state_unpack(trainer *t, const void *blob, size_t bytes, char *e
                            "training state: its %s is %llu, this node's %llu", what[i],
                            (unsigned long long)h[i], (unsigned long long)mine[i]);
     if (h[1] > (uint64_t)t->total)
-        return hr_fail(err, errlen, HR_ERR_DATA, "training state at iteration %llu, past the %ld "
-                       "of the run", (unsigned long long)h[1], t->total);
+        return hr_fail(err, errlen, HR_ERR_DATA,
+                       "training state at iteration %llu, past the %ld "
+                       "of the run",
+                       (unsigned long long)h[1], t->total);
     const uint8_t *p = blob;
     const size_t np = sizeof(float) * (size_t)t->m.n_params;
     memcpy(t->m.params, p + sizeof h, np);

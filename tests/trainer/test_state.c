@@ -16,7 +16,7 @@
 static char dir[64];
 
 #define MLP(batch, seed)                                                                           \
-    "model = mlp\nlayers = 784,24,10\nsamples = 1000\neval_samples = 50\nglobal_batch = " batch   \
+    "model = mlp\nlayers = 784,24,10\nsamples = 1000\neval_samples = 50\nglobal_batch = " batch    \
     "\nlr = 0.05\nmomentum = 0.9\niterations = 40\nseed = " seed
 
 static void steps(trainer *t, int n) {
