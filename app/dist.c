@@ -246,7 +246,7 @@ static hr_status sync_state(dist *d, trainer *t, const ring_agreement *a, size_t
             return hr_fail(err, errlen, st, "state transfer failed: %s", ring_error(&d->r));
         if (rank != a->donor) HR_CHECK(train_state_unpack(t, d->blob, bytes, err, errlen));
         if (rank != a->donor && fault_at(d, "perturb_xfer", d->views)) {
-            HR_WARN(TRAIN, "test fault: flipping a bit of the state received");
+            HR_WARN(TRAIN, "test fault: changing the momentum received");
             t->opt.vel[0] = -t->opt.vel[0] + 1e-3f;
         }
         *moved = bytes;
