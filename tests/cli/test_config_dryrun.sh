@@ -3,15 +3,11 @@
 # the file's directory (not the working directory), and each missing key file, data file,
 # checkpoint directory or busy port is reported as FILE:LINE: KEY with exit status 1; a node that
 # would start passes with exit status 0.
-set -u
-HR=$1
-here=$(cd "$(dirname "$0")/.." && pwd)
-. "$here/ports.sh"
-fails=0
-fail() { echo "FAIL: $*"; fails=$((fails+1)); }
-tmp=$(mktemp -d); holder=
+# HR, fail, $tmp and the port block `base` from the shared setup; the trap also stops the
+# process holding a port, if any
+. "$(dirname "${BASH_SOURCE[0]}")/../dist/lib.sh"
+holder=
 trap 'rm -rf "$tmp"; [ -n "$holder" ] && kill "$holder" 2>/dev/null; port_release' EXIT
-port_block || exit 1
 mkdir -p "$tmp/cluster" "$tmp/elsewhere"
 ini=$tmp/cluster/c.ini
 write_ini() { # write_ini LAYERS PUB0 PUB1

@@ -3,15 +3,11 @@
 # gives an error naming the address, and no ready line), the security = none warning once per
 # node, per-node progress columns labelled, no internal invariant tags (I4, I5, I6), and a last
 # line that carries the reason of a failure rather than a bare status.
-set -u
-HR=$1
-here=$(cd "$(dirname "$0")/.." && pwd)
-. "$here/ports.sh"
-fails=0
-fail() { echo "FAIL: $*"; fails=$((fails+1)); }
-tmp=$(mktemp -d); holder=
+# HR, fail, $tmp and the port block `base` from the shared setup; the trap also stops the
+# process holding a port, if any
+. "$(dirname "${BASH_SOURCE[0]}")/../dist/lib.sh"
+holder=
 trap 'rm -rf "$tmp"; [ -n "$holder" ] && kill "$holder" 2>/dev/null; port_release' EXIT
-port_block || exit 1
 cat > "$tmp/c.ini" <<INI
 [cluster]
 security = none
