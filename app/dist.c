@@ -98,17 +98,25 @@ static void perturb(const dist *d, long iter, float *params, long n_params) {
     }
 }
 
-/* Before the all-reduce: the test fault hook, then this node's hashes into its slot. */
-static hr_status annotate(void *ctx, long iter, float *params, long n_params, train_stat *mine) {
-    dist *d = ctx;
-    perturb(d, iter, params, n_params);
-    if (iter % d->hash_interval == 0 || d->force_hash)
-        put_hash(mine->extra + DIST_STAT_PHASH, dist_hash_floats(params, n_params));
+int dist_wants_hash(const dist *d, long iter) {
+    return iter % d->hash_interval == 0 || d->force_hash;
+}
+
+void dist_annotate(dist *d, long iter, uint64_t param_hash, train_stat *mine) {
+    if (dist_wants_hash(d, iter)) put_hash(mine->extra + DIST_STAT_PHASH, param_hash);
     put_hash(mine->extra + DIST_STAT_DHASH, d->dhash);
     int flags = 0;
     if (ring_join_requested(&d->r)) flags |= DIST_FLAG_JOIN;
     if (d->leave && *d->leave) flags |= DIST_FLAG_LEAVE;
     mine->extra[DIST_STAT_FLAGS] = (float)flags;
+}
+
+/* Before the all-reduce: the test fault hook, then this node's hashes into its slot. */
+static hr_status annotate(void *ctx, long iter, float *params, long n_params, train_stat *mine) {
+    dist *d = ctx;
+    perturb(d, iter, params, n_params);
+    uint64_t h = dist_wants_hash(d, iter) ? dist_hash_floats(params, n_params) : 0;
+    dist_annotate(d, iter, h, mine);
     return HR_OK;
 }
 
@@ -134,10 +142,9 @@ __attribute__((format(printf, 1, 2))) static hr_status mismatch(const char *fmt,
     return HR_ERR_MISMATCH;
 }
 
-static hr_status decide(void *ctx, long iter, const train_stat *stats, int size, long *split) {
-    dist *d = ctx;
+hr_status dist_decide(dist *d, long iter, const train_stat *stats, int size, long *split) {
     long bad, ref;
-    const int check_params = iter % d->hash_interval == 0 || d->force_hash;
+    const int check_params = dist_wants_hash(d, iter);
     d->iter = iter + 1; /* set while the bucket thread is idle: it reads it (test faults) */
     d->force_hash = 0;
     d->change = 0;
@@ -177,6 +184,10 @@ static hr_status decide(void *ctx, long iter, const train_stat *stats, int size,
     return HR_OK;
 }
 
+static hr_status decide(void *ctx, long iter, const train_stat *stats, int size, long *split) {
+    return dist_decide(ctx, iter, stats, size, split);
+}
+
 /* ================================================================ views */
 
 /* "0,1,3" */
@@ -202,7 +213,7 @@ static int ids_minus(const ring_view *a, const ring_view *b, long *out) {
 }
 
 /* Start the controller for the members of the current view, and adopt its split. */
-static hr_status start_controller(dist *d, trainer *t, int use_recorded, char *err, size_t errlen) {
+static hr_status start_controller(dist *d, int use_recorded, char *err, size_t errlen) {
     const cfg *c = d->c;
     const ring_view *v = ring_get_view(&d->r);
     ctrl_config cc;
@@ -211,16 +222,16 @@ static hr_status start_controller(dist *d, trainer *t, int use_recorded, char *e
     for (int k = 0; k < v->n; k++) cap[k] = c->nodes[cfg_node_index(c, v->ids[k])].capacity;
     if (d->have_ctrl) ctrl_free(&d->ctl);
     d->have_ctrl = 0;
-    const long B = train_global_batch(t);
+    const long B = d->st.global_batch;
     hr_status st = ctrl_init(&d->ctl, &cc, v->n, B, cap, NULL);
-    if (st == HR_OK && use_recorded && (st = ctrl_set_split(&d->ctl, t->recorded)) != HR_OK)
+    if (st == HR_OK && use_recorded && (st = ctrl_set_split(&d->ctl, d->st.recorded)) != HR_OK)
         ctrl_free(&d->ctl);
     if (st != HR_OK)
         return hr_fail(err, errlen, st,
                        "%s: the [controller] settings do not fit %d nodes and global_batch = %ld",
                        c->path, v->n, B);
     d->have_ctrl = 1;
-    train_set_split(t, d->ctl.b);
+    d->st.set_split(d->st.ctx, d->ctl.b);
     d->dhash = ctrl_hash(&d->ctl, NULL);
     return HR_OK;
 }
@@ -228,30 +239,44 @@ static hr_status start_controller(dist *d, trainer *t, int use_recorded, char *e
 /* Bring every member to the donor's state: a broadcast over the new ring when the lineages
  * differ, then an all-gathered hash of every member's state, which must agree (I4). A
  * failure of the ring itself returns its status (the caller elects again). */
-static hr_status sync_state(dist *d, trainer *t, const ring_agreement *a, size_t *moved, char *err,
-                            size_t errlen) {
-    const int rank = ring_rank(&d->r), n = ring_size(&d->r);
-    *moved = 0;
-    if (!a->in_sync && n > 1) {
-        size_t bytes = train_state_bytes(t);
-        if (bytes > d->blob_cap) {
-            unsigned char *b = realloc(d->blob, bytes);
-            if (!b) return hr_fail(err, errlen, HR_ERR_NOMEM, "out of memory for the state");
-            d->blob = b, d->blob_cap = bytes;
-        }
-        if (rank == a->donor) train_state_pack(t, d->blob);
-        if (fault_at(d, "crash_xfer", d->views)) hr_fault_kill_after("the state transfer", 0);
-        hr_status st = ring_broadcast(&d->r, d->blob, bytes, a->donor);
-        if (st != HR_OK)
-            return hr_fail(err, errlen, st, "state transfer failed: %s", ring_error(&d->r));
-        if (rank != a->donor) HR_CHECK(train_state_unpack(t, d->blob, bytes, err, errlen));
-        if (rank != a->donor && fault_at(d, "perturb_xfer", d->views)) {
-            HR_WARN(TRAIN, "test fault: changing the momentum received");
-            t->opt.vel[0] = -t->opt.vel[0] + 1e-3f;
-        }
-        *moved = bytes;
+/* The donor's state to every member: its size, then the blob. */
+static hr_status send_state(dist *d, int donor, size_t *moved, char *err, size_t errlen) {
+    const dist_state *s = &d->st;
+    const int rank = ring_rank(&d->r);
+    const void *src = NULL;
+    size_t bytes = 0;
+    if (rank == donor) HR_CHECK(s->pack(s->ctx, &src, &bytes, err, errlen));
+    uint64_t size = bytes;
+    if (fault_at(d, "crash_xfer", d->views)) hr_fault_kill_after("the state transfer", 0);
+    hr_status st = ring_broadcast(&d->r, &size, sizeof size, donor);
+    if (st == HR_OK && rank != donor && size > d->blob_cap) {
+        unsigned char *b = size <= SIZE_MAX ? realloc(d->blob, (size_t)size) : NULL;
+        if (!b)
+            return hr_fail(err, errlen, HR_ERR_NOMEM, "out of memory for a state of %llu bytes",
+                           (unsigned long long)size);
+        d->blob = b, d->blob_cap = (size_t)size;
     }
-    uint64_t mine = train_state_hash(t), all[RING_MAX_NODES];
+    void *buf = rank == donor ? (void *)src : d->blob;
+    if (st == HR_OK) st = ring_broadcast(&d->r, buf, (size_t)size, donor);
+    if (st != HR_OK)
+        return hr_fail(err, errlen, st, "state transfer failed: %s", ring_error(&d->r));
+    if (rank != donor && size > 0 && fault_at(d, "perturb_xfer", d->views)) {
+        /* the built-in trainer's blob ends with the momentum */
+        HR_WARN(TRAIN, "test fault: changing the last byte of the state received (momentum)");
+        d->blob[size - 1] ^= 1u;
+    }
+    if (rank != donor) HR_CHECK(s->unpack(s->ctx, d->blob, (size_t)size, err, errlen));
+    *moved = (size_t)size;
+    return HR_OK;
+}
+
+static hr_status sync_state(dist *d, const ring_agreement *a, int send, size_t *moved, char *err,
+                            size_t errlen) {
+    const int n = ring_size(&d->r);
+    *moved = 0;
+    if ((!a->in_sync || send) && n > 1) HR_CHECK(send_state(d, a->donor, moved, err, errlen));
+    uint64_t mine, all[RING_MAX_NODES];
+    HR_CHECK(d->st.hash(d->st.ctx, &mine, err, errlen));
     hr_status st = ring_allgather(&d->r, &mine, all, sizeof mine);
     if (st != HR_OK) return hr_fail(err, errlen, st, "state check failed: %s", ring_error(&d->r));
     const ring_view *v = ring_get_view(&d->r);
@@ -291,33 +316,34 @@ static void pace(dist *d, int measured) {
 
 /* Agree on a new view, bring every member to the same state and restart the controller.
  * `why` is the failure that started it ("" for a planned change); t0 when it was seen. */
-static hr_status change_view(dist *d, trainer *t, const char *why, double t0, char *err,
-                             size_t errlen) {
+static hr_status change_view(dist *d, const char *why, double t0, char *err, size_t errlen) {
+    const dist_state *s = &d->st;
     const ring_view old = *ring_get_view(&d->r);
-    const long first = t->iter;
+    const long first = s->iter(s->ctx);
+    const int at_start = old.n == 0;
     ring_agreement a;
     hr_status st;
     size_t moved = 0;
     for (int attempt = 0;; attempt++) {
-        d->lineage.progress = t->iter;
+        d->lineage.progress = s->iter(s->ctx);
         if ((st = ring_elect(&d->r, &d->lineage, &a, err, errlen)) != HR_OK) return st;
         if (fault_at(d, "crash_view", d->views)) hr_fault_kill_after("the view change", 0);
-        HR_CHECK(train_set_comm(t, ring_rank(&d->r), a.view.n));
-        st = sync_state(d, t, &a, &moved, err, errlen);
+        HR_CHECK(s->set_comm(s->ctx, ring_rank(&d->r), a.view.n));
+        st = sync_state(d, &a, at_start && s->send_first, &moved, err, errlen);
         if (st == HR_OK) break;
         if (!ring_trouble(st) || attempt >= 16) return st;
         HR_WARN(RING, "view %llu failed before training (%s); agreeing on another",
                 (unsigned long long)a.view.epoch, err);
     }
+    const long iter = s->iter(s->ctx);
     d->lineage.epoch = a.view.epoch;
-    d->lineage.progress = t->iter;
-    const int at_start = old.n == 0;
+    d->lineage.progress = iter;
     HR_CHECK(start_controller(
-        d, t, at_start && a.in_sync && t->has_recorded && a.view.n == d->c->n_nodes, err, errlen));
+        d, at_start && a.in_sync && s->recorded && a.view.n == d->c->n_nodes, err, errlen));
     d->force_hash = 1;
     d->change = d->leaving_self = 0;
     d->views++;
-    d->iter = t->iter;
+    d->iter = iter;
     pace(d, 0); /* the election is no step: the next iteration starts the clock */
     const double took = now_s() - t0;
 
@@ -337,10 +363,10 @@ static hr_status change_view(dist *d, trainer *t, const char *why, double t0, ch
         if (moved)
             snprintf(state, sizeof state, ": state %.1f MB in %.2f s", (double)moved / 1e6, took);
         if (at_start)
-            snprintf(lead, sizeof lead, "started at iteration %ld%s; ", t->iter, state);
+            snprintf(lead, sizeof lead, "started at iteration %ld%s; ", iter, state);
         else if (nj && !nl)
             snprintf(lead, sizeof lead, "node%s %.300s %s at iteration %ld%s; ", nj > 1 ? "s" : "",
-                     js, nj > 1 ? "joined" : "rejoined", t->iter, state);
+                     js, nj > 1 ? "joined" : "rejoined", iter, state);
         else if (nl)
             snprintf(lead, sizeof lead, "node%s %.300s left%s%.300s%s at iteration %ld%s; ",
                      nl > 1 ? "s" : "", ls, why[0] ? " (" : "", why, why[0] ? ")" : "", first,
@@ -352,10 +378,11 @@ static hr_status change_view(dist *d, trainer *t, const char *why, double t0, ch
     snprintf(rec, sizeof rec,
              "{\"event\":\"view\",\"epoch\":%llu,\"nodes\":[%s],\"iter\":%ld,\"left\":[%s],"
              "\"joined\":[%s],\"state_bytes\":%zu,\"elect_s\":%.6f,\"t_unix\":%.6f,\"node\":%ld}\n",
-             (unsigned long long)a.view.epoch, members, t->iter, ls, js, moved, took, unix_s(),
+             (unsigned long long)a.view.epoch, members, iter, ls, js, moved, took, unix_s(),
              d->c->nodes[d->self].id);
-    if (t->metrics) {
-        fputs(rec, t->metrics);
+    FILE *metrics = s->metrics ? s->metrics(s->ctx) : NULL;
+    if (metrics) {
+        fputs(rec, metrics);
     } else {
         snprintf(d->pending, sizeof d->pending, "%s", rec);
         d->have_pending = 1;
@@ -363,36 +390,107 @@ static hr_status change_view(dist *d, trainer *t, const char *why, double t0, ch
     return HR_OK;
 }
 
-hr_status dist_attach(dist *d, trainer *t, char *err, size_t errlen) {
-    d->ipe = t->ipe;
+/* ================================================================ the built-in trainer's state */
+
+static long tr_iter(void *ctx) {
+    return ((dist *)ctx)->t->iter;
+}
+
+static hr_status tr_set_comm(void *ctx, int rank, int size) {
+    return train_set_comm(((dist *)ctx)->t, rank, size);
+}
+
+static hr_status tr_pack(void *ctx, const void **blob, size_t *bytes, char *err, size_t errlen) {
+    dist *d = ctx;
+    size_t n = train_state_bytes(d->t);
+    if (n > d->blob_cap) {
+        unsigned char *b = realloc(d->blob, n);
+        if (!b) return hr_fail(err, errlen, HR_ERR_NOMEM, "out of memory for the state");
+        d->blob = b, d->blob_cap = n;
+    }
+    train_state_pack(d->t, d->blob);
+    *blob = d->blob, *bytes = n;
+    return HR_OK;
+}
+
+static hr_status tr_unpack(void *ctx, const void *blob, size_t bytes, char *err, size_t errlen) {
+    return train_state_unpack(((dist *)ctx)->t, blob, bytes, err, errlen);
+}
+
+static hr_status tr_hash(void *ctx, uint64_t *h, char *err, size_t errlen) {
+    (void)err, (void)errlen;
+    *h = train_state_hash(((dist *)ctx)->t);
+    return HR_OK;
+}
+
+static void tr_set_split(void *ctx, const long *b) {
+    train_set_split(((dist *)ctx)->t, b);
+}
+
+static hr_status tr_save(void *ctx, char *err, size_t errlen) {
+    dist *d = ctx;
+    const char *ck = d->c->checkpoint;
+    return ck[0] ? train_save(d->t, ck, err, errlen) : HR_OK;
+}
+
+static FILE *tr_metrics(void *ctx) {
+    return ((dist *)ctx)->t->metrics;
+}
+
+hr_status dist_attach_state(dist *d, const dist_state *s, char *err, size_t errlen) {
+    d->st = *s;
+    d->ipe = s->ipe;
     d->lineage.epoch = 0;
-    d->lineage.progress = t->iter;
-    HR_CHECK(change_view(d, t, "", now_s(), err, errlen));
+    d->lineage.progress = s->iter(s->ctx);
+    return change_view(d, "", now_s(), err, errlen);
+}
+
+hr_status dist_attach(dist *d, trainer *t, char *err, size_t errlen) {
+    d->t = t;
+    const dist_state s = {.ctx = d,
+                          .iter = tr_iter,
+                          .set_comm = tr_set_comm,
+                          .pack = tr_pack,
+                          .unpack = tr_unpack,
+                          .hash = tr_hash,
+                          .set_split = tr_set_split,
+                          .save = tr_save,
+                          .metrics = tr_metrics,
+                          .global_batch = train_global_batch(t),
+                          .ipe = t->ipe,
+                          .recorded = t->has_recorded ? t->recorded : NULL};
+    HR_CHECK(dist_attach_state(d, &s, err, errlen));
     t->ctrl.ctx = d;
     t->ctrl.decide = decide;
     t->ctrl.annotate = annotate;
     return HR_OK;
 }
 
-static void flush_pending(dist *d, trainer *t) {
-    if (d->have_pending && t->metrics) fputs(d->pending, t->metrics);
-    if (t->metrics) d->have_pending = 0;
+hr_status dist_allreduce(dist *d, float *buf, size_t n) {
+    return ring_allreduce(&d->r, buf, n);
+}
+
+/* ================================================================ leaving and recovering */
+
+static void flush_pending(dist *d) {
+    FILE *f = d->st.metrics ? d->st.metrics(d->st.ctx) : NULL;
+    if (d->have_pending && f) fputs(d->pending, f);
+    if (f) d->have_pending = 0;
 }
 
 /* Leave the cluster at this boundary, with a checkpoint when one is configured. */
-static hr_status leave_now(dist *d, trainer *t, char *err, size_t errlen) {
-    const char *ck = d->c->checkpoint;
-    if (ck[0]) HR_CHECK(train_save(t, ck, err, errlen));
-    HR_INFO(RING, "leaving the cluster at iteration %ld%s%s", t->iter,
-            ck[0] ? "; checkpoint written to " : " (no checkpoint configured)", ck);
+static hr_status leave_now(dist *d, char *err, size_t errlen) {
+    const char *ck = d->t ? d->c->checkpoint : "";
+    if (d->st.save) HR_CHECK(d->st.save(d->st.ctx, err, errlen));
+    HR_INFO(RING, "leaving the cluster at iteration %ld%s%s", d->st.iter(d->st.ctx),
+            ck[0] ? "; checkpoint written to " : d->t ? " (no checkpoint configured)" : "", ck);
     return HR_ERR_INTERRUPTED;
 }
 
 /* A view change that a leave request interrupted (ring_elect polls it) ends in leave_now. */
-static hr_status change_or_leave(dist *d, trainer *t, const char *why, double t0, char *err,
-                                 size_t errlen) {
-    hr_status st = change_view(d, t, why, t0, err, errlen);
-    if (st == HR_ERR_INTERRUPTED && d->leave && *d->leave) return leave_now(d, t, err, errlen);
+static hr_status change_or_leave(dist *d, const char *why, double t0, char *err, size_t errlen) {
+    hr_status st = change_view(d, why, t0, err, errlen);
+    if (st == HR_ERR_INTERRUPTED && d->leave && *d->leave) return leave_now(d, err, errlen);
     return st;
 }
 
@@ -411,32 +509,44 @@ static void gist(const char *e, char *out, size_t n) {
     if (r) *r = 0;
 }
 
-/* train_step failed: when the ring broke, elect a new view and let the trainer retry. */
-static hr_status on_fail(void *ctx, trainer *t, hr_status st, char *err, size_t errlen) {
-    dist *d = ctx;
-    flush_pending(d, t);
+hr_status dist_recover(dist *d, hr_status st, char *err, size_t errlen) {
+    flush_pending(d);
     if (d->r.failed == HR_OK) return st;
     if (!ring_trouble(st)) return hr_fail(err, errlen, st, "%s", ring_error(&d->r));
-    if (t->iter == d->fail_iter && ++d->fails >= DIST_MAX_RETRIES)
+    const long iter = d->st.iter(d->st.ctx);
+    if (iter == d->fail_iter && ++d->fails >= DIST_MAX_RETRIES)
         return hr_fail(err, errlen, st, "iteration %ld failed in %d views in a row; stopping: %s",
-                       t->iter, d->fails, ring_error(&d->r));
-    if (t->iter != d->fail_iter) d->fail_iter = t->iter, d->fails = 0;
+                       iter, d->fails, ring_error(&d->r));
+    if (iter != d->fail_iter) d->fail_iter = iter, d->fails = 0;
     double t0 = now_s();
     char why[HR_ERRLEN];
     gist(ring_error(&d->r), why, sizeof why);
-    HR_WARN(RING, "iteration %ld failed: %s; agreeing on a new view", t->iter, ring_error(&d->r));
-    return change_or_leave(d, t, why, t0, err, errlen);
+    HR_WARN(RING, "iteration %ld failed: %s; agreeing on a new view", iter, ring_error(&d->r));
+    return change_or_leave(d, why, t0, err, errlen);
+}
+
+hr_status dist_boundary(dist *d, int *changed, char *err, size_t errlen) {
+    flush_pending(d);
+    pace(d, 1);
+    d->lineage.progress = d->st.iter(d->st.ctx);
+    *changed = 0;
+    if (!d->change) return HR_OK;
+    if (d->leaving_self) return leave_now(d, err, errlen);
+    *changed = 1;
+    return change_or_leave(d, "", now_s(), err, errlen);
+}
+
+/* train_step failed: when the ring broke, elect a new view and let the trainer retry. */
+static hr_status on_fail(void *ctx, trainer *t, hr_status st, char *err, size_t errlen) {
+    (void)t;
+    return dist_recover(ctx, st, err, errlen);
 }
 
 /* After an iteration: leave, or change the view, when a member asked for it. */
 static hr_status after_iter(void *ctx, trainer *t, char *err, size_t errlen) {
-    dist *d = ctx;
-    flush_pending(d, t);
-    pace(d, 1);
-    d->lineage.progress = t->iter;
-    if (!d->change) return HR_OK;
-    if (d->leaving_self) return leave_now(d, t, err, errlen);
-    return change_or_leave(d, t, "", now_s(), err, errlen);
+    (void)t;
+    int changed;
+    return dist_boundary(ctx, &changed, err, errlen);
 }
 
 /* Every metrics record and the summary: who wrote it and in which view. */

@@ -25,6 +25,12 @@
  *    still sums to B, I6), the same on every node (I5);
  *  - the data cursor is the iteration: an aborted iteration is re-run whole, so no sample is
  *    skipped or used twice (I8).
+ *
+ * The state a view change moves and checks is a dist_state: the built-in trainer's
+ * (dist_attach, through train.h's state blob) or the model of a libhetring user (lib/, through
+ * the user's get/put callbacks). Both go through the same election, transfer, hash check and
+ * controller restart (dist_change_view, dist_recover, dist_boundary), and the same per-iteration
+ * checks (dist_annotate, dist_decide).
  */
 #ifndef HR_DIST_H
 #define HR_DIST_H
@@ -54,6 +60,30 @@ enum {
     DIST_FLAG_LEAVE = 2, /* this member leaves after this iteration (SIGTERM) */
 };
 
+/* The training state of one node, as the view changes see it. */
+typedef struct {
+    void *ctx;
+    long (*iter)(void *ctx); /* the iteration to run next: the data cursor (I8) */
+    /* A new view: this node is at ring position rank of size; the split is unset until
+     * set_split. */
+    hr_status (*set_comm)(void *ctx, int rank, int size);
+    /* The state as one blob, valid until the next call; replicas may differ in size (the
+     * donor's size is sent first). */
+    hr_status (*pack)(void *ctx, const void **blob, size_t *bytes, char *err, size_t errlen);
+    /* Adopt the donor's blob; nothing changes on failure. */
+    hr_status (*unpack)(void *ctx, const void *blob, size_t bytes, char *err, size_t errlen);
+    /* A hash of the state as this node holds it (after an unpack: as it adopted it). */
+    hr_status (*hash)(void *ctx, uint64_t *h, char *err, size_t errlen);
+    void (*set_split)(void *ctx, const long *b); /* the controller's split (size entries) */
+    hr_status (*save)(void *ctx, char *err, size_t errlen); /* leaving: checkpoint, or NULL */
+    FILE *(*metrics)(void *ctx); /* where view records go, NULL: kept until there is one */
+    long global_batch;           /* B */
+    long ipe;                    /* iterations per epoch (the epoch policy) */
+    const long *recorded;        /* a resumed split (c->n_nodes entries) or NULL */
+    int send_first;              /* the first view sends the donor's state to every member even
+                                  * when their lineages agree (states built apart) */
+} dist_state;
+
 typedef struct {
     const cfg *c;        /* configuration (borrowed) */
     int self;            /* index of this node in c->nodes */
@@ -82,6 +112,8 @@ typedef struct {
     char pending[8192];                 /* the first view's record, before the file was open */
     unsigned char *blob;                /* state transfer buffer */
     size_t blob_cap;                    /* bytes allocated for blob */
+    dist_state st;                      /* the state the views move (dist_attach_state) */
+    trainer *t;                         /* the built-in trainer behind st, or NULL */
 } dist;
 
 /* Open the ring for node `self` of `c` (listening; no view yet). dist_free still needed. */
@@ -105,6 +137,33 @@ hr_status dist_attach(dist *d, trainer *t, char *err, size_t errlen);
 void dist_hooks(dist *d, train_opts *o, const volatile sig_atomic_t *leave);
 
 void dist_free(dist *d);
+
+/* ---------------------------------------------------------------- any training state
+ * The same machinery for a state that is not the built-in trainer's (libhetring). */
+
+/* Join the cluster with state s (copied): as dist_attach. */
+hr_status dist_attach_state(dist *d, const dist_state *s, char *err, size_t errlen);
+
+/* A SUM all-reduce of n floats over the current view (the iteration's gradients and stats). */
+hr_status dist_allreduce(dist *d, float *buf, size_t n);
+
+/* Whether iteration iter's stats carry a parameter hash (dist_annotate's param_hash). */
+int dist_wants_hash(const dist *d, long iter);
+
+/* Before the all-reduce: this node's agreement hashes and flags into mine->extra. */
+void dist_annotate(dist *d, long iter, uint64_t param_hash, train_stat *mine);
+
+/* After the all-reduce: check the hashes (I4, I5) and decide the next split (size entries). */
+hr_status dist_decide(dist *d, long iter, const train_stat *stats, int size, long *split);
+
+/* A collective of the current view failed with st: agree on a new view and bring every
+ * member to the same state (HR_OK: re-run the iteration), or the status to stop with. */
+hr_status dist_recover(dist *d, hr_status st, char *err, size_t errlen);
+
+/* After a completed (and applied) iteration: change the view or leave when a member asked
+ * for it at that iteration (HR_ERR_INTERRUPTED: this node left). *changed says whether the
+ * view changed. */
+hr_status dist_boundary(dist *d, int *changed, char *err, size_t errlen);
 
 /* 64-bit hash of n floats (their bit patterns). */
 uint64_t dist_hash_floats(const float *v, long n);
