@@ -5,6 +5,7 @@
  * executable, hetring-bench, on top of everything else (it starts clusters with this hetring),
  * so nothing here includes them; the command runs the hetring-bench next to this executable.
  */
+#include "blas_pick.h"
 #include "cli.h"
 #include "hr_log.h"
 
@@ -95,6 +96,11 @@ static int cmd_help(int argc, char **argv) {
 
 int main(int argc, char **argv) {
     hr_log_init_from_env();
+    char err[HR_ERRLEN];
+    if (blas_pick_init(err, sizeof err) != HR_OK) { /* before any command's first BLAS call */
+        fprintf(stderr, "hetring: %s\n", err);
+        return CLI_USAGE;
+    }
     if (argc < 2) {
         usage(stderr);
         return CLI_USAGE;

@@ -4,6 +4,7 @@
  * hetring with the same arguments; running hetring-bench directly is the same.
  */
 #include "bench.h"
+#include "blas_pick.h"
 #include "cli.h"
 #include "hr_log.h"
 
@@ -28,6 +29,11 @@ static void usage(FILE *out) {
 
 int main(int argc, char **argv) {
     hr_log_init_from_env();
+    char err[HR_ERRLEN];
+    if (blas_pick_init(err, sizeof err) != HR_OK) { /* before any suite's first BLAS call */
+        fprintf(stderr, "hetring bench: %s\n", err);
+        return CLI_USAGE;
+    }
     if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
         usage(argc < 2 ? stderr : stdout);
         return argc < 2 ? CLI_USAGE : CLI_OK;

@@ -1,4 +1,6 @@
-/* cmd_version.c: `hetring version`, the version and the features of this build. */
+/* cmd_version.c: `hetring version`, the version, the features of this build and the BLAS
+ * library and kernels in use. */
+#include "blas_pick.h"
 #include "cli.h"
 
 #include <stdio.h>
@@ -6,10 +8,15 @@
 
 int cmd_version(int argc, char **argv) {
     if (argc > 1 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
-        printf("usage: hetring version\n\nPrint the version and the features of this build.\n");
+        printf("usage: hetring version\n\n"
+               "Print the version, the features of this build and the BLAS kernels in use.\n"
+               "HETRING_BLAS_CORETYPE=auto|off|NAME chooses the kernels (README, BLAS kernels).\n");
         return CLI_OK;
     }
     printf("hetring %s\n", HR_VERSION);
+    char blas[512];
+    blas_pick_describe(blas, sizeof blas); /* main chose the kernels */
+    printf("%s\n", blas);
 #ifdef HR_HAVE_CUDA
     printf("cuda: yes (CUDA kernels and the NCCL backend are built)\n");
 #else

@@ -1,0 +1,216 @@
+/*
+ * test_blas_pick.c: the BLAS kernel choice (trainer/blas_pick.h).
+ *
+ *   test_trainer_blas_pick table   the choice as a pure function of CPU features and the set
+ *                                  OpenBLAS picked, over a table of cases
+ *   test_trainer_blas_pick switch  run with OPENBLAS_CORETYPE=<a weak set>: OpenBLAS loads that
+ *                                  set; the variable is then removed, so blas_pick_init sees a
+ *                                  weak pick it did not ask for, as on a CPU OpenBLAS does not
+ *                                  know. The kernels must switch to the choice for this CPU
+ *                                  (openblas_get_corename), the variable be unset again, and
+ *                                  GEMM stay correct. Exits 77 on a CPU without AVX2.
+ *   test_trainer_blas_pick keep    the same start, with HETRING_BLAS_CORETYPE=off: nothing
+ *                                  changes
+ * test_blas_pick.sh runs these under OPENBLAS_VERBOSE=2 and checks OpenBLAS's own "Core:" lines.
+ */
+#include "blas_pick.h"
+#include "check.h"
+
+#include <cblas.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+/* ================================================================ the pure choice */
+
+static const blas_cpu sse = {.intel = 1};
+static const blas_cpu avx = {.intel = 1, .avx = 1};
+static const blas_cpu avx2_intel = {.intel = 1, .avx = 1, .avx2 = 1, .fma = 1};
+static const blas_cpu avx2_amd = {.amd = 1, .avx = 1, .avx2 = 1, .fma = 1};
+static const blas_cpu avx2_nofma = {.intel = 1, .avx = 1, .avx2 = 1};
+static const blas_cpu avx512 = {.intel = 1,
+                                .avx = 1,
+                                .avx2 = 1,
+                                .fma = 1,
+                                .avx512f = 1,
+                                .avx512bw = 1,
+                                .avx512vl = 1,
+                                .avx512dq = 1,
+                                .avx512cd = 1};
+static const blas_cpu avx512_novl = {.intel = 1,
+                                     .avx = 1,
+                                     .avx2 = 1,
+                                     .fma = 1,
+                                     .avx512f = 1,
+                                     .avx512bw = 1,
+                                     .avx512dq = 1,
+                                     .avx512cd = 1};
+static const blas_cpu bf16 = {.intel = 1,
+                              .avx = 1,
+                              .avx2 = 1,
+                              .fma = 1,
+                              .avx512f = 1,
+                              .avx512bw = 1,
+                              .avx512vl = 1,
+                              .avx512dq = 1,
+                              .avx512cd = 1,
+                              .avx512bf16 = 1};
+static const blas_cpu zen4 = {.amd = 1,
+                              .avx = 1,
+                              .avx2 = 1,
+                              .fma = 1,
+                              .avx512f = 1,
+                              .avx512bw = 1,
+                              .avx512vl = 1,
+                              .avx512dq = 1,
+                              .avx512cd = 1,
+                              .avx512bf16 = 1};
+
+static void test_choose(void) {
+    static const struct {
+        const char *what;
+        const blas_cpu *cpu;
+        const char *current; /* OpenBLAS's pick */
+        const char *want;    /* NULL: keep it */
+    } cases[] = {
+        {"the issue's Xeon (family 6 model 207), Prescott", &bf16, "Prescott", "Cooperlake"},
+        {"AVX-512 without BF16, Prescott", &avx512, "Prescott", "SkylakeX"},
+        {"AVX-512, Core2", &avx512, "Core2", "SkylakeX"},
+        {"AVX-512, Nehalem", &avx512, "Nehalem", "SkylakeX"},
+        {"AVX-512, Sandybridge", &avx512, "Sandybridge", "SkylakeX"},
+        {"AVX-512, Atom", &avx512, "Atom", "SkylakeX"},
+        {"AVX-512, Haswell", &avx512, "Haswell", "SkylakeX"},
+        {"AVX-512, already SkylakeX", &avx512, "SkylakeX", NULL},
+        {"AVX-512 BF16, SkylakeX", &bf16, "SkylakeX", "Cooperlake"},
+        {"AVX-512 BF16, already Cooperlake", &bf16, "Cooperlake", NULL},
+        {"AVX-512 BF16, SapphireRapids is as strong", &bf16, "SapphireRapids", NULL},
+        {"Zen 4/5 (AMD AVX-512 BF16), Haswell", &zen4, "Haswell", "Cooperlake"},
+        {"Zen 4/5, Zen", &zen4, "Zen", "Cooperlake"},
+        {"AVX-512F without VL is not enough: AVX2 tier", &avx512_novl, "Prescott", "Haswell"},
+        {"AVX-512F without VL, Haswell kept", &avx512_novl, "Haswell", NULL},
+        {"Intel AVX2, Prescott", &avx2_intel, "Prescott", "Haswell"},
+        {"Intel AVX2, Sandybridge", &avx2_intel, "Sandybridge", "Haswell"},
+        {"Intel AVX2, already Haswell", &avx2_intel, "Haswell", NULL},
+        {"Intel AVX2, Zen is the same tier", &avx2_intel, "Zen", NULL},
+        {"AMD AVX2, Barcelona", &avx2_amd, "Barcelona", "Zen"},
+        {"AMD AVX2, Excavator", &avx2_amd, "Excavator", "Zen"},
+        {"AMD AVX2, Haswell is the same tier", &avx2_amd, "Haswell", NULL},
+        {"AVX2 without FMA: left alone", &avx2_nofma, "Prescott", NULL},
+        {"AVX only: left alone", &avx, "Prescott", NULL},
+        {"SSE only: left alone", &sse, "Prescott", NULL},
+        {"a stronger set than the CPU is never lowered", &avx2_intel, "SkylakeX", NULL},
+        {"a name in another case", &avx512, "PRESCOTT", "SkylakeX"},
+        {"an unknown set is left alone", &bf16, "Zen7000", NULL},
+        {"no name is left alone", &bf16, NULL, NULL},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const char *got = blas_pick_choose(cases[i].cpu, cases[i].current);
+        int same = got && cases[i].want ? strcmp(got, cases[i].want) == 0 : got == cases[i].want;
+        CHECK(same, "%s: chose %s, expected %s", cases[i].what, got ? got : "(keep)",
+              cases[i].want ? cases[i].want : "(keep)");
+    }
+}
+
+static void test_runs(void) {
+    CHECK(blas_pick_runs(&avx2_intel, "Haswell") == 1, "an AVX2 CPU runs Haswell");
+    CHECK(blas_pick_runs(&avx2_intel, "SkylakeX") == 0, "an AVX2 CPU does not run SkylakeX");
+    CHECK(blas_pick_runs(&avx512, "cooperlake") == 0, "AVX-512 without BF16 runs no Cooperlake");
+    CHECK(blas_pick_runs(&bf16, "Cooperlake") == 1, "an AVX-512 BF16 CPU runs Cooperlake");
+    CHECK(blas_pick_runs(&sse, "Prescott") == 1, "every x86-64 CPU runs Prescott");
+    CHECK(blas_pick_runs(&bf16, "Bogus") == -1, "an unknown set is -1");
+    const char *names = blas_pick_core_names();
+    CHECK(strstr(names, "Prescott") && strstr(names, "SkylakeX") && strstr(names, "Cooperlake") &&
+              strstr(names, "Haswell") && strstr(names, "Zen"),
+          "the names list misses a set: %s", names);
+}
+
+/* ================================================================ the switch, for real */
+
+char *openblas_get_corename(void);
+
+/* C = A B with A (m, k), B (k, n) through cblas_sgemm, against a double-precision loop. */
+static double gemm_error(void) {
+    enum { M = 67, N = 131, K = 203 };
+    static float a[M * K], b[K * N], c[M * N];
+    unsigned s = 12345;
+    for (int i = 0; i < M * K; i++)
+        a[i] = (float)((s = s * 1103515245u + 12345u) >> 16) / 65536.0f - 0.5f;
+    for (int i = 0; i < K * N; i++)
+        b[i] = (float)((s = s * 1103515245u + 12345u) >> 16) / 65536.0f - 0.5f;
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, N, K, 1.0f, a, K, b, N, 0.0f, c, N);
+    double worst = 0;
+    for (int i = 0; i < M; i++)
+        for (int j = 0; j < N; j++) {
+            double ref = 0;
+            for (int p = 0; p < K; p++) ref += (double)a[i * K + p] * b[p * N + j];
+            double d = c[i * N + j] - ref;
+            d = d < 0 ? -d : d;
+            if (!(d <= worst)) worst = d; /* NaN sticks */
+        }
+    return worst;
+}
+
+/* The weak set OpenBLAS loaded from OPENBLAS_CORETYPE, then forgotten: see the file comment. */
+static const char *forget_coretype(char *loaded, size_t len) {
+    const char *env = getenv("OPENBLAS_CORETYPE");
+    if (!env) {
+        fprintf(stderr, "run with OPENBLAS_CORETYPE set to a weak kernel set (e.g. Prescott)\n");
+        exit(2);
+    }
+    snprintf(loaded, len, "%s", openblas_get_corename());
+    CHECK(strcasecmp(loaded, env) == 0, "OpenBLAS loaded %s, not OPENBLAS_CORETYPE=%s", loaded,
+          env);
+    unsetenv("OPENBLAS_CORETYPE");
+    return loaded;
+}
+
+static int test_switch(int keep) {
+    char loaded[64], err[HR_ERRLEN] = "", line[512];
+    forget_coretype(loaded, sizeof loaded);
+    blas_cpu cpu;
+    blas_pick_cpu(&cpu);
+    const char *want = keep ? NULL : blas_pick_choose(&cpu, loaded);
+    if (!keep && !want) {
+        printf("SKIP: this CPU has nothing stronger than %s to offer (no AVX2)\n", loaded);
+        return 77;
+    }
+    double before = gemm_error();
+    CHECK(before < 1e-3, "GEMM on %s: max abs error %.3g", loaded, before);
+    hr_status st = blas_pick_init(err, sizeof err);
+    CHECK(st == HR_OK, "blas_pick_init: %s", err);
+    const char *now = openblas_get_corename();
+    blas_pick_describe(line, sizeof line);
+    printf("%s\n", line);
+    if (keep) {
+        CHECK(strcasecmp(now, loaded) == 0, "HETRING_BLAS_CORETYPE=off, yet %s became %s", loaded,
+              now);
+        CHECK(strstr(line, "HETRING_BLAS_CORETYPE=off"), "the line does not say off: %s", line);
+    } else {
+        CHECK(strcasecmp(now, want) == 0, "kernels %s after the switch, expected %s (from %s)", now,
+              want, loaded);
+        char expect[128];
+        snprintf(expect, sizeof expect, "kernels %s (chosen by hetring for ", now);
+        CHECK(strstr(line, expect), "the line does not say '%s': %s", expect, line);
+        snprintf(expect, sizeof expect, "OpenBLAS picked %s)", loaded);
+        CHECK(strstr(line, expect), "the line does not say '%s': %s", expect, line);
+    }
+    CHECK(!getenv("OPENBLAS_CORETYPE"), "OPENBLAS_CORETYPE left set to %s",
+          getenv("OPENBLAS_CORETYPE"));
+    double after = gemm_error();
+    printf("GEMM max abs error: %.3g on %s, %.3g on %s\n", before, loaded, after, now);
+    CHECK(after < 1e-3, "GEMM on %s after the switch: max abs error %.3g", now, after);
+    hr_status again = blas_pick_init(NULL, 0);
+    CHECK(again == st && strcasecmp(openblas_get_corename(), now) == 0,
+          "a second blas_pick_init changed something");
+    return check_exit();
+}
+
+int main(int argc, char **argv) {
+    const char *mode = argc > 1 ? argv[1] : "table";
+    if (strcmp(mode, "switch") == 0) return test_switch(0);
+    if (strcmp(mode, "keep") == 0) return test_switch(1);
+    test_choose();
+    test_runs();
+    return check_exit();
+}
