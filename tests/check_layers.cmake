@@ -2,20 +2,21 @@
 #
 #   cmake -DROOT=<source dir> -P tests/check_layers.cmake
 #
-# Every quoted #include in conf/, ring/, ctrl/, trainer/, app/ and bench/ (subfolders count as
+# Every quoted #include in conf/, ring/, ctrl/, trainer/, app/, lib/ and bench/ (subfolders count as
 # their folder) must name a header of a layer the including folder may use. The base is the
 # status and logging headers in conf/, which every folder may use. Exits with an error that
 # names each file, header and rule broken. The build runs it (target check_layers) and so does
 # ctest (layers.includes), so the structure cannot drift without a failure.
 
 cmake_minimum_required(VERSION 3.16)
-set(LAYERS base conf ring ctrl trainer app bench)
+set(LAYERS base conf ring ctrl trainer app lib bench)
 set(ALLOW_base base)
 set(ALLOW_conf base conf)
 set(ALLOW_ring base ring)
 set(ALLOW_ctrl base ctrl)
 set(ALLOW_trainer base trainer)
 set(ALLOW_app base conf ring ctrl trainer app)
+set(ALLOW_lib base conf ring ctrl trainer app lib)
 set(ALLOW_bench base conf ring ctrl trainer app bench)
 
 if(NOT ROOT)
@@ -37,7 +38,7 @@ function(layer_of rel out)
 endfunction()
 
 # Which layer owns each header name (names are unique across the layers).
-set(dirs conf ring ctrl trainer app bench)
+set(dirs conf ring ctrl trainer app lib bench)
 set(globs)
 foreach(d ${dirs})
   list(APPEND globs ${ROOT}/${d}/*.h ${ROOT}/${d}/*.cuh)

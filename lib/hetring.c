@@ -1,0 +1,587 @@
+/*
+ * hetring.c: libhetring over the application's distributed machinery (hetring.h).
+ *
+ * A handle is a dist (app/dist.h: the ring, the replicated controller, the agreement checks
+ * and the view changes) whose dist_state is the user's: the iteration cursor, the split and a
+ * state blob of a small header (format, iteration, B, samples, seed) followed by the bytes of
+ * the user's get_state. `hetring run` moves the built-in trainer's state through the same
+ * dist functions, so elections, transfers, hash checks and controller restarts are one code.
+ *
+ * One iteration, as train.c's train_step does it for the built-in models:
+ *   slice   perm_e[it*B + start, it*B + start + b) from trainer/data.c's loader (I1)
+ *   step    the user's buffers are copied into one contiguous buffer with the stats tail
+ *           (TRAIN_NODE_STATS floats per node, this node's slot filled, zeros elsewhere), the
+ *           SUM all-reduce hands every node every slot, dist_decide checks the hashes and
+ *           decides the next split (I4, I5, I6), and the buffers get sum / B back (I2)
+ *   commit  the cursor advances only when the all-reduce completed; a failure elects a new
+ *           view and the same iteration is run again (I8)
+ *   boundary  a view change a member asked for (a join, a leave) runs at the next
+ *           hetring_next, after the user applied the step, so the state moved is the
+ *           committed one
+ */
+#include "hetring.h"
+
+#include "cfg.h"
+#include "data.h"
+#include "dist.h"
+#include "hr_log.h"
+#include "node_id.h"
+#include "ring.h"
+#include "train.h"
+#include "trainer_setup.h"
+
+#include <math.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+_Static_assert((int)HETRING_EUNSUPPORTED == (int)HR_ERR_UNSUPPORTED &&
+                   (int)HETRING_EMISMATCH == (int)HR_ERR_MISMATCH &&
+                   (int)HETRING_EINVAL == (int)HR_ERR_INVAL,
+               "hetring_status must match hr_status up to HR_ERR_UNSUPPORTED");
+
+#define STATE_MAGIC 0x3173757268ull /* "hrus1" */
+#define STATE_HDR   6               /* magic, iter, B, samples, seed, user bytes */
+
+struct hetring {
+    cfg c;                     /* the cluster's configuration */
+    int have_cfg;              /* c was loaded */
+    int self;                  /* index of this node in c.nodes */
+    dist d;                    /* ring, controller, checks and views */
+    int have_dist;             /* d was initialised (and not yet freed) */
+    train_config tc;           /* this node's emulation settings (train_stretch_factor) */
+    hetring_callbacks cb;      /* the user's side of view changes */
+    long B;                    /* global batch */
+    long n_samples;            /* dataset size the indices range over */
+    long ipe;                  /* iterations per epoch: n_samples / B */
+    long total;                /* iterations of the run */
+    data_set ds;               /* n_samples only: the loader's permutation needs no data */
+    data_loader dl;            /* perm_e (I1) */
+    int have_dl;               /* dl was initialised */
+    long iter;                 /* next iteration to run: the data cursor */
+    int rank, size;            /* ring position and view size */
+    long *split;               /* (c.n_nodes) samples per node of the current view */
+    long *next;                /* (c.n_nodes) where dist_decide writes the next split */
+    train_stat *gathered;      /* (c.n_nodes) every node's stats of the last iteration */
+    int64_t *idx;              /* (B) this node's indices for the iteration fetched */
+    float *buf;                /* (n_grad + n_nodes * TRAIN_NODE_STATS) gradients + tail */
+    size_t n_grad;             /* floats of gradient, fixed by the first hetring_step */
+    int n_bufs;                /* buffers per step, fixed by the first hetring_step */
+    size_t *counts;            /* (n_bufs) floats per buffer */
+    unsigned char *blob;       /* (blob_cap) the state blob this node packs */
+    size_t blob_cap;           /* bytes allocated for blob */
+    size_t moved;              /* state bytes sent or received in the last view change */
+    int fetched;               /* hetring_next handed out iteration `iter` */
+    int boundary;              /* an iteration completed: run dist_boundary first */
+    int view_changed;          /* a view change since the last hetring_next */
+    int closed;                /* hetring_close ran */
+    int left;                  /* this node left the cluster */
+    hr_status failed;          /* a failure that ended the node (later calls return it) */
+    volatile sig_atomic_t leave; /* hetring_leave: leave at the next boundary */
+    char err[HR_ERRLEN];       /* the last failure's message */
+};
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void sleep_s(double s) {
+    if (s <= 0) return;
+    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
+    while (nanosleep(&ts, &ts) != 0) {
+    }
+}
+
+/* ================================================================ status and messages */
+
+static int status_of(hr_status st) {
+    if (st == HR_ERR_INTERRUPTED) return HETRING_LEFT;
+    if (st == HR_ERR_CUDA || st == HR_ERR_NCCL) return HETRING_EIO;
+    return (int)st;
+}
+
+const char *hetring_strerror(int status) {
+    switch (status) {
+    case HETRING_RETRY: return "the view changed: run the iteration again";
+    case HETRING_DONE: return "the run's iterations are done";
+    case HETRING_LEFT: return "this node left the cluster";
+    case HETRING_ECLOSED: return "the handle was closed";
+    default:
+        if (status >= 0 && status <= HETRING_EUNSUPPORTED) return hr_strerror((hr_status)status);
+        return "unknown status";
+    }
+}
+
+const char *hetring_version(void) {
+    return HR_VERSION;
+}
+
+const char *hetring_last_error(const hetring *h) {
+    return h ? h->err : "no handle";
+}
+
+/* A failure of this call: the message into h->err, the status as the user sees it. */
+__attribute__((format(printf, 3, 4))) static int fail(hetring *h, int status, const char *fmt,
+                                                       ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(h->err, sizeof h->err, fmt, ap);
+    va_end(ap);
+    return status;
+}
+
+/* A failure that ends the node: later calls return it too. */
+static int fatal(hetring *h, hr_status st) {
+    h->failed = st;
+    if (!h->err[0]) snprintf(h->err, sizeof h->err, "%s", hr_strerror(st));
+    HR_ERROR(CLI, "node %ld: %s", hetring_node_id(h), h->err);
+    return status_of(st);
+}
+
+/* The checks every call makes first. */
+static int usable(hetring *h) {
+    if (!h) return HETRING_EINVAL;
+    if (h->closed) return fail(h, HETRING_ECLOSED, "the handle was closed (hetring_close)");
+    if (h->left) return fail(h, HETRING_LEFT, "this node left the cluster");
+    if (h->failed != HR_OK) return status_of(h->failed); /* h->err still says why */
+    return HETRING_OK;
+}
+
+uint64_t hetring_hash(const void *data, size_t bytes, uint64_t seed) {
+    /* word-at-a-time multiply-xor (train.c's hash of floats, over bytes) */
+    const unsigned char *p = data;
+    uint64_t h = 0x9e3779b97f4a7c15ull ^ seed ^ (uint64_t)bytes;
+    size_t i = 0;
+    for (; i + 8 <= bytes; i += 8) {
+        uint64_t w;
+        memcpy(&w, p + i, sizeof w);
+        h = (h ^ w) * 0xff51afd7ed558ccdull;
+        h ^= h >> 29;
+    }
+    if (i < bytes) {
+        uint64_t w = 0;
+        memcpy(&w, p + i, bytes - i);
+        h = (h ^ w) * 0xff51afd7ed558ccdull;
+    }
+    h ^= h >> 33;
+    h *= 0xc4ceb9fe1a85ec53ull;
+    return h ^ (h >> 33);
+}
+
+/* ================================================================ the user's state */
+
+static long st_iter(void *ctx) {
+    return ((hetring *)ctx)->iter;
+}
+
+static hr_status st_set_comm(void *ctx, int rank, int size) {
+    hetring *h = ctx;
+    if (size < 1 || size > h->c.n_nodes || rank < 0 || rank >= size) return HR_ERR_INVAL;
+    h->rank = rank, h->size = size;
+    return HR_OK;
+}
+
+static void st_set_split(void *ctx, const long *b) {
+    hetring *h = ctx;
+    memcpy(h->split, b, sizeof *h->split * (size_t)h->size);
+}
+
+static hr_status user_state(hetring *h, const void **data, size_t *bytes, char *err,
+                            size_t errlen) {
+    *data = NULL, *bytes = 0;
+    if (!h->cb.get_state) return HR_OK;
+    if (h->cb.get_state(h->cb.user, data, bytes) != 0 || (*bytes && !*data))
+        return hr_fail(err, errlen, HR_ERR_DATA, "the get_state callback failed");
+    return HR_OK;
+}
+
+static void header(const hetring *h, uint64_t hdr[STATE_HDR], size_t user_bytes) {
+    hdr[0] = STATE_MAGIC;
+    hdr[1] = (uint64_t)h->iter;
+    hdr[2] = (uint64_t)h->B;
+    hdr[3] = (uint64_t)h->n_samples;
+    hdr[4] = (uint64_t)h->tc.seed;
+    hdr[5] = (uint64_t)user_bytes;
+}
+
+static hr_status st_pack(void *ctx, const void **blob, size_t *bytes, char *err, size_t errlen) {
+    hetring *h = ctx;
+    const void *user;
+    size_t ub;
+    HR_CHECK(user_state(h, &user, &ub, err, errlen));
+    uint64_t hdr[STATE_HDR];
+    const size_t n = sizeof hdr + ub;
+    if (n > h->blob_cap) {
+        unsigned char *b = realloc(h->blob, n);
+        if (!b) return hr_fail(err, errlen, HR_ERR_NOMEM, "out of memory for a %zu-byte state", n);
+        h->blob = b, h->blob_cap = n;
+    }
+    header(h, hdr, ub);
+    memcpy(h->blob, hdr, sizeof hdr);
+    if (ub) memcpy(h->blob + sizeof hdr, user, ub);
+    *blob = h->blob, *bytes = n;
+    h->moved = n;
+    return HR_OK;
+}
+
+static hr_status st_unpack(void *ctx, const void *blob, size_t bytes, char *err, size_t errlen) {
+    static const char *const what[STATE_HDR] = {"format", "iteration", "global batch",
+                                                "sample count", "seed", "size"};
+    hetring *h = ctx;
+    uint64_t hdr[STATE_HDR], mine[STATE_HDR];
+    if (bytes < sizeof hdr)
+        return hr_fail(err, errlen, HR_ERR_DATA, "a state of %zu bytes is too short", bytes);
+    memcpy(hdr, blob, sizeof hdr);
+    header(h, mine, bytes - sizeof hdr);
+    for (int i = 0; i < STATE_HDR; i++)
+        if (i != 1 && hdr[i] != mine[i])
+            return hr_fail(err, errlen, i ? HR_ERR_MISMATCH : HR_ERR_DATA,
+                           "the state received: its %s is %llu, this node's %llu (every node "
+                           "must use the same configuration and dataset)",
+                           what[i], (unsigned long long)hdr[i], (unsigned long long)mine[i]);
+    if (hdr[1] > (uint64_t)h->total)
+        return hr_fail(err, errlen, HR_ERR_DATA, "the state received is at iteration %llu, past "
+                       "the %ld of the run", (unsigned long long)hdr[1], h->total);
+    const size_t ub = bytes - sizeof hdr;
+    if (h->cb.put_state &&
+        h->cb.put_state(h->cb.user, (const unsigned char *)blob + sizeof hdr, ub) != 0)
+        return hr_fail(err, errlen, HR_ERR_DATA,
+                       "the put_state callback refused the state received (%zu bytes)", ub);
+    h->iter = (long)hdr[1];
+    h->moved = bytes;
+    return HR_OK;
+}
+
+static hr_status st_hash(void *ctx, uint64_t *out, char *err, size_t errlen) {
+    hetring *h = ctx;
+    const void *user;
+    size_t ub;
+    HR_CHECK(user_state(h, &user, &ub, err, errlen));
+    *out = hetring_hash(user, ub, (uint64_t)h->iter);
+    return HR_OK;
+}
+
+/* ================================================================ views */
+
+static void report_view(hetring *h) {
+    if (!h->cb.on_view) return;
+    const ring_view *v = ring_get_view(&h->d.r);
+    hetring_view hv = {.epoch = v->epoch,
+                       .n = v->n,
+                       .ids = v->ids,
+                       .rank = h->rank,
+                       .iter = h->iter,
+                       .state_bytes = h->moved};
+    h->cb.on_view(h->cb.user, &hv);
+}
+
+/* ================================================================ open and close */
+
+void hetring_options_init(hetring_options *o) {
+    memset(o, 0, sizeof *o);
+    o->node_id = -1;
+    o->sync_first = 1;
+}
+
+static hr_status load_config(hetring *h, const hetring_options *o) {
+    char *e = h->err;
+    const size_t n = sizeof h->err;
+    cfg_init(&h->c);
+    h->have_cfg = 1;
+    HR_CHECK(cfg_parse_file(&h->c, o->conf, e, n));
+    HR_CHECK(cfg_apply_env(&h->c, e, n));
+    for (const char *const *s = o->set; s && *s; s++) HR_CHECK(cfg_set(&h->c, *s, e, n));
+    HR_CHECK(cfg_validate(&h->c, e, n));
+    char id[32];
+    if (o->node_id >= 0) snprintf(id, sizeof id, "%ld", o->node_id);
+    return node_id_resolve(&h->c, o->node_id >= 0 ? id : NULL, &h->self, e, n);
+}
+
+static hr_status setup(hetring *h, const hetring_options *o) {
+    char *e = h->err;
+    const size_t n = sizeof h->err;
+    HR_CHECK(load_config(h, o));
+    const cfg *c = &h->c;
+    hr_log_set_node((int)c->nodes[h->self].id);
+    app_train_config(c, h->self, &h->tc);
+    h->B = h->tc.global_batch;
+    h->n_samples = o->n_samples > 0 ? o->n_samples : c->samples;
+    h->ds.n = h->n_samples;
+    HR_CHECK(data_loader_init(&h->dl, &h->ds, h->tc.seed, h->B, e, n));
+    h->have_dl = 1;
+    h->ipe = data_loader_iters_per_epoch(&h->dl, h->B);
+    h->total = h->tc.iterations > 0 ? h->tc.iterations : h->tc.epochs * h->ipe;
+    const size_t nn = (size_t)c->n_nodes;
+    h->split = calloc(nn, sizeof *h->split);
+    h->next = calloc(nn, sizeof *h->next);
+    h->gathered = calloc(nn, sizeof *h->gathered);
+    h->idx = calloc((size_t)h->B, sizeof *h->idx);
+    if (!h->split || !h->next || !h->gathered || !h->idx)
+        return hr_fail(e, n, HR_ERR_NOMEM, "out of memory");
+    h->size = 1, h->split[0] = h->B;
+    HR_CHECK(dist_init(&h->d, c, h->self, e, n));
+    h->have_dist = 1;
+    h->d.leave = &h->leave;
+    ring_set_stop(&h->d.r, &h->leave); /* a leave request ends an election waiting for quorum */
+    const dist_state s = {.ctx = h,
+                          .iter = st_iter,
+                          .set_comm = st_set_comm,
+                          .pack = st_pack,
+                          .unpack = st_unpack,
+                          .hash = st_hash,
+                          .set_split = st_set_split,
+                          .global_batch = h->B,
+                          .ipe = h->ipe,
+                          .send_first = o->sync_first};
+    h->moved = 0;
+    HR_CHECK(dist_attach_state(&h->d, &s, e, n));
+    report_view(h);
+    return HR_OK;
+}
+
+int hetring_open(hetring **out, const hetring_options *o, char *err, size_t errlen) {
+    if (err && errlen) err[0] = 0;
+    if (!out) return HETRING_EINVAL;
+    *out = NULL;
+    if (!o || !o->conf) {
+        if (err && errlen) snprintf(err, errlen, "hetring_open: options with a conf path needed");
+        return HETRING_EINVAL;
+    }
+    if (!o->cb.get_state != !o->cb.put_state) {
+        if (err && errlen)
+            snprintf(err, errlen, "hetring_open: get_state and put_state go together");
+        return HETRING_EINVAL;
+    }
+    hr_log_init_from_env();
+    hetring *h = calloc(1, sizeof *h);
+    if (!h) return HETRING_ENOMEM;
+    h->cb = o->cb;
+    hr_status st = setup(h, o);
+    if (st != HR_OK) {
+        if (!h->err[0]) snprintf(h->err, sizeof h->err, "%s", hr_strerror(st));
+        if (err && errlen) snprintf(err, errlen, "%s", h->err);
+        hetring_free(h);
+        return status_of(st);
+    }
+    *out = h;
+    return HETRING_OK;
+}
+
+int hetring_close(hetring *h) {
+    if (!h) return HETRING_EINVAL;
+    if (h->have_dist) dist_free(&h->d);
+    h->have_dist = 0;
+    h->closed = 1;
+    return HETRING_OK;
+}
+
+void hetring_free(hetring *h) {
+    if (!h) return;
+    hetring_close(h);
+    if (h->have_dl) data_loader_free(&h->dl);
+    if (h->have_cfg) cfg_free(&h->c);
+    free(h->split);
+    free(h->next);
+    free(h->gathered);
+    free(h->idx);
+    free(h->buf);
+    free(h->counts);
+    free(h->blob);
+    free(h);
+}
+
+void hetring_leave(hetring *h) {
+    if (h) h->leave = 1;
+}
+
+long hetring_node_id(const hetring *h) {
+    return h && h->have_cfg ? h->c.nodes[h->self].id : -1;
+}
+int hetring_rank(const hetring *h) {
+    return h ? h->rank : -1;
+}
+int hetring_size(const hetring *h) {
+    return h ? h->size : 0;
+}
+long hetring_global_batch(const hetring *h) {
+    return h ? h->B : 0;
+}
+long hetring_samples(const hetring *h) {
+    return h ? h->n_samples : 0;
+}
+long hetring_iterations(const hetring *h) {
+    return h ? h->total : 0;
+}
+
+/* ================================================================ one iteration */
+
+/* This node left: the ring closes so the others' view change does not wait for it. */
+static int left(hetring *h) {
+    h->left = 1;
+    if (h->have_dist) dist_free(&h->d);
+    h->have_dist = 0;
+    snprintf(h->err, sizeof h->err, "this node left the cluster at iteration %ld", h->iter);
+    return HETRING_LEFT;
+}
+
+int hetring_next(hetring *h, hetring_batch *out) {
+    int us = usable(h);
+    if (us != HETRING_OK) return us;
+    if (!out) return fail(h, HETRING_EINVAL, "hetring_next: no batch to fill");
+    h->err[0] = 0;
+    if (h->boundary) {
+        int changed = 0;
+        h->boundary = 0;
+        h->moved = 0;
+        hr_status st = dist_boundary(&h->d, &changed, h->err, sizeof h->err);
+        if (st == HR_ERR_INTERRUPTED) return left(h);
+        if (st != HR_OK) return fatal(h, st);
+        if (changed) h->view_changed = 1, report_view(h);
+    }
+    if (h->iter >= h->total) return HETRING_DONE;
+    long start = 0;
+    for (int k = 0; k < h->rank; k++) start += h->split[k];
+    const long b = h->split[h->rank], it = h->iter % h->ipe;
+    const uint32_t *p = data_loader_perm(&h->dl, h->iter / h->ipe) + it * h->B + start;
+    for (long i = 0; i < b; i++) h->idx[i] = p[i];
+    *out = (hetring_batch){.iter = h->iter,
+                           .epoch = h->iter / h->ipe,
+                           .global_batch = h->B,
+                           .batch = b,
+                           .start = start,
+                           .indices = h->idx,
+                           .rank = h->rank,
+                           .size = h->size,
+                           .check_hash = dist_wants_hash(&h->d, h->iter),
+                           .view_changed = h->view_changed,
+                           .slowdown = train_stretch_factor(&h->tc, h->iter)};
+    h->view_changed = 0;
+    h->fetched = 1;
+    return HETRING_OK;
+}
+
+/* The buffers' layout: fixed by the first step, the same at every later one. */
+static int check_grads(hetring *h, const hetring_grads *g) {
+    if (!g || g->n_bufs < 1 || !g->bufs || !g->counts)
+        return fail(h, HETRING_EINVAL, "hetring_step: no gradient buffers given");
+    size_t total = 0;
+    for (int i = 0; i < g->n_bufs; i++) {
+        if (!g->bufs[i] && g->counts[i])
+            return fail(h, HETRING_EINVAL, "hetring_step: buffer %d is NULL", i);
+        total += g->counts[i];
+    }
+    if (total == 0) return fail(h, HETRING_EINVAL, "hetring_step: the buffers hold no floats");
+    if (!(g->compute_s >= 0) || !isfinite(g->compute_s))
+        return fail(h, HETRING_EINVAL, "hetring_step: compute_s must be finite and >= 0, not %g",
+                    g->compute_s);
+    if (h->n_bufs == 0) {
+        const size_t tail = (size_t)h->c.n_nodes * TRAIN_NODE_STATS;
+        h->counts = malloc(sizeof *h->counts * (size_t)g->n_bufs);
+        h->buf = malloc(sizeof *h->buf * (total + tail));
+        if (!h->counts || !h->buf) return fail(h, HETRING_ENOMEM, "out of memory");
+        memcpy(h->counts, g->counts, sizeof *h->counts * (size_t)g->n_bufs);
+        h->n_bufs = g->n_bufs, h->n_grad = total;
+        return HETRING_OK;
+    }
+    if (g->n_bufs != h->n_bufs)
+        return fail(h, HETRING_EINVAL, "hetring_step: %d buffers given, the first step had %d",
+                    g->n_bufs, h->n_bufs);
+    for (int i = 0; i < g->n_bufs; i++)
+        if (g->counts[i] != h->counts[i])
+            return fail(h, HETRING_EINVAL,
+                        "hetring_step: buffer %d holds %zu floats, at the first step %zu", i,
+                        g->counts[i], h->counts[i]);
+    return HETRING_OK;
+}
+
+/* This node's stats into its slot of the tail, zeros elsewhere (train.c's layout). */
+static void stats_pack(float *tail, int rank, int size, const train_stat *mine) {
+    memset(tail, 0, sizeof *tail * (size_t)size * TRAIN_NODE_STATS);
+    float *s = tail + (size_t)rank * TRAIN_NODE_STATS;
+    s[0] = (float)mine->b, s[1] = (float)mine->t, s[2] = (float)mine->loss;
+    s[3] = (float)mine->correct;
+    memcpy(s + 4, mine->extra, sizeof mine->extra);
+}
+
+static void stats_unpack(const float *tail, int size, train_stat *out) {
+    for (int k = 0; k < size; k++) {
+        const float *s = tail + (size_t)k * TRAIN_NODE_STATS;
+        out[k] = (train_stat){.b = (long)s[0], .t = s[1], .loss = s[2], .correct = (long)s[3]};
+        memcpy(out[k].extra, s + 4, sizeof out[k].extra);
+    }
+}
+
+/* The all-reduce failed: a new view, and the iteration again (or the end of this node). */
+static int recover(hetring *h, hr_status st) {
+    h->moved = 0;
+    st = dist_recover(&h->d, st, h->err, sizeof h->err);
+    if (st == HR_ERR_INTERRUPTED) return left(h);
+    if (st != HR_OK) return fatal(h, st);
+    h->view_changed = 1;
+    report_view(h);
+    snprintf(h->err, sizeof h->err, "iteration %ld: the view changed; run it again", h->iter);
+    return HETRING_RETRY;
+}
+
+int hetring_step(hetring *h, const hetring_grads *g, hetring_result *res) {
+    int us = usable(h);
+    if (us != HETRING_OK) return us;
+    h->err[0] = 0;
+    if (!h->fetched)
+        return fail(h, HETRING_EINVAL, "hetring_step: call hetring_next first (iteration %ld)",
+                    h->iter);
+    if ((us = check_grads(h, g)) != HETRING_OK) return us;
+    const long b = h->split[h->rank];
+    const double factor = train_stretch_factor(&h->tc, h->iter);
+    sleep_s((factor - 1) * g->compute_s); /* an emulated slow node (labelled as such) */
+    const double t0 = now_s();
+    size_t o = 0;
+    for (int i = 0; i < g->n_bufs; i++) {
+        if (g->counts[i]) memcpy(h->buf + o, g->bufs[i], sizeof *h->buf * g->counts[i]);
+        o += g->counts[i];
+    }
+    train_stat mine = {.b = b, .t = factor * g->compute_s, .loss = g->loss_sum,
+                       .correct = g->correct};
+    dist_annotate(&h->d, h->iter, g->param_hash, &mine);
+    float *tail = h->buf + h->n_grad;
+    stats_pack(tail, h->rank, h->size, &mine);
+    h->fetched = 0;
+    hr_status st = dist_allreduce(&h->d, h->buf, h->n_grad + (size_t)h->size * TRAIN_NODE_STATS);
+    if (st != HR_OK) return recover(h, st);
+    stats_unpack(tail, h->size, h->gathered);
+    memcpy(h->next, h->split, sizeof *h->next * (size_t)h->size);
+    st = dist_decide(&h->d, h->iter, h->gathered, h->size, h->next);
+    if (st != HR_OK) {
+        snprintf(h->err, sizeof h->err, "iteration %ld: the nodes disagree (%s; the log names "
+                 "them)", h->iter, hr_strerror(st));
+        return fatal(h, st);
+    }
+    int changed = memcmp(h->next, h->split, sizeof *h->next * (size_t)h->size) != 0;
+    st_set_split(h, h->next);
+    const float inv = 1.0f / (float)h->B; /* I2: the sum over B samples, over B */
+    o = 0;
+    for (int i = 0; i < g->n_bufs; i++) {
+        float *dst = g->bufs[i];
+        for (size_t j = 0; j < g->counts[i]; j++) dst[j] = h->buf[o + j] * inv;
+        o += g->counts[i];
+    }
+    double loss = 0, correct = 0;
+    for (int k = 0; k < h->size; k++) loss += h->gathered[k].loss, correct += h->gathered[k].correct;
+    if (res)
+        *res = (hetring_result){.iter = h->iter,
+                                .loss = loss / (double)h->B,
+                                .accuracy = correct / (double)h->B,
+                                .next_batch = h->split[h->rank],
+                                .changed = changed,
+                                .t_compute = g->compute_s,
+                                .t_node = factor * g->compute_s,
+                                .t_comm = now_s() - t0};
+    h->iter++;
+    h->boundary = 1;
+    return HETRING_OK;
+}

@@ -1,0 +1,220 @@
+/*
+ * hetring.h: libhetring, dynamic batching and elastic ring all-reduce for a training loop of
+ * your own (your model, your framework, your optimizer).
+ *
+ * A node is one process of the cluster described by an INI file (the same file `hetring run`
+ * reads; [train] model and dataset are ignored, global_batch, seed, samples, iterations or
+ * epochs, hash_interval and the [controller] and [cluster] sections apply). Each iteration:
+ *
+ *     hetring_batch b;
+ *     while (hetring_next(h, &b) == HETRING_OK) {
+ *         // compute the gradient SUMS over samples b.indices[0 .. b.batch) (global dataset
+ *         // indices), time that compute (seconds), then:
+ *         int st = hetring_step(h, &grads, &res);
+ *         if (st == HETRING_RETRY) continue; // the view changed: run the iteration again
+ *         if (st != HETRING_OK) break;       // hetring_last_error(h) says why
+ *         // grads' buffers now hold the global mean gradient (sum / B): take your step
+ *     }
+ *
+ * What it keeps for you:
+ *  - I1 exact global batch: iteration i of epoch e is perm_e[i*B, (i+1)*B) of the dataset,
+ *    perm_e a permutation from (seed, e); this node's slice follows the replicated split.
+ *  - I2 weighted averaging: the buffers come back as the sum over the cluster divided by B.
+ *  - I5 replicated decisions: every node runs the same controller on the same all-gathered
+ *    (batch, compute time) and gets the same next split; a hash of each decision is checked.
+ *  - I4 replica identity: on hash iterations (hetring_batch.check_hash) pass a hash of your
+ *    parameters (hetring_hash) and a node that differs stops the cluster with a clear error.
+ *  - I8 nothing lost: a node that dies or leaves mid-iteration makes the others agree on a new
+ *    view; the interrupted iteration is run again from the same data cursor (HETRING_RETRY).
+ *    A node that joins receives the state of the others through your get_state/put_state
+ *    callbacks, checked by a hash of every member's get_state after the transfer.
+ *
+ * Errors: every call returns a hetring_status (0 is success); hetring_strerror names it and
+ * hetring_last_error(h) gives the detailed message of the handle's last failure. Nothing in
+ * the library calls exit() or keeps state outside the handle but the process-wide log
+ * settings (the HETRING_LOG environment variable).
+ *
+ * Threads: a handle belongs to one thread at a time; calls on one handle must not overlap.
+ * Your callbacks run on the thread that called into the library (inside hetring_open,
+ * hetring_next or hetring_step). hetring_leave alone may be called from any thread or from a
+ * signal handler. Several handles in one process are independent.
+ */
+#ifndef HETRING_H
+#define HETRING_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define HETRING_VERSION_MAJOR 0
+#define HETRING_VERSION_MINOR 1
+#define HETRING_VERSION_PATCH 0
+
+#if defined(__GNUC__)
+#define HETRING_API    __attribute__((visibility("default")))
+#define HETRING_RESULT __attribute__((warn_unused_result))
+#else
+#define HETRING_API
+#define HETRING_RESULT
+#endif
+
+typedef struct hetring hetring; /* one node, opaque */
+
+typedef enum {
+    HETRING_OK = 0,
+    HETRING_EINVAL = 1,       /* a bad argument, or a call out of order */
+    HETRING_ECONFIG = 2,      /* the INI file or an override is wrong */
+    HETRING_ENOMEM = 3,       /* out of memory */
+    HETRING_EIO = 4,          /* file or socket error */
+    HETRING_ETIMEOUT = 5,     /* a peer stayed silent past its deadline */
+    HETRING_EPEER = 6,        /* a peer failed and no new view could be formed */
+    HETRING_EPROTO = 7,       /* a peer broke the protocol (e.g. nodes disagree on sizes) */
+    HETRING_EAUTH = 8,        /* a peer failed authentication */
+    HETRING_EDATA = 9,        /* malformed data (a state blob, a callback's failure) */
+    HETRING_EMISMATCH = 10,   /* replicas or decisions differ between nodes (I4, I5) */
+    HETRING_EVIEW = 11,       /* the membership view changed under a collective */
+    HETRING_EUNSUPPORTED = 12, /* not available in this build */
+    HETRING_RETRY = 100,      /* the view changed during hetring_step: the iteration's
+                               * gradients were dropped; call hetring_next and compute again */
+    HETRING_DONE = 101,       /* hetring_next: the run's iterations are done */
+    HETRING_LEFT = 102,       /* hetring_next: this node left the cluster (hetring_leave) */
+    HETRING_ECLOSED = 103     /* the handle was closed (hetring_close) */
+} hetring_status;
+
+/* A membership view, as the on_view callback sees it. */
+typedef struct {
+    uint64_t epoch;   /* view epoch, increasing */
+    int n;            /* members */
+    const long *ids;  /* (n) member node ids in ring order; valid during the callback */
+    int rank;         /* this node's position in ids */
+    long iter;        /* the iteration the view starts at */
+    size_t state_bytes; /* bytes of state this node sent or received (0: none moved) */
+} hetring_view;
+
+/* Your side of a view change. Callbacks return 0 on success, nonzero to fail the call that
+ * ran them (HETRING_EDATA). Without get_state/put_state only the iteration cursor moves, so a
+ * node that joins late starts from its own state. */
+typedef struct {
+    void *user; /* passed back to every callback */
+    /* Your whole training state (parameters, optimizer state, ...) as bytes: *data must stay
+     * valid until the next call into the library. Called on the donor of a transfer and on
+     * every member for the state hash. */
+    int (*get_state)(void *user, const void **data, size_t *bytes);
+    /* Adopt the donor's state (bytes as its get_state gave them). */
+    int (*put_state)(void *user, const void *data, size_t bytes);
+    /* A view was installed (the first one inside hetring_open). May be NULL. */
+    void (*on_view)(void *user, const hetring_view *v);
+} hetring_callbacks;
+
+typedef struct {
+    const char *conf;        /* the cluster's INI file */
+    long node_id;            /* which [node.ID] this process is; -1: HETRING_NODE or a
+                              * launcher's rank, as `hetring run` reads them */
+    long n_samples;          /* samples of your training set; 0: the INI's [train] samples */
+    const char *const *set;  /* "section.key=value" overrides, NULL-terminated, or NULL */
+    int sync_first;          /* 1 (default): the first view sends the lowest member's state to
+                              * every member (as DDP broadcasts rank 0's); 0: the states must
+                              * already agree (the hash check says so when they do not) */
+    hetring_callbacks cb;    /* your side of view changes */
+} hetring_options;
+
+/* This node's part of the iteration to run, from hetring_next. */
+typedef struct {
+    long iter;              /* global iteration, 0-based */
+    long epoch;             /* its epoch */
+    long global_batch;      /* B */
+    long batch;             /* b: samples this node computes */
+    long start;             /* its offset in the global batch (sum of the batches before it) */
+    const int64_t *indices; /* (batch) dataset indices; valid until the next call */
+    int rank, size;         /* this node's ring position and the view's size */
+    int check_hash;         /* pass a hash of your parameters to hetring_step this time */
+    int view_changed;       /* the view changed since the last iteration */
+    double slowdown;        /* emulated stretch of this node's compute (1: none); applied by
+                             * hetring_step, which sleeps (slowdown - 1) x your compute time */
+} hetring_batch;
+
+/* What you hand to hetring_step: your gradient SUMS over the batch's samples. */
+typedef struct {
+    float *const *bufs;   /* (n_bufs) float32 buffers, overwritten with the mean over B */
+    const size_t *counts; /* (n_bufs) floats in each; the same on every node and iteration */
+    int n_bufs;           /* >= 1 */
+    double compute_s;     /* seconds this node spent computing them (not waiting) */
+    double loss_sum;      /* sum of the per-sample losses of the batch (0 if none) */
+    long correct;         /* correct predictions in the batch (classification; else 0) */
+    uint64_t param_hash;  /* with hetring_batch.check_hash: hetring_hash of your parameters */
+} hetring_grads;
+
+/* What one iteration did, the same on every node but for the t_ fields. */
+typedef struct {
+    long iter;        /* the iteration just completed */
+    double loss;      /* mean loss over the B samples */
+    double accuracy;  /* correct / B */
+    long next_batch;  /* this node's batch at the next iteration */
+    int changed;      /* the controller changed the split */
+    double t_compute; /* this node's compute seconds as passed in */
+    double t_node;    /* with the emulated stretch */
+    double t_comm;    /* seconds in the all-reduce and the decision */
+} hetring_result;
+
+/* "0.1.0": the library's version (which may differ from the header's HETRING_VERSION_*). */
+HETRING_API const char *hetring_version(void);
+
+/* A short name of a status ("peer failure", "retry the iteration", ...). */
+HETRING_API const char *hetring_strerror(int status);
+
+/* Defaults: node_id -1, sync_first 1, the rest 0. */
+HETRING_API void hetring_options_init(hetring_options *o);
+
+/* Start node o->node_id of o->conf: read the INI, open the ring, agree on the first view
+ * with the reachable nodes (waiting up to [cluster] rejoin_timeout for a quorum), take the
+ * state of the member the election names and start the controller. *out is NULL on failure,
+ * with err (errlen bytes, may be NULL) saying why. */
+HETRING_API HETRING_RESULT int hetring_open(hetring **out, const hetring_options *o, char *err,
+                                            size_t errlen);
+
+/* The next iteration's slice for this node. Runs any view change the last iteration asked
+ * for first (a node joining or leaving). HETRING_DONE when the INI's iterations (or epochs)
+ * are done, HETRING_LEFT once hetring_leave took effect. */
+HETRING_API HETRING_RESULT int hetring_next(hetring *h, hetring_batch *out);
+
+/* All-reduce g's buffers over the cluster with the stats of this node, check the agreement
+ * hashes, run the controller and return the mean gradient in g->bufs and the next split.
+ * HETRING_RETRY: a node failed and the others formed a new view (your put_state may have
+ * run): call hetring_next and compute the iteration again. res may be NULL. */
+HETRING_API HETRING_RESULT int hetring_step(hetring *h, const hetring_grads *g,
+                                            hetring_result *res);
+
+/* Ask to leave the cluster at the next iteration boundary the others agree on; hetring_next
+ * then returns HETRING_LEFT. Safe from any thread and from a signal handler. */
+HETRING_API void hetring_leave(hetring *h);
+
+/* This node's id, ring position and the current view's size. */
+HETRING_API long hetring_node_id(const hetring *h);
+HETRING_API int hetring_rank(const hetring *h);
+HETRING_API int hetring_size(const hetring *h);
+/* B, the dataset size the indices range over, and the run's iterations. */
+HETRING_API long hetring_global_batch(const hetring *h);
+HETRING_API long hetring_samples(const hetring *h);
+HETRING_API long hetring_iterations(const hetring *h);
+
+/* The detailed message of the handle's last failure ("" when none). */
+HETRING_API const char *hetring_last_error(const hetring *h);
+
+/* A 64-bit hash of bytes, for hetring_grads.param_hash (replicas compare it). */
+HETRING_API uint64_t hetring_hash(const void *data, size_t bytes, uint64_t seed);
+
+/* Leave the ring: the other nodes see this node fail. Later calls on h return HETRING_ECLOSED;
+ * h stays valid until hetring_free. Closing twice is harmless. */
+HETRING_API int hetring_close(hetring *h);
+
+/* Close if needed and release h (NULL is fine). */
+HETRING_API void hetring_free(hetring *h);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,300 @@
+/*
+ * test_api.c: libhetring (lib/hetring.h) from a training loop of its own, on loopback rings
+ * of forked processes.
+ *
+ *   test_api misuse   one node: wrong sizes, calls out of order, after close, bad options
+ *   test_api ring     three nodes, node 1 emulating a 3x slowdown: every iteration's slices
+ *                     are disjoint and fill the global batch (I1, I6), no sample is used twice
+ *                     in an epoch, the gradient comes back as sum / B (I2), the controller
+ *                     moves samples off the slow node, and the replicas' parameter hashes
+ *                     agree (I4, checked by the library)
+ *   test_api rejoin   node 2 dies inside an iteration (the others' hetring_step returns
+ *                     HETRING_RETRY and they go on as two), then starts again and joins: its
+ *                     put_state receives the others' model, which then agrees with theirs
+ *
+ * The "model" is w (D floats) with per-sample gradient w - x_i, x_i[j] = sin(i + j); a
+ * second buffer counts each sample's use (1 at its index), so after the all-reduce and the
+ * division by B, count * B is how often the cluster used each sample in the iteration.
+ */
+#include "check.h"
+#include "hetring.h"
+
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define D       8
+#define SAMPLES 240
+#define BATCH   24
+#define ITERS   40
+
+typedef struct {
+    float w[D];      /* the model */
+    long steps;      /* steps applied */
+    int puts;        /* put_state calls */
+    size_t received; /* state bytes of the last view change */
+} model;
+
+static int get_state(void *user, const void **data, size_t *bytes) {
+    model *m = user;
+    *data = m, *bytes = sizeof m->w + sizeof m->steps;
+    return 0;
+}
+
+static int put_state(void *user, const void *data, size_t bytes) {
+    model *m = user;
+    if (bytes != sizeof m->w + sizeof m->steps) return -1;
+    memcpy(m, data, bytes);
+    m->puts++;
+    return 0;
+}
+
+static void on_view(void *user, const hetring_view *v) {
+    model *m = user;
+    m->received = v->state_bytes;
+    printf("view %llu: %d nodes from iteration %ld, rank %d, state %zu bytes\n",
+           (unsigned long long)v->epoch, v->n, v->iter, v->rank, v->state_bytes);
+}
+
+static const char *write_ini(const char *dir, int nodes, int port, const char *extra) {
+    static char path[512];
+    snprintf(path, sizeof path, "%s/api.ini", dir);
+    FILE *f = fopen(path, "w");
+    if (!f) return NULL;
+    fprintf(f,
+            "[cluster]\nsecurity = none\nconnect_timeout = 10\ntimeout = 5\nrejoin_timeout = 20\n"
+            "[train]\nsamples = %d\nglobal_batch = %d\niterations = %d\nseed = 3\n"
+            "hash_interval = 5\n"
+            "[controller]\npolicy = proportional\ninterval = 1\nmin_batch = 2\n",
+            SAMPLES, BATCH, ITERS);
+    for (int k = 0; k < nodes; k++)
+        fprintf(f, "[node.%d]\nhost = 127.0.0.1\nport = %d\n%s\n", k, port + k,
+                k == 1 ? extra : "");
+    fclose(f);
+    return path;
+}
+
+/* ================================================================ misuse */
+
+static int misuse(const char *dir, int port) {
+    const char *ini = write_ini(dir, 1, port, "");
+    char err[512];
+    hetring *h = NULL;
+    hetring_options o;
+    hetring_options_init(&o);
+    CHECK(hetring_open(&h, &o, err, sizeof err) == HETRING_EINVAL && !h, "no conf: EINVAL");
+    o.conf = "/nonexistent/api.ini";
+    o.node_id = 0;
+    int st = hetring_open(&h, &o, err, sizeof err);
+    CHECK(st == HETRING_ECONFIG || st == HETRING_EIO, "a missing file: %d (%s)", st, err);
+    CHECK(strstr(err, "/nonexistent/api.ini") != NULL, "the error names the file: %s", err);
+    o.conf = ini;
+    o.node_id = 7;
+    st = hetring_open(&h, &o, err, sizeof err);
+    CHECK(st == HETRING_ECONFIG && !h, "node 7 of a 1-node file: %d (%s)", st, err);
+    const char *bad[] = {"train.global_batch=0", NULL};
+    o.node_id = 0, o.set = bad;
+    st = hetring_open(&h, &o, err, sizeof err);
+    CHECK(st == HETRING_ECONFIG, "global_batch = 0: %d (%s)", st, err);
+    o.set = NULL;
+    model m = {{0}, 0, 0, 0};
+    o.cb = (hetring_callbacks){.user = &m, .get_state = get_state};
+    CHECK(hetring_open(&h, &o, err, sizeof err) == HETRING_EINVAL, "get_state without put_state");
+    o.cb.put_state = put_state;
+    st = hetring_open(&h, &o, err, sizeof err);
+    CHECK(st == HETRING_OK && h, "open: %d (%s)", st, err);
+    if (!h) return check_exit();
+    printf("%s: %s, B %ld, %ld iterations\n", hetring_version(), ini, hetring_global_batch(h),
+           hetring_iterations(h));
+
+    float g[D], count[SAMPLES];
+    float *bufs[2] = {g, count};
+    size_t counts[2] = {D, SAMPLES};
+    hetring_grads gr = {.bufs = bufs, .counts = counts, .n_bufs = 2, .compute_s = 0.001};
+    CHECK(hetring_step(h, &gr, NULL) == HETRING_EINVAL, "step before next: EINVAL");
+    printf("step before next: %s\n", hetring_last_error(h));
+    hetring_batch b;
+    CHECK(hetring_next(h, NULL) == HETRING_EINVAL, "next(NULL): EINVAL");
+    CHECK(hetring_next(h, &b) == HETRING_OK && b.batch == BATCH && b.size == 1, "next");
+    memset(g, 0, sizeof g), memset(count, 0, sizeof count);
+    gr.n_bufs = 0;
+    CHECK(hetring_step(h, &gr, NULL) == HETRING_EINVAL, "no buffers: EINVAL");
+    gr.n_bufs = 2, gr.compute_s = NAN;
+    CHECK(hetring_step(h, &gr, NULL) == HETRING_EINVAL, "NaN compute time: EINVAL");
+    gr.compute_s = 0.001;
+    hetring_result r;
+    CHECK(hetring_step(h, &gr, &r) == HETRING_OK && r.iter == 0, "first step");
+    CHECK(hetring_step(h, &gr, &r) == HETRING_EINVAL, "two steps for one next: EINVAL");
+    CHECK(hetring_next(h, &b) == HETRING_OK && b.iter == 1, "next after a step");
+    counts[1] = SAMPLES - 1;
+    st = hetring_step(h, &gr, &r);
+    CHECK(st == HETRING_EINVAL, "a buffer of another size: %d", st);
+    printf("wrong size: %s\n", hetring_last_error(h));
+    CHECK(strstr(hetring_last_error(h), "buffer 1 holds 239 floats") != NULL, "names the buffer");
+    counts[1] = SAMPLES;
+    gr.n_bufs = 1;
+    CHECK(hetring_step(h, &gr, &r) == HETRING_EINVAL, "fewer buffers: EINVAL");
+    gr.n_bufs = 2;
+    CHECK(hetring_step(h, &gr, &r) == HETRING_OK && r.iter == 1, "a misuse leaves it usable");
+    CHECK(hetring_close(h) == HETRING_OK && hetring_close(h) == HETRING_OK, "close twice");
+    CHECK(hetring_next(h, &b) == HETRING_ECLOSED, "next after close: ECLOSED");
+    CHECK(hetring_step(h, &gr, &r) == HETRING_ECLOSED, "step after close: ECLOSED");
+    printf("after close: %s\n", hetring_last_error(h));
+    hetring_free(h);
+    hetring_free(NULL);
+    CHECK(hetring_next(NULL, &b) == HETRING_EINVAL, "NULL handle: EINVAL");
+    CHECK(strcmp(hetring_strerror(HETRING_RETRY), "unknown status") != 0, "strerror");
+    return check_exit();
+}
+
+/* ================================================================ one node of a ring */
+
+typedef struct {
+    const char *ini;
+    long id;
+    long die_at; /* _exit inside this iteration (after next, before step); -1: never */
+    int joiner;  /* started late: must receive the state */
+    int pace;    /* rejoin: iterations take 50 ms while a node is missing, so it can rejoin */
+} node_args;
+
+static float x_of(long i, int j) {
+    return sinf((float)(i + j));
+}
+
+static int run_node(const node_args *a) {
+    model m = {{0}, 0, 0, 0};
+    hetring_options o;
+    hetring_options_init(&o);
+    o.conf = a->ini, o.node_id = a->id;
+    o.cb = (hetring_callbacks){.user = &m, .get_state = get_state, .put_state = put_state,
+                               .on_view = on_view};
+    if (a->joiner)
+        for (int j = 0; j < D; j++) m.w[j] = 100; /* differs: the transfer must replace it */
+    hetring *h;
+    char err[512];
+    int st = hetring_open(&h, &o, err, sizeof err);
+    CHECK(st == HETRING_OK, "node %ld: open: %s", a->id, err);
+    if (st != HETRING_OK) return 1;
+    if (a->joiner) {
+        CHECK(m.puts == 1 && m.received > 0 && m.w[0] != 100,
+              "joiner: %d put_state calls, %zu bytes, w[0] %g", m.puts, m.received, m.w[0]);
+    }
+    static unsigned char used[ITERS * BATCH / SAMPLES + 2][SAMPLES];
+    float g[D], count[SAMPLES];
+    float *bufs[2] = {g, count};
+    size_t counts[2] = {D, SAMPLES};
+    int retries = 0, last_b = 0;
+    long first = -1, done = 0;
+    hetring_batch b;
+    while ((st = hetring_next(h, &b)) == HETRING_OK) {
+        if (first < 0) first = b.iter;
+        if (b.iter == a->die_at) _exit(3); /* a crash mid-iteration */
+        if (a->pace && (retries > 0 || b.size < 3)) usleep(50 * 1000);
+        memset(count, 0, sizeof count);
+        for (int j = 0; j < D; j++) g[j] = 0;
+        for (long s = 0; s < b.batch; s++) {
+            long i = b.indices[s];
+            CHECK(i >= 0 && i < SAMPLES, "index %ld", i);
+            count[i] += 1;
+            for (int j = 0; j < D; j++) g[j] += m.w[j] - x_of(i, j);
+        }
+        hetring_grads gr = {.bufs = bufs, .counts = counts, .n_bufs = 2,
+                            .compute_s = 2e-4 * (double)b.batch, .loss_sum = (double)b.batch,
+                            .param_hash = b.check_hash ? hetring_hash(m.w, sizeof m.w, 0) : 0};
+        hetring_result r;
+        st = hetring_step(h, &gr, &r);
+        if (st == HETRING_RETRY) {
+            retries++;
+            continue;
+        }
+        CHECK(st == HETRING_OK, "node %ld: step %ld: %s", a->id, b.iter, hetring_last_error(h));
+        if (st != HETRING_OK) break;
+        long total = 0, bad = 0, twice = 0;
+        for (long i = 0; i < SAMPLES; i++) {
+            double c = (double)count[i] * BATCH;
+            long k = lround(c);
+            bad += fabs(c - (double)k) > 1e-3 || k < 0 || k > 1;
+            total += k;
+            if (k && used[b.epoch][i]++) twice++;
+        }
+        CHECK(bad == 0 && total == BATCH, "iteration %ld: %ld bad counts, %ld samples of %d",
+              b.iter, bad, total, BATCH);
+        CHECK(twice == 0, "iteration %ld: %ld samples used twice in epoch %ld", b.iter, twice,
+              b.epoch);
+        CHECK(fabs(r.loss - 1.0) < 1e-6, "mean loss %g, expected 1", r.loss);
+        for (int j = 0; j < D; j++) m.w[j] -= 0.5f * g[j];
+        m.steps++, done++;
+        last_b = (int)r.next_batch;
+    }
+    CHECK(st == HETRING_DONE, "node %ld ended with %d: %s", a->id, st, hetring_last_error(h));
+    printf("node %ld: iterations %ld..%ld, %d retries, last batch %d, w[0] %.6f\n", a->id, first,
+           first + done - 1, retries, last_b, m.w[0]);
+    if (a->id == 1 && !a->pace)
+        CHECK(last_b < BATCH / 3, "the slow node 1 still computes %d of %d", last_b, BATCH);
+    if (!a->joiner && a->die_at < 0 && a->id == 0)
+        CHECK(m.steps == ITERS, "node 0 applied %ld steps", m.steps);
+    if (a->joiner) CHECK(done > 0 && m.steps == ITERS, "the joiner ran %ld iterations, %ld steps",
+                         done, m.steps);
+    if (a->pace && !a->joiner) CHECK(retries > 0, "node %ld never saw HETRING_RETRY", a->id);
+    hetring_free(h);
+    return check_exit();
+}
+
+static pid_t spawn(const node_args *a) {
+    fflush(stdout);
+    pid_t p = fork();
+    if (p == 0) {
+        int rc = run_node(a);
+        fflush(stdout);
+        _exit(rc);
+    }
+    return p;
+}
+
+static int wait_ok(pid_t p, int expect) {
+    int ws;
+    if (waitpid(p, &ws, 0) != p) return 0;
+    return WIFEXITED(ws) && WEXITSTATUS(ws) == expect;
+}
+
+static int ring(const char *dir, int port, int rejoin) {
+    const char *ini = write_ini(dir, 3, port, rejoin ? "" : "slowdown = 3");
+    node_args a[3];
+    pid_t p[3];
+    for (int k = 0; k < 3; k++) {
+        a[k] = (node_args){ini, k, rejoin && k == 2 ? 12 : -1, 0, rejoin};
+        p[k] = spawn(&a[k]);
+    }
+    if (rejoin) {
+        CHECK(wait_ok(p[2], 3), "node 2 died as planned");
+        usleep(300 * 1000);
+        a[2] = (node_args){ini, 2, -1, 1, 1};
+        p[2] = spawn(&a[2]);
+    }
+    for (int k = 0; k < 3; k++) CHECK(wait_ok(p[k], 0), "node %d failed", k);
+    return check_exit();
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        fprintf(stderr, "usage: test_api misuse|ring|rejoin\n");
+        return 2;
+    }
+    signal(SIGPIPE, SIG_IGN);
+    char dir[] = "/tmp/hetring-api.XXXXXX";
+    if (!mkdtemp(dir)) return 2;
+    int port = 10000 + 8 * (int)(getpid() % 2800);
+    int rc = 2;
+    if (strcmp(argv[1], "misuse") == 0) rc = misuse(dir, port);
+    if (strcmp(argv[1], "ring") == 0) rc = ring(dir, port, 0);
+    if (strcmp(argv[1], "rejoin") == 0) rc = ring(dir, port, 1);
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    if (system(cmd) != 0) rc = rc ? rc : 1;
+    return rc;
+}
