@@ -1,0 +1,250 @@
+"""hetring: dynamic batching and elastic ring all-reduce for your own training loop.
+
+A pure-Python binding (ctypes) of libhetring (hetring.h). One Node is one process of the
+cluster an INI file describes:
+
+    node = hetring.Node("cluster.ini", node_id=0, n_samples=len(dataset))
+    while (batch := node.next()) is not None:      # None: the run is done
+        grads = ...  # gradient SUMS over dataset[batch.indices], float32, one or more buffers
+        res = node.step(grads, compute_s, loss_sum)
+        if res is None:                            # the view changed: run the iteration again
+            continue
+        ...                                        # grads now hold the global mean: step
+
+hetring.torch wraps this for a PyTorch model and optimizer (a sampler, a step helper, the
+state transfer of model and optimizer when a node joins).
+
+Errors raise hetring.Error (with .status); a node that left raises hetring.Left.
+The library is found through HETRING_LIB, next to this package, or on the system path.
+"""
+import ctypes
+import os
+
+from . import _lib
+
+__version__ = "0.1.0"
+__all__ = ["Node", "Error", "Left", "Batch", "library_version", "hash_bytes", "__version__"]
+
+_L = None
+
+
+def _lib_handle():
+    global _L
+    if _L is None:
+        _L = _lib.load()
+    return _L
+
+
+def library_version():
+    """The version of the libhetring this package loaded."""
+    return _lib_handle().hetring_version().decode()
+
+
+def hash_bytes(address, nbytes, seed=0):
+    """hetring_hash of nbytes at address (chain buffers through seed)."""
+    return _lib_handle().hetring_hash(ctypes.c_void_p(address), nbytes, seed)
+
+
+class Error(RuntimeError):
+    """A libhetring call failed; .status is the hetring_status."""
+
+    def __init__(self, status, message):
+        super().__init__(message)
+        self.status = status
+
+
+class Left(Error):
+    """This node left the cluster (Node.leave)."""
+
+
+class Batch:
+    """This node's part of one iteration."""
+
+    __slots__ = ("iter", "epoch", "global_batch", "batch", "start", "indices", "rank", "size",
+                 "check_hash", "view_changed", "slowdown")
+
+    def __repr__(self):
+        return (f"Batch(iter={self.iter}, epoch={self.epoch}, batch={self.batch}/"
+                f"{self.global_batch}, rank={self.rank}/{self.size})")
+
+
+class Result:
+    """What an iteration did (the same on every node but the t_ fields)."""
+
+    __slots__ = ("iter", "loss", "accuracy", "next_batch", "changed", "t_compute", "t_node",
+                 "t_comm")
+
+
+class Node:
+    """One node of the cluster in `conf` (an INI file).
+
+    node_id: the [node.ID] of this process (None: HETRING_NODE or a launcher's rank).
+    n_samples: the size of your training set (0: the INI's [train] samples).
+    overrides: "section.key=value" strings, applied over the INI.
+    get_state() -> bytes and put_state(bytes): your training state, moved to a node that joins
+    and hash-checked on every member (both or neither). on_view(dict): a view was installed.
+    sync_first: the first view sends the lowest member's state to every member.
+    """
+
+    def __init__(self, conf, node_id=None, n_samples=0, overrides=(), get_state=None,
+                 put_state=None, on_view=None, sync_first=True):
+        L = _lib_handle()
+        self._L = L
+        self._h = ctypes.c_void_p()
+        self._keep = None  # the bytes get_state returned last (the library reads them)
+        self._pending = None  # an exception raised in a callback
+        self._get, self._put, self._view = get_state, put_state, on_view
+        o = _lib.Options()
+        L.hetring_options_init(ctypes.byref(o))
+        o.conf = os.fsencode(conf)
+        o.node_id = -1 if node_id is None else int(node_id)
+        o.n_samples = int(n_samples)
+        sets = [os.fsencode(s) for s in overrides] + [None]
+        self._sets = (ctypes.c_char_p * len(sets))(*sets)
+        o.set = self._sets
+        o.sync_first = 1 if sync_first else 0
+        # the callbacks live as long as the node: the library calls them until close
+        self._cbs = (_lib.GET_STATE(self._cb_get) if get_state else _lib.GET_STATE(),
+                     _lib.PUT_STATE(self._cb_put) if put_state else _lib.PUT_STATE(),
+                     _lib.ON_VIEW(self._cb_view) if on_view else _lib.ON_VIEW())
+        o.cb.get_state, o.cb.put_state, o.cb.on_view = self._cbs
+        err = ctypes.create_string_buffer(1024)
+        st = L.hetring_open(ctypes.byref(self._h), ctypes.byref(o), err, len(err))
+        self._reraise()
+        if st != _lib.OK:
+            raise Error(st, f"hetring: {err.value.decode(errors='replace')}")
+        self._batch = _lib.Batch()
+        self._res = _lib.Result()
+        self._grads = _lib.Grads()
+
+    # -------------------------------------------------------------- callbacks
+    def _cb_get(self, user, data, nbytes):
+        try:
+            b = bytes(self._get())
+            self._keep = ctypes.create_string_buffer(b, len(b)) if b else None
+            data[0] = ctypes.cast(self._keep, ctypes.c_void_p).value if b else None
+            nbytes[0] = len(b)
+            return 0
+        except BaseException as e:  # raised again once the library returns
+            self._pending = e
+            return -1
+
+    def _cb_put(self, user, data, nbytes):
+        try:
+            self._put(ctypes.string_at(data, nbytes) if nbytes else b"")
+            return 0
+        except BaseException as e:
+            self._pending = e
+            return -1
+
+    def _cb_view(self, user, v):
+        try:
+            v = v.contents
+            self._view({"epoch": v.epoch, "nodes": [v.ids[k] for k in range(v.n)],
+                        "rank": v.rank, "iter": v.iter, "state_bytes": v.state_bytes})
+        except BaseException as e:
+            self._pending = e
+
+    def _reraise(self):
+        if self._pending is not None:
+            e, self._pending = self._pending, None
+            raise e
+
+    def _fail(self, st):
+        msg = self.last_error() or self._L.hetring_strerror(st).decode()
+        if st == _lib.LEFT:
+            raise Left(st, msg)
+        raise Error(st, f"hetring: {msg}")
+
+    # -------------------------------------------------------------- iterations
+    def next(self):
+        """This node's Batch of the next iteration, or None when the run is done."""
+        st = self._L.hetring_next(self._h, ctypes.byref(self._batch))
+        self._reraise()
+        if st == _lib.DONE:
+            return None
+        if st != _lib.OK:
+            self._fail(st)
+        c = self._batch
+        b = Batch()
+        for f in Batch.__slots__:
+            if f != "indices":
+                setattr(b, f, getattr(c, f))
+        b.indices = c.indices[:c.batch] if c.batch else []
+        return b
+
+    def step(self, buffers, compute_s, loss_sum=0.0, correct=0, param_hash=0):
+        """All-reduce buffers (a list of (address, float32 count)) in place to the global mean.
+
+        Returns a Result, or None when the view changed during the call: fetch next() again
+        and compute the iteration again.
+        """
+        n = len(buffers)
+        g = self._grads
+        self._bufs = (ctypes.c_void_p * n)(*[a for a, _ in buffers])
+        self._counts = (ctypes.c_size_t * n)(*[c for _, c in buffers])
+        g.bufs, g.counts, g.n_bufs = self._bufs, self._counts, n
+        g.compute_s, g.loss_sum, g.correct = float(compute_s), float(loss_sum), int(correct)
+        g.param_hash = int(param_hash)
+        st = self._L.hetring_step(self._h, ctypes.byref(g), ctypes.byref(self._res))
+        self._reraise()
+        if st == _lib.RETRY:
+            return None
+        if st != _lib.OK:
+            self._fail(st)
+        r = Result()
+        for f in Result.__slots__:
+            setattr(r, f, getattr(self._res, f))
+        return r
+
+    def leave(self):
+        """Leave at the next boundary the members agree on (next() then raises Left)."""
+        self._L.hetring_leave(self._h)
+
+    # -------------------------------------------------------------- facts
+    @property
+    def node_id(self):
+        return self._L.hetring_node_id(self._h)
+
+    @property
+    def rank(self):
+        return self._L.hetring_rank(self._h)
+
+    @property
+    def size(self):
+        return self._L.hetring_size(self._h)
+
+    @property
+    def global_batch(self):
+        return self._L.hetring_global_batch(self._h)
+
+    @property
+    def iterations(self):
+        return self._L.hetring_iterations(self._h)
+
+    @property
+    def samples(self):
+        return self._L.hetring_samples(self._h)
+
+    def last_error(self):
+        if not self._h:
+            return ""
+        return self._L.hetring_last_error(self._h).decode(errors="replace")
+
+    def close(self):
+        """Leave the ring now and release the node (idempotent)."""
+        if self._h:
+            self._L.hetring_free(self._h)
+            self._h = ctypes.c_void_p()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass

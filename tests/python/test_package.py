@@ -1,0 +1,74 @@
+"""test_package.py: the hetring package without PyTorch: it imports, reports its version and
+the loaded library's, turns a library failure into hetring.Error with the status and message,
+and installs with pip (into a temporary directory, from a copy of python/).
+
+    test_package.py import | pip
+"""
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+failures = 0
+
+
+def check(cond, msg):
+    global failures
+    if not cond:
+        failures += 1
+        print("CHECK failed: " + msg, file=sys.stderr)
+
+
+def test_import():
+    import hetring
+    print(f"hetring {hetring.__version__} from {hetring.__file__}, library "
+          f"{hetring.library_version()} ({hetring._L.path})")
+    check(hetring.__version__ == hetring.library_version(),
+          "the package and the library versions differ")
+    with tempfile.TemporaryDirectory() as d:
+        ini = os.path.join(d, "bad.ini")
+        with open(ini, "w") as f:
+            f.write("[train]\nglobal_batch = 0\n[node.0]\nhost = 127.0.0.1\nport = 1\n")
+        try:
+            hetring.Node(ini, node_id=0)
+            check(False, "a bad configuration opened")
+        except hetring.Error as e:
+            print(f"bad configuration: status {e.status}: {e}")
+            check(e.status == 2 and "global_batch" in str(e), f"the error: {e.status} {e}")
+    check(hetring.hash_bytes(0, 0) == hetring.hash_bytes(0, 0, 0), "hash")
+
+
+def test_pip(src):
+    try:
+        import setuptools  # noqa: F401
+        import pip  # noqa: F401
+    except ImportError as e:
+        print(f"skipped: {e.name} is not installed for {sys.executable}")
+        sys.exit(77)
+    with tempfile.TemporaryDirectory() as d:
+        copy = os.path.join(d, "python")
+        shutil.copytree(src, copy, ignore=shutil.ignore_patterns("build", "*.egg-info",
+                                                                 "__pycache__"))
+        target = os.path.join(d, "site")
+        r = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-build-isolation",
+                            "--no-deps", "--target", target, copy], capture_output=True,
+                           text=True)
+        check(r.returncode == 0, f"pip install failed: {r.stderr[-2000:]}")
+        env = dict(os.environ, PYTHONPATH=target)
+        r = subprocess.run([sys.executable, "-c", "import hetring; print(hetring.__version__, "
+                            "hetring.__file__, hetring.library_version())"],
+                           capture_output=True, text=True, env=env, cwd=d)
+        print("installed: " + r.stdout.strip())
+        check(r.returncode == 0 and r.stdout.startswith("0.1.0 " + target),
+              f"the installed package: {r.stdout} {r.stderr[-2000:]}")
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "import":
+        test_import()
+    else:
+        test_pip(sys.argv[2])
+    if failures:
+        print(f"{failures} check(s) failed", file=sys.stderr)
+    sys.exit(1 if failures else 0)

@@ -1,0 +1,54 @@
+"""torch_worker.py: one node of the Python tests (test_python.sh): a small MLP on synthetic
+data trained through hetring.torch. Prints 'RESULT {json}' at the end.
+
+    torch_worker.py CONF NODE_ID [--die-at ITER] [--expect-join]
+"""
+import argparse
+import json
+import os
+import sys
+
+import torch
+
+import hetring
+import hetring.torch as ht
+
+p = argparse.ArgumentParser()
+p.add_argument("conf")
+p.add_argument("node", type=int)
+p.add_argument("--die-at", type=int, default=-1)
+p.add_argument("--pace", type=float, default=0.0, help="sleep seconds per iteration while a node is missing")
+p.add_argument("--nodes", type=int, default=1)
+a = p.parse_args()
+
+torch.manual_seed(1234 + a.node)  # differs per node: the first view's state transfer aligns them
+torch.set_num_threads(1)
+g = torch.Generator().manual_seed(5)
+N, D, C = 512, 20, 4
+X = torch.randn(N, D, generator=g)
+W = torch.randn(D, C, generator=g)
+Y = (X @ W).argmax(1)
+model = torch.nn.Sequential(torch.nn.Linear(D, 32), torch.nn.ReLU(), torch.nn.Linear(32, C))
+opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+loss_fn = torch.nn.CrossEntropyLoss()
+tr = ht.Trainer(a.conf, model, opt, node_id=a.node, n_samples=N)
+losses, retries, iters = [], 0, 0
+import time
+for idx in tr.batches():
+    b = tr.batch
+    if b.iter == a.die_at:
+        os._exit(3)
+    if a.pace and (retries or b.size < a.nodes):
+        time.sleep(a.pace)
+    res = tr.step(loss_fn, (X[idx], Y[idx]))
+    if res is None:
+        retries += 1
+        continue
+    iters += 1
+    losses.append(res.loss)
+flat = torch.cat([q.detach().reshape(-1) for q in model.parameters()])
+out = {"node": a.node, "iters": iters, "retries": retries, "first_loss": losses[0] if losses else None,
+       "last_loss": losses[-1] if losses else None, "hash": ht.param_hash(list(model.parameters())),
+       "params": flat.tolist(), "views": tr.views, "version": hetring.__version__}
+tr.close()
+print("RESULT " + json.dumps(out))
