@@ -61,6 +61,19 @@ static void opt_config_of(const cfg *c, opt_config *out) {
                         .weight_decay = c->weight_decay};
 }
 
+/* This node's fact for bucket_bytes = auto (overlap.h): the nodes whose host is written as
+ * this node's share its machine (hetring local, or several nodes per machine), each with its
+ * compute threads and a communication thread, against the cores this process may use. Two
+ * spellings of one machine (a name and its address) count as two machines. */
+static overlap_fact machine_of(const cfg *c, int self_idx) {
+    long threads[CFG_MAX_NODES];
+    int n = 0;
+    const cfg_node *me = &c->nodes[self_idx];
+    for (int k = 0; k < c->n_nodes && n < CFG_MAX_NODES; k++)
+        if (strcmp(c->nodes[k].host, me->host) == 0) threads[n++] = c->nodes[k].threads;
+    return overlap_fact_of(me->id, overlap_cores(), threads, n);
+}
+
 void app_train_config(const cfg *c, int self_idx, train_config *out) {
     memset(out, 0, sizeof *out);
     model_config_of(c, &out->model);
@@ -73,7 +86,8 @@ void app_train_config(const cfg *c, int self_idx, train_config *out) {
     out->eval_interval = c->eval_interval;
     out->checkpoint = c->checkpoint;
     out->checkpoint_interval = c->checkpoint_interval;
-    out->bucket_bytes = c->bucket_bytes;
+    out->bucket_bytes = c->bucket_bytes == CFG_AUTO ? OVERLAP_AUTO : c->bucket_bytes;
+    out->machine = machine_of(c, self_idx);
     out->origin = c->path;
     out->max_nodes = c->n_nodes;
     const cfg_node *me = &c->nodes[self_idx];

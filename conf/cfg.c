@@ -27,6 +27,7 @@ typedef enum {
     T_STR,
     T_PATH, /* a T_STR naming a file: relative to the INI file's directory (resolve_path) */
     T_INT,
+    T_AUTOINT, /* a T_INT, or "auto" (stored as CFG_AUTO) */
     T_DBL,
     T_ENUM,
     T_U64,
@@ -42,7 +43,7 @@ typedef struct {
     ktype type;
     size_t off;          /* offset of the field in cfg (or cfg_node for "node") */
     size_t size;         /* T_STR: buffer size; T_HEXKEY: offset of the has_ flag */
-    double min, max;     /* T_INT, T_DBL: inclusive range */
+    double min, max;     /* T_INT, T_AUTOINT, T_DBL: inclusive range */
     const char *choices; /* T_ENUM: "a|b|c", value is the index */
     const char *def;     /* default as INI text; NULL: required (nodes) or unset */
     int secret;          /* never printed */
@@ -121,9 +122,10 @@ static const key_spec g_keys[] = {
      "iterations between checkpoints; 0 writes one at the end only"},
     {"train", "hash_interval", T_INT, G(hash_interval), 0, 1, BIG, NULL, "10", 0,
      "iterations between replica hash checks (all nodes must hold identical parameters)"},
-    {"train", "bucket_bytes", T_INT, G(bucket_bytes), 0, 0, 1 << 30, NULL, "0", 0,
+    {"train", "bucket_bytes", T_AUTOINT, G(bucket_bytes), 0, 0, 1 << 30, NULL, "auto", 0,
      "gradient bucket: each is all-reduced as soon as backward has it, overlapping the rest "
-     "of backward; 0 all-reduces once after backward"},
+     "of backward; 0 all-reduces once after backward; auto: 1 MiB buckets when every node "
+     "has a core to spare for its communication thread, else 0"},
 
     {"controller", "policy", T_ENUM, G(policy), 0, 0, 0, "static|proportional|pid|model|epoch",
      "model", 0, "batch-size controller; static is the plain BSP baseline"},
@@ -288,6 +290,25 @@ static void int_format(const key_spec *k, const void *base, const char *field, c
                        size_t n) {
     (void)k, (void)base;
     snprintf(out, n, "%ld", *(const long *)field);
+}
+
+/* "auto" or an integer: with auto, the code that uses the key chooses its value */
+static void autoint_expect(const key_spec *k, char *buf, size_t n) {
+    snprintf(buf, n, "auto or an integer in [%.15g, %.15g]", k->min, k->max);
+}
+
+static int autoint_parse(const key_spec *k, void *base, char *field, verdict *v) {
+    if (strcmp(v->val, "auto") != 0) return int_parse(k, base, field, v);
+    *(long *)field = CFG_AUTO;
+    return 0;
+}
+
+static void autoint_format(const key_spec *k, const void *base, const char *field, char *out,
+                           size_t n) {
+    if (*(const long *)field == CFG_AUTO)
+        snprintf(out, n, "auto");
+    else
+        int_format(k, base, field, out, n);
 }
 
 static void dbl_expect(const key_spec *k, char *buf, size_t n) {
@@ -604,6 +625,7 @@ static const value_type value_types[] = {
     [T_STR] = {str_expect, str_parse, str_format},
     [T_PATH] = {path_expect, str_parse, str_format},
     [T_INT] = {int_expect, int_parse, int_format},
+    [T_AUTOINT] = {autoint_expect, autoint_parse, autoint_format},
     [T_DBL] = {dbl_expect, dbl_parse, dbl_format},
     [T_ENUM] = {enum_expect, enum_parse, enum_format},
     [T_U64] = {u64_expect, u64_parse, u64_format},

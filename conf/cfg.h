@@ -29,6 +29,7 @@
 #define CFG_MAX_NODES     256
 #define CFG_KEYLEN        32   /* public keys and pre-shared keys, bytes */
 #define CFG_LINE_OVERRIDE (-1) /* key_line of a key the environment or --set set last */
+#define CFG_AUTO          (-1) /* a numeric key set to "auto": resolved where it is used */
 
 typedef enum { CFG_SEC_AUTO, CFG_SEC_NONE, CFG_SEC_AUTH, CFG_SEC_ENCRYPT } cfg_security;
 typedef enum { CFG_BACKEND_AUTO, CFG_BACKEND_TCP, CFG_BACKEND_NCCL } cfg_backend;
@@ -111,7 +112,8 @@ typedef struct {
     char checkpoint[CFG_PATH];   /* checkpoint file; empty disables checkpoints */
     long checkpoint_interval;    /* iterations between checkpoints */
     long hash_interval;          /* iterations between replica hash checks (I4) */
-    long bucket_bytes;           /* gradient bucket overlapped with backward; 0 = one all-reduce */
+    long bucket_bytes;           /* gradient bucket overlapped with backward; 0 = one all-reduce;
+                                  * CFG_AUTO: chosen while training (trainer/overlap.h) */
     /* [controller] */
     int policy;        /* cfg_policy */
     long interval;     /* iterations between batch-size decisions */

@@ -1,9 +1,103 @@
 /*
- * overlap.c: the bucket plan and the communication thread (see overlap.h).
+ * overlap.c: the bucket plan, the choice of bucket_bytes = auto and the communication thread
+ * (see overlap.h).
  */
 #include "overlap.h"
 
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+
+/* ================================================================ choosing */
+
+/* The cgroup v2 CPU quota in whole cores, rounded up, or 0 when there is none ("max") or no
+ * cgroup v2 file to read (a container sees its own cgroup at the root). */
+static long quota_cores(void) {
+    FILE *f = fopen("/sys/fs/cgroup/cpu.max", "r");
+    if (!f) return 0;
+    char quota[32] = "";
+    long period = 0;
+    int got = fscanf(f, "%31s %ld", quota, &period);
+    fclose(f);
+    long q;
+    char *end;
+    if (got != 2 || period <= 0 || strcmp(quota, "max") == 0) return 0;
+    q = strtol(quota, &end, 10);
+    if (*end || q <= 0) return 0;
+    return (q + period - 1) / period;
+}
+
+long overlap_cores(void) {
+    long cores = 0;
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0) cores = CPU_COUNT(&set);
+    if (cores <= 0) cores = sysconf(_SC_NPROCESSORS_ONLN);
+    long q = quota_cores();
+    if (q > 0 && q < cores) cores = q;
+    return cores > 0 ? cores : 1;
+}
+
+overlap_fact overlap_fact_of(long id, long cores, const long *threads, int n) {
+    overlap_fact f = {id, cores, 0};
+    for (int k = 0; k < n; k++) f.demand += (threads[k] > 0 ? threads[k] : cores) + 1;
+    return f;
+}
+
+int overlap_fact_spare(const overlap_fact *f) {
+    return f->cores > 0 && f->cores >= f->demand;
+}
+
+void overlap_bytes_str(long bytes, char *out, size_t n) {
+    if (bytes >= 1L << 20 && bytes % (1L << 20) == 0)
+        snprintf(out, n, "%ld MiB", bytes >> 20);
+    else if (bytes >= 1L << 10 && bytes % (1L << 10) == 0)
+        snprintf(out, n, "%ld KiB", bytes >> 10);
+    else
+        snprintf(out, n, "%ld B", bytes);
+}
+
+/* auto with a plan of two buckets or more and two nodes or more: a core to spare on each. */
+static int choose_auto(const overlap_fact *facts, int n, char *why, size_t whylen) {
+    int fewest = 0;
+    for (int k = 0; k < n; k++) {
+        const overlap_fact *f = &facts[k];
+        if (!overlap_fact_spare(f)) {
+            snprintf(why, whylen, "auto: node %ld has no core to spare, %ld core%s for %ld threads",
+                     f->id, f->cores, f->cores == 1 ? "" : "s", f->demand);
+            return 0;
+        }
+        if (f->cores - f->demand < facts[fewest].cores - facts[fewest].demand) fewest = k;
+    }
+    const overlap_fact *f = &facts[fewest];
+    snprintf(why, whylen,
+             "auto: every node has a core to spare; fewest: node %ld, %ld core%s for %ld threads",
+             f->id, f->cores, f->cores == 1 ? "" : "s", f->demand);
+    return 1;
+}
+
+int overlap_choose(long bucket_bytes, int n_buckets, const overlap_fact *facts, int n, char *why,
+                   size_t whylen) {
+    char size[32];
+    overlap_bytes_str(bucket_bytes == OVERLAP_AUTO ? OVERLAP_AUTO_BYTES : bucket_bytes, size,
+                      sizeof size);
+    if (bucket_bytes == 0) return snprintf(why, whylen, "bucket_bytes = 0"), 0;
+    if (bucket_bytes != OVERLAP_AUTO) {
+        if (n_buckets < 2)
+            return snprintf(why, whylen, "bucket_bytes = %ld: the gradients fit one bucket",
+                            bucket_bytes),
+                   0;
+        return snprintf(why, whylen, "bucket_bytes = %ld", bucket_bytes), 1;
+    }
+    if (n_buckets < 2)
+        return snprintf(why, whylen, "auto: the gradients fit one %s bucket", size), 0;
+    if (n < 1) return snprintf(why, whylen, "auto: the nodes' cores are not gathered yet"), 0;
+    if (n < 2) return snprintf(why, whylen, "auto: one node, nothing to all-reduce"), 0;
+    return choose_auto(facts, n, why, whylen);
+}
+
+/* ================================================================ the plan and the thread */
 
 int overlap_plan(const model *m, long bucket_bytes, long *cuts) {
     if (m->n_params == 0) return 0;

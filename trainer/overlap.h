@@ -15,6 +15,22 @@
  *  - after the first failed all-reduce the worker skips the remaining jobs of the round and
  *    overlap_wait returns that failure, so the communicator is idle whenever the caller
  *    holds the result.
+ *
+ * bucket_bytes = auto (OVERLAP_AUTO) chooses whether the buckets are used. Overlap pays only
+ * where every node can run its communication thread beside its compute threads: a bucket's
+ * all-reduce needs every node, so one node that cannot overlap holds up all the others, and
+ * where cores are short the thread takes CPU from backward (four nodes on two cores ran 2-5%
+ * slower, bench/README.md). Two things keep every node's frames alike (I7) while the cores
+ * are a fact of each machine:
+ *  - the plan (where the buckets are cut) depends only on the model and OVERLAP_AUTO_BYTES,
+ *    the same on every node (the configurations agree on bucket_bytes before training);
+ *  - whether the plan is used is decided after every iteration by overlap_choose, a pure
+ *    function of the facts every node put in its slot of that iteration's stats tail (an
+ *    all-gather, train.h), so every node decides alike, as the controller does (I5). The
+ *    first iteration of every view uses one all-reduce: no facts are gathered yet.
+ * A node's fact: the cores its process may use, against the threads its machine runs while
+ * overlapping: the compute threads of every node the configuration places on the same host
+ * (its `host` written alike), plus one communication thread each.
  */
 #ifndef HR_OVERLAP_H
 #define HR_OVERLAP_H
@@ -45,6 +61,43 @@ typedef struct {
     int running;                  /* the thread was started */
     hr_status st;                 /* first failure of the round, or HR_OK */
 } overlap_worker;
+
+#define OVERLAP_AUTO (-1L) /* bucket_bytes = auto: overlap_choose decides */
+#define OVERLAP_AUTO_BYTES                                                                         \
+    (1L << 20) /* auto's bucket size, about the best measured on 16 cores                          \
+                */
+
+/* What one node tells the others about its machine (its slot of the stats tail). */
+typedef struct {
+    long id;     /* the node's id, to name it */
+    long cores;  /* cores its process may run on (overlap_cores); 0: unknown */
+    long demand; /* threads its machine runs while overlapping: every co-located node's
+                  * compute threads, plus one communication thread per node */
+} overlap_fact;
+
+/* Cores this process may run on: its CPU affinity (sched_getaffinity, else the online
+ * cores), capped by a cgroup v2 CPU quota (/sys/fs/cgroup/cpu.max, rounded up). At least 1. */
+long overlap_cores(void);
+
+/* The fact of node `id` whose process has `cores` cores, on a machine the configuration
+ * shares among n nodes with compute threads threads[0, n) (this node's included; 0 means
+ * every core). */
+overlap_fact overlap_fact_of(long id, long cores, const long *threads, int n);
+
+/* Whether node `f` has a core to spare for its communication thread. */
+int overlap_fact_spare(const overlap_fact *f);
+
+/* Whether the next iteration all-reduces its n_buckets buckets during backward, for the
+ * setting bucket_bytes (OVERLAP_AUTO, 0 or bytes) and the facts of the n nodes of the view
+ * (n = 0: none gathered yet). An explicit setting is obeyed; auto needs two buckets or more,
+ * two nodes or more, and a core to spare on every node. `why` gets the reason ("auto: node 3
+ * has no core to spare (2 cores for 4 threads)"). A pure function: every node that holds the
+ * same facts decides the same. */
+int overlap_choose(long bucket_bytes, int n_buckets, const overlap_fact *facts, int n, char *why,
+                   size_t whylen);
+
+/* "1 MiB", "64 KiB" or "1000 B": a bucket size for messages. */
+void overlap_bytes_str(long bytes, char *out, size_t n);
 
 /* Cut grads[0, m->n_params) into buckets of at least bucket_bytes at layer boundaries:
  * cuts[0] = n_params > cuts[1] > ... > cuts[nb] = 0, bucket j = [cuts[j+1], cuts[j]).

@@ -101,8 +101,17 @@ hr_status train_init(trainer *t, const train_config *tc, const train_comm *comm,
         goto fail;
     }
     if (t->comm.size == 1) train_set_split(t, &B); /* several nodes: the controller's */
-    if (t->max_nodes > 1 && c->bucket_bytes > 0)
-        t->n_buckets = overlap_plan(&t->m, c->bucket_bytes, t->cuts);
+    /* the plan follows from the model and the setting alone, the same on every node; with
+     * auto, whether it is used is chosen from every node's facts (overlap.h) */
+    const int is_auto = c->bucket_bytes == OVERLAP_AUTO;
+    const long bucket = is_auto ? OVERLAP_AUTO_BYTES : c->bucket_bytes;
+    if (t->max_nodes > 1 && bucket > 0) t->n_buckets = overlap_plan(&t->m, bucket, t->cuts);
+    t->bucketed = !is_auto && t->n_buckets > 1;
+    t->told = -1;
+    if (!(t->facts = calloc(n, sizeof *t->facts))) {
+        st = hr_fail(err, errlen, HR_ERR_NOMEM, "train: out of memory");
+        goto fail;
+    }
     if (t->n_buckets > 1 && (st = overlap_start(&t->ow, t->comm.allreduce, t->comm.ctx)) != HR_OK) {
         hr_fail(err, errlen, st, "train: cannot start the gradient communication thread");
         goto fail;
@@ -128,6 +137,8 @@ void train_free(trainer *t) {
     free(t->next);
     free(t->recorded);
     free(t->gathered);
+    free(t->facts);
+    t->facts = NULL;
     t->x = t->t = NULL;
     t->y = NULL;
     t->split = t->next = t->recorded = NULL;
@@ -143,6 +154,7 @@ hr_status train_set_comm(trainer *t, int rank, int size) {
     t->comm.size = size;
     t->tail = (long)size * TRAIN_NODE_STATS;
     t->has_split = 0;
+    if (t->conf.bucket_bytes == OVERLAP_AUTO) t->bucketed = 0; /* until facts are gathered */
     if (size == 1) {
         const long B = train_global_batch(t);
         train_set_split(t, &B);
@@ -175,7 +187,10 @@ static void stats_pack(float *tail, int rank, int size, const train_stat *mine) 
     slot[1] = (float)mine->t;
     slot[2] = (float)mine->loss;
     slot[3] = (float)mine->correct;
-    memcpy(slot + 4, mine->extra, sizeof mine->extra);
+    slot[4] = (float)mine->machine.id;
+    slot[5] = (float)mine->machine.cores;
+    slot[6] = (float)mine->machine.demand;
+    memcpy(slot + 7, mine->extra, sizeof mine->extra);
 }
 
 /* Every node's stats from the all-reduced tail. */
@@ -186,7 +201,8 @@ static void stats_unpack(const float *tail, int size, train_stat *out) {
         out[k].t = slot[1];
         out[k].loss = slot[2];
         out[k].correct = (long)slot[3];
-        memcpy(out[k].extra, slot + 4, sizeof out[k].extra);
+        out[k].machine = (overlap_fact){(long)slot[4], (long)slot[5], (long)slot[6]};
+        memcpy(out[k].extra, slot + 7, sizeof out[k].extra);
     }
 }
 
@@ -197,7 +213,58 @@ double train_stretch_factor(const train_config *c, long iter) {
 }
 
 static int overlapping(const trainer *t) {
-    return t->n_buckets > 1;
+    return t->bucketed;
+}
+
+/* "overlap: 2 buckets of >= 1 MiB, ..." or "overlap: off, ..." with the reason `why`. */
+static void choice_str(const trainer *t, int on, const char *why, char *out, size_t n) {
+    char size[32];
+    long bb = t->conf.bucket_bytes;
+    overlap_bytes_str(bb == OVERLAP_AUTO ? OVERLAP_AUTO_BYTES : bb, size, sizeof size);
+    if (on)
+        snprintf(out, n, "overlap: %d buckets of >= %s, all-reduced during backward (%s)",
+                 t->n_buckets, size, why);
+    else
+        snprintf(out, n, "overlap: off, one all-reduce after backward (%s)", why);
+}
+
+/* Rank 0 logs a choice that differs from the one it logged last. */
+static void tell_choice(trainer *t, int on, const char *why) {
+    if (t->comm.rank != 0 || on == t->told) return;
+    char line[320];
+    choice_str(t, on, why, line, sizeof line);
+    HR_INFO(TRAIN, "%s", line);
+    t->told = on;
+}
+
+/* bucket_bytes = auto: whether the next iteration uses the buckets, from the facts every node
+ * put in this iteration's stats (gathered[]), the same on every node (overlap.h). */
+static void choose_next(trainer *t) {
+    const int size = t->comm.size;
+    for (int k = 0; k < size; k++) t->facts[k] = t->gathered[k].machine;
+    char why[192];
+    t->bucketed = overlap_choose(OVERLAP_AUTO, t->n_buckets, t->facts, size, why, sizeof why);
+    tell_choice(t, t->bucketed, why);
+}
+
+void train_overlap_describe(const trainer *t, char *out, size_t n) {
+    const train_config *c = &t->conf;
+    const overlap_fact *f = &c->machine;
+    char why[192], size[32];
+    if (t->max_nodes < 2) {
+        snprintf(out, n, "overlap: off (one node trains alone)");
+    } else if (c->bucket_bytes != OVERLAP_AUTO || t->n_buckets < 2) {
+        int on = overlap_choose(c->bucket_bytes, t->n_buckets, NULL, 0, why, sizeof why);
+        choice_str(t, on, why, out, n);
+    } else {
+        overlap_bytes_str(OVERLAP_AUTO_BYTES, size, sizeof size);
+        snprintf(out, n,
+                 "overlap: auto, chosen after the first iteration: %d buckets of >= %s during "
+                 "backward if every node has a core to spare; node %ld has %ld core%s for %ld "
+                 "threads (compute, and communication, of the nodes on its host): %s",
+                 t->n_buckets, size, f->id, f->cores, f->cores == 1 ? "" : "s", f->demand,
+                 overlap_fact_spare(f) ? "a core to spare" : "no core to spare");
+    }
 }
 
 /* Backward has finished grads[off, n_params) (model_grad_hook): hand every finished bucket
@@ -253,7 +320,11 @@ hr_status train_step(trainer *t, train_iter *out) {
     double t2 = now_s();
 
     /* stats tail: this node's slot, zeros elsewhere */
-    train_stat mine = {.b = b, .t = t2 - t0, .loss = ms.loss_sum, .correct = ms.correct};
+    train_stat mine = {.b = b,
+                       .t = t2 - t0,
+                       .loss = ms.loss_sum,
+                       .correct = ms.correct,
+                       .machine = t->conf.machine};
     hr_status ast = HR_OK;
     if (t->ctrl.annotate) ast = t->ctrl.annotate(t->ctrl.ctx, i, t->m.params, t->m.n_params, &mine);
     stats_pack(t->stats, rank, size, &mine);
@@ -278,6 +349,7 @@ hr_status train_step(trainer *t, train_iter *out) {
     opt_step(&t->opt, t->m.params, t->m.grads, B, i);
 
     stats_unpack(t->stats, size, t->gathered);
+    if (t->conf.bucket_bytes == OVERLAP_AUTO) choose_next(t);
     double loss = 0, correct = 0;
     for (int k = 0; k < size; k++) loss += t->gathered[k].loss, correct += t->gathered[k].correct;
     int changed = 0;
@@ -580,9 +652,21 @@ static void announce(const trainer *t) {
     HR_INFO(TRAIN, "training %s %s on %s: %ld iterations of B = %ld (%ld per epoch), %d node(s)%s",
             c->model.name, desc, c->data.name, t->total, train_global_batch(t), t->ipe,
             t->comm.size, c->emulated ? ", EMULATED heterogeneity" : "");
-    if (overlapping(t))
-        HR_INFO(TRAIN, "gradients in %d buckets (bucket_bytes = %ld), all-reduced during backward",
-                t->n_buckets, c->bucket_bytes);
+}
+
+/* How gradients overlap backward: an explicit setting (or a plan of one bucket) is the choice
+ * for the whole run, said by rank 0; with auto every node says its own cores now, and rank 0
+ * the choice after the first iteration (choose_next). */
+static void announce_overlap(trainer *t) {
+    if (t->max_nodes < 2) return;
+    char line[400], why[192];
+    if (t->conf.bucket_bytes == OVERLAP_AUTO && t->n_buckets > 1) {
+        train_overlap_describe(t, line, sizeof line);
+        HR_INFO(TRAIN, "%s", line);
+        return;
+    }
+    int on = overlap_choose(t->conf.bucket_bytes, t->n_buckets, NULL, 0, why, sizeof why);
+    tell_choice(t, on, why);
 }
 
 /* After iteration r: its metrics record, and a progress line (or bar) when one is due. */
@@ -641,6 +725,7 @@ hr_status train_run(trainer *t, const train_opts *o, train_result *res, char *er
     run_report rr;
     HR_CHECK(report_open(&rr, t, o, resumed, err, errlen));
     announce(t);
+    announce_overlap(t);
 
     hr_status st = HR_OK;
     const long first = t->iter;

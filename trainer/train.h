@@ -9,9 +9,12 @@
  *            gradient buffer (overlap.h) is all-reduced on a thread while backward computes
  *            the layers before it. An emulated slow node hands its buckets over before its
  *            stretch; with a balanced split the last node to finish bounds every bucket,
- *            as it would with a truly slower device
- *   stats    this node's train_stat (b, t, loss sum, correct, extra) is packed into its slot
- *            of the tail grads[n_params, n_params + size*TRAIN_NODE_STATS); the others are 0
+ *            as it would with a truly slower device. With bucket_bytes = auto the buckets are
+ *            used in an iteration when overlap_choose, run on every node on the facts all
+ *            nodes put in the stats tail of the iteration before, says so (overlap.h)
+ *   stats    this node's train_stat (b, t, loss sum, correct, machine, extra) is packed into
+ *            its slot of the tail grads[n_params, n_params + size*TRAIN_NODE_STATS); the
+ *            others are 0
  *   comm     comm.allreduce(grads, n_params + tail): a SUM over the nodes, in place; the
  *            summed tail is an all-gather of every node's stats. With buckets, a copy of the
  *            tail rides with the last bucket instead (model.h's scratch before grads[0])
@@ -60,7 +63,10 @@ typedef struct {
     long eval_interval;       /* iterations between evaluations; 0: at the end only */
     const char *checkpoint;   /* checkpoint file; NULL or "": none */
     long checkpoint_interval; /* iterations between checkpoints; 0: at the end only */
-    long bucket_bytes;        /* gradient bucket overlapped with backward; 0: one all-reduce */
+    long bucket_bytes;        /* gradient bucket overlapped with backward; 0: one all-reduce;
+                               * OVERLAP_AUTO: chosen from every node's `machine` */
+    overlap_fact machine;     /* this node's cores and its machine's threads (bucket_bytes
+                               * = auto); zero: no core to spare */
     long threads;             /* BLAS threads of this node; 0: all cores */
     double slowdown;          /* this node's emulated compute stretch, >= 1 */
     train_phase phases[TRAIN_MAX_PHASES]; /* its interference schedule, ascending iter */
@@ -83,9 +89,10 @@ typedef struct {
     double t;                      /* t_k, seconds of compute including any emulated stretch */
     double loss;                   /* sum of the per-sample losses of the slice */
     long correct;                  /* correct predictions in the slice */
+    overlap_fact machine;          /* the node's cores and its machine's threads (overlap.h) */
     float extra[TRAIN_STAT_EXTRA]; /* resource features or agreement hashes, carried as is */
 } train_stat;
-#define TRAIN_NODE_STATS (4 + TRAIN_STAT_EXTRA) /* floats per node in the stats tail */
+#define TRAIN_NODE_STATS (7 + TRAIN_STAT_EXTRA) /* floats per node in the stats tail */
 
 /* The communication step: a SUM all-reduce of n floats in place, the same bytes on every
  * node afterwards (I4). rank is this node's ring position, size the number of nodes. */
@@ -154,11 +161,18 @@ typedef struct {
     FILE *metrics;        /* the metrics file while train_run runs, else NULL: the hooks of
                            * train_opts may add their own records */
 
-    /* gradient buckets (overlap.h), used when n_buckets > 1 */
+    /* gradient buckets (overlap.h), used in iterations where `bucketed` */
     long cuts[MODEL_MAX_LAYERS + 1]; /* the plan: bucket j = grads[cuts[j+1], cuts[j]) */
     int n_buckets;                   /* buckets in the plan; 0 with one node or bucket_bytes 0 */
+    int bucketed;                    /* the next iteration all-reduces the buckets during
+                                      * backward: fixed by an explicit bucket_bytes, chosen
+                                      * after every iteration with auto, off after
+                                      * train_set_comm until then */
+    int told;                        /* the choice rank 0 logged last; -1: none */
+    overlap_fact *facts;             /* (max_nodes) the facts overlap_choose is given */
     int next_bucket;                 /* next bucket to hand to ow in this iteration */
-    overlap_worker ow;               /* all-reduces the buckets while backward runs */
+    overlap_worker ow;               /* all-reduces the buckets while backward runs; started
+                                      * whenever the plan has two buckets or more */
 } trainer;
 
 /* Load the data, build the model and optimizer from tc. comm may be NULL (one node). Sets
@@ -196,6 +210,10 @@ hr_status train_state_unpack(trainer *t, const void *blob, size_t bytes, char *e
 uint64_t train_state_hash(const trainer *t);
 /* The same hash of any float array (the parameter agreement check uses it). */
 uint64_t train_hash_floats(const float *v, long n);
+
+/* How this node overlaps communication with backward, in one line for the log and the dry
+ * run: "overlap: 2 buckets of >= 1 MiB, ... (auto: ...)", with this node's cores. */
+void train_overlap_describe(const trainer *t, char *out, size_t n);
 
 /* The emulated stretch of iteration `iter`: the slowdown, or the factor of the last
  * interference phase begun by then. */

@@ -115,6 +115,9 @@ static int dry_trainer(const cfg *c, int self) {
         bad += problem(c, -1, "checkpoint", "%s", err);
     printf("; data: %ld training and %ld held-out samples of %dx%dx%d\n", t.train.n, t.eval.n,
            t.train.h, t.train.w, t.train.c);
+    char overlap[400];
+    train_overlap_describe(&t, overlap, sizeof overlap);
+    printf("; %s\n", overlap);
     train_free(&t);
     return bad;
 }

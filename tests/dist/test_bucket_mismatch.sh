@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Two nodes whose train.bucket_bytes differ (one would all-reduce two buckets, the other the
-# whole buffer at once) must both stop with an error, not hang or train on mixed-up sums, and
+# whole buffer at once, or choose by itself with the default, auto) must both stop with an
+# error, not hang or train on mixed-up sums, and
 # the error must name the key: the election compares the configurations (ring_config.agree)
 # before any all-reduce runs.
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -15,7 +16,7 @@ iterations = 20
 policy = static
 EOF
 
-# node 0 (rank 0, which logs its bucket count) cuts two buckets, node 1 none
+# node 0 (rank 0, which logs its bucket count) cuts two buckets, node 1 has auto
 timeout 60 "$HR" run --conf "$tmp/c.ini" --node 0 --quiet --set train.bucket_bytes=1024 \
   > "$tmp/n0.log" 2>&1 &
 p0=$!

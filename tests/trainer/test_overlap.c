@@ -6,10 +6,18 @@
  *  - the hook reports offsets that never grow and end at 0, and the gradients it declares
  *    final are bitwise the ones backward leaves;
  *  - the worker runs jobs in submission order, skips the rest of a round after a failure,
- *    reports that failure once, and serves the next round normally.
+ *    reports that failure once, and serves the next round normally;
+ *  - bucket_bytes = auto (overlap_choose): an explicit setting is obeyed; auto uses the
+ *    buckets only with a plan of two or more, two nodes or more, and a core to spare on every
+ *    node, and names the node that has none; a node's threads are its machine's compute
+ *    threads (0: every core) plus one communication thread per node;
+ *  - in the trainer, auto uses one all-reduce in the first iteration of a view, then what
+ *    overlap_choose makes of the facts gathered in the stats tail (a peer's included), and
+ *    forgets the choice when the view changes (train_set_comm).
  */
 #include "check.h"
 #include "overlap.h"
+#include "util.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -131,6 +139,165 @@ static void test_worker(void) {
     overlap_stop(&never);
 }
 
+/* ---------------------------------------------------------------- bucket_bytes = auto */
+
+static void test_facts(void) {
+    long one[] = {1}, four[] = {1, 1, 1, 1}, mixed[] = {4, 0};
+    overlap_fact f = overlap_fact_of(7, 16, one, 1);
+    CHECK(f.id == 7 && f.cores == 16 && f.demand == 2 && overlap_fact_spare(&f),
+          "one node, one thread, 16 cores: demand %ld", f.demand);
+    f = overlap_fact_of(0, 2, four, 4); /* four nodes of hetero.ini on two cores */
+    CHECK(f.demand == 8 && !overlap_fact_spare(&f), "4 x 1 thread on 2 cores: demand %ld",
+          f.demand);
+    f = overlap_fact_of(0, 16, four, 4); /* the same on 16 cores */
+    CHECK(f.demand == 8 && overlap_fact_spare(&f), "4 x 1 thread on 16 cores: demand %ld",
+          f.demand);
+    f = overlap_fact_of(0, 8, mixed, 2); /* threads = 0 takes every core */
+    CHECK(f.demand == 4 + 1 + 8 + 1 && !overlap_fact_spare(&f), "threads 4 and 0 on 8 cores: %ld",
+          f.demand);
+    f = overlap_fact_of(0, 2, one, 1); /* exactly one core for the communication thread */
+    CHECK(overlap_fact_spare(&f), "1 thread on 2 cores must leave a core to spare");
+    overlap_fact unknown = {3, 0, 0};
+    CHECK(!overlap_fact_spare(&unknown), "a node whose cores are unknown has none to spare");
+    CHECK(overlap_cores() >= 1, "overlap_cores %ld", overlap_cores());
+}
+
+typedef struct {
+    const char *name;
+    long bucket_bytes;     /* the setting */
+    int n_buckets;         /* buckets of the plan */
+    int n;                 /* nodes with facts */
+    overlap_fact facts[4]; /* their facts */
+    int want;              /* buckets used */
+    const char *why;       /* a part of the reason */
+} choose_case;
+
+static void test_choose(void) {
+    const overlap_fact roomy = {0, 16, 8}, roomy1 = {1, 16, 2}, tight = {2, 2, 4},
+                       exact = {3, 2, 2}, unknown = {4, 0, 0};
+    const choose_case cases[] = {
+        {"explicit 0", 0, 3, 2, {roomy, roomy1}, 0, "bucket_bytes = 0"},
+        {"explicit 0, before facts", 0, 3, 0, {{0}}, 0, "bucket_bytes = 0"},
+        {"explicit N overrides a tight node", 1024, 2, 2, {roomy, tight}, 1, "bucket_bytes = 1024"},
+        {"explicit N without facts", 1024, 2, 0, {{0}}, 1, "bucket_bytes = 1024"},
+        {"explicit N, one bucket", 1 << 30, 1, 2, {roomy, roomy1}, 0, "fit one bucket"},
+        {"auto, every node roomy",
+         OVERLAP_AUTO,
+         2,
+         2,
+         {roomy, roomy1},
+         1,
+         "fewest: node 0, 16 cores for 8 threads"},
+        {"auto, exactly a core each",
+         OVERLAP_AUTO,
+         2,
+         2,
+         {roomy1, exact},
+         1,
+         "fewest: node 3, 2 cores for 2 threads"},
+        {"auto, one tight node",
+         OVERLAP_AUTO,
+         3,
+         3,
+         {roomy, tight, roomy1},
+         0,
+         "node 2 has no core to spare, 2 cores for 4 threads"},
+        {"auto, the first tight node is named",
+         OVERLAP_AUTO,
+         3,
+         3,
+         {tight, unknown, roomy},
+         0,
+         "node 2 has no core"},
+        {"auto, unknown cores", OVERLAP_AUTO, 2, 2, {roomy, unknown}, 0, "node 4 has no core"},
+        {"auto, model too small", OVERLAP_AUTO, 1, 2, {roomy, roomy1}, 0, "fit one 1 MiB bucket"},
+        {"auto, no plan (one node config)", OVERLAP_AUTO, 0, 2, {roomy, roomy1}, 0, "fit one"},
+        {"auto, facts not gathered", OVERLAP_AUTO, 2, 0, {{0}}, 0, "not gathered"},
+        {"auto, a view of one node", OVERLAP_AUTO, 2, 1, {roomy}, 0, "one node"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        const choose_case *c = &cases[i];
+        char why[192] = "";
+        int got = overlap_choose(c->bucket_bytes, c->n_buckets, c->n ? c->facts : NULL, c->n, why,
+                                 sizeof why);
+        printf("%-40s -> %d (%s)\n", c->name, got, why);
+        CHECK(got == c->want, "%s: chose %d, expected %d (%s)", c->name, got, c->want, why);
+        CHECK(strstr(why, c->why) != NULL, "%s: the reason '%s' lacks '%s'", c->name, why, c->why);
+    }
+    char b[32];
+    overlap_bytes_str(1L << 20, b, sizeof b);
+    CHECK(strcmp(b, "1 MiB") == 0, "1 MiB: %s", b);
+    overlap_bytes_str(1000, b, sizeof b);
+    CHECK(strcmp(b, "1000 B") == 0, "1000 B: %s", b);
+}
+
+/* A two-node communicator whose peer, node 1, reports `peer` in its slot of the stats tail;
+ * it counts the all-reduces of each iteration. */
+typedef struct {
+    trainer *t;
+    overlap_fact peer;
+    int calls;
+} fake_peer;
+
+static hr_status peer_allreduce(void *ctx, float *buf, size_t n) {
+    fake_peer *p = ctx;
+    trainer *t = p->t;
+    float *tail = NULL;
+    p->calls++;
+    if (buf == t->m.grads && (long)n == t->m.n_params + t->tail) /* one all-reduce */
+        tail = buf + t->m.n_params;
+    else if (buf == t->m.grads - t->tail) /* the last bucket: a copy of the tail leads */
+        tail = buf;
+    if (tail) {
+        float *slot = tail + TRAIN_NODE_STATS; /* node 1's */
+        slot[4] = (float)p->peer.id, slot[5] = (float)p->peer.cores;
+        slot[6] = (float)p->peer.demand;
+    }
+    return HR_OK;
+}
+
+static void test_trainer_choice(const char *dir) {
+    cfg c;
+    one_node_cfg(&c, dir,
+                 "model = mlp\nlayers = 784,512,512,10\nsamples = 256\neval_samples = 16\n"
+                 "global_batch = 32\niterations = 10");
+    CHECK(c.bucket_bytes == CFG_AUTO, "bucket_bytes defaults to auto, not %ld", c.bucket_bytes);
+    train_config tc;
+    app_train_config(&c, 0, &tc);
+    CHECK(tc.bucket_bytes == OVERLAP_AUTO, "auto reaches the trainer as %ld", tc.bucket_bytes);
+    CHECK(tc.machine.id == 0 && tc.machine.cores == overlap_cores() && tc.machine.demand == 2,
+          "one node of one thread: %ld cores for %ld threads", tc.machine.cores, tc.machine.demand);
+    tc.machine = (overlap_fact){0, 16, 2};
+    tc.max_nodes = 2;
+    trainer t;
+    fake_peer p = {&t, {1, 16, 8}, 0};
+    train_comm comm = {&p, 0, 2, peer_allreduce};
+    char err[HR_ERRLEN];
+    CHECK(train_init(&t, &tc, &comm, err, sizeof err) == HR_OK, "train_init: %s", err);
+    CHECK(t.n_buckets == 2, "the 2.7 MB of gradients make %d buckets of 1 MiB, not 2", t.n_buckets);
+    long split[2] = {16, 16};
+    train_set_split(&t, split);
+    train_iter r;
+    CHECK(train_step(&t, &r) == HR_OK && p.calls == 1 && t.bucketed,
+          "first iteration: %d all-reduce(s), then bucketed %d; expected 1, then 1", p.calls,
+          t.bucketed);
+    p.calls = 0;
+    CHECK(train_step(&t, &r) == HR_OK && p.calls == 2 && t.bucketed,
+          "second iteration: %d all-reduce(s), expected the 2 buckets", p.calls);
+    /* a new view: one all-reduce again until the facts are gathered */
+    CHECK(train_set_comm(&t, 0, 2) == HR_OK && !t.bucketed, "a new view kept the choice");
+    train_set_split(&t, split);
+    p.peer = (overlap_fact){1, 2, 4}; /* the peer has no core to spare */
+    p.calls = 0;
+    CHECK(train_step(&t, &r) == HR_OK && p.calls == 1 && !t.bucketed,
+          "a peer without a spare core: %d all-reduce(s), then bucketed %d", p.calls, t.bucketed);
+    p.calls = 0;
+    CHECK(train_step(&t, &r) == HR_OK && p.calls == 1 && !t.bucketed,
+          "with the peer still tight: %d all-reduce(s)", p.calls);
+    train_free(&t);
+    cfg_free(&c);
+}
+
 int main(void) {
     model_spec s = mlp_spec();
     model m;
@@ -140,5 +307,11 @@ int main(void) {
     test_hook(&m);
     model_free(&m);
     test_worker();
+    test_facts();
+    test_choose();
+    char dir[64];
+    tmpdir(dir, sizeof dir);
+    test_trainer_choice(dir);
+    rm_rf(dir);
     return check_exit();
 }
