@@ -3,8 +3,10 @@
  * nccl-tests (size, count, type, redop, time, algbw, busbw, #wrong; busbw = algbw*2(N-1)/N).
  *
  * The bench forks N nodes on this machine, each forming the ring over 127.0.0.1 (or, with
- * --netns, over veth links in network namespaces it creates, shaped with tc to 1 Gbit/s and
- * 200 us of delay, and removes again when it ends, also on failure or SIGINT/SIGTERM). For each
+ * --netns, over veth links in network namespaces it creates, shaped with tc to 1 Gbit/s, or the
+ * --link-rate given, and 200 us of delay, and removes again when it ends, also on failure or
+ * SIGINT/SIGTERM). The rate reaches tc as a whole number of bits per second that this file
+ * formats, never as the user's text, since tc runs through the shell. For each
  * size every node first runs one checked all-reduce (exact integer sums, counted in #wrong),
  * then warm-up and timed iterations; the time is the slowest node's mean per iteration.
  * R, the rate of one iperf3 TCP stream on loopback, is measured (or given with --rate) and
@@ -26,24 +28,27 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 typedef struct {
-    int nodes;        /* N */
-    int security;     /* CFG_SEC_* */
-    size_t min_bytes; /* first size */
-    size_t max_bytes; /* last size */
-    long factor;      /* each size is the previous times this (nccl-tests' -f) */
-    int iters;        /* timed iterations per size (at least 200 below 1 MiB) */
-    int warmup;       /* untimed iterations per size */
-    const char *json; /* --json FILE or NULL */
-    int netns;        /* run over shaped veth links in namespaces */
-    double rate;      /* R in GB/s; 0 = measure with iperf3 */
-    size_t segment;   /* segment_bytes, 0 = default */
-    long port;        /* first port */
+    int nodes;             /* N */
+    int security;          /* CFG_SEC_* */
+    size_t min_bytes;      /* first size */
+    size_t max_bytes;      /* last size */
+    long factor;           /* each size is the previous times this (nccl-tests' -f) */
+    int iters;             /* timed iterations per size (at least 200 below 1 MiB) */
+    int warmup;            /* untimed iterations per size */
+    const char *json;      /* --json FILE or NULL */
+    int netns;             /* run over shaped veth links in namespaces */
+    const char *link_rate; /* --link-rate as given (tc syntax), or NULL: 1gbit */
+    double link_bps;       /* the links' rate in bits per second (--netns) */
+    double rate;           /* R in GB/s; 0 = measure with iperf3 */
+    size_t segment;        /* segment_bytes, 0 = default */
+    long port;             /* first port */
 } ar_opts;
 
 static void usage(FILE *out) {
@@ -51,7 +56,8 @@ static void usage(FILE *out) {
             "usage: hetring bench allreduce [--nodes N] [--security MODE] [-b|--min-bytes A]\n"
             "                               [-e|--max-bytes B] [-f|--step-factor F]\n"
             "                               [--iters K] [--warmup W] [--json FILE] [--netns]\n"
-            "                               [--rate R] [--segment BYTES] [--port P]\n"
+            "                               [--link-rate RATE] [--rate R] [--segment BYTES]\n"
+            "                               [--port P]\n"
             "\n"
             "All-reduce bandwidth of N local nodes in the nccl-tests table format. -b, -e\n"
             "and -f are nccl-tests' names for the smallest size, the largest, the step.\n"
@@ -67,6 +73,10 @@ static void usage(FILE *out) {
             "  --json FILE            also write one JSON object per size\n"
             "  --netns                run over veth links in network namespaces, shaped with tc\n"
             "                         to 1 Gbit/s and 200 us delay (needs root; removed after)\n"
+            "  --link-rate RATE       with --netns: the links' rate in tc's syntax, a number and\n"
+            "                         a unit: bit, kbit, mbit, gbit, tbit (x1000), kibit .. tibit\n"
+            "                         (x1024), or bps, kbps .. tbps in bytes per second; e.g.\n"
+            "                         10gbit, 500mbit (1mbit to 1tbit; default 1gbit)\n"
             "  --rate R               R in GB/s instead of measuring it with iperf3\n"
             "  --segment BYTES        pipeline segment size (default: the ring's)\n"
             "  --port P               first TCP port (default: random in 10000-32000)\n"
@@ -91,6 +101,73 @@ static double measure_r(long port) {
     double bps = 0;
     if (!s || json_number(s, "bits_per_second", &bps) != 0) return 0;
     return bps / 8e9;
+}
+
+/* ================================================================ link rate */
+
+/* tc's rate units (iproute2 tc_util.c), matched without regard to case as tc does. */
+static const struct {
+    const char *unit;
+    double bits; /* bits per second of one unit */
+} rate_units[] = {
+    {"bit", 1},
+    {"kbit", 1e3},
+    {"kibit", 1024.0},
+    {"mbit", 1e6},
+    {"mibit", 1048576.0},
+    {"gbit", 1e9},
+    {"gibit", 1073741824.0},
+    {"tbit", 1e12},
+    {"tibit", 1099511627776.0},
+    {"bps", 8},
+    {"kbps", 8e3},
+    {"kibps", 8 * 1024.0},
+    {"mbps", 8e6},
+    {"mibps", 8 * 1048576.0},
+    {"gbps", 8e9},
+    {"gibps", 8 * 1073741824.0},
+    {"tbps", 8e12},
+    {"tibps", 8 * 1099511627776.0},
+};
+#define LINK_RATE_MIN 1e6  /* 1mbit: slower links make the largest sizes take hours */
+#define LINK_RATE_MAX 1e12 /* 1tbit */
+
+/* `text` in tc's rate syntax (a positive number and a unit) into bits per second. 0, or -1
+ * with the reason in `why`. A bare number is refused: tc reads it as bits per second, which
+ * is easily meant as bytes. */
+static int parse_link_rate(const char *text, double *bps, char *why, size_t whylen) {
+    char *end;
+    errno = 0;
+    double v = strtod(text, &end);
+    if (end == text || errno || !isfinite(v) || v <= 0 || text[0] == '+' || text[0] == '-')
+        return snprintf(why, whylen, "'%s' does not start with a positive number", text), -1;
+    if (!*end)
+        return snprintf(why, whylen, "'%s' has no unit (write e.g. %sgbit or %smbit)", text, text,
+                        text),
+               -1;
+    for (size_t i = 0; i < sizeof rate_units / sizeof *rate_units; i++)
+        if (strcasecmp(end, rate_units[i].unit) == 0) {
+            double r = v * rate_units[i].bits;
+            if (r < LINK_RATE_MIN || r > LINK_RATE_MAX)
+                return snprintf(why, whylen, "'%s' is %.4g bit/s, outside 1mbit to 1tbit", text, r),
+                       -1;
+            *bps = r;
+            return 0;
+        }
+    return snprintf(why, whylen,
+                    "'%s' has an unknown unit '%s' (expected bit, kbit, mbit, gbit, tbit, "
+                    "kibit, mibit, gibit, tibit, or bps, kbps, mbps, gbps, tbps in bytes per "
+                    "second)",
+                    text, end),
+           -1;
+}
+
+/* "10 Gbit/s", "500 Mbit/s", "1.5 Gbit/s" */
+static void rate_str(double bps, char *out, size_t n) {
+    if (bps >= 1e9)
+        snprintf(out, n, "%.4g Gbit/s", bps / 1e9);
+    else
+        snprintf(out, n, "%.4g Mbit/s", bps / 1e6);
 }
 
 /* ================================================================ namespaces */
@@ -126,8 +203,10 @@ static void on_signal(int sig) {
 }
 
 /* Nodes at 10.77.0.(i+1)/24 in namespaces PREFIX-i, joined by a bridge in PREFIX-br; each node's
- * egress is shaped to 1 Gbit/s with 200 us of delay. */
-static int netns_setup(int n) {
+ * egress is shaped to `bps` bits per second with 200 us of delay. The token bucket of the
+ * fallback holds 2.1 ms of traffic, 256 KiB at 1 Gbit/s, as it always did, and at least 16
+ * KiB (several packets). */
+static int netns_setup(int n, double bps) {
     snprintf(g_ns_prefix, sizeof g_ns_prefix, "hrb%d", (int)getpid() % 100000);
     g_ns_n = n;
     atexit(netns_cleanup);
@@ -149,13 +228,15 @@ static int netns_setup(int n) {
             sh("ip -n %s link set %s up", ns, v) || sh("ip -n %s link set lo up", ns) ||
             sh("ip -n %s-br link set %s master br0 up", p, q))
             return -1;
-        if (sh("ip netns exec %s tc qdisc add dev %s root netem delay 200us rate 1gbit "
+        if (sh("ip netns exec %s tc qdisc add dev %s root netem delay 200us rate %.0fbit "
                "limit 100000 2>/dev/null",
-               ns, v) == 0)
+               ns, v, bps) == 0)
             continue;
         /* without sch_netem: the rate alone, with a token bucket */
-        if (sh("ip netns exec %s tc qdisc add dev %s root tbf rate 1gbit burst 256kb latency 50ms",
-               ns, v) != 0) {
+        long burst = (long)(262144.0 * bps / 1e9);
+        if (burst < 16384) burst = 16384;
+        if (sh("ip netns exec %s tc qdisc add dev %s root tbf rate %.0fbit burst %ld latency 50ms",
+               ns, v, bps, burst) != 0) {
             fprintf(stderr, "hetring bench: neither tc netem nor tbf is available here\n");
             return -1;
         }
@@ -224,12 +305,15 @@ static void print_header(const ar_opts *o, ring *r, double r_gbs) {
            "(at least 200 below 1 MiB), %d warm-up\n",
            n, o->netns ? "in network namespaces (veth links)" : "on loopback",
            cfg_security_name(o->security), (long)ring_segment_bytes(r), o->iters, o->warmup);
-    if (o->netns)
-        printf("# link rate = 0.125 GB/s (1 Gbit/s%s); target busbw >= 0.9 of it\n",
+    if (o->netns) {
+        char rs[32];
+        rate_str(o->link_bps, rs, sizeof rs);
+        printf("# link rate = %.4g GB/s (%s%s%s%s); target busbw >= 0.9 of it\n", o->link_bps / 8e9,
+               rs, o->link_rate ? ", --link-rate " : "", o->link_rate ? o->link_rate : "",
                g_no_delay ? "; tc netem is missing here, so tbf shapes the rate and the "
                             "200 us delay is NOT emulated"
                           : ", netem delay 200 us");
-    else if (r_gbs > 0)
+    } else if (r_gbs > 0)
         printf("# R = %.2f GB/s (one iperf3 TCP stream on loopback); R/N = %.2f GB/s\n", r_gbs,
                r_gbs / n);
     else
@@ -278,20 +362,25 @@ static double report_size(const ar_opts *o, int n, size_t bytes, node_result res
     printf("  %10zu %12zu %8s %6s %11.1f %8.3f %8.3f %7.0f\n", bytes, bytes / sizeof(float),
            "float", "sum", t, algbw, busbw, res.wrong);
     fflush(stdout);
-    if (js)
+    if (js) {
         fprintf(js,
                 "{\"bytes\": %zu, \"time_us\": %.3f, \"algbw\": %.6f, \"busbw\": %.6f, "
-                "\"wrong\": %.0f, \"nodes\": %d, \"security\": \"%s\"}\n",
+                "\"wrong\": %.0f, \"nodes\": %d, \"security\": \"%s\"",
                 bytes, t, algbw, busbw, res.wrong, n, cfg_security_name(o->security));
+        if (o->netns) fprintf(js, ", \"link_rate_bps\": %.0f", o->link_bps);
+        fputs("}\n", js);
+    }
     return busbw;
 }
 
 static void print_footer(const ar_opts *o, int n, double r_gbs, const sweep *s) {
     printf("# Out of bounds values : 0 OK\n# Avg bus bandwidth    : %.4f\n", s->sum_bus / s->sizes);
-    if (o->netns)
-        printf("# busbw at %zu B = %.3f GB/s = %.2f of the 1 Gbit/s link\n", s->last_bytes,
-               s->last_bus, s->last_bus / 0.125);
-    else if (r_gbs > 0)
+    if (o->netns) {
+        char rs[32];
+        rate_str(o->link_bps, rs, sizeof rs);
+        printf("# busbw at %zu B = %.3f GB/s = %.2f of the %s link\n", s->last_bytes, s->last_bus,
+               s->last_bus / (o->link_bps / 8e9), rs);
+    } else if (r_gbs > 0)
         printf("# busbw at %zu B = %.3f GB/s = %.2f of R/N\n", s->last_bytes, s->last_bus,
                s->last_bus / (r_gbs / n));
 }
@@ -409,6 +498,7 @@ static int parse_opts(ar_opts *o, int argc, char **argv) {
         {.name = "warmup", .kind = BENCH_OPT_LAX_INT, .dst = &o->warmup},
         {.name = "json", .kind = BENCH_OPT_STR, .dst = &o->json},
         {.name = "netns", .kind = BENCH_OPT_FLAG, .dst = &o->netns},
+        {.name = "link-rate", .kind = BENCH_OPT_STR, .dst = &o->link_rate},
         {.name = "rate", .kind = BENCH_OPT_LAX_REAL, .dst = &o->rate},
         {.name = "segment", .kind = BENCH_OPT_SIZE, .dst = &o->segment},
         {.name = "port", .kind = BENCH_OPT_LAX_LONG, .dst = &o->port},
@@ -423,6 +513,14 @@ static int parse_opts(ar_opts *o, int argc, char **argv) {
         o->max_bytes < o->min_bytes)
         return cli_usage_error("bench allreduce",
                                "need 1 <= nodes <= 64, iters >= 1, 1 <= min-bytes <= max-bytes");
+    char why[256];
+    o->link_bps = 1e9;
+    if (o->link_rate && !o->netns)
+        return cli_usage_error("bench allreduce",
+                               "--link-rate shapes the links of --netns, which was not given; "
+                               "add --netns (loopback has no rate to set)");
+    if (o->link_rate && parse_link_rate(o->link_rate, &o->link_bps, why, sizeof why) != 0)
+        return cli_usage_error("bench allreduce", "--link-rate: %s", why);
     return -1;
 }
 
@@ -495,7 +593,7 @@ int bench_allreduce(int argc, char **argv) {
     if (!o.netns && r_gbs <= 0) r_gbs = measure_r(o.port + 100);
     cfg c;
     if (cluster_config(&c, &o) != 0) return CLI_FAIL;
-    if (o.netns && netns_setup(o.nodes) != 0) {
+    if (o.netns && netns_setup(o.nodes, o.link_bps) != 0) {
         fprintf(stderr, "hetring bench: could not create the network namespaces (needs root and "
                         "ip/tc); removed what was made\n");
         netns_cleanup();
