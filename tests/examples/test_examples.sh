@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# test_examples.sh HETRING CMAKE BUILD-DIR SOURCE-DIR c|torch [PYTHON]: the examples as a user
+# builds and runs them, for a few iterations.
+#   c      cmake --install into a temporary prefix, examples/c built there with its Makefile
+#          (pkg-config) and with its CMakeLists.txt (find_package), run on 3 local nodes
+#   torch  examples/torch/mnist_cnn.py on 4 local nodes on data from `hetring gen-data`: every
+#          node ends with the same parameters (exit 77 when PYTHON has no torch)
+set -u
+HR=$1 CMAKE=$2 BUILD=$3 SRC=$4 WHAT=$5 PY=${6:-python3}
+fails=0
+fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+. "$SRC/tests/ports.sh"
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"; port_release' EXIT
+port_block || exit 1
+sets=()
+for k in 0 1 2 3; do sets+=("node.$k.port=$((base + k))"); done
+
+case $WHAT in
+c)
+    P=$tmp/prefix
+    "$CMAKE" --install "$BUILD" --prefix "$P" > "$tmp/install.log" 2>&1 ||
+        { echo "FAIL: cmake --install: $(cat "$tmp/install.log")"; exit 1; }
+    for f in include/hetring.h lib/libhetring.so.0 lib/pkgconfig/hetring.pc \
+             lib/cmake/hetring/hetringConfig.cmake; do
+        [ -e "$P/$f" ] || fail "$f was not installed"
+    done
+    cp -r "$SRC/examples/c" "$tmp/c"
+    export PKG_CONFIG_PATH=$P/lib/pkgconfig LD_LIBRARY_PATH=$P/lib
+    make -s -C "$tmp/c" model > "$tmp/make.log" 2>&1 || fail "make (pkg-config): $(cat "$tmp/make.log")"
+    "$CMAKE" -S "$tmp/c" -B "$tmp/cbuild" -DCMAKE_PREFIX_PATH="$P" > "$tmp/cmake.log" 2>&1 &&
+        "$CMAKE" --build "$tmp/cbuild" > "$tmp/cmake.log" 2>&1 ||
+        fail "the CMake build (find_package(hetring)): $(tail -20 "$tmp/cmake.log")"
+    pids=()
+    for k in 0 1 2; do
+        timeout 120 "$tmp/c/model" "$tmp/c/cluster.ini" $k train.iterations=40 "${sets[@]:0:3}" \
+            > "$tmp/n$k.log" 2>&1 &
+        pids+=($!)
+    done
+    for k in 0 1 2; do wait "${pids[$k]}" || fail "node $k exited $?: $(tail -5 "$tmp/n$k.log")"; done
+    grep -h "^done:" "$tmp/n0.log" || fail "node 0 printed no result: $(cat "$tmp/n0.log")"
+    ;;
+torch)
+    if ! "$PY" -c "import torch" 2> /dev/null; then
+        echo "skipped: PyTorch is not installed for $PY (Debian: apt-get install python3-torch)"
+        exit 77
+    fi
+    "$HR" gen-data --kind synthetic --out "$tmp/data" --samples 2000 --eval-samples 500 \
+        > /dev/null || fail "gen-data"
+    args=(--set train.iterations=8)
+    for s in "${sets[@]}"; do args+=(--set "$s"); done
+    pids=()
+    for k in 0 1 2 3; do
+        timeout 180 "$PY" "$SRC/examples/torch/mnist_cnn.py" --conf "$SRC/examples/torch/cluster.ini" \
+            --node $k --data "$tmp/data" "${args[@]}" > "$tmp/n$k.log" 2>&1 &
+        pids+=($!)
+    done
+    for k in 0 1 2 3; do wait "${pids[$k]}" || fail "node $k exited $?: $(tail -5 "$tmp/n$k.log")"; done
+    grep -h "^done:" "$tmp/n0.log" || fail "node 0 printed no result"
+    n=$(grep -h '^RESULT' "$tmp"/n*.log | sed 's/.*"hash": \([0-9]*\).*/\1/' | sort -u | wc -l)
+    [ "$(grep -h '^RESULT' "$tmp"/n*.log | wc -l)" = 4 ] || fail "not every node printed its RESULT"
+    [ "$n" = 1 ] || fail "the nodes' final parameters differ ($n distinct hashes)"
+    ;;
+*) echo "unknown example $WHAT"; exit 2 ;;
+esac
+[ $fails = 0 ] || { echo "$fails failure(s)"; exit 1; }
+echo "ok"
