@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# torch_bench.sh: the PyTorch example (examples/torch/mnist_cnn.py) on 4 local nodes with
+# emulated slowdowns 1, 1.5, 2, 4 (examples/torch/cluster.ini), side by side:
+#   hetring  dynamic batching ([controller] policy = model)
+#   static   hetring with static batches (B/4 each)
+#   ddp      PyTorch DistributedDataParallel over gloo, B/4 each, the same model, global
+#            batch, iterations and emulated slowdowns
+# each REPS times (default 3), alternating, and prints the median wall time of each and the
+# speed-up of hetring over DDP and over static. CSV rows go to OUT/torch_bench.csv.
+#
+#   bench/torch_bench.sh [-r REPS] [-i ITERATIONS] [-o OUT]
+#
+# Needs hetring (HETRING, else on PATH), PYTHON (default python3) with torch and the hetring
+# package (PYTHONPATH=python) and libhetring (HETRING_LIB, or installed). The machine's load
+# changes what emulated slowdowns measure: the report says how many cores it had.
+set -euo pipefail
+here=$(cd "$(dirname "$0")/.." && pwd)
+HETRING=${HETRING:-hetring}
+PYTHON=${PYTHON:-python3}
+reps=3 iters=120 out=${TMPDIR:-/tmp}/hetring-torch-bench
+while getopts "r:i:o:" opt; do
+    case $opt in
+    r) reps=$OPTARG ;;
+    i) iters=$OPTARG ;;
+    o) out=$OPTARG ;;
+    *) echo "usage: $0 [-r REPS] [-i ITERATIONS] [-o OUT]" >&2; exit 2 ;;
+    esac
+done
+mkdir -p "$out"
+conf=$here/examples/torch/cluster.ini
+[ -d "$out/data" ] || "$HETRING" gen-data --kind synthetic --out "$out/data" --samples 12000 \
+    --eval-samples 2000 > /dev/null
+pids=()
+trap 'for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done' EXIT
+
+# one MODE REP: the 4 nodes; prints node 0's wall seconds and accuracy
+one() {
+    local mode=$1 rep=$2 args=(--set "train.iterations=$iters")
+    case $mode in
+    hetring) args+=(--set controller.policy=model) ;;
+    static) args+=(--set controller.policy=static) ;;
+    ddp) args+=(--mode ddp --ddp-port $((29600 + rep))) ;;
+    esac
+    pids=()
+    for k in 0 1 2 3; do
+        "$PYTHON" "$here/examples/torch/mnist_cnn.py" --conf "$conf" --node $k --data "$out/data" \
+            "${args[@]}" > "$out/$mode.$rep.$k.log" 2>&1 &
+        pids+=($!)
+    done
+    local rc=0
+    for p in "${pids[@]}"; do wait "$p" || rc=1; done
+    pids=()
+    [ $rc = 0 ] || { echo "$mode run $rep failed:" >&2; tail -5 "$out/$mode.$rep".*.log >&2; exit 1; }
+    grep -h '^RESULT' "$out/$mode.$rep.0.log" | cut -c8- |
+        "$PYTHON" -c "import json,sys; r=json.load(sys.stdin); print(f\"{r['wall_s']:.3f} {r['accuracy']:.4f}\")"
+}
+
+csv=$out/torch_bench.csv
+echo "mode,rep,wall_s,accuracy,iterations,global_batch,nodes,slowdowns,cores" > "$csv"
+echo "4 nodes, slowdowns 1,1.5,2,4 (emulated), $iters iterations of B = 256, $reps runs each," \
+    "$(nproc) cores, load $(cut -d' ' -f1 /proc/loadavg)"
+for rep in $(seq 1 "$reps"); do
+    for mode in hetring static ddp; do
+        read -r wall acc < <(one $mode "$rep")
+        echo "$mode,$rep,$wall,$acc,$iters,256,4,1;1.5;2;4,$(nproc)" >> "$csv"
+        printf '  run %d %-8s %8.2f s  accuracy %s\n' "$rep" "$mode" "$wall" "$acc"
+    done
+done
+"$PYTHON" - "$csv" <<'PY'
+import csv, statistics, sys
+rows = list(csv.DictReader(open(sys.argv[1])))
+med = {m: statistics.median(float(r["wall_s"]) for r in rows if r["mode"] == m)
+       for m in ("hetring", "static", "ddp")}
+acc = {m: statistics.median(float(r["accuracy"]) for r in rows if r["mode"] == m) for m in med}
+for m in med:
+    print(f"{m:8s} median {med[m]:7.2f} s, accuracy {acc[m]:.4f}")
+print(f"speed-up of hetring (dynamic) over DDP gloo: {med['ddp'] / med['hetring']:.2f}x, "
+      f"over static hetring: {med['static'] / med['hetring']:.2f}x (emulated heterogeneity)")
+PY
+echo "CSV: $csv"
