@@ -11,6 +11,9 @@
  *   test_api rejoin   node 2 dies inside an iteration (the others' hetring_step returns
  *                     HETRING_RETRY and they go on as two), then starts again and joins: its
  *                     put_state receives the others' model, which then agrees with theirs
+ *   test_api leave    node 2 calls hetring_leave (as from a signal handler): its hetring_next
+ *                     returns HETRING_LEFT at the boundary the others agree on, and they
+ *                     finish as two without a retry, every sample of an epoch used once
  *
  * The "model" is w (D floats) with per-sample gradient w - x_i, x_i[j] = sin(i + j); a
  * second buffer counts each sample's use (1 at its index), so after the all-reduce and the
@@ -160,7 +163,10 @@ typedef struct {
     long die_at; /* _exit inside this iteration (after next, before step); -1: never */
     int joiner;  /* started late: must receive the state */
     int pace;    /* rejoin: iterations take 50 ms while a node is missing, so it can rejoin */
+    long leave_at; /* hetring_leave at this iteration; -1: never */
 } node_args;
+
+static int leave_run; /* test_api leave: no node is slow */
 
 static float x_of(long i, int j) {
     return sinf((float)(i + j));
@@ -195,6 +201,7 @@ static int run_node(const node_args *a) {
         if (first < 0) first = b.iter;
         if (b.iter == a->die_at) _exit(3); /* a crash mid-iteration */
         if (a->pace && (retries > 0 || b.size < 3)) usleep(50 * 1000);
+        if (b.iter == a->leave_at) hetring_leave(h);
         memset(count, 0, sizeof count);
         for (int j = 0; j < D; j++) g[j] = 0;
         for (long s = 0; s < b.batch; s++) {
@@ -231,16 +238,27 @@ static int run_node(const node_args *a) {
         m.steps++, done++;
         last_b = (int)r.next_batch;
     }
+    if (a->leave_at >= 0) {
+        CHECK(st == HETRING_LEFT && first + done <= a->leave_at + 2,
+              "the leaver ended with %d after iteration %ld: %s", st, first + done - 1,
+              hetring_last_error(h));
+        CHECK(hetring_next(h, &b) == HETRING_LEFT, "next after leaving: HETRING_LEFT");
+        printf("node %ld left after iteration %ld\n", a->id, first + done - 1);
+        hetring_free(h);
+        return check_exit();
+    }
     CHECK(st == HETRING_DONE, "node %ld ended with %d: %s", a->id, st, hetring_last_error(h));
     printf("node %ld: iterations %ld..%ld, %d retries, last batch %d, w[0] %.6f\n", a->id, first,
            first + done - 1, retries, last_b, m.w[0]);
-    if (a->id == 1 && !a->pace)
+    if (a->id == 1 && !a->pace && !leave_run)
         CHECK(last_b < BATCH / 3, "the slow node 1 still computes %d of %d", last_b, BATCH);
     if (!a->joiner && a->die_at < 0 && a->id == 0)
         CHECK(m.steps == ITERS, "node 0 applied %ld steps", m.steps);
     if (a->joiner) CHECK(done > 0 && m.steps == ITERS, "the joiner ran %ld iterations, %ld steps",
                          done, m.steps);
     if (a->pace && !a->joiner) CHECK(retries > 0, "node %ld never saw HETRING_RETRY", a->id);
+    if (leave_run) CHECK(retries == 0, "node %ld retried %d iterations: a leave is planned", a->id,
+                         retries);
     hetring_free(h);
     return check_exit();
 }
@@ -262,18 +280,18 @@ static int wait_ok(pid_t p, int expect) {
     return WIFEXITED(ws) && WEXITSTATUS(ws) == expect;
 }
 
-static int ring(const char *dir, int port, int rejoin) {
-    const char *ini = write_ini(dir, 3, port, rejoin ? "" : "slowdown = 3");
+static int ring(const char *dir, int port, int rejoin, int leave) {
+    const char *ini = write_ini(dir, 3, port, rejoin || leave ? "" : "slowdown = 3");
     node_args a[3];
     pid_t p[3];
     for (int k = 0; k < 3; k++) {
-        a[k] = (node_args){ini, k, rejoin && k == 2 ? 12 : -1, 0, rejoin};
+        a[k] = (node_args){ini, k, rejoin && k == 2 ? 12 : -1, 0, rejoin, leave && k == 2 ? 10 : -1};
         p[k] = spawn(&a[k]);
     }
     if (rejoin) {
         CHECK(wait_ok(p[2], 3), "node 2 died as planned");
         usleep(300 * 1000);
-        a[2] = (node_args){ini, 2, -1, 1, 1};
+        a[2] = (node_args){ini, 2, -1, 1, 1, -1};
         p[2] = spawn(&a[2]);
     }
     for (int k = 0; k < 3; k++) CHECK(wait_ok(p[k], 0), "node %d failed", k);
@@ -291,8 +309,9 @@ int main(int argc, char **argv) {
     int port = 10000 + 8 * (int)(getpid() % 2800);
     int rc = 2;
     if (strcmp(argv[1], "misuse") == 0) rc = misuse(dir, port);
-    if (strcmp(argv[1], "ring") == 0) rc = ring(dir, port, 0);
-    if (strcmp(argv[1], "rejoin") == 0) rc = ring(dir, port, 1);
+    if (strcmp(argv[1], "ring") == 0) rc = ring(dir, port, 0, 0);
+    if (strcmp(argv[1], "rejoin") == 0) rc = ring(dir, port, 1, 0);
+    if (strcmp(argv[1], "leave") == 0) leave_run = 1, rc = ring(dir, port, 0, 1);
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     if (system(cmd) != 0) rc = rc ? rc : 1;
