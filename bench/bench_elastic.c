@@ -562,6 +562,7 @@ static void print_row(const char *label, double det, double res, double join, do
 }
 
 static void print_header(void) {
+    bench_print_blas(stdout, "# ");
     printf("%-8s %8s %8s %8s %9s %8s %8s %9s %9s %9s %6s %9s %9s %9s\n", "run", "detect_s",
            "resume_s", "join_s", "state_MB", "missing", "dup", "identical", "sps_befor",
            "sps_after", "ratio", "loss", "ref_loss", "rel_diff");

@@ -11,7 +11,13 @@
  * clock, every node's batch size and compute time) are analysed into throughput, speed-up over
  * static, the ideal speed-up, the adjustments needed to re-balance after a change, and the
  * steady-state oscillation of batch sizes. Slowdowns are emulated by sleeping, and the report
- * says so.
+ * says so. --ddp adds PyTorch DDP (gloo) with the Python that has torch (--python PATH, else
+ * python3 on PATH, then /usr/bin/python3).
+ *
+ * SIGINT or SIGTERM stops the bench: the run in progress is stopped (hetring local passes
+ * SIGTERM to its nodes and reaps them; SIGKILL follows if it has not exited 10 s later), no
+ * further run starts, the table and report.md hold the runs completed so far, and the bench
+ * exits 128 + the signal (130, 143).
  */
 #include "bench.h"
 #include "bench_util.h"
@@ -22,6 +28,7 @@
 
 #include <errno.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -255,8 +262,17 @@ typedef struct {
     const char *sets[HB_MAX_SETS]; /* --set overrides passed to every run */
     int n_sets;
     const char *tmpl;   /* cluster file every run starts from */
+    const char *python; /* --python PATH for the DDP baseline, or NULL (search) */
     char hetring[4096]; /* the hetring executable that runs the clusters */
+    bench_python py;    /* where the DDP baseline's torch is (with --ddp) */
 } hetero_opts;
+
+/* How far the bench got: runs completed, failed and planned. */
+typedef struct {
+    int done;   /* runs completed and analysed */
+    int failed; /* runs that failed (a stop is no failure) */
+    int total;  /* runs planned */
+} progress;
 
 /* "static,proportional,..." from the config module */
 static void policy_list(char *out, size_t n) {
@@ -272,11 +288,14 @@ static void usage(FILE *out) {
     fprintf(out,
             "usage: hetring bench hetero [--out DIR] [--json FILE] [--iters N] [--batch B]\n"
             "                            [--layers L] [--policies P,...] [--scenarios S,...]\n"
-            "                            [--repeat K] [--ddp] [--set S.K=V]... [--template FILE]\n"
+            "                            [--repeat K] [--ddp] [--python PATH] [--set S.K=V]...\n"
+            "                            [--template FILE]\n"
             "\n"
             "Run every scenario on %d local nodes for every policy and compare dynamic batching\n"
             "with static. Slowdowns are emulated by sleeping. Each run is `hetring local` on a\n"
-            "cluster file built from the template.\n"
+            "cluster file built from the template. SIGINT or SIGTERM stops the bench: the run\n"
+            "in progress is stopped, the runs completed so far are reported, and it exits 130\n"
+            "or 143.\n"
             "\n"
             "  --out DIR        configs, logs, CSV, PNG plots and report.md (default bench-out)\n"
             "  --json FILE      one object per scenario and policy\n"
@@ -289,6 +308,8 @@ static void usage(FILE *out) {
             "                   medians; speed-ups pair each run with static's run of the same\n"
             "                   round (default 1)\n"
             "  --ddp            also run the PyTorch DDP (gloo) baseline where torch is installed\n"
+            "  --python PATH    the Python with torch for --ddp (default: python3 on PATH, then\n"
+            "                   /usr/bin/python3, the first that has torch)\n"
             "  --set S.K=V      override a key in every run (e.g. controller.interval=4)\n"
             "  --template FILE  cluster file with %d nodes the runs start from\n"
             "                   (default %s/bench/hetero.ini)\n",
@@ -326,6 +347,7 @@ static int parse_opts(hetero_opts *o, int argc, char **argv, const char **pols,
         {.name = "repeat", .kind = BENCH_OPT_LONG, .dst = &o->repeat, .lo = 1, .hi = HB_MAX_REPEAT},
         {.name = "set", .kind = BENCH_OPT_FN, .dst = o, .fn = add_set},
         {.name = "template", .kind = BENCH_OPT_STR, .dst = &o->tmpl},
+        {.name = "python", .kind = BENCH_OPT_STR, .dst = &o->python},
         {0}};
     return bench_parse_opts("hetero", opts, usage, argc, argv);
 }
@@ -404,7 +426,8 @@ static int write_config(const char *path, const hetero_opts *o, const scenario *
 }
 
 /* One cluster run: `hetring local` on the run's file, as a user would start it; node 0's
- * metrics are read back into `log`. */
+ * metrics are read back into `log`. Returns 0, -1 when the run failed, BENCH_STOPPED when the
+ * bench was asked to stop. */
 static int run_one(const hetero_opts *o, const scenario *s, const char *policy, const char *interf,
                    run_log *log) {
     char conf[1024], metrics[1024], logpath[1024], m0[1024];
@@ -421,6 +444,7 @@ static int run_one(const hetero_opts *o, const scenario *s, const char *policy, 
     argv[n++] = "--", argv[n++] = "--quiet", argv[n++] = "--metrics", argv[n++] = metrics;
     argv[n] = NULL;
     int rc = bench_spawn(argv, logpath, 0, 600);
+    if (rc == BENCH_STOPPED) return BENCH_STOPPED;
     if (rc != 0) {
         fprintf(stderr, "bench hetero: %s/%s failed (hetring local exited %d%s); see %s\n", s->name,
                 policy, rc, rc == 124 ? ", past its deadline" : "", logpath);
@@ -476,21 +500,31 @@ static void plot_scenario(const char *dir, const char *scen, const char *policy)
     plot_render(script, p, 3, log);
 }
 
-/* PyTorch DDP baseline, when /usr/bin/python3 has torch. Returns samples/s or NAN. */
-static double ddp_baseline(const hetero_opts *o, const scenario *s) {
-    char cmd[2048];
-    snprintf(cmd, sizeof cmd,
-             "/usr/bin/python3 '%s/bench/py/ddp_baseline.py' --nodes %d --layers %s --batch %ld "
-             "--slowdowns %g,%g,%g,%g --iters %ld --repeats 3 --port %d 2>/dev/null",
-             HR_SOURCE_DIR, HB_NODES, o->layers, o->batch, s->slowdown[0], s->slowdown[1],
-             s->slowdown[2], s->slowdown[3], o->iters / 2, 29000 + getpid() % 1000);
-    FILE *p = popen(cmd, "r");
-    if (!p) return NAN;
-    char line[4096] = "";
+/* PyTorch DDP baseline with the Python found at the start (o->py). Returns samples/s, or NAN
+ * with `why` saying why not. */
+static double ddp_baseline(const hetero_opts *o, const scenario *s, char *why, size_t whylen) {
+    if (!o->py.path[0]) {
+        snprintf(why, whylen, "%s", o->py.why);
+        return NAN;
+    }
+    char script[1100], nodes[16], batch[32], slow[128], iters[32], port[16];
+    snprintf(script, sizeof script, "%s/bench/py/ddp_baseline.py", HR_SOURCE_DIR);
+    snprintf(nodes, sizeof nodes, "%d", HB_NODES);
+    snprintf(batch, sizeof batch, "%ld", o->batch);
+    snprintf(slow, sizeof slow, "%g,%g,%g,%g", s->slowdown[0], s->slowdown[1], s->slowdown[2],
+             s->slowdown[3]);
+    snprintf(iters, sizeof iters, "%ld", o->iters / 2);
+    snprintf(port, sizeof port, "%d", 29000 + getpid() % 1000);
+    char *argv[] = {(char *)o->py.path, script, "--nodes",     nodes, "--layers", (char *)o->layers,
+                    "--batch",          batch,  "--slowdowns", slow,  "--iters",  iters,
+                    "--repeats",        "3",    "--port",      port,  NULL};
+    char out[4096] = "", err[512] = "";
+    int rc = bench_capture(argv, 1800, out, sizeof out, err, sizeof err);
     double v = NAN;
-    if (fgets(line, sizeof line, p)) json_number(line, "samples_per_s", &v);
-    pclose(p);
-    return v;
+    if (rc == 0 && json_number(out, "samples_per_s", &v) == 0 && v > 0) return v;
+    snprintf(why, whylen, "%.300s %.300s exited %d%s%.300s", o->py.path, script, rc,
+             err[0] ? ": " : "", err);
+    return NAN;
 }
 
 /* ================================================================ report */
@@ -519,6 +553,15 @@ static int report_open(report *r, const hetero_opts *o) {
             "# hetring bench hetero\n\n%d local nodes, MLP %s, global batch %ld, %ld "
             "iterations per run, median of %ld run(s). Slowdowns are emulated by sleeping.\n\n",
             HB_NODES, o->layers, o->batch, o->iters, o->repeat);
+    char pydesc[1400] = "";
+    if (o->ddp) bench_python_describe(&o->py, pydesc, sizeof pydesc);
+    printf("# hetring bench hetero: %d local nodes, MLP %s, global batch %ld, %ld iterations per "
+           "run, median of %ld run(s), emulated slowdowns\n",
+           HB_NODES, o->layers, o->batch, o->iters, o->repeat);
+    bench_print_blas(stdout, "# ");
+    bench_print_blas(r->md, "");
+    fprintf(r->md, "\n");
+    if (o->ddp) printf("# pytorch: %s\n", pydesc), fprintf(r->md, "pytorch: %s\n\n", pydesc);
     fprintf(r->md, "| scenario | policy | samples/s | speed-up vs static | ideal | efficiency | "
                    "re-balance adjustments | oscillation | max/min compute | sync ms |\n"
                    "|---|---|---|---|---|---|---|---|---|---|\n");
@@ -530,8 +573,10 @@ static int report_open(report *r, const hetero_opts *o) {
 static void report_row(report *rep, const char *scen, const char *pol, int is_static,
                        const run_result *r) {
     if (!r->ok) {
-        printf("%-13s %-13s (every run failed)\n", scen, pol);
-        fprintf(rep->md, "| %s | %s | failed | | | | | | | |\n", scen, pol);
+        const char *what =
+            bench_stopped() ? "no run completed before the stop" : "every run failed";
+        printf("%-13s %-13s (%s)\n", scen, pol, what);
+        fprintf(rep->md, "| %s | %s | %s | | | | | | | |\n", scen, pol, what);
         return;
     }
     char rb[32] = "-";
@@ -557,10 +602,11 @@ static void report_row(report *rep, const char *scen, const char *pol, int is_st
 /* The DDP row: PyTorch's rate against hetring's static and best dynamic ones. */
 static void report_ddp(report *rep, const hetero_opts *o, const scenario *sc, const run_result *res,
                        int best) {
-    double ddp = ddp_baseline(o, sc);
+    char why[1400];
+    double ddp = ddp_baseline(o, sc, why, sizeof why);
+    if (bench_stopped()) return;
     if (isnan(ddp)) {
-        printf("%-13s %-13s (PyTorch with torch.distributed not available)\n", sc->name,
-               "ddp-gloo");
+        printf("%-13s %-13s (PyTorch DDP not available: %s)\n", sc->name, "ddp-gloo", why);
         return;
     }
     double mine = best > 0 ? res[best].samples_per_s : res[0].samples_per_s;
@@ -570,7 +616,12 @@ static void report_ddp(report *rep, const hetero_opts *o, const scenario *sc, co
             ddp / res[0].samples_per_s);
 }
 
-static void report_close(report *rep, const hetero_opts *o) {
+static void report_close(report *rep, const hetero_opts *o, const progress *pr) {
+    if (bench_stopped())
+        fprintf(rep->md,
+                "\n**Stopped by signal %d** (%s) after %d of %d runs; the table holds the runs "
+                "completed before it.\n",
+                bench_stopped(), strsignal(bench_stopped()), pr->done, pr->total);
     fprintf(rep->md,
             "\nEfficiency is the achieved speed-up over the ideal one, max f * sum(1/f) / N "
             "per phase. Oscillation is the mean largest relative batch move per iteration in "
@@ -609,33 +660,36 @@ static void plan_scenario(const hetero_opts *o, const scenario *sc, char *interf
 }
 
 /* K rounds, each running every policy once, so that slow phases of the shared machine hit all
- * policies alike; rr[p][round] is each run's analysis. Returns the failed runs. */
-static int run_rounds(const hetero_opts *o, const scenario *sc, const scenario_plan *pl,
-                      run_result rr[][HB_MAX_REPEAT]) {
-    int failures = 0;
+ * policies alike; rr[p][round] is each run's analysis. Counts runs in `pr`; returns at once
+ * when the bench is asked to stop. */
+static void run_rounds(const hetero_opts *o, const scenario *sc, const scenario_plan *pl,
+                       run_result rr[][HB_MAX_REPEAT], progress *pr) {
     for (int round = 0; round < o->repeat; round++)
         for (int p = 0; p < o->n_pol; p++) {
             run_log log;
-            if (run_one(o, sc, o->pol[p], pl->schedule, &log) != 0) {
-                failures++;
-                continue;
+            int rc = run_one(o, sc, o->pol[p], pl->schedule, &log);
+            if (rc == 0) {
+                analyse(&log, pl->change, pl->steady, o->batch, &rr[p][round]);
+                write_csv(o->out_dir, sc->name, o->pol[p], &log); /* the last round's */
+                run_log_free(&log);
+                pr->done++;
+            } else if (rc != BENCH_STOPPED) {
+                pr->failed++;
             }
-            analyse(&log, pl->change, pl->steady, o->batch, &rr[p][round]);
-            write_csv(o->out_dir, sc->name, o->pol[p], &log); /* the last round's */
-            run_log_free(&log);
+            if (bench_stopped()) return;
         }
-    return failures;
 }
 
 /* Run one scenario and report it: medians over the rounds, speed-ups paired within a round,
- * plots of the fastest dynamic policy. Returns the failed runs. */
-static int run_scenario(const hetero_opts *o, const scenario *sc, report *rep) {
+ * plots of the fastest dynamic policy. After a stop, the runs completed so far are reported
+ * and nothing more is run. */
+static void run_scenario(const hetero_opts *o, const scenario *sc, report *rep, progress *pr) {
     char interf[64];
     scenario_plan pl;
     plan_scenario(o, sc, interf, sizeof interf, &pl);
     static run_result rr[N_POL][HB_MAX_REPEAT];
     memset(rr, 0, sizeof rr);
-    int failures = run_rounds(o, sc, &pl, rr);
+    run_rounds(o, sc, &pl, rr, pr);
     run_result res[N_POL];
     int best = -1;
     for (int p = 0; p < o->n_pol; p++) {
@@ -645,10 +699,10 @@ static int run_scenario(const hetero_opts *o, const scenario *sc, report *rep) {
         if (res[p].ok && p > 0 && (best < 0 || res[p].samples_per_s > res[best].samples_per_s))
             best = p;
     }
+    if (bench_stopped()) return;
     if (best > 0 && res[0].ok) plot_scenario(o->out_dir, sc->name, o->pol[best]);
     if (o->ddp && (strcmp(sc->name, "homogeneous") == 0 || strcmp(sc->name, "one-slow") == 0))
         report_ddp(rep, o, sc, res, best);
-    return failures;
 }
 
 int bench_hetero(int argc, char **argv) {
@@ -670,11 +724,26 @@ int bench_hetero(int argc, char **argv) {
     if (mkdir(o.out_dir, 0755) != 0 && errno != EEXIST)
         return fprintf(stderr, "bench hetero: cannot create %s: %s\n", o.out_dir, strerror(errno)),
                CLI_FAIL;
+    bench_stop_on_signals();
+    if (o.ddp) { /* before any run, so that a bad --python stops the bench at once */
+        int found = bench_find_python(o.python, &o.py);
+        if (found == -2) return cli_usage_error("bench hetero", "%s", o.py.why);
+    } else if (o.python) {
+        return cli_usage_error("bench hetero", "--python is for the --ddp baseline; add --ddp");
+    }
     report rep;
     if (report_open(&rep, &o) != 0) return CLI_FAIL;
-    int failures = 0;
-    for (int s = 0; s < N_SCEN; s++)
-        if (o.scen_on[s]) failures += run_scenario(&o, &scenarios[s], &rep);
-    report_close(&rep, &o);
-    return failures ? CLI_FAIL : CLI_OK;
+    progress pr = {0, 0, 0};
+    for (int s = 0; s < N_SCEN; s++) pr.total += o.scen_on[s] * o.n_pol * (int)o.repeat;
+    for (int s = 0; s < N_SCEN && !bench_stopped(); s++)
+        if (o.scen_on[s]) run_scenario(&o, &scenarios[s], &rep, &pr);
+    report_close(&rep, &o, &pr);
+    int sig = bench_stopped();
+    if (!sig) return pr.failed ? CLI_FAIL : CLI_OK;
+    const char *name = sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : strsignal(sig);
+    printf("bench hetero: stopped by %s after %d of %d runs (%d failed); the table above holds "
+           "the runs completed before it\n",
+           name, pr.done, pr.total, pr.failed);
+    fprintf(stderr, "hetring bench hetero: stopped by %s\n", name);
+    return 128 + sig;
 }

@@ -3,8 +3,9 @@
  *
  * Times train_step (slice gather, forward, backward, SGD-momentum update) of one node on the
  * synthetic set and reports samples/s, the share of time in sgemm and the GFLOP/s reached.
- * With /usr/bin/python3 and torch importable, the same step in PyTorch (bench/torch_mlp.py)
- * runs next, at the same thread count, for comparison.
+ * Where PyTorch is found (--python PATH, else python3 on PATH, then /usr/bin/python3: the
+ * first that imports torch), the same step in PyTorch (bench/torch_mlp.py) runs next, at the
+ * same thread count, for comparison. The header names the BLAS kernels and the PyTorch used.
  */
 #include "bench.h"
 #include "bench_util.h"
@@ -21,7 +22,7 @@
 static void usage(FILE *out) {
     fprintf(out, "usage: hetring bench train [--model mlp] [--layers L0,L1,...] [--batch B]\n"
                  "                           [--threads T] [--iters N] [--repeat R] [--json FILE]\n"
-                 "                           [--no-torch]\n"
+                 "                           [--no-torch] [--python PATH]\n"
                  "\n"
                  "Time one node's training step (forward, backward, SGD momentum).\n"
                  "\n"
@@ -32,7 +33,9 @@ static void usage(FILE *out) {
                  "  --iters N      timed steps per repeat (default 50)\n"
                  "  --repeat R     repeats; the median is reported (default 5)\n"
                  "  --json FILE    write the results as JSON\n"
-                 "  --no-torch     skip the PyTorch comparison\n");
+                 "  --no-torch     skip the PyTorch comparison\n"
+                 "  --python PATH  the Python with torch for the comparison (default: python3\n"
+                 "                 on PATH, then /usr/bin/python3, the first that has torch)\n");
 }
 
 /* The options. */
@@ -40,6 +43,7 @@ typedef struct {
     const char *model;  /* --model */
     const char *layers; /* --layers, MLP widths */
     const char *json;   /* --json FILE or NULL */
+    const char *python; /* --python PATH or NULL (search) */
     long batch;         /* samples per step */
     long threads;       /* BLAS threads */
     long iters;         /* timed steps per repeat */
@@ -65,32 +69,45 @@ static double upper_median(double *v, long n) {
     return v[n / 2];
 }
 
-/* PyTorch's samples/s for the same MLP, or -1 when torch is not available. */
-static double torch_rate(const char *layers, long batch, long threads, long iters) {
-    char exe[1024], script[1200], cmd[2600];
-    if (cli_self_exe(exe, sizeof exe) != 0) return -1;
-    char *slash = strrchr(exe, '/');
-    if (slash) *slash = 0;
-    /* the script lives in the source tree; the executable in the build tree below it */
-    const char *cands[] = {"/../bench/", "/../../bench/", "/bench/"};
-    script[0] = 0;
-    for (int i = 0; i < 3 && !script[0]; i++) {
-        snprintf(script, sizeof script, "%s%storch_mlp.py", exe, cands[i]);
-        if (access(script, R_OK) != 0) script[0] = 0;
+/* bench/torch_mlp.py: in the source tree (HR_SOURCE_DIR), else next to the build tree. Returns
+ * 0, or -1 with `buf` empty. */
+static int torch_script(char *buf, size_t len) {
+    char exe[1024];
+    snprintf(buf, len, "%s/bench/torch_mlp.py", HR_SOURCE_DIR);
+    if (access(buf, R_OK) == 0) return 0;
+    if (cli_self_exe(exe, sizeof exe) == 0) {
+        char *slash = strrchr(exe, '/');
+        if (slash) *slash = 0;
+        const char *cands[] = {"/../bench/", "/../../bench/", "/bench/"};
+        for (int i = 0; i < 3; i++) {
+            snprintf(buf, len, "%s%storch_mlp.py", exe, cands[i]);
+            if (access(buf, R_OK) == 0) return 0;
+        }
     }
-    if (!script[0] || access("/usr/bin/python3", X_OK) != 0) return -1;
-    snprintf(cmd, sizeof cmd, "/usr/bin/python3 '%s' %s %ld %ld %ld 2>/dev/null", script, layers,
-             batch, threads, iters);
-    FILE *p = popen(cmd, "r");
-    if (!p) return -1;
-    char line[512] = "";
+    buf[0] = 0;
+    return -1;
+}
+
+/* PyTorch's samples/s for the same MLP with interpreter `py`, or -1 with `why` saying why
+ * not. */
+static double torch_rate(const char *py, const tb_opts *o, char *why, size_t whylen) {
+    char script[1200], batch[32], threads[32], iters[32];
+    if (torch_script(script, sizeof script) != 0) {
+        snprintf(why, whylen, "bench/torch_mlp.py not found under %s", HR_SOURCE_DIR);
+        return -1;
+    }
+    snprintf(batch, sizeof batch, "%ld", o->batch);
+    snprintf(threads, sizeof threads, "%ld", o->threads);
+    snprintf(iters, sizeof iters, "%ld", o->iters);
+    char *argv[] = {(char *)py, script, (char *)o->layers, batch, threads, iters, NULL};
+    char out[4096] = "", err[512] = "";
+    int rc = bench_capture(argv, 900, out, sizeof out, err, sizeof err);
     double rate = -1;
-    if (fgets(line, sizeof line, p)) {
-        char *s = strstr(line, "\"samples_per_s\":");
-        if (s) rate = strtod(s + 16, NULL);
-    }
-    if (pclose(p) != 0) rate = -1;
-    return rate;
+    if (rc == 0) json_number(out, "samples_per_s", &rate);
+    if (rate > 0) return rate;
+    snprintf(why, whylen, "%.300s %.300s exited %d%s%.300s", py, script, rc, err[0] ? ": " : "",
+             err);
+    return -1;
 }
 
 /* Returns -1 to go on, else the exit status (after --help or a usage error). */
@@ -110,6 +127,7 @@ static int parse_opts(tb_opts *o, int argc, char **argv) {
         {.name = "repeat", .kind = BENCH_OPT_LONG, .dst = &o->repeat, .lo = 1, .hi = 100},
         {.name = "json", .kind = BENCH_OPT_STR, .dst = &o->json},
         {.name = "no-torch", .kind = BENCH_OPT_FLAG, .dst = &o->no_torch},
+        {.name = "python", .kind = BENCH_OPT_STR, .dst = &o->python},
         {0}};
     return bench_parse_opts("train", opts, usage, argc, argv);
 }
@@ -195,6 +213,16 @@ int bench_train(int argc, char **argv) {
     tb_opts o;
     int rc = parse_opts(&o, argc, argv);
     if (rc >= 0) return rc;
+    /* PyTorch is looked for first, so that a bad --python stops the bench before it measures */
+    int torch = !o.no_torch && strcmp(o.model, "mlp") == 0;
+    bench_python py;
+    char pydesc[1400] = "";
+    if (torch) {
+        int found = bench_find_python(o.python, &py);
+        if (found == -2) return cli_usage_error("bench train", "%s", py.why);
+        if (found == BENCH_STOPPED) return CLI_FAIL;
+        bench_python_describe(&py, pydesc, sizeof pydesc);
+    }
     cfg c;
     trainer t;
     if ((rc = setup(&c, &t, &o)) >= 0) return rc;
@@ -205,17 +233,20 @@ int bench_train(int argc, char **argv) {
     double flops = model_flops_per_sample(&t.m);
     printf("# hetring bench train: %s %s, batch %ld, %ld thread(s), %ld x %ld steps\n", o.model,
            desc, o.batch, o.threads, o.repeat, o.iters);
+    bench_print_blas(stdout, "# ");
+    if (torch) printf("# pytorch: %s\n", pydesc);
     printf("%-10s %12s %10s %12s %12s\n", "impl", "samples/s", "gemm%", "GFLOP/s", "gemm GFLOP/s");
     printf("%-10s %12.0f %9.1f%% %12.1f %12.1f\n", "hetring", m.rate, 100 * m.share,
            m.rate * flops * 1e-9, m.gemm);
     double tr = -1;
-    if (!o.no_torch && strcmp(o.model, "mlp") == 0) {
-        tr = torch_rate(o.layers, o.batch, o.threads, o.iters);
+    if (torch && py.path[0]) {
+        char why[1024];
+        tr = torch_rate(py.path, &o, why, sizeof why);
         if (tr > 0)
             printf("%-10s %12.0f %10s %12.1f %12s\n# hetring / pytorch: %.2fx\n", "pytorch", tr,
                    "-", tr * flops * 1e-9, "-", m.rate / tr);
         else
-            printf("# pytorch: not available (/usr/bin/python3 with torch)\n");
+            printf("# pytorch: the run failed (%s)\n", why);
     }
     rc = st == HR_OK ? CLI_OK : CLI_FAIL;
     if (o.json && write_json(&o, &m, flops, tr) != 0) rc = CLI_FAIL;

@@ -1,5 +1,6 @@
 /* bench_util.c: see bench_util.h. */
 #include "bench_util.h"
+#include "blas_pick.h"
 #include "cli.h"
 
 #include <errno.h>
@@ -221,20 +222,42 @@ double bench_now_s(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static void child_exec(char *const argv[], const char *log, int append) {
+/* The signal that asked the bench to stop (bench_stop_on_signals), or 0. */
+static volatile sig_atomic_t stop_signal;
+
+static void on_stop_signal(int sig) {
+    stop_signal = sig;
+}
+
+void bench_stop_on_signals(void) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_stop_signal; /* no SA_RESTART: waits wake up */
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+}
+
+int bench_stopped(void) {
+    return (int)stop_signal;
+}
+
+/* In the child: output to out_fd and err_fd (-1 keeps the bench's), a process group of its own
+ * when asked, SIGTERM when the bench dies, the default SIGINT and SIGTERM actions back. */
+static void child_exec(char *const argv[], int out_fd, int err_fd, int own_group) {
     prctl(PR_SET_PDEATHSIG, SIGTERM);
-    if (log) {
-        int fd = open(log, O_WRONLY | O_CREAT | (append ? O_APPEND : O_TRUNC), 0644);
-        if (fd < 0 || dup2(fd, 1) < 0 || dup2(fd, 2) < 0) _exit(127);
-        close(fd);
-    }
+    signal(SIGINT, SIG_DFL);
+    signal(SIGTERM, SIG_DFL);
+    if (own_group) setpgid(0, 0);
+    if ((out_fd >= 0 && dup2(out_fd, 1) < 0) || (err_fd >= 0 && dup2(err_fd, 2) < 0)) _exit(127);
     execvp(argv[0], argv);
     fprintf(stderr, "cannot run %s: %s\n", argv[0], strerror(errno));
     _exit(127);
 }
 
-/* waitpid that gives up at `until` (monotonic seconds); 1 when the child was reaped */
-static int wait_until(pid_t pid, int *status, double until) {
+/* waitpid that gives up at `until` (monotonic seconds), or at once when the bench is asked to
+ * stop and `stoppable`; 1 when the child was reaped */
+static int wait_until(pid_t pid, int *status, double until, int stoppable) {
     const struct timespec tick = {0, 20 * 1000 * 1000};
     for (;;) {
         pid_t r = waitpid(pid, status, WNOHANG);
@@ -243,26 +266,172 @@ static int wait_until(pid_t pid, int *status, double until) {
             *status = W_EXITCODE(127, 0); /* lost: count it as a child that could not run */
             return 1;
         }
-        if (bench_now_s() >= until) return 0;
+        if (bench_now_s() >= until || (stoppable && stop_signal)) return 0;
         nanosleep(&tick, NULL);
     }
 }
 
-int bench_spawn(char *const argv[], const char *log, int append, double deadline_s) {
+/* SIGTERM to the child (its group when `group`), SIGKILL `grace_s` later, and reap it. */
+static void stop_child(pid_t pid, int group, double grace_s) {
+    int status;
+    kill(group ? -pid : pid, SIGTERM);
+    if (!wait_until(pid, &status, bench_now_s() + grace_s, 0)) {
+        kill(group ? -pid : pid, SIGKILL);
+        waitpid(pid, &status, 0);
+    }
+    if (group) kill(-pid, SIGKILL); /* what is left of its group once the leader is gone */
+}
+
+/* Fork argv with its output on out_fd and err_fd and wait as bench_spawn says. */
+static int run_child(char *const argv[], int out_fd, int err_fd, int own_group, double deadline_s) {
+    if (stop_signal) return BENCH_STOPPED;
     fflush(stdout);
     fflush(stderr);
     pid_t pid = fork();
     if (pid < 0) return -1;
-    if (pid == 0) child_exec(argv, log, append);
+    if (pid == 0) child_exec(argv, out_fd, err_fd, own_group);
+    if (own_group) setpgid(pid, pid); /* either side may run first */
     int status = 0;
-    if (wait_until(pid, &status, bench_now_s() + deadline_s)) {
+    if (wait_until(pid, &status, bench_now_s() + deadline_s, 1)) {
         if (WIFEXITED(status)) return WEXITSTATUS(status);
         return WIFSIGNALED(status) ? 128 + WTERMSIG(status) : -1;
     }
-    kill(pid, SIGTERM);
-    if (!wait_until(pid, &status, bench_now_s() + 5)) {
-        kill(pid, SIGKILL);
-        waitpid(pid, &status, 0);
+    /* stopped: time for hetring local to stop its nodes (its own grace is 5 s) */
+    stop_child(pid, own_group, stop_signal ? 10 : 5);
+    return stop_signal ? BENCH_STOPPED : 124;
+}
+
+int bench_spawn(char *const argv[], const char *log, int append, double deadline_s) {
+    int fd = -1;
+    if (log &&
+        (fd = open(log, O_WRONLY | O_CREAT | O_CLOEXEC | (append ? O_APPEND : O_TRUNC), 0644)) < 0)
+        return -1;
+    int rc = run_child(argv, fd, fd, 0, deadline_s);
+    if (fd >= 0) close(fd);
+    return rc;
+}
+
+/* An unlinked temporary file; -1 when none could be made. */
+static int temp_fd(void) {
+    const char *dir = getenv("TMPDIR");
+    char path[1024];
+    snprintf(path, sizeof path, "%s/hetring-bench-XXXXXX", dir && *dir ? dir : "/tmp");
+    int fd = mkostemp(path, O_CLOEXEC);
+    if (fd >= 0) unlink(path);
+    return fd;
+}
+
+/* The first len - 1 bytes of file `fd` from its start (the whole of it when `last_line` is 0,
+ * else its last non-empty line), NUL-terminated. */
+static void read_back(int fd, char *buf, size_t len, int last_line) {
+    if (!buf || !len) return;
+    buf[0] = 0;
+    static char all[1 << 16];
+    ssize_t n = pread(fd, all, sizeof all - 1, 0);
+    all[n > 0 ? n : 0] = 0;
+    char *start = all;
+    if (last_line) {
+        size_t end = strlen(all);
+        while (end && (all[end - 1] == '\n' || all[end - 1] == '\r')) all[--end] = 0;
+        char *nl = strrchr(all, '\n');
+        start = nl ? nl + 1 : all;
     }
-    return 124;
+    snprintf(buf, len, "%s", start);
+}
+
+int bench_capture(char *const argv[], double deadline_s, char *out, size_t outlen, char *err,
+                  size_t errlen) {
+    int ofd = temp_fd(), efd = temp_fd();
+    int rc = ofd < 0 || efd < 0 ? -1 : run_child(argv, ofd, efd, 1, deadline_s);
+    if (ofd >= 0) read_back(ofd, out, outlen, 0), close(ofd);
+    if (efd >= 0) read_back(efd, err, errlen, 1), close(efd);
+    return rc;
+}
+
+/* ================================================================ headers */
+
+void bench_print_blas(FILE *out, const char *prefix) {
+    char line[512];
+    blas_pick_describe(line, sizeof line);
+    fprintf(out, "%s%s\n", prefix, line);
+}
+
+/* Does interpreter `path` import torch? 0 and py filled, or -1 with its answer in `said`. */
+static int probe_python(const char *path, bench_python *py, char *said, size_t len) {
+    char *argv[] = {(char *)path, "-c",
+                    "import sys, torch; print(torch.__version__, sys.version.split()[0])", NULL};
+    char out[256] = "", err[512] = "";
+    int rc = bench_capture(argv, 120, out, sizeof out, err, sizeof err);
+    if (rc == BENCH_STOPPED) return BENCH_STOPPED;
+    char torch[64] = "", python[32] = "";
+    if (rc == 0 && sscanf(out, "%63s %31s", torch, python) == 2) {
+        snprintf(py->path, sizeof py->path, "%s", path);
+        snprintf(py->torch, sizeof py->torch, "%s", torch);
+        snprintf(py->python, sizeof py->python, "%s", python);
+        return 0;
+    }
+    if (rc == 124)
+        snprintf(said, len, "%s: import torch took over 120 s", path);
+    else if (err[0])
+        snprintf(said, len, "%s: %s", path, err);
+    else
+        snprintf(said, len, "%s: exited %d", path, rc);
+    return -1;
+}
+
+/* The first executable `python3` in PATH, or "". */
+static void python_in_path(char *buf, size_t len) {
+    const char *path = getenv("PATH");
+    buf[0] = 0;
+    for (const char *p = path ? path : ""; *p;) {
+        size_t n = strcspn(p, ":");
+        snprintf(buf, len, "%.*s/python3", (int)n, n ? p : ".");
+        if (access(buf, X_OK) == 0) return;
+        p += n + (p[n] == ':');
+    }
+    buf[0] = 0;
+}
+
+int bench_find_python(const char *given, bench_python *py) {
+    memset(py, 0, sizeof *py);
+    if (given) {
+        snprintf(py->how, sizeof py->how, "--python");
+        if (access(given, X_OK) != 0) {
+            snprintf(py->why, sizeof py->why, "--python %s: %s", given,
+                     errno == ENOENT ? "no such file" : "not executable");
+            return -2;
+        }
+        return probe_python(given, py, py->why, sizeof py->why);
+    }
+    char on_path[1024];
+    python_in_path(on_path, sizeof on_path);
+    const char *cands[] = {on_path, "/usr/bin/python3"};
+    const char *hows[] = {"python3 on PATH", "after python3 on PATH"};
+    size_t used = 0;
+    for (int i = 0; i < 2; i++) {
+        if (!cands[i][0] || (i == 1 && on_path[0] && strcmp(on_path, cands[i]) == 0)) continue;
+        char said[600];
+        if (access(cands[i], X_OK) != 0) continue;
+        int rc = probe_python(cands[i], py, said, sizeof said);
+        if (rc != -1) {
+            snprintf(py->how, sizeof py->how, "%s", hows[i]);
+            return rc;
+        }
+        used +=
+            (size_t)snprintf(py->why + used, sizeof py->why - used, "%s%s", used ? "; " : "", said);
+        if (used >= sizeof py->why) used = sizeof py->why - 1;
+    }
+    if (!used) snprintf(py->why, sizeof py->why, "no python3 on PATH nor /usr/bin/python3");
+    return -1;
+}
+
+void bench_python_describe(const bench_python *py, char *buf, size_t len) {
+    if (py->path[0] && py->why[0]) /* the fallback, after python3 on PATH */
+        snprintf(buf, len, "torch %s, Python %s, %s (python3 on PATH has none: %s)", py->torch,
+                 py->python, py->path, py->why);
+    else if (py->path[0])
+        snprintf(buf, len, "torch %s, Python %s, %s (%s)", py->torch, py->python, py->path,
+                 py->how);
+    else
+        snprintf(buf, len, "not available (%s)", py->why);
 }

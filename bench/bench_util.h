@@ -1,8 +1,9 @@
 /*
  * bench_util.h: small helpers shared by the bench suites: reading numbers out of one-line
  * JSON records (the metrics and summary files hetring writes), list and number options,
- * medians, cluster files built over a template, and running the hetring executable (or
- * gnuplot) as a child with a deadline.
+ * medians, cluster files built over a template, running the hetring executable (or gnuplot,
+ * or a Python baseline) as a child with a deadline, stopping on SIGINT and SIGTERM, and the
+ * header lines every suite prints (BLAS kernels, the PyTorch found).
  */
 #ifndef HR_BENCH_UTIL_H
 #define HR_BENCH_UTIL_H
@@ -78,11 +79,54 @@ double bench_now_s(void);
  * with `buf` still holding the path looked for. */
 int bench_sibling_exe(const char *name, char *buf, size_t len);
 
+/* bench_spawn and bench_capture: the bench was asked to stop (bench_stop_on_signals). */
+#define BENCH_STOPPED (-2)
+
 /* Run argv (argv[0] a path, or a name looked up in PATH) as a child with stdout and stderr
  * going to `log` (truncated, or appended when `append`; NULL keeps the bench's own), and wait
  * at most `deadline_s` seconds: past it the child gets SIGTERM and, 5 s later, SIGKILL. The
  * child gets SIGTERM too when the bench dies. Returns the child's exit status, 128 + signal
- * when a signal ended it, 124 when the deadline passed, -1 when it could not be started. */
+ * when a signal ended it, 124 when the deadline passed, -1 when it could not be started, and
+ * BENCH_STOPPED when the bench was asked to stop: the child then got SIGTERM (SIGKILL 10 s
+ * later) and was reaped, or was never started. */
 int bench_spawn(char *const argv[], const char *log, int append, double deadline_s);
+
+/* bench_spawn for a helper whose output the bench reads (a Python baseline): the child runs in
+ * a process group of its own, which SIGTERM and SIGKILL reach as a whole (multiprocessing
+ * workers included); its stdout lands in out[0..outlen) and the last line of its stderr in
+ * err[0..errlen) (either may be NULL), NUL-terminated. Returns as bench_spawn does. */
+int bench_capture(char *const argv[], double deadline_s, char *out, size_t outlen, char *err,
+                  size_t errlen);
+
+/* From now on SIGINT and SIGTERM ask the bench to stop instead of killing it: the child in
+ * progress is stopped (see bench_spawn), no new one starts, and the suite reports what it has
+ * measured and exits 128 + the signal. */
+void bench_stop_on_signals(void);
+/* The signal that asked the bench to stop, or 0. */
+int bench_stopped(void);
+
+/* ================================================================ headers */
+
+/* "PREFIXblas: OpenBLAS 0.3.21 (...), kernels SkylakeX (...)" and a newline: the BLAS library
+ * and the kernels every bench header names (blas_pick_describe). */
+void bench_print_blas(FILE *out, const char *prefix);
+
+/* Where the PyTorch baselines come from. */
+typedef struct {
+    char path[1024]; /* the interpreter that has torch, or "" */
+    char torch[64];  /* torch.__version__ there */
+    char python[32]; /* its Python version */
+    char how[32];    /* "--python", "python3 on PATH" or "after python3 on PATH" */
+    char why[1200];  /* each interpreter tried before, or without, success and what it said */
+} bench_python;
+
+/* Find PyTorch: the interpreter `given` (--python PATH) when not NULL, else `python3` on PATH,
+ * then /usr/bin/python3: the first that imports torch. Returns 0 when one does; -1 with
+ * py->why saying what each one tried answered; -2 when `given` is not an executable file
+ * (py->why says so; a usage error). BENCH_STOPPED when the bench was asked to stop. */
+int bench_find_python(const char *given, bench_python *py);
+/* "torch 2.11.0, Python 3.11.2, /usr/bin/python3 (python3 on PATH)", "..., /usr/bin/python3
+ * (python3 on PATH has none: WHY)" or "not available (WHY)" */
+void bench_python_describe(const bench_python *py, char *buf, size_t len);
 
 #endif
