@@ -8,7 +8,11 @@
 # each REPS times (default 3), alternating, and prints the median wall time of each and the
 # speed-up of hetring over DDP and over static. CSV rows go to OUT/torch_bench.csv.
 #
-#   bench/torch_bench.sh [-r REPS] [-i ITERATIONS] [-o OUT]
+#   bench/torch_bench.sh [-r REPS] [-i ITERATIONS] [-o OUT] [-d]
+#
+# -d measures correctness instead: the same seed and global batch trained by node 0 alone
+# and by the 4 nodes with dynamic batching; prints the largest difference of the final
+# parameters (float32 summation order is all that may differ, I3).
 #
 # Needs hetring (HETRING, else on PATH), PYTHON (default python3) with torch and the hetring
 # package (PYTHONPATH=python) and libhetring (HETRING_LIB, or installed). The machine's load
@@ -17,9 +21,10 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 HETRING=${HETRING:-hetring}
 PYTHON=${PYTHON:-python3}
-reps=3 iters=120 out=${TMPDIR:-/tmp}/hetring-torch-bench
-while getopts "r:i:o:" opt; do
+reps=3 iters=120 out=${TMPDIR:-/tmp}/hetring-torch-bench drift=0
+while getopts "r:i:o:d" opt; do
     case $opt in
+    d) drift=1 ;;
     r) reps=$OPTARG ;;
     i) iters=$OPTARG ;;
     o) out=$OPTARG ;;
@@ -55,6 +60,33 @@ one() {
         "$PYTHON" -c "import json,sys; r=json.load(sys.stdin); print(f\"{r['wall_s']:.3f} {r['accuracy']:.4f}\")"
 }
 
+if [ $drift = 1 ]; then
+    sed '/^\[node\.1\]/,$d' "$conf" > "$out/one.ini"
+    "$PYTHON" "$here/examples/torch/mnist_cnn.py" --conf "$out/one.ini" --node 0 --data "$out/data" \
+        --set "train.iterations=$iters" --save "$out/one.pt" > "$out/one.log" 2>&1 ||
+        { tail "$out/one.log"; exit 1; }
+    pids=()
+    for k in 0 1 2 3; do
+        "$PYTHON" "$here/examples/torch/mnist_cnn.py" --conf "$conf" --node $k --data "$out/data" \
+            --set "train.iterations=$iters" --save "$out/four.$k.pt" > "$out/four.$k.log" 2>&1 &
+        pids+=($!)
+    done
+    for p in "${pids[@]}"; do wait "$p"; done
+    pids=()
+    "$PYTHON" - "$out" <<'PY'
+import sys, torch
+d = sys.argv[1]
+one = torch.load(f"{d}/one.pt")
+fours = [torch.load(f"{d}/four.{k}.pt") for k in range(4)]
+same = all(torch.equal(f[k], fours[0][k]) for f in fours for k in f)
+diff = max(float((one[k] - fours[0][k]).abs().max()) for k in one)
+scale = max(float(one[k].abs().max()) for k in one)
+print(f"4 nodes (dynamic) vs 1 node, same seed and B: largest parameter difference {diff:.3g} "
+      f"(largest parameter {scale:.3g}); the 4 replicas bitwise equal: {same}")
+PY
+    grep -h "^done" "$out/one.log" "$out/four.0.log"
+    exit 0
+fi
 csv=$out/torch_bench.csv
 echo "mode,rep,wall_s,accuracy,iterations,global_batch,nodes,slowdowns,cores" > "$csv"
 echo "4 nodes, slowdowns 1,1.5,2,4 (emulated), $iters iterations of B = 256, $reps runs each," \

@@ -115,6 +115,8 @@ def run_hetring(a, s, data):
            "comm_s": comm, "hash": ht.param_hash(list(model.parameters())),
            "emulated": s["emulated"]}
     tr.close()
+    if a.save:
+        torch.save(model.state_dict(), a.save)
     return out
 
 
@@ -176,6 +178,7 @@ def main():
     p.add_argument("--mode", choices=["hetring", "ddp"], default="hetring")
     p.add_argument("--ddp-port", type=int, default=29600)
     p.add_argument("--threads", type=int, default=1, help="torch threads of this node")
+    p.add_argument("--save", metavar="FILE", help="write the final state_dict (torch.save)")
     a = p.parse_args()
     torch.set_num_threads(a.threads)
     s = node_settings(a.conf, a.node)
