@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <time.h>
 
 /* ================================================================ the pure choice */
 
@@ -151,6 +152,24 @@ static double gemm_error(void) {
     return worst;
 }
 
+/* GFLOP/s of 20 sgemm of 256 x 256 x 256 on 1 thread, after one to warm up: printed for the record,
+ * never asserted (a shared machine's timings are noise to a test). */
+static double gemm_gflops(void) {
+    enum { S = 256, REPS = 20 };
+    static float a[S * S], b[S * S], c[S * S];
+    for (int i = 0; i < S * S; i++) a[i] = b[i] = (float)(i % 7) * 0.1f;
+    openblas_set_num_threads(1);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, S, S, S, 1.0f, a, S, b, S, 0.0f, c, S);
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (int r = 0; r < REPS; r++)
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, S, S, S, 1.0f, a, S, b, S, 0.0f, c,
+                    S);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double dt = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+    return 2.0 * S * S * S * REPS / dt * 1e-9;
+}
+
 /* The weak set OpenBLAS loaded from OPENBLAS_CORETYPE, then forgotten: see the file comment. */
 static const char *forget_coretype(char *loaded, size_t len) {
     const char *env = getenv("OPENBLAS_CORETYPE");
@@ -175,7 +194,7 @@ static int test_switch(int keep) {
         printf("SKIP: this CPU has nothing stronger than %s to offer (no AVX2)\n", loaded);
         return 77;
     }
-    double before = gemm_error();
+    double before = gemm_error(), speed_before = gemm_gflops();
     CHECK(before < 1e-3, "GEMM on %s: max abs error %.3g", loaded, before);
     hr_status st = blas_pick_init(err, sizeof err);
     CHECK(st == HR_OK, "blas_pick_init: %s", err);
@@ -197,8 +216,11 @@ static int test_switch(int keep) {
     }
     CHECK(!getenv("OPENBLAS_CORETYPE"), "OPENBLAS_CORETYPE left set to %s",
           getenv("OPENBLAS_CORETYPE"));
-    double after = gemm_error();
+    double after = gemm_error(), speed_after = gemm_gflops();
     printf("GEMM max abs error: %.3g on %s, %.3g on %s\n", before, loaded, after, now);
+    printf("sgemm 256^3, 1 thread: %.1f GFLOP/s on %s, %.1f GFLOP/s on %s (not "
+           "asserted)\n",
+           speed_before, loaded, speed_after, now);
     CHECK(after < 1e-3, "GEMM on %s after the switch: max abs error %.3g", now, after);
     hr_status again = blas_pick_init(NULL, 0);
     CHECK(again == st && strcasecmp(openblas_get_corename(), now) == 0,
