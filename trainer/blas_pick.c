@@ -207,13 +207,13 @@ static hr_status pick_named(const blas_cpu *cpu, int i, int dynamic) {
         return fail("HETRING_BLAS_CORETYPE=%s needs %s, which this CPU lacks (it has %s); use "
                     "auto, off or a set it runs",
                     name, tier_features(cores[i].need), tier_features(cpu_tier(cpu)));
-    if (!dynamic)
-        return fail("HETRING_BLAS_CORETYPE=%s: this OpenBLAS (%s) is built for one target and "
-                    "cannot switch kernels; unset it or use a DYNAMIC_ARCH build",
-                    name, lib_file("openblas_get_corename"));
     rec.how = HOW_KNOB;
     snprintf(rec.target, sizeof rec.target, "%s", name);
     if (strcasecmp(name, rec.before) == 0) return HR_OK;
+    if (!dynamic)
+        return fail("HETRING_BLAS_CORETYPE=%s: this OpenBLAS (%s) is built for %s only and "
+                    "cannot switch kernels; unset it or use a DYNAMIC_ARCH build",
+                    name, lib_file("openblas_get_corename"), rec.before);
     const char *now = switch_to(name);
     if (strcasecmp(now, name) == 0) return HR_OK;
     switch_to(rec.before); /* the library fell back to a set of its own: undo that */
