@@ -74,8 +74,15 @@ if [ $drift = 1 ]; then
     for p in "${pids[@]}"; do wait "$p"; done
     pids=()
     "$PYTHON" - "$out" <<'PY'
-import sys, torch
+import json, sys, torch
 d = sys.argv[1]
+def losses(f):
+    return next(json.loads(l[7:]) for l in open(f) if l.startswith("RESULT "))["losses"]
+l1, l4 = losses(f"{d}/one.log"), losses(f"{d}/four.0.log")
+rel = [abs(a - b) / abs(a) for a, b in zip(l1, l4)]
+marks = [i for i in (0, 9, 39, 79, len(rel) - 1) if i < len(rel)]
+print("relative loss difference, 4 nodes vs 1, at iterations " +
+      ", ".join(f"{i + 1}: {rel[i]:.2g}" for i in marks))
 one = torch.load(f"{d}/one.pt")
 fours = [torch.load(f"{d}/four.{k}.pt") for k in range(4)]
 same = all(torch.equal(f[k], fours[0][k]) for f in fours for k in f)

@@ -94,7 +94,7 @@ def run_hetring(a, s, data):
 
     tr = ht.Trainer(a.conf, model, opt, node_id=a.node, n_samples=len(X), overrides=a.set,
                     on_view=on_view)
-    t0, done, retries, comm = None, 0, 0, 0.0
+    t0, done, retries, comm, losses = None, 0, 0, 0.0, []
     for idx in tr.batches():
         if t0 is None:
             t0 = time.perf_counter()  # the clock starts once the cluster formed
@@ -104,6 +104,7 @@ def run_hetring(a, s, data):
             continue
         done += 1
         comm += res.t_comm
+        losses.append(res.loss)
         if tr.node.rank == 0 and (res.iter % 20 == 0 or res.iter + 1 == tr.node.iterations):
             print(f"iter {res.iter:4d}  loss {res.loss:.4f}  acc {res.accuracy:.3f}  "
                   f"batch {res.next_batch} of {tr.node.global_batch}  compute "
@@ -112,7 +113,7 @@ def run_hetring(a, s, data):
     out = {"mode": "hetring", "node": a.node, "rank": tr.node.rank, "iterations": done,
            "retries": retries, "wall_s": wall, "samples_per_s": done * s["B"] / max(wall, 1e-9),
            "accuracy": accuracy(model, Xt, Yt), "final_loss": res.loss if done else None,
-           "comm_s": comm, "hash": ht.param_hash(list(model.parameters())),
+           "comm_s": comm, "hash": ht.param_hash(list(model.parameters())), "losses": losses,
            "emulated": s["emulated"]}
     tr.close()
     if a.save:
