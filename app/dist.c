@@ -338,8 +338,8 @@ static hr_status change_view(dist *d, const char *why, double t0, char *err, siz
     const long iter = s->iter(s->ctx);
     d->lineage.epoch = a.view.epoch;
     d->lineage.progress = iter;
-    HR_CHECK(start_controller(
-        d, at_start && a.in_sync && s->recorded && a.view.n == d->c->n_nodes, err, errlen));
+    HR_CHECK(start_controller(d, at_start && a.in_sync && s->recorded && a.view.n == d->c->n_nodes,
+                              err, errlen));
     d->force_hash = 1;
     d->change = d->leaving_self = 0;
     d->views++;
@@ -483,7 +483,10 @@ static hr_status leave_now(dist *d, char *err, size_t errlen) {
     const char *ck = d->t ? d->c->checkpoint : "";
     if (d->st.save) HR_CHECK(d->st.save(d->st.ctx, err, errlen));
     HR_INFO(RING, "leaving the cluster at iteration %ld%s%s", d->st.iter(d->st.ctx),
-            ck[0] ? "; checkpoint written to " : d->t ? " (no checkpoint configured)" : "", ck);
+            ck[0]  ? "; checkpoint written to "
+            : d->t ? " (no checkpoint configured)"
+                   : "",
+            ck);
     return HR_ERR_INTERRUPTED;
 }
 

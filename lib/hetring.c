@@ -47,41 +47,41 @@ _Static_assert((int)HETRING_EUNSUPPORTED == (int)HR_ERR_UNSUPPORTED &&
 #define STATE_HDR   6               /* magic, iter, B, samples, seed, user bytes */
 
 struct hetring {
-    cfg c;                     /* the cluster's configuration */
-    int have_cfg;              /* c was loaded */
-    int self;                  /* index of this node in c.nodes */
-    dist d;                    /* ring, controller, checks and views */
-    int have_dist;             /* d was initialised (and not yet freed) */
-    train_config tc;           /* this node's emulation settings (train_stretch_factor) */
-    hetring_callbacks cb;      /* the user's side of view changes */
-    long B;                    /* global batch */
-    long n_samples;            /* dataset size the indices range over */
-    long ipe;                  /* iterations per epoch: n_samples / B */
-    long total;                /* iterations of the run */
-    data_set ds;               /* n_samples only: the loader's permutation needs no data */
-    data_loader dl;            /* perm_e (I1) */
-    int have_dl;               /* dl was initialised */
-    long iter;                 /* next iteration to run: the data cursor */
-    int rank, size;            /* ring position and view size */
-    long *split;               /* (c.n_nodes) samples per node of the current view */
-    long *next;                /* (c.n_nodes) where dist_decide writes the next split */
-    train_stat *gathered;      /* (c.n_nodes) every node's stats of the last iteration */
-    int64_t *idx;              /* (B) this node's indices for the iteration fetched */
-    float *buf;                /* (n_grad + n_nodes * TRAIN_NODE_STATS) gradients + tail */
-    size_t n_grad;             /* floats of gradient, fixed by the first hetring_step */
-    int n_bufs;                /* buffers per step, fixed by the first hetring_step */
-    size_t *counts;            /* (n_bufs) floats per buffer */
-    unsigned char *blob;       /* (blob_cap) the state blob this node packs */
-    size_t blob_cap;           /* bytes allocated for blob */
-    size_t moved;              /* state bytes sent or received in the last view change */
-    int fetched;               /* hetring_next handed out iteration `iter` */
-    int boundary;              /* an iteration completed: run dist_boundary first */
-    int view_changed;          /* a view change since the last hetring_next */
-    int closed;                /* hetring_close ran */
-    int left;                  /* this node left the cluster */
-    hr_status failed;          /* a failure that ended the node (later calls return it) */
+    cfg c;                       /* the cluster's configuration */
+    int have_cfg;                /* c was loaded */
+    int self;                    /* index of this node in c.nodes */
+    dist d;                      /* ring, controller, checks and views */
+    int have_dist;               /* d was initialised (and not yet freed) */
+    train_config tc;             /* this node's emulation settings (train_stretch_factor) */
+    hetring_callbacks cb;        /* the user's side of view changes */
+    long B;                      /* global batch */
+    long n_samples;              /* dataset size the indices range over */
+    long ipe;                    /* iterations per epoch: n_samples / B */
+    long total;                  /* iterations of the run */
+    data_set ds;                 /* n_samples only: the loader's permutation needs no data */
+    data_loader dl;              /* perm_e (I1) */
+    int have_dl;                 /* dl was initialised */
+    long iter;                   /* next iteration to run: the data cursor */
+    int rank, size;              /* ring position and view size */
+    long *split;                 /* (c.n_nodes) samples per node of the current view */
+    long *next;                  /* (c.n_nodes) where dist_decide writes the next split */
+    train_stat *gathered;        /* (c.n_nodes) every node's stats of the last iteration */
+    int64_t *idx;                /* (B) this node's indices for the iteration fetched */
+    float *buf;                  /* (n_grad + n_nodes * TRAIN_NODE_STATS) gradients + tail */
+    size_t n_grad;               /* floats of gradient, fixed by the first hetring_step */
+    int n_bufs;                  /* buffers per step, fixed by the first hetring_step */
+    size_t *counts;              /* (n_bufs) floats per buffer */
+    unsigned char *blob;         /* (blob_cap) the state blob this node packs */
+    size_t blob_cap;             /* bytes allocated for blob */
+    size_t moved;                /* state bytes sent or received in the last view change */
+    int fetched;                 /* hetring_next handed out iteration `iter` */
+    int boundary;                /* an iteration completed: run dist_boundary first */
+    int view_changed;            /* a view change since the last hetring_next */
+    int closed;                  /* hetring_close ran */
+    int left;                    /* this node left the cluster */
+    hr_status failed;            /* a failure that ended the node (later calls return it) */
     volatile sig_atomic_t leave; /* hetring_leave: leave at the next boundary */
-    char err[HR_ERRLEN];       /* the last failure's message */
+    char err[HR_ERRLEN];         /* the last failure's message */
 };
 
 static double now_s(void) {
@@ -107,10 +107,14 @@ static int status_of(hr_status st) {
 
 const char *hetring_strerror(int status) {
     switch (status) {
-    case HETRING_RETRY: return "the view changed: run the iteration again";
-    case HETRING_DONE: return "the run's iterations are done";
-    case HETRING_LEFT: return "this node left the cluster";
-    case HETRING_ECLOSED: return "the handle was closed";
+    case HETRING_RETRY:
+        return "the view changed: run the iteration again";
+    case HETRING_DONE:
+        return "the run's iterations are done";
+    case HETRING_LEFT:
+        return "this node left the cluster";
+    case HETRING_ECLOSED:
+        return "the handle was closed";
     default:
         if (status >= 0 && status <= HETRING_EUNSUPPORTED) return hr_strerror((hr_status)status);
         return "unknown status";
@@ -127,7 +131,7 @@ const char *hetring_last_error(const hetring *h) {
 
 /* A failure of this call: the message into h->err, the status as the user sees it. */
 __attribute__((format(printf, 3, 4))) static int fail(hetring *h, int status, const char *fmt,
-                                                       ...) {
+                                                      ...) {
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(h->err, sizeof h->err, fmt, ap);
@@ -230,8 +234,8 @@ static hr_status st_pack(void *ctx, const void **blob, size_t *bytes, char *err,
 }
 
 static hr_status st_unpack(void *ctx, const void *blob, size_t bytes, char *err, size_t errlen) {
-    static const char *const what[STATE_HDR] = {"format", "iteration", "global batch",
-                                                "sample count", "seed", "size"};
+    static const char *const what[STATE_HDR] = {"format",       "iteration", "global batch",
+                                                "sample count", "seed",      "size"};
     hetring *h = ctx;
     uint64_t hdr[STATE_HDR], mine[STATE_HDR];
     if (bytes < sizeof hdr)
@@ -245,8 +249,10 @@ static hr_status st_unpack(void *ctx, const void *blob, size_t bytes, char *err,
                            "must use the same configuration and dataset)",
                            what[i], (unsigned long long)hdr[i], (unsigned long long)mine[i]);
     if (hdr[1] > (uint64_t)h->total)
-        return hr_fail(err, errlen, HR_ERR_DATA, "the state received is at iteration %llu, past "
-                       "the %ld of the run", (unsigned long long)hdr[1], h->total);
+        return hr_fail(err, errlen, HR_ERR_DATA,
+                       "the state received is at iteration %llu, past "
+                       "the %ld of the run",
+                       (unsigned long long)hdr[1], h->total);
     const size_t ub = bytes - sizeof hdr;
     if (h->cb.put_state &&
         h->cb.put_state(h->cb.user, (const unsigned char *)blob + sizeof hdr, ub) != 0)
@@ -545,8 +551,8 @@ int hetring_step(hetring *h, const hetring_grads *g, hetring_result *res) {
         if (g->counts[i]) memcpy(h->buf + o, g->bufs[i], sizeof *h->buf * g->counts[i]);
         o += g->counts[i];
     }
-    train_stat mine = {.b = b, .t = factor * g->compute_s, .loss = g->loss_sum,
-                       .correct = g->correct};
+    train_stat mine = {
+        .b = b, .t = factor * g->compute_s, .loss = g->loss_sum, .correct = g->correct};
     dist_annotate(&h->d, h->iter, g->param_hash, &mine);
     float *tail = h->buf + h->n_grad;
     stats_pack(tail, h->rank, h->size, &mine);
@@ -557,8 +563,10 @@ int hetring_step(hetring *h, const hetring_grads *g, hetring_result *res) {
     memcpy(h->next, h->split, sizeof *h->next * (size_t)h->size);
     st = dist_decide(&h->d, h->iter, h->gathered, h->size, h->next);
     if (st != HR_OK) {
-        snprintf(h->err, sizeof h->err, "iteration %ld: the nodes disagree (%s; the log names "
-                 "them)", h->iter, hr_strerror(st));
+        snprintf(h->err, sizeof h->err,
+                 "iteration %ld: the nodes disagree (%s; the log names "
+                 "them)",
+                 h->iter, hr_strerror(st));
         return fatal(h, st);
     }
     int changed = memcmp(h->next, h->split, sizeof *h->next * (size_t)h->size) != 0;
@@ -571,7 +579,8 @@ int hetring_step(hetring *h, const hetring_grads *g, hetring_result *res) {
         o += g->counts[i];
     }
     double loss = 0, correct = 0;
-    for (int k = 0; k < h->size; k++) loss += h->gathered[k].loss, correct += h->gathered[k].correct;
+    for (int k = 0; k < h->size; k++)
+        loss += h->gathered[k].loss, correct += h->gathered[k].correct;
     if (res)
         *res = (hetring_result){.iter = h->iter,
                                 .loss = loss / (double)h->B,

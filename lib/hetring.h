@@ -65,32 +65,32 @@ typedef struct hetring hetring; /* one node, opaque */
 
 typedef enum {
     HETRING_OK = 0,
-    HETRING_EINVAL = 1,       /* a bad argument, or a call out of order */
-    HETRING_ECONFIG = 2,      /* the INI file or an override is wrong */
-    HETRING_ENOMEM = 3,       /* out of memory */
-    HETRING_EIO = 4,          /* file or socket error */
-    HETRING_ETIMEOUT = 5,     /* a peer stayed silent past its deadline */
-    HETRING_EPEER = 6,        /* a peer failed and no new view could be formed */
-    HETRING_EPROTO = 7,       /* a peer broke the protocol (e.g. nodes disagree on sizes) */
-    HETRING_EAUTH = 8,        /* a peer failed authentication */
-    HETRING_EDATA = 9,        /* malformed data (a state blob, a callback's failure) */
-    HETRING_EMISMATCH = 10,   /* replicas or decisions differ between nodes (I4, I5) */
-    HETRING_EVIEW = 11,       /* the membership view changed under a collective */
+    HETRING_EINVAL = 1,        /* a bad argument, or a call out of order */
+    HETRING_ECONFIG = 2,       /* the INI file or an override is wrong */
+    HETRING_ENOMEM = 3,        /* out of memory */
+    HETRING_EIO = 4,           /* file or socket error */
+    HETRING_ETIMEOUT = 5,      /* a peer stayed silent past its deadline */
+    HETRING_EPEER = 6,         /* a peer failed and no new view could be formed */
+    HETRING_EPROTO = 7,        /* a peer broke the protocol (e.g. nodes disagree on sizes) */
+    HETRING_EAUTH = 8,         /* a peer failed authentication */
+    HETRING_EDATA = 9,         /* malformed data (a state blob, a callback's failure) */
+    HETRING_EMISMATCH = 10,    /* replicas or decisions differ between nodes (I4, I5) */
+    HETRING_EVIEW = 11,        /* the membership view changed under a collective */
     HETRING_EUNSUPPORTED = 12, /* not available in this build */
-    HETRING_RETRY = 100,      /* the view changed during hetring_step: the iteration's
-                               * gradients were dropped; call hetring_next and compute again */
-    HETRING_DONE = 101,       /* hetring_next: the run's iterations are done */
-    HETRING_LEFT = 102,       /* hetring_next: this node left the cluster (hetring_leave) */
-    HETRING_ECLOSED = 103     /* the handle was closed (hetring_close) */
+    HETRING_RETRY = 100,       /* the view changed during hetring_step: the iteration's
+                                * gradients were dropped; call hetring_next and compute again */
+    HETRING_DONE = 101,        /* hetring_next: the run's iterations are done */
+    HETRING_LEFT = 102,        /* hetring_next: this node left the cluster (hetring_leave) */
+    HETRING_ECLOSED = 103      /* the handle was closed (hetring_close) */
 } hetring_status;
 
 /* A membership view, as the on_view callback sees it. */
 typedef struct {
-    uint64_t epoch;   /* view epoch, increasing */
-    int n;            /* members */
-    const long *ids;  /* (n) member node ids in ring order; valid during the callback */
-    int rank;         /* this node's position in ids */
-    long iter;        /* the iteration the view starts at */
+    uint64_t epoch;     /* view epoch, increasing */
+    int n;              /* members */
+    const long *ids;    /* (n) member node ids in ring order; valid during the callback */
+    int rank;           /* this node's position in ids */
+    long iter;          /* the iteration the view starts at */
     size_t state_bytes; /* bytes of state this node sent or received (0: none moved) */
 } hetring_view;
 
@@ -110,15 +110,15 @@ typedef struct {
 } hetring_callbacks;
 
 typedef struct {
-    const char *conf;        /* the cluster's INI file */
-    long node_id;            /* which [node.ID] this process is; -1: HETRING_NODE or a
-                              * launcher's rank, as `hetring run` reads them */
-    long n_samples;          /* samples of your training set; 0: the INI's [train] samples */
-    const char *const *set;  /* "section.key=value" overrides, NULL-terminated, or NULL */
-    int sync_first;          /* 1 (default): the first view sends the lowest member's state to
-                              * every member (as DDP broadcasts rank 0's); 0: the states must
-                              * already agree (the hash check says so when they do not) */
-    hetring_callbacks cb;    /* your side of view changes */
+    const char *conf;       /* the cluster's INI file */
+    long node_id;           /* which [node.ID] this process is; -1: HETRING_NODE or a
+                             * launcher's rank, as `hetring run` reads them */
+    long n_samples;         /* samples of your training set; 0: the INI's [train] samples */
+    const char *const *set; /* "section.key=value" overrides, NULL-terminated, or NULL */
+    int sync_first;         /* 1 (default): the first view sends the lowest member's state to
+                             * every member (as DDP broadcasts rank 0's); 0: the states must
+                             * already agree (the hash check says so when they do not) */
+    hetring_callbacks cb;   /* your side of view changes */
 } hetring_options;
 
 /* This node's part of the iteration to run, from hetring_next. */

@@ -76,8 +76,8 @@ int main(int argc, char **argv) {
     o.node_id = atol(argv[2]);
     o.n_samples = N;
     o.set = (const char *const *)(argv + 3); /* argv is NULL-terminated */
-    o.cb = (hetring_callbacks){.user = &s, .get_state = get_state, .put_state = put_state,
-                               .on_view = on_view};
+    o.cb = (hetring_callbacks){
+        .user = &s, .get_state = get_state, .put_state = put_state, .on_view = on_view};
     char err[512];
     hetring *h;
     int st = hetring_open(&h, &o, err, sizeof err);
@@ -101,8 +101,11 @@ int main(int argc, char **argv) {
             gc += e;
             loss += 0.5 * e * e;
         }
-        hetring_grads g = {.bufs = bufs, .counts = counts, .n_bufs = 2,
-                           .compute_s = now_s() - t0, .loss_sum = loss,
+        hetring_grads g = {.bufs = bufs,
+                           .counts = counts,
+                           .n_bufs = 2,
+                           .compute_s = now_s() - t0,
+                           .loss_sum = loss,
                            .param_hash = b.check_hash ? hetring_hash(s.w, sizeof s.w, 0) : 0};
         st = hetring_step(h, &g, &r);
         if (st == HETRING_RETRY) continue; /* a node failed: this iteration runs again */

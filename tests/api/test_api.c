@@ -160,9 +160,9 @@ static int misuse(const char *dir, int port) {
 typedef struct {
     const char *ini;
     long id;
-    long die_at; /* _exit inside this iteration (after next, before step); -1: never */
-    int joiner;  /* started late: must receive the state */
-    int pace;    /* rejoin: iterations take 50 ms while a node is missing, so it can rejoin */
+    long die_at;   /* _exit inside this iteration (after next, before step); -1: never */
+    int joiner;    /* started late: must receive the state */
+    int pace;      /* rejoin: iterations take 50 ms while a node is missing, so it can rejoin */
     long leave_at; /* hetring_leave at this iteration; -1: never */
 } node_args;
 
@@ -177,8 +177,8 @@ static int run_node(const node_args *a) {
     hetring_options o;
     hetring_options_init(&o);
     o.conf = a->ini, o.node_id = a->id;
-    o.cb = (hetring_callbacks){.user = &m, .get_state = get_state, .put_state = put_state,
-                               .on_view = on_view};
+    o.cb = (hetring_callbacks){
+        .user = &m, .get_state = get_state, .put_state = put_state, .on_view = on_view};
     if (a->joiner)
         for (int j = 0; j < D; j++) m.w[j] = 100; /* differs: the transfer must replace it */
     hetring *h;
@@ -210,8 +210,11 @@ static int run_node(const node_args *a) {
             count[i] += 1;
             for (int j = 0; j < D; j++) g[j] += m.w[j] - x_of(i, j);
         }
-        hetring_grads gr = {.bufs = bufs, .counts = counts, .n_bufs = 2,
-                            .compute_s = 2e-4 * (double)b.batch, .loss_sum = (double)b.batch,
+        hetring_grads gr = {.bufs = bufs,
+                            .counts = counts,
+                            .n_bufs = 2,
+                            .compute_s = 2e-4 * (double)b.batch,
+                            .loss_sum = (double)b.batch,
                             .param_hash = b.check_hash ? hetring_hash(m.w, sizeof m.w, 0) : 0};
         hetring_result r;
         st = hetring_step(h, &gr, &r);
@@ -254,11 +257,12 @@ static int run_node(const node_args *a) {
         CHECK(last_b < BATCH / 3, "the slow node 1 still computes %d of %d", last_b, BATCH);
     if (!a->joiner && a->die_at < 0 && a->id == 0)
         CHECK(m.steps == ITERS, "node 0 applied %ld steps", m.steps);
-    if (a->joiner) CHECK(done > 0 && m.steps == ITERS, "the joiner ran %ld iterations, %ld steps",
-                         done, m.steps);
+    if (a->joiner)
+        CHECK(done > 0 && m.steps == ITERS, "the joiner ran %ld iterations, %ld steps", done,
+              m.steps);
     if (a->pace && !a->joiner) CHECK(retries > 0, "node %ld never saw HETRING_RETRY", a->id);
-    if (leave_run) CHECK(retries == 0, "node %ld retried %d iterations: a leave is planned", a->id,
-                         retries);
+    if (leave_run)
+        CHECK(retries == 0, "node %ld retried %d iterations: a leave is planned", a->id, retries);
     hetring_free(h);
     return check_exit();
 }
@@ -285,7 +289,8 @@ static int ring(const char *dir, int port, int rejoin, int leave) {
     node_args a[3];
     pid_t p[3];
     for (int k = 0; k < 3; k++) {
-        a[k] = (node_args){ini, k, rejoin && k == 2 ? 12 : -1, 0, rejoin, leave && k == 2 ? 10 : -1};
+        a[k] =
+            (node_args){ini, k, rejoin && k == 2 ? 12 : -1, 0, rejoin, leave && k == 2 ? 10 : -1};
         p[k] = spawn(&a[k]);
     }
     if (rejoin) {
