@@ -279,7 +279,12 @@ static void stop_child(pid_t pid, int group, double grace_s) {
         kill(group ? -pid : pid, SIGKILL);
         waitpid(pid, &status, 0);
     }
-    if (group) kill(-pid, SIGKILL); /* what is left of its group once the leader is gone */
+    if (!group) return;
+    /* what is left of its group once the leader is gone (helpers that ignore SIGTERM, such as
+     * multiprocessing's resource tracker): SIGKILL, then up to 2 s for them to be gone */
+    const struct timespec tick = {0, 10 * 1000 * 1000};
+    double until = bench_now_s() + 2;
+    while (kill(-pid, SIGKILL) == 0 && bench_now_s() < until) nanosleep(&tick, NULL);
 }
 
 /* Fork argv with its output on out_fd and err_fd and wait as bench_spawn says. */
