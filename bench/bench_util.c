@@ -272,11 +272,16 @@ static int wait_until(pid_t pid, int *status, double until, int stoppable) {
 }
 
 /* SIGTERM to the child (its group when `group`), SIGKILL `grace_s` later, and reap it. */
+/* Signal the child's group when it has one, else (or when the group is not there) the child. */
+static void signal_child(pid_t pid, int group, int sig) {
+    if (!group || kill(-pid, sig) != 0) kill(pid, sig);
+}
+
 static void stop_child(pid_t pid, int group, double grace_s) {
     int status;
-    kill(group ? -pid : pid, SIGTERM);
+    signal_child(pid, group, SIGTERM);
     if (!wait_until(pid, &status, bench_now_s() + grace_s, 0)) {
-        kill(group ? -pid : pid, SIGKILL);
+        signal_child(pid, group, SIGKILL);
         waitpid(pid, &status, 0);
     }
     if (!group) return;

@@ -4,6 +4,8 @@
 #          scenario's rows on stdout and in report.md, a line saying it stopped, no process of
 #          the bench left
 #   SIGTERM during the first run: exit 143, "stopped by SIGTERM after 0 of 4 runs", none left
+#   SIGINT during the DDP baseline (a fake python3 whose helper ignores SIGTERM): exit 130, the
+#          baseline's whole process group gone as the bench exits
 # Loopback only; every wait is bounded.
 set -u
 HR=$1
@@ -91,6 +93,34 @@ stop TERM term
 [ $took -le 20 ] || fail "term: took $took s to stop"
 grep -q '^bench hetero: stopped by SIGTERM after 0 of 4 runs' "$tmp/term.out" || fail "term: no 'stopped by SIGTERM after 0 of 4 runs' line: $(cat "$tmp/term.out")"
 none_left term
+
+# SIGINT during the DDP baseline: its whole process group goes, a helper ignoring SIGTERM too
+mkdir -p "$tmp/py"
+cat > "$tmp/py/python3" <<EOS
+#!/bin/sh
+case "\$1" in
+-c) echo "0.0-fake 3.99.1"; exit 0 ;;
+*ddp_baseline.py)
+    sh -c 'trap "" TERM; echo \$\$ > "$tmp/py/helper.pid"; exec sleep 300' &
+    wait; exit 0 ;;
+esac
+exit 3
+EOS
+chmod +x "$tmp/py/python3"
+PATH="$tmp/py:$PATH" "$HR" bench hetero --ddp --out "$tmp/ddp" --iters 20 --batch 64 --layers 784,16,10 \
+    --scenarios homogeneous --policies model > "$tmp/ddp.out" 2> "$tmp/ddp.err" &
+bench=$!
+wait_for 90 test -s "$tmp/py/helper.pid" || fail "ddp: the fake DDP baseline did not start in 90 s"
+helper=$(cat "$tmp/py/helper.pid" 2>/dev/null)
+stop INT ddp
+[ $rc = 130 ] || fail "ddp: exit $rc, expected 130"
+[ $took -le 20 ] || fail "ddp: took $took s to stop"
+[ -n "$helper" ] && [ ! -e /proc/$helper/cmdline ] || fail "ddp: the baseline's helper $helper outlived the bench"
+[ -n "$helper" ] && kill -KILL "$helper" 2>/dev/null
+none_left ddp
+grep -Eq '^homogeneous   model +[0-9]+ ' "$tmp/ddp.out" && grep -q '^bench hetero: stopped by SIGINT after 2 of 2 runs' "$tmp/ddp.out" ||
+    fail "ddp: the runs before the baseline are not reported: $(cat "$tmp/ddp.out")"
+grep -q 'ddp-gloo' "$tmp/ddp.out" && fail "ddp: a DDP row from a stopped baseline"
 
 echo "$fails failure(s)"
 [ "$fails" = 0 ]
