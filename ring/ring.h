@@ -83,6 +83,10 @@ typedef struct ring {
     size_t tmp_cap;          /* bytes allocated for tmp */
     ring_sched sched;        /* schedule scratch */
     struct ring_elastic *el; /* election state, shared with the gate's lobby (elect.c) */
+    struct ring_mt *mt;      /* threads of the threaded engine, started by the first large
+                              * collective (ring.c), or NULL */
+    int mt_workers;          /* crypto and reduction workers of the threaded engine */
+    uint64_t mt_runs;        /* collectives the threaded engine ran */
     hr_status failed;        /* HR_OK, or the error that broke this view */
     char err[HR_ERRLEN];     /* last detailed error */
     const volatile sig_atomic_t *stop; /* ring_set_stop's flag, or NULL */
@@ -104,6 +108,12 @@ int ring_rank(const ring *r);
  * timeout (which stays the floor): the training loop sets it from its measured step times,
  * so a slow step is not taken for a dead peer. 0 restores the plain timeout. */
 void ring_set_step_timeout(ring *r, double secs);
+/* Worker threads the threaded engine uses beside its sender (ring.c, "the threaded engine"):
+ * HETRING_RING_WORKERS when set, else the cores this process may use, shared among the
+ * config's nodes on this host, less two. */
+int ring_workers(const ring *r);
+/* Collectives run on the threaded engine so far (for tests and benches). */
+uint64_t ring_threaded_runs(const ring *r);
 /* Pipeline segment size in bytes (segment_bytes, or the measured default). */
 size_t ring_segment_bytes(const ring *r);
 int ring_size(const ring *r);

@@ -202,9 +202,17 @@ static void nonce_of(uint64_t ctr, uint8_t n[24]) {
 }
 
 void sec_seal(sec_dir *d, uint8_t *frame, const uint8_t *src, size_t len) {
+    sec_seal_at(d, d->ctr++, frame, src, len);
+}
+
+int sec_open(sec_dir *d, uint8_t *frame, size_t len, uint8_t *dst) {
+    return sec_open_at(d, d->ctr++, frame, len, dst);
+}
+
+void sec_seal_at(const sec_dir *d, uint64_t ctr, uint8_t *frame, const uint8_t *src, size_t len) {
     uint8_t n[24], dummy = 0;
     uint8_t *pay = frame + FRAME_HDR, *tag = pay + len;
-    nonce_of(d->ctr++, n);
+    nonce_of(ctr, n);
     if (d->mode == RING_SEC_AUTH) {
         if (src != pay && len) memcpy(pay, src, len);
         if (d->aead == SEC_AEAD_AES256GCM)
@@ -223,11 +231,11 @@ void sec_seal(sec_dir *d, uint8_t *frame, const uint8_t *src, size_t len) {
     }
 }
 
-int sec_open(sec_dir *d, uint8_t *frame, size_t len, uint8_t *dst) {
+int sec_open_at(const sec_dir *d, uint64_t ctr, uint8_t *frame, size_t len, uint8_t *dst) {
     uint8_t n[24], dummy = 0;
     uint8_t *pay = frame + FRAME_HDR, *tag = pay + len;
     int rc;
-    nonce_of(d->ctr++, n);
+    nonce_of(ctr, n);
     if (d->mode == RING_SEC_AUTH) {
         if (d->aead == SEC_AEAD_AES256GCM)
             rc = crypto_aead_aes256gcm_decrypt_detached_afternm(&dummy, NULL, &dummy, 0, tag, frame,

@@ -125,6 +125,12 @@ void sec_seal(sec_dir *d, uint8_t *frame, const uint8_t *src, size_t len);
  * 0, or -1 with `dst` wiped when the frame is not authentic. */
 int sec_open(sec_dir *d, uint8_t *frame, size_t len, uint8_t *dst)
     __attribute__((warn_unused_result));
+/* The same with the frame's nonce counter given and `d` left unchanged: frames of one
+ * direction can be sealed and opened on several threads at once (ring.c's threaded engine
+ * gives frame i of a collective the counter start + i, as the in-order calls would). */
+void sec_seal_at(const sec_dir *d, uint64_t ctr, uint8_t *frame, const uint8_t *src, size_t len);
+int sec_open_at(const sec_dir *d, uint64_t ctr, uint8_t *frame, size_t len, uint8_t *dst)
+    __attribute__((warn_unused_result));
 
 /* Key files: a comment line and 64 hex digits. Reading refuses group/other access. */
 hr_status sec_read_key_file(const char *path, uint8_t out[32], char *err, size_t errlen);

@@ -10,6 +10,9 @@
 #   reform      one node leaves (view epoch 1) and rejoins (epoch 2) without any restart
 #   strangers   idle and garbage connections from a node without the key, at formation and
 #               during a run: the ring forms and runs on, they are closed and named
+#   workers     HETRING_RING_WORKERS: a bad value stops the node with a message naming it
+# With HETRING_RING_WORKERS=N in the environment (the *.mt tests), every node must log that
+# large collectives run on the threaded engine with N workers.
 # MODE is none, auth (cluster PSK) or encrypt (identity keys). Ports come in claimed blocks of 8
 # (tests/ports.sh), so tests side by side never share one; they are in 10000-32000,
 # below the kernel's ephemeral range (32768+), so no outgoing connection can hold one.
@@ -63,6 +66,20 @@ start() {
 # finish IDS...: wait for the nodes, exit codes in rc[ID]
 finish() { for id in "$@"; do wait "${pid[$id]}"; rc[$id]=$?; done; }
 show() { for id in "$@"; do sed "s/^/    out.$id: /" "$tmp/out.$id" | tail -n 8; done; }
+# the *.mt tests: the engine asked for is the one used
+check_engine() {
+    case ${HETRING_RING_WORKERS:-} in
+    [0-9]*) ;;
+    *) return ;;
+    esac
+    local f want="threaded engine (sender + $HETRING_RING_WORKERS worker"
+    for f in "$tmp"/out.*; do
+        grep -q "ring: ring formed" "$f" || continue
+        grep -qF "$want" "$f" || fail "$(basename "$f"): no '$want' in its ring formed line"
+        grep -q "ok$" "$f" && ! grep -q "[1-9][0-9]* collective(s) on the threaded engine" "$f" &&
+            fail "$(basename "$f"): no collective ran on the threaded engine"
+    done
+}
 
 case $scenario in
 correct | big)
@@ -75,6 +92,7 @@ correct | big)
         for ((i = 0; i < n; i++)); do start $i "$tmp/c.ini" correct $counts; done
         ids=$(seq 0 $((n - 1)))
         finish $ids
+        check_engine
         bad=0
         for i in $ids; do [ "${rc[$i]}" = 0 ] || bad=1; done
         echo "N=$n $mode counts [$counts]: $(awk "BEGIN{printf \"%.2f\", $(now) - $t0}") s"
@@ -187,6 +205,7 @@ tamper)
         for i in 1 2; do start $i "$tmp/c.ini" reduce 4194304 3; done
         sleep 0.2; start 0 "$tmp/c0.ini" reduce 4194304 3
         finish 0 1 2
+        check_engine
         kill "$ppid" 2>/dev/null; wait "$ppid" 2>/dev/null
         for i in 0 1 2; do
             [ "${rc[$i]}" = 3 ] || fail "$what: node $i exited ${rc[$i]}, expected 3 (ring error)"
@@ -284,6 +303,22 @@ strangers)
     a0=$(sed -n 's/^connected //p' "$tmp/s.0")
     grep -q "connection from $a0[: ]" "$tmp/out.0" || fail "node 0 did not name the idle connection $a0"
     grep -m 1 "connection from" "$tmp/out.0" "$tmp/out.1" | sed 's/^/    /'
+    ;;
+workers)
+    # a value the engine cannot honour stops the node at start-up, naming the variable
+    newbase; conf "$tmp/c.ini" 1
+    for bad in bogus -1 9 2x; do
+        HETRING_RING_WORKERS=$bad "$NODE" "$tmp/c.ini" 0 init > "$tmp/out.w" 2>&1
+        st=$?
+        [ $st != 0 ] || fail "HETRING_RING_WORKERS=$bad: the node started"
+        grep -q "HETRING_RING_WORKERS=$bad: expected off or 0 to 8" "$tmp/out.w" ||
+            { fail "HETRING_RING_WORKERS=$bad: no message naming it"; sed 's/^/    /' "$tmp/out.w"; }
+    done
+    for good in off 0 3; do
+        HETRING_RING_WORKERS=$good "$NODE" "$tmp/c.ini" 0 init > "$tmp/out.w" 2>&1 ||
+            { fail "HETRING_RING_WORKERS=$good: the node failed"; sed 's/^/    /' "$tmp/out.w"; }
+    done
+    grep -q "threaded engine (sender + 3 workers)" "$tmp/out.w" || fail "3 workers not in the log"
     ;;
 *) echo "unknown scenario $scenario"; exit 2 ;;
 esac
