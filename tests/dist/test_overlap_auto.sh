@@ -12,7 +12,11 @@
 #     parameters (a node deciding alone would cut other frames than its peer's);
 #  4. an explicit bucket_bytes overrides: 0 where auto would overlap, 1048576 where it would
 #     not;
-#  5. hetring config --node ID (the dry run) says how that node overlaps.
+#  5. hetring config --node ID (the dry run) says how that node overlaps;
+#  6. views change while the nodes overlap: of three nodes on three hosts, node 2 is killed
+#     and started again; every view begins with one all-reduce and then overlaps again (a
+#     choice carried over from the last view would cut other frames than the joiner's), and
+#     all three end with the same parameters.
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 # the first two CPUs this script may run on, A and B (from "0-3,8" style lists)
 cpus=()
@@ -109,4 +113,31 @@ grep -qF "; overlap: auto, chosen after the first iteration: 2 buckets of >= 1 M
 "$HR" config --conf "$tmp/tight.ini" --node 1 --set train.bucket_bytes=0 > "$tmp/dry0" 2>&1
 grep -qF "; overlap: off, one all-reduce after backward (bucket_bytes = 0)" "$tmp/dry0" ||
   fail "the dry run with bucket_bytes = 0: $(grep overlap "$tmp/dry0")"
+
+# 6. a node leaves and rejoins while the nodes overlap
+write_conf "$tmp/three.ini" 3 20 < "$tmp/train"
+awk '/^host =/ { n++; print "host = 127.0.0." n; next } { print }' "$tmp/three.ini" > "$tmp/t3.ini"
+start3() { # start3 ID: node ID of t3.ini, pinned to two cores, 300 iterations
+  taskset -c "$AB" "$HR" run --conf "$tmp/t3.ini" --node "$1" --quiet --set train.iterations=300 \
+    --metrics "$tmp/m-$1.jsonl" >> "$tmp/e$1.log" 2>&1 &
+  epid[$1]=$!
+}
+declare -a epid
+trap 'kill -KILL "${epid[@]}" 2>/dev/null; rm -rf "$tmp"; port_release' EXIT
+for i in 0 1 2; do start3 $i; done
+wait_iter 2 30 && kill -KILL "${epid[2]}"
+wait "${epid[2]}" 2>/dev/null
+wait_iter 0 60 && start3 2
+for i in 0 1 2; do
+  timeout 120 tail --pid="${epid[$i]}" -f /dev/null
+  wait "${epid[$i]}" || [ "$i" = 2 ] || fail "elastic: node $i failed: $(tail -2 "$tmp/e$i.log")"
+done
+grep -h "overlap: \|node 2 left\|node 2 rejoined" "$tmp/e0.log" | cut -c1-150
+grep -q "node 2 left" "$tmp/e0.log" && grep -q "node 2 rejoined" "$tmp/e0.log" ||
+  fail "elastic: node 2 did not leave and rejoin: $(tail -3 "$tmp/e0.log")"
+grep -qF "overlap: 2 buckets of >= 1 MiB, all-reduced during backward (auto: every node" "$tmp/e0.log" ||
+  fail "elastic: the nodes never overlapped"
+grep -q "disagree on the size" "$tmp"/e*.log && fail "elastic: frames of different plans met"
+h=$(for i in 0 1 2; do grep -ho '"param_hash":"[0-9a-f]*"' "$tmp/m-$i.jsonl" | tail -1; done | sort -u)
+[ "$(echo "$h" | wc -l)" = 1 ] && [ -n "$h" ] || fail "elastic: the nodes ended with different parameters: $h"
 finish
