@@ -55,8 +55,15 @@ void relu_forward(float *out, const float *in, long n) {
     for (long i = 0; i < n; i++) out[i] = in[i] > 0.0f ? in[i] : 0.0f;
 }
 
-void relu_backward(float *din, const float *dout, const float *out, long n) {
-    for (long i = 0; i < n; i++) din[i] = out[i] > 0.0f ? dout[i] : 0.0f;
+/* Written as a select of both loads, so the compiler vectorizes it: a branch on the sign of
+ * each activation is mispredicted about half the time, which made this loop a tenth of a
+ * training step. The buffers never overlap (model.c: they belong to different layers). */
+void relu_backward(float *restrict din, const float *restrict dout, const float *restrict out,
+                   long n) {
+    for (long i = 0; i < n; i++) {
+        float d = dout[i];
+        din[i] = out[i] > 0.0f ? d : 0.0f;
+    }
 }
 
 /* ================================================================ conv2d */
