@@ -8,7 +8,12 @@
 # each REPS times (default 3), alternating, and prints the median wall time of each and the
 # speed-up of hetring over DDP and over static. CSV rows go to OUT/torch_bench.csv.
 #
-#   bench/torch_bench.sh [-r REPS] [-i ITERATIONS] [-o OUT] [-d]
+#   bench/torch_bench.sh [-r REPS] [-i ITERATIONS] [-o OUT] [-c wall|cpu] [-d]
+#
+# -c cpu times each node's compute by its thread's CPU seconds instead of wall seconds, in
+# all three modes (the controller's speed signal and the emulated slowdowns): use it where the
+# 4 nodes share fewer than 4 free cores, whose contention would otherwise stretch and scatter
+# every measured compute time.
 #
 # -d measures correctness instead: the same seed and global batch trained by node 0 alone
 # and by the 4 nodes with dynamic batching; prints the largest difference of the final
@@ -21,9 +26,10 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 HETRING=${HETRING:-hetring}
 PYTHON=${PYTHON:-python3}
-reps=3 iters=120 out=${TMPDIR:-/tmp}/hetring-torch-bench drift=0
-while getopts "r:i:o:d" opt; do
+reps=3 iters=120 out=${TMPDIR:-/tmp}/hetring-torch-bench drift=0 clock=wall
+while getopts "r:i:o:c:d" opt; do
     case $opt in
+    c) clock=$OPTARG ;;
     d) drift=1 ;;
     r) reps=$OPTARG ;;
     i) iters=$OPTARG ;;
@@ -40,7 +46,7 @@ trap 'for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done' EXIT
 
 # one MODE REP: the 4 nodes; prints node 0's wall seconds and accuracy
 one() {
-    local mode=$1 rep=$2 args=(--set "train.iterations=$iters")
+    local mode=$1 rep=$2 args=(--set "train.iterations=$iters" --clock "$clock")
     case $mode in
     hetring) args+=(--set controller.policy=model) ;;
     static) args+=(--set controller.policy=static) ;;
@@ -95,13 +101,13 @@ PY
     exit 0
 fi
 csv=$out/torch_bench.csv
-echo "mode,rep,wall_s,accuracy,iterations,global_batch,nodes,slowdowns,cores" > "$csv"
+echo "mode,rep,wall_s,accuracy,iterations,global_batch,nodes,slowdowns,cores,clock" > "$csv"
 echo "4 nodes, slowdowns 1,1.5,2,4 (emulated), $iters iterations of B = 256, $reps runs each," \
-    "$(nproc) cores, load $(cut -d' ' -f1 /proc/loadavg)"
+    "compute timed by the $clock clock, $(nproc) cores, load $(cut -d' ' -f1 /proc/loadavg)"
 for rep in $(seq 1 "$reps"); do
     for mode in hetring static ddp; do
         read -r wall acc < <(one $mode "$rep")
-        echo "$mode,$rep,$wall,$acc,$iters,256,4,1;1.5;2;4,$(nproc)" >> "$csv"
+        echo "$mode,$rep,$wall,$acc,$iters,256,4,1;1.5;2;4,$(nproc),$clock" >> "$csv"
         printf '  run %d %-8s %8.2f s  accuracy %s\n' "$rep" "$mode" "$wall" "$acc"
     done
 done

@@ -27,6 +27,9 @@ import torch.nn as nn
 
 # ------------------------------------------------------------------ data and model
 
+# How a node's compute is timed (the controller's speed signal and the emulated slowdown).
+CLOCKS = {"cpu": time.thread_time, "wall": time.perf_counter}
+
 
 def read_idx(path):
     """An IDX file (optionally .gz) as a uint8 tensor of its shape."""
@@ -93,7 +96,7 @@ def run_hetring(a, s, data):
             print(f"view {v['epoch']}: nodes {v['nodes']} from iteration {v['iter']}", flush=True)
 
     tr = ht.Trainer(a.conf, model, opt, node_id=a.node, n_samples=len(X), overrides=a.set,
-                    on_view=on_view)
+                    on_view=on_view, clock=CLOCKS[a.clock])
     t0, done, retries, comm, losses = None, 0, 0, 0.0, []
     for idx in tr.batches():
         if t0 is None:
@@ -135,15 +138,14 @@ def run_ddp(a, s, data):
     model = make_model()
     loss_fn = nn.CrossEntropyLoss()
     B, b = s["B"], s["B"] // world
-    # a node `slowdown` times slower: sleep (slowdown - 1) x its calibrated compute time
-    # before each forward pass, the gradient all-reduce of DDP runs inside backward
-    cal = []
-    for _ in range(3):
-        t = time.perf_counter()
-        loss_fn(model(X[:b]), Y[:b]).backward()
-        cal.append(time.perf_counter() - t)
+    # a node `slowdown` times slower, as hetring emulates it: (slowdown - 1) x its compute time
+    # (on the same clock) is slept, here before the forward pass, as the gradient all-reduce of
+    # DDP runs inside backward: the time of the last iteration (a calibration at first)
+    clock = CLOCKS[a.clock]
+    t = clock()
+    loss_fn(model(X[:b]), Y[:b]).backward()
+    t_last = clock() - t
     model.zero_grad()
-    extra = (s["slowdown"] - 1) * sorted(cal)[1]
     ddp = DDP(model)
     opt = torch.optim.SGD(ddp.parameters(), lr=s["lr"], momentum=s["momentum"])
     ipe = len(X) // B
@@ -153,11 +155,13 @@ def run_ddp(a, s, data):
         e, i = divmod(it, ipe)
         perm = torch.randperm(len(X), generator=torch.Generator().manual_seed(s["seed"] + e))
         idx = perm[i * B + rank * b:i * B + (rank + 1) * b]
-        if extra > 0:
-            time.sleep(extra)
+        if s["slowdown"] > 1:
+            time.sleep((s["slowdown"] - 1) * t_last)
         opt.zero_grad()
+        t = clock()
         loss = loss_fn(ddp(X[idx]), Y[idx])
         loss.backward()
+        t_last = clock() - t
         opt.step()
         if rank == 0 and it % 20 == 0:
             print(f"iter {it:4d}  loss {float(loss):.4f}  (rank 0's share)", flush=True)
@@ -180,6 +184,10 @@ def main():
     p.add_argument("--ddp-port", type=int, default=29600)
     p.add_argument("--threads", type=int, default=1, help="torch threads of this node")
     p.add_argument("--save", metavar="FILE", help="write the final state_dict (torch.save)")
+    p.add_argument("--clock", choices=sorted(CLOCKS), default="wall",
+                   help="what times compute: wall seconds (default), or this thread's CPU "
+                        "seconds, steadier where more processes share the cores than there are "
+                        "(with --threads 1 only: other threads' work is not counted)")
     a = p.parse_args()
     torch.set_num_threads(a.threads)
     s = node_settings(a.conf, a.node)

@@ -95,11 +95,15 @@ class Trainer:
 
     node_id, n_samples, overrides, sync_first: as hetring.Node. on_view(dict): called when a
     view is installed (nodes left or joined); every event is also kept in .views.
+    clock: the seconds counter that times each node's compute for the controller (default
+    time.perf_counter; time.thread_time counts only this thread's CPU, which keeps the speed
+    signal steady on a machine whose cores are shared by more processes than it has).
     """
 
     def __init__(self, conf, model, optimizer, node_id=None, n_samples=0, overrides=(),
-                 on_view=None, sync_first=True):
+                 on_view=None, sync_first=True, clock=time.perf_counter):
         self.model, self.optimizer = model, optimizer
+        self.clock = clock
         self.params = [p for p in model.parameters() if p.requires_grad]
         for p in self.params:
             if p.dtype != torch.float32 or p.device.type != "cpu":
@@ -148,7 +152,7 @@ class Trainer:
         self.batch = None
         x, y = batch
         self.optimizer.zero_grad(set_to_none=False)
-        t0 = time.perf_counter()
+        t0 = self.clock()
         loss_sum, correct = 0.0, 0
         if b.batch > 0:
             out = self.model(x)
@@ -157,7 +161,7 @@ class Trainer:
             loss_sum = float(loss.detach()) * b.batch
             if y.dtype in _INT_TYPES and out.dim() == 2:
                 correct = int((out.detach().argmax(1) == y).sum())
-        compute_s = time.perf_counter() - t0
+        compute_s = self.clock() - t0
         bufs = []
         for p in self.params:
             if p.grad is None:
