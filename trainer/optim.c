@@ -4,6 +4,7 @@
 #include "optim.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -42,15 +43,65 @@ double opt_lr(const opt_sgd *o, long iter) {
     }
 }
 
-void opt_step(opt_sgd *o, float *params, const float *grad_sums, long B, long iter) {
-    const float lr = (float)opt_lr(o, iter), mu = (float)o->momentum;
-    const float wd = (float)o->weight_decay, inv_b = 1.0f / (float)B;
-    float *restrict v = o->vel;
-    float *restrict p = params;
-    const float *restrict g = grad_sums;
-    for (long i = 0; i < o->n; i++) {
+/* One thread's part of a step: parameters [lo, hi). */
+typedef struct {
+    float *v, *p;
+    const float *g;
+    float lr, mu, wd, inv_b;
+    long lo, hi;
+} opt_part;
+
+static void step_part(const opt_part *a) {
+    float *restrict v = a->v;
+    float *restrict p = a->p;
+    const float *restrict g = a->g;
+    const float lr = a->lr, mu = a->mu, wd = a->wd, inv_b = a->inv_b;
+    for (long i = a->lo; i < a->hi; i++) {
         float gi = g[i] * inv_b + wd * p[i];
         v[i] = mu * v[i] + gi;
         p[i] -= lr * v[i];
+    }
+}
+
+static void *step_main(void *arg) {
+    step_part(arg);
+    return NULL;
+}
+
+/* Below this many parameters starting threads costs more than the update. */
+#define OPT_PAR_MIN     (1L << 16)
+#define OPT_THREADS_MAX 16
+
+void opt_set_threads(opt_sgd *o, int threads) {
+    o->threads = threads < 1 ? 1 : threads > OPT_THREADS_MAX ? OPT_THREADS_MAX : threads;
+}
+
+void opt_step(opt_sgd *o, float *params, const float *grad_sums, long B, long iter) {
+    opt_part base = {o->vel,
+                     params,
+                     grad_sums,
+                     (float)opt_lr(o, iter),
+                     (float)o->momentum,
+                     (float)o->weight_decay,
+                     1.0f / (float)B,
+                     0,
+                     o->n};
+    int nt = o->threads > 1 && o->n >= OPT_PAR_MIN ? o->threads : 1;
+    opt_part part[OPT_THREADS_MAX];
+    pthread_t th[OPT_THREADS_MAX];
+    int started[OPT_THREADS_MAX] = {0};
+    for (int k = 0; k < nt; k++) { /* cut at multiples of 16 floats (64 bytes) */
+        part[k] = base;
+        part[k].lo = k == 0 ? 0 : ((o->n * k / nt) & ~15L);
+        part[k].hi = k == nt - 1 ? o->n : ((o->n * (k + 1) / nt) & ~15L);
+    }
+    for (int k = 1; k < nt; k++)
+        started[k] = pthread_create(&th[k], NULL, step_main, &part[k]) == 0;
+    step_part(&part[0]);
+    for (int k = 1; k < nt; k++) {
+        if (started[k])
+            pthread_join(th[k], NULL);
+        else
+            step_part(&part[k]); /* no thread to be had: this one does that part too */
     }
 }

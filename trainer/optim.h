@@ -38,6 +38,7 @@ typedef struct {
     double weight_decay;   /* L2 weight decay */
     long n;                /* parameters */
     float *vel;            /* (n) momentum buffer: the whole optimizer state */
+    int threads;           /* threads a step may use (opt_set_threads; 0 or 1: the caller's) */
 } opt_sgd;
 
 /* Settings from oc; `total` is the run's iteration count (cosine schedule). */
@@ -49,7 +50,12 @@ void opt_free(opt_sgd *o);
  * over the first `warmup` iterations, then the schedule applies to iter - warmup. */
 double opt_lr(const opt_sgd *o, long iter);
 
-/* One step on params (n) with grad_sums (n) summed over B samples. */
+/* One step on params (n) with grad_sums (n) summed over B samples. Each parameter's update is
+ * the same arithmetic whichever thread does it, so the result is bitwise the same for any
+ * thread count (and matches the device step, trainer/cuda). */
 void opt_step(opt_sgd *o, float *params, const float *grad_sums, long B, long iter);
+/* Let opt_step spread large models over `threads` threads (the node's compute threads): at 4
+ * threads the update was a fifth of an MLP step once the GEMMs ran on all four. */
+void opt_set_threads(opt_sgd *o, int threads);
 
 #endif

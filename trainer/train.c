@@ -87,6 +87,7 @@ hr_status train_init(trainer *t, const train_config *tc, const train_comm *comm,
     const long max_tail = (long)t->max_nodes * TRAIN_NODE_STATS;
     HR_CHECK_GOTO(model_init(&t->m, &spec, B, max_tail, c->seed, err, errlen), st, fail);
     HR_CHECK_GOTO(opt_init(&t->opt, &c->opt, t->m.n_params, t->total, err, errlen), st, fail);
+    opt_set_threads(&t->opt, (int)threads);
     t->stats = t->m.grads + t->m.n_params;
     t->x = malloc(sizeof *t->x * (size_t)(B * t->train.d));
     t->y = regression ? NULL : malloc(sizeof *t->y * (size_t)B);

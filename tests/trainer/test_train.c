@@ -171,6 +171,42 @@ static void test_schedules(void) {
     opt_free(&o);
 }
 
+/* opt_step on several threads gives bitwise the parameters and momentum of one thread, for
+ * sizes that do not divide evenly, and touches every parameter exactly once. */
+static void test_opt_threads(void) {
+    char err[HR_ERRLEN];
+    opt_config c = {.lr = 0.05, .momentum = 0.9, .weight_decay = 1e-4};
+    const long sizes[] = {(1L << 16) + 37, 200003, 669706};
+    const int threads[] = {2, 3, 4, 7, 16};
+    for (size_t si = 0; si < sizeof sizes / sizeof *sizes; si++) {
+        long n = sizes[si];
+        float *g = malloc(sizeof *g * (size_t)n), *p1 = malloc(sizeof *p1 * (size_t)n);
+        float *pk = malloc(sizeof *pk * (size_t)n);
+        CHECK(g && p1 && pk, "out of memory");
+        for (long i = 0; i < n; i++) {
+            g[i] = (float)((i * 2654435761u) % 1000) / 250.0f - 2.0f;
+            p1[i] = (float)(i % 97) / 50.0f - 1.0f;
+        }
+        opt_sgd o1;
+        CHECK(opt_init(&o1, &c, n, 100, err, sizeof err) == HR_OK, "%s", err);
+        for (int it = 0; it < 3; it++) opt_step(&o1, p1, g, 8, it);
+        for (size_t ti = 0; ti < sizeof threads / sizeof *threads; ti++) {
+            opt_sgd ok;
+            CHECK(opt_init(&ok, &c, n, 100, err, sizeof err) == HR_OK, "%s", err);
+            opt_set_threads(&ok, threads[ti]);
+            for (long i = 0; i < n; i++) pk[i] = (float)(i % 97) / 50.0f - 1.0f;
+            for (int it = 0; it < 3; it++) opt_step(&ok, pk, g, 8, it);
+            CHECK(memcmp(pk, p1, sizeof *pk * (size_t)n) == 0 &&
+                      memcmp(ok.vel, o1.vel, sizeof *pk * (size_t)n) == 0,
+                  "n = %ld, %d threads: parameters or momentum differ from one thread's", n,
+                  threads[ti]);
+            opt_free(&ok);
+        }
+        opt_free(&o1);
+        free(g), free(p1), free(pk);
+    }
+}
+
 /* A node's slowdown and interference schedule reach the trainer's stretch factor: the
  * slowdown before the first phase, then each phase's factor from its iteration on. */
 static void test_stretch(void) {
@@ -195,6 +231,7 @@ static void test_stretch(void) {
 int main(void) {
     tmpdir(dir, sizeof dir);
     test_schedules();
+    test_opt_threads();
     test_stretch();
     test_split_invariance();
     test_determinism_and_resume();
