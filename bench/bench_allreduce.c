@@ -305,6 +305,12 @@ static void print_header(const ar_opts *o, ring *r, double r_gbs) {
            "(at least 200 below 1 MiB), %d warm-up\n",
            n, o->netns ? "in network namespaces (veth links)" : "on loopback",
            cfg_security_name(o->security), (long)ring_segment_bytes(r), o->iters, o->warmup);
+    if (ring_workers(r) < 0)
+        printf("# ring: one thread per collective\n");
+    else
+        printf("# ring: threaded engine above 1 MiB, sender + %d worker(s) per node\n",
+               ring_workers(r));
+    bench_print_blas(stdout, "# ");
     if (o->netns) {
         char rs[32];
         rate_str(o->link_bps, rs, sizeof rs);
