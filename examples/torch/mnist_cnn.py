@@ -139,13 +139,18 @@ def run_ddp(a, s, data):
     loss_fn = nn.CrossEntropyLoss()
     B, b = s["B"], s["B"] // world
     # a node `slowdown` times slower, as hetring emulates it: (slowdown - 1) x its compute time
-    # (on the same clock) is slept, here before the forward pass, as the gradient all-reduce of
-    # DDP runs inside backward: the time of the last iteration (a calibration at first)
+    # of the last iteration is slept, here before the forward pass, as DDP's gradient
+    # all-reduce runs inside backward. The compute ends when the gradient of the first layer's
+    # weight (the last one backward computes) is ready: a hook stamps it, so the wait for the
+    # all-reduce at the end of backward is not counted. The first iteration uses one
+    # calibration run of the bare model on b samples.
     clock = CLOCKS[a.clock]
     t = clock()
     loss_fn(model(X[:b]), Y[:b]).backward()
     t_last = clock() - t
     model.zero_grad()
+    done_at = [0.0]
+    next(model.parameters()).register_hook(lambda g: done_at.__setitem__(0, clock()))
     ddp = DDP(model)
     opt = torch.optim.SGD(ddp.parameters(), lr=s["lr"], momentum=s["momentum"])
     ipe = len(X) // B
@@ -161,7 +166,7 @@ def run_ddp(a, s, data):
         t = clock()
         loss = loss_fn(ddp(X[idx]), Y[idx])
         loss.backward()
-        t_last = clock() - t
+        t_last = done_at[0] - t
         opt.step()
         if rank == 0 and it % 20 == 0:
             print(f"iter {it:4d}  loss {float(loss):.4f}  (rank 0's share)", flush=True)
