@@ -15,8 +15,9 @@ fails=0
 fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
 tmp=$(mktemp -d)
 p0=
-trap '[ -n "$p0" ] && kill -KILL "$p0" 2>/dev/null; rm -rf "$tmp"' EXIT
-base=$((10000 + RANDOM % 22000)) # below the ephemeral range (32768+)
+. "$(dirname "$0")/../ports.sh"
+trap '[ -n "$p0" ] && kill -KILL "$p0" 2>/dev/null; rm -rf "$tmp"; port_release' EXIT
+port_block || exit 1 # base: a claimed block of 8 ports (tests/ports.sh)
 B=96 ITERS=10
 cluster() { # cluster FILE SECURITY-LINE: a 2-node cluster file, tiny model
     { printf '[cluster]\n%s\nconnect_timeout = 10\ntimeout = 20\n' "$2"

@@ -11,6 +11,7 @@
  * all-gathered stats, the same bytes on every node. A NaN anywhere fails.
  */
 #include "../check.h"
+#include "../ports.h"
 #include "ckpt.h"
 
 #include <stdlib.h>
@@ -57,9 +58,8 @@ int main(int argc, char **argv) {
     snprintf(three, sizeof three, "%s/three.ini", dir);
     snprintf(ck1, sizeof ck1, "%s/one.ckpt", dir);
     snprintf(ck3, sizeof ck3, "%s/three.ckpt", dir);
-    /* 8 ports per pid, so tests started together never share one; all below the ephemeral
-     * range (32768+) */
-    int port = 10000 + 8 * (int)(getpid() % 2800);
+    /* a claimed block of 8 ports (tests/ports.h): tests side by side never share one */
+    int port = port_block();
     FILE *f = fopen(one, "w");
     fprintf(f, common, ck1, bucket);
     fprintf(f, "[node.0]\nhost = 127.0.0.1\nport = %d\n", port);

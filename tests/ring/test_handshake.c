@@ -13,6 +13,7 @@
  * that the errors name the address the cheat came from.
  */
 #include "../check.h"
+#include "../ports.h"
 #include "bytes.h"
 #include "cfg.h"
 #include "ring.h"
@@ -674,7 +675,8 @@ static int listen_on(int port) {
 
 /* Node 0 of a 2-node ring against a fake node 1 that runs `script` in `role`. */
 static void ring_case(int role, fk_script script, const char *text, const char *what) {
-    int base = 10000 + (int)(getpid() * 7 % 20000);
+    static int base;
+    if (!base) base = port_block(); /* tests/ports.h: claimed once, every case reuses it */
     char path[128], err[HR_ERRLEN] = "";
     snprintf(path, sizeof path, "%s/ring.ini", g_dir);
     write_conf(path, 0, base, 1.5);
