@@ -138,19 +138,18 @@ def run_ddp(a, s, data):
     model = make_model()
     loss_fn = nn.CrossEntropyLoss()
     B, b = s["B"], s["B"] // world
-    # a node `slowdown` times slower, as hetring emulates it: (slowdown - 1) x its compute time
-    # of the last iteration is slept, here before the forward pass, as DDP's gradient
-    # all-reduce runs inside backward. The compute ends when the gradient of the first layer's
-    # weight (the last one backward computes) is ready: a hook stamps it, so the wait for the
-    # all-reduce at the end of backward is not counted. The first iteration uses one
-    # calibration run of the bare model on b samples.
+    # a node `slowdown` times slower, as hetring emulates it: when its compute ends, it sleeps
+    # (slowdown - 1) x that compute's time before its gradients go out. The compute ends when
+    # the gradient of the first layer's weight (the last one backward computes) is ready; a
+    # hook on it sleeps there, before DDP all-reduces the bucket that holds it.
     clock = CLOCKS[a.clock]
-    t = clock()
-    loss_fn(model(X[:b]), Y[:b]).backward()
-    t_last = clock() - t
-    model.zero_grad()
-    done_at = [0.0]
-    next(model.parameters()).register_hook(lambda g: done_at.__setitem__(0, clock()))
+    started = [0.0]
+
+    def stretch(grad):
+        if s["slowdown"] > 1:
+            time.sleep((s["slowdown"] - 1) * (clock() - started[0]))
+
+    next(model.parameters()).register_hook(stretch)
     ddp = DDP(model)
     opt = torch.optim.SGD(ddp.parameters(), lr=s["lr"], momentum=s["momentum"])
     ipe = len(X) // B
@@ -160,13 +159,10 @@ def run_ddp(a, s, data):
         e, i = divmod(it, ipe)
         perm = torch.randperm(len(X), generator=torch.Generator().manual_seed(s["seed"] + e))
         idx = perm[i * B + rank * b:i * B + (rank + 1) * b]
-        if s["slowdown"] > 1:
-            time.sleep((s["slowdown"] - 1) * t_last)
         opt.zero_grad()
-        t = clock()
+        started[0] = clock()
         loss = loss_fn(ddp(X[idx]), Y[idx])
         loss.backward()
-        t_last = done_at[0] - t
         opt.step()
         if rank == 0 and it % 20 == 0:
             print(f"iter {it:4d}  loss {float(loss):.4f}  (rank 0's share)", flush=True)
