@@ -108,10 +108,27 @@ def rejoin(d, port):
     check(rs[2]["iters"] == 60 - joined["iter"], f"the joiner ran {rs[2]['iters']} iterations")
 
 
+def port_block():
+    """A block of 8 ports claimed as tests/ports.sh claims them (an atomic mkdir)."""
+    import random
+    tmp = os.environ.get("TMPDIR") or "/tmp"
+    for _ in range(200):
+        base = 10000 + random.randrange(2700) * 8
+        try:
+            os.mkdir(os.path.join(tmp, f"hetring-ports.{base}"))
+            return base, os.path.join(tmp, f"hetring-ports.{base}")
+        except FileExistsError:
+            continue
+    raise RuntimeError("no free block of ports")
+
+
 def main():
-    port = 10000 + 8 * (os.getpid() % 2800)
-    with tempfile.TemporaryDirectory(prefix="hetring-py.") as d:
-        {"split": split, "rejoin": rejoin}[sys.argv[1]](d, port)
+    port, claim = port_block()
+    try:
+        with tempfile.TemporaryDirectory(prefix="hetring-py.") as d:
+            {"split": split, "rejoin": rejoin}[sys.argv[1]](d, port)
+    finally:
+        os.rmdir(claim)
     if failures:
         print(f"{failures} check(s) failed", file=sys.stderr)
     return 1 if failures else 0
