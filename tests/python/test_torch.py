@@ -1,6 +1,7 @@
 """test_torch.py: hetring.torch on loopback clusters of torch_worker.py processes.
 
-    test_torch.py split     a 3-node run (slowdowns 1, 2, 3, proportional controller) ends
+    test_torch.py split     a 3-node run (slowdowns 1, 2, 3, proportional controller, batches
+                            from a DataLoader over Trainer.sampler()) ends
                             with the parameters of a 1-node run of the same seed and global
                             batch, within float32 summation drift (the largest difference is
                             printed), and bitwise-equal replicas (I3, I4)
@@ -73,7 +74,7 @@ def max_diff(a, b):
 def split(d, port):
     one = result(start(write_ini(d, "one.ini", [1], port), 0, d))
     ini = write_ini(d, "three.ini", [1, 2, 3], port + 1)
-    ps = [start(ini, k, d) for k in range(3)]
+    ps = [start(ini, k, d, "--loader") for k in range(3)]  # the DataLoader path
     rs = [result(p) for p in ps]
     if not one or None in rs:
         check(False, "a run gave no result")

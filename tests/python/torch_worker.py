@@ -19,6 +19,7 @@ p.add_argument("node", type=int)
 p.add_argument("--die-at", type=int, default=-1)
 p.add_argument("--pace", type=float, default=0.0, help="sleep seconds per iteration while a node is missing")
 p.add_argument("--nodes", type=int, default=1)
+p.add_argument("--loader", action="store_true", help="iterate a DataLoader over tr.sampler()")
 a = p.parse_args()
 
 torch.manual_seed(1234 + a.node)  # differs per node: the first view's state transfer aligns them
@@ -34,13 +35,25 @@ loss_fn = torch.nn.CrossEntropyLoss()
 tr = ht.Trainer(a.conf, model, opt, node_id=a.node, n_samples=N)
 losses, retries, iters = [], 0, 0
 import time
-for idx in tr.batches():
+
+def batches():
+    """(indices, (x, y)) per iteration: from tr.batches(), or a DataLoader on tr.sampler()."""
+    if not a.loader:
+        for idx in tr.batches():
+            yield idx, (X[idx], Y[idx])
+        return
+    ds = torch.utils.data.TensorDataset(X, Y)
+    for xb, yb in torch.utils.data.DataLoader(ds, batch_sampler=tr.sampler()):
+        yield None, (xb, yb)
+
+
+for idx, xy in batches():
     b = tr.batch
     if b.iter == a.die_at:
         os._exit(3)
     if a.pace and (retries or b.size < a.nodes):
         time.sleep(a.pace)
-    res = tr.step(loss_fn, (X[idx], Y[idx]))
+    res = tr.step(loss_fn, xy)
     if res is None:
         retries += 1
         continue
