@@ -263,6 +263,7 @@ typedef struct {
     int n_sets;
     const char *tmpl;   /* cluster file every run starts from */
     const char *python; /* --python PATH for the DDP baseline, or NULL (search) */
+    long port;          /* first of the HB_NODES + 1 ports the runs use (--port), 0: choose */
     char hetring[4096]; /* the hetring executable that runs the clusters */
     bench_python py;    /* where the DDP baseline's torch is (with --ddp) */
 } hetero_opts;
@@ -289,7 +290,7 @@ static void usage(FILE *out) {
             "usage: hetring bench hetero [--out DIR] [--json FILE] [--iters N] [--batch B]\n"
             "                            [--layers L] [--policies P,...] [--scenarios S,...]\n"
             "                            [--repeat K] [--ddp] [--python PATH] [--set S.K=V]...\n"
-            "                            [--template FILE]\n"
+            "                            [--template FILE] [--port P]\n"
             "\n"
             "Run every scenario on %d local nodes for every policy and compare dynamic batching\n"
             "with static. Slowdowns are emulated by sleeping. Each run is `hetring local` on a\n"
@@ -311,9 +312,11 @@ static void usage(FILE *out) {
             "  --python PATH    the Python with torch for --ddp (default: python3 on PATH, then\n"
             "                   /usr/bin/python3, the first that has torch)\n"
             "  --set S.K=V      override a key in every run (e.g. controller.interval=4)\n"
+            "  --port P         the nodes listen on 127.0.0.1 ports P to P+%d and the DDP\n"
+            "                   baseline meets on P+%d (default: %d free ports found at start)\n"
             "  --template FILE  cluster file with %d nodes the runs start from\n"
             "                   (default %s/bench/hetero.ini)\n",
-            HB_NODES, pols, HB_NODES, HR_SOURCE_DIR);
+            HB_NODES, pols, HB_NODES - 1, HB_NODES, HB_NODES + 1, HB_NODES, HR_SOURCE_DIR);
 }
 
 /* --set SECTION.KEY=VALUE, kept in order for every run */
@@ -341,6 +344,11 @@ static int parse_opts(hetero_opts *o, int argc, char **argv, const char **pols,
          .lo = 4 * HB_NODES,
          .hi = 1L << 30},
         {.name = "layers", .kind = BENCH_OPT_STR, .dst = &o->layers},
+        {.name = "port",
+         .kind = BENCH_OPT_LONG,
+         .dst = &o->port,
+         .lo = 1024,
+         .hi = 65535 - HB_NODES},
         {.name = "policies", .kind = BENCH_OPT_STR, .dst = pols},
         {.name = "scenarios", .kind = BENCH_OPT_STR, .dst = scens},
         {.name = "ddp", .kind = BENCH_OPT_FLAG, .dst = &o->ddp},
@@ -435,8 +443,7 @@ static int run_one(const hetero_opts *o, const scenario *s, const char *policy, 
     snprintf(metrics, sizeof metrics, "%s/%s-%s-node{id}.jsonl", o->out_dir, s->name, policy);
     snprintf(logpath, sizeof logpath, "%s/%s-%s.log", o->out_dir, s->name, policy);
     snprintf(m0, sizeof m0, "%s/%s-%s-node0.jsonl", o->out_dir, s->name, policy);
-    int port = 10000 + (int)((unsigned)getpid() * 7919u % 22000u); /* below 32768 */
-    if (write_config(conf, o, s, policy, interf, port) != 0) return -1;
+    if (write_config(conf, o, s, policy, interf, (int)o->port) != 0) return -1;
     char *argv[2 * HB_MAX_SETS + 12];
     int n = 0;
     argv[n++] = (char *)o->hetring, argv[n++] = "local", argv[n++] = "--conf", argv[n++] = conf;
@@ -514,7 +521,7 @@ static double ddp_baseline(const hetero_opts *o, const scenario *s, char *why, s
     snprintf(slow, sizeof slow, "%g,%g,%g,%g", s->slowdown[0], s->slowdown[1], s->slowdown[2],
              s->slowdown[3]);
     snprintf(iters, sizeof iters, "%ld", o->iters / 2);
-    snprintf(port, sizeof port, "%d", 29000 + getpid() % 1000);
+    snprintf(port, sizeof port, "%ld", o->port + HB_NODES);
     char *argv[] = {(char *)o->py.path, script, "--nodes",     nodes, "--layers", (char *)o->layers,
                     "--batch",          batch,  "--slowdowns", slow,  "--iters",  iters,
                     "--repeats",        "3",    "--port",      port,  NULL};
@@ -723,6 +730,12 @@ int bench_hetero(int argc, char **argv) {
                CLI_USAGE;
     if (mkdir(o.out_dir, 0755) != 0 && errno != EEXIST)
         return fprintf(stderr, "bench hetero: cannot create %s: %s\n", o.out_dir, strerror(errno)),
+               CLI_FAIL;
+    if (o.port == 0 && (o.port = bench_free_ports(HB_NODES + 1)) < 0)
+        return fprintf(stderr,
+                       "hetring bench hetero: no %d free ports on 127.0.0.1 in "
+                       "10000-30799; give --port P\n",
+                       HB_NODES + 1),
                CLI_FAIL;
     bench_stop_on_signals();
     if (o.ddp) { /* before any run, so that a bad --python stops the bench at once */

@@ -12,7 +12,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -359,6 +362,28 @@ int bench_capture(char *const argv[], double deadline_s, char *out, size_t outle
 }
 
 /* ================================================================ headers */
+
+/* Can this process listen on 127.0.0.1:port right now? */
+static int port_free(int port) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0) return 0;
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    int ok = bind(fd, (struct sockaddr *)&a, sizeof a) == 0;
+    close(fd);
+    return ok;
+}
+
+int bench_free_ports(int n) {
+    static int seeded;
+    if (!seeded) srand((unsigned)time(NULL) ^ (unsigned)getpid() * 2654435761u), seeded = 1;
+    for (int tries = 0; tries < 200; tries++) {
+        int base = 10000 + (rand() % 2600) * 8, k = 0;
+        while (k < n && port_free(base + k)) k++;
+        if (k == n) return base;
+    }
+    return -1;
+}
 
 void bench_print_blas(FILE *out, const char *prefix) {
     char line[512];

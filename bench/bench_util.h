@@ -110,6 +110,9 @@ int bench_stopped(void);
 /* "PREFIXblas: OpenBLAS 0.3.21 (...), kernels SkylakeX (...)" and a newline: the BLAS library
  * and the kernels every bench header names (blas_pick_describe). */
 void bench_print_blas(FILE *out, const char *prefix);
+/* The first of `n` consecutive ports in 10000-30799 that this process could listen on at
+ * 127.0.0.1 just now (a bench's local nodes then bind them), or -1 when 200 tries found none. */
+int bench_free_ports(int n);
 
 /* Where the PyTorch baselines come from. */
 typedef struct {

@@ -12,7 +12,9 @@
 set -u
 HR=$1
 tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+. "$(dirname "$0")/../ports.sh"
+trap 'rm -rf "$tmp"; port_release' EXIT
+port_block || exit 1 # base: the bench's nodes take base..base+4 (--port)
 fails=0
 fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
 unset PYTHONPATH
@@ -79,7 +81,7 @@ grep -q '^# pytorch' "$tmp/t5.out" && fail "--no-torch still has a pytorch line"
 "$HR" bench hetero --help | grep -q -- '--python PATH' || fail "bench hetero --help does not list --python"
 
 rm -f "$tmp/a/calls"
-PATH="$tmp/a:$PATH" timeout 120 "$HR" bench hetero --ddp --out "$tmp/h" --iters 20 --batch 64 \
+PATH="$tmp/a:$PATH" timeout 120 "$HR" bench hetero --port "$base" --ddp --out "$tmp/h" --iters 20 --batch 64 \
     --layers 784,16,10 --scenarios homogeneous --policies model > "$tmp/h.out" 2>&1 ||
     { fail "bench hetero --ddp exited $?"; cat "$tmp/h.out"; }
 grep -q "^# pytorch: torch 7.7.7-fake, Python 3.99.1, $tmp/a/python3 (python3 on PATH)$" "$tmp/h.out" ||

@@ -13,7 +13,9 @@
 set -u
 HR=$1
 tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+. "$(dirname "$0")/../ports.sh"
+trap 'rm -rf "$tmp"; port_release' EXIT
+port_block || exit 1 # base: the bench's nodes take base..base+4 (--port)
 fails=0
 fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
 # field LINE KEY: the raw JSON value of KEY in a one-object line ("" when absent)
@@ -23,10 +25,15 @@ in_range() {
     [[ $1 =~ ^-?[0-9]+(\.[0-9]+)?$ ]] && awk -v v="$1" -v lo="$2" -v hi="$3" 'BEGIN { exit !(v >= lo && v <= hi) }'
 }
 
-timeout 120 "$HR" bench hetero --out "$tmp/h" --json "$tmp/h.json" --iters 24 --batch 64 \
+timeout 120 "$HR" bench hetero --port "$base" --out "$tmp/h" --json "$tmp/h.json" --iters 24 --batch 64 \
     --layers 784,16,10 --scenarios homogeneous,one-slow --policies model --repeat 2 > "$tmp/h.out" 2>&1 \
     || { fail "bench hetero exited $?"; cat "$tmp/h.out"; }
 [ "$(grep -c '"scenario"' "$tmp/h.json" 2>/dev/null)" = 4 ] || fail "bench hetero: expected 4 JSON objects"
+# --port: every run's nodes listen on base..base+3
+for f in "$tmp"/h/*.ini; do
+    [ "$(grep -c "^port = \($base\|$((base + 1))\|$((base + 2))\|$((base + 3))\)\$" "$f")" = 4 ] ||
+        fail "bench hetero --port $base: $(basename "$f") has ports $(grep '^port' "$f" | tr '\n' ' ')"
+done
 for key in scenario policy samples_per_s speedup_vs_static ideal_speedup rebalance_adjustments oscillation; do
     [ "$(grep -c "\"$key\"" "$tmp/h.json" 2>/dev/null)" = 4 ] || fail "bench hetero: key $key missing"
 done

@@ -11,8 +11,10 @@ set -u
 HR=$1
 tmp=$(mktemp -d)
 bench=
-cleanup() { [ -n "$bench" ] && kill -KILL "$bench" 2>/dev/null; rm -rf "$tmp"; }
+. "$(dirname "$0")/../ports.sh"
+cleanup() { [ -n "$bench" ] && kill -KILL "$bench" 2>/dev/null; rm -rf "$tmp"; port_release; }
 trap cleanup EXIT
+port_block || exit 1 # base: the bench's nodes take base..base+4 (--port)
 fails=0
 fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
 
@@ -59,7 +61,7 @@ none_left() {
     [ -z "$left" ] || fail "$1: processes left running:$left"
 }
 run_bench() {
-    "$HR" bench hetero --out "$tmp/$1" --iters 400 --batch 64 --layers 784,16,10 \
+    "$HR" bench hetero --port "$base" --out "$tmp/$1" --iters 400 --batch 64 --layers 784,16,10 \
         --scenarios homogeneous,one-slow --policies model > "$tmp/$1.out" 2> "$tmp/$1.err" &
     bench=$!
 }
@@ -107,7 +109,7 @@ esac
 exit 3
 EOS
 chmod +x "$tmp/py/python3"
-PATH="$tmp/py:$PATH" "$HR" bench hetero --ddp --out "$tmp/ddp" --iters 20 --batch 64 --layers 784,16,10 \
+PATH="$tmp/py:$PATH" "$HR" bench hetero --port "$base" --ddp --out "$tmp/ddp" --iters 20 --batch 64 --layers 784,16,10 \
     --scenarios homogeneous --policies model > "$tmp/ddp.out" 2> "$tmp/ddp.err" &
 bench=$!
 wait_for 90 test -s "$tmp/py/helper.pid" || fail "ddp: the fake DDP baseline did not start in 90 s"
