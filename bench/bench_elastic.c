@@ -51,6 +51,7 @@ typedef struct {
     const char *tmpl;              /* template cluster file */
     const char *sets[EB_MAX_SETS]; /* --set overrides, after the bench's own */
     int n_sets;
+    long port;          /* first port of the nodes (--port), 0: choose at start */
     char hetring[4096]; /* the hetring that runs the nodes */
     char conf[1024];    /* the run's cluster file */
     long B, ipe;        /* global batch, iterations per epoch (from the file) */
@@ -65,6 +66,7 @@ static void usage(FILE *out) {
         "usage: hetring bench elastic [--nodes N] [--kill ID@ITER | --stop ID@ITER]\n"
         "                             [--rejoin-after S] [--iters N] [--runs R] [--json F]\n"
         "                             [--out DIR] [--conf F] [--set S.K=V]... [--deadline S]\n"
+        "                             [--port P]\n"
         "\n"
         "Run a local cluster, kill (SIGKILL) or stop (SIGSTOP) one node once its metrics show\n"
         "an iteration, and start it again (or SIGCONT it) S seconds later. Reports, per run\n"
@@ -89,7 +91,9 @@ static void usage(FILE *out) {
         "  --set S.K=V       override a key of the run's file, after the bench's own\n"
         "                    (cluster.timeout=2, cluster.rejoin_timeout=60, ports, iterations)\n"
         "  --deadline S      seconds one run may take before every node is killed\n"
-        "                    (default 600)\n",
+        "                    (default 600)\n"
+        "  --port P          node k listens on 127.0.0.1 port P+k (default: free ports found\n"
+        "                    at start)\n",
         EB_MAX_NODES, EB_MAX_RUNS, HR_SOURCE_DIR);
 }
 
@@ -138,6 +142,11 @@ static int parse_opts(elastic_opts *o, int argc, char **argv) {
         {.name = "conf", .kind = BENCH_OPT_STR, .dst = &o->tmpl},
         {.name = "set", .kind = BENCH_OPT_FN, .dst = o, .fn = add_set},
         {.name = "deadline", .kind = BENCH_OPT_LAX_REAL, .dst = &o->deadline},
+        {.name = "port",
+         .kind = BENCH_OPT_LONG,
+         .dst = &o->port,
+         .lo = 1024,
+         .hi = 65535 - EB_MAX_NODES},
         {0}};
     int rc = bench_parse_opts("elastic", opts, usage, argc, argv);
     if (rc >= 0) return rc;
@@ -181,9 +190,15 @@ static int write_config(elastic_opts *o) {
     char err[HR_ERRLEN];
     cfg c;
     cfg_init(&c);
-    int port = 10000 + (int)((unsigned)getpid() * 7919u % 2700u) * 8; /* below 32768 */
+    if (o->port == 0 && (o->port = bench_free_ports(EB_MAX_NODES)) < 0) {
+        fprintf(stderr,
+                "hetring bench elastic: no %d free ports on 127.0.0.1 in 10000-30799; "
+                "give --port P\n",
+                EB_MAX_NODES);
+        return -1;
+    }
     hr_status st = cfg_parse_file(&c, o->tmpl, err, sizeof err);
-    if (st == HR_OK) st = set_run(&c, o, port, err, sizeof err);
+    if (st == HR_OK) st = set_run(&c, o, (int)o->port, err, sizeof err);
     snprintf(o->conf, sizeof o->conf, "%s/elastic.ini", o->out_dir);
     int rc = -1;
     if (st != HR_OK) {

@@ -8,7 +8,9 @@
 set -u
 HR=$1
 tmp=$(mktemp -d)
-trap 'pkill -KILL -f "$tmp/" 2>/dev/null; rm -rf "$tmp"' EXIT
+. "$(dirname "$0")/../ports.sh"
+trap 'pkill -KILL -f "$tmp/" 2>/dev/null; rm -rf "$tmp"; port_release' EXIT
+port_block || exit 1 # base: the bench's nodes take base.. (--port)
 fails=0
 fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
 field() { echo "$1" | sed -n "s/.*\"$2\": \([^,}]*\).*/\1/p"; }
@@ -21,9 +23,11 @@ for event in kill stop; do
     # stop: node 2 stays stopped 5 s, past the bench's read timeout (cluster.timeout = 2) and
     # the election after it, so that it is left out before it is continued
     after=1; [ $event = stop ] && after=5
-    timeout 240 "$HR" bench elastic --out "$out" --json "$out.json" --runs 1 --iters 300 \
+    timeout 240 "$HR" bench elastic --port "$base" --out "$out" --json "$out.json" --runs 1 --iters 300 \
         --$event 2@60 --rejoin-after $after --deadline 120 > "$out.log" 2>&1 ||
         { fail "bench elastic --$event exited $?"; cat "$out.log"; }
+    grep -q "^port = $((base + 3))\$" "$out/elastic.ini" ||
+        fail "$event: --port $base: elastic.ini has ports $(grep '^port' "$out/elastic.ini" | tr '\n' ' ')"
     line=$(grep '"event"' "$out.json" 2>/dev/null)
     [ "$(grep -c '"event"' "$out.json" 2>/dev/null)" = 1 ] || fail "$event: expected 1 JSON object"
     for key in event detect_s resume_s join_s state_bytes samples_missing samples_duplicated \
