@@ -1284,6 +1284,8 @@ static hr_status engine_st(ring *r, int coll, uint8_t *base) {
  * before an abort goes out behind it. Counters of both channels are left where the in-order
  * engine would leave them. */
 
+static hr_status local_fail(ring *r, int coll, hr_status st, const char *what);
+
 #define MT_SLOTS_MIN 4
 #define MT_SLOTS_MAX 16
 #define MT_POLL_MS   20 /* longest sleep of a thread that must notice a stop */
@@ -1318,6 +1320,10 @@ typedef struct ring_mt {
     size_t applied;            /* frames applied, a prefix of the schedule */
     uint8_t *rx_state;         /* per slot: RX_* of frame (slot index modulo nslot) */
     size_t *rx_len;            /* per slot: payload bytes on the wire */
+    size_t *need_sent;         /* per received frame: frames that must be sent before it is
+                                * received (mt_need_sent) */
+    size_t need_cap;           /* entries allocated in need_sent */
+    int rx_waits;              /* the receiver waits for a send: the sender wakes it */
     int have_bad;              /* a received frame failed: stop receiving */
     size_t bad;                /* the first frame that failed */
     int bad_auth;              /* it failed to verify (else: its header is not the one expected) */
@@ -1535,6 +1541,7 @@ static int mt_send_all(ring_mt *m) {
         m->sent = i + 1;
         m->last = tcp_now();
         pthread_cond_broadcast(&m->cv);
+        if (m->rx_waits) mt_wake(m);
     }
     return TX_DONE;
 }
@@ -1577,6 +1584,7 @@ static void mt_free(ring *r) {
     free(m->tx_have);
     free(m->rx_state);
     free(m->rx_len);
+    free(m->need_sent);
     close(m->wake[0]);
     close(m->wake[1]);
     pthread_cond_destroy(&m->cv);
@@ -1758,11 +1766,34 @@ static hr_status mt_recv(ring *r, ring_mt *m, size_t j, mt_rx *x, int *whole, in
 }
 
 /* Run r->sched over `base` on the engine's threads (see the section's comment). */
+/* For every received frame, how many frames must have been sent before it may be received:
+ * 1 + the last outgoing frame that reads bytes the received one writes and does not wait for
+ * it (an all-reduce's all-gather lands on the blocks its reduce-scatter sent). The peers
+ * already order it so: those bytes come back only after they went round the ring. Waiting
+ * for the count makes that order visible inside this process as well (ThreadSanitizer sees
+ * the sender's write of `sent` before the receiver overwrites what was sent). */
+static int mt_need_sent(ring_mt *m, const ring_sched *s) {
+    if (s->n_rx > m->need_cap) {
+        size_t *a = realloc(m->need_sent, s->n_rx * sizeof *a);
+        if (!a) return -1;
+        m->need_sent = a;
+        m->need_cap = s->n_rx;
+    }
+    for (size_t j = 0; j < s->n_rx; j++) {
+        size_t need = 0, lo = s->rx_off[j], hi = lo + s->rx_len[j];
+        for (size_t i = 0; i < s->n_tx && s->tx_need[i] <= j; i++)
+            if (s->tx_off[i] < hi && lo < s->tx_off[i] + s->tx_len[i]) need = i + 1;
+        m->need_sent[j] = need;
+    }
+    return 0;
+}
+
 static hr_status engine_mt(ring *r, int coll, uint8_t *base) {
     if (mt_start(r) != HR_OK) return HR_ERR_NOMEM;
     ring_mt *m = r->mt;
     const ring_sched *s = &r->sched;
     int secure = r->keys.mode != RING_SEC_NONE;
+    if (mt_need_sent(m, s) != 0) return local_fail(r, coll, HR_ERR_NOMEM, "out of memory");
     pthread_mutex_lock(&m->mu);
     m->s = s;
     m->base = base;
@@ -1794,6 +1825,10 @@ static hr_status engine_mt(ring *r, int coll, uint8_t *base) {
         int moved = 0, whole = 0;
         pthread_mutex_lock(&m->mu);
         int slot_free = j < s->n_rx && m->rx_state[j % m->nslot] == RX_FREE && !m->have_bad;
+        /* a frame that lands on bytes this node sends first waits for that send (when
+         * receiving starts: only x.got == 0 of the header) */
+        m->rx_waits = slot_free && x.got == 0 && !x.body && m->sent < m->need_sent[j];
+        if (m->rx_waits) slot_free = 0;
         pthread_mutex_unlock(&m->mu);
         if (slot_free) {
             HR_CHECK(mt_recv(r, m, j, &x, &whole, &moved));
