@@ -505,7 +505,10 @@ static int check_grads(hetring *h, const hetring_grads *g) {
     return HETRING_OK;
 }
 
-/* This node's stats into its slot of the tail, zeros elsewhere (train.c's layout). */
+/* This node's stats into its slot of the tail, zeros elsewhere. The slot has the built-in
+ * trainer's size (TRAIN_NODE_STATS), but the extra floats follow the four counts directly:
+ * the library carries no overlap facts, which train.c keeps after the counts. Every member of
+ * a library cluster packs and unpacks the same way. */
 static void stats_pack(float *tail, int rank, int size, const train_stat *mine) {
     memset(tail, 0, sizeof *tail * (size_t)size * TRAIN_NODE_STATS);
     float *s = tail + (size_t)rank * TRAIN_NODE_STATS;
