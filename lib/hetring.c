@@ -27,6 +27,7 @@
 #include "hr_log.h"
 #include "node_id.h"
 #include "ring.h"
+#include "tcp.h"
 #include "train.h"
 #include "trainer_setup.h"
 
@@ -83,12 +84,6 @@ struct hetring {
     volatile sig_atomic_t leave; /* hetring_leave: leave at the next boundary */
     char err[HR_ERRLEN];         /* the last failure's message */
 };
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static void sleep_s(double s) {
     if (s <= 0) return;
@@ -548,7 +543,7 @@ int hetring_step(hetring *h, const hetring_grads *g, hetring_result *res) {
     const long b = h->split[h->rank];
     const double factor = train_stretch_factor(&h->tc, h->iter);
     sleep_s((factor - 1) * g->compute_s); /* an emulated slow node (labelled as such) */
-    const double t0 = now_s();
+    const double t0 = tcp_now();
     size_t o = 0;
     for (int i = 0; i < g->n_bufs; i++) {
         if (g->counts[i]) memcpy(h->buf + o, g->bufs[i], sizeof *h->buf * g->counts[i]);
@@ -592,7 +587,7 @@ int hetring_step(hetring *h, const hetring_grads *g, hetring_result *res) {
                                 .changed = changed,
                                 .t_compute = g->compute_s,
                                 .t_node = factor * g->compute_s,
-                                .t_comm = now_s() - t0};
+                                .t_comm = tcp_now() - t0};
     h->iter++;
     h->boundary = 1;
     return HETRING_OK;
