@@ -37,6 +37,19 @@ wait_iter() {
   return 1
 }
 
+# wait_log PATTERN FILES...: until one of the files holds a line matching PATTERN (grep -E;
+# at most 60 s)
+wait_log() {
+  local t pat=$1
+  shift
+  for ((t = 0; t < 600; t++)); do
+    grep -qhE "$pat" "$@" 2>/dev/null && return 0
+    sleep 0.1
+  done
+  fail "no log line matching '$pat' within 60 s"
+  return 1
+}
+
 # finish: the failure count, and the exit status of the script; with HR_KEEP=DIR the
 # temporary files are copied there first, for a look at the logs
 finish() {

@@ -3,8 +3,9 @@
 # usage: test_elastic.sh HETRING SCENARIO
 #   kill     node 2 kills itself (SIGKILL) at iteration 20; the survivors go on; node 2 is
 #            started again and rejoins with the state transferred
-#   stop     node 3 is stopped (SIGSTOP) past the timeout, then continued: it is left out,
-#            then rejoins as a joiner
+#   stop     node 3 is stopped (SIGSTOP) past the timeout, then continued once the others
+#            have gone on without it: it is left out, then rejoins as a joiner (every node
+#            sleeps 2 ms a step, so that a fast machine cannot finish before it is back)
 #   stop0    the same with node 0, the lowest id: every survivor names node 0 (issue 15's
 #            blame), and node 1 leads the next view
 #   quorum   nodes 1 and 2 die at once: 0 and 3 are no quorum of 4 and pause; node 1 comes
@@ -161,15 +162,20 @@ kill)
   follows_reference 0 1 3
   ;;
 stop)
-  for id in 0 1 2 3; do start $id; done
+  # every node sleeps 2 ms a step (a test fault), so that however fast the machine, the
+  # survivors are still training when node 3 comes back; node 3 is continued once a survivor
+  # has logged that it left and node 0 has gone 25 iterations further
+  for id in 0 1 2 3; do start $id HETRING_FAULT=sleep:*:0.002; done
   wait_iter 3 20
   kill -STOP "${pids[3]}"
   echo "node 3 stopped at iteration $(iter_of 3)"
-  sleep 3
+  wait_log "node 3 left" "$tmp"/n[012].log
+  at=$(iter_of 0)
+  wait_iter 0 $((at + 25))
   at=$(iter_of 0)
   kill -CONT "${pids[3]}"
   echo "node 3 continued; node 0 was at iteration $at"
-  [ "$at" -gt 25 ] || fail "the others did not go on while node 3 was stopped (node 0 at $at)"
+  [ "$at" -lt $((ITERS / 2)) ] || fail "node 3 was continued too late to rejoin (node 0 at $at)"
   finish_all 0 1 2 3
   grep -qh "node 3 left" "$tmp"/n*.log || fail "no node logged that node 3 left"
   grep -qh "node 3 rejoined" "$tmp"/n*.log || fail "no node logged that node 3 rejoined"
@@ -179,10 +185,12 @@ stop)
   ;;
 stop0)
   # the lowest id, the leader of the first view, stops: every survivor must name node 0
-  for id in 0 1 2 3; do start $id; done
+  for id in 0 1 2 3; do start $id HETRING_FAULT=sleep:*:0.002; done
   wait_iter 0 20
   kill -STOP "${pids[0]}"
-  sleep 3
+  wait_log "node 0 left" "$tmp"/n[123].log
+  at=$(iter_of 1)
+  wait_iter 1 $((at + 25))
   kill -CONT "${pids[0]}"
   finish_all 0 1 2 3
   grep -h "node 0 left" "$tmp"/n*.log | head -1
