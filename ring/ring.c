@@ -982,9 +982,64 @@ static hr_status on_abort(ring *r, txf *t, int coll, const uint8_t *raw, int fro
     return abort_report(r, t, coll, body, h.len, from);
 }
 
+/* Where the predecessor's stream stands, for news_from_pred: `got` bytes of the next frame's
+ * header are in `hdr` (body 0), or `left` bytes of the current frame's payload and tag are
+ * still to come (body 1). The incoming channel's counter is that frame's. */
+typedef struct {
+    const uint8_t *hdr;
+    size_t got;
+    int body;
+    size_t left;
+} pred_pos;
+
+/* The successor link closed with no abort on it. That need not be the successor's doing: a node
+ * that finds a tampered frame drops the link it came on, and whatever sits in between (a proxy,
+ * a middlebox) may then close this node's link too. News of such a failure travels round the
+ * ring and reaches this node on its predecessor link behind the data frames in flight. Read
+ * that link for up to spread_s, skipping data frames (each takes a nonce counter, as when it is
+ * opened), and report the first abort frame, verified in secure modes. HR_OK when none came:
+ * the link closed, the time passed or something unreadable came; the caller then blames the
+ * successor. */
+static hr_status news_from_pred(ring *r, txf *t, int coll, const pred_pos *pp) {
+    if (!pp || r->pred < 0 || r->pred_fd < 0 || r->pred == r->succ) return HR_OK;
+    const double deadline = tcp_now() + spread_s(r);
+    const size_t tag = r->keys.mode != RING_SEC_NONE ? SEC_TAG : 0;
+    uint8_t *f = r->rx_stage, body[FRAME_ABORT_MAX + 1];
+    size_t skip = pp->body ? pp->left : 0, got = pp->body ? 0 : pp->got;
+    uint64_t ctr = r->pred_ch.rx.ctr;
+    if (!pp->body && got > 0) memmove(f, pp->hdr, got);
+    for (;;) {
+        while (skip > 0) { /* the rest of a data frame nobody will use */
+            size_t n = skip < r->stage_cap ? skip : r->stage_cap;
+            if (tcp_recv_all(r->pred_fd, f, n, deadline) != HR_OK) return HR_OK;
+            skip -= n;
+            if (skip == 0) ctr++;
+        }
+        if (tcp_recv_all(r->pred_fd, f + got, FRAME_HDR - got, deadline) != HR_OK) return HR_OK;
+        got = 0;
+        frame_hdr h;
+        frame_decode(f, &h);
+        if (h.magic != FRAME_MAGIC || h.version != FRAME_VERSION) return HR_OK;
+        if (h.type == FRAME_DATA) {
+            if (h.len + tag > r->stage_cap) return HR_OK; /* no frame of this ring */
+            skip = h.len + tag;
+            if (skip == 0) ctr++;
+            continue;
+        }
+        if (h.type != FRAME_ABORT || h.len > FRAME_ABORT_MAX) return HR_OK;
+        if (tcp_recv_all(r->pred_fd, f + FRAME_HDR, h.len + tag, deadline) != HR_OK) return HR_OK;
+        if (tag && sec_open_at(&r->pred_ch.rx, ctr, f, h.len, body) != 0) return HR_OK;
+        if (!tag) memcpy(body, f + FRAME_HDR, h.len);
+        if (h.epoch != r->view.epoch) return HR_OK;
+        r->pred_ch.rx.ctr = ctr + 1;
+        return abort_report(r, t, coll, body, h.len, FROM_PRED);
+    }
+}
+
 /* Something happened on the successor link, which carries nothing this way but an abort: a
- * queued abort frame explains the failure, otherwise the successor is gone. */
-static hr_status succ_trouble(ring *r, txf *t, int coll, int e) {
+ * queued abort frame explains the failure; otherwise news from the predecessor may
+ * (news_from_pred, when `pp` says where its stream stands), else the successor is gone. */
+static hr_status succ_trouble(ring *r, txf *t, int coll, int e, const pred_pos *pp) {
     char sw[RING_STR + 64];
     long sid = id_of(r, r->succ);
     node_str(r, sid, sw, sizeof sw);
@@ -998,6 +1053,8 @@ static hr_status succ_trouble(ring *r, txf *t, int coll, int e) {
     }
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) && e == 0) return HR_OK;
     if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) e = errno;
+    hr_status st = news_from_pred(r, t, coll, pp);
+    if (st != HR_OK) return st;
     return fail_view(r, t, coll, HR_ERR_PEER, sid, FROM_SUCC, "%s %s", sw,
                      e == 0 || e == EPIPE || e == ECONNRESET ? "closed the connection (peer died?)"
                                                              : strerror(e));
@@ -1045,6 +1102,14 @@ static void eng_frame(ring *r, eng *e) {
     e->tx_ready = 1;
 }
 
+/* Where the predecessor's stream stands in `e`, for succ_trouble. */
+static pred_pos eng_pos(const ring *r, const eng *e) {
+    return (pred_pos){.hdr = r->rx_stage,
+                      .got = e->rx_body ? 0 : e->rx_got,
+                      .body = e->rx_body,
+                      .left = e->rx_body ? e->rx_want - e->rx_got : 0};
+}
+
 /* Send every frame whose inputs have arrived, until the socket would block. */
 static hr_status eng_send(ring *r, eng *e) {
     const ring_sched *s = e->s;
@@ -1054,7 +1119,9 @@ static hr_status eng_send(ring *r, eng *e) {
         ssize_t n = sendmsg(r->succ_fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT);
         if (n < 0) {
             if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return HR_OK;
-            return succ_trouble(r, NULL, e->coll, errno ? errno : EPIPE);
+            int err = errno ? errno : EPIPE;
+            pred_pos pp = eng_pos(r, e);
+            return succ_trouble(r, NULL, e->coll, err, &pp);
         }
         e->progress = 1;
         iov_advance(&e->t, (size_t)n);
@@ -1224,8 +1291,10 @@ static hr_status eng_wait(ring *r, eng *e, double last) {
         return fail_view(r, &e->t, e->coll, HR_ERR_TIMEOUT, id, FROM_PRED,
                          "%s sent nothing for %.1f s (peer dead or hung?)", who, limit);
     }
-    if (rc > 0 && e->ti < s->n_tx && (p[1].revents & (POLLIN | POLLHUP | POLLERR)))
-        return succ_trouble(r, &e->t, e->coll, 0);
+    if (rc > 0 && e->ti < s->n_tx && (p[1].revents & (POLLIN | POLLHUP | POLLERR))) {
+        pred_pos pp = eng_pos(r, e);
+        return succ_trouble(r, &e->t, e->coll, 0, &pp);
+    }
     return HR_OK;
 }
 
@@ -1680,6 +1749,22 @@ static eng mt_eng(ring_mt *m, size_t j) {
     return e;
 }
 
+/* Stop the threads, then open the frames received but not opened yet, in order, on this
+ * thread: a link that failed may have carried an abort just before, which explains the failure
+ * better than the link does. Returns whether a frame is bad (m->bad, m->bad_auth). */
+static int mt_quiesce_bad(ring_mt *m) {
+    mt_quiesce(m);
+    for (size_t k = m->open_next; !m->have_bad && k < m->recvd; k++) {
+        int auth_failed;
+        if (mt_apply(m, k, &auth_failed) != 0) {
+            m->have_bad = 1;
+            m->bad = k;
+            m->bad_auth = auth_failed;
+        }
+    }
+    return m->have_bad;
+}
+
 /* Received frame j (staged in `f`, plaintext in secure modes) is not the one expected, or did
  * not verify: report it as the single-threaded engine does. */
 static hr_status mt_bad_frame(ring *r, ring_mt *m, size_t j, const uint8_t *f, size_t len,
@@ -1711,6 +1796,29 @@ typedef struct {
     size_t len;       /* payload bytes on the wire */
 } mt_rx;
 
+/* Where the predecessor's stream stands while frame j is received as `x`, for succ_trouble. */
+static pred_pos mt_pos(const ring_mt *m, size_t j, const mt_rx *x) {
+    return (pred_pos){.hdr = m->rxb[j % m->nslot],
+                      .got = x->body ? 0 : x->got,
+                      .body = x->body,
+                      .left = x->body ? x->want - x->got : 0};
+}
+
+/* Something happened on the successor link (a send failed with `err`, or it became readable)
+ * while frame j is received as `x`. The threads stop first. A frame they were opening may turn
+ * out bad then, and the frames received but not opened yet are opened here, in order: an abort
+ * among them explains the failure (the news came before the link closed). Else succ_trouble
+ * decides. */
+static hr_status mt_succ_trouble(ring *r, ring_mt *m, size_t j, const mt_rx *x, int err) {
+    if (mt_quiesce_bad(m))
+        return mt_bad_frame(r, m, m->bad, m->rxb[m->bad % m->nslot], m->rx_len[m->bad % m->nslot],
+                            m->bad_auth);
+    mt_counters(r, m, j);
+    eng e = mt_eng(m, j);
+    pred_pos pp = mt_pos(m, j, x);
+    return succ_trouble(r, &e.t, m->coll, err, &pp);
+}
+
 static hr_status mt_recv(ring *r, ring_mt *m, size_t j, mt_rx *x, int *whole, int *moved) {
     const ring_sched *s = m->s;
     uint8_t *f = m->rxb[j % m->nslot];
@@ -1726,7 +1834,9 @@ static hr_status mt_recv(ring *r, ring_mt *m, size_t j, mt_rx *x, int *whole, in
             char pw[RING_STR + 64];
             long pid = id_of(r, r->pred);
             node_str(r, pid, pw, sizeof pw);
-            mt_quiesce(m);
+            if (mt_quiesce_bad(m))
+                return mt_bad_frame(r, m, m->bad, m->rxb[m->bad % m->nslot],
+                                    m->rx_len[m->bad % m->nslot], m->bad_auth);
             mt_counters(r, m, j);
             eng e = mt_eng(m, j);
             return fail_view(r, &e.t, e.coll, HR_ERR_PEER, pid, FROM_PRED, "%s %s", pw,
@@ -1871,12 +1981,7 @@ static hr_status engine_mt(ring *r, int coll, uint8_t *base) {
             return mt_bad_frame(r, m, bad_j, m->rxb[bad_j % m->nslot], m->rx_len[bad_j % m->nslot],
                                 bad_auth);
         }
-        if (tx_state == TX_FAIL) {
-            mt_quiesce(m);
-            mt_counters(r, m, j);
-            eng e = mt_eng(m, j);
-            return succ_trouble(r, &e.t, coll, tx_errno);
-        }
+        if (tx_state == TX_FAIL) return mt_succ_trouble(r, m, j, &x, tx_errno);
         if (done) break;
         if (moved) continue;
         struct pollfd p[3] = {{.fd = r->pred_fd, .events = slot_free ? POLLIN : 0},
@@ -1886,12 +1991,8 @@ static hr_status engine_mt(ring *r, int coll, uint8_t *base) {
         int rc = left > 0 ? poll(p, 3, (int)(left * 1000) + 1) : 0;
         if (rc < 0 && errno != EINTR) rc = 0;
         if (p[2].revents & POLLIN) mt_drain(m);
-        if (rc > 0 && (p[1].revents & (POLLIN | POLLHUP | POLLERR))) {
-            mt_quiesce(m);
-            mt_counters(r, m, j);
-            eng e = mt_eng(m, j);
-            return succ_trouble(r, &e.t, coll, 0);
-        }
+        if (rc > 0 && (p[1].revents & (POLLIN | POLLHUP | POLLERR)))
+            return mt_succ_trouble(r, m, j, &x, 0);
         pthread_mutex_lock(&m->mu);
         last = m->last;
         pthread_mutex_unlock(&m->mu);
