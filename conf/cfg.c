@@ -884,14 +884,11 @@ static int on_key(void *user, const char *section, const char *name, const char 
     return 1;
 }
 
-hr_status cfg_parse_file(cfg *c, const char *path, char *err, size_t errlen) {
-    snprintf(c->path, sizeof c->path, "%s", path);
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return hr_fail(err, errlen, HR_ERR_IO, "%s: cannot open: %s (expected a readable INI file)",
-                       path, strerror(errno));
+/* Parse the INI in `f`, named `path` in messages; relative paths resolve against `dir`. */
+static hr_status parse_stream(cfg *c, FILE *f, const char *path, const char *dir, char *err,
+                              size_t errlen) {
     parse_state ps = {.c = c, .f = f, .path = path, .section = -1, .err = err, .errlen = errlen};
-    dir_of(path, ps.dir, sizeof ps.dir);
+    snprintf(ps.dir, sizeof ps.dir, "%s", dir);
     /* A line that starts with whitespace would otherwise continue the previous value; we want
      * indented keys to be keys. This inih setting is process-wide and we never want it on. */
     ini_allow_multiline = false;
@@ -899,7 +896,6 @@ hr_status cfg_parse_file(cfg *c, const char *path, char *err, size_t errlen) {
      * INI_MAX_LINE is 200); read_line refuses a longer line with its file:line. */
     ini_max_line = CFG_MAX_LINE + 3;
     int rc = ini_parse_stream(read_line, &ps, on_key, &ps);
-    fclose(f);
     if (ps.failed) return ps.status;
     if (rc > 0) {
         ps.line = rc;
@@ -908,6 +904,32 @@ hr_status cfg_parse_file(cfg *c, const char *path, char *err, size_t errlen) {
     }
     if (rc < 0) return hr_fail(err, errlen, HR_ERR_NOMEM, "%s: out of memory while parsing", path);
     return HR_OK;
+}
+
+hr_status cfg_parse_file(cfg *c, const char *path, char *err, size_t errlen) {
+    snprintf(c->path, sizeof c->path, "%s", path);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return hr_fail(err, errlen, HR_ERR_IO, "%s: cannot open: %s (expected a readable INI file)",
+                       path, strerror(errno));
+    char dir[PATH_MAX];
+    dir_of(path, dir, sizeof dir);
+    hr_status st = parse_stream(c, f, path, dir, err, errlen);
+    fclose(f);
+    return st;
+}
+
+hr_status cfg_parse_text(cfg *c, const char *text, const char *name, char *err, size_t errlen) {
+    snprintf(c->path, sizeof c->path, "%s", name);
+    size_t len = strlen(text);
+    /* fmemopen of zero bytes fails on some C libraries: an empty text is an empty file */
+    FILE *f = fmemopen(len ? (void *)text : (void *)"\n", len ? len : 1, "r");
+    if (!f) return hr_fail(err, errlen, HR_ERR_NOMEM, "%s: cannot read: %s", name, strerror(errno));
+    char dir[PATH_MAX];
+    current_dir(dir, sizeof dir);
+    hr_status st = parse_stream(c, f, name, dir, err, errlen);
+    fclose(f);
+    return st;
 }
 
 /* ================================================================ overrides */

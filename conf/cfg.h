@@ -146,6 +146,9 @@ hr_status cfg_load(cfg *c, const char *path, char *err, size_t errlen);
 
 /* The steps of cfg_load, for callers that add command-line overrides before validating. */
 hr_status cfg_parse_file(cfg *c, const char *path, char *err, size_t errlen);
+/* The same for an INI held in memory (`text`, NUL-terminated), named `name` in messages;
+ * relative paths in it resolve against the current directory. */
+hr_status cfg_parse_text(cfg *c, const char *text, const char *name, char *err, size_t errlen);
 hr_status cfg_apply_env(cfg *c, char *err, size_t errlen);
 hr_status cfg_set(cfg *c, const char *assignment, char *err, size_t errlen);
 hr_status cfg_validate(cfg *c, char *err, size_t errlen);

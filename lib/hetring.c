@@ -294,7 +294,10 @@ static hr_status load_config(hetring *h, const hetring_options *o) {
     const size_t n = sizeof h->err;
     cfg_init(&h->c);
     h->have_cfg = 1;
-    HR_CHECK(cfg_parse_file(&h->c, o->conf, e, n));
+    if (o->conf)
+        HR_CHECK(cfg_parse_file(&h->c, o->conf, e, n));
+    else
+        HR_CHECK(cfg_parse_text(&h->c, o->conf_text, "conf_text", e, n));
     HR_CHECK(cfg_apply_env(&h->c, e, n));
     for (const char *const *s = o->set; s && *s; s++) HR_CHECK(cfg_set(&h->c, *s, e, n));
     HR_CHECK(cfg_validate(&h->c, e, n));
@@ -349,8 +352,11 @@ int hetring_open(hetring **out, const hetring_options *o, char *err, size_t errl
     if (err && errlen) err[0] = 0;
     if (!out) return HETRING_EINVAL;
     *out = NULL;
-    if (!o || !o->conf) {
-        if (err && errlen) snprintf(err, errlen, "hetring_open: options with a conf path needed");
+    if (!o || !o->conf == !o->conf_text) {
+        if (err && errlen)
+            snprintf(err, errlen,
+                     "hetring_open: options need exactly one of conf (an INI file) and conf_text "
+                     "(the INI in memory)");
         return HETRING_EINVAL;
     }
     if (!o->cb.get_state != !o->cb.put_state) {

@@ -110,7 +110,7 @@ typedef struct {
 } hetring_callbacks;
 
 typedef struct {
-    const char *conf;       /* the cluster's INI file */
+    const char *conf;       /* the cluster's INI file, or NULL with conf_text */
     long node_id;           /* which [node.ID] this process is; -1: HETRING_NODE or a
                              * launcher's rank, as `hetring run` reads them */
     long n_samples;         /* samples of your training set; 0: the INI's [train] samples */
@@ -119,6 +119,9 @@ typedef struct {
                              * every member (as DDP broadcasts rank 0's); 0: the states must
                              * already agree (the hash check says so when they do not) */
     hetring_callbacks cb;   /* your side of view changes */
+    const char *conf_text;  /* instead of conf: the INI itself, in memory (e.g. built by your
+                             * program; "conf_text:LINE" in messages, relative paths from the
+                             * current directory). Exactly one of conf and conf_text. */
 } hetring_options;
 
 /* This node's part of the iteration to run, from hetring_next. */
@@ -168,7 +171,7 @@ HETRING_API const char *hetring_strerror(int status);
 /* Defaults: node_id -1, sync_first 1, the rest 0. */
 HETRING_API void hetring_options_init(hetring_options *o);
 
-/* Start node o->node_id of o->conf: read the INI, open the ring, agree on the first view
+/* Start node o->node_id of o->conf (or o->conf_text): read the INI, open the ring, agree on the first view
  * with the reachable nodes (waiting up to [cluster] rejoin_timeout for a quorum), take the
  * state of the member the election names and start the controller. *out is NULL on failure,
  * with err (errlen bytes, may be NULL) saying why. */

@@ -156,6 +156,56 @@ static int misuse(const char *dir, int port) {
     return check_exit();
 }
 
+/* ================================================================ the INI in memory */
+
+/* hetring_options.conf_text: a 1-node cluster from text runs as from a file; exactly one of
+ * conf and conf_text; an error in the text names "conf_text" and its line. */
+static int text(const char *dir, int port) {
+    char ini[1024], err[512];
+    snprintf(ini, sizeof ini,
+             "[cluster]\nsecurity = none\n[train]\nsamples = %d\nglobal_batch = %d\n"
+             "iterations = 3\nseed = 3\n[node.0]\nhost = 127.0.0.1\nport = %d\n",
+             SAMPLES, BATCH, port);
+    hetring *h = NULL;
+    hetring_options o;
+    hetring_options_init(&o);
+    o.node_id = 0;
+    o.conf = write_ini(dir, 1, port, "");
+    o.conf_text = ini;
+    CHECK(hetring_open(&h, &o, err, sizeof err) == HETRING_EINVAL && !h, "both: EINVAL");
+    CHECK(strstr(err, "exactly one of conf") != NULL, "says which: %s", err);
+    o.conf = NULL;
+    o.conf_text = "[cluster]\nsecurity = none\n[train]\nsampels = 5\n";
+    int st = hetring_open(&h, &o, err, sizeof err);
+    CHECK(st == HETRING_ECONFIG && !h, "a misspelt key: %d (%s)", st, err);
+    CHECK(strstr(err, "conf_text:4") != NULL && strstr(err, "sampels") != NULL,
+          "names the text's line and the key: %s", err);
+    printf("misspelt key: %s\n", err);
+    o.conf_text = ini;
+    st = hetring_open(&h, &o, err, sizeof err);
+    CHECK(st == HETRING_OK && h, "open from text: %d (%s)", st, err);
+    if (!h) return check_exit();
+    CHECK(hetring_global_batch(h) == BATCH && hetring_samples(h) == SAMPLES &&
+              hetring_iterations(h) == 3,
+          "the text's values: B %ld, samples %ld, %ld iterations", hetring_global_batch(h),
+          hetring_samples(h), hetring_iterations(h));
+    float g[D];
+    float *bufs[1] = {g};
+    size_t counts[1] = {D};
+    hetring_grads gr = {.bufs = bufs, .counts = counts, .n_bufs = 1, .compute_s = 0.001};
+    hetring_batch b;
+    int steps = 0;
+    while ((st = hetring_next(h, &b)) == HETRING_OK) {
+        for (int j = 0; j < D; j++) g[j] = (float)BATCH;
+        CHECK(hetring_step(h, &gr, NULL) == HETRING_OK, "step %ld", b.iter);
+        CHECK(g[0] == 1.0f, "the mean over B: %g", g[0]);
+        steps++;
+    }
+    CHECK(st == HETRING_DONE && steps == 3, "3 iterations then DONE: %d after %d", st, steps);
+    hetring_free(h);
+    return check_exit();
+}
+
 /* ================================================================ one node of a ring */
 
 typedef struct {
@@ -306,7 +356,7 @@ static int ring(const char *dir, int port, int rejoin, int leave) {
 
 int main(int argc, char **argv) {
     if (argc < 2) {
-        fprintf(stderr, "usage: test_api misuse|ring|rejoin\n");
+        fprintf(stderr, "usage: test_api misuse|text|ring|rejoin|leave\n");
         return 2;
     }
     signal(SIGPIPE, SIG_IGN);
@@ -315,6 +365,7 @@ int main(int argc, char **argv) {
     int port = port_block(); /* claimed as tests/ports.sh claims them */
     int rc = 2;
     if (strcmp(argv[1], "misuse") == 0) rc = misuse(dir, port);
+    if (strcmp(argv[1], "text") == 0) rc = text(dir, port);
     if (strcmp(argv[1], "ring") == 0) rc = ring(dir, port, 0, 0);
     if (strcmp(argv[1], "rejoin") == 0) rc = ring(dir, port, 1, 0);
     if (strcmp(argv[1], "leave") == 0) leave_run = 1, rc = ring(dir, port, 0, 1);
