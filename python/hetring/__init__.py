@@ -23,7 +23,8 @@ import os
 from . import _lib
 
 __version__ = "0.1.0"
-__all__ = ["Node", "Error", "Left", "Batch", "library_version", "hash_bytes", "__version__"]
+__all__ = ["Node", "Error", "Left", "Batch", "ini_text", "library_version", "hash_bytes",
+           "__version__"]
 
 _L = None
 
@@ -33,6 +34,41 @@ def _lib_handle():
     if _L is None:
         _L = _lib.load()
     return _L
+
+
+def _ini_value(section, key, v):
+    if isinstance(v, bool) or v is None or isinstance(v, (dict, set)):
+        raise ValueError(f"hetring: [{section}] {key} = {v!r}: expected a number, a string or "
+                         f"a list of numbers")
+    if isinstance(v, (list, tuple)):
+        return ",".join(str(x) for x in v)
+    s = str(v)
+    if "\n" in s or "\0" in s:
+        raise ValueError(f"hetring: [{section}] {key}: a value is one line of text")
+    return s
+
+
+def ini_text(config):
+    """The INI text of a cluster given as a mapping, for Node(conf=mapping).
+
+    config maps a section name ("cluster", "train", "controller", "node.0", ...) to a mapping
+    of its keys; "nodes" may instead list the nodes in id order, each a mapping of its keys
+    (host, port, slowdown, ...). Lists become comma-separated values (layers = [784, 32, 10]).
+    """
+    lines = []
+    for section, keys in config.items():
+        if section == "nodes":
+            continue
+        if not isinstance(keys, dict):
+            raise ValueError(f"hetring: [{section}]: expected a mapping of keys, got {keys!r}")
+        lines.append(f"[{section}]")
+        lines += [f"{k} = {_ini_value(section, k, v)}" for k, v in keys.items()]
+    for i, keys in enumerate(config.get("nodes", ())):
+        if f"node.{i}" in config:
+            raise ValueError(f"hetring: node {i} is given both in nodes and as [node.{i}]")
+        lines.append(f"[node.{i}]")
+        lines += [f"{k} = {_ini_value(f'node.{i}', k, v)}" for k, v in keys.items()]
+    return "\n".join(lines) + "\n"
 
 
 def library_version():
@@ -76,7 +112,7 @@ class Result:
 
 
 class Node:
-    """One node of the cluster in `conf` (an INI file).
+    """One node of the cluster in `conf`: an INI file, or a mapping of its sections (ini_text).
 
     node_id: the [node.ID] of this process (None: HETRING_NODE or a launcher's rank).
     n_samples: the size of your training set (0: the INI's [train] samples).
@@ -96,7 +132,11 @@ class Node:
         self._get, self._put, self._view = get_state, put_state, on_view
         o = _lib.Options()
         L.hetring_options_init(ctypes.byref(o))
-        o.conf = os.fsencode(conf)
+        if isinstance(conf, dict):
+            self._text = ini_text(conf).encode()
+            o.conf_text = self._text
+        else:
+            o.conf = os.fsencode(conf)
         o.node_id = -1 if node_id is None else int(node_id)
         o.n_samples = int(n_samples)
         sets = [os.fsencode(s) for s in overrides] + [None]

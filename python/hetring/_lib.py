@@ -52,6 +52,7 @@ class Options(ctypes.Structure):
         ("set", ctypes.POINTER(ctypes.c_char_p)),
         ("sync_first", ctypes.c_int),
         ("cb", Callbacks),
+        ("conf_text", ctypes.c_char_p),
     ]
 
 

@@ -91,7 +91,8 @@ class Sampler(torch.utils.data.Sampler):
 
 
 class Trainer:
-    """A model and its optimizer, trained as one node of the cluster in `conf`.
+    """A model and its optimizer, trained as one node of the cluster in `conf` (an INI file,
+    or a mapping of its sections as hetring.Node takes).
 
     node_id, n_samples, overrides, sync_first: as hetring.Node. on_view(dict): called when a
     view is installed (nodes left or joined); every event is also kept in .views.

@@ -37,6 +37,23 @@ def test_import():
             print(f"bad configuration: status {e.status}: {e}")
             check(e.status == 2 and "global_batch" in str(e), f"the error: {e.status} {e}")
     check(hetring.hash_bytes(0, 0) == hetring.hash_bytes(0, 0, 0), "hash")
+    # a cluster given as a mapping (the INI in memory): a misspelt key is named with its line
+    conf = {"cluster": {"security": "none"}, "train": {"sampels": 5},
+            "nodes": [{"host": "127.0.0.1", "port": 1}]}
+    check(hetring.ini_text(conf) == "[cluster]\nsecurity = none\n[train]\nsampels = 5\n"
+          "[node.0]\nhost = 127.0.0.1\nport = 1\n", f"ini_text: {hetring.ini_text(conf)!r}")
+    try:
+        hetring.Node(conf, node_id=0)
+        check(False, "a mapping with a misspelt key opened")
+    except hetring.Error as e:
+        print(f"mapping with a misspelt key: {e}")
+        check(e.status == 2 and "conf_text:4" in str(e) and "sampels" in str(e), f"{e}")
+    for bad in ({"train": {"layers": None}}, {"train": {"seed": "1\n[x]"}}, {"train": 3}):
+        try:
+            hetring.ini_text(bad)
+            check(False, f"ini_text accepted {bad}")
+        except ValueError as e:
+            print(f"ini_text refuses {bad}: {e}")
 
 
 def test_pip(src):
