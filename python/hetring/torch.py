@@ -18,7 +18,10 @@ would give), the optimizer's step, and the replicated controller's next split fr
 node's measured compute time. A node that joins receives the model's and the optimizer's
 state (state_bytes / load_state_bytes), checked by a hash on every member.
 
-Parameters and gradients must be float32 tensors on the CPU.
+Parameters may be of any floating type and on any device (a GPU's included). float32 CPU
+gradients are all-reduced in place; any other kind goes through one float32 staging buffer on
+the CPU (copied out before the all-reduce and back after it), so the all-reduce rounds them to
+float32 on the way. On a GPU, the compute time is measured after torch.cuda.synchronize().
 """
 import pickle
 import time
@@ -69,10 +72,12 @@ def load_state_bytes(model, optimizer, data):
 
 
 def param_hash(params):
-    """hetring_hash over the bytes of every parameter, in order."""
+    """hetring_hash over the bytes of every parameter, in order (copied to the CPU first)."""
     h = 0
     for p in params:
         t = p.detach()
+        if t.device.type != "cpu" or not t.is_contiguous():
+            t = t.to("cpu").contiguous()
         h = hetring.hash_bytes(t.data_ptr(), t.numel() * t.element_size(), h)
     return h
 
@@ -107,9 +112,16 @@ class Trainer:
         self.clock = clock
         self.params = [p for p in model.parameters() if p.requires_grad]
         for p in self.params:
-            if p.dtype != torch.float32 or p.device.type != "cpu":
-                raise ValueError(f"hetring.torch: parameters must be float32 on the CPU, one is "
-                                 f"{p.dtype} on {p.device}")
+            if not p.dtype.is_floating_point:
+                raise ValueError(f"hetring.torch: parameters must be floating point, one is "
+                                 f"{p.dtype}")
+        # float32 CPU gradients are all-reduced in place; anything else through `staged`, one
+        # float32 CPU buffer with a view per parameter (the same buffers, in number and size,
+        # as in place: nodes with and without a GPU can share a cluster)
+        self.staged = None
+        if any(p.dtype != torch.float32 or p.device.type != "cpu" for p in self.params):
+            self.staged = torch.zeros(sum(p.numel() for p in self.params), dtype=torch.float32)
+        self._cuda = any(p.device.type == "cuda" for p in self.params)
         self.views = []
         self._user_view = on_view
         self.batch = None  # the hetring.Batch being computed
@@ -162,18 +174,29 @@ class Trainer:
             loss_sum = float(loss.detach()) * b.batch
             if y.dtype in _INT_TYPES and out.dim() == 2:
                 correct = int((out.detach().argmax(1) == y).sum())
+        if self._cuda:
+            torch.cuda.synchronize()  # the compute time includes the kernels still queued
         compute_s = self.clock() - t0
-        bufs = []
+        bufs, views, off = [], [], 0
         for p in self.params:
             if p.grad is None:
                 p.grad = torch.zeros_like(p)
             elif not p.grad.is_contiguous():
                 p.grad = p.grad.contiguous()
-            bufs.append((p.grad.data_ptr(), p.grad.numel()))
+            if self.staged is None:
+                bufs.append((p.grad.data_ptr(), p.grad.numel()))
+                continue
+            v = self.staged[off:off + p.numel()]
+            v.copy_(p.grad.reshape(-1))  # to float32 on the CPU
+            views.append(v)
+            bufs.append((v.data_ptr(), v.numel()))
+            off += p.numel()
         h = param_hash(self.params) if b.check_hash else 0
         res = self.node.step(bufs, compute_s, loss_sum, correct, h)
         if res is None:
             return None
+        for p, v in zip(self.params if views else (), views):
+            p.grad.copy_(v.view_as(p.grad))  # the global mean, back in the parameter's kind
         self.optimizer.step()
         return res
 

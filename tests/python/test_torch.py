@@ -5,6 +5,8 @@
                             with the parameters of a 1-node run of the same seed and global
                             batch, within float32 summation drift (the largest difference is
                             printed), and bitwise-equal replicas (I3, I4)
+    test_torch.py dtype     the same with float64 parameters, which go through hetring.torch's
+                            float32 staging buffer: still float64 at the end, replicas equal
     test_torch.py rejoin    node 2 dies inside iteration 10, the others retry it as two, node 2
                             starts again and joins with the model and optimizer state moved
                             through hetring.torch's state_bytes; every node ends identical
@@ -89,6 +91,28 @@ def split(d, port):
     check(all(r["iters"] == 30 for r in rs + [one]), "iterations")
 
 
+def dtype(d, port):
+    """float64 parameters go through the float32 staging buffer: a 3-node run ends with the
+    1-node run's parameters (within float32 drift: the all-reduce rounds to float32), still
+    float64, with bitwise-equal replicas."""
+    one = result(start(write_ini(d, "one64.ini", [1], port), 0, d, "--dtype", "float64"))
+    ini = write_ini(d, "three64.ini", [1, 2, 3], port + 1)
+    ps = [start(ini, k, d, "--dtype", "float64") for k in range(3)]
+    rs = [result(p) for p in ps]
+    if not one or None in rs:
+        check(False, "a run gave no result")
+        return
+    check(all(r["dtype"] == "float64" and r["staged"] for r in rs + [one]),
+          f"dtypes {[r['dtype'] for r in rs]}, staged {[r['staged'] for r in rs]}")
+    check(len({r["hash"] for r in rs}) == 1, "the float64 replicas differ")
+    diff = max_diff(one["params"], rs[0]["params"])
+    print(f"float64, 3 nodes vs 1 node after {one['iters']} iterations: final loss "
+          f"{rs[0]['last_loss']:.6f} vs {one['last_loss']:.6f}, max abs parameter difference "
+          f"{diff:.3g}")
+    check(diff <= 1e-4, f"3-node float64 parameters differ from the 1-node run's by {diff}")
+    check(rs[0]["last_loss"] < 0.6 * rs[0]["first_loss"], "the loss did not fall")
+
+
 def rejoin(d, port):
     ini = write_ini(d, "rejoin.ini", [1, 1, 1], port, iters=60)
     ps = [start(ini, k, d, "--pace", "0.2", "--nodes", "3", *(["--die-at", "10"] if k == 2 else []))
@@ -127,7 +151,7 @@ def main():
     port, claim = port_block()
     try:
         with tempfile.TemporaryDirectory(prefix="hetring-py.") as d:
-            {"split": split, "rejoin": rejoin}[sys.argv[1]](d, port)
+            {"split": split, "dtype": dtype, "rejoin": rejoin}[sys.argv[1]](d, port)
     finally:
         os.rmdir(claim)
     if failures:

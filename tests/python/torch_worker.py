@@ -1,7 +1,7 @@
 """torch_worker.py: one node of the Python tests (test_python.sh): a small MLP on synthetic
 data trained through hetring.torch. Prints 'RESULT {json}' at the end.
 
-    torch_worker.py CONF NODE_ID [--die-at ITER] [--expect-join]
+    torch_worker.py CONF NODE_ID [--die-at ITER] [--pace S] [--nodes N] [--loader] [--dtype T]
 """
 import argparse
 import json
@@ -20,6 +20,7 @@ p.add_argument("--die-at", type=int, default=-1)
 p.add_argument("--pace", type=float, default=0.0, help="sleep seconds per iteration while a node is missing")
 p.add_argument("--nodes", type=int, default=1)
 p.add_argument("--loader", action="store_true", help="iterate a DataLoader over tr.sampler()")
+p.add_argument("--dtype", default="float32", help="the model's and the data's dtype")
 a = p.parse_args()
 
 torch.manual_seed(1234 + a.node)  # differs per node: the first view's state transfer aligns them
@@ -29,7 +30,10 @@ N, D, C = 512, 20, 4
 X = torch.randn(N, D, generator=g)
 W = torch.randn(D, C, generator=g)
 Y = (X @ W).argmax(1)
+dtype = getattr(torch, a.dtype)
+X = X.to(dtype)
 model = torch.nn.Sequential(torch.nn.Linear(D, 32), torch.nn.ReLU(), torch.nn.Linear(32, C))
+model = model.to(dtype)
 opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
 loss_fn = torch.nn.CrossEntropyLoss()
 tr = ht.Trainer(a.conf, model, opt, node_id=a.node, n_samples=N)
@@ -62,6 +66,7 @@ for idx, xy in batches():
 flat = torch.cat([q.detach().reshape(-1) for q in model.parameters()])
 out = {"node": a.node, "iters": iters, "retries": retries, "first_loss": losses[0] if losses else None,
        "last_loss": losses[-1] if losses else None, "hash": ht.param_hash(list(model.parameters())),
-       "params": flat.tolist(), "views": tr.views, "version": hetring.__version__}
+       "params": flat.tolist(), "views": tr.views, "version": hetring.__version__,
+       "dtype": str(flat.dtype).split(".")[-1], "staged": tr.staged is not None}
 tr.close()
 print("RESULT " + json.dumps(out))
