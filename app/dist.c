@@ -7,6 +7,7 @@
 #include "hr_log.h"
 #include "trainer_setup.h"
 #include "ring_setup.h"
+#include "hr_time.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -14,12 +15,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static double unix_s(void) {
     struct timespec ts;
@@ -301,7 +296,7 @@ static int ring_trouble(hr_status st) {
  * any step was measured, connect_timeout (peers may still be loading their data). */
 static void pace(dist *d, int measured) {
     const cfg *c = d->c;
-    double now = now_s();
+    double now = hr_now();
     if (measured && d->t_last > 0) {
         double took = now - d->t_last;
         d->t_slow = took > 0.9 * d->t_slow ? took : 0.9 * d->t_slow;
@@ -345,7 +340,7 @@ static hr_status change_view(dist *d, const char *why, double t0, char *err, siz
     d->views++;
     d->iter = iter;
     pace(d, 0); /* the election is no step: the next iteration starts the clock */
-    const double took = now_s() - t0;
+    const double took = hr_now() - t0;
 
     long left[RING_MAX_NODES], joined[RING_MAX_NODES];
     int nl = ids_minus(&old, &a.view, left), nj = at_start ? 0 : ids_minus(&a.view, &old, joined);
@@ -442,7 +437,7 @@ hr_status dist_attach_state(dist *d, const dist_state *s, char *err, size_t errl
     d->ipe = s->ipe;
     d->lineage.epoch = 0;
     d->lineage.progress = s->iter(s->ctx);
-    return change_view(d, "", now_s(), err, errlen);
+    return change_view(d, "", hr_now(), err, errlen);
 }
 
 hr_status dist_attach(dist *d, trainer *t, char *err, size_t errlen) {
@@ -521,7 +516,7 @@ hr_status dist_recover(dist *d, hr_status st, char *err, size_t errlen) {
         return hr_fail(err, errlen, st, "iteration %ld failed in %d views in a row; stopping: %s",
                        iter, d->fails, ring_error(&d->r));
     if (iter != d->fail_iter) d->fail_iter = iter, d->fails = 0;
-    double t0 = now_s();
+    double t0 = hr_now();
     char why[HR_ERRLEN];
     gist(ring_error(&d->r), why, sizeof why);
     HR_WARN(RING, "iteration %ld failed: %s; agreeing on a new view", iter, ring_error(&d->r));
@@ -536,7 +531,7 @@ hr_status dist_boundary(dist *d, int *changed, char *err, size_t errlen) {
     if (!d->change) return HR_OK;
     if (d->leaving_self) return leave_now(d, err, errlen);
     *changed = 1;
-    return change_or_leave(d, "", now_s(), err, errlen);
+    return change_or_leave(d, "", hr_now(), err, errlen);
 }
 
 /* train_step failed: when the ring broke, elect a new view and let the trainer retry. */

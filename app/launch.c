@@ -11,6 +11,7 @@
 #include "launch.h"
 #include "hr_log.h"
 #include "node_id.h"
+#include "hr_time.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -27,16 +28,10 @@
 typedef struct {
     pid_t pid;         /* 0 once reaped */
     int fd;            /* read end of the output pipe, -1 at EOF */
-    double respawn_at; /* now_s() at which this failed node starts again; 0 = none pending */
+    double respawn_at; /* hr_now() at which this failed node starts again; 0 = none pending */
     char buf[8192];    /* partial line not yet written */
     size_t len;        /* bytes in buf */
 } child;
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static void emit(FILE *out, long id, const char *s, size_t n) {
     if (!out) return;
@@ -140,9 +135,9 @@ typedef struct {
     int pending;        /* failed children waiting for their restart */
     int sfd;            /* signalfd for SIGINT, SIGTERM and SIGCHLD */
     sigset_t old_mask;  /* the caller's signal mask, which children get back */
-    double start;       /* now_s() when every child was started */
-    double kill_at;     /* now_s() after which survivors get SIGKILL; 0 while none is due */
-    double stop_at;     /* now_s() at which nodes left without a quorum get SIGTERM; 0 = none */
+    double start;       /* hr_now() when every child was started */
+    double kill_at;     /* hr_now() after which survivors get SIGKILL; 0 while none is due */
+    double stop_at;     /* hr_now() at which nodes left without a quorum get SIGTERM; 0 = none */
 } launcher;
 
 /* Send `sig` (then SIGCONT, so that a stopped child acts on it) to every child still running,
@@ -204,7 +199,7 @@ static void forward_signals(launcher *l) {
             HR_WARN(CLI, "received SIG%s: stopping %d node(s)", signame((int)si.ssi_signo),
                     l->alive);
         l->res->interrupted = 1;
-        stop_all(l, SIGTERM, now_s());
+        stop_all(l, SIGTERM, hr_now());
     }
 }
 
@@ -233,7 +228,7 @@ static int may_respawn(const launcher *l, int i, char *why, size_t n) {
  * quorum runs or a restart is pending, or stop them. */
 static void on_failure(launcher *l, int i, const char *what) {
     launch_result *res = l->res;
-    double now = now_s();
+    double now = hr_now();
     char why[160];
     if (res->failed_node < 0) res->failed_node = i;
     int respawn = may_respawn(l, i, why, sizeof why);
@@ -355,12 +350,12 @@ static void watch(launcher *l, struct pollfd *pfd) {
         pfd[np++] = (struct pollfd){.fd = l->sfd, .events = POLLIN};
         for (int i = 0; i < l->n; i++)
             if (l->ch[i].fd >= 0) pfd[np++] = (struct pollfd){.fd = l->ch[i].fd, .events = POLLIN};
-        poll(pfd, (nfds_t)np, poll_ms(l, now_s()));
+        poll(pfd, (nfds_t)np, poll_ms(l, hr_now()));
         for (int i = 0; i < l->n; i++)
             if (l->ch[i].fd >= 0) drain(&l->ch[i], l->res->ids[i], l->o->out);
         forward_signals(l);
         reap(l);
-        double t = now_s();
+        double t = hr_now();
         respawn_due(l, t);
         open_fds = 0;
         for (int i = 0; i < l->n; i++) open_fds += l->ch[i].fd >= 0;
@@ -406,7 +401,7 @@ int launch_cluster(const cfg *c, const launch_opts *o, launch_result *res) {
     void (*old_pipe)(int) = signal(SIGPIPE, SIG_IGN);
 
     int rc = start_children(&l, c);
-    l.start = now_s();
+    l.start = hr_now();
     if (rc) stop_all(&l, SIGTERM, l.start); /* could not start everyone: stop who did start */
     struct pollfd *pfd = calloc((size_t)n + 1, sizeof *pfd);
     watch(&l, pfd);

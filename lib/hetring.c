@@ -30,6 +30,7 @@
 #include "tcp.h"
 #include "train.h"
 #include "trainer_setup.h"
+#include "hr_time.h"
 
 #include <math.h>
 #include <signal.h>
@@ -84,13 +85,6 @@ struct hetring {
     volatile sig_atomic_t leave; /* hetring_leave: leave at the next boundary */
     char err[HR_ERRLEN];         /* the last failure's message */
 };
-
-static void sleep_s(double s) {
-    if (s <= 0) return;
-    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
-    while (nanosleep(&ts, &ts) != 0) {
-    }
-}
 
 /* ================================================================ status and messages */
 
@@ -548,7 +542,7 @@ int hetring_step(hetring *h, const hetring_grads *g, hetring_result *res) {
     if ((us = check_grads(h, g)) != HETRING_OK) return us;
     const long b = h->split[h->rank];
     const double factor = train_stretch_factor(&h->tc, h->iter);
-    sleep_s((factor - 1) * g->compute_s); /* an emulated slow node (labelled as such) */
+    hr_sleep((factor - 1) * g->compute_s); /* an emulated slow node (labelled as such) */
     const double t0 = tcp_now();
     size_t o = 0;
     for (int i = 0; i < g->n_bufs; i++) {

@@ -23,6 +23,7 @@
 #include "bytes.h"
 #include "hr_log.h"
 #include "tcp.h"
+#include "hr_time.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -99,12 +100,6 @@ void ring_close_links(ring *r) {
 }
 
 /* ================================================================ formation */
-
-static void sleep_s(double s) {
-    if (s <= 0) return;
-    struct timespec t = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
-    nanosleep(&t, NULL);
-}
 
 /*
  * The gate: one thread per ring, from the first listen until ring_free, does all accepting.
@@ -342,7 +337,7 @@ static void *gate_main(void *arg) {
             if (g->forming) snprintf(g->err, sizeof g->err, "%s", why);
             pthread_mutex_unlock(&g->mu);
             gate_log(g, "listening socket: %s", why);
-            sleep_s(0.1);
+            hr_sleep(0.1);
         }
     }
     gate_reap(g, 1);
@@ -496,7 +491,7 @@ static hr_status connect_succ(ring *r, double deadline, double secs, char *err, 
             return hr_fail(err, errlen, st, "successor %s: %s", who, why);
         }
         HR_DEBUG(RING, "connect to %s: %s; retrying in %.0f ms", who, why, backoff * 1e3);
-        sleep_s(backoff < deadline - tcp_now() ? backoff : deadline - tcp_now());
+        hr_sleep(backoff < deadline - tcp_now() ? backoff : deadline - tcp_now());
         backoff = backoff * 2 > 0.5 ? 0.5 : backoff * 2;
     }
     return hr_fail(err, errlen, HR_ERR_TIMEOUT,

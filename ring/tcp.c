@@ -5,6 +5,7 @@
  * no call here can block past the deadline it was given.
  */
 #include "tcp.h"
+#include "hr_time.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -24,9 +25,7 @@
 #define TCP_SOCKBUF (4 << 20)
 
 double tcp_now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+    return hr_now();
 }
 
 static int ms_left(double deadline) {

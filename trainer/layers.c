@@ -3,6 +3,7 @@
  * small loops; every reduction runs in a fixed order so results are reproducible.
  */
 #include "layers.h"
+#include "hr_time.h"
 
 #include <cblas.h>
 #include <float.h>
@@ -12,20 +13,14 @@
 
 /* ================================================================ sgemm with accounting */
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* Row-major C (M, N) = alpha op(A) op(B) + beta C. */
 static void gemm(int ta, int tb, int M, int N, int K, const float *A, int lda, const float *B,
                  int ldb, float beta, float *C, int ldc, layer_prof *prof) {
-    double t0 = prof ? now_s() : 0;
+    double t0 = prof ? hr_now() : 0;
     cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N,
                 K, 1.0f, A, lda, B, ldb, beta, C, ldc);
     if (prof) {
-        prof->gemm_s += now_s() - t0;
+        prof->gemm_s += hr_now() - t0;
         prof->gemm_flop += 2.0 * M * N * K;
     }
 }

@@ -9,6 +9,7 @@
 
 #include "ckpt.h"
 #include "hr_log.h"
+#include "hr_time.h"
 
 #include <assert.h>
 #include <cblas.h>
@@ -20,19 +21,6 @@
 #include <unistd.h>
 
 /* ================================================================ helpers */
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static void sleep_s(double s) {
-    if (s <= 0) return;
-    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
-    }
-}
 
 static hr_status local_allreduce(void *ctx, float *buf, size_t n) {
     (void)ctx, (void)buf, (void)n;
@@ -308,17 +296,17 @@ hr_status train_step(trainer *t, train_iter *out) {
     model_stats ms = {0, 0};
 
     /* compute: gradient sums of this node's b samples, then the emulated stretch */
-    double t0 = now_s();
+    double t0 = hr_now();
     t->next_bucket = 0;
     hr_status cst = compute(t, epoch, it, start, b, &ms);
     if (cst != HR_OK) {
         if (overlapping(t)) (void)overlap_wait(&t->ow); /* the communicator must be idle */
         return cst;
     }
-    double t1 = now_s();
+    double t1 = hr_now();
     double factor = train_stretch_factor(&t->conf, i);
-    if (factor > 1.0) sleep_s((factor - 1.0) * (t1 - t0));
-    double t2 = now_s();
+    if (factor > 1.0) hr_sleep((factor - 1.0) * (t1 - t0));
+    double t2 = hr_now();
 
     /* stats tail: this node's slot, zeros elsewhere */
     train_stat mine = {.b = b,
@@ -345,7 +333,7 @@ hr_status train_step(trainer *t, train_iter *out) {
         HR_CHECK(ast);
         HR_CHECK(t->comm.allreduce(t->comm.ctx, t->m.grads, (size_t)(t->m.n_params + t->tail)));
     }
-    double t3 = now_s();
+    double t3 = hr_now();
 
     opt_step(&t->opt, t->m.params, t->m.grads, B, i);
 
@@ -366,7 +354,7 @@ hr_status train_step(trainer *t, train_iter *out) {
         out->loss = loss / (double)B, out->accuracy = correct / (double)B;
         out->lr = opt_lr(&t->opt, i);
         out->t_compute = t1 - t0, out->t_node = t2 - t0, out->t_comm = t3 - t2;
-        out->t_iter = now_s() - t0, out->factor = factor;
+        out->t_iter = hr_now() - t0, out->factor = factor;
         out->changed = changed;
     }
     return HR_OK;
@@ -601,8 +589,8 @@ typedef struct {
     int mode;                 /* TRAIN_PROGRESS_*: shown only while this node is rank 0 */
     const train_opts *o;      /* the options (hooks), or NULL */
     long every;               /* lines mode: a line every `every` iterations */
-    double start;             /* now_s() when the loop began */
-    double last_print;        /* now_s() of the last progress output */
+    double start;             /* hr_now() when the loop began */
+    double last_print;        /* hr_now() of the last progress output */
     long last_iter;           /* t->iter at the last progress output */
 } run_report;
 
@@ -674,7 +662,7 @@ static void announce_overlap(trainer *t) {
 static void report_iteration(run_report *rr, const trainer *t, const train_iter *r, double el,
                              double ea, int evaluated) {
     const int last = t->iter == t->total, bar = rr->mode == TRAIN_PROGRESS_BAR;
-    double now = now_s();
+    double now = hr_now();
     if (rr->metrics) write_metrics(rr->metrics, t, rr->o, r, now - rr->start, el, ea, evaluated);
     if (rr->mode == TRAIN_PROGRESS_NONE || t->comm.rank != 0) return;
     if (!(bar ? (now - rr->last_print > 0.1 || last || evaluated)
@@ -730,7 +718,7 @@ hr_status train_run(trainer *t, const train_opts *o, train_result *res, char *er
 
     hr_status st = HR_OK;
     const long first = t->iter;
-    rr.start = rr.last_print = now_s();
+    rr.start = rr.last_print = hr_now();
     rr.last_iter = first;
     t->metrics = rr.metrics;
     while (t->iter < t->total) {
@@ -739,7 +727,7 @@ hr_status train_run(trainer *t, const train_opts *o, train_result *res, char *er
             st = o->on_fail(o->member_ctx, t, st, err, errlen);
             if (st == HR_OK) {
                 if (err) err[0] = 0;
-                rr.last_print = now_s(), rr.last_iter = t->iter;
+                rr.last_print = hr_now(), rr.last_iter = t->iter;
                 continue;
             }
         } else if (st == HR_OK && o && o->after_iter) {
@@ -752,7 +740,7 @@ hr_status train_run(trainer *t, const train_opts *o, train_result *res, char *er
         }
         if (st != HR_OK) goto fail;
     }
-    res->wall_s = now_s() - rr.start;
+    res->wall_s = hr_now() - rr.start;
     res->samples = (t->iter - first) * train_global_batch(t);
     res->samples_per_s = res->wall_s > 0 ? (double)res->samples / res->wall_s : 0;
     if (res->iterations == 0 && t->comm.rank == 0) /* resumed at the end: report the model */

@@ -10,6 +10,7 @@
 #include "nccl_comm.h"
 
 #include "hr_log.h"
+#include "hr_time.h"
 
 #include <cuda_runtime_api.h>
 #include <nccl.h>
@@ -22,12 +23,6 @@
 _Static_assert(sizeof(ncclUniqueId) == NCCL_UNIQUE_ID_BYTES, "ncclUniqueId size changed");
 
 /* ================================================================ helpers */
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static void pause_poll(double waited_s) {
     if (waited_s < 1e-3) {
@@ -53,7 +48,7 @@ static hr_status fail(nccl_comm *c, hr_status s, const char *fmt, ...) {
 
 /* Poll the communicator until it leaves ncclInProgress or the deadline passes. */
 static hr_status wait_comm(nccl_comm *c, double deadline, const char *what) {
-    double t0 = now_s();
+    double t0 = hr_now();
     for (;;) {
         ncclResult_t st = ncclInProgress;
         ncclResult_t r = ncclCommGetAsyncError((ncclComm_t)c->comm, &st);
@@ -64,7 +59,7 @@ static hr_status wait_comm(nccl_comm *c, double deadline, const char *what) {
         if (st != ncclInProgress)
             return fail(c, HR_ERR_NCCL, "%s: %s (%s)", what, ncclGetErrorString(st),
                         ncclGetLastError((ncclComm_t)c->comm));
-        double t = now_s();
+        double t = hr_now();
         if (t > deadline)
             return fail(c, HR_ERR_TIMEOUT,
                         "%s: no progress within %.1f s (a member is missing or unreachable; "
@@ -110,7 +105,7 @@ hr_status nccl_comm_init(nccl_comm *c, int rank, int n,
         return hr_fail(err, errlen, HR_ERR_UNSUPPORTED,
                        "nccl: cuda:%d requested, but this machine has %d CUDA device(s)", device,
                        ndev);
-    double deadline = now_s() + timeout_s;
+    double deadline = hr_now() + timeout_s;
     cudaStream_t stream = NULL;
     cudaError_t e = cudaSetDevice(device);
     if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
@@ -149,7 +144,7 @@ hr_status nccl_allreduce(nccl_comm *c, float *dev_buf, size_t count, double time
         return HR_ERR_NCCL;
     }
     if (count == 0) return HR_OK;
-    double t0 = now_s(), deadline = t0 + timeout_s;
+    double t0 = hr_now(), deadline = t0 + timeout_s;
     cudaError_t e = cudaSetDevice(c->device);
     if (e != cudaSuccess)
         return fail(c, HR_ERR_CUDA, "cudaSetDevice(%d): %s", c->device, cudaGetErrorString(e));
@@ -172,7 +167,7 @@ hr_status nccl_allreduce(nccl_comm *c, float *dev_buf, size_t count, double time
             return fail(c, HR_ERR_NCCL, "all-reduce of %zu floats: %s (%s)", count,
                         ncclGetErrorString(r != ncclSuccess ? r : st),
                         ncclGetLastError((ncclComm_t)c->comm));
-        double t = now_s();
+        double t = hr_now();
         if (t > deadline)
             return fail(c, HR_ERR_TIMEOUT,
                         "all-reduce of %zu floats did not finish within %.1f s (a peer stopped "
@@ -203,7 +198,7 @@ void nccl_comm_free(nccl_comm *c) {
         ncclResult_t r = ncclCommFinalize(comm);
         hr_status s = HR_OK;
         if (r == ncclInProgress)
-            s = wait_comm(c, now_s() + 10.0, "finalize"); /* aborts on failure */
+            s = wait_comm(c, hr_now() + 10.0, "finalize"); /* aborts on failure */
         else if (r != ncclSuccess)
             s = HR_ERR_NCCL, nccl_comm_abort(c);
         if (s == HR_OK && c->comm) ncclCommDestroy(comm);
