@@ -514,7 +514,7 @@ static double ddp_baseline(const hetero_opts *o, const scenario *s, char *why, s
         snprintf(why, whylen, "%s", o->py.why);
         return NAN;
     }
-    char script[1100], nodes[16], batch[32], slow[128], iters[32], port[16];
+    char script[1100], nodes[16], batch[32], slow[128], iters[32], port[24];
     snprintf(script, sizeof script, "%s/bench/py/ddp_baseline.py", HR_SOURCE_DIR);
     snprintf(nodes, sizeof nodes, "%d", HB_NODES);
     snprintf(batch, sizeof batch, "%ld", o->batch);
