@@ -90,10 +90,15 @@ for ((k = 0; k < N; k++)); do
   [ "$h" = "$ref" ] || fail "node $k's final parameters differ: $h vs $ref (I4)"
 done
 echo "final parameters: ${ref:-none}"
-# I8 over the nodes 0..SPLIT-1, which trained from the first iteration to the last: every
-# iteration recorded by one of them at least (one that takes a state at a view change has
-# not recorded the iteration it brings), none recorded twice by one node
-for ((k = 0; k < SPLIT; k++)); do echo "$tmp/m-$k.jsonl"; done | xargs awk -v n="$ITERS" '
+# I8: every iteration recorded by one node at least (one that takes a state at a view change
+# has not recorded the iteration it brings), none recorded twice by one node. Checked over
+# the nodes whose lineage the final state continues: with a quorum, side 1, which trained
+# from the first iteration to the last (side 2's last iteration before the cut may be
+# dropped); without one, every node, since the side that finished the all-reduce cut in
+# half (its last segments arrived, the other side's did not) is ahead and gives the state.
+last=$((SPLIT - 1))
+[ $side1 -ge $majority ] || last=$((N - 1))
+for ((k = 0; k <= last; k++)); do echo "$tmp/m-$k.jsonl"; done | xargs awk -v n="$ITERS" '
   /^\{"iter":/ { match($0, /^\{"iter":[0-9]+/); i = substr($0, 9, RLENGTH - 8) + 0
                  if ((FILENAME, i) in seen) d++; seen[FILENAME, i] = 1; any[i] = 1 }
   END { for (i = 0; i < n; i++) if (!(i in any)) m++
