@@ -74,8 +74,9 @@ size_t app_agree_text(const cfg *c, char *out, size_t cap) {
         free(buf);
         return 0;
     }
-    char section[96] = "";
-    for (char *line = strtok(buf, "\n"); line; line = strtok(NULL, "\n")) {
+    char section[96] = "", *save = NULL;
+    /* strtok_r: libhetring's nodes may set up on several threads of one process at once */
+    for (char *line = strtok_r(buf, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
         int keep = 0;
         if (line[0] == '[') {
             snprintf(section, sizeof section, "%s", line);

@@ -1,0 +1,50 @@
+/*
+ * test_agree.c: the text of what must agree between nodes (app_agree_text) is the same when
+ * several threads of one process build it at once, as libhetring's nodes may.
+ */
+#include "../check.h"
+#include "../conf/two_nodes.h"
+#include "ring_setup.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+enum { THREADS = 4, ROUNDS = 3000, CAP = 8192 };
+
+static cfg conf;
+static char want[CAP];
+static size_t want_len;
+static int bad[THREADS];
+
+static void *build(void *arg) {
+    int t = (int)(long)arg;
+    char got[CAP];
+    for (int i = 0; i < ROUNDS; i++) {
+        size_t n = app_agree_text(&conf, got, sizeof got);
+        if (n != want_len || memcmp(got, want, n) != 0) bad[t]++;
+    }
+    return NULL;
+}
+
+int main(void) {
+    char tmp[] = "/tmp/hetring-agree.XXXXXX", err[HR_ERRLEN] = "";
+    int fd = mkstemp(tmp);
+    CHECK(fd >= 0, "mkstemp");
+    close(fd);
+    write_file(tmp, two_nodes);
+    CHECK(cfg_load(&conf, tmp, err, sizeof err) == HR_OK, "%s", err);
+    want_len = app_agree_text(&conf, want, sizeof want);
+    CHECK(want_len > 0 && strstr(want, "[cluster]\n") && strstr(want, "security = "),
+          "the text: %.*s", (int)want_len, want);
+    pthread_t th[THREADS];
+    for (long t = 0; t < THREADS; t++)
+        CHECK(pthread_create(&th[t], NULL, build, (void *)t) == 0, "thread");
+    for (int t = 0; t < THREADS; t++) pthread_join(th[t], NULL);
+    for (int t = 0; t < THREADS; t++)
+        CHECK(bad[t] == 0, "thread %d built another text %d times of %d", t, bad[t], ROUNDS);
+    cfg_free(&conf);
+    unlink(tmp);
+    return check_exit();
+}
