@@ -8,8 +8,16 @@
             continue
         print(res.iter, res.loss, res.next_batch)
 
-or with a DataLoader: DataLoader(train_set, batch_sampler=trainer.sampler()) (num_workers=0:
-the sampler asks the cluster for each iteration's indices when the loop needs them).
+or with a DataLoader: DataLoader(train_set, batch_sampler=trainer.sampler()), num_workers=0
+(the sampler asks the cluster for each iteration's indices when the loop needs them), or, to
+load each iteration's samples in parallel worker processes, trainer.loader(train_set,
+num_workers=4), which yields collated batches.
+
+An iteration's indices exist only once the step before it has run (the split follows every
+node's last compute time, and a view change re-runs an iteration), so nothing can fetch a
+batch ahead of step(): asking for the next one first raises RuntimeError. That is what a
+DataLoader with num_workers > 0 over trainer.sampler() would do (its workers prefetch);
+trainer.loader splits each iteration over its workers instead.
 
 What step does: forward and backward on this node's b samples, the gradient scaled to the SUM
 over them (loss_fn returns the mean, as PyTorch's losses do by default), an all-reduce of every
@@ -23,7 +31,10 @@ gradients are all-reduced in place; any other kind goes through one float32 stag
 the CPU (copied out before the all-reduce and back after it), so the all-reduce rounds them to
 float32 on the way. On a GPU, the compute time is measured after torch.cuda.synchronize().
 """
+import multiprocessing
+import os
 import pickle
+import stat
 import time
 
 import torch
@@ -80,6 +91,28 @@ def param_hash(params):
             t = t.to("cpu").contiguous()
         h = hetring.hash_bytes(t.data_ptr(), t.numel() * t.element_size(), h)
     return h
+
+
+_worker_dataset = None  # a loader worker's copy of the dataset
+
+
+def _worker_init(dataset):
+    global _worker_dataset
+    _worker_dataset = dataset
+    torch.set_num_threads(1)
+    # a forked worker closes the sockets it inherited: the node's links and listening port stay
+    # its own, and a link the node closes is closed (a worker ends with the node: its task
+    # pipe reads end of file)
+    try:
+        fds = [int(f) for f in os.listdir("/proc/self/fd")]
+    except OSError:
+        fds = []
+    for fd in fds:
+        try:
+            if stat.S_ISSOCK(os.fstat(fd).st_mode):
+                os.close(fd)
+        except OSError:
+            pass
 
 
 class Sampler(torch.utils.data.Sampler):
@@ -140,16 +173,54 @@ class Trainer:
             self._user_view(v)
 
     def batches(self):
-        """This node's indices (a LongTensor) for each iteration until the run is done."""
+        """This node's indices (a LongTensor) for each iteration until the run is done.
+
+        Each is asked of the cluster once step() has run on the one before (RuntimeError if
+        it has not: indices cannot be fetched ahead)."""
         while True:
             b = self.node.next()
             if b is None:
                 return
             self.batch = b
             yield torch.tensor(b.indices, dtype=torch.long)
+            if self.batch is b:
+                raise RuntimeError(
+                    f"hetring.torch: the indices after iteration {b.iter} were asked for "
+                    f"before step() ran on it; each iteration's split follows the step before "
+                    f"it, so batches cannot be fetched ahead (a DataLoader over sampler() "
+                    f"needs num_workers=0; trainer.loader(dataset, num_workers=N) loads each "
+                    f"iteration in parallel instead)")
 
     def sampler(self):
+        """A batch_sampler for DataLoader(dataset, batch_sampler=..., num_workers=0)."""
         return Sampler(self)
+
+    def loader(self, dataset, num_workers=0, collate_fn=None, mp_context="fork"):
+        """Collated batches of dataset[i] over this node's indices, iteration by iteration.
+
+        num_workers > 0 loads each iteration's samples in that many worker processes (each
+        a contiguous part of the indices, in order), started once with the multiprocessing
+        start method `mp_context`. The default, "fork", shares the dataset without pickling
+        it; each worker closes the sockets it inherits, and ends with the node. "spawn"
+        and "forkserver" need a picklable dataset and a script whose top level is guarded by
+        `if __name__ == "__main__":` (the workers import it). collate_fn: default
+        torch.utils.data.default_collate. An empty share (batch 0) yields None, which step()
+        accepts."""
+        collate = collate_fn or torch.utils.data.default_collate
+        if num_workers < 0:
+            raise ValueError(f"hetring.torch: num_workers must be >= 0, not {num_workers}")
+        if num_workers == 0:
+            for idx in self.batches():
+                yield collate([dataset[i] for i in idx.tolist()]) if len(idx) else None
+            return
+        ctx = multiprocessing.get_context(mp_context)
+        with ctx.Pool(num_workers, initializer=_worker_init,
+                      initargs=(dataset,)) as pool:
+            for idx in self.batches():
+                ids = idx.tolist()
+                per = -(-len(ids) // num_workers) if ids else 1
+                parts = pool.map(_worker_load, [ids[k:k + per] for k in range(0, len(ids), per)])
+                yield collate([s for part in parts for s in part]) if ids else None
 
     def step(self, loss_fn, batch):
         """One iteration on batch = (inputs, targets) of this node's indices.
@@ -163,11 +234,11 @@ class Trainer:
         if b is None:
             raise RuntimeError("hetring.torch: step() without a batch from batches()")
         self.batch = None
-        x, y = batch
         self.optimizer.zero_grad(set_to_none=False)
         t0 = self.clock()
         loss_sum, correct = 0.0, 0
         if b.batch > 0:
+            x, y = batch
             out = self.model(x)
             loss = loss_fn(out, y)
             (loss * b.batch).backward()  # the mean over b samples, as their sum

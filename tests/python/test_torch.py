@@ -5,11 +5,15 @@
                             with the parameters of a 1-node run of the same seed and global
                             batch, within float32 summation drift (the largest difference is
                             printed), and bitwise-equal replicas (I3, I4)
+    test_torch.py workers   the same with Trainer.loader's worker processes; a DataLoader with
+                            workers over sampler() stops with a clear error on every node
     test_torch.py dtype     the same with float64 parameters, which go through hetring.torch's
                             float32 staging buffer: still float64 at the end, replicas equal
     test_torch.py rejoin    node 2 dies inside iteration 10, the others retry it as two, node 2
                             starts again and joins with the model and optimizer state moved
-                            through hetring.torch's state_bytes; every node ends identical
+                            through hetring.torch's state_bytes; every node ends identical;
+                            every node loads through Trainer.loader's workers, and none of
+                            them outlives its node
 Exit 77 when PyTorch is missing.
 """
 import json
@@ -91,6 +95,33 @@ def split(d, port):
     check(all(r["iters"] == 30 for r in rs + [one]), "iterations")
 
 
+def workers(d, port):
+    """Trainer.loader with 2 worker processes on a 3-node cluster ends with the parameters of a
+    1-node run that reads its batches in the loop; a DataLoader with workers over sampler()
+    (which prefetches ahead of step) stops with the error that says so, on every node."""
+    one = result(start(write_ini(d, "one.ini", [1], port), 0, d))
+    ini = write_ini(d, "three.ini", [1, 2, 3], port + 1)
+    rs = [result(p) for p in [start(ini, k, d, "--workers", "2") for k in range(3)]]
+    if not one or None in rs:
+        check(False, "a run gave no result")
+        return
+    check(len({r["hash"] for r in rs}) == 1, "the replicas differ")
+    diff = max_diff(one["params"], rs[0]["params"])
+    print(f"3 nodes loading with 2 workers each vs 1 node after {one['iters']} iterations: max abs "
+          f"parameter difference {diff:.3g}")
+    check(diff <= 1e-4, f"3-node parameters differ from the 1-node run's by {diff}")
+    check(all(r["iters"] == 30 for r in rs), "iterations")
+    ini = write_ini(d, "prefetch.ini", [1, 1], port + 4)
+    ps = [start(ini, k, d, "--loader", "--workers", "2") for k in range(2)]
+    for p in ps:
+        result(p, expect_rc=4)
+        p.log.seek(0)
+        raised = [l for l in p.log.read().splitlines() if l.startswith("RAISED ")]
+        check(raised and "fetched ahead" in raised[0] and "num_workers=0" in raised[0],
+              f"the prefetching DataLoader: {raised}")
+    print("a DataLoader with workers over sampler(): " + (raised[0][7:] if raised else "no error"))
+
+
 def dtype(d, port):
     """float64 parameters go through the float32 staging buffer: a 3-node run ends with the
     1-node run's parameters (within float32 drift: the all-reduce rounds to float32), still
@@ -115,11 +146,15 @@ def dtype(d, port):
 
 def rejoin(d, port):
     ini = write_ini(d, "rejoin.ini", [1, 1, 1], port, iters=60)
-    ps = [start(ini, k, d, "--pace", "0.2", "--nodes", "3", *(["--die-at", "10"] if k == 2 else []))
-          for k in range(3)]
+    # every node loads its batches with Trainer.loader's 2 forked workers: the iteration that
+    # runs again after the view change gets its new indices, and node 2's workers, left
+    # behind by its death, neither hold its port nor outlive it
+    ws = ["--workers", "2"]
+    ps = [start(ini, k, d, "--pace", "0.2", "--nodes", "3", *ws,
+                *(["--die-at", "10"] if k == 2 else [])) for k in range(3)]
     result(ps[2], expect_rc=3)
     time.sleep(0.3)
-    ps[2] = start(ini, 2, d, "--pace", "0.2", "--nodes", "3")
+    ps[2] = start(ini, 2, d, "--pace", "0.2", "--nodes", "3", *ws)
     rs = [result(p) for p in ps]
     if None in rs:
         check(False, "a node gave no result")
@@ -131,6 +166,21 @@ def rejoin(d, port):
           f"views seen by node 0: {[(v['nodes'], v['iter']) for v in rs[0]['views']]}")
     check(joined["iter"] > 10 and joined["state_bytes"] > 1000, f"the joiner's view {joined}")
     check(rs[2]["iters"] == 60 - joined["iter"], f"the joiner ran {rs[2]['iters']} iterations")
+    left = []
+    for _ in range(30):  # every loader worker ends with its node, within 3 s
+        left = [p for p in os.listdir("/proc") if p.isdigit() and ini in _cmdline(p)]
+        if not left:
+            break
+        time.sleep(0.1)
+    check(not left, f"{len(left)} loader worker processes outlived their node")
+
+
+def _cmdline(pid):
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().decode(errors="replace")
+    except OSError:
+        return ""
 
 
 def port_block():
@@ -151,7 +201,7 @@ def main():
     port, claim = port_block()
     try:
         with tempfile.TemporaryDirectory(prefix="hetring-py.") as d:
-            {"split": split, "dtype": dtype, "rejoin": rejoin}[sys.argv[1]](d, port)
+            {"split": split, "dtype": dtype, "rejoin": rejoin, "workers": workers}[sys.argv[1]](d, port)
     finally:
         os.rmdir(claim)
     if failures:

@@ -20,6 +20,8 @@ p.add_argument("--die-at", type=int, default=-1)
 p.add_argument("--pace", type=float, default=0.0, help="sleep seconds per iteration while a node is missing")
 p.add_argument("--nodes", type=int, default=1)
 p.add_argument("--loader", action="store_true", help="iterate a DataLoader over tr.sampler()")
+p.add_argument("--workers", type=int, default=-1,
+               help="iterate tr.loader(dataset, num_workers=N); with --loader, the DataLoader's")
 p.add_argument("--dtype", default="float32", help="the model's and the data's dtype")
 a = p.parse_args()
 
@@ -42,27 +44,37 @@ import time
 
 def batches():
     """(indices, (x, y)) per iteration: from tr.batches(), or a DataLoader on tr.sampler()."""
-    if not a.loader:
+    ds = torch.utils.data.TensorDataset(X, Y)
+    if a.loader:
+        dl = torch.utils.data.DataLoader(ds, batch_sampler=tr.sampler(),
+                                         num_workers=max(a.workers, 0))
+        for xb, yb in dl:
+            yield None, (xb, yb)
+    elif a.workers >= 0:
+        for xb, yb in tr.loader(ds, num_workers=a.workers):
+            yield None, (xb, yb)
+    else:
         for idx in tr.batches():
             yield idx, (X[idx], Y[idx])
-        return
-    ds = torch.utils.data.TensorDataset(X, Y)
-    for xb, yb in torch.utils.data.DataLoader(ds, batch_sampler=tr.sampler()):
-        yield None, (xb, yb)
 
 
-for idx, xy in batches():
-    b = tr.batch
-    if b.iter == a.die_at:
-        os._exit(3)
-    if a.pace and (retries or b.size < a.nodes):
-        time.sleep(a.pace)
-    res = tr.step(loss_fn, xy)
-    if res is None:
-        retries += 1
-        continue
-    iters += 1
-    losses.append(res.loss)
+try:
+    for idx, xy in batches():
+        b = tr.batch
+        if b.iter == a.die_at:
+            os._exit(3)
+        if a.pace and (retries or b.size < a.nodes):
+            time.sleep(a.pace)
+        res = tr.step(loss_fn, xy)
+        if res is None:
+            retries += 1
+            continue
+        iters += 1
+        losses.append(res.loss)
+except RuntimeError as e:  # a DataLoader that prefetches (--loader --workers N)
+    print("RAISED " + json.dumps(str(e)), flush=True)
+    tr.close()
+    sys.exit(4)
 flat = torch.cat([q.detach().reshape(-1) for q in model.parameters()])
 out = {"node": a.node, "iters": iters, "retries": retries, "first_loss": losses[0] if losses else None,
        "last_loss": losses[-1] if losses else None, "hash": ht.param_hash(list(model.parameters())),
