@@ -115,6 +115,10 @@ def _worker_init(dataset):
             pass
 
 
+def _worker_load(indices):
+    return [_worker_dataset[i] for i in indices]
+
+
 class Sampler(torch.utils.data.Sampler):
     """A batch_sampler: this node's indices of each iteration, asked of the cluster lazily."""
 
