@@ -59,19 +59,12 @@ pids=()
 # every node still running when the script ends (a failed check, ctest's timeout) is killed
 trap 'kill -KILL "${pids[@]}" 2>/dev/null; rm -rf "$tmp"; port_release' EXIT
 # start ID [ENV...]: node ID in the background (its pid in pids[ID], the hetring process
-# itself, so that signals reach it), its metrics appended to m-ID.jsonl. With GATE=FILE set,
-# the node starts once FILE exists.
+# itself, so that signals reach it), its metrics appended to m-ID.jsonl
 start() {
   local id=$1
   shift
-  if [ -n "${GATE:-}" ]; then
-    sh -c 'while [ ! -e "$0" ]; do sleep 0.01; done; exec "$@"' "$GATE" env "$@" "$HR" run \
-      --conf "$tmp/c.ini" --node "$id" --quiet --metrics "$tmp/m-$id.jsonl" ${EXTRA[$id]:-} \
-      >> "$tmp/n$id.log" 2>&1 &
-  else
-    env "$@" "$HR" run --conf "$tmp/c.ini" --node "$id" --quiet \
-      --metrics "$tmp/m-$id.jsonl" ${EXTRA[$id]:-} >> "$tmp/n$id.log" 2>&1 &
-  fi
+  env "$@" "$HR" run --conf "$tmp/c.ini" --node "$id" --quiet \
+    --metrics "$tmp/m-$id.jsonl" ${EXTRA[$id]:-} >> "$tmp/n$id.log" 2>&1 &
   pids[$id]=$!
 }
 declare -a EXTRA
@@ -316,20 +309,15 @@ compute)
   follows_reference 0 1 3
   ;;
 twojoin)
-  # "together" is a window of about one step (an admission is decided at the next
-  # boundary): the members take 4 ms more a step, and both joiners start at one moment (a
-  # file they wait for)
   conf "$tmp/c.ini" 5
-  for id in 0 1 2; do start $id HETRING_FAULT=sleep:$id:0.004; done
+  for id in 0 1 2; do start $id; done
   start 3 HETRING_FAULT=crash:3:20
   start 4 HETRING_FAULT=crash:4:20
   wait "${pids[3]}"
   wait "${pids[4]}"
   wait_iter 0 60
-  GATE=$tmp/go start 3
-  GATE=$tmp/go start 4
-  sleep 0.2
-  touch "$tmp/go"
+  start 3
+  start 4
   finish_all 0 1 2 3 4
   grep -h "joined at" "$tmp/n0.log" | head -2
   # both come back; in one view change when both are in the lobby when it is decided (a
