@@ -9,10 +9,18 @@
  *
  * One iteration, as train.c's train_step does it for the built-in models:
  *   slice   perm_e[it*B + start, it*B + start + b) from trainer/data.c's loader (I1)
- *   step    the user's buffers are copied into one contiguous buffer with the stats tail
- *           (TRAIN_NODE_STATS floats per node, this node's slot filled, zeros elsewhere), the
- *           SUM all-reduce hands every node every slot, dist_decide checks the hashes and
- *           decides the next split (I4, I5, I6), and the buffers get sum / B back (I2)
+ *   step    the user's buffers are copied into one contiguous buffer led by the stats tail
+ *           (train_stats_pack: TRAIN_NODE_STATS floats per node, this node's slot filled,
+ *           zeros elsewhere), the SUM all-reduce hands every node every slot, dist_decide
+ *           checks the hashes and decides the next split (I4, I5, I6), and the buffers get
+ *           sum / B back (I2)
+ *   overlap hetring_ready copies a buffer as soon as the user finished it; with buckets on,
+ *           a bucket whose buffers are all in goes to the communication thread (overlap.h)
+ *           while the user computes the rest. Buckets are cut at buffer boundaries from the
+ *           last buffer towards the first, as backward finishes them, and go out in that
+ *           order whatever the order of the hetring_ready calls, so every node's frames are
+ *           alike; the last bucket (buffer 0's) waits for hetring_step and carries the stats
+ *           tail just before it
  *   commit  the cursor advances only when the all-reduce completed; a failure elects a new
  *           view and the same iteration is run again (I8)
  *   boundary  a view change a member asked for (a join, a leave) runs at the next
@@ -26,6 +34,7 @@
 #include "dist.h"
 #include "hr_log.h"
 #include "node_id.h"
+#include "overlap.h"
 #include "ring.h"
 #include "tcp.h"
 #include "train.h"
@@ -49,41 +58,60 @@ _Static_assert((int)HETRING_EUNSUPPORTED == (int)HR_ERR_UNSUPPORTED &&
 #define STATE_HDR   6               /* magic, iter, B, samples, seed, user bytes */
 
 struct hetring {
-    cfg c;                       /* the cluster's configuration */
-    int have_cfg;                /* c was loaded */
-    int self;                    /* index of this node in c.nodes */
-    dist d;                      /* ring, controller, checks and views */
-    int have_dist;               /* d was initialised (and not yet freed) */
-    train_config tc;             /* this node's emulation settings (train_stretch_factor) */
-    hetring_callbacks cb;        /* the user's side of view changes */
-    long B;                      /* global batch */
-    long n_samples;              /* dataset size the indices range over */
-    long ipe;                    /* iterations per epoch: n_samples / B */
-    long total;                  /* iterations of the run */
-    data_set ds;                 /* n_samples only: the loader's permutation needs no data */
-    data_loader dl;              /* perm_e (I1) */
-    int have_dl;                 /* dl was initialised */
-    long iter;                   /* next iteration to run: the data cursor */
-    int rank, size;              /* ring position and view size */
-    long *split;                 /* (c.n_nodes) samples per node of the current view */
-    long *next;                  /* (c.n_nodes) where dist_decide writes the next split */
-    train_stat *gathered;        /* (c.n_nodes) every node's stats of the last iteration */
-    int64_t *idx;                /* (B) this node's indices for the iteration fetched */
-    float *buf;                  /* (n_grad + n_nodes * TRAIN_NODE_STATS) gradients + tail */
-    size_t n_grad;               /* floats of gradient, fixed by the first hetring_step */
-    int n_bufs;                  /* buffers per step, fixed by the first hetring_step */
-    size_t *counts;              /* (n_bufs) floats per buffer */
-    unsigned char *blob;         /* (blob_cap) the state blob this node packs */
-    size_t blob_cap;             /* bytes allocated for blob */
-    size_t moved;                /* state bytes sent or received in the last view change */
-    int fetched;                 /* hetring_next handed out iteration `iter` */
-    int boundary;                /* an iteration completed: run dist_boundary first */
-    int view_changed;            /* a view change since the last hetring_next */
-    int closed;                  /* hetring_close ran */
-    int left;                    /* this node left the cluster */
-    hr_status failed;            /* a failure that ended the node (later calls return it) */
-    volatile sig_atomic_t leave; /* hetring_leave: leave at the next boundary */
-    char err[HR_ERRLEN];         /* the last failure's message */
+    cfg c;                /* the cluster's configuration */
+    int have_cfg;         /* c was loaded */
+    int self;             /* index of this node in c.nodes */
+    dist d;               /* ring, controller, checks and views */
+    int have_dist;        /* d was initialised (and not yet freed) */
+    train_config tc;      /* this node's emulation settings (train_stretch_factor) */
+    hetring_callbacks cb; /* the user's side of view changes */
+    long B;               /* global batch */
+    long n_samples;       /* dataset size the indices range over */
+    long ipe;             /* iterations per epoch: n_samples / B */
+    long total;           /* iterations of the run */
+    data_set ds;          /* n_samples only: the loader's permutation needs no data */
+    data_loader dl;       /* perm_e (I1) */
+    int have_dl;          /* dl was initialised */
+    long iter;            /* next iteration to run: the data cursor */
+    int rank, size;       /* ring position and view size */
+    long *split;          /* (c.n_nodes) samples per node of the current view */
+    long *next;           /* (c.n_nodes) where dist_decide writes the next split */
+    train_stat *gathered; /* (c.n_nodes) every node's stats of the last iteration */
+    int64_t *idx;         /* (B) this node's indices for the iteration fetched */
+    float *buf;           /* (n_nodes * TRAIN_NODE_STATS + n_grad) room for the tail,
+                           * then the gradients */
+    float *grads;         /* = buf + n_nodes * TRAIN_NODE_STATS */
+    size_t n_grad;        /* floats of gradient, fixed by the first step or ready */
+    int n_bufs;           /* buffers per step, fixed by the first step or ready */
+    size_t *counts;       /* (n_bufs) floats per buffer */
+    size_t *off;          /* (n_bufs) each buffer's offset in grads */
+    /* overlap (hetring_ready; see the top of this file) */
+    long bucket_bytes;               /* [train] bucket_bytes: OVERLAP_AUTO, 0 or bytes */
+    int n_buckets;                   /* buckets of the plan */
+    long cuts[OVERLAP_MAX_JOBS + 1]; /* bucket j = grads[cuts[j+1], cuts[j]) */
+    int *bucket_of;                  /* (n_bufs) the bucket of each buffer, -1 for an empty one */
+    int missing[OVERLAP_MAX_JOBS];   /* buffers of each bucket not handed over yet */
+    unsigned char *given;            /* (n_bufs) handed over this iteration */
+    float **ptrs;                    /* (n_bufs) the buffers as this iteration's first ready gave */
+    int n_given;                     /* buffers handed over this iteration (hetring_ready) */
+    int next_bucket;                 /* buckets sent this iteration */
+    int bucketed;                    /* this iteration all-reduces bucket by bucket */
+    int told;                        /* the choice last logged (-1: none) */
+    int readied;                     /* hetring_ready was called in this iteration */
+    overlap_fact machine;            /* this node's fact for bucket_bytes = auto */
+    overlap_fact *facts;             /* (c.n_nodes) the view's facts, gathered */
+    overlap_worker ow;               /* the communication thread, started by the first bucket */
+    unsigned char *blob;             /* (blob_cap) the state blob this node packs */
+    size_t blob_cap;                 /* bytes allocated for blob */
+    size_t moved;                    /* state bytes sent or received in the last view change */
+    int fetched;                     /* hetring_next handed out iteration `iter` */
+    int boundary;                    /* an iteration completed: run dist_boundary first */
+    int view_changed;                /* a view change since the last hetring_next */
+    int closed;                      /* hetring_close ran */
+    int left;                        /* this node left the cluster */
+    hr_status failed;                /* a failure that ended the node (later calls return it) */
+    volatile sig_atomic_t leave;     /* hetring_leave: leave at the next boundary */
+    char err[HR_ERRLEN];             /* the last failure's message */
 };
 
 /* ================================================================ status and messages */
@@ -176,6 +204,7 @@ static hr_status st_set_comm(void *ctx, int rank, int size) {
     hetring *h = ctx;
     if (size < 1 || size > h->c.n_nodes || rank < 0 || rank >= size) return HR_ERR_INVAL;
     h->rank = rank, h->size = size;
+    if (h->bucket_bytes == OVERLAP_AUTO) h->bucketed = 0; /* no facts of this view yet */
     return HR_OK;
 }
 
@@ -319,7 +348,11 @@ static hr_status setup(hetring *h, const hetring_options *o) {
     h->next = calloc(nn, sizeof *h->next);
     h->gathered = calloc(nn, sizeof *h->gathered);
     h->idx = calloc((size_t)h->B, sizeof *h->idx);
-    if (!h->split || !h->next || !h->gathered || !h->idx)
+    h->facts = calloc(nn, sizeof *h->facts);
+    h->bucket_bytes = h->tc.bucket_bytes;
+    h->machine = h->tc.machine;
+    h->told = -1;
+    if (!h->split || !h->next || !h->gathered || !h->idx || !h->facts)
         return hr_fail(e, n, HR_ERR_NOMEM, "out of memory");
     h->size = 1, h->split[0] = h->B;
     HR_CHECK(dist_init(&h->d, c, h->self, e, n));
@@ -375,6 +408,7 @@ int hetring_open(hetring **out, const hetring_options *o, char *err, size_t errl
 
 int hetring_close(hetring *h) {
     if (!h) return HETRING_EINVAL;
+    overlap_stop(&h->ow); /* waits for buckets still in flight (the ring's deadlines bound it) */
     if (h->have_dist) dist_free(&h->d);
     h->have_dist = 0;
     h->closed = 1;
@@ -392,6 +426,11 @@ void hetring_free(hetring *h) {
     free(h->idx);
     free(h->buf);
     free(h->counts);
+    free(h->off);
+    free(h->bucket_of);
+    free(h->given);
+    free(h->ptrs);
+    free(h->facts);
     free(h->blob);
     free(h);
 }
@@ -424,6 +463,7 @@ long hetring_iterations(const hetring *h) {
 /* This node left: the ring closes so the others' view change does not wait for it. */
 static int left(hetring *h) {
     h->left = 1;
+    overlap_stop(&h->ow);
     if (h->have_dist) dist_free(&h->d);
     h->have_dist = 0;
     snprintf(h->err, sizeof h->err, "this node left the cluster at iteration %ld", h->iter);
@@ -434,6 +474,11 @@ int hetring_next(hetring *h, hetring_batch *out) {
     int us = usable(h);
     if (us != HETRING_OK) return us;
     if (!out) return fail(h, HETRING_EINVAL, "hetring_next: no batch to fill");
+    if (h->n_given)
+        return fail(h, HETRING_EINVAL,
+                    "hetring_next: iteration %ld has buffers handed over (hetring_ready); finish "
+                    "it with hetring_step",
+                    h->iter);
     h->err[0] = 0;
     if (h->boundary) {
         int changed = 0;
@@ -466,58 +511,162 @@ int hetring_next(hetring *h, hetring_batch *out) {
     return HETRING_OK;
 }
 
-/* The buffers' layout: fixed by the first step, the same at every later one. */
-static int check_grads(hetring *h, const hetring_grads *g) {
+/* ================================================================ buckets */
+
+/* "overlap: ..." on rank 0 when the choice differs from the one logged last. */
+static void tell_choice(hetring *h, const char *why) {
+    if (h->rank != 0 || h->bucketed == h->told) return;
+    if (h->bucketed)
+        HR_INFO(TRAIN, "overlap: %d buckets all-reduced while the nodes compute (%s)", h->n_buckets,
+                why);
+    else
+        HR_INFO(TRAIN, "overlap: off, one all-reduce per step (%s)", why);
+    h->told = h->bucketed;
+}
+
+/* Cut grads into buckets at buffer boundaries, from the last buffer towards the first: each
+ * of at least bucket_bytes but the last (the auto size for auto), and never more buckets than
+ * the communication thread's job table (a larger size then, the same on every node). */
+static void plan(hetring *h) {
+    long bytes = h->bucket_bytes == OVERLAP_AUTO ? OVERLAP_AUTO_BYTES : h->bucket_bytes;
+    const long floor =
+        (long)((h->n_grad * sizeof(float) + OVERLAP_MAX_JOBS - 2) / (OVERLAP_MAX_JOBS - 1));
+    if (bytes < floor) bytes = floor;
+    int nb = 0;
+    long acc = 0;
+    h->cuts[0] = (long)h->n_grad;
+    if (bytes > 0)
+        for (int i = h->n_bufs - 1; i > 0; i--) {
+            acc += (long)(h->counts[i] * sizeof(float));
+            if (acc >= bytes && h->off[i] > 0) h->cuts[++nb] = (long)h->off[i], acc = 0;
+        }
+    if (h->cuts[nb] != 0) h->cuts[++nb] = 0;
+    h->n_buckets = nb;
+    for (int i = 0, j = nb - 1; i < h->n_bufs; i++) {
+        while (j > 0 && (long)h->off[i] >= h->cuts[j]) j--;
+        h->bucket_of[i] = h->counts[i] ? j : -1;
+    }
+    char why[192];
+    h->bucketed = h->bucket_bytes != OVERLAP_AUTO &&
+                  overlap_choose(h->bucket_bytes, nb, NULL, 0, why, sizeof why);
+    if (h->bucket_bytes != OVERLAP_AUTO) tell_choice(h, why);
+}
+
+/* A new iteration's hand-over: nothing given yet. */
+static void round_reset(hetring *h) {
+    if (h->n_given) memset(h->given, 0, (size_t)h->n_bufs);
+    h->n_given = 0, h->next_bucket = 0;
+    memset(h->missing, 0, sizeof h->missing);
+    for (int i = 0; i < h->n_bufs; i++)
+        if (h->bucket_of[i] >= 0) h->missing[h->bucket_of[i]]++;
+}
+
+/* The buffers' layout: fixed by the first step (or hetring_ready), the same at every later
+ * one. */
+static int check_layout(hetring *h, const hetring_grads *g, const char *fn) {
     if (!g || g->n_bufs < 1 || !g->bufs || !g->counts)
-        return fail(h, HETRING_EINVAL, "hetring_step: no gradient buffers given");
+        return fail(h, HETRING_EINVAL, "%s: no gradient buffers given", fn);
+    if (h->n_bufs && g->n_bufs != h->n_bufs)
+        return fail(h, HETRING_EINVAL, "%s: %d buffers given, the first step had %d", fn, g->n_bufs,
+                    h->n_bufs);
     size_t total = 0;
     for (int i = 0; i < g->n_bufs; i++) {
         if (!g->bufs[i] && g->counts[i])
-            return fail(h, HETRING_EINVAL, "hetring_step: buffer %d is NULL", i);
+            return fail(h, HETRING_EINVAL, "%s: buffer %d is NULL", fn, i);
+        if (h->n_bufs && g->counts[i] != h->counts[i])
+            return fail(h, HETRING_EINVAL, "%s: buffer %d holds %zu floats, at the first step %zu",
+                        fn, i, g->counts[i], h->counts[i]);
         total += g->counts[i];
     }
-    if (total == 0) return fail(h, HETRING_EINVAL, "hetring_step: the buffers hold no floats");
-    if (!(g->compute_s >= 0) || !isfinite(g->compute_s))
-        return fail(h, HETRING_EINVAL, "hetring_step: compute_s must be finite and >= 0, not %g",
-                    g->compute_s);
-    if (h->n_bufs == 0) {
-        const size_t tail = (size_t)h->c.n_nodes * TRAIN_NODE_STATS;
-        h->counts = malloc(sizeof *h->counts * (size_t)g->n_bufs);
-        h->buf = malloc(sizeof *h->buf * (total + tail));
-        if (!h->counts || !h->buf) return fail(h, HETRING_ENOMEM, "out of memory");
-        memcpy(h->counts, g->counts, sizeof *h->counts * (size_t)g->n_bufs);
-        h->n_bufs = g->n_bufs, h->n_grad = total;
-        return HETRING_OK;
-    }
-    if (g->n_bufs != h->n_bufs)
-        return fail(h, HETRING_EINVAL, "hetring_step: %d buffers given, the first step had %d",
-                    g->n_bufs, h->n_bufs);
-    for (int i = 0; i < g->n_bufs; i++)
-        if (g->counts[i] != h->counts[i])
-            return fail(h, HETRING_EINVAL,
-                        "hetring_step: buffer %d holds %zu floats, at the first step %zu", i,
-                        g->counts[i], h->counts[i]);
+    if (total == 0) return fail(h, HETRING_EINVAL, "%s: the buffers hold no floats", fn);
+    if (h->n_bufs) return HETRING_OK;
+    const size_t n = (size_t)g->n_bufs, tail = (size_t)h->c.n_nodes * TRAIN_NODE_STATS;
+    h->counts = malloc(sizeof *h->counts * n);
+    h->off = malloc(sizeof *h->off * n);
+    h->bucket_of = malloc(sizeof *h->bucket_of * n);
+    h->given = calloc(n, 1);
+    h->ptrs = malloc(sizeof *h->ptrs * n);
+    h->buf = malloc(sizeof *h->buf * (tail + total));
+    if (!h->counts || !h->off || !h->bucket_of || !h->given || !h->ptrs || !h->buf)
+        return fail(h, HETRING_ENOMEM, "out of memory");
+    memcpy(h->counts, g->counts, sizeof *h->counts * n);
+    for (size_t i = 0, o = 0; i < n; o += g->counts[i], i++) h->off[i] = o;
+    h->n_bufs = g->n_bufs, h->n_grad = total;
+    h->grads = h->buf + tail;
+    plan(h);
+    round_reset(h);
     return HETRING_OK;
 }
 
-/* This node's stats into its slot of the tail, zeros elsewhere. The slot has the built-in
- * trainer's size (TRAIN_NODE_STATS), but the extra floats follow the four counts directly:
- * the library carries no overlap facts, which train.c keeps after the counts. Every member of
- * a library cluster packs and unpacks the same way. */
-static void stats_pack(float *tail, int rank, int size, const train_stat *mine) {
-    memset(tail, 0, sizeof *tail * (size_t)size * TRAIN_NODE_STATS);
-    float *s = tail + (size_t)rank * TRAIN_NODE_STATS;
-    s[0] = (float)mine->b, s[1] = (float)mine->t, s[2] = (float)mine->loss;
-    s[3] = (float)mine->correct;
-    memcpy(s + 4, mine->extra, sizeof mine->extra);
+/* The communication thread's all-reduce. */
+static hr_status bucket_allreduce(void *ctx, float *buf, size_t n) {
+    return dist_allreduce(ctx, buf, n);
 }
 
-static void stats_unpack(const float *tail, int size, train_stat *out) {
-    for (int k = 0; k < size; k++) {
-        const float *s = tail + (size_t)k * TRAIN_NODE_STATS;
-        out[k] = (train_stat){.b = (long)s[0], .t = s[1], .loss = s[2], .correct = (long)s[3]};
-        memcpy(out[k].extra, s + 4, sizeof out[k].extra);
+/* Send every bucket before the last whose buffers are all in, in the plan's order. */
+static int send_ready(hetring *h) {
+    if (!h->ow.running) {
+        hr_status st = overlap_start(&h->ow, bucket_allreduce, &h->d);
+        if (st != HR_OK)
+            return fail(h, status_of(st), "could not start the communication thread (%s)",
+                        hr_strerror(st));
     }
+    while (h->next_bucket < h->n_buckets - 1 && h->missing[h->next_bucket] == 0) {
+        const long lo = h->cuts[h->next_bucket + 1], hi = h->cuts[h->next_bucket];
+        overlap_submit(&h->ow, h->grads + lo, (size_t)(hi - lo));
+        h->next_bucket++;
+    }
+    return HETRING_OK;
+}
+
+/* Buffer i into its place in grads; with buckets on, the buckets it completes go out. */
+static int give(hetring *h, const hetring_grads *g, int i) {
+    if (g->counts[i]) memcpy(h->grads + h->off[i], g->bufs[i], sizeof *h->buf * g->counts[i]);
+    h->given[i] = 1;
+    h->n_given++;
+    if (h->bucket_of[i] >= 0) h->missing[h->bucket_of[i]]--;
+    return h->bucketed ? send_ready(h) : HETRING_OK;
+}
+
+int hetring_ready(hetring *h, const hetring_grads *g, int i) {
+    int us = usable(h);
+    if (us != HETRING_OK) return us;
+    if (!h->fetched)
+        return fail(h, HETRING_EINVAL, "hetring_ready: call hetring_next first (iteration %ld)",
+                    h->iter);
+    if (h->n_given == 0) {
+        if ((us = check_layout(h, g, "hetring_ready")) != HETRING_OK) return us;
+        memcpy(h->ptrs, g->bufs, sizeof *h->ptrs * (size_t)h->n_bufs);
+    } else if (!g || g->n_bufs != h->n_bufs || !g->bufs) {
+        return fail(h, HETRING_EINVAL,
+                    "hetring_ready: the buffers differ from the ones of the first hetring_ready "
+                    "of iteration %ld",
+                    h->iter);
+    }
+    if (i < 0 || i >= h->n_bufs)
+        return fail(h, HETRING_EINVAL, "hetring_ready: no buffer %d (there are %d)", i, h->n_bufs);
+    if (g->bufs[i] != h->ptrs[i])
+        return fail(h, HETRING_EINVAL,
+                    "hetring_ready: buffer %d is not the one of the first hetring_ready of "
+                    "iteration %ld",
+                    i, h->iter);
+    if (h->given[i])
+        return fail(h, HETRING_EINVAL,
+                    "hetring_ready: buffer %d was handed over already in "
+                    "iteration %ld",
+                    i, h->iter);
+    h->err[0] = 0;
+    h->readied = 1;
+    return give(h, g, i);
+}
+
+/* bucket_bytes = auto: whether the next iteration uses the buckets, from the facts every node
+ * put in this iteration's stats, the same on every node (overlap_choose). */
+static void choose_next(hetring *h) {
+    for (int k = 0; k < h->size; k++) h->facts[k] = h->gathered[k].machine;
+    char why[192];
+    h->bucketed = overlap_choose(OVERLAP_AUTO, h->n_buckets, h->facts, h->size, why, sizeof why);
+    tell_choice(h, why);
 }
 
 /* The all-reduce failed: a new view, and the iteration again (or the end of this node). */
@@ -532,32 +681,54 @@ static int recover(hetring *h, hr_status st) {
     return HETRING_RETRY;
 }
 
+/* The iteration's all-reduce of the tail and the gradients, one piece or bucket by bucket. */
+static hr_status exchange(hetring *h, float *head, size_t tail) {
+    if (!h->bucketed) return dist_allreduce(&h->d, head, tail + h->n_grad);
+    if (send_ready(h) != HETRING_OK) return HR_ERR_IO;
+    overlap_submit(&h->ow, head, tail + (size_t)h->cuts[h->n_buckets - 1]);
+    return overlap_wait(&h->ow);
+}
+
 int hetring_step(hetring *h, const hetring_grads *g, hetring_result *res) {
     int us = usable(h);
     if (us != HETRING_OK) return us;
-    h->err[0] = 0;
     if (!h->fetched)
         return fail(h, HETRING_EINVAL, "hetring_step: call hetring_next first (iteration %ld)",
                     h->iter);
-    if ((us = check_grads(h, g)) != HETRING_OK) return us;
+    if ((us = check_layout(h, g, "hetring_step")) != HETRING_OK) return us;
+    for (int i = 0; h->n_given && i < g->n_bufs; i++)
+        if (h->given[i] && g->bufs[i] != h->ptrs[i])
+            return fail(h, HETRING_EINVAL,
+                        "hetring_step: buffer %d is not the one hetring_ready was given", i);
+    if (!(g->compute_s >= 0) || !isfinite(g->compute_s))
+        return fail(h, HETRING_EINVAL, "hetring_step: compute_s must be finite and >= 0, not %g",
+                    g->compute_s);
+    h->err[0] = 0;
     const long b = h->split[h->rank];
     const double factor = train_stretch_factor(&h->tc, h->iter);
     hr_sleep((factor - 1) * g->compute_s); /* an emulated slow node (labelled as such) */
-    const double t0 = tcp_now();
-    size_t o = 0;
-    for (int i = 0; i < g->n_bufs; i++) {
-        if (g->counts[i]) memcpy(h->buf + o, g->bufs[i], sizeof *h->buf * g->counts[i]);
-        o += g->counts[i];
-    }
-    train_stat mine = {
-        .b = b, .t = factor * g->compute_s, .loss = g->loss_sum, .correct = g->correct};
+    const double t0 = hr_now();
+    const int early = h->bucketed ? h->next_bucket : 0; /* sent while the user computed */
+    for (int i = 0; i < g->n_bufs; i++)
+        if (!h->given[i]) (void)give(h, g, i); /* a failed thread start shows in exchange */
+    train_stat mine = {.b = b,
+                       .t = factor * g->compute_s,
+                       .loss = g->loss_sum,
+                       .correct = g->correct,
+                       .machine = h->machine};
+    mine.machine.at_end = !h->readied; /* buckets overlap nothing in a loop without ready */
+    h->readied = 0;
     dist_annotate(&h->d, h->iter, g->param_hash, &mine);
-    float *tail = h->buf + h->n_grad;
-    stats_pack(tail, h->rank, h->size, &mine);
+    const size_t tail = (size_t)h->size * TRAIN_NODE_STATS;
+    float *head = h->grads - tail; /* the tail leads the last bucket */
+    train_stats_pack(head, h->rank, h->size, &mine);
     h->fetched = 0;
-    hr_status st = dist_allreduce(&h->d, h->buf, h->n_grad + (size_t)h->size * TRAIN_NODE_STATS);
+    const int buckets = h->bucketed ? h->n_buckets : 1;
+    hr_status st = exchange(h, head, tail);
+    round_reset(h);
     if (st != HR_OK) return recover(h, st);
-    stats_unpack(tail, h->size, h->gathered);
+    train_stats_unpack(head, h->size, h->gathered);
+    if (h->bucket_bytes == OVERLAP_AUTO) choose_next(h);
     memcpy(h->next, h->split, sizeof *h->next * (size_t)h->size);
     st = dist_decide(&h->d, h->iter, h->gathered, h->size, h->next);
     if (st != HR_OK) {
@@ -570,11 +741,10 @@ int hetring_step(hetring *h, const hetring_grads *g, hetring_result *res) {
     int changed = memcmp(h->next, h->split, sizeof *h->next * (size_t)h->size) != 0;
     st_set_split(h, h->next);
     const float inv = 1.0f / (float)h->B; /* I2: the sum over B samples, over B */
-    o = 0;
     for (int i = 0; i < g->n_bufs; i++) {
         float *dst = g->bufs[i];
-        for (size_t j = 0; j < g->counts[i]; j++) dst[j] = h->buf[o + j] * inv;
-        o += g->counts[i];
+        const float *src = h->grads + h->off[i];
+        for (size_t j = 0; j < g->counts[i]; j++) dst[j] = src[j] * inv;
     }
     double loss = 0, correct = 0;
     for (int k = 0; k < h->size; k++)
@@ -587,7 +757,9 @@ int hetring_step(hetring *h, const hetring_grads *g, hetring_result *res) {
                                 .changed = changed,
                                 .t_compute = g->compute_s,
                                 .t_node = factor * g->compute_s,
-                                .t_comm = tcp_now() - t0};
+                                .t_comm = hr_now() - t0,
+                                .buckets = buckets,
+                                .early = early};
     h->iter++;
     h->boundary = 1;
     return HETRING_OK;

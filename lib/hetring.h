@@ -16,6 +16,13 @@
  *         // grads' buffers now hold the global mean gradient (sum / B): take your step
  *     }
  *
+ * Overlap: call hetring_ready(h, &grads, i) as soon as buffer i holds its final sums (for
+ * instance from a backward hook, where the last layers finish first); with buckets on, the
+ * library all-reduces them on its own thread while you compute the rest, as DDP does.
+ * hetring_step then sends what is left. [train] bucket_bytes decides: auto (the default)
+ * uses buckets where every node calls hetring_ready and has a core to spare for the thread,
+ * N uses buckets of at least N bytes, 0 none; hetring_result says what an iteration did.
+ *
  * What it keeps for you:
  *  - I1 exact global batch: iteration i of epoch e is perm_e[i*B, (i+1)*B) of the dataset,
  *    perm_e a permutation from (seed, e); this node's slice follows the replicated split.
@@ -50,7 +57,7 @@ extern "C" {
 #endif
 
 #define HETRING_VERSION_MAJOR 0
-#define HETRING_VERSION_MINOR 1
+#define HETRING_VERSION_MINOR 2
 #define HETRING_VERSION_PATCH 0
 
 #if defined(__GNUC__)
@@ -160,9 +167,11 @@ typedef struct {
     double t_compute; /* this node's compute seconds as passed in */
     double t_node;    /* with the emulated stretch */
     double t_comm;    /* seconds in the all-reduce and the decision */
+    int buckets;      /* all-reduces the gradients went in (1: no overlap this iteration) */
+    int early;        /* of them, sent by hetring_ready while this node computed */
 } hetring_result;
 
-/* "0.1.0": the library's version (which may differ from the header's HETRING_VERSION_*). */
+/* "0.2.0": the library's version (which may differ from the header's HETRING_VERSION_*). */
 HETRING_API const char *hetring_version(void);
 
 /* A short name of a status ("peer failure", "retry the iteration", ...). */
@@ -171,9 +180,9 @@ HETRING_API const char *hetring_strerror(int status);
 /* Defaults: node_id -1, sync_first 1, the rest 0. */
 HETRING_API void hetring_options_init(hetring_options *o);
 
-/* Start node o->node_id of o->conf (or o->conf_text): read the INI, open the ring, agree on the first view
- * with the reachable nodes (waiting up to [cluster] rejoin_timeout for a quorum), take the
- * state of the member the election names and start the controller. *out is NULL on failure,
+/* Start node o->node_id of o->conf (or o->conf_text): read the INI, open the ring, agree on the
+ * first view with the reachable nodes (waiting up to [cluster] rejoin_timeout for a quorum), take
+ * the state of the member the election names and start the controller. *out is NULL on failure,
  * with err (errlen bytes, may be NULL) saying why. */
 HETRING_API HETRING_RESULT int hetring_open(hetring **out, const hetring_options *o, char *err,
                                             size_t errlen);
@@ -182,6 +191,14 @@ HETRING_API HETRING_RESULT int hetring_open(hetring **out, const hetring_options
  * for first (a node joining or leaving). HETRING_DONE when the INI's iterations (or epochs)
  * are done, HETRING_LEFT once hetring_leave took effect. */
 HETRING_API HETRING_RESULT int hetring_next(hetring *h, hetring_batch *out);
+
+/* Buffer i of g holds its final gradient sums for this iteration: the library copies it now,
+ * and with buckets on sends every bucket it completes. Buckets go out in one order (from the
+ * last buffer towards the first) whatever the order of the calls, so nodes may call it in
+ * different orders, or not at all. g must hold the buffers hetring_step is then given; call
+ * it at most once per buffer and iteration, after hetring_next. A buffer handed over is not
+ * read again: write it no more until hetring_step returns the mean into it. */
+HETRING_API HETRING_RESULT int hetring_ready(hetring *h, const hetring_grads *g, int i);
 
 /* All-reduce g's buffers over the cluster with the stats of this node, check the agreement
  * hashes, run the controller and return the mean gradient in g->bufs and the next split.

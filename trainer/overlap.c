@@ -40,7 +40,7 @@ long overlap_cores(void) {
 }
 
 overlap_fact overlap_fact_of(long id, long cores, const long *threads, int n) {
-    overlap_fact f = {id, cores, 0};
+    overlap_fact f = {id, cores, 0, 0};
     for (int k = 0; k < n; k++) f.demand += (threads[k] > 0 ? threads[k] : cores) + 1;
     return f;
 }
@@ -63,6 +63,13 @@ static int choose_auto(const overlap_fact *facts, int n, char *why, size_t whyle
     int fewest = 0;
     for (int k = 0; k < n; k++) {
         const overlap_fact *f = &facts[k];
+        if (f->at_end) {
+            snprintf(why, whylen,
+                     "auto: node %ld hands its gradients over only after its compute (its loop "
+                     "does not call hetring_ready)",
+                     f->id);
+            return 0;
+        }
         if (!overlap_fact_spare(f)) {
             snprintf(why, whylen, "auto: node %ld has no core to spare, %ld core%s for %ld threads",
                      f->id, f->cores, f->cores == 1 ? "" : "s", f->demand);

@@ -73,6 +73,9 @@ typedef struct {
     long cores;  /* cores its process may run on (overlap_cores); 0: unknown */
     long demand; /* threads its machine runs while overlapping: every co-located node's
                   * compute threads, plus one communication thread per node */
+    long at_end; /* 1: it hands its gradients over only once its compute is done (a libhetring
+                  * loop that does not call hetring_ready), so buckets overlap nothing there;
+                  * 0: bucket by bucket during backward (the built-in trainer) */
 } overlap_fact;
 
 /* Cores this process may run on: its CPU affinity (sched_getaffinity, else the online
@@ -90,7 +93,8 @@ int overlap_fact_spare(const overlap_fact *f);
 /* Whether the next iteration all-reduces its n_buckets buckets during backward, for the
  * setting bucket_bytes (OVERLAP_AUTO, 0 or bytes) and the facts of the n nodes of the view
  * (n = 0: none gathered yet). An explicit setting is obeyed; auto needs two buckets or more,
- * two nodes or more, and a core to spare on every node. `why` gets the reason ("auto: node 3
+ * two nodes or more, and on every node a core to spare and gradients handed over during
+ * backward (not at_end). `why` gets the reason ("auto: node 3
  * has no core to spare (2 cores for 4 threads)"). A pure function: every node that holds the
  * same facts decides the same. */
 int overlap_choose(long bucket_bytes, int n_buckets, const overlap_fact *facts, int n, char *why,

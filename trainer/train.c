@@ -167,9 +167,8 @@ void train_set_split(trainer *t, const long *b) {
 
 /* ================================================================ one iteration */
 
-/* The stats tail, the one place that knows its layout: this node's stats into its slot,
- * zeros elsewhere. The slot holds floats because the all-reduce is a float SUM. */
-static void stats_pack(float *tail, int rank, int size, const train_stat *mine) {
+/* The slot holds floats because the all-reduce is a float SUM. */
+void train_stats_pack(float *tail, int rank, int size, const train_stat *mine) {
     memset(tail, 0, sizeof *tail * (size_t)size * TRAIN_NODE_STATS);
     float *slot = tail + (long)rank * TRAIN_NODE_STATS;
     slot[0] = (float)mine->b;
@@ -179,19 +178,19 @@ static void stats_pack(float *tail, int rank, int size, const train_stat *mine) 
     slot[4] = (float)mine->machine.id;
     slot[5] = (float)mine->machine.cores;
     slot[6] = (float)mine->machine.demand;
-    memcpy(slot + 7, mine->extra, sizeof mine->extra);
+    slot[7] = (float)mine->machine.at_end;
+    memcpy(slot + 8, mine->extra, sizeof mine->extra);
 }
 
-/* Every node's stats from the all-reduced tail. */
-static void stats_unpack(const float *tail, int size, train_stat *out) {
+void train_stats_unpack(const float *tail, int size, train_stat *out) {
     for (int k = 0; k < size; k++) {
         const float *slot = tail + (long)k * TRAIN_NODE_STATS;
         out[k].b = (long)slot[0];
         out[k].t = slot[1];
         out[k].loss = slot[2];
         out[k].correct = (long)slot[3];
-        out[k].machine = (overlap_fact){(long)slot[4], (long)slot[5], (long)slot[6]};
-        memcpy(out[k].extra, slot + 7, sizeof out[k].extra);
+        out[k].machine = (overlap_fact){(long)slot[4], (long)slot[5], (long)slot[6], (long)slot[7]};
+        memcpy(out[k].extra, slot + 8, sizeof out[k].extra);
     }
 }
 
@@ -316,7 +315,7 @@ hr_status train_step(trainer *t, train_iter *out) {
                        .machine = t->conf.machine};
     hr_status ast = HR_OK;
     if (t->ctrl.annotate) ast = t->ctrl.annotate(t->ctrl.ctx, i, t->m.params, t->m.n_params, &mine);
-    stats_pack(t->stats, rank, size, &mine);
+    train_stats_pack(t->stats, rank, size, &mine);
 
     if (overlapping(t)) {
         /* the last bucket starts at grads[0]: a copy of the tail just before it rides along */
@@ -337,7 +336,7 @@ hr_status train_step(trainer *t, train_iter *out) {
 
     opt_step(&t->opt, t->m.params, t->m.grads, B, i);
 
-    stats_unpack(t->stats, size, t->gathered);
+    train_stats_unpack(t->stats, size, t->gathered);
     if (t->conf.bucket_bytes == OVERLAP_AUTO) choose_next(t);
     double loss = 0, correct = 0;
     for (int k = 0; k < size; k++) loss += t->gathered[k].loss, correct += t->gathered[k].correct;

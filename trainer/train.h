@@ -92,7 +92,13 @@ typedef struct {
     overlap_fact machine;          /* the node's cores and its machine's threads (overlap.h) */
     float extra[TRAIN_STAT_EXTRA]; /* resource features or agreement hashes, carried as is */
 } train_stat;
-#define TRAIN_NODE_STATS (7 + TRAIN_STAT_EXTRA) /* floats per node in the stats tail */
+#define TRAIN_NODE_STATS (8 + TRAIN_STAT_EXTRA) /* floats per node in the stats tail */
+
+/* The stats tail, the one place that knows its layout (the built-in trainer and libhetring
+ * share it): this node's stats into its slot of tail[0, size * TRAIN_NODE_STATS), zeros
+ * elsewhere; and every node's stats back from the all-reduced tail. */
+void train_stats_pack(float *tail, int rank, int size, const train_stat *mine);
+void train_stats_unpack(const float *tail, int size, train_stat *out);
 
 /* The communication step: a SUM all-reduce of n floats in place, the same bytes on every
  * node afterwards (I4). rank is this node's ring position, size the number of nodes. */

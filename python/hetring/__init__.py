@@ -22,7 +22,7 @@ import os
 
 from . import _lib
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 __all__ = ["Node", "Error", "Left", "Batch", "ini_text", "library_version", "hash_bytes",
            "__version__"]
 
@@ -108,7 +108,7 @@ class Result:
     """What an iteration did (the same on every node but the t_ fields)."""
 
     __slots__ = ("iter", "loss", "accuracy", "next_batch", "changed", "t_compute", "t_node",
-                 "t_comm")
+                 "t_comm", "buckets", "early")
 
 
 class Node:
@@ -156,6 +156,7 @@ class Node:
         self._batch = _lib.Batch()
         self._res = _lib.Result()
         self._grads = _lib.Grads()
+        self._given = None  # the buffers list of this iteration's ready() calls
 
     # -------------------------------------------------------------- callbacks
     def _cb_get(self, user, data, nbytes):
@@ -213,17 +214,35 @@ class Node:
         b.indices = c.indices[:c.batch] if c.batch else []
         return b
 
+    def _set_buffers(self, buffers):
+        n = len(buffers)
+        g = self._grads
+        self._bufs = (ctypes.c_void_p * n)(*[a for a, _ in buffers])
+        self._counts = (ctypes.c_size_t * n)(*[c for _, c in buffers])
+        g.bufs, g.counts, g.n_bufs = self._bufs, self._counts, n
+
+    def ready(self, buffers, i):
+        """Buffer i of `buffers` (the list step() is then given) holds its final sums: hand it
+        over now. With buckets on, the library all-reduces it on its own thread while you
+        compute the rest (hetring.h, hetring_ready); call it from a backward hook."""
+        if buffers is not self._given:
+            self._set_buffers(buffers)
+            self._given = buffers
+        st = self._L.hetring_ready(self._h, ctypes.byref(self._grads), int(i))
+        self._reraise()
+        if st != _lib.OK:
+            self._fail(st)
+
     def step(self, buffers, compute_s, loss_sum=0.0, correct=0, param_hash=0):
         """All-reduce buffers (a list of (address, float32 count)) in place to the global mean.
 
         Returns a Result, or None when the view changed during the call: fetch next() again
         and compute the iteration again.
         """
-        n = len(buffers)
+        if buffers is not self._given:
+            self._set_buffers(buffers)
+        self._given = None
         g = self._grads
-        self._bufs = (ctypes.c_void_p * n)(*[a for a, _ in buffers])
-        self._counts = (ctypes.c_size_t * n)(*[c for _, c in buffers])
-        g.bufs, g.counts, g.n_bufs = self._bufs, self._counts, n
         g.compute_s, g.loss_sum, g.correct = float(compute_s), float(loss_sum), int(correct)
         g.param_hash = int(param_hash)
         st = self._L.hetring_step(self._h, ctypes.byref(g), ctypes.byref(self._res))

@@ -94,6 +94,8 @@ class Result(ctypes.Structure):
         ("t_compute", ctypes.c_double),
         ("t_node", ctypes.c_double),
         ("t_comm", ctypes.c_double),
+        ("buckets", ctypes.c_int),
+        ("early", ctypes.c_int),
     ]
 
 
@@ -131,6 +133,7 @@ def load():
         "hetring_open": (ctypes.c_int, [ctypes.POINTER(h), ctypes.POINTER(Options),
                                         ctypes.c_char_p, ctypes.c_size_t]),
         "hetring_next": (ctypes.c_int, [h, ctypes.POINTER(Batch)]),
+        "hetring_ready": (ctypes.c_int, [h, ctypes.POINTER(Grads), ctypes.c_int]),
         "hetring_step": (ctypes.c_int, [h, ctypes.POINTER(Grads), ctypes.POINTER(Result)]),
         "hetring_leave": (None, [h]),
         "hetring_node_id": (ctypes.c_long, [h]),

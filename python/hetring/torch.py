@@ -30,12 +30,18 @@ Parameters may be of any floating type and on any device (a GPU's included). flo
 gradients are all-reduced in place; any other kind goes through one float32 staging buffer on
 the CPU (copied out before the all-reduce and back after it), so the all-reduce rounds them to
 float32 on the way. On a GPU, the compute time is measured after torch.cuda.synchronize().
+
+Overlap (overlap=True, the default): a hook on every parameter hands its gradient to the
+library as soon as backward has accumulated it (hetring_ready), so where the library uses
+buckets ([train] bucket_bytes: auto where every node has a core to spare, or a size) the last
+layers' gradients are all-reduced while backward computes the first ones, as DDP does.
 """
 import multiprocessing
 import os
 import pickle
 import stat
 import time
+import weakref
 
 import torch
 
@@ -119,6 +125,17 @@ def _worker_load(indices):
     return [_worker_dataset[i] for i in indices]
 
 
+class _Buffers:
+    """One iteration's gradient memory as the library reads it."""
+
+    __slots__ = ("targets", "bufs", "given")
+
+    def __init__(self, targets):
+        self.targets = targets
+        self.bufs = [(t.data_ptr(), t.numel()) for t in targets]
+        self.given = [False] * len(targets)
+
+
 class Sampler(torch.utils.data.Sampler):
     """A batch_sampler: this node's indices of each iteration, asked of the cluster lazily."""
 
@@ -141,10 +158,12 @@ class Trainer:
     clock: the seconds counter that times each node's compute for the controller (default
     time.perf_counter; time.thread_time counts only this thread's CPU, which keeps the speed
     signal steady on a machine whose cores are shared by more processes than it has).
+    overlap: hand each gradient over from a backward hook as soon as it is computed (see the
+    module's text); False hands them all over after backward.
     """
 
     def __init__(self, conf, model, optimizer, node_id=None, n_samples=0, overrides=(),
-                 on_view=None, sync_first=True, clock=time.perf_counter):
+                 on_view=None, sync_first=True, clock=time.perf_counter, overlap=True):
         self.model, self.optimizer = model, optimizer
         self.clock = clock
         self.params = [p for p in model.parameters() if p.requires_grad]
@@ -166,6 +185,66 @@ class Trainer:
                                  overrides=overrides, sync_first=sync_first,
                                  get_state=lambda: state_bytes(self.model, self.optimizer),
                                  put_state=self._put, on_view=self._on_view)
+        self._live = None  # this iteration's _Buffers while backward runs
+        self._hooks = []
+        if overlap:
+            self._install_hooks()
+
+    def _install_hooks(self):
+        """A hook per parameter that runs once backward has accumulated its gradient:
+        register_post_accumulate_grad_hook from PyTorch 2.1, before it a hook on the
+        parameter's AccumulateGrad node (kept alive here, as DDP kept them)."""
+        me = weakref.ref(self)  # the hooks must not keep the trainer alive
+
+        def hook_for(k):
+            def fire(*_):
+                t = me()
+                if t is not None:
+                    t._grad_done(k)
+            return fire
+
+        for k, p in enumerate(self.params):
+            if hasattr(p, "register_post_accumulate_grad_hook"):
+                self._hooks.append((None, p.register_post_accumulate_grad_hook(hook_for(k))))
+                continue
+            with torch.enable_grad():
+                acc = p.expand_as(p).grad_fn.next_functions[0][0]
+            self._hooks.append((acc, acc.register_hook(hook_for(k))))
+
+    def _buffers(self):
+        """This iteration's buffers, fixed before backward: every .grad exists and is
+        contiguous; the library reads each .grad in place (float32 on the CPU) or its view of
+        `staged`."""
+        targets, off = [], 0
+        for p in self.params:
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
+            elif not p.grad.is_contiguous():
+                p.grad = p.grad.contiguous()
+            if self.staged is None:
+                targets.append(p.grad)
+            else:
+                targets.append(self.staged[off:off + p.numel()])
+                off += p.numel()
+        return _Buffers(targets)
+
+    def _collect(self, k):
+        """Parameter k's gradient into the memory the library reads."""
+        p, t = self.params[k], self._live.targets[k]
+        if self.staged is not None:
+            t.copy_(p.grad.reshape(-1))  # to float32 on the CPU
+        elif p.grad.data_ptr() != t.data_ptr():  # autograd gave .grad new memory
+            t.copy_(p.grad)
+            p.grad = t
+        self._live.given[k] = True
+
+    def _grad_done(self, k):
+        """The hook: hand parameter k's gradient over while backward goes on."""
+        live = self._live
+        if live is None or live.given[k]:  # a backward outside step(), or a second call
+            return
+        self._collect(k)
+        self.node.ready(live.bufs, k)
 
     def _put(self, data):
         with torch.no_grad():
@@ -240,40 +319,39 @@ class Trainer:
         self.batch = None
         self.optimizer.zero_grad(set_to_none=False)
         t0 = self.clock()
+        live = self._live = self._buffers()
         loss_sum, correct = 0.0, 0
-        if b.batch > 0:
-            x, y = batch
-            out = self.model(x)
-            loss = loss_fn(out, y)
-            (loss * b.batch).backward()  # the mean over b samples, as their sum
-            loss_sum = float(loss.detach()) * b.batch
-            if y.dtype in _INT_TYPES and out.dim() == 2:
-                correct = int((out.detach().argmax(1) == y).sum())
+        try:
+            if b.batch > 0:
+                x, y = batch
+                out = self.model(x)
+                loss = loss_fn(out, y)
+                (loss * b.batch).backward()  # the mean over b samples, as their sum
+                loss_sum = float(loss.detach()) * b.batch
+                if y.dtype in _INT_TYPES and out.dim() == 2:
+                    correct = int((out.detach().argmax(1) == y).sum())
+        finally:
+            self._live = None
         if self._cuda:
             torch.cuda.synchronize()  # the compute time includes the kernels still queued
         compute_s = self.clock() - t0
-        bufs, views, off = [], [], 0
-        for p in self.params:
-            if p.grad is None:
-                p.grad = torch.zeros_like(p)
-            elif not p.grad.is_contiguous():
-                p.grad = p.grad.contiguous()
-            if self.staged is None:
-                bufs.append((p.grad.data_ptr(), p.grad.numel()))
-                continue
-            v = self.staged[off:off + p.numel()]
-            v.copy_(p.grad.reshape(-1))  # to float32 on the CPU
-            views.append(v)
-            bufs.append((v.data_ptr(), v.numel()))
-            off += p.numel()
+        self._live = live
+        for k in range(len(self.params)):
+            if not live.given[k]:
+                self._collect(k)  # no hook ran for it (overlap off, or unused in this graph)
+        self._live = None
         h = param_hash(self.params) if b.check_hash else 0
-        res = self.node.step(bufs, compute_s, loss_sum, correct, h)
+        res = self.node.step(live.bufs, compute_s, loss_sum, correct, h)
         if res is None:
             return None
-        for p, v in zip(self.params if views else (), views):
-            p.grad.copy_(v.view_as(p.grad))  # the global mean, back in the parameter's kind
+        if self.staged is not None:
+            for p, v in zip(self.params, live.targets):
+                p.grad.copy_(v.view_as(p.grad))  # the global mean, back in the parameter's kind
         self.optimizer.step()
         return res
 
     def close(self):
+        for _, handle in self._hooks:
+            handle.remove()
+        self._hooks = []
         self.node.close()

@@ -14,6 +14,13 @@
  *   test_api leave    node 2 calls hetring_leave (as from a signal handler): its hetring_next
  *                     returns HETRING_LEFT at the boundary the others agree on, and they
  *                     finish as two without a retry, every sample of an epoch used once
+ *   test_api overlap  ring's checks with bucket_bytes = 64 (two buckets: the count buffer,
+ *                     then w's with the stats): node 1 hands the count buffer over with
+ *                     hetring_ready before it computes w's gradient, node 2 hands both over
+ *                     in the other order, node 0 never calls it; every node's iterations
+ *                     run in 2 all-reduces, those that called hetring_ready sent 1 early
+ *   test_api overlap_rejoin  rejoin with those buckets: node 2 dies after its first bucket
+ *                     went out, the others' hetring_step returns HETRING_RETRY
  *
  * The "model" is w (D floats) with per-sample gradient w - x_i, x_i[j] = sin(i + j); a
  * second buffer counts each sample's use (1 at its index), so after the all-reduce and the
@@ -65,6 +72,8 @@ static void on_view(void *user, const hetring_view *v) {
            (unsigned long long)v->epoch, v->n, v->iter, v->rank, v->state_bytes);
 }
 
+static const char *train_extra = ""; /* more [train] keys */
+
 static const char *write_ini(const char *dir, int nodes, int port, const char *extra) {
     static char path[512];
     snprintf(path, sizeof path, "%s/api.ini", dir);
@@ -73,9 +82,9 @@ static const char *write_ini(const char *dir, int nodes, int port, const char *e
     fprintf(f,
             "[cluster]\nsecurity = none\nconnect_timeout = 10\ntimeout = 5\nrejoin_timeout = 20\n"
             "[train]\nsamples = %d\nglobal_batch = %d\niterations = %d\nseed = 3\n"
-            "hash_interval = 5\n"
+            "hash_interval = 5\n%s\n"
             "[controller]\npolicy = proportional\ninterval = 1\nmin_batch = 2\n",
-            SAMPLES, BATCH, ITERS);
+            SAMPLES, BATCH, ITERS, train_extra);
     for (int k = 0; k < nodes; k++)
         fprintf(f, "[node.%d]\nhost = 127.0.0.1\nport = %d\n%s\n", k, port + k,
                 k == 1 ? extra : "");
@@ -145,6 +154,32 @@ static int misuse(const char *dir, int port) {
     CHECK(hetring_step(h, &gr, &r) == HETRING_EINVAL, "fewer buffers: EINVAL");
     gr.n_bufs = 2;
     CHECK(hetring_step(h, &gr, &r) == HETRING_OK && r.iter == 1, "a misuse leaves it usable");
+
+    /* hetring_ready */
+    CHECK(hetring_ready(h, &gr, 1) == HETRING_EINVAL, "ready before next: EINVAL");
+    CHECK(hetring_next(h, &b) == HETRING_OK && b.iter == 2, "next for ready");
+    CHECK(hetring_ready(h, &gr, 2) == HETRING_EINVAL && hetring_ready(h, &gr, -1) == HETRING_EINVAL,
+          "ready of a buffer that is not there: EINVAL");
+    printf("ready(2): %s\n", hetring_last_error(h));
+    memset(g, 0, sizeof g), memset(count, 0, sizeof count);
+    count[0] = 2;
+    CHECK(hetring_ready(h, &gr, 1) == HETRING_OK, "ready(1): %s", hetring_last_error(h));
+    count[0] = 99; /* after the hand-over: must not be read */
+    st = hetring_ready(h, &gr, 1);
+    CHECK(st == HETRING_EINVAL && strstr(hetring_last_error(h), "handed over already"),
+          "ready twice: %d (%s)", st, hetring_last_error(h));
+    CHECK(hetring_next(h, &b) == HETRING_EINVAL, "next with a buffer handed over: EINVAL");
+    printf("next after ready: %s\n", hetring_last_error(h));
+    float other[SAMPLES];
+    bufs[1] = other;
+    CHECK(hetring_step(h, &gr, &r) == HETRING_EINVAL, "step with another buffer 1: EINVAL");
+    bufs[1] = count;
+    st = hetring_step(h, &gr, &r);
+    CHECK(st == HETRING_OK && r.iter == 2 && r.buckets == 1 && r.early == 0,
+          "step after ready: %d, iteration %ld, %d all-reduces, %d early", st, r.iter, r.buckets,
+          r.early);
+    CHECK(count[0] == 2.0f / BATCH, "the copy taken at hetring_ready comes back: %g, not %g",
+          count[0], 2.0 / BATCH);
     CHECK(hetring_close(h) == HETRING_OK && hetring_close(h) == HETRING_OK, "close twice");
     CHECK(hetring_next(h, &b) == HETRING_ECLOSED, "next after close: ECLOSED");
     CHECK(hetring_step(h, &gr, &r) == HETRING_ECLOSED, "step after close: ECLOSED");
@@ -217,6 +252,8 @@ typedef struct {
     long leave_at; /* hetring_leave at this iteration; -1: never */
 } node_args;
 
+static int overlap_run; /* test_api overlap*: bucket_bytes = 64, nodes 1 and 2 call ready */
+
 static int leave_run; /* test_api leave: no node is slow */
 
 static float x_of(long i, int j) {
@@ -250,23 +287,31 @@ static int run_node(const node_args *a) {
     hetring_batch b;
     while ((st = hetring_next(h, &b)) == HETRING_OK) {
         if (first < 0) first = b.iter;
-        if (b.iter == a->die_at) _exit(3); /* a crash mid-iteration */
+        if (b.iter == a->die_at && !overlap_run) _exit(3); /* a crash mid-iteration */
         if (a->pace && (retries > 0 || b.size < 3)) usleep(50 * 1000);
         if (b.iter == a->leave_at) hetring_leave(h);
+        hetring_grads gr = {.bufs = bufs, .counts = counts, .n_bufs = 2};
+        const int early = overlap_run && a->id > 0; /* nodes 1 and 2 call hetring_ready */
         memset(count, 0, sizeof count);
+        for (long s = 0; s < b.batch; s++) count[b.indices[s]] += 1;
+        if (early && a->id == 1) CHECK(hetring_ready(h, &gr, 1) == HETRING_OK, "ready(1)");
+        if (b.iter == a->die_at) {
+            CHECK(hetring_ready(h, &gr, 1) == HETRING_OK, "ready(1) before dying");
+            usleep(20 * 1000); /* the count bucket is on its way: die during its all-reduce */
+            _exit(3);
+        }
         for (int j = 0; j < D; j++) g[j] = 0;
         for (long s = 0; s < b.batch; s++) {
             long i = b.indices[s];
             CHECK(i >= 0 && i < SAMPLES, "index %ld", i);
-            count[i] += 1;
             for (int j = 0; j < D; j++) g[j] += m.w[j] - x_of(i, j);
         }
-        hetring_grads gr = {.bufs = bufs,
-                            .counts = counts,
-                            .n_bufs = 2,
-                            .compute_s = 2e-4 * (double)b.batch,
-                            .loss_sum = (double)b.batch,
-                            .param_hash = b.check_hash ? hetring_hash(m.w, sizeof m.w, 0) : 0};
+        if (early && a->id == 2) /* the other order: buckets still go out count first */
+            CHECK(hetring_ready(h, &gr, 0) == HETRING_OK && hetring_ready(h, &gr, 1) == HETRING_OK,
+                  "ready(0), ready(1): %s", hetring_last_error(h));
+        gr.compute_s = 2e-4 * (double)b.batch;
+        gr.loss_sum = (double)b.batch;
+        gr.param_hash = b.check_hash ? hetring_hash(m.w, sizeof m.w, 0) : 0;
         hetring_result r;
         st = hetring_step(h, &gr, &r);
         if (st == HETRING_RETRY) {
@@ -275,6 +320,11 @@ static int run_node(const node_args *a) {
         }
         CHECK(st == HETRING_OK, "node %ld: step %ld: %s", a->id, b.iter, hetring_last_error(h));
         if (st != HETRING_OK) break;
+        if (overlap_run)
+            CHECK(r.buckets == 2 && r.early == early,
+                  "node %ld, iteration %ld: %d all-reduces, "
+                  "%d early; expected 2 and %d",
+                  a->id, b.iter, r.buckets, r.early, early);
         long total = 0, bad = 0, twice = 0;
         for (long i = 0; i < SAMPLES; i++) {
             double c = (double)count[i] * BATCH;
@@ -336,6 +386,7 @@ static int wait_ok(pid_t p, int expect) {
 }
 
 static int ring(const char *dir, int port, int rejoin, int leave) {
+    if (overlap_run) train_extra = "bucket_bytes = 64";
     const char *ini = write_ini(dir, 3, port, rejoin || leave ? "" : "slowdown = 3");
     node_args a[3];
     pid_t p[3];
@@ -356,7 +407,7 @@ static int ring(const char *dir, int port, int rejoin, int leave) {
 
 int main(int argc, char **argv) {
     if (argc < 2) {
-        fprintf(stderr, "usage: test_api misuse|text|ring|rejoin|leave\n");
+        fprintf(stderr, "usage: test_api misuse|text|ring|rejoin|leave|overlap|overlap_rejoin\n");
         return 2;
     }
     signal(SIGPIPE, SIG_IGN);
@@ -369,6 +420,8 @@ int main(int argc, char **argv) {
     if (strcmp(argv[1], "ring") == 0) rc = ring(dir, port, 0, 0);
     if (strcmp(argv[1], "rejoin") == 0) rc = ring(dir, port, 1, 0);
     if (strcmp(argv[1], "leave") == 0) leave_run = 1, rc = ring(dir, port, 0, 1);
+    if (strcmp(argv[1], "overlap") == 0) overlap_run = 1, rc = ring(dir, port, 0, 0);
+    if (strcmp(argv[1], "overlap_rejoin") == 0) overlap_run = 1, rc = ring(dir, port, 1, 0);
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     if (system(cmd) != 0) rc = rc ? rc : 1;

@@ -7,11 +7,18 @@
                             printed), and bitwise-equal replicas (I3, I4)
     test_torch.py workers   the same with Trainer.loader's worker processes; a DataLoader with
                             workers over sampler() stops with a clear error on every node
+    test_torch.py overlap   split with bucket_bytes = 256 (two buckets: the last layer's, then
+                            the first layer's with the stats): every iteration of every node
+                            runs in 2 all-reduces, one of them sent by the backward hooks
+                            while backward went on, and the parameters still match the 1-node
+                            run's (which hands its gradients over after backward)
     test_torch.py dtype     the same with float64 parameters, which go through hetring.torch's
                             float32 staging buffer: still float64 at the end, replicas equal
+                            (with those two buckets, sent from the hooks through the buffer)
     test_torch.py rejoin    node 2 dies inside iteration 10, the others retry it as two, node 2
                             starts again and joins with the model and optimizer state moved
-                            through hetring.torch's state_bytes; every node ends identical;
+                            through hetring.torch's state_bytes; every node ends identical
+                            (buckets in flight when the all-reduce fails, bucket_bytes = 256);
                             every node loads through Trainer.loader's workers, and none of
                             them outlives its node
 Exit 77 when PyTorch is missing.
@@ -122,13 +129,37 @@ def workers(d, port):
     print("a DataLoader with workers over sampler(): " + (raised[0][7:] if raised else "no error"))
 
 
+BUCKETS = ("--set", "train.bucket_bytes=256")
+
+
+def overlap(d, port):
+    """Buckets sent from the backward hooks give the 1-node run's parameters."""
+    one = result(start(write_ini(d, "one.ini", [1], port), 0, d, "--no-overlap"))
+    ini = write_ini(d, "three.ini", [1, 2, 3], port + 1)
+    rs = [result(p) for p in [start(ini, k, d, *BUCKETS) for k in range(3)]]
+    if not one or None in rs:
+        check(False, "a run gave no result")
+        return
+    check(len({r["hash"] for r in rs}) == 1, "the replicas differ")
+    diff = max_diff(one["params"], rs[0]["params"])
+    print(f"3 nodes with buckets from the backward hooks vs 1 node after {one['iters']} "
+          f"iterations: max abs parameter difference {diff:.3g}; all-reduces per iteration "
+          f"{sorted(set(rs[0]['buckets']))}, sent during backward {sorted(set(rs[0]['early']))}")
+    check(diff <= 1e-4, f"3-node parameters differ from the 1-node run's by {diff}")
+    check(all(set(r["buckets"]) == {2} and set(r["early"]) == {1} for r in rs),
+          f"all-reduces {[sorted(set(r['buckets'])) for r in rs]}, early "
+          f"{[sorted(set(r['early'])) for r in rs]}: expected 2 and 1 in every iteration")
+    check(set(one["early"]) == {0}, f"overlap=False sent {sorted(set(one['early']))} early")
+    check(all(r["iters"] == 30 for r in rs), "iterations")
+
+
 def dtype(d, port):
     """float64 parameters go through the float32 staging buffer: a 3-node run ends with the
     1-node run's parameters (within float32 drift: the all-reduce rounds to float32), still
     float64, with bitwise-equal replicas."""
     one = result(start(write_ini(d, "one64.ini", [1], port), 0, d, "--dtype", "float64"))
     ini = write_ini(d, "three64.ini", [1, 2, 3], port + 1)
-    ps = [start(ini, k, d, "--dtype", "float64") for k in range(3)]
+    ps = [start(ini, k, d, "--dtype", "float64", *BUCKETS) for k in range(3)]
     rs = [result(p) for p in ps]
     if not one or None in rs:
         check(False, "a run gave no result")
@@ -142,6 +173,8 @@ def dtype(d, port):
           f"{diff:.3g}")
     check(diff <= 1e-4, f"3-node float64 parameters differ from the 1-node run's by {diff}")
     check(rs[0]["last_loss"] < 0.6 * rs[0]["first_loss"], "the loss did not fall")
+    check(all(set(r["early"]) == {1} for r in rs), "float64 buckets sent from the hooks: "
+          f"{[sorted(set(r['early'])) for r in rs]}")
 
 
 def rejoin(d, port):
@@ -149,7 +182,7 @@ def rejoin(d, port):
     # every node loads its batches with Trainer.loader's 2 forked workers: the iteration that
     # runs again after the view change gets its new indices, and node 2's workers, left
     # behind by its death, neither hold its port nor outlive it
-    ws = ["--workers", "2"]
+    ws = ["--workers", "2", *BUCKETS]
     ps = [start(ini, k, d, "--pace", "0.2", "--nodes", "3", *ws,
                 *(["--die-at", "10"] if k == 2 else [])) for k in range(3)]
     result(ps[2], expect_rc=3)
@@ -201,7 +234,8 @@ def main():
     port, claim = port_block()
     try:
         with tempfile.TemporaryDirectory(prefix="hetring-py.") as d:
-            {"split": split, "dtype": dtype, "rejoin": rejoin, "workers": workers}[sys.argv[1]](d, port)
+            {"split": split, "dtype": dtype, "rejoin": rejoin, "workers": workers,
+             "overlap": overlap}[sys.argv[1]](d, port)
     finally:
         os.rmdir(claim)
     if failures:

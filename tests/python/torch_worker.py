@@ -23,6 +23,8 @@ p.add_argument("--loader", action="store_true", help="iterate a DataLoader over 
 p.add_argument("--workers", type=int, default=-1,
                help="iterate tr.loader(dataset, num_workers=N); with --loader, the DataLoader's")
 p.add_argument("--dtype", default="float32", help="the model's and the data's dtype")
+p.add_argument("--set", action="append", default=[], help="an INI override, section.key=value")
+p.add_argument("--no-overlap", action="store_true", help="Trainer(overlap=False)")
 a = p.parse_args()
 
 torch.manual_seed(1234 + a.node)  # differs per node: the first view's state transfer aligns them
@@ -38,8 +40,9 @@ model = torch.nn.Sequential(torch.nn.Linear(D, 32), torch.nn.ReLU(), torch.nn.Li
 model = model.to(dtype)
 opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
 loss_fn = torch.nn.CrossEntropyLoss()
-tr = ht.Trainer(a.conf, model, opt, node_id=a.node, n_samples=N)
-losses, retries, iters = [], 0, 0
+tr = ht.Trainer(a.conf, model, opt, node_id=a.node, n_samples=N, overrides=a.set,
+                overlap=not a.no_overlap)
+losses, retries, iters, buckets, early = [], 0, 0, [], []
 import time
 
 def batches():
@@ -71,6 +74,8 @@ try:
             continue
         iters += 1
         losses.append(res.loss)
+        buckets.append(res.buckets)
+        early.append(res.early)
 except RuntimeError as e:  # a DataLoader that prefetches (--loader --workers N)
     print("RAISED " + json.dumps(str(e)), flush=True)
     tr.close()
@@ -79,6 +84,7 @@ flat = torch.cat([q.detach().reshape(-1) for q in model.parameters()])
 out = {"node": a.node, "iters": iters, "retries": retries, "first_loss": losses[0] if losses else None,
        "last_loss": losses[-1] if losses else None, "hash": ht.param_hash(list(model.parameters())),
        "params": flat.tolist(), "views": tr.views, "version": hetring.__version__,
-       "dtype": str(flat.dtype).split(".")[-1], "staged": tr.staged is not None}
+       "dtype": str(flat.dtype).split(".")[-1], "staged": tr.staged is not None,
+       "buckets": buckets, "early": early}
 tr.close()
 print("RESULT " + json.dumps(out))

@@ -157,7 +157,7 @@ static void test_facts(void) {
           f.demand);
     f = overlap_fact_of(0, 2, one, 1); /* exactly one core for the communication thread */
     CHECK(overlap_fact_spare(&f), "1 thread on 2 cores must leave a core to spare");
-    overlap_fact unknown = {3, 0, 0};
+    overlap_fact unknown = {3, 0, 0, 0};
     CHECK(!overlap_fact_spare(&unknown), "a node whose cores are unknown has none to spare");
     CHECK(overlap_cores() >= 1, "overlap_cores %ld", overlap_cores());
 }
@@ -173,8 +173,8 @@ typedef struct {
 } choose_case;
 
 static void test_choose(void) {
-    const overlap_fact roomy = {0, 16, 8}, roomy1 = {1, 16, 2}, tight = {2, 2, 4},
-                       exact = {3, 2, 2}, unknown = {4, 0, 0};
+    const overlap_fact roomy = {0, 16, 8, 0}, roomy1 = {1, 16, 2, 0}, tight = {2, 2, 4, 0},
+                       exact = {3, 2, 2, 0}, unknown = {4, 0, 0, 0}, at_end = {5, 16, 2, 1};
     const choose_case cases[] = {
         {"explicit 0", 0, 3, 2, {roomy, roomy1}, 0, "bucket_bytes = 0"},
         {"explicit 0, before facts", 0, 3, 0, {{0}}, 0, "bucket_bytes = 0"},
@@ -209,6 +209,13 @@ static void test_choose(void) {
          {tight, unknown, roomy},
          0,
          "node 2 has no core"},
+        {"auto, a roomy node whose loop hands over at the end",
+         OVERLAP_AUTO,
+         2,
+         3,
+         {roomy, at_end, roomy1},
+         0,
+         "node 5 hands its gradients over only after its compute"},
         {"auto, unknown cores", OVERLAP_AUTO, 2, 2, {roomy, unknown}, 0, "node 4 has no core"},
         {"auto, model too small", OVERLAP_AUTO, 1, 2, {roomy, roomy1}, 0, "fit one 1 MiB bucket"},
         {"auto, no plan (one node config)", OVERLAP_AUTO, 0, 2, {roomy, roomy1}, 0, "fit one"},
@@ -251,7 +258,7 @@ static hr_status peer_allreduce(void *ctx, float *buf, size_t n) {
     if (tail) {
         float *slot = tail + TRAIN_NODE_STATS; /* node 1's */
         slot[4] = (float)p->peer.id, slot[5] = (float)p->peer.cores;
-        slot[6] = (float)p->peer.demand;
+        slot[6] = (float)p->peer.demand, slot[7] = (float)p->peer.at_end;
     }
     return HR_OK;
 }
@@ -267,10 +274,10 @@ static void test_trainer_choice(const char *dir) {
     CHECK(tc.bucket_bytes == OVERLAP_AUTO, "auto reaches the trainer as %ld", tc.bucket_bytes);
     CHECK(tc.machine.id == 0 && tc.machine.cores == overlap_cores() && tc.machine.demand == 2,
           "one node of one thread: %ld cores for %ld threads", tc.machine.cores, tc.machine.demand);
-    tc.machine = (overlap_fact){0, 16, 2};
+    tc.machine = (overlap_fact){0, 16, 2, 0};
     tc.max_nodes = 2;
     trainer t;
-    fake_peer p = {&t, {1, 16, 8}, 0};
+    fake_peer p = {&t, {1, 16, 8, 0}, 0};
     train_comm comm = {&p, 0, 2, peer_allreduce};
     char err[HR_ERRLEN];
     CHECK(train_init(&t, &tc, &comm, err, sizeof err) == HR_OK, "train_init: %s", err);
@@ -287,7 +294,7 @@ static void test_trainer_choice(const char *dir) {
     /* a new view: one all-reduce again until the facts are gathered */
     CHECK(train_set_comm(&t, 0, 2) == HR_OK && !t.bucketed, "a new view kept the choice");
     train_set_split(&t, split);
-    p.peer = (overlap_fact){1, 2, 4}; /* the peer has no core to spare */
+    p.peer = (overlap_fact){1, 2, 4, 0}; /* the peer has no core to spare */
     p.calls = 0;
     CHECK(train_step(&t, &r) == HR_OK && p.calls == 1 && !t.bucketed,
           "a peer without a spare core: %d all-reduce(s), then bucketed %d", p.calls, t.bucketed);
