@@ -21,6 +21,10 @@
  *                     run in 2 all-reduces, those that called hetring_ready sent 1 early
  *   test_api overlap_rejoin  rejoin with those buckets: node 2 dies after its first bucket
  *                     went out, the others' hetring_step returns HETRING_RETRY
+ *   test_api plan     one node, 200 buffers: bucket_bytes = 4 asks for a bucket per buffer,
+ *                     and the plan grows its buckets to stay within the communication
+ *                     thread's job table (every buffer still comes back as sum / B);
+ *                     bucket_bytes = 0 runs one all-reduce
  *
  * The "model" is w (D floats) with per-sample gradient w - x_i, x_i[j] = sin(i + j); a
  * second buffer counts each sample's use (1 at its index), so after the all-reduce and the
@@ -189,6 +193,60 @@ static int misuse(const char *dir, int port) {
     CHECK(hetring_next(NULL, &b) == HETRING_EINVAL, "NULL handle: EINVAL");
     CHECK(strcmp(hetring_strerror(HETRING_RETRY), "unknown status") != 0, "strerror");
     return check_exit();
+}
+
+/* ================================================================ the bucket plan */
+
+#define PLAN_BUFS 200
+
+static int plan_run(const char *dir, int port, const char *bytes, int lo, int hi) {
+    const char *ini = write_ini(dir, 1, port, "");
+    char set[64], err[512];
+    snprintf(set, sizeof set, "train.bucket_bytes=%s", bytes);
+    const char *sets[] = {set, "train.iterations=3", NULL};
+    hetring_options o;
+    hetring_options_init(&o);
+    o.conf = ini, o.node_id = 0, o.set = sets;
+    hetring *h = NULL;
+    int st = hetring_open(&h, &o, err, sizeof err);
+    CHECK(st == HETRING_OK, "open: %s", err);
+    if (st != HETRING_OK) return check_exit();
+    static float data[PLAN_BUFS][10];
+    float *bufs[PLAN_BUFS];
+    size_t counts[PLAN_BUFS];
+    for (int i = 0; i < PLAN_BUFS; i++) bufs[i] = data[i], counts[i] = 10;
+    hetring_grads gr = {.bufs = bufs, .counts = counts, .n_bufs = PLAN_BUFS, .compute_s = 1e-4};
+    hetring_batch b;
+    hetring_result r = {0};
+    while ((st = hetring_next(h, &b)) == HETRING_OK) {
+        for (int i = PLAN_BUFS - 1; i >= 0; i--) { /* as backward would: the last one first */
+            for (int j = 0; j < 10; j++) data[i][j] = (float)(BATCH * (i + j));
+            CHECK(hetring_ready(h, &gr, i) == HETRING_OK, "ready(%d): %s", i,
+                  hetring_last_error(h));
+        }
+        st = hetring_step(h, &gr, &r);
+        CHECK(st == HETRING_OK, "step %ld: %s", b.iter, hetring_last_error(h));
+        if (st != HETRING_OK) break;
+        long bad = 0;
+        for (int i = 0; i < PLAN_BUFS; i++)
+            for (int j = 0; j < 10; j++) bad += data[i][j] != (float)(i + j);
+        CHECK(bad == 0, "iteration %ld: %ld floats are not sum / B", b.iter, bad);
+        CHECK(r.buckets >= lo && r.buckets <= hi && r.early == (r.buckets > 1 ? r.buckets - 1 : 0),
+              "bucket_bytes = %s: %d all-reduces, %d early; expected %d..%d, all but the last "
+              "early",
+              bytes, r.buckets, r.early, lo, hi);
+    }
+    CHECK(st == HETRING_DONE, "ended with %d: %s", st, hetring_last_error(h));
+    printf("bucket_bytes = %s, %d buffers of 40 bytes: %d all-reduces, %d sent by hetring_ready\n",
+           bytes, PLAN_BUFS, r.buckets, r.early);
+    hetring_free(h);
+    return check_exit();
+}
+
+static int plan(const char *dir, int port) {
+    /* 41 jobs at most (OVERLAP_MAX_JOBS): 8000 bytes in buckets of >= 200 bytes */
+    plan_run(dir, port, "4", 30, 41);
+    return plan_run(dir, port, "0", 1, 1);
 }
 
 /* ================================================================ the INI in memory */
@@ -407,7 +465,8 @@ static int ring(const char *dir, int port, int rejoin, int leave) {
 
 int main(int argc, char **argv) {
     if (argc < 2) {
-        fprintf(stderr, "usage: test_api misuse|text|ring|rejoin|leave|overlap|overlap_rejoin\n");
+        fprintf(stderr,
+                "usage: test_api misuse|text|ring|rejoin|leave|overlap|overlap_rejoin|plan\n");
         return 2;
     }
     signal(SIGPIPE, SIG_IGN);
@@ -417,6 +476,7 @@ int main(int argc, char **argv) {
     int rc = 2;
     if (strcmp(argv[1], "misuse") == 0) rc = misuse(dir, port);
     if (strcmp(argv[1], "text") == 0) rc = text(dir, port);
+    if (strcmp(argv[1], "plan") == 0) rc = plan(dir, port);
     if (strcmp(argv[1], "ring") == 0) rc = ring(dir, port, 0, 0);
     if (strcmp(argv[1], "rejoin") == 0) rc = ring(dir, port, 1, 0);
     if (strcmp(argv[1], "leave") == 0) leave_run = 1, rc = ring(dir, port, 0, 1);
