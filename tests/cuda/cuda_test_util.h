@@ -54,21 +54,39 @@ static inline void fill_uniform(float *a, long n, uint64_t seed, uint64_t stream
     for (long i = 0; i < n; i++) a[i] = (2.0f * rng_uniform(&r) - 1.0f) * scale;
 }
 
+/* The layers run on the context's stream, which is created non-blocking: it does not wait for
+ * work on the legacy default stream that cudaMemset and cudaMemcpy use, and a cudaMemcpy from
+ * pageable memory may return before its DMA has landed. So the helpers that write device
+ * memory sync the whole device before (no kernel still reads or writes the buffer) and after
+ * (the bytes are in place before the next kernel of any stream). Without that, a layer's
+ * kernel could read its input before the copy landed, or see its output zeroed after it
+ * wrote it (test_cuda_layers once: "linear 1x3->1 out: max abs diff 0.302", about a bias). */
+static inline void dev_sync(void) {
+    CUDA_DIE(cudaDeviceSynchronize());
+}
+
 static inline void *dev_alloc(size_t bytes) {
     void *p = NULL;
     CUDA_DIE(cudaMalloc(&p, bytes ? bytes : 4));
     CUDA_DIE(cudaMemset(p, 0, bytes ? bytes : 4));
+    dev_sync();
     return p;
+}
+
+static inline void to_device(void *d, const void *h, size_t bytes) {
+    dev_sync();
+    CUDA_DIE(cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice));
+    dev_sync();
 }
 
 static inline void *dev_copy(const void *h, size_t bytes) {
     void *p = dev_alloc(bytes);
-    CUDA_DIE(cudaMemcpy(p, h, bytes, cudaMemcpyHostToDevice));
+    to_device(p, h, bytes);
     return p;
 }
 
 static inline void to_host(void *h, const void *d, size_t bytes) {
-    CUDA_DIE(cudaDeviceSynchronize());
+    dev_sync();
     CUDA_DIE(cudaMemcpy(h, d, bytes, cudaMemcpyDeviceToHost));
 }
 

@@ -29,7 +29,7 @@ int main(void) {
     float *d_g = dev_alloc(sizeof(float) * n);
     for (long it = 0; it < 10; it++) {
         fill_uniform(g, n, 9, 100 + (uint64_t)it, 50.0f); /* gradient sums over B samples */
-        CUDA_DIE(cudaMemcpy(d_g, g, sizeof(float) * n, cudaMemcpyHostToDevice));
+        to_device(d_g, g, sizeof(float) * n); /* after the last step's queued kernel read it */
         opt_step(&o, p, g, B, it);
         HR_DIE(cuda_sgd_step(&ctx, d_p, d_v, d_g, n, (float)opt_lr(&o, it), (float)o.momentum,
                              (float)o.weight_decay, 1.0f / (float)B));
