@@ -39,7 +39,8 @@ for key in scenario policy samples_per_s speedup_vs_static ideal_speedup rebalan
 done
 [ "$(grep -c '"runs": 2' "$tmp/h.json" 2>/dev/null)" = 4 ] || fail "bench hetero: not a median of 2 runs"
 # the all-reduce and update take time after the slowest node's compute: a positive median
-[ "$(grep -c '"sync_ms": [0-9]*\.[0-9]*[1-9]' "$tmp/h.json" 2>/dev/null)" = 4 ] ||
+# (1.000 is positive too: a nonzero digit before the point, or after "0.")
+[ "$(grep -cE '"sync_ms": (0*[1-9]|0+\.0*[1-9])' "$tmp/h.json" 2>/dev/null)" = 4 ] ||
     fail "bench hetero: sync_ms missing or not positive"
 grep -q '"ideal_speedup": 3.2500' "$tmp/h.json" || fail "bench hetero: one-slow ideal is not 3.25"
 # values: static pairs with itself (speed-up exactly 1, no batch movement); a dynamic policy's
