@@ -412,14 +412,20 @@ static hr_status listen_start(ring *r, char *err, size_t errlen) {
     return st;
 }
 
-/* Formation begins: connections are handshaken as the predecessor `p` names. */
+/* Formation begins: connections are handshaken as the predecessor `p` names. Where it is open
+ * already for that predecessor in that epoch (gate_start opens ring_init's at the first
+ * accept), a rejection recorded since is kept: the predecessor may have been turned away
+ * before ring_form got here, and the error must still say why. */
 static void gate_open(ring_gate *g, const sec_hs_params *p, const char *who) {
     pthread_mutex_lock(&g->mu);
+    int open = g->forming && g->p.epoch == p->epoch && g->p.expect_id == p->expect_id;
     g->forming = 1;
     g->p = *p;
     snprintf(g->who, sizeof g->who, "%s", who);
-    g->st = HR_ERR_TIMEOUT;
-    snprintf(g->err, sizeof g->err, "no connection from predecessor %s", who);
+    if (!open) {
+        g->st = HR_ERR_TIMEOUT;
+        snprintf(g->err, sizeof g->err, "no connection from predecessor %s", who);
+    }
     pthread_mutex_unlock(&g->mu);
 }
 
