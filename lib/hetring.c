@@ -77,6 +77,8 @@ struct hetring {
     long *split;          /* (c.n_nodes) samples per node of the current view */
     long *next;           /* (c.n_nodes) where dist_decide writes the next split */
     train_stat *gathered; /* (c.n_nodes) every node's stats of the last iteration */
+    long *member_ids;     /* (c.n_nodes) the ids of the nodes in gathered, in ring order */
+    int n_members;        /* entries of gathered and member_ids: the last completed step's */
     int64_t *idx;         /* (B) this node's indices for the iteration fetched */
     float *buf;           /* (n_nodes * TRAIN_NODE_STATS + n_grad) room for the tail,
                            * then the gradients */
@@ -349,11 +351,17 @@ static hr_status setup(hetring *h, const hetring_options *o) {
     h->gathered = calloc(nn, sizeof *h->gathered);
     h->idx = calloc((size_t)h->B, sizeof *h->idx);
     h->facts = calloc(nn, sizeof *h->facts);
+    h->member_ids = calloc(nn, sizeof *h->member_ids);
     h->bucket_bytes = h->tc.bucket_bytes;
     h->machine = h->tc.machine;
     h->told = -1;
-    if (!h->split || !h->next || !h->gathered || !h->idx || !h->facts)
+    if (!h->split || !h->next || !h->gathered || !h->idx || !h->facts || !h->member_ids)
         return hr_fail(e, n, HR_ERR_NOMEM, "out of memory");
+    if (o->start_iter < 0 || o->start_iter > h->total)
+        return hr_fail(e, n, HR_ERR_INVAL,
+                       "hetring_open: start_iter %ld is outside the run's iterations 0..%ld",
+                       o->start_iter, h->total);
+    h->iter = o->start_iter; /* the election takes the state of the member furthest along */
     h->size = 1, h->split[0] = h->B;
     HR_CHECK(dist_init(&h->d, c, h->self, e, n));
     h->have_dist = 1;
@@ -431,6 +439,7 @@ void hetring_free(hetring *h) {
     free(h->given);
     free(h->ptrs);
     free(h->facts);
+    free(h->member_ids);
     free(h->blob);
     free(h);
 }
@@ -456,6 +465,14 @@ long hetring_samples(const hetring *h) {
 }
 long hetring_iterations(const hetring *h) {
     return h ? h->total : 0;
+}
+
+int hetring_members(const hetring *h, hetring_member *out, int max) {
+    if (!h) return 0;
+    for (int k = 0; out && k < max && k < h->n_members; k++)
+        out[k] = (hetring_member){
+            .id = h->member_ids[k], .batch = h->gathered[k].b, .compute_s = h->gathered[k].t};
+    return h->n_members;
 }
 
 /* ================================================================ one iteration */
@@ -581,14 +598,18 @@ static int check_layout(hetring *h, const hetring_grads *g, const char *fn) {
     if (total == 0) return fail(h, HETRING_EINVAL, "%s: the buffers hold no floats", fn);
     if (h->n_bufs) return HETRING_OK;
     const size_t n = (size_t)g->n_bufs, tail = (size_t)h->c.n_nodes * TRAIN_NODE_STATS;
-    h->counts = malloc(sizeof *h->counts * n);
-    h->off = malloc(sizeof *h->off * n);
-    h->bucket_of = malloc(sizeof *h->bucket_of * n);
-    h->given = calloc(n, 1);
-    h->ptrs = malloc(sizeof *h->ptrs * n);
-    h->buf = malloc(sizeof *h->buf * (tail + total));
-    if (!h->counts || !h->off || !h->bucket_of || !h->given || !h->ptrs || !h->buf)
-        return fail(h, HETRING_ENOMEM, "out of memory");
+    size_t *counts = malloc(sizeof *counts * n), *off = malloc(sizeof *off * n);
+    int *bucket_of = malloc(sizeof *bucket_of * n);
+    unsigned char *given = calloc(n, 1);
+    float **ptrs = malloc(sizeof *ptrs * n);
+    float *buf = malloc(sizeof *buf * (tail + total));
+    if (!counts || !off || !bucket_of || !given || !ptrs || !buf) {
+        /* nothing adopted: the next call tries again with nothing leaked */
+        free(counts), free(off), free(bucket_of), free(given), free(ptrs), free(buf);
+        return fail(h, HETRING_ENOMEM, "out of memory for %zu floats of gradient", total);
+    }
+    h->counts = counts, h->off = off, h->bucket_of = bucket_of;
+    h->given = given, h->ptrs = ptrs, h->buf = buf;
     memcpy(h->counts, g->counts, sizeof *h->counts * n);
     for (size_t i = 0, o = 0; i < n; o += g->counts[i], i++) h->off[i] = o;
     h->n_bufs = g->n_bufs, h->n_grad = total;
@@ -728,6 +749,8 @@ int hetring_step(hetring *h, const hetring_grads *g, hetring_result *res) {
     round_reset(h);
     if (st != HR_OK) return recover(h, st);
     train_stats_unpack(head, h->size, h->gathered);
+    memcpy(h->member_ids, ring_get_view(&h->d.r)->ids, sizeof *h->member_ids * (size_t)h->size);
+    h->n_members = h->size;
     if (h->bucket_bytes == OVERLAP_AUTO) choose_next(h);
     memcpy(h->next, h->split, sizeof *h->next * (size_t)h->size);
     st = dist_decide(&h->d, h->iter, h->gathered, h->size, h->next);

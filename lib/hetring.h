@@ -57,7 +57,7 @@ extern "C" {
 #endif
 
 #define HETRING_VERSION_MAJOR 0
-#define HETRING_VERSION_MINOR 2
+#define HETRING_VERSION_MINOR 3
 #define HETRING_VERSION_PATCH 0
 
 #if defined(__GNUC__)
@@ -129,6 +129,11 @@ typedef struct {
     const char *conf_text;  /* instead of conf: the INI itself, in memory (e.g. built by your
                              * program; "conf_text:LINE" in messages, relative paths from the
                              * current directory). Exactly one of conf and conf_text. */
+    long start_iter;        /* the iteration your state is at: 0 for a new run, N when you
+                             * resumed your own checkpoint written after N iterations. The
+                             * first view takes the state of the member furthest along (the
+                             * lowest of them with sync_first), so nodes that resumed nothing
+                             * receive it; the data cursor goes on from there (I8) */
 } hetring_options;
 
 /* This node's part of the iteration to run, from hetring_next. */
@@ -171,13 +176,21 @@ typedef struct {
     int early;        /* of them, sent by hetring_ready while this node computed */
 } hetring_result;
 
-/* "0.2.0": the library's version (which may differ from the header's HETRING_VERSION_*). */
+/* One member's part in an iteration (hetring_members). */
+typedef struct {
+    long id;          /* its node id */
+    long batch;       /* samples it computed */
+    double compute_s; /* its compute seconds, with any emulated stretch */
+} hetring_member;
+
+/* "0.3.0": the library's version (which may differ from the header's HETRING_VERSION_*). */
 HETRING_API const char *hetring_version(void);
 
 /* A short name of a status ("peer failure", "retry the iteration", ...). */
 HETRING_API const char *hetring_strerror(int status);
 
-/* Defaults: node_id -1, sync_first 1, the rest 0. */
+/* Defaults: node_id -1, sync_first 1, the rest 0 (start options this way: fields may be
+ * added at the end in later versions). */
 HETRING_API void hetring_options_init(hetring_options *o);
 
 /* Start node o->node_id of o->conf (or o->conf_text): read the INI, open the ring, agree on the
@@ -219,6 +232,12 @@ HETRING_API int hetring_size(const hetring *h);
 HETRING_API long hetring_global_batch(const hetring *h);
 HETRING_API long hetring_samples(const hetring *h);
 HETRING_API long hetring_iterations(const hetring *h);
+
+/* Every member's part in the last iteration completed (by hetring_step), in ring order (the
+ * view of that iteration, which a view change since may have replaced): the first max of
+ * them into out (out may be NULL with max 0). Returns how many members that iteration had, 0
+ * before the first step. The same on every node. */
+HETRING_API int hetring_members(const hetring *h, hetring_member *out, int max);
 
 /* The detailed message of the handle's last failure ("" when none). */
 HETRING_API const char *hetring_last_error(const hetring *h);

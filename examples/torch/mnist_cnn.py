@@ -109,9 +109,10 @@ def run_hetring(a, s, data):
         comm += res.t_comm
         losses.append(res.loss)
         if tr.node.rank == 0 and (res.iter % 20 == 0 or res.iter + 1 == tr.node.iterations):
-            print(f"iter {res.iter:4d}  loss {res.loss:.4f}  acc {res.accuracy:.3f}  "
-                  f"batch {res.next_batch} of {tr.node.global_batch}  compute "
-                  f"{1e3 * res.t_node:.0f} ms", flush=True)
+            ms = tr.node.members()  # every node's batch and compute time in this iteration
+            print(f"iter {res.iter:4d}  loss {res.loss:.4f}  acc {res.accuracy:.3f}  batches "
+                  f"{'/'.join(str(b) for _, b, _ in ms)} of {tr.node.global_batch}  compute "
+                  f"{'/'.join(f'{1e3 * t:.0f}' for _, _, t in ms)} ms", flush=True)
     wall = time.perf_counter() - (t0 or time.perf_counter())
     out = {"mode": "hetring", "node": a.node, "rank": tr.node.rank, "iterations": done,
            "retries": retries, "wall_s": wall, "samples_per_s": done * s["B"] / max(wall, 1e-9),

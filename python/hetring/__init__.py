@@ -22,17 +22,27 @@ import os
 
 from . import _lib
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"
 __all__ = ["Node", "Error", "Left", "Batch", "ini_text", "library_version", "hash_bytes",
            "__version__"]
 
 _L = None
 
 
+def _check_version(found, path):
+    """The library must be of this package's major.minor version: the structures the binding
+    passes (options, batch, grads, result) are that version's."""
+    if found.split(".")[:2] != __version__.split(".")[:2]:
+        raise OSError(f"hetring {__version__}: {path} is libhetring {found}, whose structures "
+                      f"differ; install libhetring {__version__} (or set HETRING_LIB to it)")
+
+
 def _lib_handle():
     global _L
     if _L is None:
-        _L = _lib.load()
+        L = _lib.load()
+        _check_version(L.hetring_version().decode(), L.path)
+        _L = L
     return _L
 
 
@@ -120,10 +130,12 @@ class Node:
     get_state() -> bytes and put_state(bytes): your training state, moved to a node that joins
     and hash-checked on every member (both or neither). on_view(dict): a view was installed.
     sync_first: the first view sends the lowest member's state to every member.
+    start_iter: the iteration your state is at when you resumed your own checkpoint (0: a new
+    run); the first view takes the state of the node furthest along.
     """
 
     def __init__(self, conf, node_id=None, n_samples=0, overrides=(), get_state=None,
-                 put_state=None, on_view=None, sync_first=True):
+                 put_state=None, on_view=None, sync_first=True, start_iter=0):
         L = _lib_handle()
         self._L = L
         self._h = ctypes.c_void_p()
@@ -143,6 +155,7 @@ class Node:
         self._sets = (ctypes.c_char_p * len(sets))(*sets)
         o.set = self._sets
         o.sync_first = 1 if sync_first else 0
+        o.start_iter = int(start_iter)
         # the callbacks live as long as the node: the library calls them until close
         self._cbs = (_lib.GET_STATE(self._cb_get) if get_state else _lib.GET_STATE(),
                      _lib.PUT_STATE(self._cb_put) if put_state else _lib.PUT_STATE(),
@@ -255,6 +268,14 @@ class Node:
         for f in Result.__slots__:
             setattr(r, f, getattr(self._res, f))
         return r
+
+    def members(self):
+        """Every member's part in the last iteration completed, in ring order: a list of
+        (node id, batch, compute seconds with any emulated stretch); [] before the first."""
+        n = self._L.hetring_members(self._h, None, 0)
+        arr = (_lib.Member * max(n, 1))()
+        n = min(n, self._L.hetring_members(self._h, arr, n))
+        return [(m.id, m.batch, m.compute_s) for m in arr[:n]]
 
     def leave(self):
         """Leave at the next boundary the members agree on (next() then raises Left)."""

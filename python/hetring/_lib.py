@@ -53,6 +53,15 @@ class Options(ctypes.Structure):
         ("sync_first", ctypes.c_int),
         ("cb", Callbacks),
         ("conf_text", ctypes.c_char_p),
+        ("start_iter", ctypes.c_long),
+    ]
+
+
+class Member(ctypes.Structure):
+    _fields_ = [
+        ("id", ctypes.c_long),
+        ("batch", ctypes.c_long),
+        ("compute_s", ctypes.c_double),
     ]
 
 
@@ -142,6 +151,7 @@ def load():
         "hetring_global_batch": (ctypes.c_long, [h]),
         "hetring_samples": (ctypes.c_long, [h]),
         "hetring_iterations": (ctypes.c_long, [h]),
+        "hetring_members": (ctypes.c_int, [h, ctypes.POINTER(Member), ctypes.c_int]),
         "hetring_last_error": (ctypes.c_char_p, [h]),
         "hetring_hash": (ctypes.c_uint64, [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_uint64]),
         "hetring_close": (ctypes.c_int, [h]),

@@ -153,7 +153,8 @@ class Trainer:
     """A model and its optimizer, trained as one node of the cluster in `conf` (an INI file,
     or a mapping of its sections as hetring.Node takes).
 
-    node_id, n_samples, overrides, sync_first: as hetring.Node. on_view(dict): called when a
+    node_id, n_samples, overrides, sync_first, start_iter: as hetring.Node (start_iter: the
+    iteration of the checkpoint you loaded into model and optimizer, 0 for a new run). on_view(dict): called when a
     view is installed (nodes left or joined); every event is also kept in .views.
     clock: the seconds counter that times each node's compute for the controller (default
     time.perf_counter; time.thread_time counts only this thread's CPU, which keeps the speed
@@ -163,7 +164,8 @@ class Trainer:
     """
 
     def __init__(self, conf, model, optimizer, node_id=None, n_samples=0, overrides=(),
-                 on_view=None, sync_first=True, clock=time.perf_counter, overlap=True):
+                 on_view=None, sync_first=True, clock=time.perf_counter, overlap=True,
+                 start_iter=0):
         self.model, self.optimizer = model, optimizer
         self.clock = clock
         self.params = [p for p in model.parameters() if p.requires_grad]
@@ -183,6 +185,7 @@ class Trainer:
         self.batch = None  # the hetring.Batch being computed
         self.node = hetring.Node(conf, node_id=node_id, n_samples=n_samples,
                                  overrides=overrides, sync_first=sync_first,
+                                 start_iter=start_iter,
                                  get_state=lambda: state_bytes(self.model, self.optimizer),
                                  put_state=self._put, on_view=self._on_view)
         self._live = None  # this iteration's _Buffers while backward runs

@@ -21,6 +21,11 @@
  *                     run in 2 all-reduces, those that called hetring_ready sent 1 early
  *   test_api overlap_rejoin  rejoin with those buckets: node 2 dies after its first bucket
  *                     went out, the others' hetring_step returns HETRING_RETRY
+ *   test_api resume   a run of three nodes, then the same run again from node 0's checkpoint
+ *                     of iteration 15 (mid-epoch): nodes 0 and 1 resume it (start_iter 15),
+ *                     node 2 starts from nothing and receives their state; the resumed run
+ *                     begins at iteration 15, uses the same samples at every iteration as the
+ *                     first run (I8) and ends with its model
  *   test_api plan     one node, 200 buffers: bucket_bytes = 4 asks for a bucket per buffer,
  *                     and the plan grows its buckets to stay within the communication
  *                     thread's job table (every buffer still comes back as sum / B);
@@ -123,6 +128,13 @@ static int misuse(const char *dir, int port) {
     o.cb = (hetring_callbacks){.user = &m, .get_state = get_state};
     CHECK(hetring_open(&h, &o, err, sizeof err) == HETRING_EINVAL, "get_state without put_state");
     o.cb.put_state = put_state;
+    o.start_iter = ITERS + 1;
+    st = hetring_open(&h, &o, err, sizeof err);
+    CHECK(st == HETRING_EINVAL && !h && strstr(err, "start_iter 41"),
+          "start_iter past the run: %d (%s)", st, err);
+    o.start_iter = -1;
+    CHECK(hetring_open(&h, &o, err, sizeof err) == HETRING_EINVAL && !h, "start_iter -1: EINVAL");
+    o.start_iter = 0;
     st = hetring_open(&h, &o, err, sizeof err);
     CHECK(st == HETRING_OK && h, "open: %d (%s)", st, err);
     if (!h) return check_exit();
@@ -145,7 +157,13 @@ static int misuse(const char *dir, int port) {
     CHECK(hetring_step(h, &gr, NULL) == HETRING_EINVAL, "NaN compute time: EINVAL");
     gr.compute_s = 0.001;
     hetring_result r;
+    CHECK(hetring_members(h, NULL, 0) == 0, "no members before the first step");
     CHECK(hetring_step(h, &gr, &r) == HETRING_OK && r.iter == 0, "first step");
+    hetring_member mb[2] = {{-1, -1, -1}, {-1, -1, -1}};
+    CHECK(hetring_members(h, mb, 2) == 1 && mb[0].id == 0 && mb[0].batch == BATCH &&
+              fabs(mb[0].compute_s - 0.001) < 1e-9 && mb[1].id == -1,
+          "members after the first step: id %ld, batch %ld, %g s", mb[0].id, mb[0].batch,
+          mb[0].compute_s);
     CHECK(hetring_step(h, &gr, &r) == HETRING_EINVAL, "two steps for one next: EINVAL");
     CHECK(hetring_next(h, &b) == HETRING_OK && b.iter == 1, "next after a step");
     counts[1] = SAMPLES - 1;
@@ -310,6 +328,26 @@ typedef struct {
     long leave_at; /* hetring_leave at this iteration; -1: never */
 } node_args;
 
+/* test_api resume: the first run's node 0 writes its model after RESUME_AT iterations and
+ * every iteration's sample set; the second run's nodes 0 and 1 resume that model */
+#define RESUME_AT 15
+static const char *resume_dir;
+static int resume_phase; /* 1: the first run, 2: the resumed one */
+typedef struct {
+    model m;              /* node 0's model after RESUME_AT iterations */
+    uint64_t used[ITERS]; /* a hash of each iteration's samples */
+    float w_end[D];       /* the model at the end */
+} resume_record;
+
+static int resume_file(resume_record *r, int save) {
+    char path[600];
+    snprintf(path, sizeof path, "%s/resume.bin", resume_dir);
+    FILE *f = fopen(path, save ? "wb" : "rb");
+    if (!f) return 0;
+    size_t n = save ? fwrite(r, sizeof *r, 1, f) : fread(r, sizeof *r, 1, f);
+    return (fclose(f) == 0) & (n == 1);
+}
+
 static int overlap_run; /* test_api overlap*: bucket_bytes = 64, nodes 1 and 2 call ready */
 
 static int leave_run; /* test_api leave: no node is slow */
@@ -323,6 +361,11 @@ static int run_node(const node_args *a) {
     hetring_options o;
     hetring_options_init(&o);
     o.conf = a->ini, o.node_id = a->id;
+    static resume_record rec; /* node 0's, and in the resumed run what the first one wrote */
+    if (resume_phase == 2) {
+        CHECK(resume_file(&rec, 0), "read %s/resume.bin", resume_dir);
+        if (a->id < 2) m = rec.m, o.start_iter = RESUME_AT; /* node 2 resumes nothing */
+    }
     o.cb = (hetring_callbacks){
         .user = &m, .get_state = get_state, .put_state = put_state, .on_view = on_view};
     if (a->joiner)
@@ -332,6 +375,10 @@ static int run_node(const node_args *a) {
     int st = hetring_open(&h, &o, err, sizeof err);
     CHECK(st == HETRING_OK, "node %ld: open: %s", a->id, err);
     if (st != HETRING_OK) return 1;
+    if (resume_phase == 2)
+        CHECK(memcmp(m.w, rec.m.w, sizeof m.w) == 0 && m.steps == RESUME_AT,
+              "node %ld after open: the model of the checkpoint (%ld steps, w[0] %g vs %g)", a->id,
+              m.steps, m.w[0], rec.m.w[0]);
     if (a->joiner) {
         CHECK(m.puts == 1 && m.received > 0 && m.w[0] != 100,
               "joiner: %d put_state calls, %zu bytes, w[0] %g", m.puts, m.received, m.w[0]);
@@ -396,8 +443,27 @@ static int run_node(const node_args *a) {
         CHECK(twice == 0, "iteration %ld: %ld samples used twice in epoch %ld", b.iter, twice,
               b.epoch);
         CHECK(fabs(r.loss - 1.0) < 1e-6, "mean loss %g, expected 1", r.loss);
+        hetring_member mb[3];
+        const int nm = hetring_members(h, mb, 3);
+        long sum = 0;
+        for (int k = 0; k < nm && k < 3; k++) sum += mb[k].batch;
+        CHECK(nm == b.size && nm <= 3 && sum == BATCH && mb[b.rank].id == a->id &&
+                  mb[b.rank].batch == b.batch && fabs(mb[b.rank].compute_s - r.t_node) < 1e-6,
+              "iteration %ld: %d members of %d, batches summing to %ld, this node's %ld of %ld "
+              "in %g s (%g)",
+              b.iter, nm, b.size, sum, mb[b.rank].batch, b.batch, mb[b.rank].compute_s, r.t_node);
+        if (resume_phase) {
+            uint64_t hs = hetring_hash(count, sizeof count, 0);
+            if (resume_phase == 1 && a->id == 0) rec.used[b.iter] = hs;
+            if (resume_phase == 2)
+                CHECK(rec.used[b.iter] == hs,
+                      "node %ld, iteration %ld: other samples than the "
+                      "first run's",
+                      a->id, b.iter);
+        }
         for (int j = 0; j < D; j++) m.w[j] -= 0.5f * g[j];
         m.steps++, done++;
+        if (resume_phase == 1 && a->id == 0 && b.iter + 1 == RESUME_AT) rec.m = m;
         last_b = (int)r.next_batch;
     }
     if (a->leave_at >= 0) {
@@ -410,6 +476,23 @@ static int run_node(const node_args *a) {
         return check_exit();
     }
     CHECK(st == HETRING_DONE, "node %ld ended with %d: %s", a->id, st, hetring_last_error(h));
+    if (resume_phase == 1 && a->id == 0) {
+        memcpy(rec.w_end, m.w, sizeof m.w);
+        CHECK(resume_file(&rec, 1), "write %s/resume.bin", resume_dir);
+    }
+    if (resume_phase == 2) {
+        float diff = 0;
+        for (int j = 0; j < D; j++) diff = fmaxf(diff, fabsf(m.w[j] - rec.w_end[j]));
+        CHECK(first == RESUME_AT && m.steps == ITERS && diff < 1e-5f,
+              "node %ld resumed at iteration %ld, %ld steps, model %g from the first run's", a->id,
+              first, m.steps, diff);
+        CHECK(a->id == 0 ? m.puts == 0 : m.puts == 1,
+              "node %ld: %d put_state calls (node 0, the lowest node furthest along, gives its "
+              "state; the others receive it)",
+              a->id, m.puts);
+        printf("node %ld resumed at iteration %ld; model within %g of the first run's\n", a->id,
+               first, diff);
+    }
     printf("node %ld: iterations %ld..%ld, %d retries, last batch %d, w[0] %.6f\n", a->id, first,
            first + done - 1, retries, last_b, m.w[0]);
     if (a->id == 1 && !a->pace && !leave_run)
@@ -445,7 +528,8 @@ static int wait_ok(pid_t p, int expect) {
 
 static int ring(const char *dir, int port, int rejoin, int leave) {
     if (overlap_run) train_extra = "bucket_bytes = 64";
-    const char *ini = write_ini(dir, 3, port, rejoin || leave ? "" : "slowdown = 3");
+    const char *ini =
+        write_ini(dir, 3, port, rejoin || leave || resume_phase ? "" : "slowdown = 3");
     node_args a[3];
     pid_t p[3];
     for (int k = 0; k < 3; k++) {
@@ -463,10 +547,20 @@ static int ring(const char *dir, int port, int rejoin, int leave) {
     return check_exit();
 }
 
+/* The same run twice: the second from node 0's checkpoint of the first (nodes 0 and 1). */
+static int resume(const char *dir, int port) {
+    resume_dir = dir, leave_run = 1; /* no slow node, as in leave */
+    resume_phase = 1;
+    int rc = ring(dir, port, 0, 0);
+    if (rc) return rc;
+    resume_phase = 2;
+    return ring(dir, port, 0, 0);
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) {
-        fprintf(stderr,
-                "usage: test_api misuse|text|ring|rejoin|leave|overlap|overlap_rejoin|plan\n");
+        fprintf(stderr, "usage: test_api misuse|text|ring|rejoin|leave|overlap|overlap_rejoin|plan|"
+                        "resume\n");
         return 2;
     }
     signal(SIGPIPE, SIG_IGN);
@@ -477,6 +571,7 @@ int main(int argc, char **argv) {
     if (strcmp(argv[1], "misuse") == 0) rc = misuse(dir, port);
     if (strcmp(argv[1], "text") == 0) rc = text(dir, port);
     if (strcmp(argv[1], "plan") == 0) rc = plan(dir, port);
+    if (strcmp(argv[1], "resume") == 0) rc = resume(dir, port);
     if (strcmp(argv[1], "ring") == 0) rc = ring(dir, port, 0, 0);
     if (strcmp(argv[1], "rejoin") == 0) rc = ring(dir, port, 1, 0);
     if (strcmp(argv[1], "leave") == 0) leave_run = 1, rc = ring(dir, port, 0, 1);

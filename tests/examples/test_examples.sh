@@ -59,6 +59,12 @@ torch)
     n=$(grep -h '^RESULT' "$tmp"/n*.log | sed 's/.*"hash": \([0-9]*\).*/\1/' | sort -u | wc -l)
     [ "$(grep -h '^RESULT' "$tmp"/n*.log | wc -l)" = 4 ] || fail "not every node printed its RESULT"
     [ "$n" = 1 ] || fail "the nodes' final parameters differ ($n distinct hashes)"
+    # node 0's progress shows every node's batch (Node.members), together the global batch
+    line=$(grep -h '^iter ' "$tmp/n0.log" | tail -1)
+    echo "$line"
+    sum=$(echo "$line" | sed -n 's/.*batches \([0-9/]*\) of 256.*/\1/p' | tr / + )
+    [ -n "$sum" ] && [ "$(echo "$sum" | tr + '\n' | wc -l)" = 4 ] && [ $(($sum)) = 256 ] ||
+        fail "node 0's progress line does not give the 4 batches of 256: $line"
     ;;
 *) echo "unknown example $WHAT"; exit 2 ;;
 esac

@@ -1,5 +1,5 @@
 """test_package.py: the hetring package without PyTorch: it imports, reports its version and
-the loaded library's, turns a library failure into hetring.Error with the status and message,
+the loaded library's (refusing a library of another minor version), turns a library failure into hetring.Error with the status and message,
 and installs with pip (into a temporary directory, from a copy of python/).
 
     test_package.py import | pip
@@ -37,6 +37,15 @@ def test_import():
             print(f"bad configuration: status {e.status}: {e}")
             check(e.status == 2 and "global_batch" in str(e), f"the error: {e.status} {e}")
     check(hetring.hash_bytes(0, 0) == hetring.hash_bytes(0, 0, 0), "hash")
+    # a library of another minor version passes other structures: refused by name
+    major, minor, _ = hetring.__version__.split(".")
+    try:
+        hetring._check_version(f"{major}.{int(minor) - 1}.9", "/x/libhetring.so.0")
+        check(False, "a library of the previous minor version was accepted")
+    except OSError as e:
+        print(f"another library version: {e}")
+        check("/x/libhetring.so.0" in str(e), f"{e}")
+    hetring._check_version(f"{major}.{minor}.7", "patch releases share the structures")
     # a cluster given as a mapping (the INI in memory): a misspelt key is named with its line
     conf = {"cluster": {"security": "none"}, "train": {"sampels": 5},
             "nodes": [{"host": "127.0.0.1", "port": 1}]}
@@ -77,7 +86,7 @@ def test_pip(src):
                             "hetring.__file__, hetring.library_version())"],
                            capture_output=True, text=True, env=env, cwd=d)
         print("installed: " + r.stdout.strip())
-        check(r.returncode == 0 and r.stdout.startswith("0.2.0 " + target),
+        check(r.returncode == 0 and r.stdout.startswith("0.3.0 " + target),
               f"the installed package: {r.stdout} {r.stderr[-2000:]}")
 
 

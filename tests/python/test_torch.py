@@ -21,6 +21,10 @@
                             (buckets in flight when the all-reduce fails, bucket_bytes = 256);
                             every node loads through Trainer.loader's workers, and none of
                             them outlives its node
+    test_torch.py resume    a run resumed from a torch.save checkpoint of iteration 15
+                            (start_iter): node 2, which resumed nothing, receives the state, and
+                            the run ends with the uninterrupted run's parameters; Node.members
+                            gives every iteration's batches
 Exit 77 when PyTorch is missing.
 """
 import json
@@ -208,6 +212,37 @@ def rejoin(d, port):
     check(not left, f"{len(left)} loader worker processes outlived their node")
 
 
+def resume(d, port):
+    """A run resumed from a checkpoint: nodes 0 and 1 load the model and optimizer that node 0
+    saved after 15 of 30 iterations and pass start_iter = 15, node 2 starts from nothing and
+    receives their state. The resumed run ends where the uninterrupted one did (within
+    float32 drift: the controller starts the split afresh), and every iteration's members
+    (Node.members) sum to the global batch."""
+    ini = write_ini(d, "resume.ini", [1, 1, 1], port)
+    ck = os.path.join(d, "ck.pt")
+    full = [result(p) for p in [start(ini, k, d, *(["--save-at", "15", ck] if k == 0 else []))
+                                for k in range(3)]]
+    again = [result(p) for p in [start(ini, k, d, *(["--resume", ck] if k < 2 else []))
+                                 for k in range(3)]]
+    if None in full + again:
+        check(False, "a run gave no result")
+        return
+    diff = max_diff(full[0]["params"], again[0]["params"])
+    got = again[2]["views"][0]
+    print(f"resumed at iteration {again[0]['first']} ({again[0]['iters']} iterations); node 2 "
+          f"received {got['state_bytes']} state bytes; final parameters within {diff:.3g} of "
+          f"the uninterrupted run's")
+    check(all(r["first"] == 15 and r["iters"] == 15 for r in again),
+          f"resumed runs began at {[r['first'] for r in again]}, ran {[r['iters'] for r in again]}")
+    check(got["iter"] == 15 and got["state_bytes"] > 1000, f"node 2's first view {got}")
+    check(len({r["hash"] for r in again}) == 1, "the resumed replicas differ")
+    check(diff <= 1e-4, f"the resumed run's parameters differ from the full run's by {diff}")
+    ms = full[0]["members"] + again[1]["members"]
+    bad = [m for m in ms if [i for i, _, _ in m] != [0, 1, 2] or
+           sum(b for _, b, _ in m) != full[0]["global_batch"] or min(t for _, _, t in m) <= 0]
+    check(len(ms) == 45 and not bad, f"{len(ms)} iterations' members, wrong ones: {bad[:3]}")
+
+
 def _cmdline(pid):
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as f:
@@ -235,7 +270,7 @@ def main():
     try:
         with tempfile.TemporaryDirectory(prefix="hetring-py.") as d:
             {"split": split, "dtype": dtype, "rejoin": rejoin, "workers": workers,
-             "overlap": overlap}[sys.argv[1]](d, port)
+             "overlap": overlap, "resume": resume}[sys.argv[1]](d, port)
     finally:
         os.rmdir(claim)
     if failures:

@@ -2,6 +2,7 @@
 data trained through hetring.torch. Prints 'RESULT {json}' at the end.
 
     torch_worker.py CONF NODE_ID [--die-at ITER] [--pace S] [--nodes N] [--loader] [--dtype T]
+                    [--save-at ITER FILE] [--resume FILE]
 """
 import argparse
 import json
@@ -25,6 +26,9 @@ p.add_argument("--workers", type=int, default=-1,
 p.add_argument("--dtype", default="float32", help="the model's and the data's dtype")
 p.add_argument("--set", action="append", default=[], help="an INI override, section.key=value")
 p.add_argument("--no-overlap", action="store_true", help="Trainer(overlap=False)")
+p.add_argument("--save-at", nargs=2, metavar=("ITER", "FILE"),
+               help="torch.save the model and optimizer after ITER iterations")
+p.add_argument("--resume", metavar="FILE", help="start from a --save-at file (start_iter)")
 a = p.parse_args()
 
 torch.manual_seed(1234 + a.node)  # differs per node: the first view's state transfer aligns them
@@ -40,9 +44,16 @@ model = torch.nn.Sequential(torch.nn.Linear(D, 32), torch.nn.ReLU(), torch.nn.Li
 model = model.to(dtype)
 opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
 loss_fn = torch.nn.CrossEntropyLoss()
+start = 0
+if a.resume:
+    ck = torch.load(a.resume)
+    model.load_state_dict(ck["model"])
+    opt.load_state_dict(ck["opt"])
+    start = ck["iter"]
 tr = ht.Trainer(a.conf, model, opt, node_id=a.node, n_samples=N, overrides=a.set,
-                overlap=not a.no_overlap)
-losses, retries, iters, buckets, early = [], 0, 0, [], []
+                overlap=not a.no_overlap, start_iter=start)
+losses, retries, iters, buckets, early, members = [], 0, 0, [], [], []
+first = None
 import time
 
 def batches():
@@ -73,6 +84,11 @@ try:
             retries += 1
             continue
         iters += 1
+        first = b.iter if first is None else first
+        members.append(tr.node.members())
+        if a.save_at and res.iter + 1 == int(a.save_at[0]):
+            torch.save({"model": model.state_dict(), "opt": opt.state_dict(),
+                        "iter": res.iter + 1}, a.save_at[1])
         losses.append(res.loss)
         buckets.append(res.buckets)
         early.append(res.early)
@@ -85,6 +101,7 @@ out = {"node": a.node, "iters": iters, "retries": retries, "first_loss": losses[
        "last_loss": losses[-1] if losses else None, "hash": ht.param_hash(list(model.parameters())),
        "params": flat.tolist(), "views": tr.views, "version": hetring.__version__,
        "dtype": str(flat.dtype).split(".")[-1], "staged": tr.staged is not None,
-       "buckets": buckets, "early": early}
+       "buckets": buckets, "early": early, "members": members, "first": first,
+       "global_batch": tr.node.global_batch}
 tr.close()
 print("RESULT " + json.dumps(out))
