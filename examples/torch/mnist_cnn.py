@@ -10,6 +10,10 @@ gradients weighted by those shares, and keeps the replicas identical; the rest i
 PyTorch loop you know. The last line of each node is `RESULT {json}` (wall time, samples/s,
 held-out accuracy, a hash of the final parameters).
 
+SIGTERM makes a node leave the cluster at the next iteration boundary (the others go on
+without it; start it again and it rejoins with their state). --checkpoint FILE resumes from
+FILE when it exists and writes it when this node stops (at the end, or when it left).
+
 --mode ddp runs the same model, global batch and emulated slowdowns with PyTorch
 DistributedDataParallel over gloo instead (equal shares), for comparison (bench/torch_bench.sh).
 """
@@ -18,6 +22,7 @@ import configparser
 import gzip
 import json
 import os
+import signal
 import struct
 import sys
 import time
@@ -96,7 +101,8 @@ def run_hetring(a, s, data):
             print(f"view {v['epoch']}: nodes {v['nodes']} from iteration {v['iter']}", flush=True)
 
     tr = ht.Trainer(a.conf, model, opt, node_id=a.node, n_samples=len(X), overrides=a.set,
-                    on_view=on_view, clock=CLOCKS[a.clock])
+                    on_view=on_view, clock=CLOCKS[a.clock], resume=a.checkpoint,
+                    leave_on=(signal.SIGTERM,))
     t0, done, retries, comm, losses = None, 0, 0, 0.0, []
     for idx in tr.batches():
         if t0 is None:
@@ -114,7 +120,11 @@ def run_hetring(a, s, data):
                   f"{'/'.join(str(b) for _, b, _ in ms)} of {tr.node.global_batch}  compute "
                   f"{'/'.join(f'{1e3 * t:.0f}' for _, _, t in ms)} ms", flush=True)
     wall = time.perf_counter() - (t0 or time.perf_counter())
-    out = {"mode": "hetring", "node": a.node, "rank": tr.node.rank, "iterations": done,
+    if tr.left:
+        print(f"node {a.node} left the cluster after iteration {tr.done - 1}", flush=True)
+    if a.checkpoint:
+        tr.save(a.checkpoint)
+    out = {"mode": "hetring", "left": tr.left, "node": a.node, "rank": tr.node.rank, "iterations": done,
            "retries": retries, "wall_s": wall, "samples_per_s": done * s["B"] / max(wall, 1e-9),
            "accuracy": accuracy(model, Xt, Yt), "final_loss": res.loss if done else None,
            "comm_s": comm, "hash": ht.param_hash(list(model.parameters())), "losses": losses,
@@ -186,6 +196,8 @@ def main():
     p.add_argument("--ddp-port", type=int, default=29600)
     p.add_argument("--threads", type=int, default=1, help="torch threads of this node")
     p.add_argument("--save", metavar="FILE", help="write the final state_dict (torch.save)")
+    p.add_argument("--checkpoint", metavar="FILE",
+                   help="resume from FILE when it exists; write it when this node stops")
     p.add_argument("--clock", choices=sorted(CLOCKS), default="wall",
                    help="what times compute: wall seconds (default), or this thread's CPU "
                         "seconds, steadier where more processes share the cores than there are "

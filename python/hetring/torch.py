@@ -31,6 +31,13 @@ gradients are all-reduced in place; any other kind goes through one float32 stag
 the CPU (copied out before the all-reduce and back after it), so the all-reduce rounds them to
 float32 on the way. On a GPU, the compute time is measured after torch.cuda.synchronize().
 
+Leaving and resuming: trainer.leave() (or a signal named in leave_on, e.g. SIGTERM when the
+machine is reclaimed) makes this node leave at the next iteration boundary the others agree
+on: batches() then ends, trainer.left is True, and the others go on without it. Save with
+trainer.save(path) (atomically: a temporary file, fsync, rename); Trainer(..., resume=path)
+starts from such a file when it exists, and nodes that resume nothing receive the state of
+the node furthest along.
+
 Overlap (overlap=True, the default): a hook on every parameter hands its gradient to the
 library as soon as backward has accumulated it (hetring_ready), so where the library uses
 buckets ([train] bucket_bytes: auto where every node has a core to spare, or a size) the last
@@ -39,6 +46,7 @@ layers' gradients are all-reduced while backward computes the first ones, as DDP
 import multiprocessing
 import os
 import pickle
+import signal
 import stat
 import time
 import weakref
@@ -47,6 +55,7 @@ import torch
 
 import hetring
 
+_CKPT_FORMAT = "hetring.torch checkpoint 1"
 _INT_TYPES = (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8)
 
 
@@ -161,12 +170,19 @@ class Trainer:
     signal steady on a machine whose cores are shared by more processes than it has).
     overlap: hand each gradient over from a backward hook as soon as it is computed (see the
     module's text); False hands them all over after backward.
+    resume: a file that save() wrote: when it exists, the model and optimizer start from it
+    (and start_iter is its iteration); when it does not, the run starts afresh.
+    leave_on: signals (e.g. (signal.SIGTERM,)) whose arrival makes this node leave at the next
+    boundary, as leave() does; the handlers are installed here (main thread only) and the
+    previous ones put back by close().
     """
 
     def __init__(self, conf, model, optimizer, node_id=None, n_samples=0, overrides=(),
                  on_view=None, sync_first=True, clock=time.perf_counter, overlap=True,
-                 start_iter=0):
+                 start_iter=0, resume=None, leave_on=()):
         self.model, self.optimizer = model, optimizer
+        if resume is not None and os.path.exists(resume):
+            start_iter = self._load(resume)
         self.clock = clock
         self.params = [p for p in model.parameters() if p.requires_grad]
         for p in self.params:
@@ -190,8 +206,49 @@ class Trainer:
                                  put_state=self._put, on_view=self._on_view)
         self._live = None  # this iteration's _Buffers while backward runs
         self._hooks = []
+        self.done = start_iter  # iterations the model holds: what save() records
+        self.left = False       # this node left the cluster (leave(), leave_on)
+        self._signals = {}
         if overlap:
             self._install_hooks()
+        for sig in leave_on:
+            self._signals[sig] = signal.signal(sig, lambda *_: self.leave())
+
+    def _load(self, path):
+        """Adopt a file of save(); its iteration."""
+        with open(path, "rb") as f:
+            try:
+                ck = pickle.load(f)  # a file of your own, as torch.load reads them
+            except (pickle.UnpicklingError, EOFError, ValueError, TypeError) as e:
+                raise ValueError(f"hetring.torch: {path} is not a checkpoint of Trainer.save "
+                                 f"({e})") from None
+        if not isinstance(ck, dict) or ck.get("format") != _CKPT_FORMAT:
+            raise ValueError(f"hetring.torch: {path} is not a checkpoint of Trainer.save")
+        with torch.no_grad():
+            load_state_bytes(self.model, self.optimizer, ck["state"])
+        return int(ck["iter"])
+
+    def save(self, path):
+        """The model, the optimizer and the iteration they are at, into path atomically (a
+        temporary file in the same directory, fsync, rename): a crash leaves the old file."""
+        data = pickle.dumps({"format": _CKPT_FORMAT, "iter": self.done,
+                             "state": state_bytes(self.model, self.optimizer)}, protocol=4)
+        tmp = f"{path}.tmp.{os.getpid()}"
+        try:
+            with open(tmp, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+            raise
+
+    def leave(self):
+        """Leave the cluster at the next iteration boundary the members agree on: batches()
+        then ends and .left is True. Safe from a signal handler."""
+        self.node.leave()
 
     def _install_hooks(self):
         """A hook per parameter that runs once backward has accumulated its gradient:
@@ -254,6 +311,7 @@ class Trainer:
             load_state_bytes(self.model, self.optimizer, data)
 
     def _on_view(self, v):
+        self.done = v["iter"]  # the state a view change moved is at that iteration
         self.views.append(v)
         if self._user_view:
             self._user_view(v)
@@ -262,9 +320,14 @@ class Trainer:
         """This node's indices (a LongTensor) for each iteration until the run is done.
 
         Each is asked of the cluster once step() has run on the one before (RuntimeError if
-        it has not: indices cannot be fetched ahead)."""
+        it has not: indices cannot be fetched ahead). Ends early, with .left set, once this
+        node left the cluster (leave())."""
         while True:
-            b = self.node.next()
+            try:
+                b = self.node.next()
+            except hetring.Left:
+                self.left = True
+                return
             if b is None:
                 return
             self.batch = b
@@ -351,9 +414,13 @@ class Trainer:
             for p, v in zip(self.params, live.targets):
                 p.grad.copy_(v.view_as(p.grad))  # the global mean, back in the parameter's kind
         self.optimizer.step()
+        self.done = res.iter + 1
         return res
 
     def close(self):
+        for sig, old in self._signals.items():
+            signal.signal(sig, old)
+        self._signals = {}
         for _, handle in self._hooks:
             handle.remove()
         self._hooks = []

@@ -4,7 +4,9 @@
 #   c      cmake --install into a temporary prefix, examples/c built there with its Makefile
 #          (pkg-config) and with its CMakeLists.txt (find_package), run on 3 local nodes
 #   torch  examples/torch/mnist_cnn.py on 4 local nodes on data from `hetring gen-data`: every
-#          node ends with the same parameters (exit 77 when PYTHON has no torch)
+#          node ends with the same parameters, node 0's progress shows the 4 batches, and a
+#          second run of 12 iterations resumes each node's --checkpoint of 8 (exit 77 when
+#          PYTHON has no torch)
 set -u
 HR=$1 CMAKE=$2 BUILD=$3 SRC=$4 WHAT=$5 PY=${6:-python3}
 fails=0
@@ -46,15 +48,20 @@ torch)
     fi
     "$HR" gen-data --kind synthetic --out "$tmp/data" --samples 2000 --eval-samples 500 \
         > /dev/null || fail "gen-data"
-    args=(--set train.iterations=8)
-    for s in "${sets[@]}"; do args+=(--set "$s"); done
-    pids=()
-    for k in 0 1 2 3; do
-        timeout 180 "$PY" "$SRC/examples/torch/mnist_cnn.py" --conf "$SRC/examples/torch/cluster.ini" \
-            --node $k --data "$tmp/data" "${args[@]}" > "$tmp/n$k.log" 2>&1 &
-        pids+=($!)
-    done
-    for k in 0 1 2 3; do wait "${pids[$k]}" || fail "node $k exited $?: $(tail -5 "$tmp/n$k.log")"; done
+    # run ITERATIONS [ARGS...]: the 4 nodes, each with its own --checkpoint, logs in n$k.log
+    run() {
+        local args=(--set "train.iterations=$1") pids=() k
+        shift
+        for s in "${sets[@]}"; do args+=(--set "$s"); done
+        for k in 0 1 2 3; do
+            timeout 180 "$PY" "$SRC/examples/torch/mnist_cnn.py" --conf "$SRC/examples/torch/cluster.ini" \
+                --node $k --data "$tmp/data" --checkpoint "$tmp/ck.$k" "${args[@]}" "$@" \
+                > "$tmp/n$k.log" 2>&1 &
+            pids+=($!)
+        done
+        for k in 0 1 2 3; do wait "${pids[$k]}" || fail "node $k exited $?: $(tail -5 "$tmp/n$k.log")"; done
+    }
+    run 8
     grep -h "^done:" "$tmp/n0.log" || fail "node 0 printed no result"
     n=$(grep -h '^RESULT' "$tmp"/n*.log | sed 's/.*"hash": \([0-9]*\).*/\1/' | sort -u | wc -l)
     [ "$(grep -h '^RESULT' "$tmp"/n*.log | wc -l)" = 4 ] || fail "not every node printed its RESULT"
@@ -65,6 +72,10 @@ torch)
     sum=$(echo "$line" | sed -n 's/.*batches \([0-9/]*\) of 256.*/\1/p' | tr / + )
     [ -n "$sum" ] && [ "$(echo "$sum" | tr + '\n' | wc -l)" = 4 ] && [ $(($sum)) = 256 ] ||
         fail "node 0's progress line does not give the 4 batches of 256: $line"
+    # the same 4 nodes with 12 iterations resume their checkpoints of 8: 4 iterations each
+    run 12
+    its=$(grep -h '^RESULT' "$tmp"/n*.log | sed 's/.*"iterations": \([0-9]*\).*/\1/' | sort -u)
+    [ "$its" = 4 ] || fail "the resumed run ran '$its' iterations per node, not 4"
     ;;
 *) echo "unknown example $WHAT"; exit 2 ;;
 esac

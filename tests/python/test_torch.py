@@ -24,7 +24,10 @@
     test_torch.py resume    a run resumed from a torch.save checkpoint of iteration 15
                             (start_iter): node 2, which resumed nothing, receives the state, and
                             the run ends with the uninterrupted run's parameters; Node.members
-                            gives every iteration's batches
+                            gives every iteration's batches (Trainer.save, resume=); a file
+                            that is no checkpoint is refused
+    test_torch.py leave     SIGTERM to node 2 (Trainer leave_on): it leaves at a boundary and
+                            exits 0, the others finish as two without a retry
 Exit 77 when PyTorch is missing.
 """
 import json
@@ -241,6 +244,36 @@ def resume(d, port):
     bad = [m for m in ms if [i for i, _, _ in m] != [0, 1, 2] or
            sum(b for _, b, _ in m) != full[0]["global_batch"] or min(t for _, _, t in m) <= 0]
     check(len(ms) == 45 and not bad, f"{len(ms)} iterations' members, wrong ones: {bad[:3]}")
+    check(all(r["done"] == 30 for r in again), f"Trainer.done {[r['done'] for r in again]}")
+    with open(ck, "wb") as f:
+        f.write(b"not a checkpoint")
+    p = start(ini, 0, d, "--resume", ck)
+    check(result(p, expect_rc=1) is None, "a run resumed from a file that is no checkpoint")
+    p.log.seek(0)
+    check("is not a checkpoint of Trainer.save" in p.log.read(), "the error names the file")
+
+
+def leave(d, port):
+    """SIGTERM to node 2 (Trainer leave_on): it leaves at the next boundary, its batches() ends
+    with .left set and it exits 0; nodes 0 and 1 finish the run as two without re-running an
+    iteration, with equal parameters."""
+    ini = write_ini(d, "leave.ini", [1, 1, 1], port)
+    rs = [result(p) for p in [start(ini, k, d, *(["--term-at", "10"] if k == 2 else []))
+                              for k in range(3)]]
+    if None in rs:
+        check(False, "a node gave no result")
+        return
+    print(f"node 2 left after {rs[2]['iters']} iterations (left={rs[2]['left']}); nodes 0 and 1 "
+          f"ran {rs[0]['iters']} and {rs[1]['iters']} with {rs[0]['retries']} and "
+          f"{rs[1]['retries']} retries; views of node 0: "
+          f"{[(v['nodes'], v['iter']) for v in rs[0]['views']]}")
+    check(rs[2]["left"] and 10 <= rs[2]["iters"] <= 12, f"node 2: {rs[2]['left']}, "
+          f"{rs[2]['iters']} iterations")
+    check(not rs[0]["left"] and rs[0]["iters"] == 30 and rs[1]["iters"] == 30,
+          f"nodes 0 and 1 ran {rs[0]['iters']} and {rs[1]['iters']} iterations")
+    check(rs[0]["retries"] == 0 and rs[1]["retries"] == 0, "a planned leave re-ran an iteration")
+    check(rs[0]["hash"] == rs[1]["hash"], "nodes 0 and 1 differ")
+    check([v["nodes"] for v in rs[0]["views"]][-1] == [0, 1], f"views {rs[0]['views']}")
 
 
 def _cmdline(pid):
@@ -270,7 +303,7 @@ def main():
     try:
         with tempfile.TemporaryDirectory(prefix="hetring-py.") as d:
             {"split": split, "dtype": dtype, "rejoin": rejoin, "workers": workers,
-             "overlap": overlap, "resume": resume}[sys.argv[1]](d, port)
+             "overlap": overlap, "resume": resume, "leave": leave}[sys.argv[1]](d, port)
     finally:
         os.rmdir(claim)
     if failures:

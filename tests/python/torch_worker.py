@@ -2,11 +2,12 @@
 data trained through hetring.torch. Prints 'RESULT {json}' at the end.
 
     torch_worker.py CONF NODE_ID [--die-at ITER] [--pace S] [--nodes N] [--loader] [--dtype T]
-                    [--save-at ITER FILE] [--resume FILE]
+                    [--save-at ITER FILE] [--resume FILE] [--term-at ITER]
 """
 import argparse
 import json
 import os
+import signal
 import sys
 
 import torch
@@ -28,7 +29,9 @@ p.add_argument("--set", action="append", default=[], help="an INI override, sect
 p.add_argument("--no-overlap", action="store_true", help="Trainer(overlap=False)")
 p.add_argument("--save-at", nargs=2, metavar=("ITER", "FILE"),
                help="torch.save the model and optimizer after ITER iterations")
-p.add_argument("--resume", metavar="FILE", help="start from a --save-at file (start_iter)")
+p.add_argument("--resume", metavar="FILE", help="start from a --save-at file (Trainer resume=)")
+p.add_argument("--term-at", type=int, default=-1,
+               help="send this process SIGTERM in that iteration (Trainer leave_on=SIGTERM)")
 a = p.parse_args()
 
 torch.manual_seed(1234 + a.node)  # differs per node: the first view's state transfer aligns them
@@ -44,14 +47,8 @@ model = torch.nn.Sequential(torch.nn.Linear(D, 32), torch.nn.ReLU(), torch.nn.Li
 model = model.to(dtype)
 opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
 loss_fn = torch.nn.CrossEntropyLoss()
-start = 0
-if a.resume:
-    ck = torch.load(a.resume)
-    model.load_state_dict(ck["model"])
-    opt.load_state_dict(ck["opt"])
-    start = ck["iter"]
 tr = ht.Trainer(a.conf, model, opt, node_id=a.node, n_samples=N, overrides=a.set,
-                overlap=not a.no_overlap, start_iter=start)
+                overlap=not a.no_overlap, resume=a.resume, leave_on=(signal.SIGTERM,))
 losses, retries, iters, buckets, early, members = [], 0, 0, [], [], []
 first = None
 import time
@@ -77,6 +74,8 @@ try:
         b = tr.batch
         if b.iter == a.die_at:
             os._exit(3)
+        if b.iter == a.term_at:
+            os.kill(os.getpid(), signal.SIGTERM)  # leave at the next boundary, not die
         if a.pace and (retries or b.size < a.nodes):
             time.sleep(a.pace)
         res = tr.step(loss_fn, xy)
@@ -87,8 +86,7 @@ try:
         first = b.iter if first is None else first
         members.append(tr.node.members())
         if a.save_at and res.iter + 1 == int(a.save_at[0]):
-            torch.save({"model": model.state_dict(), "opt": opt.state_dict(),
-                        "iter": res.iter + 1}, a.save_at[1])
+            tr.save(a.save_at[1])
         losses.append(res.loss)
         buckets.append(res.buckets)
         early.append(res.early)
@@ -102,6 +100,6 @@ out = {"node": a.node, "iters": iters, "retries": retries, "first_loss": losses[
        "params": flat.tolist(), "views": tr.views, "version": hetring.__version__,
        "dtype": str(flat.dtype).split(".")[-1], "staged": tr.staged is not None,
        "buckets": buckets, "early": early, "members": members, "first": first,
-       "global_batch": tr.node.global_batch}
+       "global_batch": tr.node.global_batch, "left": tr.left, "done": tr.done}
 tr.close()
 print("RESULT " + json.dumps(out))
