@@ -349,6 +349,9 @@ static hr_status change_view(dist *d, const char *why, double t0, char *err, siz
         joined[0] = d->c->nodes[d->self].id;
         nj = 1;
     }
+    memcpy(d->left, left, sizeof *left * (size_t)nl);
+    memcpy(d->joined, joined, sizeof *joined * (size_t)nj);
+    d->n_left = nl, d->n_joined = nj, d->change_s = took;
     char members[RING_MAX_NODES * 8], ls[RING_MAX_NODES * 8], js[RING_MAX_NODES * 8];
     ids_str(members, sizeof members, a.view.ids, a.view.n);
     ids_str(ls, sizeof ls, left, nl);

@@ -113,7 +113,14 @@ typedef struct {
     unsigned char *blob;                /* state transfer buffer */
     size_t blob_cap;                    /* bytes allocated for blob */
     dist_state st;                      /* the state the views move (dist_attach_state) */
-    trainer *t;                         /* the built-in trainer behind st, or NULL */
+    /* the last view change, as its view record says it */
+    long left[RING_MAX_NODES];   /* (n_left) nodes it dropped */
+    int n_left;                  /* entries of left */
+    long joined[RING_MAX_NODES]; /* (n_joined) nodes it admitted, or this node when it was the
+                                  * one that rejoined */
+    int n_joined;                /* entries of joined */
+    double change_s;             /* seconds from the failure (or the request) to the new view */
+    trainer *t;                  /* the built-in trainer behind st, or NULL */
 } dist;
 
 /* Open the ring for node `self` of `c` (listening; no view yet). dist_free still needed. */

@@ -302,7 +302,12 @@ static void report_view(hetring *h) {
                        .ids = v->ids,
                        .rank = h->rank,
                        .iter = h->iter,
-                       .state_bytes = h->moved};
+                       .state_bytes = h->moved,
+                       .left = h->d.left,
+                       .n_left = h->d.n_left,
+                       .joined = h->d.joined,
+                       .n_joined = h->d.n_joined,
+                       .change_s = h->d.change_s};
     h->cb.on_view(h->cb.user, &hv);
 }
 

@@ -99,6 +99,13 @@ typedef struct {
     int rank;           /* this node's position in ids */
     long iter;          /* the iteration the view starts at */
     size_t state_bytes; /* bytes of state this node sent or received (0: none moved) */
+    const long *left;   /* (n_left) nodes the view dropped (failed or left); valid during the
+                         * callback */
+    int n_left;
+    const long *joined; /* (n_joined) nodes it admitted (this node's own id when it is the
+                         * one that rejoined; none in the first view) */
+    int n_joined;
+    double change_s; /* seconds from the failure or request to the new view */
 } hetring_view;
 
 /* Your side of a view change. Callbacks return 0 on success, nonzero to fail the call that

@@ -128,7 +128,8 @@ class Node:
     n_samples: the size of your training set (0: the INI's [train] samples).
     overrides: "section.key=value" strings, applied over the INI.
     get_state() -> bytes and put_state(bytes): your training state, moved to a node that joins
-    and hash-checked on every member (both or neither). on_view(dict): a view was installed.
+    and hash-checked on every member (both or neither). on_view(dict): a view was installed
+    (epoch, nodes, rank, iter, state_bytes, left, joined: node ids, change_s: seconds).
     sync_first: the first view sends the lowest member's state to every member.
     start_iter: the iteration your state is at when you resumed your own checkpoint (0: a new
     run); the first view takes the state of the node furthest along.
@@ -195,7 +196,10 @@ class Node:
         try:
             v = v.contents
             self._view({"epoch": v.epoch, "nodes": [v.ids[k] for k in range(v.n)],
-                        "rank": v.rank, "iter": v.iter, "state_bytes": v.state_bytes})
+                        "rank": v.rank, "iter": v.iter, "state_bytes": v.state_bytes,
+                        "left": [v.left[k] for k in range(v.n_left)],
+                        "joined": [v.joined[k] for k in range(v.n_joined)],
+                        "change_s": v.change_s})
         except BaseException as e:
             self._pending = e
 

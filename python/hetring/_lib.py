@@ -26,6 +26,11 @@ class View(ctypes.Structure):
         ("rank", ctypes.c_int),
         ("iter", ctypes.c_long),
         ("state_bytes", ctypes.c_size_t),
+        ("left", ctypes.POINTER(ctypes.c_long)),
+        ("n_left", ctypes.c_int),
+        ("joined", ctypes.POINTER(ctypes.c_long)),
+        ("n_joined", ctypes.c_int),
+        ("change_s", ctypes.c_double),
     ]
 
 

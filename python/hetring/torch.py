@@ -174,7 +174,8 @@ class Trainer:
     (and start_iter is its iteration); when it does not, the run starts afresh.
     leave_on: signals (e.g. (signal.SIGTERM,)) whose arrival makes this node leave at the next
     boundary, as leave() does; the handlers are installed here (main thread only) and the
-    previous ones put back by close().
+    previous ones put back by close(). A forked child (a loader worker) that receives one
+    ends as it would have without them.
     """
 
     def __init__(self, conf, model, optimizer, node_id=None, n_samples=0, overrides=(),
@@ -211,8 +212,19 @@ class Trainer:
         self._signals = {}
         if overlap:
             self._install_hooks()
+        me, owner = weakref.ref(self), os.getpid()
+
+        def on_signal(sig, _frame):
+            if os.getpid() != owner:  # a forked child (a loader worker) ends as it would have
+                signal.signal(sig, signal.SIG_DFL)
+                os.kill(os.getpid(), sig)
+                return
+            t = me()
+            if t is not None:
+                t.leave()
+
         for sig in leave_on:
-            self._signals[sig] = signal.signal(sig, lambda *_: self.leave())
+            self._signals[sig] = signal.signal(sig, on_signal)
 
     def _load(self, path):
         """Adopt a file of save(); its iteration."""

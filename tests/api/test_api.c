@@ -58,6 +58,8 @@ typedef struct {
     long steps;      /* steps applied */
     int puts;        /* put_state calls */
     size_t received; /* state bytes of the last view change */
+    int left2;       /* views that reported node 2 gone (hetring_view.left) */
+    int joined2;     /* views that reported node 2 admitted (hetring_view.joined) */
 } model;
 
 static int get_state(void *user, const void **data, size_t *bytes) {
@@ -77,8 +79,12 @@ static int put_state(void *user, const void *data, size_t bytes) {
 static void on_view(void *user, const hetring_view *v) {
     model *m = user;
     m->received = v->state_bytes;
-    printf("view %llu: %d nodes from iteration %ld, rank %d, state %zu bytes\n",
-           (unsigned long long)v->epoch, v->n, v->iter, v->rank, v->state_bytes);
+    for (int k = 0; k < v->n_left; k++) m->left2 += v->left[k] == 2;
+    for (int k = 0; k < v->n_joined; k++) m->joined2 += v->joined[k] == 2;
+    printf("view %llu: %d nodes from iteration %ld, rank %d, state %zu bytes, %d left, %d "
+           "joined, %.3f s\n",
+           (unsigned long long)v->epoch, v->n, v->iter, v->rank, v->state_bytes, v->n_left,
+           v->n_joined, v->change_s);
 }
 
 static const char *train_extra = ""; /* more [train] keys */
@@ -124,7 +130,7 @@ static int misuse(const char *dir, int port) {
     st = hetring_open(&h, &o, err, sizeof err);
     CHECK(st == HETRING_ECONFIG, "global_batch = 0: %d (%s)", st, err);
     o.set = NULL;
-    model m = {{0}, 0, 0, 0};
+    model m = {{0}, 0, 0, 0, 0, 0};
     o.cb = (hetring_callbacks){.user = &m, .get_state = get_state};
     CHECK(hetring_open(&h, &o, err, sizeof err) == HETRING_EINVAL, "get_state without put_state");
     o.cb.put_state = put_state;
@@ -357,7 +363,7 @@ static float x_of(long i, int j) {
 }
 
 static int run_node(const node_args *a) {
-    model m = {{0}, 0, 0, 0};
+    model m = {{0}, 0, 0, 0, 0, 0};
     hetring_options o;
     hetring_options_init(&o);
     o.conf = a->ini, o.node_id = a->id;
@@ -503,8 +509,17 @@ static int run_node(const node_args *a) {
         CHECK(done > 0 && m.steps == ITERS, "the joiner ran %ld iterations, %ld steps", done,
               m.steps);
     if (a->pace && !a->joiner) CHECK(retries > 0, "node %ld never saw HETRING_RETRY", a->id);
+    if (a->pace && !a->joiner)
+        CHECK(m.left2 == 1 && m.joined2 == 1,
+              "node %ld: views reported node 2 gone %d times and admitted %d times, not once "
+              "each",
+              a->id, m.left2, m.joined2);
     if (leave_run)
         CHECK(retries == 0, "node %ld retried %d iterations: a leave is planned", a->id, retries);
+    if (leave_run && !resume_phase)
+        CHECK(m.left2 == 1 && m.joined2 == 0,
+              "node %ld: views reported node 2 gone %d times and admitted %d times", a->id, m.left2,
+              m.joined2);
     hetring_free(h);
     return check_exit();
 }

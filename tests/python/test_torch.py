@@ -205,6 +205,9 @@ def rejoin(d, port):
     print(f"node 2 rejoined at iteration {joined['iter']} with {joined['state_bytes']} state bytes; "
           f"views seen by node 0: {[(v['nodes'], v['iter']) for v in rs[0]['views']]}")
     check(joined["iter"] > 10 and joined["state_bytes"] > 1000, f"the joiner's view {joined}")
+    seen = [(v["left"], v["joined"]) for v in rs[0]["views"][1:]]
+    check(seen == [([2], []), ([], [2])], f"node 0's views after the first: {seen} (left, "
+          f"joined), expected node 2 gone, then admitted")
     check(rs[2]["iters"] == 60 - joined["iter"], f"the joiner ran {rs[2]['iters']} iterations")
     left = []
     for _ in range(30):  # every loader worker ends with its node, within 3 s
@@ -273,7 +276,9 @@ def leave(d, port):
           f"nodes 0 and 1 ran {rs[0]['iters']} and {rs[1]['iters']} iterations")
     check(rs[0]["retries"] == 0 and rs[1]["retries"] == 0, "a planned leave re-ran an iteration")
     check(rs[0]["hash"] == rs[1]["hash"], "nodes 0 and 1 differ")
-    check([v["nodes"] for v in rs[0]["views"]][-1] == [0, 1], f"views {rs[0]['views']}")
+    last = rs[0]["views"][-1]
+    check(last["nodes"] == [0, 1] and last["left"] == [2] and last["joined"] == [],
+          f"the view after the leave: {last}")
 
 
 def _cmdline(pid):
