@@ -111,6 +111,16 @@ def param_hash(params):
 _worker_dataset = None  # a loader worker's copy of the dataset
 
 
+def _default_signals(ref):
+    """In a forked child: the default handlers for the signals a Trainer turned into leave()."""
+    t = ref()
+    for sig in (t._signals if t is not None else ()):
+        try:
+            signal.signal(sig, signal.SIG_DFL)
+        except ValueError:  # forked from a thread other than the main one: none to reset
+            pass
+
+
 def _worker_init(dataset):
     global _worker_dataset
     _worker_dataset = dataset
@@ -225,6 +235,12 @@ class Trainer:
 
         for sig in leave_on:
             self._signals[sig] = signal.signal(sig, on_signal)
+        if leave_on:
+            # a forked child (a loader worker) gets the default handlers back at once: the
+            # Python-level one would run only when its main thread runs Python again, which a
+            # child blocked on a lock it inherited from the fork never does, and Pool.terminate
+            # would then wait for it forever
+            os.register_at_fork(after_in_child=lambda: _default_signals(me))
 
     def _load(self, path):
         """Adopt a file of save(); its iteration."""

@@ -27,7 +27,9 @@
                             gives every iteration's batches (Trainer.save, resume=); a file
                             that is no checkpoint is refused
     test_torch.py leave     SIGTERM to node 2 (Trainer leave_on): it leaves at a boundary and
-                            exits 0, the others finish as two without a retry
+                            exits 0, the others finish as two without a retry; a child forked
+                            after leave_on has the default SIGTERM handler (a loader worker
+                            blocked on an inherited lock still ends on Pool.terminate)
 Exit 77 when PyTorch is missing.
 """
 import json
@@ -276,6 +278,7 @@ def leave(d, port):
           f"nodes 0 and 1 ran {rs[0]['iters']} and {rs[1]['iters']} iterations")
     check(rs[0]["retries"] == 0 and rs[1]["retries"] == 0, "a planned leave re-ran an iteration")
     check(rs[0]["hash"] == rs[1]["hash"], "nodes 0 and 1 differ")
+    check(all(r["fork_default"] for r in rs), "a forked child kept leave_on's SIGTERM handler")
     last = rs[0]["views"][-1]
     check(last["nodes"] == [0, 1] and last["left"] == [2] and last["joined"] == [],
           f"the view after the leave: {last}")

@@ -49,6 +49,11 @@ opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
 loss_fn = torch.nn.CrossEntropyLoss()
 tr = ht.Trainer(a.conf, model, opt, node_id=a.node, n_samples=N, overrides=a.set,
                 overlap=not a.no_overlap, resume=a.resume, leave_on=(signal.SIGTERM,))
+# a forked child (as a loader worker is) has the default SIGTERM handler, not leave_on's
+pid = os.fork()
+if pid == 0:
+    os._exit(0 if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL else 1)
+fork_default = os.waitpid(pid, 0)[1] == 0
 losses, retries, iters, buckets, early, members = [], 0, 0, [], [], []
 first = None
 import time
@@ -100,6 +105,7 @@ out = {"node": a.node, "iters": iters, "retries": retries, "first_loss": losses[
        "params": flat.tolist(), "views": tr.views, "version": hetring.__version__,
        "dtype": str(flat.dtype).split(".")[-1], "staged": tr.staged is not None,
        "buckets": buckets, "early": early, "members": members, "first": first,
-       "global_batch": tr.node.global_batch, "left": tr.left, "done": tr.done}
+       "global_batch": tr.node.global_batch, "left": tr.left, "done": tr.done,
+       "fork_default": fork_default}
 tr.close()
 print("RESULT " + json.dumps(out))
