@@ -113,6 +113,7 @@ struct hetring {
     int left;                        /* this node left the cluster */
     hr_status failed;                /* a failure that ended the node (later calls return it) */
     volatile sig_atomic_t leave;     /* hetring_leave: leave at the next boundary */
+    volatile sig_atomic_t *leave_at; /* the flag polled: &leave, or the options' leave_flag */
     char err[HR_ERRLEN];             /* the last failure's message */
 };
 
@@ -370,8 +371,8 @@ static hr_status setup(hetring *h, const hetring_options *o) {
     h->size = 1, h->split[0] = h->B;
     HR_CHECK(dist_init(&h->d, c, h->self, e, n));
     h->have_dist = 1;
-    h->d.leave = &h->leave;
-    ring_set_stop(&h->d.r, &h->leave); /* a leave request ends an election waiting for quorum */
+    h->d.leave = h->leave_at;
+    ring_set_stop(&h->d.r, h->leave_at); /* a leave request ends an election waiting for quorum */
     const dist_state s = {.ctx = h,
                           .iter = st_iter,
                           .set_comm = st_set_comm,
@@ -408,6 +409,7 @@ int hetring_open(hetring **out, const hetring_options *o, char *err, size_t errl
     hetring *h = calloc(1, sizeof *h);
     if (!h) return HETRING_ENOMEM;
     h->cb = o->cb;
+    h->leave_at = o->leave_flag ? o->leave_flag : &h->leave;
     hr_status st = setup(h, o);
     if (st != HR_OK) {
         if (!h->err[0]) snprintf(h->err, sizeof h->err, "%s", hr_strerror(st));
@@ -450,7 +452,7 @@ void hetring_free(hetring *h) {
 }
 
 void hetring_leave(hetring *h) {
-    if (h) h->leave = 1;
+    if (h) *h->leave_at = 1;
 }
 
 long hetring_node_id(const hetring *h) {

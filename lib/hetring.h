@@ -49,6 +49,7 @@
 #ifndef HETRING_H
 #define HETRING_H
 
+#include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -141,6 +142,11 @@ typedef struct {
                              * first view takes the state of the member furthest along (the
                              * lowest of them with sync_first), so nodes that resumed nothing
                              * receive it; the data cursor goes on from there (I8) */
+    volatile sig_atomic_t *leave_flag; /* NULL, or a flag of yours (a signal handler's) that
+                                        * hetring_leave then sets too: nonzero makes this node leave
+                                        * at the next boundary, and also ends hetring_open's wait
+                                        * for a quorum (HETRING_LEFT), when no handle exists yet to
+                                        * call hetring_leave on. It must outlive the handle. */
 } hetring_options;
 
 /* This node's part of the iteration to run, from hetring_next. */

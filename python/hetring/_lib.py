@@ -59,6 +59,7 @@ class Options(ctypes.Structure):
         ("cb", Callbacks),
         ("conf_text", ctypes.c_char_p),
         ("start_iter", ctypes.c_long),
+        ("leave_flag", ctypes.c_void_p),
     ]
 
 

@@ -26,6 +26,9 @@
  *                     node 2 starts from nothing and receives their state; the resumed run
  *                     begins at iteration 15, uses the same samples at every iteration as the
  *                     first run (I8) and ends with its model
+ *   test_api leave_open  node 0 of 3 alone waits in hetring_open for a quorum; a signal
+ *                     handler sets the options' leave_flag and hetring_open returns
+ *                     HETRING_LEFT at once instead of after rejoin_timeout
  *   test_api plan     one node, 200 buffers: bucket_bytes = 4 asks for a bucket per buffer,
  *                     and the plan grows its buckets to stay within the communication
  *                     thread's job table (every buffer still comes back as sum / B);
@@ -44,6 +47,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/time.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -562,6 +566,44 @@ static int ring(const char *dir, int port, int rejoin, int leave) {
     return check_exit();
 }
 
+static volatile sig_atomic_t stop_flag;
+static void on_alarm(int sig) {
+    (void)sig;
+    stop_flag = 1; /* all a signal handler may do: the library polls the flag */
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Alone of 3 nodes, hetring_open waits for a quorum (rejoin_timeout 20 s); SIGALRM after
+ * 0.5 s sets leave_flag, which ends the wait. */
+static int leave_open(const char *dir, int port) {
+    const char *ini = write_ini(dir, 3, port, "");
+    hetring_options o;
+    hetring_options_init(&o);
+    o.conf = ini, o.node_id = 0, o.leave_flag = &stop_flag;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_alarm;
+    sigaction(SIGALRM, &sa, NULL);
+    struct itimerval it = {{0, 0}, {0, 500 * 1000}};
+    setitimer(ITIMER_REAL, &it, NULL);
+    hetring *h = NULL;
+    char err[512] = "";
+    const double t0 = now_s();
+    int st = hetring_open(&h, &o, err, sizeof err);
+    const double took = now_s() - t0;
+    printf("hetring_open: %d after %.2f s: %s\n", st, took, err);
+    CHECK(st == HETRING_LEFT && !h, "a set leave_flag ends the wait: status %d (%s)", st, err);
+    CHECK(took >= 0.4 && took < 5, "hetring_open returned after %.2f s, not soon after 0.5 s",
+          took);
+    hetring_free(h);
+    return check_exit();
+}
+
 /* The same run twice: the second from node 0's checkpoint of the first (nodes 0 and 1). */
 static int resume(const char *dir, int port) {
     resume_dir = dir, leave_run = 1; /* no slow node, as in leave */
@@ -575,7 +617,7 @@ static int resume(const char *dir, int port) {
 int main(int argc, char **argv) {
     if (argc < 2) {
         fprintf(stderr, "usage: test_api misuse|text|ring|rejoin|leave|overlap|overlap_rejoin|plan|"
-                        "resume\n");
+                        "resume|leave_open\n");
         return 2;
     }
     signal(SIGPIPE, SIG_IGN);
@@ -587,6 +629,7 @@ int main(int argc, char **argv) {
     if (strcmp(argv[1], "text") == 0) rc = text(dir, port);
     if (strcmp(argv[1], "plan") == 0) rc = plan(dir, port);
     if (strcmp(argv[1], "resume") == 0) rc = resume(dir, port);
+    if (strcmp(argv[1], "leave_open") == 0) rc = leave_open(dir, port);
     if (strcmp(argv[1], "ring") == 0) rc = ring(dir, port, 0, 0);
     if (strcmp(argv[1], "rejoin") == 0) rc = ring(dir, port, 1, 0);
     if (strcmp(argv[1], "leave") == 0) leave_run = 1, rc = ring(dir, port, 0, 1);
