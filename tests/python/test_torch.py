@@ -70,16 +70,37 @@ def write_ini(d, name, slowdowns, port, iters=30):
     return path
 
 
+STARTED = []  # every worker started: killed (with its loader workers) when the test ends
+
+
 def start(ini, node, d, *extra):
     out = open(os.path.join(d, f"n{node}.{time.monotonic_ns()}.log"), "w+")
     p = subprocess.Popen([sys.executable, WORKER, ini, str(node), *extra], stdout=out,
-                         stderr=subprocess.STDOUT)
+                         stderr=subprocess.STDOUT, start_new_session=True)
     p.log = out
+    STARTED.append(p)
     return p
 
 
-def result(p, expect_rc=0, timeout=240):
-    rc = p.wait(timeout=timeout)
+def kill_all():
+    """No worker outlives the test, not even a hung one: its ports would be taken from the
+    next test that claims them."""
+    import signal
+    for p in STARTED:
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+DEADLINE = time.monotonic() + 200  # before ctest's 240 s: a hung worker is reported and killed
+
+
+def result(p, expect_rc=0):
+    try:
+        rc = p.wait(timeout=max(1.0, DEADLINE - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        rc = "a timeout"
     p.log.seek(0)
     text = p.log.read()
     check(rc == expect_rc, f"worker exited {rc}, expected {expect_rc}:\n{text[-3000:]}")
@@ -313,6 +334,7 @@ def main():
             {"split": split, "dtype": dtype, "rejoin": rejoin, "workers": workers,
              "overlap": overlap, "resume": resume, "leave": leave}[sys.argv[1]](d, port)
     finally:
+        kill_all()
         os.rmdir(claim)
     if failures:
         print(f"{failures} check(s) failed", file=sys.stderr)
