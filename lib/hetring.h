@@ -34,7 +34,9 @@
  *  - I8 nothing lost: a node that dies or leaves mid-iteration makes the others agree on a new
  *    view; the interrupted iteration is run again from the same data cursor (HETRING_RETRY).
  *    A node that joins receives the state of the others through your get_state/put_state
- *    callbacks, checked by a hash of every member's get_state after the transfer.
+ *    callbacks, checked by a hash of every member's get_state after the transfer. A run
+ *    resumed from your own checkpoint (hetring_options.start_iter) goes on from that
+ *    iteration's cursor, and nodes that resumed nothing receive the state.
  *
  * Errors: every call returns a hetring_status (0 is success); hetring_strerror names it and
  * hetring_last_error(h) gives the detailed message of the handle's last failure. Nothing in
