@@ -45,12 +45,6 @@ static int fault_at(const dist *d, const char *kind, long at) {
     return hr_fault_get(kind, d->c->nodes[d->self].id, -1, &arg) && (long)arg == at;
 }
 
-static hr_status ring_allreduce_cb(void *ctx, float *buf, size_t n) {
-    dist *d = ctx;
-    if (fault_at(d, "crash_comm", d->iter)) hr_fault_kill_after("the all-reduce", 0.002);
-    return ring_allreduce(&d->r, buf, n); /* a failure: on_fail logs and handles it */
-}
-
 hr_status dist_init(dist *d, const cfg *c, int self, char *err, size_t errlen) {
     memset(d, 0, sizeof *d);
     d->c = c;
@@ -67,22 +61,15 @@ hr_status dist_init(dist *d, const cfg *c, int self, char *err, size_t errlen) {
     return st;
 }
 
-train_comm dist_comm(dist *d) {
-    train_comm tc = {
-        .ctx = d, .rank = d->self, .size = d->c->n_nodes, .allreduce = ring_allreduce_cb};
-    return tc;
-}
-
 /* ================================================================ decisions and checks */
 
 /* Test faults: flip the lowest bit of the first (perturb) or the last (perturb_last)
  * parameter, so the replica check is tested at both ends of the buffer it hashes. */
-static void perturb(const dist *d, long iter, float *params, long n_params) {
+void dist_perturb(long node_id, long iter, float *params, long n_params) {
     static const char *const kinds[] = {"perturb", "perturb_last"};
     double at;
     for (int k = 0; k < 2; k++) {
-        if (!hr_fault_get(kinds[k], d->c->nodes[d->self].id, -1, &at) || (long)at != iter ||
-            n_params <= 0)
+        if (!hr_fault_get(kinds[k], node_id, -1, &at) || (long)at != iter || n_params <= 0)
             continue;
         long i = k ? n_params - 1 : 0;
         HR_WARN(TRAIN, "test fault: flipping a bit of parameter %ld at iteration %ld", i, iter);
@@ -104,15 +91,6 @@ void dist_annotate(dist *d, long iter, uint64_t param_hash, train_stat *mine) {
     if (ring_join_requested(&d->r)) flags |= DIST_FLAG_JOIN;
     if (d->leave && *d->leave) flags |= DIST_FLAG_LEAVE;
     mine->extra[DIST_STAT_FLAGS] = (float)flags;
-}
-
-/* Before the all-reduce: the test fault hook, then this node's hashes into its slot. */
-static hr_status annotate(void *ctx, long iter, float *params, long n_params, train_stat *mine) {
-    dist *d = ctx;
-    perturb(d, iter, params, n_params);
-    uint64_t h = dist_wants_hash(d, iter) ? dist_hash_floats(params, n_params) : 0;
-    dist_annotate(d, iter, h, mine);
-    return HR_OK;
 }
 
 /* Whether every node's hash pair at extra[off] equals rank 0's; when one differs, *bad_id and
@@ -177,10 +155,6 @@ hr_status dist_decide(dist *d, long iter, const train_stat *stats, int size, lon
     }
     d->dhash = ctrl_hash(&d->ctl, split);
     return HR_OK;
-}
-
-static hr_status decide(void *ctx, long iter, const train_stat *stats, int size, long *split) {
-    return dist_decide(ctx, iter, stats, size, split);
 }
 
 /* ================================================================ views */
@@ -388,53 +362,6 @@ static hr_status change_view(dist *d, const char *why, double t0, char *err, siz
     return HR_OK;
 }
 
-/* ================================================================ the built-in trainer's state */
-
-static long tr_iter(void *ctx) {
-    return ((dist *)ctx)->t->iter;
-}
-
-static hr_status tr_set_comm(void *ctx, int rank, int size) {
-    return train_set_comm(((dist *)ctx)->t, rank, size);
-}
-
-static hr_status tr_pack(void *ctx, const void **blob, size_t *bytes, char *err, size_t errlen) {
-    dist *d = ctx;
-    size_t n = train_state_bytes(d->t);
-    if (n > d->blob_cap) {
-        unsigned char *b = realloc(d->blob, n);
-        if (!b) return hr_fail(err, errlen, HR_ERR_NOMEM, "out of memory for the state");
-        d->blob = b, d->blob_cap = n;
-    }
-    train_state_pack(d->t, d->blob);
-    *blob = d->blob, *bytes = n;
-    return HR_OK;
-}
-
-static hr_status tr_unpack(void *ctx, const void *blob, size_t bytes, char *err, size_t errlen) {
-    return train_state_unpack(((dist *)ctx)->t, blob, bytes, err, errlen);
-}
-
-static hr_status tr_hash(void *ctx, uint64_t *h, char *err, size_t errlen) {
-    (void)err, (void)errlen;
-    *h = train_state_hash(((dist *)ctx)->t);
-    return HR_OK;
-}
-
-static void tr_set_split(void *ctx, const long *b) {
-    train_set_split(((dist *)ctx)->t, b);
-}
-
-static hr_status tr_save(void *ctx, char *err, size_t errlen) {
-    dist *d = ctx;
-    const char *ck = d->c->checkpoint;
-    return ck[0] ? train_save(d->t, ck, err, errlen) : HR_OK;
-}
-
-static FILE *tr_metrics(void *ctx) {
-    return ((dist *)ctx)->t->metrics;
-}
-
 hr_status dist_attach_state(dist *d, const dist_state *s, char *err, size_t errlen) {
     d->st = *s;
     d->ipe = s->ipe;
@@ -443,28 +370,8 @@ hr_status dist_attach_state(dist *d, const dist_state *s, char *err, size_t errl
     return change_view(d, "", hr_now(), err, errlen);
 }
 
-hr_status dist_attach(dist *d, trainer *t, char *err, size_t errlen) {
-    d->t = t;
-    const dist_state s = {.ctx = d,
-                          .iter = tr_iter,
-                          .set_comm = tr_set_comm,
-                          .pack = tr_pack,
-                          .unpack = tr_unpack,
-                          .hash = tr_hash,
-                          .set_split = tr_set_split,
-                          .save = tr_save,
-                          .metrics = tr_metrics,
-                          .global_batch = train_global_batch(t),
-                          .ipe = t->ipe,
-                          .recorded = t->has_recorded ? t->recorded : NULL};
-    HR_CHECK(dist_attach_state(d, &s, err, errlen));
-    t->ctrl.ctx = d;
-    t->ctrl.decide = decide;
-    t->ctrl.annotate = annotate;
-    return HR_OK;
-}
-
 hr_status dist_allreduce(dist *d, float *buf, size_t n) {
+    if (fault_at(d, "crash_comm", d->iter)) hr_fault_kill_after("the all-reduce", 0.002);
     return ring_allreduce(&d->r, buf, n);
 }
 
@@ -478,12 +385,12 @@ static void flush_pending(dist *d) {
 
 /* Leave the cluster at this boundary, with a checkpoint when one is configured. */
 static hr_status leave_now(dist *d, char *err, size_t errlen) {
-    const char *ck = d->t ? d->c->checkpoint : "";
+    const char *ck = d->st.save ? d->c->checkpoint : "";
     if (d->st.save) HR_CHECK(d->st.save(d->st.ctx, err, errlen));
     HR_INFO(RING, "leaving the cluster at iteration %ld%s%s", d->st.iter(d->st.ctx),
-            ck[0]  ? "; checkpoint written to "
-            : d->t ? " (no checkpoint configured)"
-                   : "",
+            ck[0]        ? "; checkpoint written to "
+            : d->st.save ? " (no checkpoint configured)"
+                         : "",
             ck);
     return HR_ERR_INTERRUPTED;
 }
@@ -535,42 +442,6 @@ hr_status dist_boundary(dist *d, int *changed, char *err, size_t errlen) {
     if (d->leaving_self) return leave_now(d, err, errlen);
     *changed = 1;
     return change_or_leave(d, "", hr_now(), err, errlen);
-}
-
-/* train_step failed: when the ring broke, elect a new view and let the trainer retry. */
-static hr_status on_fail(void *ctx, trainer *t, hr_status st, char *err, size_t errlen) {
-    (void)t;
-    return dist_recover(ctx, st, err, errlen);
-}
-
-/* After an iteration: leave, or change the view, when a member asked for it. */
-static hr_status after_iter(void *ctx, trainer *t, char *err, size_t errlen) {
-    (void)t;
-    int changed;
-    return dist_boundary(ctx, &changed, err, errlen);
-}
-
-/* Every metrics record and the summary: who wrote it and in which view. */
-static void tag(void *ctx, const trainer *t, FILE *f, int summary) {
-    const dist *d = ctx;
-    (void)t;
-    const ring_view *v = ring_get_view(&d->r);
-    char members[RING_MAX_NODES * 8];
-    ids_str(members, sizeof members, v->ids, v->n);
-    if (summary)
-        fprintf(f, ",\n  \"views\": %d,\n  \"nodes_final\": [%s]", d->views, members);
-    else
-        fprintf(f, ",\"node\":%ld,\"view\":%llu,\"nodes\":[%s]", d->c->nodes[d->self].id,
-                (unsigned long long)v->epoch, members);
-}
-
-void dist_hooks(dist *d, train_opts *o, const volatile sig_atomic_t *leave) {
-    d->leave = leave;
-    ring_set_stop(&d->r, leave); /* a leave request ends an election that waits for a quorum */
-    o->on_fail = on_fail;
-    o->after_iter = after_iter;
-    o->tag = tag;
-    o->member_ctx = d;
 }
 
 void dist_free(dist *d) {

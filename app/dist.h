@@ -1,7 +1,9 @@
 /*
- * dist.h: distributed training over the ring, with elastic membership.
+ * dist.h: distributed training over the ring, with elastic membership: the machinery behind
+ * libhetring (lib/hetring.c), through which `hetring run` trains the built-in models too
+ * (lib/hr_node.h).
  *
- * Plugs three things into the training loop of train.h:
+ * Three things join the training loop:
  *  - the ring's SUM all-reduce as the communication step (the stats tail rides along, so the
  *    all-reduce is also an all-gather of every node's (b, t, loss, correct, hashes));
  *  - the replicated controller of ctrl/ as the batch-size decision: every node feeds it the
@@ -26,11 +28,11 @@
  *  - the data cursor is the iteration: an aborted iteration is re-run whole, so no sample is
  *    skipped or used twice (I8).
  *
- * The state a view change moves and checks is a dist_state: the built-in trainer's
- * (dist_attach, through train.h's state blob) or the model of a libhetring user (lib/, through
- * the user's get/put callbacks). Both go through the same election, transfer, hash check and
- * controller restart (dist_change_view, dist_recover, dist_boundary), and the same per-iteration
- * checks (dist_annotate, dist_decide).
+ * The state a view change moves and checks is a dist_state: libhetring's, the user's get/put
+ * callbacks behind a small header (the built-in trainer's state blob, for `hetring run`). It
+ * goes through the election, transfer, hash check and controller restart (dist_attach_state,
+ * dist_recover, dist_boundary), and every iteration through the checks (dist_annotate,
+ * dist_decide).
  */
 #ifndef HR_DIST_H
 #define HR_DIST_H
@@ -120,35 +122,18 @@ typedef struct {
                                   * one that rejoined */
     int n_joined;                /* entries of joined */
     double change_s;             /* seconds from the failure (or the request) to the new view */
-    trainer *t;                  /* the built-in trainer behind st, or NULL */
 } dist;
 
 /* Open the ring for node `self` of `c` (listening; no view yet). dist_free still needed. */
 hr_status dist_init(dist *d, const cfg *c, int self, char *err, size_t errlen);
 
-/* The ring as the trainer's communicator: build the trainer with it and max_nodes =
- * c->n_nodes; its rank and size are provisional until dist_attach. */
-train_comm dist_comm(dist *d);
-
-/* Join the cluster with trainer `t` (built with dist_comm, resumed from its own checkpoint if
- * it had one): elect the first view with the reachable nodes, take the state of the member
- * with the newest (a resumed checkpoint, or the running job's when this node joins late),
- * start the controller (the checkpoint's split when every node resumed the same one, else
- * from the capacity hints) and plug it into t->ctrl. On failure err says why (no quorum
- * within rejoin_timeout, a state that does not verify). */
-hr_status dist_attach(dist *d, trainer *t, char *err, size_t errlen);
-
-/* The membership hooks of train_run (on_fail, after_iter, tag). `leave` (may be NULL) is
- * polled at every iteration: nonzero makes this node leave the cluster at the next boundary,
- * after the others agreed on it. */
-void dist_hooks(dist *d, train_opts *o, const volatile sig_atomic_t *leave);
-
 void dist_free(dist *d);
 
-/* ---------------------------------------------------------------- any training state
- * The same machinery for a state that is not the built-in trainer's (libhetring). */
-
-/* Join the cluster with state s (copied): as dist_attach. */
+/* Join the cluster with state s (copied): elect the first view with the reachable nodes,
+ * take the state of the member with the newest (a resumed checkpoint, or the running job's
+ * when this node joins late), and start the controller (s->recorded when every node resumed
+ * that split, else from the capacity hints). On failure err says why (no quorum within
+ * rejoin_timeout, a state that does not verify). */
 hr_status dist_attach_state(dist *d, const dist_state *s, char *err, size_t errlen);
 
 /* A SUM all-reduce of n floats over the current view (the iteration's gradients and stats). */
@@ -171,6 +156,11 @@ hr_status dist_recover(dist *d, hr_status st, char *err, size_t errlen);
  * for it at that iteration (HR_ERR_INTERRUPTED: this node left). *changed says whether the
  * view changed. */
 hr_status dist_boundary(dist *d, int *changed, char *err, size_t errlen);
+
+/* The test faults perturb and perturb_last: flip the lowest bit of the first or the last of
+ * the n_params parameters when armed for node node_id at iteration iter (before they are
+ * hashed, so that the replica check is tested at both ends of the buffer). */
+void dist_perturb(long node_id, long iter, float *params, long n_params);
 
 /* 64-bit hash of n floats (their bit patterns). */
 uint64_t dist_hash_floats(const float *v, long n);

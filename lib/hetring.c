@@ -28,6 +28,7 @@
  *           committed one
  */
 #include "hetring.h"
+#include "hetring_app.h"
 
 #include "cfg.h"
 #include "data.h"
@@ -58,8 +59,10 @@ _Static_assert((int)HETRING_EUNSUPPORTED == (int)HR_ERR_UNSUPPORTED &&
 #define STATE_HDR   6               /* magic, iter, B, samples, seed, user bytes */
 
 struct hetring {
-    cfg c;                /* the cluster's configuration */
-    int have_cfg;         /* c was loaded */
+    cfg own;              /* the configuration this handle loaded (without app->c) */
+    int have_cfg;         /* own was loaded */
+    const cfg *c;         /* the cluster's configuration: &own or the application's */
+    hetring_app app;      /* the application's extras (hetring_app.h), zero for a user */
     int self;             /* index of this node in c.nodes */
     dist d;               /* ring, controller, checks and views */
     int have_dist;        /* d was initialised (and not yet freed) */
@@ -205,7 +208,7 @@ static long st_iter(void *ctx) {
 
 static hr_status st_set_comm(void *ctx, int rank, int size) {
     hetring *h = ctx;
-    if (size < 1 || size > h->c.n_nodes || rank < 0 || rank >= size) return HR_ERR_INVAL;
+    if (size < 1 || size > h->c->n_nodes || rank < 0 || rank >= size) return HR_ERR_INVAL;
     h->rank = rank, h->size = size;
     if (h->bucket_bytes == OVERLAP_AUTO) h->bucketed = 0; /* no facts of this view yet */
     return HR_OK;
@@ -293,6 +296,16 @@ static hr_status st_hash(void *ctx, uint64_t *out, char *err, size_t errlen) {
     return HR_OK;
 }
 
+static hr_status st_save(void *ctx, char *err, size_t errlen) {
+    hetring *h = ctx;
+    return h->app.save(h->cb.user, err, errlen);
+}
+
+static FILE *st_metrics(void *ctx) {
+    hetring *h = ctx;
+    return h->app.metrics(h->cb.user);
+}
+
 /* ================================================================ views */
 
 static void report_view(hetring *h) {
@@ -323,25 +336,30 @@ void hetring_options_init(hetring_options *o) {
 static hr_status load_config(hetring *h, const hetring_options *o) {
     char *e = h->err;
     const size_t n = sizeof h->err;
-    cfg_init(&h->c);
+    if (h->app.c) { /* the application's, loaded and checked */
+        h->c = h->app.c, h->self = h->app.self;
+        return HR_OK;
+    }
+    cfg_init(&h->own);
     h->have_cfg = 1;
+    h->c = &h->own;
     if (o->conf)
-        HR_CHECK(cfg_parse_file(&h->c, o->conf, e, n));
+        HR_CHECK(cfg_parse_file(&h->own, o->conf, e, n));
     else
-        HR_CHECK(cfg_parse_text(&h->c, o->conf_text, "conf_text", e, n));
-    HR_CHECK(cfg_apply_env(&h->c, e, n));
-    for (const char *const *s = o->set; s && *s; s++) HR_CHECK(cfg_set(&h->c, *s, e, n));
-    HR_CHECK(cfg_validate(&h->c, e, n));
+        HR_CHECK(cfg_parse_text(&h->own, o->conf_text, "conf_text", e, n));
+    HR_CHECK(cfg_apply_env(&h->own, e, n));
+    for (const char *const *s = o->set; s && *s; s++) HR_CHECK(cfg_set(&h->own, *s, e, n));
+    HR_CHECK(cfg_validate(&h->own, e, n));
     char id[32];
     if (o->node_id >= 0) snprintf(id, sizeof id, "%ld", o->node_id);
-    return node_id_resolve(&h->c, o->node_id >= 0 ? id : NULL, &h->self, e, n);
+    return node_id_resolve(&h->own, o->node_id >= 0 ? id : NULL, &h->self, e, n);
 }
 
 static hr_status setup(hetring *h, const hetring_options *o) {
     char *e = h->err;
     const size_t n = sizeof h->err;
     HR_CHECK(load_config(h, o));
-    const cfg *c = &h->c;
+    const cfg *c = h->c;
     hr_log_set_node((int)c->nodes[h->self].id);
     app_train_config(c, h->self, &h->tc);
     h->B = h->tc.global_batch;
@@ -371,6 +389,7 @@ static hr_status setup(hetring *h, const hetring_options *o) {
     h->size = 1, h->split[0] = h->B;
     HR_CHECK(dist_init(&h->d, c, h->self, e, n));
     h->have_dist = 1;
+    if (h->app.on_listen) h->app.on_listen(h->cb.user);
     h->d.leave = h->leave_at;
     ring_set_stop(&h->d.r, h->leave_at); /* a leave request ends an election waiting for quorum */
     const dist_state s = {.ctx = h,
@@ -380,8 +399,11 @@ static hr_status setup(hetring *h, const hetring_options *o) {
                           .unpack = st_unpack,
                           .hash = st_hash,
                           .set_split = st_set_split,
+                          .save = h->app.save ? st_save : NULL,
+                          .metrics = h->app.metrics ? st_metrics : NULL,
                           .global_batch = h->B,
                           .ipe = h->ipe,
+                          .recorded = h->app.start_split,
                           .send_first = o->sync_first};
     h->moved = 0;
     HR_CHECK(dist_attach_state(&h->d, &s, e, n));
@@ -390,10 +412,15 @@ static hr_status setup(hetring *h, const hetring_options *o) {
 }
 
 int hetring_open(hetring **out, const hetring_options *o, char *err, size_t errlen) {
+    return hr_lib_open(out, o, NULL, err, errlen);
+}
+
+int hr_lib_open(hetring **out, const hetring_options *o, const hetring_app *app, char *err,
+                size_t errlen) {
     if (err && errlen) err[0] = 0;
     if (!out) return HETRING_EINVAL;
     *out = NULL;
-    if (!o || !o->conf == !o->conf_text) {
+    if (!o || (!app && !o->conf == !o->conf_text)) {
         if (err && errlen)
             snprintf(err, errlen,
                      "hetring_open: options need exactly one of conf (an INI file) and conf_text "
@@ -405,9 +432,10 @@ int hetring_open(hetring **out, const hetring_options *o, char *err, size_t errl
             snprintf(err, errlen, "hetring_open: get_state and put_state go together");
         return HETRING_EINVAL;
     }
-    hr_log_init_from_env();
+    if (!app) hr_log_init_from_env(); /* the application set its log up itself */
     hetring *h = calloc(1, sizeof *h);
     if (!h) return HETRING_ENOMEM;
+    if (app) h->app = *app;
     h->cb = o->cb;
     h->leave_at = o->leave_flag ? o->leave_flag : &h->leave;
     hr_status st = setup(h, o);
@@ -434,7 +462,7 @@ void hetring_free(hetring *h) {
     if (!h) return;
     hetring_close(h);
     if (h->have_dl) data_loader_free(&h->dl);
-    if (h->have_cfg) cfg_free(&h->c);
+    if (h->have_cfg) cfg_free(&h->own);
     free(h->split);
     free(h->next);
     free(h->gathered);
@@ -456,7 +484,11 @@ void hetring_leave(hetring *h) {
 }
 
 long hetring_node_id(const hetring *h) {
-    return h && h->have_cfg ? h->c.nodes[h->self].id : -1;
+    return h && h->c ? h->c->nodes[h->self].id : -1;
+}
+
+const char *hr_lib_ring_error(const hetring *h) {
+    return h && h->have_dist ? ring_error(&h->d.r) : "";
 }
 int hetring_rank(const hetring *h) {
     return h ? h->rank : -1;
@@ -540,31 +572,44 @@ int hetring_next(hetring *h, hetring_batch *out) {
 /* "overlap: ..." on rank 0 when the choice differs from the one logged last. */
 static void tell_choice(hetring *h, const char *why) {
     if (h->rank != 0 || h->bucketed == h->told) return;
+    char size[32];
+    overlap_bytes_str(h->bucket_bytes == OVERLAP_AUTO ? OVERLAP_AUTO_BYTES : h->bucket_bytes, size,
+                      sizeof size);
     if (h->bucketed)
-        HR_INFO(TRAIN, "overlap: %d buckets all-reduced while the nodes compute (%s)", h->n_buckets,
-                why);
+        HR_INFO(TRAIN, "overlap: %d buckets of >= %s, all-reduced during backward (%s)",
+                h->n_buckets, size, why);
     else
-        HR_INFO(TRAIN, "overlap: off, one all-reduce per step (%s)", why);
+        HR_INFO(TRAIN, "overlap: off, one all-reduce after backward (%s)", why);
     h->told = h->bucketed;
 }
 
-/* Cut grads into buckets at buffer boundaries, from the last buffer towards the first: each
- * of at least bucket_bytes but the last (the auto size for auto), and never more buckets than
- * the communication thread's job table (a larger size then, the same on every node). */
+/* Cut grads into buckets of at least `bytes` (but the first, buffer 0's) at buffer
+ * boundaries, from the last buffer towards the first; with `cuts` NULL only count them. */
+static int cut(const hetring *h, long bytes, long *cuts) {
+    int nb = 0;
+    long acc = 0;
+    if (cuts) cuts[0] = (long)h->n_grad;
+    if (bytes > 0)
+        for (int i = h->n_bufs - 1; i > 0; i--) {
+            acc += (long)(h->counts[i] * sizeof(float));
+            if (acc >= bytes && h->off[i] > 0) {
+                if (cuts) cuts[nb + 1] = (long)h->off[i];
+                nb++, acc = 0;
+            }
+        }
+    if (cuts) cuts[nb + 1] = 0; /* cuts are at offsets > 0: the last bucket starts at 0 */
+    return nb + 1;
+}
+
+/* The bucket plan: buckets of at least bucket_bytes (the auto size for auto), as the
+ * built-in trainer cuts its layers, unless that makes more buckets than the communication
+ * thread's job table holds: then larger ones, the same on every node. */
 static void plan(hetring *h) {
     long bytes = h->bucket_bytes == OVERLAP_AUTO ? OVERLAP_AUTO_BYTES : h->bucket_bytes;
     const long floor =
         (long)((h->n_grad * sizeof(float) + OVERLAP_MAX_JOBS - 2) / (OVERLAP_MAX_JOBS - 1));
-    if (bytes < floor) bytes = floor;
-    int nb = 0;
-    long acc = 0;
-    h->cuts[0] = (long)h->n_grad;
-    if (bytes > 0)
-        for (int i = h->n_bufs - 1; i > 0; i--) {
-            acc += (long)(h->counts[i] * sizeof(float));
-            if (acc >= bytes && h->off[i] > 0) h->cuts[++nb] = (long)h->off[i], acc = 0;
-        }
-    if (h->cuts[nb] != 0) h->cuts[++nb] = 0;
+    if (bytes > 0 && cut(h, bytes, NULL) > OVERLAP_MAX_JOBS) bytes = floor;
+    const int nb = cut(h, bytes, h->cuts);
     h->n_buckets = nb;
     for (int i = 0, j = nb - 1; i < h->n_bufs; i++) {
         while (j > 0 && (long)h->off[i] >= h->cuts[j]) j--;
@@ -603,14 +648,18 @@ static int check_layout(hetring *h, const hetring_grads *g, const char *fn) {
         total += g->counts[i];
     }
     if (total == 0) return fail(h, HETRING_EINVAL, "%s: the buffers hold no floats", fn);
+    if (h->app.grads) /* in place: the buffers are consecutive pieces of app.grads */
+        for (size_t i = 0, o = 0; i < (size_t)g->n_bufs; o += g->counts[i], i++)
+            if (g->counts[i] && g->bufs[i] != h->app.grads + o)
+                return fail(h, HETRING_EINVAL, "%s: buffer %zu is not in place", fn, i);
     if (h->n_bufs) return HETRING_OK;
-    const size_t n = (size_t)g->n_bufs, tail = (size_t)h->c.n_nodes * TRAIN_NODE_STATS;
+    const size_t n = (size_t)g->n_bufs, tail = (size_t)h->c->n_nodes * TRAIN_NODE_STATS;
     size_t *counts = malloc(sizeof *counts * n), *off = malloc(sizeof *off * n);
     int *bucket_of = malloc(sizeof *bucket_of * n);
     unsigned char *given = calloc(n, 1);
     float **ptrs = malloc(sizeof *ptrs * n);
-    float *buf = malloc(sizeof *buf * (tail + total));
-    if (!counts || !off || !bucket_of || !given || !ptrs || !buf) {
+    float *buf = h->app.grads ? NULL : malloc(sizeof *buf * (tail + total));
+    if (!counts || !off || !bucket_of || !given || !ptrs || (!buf && !h->app.grads)) {
         /* nothing adopted: the next call tries again with nothing leaked */
         free(counts), free(off), free(bucket_of), free(given), free(ptrs), free(buf);
         return fail(h, HETRING_ENOMEM, "out of memory for %zu floats of gradient", total);
@@ -620,7 +669,7 @@ static int check_layout(hetring *h, const hetring_grads *g, const char *fn) {
     memcpy(h->counts, g->counts, sizeof *h->counts * n);
     for (size_t i = 0, o = 0; i < n; o += g->counts[i], i++) h->off[i] = o;
     h->n_bufs = g->n_bufs, h->n_grad = total;
-    h->grads = h->buf + tail;
+    h->grads = h->app.grads ? h->app.grads : h->buf + tail;
     plan(h);
     round_reset(h);
     return HETRING_OK;
@@ -649,7 +698,8 @@ static int send_ready(hetring *h) {
 
 /* Buffer i into its place in grads; with buckets on, the buckets it completes go out. */
 static int give(hetring *h, const hetring_grads *g, int i) {
-    if (g->counts[i]) memcpy(h->grads + h->off[i], g->bufs[i], sizeof *h->buf * g->counts[i]);
+    if (g->counts[i] && !h->app.grads)
+        memcpy(h->grads + h->off[i], g->bufs[i], sizeof *h->grads * g->counts[i]);
     h->given[i] = 1;
     h->n_given++;
     if (h->bucket_of[i] >= 0) h->missing[h->bucket_of[i]]--;
@@ -770,8 +820,8 @@ int hetring_step(hetring *h, const hetring_grads *g, hetring_result *res) {
     }
     int changed = memcmp(h->next, h->split, sizeof *h->next * (size_t)h->size) != 0;
     st_set_split(h, h->next);
-    const float inv = 1.0f / (float)h->B; /* I2: the sum over B samples, over B */
-    for (int i = 0; i < g->n_bufs; i++) {
+    const float inv = 1.0f / (float)h->B;                  /* I2: the sum over B samples, over B */
+    for (int i = 0; !h->app.grads && i < g->n_bufs; i++) { /* in place: the sums stay */
         float *dst = g->bufs[i];
         const float *src = h->grads + h->off[i];
         for (size_t j = 0; j < g->counts[i]; j++) dst[j] = src[j] * inv;

@@ -282,7 +282,50 @@ static hr_status compute(trainer *t, long epoch, long it, long start, long b, mo
     return HR_OK;
 }
 
+void train_set_peer(trainer *t, const train_peer *peer) {
+    overlap_stop(&t->ow);
+    t->bucketed = 0;
+    t->peer = *peer;
+    t->has_peer = 1;
+}
+
+/* train_step with a peer: the slice from it, backward reporting its progress to it, and the
+ * exchange of the gradient sums for the cluster's; then the update, as without one. */
+static hr_status peer_step(trainer *t, train_iter *out) {
+    const train_peer *p = &t->peer;
+    const long i = t->iter, epoch = i / t->ipe, it = i % t->ipe, B = train_global_batch(t);
+    train_slice s;
+    HR_CHECK(p->slice(p->ctx, &s));
+    t->comm.rank = s.rank, t->comm.size = s.size;
+    model_stats ms = {0, 0};
+    model_grad_hook hook = {p->ready, p->ctx};
+    double t0 = hr_now();
+    if (s.b > 0) {
+        HR_CHECK(data_loader_slice(&t->dl, epoch, it, B, s.start, s.b, t->x, t->y, t->t));
+        HR_CHECK(model_forward_backward_hooked(&t->m, t->x, t->y, t->t, s.b, &ms, &hook));
+    } else {
+        memset(t->m.grads, 0, sizeof *t->m.grads * (size_t)t->m.n_params);
+        p->ready(p->ctx, 0);
+    }
+    double t1 = hr_now();
+    train_exchange x = {.compute_s = t1 - t0, .loss_sum = ms.loss_sum, .correct = ms.correct};
+    HR_CHECK(p->exchange(p->ctx, &x));
+    opt_step(&t->opt, t->m.params, t->m.grads, B, i);
+    t->peer_buckets = x.buckets;
+    t->iter++;
+    if (out) {
+        out->iter = i, out->epoch = epoch;
+        out->loss = x.loss, out->accuracy = x.accuracy;
+        out->lr = opt_lr(&t->opt, i);
+        out->t_compute = t1 - t0, out->t_node = x.t_node, out->t_comm = x.t_comm;
+        out->t_iter = hr_now() - t0, out->factor = train_stretch_factor(&t->conf, i);
+        out->changed = x.changed;
+    }
+    return HR_OK;
+}
+
 hr_status train_step(trainer *t, train_iter *out) {
+    if (t->has_peer) return peer_step(t, out);
     const int rank = t->comm.rank, size = t->comm.size;
     const long i = t->iter, epoch = i / t->ipe, it = i % t->ipe, B = train_global_batch(t);
     if (!t->has_split) {
@@ -647,6 +690,7 @@ static void announce(const trainer *t) {
  * the choice after the first iteration (choose_next). */
 static void announce_overlap(trainer *t) {
     if (t->max_nodes < 2) return;
+    if (t->has_peer && t->conf.bucket_bytes != OVERLAP_AUTO) return; /* the peer says it */
     char line[400], why[192];
     if (t->conf.bucket_bytes == OVERLAP_AUTO && t->n_buckets > 1) {
         train_overlap_describe(t, line, sizeof line);
@@ -785,7 +829,9 @@ static hr_status train_write_summary_tagged(const trainer *t, const train_result
     fprintf(f, "  \"model\": \"%s %s\",\n  \"dataset\": \"%s\",\n  \"nodes\": %d,\n",
             t->conf.model.name, desc, t->conf.data.name, t->comm.size);
     fprintf(f, "  \"global_batch\": %ld,\n  \"gradient_buckets\": %d,\n", train_global_batch(t),
-            overlapping(t) ? t->n_buckets : 1);
+            t->has_peer      ? t->peer_buckets
+            : overlapping(t) ? t->n_buckets
+                             : 1);
     fprintf(f, "  \"final_iteration\": %ld", t->iter);
     if (o && o->tag) o->tag(o->member_ctx, t, f, 1);
     fputs("\n}\n", f);

@@ -124,6 +124,40 @@ typedef struct {
     hr_status (*annotate)(void *ctx, long iter, float *params, long n_params, train_stat *mine);
 } train_ctrl;
 
+/* A peer: instead of comm and ctrl, the distributed part of every iteration is run by the
+ * application's cluster node (app/cluster.h, a libhetring handle): it gives the iteration's
+ * slice, takes the gradient buffer as backward finishes it, and exchanges the gradient sums
+ * and this node's stats for the cluster's sums, every node's stats (t->gathered) and the next
+ * split. comm and ctrl are then unused, and so is the trainer's own bucket thread. */
+typedef struct {
+    long start, b;  /* this node's slice: b samples from offset start of the global batch */
+    int rank, size; /* this node's ring position and the view's size */
+} train_slice;
+
+typedef struct {
+    double compute_s; /* in: this node's compute seconds, before any emulated stretch */
+    double loss_sum;  /* in: the sum of the slice's per-sample losses */
+    long correct;     /* in: correct predictions in the slice */
+    double loss;      /* out: mean loss over the B samples */
+    double accuracy;  /* out: fraction correct over the B samples */
+    double t_node;    /* out: compute seconds with the emulated stretch (the peer applies it) */
+    double t_comm;    /* out: seconds of the exchange */
+    int changed;      /* out: the next split differs from this one */
+    int buckets;      /* out: all-reduces the gradient went in */
+} train_exchange;
+
+typedef struct {
+    void *ctx;
+    /* The slice of iteration t->iter; a status other than HR_OK ends the step (the run's
+     * on_fail hook sees it). */
+    hr_status (*slice)(void *ctx, train_slice *s);
+    /* grads[off, n_params) hold their final sums (model_grad_hook's ready). */
+    void (*ready)(void *ctx, long off);
+    /* grads[0, n_params) become the sums over the cluster, t->gathered every node's stats
+     * (b and t at least) and comm.size entries long; on failure nothing was applied. */
+    hr_status (*exchange)(void *ctx, train_exchange *x);
+} train_peer;
+
 /* What one iteration did, as seen after the all-reduce (same on every node). */
 typedef struct {
     long iter;        /* global iteration index, 0-based */
@@ -179,6 +213,9 @@ typedef struct {
     int next_bucket;                 /* next bucket to hand to ow in this iteration */
     overlap_worker ow;               /* all-reduces the buckets while backward runs; started
                                       * whenever the plan has two buckets or more */
+    train_peer peer;                 /* the distributed part, when has_peer (train_set_peer) */
+    int has_peer;                    /* peer is set: comm, ctrl and ow are unused */
+    int peer_buckets;                /* all-reduces of the last exchange (the summary's) */
 } trainer;
 
 /* Load the data, build the model and optimizer from tc. comm may be NULL (one node). Sets
@@ -197,6 +234,10 @@ long train_global_batch(const trainer *t);
  * changes. b comes from the controller, which checks I6 (sum B, bounds) where it makes a
  * split (ctrl.h); the trainer does not check it again. */
 void train_set_split(trainer *t, const long *b);
+
+/* Hand the distributed part of every iteration to peer (see train_peer): the trainer's bucket
+ * thread stops, and comm.rank and comm.size follow the peer's slices. */
+void train_set_peer(trainer *t, const train_peer *peer);
 
 /* Switch to another communicator (a new membership view): rank and size change, size at most
  * max_nodes; the split is unset until the caller sets one (train_set_split). The all-reduce

@@ -10,7 +10,7 @@
 #include "hr_fault.h"
 #include "hr_log.h"
 #include "ring_setup.h"
-#include "dist.h"
+#include "hr_node.h"
 #include "train.h"
 #include "trainer_setup.h"
 
@@ -110,40 +110,50 @@ static void catch_leave_signals(void) {
 /* The reason a cluster run failed, for its last line. train_run's own fallback says only
  * "iteration K: peer failure": the ring knows which peer and why, so a ring failure is told in
  * its words; a replica mismatch was told just above, naming the nodes. */
-static void failure_reason(dist *d, hr_status st, long iter, const char *err, char *out, size_t n) {
+static void failure_reason(const hr_node *n, hr_status st, long iter, const char *err, char *out,
+                           size_t cap) {
     char generic[128];
     snprintf(generic, sizeof generic, "iteration %ld: %s", iter, hr_strerror(st));
     int ring_kind = st == HR_ERR_PEER || st == HR_ERR_TIMEOUT || st == HR_ERR_AUTH ||
                     st == HR_ERR_PROTO || st == HR_ERR_VIEW;
-    const char *ring_why = d->have_ring ? ring_error(&d->r) : "";
+    const char *ring_why = hr_node_ring_error(n);
     if (err[0] && strcmp(err, generic) != 0)
-        snprintf(out, n, "%s", err);
+        snprintf(out, cap, "%s", err);
     else if (ring_kind && ring_why[0])
-        snprintf(out, n, "iteration %ld: %s", iter, ring_why);
+        snprintf(out, cap, "iteration %ld: %s", iter, ring_why);
     else if (st == HR_ERR_MISMATCH)
-        snprintf(out, n, "iteration %ld: the nodes disagree (the error above names them); stopped",
-                 iter);
+        snprintf(out, cap,
+                 "iteration %ld: the nodes disagree (the error above names them); stopped", iter);
     else
-        snprintf(out, n, "%s", err[0] ? err : hr_strerror(st));
+        snprintf(out, cap, "%s", err[0] ? err : hr_strerror(st));
 }
 
-/* Train as one node of a ring: resume from this node's checkpoint if it has one, agree on a
- * view with the others (taking the newest state any of them holds), let the replicated
- * controller set the split, and train, changing views as nodes leave and join. */
+typedef struct {
+    const cfg *c;
+    int self;
+} listen_ctx;
+
+/* The port is bound: only now is "ready on HOST:PORT" true. */
+static void on_listen(void *ctx) {
+    const listen_ctx *l = ctx;
+    announce(l->c, l->self, 1);
+}
+
+/* Train as one node of a ring, through libhetring (hr_node.h): resume from this node's
+ * checkpoint if it has one, agree on a view with the others (taking the newest state any of
+ * them holds), let the replicated controller set the split, and train, changing views as nodes
+ * leave and join. */
 static int train_cluster(const cfg *c, int self, const train_opts *opts) {
     train_opts o = *opts, *to = &o;
-    dist d;
+    hr_node n;
     trainer t;
     train_result res;
     char err[HR_ERRLEN] = "";
     int have_trainer = 0, rc = CLI_FAIL;
-    hr_status st = dist_init(&d, c, self, err, sizeof err);
-    if (st != HR_OK) goto fail;
-    announce(c, self, 1); /* dist_init bound the port: only now is this true */
-    train_comm comm = dist_comm(&d);
+    memset(&n, 0, sizeof n);
     train_config tc;
     app_train_config(c, self, &tc);
-    st = train_init(&t, &tc, &comm, err, sizeof err);
+    hr_status st = train_init(&t, &tc, NULL, err, sizeof err);
     if (st != HR_OK) goto fail;
     have_trainer = 1;
     if (c->checkpoint[0] && access(c->checkpoint, F_OK) == 0) {
@@ -151,15 +161,16 @@ static int train_cluster(const cfg *c, int self, const train_opts *opts) {
         if (st != HR_OK) goto fail;
         HR_INFO(TRAIN, "resumed from checkpoint %s at iteration %ld", c->checkpoint, t.iter);
     }
-    catch_leave_signals();
-    dist_hooks(&d, to, &leave_requested); /* first: a signal also ends the first election */
-    st = dist_attach(&d, &t, err, sizeof err);
+    catch_leave_signals(); /* first: a signal also ends the first election */
+    listen_ctx lc = {c, self};
+    st = hr_node_open(&n, c, self, &t, &leave_requested, on_listen, &lc, err, sizeof err);
     if (st != HR_OK) goto fail;
+    hr_node_hooks(&n, to);
     st = train_run(&t, to, &res, err, sizeof err);
     if (st != HR_OK) goto fail;
     if (res.left)
         HR_INFO(TRAIN, "node %ld left the cluster at iteration %ld", c->nodes[self].id, t.iter);
-    else if (ring_rank(&d.r) == 0)
+    else if (t.comm.rank == 0)
         HR_INFO(TRAIN,
                 "done: %ld iterations, %ld samples in %.2f s (%.0f samples/s), final loss %.4f, "
                 "held-out %s %.4g, policy %s%s",
@@ -170,12 +181,12 @@ static int train_cluster(const cfg *c, int self, const train_opts *opts) {
 fail:
     if (rc != CLI_OK) {
         char why[HR_ERRLEN + 64];
-        failure_reason(&d, st, have_trainer ? t.iter : -1, err, why, sizeof why);
+        failure_reason(&n, st, have_trainer ? t.iter : -1, err, why, sizeof why);
         fprintf(stderr, "hetring run: node %ld: %s\n", c->nodes[self].id, why);
         if (st == HR_ERR_CONFIG) rc = CLI_USAGE;
     }
+    hr_node_close(&n);
     if (have_trainer) train_free(&t);
-    dist_free(&d);
     return rc;
 }
 

@@ -3,7 +3,7 @@
 #define HR_TEST_TRAINER_UTIL_H
 
 #include "cfg.h"
-#include "dist.h"
+#include "hr_node.h"
 #include "train.h"
 #include "trainer_setup.h"
 
@@ -99,9 +99,10 @@ static inline void test_trainer_or_die(trainer *t, cfg *c, const char *dir, cons
     }
 }
 
-/* One node of a ring inside this process, set up as `hetring run` does (cmd_run.c). */
+/* One node of a ring inside this process, set up as `hetring run` does (cmd_run.c): the
+ * trainer as a libhetring node (hr_node.h). */
 typedef struct {
-    dist d;     /* ring and controller */
+    hr_node an; /* the library's node, the trainer's peer */
     trainer t;  /* the node's trainer */
     int have_t; /* t was initialised */
     char err[HR_ERRLEN];
@@ -109,17 +110,15 @@ typedef struct {
 
 static inline hr_status test_node_up(test_node *n, const cfg *c, int self) {
     memset(n, 0, sizeof *n);
-    hr_status st = dist_init(&n->d, c, self, n->err, sizeof n->err);
+    hr_status st = test_train_init(&n->t, c, self, NULL, n->err, sizeof n->err);
     if (st != HR_OK) return st;
-    train_comm comm = dist_comm(&n->d);
-    if ((st = test_train_init(&n->t, c, self, &comm, n->err, sizeof n->err)) != HR_OK) return st;
     n->have_t = 1;
-    return dist_attach(&n->d, &n->t, n->err, sizeof n->err);
+    return hr_node_open(&n->an, c, self, &n->t, NULL, NULL, NULL, n->err, sizeof n->err);
 }
 
 static inline void test_node_down(test_node *n) {
+    hr_node_close(&n->an);
     if (n->have_t) train_free(&n->t);
-    dist_free(&n->d);
     n->have_t = 0;
 }
 

@@ -1,0 +1,46 @@
+/*
+ * hetring_app.h: what `hetring run` adds to hetring_open for the built-in trainer. Not part of
+ * the installed API: the application links hetring.c into its own executable (with the test
+ * fault hooks of its build) and opens its nodes with hr_lib_open.
+ *
+ * The built-in trainer is a libhetring user like any other (its state goes through get_state
+ * and put_state, its slices come from hetring_next, its gradients through hetring_ready and
+ * hetring_step); these extras only spare it work the public API would make it repeat:
+ *  - the configuration it already loaded and checked, instead of reading the INI again;
+ *  - its gradient buffer in place: the model's one contiguous buffer, with room for the stats
+ *    tail before it, is all-reduced where it lies, and hetring_step leaves the SUMS there (the
+ *    trainer's optimizer divides by B itself, as a one-node run does, so both round alike);
+ *  - a resumed checkpoint's split, the checkpoint written when the node leaves, the metrics
+ *    file for view records, and a call once the port is bound (its "ready on" line).
+ */
+#ifndef HETRING_APP_H
+#define HETRING_APP_H
+
+#include "cfg.h"
+#include "hetring.h"
+#include "hr_status.h"
+
+#include <stdio.h>
+
+typedef struct {
+    const cfg *c; /* the loaded, validated configuration (borrowed; o->conf is then unused) */
+    int self;     /* this node's index in c->nodes */
+    /* Non-NULL: every step's gradient is this buffer, in place (hetring_grads.bufs must be
+     * consecutive pieces of it, from its start), preceded by c->n_nodes * TRAIN_NODE_STATS floats
+     * the library may use; hetring_step leaves the sums over the cluster in it, not the mean. */
+    float *grads;
+    const long *start_split; /* a resumed split for all c->n_nodes nodes, or NULL */
+    /* When this node leaves: write its checkpoint (may be NULL). user is o->cb.user. */
+    hr_status (*save)(void *user, char *err, size_t errlen);
+    FILE *(*metrics)(void *user);  /* where view records go (NULL: nowhere) */
+    void (*on_listen)(void *user); /* the port is bound, before the first election */
+} hetring_app;
+
+/* hetring_open with the extras above. */
+int hr_lib_open(hetring **out, const hetring_options *o, const hetring_app *app, char *err,
+                size_t errlen);
+
+/* The ring's own account of its last failure ("" when none, or once the node left). */
+const char *hr_lib_ring_error(const hetring *h);
+
+#endif

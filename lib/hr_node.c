@@ -1,0 +1,282 @@
+/*
+ * hr_node.c: the built-in trainer as a libhetring node (see hr_node.h).
+ */
+#include "hr_node.h"
+
+#include "dist.h"
+#include "hetring_app.h"
+#include "hr_log.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* A libhetring status as the trainer's: the same codes up to HETRING_EUNSUPPORTED. */
+static hr_status status_of(int st) {
+    switch (st) {
+    case HETRING_OK:
+        return HR_OK;
+    case HETRING_LEFT:
+        return HR_ERR_INTERRUPTED;
+    case HETRING_RETRY:
+        return HR_ERR_VIEW;
+    default:
+        return st > 0 && st <= HETRING_EUNSUPPORTED ? (hr_status)st : HR_ERR_INVAL;
+    }
+}
+
+/* ================================================================ the state and the views */
+
+static int get_state(void *user, const void **data, size_t *bytes) {
+    hr_node *n = user;
+    size_t need = train_state_bytes(n->t);
+    if (need > n->blob_cap) {
+        unsigned char *b = realloc(n->blob, need);
+        if (!b) return 1;
+        n->blob = b, n->blob_cap = need;
+    }
+    train_state_pack(n->t, n->blob);
+    *data = n->blob, *bytes = need;
+    return 0;
+}
+
+static int put_state(void *user, const void *data, size_t bytes) {
+    hr_node *n = user;
+    char err[HR_ERRLEN];
+    if (train_state_unpack(n->t, data, bytes, err, sizeof err) == HR_OK) return 0;
+    HR_ERROR(TRAIN, "%s", err); /* the library's message only says the state was refused */
+    return 1;
+}
+
+static void on_view(void *user, const hetring_view *v) {
+    hr_node *n = user;
+    n->epoch = v->epoch;
+    n->n = v->n;
+    memcpy(n->ids, v->ids, sizeof *n->ids * (size_t)v->n);
+    n->views++;
+    n->t->comm.rank = v->rank, n->t->comm.size = v->n;
+}
+
+/* Leaving: this node's checkpoint, when one is configured. */
+static hr_status save(void *user, char *err, size_t errlen) {
+    hr_node *n = user;
+    const char *ck = n->c->checkpoint;
+    return ck[0] ? train_save(n->t, ck, err, errlen) : HR_OK;
+}
+
+static FILE *metrics(void *user) {
+    return ((hr_node *)user)->t->metrics;
+}
+
+static void listening(void *user) {
+    hr_node *n = user;
+    if (n->on_listen) n->on_listen(n->listen_ctx);
+}
+
+/* ================================================================ the trainer's peer */
+
+/* hetring_next: the next iteration's batch, checked against the trainer's own cursor and data
+ * order (both follow I1 from the same seed; a difference is a bug, not a peer's fault). */
+static hr_status fetch(hr_node *n) {
+    int st = hetring_next(n->h, &n->batch);
+    if (st != HETRING_OK) return status_of(st);
+    const hetring_batch *b = &n->batch;
+    trainer *t = n->t;
+    const uint32_t *perm =
+        data_loader_perm(&t->dl, b->epoch) + (b->iter % t->ipe) * b->global_batch;
+    int same = b->iter == t->iter;
+    for (long i = 0; same && i < b->batch; i++)
+        same = (uint32_t)b->indices[i] == perm[b->start + i];
+    if (!same) {
+        HR_ERROR(TRAIN, "iteration %ld: the library's slice differs from the trainer's (at %ld)",
+                 b->iter, t->iter);
+        return HR_ERR_MISMATCH;
+    }
+    n->have_batch = 1;
+    return HR_OK;
+}
+
+static hr_status slice(void *ctx, train_slice *s) {
+    hr_node *n = ctx;
+    if (!n->have_batch) HR_CHECK(fetch(n));
+    n->have_batch = 0;
+    *s = (train_slice){
+        .start = n->batch.start, .b = n->batch.batch, .rank = n->batch.rank, .size = n->batch.size};
+    n->next_ready = n->n_bufs;
+    n->ready_status = HETRING_OK;
+    return HR_OK;
+}
+
+static hetring_grads grads_of(const hr_node *n) {
+    return (hetring_grads){.bufs = n->bufs, .counts = n->counts, .n_bufs = n->n_bufs};
+}
+
+/* Backward finished grads[off, n_params): hand over every layer it completed. */
+static void ready(void *ctx, long off) {
+    hr_node *n = ctx;
+    const hetring_grads g = grads_of(n);
+    while (n->next_ready > 0 && n->offs[n->next_ready - 1] >= off) {
+        int st = hetring_ready(n->h, &g, --n->next_ready);
+        if (st != HETRING_OK && n->ready_status == HETRING_OK) n->ready_status = st;
+    }
+}
+
+static hr_status exchange(void *ctx, train_exchange *x) {
+    hr_node *n = ctx;
+    trainer *t = n->t;
+    if (n->ready_status != HETRING_OK) return status_of(n->ready_status);
+    hetring_grads g = grads_of(n);
+    g.compute_s = x->compute_s;
+    g.loss_sum = x->loss_sum;
+    g.correct = x->correct;
+    dist_perturb(n->c->nodes[n->self].id, n->batch.iter, t->m.params, t->m.n_params);
+    if (n->batch.check_hash) g.param_hash = train_hash_floats(t->m.params, t->m.n_params);
+    hetring_result r;
+    int st = hetring_step(n->h, &g, &r);
+    if (st == HETRING_RETRY) n->retry = 1;
+    if (st != HETRING_OK) return status_of(st);
+    const int size = hetring_members(n->h, n->members, n->c->n_nodes);
+    for (int k = 0; k < size; k++)
+        t->gathered[k].b = n->members[k].batch, t->gathered[k].t = n->members[k].compute_s;
+    t->comm.size = size;
+    x->loss = r.loss, x->accuracy = r.accuracy;
+    x->t_node = r.t_node, x->t_comm = r.t_comm;
+    x->changed = r.changed, x->buckets = r.buckets;
+    return HR_OK;
+}
+
+/* ================================================================ train_run's hooks */
+
+/* The library's message for a failure of the run, unless the run has one already. */
+static hr_status failed(hr_node *n, hr_status st, char *err, size_t errlen) {
+    const char *why = hetring_last_error(n->h);
+    if (err && errlen && !err[0] && why[0]) snprintf(err, errlen, "%s", why);
+    return st;
+}
+
+/* train_step failed: a view change the library made is a retry of the iteration. */
+static hr_status on_fail(void *ctx, trainer *t, hr_status st, char *err, size_t errlen) {
+    hr_node *n = ctx;
+    (void)t;
+    n->have_batch = 0;
+    if (n->retry) {
+        n->retry = 0;
+        return HR_OK;
+    }
+    return st == HR_ERR_INTERRUPTED ? st : failed(n, st, err, errlen);
+}
+
+/* After an iteration: fetch the next, which runs any view change a member asked for. */
+static hr_status after_iter(void *ctx, trainer *t, char *err, size_t errlen) {
+    hr_node *n = ctx;
+    (void)t;
+    n->have_batch = 0;
+    hr_status st = fetch(n);
+    if (st == HR_OK || st == HR_ERR_INTERRUPTED) return st;
+    if (n->t->iter >= n->t->total && hetring_iterations(n->h) == n->t->total) return HR_OK;
+    return failed(n, st, err, errlen);
+}
+
+/* "0,1,3" */
+static void ids_str(char *out, size_t cap, const long *ids, int count) {
+    size_t o = 0;
+    out[0] = 0;
+    for (int k = 0; k < count && o < cap; k++)
+        o += (size_t)snprintf(out + o, cap - o, "%s%ld", k ? "," : "", ids[k]);
+}
+
+/* Every metrics record and the summary: who wrote it and in which view. */
+static void tag(void *ctx, const trainer *t, FILE *f, int summary) {
+    const hr_node *n = ctx;
+    (void)t;
+    char members[RING_MAX_NODES * 8];
+    ids_str(members, sizeof members, n->ids, n->n);
+    if (summary)
+        fprintf(f, ",\n  \"views\": %d,\n  \"nodes_final\": [%s]", n->views, members);
+    else
+        fprintf(f, ",\"node\":%ld,\"view\":%llu,\"nodes\":[%s]", n->c->nodes[n->self].id,
+                (unsigned long long)n->epoch, members);
+}
+
+void hr_node_hooks(hr_node *n, train_opts *o) {
+    o->on_fail = on_fail;
+    o->after_iter = after_iter;
+    o->tag = tag;
+    o->member_ctx = n;
+}
+
+/* ================================================================ open and close */
+
+/* One buffer per layer with parameters, in the model's order: consecutive pieces of grads. */
+static hr_status layer_buffers(hr_node *n, char *err, size_t errlen) {
+    const model *m = &n->t->m;
+    int count = 0;
+    for (int i = 0; i < m->n_layers; i++) count += m->layers[i].n_params > 0;
+    n->bufs = malloc(sizeof *n->bufs * (size_t)(count + 1));
+    n->counts = malloc(sizeof *n->counts * (size_t)(count + 1));
+    n->offs = malloc(sizeof *n->offs * (size_t)(count + 1));
+    if (!n->bufs || !n->counts || !n->offs)
+        return hr_fail(err, errlen, HR_ERR_NOMEM, "out of memory");
+    long off = 0;
+    for (int i = 0; i < m->n_layers; i++) {
+        const model_layer *L = &m->layers[i];
+        if (!L->n_params) continue;
+        if (L->w_off != off) /* the layers do not tile the buffer: hand it over whole */
+            return n->n_bufs = 1, n->bufs[0] = m->grads, n->counts[0] = (size_t)m->n_params,
+                   n->offs[0] = 0, HR_OK;
+        n->bufs[n->n_bufs] = m->grads + off, n->counts[n->n_bufs] = (size_t)L->n_params;
+        n->offs[n->n_bufs++] = off;
+        off += L->n_params;
+    }
+    if (off != m->n_params || n->n_bufs == 0)
+        n->n_bufs = 1, n->bufs[0] = m->grads, n->counts[0] = (size_t)m->n_params, n->offs[0] = 0;
+    return HR_OK;
+}
+
+hr_status hr_node_open(hr_node *n, const cfg *c, int self, trainer *t, volatile sig_atomic_t *leave,
+                       void (*on_listen)(void *ctx), void *ctx, char *err, size_t errlen) {
+    memset(n, 0, sizeof *n);
+    n->t = t, n->c = c, n->self = self;
+    n->on_listen = on_listen, n->listen_ctx = ctx;
+    if (t->m.grad_tail < (long)c->n_nodes * TRAIN_NODE_STATS)
+        return hr_fail(err, errlen, HR_ERR_INVAL, "the trainer has no room for %d nodes' stats",
+                       c->n_nodes);
+    if (!(n->members = calloc((size_t)c->n_nodes, sizeof *n->members)))
+        return hr_fail(err, errlen, HR_ERR_NOMEM, "out of memory");
+    HR_CHECK(layer_buffers(n, err, errlen));
+    hetring_options o;
+    hetring_options_init(&o);
+    o.n_samples = t->train.n;
+    o.sync_first = 0; /* replicas built from one seed agree; the state hash checks it */
+    o.start_iter = t->iter;
+    o.leave_flag = leave;
+    o.cb = (hetring_callbacks){
+        .user = n, .get_state = get_state, .put_state = put_state, .on_view = on_view};
+    const hetring_app app = {.c = c,
+                             .self = self,
+                             .grads = t->m.grads,
+                             .start_split = t->has_recorded ? t->recorded : NULL,
+                             .save = save,
+                             .metrics = metrics,
+                             .on_listen = listening};
+    int st = hr_lib_open(&n->h, &o, &app, err, errlen);
+    if (st != HETRING_OK) return status_of(st);
+    const train_peer peer = {.ctx = n, .slice = slice, .ready = ready, .exchange = exchange};
+    train_set_peer(t, &peer);
+    return HR_OK;
+}
+
+const char *hr_node_ring_error(const hr_node *n) {
+    return n->h ? hr_lib_ring_error(n->h) : "";
+}
+
+void hr_node_close(hr_node *n) {
+    if (!n) return;
+    hetring_free(n->h);
+    free(n->bufs);
+    free(n->counts);
+    free(n->offs);
+    free(n->members);
+    free(n->blob);
+    memset(n, 0, sizeof *n);
+}
