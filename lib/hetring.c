@@ -487,6 +487,12 @@ long hetring_node_id(const hetring *h) {
     return h && h->c ? h->c->nodes[h->self].id : -1;
 }
 
+int hr_lib_split(const hetring *h, long *out, int max) {
+    if (!h) return 0;
+    for (int k = 0; k < h->size && k < max; k++) out[k] = h->split[k];
+    return h->size;
+}
+
 const char *hr_lib_ring_error(const hetring *h) {
     return h && h->have_dist ? ring_error(&h->d.r) : "";
 }

@@ -40,6 +40,10 @@ typedef struct {
 int hr_lib_open(hetring **out, const hetring_options *o, const hetring_app *app, char *err,
                 size_t errlen);
 
+/* The split of the next iteration, every member's batch in ring order: the first max into
+ * out; returns the view's size. A checkpoint records it. */
+int hr_lib_split(const hetring *h, long *out, int max);
+
 /* The ring's own account of its last failure ("" when none, or once the node left). */
 const char *hr_lib_ring_error(const hetring *h);
 

@@ -139,6 +139,7 @@ static hr_status exchange(void *ctx, train_exchange *x) {
     for (int k = 0; k < size; k++)
         t->gathered[k].b = n->members[k].batch, t->gathered[k].t = n->members[k].compute_s;
     t->comm.size = size;
+    hr_lib_split(n->h, t->split, t->max_nodes); /* the next split: what a checkpoint records */
     x->loss = r.loss, x->accuracy = r.accuracy;
     x->t_node = r.t_node, x->t_comm = r.t_comm;
     x->changed = r.changed, x->buckets = r.buckets;

@@ -434,10 +434,11 @@ hr_status train_save(const trainer *t, const char *path, char *err, size_t errle
 
 hr_status train_load(trainer *t, const char *path, char *err, size_t errlen) {
     ckpt_meta m = meta_of(t);
+    m.n_nodes = (uint32_t)t->max_nodes; /* resumed before any view: a split of every node */
     HR_CHECK(ckpt_load(path, &m, t->m.params, t->opt.vel, (int64_t *)t->recorded, t->max_nodes, err,
                        errlen));
     t->iter = (long)m.iter;
-    t->has_recorded = m.n_nodes == (uint32_t)t->comm.size; /* ckpt_load copied it */
+    t->has_recorded = m.n_nodes == (uint32_t)t->max_nodes; /* ckpt_load copied it */
     return HR_OK;
 }
 

@@ -72,7 +72,42 @@ for i in 0 1 2; do
     fail "node $i: the resumed run's losses differ: $(diff "$tmp/full-$i.l" "$tmp/part-$i.l" | head -4)"
   fi
 done
+# the static split, 20 per node, is what the checkpoint recorded and the rerun adopted
+split=$(grep -o '^{"iter":10,.*"b":\[[0-9,]*\]' "$tmp/part-0.jsonl" | tail -1 | sed 's/.*"b":\[//; s/\]//')
+[ "$split" = 20,20,20 ] || fail "the resumed run's split at iteration 10 is '$split', expected 20,20,20"
 [ "$(ckpt_iter "$tmp/full.ckpt")" = 30 ] || fail "the uninterrupted run did not checkpoint iteration 30"
 cmp "$tmp/full.ckpt" "$tmp/part.ckpt" && echo "final checkpoints are identical" ||
   fail "the resumed run's final checkpoint differs from the uninterrupted run's"
+
+# A dynamic split is resumed too: with node 2 four times slower, the proportional controller
+# has moved the split by iteration 6, whose checkpoint records it; node 2 crashes at iteration
+# 9, and the rerun from that checkpoint must train iteration 6 with the recorded split, not
+# start again from the capacity hints (20 each).
+write_conf "$tmp/dyn.ini" 3 20 <<EOF
+min_nodes = 3
+rejoin_timeout = 2
+[train]
+layers = 784,16,10
+samples = 2048
+eval_samples = 64
+global_batch = 60
+iterations = 12
+checkpoint = $tmp/dyn.ckpt
+checkpoint_interval = 6
+[controller]
+policy = proportional
+interval = 2
+EOF
+dyn() {
+  HETRING_FAULT=${2:-} timeout 60 "$HR" local --conf "$tmp/dyn.ini" -- --quiet \
+    --set node.2.slowdown=4 --metrics "$tmp/dyn-{id}.jsonl" > "$tmp/$1.log" 2>&1
+}
+dyn dyn-crash crash:2:9 && fail "the dynamic run with node 2 crashing at iteration 9 exited 0"
+dyn dyn-resume || fail "the resumed dynamic run failed: $(tail -5 "$tmp/dyn-resume.log")"
+splits=$(grep '^{"iter":6,' "$tmp/dyn-0.jsonl" | sed 's/.*"b":\[\([0-9,]*\)\].*/\1/')
+echo "dynamic split at iteration 6, first run then resumed run: $(echo $splits)"
+set -- $splits
+[ $# = 2 ] || fail "node 0 recorded iteration 6 $# times, expected twice (run, rerun)"
+[ "${1:-}" != 20,20,20 ] || fail "the split had not moved by iteration 6: the check proves nothing"
+[ "${1:-}" = "${2:-}" ] || fail "the rerun trained iteration 6 with ${2:-none}, not the recorded ${1:-none}"
 finish
