@@ -6,8 +6,9 @@
  * offsets into both, so the ring can all-reduce `grads` in place. `grads` has
  * n_params + grad_tail floats: the tail belongs to the caller (the training loop puts its
  * per-node statistics there so they ride along in the same all-reduce). grad_tail more
- * floats before grads[0], grads[-grad_tail, 0), are the caller's scratch: a copy of the
- * tail placed there rides along with the first gradients instead (overlap.h).
+ * floats before grads[0], grads[-grad_tail, 0), are the caller's scratch: a cluster node's
+ * library puts the statistics there, leading the gradient it all-reduces in place
+ * (lib/hetring_app.h).
  *
  * model_forward_backward writes gradient SUMS over the b samples it is given (not means;
  * DESIGN.md I2). Adding the sums of two slices gives the sum of the whole batch, up to

@@ -82,29 +82,17 @@ hr_status train_init(trainer *t, const train_config *tc, const train_comm *comm,
     t->t = regression ? malloc(sizeof *t->t * (size_t)(B * t->train.n_targets)) : NULL;
     const size_t n = (size_t)t->max_nodes;
     t->split = calloc(n, sizeof *t->split);
-    t->next = calloc(n, sizeof *t->next);
     t->recorded = calloc(n, sizeof *t->recorded);
     t->gathered = calloc(n, sizeof *t->gathered);
-    if (!t->x || (!t->y && !t->t) || !t->split || !t->next || !t->recorded || !t->gathered) {
+    if (!t->x || (!t->y && !t->t) || !t->split || !t->recorded || !t->gathered) {
         st = hr_fail(err, errlen, HR_ERR_NOMEM, "train: out of memory");
         goto fail;
     }
-    if (t->comm.size == 1) train_set_split(t, &B); /* several nodes: the controller's */
-    /* the plan follows from the model and the setting alone, the same on every node; with
-     * auto, whether it is used is chosen from every node's facts (overlap.h) */
-    const int is_auto = c->bucket_bytes == OVERLAP_AUTO;
-    const long bucket = is_auto ? OVERLAP_AUTO_BYTES : c->bucket_bytes;
+    if (t->comm.size == 1) train_set_split(t, &B); /* several nodes: the peer's */
+    /* the plan a cluster's library cuts from the layers (the dry run and the start line say
+     * it): it follows from the model and the setting alone, the same on every node */
+    const long bucket = c->bucket_bytes == OVERLAP_AUTO ? OVERLAP_AUTO_BYTES : c->bucket_bytes;
     if (t->max_nodes > 1 && bucket > 0) t->n_buckets = overlap_plan(&t->m, bucket, t->cuts);
-    t->bucketed = !is_auto && t->n_buckets > 1;
-    t->told = -1;
-    if (!(t->facts = calloc(n, sizeof *t->facts))) {
-        st = hr_fail(err, errlen, HR_ERR_NOMEM, "train: out of memory");
-        goto fail;
-    }
-    if (t->n_buckets > 1 && (st = overlap_start(&t->ow, t->comm.allreduce, t->comm.ctx)) != HR_OK) {
-        hr_fail(err, errlen, st, "train: cannot start the gradient communication thread");
-        goto fail;
-    }
     return HR_OK;
 fail:
     train_free(t);
@@ -113,7 +101,6 @@ fail:
 
 void train_free(trainer *t) {
     if (!t) return;
-    overlap_stop(&t->ow);
     data_set_free(&t->train);
     data_set_free(&t->eval);
     data_loader_free(&t->dl);
@@ -123,32 +110,12 @@ void train_free(trainer *t) {
     free(t->y);
     free(t->t);
     free(t->split);
-    free(t->next);
     free(t->recorded);
     free(t->gathered);
-    free(t->facts);
-    t->facts = NULL;
     t->x = t->t = NULL;
     t->y = NULL;
-    t->split = t->next = t->recorded = NULL;
+    t->split = t->recorded = NULL;
     t->gathered = NULL;
-}
-
-hr_status train_set_comm(trainer *t, int rank, int size) {
-    if (size < 1 || size > t->max_nodes || rank < 0 || rank >= size) {
-        HR_ERROR(TRAIN, "train: bad rank %d of %d (at most %d nodes)", rank, size, t->max_nodes);
-        return HR_ERR_INVAL;
-    }
-    t->comm.rank = rank;
-    t->comm.size = size;
-    t->tail = (long)size * TRAIN_NODE_STATS;
-    t->has_split = 0;
-    if (t->conf.bucket_bytes == OVERLAP_AUTO) t->bucketed = 0; /* until facts are gathered */
-    if (size == 1) {
-        const long B = train_global_batch(t);
-        train_set_split(t, &B);
-    }
-    return HR_OK;
 }
 
 long train_global_batch(const trainer *t) {
@@ -200,10 +167,6 @@ double train_stretch_factor(const train_config *c, long iter) {
     return f;
 }
 
-static int overlapping(const trainer *t) {
-    return t->bucketed;
-}
-
 /* "overlap: 2 buckets of >= 1 MiB, ..." or "overlap: off, ..." with the reason `why`. */
 static void choice_str(const trainer *t, int on, const char *why, char *out, size_t n) {
     char size[32];
@@ -214,25 +177,6 @@ static void choice_str(const trainer *t, int on, const char *why, char *out, siz
                  t->n_buckets, size, why);
     else
         snprintf(out, n, "overlap: off, one all-reduce after backward (%s)", why);
-}
-
-/* Rank 0 logs a choice that differs from the one it logged last. */
-static void tell_choice(trainer *t, int on, const char *why) {
-    if (t->comm.rank != 0 || on == t->told) return;
-    char line[320];
-    choice_str(t, on, why, line, sizeof line);
-    HR_INFO(TRAIN, "%s", line);
-    t->told = on;
-}
-
-/* bucket_bytes = auto: whether the next iteration uses the buckets, from the facts every node
- * put in this iteration's stats (gathered[]), the same on every node (overlap.h). */
-static void choose_next(trainer *t) {
-    const int size = t->comm.size;
-    for (int k = 0; k < size; k++) t->facts[k] = t->gathered[k].machine;
-    char why[192];
-    t->bucketed = overlap_choose(OVERLAP_AUTO, t->n_buckets, t->facts, size, why, sizeof why);
-    tell_choice(t, t->bucketed, why);
 }
 
 void train_overlap_describe(const trainer *t, char *out, size_t n) {
@@ -255,36 +199,7 @@ void train_overlap_describe(const trainer *t, char *out, size_t n) {
     }
 }
 
-/* Backward has finished grads[off, n_params) (model_grad_hook): hand every finished bucket
- * but the last to the communication thread; the last one waits for the stats tail. */
-static void grads_ready(void *ctx, long off) {
-    trainer *t = ctx;
-    while (t->next_bucket < t->n_buckets - 1 && t->cuts[t->next_bucket + 1] >= off) {
-        long lo = t->cuts[t->next_bucket + 1], hi = t->cuts[t->next_bucket];
-        overlap_submit(&t->ow, t->m.grads + lo, (size_t)(hi - lo));
-        t->next_bucket++;
-    }
-}
-
-/* Slice and compute this node's b samples into gradient sums; with buckets, all but the
- * last are on their way when this returns. */
-static hr_status compute(trainer *t, long epoch, long it, long start, long b, model_stats *ms) {
-    const long B = train_global_batch(t);
-    model_grad_hook hook = {grads_ready, t};
-    const model_grad_hook *h = overlapping(t) ? &hook : NULL;
-    if (b > 0) {
-        HR_CHECK(data_loader_slice(&t->dl, epoch, it, B, start, b, t->x, t->y, t->t));
-        HR_CHECK(model_forward_backward_hooked(&t->m, t->x, t->y, t->t, b, ms, h));
-    } else {
-        memset(t->m.grads, 0, sizeof *t->m.grads * (size_t)t->m.n_params);
-        if (h) grads_ready(t, 0);
-    }
-    return HR_OK;
-}
-
 void train_set_peer(trainer *t, const train_peer *peer) {
-    overlap_stop(&t->ow);
-    t->bucketed = 0;
     t->peer = *peer;
     t->has_peer = 1;
 }
@@ -339,11 +254,11 @@ hr_status train_step(trainer *t, train_iter *out) {
 
     /* compute: gradient sums of this node's b samples, then the emulated stretch */
     double t0 = hr_now();
-    t->next_bucket = 0;
-    hr_status cst = compute(t, epoch, it, start, b, &ms);
-    if (cst != HR_OK) {
-        if (overlapping(t)) (void)overlap_wait(&t->ow); /* the communicator must be idle */
-        return cst;
+    if (b > 0) {
+        HR_CHECK(data_loader_slice(&t->dl, epoch, it, B, start, b, t->x, t->y, t->t));
+        HR_CHECK(model_forward_backward(&t->m, t->x, t->y, t->t, b, &ms));
+    } else {
+        memset(t->m.grads, 0, sizeof *t->m.grads * (size_t)t->m.n_params);
     }
     double t1 = hr_now();
     double factor = train_stretch_factor(&t->conf, i);
@@ -356,40 +271,15 @@ hr_status train_step(trainer *t, train_iter *out) {
                        .loss = ms.loss_sum,
                        .correct = ms.correct,
                        .machine = t->conf.machine};
-    hr_status ast = HR_OK;
-    if (t->ctrl.annotate) ast = t->ctrl.annotate(t->ctrl.ctx, i, t->m.params, t->m.n_params, &mine);
     train_stats_pack(t->stats, rank, size, &mine);
-
-    if (overlapping(t)) {
-        /* the last bucket starts at grads[0]: a copy of the tail just before it rides along */
-        float *head = t->m.grads - t->tail;
-        if (ast == HR_OK) {
-            memcpy(head, t->stats, sizeof *head * (size_t)t->tail);
-            overlap_submit(&t->ow, head, (size_t)(t->tail + t->cuts[t->n_buckets - 1]));
-        }
-        hr_status wst = overlap_wait(&t->ow);
-        HR_CHECK(ast);
-        HR_CHECK(wst);
-        memcpy(t->stats, head, sizeof *head * (size_t)t->tail);
-    } else {
-        HR_CHECK(ast);
-        HR_CHECK(t->comm.allreduce(t->comm.ctx, t->m.grads, (size_t)(t->m.n_params + t->tail)));
-    }
+    HR_CHECK(t->comm.allreduce(t->comm.ctx, t->m.grads, (size_t)(t->m.n_params + t->tail)));
     double t3 = hr_now();
 
     opt_step(&t->opt, t->m.params, t->m.grads, B, i);
 
     train_stats_unpack(t->stats, size, t->gathered);
-    if (t->conf.bucket_bytes == OVERLAP_AUTO) choose_next(t);
     double loss = 0, correct = 0;
     for (int k = 0; k < size; k++) loss += t->gathered[k].loss, correct += t->gathered[k].correct;
-    int changed = 0;
-    if (t->ctrl.decide) {
-        memcpy(t->next, t->split, sizeof *t->next * (size_t)size);
-        HR_CHECK(t->ctrl.decide(t->ctrl.ctx, i, t->gathered, size, t->next));
-        changed = memcmp(t->next, t->split, sizeof *t->next * (size_t)size) != 0;
-        train_set_split(t, t->next);
-    }
     t->iter++;
     if (out) {
         out->iter = i, out->epoch = epoch;
@@ -397,7 +287,7 @@ hr_status train_step(trainer *t, train_iter *out) {
         out->lr = opt_lr(&t->opt, i);
         out->t_compute = t1 - t0, out->t_node = t2 - t0, out->t_comm = t3 - t2;
         out->t_iter = hr_now() - t0, out->factor = factor;
-        out->changed = changed;
+        out->changed = 0;
     }
     return HR_OK;
 }
@@ -686,20 +576,14 @@ static void announce(const trainer *t) {
             t->comm.size, c->emulated ? ", EMULATED heterogeneity" : "");
 }
 
-/* How gradients overlap backward: an explicit setting (or a plan of one bucket) is the choice
- * for the whole run, said by rank 0; with auto every node says its own cores now, and rank 0
- * the choice after the first iteration (choose_next). */
+/* With bucket_bytes = auto every node of a cluster says its own cores at the start; the
+ * choice itself (and an explicit setting's) is the library's to say, on rank 0, once it is
+ * made (lib/hetring.c). */
 static void announce_overlap(trainer *t) {
-    if (t->max_nodes < 2) return;
-    if (t->has_peer && t->conf.bucket_bytes != OVERLAP_AUTO) return; /* the peer says it */
-    char line[400], why[192];
-    if (t->conf.bucket_bytes == OVERLAP_AUTO && t->n_buckets > 1) {
-        train_overlap_describe(t, line, sizeof line);
-        HR_INFO(TRAIN, "%s", line);
-        return;
-    }
-    int on = overlap_choose(t->conf.bucket_bytes, t->n_buckets, NULL, 0, why, sizeof why);
-    tell_choice(t, on, why);
+    if (t->max_nodes < 2 || t->conf.bucket_bytes != OVERLAP_AUTO || t->n_buckets < 2) return;
+    char line[400];
+    train_overlap_describe(t, line, sizeof line);
+    HR_INFO(TRAIN, "%s", line);
 }
 
 /* After iteration r: its metrics record, and a progress line (or bar) when one is due. */
@@ -830,9 +714,7 @@ static hr_status train_write_summary_tagged(const trainer *t, const train_result
     fprintf(f, "  \"model\": \"%s %s\",\n  \"dataset\": \"%s\",\n  \"nodes\": %d,\n",
             t->conf.model.name, desc, t->conf.data.name, t->comm.size);
     fprintf(f, "  \"global_batch\": %ld,\n  \"gradient_buckets\": %d,\n", train_global_batch(t),
-            t->has_peer      ? t->peer_buckets
-            : overlapping(t) ? t->n_buckets
-                             : 1);
+            t->has_peer ? t->peer_buckets : 1);
     fprintf(f, "  \"final_iteration\": %ld", t->iter);
     if (o && o->tag) o->tag(o->member_ctx, t, f, 1);
     fputs("\n}\n", f);

@@ -5,26 +5,18 @@
  *   compute  forward + backward -> gradient SUMS in grads[0, n_params); the compute time is
  *            measured on CLOCK_MONOTONIC, then stretched by sleeping (factor - 1) * t when the
  *            node emulates a slowdown (train_config's slowdown and phases)
- *   buckets  with bucket_bytes > 0 and more than one node, each finished bucket of the
- *            gradient buffer (overlap.h) is all-reduced on a thread while backward computes
- *            the layers before it. An emulated slow node hands its buckets over before its
- *            stretch; with a balanced split the last node to finish bounds every bucket,
- *            as it would with a truly slower device. With bucket_bytes = auto the buckets are
- *            used in an iteration when overlap_choose, run on every node on the facts all
- *            nodes put in the stats tail of the iteration before, says so (overlap.h)
  *   stats    this node's train_stat (b, t, loss sum, correct, machine, extra) is packed into
  *            its slot of the tail grads[n_params, n_params + size*TRAIN_NODE_STATS); the
  *            others are 0
  *   comm     comm.allreduce(grads, n_params + tail): a SUM over the nodes, in place; the
- *            summed tail is an all-gather of every node's stats. With buckets, a copy of the
- *            tail rides with the last bucket instead (model.h's scratch before grads[0])
+ *            summed tail is an all-gather of every node's stats
  *   update   opt_step divides by B (I2), identically on every node (I4)
- *   decide   the tail is unpacked into gathered[] (size); ctrl.decide may decide the split of
- *            the next iteration from them, adopted through train_set_split
  *
- * One node is the case comm = train_comm_local() (no-op all-reduce), split = {B}. The
- * distributed loop plugs a ring into `comm` and a controller into `ctrl`; nothing else
- * changes. The loop allocates nothing after train_init (metrics go through stdio).
+ * One node is the case comm = train_comm_local() (no-op all-reduce), split = {B}. A cluster
+ * node hands the distributed part of every iteration to a peer instead (train_peer: the
+ * libhetring node of lib/hr_node.h, which gives the slice, overlaps the gradient's buckets
+ * with backward, all-reduces it with the stats, checks the replicas and decides the next
+ * split). The loop allocates nothing after train_init (metrics go through stdio).
  */
 #ifndef HR_TRAIN_H
 #define HR_TRAIN_H
@@ -73,7 +65,7 @@ typedef struct {
     int n_phases;                         /* entries used in phases[] */
     int emulated;       /* some node of the cluster emulates a slowdown (labels the run) */
     const char *origin; /* the config file, named in errors */
-    int max_nodes;      /* most nodes a view can have (train_set_comm); 0: the comm's size */
+    int max_nodes;      /* most nodes a view can have (a cluster's); 0: the comm's size */
 } train_config;
 
 /* ---------------------------------------------------------------- one iteration */
@@ -83,7 +75,7 @@ typedef struct {
  * fills its own slot and zeros the others, so the float SUM all-reduce hands every node every
  * slot unchanged. train.c packs and unpacks this struct in one place each; b and correct are
  * exact in a float up to 2^24. */
-#define TRAIN_STAT_EXTRA 5 /* floats free for the decision hook (train_ctrl.annotate) */
+#define TRAIN_STAT_EXTRA 5 /* floats free for the agreement checks (app/dist.h) */
 typedef struct {
     long b;                        /* b_k, samples this node processed */
     double t;                      /* t_k, seconds of compute including any emulated stretch */
@@ -111,24 +103,10 @@ typedef struct {
 /* A one-node communicator: the all-reduce leaves the buffer as it is. */
 train_comm train_comm_local(void);
 
-/* The batch-size decision after iteration `iter`: `stats` (size) are every node's stats of
- * that iteration, `next` (size) holds the split just used and receives the next one, which
- * the trainer adopts through train_set_split. The decision owns the split: it must check
- * I6 (sum B, bounds) where it makes it, and be a pure function of its inputs and ctx (I5).
- * NULL decide keeps the split. */
-typedef struct {
-    void *ctx;
-    hr_status (*decide)(void *ctx, long iter, const train_stat *stats, int size, long *next);
-    /* Optional, before the all-reduce: may fill mine->extra, this node's free stats
-     * (agreement hashes of the parameters, for instance). */
-    hr_status (*annotate)(void *ctx, long iter, float *params, long n_params, train_stat *mine);
-} train_ctrl;
-
-/* A peer: instead of comm and ctrl, the distributed part of every iteration is run by the
- * application's cluster node (app/cluster.h, a libhetring handle): it gives the iteration's
- * slice, takes the gradient buffer as backward finishes it, and exchanges the gradient sums
- * and this node's stats for the cluster's sums, every node's stats (t->gathered) and the next
- * split. comm and ctrl are then unused, and so is the trainer's own bucket thread. */
+/* A peer: instead of comm, the distributed part of every iteration is run by the cluster
+ * node of lib/hr_node.h (a libhetring handle): it gives the iteration's slice, takes the
+ * gradient buffer as backward finishes it, and exchanges the gradient sums and this node's
+ * stats for the cluster's sums, every node's stats (t->gathered) and the next split. */
 typedef struct {
     long start, b;  /* this node's slice: b samples from offset start of the global batch */
     int rank, size; /* this node's ring position and the view's size */
@@ -176,7 +154,6 @@ typedef struct {
 typedef struct {
     train_config conf;    /* settings (strings borrowed); conf.global_batch is B */
     train_comm comm;      /* communication step */
-    train_ctrl ctrl;      /* batch-size decision */
     data_set train, eval; /* training and held-out sets */
     data_loader dl;       /* permutation and slices (I1) */
     model m;              /* the model; m.grads carries the stats tail */
@@ -188,7 +165,6 @@ typedef struct {
     long *split;          /* (comm.size) samples per node for the next iteration; written by
                            * train_set_split only */
     int has_split;        /* split was set (train_init does it for one node) */
-    long *next;           /* (comm.size) where ctrl.decide writes the next split */
     long *recorded;       /* (comm.size) the split of the checkpoint train_load read, for the
                            * controller to adopt; valid when has_recorded */
     int has_recorded;     /* the checkpoint recorded a split for comm.size nodes */
@@ -201,27 +177,18 @@ typedef struct {
     FILE *metrics;        /* the metrics file while train_run runs, else NULL: the hooks of
                            * train_opts may add their own records */
 
-    /* gradient buckets (overlap.h), used in iterations where `bucketed` */
+    /* gradient buckets (overlap.h): the plan a cluster's layers make, for the dry run and
+     * the start line; the peer's library cuts the same and sends them */
     long cuts[MODEL_MAX_LAYERS + 1]; /* the plan: bucket j = grads[cuts[j+1], cuts[j]) */
     int n_buckets;                   /* buckets in the plan; 0 with one node or bucket_bytes 0 */
-    int bucketed;                    /* the next iteration all-reduces the buckets during
-                                      * backward: fixed by an explicit bucket_bytes, chosen
-                                      * after every iteration with auto, off after
-                                      * train_set_comm until then */
-    int told;                        /* the choice rank 0 logged last; -1: none */
-    overlap_fact *facts;             /* (max_nodes) the facts overlap_choose is given */
-    int next_bucket;                 /* next bucket to hand to ow in this iteration */
-    overlap_worker ow;               /* all-reduces the buckets while backward runs; started
-                                      * whenever the plan has two buckets or more */
     train_peer peer;                 /* the distributed part, when has_peer (train_set_peer) */
-    int has_peer;                    /* peer is set: comm, ctrl and ow are unused */
+    int has_peer;                    /* peer is set: comm's all-reduce is unused */
     int peer_buckets;                /* all-reduces of the last exchange (the summary's) */
 } trainer;
 
 /* Load the data, build the model and optimizer from tc. comm may be NULL (one node). Sets
- * the BLAS thread count from tc->threads (0 = all cores).
- * One node's split is {B}; with several nodes the controller sets the first one through
- * train_set_split before the first train_step. */
+ * the BLAS thread count from tc->threads (0 = all cores). One node's split is {B}; a
+ * cluster node's slices come from its peer (train_set_peer). */
 hr_status train_init(trainer *t, const train_config *tc, const train_comm *comm, char *err,
                      size_t errlen);
 void train_free(trainer *t);
@@ -230,19 +197,14 @@ void train_free(trainer *t);
  * and the controller are handed it, and everyone else asks here. */
 long train_global_batch(const trainer *t);
 
-/* Adopt the split b (comm.size entries) for the next iteration: the one way the split
- * changes. b comes from the controller, which checks I6 (sum B, bounds) where it makes a
- * split (ctrl.h); the trainer does not check it again. */
+/* Adopt the split b (comm.size entries) for the next iteration, which a checkpoint records.
+ * b comes from the controller, which checks I6 (sum B, bounds) where it makes a split
+ * (ctrl.h); the trainer does not check it again. */
 void train_set_split(trainer *t, const long *b);
 
-/* Hand the distributed part of every iteration to peer (see train_peer): the trainer's bucket
- * thread stops, and comm.rank and comm.size follow the peer's slices. */
+/* Hand the distributed part of every iteration to peer (see train_peer): comm.rank and
+ * comm.size follow the peer's slices, and the peer keeps split up to date. */
 void train_set_peer(trainer *t, const train_peer *peer);
-
-/* Switch to another communicator (a new membership view): rank and size change, size at most
- * max_nodes; the split is unset until the caller sets one (train_set_split). The all-reduce
- * function and context stay those given to train_init. */
-hr_status train_set_comm(trainer *t, int rank, int size);
 
 /* The training state as one blob, for a node that joins or falls behind: the iteration to run
  * next, the parameters and the optimizer state (the data order and the learning rate follow
@@ -274,7 +236,7 @@ hr_status train_evaluate(trainer *t, double *loss, double *accuracy);
 
 /* Checkpoint the state (iteration, parameters, optimizer, split) / resume from one. A
  * resumed checkpoint's split goes to t->recorded, not to t->split: the controller owns the
- * split and adopts the recorded one (dist_attach). */
+ * split and adopts the recorded one (hr_node_open hands it to the library). */
 hr_status train_save(const trainer *t, const char *path, char *err, size_t errlen);
 hr_status train_load(trainer *t, const char *path, char *err, size_t errlen);
 

@@ -18,7 +18,8 @@ static hr_log_level g_level[HR_SUB_COUNT] = {
     HR_LOG_INFO, HR_LOG_INFO, HR_LOG_INFO, HR_LOG_INFO, HR_LOG_INFO,
     HR_LOG_INFO, HR_LOG_INFO, HR_LOG_INFO, HR_LOG_INFO,
 };
-static int g_node = -1; /* node id printed on every line; -1 before it is known */
+static _Atomic int g_node = -1; /* node id printed on every line; -1 before it is known
+                                 * (atomic: nodes of one process may set it from their threads) */
 
 static const char *const sub_names[HR_SUB_COUNT] = {"conf", "ring", "sec",   "ctrl", "train",
                                                     "data", "cli",  "bench", "cuda"};
@@ -91,9 +92,10 @@ void hr_vlog(hr_log_sub sub, hr_log_level lvl, const char *fmt, va_list ap) {
     struct tm tm;
     localtime_r(&tv.tv_sec, &tm);
     int n;
-    if (g_node >= 0)
+    const int node = g_node;
+    if (node >= 0)
         n = snprintf(line, sizeof line, "%02d:%02d:%02d.%03d [n%d] %-5s %s: ", tm.tm_hour,
-                     tm.tm_min, tm.tm_sec, (int)(tv.tv_usec / 1000), g_node, level_names[lvl],
+                     tm.tm_min, tm.tm_sec, (int)(tv.tv_usec / 1000), node, level_names[lvl],
                      sub_names[sub]);
     else
         n = snprintf(line, sizeof line, "%02d:%02d:%02d.%03d %-5s %s: ", tm.tm_hour, tm.tm_min,

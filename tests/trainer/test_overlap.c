@@ -11,9 +11,9 @@
  *    buckets only with a plan of two or more, two nodes or more, and a core to spare on every
  *    node, and names the node that has none; a node's threads are its machine's compute
  *    threads (0: every core) plus one communication thread per node;
- *  - in the trainer, auto uses one all-reduce in the first iteration of a view, then what
- *    overlap_choose makes of the facts gathered in the stats tail (a peer's included), and
- *    forgets the choice when the view changes (train_set_comm).
+ *  - the trainer gets auto by default with this node's facts, and a plan of its layers once
+ *    it may join a cluster (the library's choice itself is tested through hetring run in
+ *    tests/dist/test_overlap_auto.sh).
  */
 #include "check.h"
 #include "overlap.h"
@@ -238,32 +238,10 @@ static void test_choose(void) {
     CHECK(strcmp(b, "1000 B") == 0, "1000 B: %s", b);
 }
 
-/* A two-node communicator whose peer, node 1, reports `peer` in its slot of the stats tail;
- * it counts the all-reduces of each iteration. */
-typedef struct {
-    trainer *t;
-    overlap_fact peer;
-    int calls;
-} fake_peer;
-
-static hr_status peer_allreduce(void *ctx, float *buf, size_t n) {
-    fake_peer *p = ctx;
-    trainer *t = p->t;
-    float *tail = NULL;
-    p->calls++;
-    if (buf == t->m.grads && (long)n == t->m.n_params + t->tail) /* one all-reduce */
-        tail = buf + t->m.n_params;
-    else if (buf == t->m.grads - t->tail) /* the last bucket: a copy of the tail leads */
-        tail = buf;
-    if (tail) {
-        float *slot = tail + TRAIN_NODE_STATS; /* node 1's */
-        slot[4] = (float)p->peer.id, slot[5] = (float)p->peer.cores;
-        slot[6] = (float)p->peer.demand, slot[7] = (float)p->peer.at_end;
-    }
-    return HR_OK;
-}
-
-static void test_trainer_choice(const char *dir) {
+/* The trainer's side of auto: the default reaches it, with this node's facts, and a node
+ * that may join a cluster gets the plan of its layers (the dry run and the start line say
+ * it; the library cuts the same buckets from the layers and chooses, tests/dist). */
+static void test_trainer_plan(const char *dir) {
     cfg c;
     one_node_cfg(&c, dir,
                  "model = mlp\nlayers = 784,512,512,10\nsamples = 256\neval_samples = 16\n"
@@ -274,33 +252,14 @@ static void test_trainer_choice(const char *dir) {
     CHECK(tc.bucket_bytes == OVERLAP_AUTO, "auto reaches the trainer as %ld", tc.bucket_bytes);
     CHECK(tc.machine.id == 0 && tc.machine.cores == overlap_cores() && tc.machine.demand == 2,
           "one node of one thread: %ld cores for %ld threads", tc.machine.cores, tc.machine.demand);
-    tc.machine = (overlap_fact){0, 16, 2, 0};
-    tc.max_nodes = 2;
     trainer t;
-    fake_peer p = {&t, {1, 16, 8, 0}, 0};
-    train_comm comm = {&p, 0, 2, peer_allreduce};
     char err[HR_ERRLEN];
-    CHECK(train_init(&t, &tc, &comm, err, sizeof err) == HR_OK, "train_init: %s", err);
+    CHECK(train_init(&t, &tc, NULL, err, sizeof err) == HR_OK, "train_init: %s", err);
+    CHECK(t.n_buckets == 0, "one node alone has a plan of %d buckets", t.n_buckets);
+    train_free(&t);
+    tc.max_nodes = 2;
+    CHECK(train_init(&t, &tc, NULL, err, sizeof err) == HR_OK, "train_init: %s", err);
     CHECK(t.n_buckets == 2, "the 2.7 MB of gradients make %d buckets of 1 MiB, not 2", t.n_buckets);
-    long split[2] = {16, 16};
-    train_set_split(&t, split);
-    train_iter r;
-    CHECK(train_step(&t, &r) == HR_OK && p.calls == 1 && t.bucketed,
-          "first iteration: %d all-reduce(s), then bucketed %d; expected 1, then 1", p.calls,
-          t.bucketed);
-    p.calls = 0;
-    CHECK(train_step(&t, &r) == HR_OK && p.calls == 2 && t.bucketed,
-          "second iteration: %d all-reduce(s), expected the 2 buckets", p.calls);
-    /* a new view: one all-reduce again until the facts are gathered */
-    CHECK(train_set_comm(&t, 0, 2) == HR_OK && !t.bucketed, "a new view kept the choice");
-    train_set_split(&t, split);
-    p.peer = (overlap_fact){1, 2, 4, 0}; /* the peer has no core to spare */
-    p.calls = 0;
-    CHECK(train_step(&t, &r) == HR_OK && p.calls == 1 && !t.bucketed,
-          "a peer without a spare core: %d all-reduce(s), then bucketed %d", p.calls, t.bucketed);
-    p.calls = 0;
-    CHECK(train_step(&t, &r) == HR_OK && p.calls == 1 && !t.bucketed,
-          "with the peer still tight: %d all-reduce(s)", p.calls);
     train_free(&t);
     cfg_free(&c);
 }
@@ -318,7 +277,7 @@ int main(void) {
     test_choose();
     char dir[64];
     tmpdir(dir, sizeof dir);
-    test_trainer_choice(dir);
+    test_trainer_plan(dir);
     rm_rf(dir);
     return check_exit();
 }
