@@ -75,13 +75,21 @@ static void listening(void *user) {
 
 /* ================================================================ the trainer's peer */
 
-/* hetring_next: the next iteration's batch, checked against the trainer's own cursor and data
- * order (both follow I1 from the same seed; a difference is a bug, not a peer's fault). */
+/* hetring_next: the next iteration's batch (none once the run is done), checked against the
+ * trainer's own cursor and data order (both follow I1 from the same seed; a difference is a
+ * bug, not a peer's fault). */
 static hr_status fetch(hr_node *n) {
+    trainer *t = n->t;
+    n->have_batch = 0;
     int st = hetring_next(n->h, &n->batch);
+    if (st == HETRING_DONE && t->iter >= t->total) return HR_OK;
+    if (st == HETRING_DONE) {
+        HR_ERROR(TRAIN, "the library ended the run at iteration %ld of the trainer's %ld", t->iter,
+                 t->total);
+        return HR_ERR_MISMATCH;
+    }
     if (st != HETRING_OK) return status_of(st);
     const hetring_batch *b = &n->batch;
-    trainer *t = n->t;
     const uint32_t *perm =
         data_loader_perm(&t->dl, b->epoch) + (b->iter % t->ipe) * b->global_batch;
     int same = b->iter == t->iter;
@@ -99,6 +107,7 @@ static hr_status fetch(hr_node *n) {
 static hr_status slice(void *ctx, train_slice *s) {
     hr_node *n = ctx;
     if (!n->have_batch) HR_CHECK(fetch(n));
+    if (!n->have_batch) return HR_ERR_MISMATCH; /* done: train_run never steps past the end */
     n->have_batch = 0;
     *s = (train_slice){
         .start = n->batch.start, .b = n->batch.batch, .rank = n->batch.rank, .size = n->batch.size};
@@ -171,11 +180,8 @@ static hr_status on_fail(void *ctx, trainer *t, hr_status st, char *err, size_t 
 static hr_status after_iter(void *ctx, trainer *t, char *err, size_t errlen) {
     hr_node *n = ctx;
     (void)t;
-    n->have_batch = 0;
     hr_status st = fetch(n);
-    if (st == HR_OK || st == HR_ERR_INTERRUPTED) return st;
-    if (n->t->iter >= n->t->total && hetring_iterations(n->h) == n->t->total) return HR_OK;
-    return failed(n, st, err, errlen);
+    return st == HR_OK || st == HR_ERR_INTERRUPTED ? st : failed(n, st, err, errlen);
 }
 
 /* "0,1,3" */
