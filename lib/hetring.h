@@ -61,7 +61,7 @@ extern "C" {
 
 #define HETRING_VERSION_MAJOR 0
 #define HETRING_VERSION_MINOR 3
-#define HETRING_VERSION_PATCH 0
+#define HETRING_VERSION_PATCH 1
 
 #if defined(__GNUC__)
 #define HETRING_API    __attribute__((visibility("default")))
@@ -198,7 +198,7 @@ typedef struct {
     double compute_s; /* its compute seconds, with any emulated stretch */
 } hetring_member;
 
-/* "0.3.0": the library's version (which may differ from the header's HETRING_VERSION_*). */
+/* "0.3.1": the library's version (which may differ from the header's HETRING_VERSION_*). */
 HETRING_API const char *hetring_version(void);
 
 /* A short name of a status ("peer failure", "retry the iteration", ...). */

@@ -22,7 +22,7 @@ import os
 
 from . import _lib
 
-__version__ = "0.3.0"
+__version__ = "0.3.1"
 __all__ = ["Node", "Error", "Left", "Batch", "ini_text", "library_version", "hash_bytes",
            "__version__"]
 

@@ -86,7 +86,7 @@ def test_pip(src):
                             "hetring.__file__, hetring.library_version())"],
                            capture_output=True, text=True, env=env, cwd=d)
         print("installed: " + r.stdout.strip())
-        check(r.returncode == 0 and r.stdout.startswith("0.3.0 " + target),
+        check(r.returncode == 0 and r.stdout.startswith("0.3.1 " + target),
               f"the installed package: {r.stdout} {r.stderr[-2000:]}")
 
 
