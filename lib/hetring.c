@@ -4,16 +4,17 @@
  * A handle is a dist (app/dist.h: the ring, the replicated controller, the agreement checks
  * and the view changes) whose dist_state is the user's: the iteration cursor, the split and a
  * state blob of a small header (format, iteration, B, samples, seed) followed by the bytes of
- * the user's get_state. `hetring run` moves the built-in trainer's state through the same
- * dist functions, so elections, transfers, hash checks and controller restarts are one code.
+ * the user's get_state. `hetring run` is such a user too (hr_node.c, with the extras of
+ * hetring_app.h), so every cluster test and bench of the built-in trainer runs this code.
  *
- * One iteration, as train.c's train_step does it for the built-in models:
+ * One iteration:
  *   slice   perm_e[it*B + start, it*B + start + b) from trainer/data.c's loader (I1)
  *   step    the user's buffers are copied into one contiguous buffer led by the stats tail
  *           (train_stats_pack: TRAIN_NODE_STATS floats per node, this node's slot filled,
  *           zeros elsewhere), the SUM all-reduce hands every node every slot, dist_decide
  *           checks the hashes and decides the next split (I4, I5, I6), and the buffers get
- *           sum / B back (I2)
+ *           sum / B back (I2). hetring run's buffer is used where it lies instead (app.grads,
+ *           with room for the tail before it) and keeps the sums
  *   overlap hetring_ready copies a buffer as soon as the user finished it; with buckets on,
  *           a bucket whose buffers are all in goes to the communication thread (overlap.h)
  *           while the user computes the rest. Buckets are cut at buffer boundaries from the
