@@ -24,10 +24,6 @@ static double unix_s(void) {
 
 /* ================================================================ hashing */
 
-uint64_t dist_hash_floats(const float *v, long n) {
-    return train_hash_floats(v, n);
-}
-
 static void put_hash(float *dst, uint64_t h) {
     dst[0] = (float)(h & 0xffffff);
     dst[1] = (float)((h >> 24) & 0xffffff);
@@ -159,8 +155,7 @@ hr_status dist_decide(dist *d, long iter, const train_stat *stats, int size, lon
 
 /* ================================================================ views */
 
-/* "0,1,3" */
-static void ids_str(char *out, size_t n, const long *ids, int count) {
+void dist_ids_str(char *out, size_t n, const long *ids, int count) {
     size_t o = 0;
     out[0] = 0;
     for (int k = 0; k < count && o < n; k++)
@@ -327,9 +322,9 @@ static hr_status change_view(dist *d, const char *why, double t0, char *err, siz
     memcpy(d->joined, joined, sizeof *joined * (size_t)nj);
     d->n_left = nl, d->n_joined = nj, d->change_s = took;
     char members[RING_MAX_NODES * 8], ls[RING_MAX_NODES * 8], js[RING_MAX_NODES * 8];
-    ids_str(members, sizeof members, a.view.ids, a.view.n);
-    ids_str(ls, sizeof ls, left, nl);
-    ids_str(js, sizeof js, joined, nj);
+    dist_ids_str(members, sizeof members, a.view.ids, a.view.n);
+    dist_ids_str(ls, sizeof ls, left, nl);
+    dist_ids_str(js, sizeof js, joined, nj);
     if (ring_rank(&d->r) == 0) {
         char lead[HR_ERRLEN + 128] = "", state[96] = "";
         if (moved)

@@ -162,7 +162,7 @@ hr_status dist_boundary(dist *d, int *changed, char *err, size_t errlen);
  * hashed, so that the replica check is tested at both ends of the buffer). */
 void dist_perturb(long node_id, long iter, float *params, long n_params);
 
-/* 64-bit hash of n floats (their bit patterns). */
-uint64_t dist_hash_floats(const float *v, long n);
+/* The node ids as a JSON list's inside, "0,1,3" (view records, metrics tags). */
+void dist_ids_str(char *out, size_t n, const long *ids, int count);
 
 #endif

@@ -184,20 +184,12 @@ static hr_status after_iter(void *ctx, trainer *t, char *err, size_t errlen) {
     return st == HR_OK || st == HR_ERR_INTERRUPTED ? st : failed(n, st, err, errlen);
 }
 
-/* "0,1,3" */
-static void ids_str(char *out, size_t cap, const long *ids, int count) {
-    size_t o = 0;
-    out[0] = 0;
-    for (int k = 0; k < count && o < cap; k++)
-        o += (size_t)snprintf(out + o, cap - o, "%s%ld", k ? "," : "", ids[k]);
-}
-
 /* Every metrics record and the summary: who wrote it and in which view. */
 static void tag(void *ctx, const trainer *t, FILE *f, int summary) {
     const hr_node *n = ctx;
     (void)t;
     char members[RING_MAX_NODES * 8];
-    ids_str(members, sizeof members, n->ids, n->n);
+    dist_ids_str(members, sizeof members, n->ids, n->n);
     if (summary)
         fprintf(f, ",\n  \"views\": %d,\n  \"nodes_final\": [%s]", n->views, members);
     else
