@@ -2,24 +2,22 @@
 #
 #   cmake -DROOT=<source dir> -P tests/check_layers.cmake
 #
-# Every quoted #include in conf/, ring/, ctrl/, trainer/, app/, lib/ and bench/ (subfolders count as
-# their folder) must name a header of a layer the including folder may use. The base is the
-# status and logging headers in conf/, which every folder may use. The commands (app/cli/ and
-# app/main.c) are the layer cli, above lib/: `hetring run` trains through libhetring. Exits with
-# an error that names each file, header and rule broken. The build runs it (target check_layers) and so does
+# Every quoted #include in base/, conf/, ring/, ctrl/, trainer/, cluster/, cli/ and bench/
+# (subfolders count as their folder) must name a header of a layer the including folder may use.
+# A file's layer is its top folder, with no exception. Exits with an error that names each file,
+# header and rule broken. The build runs it (target check_layers) and so does
 # ctest (layers.includes), so the structure cannot drift without a failure.
 
 cmake_minimum_required(VERSION 3.16)
-set(LAYERS base conf ring ctrl trainer app lib cli bench)
+set(LAYERS base conf ring ctrl trainer cluster cli bench)
 set(ALLOW_base base)
 set(ALLOW_conf base conf)
 set(ALLOW_ring base ring)
 set(ALLOW_ctrl base ctrl)
 set(ALLOW_trainer base trainer)
-set(ALLOW_app base conf ring ctrl trainer app)
-set(ALLOW_lib base conf ring ctrl trainer app lib)
-set(ALLOW_cli base conf ring ctrl trainer app lib cli)
-set(ALLOW_bench base conf ring ctrl trainer app lib cli bench)
+set(ALLOW_cluster base conf ring ctrl trainer cluster)
+set(ALLOW_cli base conf ring ctrl trainer cluster cli)
+set(ALLOW_bench base conf ring ctrl trainer cluster cli bench)
 
 if(NOT ROOT)
   message(FATAL_ERROR "check_layers: pass -DROOT=<source dir>")
@@ -27,14 +25,6 @@ endif()
 
 # The layer a file belongs to, from its path relative to ROOT ("" when it is in none).
 function(layer_of rel out)
-  if(rel MATCHES "^conf/base/")
-    set(${out} base PARENT_SCOPE)
-    return()
-  endif()
-  if(rel MATCHES "^app/cli/" OR rel STREQUAL "app/main.c")
-    set(${out} cli PARENT_SCOPE)
-    return()
-  endif()
   string(REGEX MATCH "^[^/]+" top "${rel}")
   if(top IN_LIST LAYERS)
     set(${out} ${top} PARENT_SCOPE)
@@ -44,7 +34,7 @@ function(layer_of rel out)
 endfunction()
 
 # Which layer owns each header name (names are unique across the layers).
-set(dirs conf ring ctrl trainer app lib bench)
+set(dirs ${LAYERS})
 set(globs)
 foreach(d ${dirs})
   list(APPEND globs ${ROOT}/${d}/*.h ${ROOT}/${d}/*.cuh)

@@ -5,7 +5,7 @@
 set -u
 HR=$1 SRC=$2
 fails=0 checked=0
-for src in "$SRC"/app/cli/cmd_*.c; do
+for src in "$SRC"/cli/cmd_*.c; do
     cmd=$(basename "$src" .c); cmd=${cmd#cmd_}; cmd=${cmd//_/-}
     # {"name", no_argument|required_argument|optional_argument, ...} entries of option tables
     opts=$(grep -o '{"[a-z][a-z0-9-]*", *\(no\|required\|optional\)_argument' "$src" |
