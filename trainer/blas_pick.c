@@ -15,6 +15,7 @@
 
 #include <dlfcn.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -179,6 +180,8 @@ static struct {
     char target[32];     /* the set hetring asked for, or could have asked for ("") */
     char user[32];       /* OPENBLAS_CORETYPE as the user set it */
     const char *why;     /* the CPU's features behind `target` */
+    char line[256];      /* the debug line blas_pick_log writes ("" when there is none) */
+    atomic_int logged;   /* blas_pick_log has written it */
 } rec = {.once = PTHREAD_ONCE_INIT};
 
 static hr_status fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -286,7 +289,8 @@ static void pick(void) {
     } else {
         pick_auto(&cpu, dynamic);
     }
-    HR_DEBUG(TRAIN, "blas: HETRING_BLAS_CORETYPE=%s, OpenBLAS picked %s, this CPU has %s, runs %s",
+    snprintf(rec.line, sizeof rec.line,
+             "blas: HETRING_BLAS_CORETYPE=%s, OpenBLAS picked %s, this CPU has %s, runs %s",
              knob ? knob : "(unset: auto)", rec.before, tier_features(cpu_tier(&cpu)), corename());
 }
 
@@ -294,6 +298,10 @@ hr_status blas_pick_init(char *err, size_t errlen) {
     pthread_once(&rec.once, pick);
     if (rec.st != HR_OK && err && errlen) snprintf(err, errlen, "%s", rec.err);
     return rec.st;
+}
+
+void blas_pick_log(void) {
+    if (rec.line[0] && atomic_exchange(&rec.logged, 1) == 0) HR_DEBUG(TRAIN, "%s", rec.line);
 }
 
 /* ================================================================ description */

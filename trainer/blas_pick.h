@@ -66,6 +66,11 @@ const char *blas_pick_core_names(void);
  * take; OpenBLAS then runs its own pick again). */
 hr_status blas_pick_init(char *err, size_t errlen);
 
+/* Log at debug level, once per process, what blas_pick_init chose and why. blas_pick_init
+ * itself logs nothing: it runs before a node knows its id, and every line a node logs carries
+ * that id (hr_log_set_node). The trainer calls this from train_init. */
+void blas_pick_log(void);
+
 /* One line naming the BLAS library, the kernel set in use and who chose it, e.g.
  * "blas: OpenBLAS 0.3.21 (libopenblas.so.0), kernels SkylakeX (chosen by hetring for avx512;
  * OpenBLAS picked Prescott)". Before blas_pick_init it describes the library as loaded. */

@@ -7,6 +7,7 @@
  */
 #include "train.h"
 
+#include "blas_pick.h"
 #include "ckpt.h"
 #include "hr_log.h"
 #include "hr_time.h"
@@ -52,6 +53,7 @@ hr_status train_init(trainer *t, const train_config *tc, const train_comm *comm,
     long threads = c->threads;
     if (threads <= 0) threads = sysconf(_SC_NPROCESSORS_ONLN);
     openblas_set_num_threads((int)threads);
+    blas_pick_log();
 
     HR_CHECK_GOTO(data_load(&t->train, &t->eval, &c->data, c->seed, err, errlen), st, fail);
     int regression = t->train.n_targets > 0;
