@@ -4,7 +4,7 @@
  * A line is "HH:MM:SS.mmm [nID] LEVEL subsys: message" and is written with one write(2), so
  * lines from several threads or processes sharing a pipe do not interleave.
  */
-#include "hr_log.h"
+#include "base/hr_log.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,6 +1,6 @@
 /* hr_status.c: status strings, breadcrumbs and the error-buffer helper. */
-#include "hr_status.h"
-#include "hr_log.h"
+#include "base/hr_status.h"
+#include "base/hr_log.h"
 
 #include <stdarg.h>
 #include <stdio.h>

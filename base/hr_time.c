@@ -1,5 +1,5 @@
 /* hr_time.c: see hr_time.h. */
-#include "hr_time.h"
+#include "base/hr_time.h"
 
 #include <errno.h>
 #include <time.h>

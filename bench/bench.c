@@ -3,10 +3,10 @@
  * file. Users reach it as `hetring bench SUITE ...`, which runs the hetring-bench next to
  * hetring with the same arguments; running hetring-bench directly is the same.
  */
-#include "bench.h"
-#include "blas_pick.h"
-#include "cli.h"
-#include "hr_log.h"
+#include "bench/bench.h"
+#include "base/hr_log.h"
+#include "cli/cli.h"
+#include "trainer/blas_pick.h"
 
 #include <stdio.h>
 #include <string.h>

@@ -12,13 +12,13 @@
  * R, the rate of one iperf3 TCP stream on loopback, is measured (or given with --rate) and
  * printed next to the table, because on one machine busbw <= R/N.
  */
-#include "bench.h"
-#include "bench_util.h"
-#include "cfg.h"
-#include "cli.h"
-#include "hr_log.h"
-#include "ring.h"
-#include "ring_setup.h"
+#include "base/hr_log.h"
+#include "bench/bench.h"
+#include "bench/bench_util.h"
+#include "cli/cli.h"
+#include "cluster/ring_setup.h"
+#include "conf/cfg.h"
+#include "ring/ring.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -11,13 +11,13 @@
  * the bench. The measures are computed by elastic_metrics.c from the files alone; the
  * reference is one uninterrupted run of the same file (same seed and B).
  */
-#include "bench.h"
-#include "bench_util.h"
-#include "cfg.h"
-#include "cli.h"
-#include "elastic_metrics.h"
-#include "hr_log.h"
-#include "plot.h"
+#include "base/hr_log.h"
+#include "bench/bench.h"
+#include "bench/bench_util.h"
+#include "bench/elastic_metrics.h"
+#include "bench/plot.h"
+#include "cli/cli.h"
+#include "conf/cfg.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -19,12 +19,12 @@
  * further run starts, the table and report.md hold the runs completed so far, and the bench
  * exits 128 + the signal (130, 143).
  */
-#include "bench.h"
-#include "bench_util.h"
-#include "cfg.h"
-#include "cli.h"
-#include "hr_log.h"
-#include "plot.h"
+#include "base/hr_log.h"
+#include "bench/bench.h"
+#include "bench/bench_util.h"
+#include "bench/plot.h"
+#include "cli/cli.h"
+#include "conf/cfg.h"
 
 #include <errno.h>
 #include <math.h>

@@ -7,12 +7,12 @@
  * first that imports torch), the same step in PyTorch (bench/torch_mlp.py) runs next, at the
  * same thread count, for comparison. The header names the BLAS kernels and the PyTorch used.
  */
-#include "bench.h"
-#include "bench_util.h"
-#include "cli.h"
-#include "hr_log.h"
-#include "train.h"
-#include "trainer_setup.h"
+#include "base/hr_log.h"
+#include "bench/bench.h"
+#include "bench/bench_util.h"
+#include "cli/cli.h"
+#include "cluster/trainer_setup.h"
+#include "trainer/train.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,7 +1,7 @@
 /* bench_util.c: see bench_util.h. */
-#include "bench_util.h"
-#include "blas_pick.h"
-#include "cli.h"
+#include "bench/bench_util.h"
+#include "cli/cli.h"
+#include "trainer/blas_pick.h"
 
 #include <errno.h>
 #include <fcntl.h>

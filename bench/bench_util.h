@@ -8,7 +8,7 @@
 #ifndef HR_BENCH_UTIL_H
 #define HR_BENCH_UTIL_H
 
-#include "cfg.h"
+#include "conf/cfg.h"
 
 #include <stddef.h>
 #include <stdio.h>

@@ -2,8 +2,8 @@
  * elastic_metrics.c: see elastic_metrics.h. Every measure is a plain pass over the records;
  * a missing record makes its measure NAN rather than a guess.
  */
-#include "elastic_metrics.h"
-#include "bench_util.h"
+#include "bench/elastic_metrics.h"
+#include "bench/bench_util.h"
 
 #include <math.h>
 #include <stdio.h>

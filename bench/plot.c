@@ -1,7 +1,7 @@
 /* plot.c: see plot.h. */
-#include "plot.h"
-#include "bench_util.h"
-#include "hr_log.h"
+#include "bench/plot.h"
+#include "base/hr_log.h"
+#include "bench/bench_util.h"
 
 #include <stdarg.h>
 #include <stdio.h>

@@ -7,7 +7,7 @@
 #ifndef HR_CLI_H
 #define HR_CLI_H
 
-#include "cfg.h"
+#include "conf/cfg.h"
 
 enum { CLI_OK = 0, CLI_FAIL = 1, CLI_USAGE = 2 };
 

@@ -1,7 +1,7 @@
 /* cli_common.c: option handling and config loading shared by the commands. */
-#include "cli.h"
-#include "hr_log.h"
-#include "node_id.h"
+#include "base/hr_log.h"
+#include "cli/cli.h"
+#include "cluster/node_id.h"
 
 #include <stdarg.h>
 #include <stdio.h>

@@ -7,14 +7,14 @@
  * Nothing is trained and nothing is left behind. Each problem is reported on its own line,
  * naming the FILE:LINE (or the override) that set the value.
  */
-#include "cli.h"
-#include "hr_log.h"
-#include "ring_setup.h"
-#include "sec.h"
-#include "tcp.h"
-#include "ckpt.h"
-#include "train.h"
-#include "trainer_setup.h"
+#include "base/hr_log.h"
+#include "cli/cli.h"
+#include "cluster/ring_setup.h"
+#include "cluster/trainer_setup.h"
+#include "ring/sec.h"
+#include "ring/tcp.h"
+#include "trainer/ckpt.h"
+#include "trainer/train.h"
 
 #include <getopt.h>
 #include <stdarg.h>

@@ -9,8 +9,8 @@
  * The files hold exactly the samples that dataset = synthetic* generates from the same seed,
  * so a run on the files follows the same trajectory as a run on the generator.
  */
-#include "cli.h"
-#include "data_io.h"
+#include "cli/cli.h"
+#include "trainer/data_io.h"
 
 #include <errno.h>
 #include <getopt.h>

@@ -5,8 +5,8 @@
  * the public key, 64 hex digits, goes to stdout for the node's `pubkey = ...` line. Secrets
  * never reach stdout, stderr or a log.
  */
-#include "cli.h"
-#include "sec.h"
+#include "cli/cli.h"
+#include "ring/sec.h"
 
 #include <getopt.h>
 #include <stdio.h>

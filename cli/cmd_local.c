@@ -1,6 +1,6 @@
 /* cmd_local.c: `hetring local`, every node of a cluster file on this machine. */
-#include "cli.h"
-#include "launch.h"
+#include "cli/cli.h"
+#include "cli/launch.h"
 
 #include <errno.h>
 #include <getopt.h>

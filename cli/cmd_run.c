@@ -6,13 +6,13 @@
  * Such a node joins a running job by itself, and SIGTERM or SIGINT make it leave at the next
  * iteration boundary the members agree on, with a checkpoint (a second signal kills it).
  */
-#include "cli.h"
-#include "hr_fault.h"
-#include "hr_log.h"
-#include "ring_setup.h"
-#include "hr_node.h"
-#include "train.h"
-#include "trainer_setup.h"
+#include "base/hr_log.h"
+#include "cli/cli.h"
+#include "cli/hr_node.h"
+#include "cluster/hr_fault.h"
+#include "cluster/ring_setup.h"
+#include "cluster/trainer_setup.h"
+#include "trainer/train.h"
 
 #include <getopt.h>
 #include <signal.h>

@@ -1,7 +1,7 @@
 /* cmd_version.c: `hetring version`, the version, the features of this build and the BLAS
  * library and kernels in use. */
-#include "blas_pick.h"
-#include "cli.h"
+#include "cli/cli.h"
+#include "trainer/blas_pick.h"
 
 #include <stdio.h>
 #include <string.h>

@@ -1,11 +1,11 @@
 /*
  * hr_node.c: the built-in trainer as a libhetring node (see hr_node.h).
  */
-#include "hr_node.h"
+#include "cli/hr_node.h"
 
-#include "dist.h"
-#include "hetring_app.h"
-#include "hr_log.h"
+#include "base/hr_log.h"
+#include "cluster/dist.h"
+#include "cluster/hetring_app.h"
 
 #include <stdio.h>
 #include <stdlib.h>

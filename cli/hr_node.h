@@ -23,10 +23,10 @@
 #ifndef HR_NODE_H
 #define HR_NODE_H
 
-#include "cfg.h"
-#include "hetring.h"
-#include "ring.h"
-#include "train.h"
+#include "cluster/hetring.h"
+#include "conf/cfg.h"
+#include "ring/ring.h"
+#include "trainer/train.h"
 
 #include <signal.h>
 #include <stdint.h>

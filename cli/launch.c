@@ -8,10 +8,10 @@
  * while a quorum runs, or stops the others; the launcher is "stopping" (kill_at set) from the
  * first stop on, and from then on restarts nothing and no exit changes the outcome.
  */
-#include "launch.h"
-#include "hr_log.h"
-#include "node_id.h"
-#include "hr_time.h"
+#include "cli/launch.h"
+#include "base/hr_log.h"
+#include "base/hr_time.h"
+#include "cluster/node_id.h"
 
 #include <errno.h>
 #include <fcntl.h>

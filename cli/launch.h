@@ -19,7 +19,7 @@
 #ifndef HR_LAUNCH_H
 #define HR_LAUNCH_H
 
-#include "cfg.h"
+#include "conf/cfg.h"
 
 #include <stdio.h>
 

@@ -5,9 +5,9 @@
  * executable, hetring-bench, on top of everything else (it starts clusters with this hetring),
  * so nothing here includes them; the command runs the hetring-bench next to this executable.
  */
-#include "blas_pick.h"
-#include "cli.h"
-#include "hr_log.h"
+#include "base/hr_log.h"
+#include "cli/cli.h"
+#include "trainer/blas_pick.h"
 
 #include <errno.h>
 #include <stdio.h>

@@ -2,12 +2,12 @@
  * dist.c: the ring communicator, the replicated controller and the agreement checks
  * (see dist.h).
  */
-#include "dist.h"
-#include "hr_fault.h"
-#include "hr_log.h"
-#include "trainer_setup.h"
-#include "ring_setup.h"
-#include "hr_time.h"
+#include "cluster/dist.h"
+#include "base/hr_log.h"
+#include "base/hr_time.h"
+#include "cluster/hr_fault.h"
+#include "cluster/ring_setup.h"
+#include "cluster/trainer_setup.h"
 
 #include <math.h>
 #include <stdarg.h>

@@ -37,10 +37,10 @@
 #ifndef HR_DIST_H
 #define HR_DIST_H
 
-#include "cfg.h"
-#include "ctrl.h"
-#include "ring.h"
-#include "train.h"
+#include "conf/cfg.h"
+#include "ctrl/ctrl.h"
+#include "ring/ring.h"
+#include "trainer/train.h"
 
 #include <signal.h>
 

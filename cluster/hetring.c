@@ -28,20 +28,20 @@
  *           hetring_next, after the user applied the step, so the state moved is the
  *           committed one
  */
-#include "hetring.h"
-#include "hetring_app.h"
+#include "cluster/hetring.h"
+#include "cluster/hetring_app.h"
 
-#include "cfg.h"
-#include "data.h"
-#include "dist.h"
-#include "hr_log.h"
-#include "node_id.h"
-#include "overlap.h"
-#include "ring.h"
-#include "tcp.h"
-#include "train.h"
-#include "trainer_setup.h"
-#include "hr_time.h"
+#include "base/hr_log.h"
+#include "base/hr_time.h"
+#include "cluster/dist.h"
+#include "cluster/node_id.h"
+#include "cluster/trainer_setup.h"
+#include "conf/cfg.h"
+#include "ring/ring.h"
+#include "ring/tcp.h"
+#include "trainer/data.h"
+#include "trainer/overlap.h"
+#include "trainer/train.h"
 
 #include <math.h>
 #include <signal.h>

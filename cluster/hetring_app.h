@@ -16,9 +16,9 @@
 #ifndef HETRING_APP_H
 #define HETRING_APP_H
 
-#include "cfg.h"
-#include "hetring.h"
-#include "hr_status.h"
+#include "base/hr_status.h"
+#include "cluster/hetring.h"
+#include "conf/cfg.h"
 
 #include <stdio.h>
 

@@ -1,6 +1,6 @@
 /* hr_fault.c: HETRING_FAULT parsing and the process-level faults (see hr_fault.h). */
-#include "hr_fault.h"
-#include "hr_log.h"
+#include "cluster/hr_fault.h"
+#include "base/hr_log.h"
 
 #include <pthread.h>
 #include <signal.h>

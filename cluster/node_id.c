@@ -1,7 +1,7 @@
 /*
  * node_id.c: which node of the cluster file this process is (see node_id.h).
  */
-#include "node_id.h"
+#include "cluster/node_id.h"
 
 #include <ifaddrs.h>
 #include <netdb.h>

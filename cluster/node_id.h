@@ -8,8 +8,8 @@
 #ifndef HR_NODE_ID_H
 #define HR_NODE_ID_H
 
-#include "cfg.h"
-#include "hr_status.h"
+#include "base/hr_status.h"
+#include "conf/cfg.h"
 
 /* Which node is this process? In order: `cli_id` (may be NULL), HETRING_NODE (an id), a
  * launcher's rank (the position in id order): SLURM_PROCID, OMPI_COMM_WORLD_RANK, PMI_RANK or

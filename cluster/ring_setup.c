@@ -5,8 +5,8 @@
  * security modes have the schema's values (they travel in the handshake), both checked at
  * compile time, so the copy never truncates and the mode needs no table.
  */
-#include "ring_setup.h"
-#include "hr_log.h"
+#include "cluster/ring_setup.h"
+#include "base/hr_log.h"
 
 #include <stdio.h>
 #include <stdlib.h>

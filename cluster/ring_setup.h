@@ -9,9 +9,9 @@
 #ifndef HR_RING_SETUP_H
 #define HR_RING_SETUP_H
 
-#include "cfg.h"
-#include "hr_status.h"
-#include "ring_config.h"
+#include "base/hr_status.h"
+#include "conf/cfg.h"
+#include "ring/ring_config.h"
 
 #include <stddef.h>
 

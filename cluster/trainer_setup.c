@@ -5,7 +5,7 @@
  * own; where the numbers are shared (a model kind is also stored in checkpoints) the
  * assertions below keep them in step, so a reordered enum fails the build instead of a run.
  */
-#include "trainer_setup.h"
+#include "cluster/trainer_setup.h"
 
 #include <string.h>
 

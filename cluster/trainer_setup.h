@@ -10,9 +10,9 @@
 #ifndef HR_TRAINER_SETUP_H
 #define HR_TRAINER_SETUP_H
 
-#include "cfg.h"
-#include "ctrl.h"
-#include "train.h"
+#include "conf/cfg.h"
+#include "ctrl/ctrl.h"
+#include "trainer/train.h"
 
 /* Fill `out` for node c->nodes[self_idx]: the [train] section, the node's threads, slowdown
  * and interference schedule, and whether any node of the cluster emulates a slowdown.

@@ -6,7 +6,7 @@
  * counts them, and also notes section headers so that empty sections, duplicate nodes and
  * missing keys can be reported at their header's line.
  */
-#include "cfg.h"
+#include "conf/cfg.h"
 
 #include <ctype.h>
 #include <errno.h>

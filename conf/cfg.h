@@ -17,7 +17,7 @@
 #ifndef HR_CFG_H
 #define HR_CFG_H
 
-#include "hr_status.h"
+#include "base/hr_status.h"
 
 #include <stdint.h>
 #include <stdio.h>

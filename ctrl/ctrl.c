@@ -43,7 +43,7 @@
  *   epoch         DBS: at each epoch end, b*_k proportional to samples / compute seconds over
  *                 that epoch.
  */
-#include "ctrl.h"
+#include "ctrl/ctrl.h"
 
 #include <math.h>
 #include <stdlib.h>

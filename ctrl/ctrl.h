@@ -36,7 +36,7 @@
 #ifndef HR_CTRL_H
 #define HR_CTRL_H
 
-#include "hr_status.h"
+#include "base/hr_status.h"
 
 #include <stdint.h>
 

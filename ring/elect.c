@@ -56,12 +56,12 @@
  * The caller sends one request and reads one reply; the responder closes. Integers are
  * little-endian.
  */
-#include "elect.h"
+#include "ring/elect.h"
 
-#include "bytes.h"
-#include "frame.h"
-#include "hr_log.h"
-#include "tcp.h"
+#include "base/hr_log.h"
+#include "ring/bytes.h"
+#include "ring/frame.h"
+#include "ring/tcp.h"
 
 #include <pthread.h>
 #include <stdatomic.h>

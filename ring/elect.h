@@ -5,8 +5,8 @@
 #ifndef HR_ELECT_H
 #define HR_ELECT_H
 
-#include "ring.h"
-#include "sec.h"
+#include "ring/ring.h"
+#include "ring/sec.h"
 
 #include <stddef.h>
 

@@ -1,6 +1,6 @@
 /* frame.c: encoding of the ring's frame header (see frame.h). */
-#include "frame.h"
-#include "bytes.h"
+#include "ring/frame.h"
+#include "ring/bytes.h"
 
 void frame_encode(const frame_hdr *h, uint8_t out[FRAME_HDR]) {
     le_put32(out, h->magic);

@@ -16,14 +16,14 @@
  *  - each segment of the all-reduce is reduced once, by the node that owns it in that step,
  *    and then copied unchanged, so all members end with the same bytes (I4).
  */
-#include "ring.h"
+#include "ring/ring.h"
 
-#include "elect.h"
-#include "frame.h"
-#include "bytes.h"
-#include "hr_log.h"
-#include "tcp.h"
-#include "hr_time.h"
+#include "base/hr_log.h"
+#include "base/hr_time.h"
+#include "ring/bytes.h"
+#include "ring/elect.h"
+#include "ring/frame.h"
+#include "ring/tcp.h"
 
 #include <errno.h>
 #include <fcntl.h>

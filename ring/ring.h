@@ -29,9 +29,9 @@
 #ifndef HR_RING_H
 #define HR_RING_H
 
-#include "hr_status.h"
-#include "ring_config.h"
-#include "sec.h"
+#include "base/hr_status.h"
+#include "ring/ring_config.h"
+#include "ring/sec.h"
 
 #include <signal.h>
 #include <stddef.h>

@@ -5,12 +5,12 @@
  * and is wiped with sodium_memzero when it is no longer needed; no secret reaches a log line or
  * an error message; a frame's plaintext reaches the caller only after its tag verified.
  */
-#include "sec.h"
+#include "ring/sec.h"
 
-#include "frame.h"
-#include "bytes.h"
-#include "hr_log.h"
-#include "tcp.h"
+#include "base/hr_log.h"
+#include "ring/bytes.h"
+#include "ring/frame.h"
+#include "ring/tcp.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -35,8 +35,8 @@
 #ifndef HR_SEC_H
 #define HR_SEC_H
 
-#include "hr_status.h"
-#include "ring_config.h"
+#include "base/hr_status.h"
+#include "ring/ring_config.h"
 
 #include <sodium.h>
 #include <stdint.h>

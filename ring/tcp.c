@@ -4,8 +4,8 @@
  * Invariant: every loop that waits goes through poll() with the time left to its deadline, so
  * no call here can block past the deadline it was given.
  */
-#include "tcp.h"
-#include "hr_time.h"
+#include "ring/tcp.h"
+#include "base/hr_time.h"
 
 #include <arpa/inet.h>
 #include <errno.h>

@@ -9,7 +9,7 @@
 #ifndef HR_TCP_H
 #define HR_TCP_H
 
-#include "hr_status.h"
+#include "base/hr_status.h"
 
 #include <stddef.h>
 

@@ -1,10 +1,12 @@
-# check_layers.cmake: the include rules between the folders (README, "Architecture").
+# check_layers.cmake: the include rules between the folders (DESIGN.md, "Layers").
 #
 #   cmake -DROOT=<source dir> -P tests/check_layers.cmake
 #
 # Every quoted #include in base/, conf/, ring/, ctrl/, trainer/, cluster/, cli/ and bench/
-# (subfolders count as their folder) must name a header of a layer the including folder may use.
-# A file's layer is its top folder, with no exception. Exits with an error that names each file,
+# (subfolders count as their folder) must name a header by its path from the one include root,
+# the project root ("ring/ring.h"), in a layer the including folder may use; a header named
+# *_internal.h serves only the files of its own folder. A file's layer is its top folder, with
+# no exception. Exits with an error that names each file,
 # header and rule broken. The build runs it (target check_layers) and so does
 # ctest (layers.includes), so the structure cannot drift without a failure.
 
@@ -33,22 +35,7 @@ function(layer_of rel out)
   endif()
 endfunction()
 
-# Which layer owns each header name (names are unique across the layers).
 set(dirs ${LAYERS})
-set(globs)
-foreach(d ${dirs})
-  list(APPEND globs ${ROOT}/${d}/*.h ${ROOT}/${d}/*.cuh)
-endforeach()
-file(GLOB_RECURSE headers RELATIVE ${ROOT} ${globs})
-foreach(h ${headers})
-  get_filename_component(name ${h} NAME)
-  layer_of(${h} layer)
-  if(DEFINED OWNER_${name} AND NOT OWNER_${name} STREQUAL layer)
-    message(FATAL_ERROR "check_layers: header name ${name} is used in two layers")
-  endif()
-  set(OWNER_${name} ${layer})
-endforeach()
-
 set(sglobs)
 foreach(d ${dirs})
   list(APPEND sglobs ${ROOT}/${d}/*.c ${ROOT}/${d}/*.h ${ROOT}/${d}/*.cu ${ROOT}/${d}/*.cuh)
@@ -61,16 +48,22 @@ foreach(f ${sources})
   file(STRINGS ${ROOT}/${f} incs REGEX "^[ \t]*#[ \t]*include[ \t]*\"")
   foreach(line ${incs})
     string(REGEX REPLACE "^[ \t]*#[ \t]*include[ \t]*\"([^\"]+)\".*" "\\1" inc "${line}")
-    get_filename_component(name ${inc} NAME)
     math(EXPR checked "${checked} + 1")
-    if(NOT DEFINED OWNER_${name})
-      string(APPEND broken "\n  ${f}: includes \"${inc}\", which is no header of the project")
+    layer_of(${inc} to)
+    if(NOT EXISTS ${ROOT}/${inc} OR to STREQUAL "")
+      string(APPEND broken "\n  ${f}: includes \"${inc}\", which names no header of the project "
+                           "by its folder (one include root: \"ring/ring.h\")")
       continue()
     endif()
-    set(to ${OWNER_${name}})
     if(NOT to IN_LIST ALLOW_${from})
       string(REPLACE ";" ", " may "${ALLOW_${from}}")
-      string(APPEND broken "\n  ${f}: includes ${name} (${to}); ${from} may use only ${may}")
+      string(APPEND broken "\n  ${f}: includes ${inc} (${to}); ${from} may use only ${may}")
+    endif()
+    # an internal header (NAME_internal.h) serves its own folder only
+    get_filename_component(inc_dir ${inc} DIRECTORY)
+    get_filename_component(f_dir ${f} DIRECTORY)
+    if(inc MATCHES "_internal\\.h$" AND NOT f_dir STREQUAL inc_dir)
+      string(APPEND broken "\n  ${f}: includes ${inc}, internal to ${inc_dir}/")
     endif()
   endforeach()
 endforeach()
@@ -79,7 +72,7 @@ if(checked LESS 50)
   message(FATAL_ERROR "check_layers: found only ${checked} includes under ${ROOT}; wrong ROOT?")
 endif()
 if(broken)
-  message(FATAL_ERROR "check_layers: includes that break the layer rules (README, "
-                      "\"Architecture\"):${broken}")
+  message(FATAL_ERROR "check_layers: includes that break the layer rules (DESIGN.md, "
+                      "\"Layers\"):${broken}")
 endif()
 message(STATUS "check_layers: ${checked} includes follow the layer rules")

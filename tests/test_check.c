@@ -4,7 +4,7 @@
  * at or under it. Each expected failure is counted and taken back, so the helper's own messages
  * for them appear in the log between "expect a failure" lines.
  */
-#include "check.h"
+#include "tests/check.h"
 
 #include <math.h>
 

@@ -10,8 +10,8 @@
  * pools and buffers do not depend on the table. No BLAS call may run meanwhile, hence "before
  * the first BLAS call, from one thread".
  */
-#include "blas_pick.h"
-#include "hr_log.h"
+#include "trainer/blas_pick.h"
+#include "base/hr_log.h"
 
 #include <dlfcn.h>
 #include <pthread.h>

@@ -32,7 +32,7 @@
 #ifndef HR_BLAS_PICK_H
 #define HR_BLAS_PICK_H
 
-#include "hr_status.h"
+#include "base/hr_status.h"
 
 #include <stddef.h>
 

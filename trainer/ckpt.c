@@ -6,9 +6,9 @@
  *           ckpt_meta (40), payload bytes u64
  *   payload: params f32[n], opt_state f32[n], split i64[n_nodes]
  */
-#include "ckpt.h"
-#include "hr_log.h"
-#include "model.h"
+#include "trainer/ckpt.h"
+#include "base/hr_log.h"
+#include "trainer/model.h"
 
 #include <ctype.h>
 #include <dirent.h>

@@ -13,7 +13,7 @@
 #ifndef HR_CKPT_H
 #define HR_CKPT_H
 
-#include "hr_status.h"
+#include "base/hr_status.h"
 
 #include <stdint.h>
 

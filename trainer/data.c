@@ -8,10 +8,10 @@
  * stroke and uniform pixel noise. Every random choice comes from rng(seed, stream, index),
  * so a sample can be regenerated on its own and two runs agree byte for byte.
  */
-#include "data.h"
+#include "trainer/data.h"
 
-#include "hr_log.h"
-#include "rng.h"
+#include "base/hr_log.h"
+#include "trainer/rng.h"
 
 #include <math.h>
 #include <stdlib.h>

@@ -18,7 +18,7 @@
 #ifndef HR_DATA_H
 #define HR_DATA_H
 
-#include "hr_status.h"
+#include "base/hr_status.h"
 
 #include <stdint.h>
 

@@ -8,9 +8,9 @@
  * held-out files whose samples have another shape than the training samples (the model and
  * the batch buffers are sized for the training shape).
  */
-#include "data_io.h"
+#include "trainer/data_io.h"
 
-#include "hr_log.h"
+#include "base/hr_log.h"
 
 #include <errno.h>
 #include <stdio.h>

@@ -7,8 +7,8 @@
 #ifndef HR_DATA_IO_H
 #define HR_DATA_IO_H
 
-#include "data.h"
-#include "hr_status.h"
+#include "base/hr_status.h"
+#include "trainer/data.h"
 
 #include <stdint.h>
 

@@ -2,8 +2,8 @@
  * layers.c: CPU layers (see layers.h). Dense and convolution layers are sgemm calls plus
  * small loops; every reduction runs in a fixed order so results are reproducible.
  */
-#include "layers.h"
-#include "hr_time.h"
+#include "trainer/layers.h"
+#include "base/hr_time.h"
 
 #include <cblas.h>
 #include <float.h>

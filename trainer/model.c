@@ -6,10 +6,10 @@
  * activation memory and the traffic of the dense models. The first layer skips its input
  * gradient, which no one needs.
  */
-#include "model.h"
+#include "trainer/model.h"
 
-#include "hr_status.h"
-#include "rng.h"
+#include "base/hr_status.h"
+#include "trainer/rng.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -19,8 +19,8 @@
 #ifndef HR_MODEL_H
 #define HR_MODEL_H
 
-#include "hr_status.h"
-#include "layers.h"
+#include "base/hr_status.h"
+#include "trainer/layers.h"
 
 #include <stdint.h>
 

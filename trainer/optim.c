@@ -1,7 +1,7 @@
 /*
  * optim.c: SGD with momentum and weight decay (see optim.h).
  */
-#include "optim.h"
+#include "trainer/optim.h"
 
 #include <math.h>
 #include <pthread.h>

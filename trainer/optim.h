@@ -12,7 +12,7 @@
 #ifndef HR_OPTIM_H
 #define HR_OPTIM_H
 
-#include "hr_status.h"
+#include "base/hr_status.h"
 
 typedef enum { OPT_LR_CONSTANT, OPT_LR_STEP, OPT_LR_COSINE } opt_schedule;
 

@@ -35,8 +35,8 @@
 #ifndef HR_OVERLAP_H
 #define HR_OVERLAP_H
 
-#include "hr_status.h"
-#include "model.h"
+#include "base/hr_status.h"
+#include "trainer/model.h"
 
 #include <pthread.h>
 #include <stddef.h>

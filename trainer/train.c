@@ -5,12 +5,12 @@
  * global figures. Evaluation and checkpoints run on rank 0 only: after each step all
  * replicas hold the same parameters (I4), so one copy is enough.
  */
-#include "train.h"
+#include "trainer/train.h"
 
-#include "blas_pick.h"
-#include "ckpt.h"
-#include "hr_log.h"
-#include "hr_time.h"
+#include "base/hr_log.h"
+#include "base/hr_time.h"
+#include "trainer/blas_pick.h"
+#include "trainer/ckpt.h"
 
 #include <assert.h>
 #include <cblas.h>

@@ -21,12 +21,12 @@
 #ifndef HR_TRAIN_H
 #define HR_TRAIN_H
 
-#include "data.h"
-#include "data_io.h"
-#include "hr_status.h"
-#include "model.h"
-#include "optim.h"
-#include "overlap.h"
+#include "base/hr_status.h"
+#include "trainer/data.h"
+#include "trainer/data_io.h"
+#include "trainer/model.h"
+#include "trainer/optim.h"
+#include "trainer/overlap.h"
 
 #include <stdio.h>
 

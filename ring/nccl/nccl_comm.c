@@ -7,10 +7,10 @@
  * yields for the first millisecond (small all-reduces finish in microseconds) and then
  * sleeps 50 us per round so a long wait does not burn a core.
  */
-#include "nccl_comm.h"
+#include "ring/nccl/nccl_comm.h"
 
-#include "hr_log.h"
-#include "hr_time.h"
+#include "base/hr_log.h"
+#include "base/hr_time.h"
 
 #include <cuda_runtime_api.h>
 #include <nccl.h>

@@ -16,7 +16,7 @@
 #ifndef HR_NCCL_COMM_H
 #define HR_NCCL_COMM_H
 
-#include "hr_status.h"
+#include "base/hr_status.h"
 
 #include <stddef.h>
 #include <stdint.h>

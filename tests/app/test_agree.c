@@ -2,9 +2,9 @@
  * test_agree.c: the text of what must agree between nodes (app_agree_text) is the same when
  * several threads of one process build it at once, as libhetring's nodes may.
  */
-#include "../check.h"
-#include "../conf/two_nodes.h"
-#include "ring_setup.h"
+#include "cluster/ring_setup.h"
+#include "tests/check.h"
+#include "tests/conf/two_nodes.h"
 
 #include <pthread.h>
 #include <stdio.h>

@@ -17,8 +17,8 @@
  *                  after them or its delay ran out after them)
  * The launcher's log (stderr) is captured into a file per case and searched for its lines.
  */
-#include "../check.h"
-#include "launch.h"
+#include "cli/launch.h"
+#include "tests/check.h"
 
 #include <signal.h>
 #include <stdio.h>

@@ -3,9 +3,9 @@
  * OMPI_COMM_WORLD_RANK, PMI_RANK, RANK, then the one node on a local address; errors list the
  * candidates, and a launcher's world size must be the node count.
  */
-#include "../check.h"
-#include "../conf/two_nodes.h"
-#include "node_id.h"
+#include "cluster/node_id.h"
+#include "tests/check.h"
+#include "tests/conf/two_nodes.h"
 
 #include <stdio.h>
 #include <stdlib.h>

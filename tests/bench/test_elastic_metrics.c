@@ -18,8 +18,8 @@
  *               resume_s are NaN, not 0
  *   torn line   a last line cut short (a node killed while writing) is skipped
  */
-#include "../check.h"
-#include "elastic_metrics.h"
+#include "bench/elastic_metrics.h"
+#include "tests/check.h"
 
 #include <math.h>
 #include <stdio.h>

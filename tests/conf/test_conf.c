@@ -6,9 +6,9 @@
  * cfg_print writes reads back as the same configuration (good files, examples), except that an
  * inline psk is redacted and must be refused as such when read back.
  */
-#include "../check.h"
-#include "two_nodes.h"
-#include "cfg.h"
+#include "conf/cfg.h"
+#include "tests/check.h"
+#include "tests/conf/two_nodes.h"
 
 #include <dirent.h>
 #include <stdlib.h>

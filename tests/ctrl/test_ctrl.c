@@ -8,8 +8,8 @@
  * converged when max/min compute time <= 1.10. The figures quoted in bench/README.md come
  * from the "figure:" lines this program prints.
  */
-#include "../check.h"
-#include "ctrl.h"
+#include "ctrl/ctrl.h"
+#include "tests/check.h"
 
 #include <stdint.h>
 #include <stdlib.h>

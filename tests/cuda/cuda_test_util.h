@@ -4,8 +4,8 @@
 #ifndef HR_CUDA_TEST_UTIL_H
 #define HR_CUDA_TEST_UTIL_H
 
-#include "cuda_layers.h"
-#include "rng.h"
+#include "trainer/cuda/cuda_layers.h"
+#include "trainer/rng.h"
 
 #include <cuda_runtime_api.h>
 #include <stdio.h>

@@ -8,9 +8,9 @@
  *
  * Exits 77 without a CUDA device.
  */
-#include "cuda_test_util.h"
-#include "model.h"
-#include "model_cuda.h"
+#include "tests/cuda/cuda_test_util.h"
+#include "trainer/cuda/model_cuda.h"
+#include "trainer/model.h"
 
 #include <time.h>
 

@@ -3,9 +3,9 @@
  * printing the largest absolute difference per tensor, plus bitwise determinism of the
  * backward passes (two runs, same bits). Exits 77 without a CUDA device.
  */
-#include "check.h"
-#include "cuda_test_util.h"
-#include "layers.h"
+#include "tests/check.h"
+#include "tests/cuda/cuda_test_util.h"
+#include "trainer/layers.h"
 
 #include <float.h>
 

@@ -6,10 +6,10 @@
  * same bits, that the pinned input buffer works, and the upload + SGD path. Exits 77 without
  * a CUDA device.
  */
-#include "check.h"
-#include "cuda_test_util.h"
-#include "model.h"
-#include "model_cuda.h"
+#include "tests/check.h"
+#include "tests/cuda/cuda_test_util.h"
+#include "trainer/cuda/model_cuda.h"
+#include "trainer/model.h"
 
 #include <stdlib.h>
 

@@ -4,9 +4,9 @@
  * a GPU replica identical to CPU replicas that all-reduced the same gradient (I4). Exits 77
  * without a CUDA device.
  */
-#include "check.h"
-#include "cuda_test_util.h"
-#include "optim.h"
+#include "tests/check.h"
+#include "tests/cuda/cuda_test_util.h"
+#include "trainer/optim.h"
 
 int main(void) {
     CUDA_SKIP_IF_NO_DEVICE();

@@ -5,9 +5,9 @@
  * for bit, an empty all-reduce, and abort/free on a live, an aborted and a zeroed
  * communicator. Exits 77 without a CUDA device.
  */
-#include "check.h"
-#include "cuda_test_util.h"
-#include "nccl_comm.h"
+#include "ring/nccl/nccl_comm.h"
+#include "tests/check.h"
+#include "tests/cuda/cuda_test_util.h"
 
 int main(void) {
     nccl_comm z;

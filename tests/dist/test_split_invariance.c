@@ -10,9 +10,9 @@
  * three-node run must report the same global loss as node 0, exactly: it comes from the
  * all-gathered stats, the same bytes on every node. A NaN anywhere fails.
  */
-#include "../check.h"
-#include "../ports.h"
-#include "ckpt.h"
+#include "tests/check.h"
+#include "tests/ports.h"
+#include "trainer/ckpt.h"
 
 #include <stdlib.h>
 #include <string.h>

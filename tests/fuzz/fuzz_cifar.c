@@ -3,9 +3,9 @@
  * to the loader twice (as data_batch_1 and _2 would be). Seeds: corpus/cifar, written by
  * data_write_cifar (gen_seeds).
  */
-#include "data_io.h"
-#include "fuzz.h"
-#include "hr_log.h"
+#include "base/hr_log.h"
+#include "tests/fuzz/fuzz.h"
+#include "trainer/data_io.h"
 
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
     char err[128];

@@ -7,10 +7,10 @@
  * layout) recomputed over the bytes after it, which lets the fuzzer reach the checks made on
  * a well-formed file.
  */
-#include "ckpt.h"
-#include "fuzz.h"
-#include "fuzz_seeds.h"
-#include "hr_log.h"
+#include "base/hr_log.h"
+#include "tests/fuzz/fuzz.h"
+#include "tests/fuzz/fuzz_seeds.h"
+#include "trainer/ckpt.h"
 
 #include <stdlib.h>
 #include <string.h>

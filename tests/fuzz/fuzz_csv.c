@@ -3,9 +3,9 @@
  * regression file (first column a target, not a label), then the file. Seeds: corpus/csv,
  * written by data_write_csv (gen_seeds), and a few hand-made lines.
  */
-#include "data_io.h"
-#include "fuzz.h"
-#include "hr_log.h"
+#include "base/hr_log.h"
+#include "tests/fuzz/fuzz.h"
+#include "trainer/data_io.h"
 
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
     char err[128];

@@ -21,11 +21,11 @@
  * on its successor link (an abort sent back against the data flow, ring.c succ_trouble).
  * Ports: a block of 8 claimed as tests/ports.sh claims them ($TMPDIR/hetring-ports.BASE).
  */
-#include "frame.h"
-#include "fuzz.h"
-#include "hr_log.h"
-#include "ring.h"
-#include "tcp.h"
+#include "base/hr_log.h"
+#include "ring/frame.h"
+#include "ring/ring.h"
+#include "ring/tcp.h"
+#include "tests/fuzz/fuzz.h"
 
 #include <errno.h>
 #include <fcntl.h>

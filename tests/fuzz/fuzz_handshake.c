@@ -17,10 +17,10 @@
  * sec_handshake against node 0's through a copying relay: FUZZ_RECORD=DIR fuzz_handshake
  * writes them to DIR.
  */
-#include "fuzz.h"
-#include "hr_log.h"
-#include "sec.h"
-#include "tcp.h"
+#include "base/hr_log.h"
+#include "ring/sec.h"
+#include "ring/tcp.h"
+#include "tests/fuzz/fuzz.h"
 
 #include <fcntl.h>
 #include <pthread.h>

@@ -5,9 +5,9 @@
  * then the label file. Either file may be gzipped, as the loader accepts. Seeds: corpus/idx,
  * written by data_write_idx (gen_seeds).
  */
-#include "data_io.h"
-#include "fuzz.h"
-#include "hr_log.h"
+#include "base/hr_log.h"
+#include "tests/fuzz/fuzz.h"
+#include "trainer/data_io.h"
 
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
     char err[128];

@@ -3,9 +3,9 @@
  * fills the typed config, then cfg_free releases it. Seeds: tests/conf/good, tests/conf/bad,
  * conf/examples and corpus/ini.
  */
-#include "cfg.h"
-#include "fuzz.h"
-#include "hr_log.h"
+#include "base/hr_log.h"
+#include "conf/cfg.h"
+#include "tests/fuzz/fuzz.h"
 
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
     char err[128];

@@ -1,5 +1,5 @@
 /* fuzz_util.c: the temporary files the file-parser targets write their input to (fuzz.h). */
-#include "fuzz.h"
+#include "tests/fuzz/fuzz.h"
 
 #include <fcntl.h>
 #include <stdio.h>

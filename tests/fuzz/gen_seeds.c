@@ -8,9 +8,9 @@
  * start with fuzz_csv.c's mode byte. The handshake and frame seeds are recorded by their
  * targets (FUZZ_RECORD, see fuzz_handshake.c and fuzz_frame.c).
  */
-#include "ckpt.h"
-#include "data_io.h"
-#include "fuzz_seeds.h"
+#include "tests/fuzz/fuzz_seeds.h"
+#include "trainer/ckpt.h"
+#include "trainer/data_io.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -8,7 +8,7 @@
  * (or a sanitizer report in a sanitizer build) ends the process, as under libFuzzer, so a
  * crash file saved by a fuzzing run reproduces here with a backtrace under gdb.
  */
-#include "fuzz.h"
+#include "tests/fuzz/fuzz.h"
 
 #include <dirent.h>
 #include <stdio.h>

@@ -22,11 +22,11 @@
  * Exit status: 0 success, 1 a wrong result, 2 usage or config error, 3 a ring error (its
  * message, naming the peer, is printed as "node ID: ring error: ...").
  */
-#include "cfg.h"
-#include "hr_log.h"
-#include "ring.h"
-#include "ring_setup.h"
-#include "sec.h"
+#include "base/hr_log.h"
+#include "cluster/ring_setup.h"
+#include "conf/cfg.h"
+#include "ring/ring.h"
+#include "ring/sec.h"
 
 #include <math.h>
 #include <stdint.h>

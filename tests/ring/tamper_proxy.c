@@ -10,8 +10,8 @@
  * "flip-epoch", "flip-seq", "flip-index", "flip-len"), truncate the frame and close both ends,
  * or send the frame twice. The frame is relayed with the length it had before the flip.
  */
-#include "frame.h"
-#include "sec.h"
+#include "ring/frame.h"
+#include "ring/sec.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>

@@ -12,14 +12,14 @@
  * and auth mode (a PSK). Part 2 runs ring_init on loopback against a fake node 1 and checks
  * that the errors name the address the cheat came from.
  */
-#include "../check.h"
-#include "../ports.h"
-#include "bytes.h"
-#include "cfg.h"
-#include "ring.h"
-#include "ring_setup.h"
-#include "sec.h"
-#include "tcp.h"
+#include "cluster/ring_setup.h"
+#include "conf/cfg.h"
+#include "ring/bytes.h"
+#include "ring/ring.h"
+#include "ring/sec.h"
+#include "ring/tcp.h"
+#include "tests/check.h"
+#include "tests/ports.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>

@@ -6,10 +6,10 @@
  * index and an expansion that does not fit are errors; that app_expand_id reports a cut; and
  * that ring_config_wipe leaves no PSK behind.
  */
-#include "../check.h"
-#include "cfg.h"
-#include "ring_config.h"
-#include "ring_setup.h"
+#include "cluster/ring_setup.h"
+#include "conf/cfg.h"
+#include "ring/ring_config.h"
+#include "tests/check.h"
 
 #include <stdio.h>
 #include <stdlib.h>

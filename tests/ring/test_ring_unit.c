@@ -6,9 +6,9 @@
  *        test_ring_unit aes256gcm  AES-256-GCM sealing only; exits 77 (ctest's skip) on a CPU
  *                                  without AES-NI, so a skip is never reported as a pass
  */
-#include "../check.h"
-#include "frame.h"
-#include "sec.h"
+#include "ring/frame.h"
+#include "ring/sec.h"
+#include "tests/check.h"
 
 #include <signal.h>
 #include <stdlib.h>

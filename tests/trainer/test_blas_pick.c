@@ -13,8 +13,8 @@
  *                                  changes
  * test_blas_pick.sh runs these under OPENBLAS_VERBOSE=2 and checks OpenBLAS's own "Core:" lines.
  */
-#include "blas_pick.h"
-#include "check.h"
+#include "tests/check.h"
+#include "trainer/blas_pick.h"
 
 #include <cblas.h>
 #include <stdio.h>

@@ -12,9 +12,9 @@
  *    that names the file and the reason, and leave every parameter, the whole optimizer state,
  *    the iteration and the split of the trainer exactly as they were.
  */
-#include "check.h"
-#include "ckpt.h"
-#include "util.h"
+#include "tests/check.h"
+#include "tests/trainer/util.h"
+#include "trainer/ckpt.h"
 
 #include <dirent.h>
 #include <signal.h>

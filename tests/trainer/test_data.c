@@ -2,10 +2,10 @@
  * test_data.c: synthetic sets, the per-epoch permutation and slices (I1), the loaders' round
  * trips through gen-data's writers, and clear errors for bad files.
  */
-#include "check.h"
-#include "data.h"
-#include "data_io.h"
-#include "util.h"
+#include "tests/check.h"
+#include "tests/trainer/util.h"
+#include "trainer/data.h"
+#include "trainer/data_io.h"
 
 #include <stdint.h>
 #include <sys/stat.h>

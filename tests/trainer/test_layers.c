@@ -8,9 +8,9 @@
  * others, so the input gradients of every layer are exercised through the parameter
  * gradients upstream of it. Target: relative error < 1e-3.
  */
-#include "check.h"
-#include "model.h"
-#include "rng.h"
+#include "tests/check.h"
+#include "trainer/model.h"
+#include "trainer/rng.h"
 
 #include <float.h>
 #include <stdlib.h>

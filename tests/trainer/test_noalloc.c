@@ -8,7 +8,7 @@
  * self-check first proves that the interposer is live. Sanitizers replace the allocator
  * themselves, so under ASan or TSan the test reports a skip (77).
  */
-#include "check.h"
+#include "tests/check.h"
 
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
 #define HR_NOALLOC_SKIP 1
@@ -25,7 +25,7 @@ int main(void) {
 }
 #else
 
-#include "util.h"
+#include "tests/trainer/util.h"
 
 #include <errno.h>
 #include <malloc.h>

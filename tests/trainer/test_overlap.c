@@ -15,9 +15,9 @@
  *    it may join a cluster (the library's choice itself is tested through hetring run in
  *    tests/dist/test_overlap_auto.sh).
  */
-#include "check.h"
-#include "overlap.h"
-#include "util.h"
+#include "tests/check.h"
+#include "tests/trainer/util.h"
+#include "trainer/overlap.h"
 
 #include <stdlib.h>
 #include <string.h>

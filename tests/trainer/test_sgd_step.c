@@ -11,8 +11,8 @@
  * local batch, the batch of one node) or a misapplied momentum or decay moves the result far
  * outside the tolerance.
  */
-#include "check.h"
-#include "util.h"
+#include "tests/check.h"
+#include "tests/trainer/util.h"
 
 #include <math.h>
 

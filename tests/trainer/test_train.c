@@ -2,10 +2,10 @@
  * test_train.c: learning targets, determinism, split invariance of the gradient sums (I3),
  * the learning-rate schedules and checkpoint resume (refusal and atomicity: test_ckpt.c).
  */
-#include "check.h"
-#include "ckpt.h"
-#include "train.h"
-#include "util.h"
+#include "tests/check.h"
+#include "tests/trainer/util.h"
+#include "trainer/ckpt.h"
+#include "trainer/train.h"
 
 #include <sys/stat.h>
 

@@ -2,10 +2,10 @@
 #ifndef HR_TEST_TRAINER_UTIL_H
 #define HR_TEST_TRAINER_UTIL_H
 
-#include "cfg.h"
-#include "hr_node.h"
-#include "train.h"
-#include "trainer_setup.h"
+#include "cli/hr_node.h"
+#include "cluster/trainer_setup.h"
+#include "conf/cfg.h"
+#include "trainer/train.h"
 
 #include <pthread.h>
 

@@ -6,14 +6,14 @@
 #ifndef HR_CUDA_CHECK_H
 #define HR_CUDA_CHECK_H
 
-#include "hr_status.h"
+#include "base/hr_status.h"
 
 #include <cuda_runtime_api.h>
 
 #ifdef __cplusplus
 extern "C" {
 #endif
-#include "hr_log.h"
+#include "base/hr_log.h"
 #ifdef __cplusplus
 }
 #endif

@@ -9,14 +9,14 @@
 #ifndef HR_CUDA_COMMON_CUH
 #define HR_CUDA_COMMON_CUH
 
-#include "cuda_layers.h"
+#include "trainer/cuda/cuda_layers.h"
 
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
-#include "cuda_check.h"
+#include "trainer/cuda/cuda_check.h"
 
 extern "C" {
-#include "hr_log.h"
+#include "base/hr_log.h"
 }
 
 #define BLAS_CHECK(call)                                                                           \

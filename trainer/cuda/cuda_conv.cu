@@ -11,7 +11,7 @@
  * col2im and the max-pool backward are gathers (one thread per input value, contributions
  * added in the CPU's order), so neither needs atomics.
  */
-#include "cuda_common.cuh"
+#include "trainer/cuda/cuda_common.cuh"
 
 #include <float.h>
 

@@ -3,7 +3,7 @@
  * cuBLAS handle, scratch). The context allocates only in init and in cuda_ctx_reserve, so a
  * training loop that reserves up front never allocates device memory per iteration.
  */
-#include "cuda_common.cuh"
+#include "trainer/cuda/cuda_common.cuh"
 
 #include <stdio.h>
 #include <string.h>

@@ -5,7 +5,7 @@
  * folds them in a fixed tree; a loss writes one partial per block (the grid size depends on
  * the batch only) and a single block folds the partials. Same input, same bits.
  */
-#include "cuda_common.cuh"
+#include "trainer/cuda/cuda_common.cuh"
 
 #include <float.h>
 

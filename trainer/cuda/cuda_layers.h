@@ -28,8 +28,8 @@
 extern "C" {
 #endif
 
-#include "hr_status.h"
-#include "layers.h"
+#include "base/hr_status.h"
+#include "trainer/layers.h"
 
 /* Per-device execution state: one stream, one cuBLAS handle, reusable scratch. */
 typedef struct {

@@ -8,14 +8,14 @@
  * download waits on the event of the backward layer that finished it, and anything that
  * writes the device grads or params waits on the copy stream's last work first.
  */
-#include "model_cuda.h"
+#include "trainer/cuda/model_cuda.h"
 
-#include "hr_log.h"
+#include "base/hr_log.h"
 
 #include <cuda_runtime_api.h>
 #include <string.h>
 
-#include "cuda_check.h"
+#include "trainer/cuda/cuda_check.h"
 
 /* ================================================================ init and free */
 

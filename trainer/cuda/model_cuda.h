@@ -22,7 +22,7 @@
 #ifndef HR_MODEL_CUDA_H
 #define HR_MODEL_CUDA_H
 
-#include "cuda_layers.h"
+#include "trainer/cuda/cuda_layers.h"
 
 #include <cuda_runtime_api.h>
 #include <stdint.h>
@@ -31,7 +31,7 @@
 extern "C" {
 #endif
 
-#include "model.h"
+#include "trainer/model.h"
 
 /* Gradient chunks: about MODEL_CUDA_CHUNKS of them, each at least MODEL_CUDA_MIN_CHUNK floats
  * (256 KiB), so the copy of one chunk is long enough to be worth its own event. */
