@@ -1,11 +1,16 @@
 /*
- * hr_time.h: the one clock and the one sleep every folder uses.
+ * hr_time.h: the clocks and the one sleep every folder uses: the monotonic clock for durations
+ * and deadlines, the wall clock for timestamps.
  */
 #ifndef HR_TIME_H
 #define HR_TIME_H
 
 /* Seconds on the monotonic clock (CLOCK_MONOTONIC): for durations and deadlines. */
 double hr_now(void);
+
+/* Seconds since the Unix epoch (CLOCK_REALTIME): for timestamps in records that are read next to
+ * other processes' records (metrics files, view records, bench reports), never for durations. */
+double hr_unix_s(void);
 
 /* Sleep `s` seconds (nothing when s <= 0), the whole time even when signals interrupt. */
 void hr_sleep(double s);

@@ -13,6 +13,7 @@
  * printed next to the table, because on one machine busbw <= R/N.
  */
 #include "base/hr_log.h"
+#include "base/hr_time.h"
 #include "bench/bench.h"
 #include "bench/bench_util.h"
 #include "cli/cli.h"
@@ -346,12 +347,12 @@ static int measure_size(ring *r, const ar_opts *o, float *buf, size_t count, nod
     for (int w = 0; w < o->warmup; w++)
         if (ring_allreduce(r, buf, count) != HR_OK) return -1;
     if (ring_barrier(r) != HR_OK) return -1;
-    double t0 = bench_now_s();
+    double t0 = hr_now();
     for (int it = 0; it < iters; it++) {
         if (it % 16 == 0) memset(buf, 0, bytes); /* keep the values finite */
         if (ring_allreduce(r, buf, count) != HR_OK) return -1;
     }
-    node_result me = {(bench_now_s() - t0) / iters * 1e6, wrong}, all[CFG_MAX_NODES];
+    node_result me = {(hr_now() - t0) / iters * 1e6, wrong}, all[CFG_MAX_NODES];
     if (ring_allgather(r, &me, all, sizeof me) != HR_OK) return -1;
     *out = (node_result){0, 0};
     for (int q = 0; q < n; q++) {

@@ -12,6 +12,7 @@
  * reference is one uninterrupted run of the same file (same seed and B).
  */
 #include "base/hr_log.h"
+#include "base/hr_time.h"
 #include "bench/bench.h"
 #include "bench/bench_util.h"
 #include "bench/elastic_metrics.h"
@@ -217,12 +218,6 @@ static int write_config(elastic_opts *o) {
 
 /* ================================================================ the nodes */
 
-static double unix_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* One node's process. */
 typedef struct {
     pid_t pid;  /* 0 once reaped */
@@ -236,12 +231,12 @@ typedef struct {
     node_proc p[EB_MAX_NODES]; /* by index in o->ids */
     int faulted; /* 1 after the signal, 2 after the restart, 3 when there was none to make */
     double fault_t, restart_t; /* t_unix of the signal and of the restart */
-    double fault_mono;         /* bench_now_s() of the signal */
+    double fault_mono;         /* hr_now() of the signal */
     long seen_iter;            /* the target's highest recorded iteration */
     long offset;               /* bytes of the target's metrics file read so far */
     int timed_out;             /* the deadline passed */
     int ended_early;           /* the others ended before the target came back or finished */
-    double alone_since;        /* bench_now_s() since when only the target runs; 0 = not */
+    double alone_since;        /* hr_now() since when only the target runs; 0 = not */
 } run_state;
 
 static void node_path(const run_state *s, const char *what, long id, char *buf, size_t n) {
@@ -330,13 +325,13 @@ static void drive_fault(run_state *s, int with_fault) {
         follow_target(s);
         if (s->seen_iter < o->fault_iter || s->p[k].pid <= 0) return;
         kill(s->p[k].pid, o->kill ? SIGKILL : SIGSTOP);
-        s->fault_t = unix_now(), s->fault_mono = bench_now_s(), s->faulted = 1;
+        s->fault_t = hr_unix_s(), s->fault_mono = hr_now(), s->faulted = 1;
         printf("  node %ld %s at iteration %ld\n", o->target, o->kill ? "killed" : "stopped",
                s->seen_iter);
         fflush(stdout);
         return;
     }
-    if (bench_now_s() < s->fault_mono + o->rejoin_after) return;
+    if (hr_now() < s->fault_mono + o->rejoin_after) return;
     if (running(s) == (s->p[k].pid > 0)) { /* no cluster is left to come back to */
         s->ended_early = 1, s->faulted = 3;
         if (s->p[k].pid > 0) kill(s->p[k].pid, SIGKILL), kill(s->p[k].pid, SIGCONT);
@@ -353,7 +348,7 @@ static void drive_fault(run_state *s, int with_fault) {
     } else if (s->p[k].pid > 0) {
         kill(s->p[k].pid, SIGCONT);
     }
-    s->restart_t = unix_now(), s->faulted = 2;
+    s->restart_t = hr_unix_s(), s->faulted = 2;
     printf("  node %ld %s\n", o->target, o->kill ? "started again" : "continued");
     fflush(stdout);
 }
@@ -364,8 +359,8 @@ static void drive_fault(run_state *s, int with_fault) {
 static void watch_last(run_state *s) {
     int k = index_of(s->o, s->o->target);
     if (s->faulted != 2 || s->p[k].pid <= 0 || running(s) != 1) return;
-    if (!s->alone_since) s->alone_since = bench_now_s();
-    if (bench_now_s() - s->alone_since < EB_LAST_S) return;
+    if (!s->alone_since) s->alone_since = hr_now();
+    if (hr_now() - s->alone_since < EB_LAST_S) return;
     kill(s->p[k].pid, SIGKILL);
     s->ended_early = 1;
 }
@@ -389,7 +384,7 @@ static int run_cluster(run_state *s, const elastic_opts *o, const char *dir, int
         node_path(s, "log", o->ids[k], path, sizeof path);
         unlink(path);
     }
-    double until = bench_now_s() + o->deadline;
+    double until = hr_now() + o->deadline;
     for (int k = 0; k < o->nodes; k++) start_node(s, k);
     const struct timespec tick = {0, 10 * 1000 * 1000};
     while (running(s) > 0 || (with_fault && s->faulted == 1)) {
@@ -397,7 +392,7 @@ static int run_cluster(run_state *s, const elastic_opts *o, const char *dir, int
         reap(s);
         drive_fault(s, with_fault);
         watch_last(s);
-        if (bench_now_s() > until) {
+        if (hr_now() > until) {
             s->timed_out = 1;
             for (int k = 0; k < o->nodes; k++)
                 if (s->p[k].pid > 0) kill(s->p[k].pid, SIGKILL);

@@ -8,6 +8,7 @@
  * same thread count, for comparison. The header names the BLAS kernels and the PyTorch used.
  */
 #include "base/hr_log.h"
+#include "base/hr_time.h"
 #include "bench/bench.h"
 #include "bench/bench_util.h"
 #include "cli/cli.h"
@@ -175,10 +176,10 @@ static hr_status measure(trainer *t, const tb_opts *o, tb_speed *med) {
     t->m.profile = 1;
     for (long k = 0; k < o->repeat; k++) {
         memset(&t->m.prof, 0, sizeof t->m.prof);
-        double t0 = bench_now_s();
+        double t0 = hr_now();
         for (long i = 0; i < o->iters; i++)
             if ((st = train_step(t, &r)) != HR_OK) break;
-        double dt = bench_now_s() - t0;
+        double dt = hr_now() - t0;
         rate[k] = (double)(o->iters * o->batch) / dt;
         share[k] = t->m.prof.gemm_s / dt;
         gemm[k] = t->m.prof.gemm_flop / t->m.prof.gemm_s * 1e-9;

@@ -1,5 +1,6 @@
 /* bench_util.c: see bench_util.h. */
 #include "bench/bench_util.h"
+#include "base/hr_time.h"
 #include "cli/cli.h"
 #include "trainer/blas_pick.h"
 
@@ -219,12 +220,6 @@ int bench_write_cfg(const cfg *c, const char *path, const char *comment) {
 
 /* ================================================================ child processes */
 
-double bench_now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* The signal that asked the bench to stop (bench_stop_on_signals), or 0. */
 static volatile sig_atomic_t stop_signal;
 
@@ -269,7 +264,7 @@ static int wait_until(pid_t pid, int *status, double until, int stoppable) {
             *status = W_EXITCODE(127, 0); /* lost: count it as a child that could not run */
             return 1;
         }
-        if (bench_now_s() >= until || (stoppable && stop_signal)) return 0;
+        if (hr_now() >= until || (stoppable && stop_signal)) return 0;
         nanosleep(&tick, NULL);
     }
 }
@@ -283,7 +278,7 @@ static void signal_child(pid_t pid, int group, int sig) {
 static void stop_child(pid_t pid, int group, double grace_s) {
     int status;
     signal_child(pid, group, SIGTERM);
-    if (!wait_until(pid, &status, bench_now_s() + grace_s, 0)) {
+    if (!wait_until(pid, &status, hr_now() + grace_s, 0)) {
         signal_child(pid, group, SIGKILL);
         waitpid(pid, &status, 0);
     }
@@ -291,8 +286,8 @@ static void stop_child(pid_t pid, int group, double grace_s) {
     /* what is left of its group once the leader is gone (helpers that ignore SIGTERM, such as
      * multiprocessing's resource tracker): SIGKILL, then up to 2 s for them to be gone */
     const struct timespec tick = {0, 10 * 1000 * 1000};
-    double until = bench_now_s() + 2;
-    while (kill(-pid, SIGKILL) == 0 && bench_now_s() < until) nanosleep(&tick, NULL);
+    double until = hr_now() + 2;
+    while (kill(-pid, SIGKILL) == 0 && hr_now() < until) nanosleep(&tick, NULL);
 }
 
 /* Fork argv with its output on out_fd and err_fd and wait as bench_spawn says. */
@@ -305,7 +300,7 @@ static int run_child(char *const argv[], int out_fd, int err_fd, int own_group, 
     if (pid == 0) child_exec(argv, out_fd, err_fd, own_group);
     if (own_group) setpgid(pid, pid); /* either side may run first */
     int status = 0;
-    if (wait_until(pid, &status, bench_now_s() + deadline_s, 1)) {
+    if (wait_until(pid, &status, hr_now() + deadline_s, 1)) {
         if (WIFEXITED(status)) return WEXITSTATUS(status);
         return WIFSIGNALED(status) ? 128 + WTERMSIG(status) : -1;
     }

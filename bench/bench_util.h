@@ -71,9 +71,6 @@ hr_status bench_cfg_set(cfg *c, char *err, size_t errlen, const char *fmt, ...)
  * the default, so such lines are left out. Returns 0, or -1 when the file could not be written. */
 int bench_write_cfg(const cfg *c, const char *path, const char *comment);
 
-/* Seconds on the monotonic clock. */
-double bench_now_s(void);
-
 /* Path of the executable `name` in the directory of the running one (the build root, where
  * hetring and hetring-bench both land). Returns 0 when it is there and executable; else -1,
  * with `buf` still holding the path looked for. */

@@ -16,12 +16,6 @@
 #include <string.h>
 #include <time.h>
 
-static double unix_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* ================================================================ hashing */
 
 static void put_hash(float *dst, uint64_t h) {
@@ -345,7 +339,7 @@ static hr_status change_view(dist *d, const char *why, double t0, char *err, siz
     snprintf(rec, sizeof rec,
              "{\"event\":\"view\",\"epoch\":%llu,\"nodes\":[%s],\"iter\":%ld,\"left\":[%s],"
              "\"joined\":[%s],\"state_bytes\":%zu,\"elect_s\":%.6f,\"t_unix\":%.6f,\"node\":%ld}\n",
-             (unsigned long long)a.view.epoch, members, iter, ls, js, moved, took, unix_s(),
+             (unsigned long long)a.view.epoch, members, iter, ls, js, moved, took, hr_unix_s(),
              d->c->nodes[d->self].id);
     FILE *metrics = s->metrics ? s->metrics(s->ctx) : NULL;
     if (metrics) {

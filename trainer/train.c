@@ -437,15 +437,9 @@ static void json_field(FILE *f, const char *key, double v) {
         fprintf(f, "  \"%s\": null,\n", key);
 }
 
-static double unix_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* The end of a metrics record: the wall-clock time and the application's fields. */
 static void record_end(FILE *f, const trainer *t, const train_opts *o) {
-    fprintf(f, ",\"t_unix\":%.6f", unix_s());
+    fprintf(f, ",\"t_unix\":%.6f", hr_unix_s());
     if (o && o->tag) o->tag(o->member_ctx, t, f, 0);
     fputs("}\n", f);
     fflush(f); /* whoever watches the run (a bench, a dashboard) sees each record at once */

@@ -17,6 +17,7 @@
  *                  after them or its delay ran out after them)
  * The launcher's log (stderr) is captured into a file per case and searched for its lines.
  */
+#include "base/hr_time.h"
 #include "cli/launch.h"
 #include "tests/check.h"
 
@@ -38,12 +39,6 @@ typedef struct {
     char log[600];
     cfg c;
 } scene;
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static void scene_init(scene *s, const char *name, int n, const char *const *plans) {
     snprintf(s->dir, sizeof s->dir, "%s/%s", g_tmp, name);
@@ -83,9 +78,9 @@ static int scene_run(scene *s, launch_opts *o, launch_result *res, double *took)
     int saved = dup(2);
     FILE *log = fopen(s->log, "w");
     dup2(fileno(log), 2);
-    double t0 = now_s();
+    double t0 = hr_now();
     int rc = launch_cluster(&s->c, o, res);
-    *took = now_s() - t0;
+    *took = hr_now() - t0;
     fflush(stderr);
     dup2(saved, 2);
     close(saved);

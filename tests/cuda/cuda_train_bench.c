@@ -8,6 +8,7 @@
  *
  * Exits 77 without a CUDA device.
  */
+#include "base/hr_time.h"
 #include "tests/cuda/cuda_test_util.h"
 #include "trainer/cuda/model_cuda.h"
 #include "trainer/model.h"
@@ -17,12 +18,6 @@
 static void add(model_spec *s, layer_kind k, int units, int win, int stride, int pad) {
     int i = s->n_layers++;
     s->kind[i] = k, s->units[i] = units, s->k[i] = win, s->stride[i] = stride, s->pad[i] = pad;
-}
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 static int spec_for(model_spec *s, const char *name) {
@@ -106,13 +101,13 @@ int main(int argc, char **argv) {
         HR_DIE(model_cuda_forward_backward(&mc, x, y, NULL, B, &st));
         HR_DIE(model_cuda_sgd_step(&mc, lr, mu, wd, inv_b));
     }
-    double t0 = now_s();
+    double t0 = hr_now();
     for (long i = 0; i < iters; i++) {
         HR_DIE(model_cuda_forward_backward(&mc, x, y, NULL, B, &st));
         HR_DIE(model_cuda_sgd_step(&mc, lr, mu, wd, inv_b));
     }
     HR_DIE(cuda_ctx_sync(&mc.ctx)); /* the last step is queued, not yet done */
-    double dt = now_s() - t0, sps = (double)B * iters / dt;
+    double dt = hr_now() - t0, sps = (double)B * iters / dt;
     printf("model %s, batch %ld, %ld iterations on %s (%.1f fp32 TFLOP/s peak)\n", desc, B, iters,
            dev, cap / 1e12);
     printf("samples/s %.0f  ms/iter %.3f  GFLOP/s %.0f  final loss %.4f\n", sps,

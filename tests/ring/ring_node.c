@@ -23,6 +23,7 @@
  * message, naming the peer, is printed as "node ID: ring error: ...").
  */
 #include "base/hr_log.h"
+#include "base/hr_time.h"
 #include "cluster/ring_setup.h"
 #include "conf/cfg.h"
 #include "ring/ring.h"
@@ -198,12 +199,6 @@ static int leave_and_rejoin(ring *r, const cfg *c, long drop, size_t count) {
 #include <time.h>
 #include <unistd.h>
 
-static double wall(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_REALTIME, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
 static void print_view(const ring_agreement *a, int rank, int64_t progress) {
     char ids[RING_MAX_NODES * 8] = "";
     size_t o = 0;
@@ -212,7 +207,7 @@ static void print_view(const ring_agreement *a, int rank, int64_t progress) {
     printf("node %ld: view %llu members %s rank %d donor %d in_sync %d prev %llu progress %lld "
            "t=%.3f\n",
            g_id, (unsigned long long)a->view.epoch, ids, rank, a->donor, a->in_sync,
-           (unsigned long long)a->prev_epoch, (long long)progress, wall());
+           (unsigned long long)a->prev_epoch, (long long)progress, hr_unix_s());
 }
 
 /* Rounds in the current view until a failure (3), an admit request (0), the stop flag (4) or a
@@ -231,7 +226,7 @@ static int elastic_rounds(ring *r, float *buf, ring_lineage *me, long *rounds,
         buf[ELASTIC_COUNT + 1] = (float)(stat(stopfile, &sb) == 0);
         if (ring_allreduce(r, buf, ELASTIC_COUNT + 2) != HR_OK) {
             printf("node %ld: failed in view %llu round %lld: %s t=%.3f\n", g_id,
-                   (unsigned long long)v->epoch, (long long)k, ring_error(r), wall());
+                   (unsigned long long)v->epoch, (long long)k, ring_error(r), hr_unix_s());
             return 3;
         }
         for (size_t i = 0; i < ELASTIC_COUNT; i++) {
@@ -270,10 +265,10 @@ static int elastic_main(const ring_config *rcfg, const char *stopfile) {
     ring_agreement *a = malloc(sizeof *a);
     long rounds = 0;
     int rc = 2;
-    double end = wall() + 120;
-    while (buf && a && wall() < end) {
+    double end = hr_unix_s() + 120;
+    while (buf && a && hr_unix_s() < end) {
         if (ring_elect(&r, &me, a, err, sizeof err) != HR_OK) {
-            printf("node %ld: elect failed: %s t=%.3f\n", g_id, err, wall());
+            printf("node %ld: elect failed: %s t=%.3f\n", g_id, err, hr_unix_s());
             continue;
         }
         /* the agreement's contract: this node's lineage at its rank; the donor is the lowest
