@@ -1,5 +1,5 @@
 /*
- * elect.h: the seam between ring.c (formation, the gate) and elect.c (elections and the lobby).
+ * elect.h: the seam between form.c (formation, the gate) and elect.c (elections and the lobby).
  * Internal to ring/: nothing outside it includes this header.
  */
 #ifndef HR_ELECT_H
@@ -12,7 +12,7 @@
 
 typedef struct ring_elastic ring_elastic;
 
-/* ring.c: form the ring of r->view, both links within `secs` seconds; drop both links. */
+/* form.c: form the ring of r->view, both links within `secs` seconds; ring.c: drop both links. */
 hr_status ring_form(ring *r, double secs, char *err, size_t errlen);
 void ring_close_links(ring *r);
 

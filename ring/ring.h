@@ -37,7 +37,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* The accepting thread and its pending connections (ring.c). */
+/* The accepting thread and its pending connections (form.c). */
 typedef struct ring_gate ring_gate;
 
 /* A membership view. */
@@ -65,7 +65,7 @@ typedef struct ring {
     int rank;                /* position of this node in view.ids */
     int succ, pred;          /* rc.members indices of successor and predecessor; -1 when alone */
     int listen_fd;           /* listening socket, kept across views */
-    ring_gate *gate;         /* thread that accepts on listen_fd until ring_free (ring.c) */
+    ring_gate *gate;         /* thread that accepts on listen_fd until ring_free (form.c) */
     int succ_fd;             /* connection to the successor (this node sends) */
     int pred_fd;             /* connection from the predecessor (this node receives) */
     sec_keys keys;           /* this node's secrets */
@@ -84,7 +84,7 @@ typedef struct ring {
     ring_sched sched;        /* schedule scratch */
     struct ring_elastic *el; /* election state, shared with the gate's lobby (elect.c) */
     struct ring_mt *mt;      /* threads of the threaded engine, started by the first large
-                              * collective (ring.c), or NULL */
+                              * collective (engine_mt.c), or NULL */
     int mt_workers;          /* crypto and reduction workers of the threaded engine */
     uint64_t mt_runs;        /* collectives the threaded engine ran */
     hr_status failed;        /* HR_OK, or the error that broke this view */
@@ -108,7 +108,7 @@ int ring_rank(const ring *r);
  * timeout (which stays the floor): the training loop sets it from its measured step times,
  * so a slow step is not taken for a dead peer. 0 restores the plain timeout. */
 void ring_set_step_timeout(ring *r, double secs);
-/* Worker threads the threaded engine uses beside its sender (ring.c, "the threaded engine"):
+/* Worker threads the threaded engine uses beside its sender (engine_mt.c):
  * HETRING_RING_WORKERS when set, else the cores this process may use, shared among the
  * config's nodes on this host, less two. */
 int ring_workers(const ring *r);
