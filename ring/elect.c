@@ -56,7 +56,7 @@
  * The caller sends one request and reads one reply; the responder closes. Integers are
  * little-endian.
  */
-#include "elect.h"
+#include "ring_internal.h"
 
 #include "bytes.h"
 #include "frame.h"

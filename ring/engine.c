@@ -40,6 +40,24 @@
 
 /* ================================================================ schedules */
 
+hr_status sched_alloc(ring *r) {
+    r->sched = calloc(1, sizeof *r->sched);
+    return r->sched ? HR_OK : HR_ERR_NOMEM;
+}
+
+void sched_free(ring *r) {
+    ring_sched *s = r->sched;
+    if (!s) return;
+    free(s->tx_off);
+    free(s->tx_len);
+    free(s->tx_need);
+    free(s->rx_off);
+    free(s->rx_len);
+    free(s->rx_add);
+    free(s);
+    r->sched = NULL;
+}
+
 hr_status sched_reserve(ring_sched *s, size_t n) {
     if (n <= s->cap) return HR_OK;
     size_t *a = realloc(s->tx_off, n * sizeof *a);
@@ -64,7 +82,7 @@ hr_status sched_reserve(ring_sched *s, size_t n) {
  * received at step k-1, so its i-th segment waits for that segment to arrive. */
 hr_status sched_steps(ring *r, const sched_blocks *b, const int *tx_blk, const int *rx_blk,
                       const uint8_t *add, int steps, size_t esz) {
-    ring_sched *s = &r->sched;
+    ring_sched *s = r->sched;
     size_t total = 0;
     for (int k = 0; k < steps; k++)
         total += sched_nseg(b->len[tx_blk[k]], r->seg_bytes) +
@@ -556,7 +574,7 @@ static hr_status eng_wait(ring *r, eng *e, double last) {
 /* Run the schedule in r->sched over `base`: send and receive in both directions at once,
  * each frame as soon as its inputs are there, waiting only when neither link can move. */
 static hr_status engine_st(ring *r, int coll, uint8_t *base) {
-    eng e = {.s = &r->sched,
+    eng e = {.s = r->sched,
              .coll = coll,
              .base = base,
              .secure = r->keys.mode != RING_SEC_NONE,
@@ -589,7 +607,7 @@ static hr_status engine_st(ring *r, int coll, uint8_t *base) {
 /* Run r->sched: small collectives on the calling thread alone (a hand-off between threads
  * would cost more than it saves), large ones on the threaded engine unless it is off. */
 hr_status eng_run(ring *r, int coll, uint8_t *base) {
-    const ring_sched *s = &r->sched;
+    const ring_sched *s = r->sched;
     size_t rx_bytes = 0;
     for (size_t i = 0; i < s->n_rx && rx_bytes <= RING_MT_BYTES; i++) rx_bytes += s->rx_len[i];
     if (rx_bytes > RING_MT_BYTES && r->mt_workers >= 0) {

@@ -584,7 +584,7 @@ static int mt_need_sent(ring_mt *m, const ring_sched *s) {
 hr_status mt_run(ring *r, int coll, uint8_t *base) {
     if (mt_start(r) != HR_OK) return HR_ERR_NOMEM;
     ring_mt *m = r->mt;
-    const ring_sched *s = &r->sched;
+    const ring_sched *s = r->sched;
     int secure = r->keys.mode != RING_SEC_NONE;
     if (mt_need_sent(m, s) != 0) return ring_local_fail(r, coll, HR_ERR_NOMEM, "out of memory");
     pthread_mutex_lock(&m->mu);

@@ -12,7 +12,6 @@
  */
 #include "ring_internal.h"
 
-#include "elect.h"
 #include "frame.h"
 #include "hr_log.h"
 #include "tcp.h"
@@ -550,8 +549,8 @@ static hr_status alloc_stage(ring *r) {
     return HR_OK;
 }
 
-/* What ring_init and ring_open share: copy the config, load the keys, allocate the stages and
- * the election state. */
+/* What ring_init and ring_open share: copy the config, load the keys, allocate the stages, the
+ * schedule and the election state. */
 static hr_status ring_setup(ring *r, const ring_config *rc) {
     memset(r, 0, sizeof *r);
     r->listen_fd = r->succ_fd = r->pred_fd = -1;
@@ -573,7 +572,7 @@ static hr_status ring_setup(ring *r, const ring_config *rc) {
     HR_CHECK(sec_keys_load(&r->keys, &r->rc, r->err, sizeof r->err));
     if (r->keys.mode == RING_SEC_NONE)
         HR_WARN(SEC, "security = none: ring links are neither authenticated nor encrypted");
-    if (alloc_stage(r) != HR_OK || elect_alloc(r) != HR_OK)
+    if (alloc_stage(r) != HR_OK || sched_alloc(r) != HR_OK || elect_alloc(r) != HR_OK)
         return hr_fail(r->err, sizeof r->err, HR_ERR_NOMEM, "out of memory");
     return HR_OK;
 }
@@ -634,14 +633,7 @@ void ring_free(ring *r) {
     free(r->tx_stage);
     free(r->rx_stage);
     free(r->tmp);
-    ring_sched *s = &r->sched;
-    free(s->tx_off);
-    free(s->tx_len);
-    free(s->tx_need);
-    free(s->rx_off);
-    free(s->rx_len);
-    free(s->rx_add);
-    memset(s, 0, sizeof *s);
+    sched_free(r);
     r->tx_stage = r->rx_stage = NULL;
     r->tmp = NULL;
 }

@@ -153,7 +153,7 @@ hr_status ring_broadcast(ring *r, void *buf, size_t bytes, int root) {
     }
     if (n == 1) return finish(r, HR_OK);
     int rel = (r->rank - root + n) % n;
-    ring_sched *s = &r->sched;
+    ring_sched *s = r->sched;
     size_t ns = sched_nseg(bytes, r->seg_bytes);
     if (sched_reserve(s, ns) != HR_OK)
         return finish(r, ring_local_fail(r, FRAME_COLL_BROADCAST, HR_ERR_NOMEM, "out of memory"));

@@ -1,14 +1,17 @@
 /*
- * ring_internal.h: what the files of the ring share with each other; not for users of the ring,
- * who include ring.h alone.
+ * ring_internal.h: what the files of the ring share with each other; not for users of the ring
+ * (the cluster engine, tests, benches), who include ring.h alone.
  *
  * The ring is built from these files, each of which declares here what the others call:
  *  - ring.c: names and errors, and the collectives (prefix ring_);
  *  - form.c: the gate, formation and a ring's life from ring_init to ring_free (ring_form);
  *  - engine.c: schedules (sched_) and the single-threaded engine (eng_), which also reports
  *    every failure of a collective, for both engines;
- *  - engine_mt.c: the threaded engine (mt_).
- * Everything else in those files is static.
+ *  - engine_mt.c: the threaded engine (mt_);
+ *  - elect.c: elections and the lobby (elect_): form.c's gate hands it lobby calls, and it
+ *    forms the views it agrees on with ring_form.
+ * Each of them includes this header and none includes another's: ring.h declares only what
+ * users of the ring call. Everything else in those files is static.
  */
 #ifndef HR_RING_INTERNAL_H
 #define HR_RING_INTERNAL_H
@@ -36,7 +39,8 @@ static inline long ring_id_of(const ring *r, int idx) {
     return r->rc.members[idx].id;
 }
 
-/* Drop both links (closed fds, channel states freed). */
+/* Drop both links (fds closed, channel states freed): before a view forms, and first thing in
+ * an election (elect.c). */
 void ring_close_links(ring *r);
 
 /* A local failure in the middle of a collective: the others are already sending, so the view
@@ -46,10 +50,25 @@ hr_status ring_local_fail(ring *r, int coll, hr_status st, const char *what);
 /* ---------------------------------------------------------------- formation (form.c) */
 
 /* Form the ring of r->view: connect to the successor and take the predecessor, both within
- * `secs` seconds. */
+ * `secs` seconds (ring_init, ring_reform, and elect.c once a view is agreed on). */
 hr_status ring_form(ring *r, double secs, char *err, size_t errlen);
 
 /* ---------------------------------------------------------------- schedules (engine.c) */
+
+/* Per-call schedule of frames (r->sched). */
+struct ring_sched {
+    size_t *tx_off, *tx_len; /* byte range of the i-th frame sent */
+    size_t *tx_need;         /* frames that must have arrived before frame i is sent */
+    size_t *rx_off, *rx_len; /* byte range of the i-th frame received */
+    uint8_t *rx_add;         /* 1: add the frame's floats, 0: copy its bytes */
+    size_t n_tx, n_rx;       /* frames in each direction */
+    size_t cap;              /* entries allocated per array */
+};
+
+/* Allocate a ring's schedule scratch (r->sched, empty until a collective reserves room) for
+ * ring_init and ring_open; sched_free frees it (ring_free) and does nothing where there is none. */
+hr_status sched_alloc(ring *r);
+void sched_free(ring *r);
 
 /* Blocks of a ring step schedule: byte offset and length of each rank's block. */
 typedef struct {
@@ -154,5 +173,21 @@ hr_status eng_run(ring *r, int coll, uint8_t *base);
 hr_status mt_run(ring *r, int coll, uint8_t *base);
 /* Stop the threaded engine's threads and free its staging (ring_free). */
 void mt_free(ring *r);
+
+/* ---------------------------------------------------------------- elections and the lobby
+ * (elect.c) */
+
+typedef struct ring_elastic ring_elastic;
+
+/* The election state of a ring (r->el), allocated by ring_init and ring_open and freed by
+ * ring_free after the gate stopped. */
+hr_status elect_alloc(ring *r);
+void elect_free(ring *r);
+/* ring_init or ring_reform formed r->view outside an election: the lobby reports it. */
+void elect_formed(ring *r);
+/* Serve one lobby call on `fd` (its handshake succeeded; `ch` is its channel; `peer` is the
+ * caller's proven id, `addr` its address for messages): read one request, send one reply, all
+ * by `deadline`. Runs on a gate thread; the caller closes fd. */
+void elect_serve(ring *r, int fd, sec_chan *ch, long peer, const char *addr, double deadline);
 
 #endif
