@@ -5,7 +5,7 @@
  *
  * Election, as every node runs it:
  *  - drop the current links first, so the neighbours of a failed collective see EOF at once
- *    and the abort forwarding of ring.c spreads the news; state ELECTING;
+ *    and the abort forwarding of engine.c spreads the news; state ELECTING;
  *  - each round, probe every other member of the config in parallel (a lobby call each, by
  *    0.5 s, or 0.2 s for a peer whose last probe in this election timed out or that the
  *    failure was blamed on, and at most timeout / 8: a stopped or cut-off peer slows the
@@ -56,7 +56,7 @@
  * The caller sends one request and reads one reply; the responder closes. Integers are
  * little-endian.
  */
-#include "ring/elect.h"
+#include "ring/ring_internal.h"
 
 #include "base/hr_log.h"
 #include "ring/bytes.h"

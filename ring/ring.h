@@ -37,8 +37,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* The accepting thread and its pending connections (ring.c). */
+/* Parts of a ring that only the ring's own files see: the accepting thread and its pending
+ * connections (form.c), the schedule of a collective's frames (ring_internal.h). */
 typedef struct ring_gate ring_gate;
+typedef struct ring_sched ring_sched;
 
 /* A membership view. */
 typedef struct {
@@ -46,16 +48,6 @@ typedef struct {
     int n;                    /* members */
     long ids[RING_MAX_NODES]; /* member ids in ring order */
 } ring_view;
-
-/* Per-call schedule of frames (internal). */
-typedef struct {
-    size_t *tx_off, *tx_len; /* byte range of the i-th frame sent */
-    size_t *tx_need;         /* frames that must have arrived before frame i is sent */
-    size_t *rx_off, *rx_len; /* byte range of the i-th frame received */
-    uint8_t *rx_add;         /* 1: add the frame's floats, 0: copy its bytes */
-    size_t n_tx, n_rx;       /* frames in each direction */
-    size_t cap;              /* entries allocated per array */
-} ring_sched;
 
 typedef struct ring {
     ring_config rc;          /* this ring's own copy of its config; its PSK is wiped by ring_free */
@@ -65,7 +57,7 @@ typedef struct ring {
     int rank;                /* position of this node in view.ids */
     int succ, pred;          /* rc.members indices of successor and predecessor; -1 when alone */
     int listen_fd;           /* listening socket, kept across views */
-    ring_gate *gate;         /* thread that accepts on listen_fd until ring_free (ring.c) */
+    ring_gate *gate;         /* thread that accepts on listen_fd until ring_free (form.c) */
     int succ_fd;             /* connection to the successor (this node sends) */
     int pred_fd;             /* connection from the predecessor (this node receives) */
     sec_keys keys;           /* this node's secrets */
@@ -81,10 +73,10 @@ typedef struct ring {
     size_t stage_cap;        /* bytes allocated for each stage */
     float *tmp;              /* scratch for the small all-reduce (n * count floats) */
     size_t tmp_cap;          /* bytes allocated for tmp */
-    ring_sched sched;        /* schedule scratch */
+    ring_sched *sched;       /* schedule scratch (engine.c) */
     struct ring_elastic *el; /* election state, shared with the gate's lobby (elect.c) */
     struct ring_mt *mt;      /* threads of the threaded engine, started by the first large
-                              * collective (ring.c), or NULL */
+                              * collective (engine_mt.c), or NULL */
     int mt_workers;          /* crypto and reduction workers of the threaded engine */
     uint64_t mt_runs;        /* collectives the threaded engine ran */
     hr_status failed;        /* HR_OK, or the error that broke this view */
@@ -108,7 +100,7 @@ int ring_rank(const ring *r);
  * timeout (which stays the floor): the training loop sets it from its measured step times,
  * so a slow step is not taken for a dead peer. 0 restores the plain timeout. */
 void ring_set_step_timeout(ring *r, double secs);
-/* Worker threads the threaded engine uses beside its sender (ring.c, "the threaded engine"):
+/* Worker threads the threaded engine uses beside its sender (engine_mt.c):
  * HETRING_RING_WORKERS when set, else the cores this process may use, shared among the
  * config's nodes on this host, less two. */
 int ring_workers(const ring *r);

@@ -126,7 +126,7 @@ void sec_seal(sec_dir *d, uint8_t *frame, const uint8_t *src, size_t len);
 int sec_open(sec_dir *d, uint8_t *frame, size_t len, uint8_t *dst)
     __attribute__((warn_unused_result));
 /* The same with the frame's nonce counter given and `d` left unchanged: frames of one
- * direction can be sealed and opened on several threads at once (ring.c's threaded engine
+ * direction can be sealed and opened on several threads at once (engine_mt.c's threaded engine
  * gives frame i of a collective the counter start + i, as the in-order calls would). */
 void sec_seal_at(const sec_dir *d, uint64_t ctr, uint8_t *frame, const uint8_t *src, size_t len);
 int sec_open_at(const sec_dir *d, uint64_t ctr, uint8_t *frame, size_t len, uint8_t *dst)

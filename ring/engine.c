@@ -1,0 +1,618 @@
+/*
+ * engine.c: schedules and the single-threaded engine (see ring_internal.h).
+ *
+ * Every collective is compiled into a schedule: the frames this node sends to its successor
+ * (byte ranges of one buffer, each with the number of received frames it must wait for) and
+ * the frames it receives from its predecessor (byte ranges, each added as floats or copied).
+ * One engine runs any schedule with non-blocking sockets: it sends whatever is ready, receives
+ * whatever has arrived, reduces each segment as soon as it has been verified, and sleeps in
+ * poll() only when neither link can move. So both links run at once, reduction overlaps the
+ * transfers, and no wait is longer than `timeout` without progress. eng_run hands large
+ * collectives to the threaded engine (engine_mt.c) instead, which reports its failures with
+ * the functions here.
+ *
+ * Invariants:
+ *  - a received frame's header is checked against the one expected (epoch, sequence number,
+ *    collective, index, length) before its payload is read (I7);
+ *  - in auth and encrypt modes no payload byte is added or copied before its tag verified;
+ *  - a failure is passed on round the ring both ways (abort frames), so every member names the
+ *    same node.
+ */
+#include "ring/ring_internal.h"
+
+#include "base/hr_log.h"
+#include "ring/bytes.h"
+#include "ring/frame.h"
+#include "ring/tcp.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+
+/* Collectives receiving at most this many bytes spin up to RING_SPIN_S before sleeping. */
+#define RING_SPIN_BYTES (256 << 10)
+#define RING_SPIN_S     50e-6
+
+/* ================================================================ schedules */
+
+hr_status sched_alloc(ring *r) {
+    r->sched = calloc(1, sizeof *r->sched);
+    return r->sched ? HR_OK : HR_ERR_NOMEM;
+}
+
+void sched_free(ring *r) {
+    ring_sched *s = r->sched;
+    if (!s) return;
+    free(s->tx_off);
+    free(s->tx_len);
+    free(s->tx_need);
+    free(s->rx_off);
+    free(s->rx_len);
+    free(s->rx_add);
+    free(s);
+    r->sched = NULL;
+}
+
+hr_status sched_reserve(ring_sched *s, size_t n) {
+    if (n <= s->cap) return HR_OK;
+    size_t *a = realloc(s->tx_off, n * sizeof *a);
+    if (a) s->tx_off = a;
+    size_t *b = realloc(s->tx_len, n * sizeof *b);
+    if (b) s->tx_len = b;
+    size_t *c = realloc(s->tx_need, n * sizeof *c);
+    if (c) s->tx_need = c;
+    size_t *d = realloc(s->rx_off, n * sizeof *d);
+    if (d) s->rx_off = d;
+    size_t *e = realloc(s->rx_len, n * sizeof *e);
+    if (e) s->rx_len = e;
+    uint8_t *f = realloc(s->rx_add, n);
+    if (f) s->rx_add = f;
+    if (!a || !b || !c || !d || !e || !f) return HR_ERR_NOMEM;
+    s->cap = n;
+    return HR_OK;
+}
+
+/* Build the schedule of a sequence of ring steps: at step k this node sends block tx_blk[k] and
+ * receives block rx_blk[k] (adding floats when add[k]). The block sent at step k is the one
+ * received at step k-1, so its i-th segment waits for that segment to arrive. */
+hr_status sched_steps(ring *r, const sched_blocks *b, const int *tx_blk, const int *rx_blk,
+                      const uint8_t *add, int steps, size_t esz) {
+    ring_sched *s = r->sched;
+    size_t total = 0;
+    for (int k = 0; k < steps; k++)
+        total += sched_nseg(b->len[tx_blk[k]], r->seg_bytes) +
+                 sched_nseg(b->len[rx_blk[k]], r->seg_bytes);
+    if (sched_reserve(s, total) != HR_OK) return HR_ERR_NOMEM;
+    s->n_tx = s->n_rx = 0;
+    size_t prev_rx_start = 0;
+    for (int k = 0; k < steps; k++) {
+        size_t len = b->len[tx_blk[k]], e = len / esz, ns = sched_nseg(len, r->seg_bytes);
+        for (size_t i = 0; i < ns; i++) {
+            size_t lo = i * e / ns, hi = (i + 1) * e / ns;
+            s->tx_off[s->n_tx] = b->off[tx_blk[k]] + lo * esz;
+            s->tx_len[s->n_tx] = (hi - lo) * esz;
+            s->tx_need[s->n_tx] = k == 0 ? 0 : prev_rx_start + i + 1;
+            s->n_tx++;
+        }
+        prev_rx_start = s->n_rx;
+        len = b->len[rx_blk[k]], e = len / esz, ns = sched_nseg(len, r->seg_bytes);
+        for (size_t i = 0; i < ns; i++) {
+            size_t lo = i * e / ns, hi = (i + 1) * e / ns;
+            s->rx_off[s->n_rx] = b->off[rx_blk[k]] + lo * esz;
+            s->rx_len[s->n_rx] = (hi - lo) * esz;
+            s->rx_add[s->n_rx] = add[k];
+            s->n_rx++;
+        }
+    }
+    return HR_OK;
+}
+
+/* ================================================================ the engine */
+
+/* Finish sending the frame in flight (blocking, with a deadline). */
+static hr_status tx_finish(ring *r, txf *t, double deadline) {
+    while (t->left > 0) {
+        struct msghdr m = {.msg_iov = t->iov, .msg_iovlen = (size_t)t->iovn};
+        ssize_t n = sendmsg(r->succ_fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (n > 0) {
+            eng_iov_advance(t, (size_t)n);
+            continue;
+        }
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            HR_CHECK(tcp_wait(r->succ_fd, POLLOUT, deadline));
+            continue;
+        }
+        return HR_ERR_PEER;
+    }
+    return HR_OK;
+}
+
+/* How long passing on news of a failure may take: a neighbour that is still working reads an
+ * abort within milliseconds; one that has stopped reading must not hold this node up. */
+static double spread_s(const ring *r) {
+    return r->timeout < 1.0 ? r->timeout : 1.0;
+}
+
+/* Send an abort frame naming `culprit` on one link (fd, sealed with `d`). Abort payload:
+ * culprit id i64 | status u32 | reporter id i64 | text. Best effort, bounded by the timeout. */
+static void send_abort(ring *r, int fd, sec_dir *d, int coll, long culprit, long reporter,
+                       hr_status st, const char *text) {
+    if (fd < 0) return;
+    size_t tl = strlen(text);
+    if (tl > FRAME_ABORT_MAX - 20) tl = FRAME_ABORT_MAX - 20;
+    uint8_t f[FRAME_HDR + FRAME_ABORT_MAX + SEC_TAG], body[FRAME_ABORT_MAX];
+    le_put64(body, (uint64_t)culprit);
+    le_put32(body + 8, (uint32_t)st);
+    le_put64(body + 12, (uint64_t)reporter);
+    memcpy(body + 20, text, tl);
+    size_t len = 20 + tl, tag = 0;
+    frame_hdr h = {FRAME_MAGIC,   FRAME_VERSION, FRAME_ABORT, (uint8_t)coll,
+                   r->view.epoch, r->seq,        0,           (uint32_t)len};
+    frame_encode(&h, f);
+    if (r->keys.mode != RING_SEC_NONE) {
+        sec_seal(d, f, body, len);
+        tag = SEC_TAG;
+    } else {
+        memcpy(f + FRAME_HDR, body, len);
+    }
+    (void)tcp_send_all(fd, f, FRAME_HDR + len + tag, tcp_now() + spread_s(r));
+}
+
+/* Pass news of a failure to both neighbours, except the link it came from, the reporter and the
+ * culprit, so that it travels round the ring both ways and every member names the same node.
+ * A node blamed for a link that failed authentication is told too: it is alive and only sent
+ * frames, and without the news it would see its links close and blame a neighbour. Forward,
+ * the frame in flight is finished first so that the abort starts on a frame boundary.
+ * Backward (on the predecessor link, which carries no data that way) it can go at once. */
+static void spread(ring *r, txf *t, int coll, long culprit, long reporter, hr_status st,
+                   const char *text, int from) {
+    long pid = r->pred >= 0 ? ring_id_of(r, r->pred) : -1,
+         sid = r->succ >= 0 ? ring_id_of(r, r->succ) : -1;
+    int tell_culprit = st == HR_ERR_AUTH;
+    if (r->pred >= 0 && from != FROM_PRED && pid != reporter && (pid != culprit || tell_culprit))
+        send_abort(r, r->pred_fd, &r->pred_ch.tx, coll, culprit, reporter, st, text);
+    if (r->succ >= 0 && from != FROM_SUCC && sid != reporter && (sid != culprit || tell_culprit) &&
+        r->succ_fd >= 0) {
+        if (t && t->left > 0 && tx_finish(r, t, tcp_now() + spread_s(r)) != HR_OK) return;
+        send_abort(r, r->succ_fd, &r->succ_ch.tx, coll, culprit, reporter, st, text);
+    }
+}
+
+/* Record a failure of this view, blaming node `culprit`, seen `from` a link or here. The
+ * links stay open (closing them would look like yet another failure to the neighbours) until
+ * ring_reform or ring_free, except a predecessor link that carried a bad frame: it is dropped,
+ * after an abort on it tells the predecessor why its frames are no longer read. */
+hr_status eng_fail_view(ring *r, txf *t, int coll, hr_status st, long culprit, int from,
+                        const char *fmt, ...) {
+    char what[HR_ERRLEN];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof what, fmt, ap);
+    va_end(ap);
+    snprintf(r->err, sizeof r->err, "%s #%llu (view epoch %llu): %.400s", frame_coll_name(coll),
+             (unsigned long long)r->seq, (unsigned long long)r->view.epoch, what);
+    if (st == HR_ERR_AUTH || st == HR_ERR_PROTO) /* not cured by a new view */
+        HR_ERROR(RING, "%s", r->err);
+    else
+        HR_WARN(RING, "%s", r->err);
+    r->suspect = culprit;
+    spread(r, t, coll, culprit, r->self_id, st, what, from);
+    if (from == FROM_PRED && (st == HR_ERR_AUTH || st == HR_ERR_PROTO || st == HR_ERR_VIEW)) {
+        send_abort(r, r->pred_fd, &r->pred_ch.tx, coll, culprit, r->self_id, st, what);
+        tcp_close(&r->pred_fd);
+    }
+    r->failed = st;
+    return st;
+}
+
+/* A frame on the link `from` failed authentication (or, unverified, cannot be a genuine one). */
+hr_status eng_link_auth_fail(ring *r, txf *t, int coll, int from, const char *frame) {
+    char pw[RING_STR + 64];
+    long nid = ring_id_of(r, from == FROM_PRED ? r->pred : r->succ);
+    ring_node_str(r, nid, pw, sizeof pw);
+    return eng_fail_view(
+        r, t, coll, HR_ERR_AUTH, nid, from,
+        "authentication failed on the link from %s (tampered or corrupted frame%s); "
+        "%sframe unused",
+        pw, frame, from == FROM_PRED ? "connection dropped, " : "");
+}
+
+/* Report the abort frame whose payload (`len` bytes, verified in secure modes) is `body` and
+ * pass it on. `body` has room for one more byte. */
+static hr_status abort_report(ring *r, txf *t, int coll, uint8_t *body, size_t len, int from) {
+    if (len < 20 || len > FRAME_ABORT_MAX) {
+        char pw[RING_STR + 64];
+        long nid = ring_id_of(r, from == FROM_PRED ? r->pred : r->succ);
+        ring_node_str(r, nid, pw, sizeof pw);
+        return eng_fail_view(r, t, coll, HR_ERR_PROTO, nid, from, "%s sent a malformed abort frame",
+                             pw);
+    }
+    body[len] = 0;
+    long culprit = (long)le_get64(body);
+    hr_status st = (hr_status)le_get32(body + 8);
+    if (st <= HR_OK || st >= HR_STATUS_COUNT) st = HR_ERR_PEER;
+    long reporter = (long)le_get64(body + 12);
+    char *text = (char *)body + 20;
+    for (char *q = text; *q; q++)
+        if (*q < 32 || *q > 126) *q = '?';
+    char rw[RING_STR + 64];
+    ring_node_str(r, reporter, rw, sizeof rw);
+    snprintf(r->err, sizeof r->err, "%s #%llu (view epoch %llu): %.300s (reported by %.100s)",
+             frame_coll_name(coll), (unsigned long long)r->seq, (unsigned long long)r->view.epoch,
+             text, rw);
+    if (st == HR_ERR_AUTH || st == HR_ERR_PROTO)
+        HR_ERROR(RING, "%s", r->err);
+    else
+        HR_WARN(RING, "%s", r->err);
+    r->suspect = culprit;
+    /* pass it on unchanged, so the next member names the same culprit and reporter */
+    if (reporter != r->self_id) spread(r, t, coll, culprit, reporter, st, text, from);
+    r->failed = st;
+    return st;
+}
+
+/* Read the rest of a frame whose header `raw` came in on the link `from` and that should be an
+ * abort. In secure modes it is verified before any header field but the length is used; the
+ * length is bounded first (no genuine abort is longer), so the read stays in `f`. */
+static hr_status on_abort(ring *r, txf *t, int coll, const uint8_t *raw, int from) {
+    char pw[RING_STR + 64];
+    int fd = from == FROM_PRED ? r->pred_fd : r->succ_fd;
+    sec_dir *d = from == FROM_PRED ? &r->pred_ch.rx : &r->succ_ch.rx;
+    long nid = ring_id_of(r, from == FROM_PRED ? r->pred : r->succ);
+    ring_node_str(r, nid, pw, sizeof pw);
+    size_t tag = r->keys.mode != RING_SEC_NONE ? SEC_TAG : 0;
+    frame_hdr h;
+    frame_decode(raw, &h);
+    if (h.len > FRAME_ABORT_MAX && tag) return eng_link_auth_fail(r, t, coll, from, "");
+    if (h.len > FRAME_ABORT_MAX) return abort_report(r, t, coll, NULL, h.len, from);
+    uint8_t f[FRAME_HDR + FRAME_ABORT_MAX + SEC_TAG], body[FRAME_ABORT_MAX + 1];
+    memcpy(f, raw, FRAME_HDR);
+    if (tcp_recv_all(fd, f + FRAME_HDR, h.len + tag, tcp_now() + r->timeout) != HR_OK)
+        return eng_fail_view(r, t, coll, HR_ERR_PEER, nid, from, "%s closed the connection", pw);
+    if (tag && sec_open(d, f, h.len, body) != 0) return eng_link_auth_fail(r, t, coll, from, "");
+    if (!tag) memcpy(body, f + FRAME_HDR, h.len);
+    if (h.magic != FRAME_MAGIC || h.version != FRAME_VERSION || h.type != FRAME_ABORT ||
+        h.epoch != r->view.epoch)
+        return eng_fail_view(r, t, coll, HR_ERR_PROTO, nid, from,
+                             "%s sent unexpected data the wrong way; connection dropped", pw);
+    return abort_report(r, t, coll, body, h.len, from);
+}
+
+/* The successor link closed with no abort on it. That need not be the successor's doing: a node
+ * that finds a tampered frame drops the link it came on, and whatever sits in between (a proxy,
+ * a middlebox) may then close this node's link too. News of such a failure travels round the
+ * ring and reaches this node on its predecessor link behind the data frames in flight. Read
+ * that link for up to spread_s, skipping data frames (each takes a nonce counter, as when it is
+ * opened), and report the first abort frame, verified in secure modes. HR_OK when none came:
+ * the link closed, the time passed or something unreadable came; the caller then blames the
+ * successor. */
+static hr_status news_from_pred(ring *r, txf *t, int coll, const pred_pos *pp) {
+    if (!pp || r->pred < 0 || r->pred_fd < 0 || r->pred == r->succ) return HR_OK;
+    const double deadline = tcp_now() + spread_s(r);
+    const size_t tag = r->keys.mode != RING_SEC_NONE ? SEC_TAG : 0;
+    uint8_t *f = r->rx_stage, body[FRAME_ABORT_MAX + 1];
+    size_t skip = pp->body ? pp->left : 0, got = pp->body ? 0 : pp->got;
+    uint64_t ctr = r->pred_ch.rx.ctr;
+    if (!pp->body && got > 0) memmove(f, pp->hdr, got);
+    for (;;) {
+        while (skip > 0) { /* the rest of a data frame nobody will use */
+            size_t n = skip < r->stage_cap ? skip : r->stage_cap;
+            if (tcp_recv_all(r->pred_fd, f, n, deadline) != HR_OK) return HR_OK;
+            skip -= n;
+            if (skip == 0) ctr++;
+        }
+        if (tcp_recv_all(r->pred_fd, f + got, FRAME_HDR - got, deadline) != HR_OK) return HR_OK;
+        got = 0;
+        frame_hdr h;
+        frame_decode(f, &h);
+        if (h.magic != FRAME_MAGIC || h.version != FRAME_VERSION) return HR_OK;
+        if (h.type == FRAME_DATA) {
+            if (h.len + tag > r->stage_cap) return HR_OK; /* no frame of this ring */
+            skip = h.len + tag;
+            if (skip == 0) ctr++;
+            continue;
+        }
+        if (h.type != FRAME_ABORT || h.len > FRAME_ABORT_MAX) return HR_OK;
+        if (tcp_recv_all(r->pred_fd, f + FRAME_HDR, h.len + tag, deadline) != HR_OK) return HR_OK;
+        if (tag && sec_open_at(&r->pred_ch.rx, ctr, f, h.len, body) != 0) return HR_OK;
+        if (!tag) memcpy(body, f + FRAME_HDR, h.len);
+        if (h.epoch != r->view.epoch) return HR_OK;
+        r->pred_ch.rx.ctr = ctr + 1;
+        return abort_report(r, t, coll, body, h.len, FROM_PRED);
+    }
+}
+
+/* Something happened on the successor link, which carries nothing this way but an abort: a
+ * queued abort frame explains the failure; otherwise news from the predecessor may
+ * (news_from_pred, when `pp` says where its stream stands), else the successor is gone. */
+hr_status eng_succ_trouble(ring *r, txf *t, int coll, int e, const pred_pos *pp) {
+    char sw[RING_STR + 64];
+    long sid = ring_id_of(r, r->succ);
+    ring_node_str(r, sid, sw, sizeof sw);
+    uint8_t raw[FRAME_HDR];
+    ssize_t n = recv(r->succ_fd, raw, 1, MSG_DONTWAIT | MSG_PEEK);
+    if (n > 0) {
+        if (tcp_recv_all(r->succ_fd, raw, FRAME_HDR, tcp_now() + r->timeout) == HR_OK)
+            return on_abort(r, t, coll, raw, FROM_SUCC);
+        return eng_fail_view(r, t, coll, HR_ERR_PROTO, sid, FROM_SUCC,
+                             "%s sent unexpected data the wrong way; connection dropped", sw);
+    }
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) && e == 0) return HR_OK;
+    if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) e = errno;
+    hr_status st = news_from_pred(r, t, coll, pp);
+    if (st != HR_OK) return st;
+    return eng_fail_view(r, t, coll, HR_ERR_PEER, sid, FROM_SUCC, "%s %s", sw,
+                         e == 0 || e == EPIPE || e == ECONNRESET
+                             ? "closed the connection (peer died?)"
+                             : strerror(e));
+}
+
+/* Lay frame e->ti out in e->t: sealed in tx_stage, or header and payload as two pieces. */
+static void eng_frame(ring *r, eng *e) {
+    size_t len = e->s->tx_len[e->ti];
+    uint8_t *src = e->base + e->s->tx_off[e->ti];
+    frame_hdr th = {FRAME_MAGIC,   FRAME_VERSION, FRAME_DATA,      (uint8_t)e->coll,
+                    r->view.epoch, r->seq,        (uint32_t)e->ti, (uint32_t)len};
+    if (e->secure) {
+        frame_encode(&th, r->tx_stage);
+        sec_seal(&r->succ_ch.tx, r->tx_stage, src, len);
+        e->t.iov[0] = (struct iovec){r->tx_stage, FRAME_HDR + len + e->tag};
+        e->t.iovn = 1;
+    } else {
+        frame_encode(&th, e->t.hdr);
+        e->t.iov[0] = (struct iovec){e->t.hdr, FRAME_HDR};
+        e->t.iov[1] = (struct iovec){src, len};
+        e->t.iovn = len ? 2 : 1;
+    }
+    e->t.left = FRAME_HDR + len + e->tag;
+    e->tx_ready = 1;
+}
+
+/* Where the predecessor's stream stands in `e`, for eng_succ_trouble. */
+static pred_pos eng_pos(const ring *r, const eng *e) {
+    return (pred_pos){.hdr = r->rx_stage,
+                      .got = e->rx_body ? 0 : e->rx_got,
+                      .body = e->rx_body,
+                      .left = e->rx_body ? e->rx_want - e->rx_got : 0};
+}
+
+/* Send every frame whose inputs have arrived, until the socket would block. */
+static hr_status eng_send(ring *r, eng *e) {
+    const ring_sched *s = e->s;
+    while (e->ti < s->n_tx && e->ri >= s->tx_need[e->ti]) {
+        if (!e->tx_ready) eng_frame(r, e);
+        struct msghdr m = {.msg_iov = e->t.iov, .msg_iovlen = (size_t)e->t.iovn};
+        ssize_t n = sendmsg(r->succ_fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (n < 0) {
+            if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return HR_OK;
+            int err = errno ? errno : EPIPE;
+            pred_pos pp = eng_pos(r, e);
+            return eng_succ_trouble(r, NULL, e->coll, err, &pp);
+        }
+        e->progress = 1;
+        eng_iov_advance(&e->t, (size_t)n);
+        if (e->t.left == 0) {
+            e->ti++;
+            e->tx_ready = 0;
+        }
+    }
+    return HR_OK;
+}
+
+/* Check the header of frame e->ri (in rx_stage) against the one expected: in mode none before
+ * its payload is read, in secure modes once the whole frame verified. An abort frame ends the
+ * collective with the failure it reports. */
+hr_status eng_header(ring *r, eng *e) {
+    frame_hdr h;
+    char pw[RING_STR + 64];
+    long pid = ring_id_of(r, r->pred);
+    size_t ri = e->ri, want = e->s->rx_len[ri];
+    const char *coll = frame_coll_name(e->coll);
+    frame_decode(r->rx_stage, &h);
+    ring_node_str(r, pid, pw, sizeof pw);
+    if (h.magic != FRAME_MAGIC || h.version != FRAME_VERSION)
+        return eng_fail_view(r, &e->t, e->coll, HR_ERR_PROTO, pid, FROM_PRED,
+                             "%s sent a malformed frame header (bad magic or version); connection "
+                             "dropped",
+                             pw);
+    if (h.epoch != r->view.epoch)
+        return eng_fail_view(
+            r, &e->t, e->coll, HR_ERR_VIEW, pid, FROM_PRED,
+            "%s sent a frame of view epoch %llu, this node is in %llu; frame dropped", pw,
+            (unsigned long long)h.epoch, (unsigned long long)r->view.epoch);
+    if (h.type == FRAME_ABORT && e->secure)
+        return abort_report(r, &e->t, e->coll, r->rx_stage + FRAME_HDR, h.len, FROM_PRED);
+    if (h.type == FRAME_ABORT) return on_abort(r, &e->t, e->coll, r->rx_stage, FROM_PRED);
+    if (h.type != FRAME_DATA || h.seq != r->seq || h.coll != e->coll)
+        return eng_fail_view(r, &e->t, e->coll, HR_ERR_PROTO, pid, FROM_PRED,
+                             "%s sent a frame of %s #%llu while this node is in %s #%llu (members "
+                             "must call the same collectives in the same order)",
+                             pw, frame_coll_name(h.coll), (unsigned long long)h.seq, coll,
+                             (unsigned long long)r->seq);
+    if (h.index != ri)
+        return eng_fail_view(r, &e->t, e->coll, HR_ERR_PROTO, pid, FROM_PRED,
+                             "%s sent frame %u of %u bytes, expected frame %zu of %zu bytes "
+                             "(replayed, dropped or reordered frame); connection dropped",
+                             pw, h.index, h.len, ri, want);
+    if (h.len != want)
+        return eng_fail_view(r, &e->t, e->coll, HR_ERR_PROTO, pid, FROM_PRED,
+                             "%s sent frame %u of %u bytes, expected %zu bytes: the nodes disagree "
+                             "on the size of this %s (do they run the same config, model and "
+                             "bucket_bytes?); connection dropped",
+                             pw, h.index, h.len, want, coll);
+    return HR_OK;
+}
+
+/* Secure modes: how many payload bytes frame e->ri has on the wire, from its header, which is
+ * not verified yet. Only the type and the length are read, and only to find the tag; every
+ * field is checked after the frame verified (the header is associated data of the tag).
+ *  - an abort frame is read as long as it says, up to FRAME_ABORT_MAX (longer is no abort);
+ *  - any other frame is read as min(its length, the expected length). Those bytes are on the
+ *    wire whether the length is genuine or was altered, so the read never waits for bytes
+ *    that were not sent, and the read stays inside rx_stage. An altered length fails
+ *    verification (it is authenticated), as does a genuine longer frame, which could not be
+ *    this frame anyway; a genuine shorter frame verifies and is reported as a size mismatch. */
+static hr_status eng_frame_len(ring *r, eng *e) {
+    frame_hdr h;
+    size_t want = e->s->rx_len[e->ri];
+    frame_decode(r->rx_stage, &h);
+    if (h.type == FRAME_ABORT && h.len > FRAME_ABORT_MAX)
+        return eng_link_auth_fail(r, &e->t, e->coll, FROM_PRED, "");
+    e->rx_len = h.type == FRAME_ABORT || h.len < want ? h.len : want;
+    return HR_OK;
+}
+
+/* Frame e->ri has arrived whole. Secure modes: verify it, then check its header. Then copy
+ * or add its payload into place. */
+static hr_status eng_apply(ring *r, eng *e) {
+    size_t len = e->rx_len;
+    int add = e->s->rx_add[e->ri];
+    uint8_t *out = e->base + e->s->rx_off[e->ri], *pay = r->rx_stage + FRAME_HDR;
+    if (e->secure) {
+        /* the plaintext of anything but a data frame stays in rx_stage (the type is checked
+         * once verified); a data frame is never longer than its place */
+        frame_hdr h;
+        frame_decode(r->rx_stage, &h);
+        uint8_t *dst = add || h.type != FRAME_DATA ? pay : out;
+        if (sec_open(&r->pred_ch.rx, r->rx_stage, len, dst) != 0) {
+            char f[32];
+            snprintf(f, sizeof f, " %zu", e->ri);
+            return eng_link_auth_fail(r, &e->t, e->coll, FROM_PRED, f);
+        }
+        HR_CHECK(eng_header(r, e));
+    }
+    if (add) eng_add_floats((float *)out, (const float *)pay, len / 4);
+    return HR_OK;
+}
+
+/* Where the next bytes from the predecessor go: a header and a sealed or summed payload into
+ * rx_stage; a plain payload that is copied straight into place. */
+static uint8_t *eng_rx_dst(ring *r, const eng *e) {
+    if (!e->rx_body) return r->rx_stage + e->rx_got;
+    if (!e->secure && !e->s->rx_add[e->ri]) return e->base + e->s->rx_off[e->ri] + e->rx_got;
+    return r->rx_stage + FRAME_HDR + e->rx_got;
+}
+
+/* Receive whatever has arrived, frame by frame, until the socket would block. */
+static hr_status eng_recv(ring *r, eng *e) {
+    while (e->ri < e->s->n_rx) {
+        ssize_t n = e->rx_want > e->rx_got
+                        ? recv(r->pred_fd, eng_rx_dst(r, e), e->rx_want - e->rx_got, MSG_DONTWAIT)
+                        : 0;
+        if (e->rx_want > e->rx_got && n <= 0) {
+            if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) break;
+            int err = n == 0 ? 0 : errno;
+            char pw[RING_STR + 64];
+            long pid = ring_id_of(r, r->pred);
+            ring_node_str(r, pid, pw, sizeof pw);
+            return eng_fail_view(r, &e->t, e->coll, HR_ERR_PEER, pid, FROM_PRED, "%s %s", pw,
+                                 err == 0            ? "closed the connection (peer died?)"
+                                 : err == ECONNRESET ? "reset the connection (peer died?)"
+                                                     : strerror(err));
+        }
+        if (n > 0) {
+            e->rx_got += (size_t)n;
+            e->progress = 1;
+        }
+        if (e->rx_got < e->rx_want) continue;
+        if (!e->rx_body) {
+            if (e->secure) {
+                HR_CHECK(eng_frame_len(r, e));
+            } else {
+                HR_CHECK(eng_header(r, e));
+                e->rx_len = e->s->rx_len[e->ri];
+            }
+            e->rx_body = 1;
+            e->rx_got = 0;
+            e->rx_want = e->rx_len + e->tag;
+            if (e->rx_want > 0) continue;
+        }
+        HR_CHECK(eng_apply(r, e));
+        e->ri++;
+        e->rx_body = 0;
+        e->rx_got = 0;
+        e->rx_want = FRAME_HDR;
+    }
+    return HR_OK;
+}
+
+/* Nothing moved: wait for either link, at most until `timeout` after the last progress, and
+ * blame the neighbour that held things up when it passes. */
+static hr_status eng_wait(ring *r, eng *e, double last) {
+    const ring_sched *s = e->s;
+    char who[RING_STR + 64];
+    int tx_wait = e->ti < s->n_tx && e->ri >= s->tx_need[e->ti];
+    struct pollfd p[2] = {{.fd = r->pred_fd, .events = e->ri < s->n_rx ? POLLIN : 0},
+                          {.fd = r->succ_fd, .events = e->ti < s->n_tx ? POLLIN : 0}};
+    if (tx_wait) p[1].events |= POLLOUT;
+    const double limit = r->coll_timeout > r->timeout ? r->coll_timeout : r->timeout;
+    double left = last + limit - tcp_now();
+    int rc = left > 0 ? poll(p, 2, (int)(left * 1000) + 1) : 0;
+    if (rc < 0 && errno == EINTR) return HR_OK;
+    if (rc == 0 && tcp_now() >= last + limit) {
+        long id = ring_id_of(r, tx_wait ? r->succ : r->pred);
+        ring_node_str(r, id, who, sizeof who);
+        if (tx_wait)
+            return eng_fail_view(r, &e->t, e->coll, HR_ERR_TIMEOUT, id, FROM_SUCC,
+                                 "%s accepted no data for %.1f s (peer dead or hung?)", who, limit);
+        return eng_fail_view(r, &e->t, e->coll, HR_ERR_TIMEOUT, id, FROM_PRED,
+                             "%s sent nothing for %.1f s (peer dead or hung?)", who, limit);
+    }
+    if (rc > 0 && e->ti < s->n_tx && (p[1].revents & (POLLIN | POLLHUP | POLLERR))) {
+        pred_pos pp = eng_pos(r, e);
+        return eng_succ_trouble(r, &e->t, e->coll, 0, &pp);
+    }
+    return HR_OK;
+}
+
+/* Run the schedule in r->sched over `base`: send and receive in both directions at once,
+ * each frame as soon as its inputs are there, waiting only when neither link can move. */
+static hr_status engine_st(ring *r, int coll, uint8_t *base) {
+    eng e = {.s = r->sched,
+             .coll = coll,
+             .base = base,
+             .secure = r->keys.mode != RING_SEC_NONE,
+             .rx_want = FRAME_HDR};
+    e.tag = e.secure ? SEC_TAG : 0;
+    const ring_sched *s = e.s;
+    double last = tcp_now();
+    /* Small collectives are latency-bound: poll the sockets for a few microseconds before
+     * sleeping in poll(), which saves a wake-up per hop. Large ones never spin, so that nodes
+     * sharing cores do not steal each other's time. */
+    size_t rx_bytes = 0;
+    for (size_t i = 0; i < s->n_rx && rx_bytes <= RING_SPIN_BYTES; i++) rx_bytes += s->rx_len[i];
+    const double spin_s = rx_bytes <= RING_SPIN_BYTES ? RING_SPIN_S : 0;
+    while (e.ti < s->n_tx || e.ri < s->n_rx) {
+        e.progress = 0;
+        HR_CHECK(eng_send(r, &e));
+        HR_CHECK(eng_recv(r, &e));
+        if (e.ti >= s->n_tx && e.ri >= s->n_rx) break;
+        double now = tcp_now();
+        if (e.progress) {
+            last = now;
+            continue;
+        }
+        if (now - last < spin_s) continue;
+        HR_CHECK(eng_wait(r, &e, last));
+    }
+    return HR_OK;
+}
+
+/* Run r->sched: small collectives on the calling thread alone (a hand-off between threads
+ * would cost more than it saves), large ones on the threaded engine unless it is off. */
+hr_status eng_run(ring *r, int coll, uint8_t *base) {
+    const ring_sched *s = r->sched;
+    size_t rx_bytes = 0;
+    for (size_t i = 0; i < s->n_rx && rx_bytes <= RING_MT_BYTES; i++) rx_bytes += s->rx_len[i];
+    if (rx_bytes > RING_MT_BYTES && r->mt_workers >= 0) {
+        r->mt_runs++;
+        return mt_run(r, coll, base);
+    }
+    return engine_st(r, coll, base);
+}

@@ -1,0 +1,639 @@
+/*
+ * form.c: ring formation (see ring.h): the gate, which accepts every connection from the first
+ * listen until ring_free; ring_form, which connects to the successor and takes the predecessor
+ * of r->view; and a ring's life from ring_init or ring_open through ring_reform to ring_free.
+ *
+ * Invariants:
+ *  - only the authenticated predecessor of the view forming becomes a link; every other
+ *    connection is served as one lobby call (elect_serve) or closed at once (see the gate,
+ *    below);
+ *  - ring_free stops the gate before it frees what the gate's threads read (listen_fd, rc,
+ *    the keys, the election state).
+ */
+#include "ring/ring_internal.h"
+
+#include "base/hr_log.h"
+#include "base/hr_time.h"
+#include "ring/frame.h"
+#include "ring/tcp.h"
+
+#include <pthread.h>
+#include <sched.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+/* Measured default pipeline segment (bench/README.md, "All-reduce"). */
+#define RING_SEG_DEFAULT (1 << 20)
+
+static const char *engine_name(const ring *r, char *out, size_t n);
+
+/*
+ * The gate: one thread per ring, from the first listen until ring_free, does all accepting.
+ * It hands each connection to a handshake thread of its own, with a short deadline (GATE_HS_S,
+ * at most `timeout`, while a view forms; GATE_IDLE_S otherwise, when only lobby calls can
+ * succeed); at most GATE_PENDING of them run at once, and a new connection past that cap evicts
+ * the oldest one from the address with the most pending. A lobby call (any member of the
+ * config, sec.h) is served by its handshake thread: one request, one reply, closed
+ * (elect_serve, every read and write by the same deadline). The first ring-link connection
+ * that proves to be the expected predecessor while a view forms is taken. Every other
+ * connection (one that fails its handshake, a ring link while no view forms) is closed at once
+ * and its address logged. So nothing a node without the key does can hold formation up, and no
+ * stranger's connection stays open for long.
+ * Invariant: a slot's fd is shut down (never closed) by the gate, under `mu`, and only while
+ * the handshake thread still owns it; that thread closes it.
+ */
+#define GATE_PENDING 16                 /* unauthenticated connections handshaking at once */
+#define GATE_SLOTS   (2 * GATE_PENDING) /* those, and evicted ones still winding down */
+#define GATE_HS_S    5.0                /* per-connection handshake deadline, capped by timeout */
+#define GATE_IDLE_S  1.0                /* the same while no view forms (lobby calls only) */
+#define GATE_LOGS    20                 /* lines per second about strangers; the rest are counted */
+
+typedef struct {
+    ring_gate *g;            /* owner */
+    pthread_t th;            /* the handshake thread */
+    int used;                /* th started and not yet joined (gate thread only) */
+    int done;                /* the handshake thread is finishing (mu) */
+    int fd;                  /* the connection while the handshake thread owns it, else -1 (mu) */
+    const char *cut;         /* why the gate shut the connection down, or NULL (mu) */
+    double t0;               /* when it was accepted (tcp_now seconds) */
+    double deadline;         /* its handshake must finish by then */
+    sec_hs_params p;         /* what the handshake must agree on */
+    sec_hs_peer who_is;      /* who the other end proved to be */
+    char peer[96];           /* "addr:port" of the remote end */
+    char who[RING_STR + 64]; /* the predecessor expected, for messages */
+    sec_chan ch;             /* channel of a successful handshake */
+} gate_slot;
+
+struct ring_gate {
+    ring *r;                     /* the ring it accepts for (listen_fd, rc and keys read) */
+    pthread_t th;                /* the gate thread */
+    atomic_int stop;             /* set by ring_free */
+    double hs_s;                 /* per-connection handshake deadline in seconds */
+    pthread_mutex_t mu;          /* guards what follows */
+    pthread_cond_t cv;           /* signalled when fd is set (CLOCK_MONOTONIC) */
+    int forming;                 /* a view is forming: connections are handshaken */
+    sec_hs_params p;             /* its parameters (or the last view's, for messages) */
+    char who[RING_STR + 64];     /* its expected predecessor */
+    int fd;                      /* the authenticated predecessor, or -1 */
+    sec_chan ch;                 /* its channel */
+    hr_status st;                /* status of the last rejection (HR_ERR_TIMEOUT if none) */
+    char err[HR_ERRLEN];         /* the last rejection or accept failure of this formation */
+    double log_t;                /* start of the current one-second log window */
+    int log_n;                   /* lines logged in it */
+    long log_skipped;            /* lines not shown since the last one shown */
+    gate_slot slots[GATE_SLOTS]; /* handshake threads */
+};
+
+/* A WARN line about a stranger, at most GATE_LOGS a second (a flood must not flood the log). */
+static void gate_log(ring_gate *g, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void gate_log(ring_gate *g, const char *fmt, ...) {
+    char line[HR_ERRLEN + 256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    long skipped = -1;
+    pthread_mutex_lock(&g->mu);
+    double now = tcp_now();
+    if (now - g->log_t >= 1.0) {
+        g->log_t = now;
+        g->log_n = 0;
+    }
+    if (g->log_n < GATE_LOGS) {
+        g->log_n++;
+        skipped = g->log_skipped;
+        g->log_skipped = 0;
+    } else {
+        g->log_skipped++;
+    }
+    pthread_mutex_unlock(&g->mu);
+    if (skipped > 0)
+        HR_WARN(SEC, "%s (%ld similar lines not shown before this one)", line, skipped);
+    else if (skipped == 0)
+        HR_WARN(SEC, "%s", line);
+}
+
+/* Shut a pending connection down, so that its handshake thread ends now. Under mu. */
+static void gate_cut(gate_slot *s, const char *why) {
+    if (s->cut) return;
+    s->cut = why;
+    if (s->fd >= 0) shutdown(s->fd, SHUT_RDWR);
+}
+
+static void *gate_hs_main(void *arg) {
+    gate_slot *s = arg;
+    ring_gate *g = s->g;
+    int fd = s->fd, refused = 0;
+    char why[HR_ERRLEN];
+    hr_status st = sec_handshake(fd, 0, &s->p, s->deadline, &s->ch, &refused, why, sizeof why);
+    if (st == HR_OK && s->who_is.lobby) {
+        /* the gate may still shut fd down (s->fd is kept) while the request is served */
+        elect_serve(g->r, fd, &s->ch, s->who_is.id, s->peer, s->deadline);
+        pthread_mutex_lock(&g->mu);
+        s->fd = -1;
+        s->done = 1;
+        pthread_mutex_unlock(&g->mu);
+        sec_chan_free(&s->ch);
+        close(fd);
+        return NULL;
+    }
+    pthread_mutex_lock(&g->mu);
+    const char *cut = s->cut;
+    int take = st == HR_OK && !cut && g->forming && g->fd < 0;
+    if (take) {
+        g->fd = fd;
+        g->ch = s->ch;
+        pthread_cond_broadcast(&g->cv);
+    } else if (st != HR_OK && !cut && g->forming) {
+        g->st = st;
+        snprintf(g->err, sizeof g->err, "rejected a connection from %s: %.380s", s->peer, why);
+    }
+    s->fd = -1;
+    s->done = 1;
+    pthread_mutex_unlock(&g->mu);
+    sec_chan_free(&s->ch);
+    if (take) return NULL;
+    close(fd);
+    if (cut)
+        gate_log(g, "closed a connection from %s after %.1f s: %s", s->peer, tcp_now() - s->t0,
+                 cut);
+    else if (st == HR_ERR_VIEW) /* another epoch or neighbour: transient while views change */
+        HR_DEBUG(SEC, "refused a connection from %s (expected predecessor %s): %s", s->peer, s->who,
+                 why);
+    else if (st != HR_OK)
+        gate_log(g, "rejected a connection from %s (expected predecessor %s): %s", s->peer, s->who,
+                 why);
+    else
+        gate_log(g, "closed a connection from %s: predecessor %s is connected already", s->peer,
+                 s->who);
+    return NULL;
+}
+
+/* Join finished handshake threads; with `all`, shut every connection down and join them all. */
+static void gate_reap(ring_gate *g, int all) {
+    for (int i = 0; i < GATE_SLOTS; i++) {
+        gate_slot *s = &g->slots[i];
+        if (!s->used) continue;
+        pthread_mutex_lock(&g->mu);
+        if (all) gate_cut(s, "this node is shutting down");
+        int done = s->done;
+        pthread_mutex_unlock(&g->mu);
+        if (!done && !all) continue;
+        pthread_join(s->th, NULL);
+        s->used = 0;
+    }
+}
+
+/* The pending connection to evict: the oldest from the address with the most pending (the
+ * predecessor has one at a time, so a flood from elsewhere never evicts it). Under mu. */
+static int gate_victim(ring_gate *g) {
+    int best = -1, best_n = 0;
+    for (int i = 0; i < GATE_SLOTS; i++) {
+        gate_slot *s = &g->slots[i];
+        if (!s->used || s->done || s->cut) continue;
+        size_t hl = strcspn(s->peer, "]") + 1, colon = (size_t)(strrchr(s->peer, ':') - s->peer);
+        hl = hl < colon ? hl : colon;
+        int n = 0;
+        for (int j = 0; j < GATE_SLOTS; j++) {
+            gate_slot *o = &g->slots[j];
+            if (o->used && !o->done && !o->cut && strncmp(o->peer, s->peer, hl) == 0) n++;
+        }
+        if (n > best_n || (n == best_n && s->t0 < g->slots[best].t0)) best = i, best_n = n;
+    }
+    return best;
+}
+
+/* Start a handshake thread for a new connection, or close it at once. */
+static void gate_admit(ring_gate *g, int fd, const char *peer) {
+    const char *no = NULL;
+    pthread_mutex_lock(&g->mu);
+    uint64_t epoch = g->p.epoch;
+    int live = 0, free_i = -1;
+    for (int i = 0; i < GATE_SLOTS; i++) {
+        gate_slot *s = &g->slots[i];
+        if (!s->used)
+            free_i = free_i < 0 ? i : free_i;
+        else if (!s->done && !s->cut)
+            live++;
+    }
+    if (live >= GATE_PENDING) {
+        int v = gate_victim(g);
+        if (v >= 0) gate_cut(&g->slots[v], "evicted: too many unauthenticated connections pending");
+    }
+    if (free_i < 0) no = "too many unauthenticated connections pending";
+    if (!no) {
+        gate_slot *s = &g->slots[free_i];
+        s->g = g;
+        s->fd = fd;
+        s->done = 0;
+        s->cut = NULL;
+        s->t0 = tcp_now();
+        s->deadline = s->t0 + (g->forming || g->hs_s < GATE_IDLE_S ? g->hs_s : GATE_IDLE_S);
+        s->p = g->p;
+        s->p.accept_lobby = 1;
+        s->p.peer = &s->who_is;
+        s->who_is = (sec_hs_peer){-1, 0};
+        if (!g->forming) s->p.expect_id = -1; /* a ring link is refused: none is wanted now */
+        snprintf(s->peer, sizeof s->peer, "%s", peer);
+        snprintf(s->who, sizeof s->who, "%s", g->forming ? g->who : "none (no view is forming)");
+        if (pthread_create(&s->th, NULL, gate_hs_main, s) == 0)
+            s->used = 1;
+        else
+            no = "cannot start a handshake thread";
+    }
+    pthread_mutex_unlock(&g->mu);
+    if (!no) return;
+    close(fd);
+    gate_log(g, "closed a connection from %s: %s (view epoch %llu)", peer, no,
+             (unsigned long long)epoch);
+}
+
+static void *gate_main(void *arg) {
+    ring_gate *g = arg;
+    while (!atomic_load(&g->stop)) {
+        gate_reap(g, 0);
+        int fd;
+        char peer[96], why[HR_ERRLEN];
+        hr_status st =
+            tcp_accept(g->r->listen_fd, tcp_now() + 0.1, &fd, peer, sizeof peer, why, sizeof why);
+        if (st == HR_OK) {
+            gate_admit(g, fd, peer);
+        } else if (st != HR_ERR_TIMEOUT) { /* out of descriptors, say: keep trying */
+            pthread_mutex_lock(&g->mu);
+            if (g->forming) snprintf(g->err, sizeof g->err, "%s", why);
+            pthread_mutex_unlock(&g->mu);
+            gate_log(g, "listening socket: %s", why);
+            hr_sleep(0.1);
+        }
+    }
+    gate_reap(g, 1);
+    return NULL;
+}
+
+static sec_hs_params hs_params(const ring *r, long expect);
+
+/* Start the gate on r->listen_fd. */
+static hr_status gate_start(ring *r, char *err, size_t errlen) {
+    size_t sz = (sizeof(ring_gate) + 63) & ~(size_t)63; /* holds aligned channel states */
+    ring_gate *g = aligned_alloc(64, sz);
+    if (!g) return hr_fail(err, errlen, HR_ERR_NOMEM, "out of memory");
+    memset(g, 0, sz);
+    g->r = r;
+    g->fd = -1;
+    for (int i = 0; i < GATE_SLOTS; i++) g->slots[i].fd = -1;
+    g->hs_s = r->timeout < GATE_HS_S ? r->timeout : GATE_HS_S;
+    g->p = (sec_hs_params){.rc = &r->rc,
+                           .keys = &r->keys,
+                           .epoch = r->view.epoch,
+                           .self_id = r->self_id,
+                           .expect_id = -1,
+                           .seg_bytes = (uint32_t)r->seg_bytes};
+    if (r->view.n > 1) { /* ring_init knows its view: formation is open from the first accept */
+        int rank = 0;
+        while (rank < r->view.n - 1 && r->view.ids[rank] != r->self_id) rank++;
+        long pred = r->view.ids[(rank + r->view.n - 1) % r->view.n];
+        g->forming = 1;
+        g->p = hs_params(r, pred);
+        ring_node_str(r, pred, g->who, sizeof g->who);
+        g->st = HR_ERR_TIMEOUT;
+        snprintf(g->err, sizeof g->err, "no connection from predecessor %s", g->who);
+    }
+    atomic_init(&g->stop, 0);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_mutex_init(&g->mu, NULL);
+    pthread_cond_init(&g->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    if (pthread_create(&g->th, NULL, gate_main, g) != 0) {
+        pthread_cond_destroy(&g->cv);
+        pthread_mutex_destroy(&g->mu);
+        free(g);
+        return hr_fail(err, errlen, HR_ERR_IO, "cannot start the accepting thread");
+    }
+    r->gate = g;
+    return HR_OK;
+}
+
+/* Stop the gate: every pending connection is closed and every thread joined. */
+static void gate_stop(ring *r) {
+    ring_gate *g = r->gate;
+    if (!g) return;
+    atomic_store(&g->stop, 1);
+    pthread_join(g->th, NULL);
+    if (g->fd >= 0) close(g->fd);
+    sec_chan_free(&g->ch);
+    pthread_cond_destroy(&g->cv);
+    pthread_mutex_destroy(&g->mu);
+    free(g);
+    r->gate = NULL;
+}
+
+/* Listen on this node's address and start the gate. */
+static hr_status listen_start(ring *r, char *err, size_t errlen) {
+    const ring_member *me = &r->rc.members[r->self];
+    HR_CHECK(tcp_listen(me->host, me->port, &r->listen_fd, err, errlen));
+    hr_status st = gate_start(r, err, errlen);
+    if (st != HR_OK) tcp_close(&r->listen_fd);
+    return st;
+}
+
+/* Formation begins: connections are handshaken as the predecessor `p` names. Where it is open
+ * already for that predecessor in that epoch (gate_start opens ring_init's at the first
+ * accept), a rejection recorded since is kept: the predecessor may have been turned away
+ * before ring_form got here, and the error must still say why. */
+static void gate_open(ring_gate *g, const sec_hs_params *p, const char *who) {
+    pthread_mutex_lock(&g->mu);
+    int open = g->forming && g->p.epoch == p->epoch && g->p.expect_id == p->expect_id;
+    g->forming = 1;
+    g->p = *p;
+    snprintf(g->who, sizeof g->who, "%s", who);
+    if (!open) {
+        g->st = HR_ERR_TIMEOUT;
+        snprintf(g->err, sizeof g->err, "no connection from predecessor %s", who);
+    }
+    pthread_mutex_unlock(&g->mu);
+}
+
+/* Wait until `deadline` for the predecessor (0 skips the wait), then end formation. Returns the
+ * predecessor's fd and channel, or -1 with the last rejection's status in `st` and its text in
+ * `why`. */
+static int gate_close(ring_gate *g, double deadline, sec_chan *ch, hr_status *st, char *why,
+                      size_t whylen) {
+    pthread_mutex_lock(&g->mu);
+    while (g->fd < 0 && tcp_now() < deadline) {
+        double t = tcp_now() + 0.5 < deadline ? tcp_now() + 0.5 : deadline; /* monotonic */
+        struct timespec ts = {(time_t)t, (long)((t - (double)(time_t)t) * 1e9)};
+        pthread_cond_timedwait(&g->cv, &g->mu, &ts);
+    }
+    int fd = g->fd;
+    g->fd = -1;
+    if (fd >= 0) *ch = g->ch;
+    sec_chan_free(&g->ch);
+    g->forming = 0;
+    /* handshakes still running are left to their deadline: they may be lobby calls, and a
+     * ring link that finishes now is closed as no longer wanted */
+    *st = g->st;
+    snprintf(why, whylen, "%s", g->err);
+    pthread_mutex_unlock(&g->mu);
+    return fd;
+}
+
+static sec_hs_params hs_params(const ring *r, long expect) {
+    sec_hs_params p = {.rc = &r->rc,
+                       .keys = &r->keys,
+                       .epoch = r->view.epoch,
+                       .self_id = r->self_id,
+                       .expect_id = expect,
+                       .seg_bytes = (uint32_t)r->seg_bytes};
+    return p;
+}
+
+/* Connect to the successor, retrying with backoff until `deadline`. */
+static hr_status connect_succ(ring *r, double deadline, double secs, char *err, size_t errlen) {
+    const ring_member *s = &r->rc.members[r->succ];
+    char who[RING_STR + 64], why[HR_ERRLEN] = "no attempt";
+    ring_node_str(r, s->id, who, sizeof who);
+    double backoff = 0.01;
+    int tries = 0;
+    for (;;) {
+        double now = tcp_now();
+        if (now >= deadline) break;
+        int fd;
+        double d = now + r->timeout < deadline ? now + r->timeout : deadline;
+        hr_status st = tcp_connect(s->host, s->port, d, &fd, why, sizeof why);
+        tries++;
+        if (st == HR_OK) {
+            sec_hs_params p = hs_params(r, s->id);
+            int refused;
+            st = sec_handshake(fd, 1, &p, tcp_now() + r->timeout, &r->succ_ch, &refused, why,
+                               sizeof why);
+            if (st == HR_OK) {
+                r->succ_fd = fd;
+                return HR_OK;
+            }
+            close(fd);
+            /* A view mismatch (other epoch, other neighbour) is transient while the members
+             * re-form one after another: retry until the deadline, keeping the reason. */
+            if (st == HR_ERR_AUTH || st == HR_ERR_PROTO || (refused && st != HR_ERR_VIEW)) {
+                HR_ERROR(SEC, "successor %s: %s", who, why);
+                return hr_fail(err, errlen, st, "successor %s: %s", who, why);
+            }
+        } else if (st == HR_ERR_CONFIG) {
+            return hr_fail(err, errlen, st, "successor %s: %s", who, why);
+        }
+        HR_DEBUG(RING, "connect to %s: %s; retrying in %.0f ms", who, why, backoff * 1e3);
+        hr_sleep(backoff < deadline - tcp_now() ? backoff : deadline - tcp_now());
+        backoff = backoff * 2 > 0.5 ? 0.5 : backoff * 2;
+    }
+    return hr_fail(err, errlen, HR_ERR_TIMEOUT,
+                   "could not connect to successor %s within %.1f s (%d attempts): %s", who, secs,
+                   tries, why);
+}
+
+/* Form the ring of r->view: connect to the successor and take the predecessor, both within
+ * `secs` seconds. */
+hr_status ring_form(ring *r, double secs, char *err, size_t errlen) {
+    r->rank = -1;
+    for (int i = 0; i < r->view.n; i++)
+        if (r->view.ids[i] == r->self_id) r->rank = i;
+    if (r->rank < 0)
+        return hr_fail(err, errlen, HR_ERR_VIEW, "node %ld is not a member of view epoch %llu",
+                       r->self_id, (unsigned long long)r->view.epoch);
+    int n = r->view.n;
+    r->seq = 0;
+    r->failed = HR_OK;
+    r->err[0] = 0;
+    r->succ = r->pred = -1;
+    if (n == 1) {
+        char eng_s[96];
+        HR_INFO(RING, "ring of 1: view epoch %llu, nothing to connect, %s",
+                (unsigned long long)r->view.epoch, engine_name(r, eng_s, sizeof eng_s));
+        return HR_OK;
+    }
+    r->succ = ring_config_index(&r->rc, r->view.ids[(r->rank + 1) % n]);
+    r->pred = ring_config_index(&r->rc, r->view.ids[(r->rank + n - 1) % n]);
+    if (r->succ < 0 || r->pred < 0)
+        return hr_fail(err, errlen, HR_ERR_VIEW, "view epoch %llu names a node not in the config",
+                       (unsigned long long)r->view.epoch);
+    double deadline = tcp_now() + secs;
+    char pw[RING_STR + 64], why[HR_ERRLEN];
+    ring_node_str(r, ring_id_of(r, r->pred), pw, sizeof pw);
+    sec_hs_params p = hs_params(r, ring_id_of(r, r->pred));
+    gate_open(r->gate, &p, pw);
+    hr_status st = connect_succ(r, deadline, secs, err, errlen), pst;
+    r->pred_fd =
+        gate_close(r->gate, st == HR_OK ? deadline : 0, &r->pred_ch, &pst, why, sizeof why);
+    if (st == HR_OK && r->pred_fd < 0)
+        st = hr_fail(err, errlen, pst,
+                     "no authenticated connection from predecessor %s within %.1f s: %s", pw, secs,
+                     why);
+    if (st != HR_OK) {
+        ring_close_links(r);
+        return st;
+    }
+    char sw[RING_STR + 64], eng_s[96];
+    ring_node_str(r, ring_id_of(r, r->succ), sw, sizeof sw);
+    HR_INFO(RING,
+            "ring formed: view epoch %llu, rank %d of %d, successor %s, predecessor %s, "
+            "security %s (%s), %s",
+            (unsigned long long)r->view.epoch, r->rank, n, sw, pw, ring_security_name(r->keys.mode),
+            sec_aead_name(r->succ_ch.tx.aead), engine_name(r, eng_s, sizeof eng_s));
+    return HR_OK;
+}
+
+/* The threaded engine's workers: HETRING_RING_WORKERS (off, or 0 to MT_WORKERS_MAX), else
+ * the cores this process may use, shared among the config's nodes with this node's host, less
+ * the receiving and the sending thread; -1 (off: one thread runs every collective) when that
+ * share is less than two cores. */
+static hr_status workers_of(ring *r) {
+    const char *env = getenv("HETRING_RING_WORKERS");
+    if (env && *env) {
+        char *end;
+        long w = strtol(env, &end, 10);
+        if (strcmp(env, "off") == 0) {
+            r->mt_workers = -1;
+            return HR_OK;
+        }
+        if (*end || end == env || w < 0 || w > MT_WORKERS_MAX)
+            return hr_fail(r->err, sizeof r->err, HR_ERR_CONFIG,
+                           "node %ld: HETRING_RING_WORKERS=%s: expected off or 0 to %d", r->self_id,
+                           env, MT_WORKERS_MAX);
+        r->mt_workers = (int)w;
+        return HR_OK;
+    }
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0) cores = CPU_COUNT(&set);
+    int here = 0;
+    for (int i = 0; i < r->rc.n_members; i++)
+        here += strcmp(r->rc.members[i].host, r->rc.members[r->self].host) == 0;
+    long per = cores / (here > 0 ? here : 1);
+    /* with less than two cores a node's threads would only take turns: one thread runs it */
+    r->mt_workers = per < 2 ? -1 : per - 2 > MT_WORKERS_MAX ? MT_WORKERS_MAX : (int)(per - 2);
+    return HR_OK;
+}
+
+int ring_workers(const ring *r) {
+    return r->mt_workers;
+}
+
+uint64_t ring_threaded_runs(const ring *r) {
+    return r->mt_runs;
+}
+
+/* How collectives run, for the log. */
+static const char *engine_name(const ring *r, char *out, size_t n) {
+    if (r->mt_workers < 0)
+        snprintf(out, n, "one thread per collective");
+    else
+        snprintf(out, n, "threaded engine (sender + %d worker%s) above %d KiB", r->mt_workers,
+                 r->mt_workers == 1 ? "" : "s", RING_MT_BYTES >> 10);
+    return out;
+}
+
+static hr_status alloc_stage(ring *r) {
+    size_t cap = FRAME_HDR + r->seg_bytes + 64 + SEC_TAG;
+    if (cap < FRAME_HDR + FRAME_ABORT_MAX + SEC_TAG) cap = FRAME_HDR + FRAME_ABORT_MAX + SEC_TAG;
+    cap = (cap + 63) & ~(size_t)63;
+    r->tx_stage = aligned_alloc(64, cap);
+    r->rx_stage = aligned_alloc(64, cap);
+    if (!r->tx_stage || !r->rx_stage) return HR_ERR_NOMEM;
+    r->stage_cap = cap;
+    return HR_OK;
+}
+
+/* What ring_init and ring_open share: copy the config, load the keys, allocate the stages, the
+ * schedule and the election state. */
+static hr_status ring_setup(ring *r, const ring_config *rc) {
+    memset(r, 0, sizeof *r);
+    r->listen_fd = r->succ_fd = r->pred_fd = -1;
+    r->succ = r->pred = -1;
+    r->suspect = -1;
+    r->rc = *rc;
+    if (rc->n_members < 1 || rc->n_members > RING_MAX_NODES)
+        return hr_fail(r->err, sizeof r->err, HR_ERR_INVAL, "a ring needs 1 to %d members, not %d",
+                       RING_MAX_NODES, rc->n_members);
+    r->self = ring_config_index(rc, rc->self_id);
+    if (r->self < 0)
+        return hr_fail(r->err, sizeof r->err, HR_ERR_INVAL, "node %ld is not a member",
+                       rc->self_id);
+    r->self_id = rc->self_id;
+    r->timeout = rc->timeout;
+    r->seg_bytes = rc->segment_bytes > 0 ? (size_t)rc->segment_bytes : RING_SEG_DEFAULT;
+    if (r->seg_bytes < 64) r->seg_bytes = 64;
+    HR_CHECK(workers_of(r));
+    HR_CHECK(sec_keys_load(&r->keys, &r->rc, r->err, sizeof r->err));
+    if (r->keys.mode == RING_SEC_NONE)
+        HR_WARN(SEC, "security = none: ring links are neither authenticated nor encrypted");
+    if (alloc_stage(r) != HR_OK || sched_alloc(r) != HR_OK || elect_alloc(r) != HR_OK)
+        return hr_fail(r->err, sizeof r->err, HR_ERR_NOMEM, "out of memory");
+    return HR_OK;
+}
+
+hr_status ring_init(ring *r, const ring_config *rc, char *err, size_t errlen) {
+    hr_status st;
+    HR_CHECK_GOTO(ring_setup(r, rc), st, fail);
+    r->view.epoch = 0;
+    r->view.n = rc->n_members;
+    for (int i = 0; i < rc->n_members; i++) r->view.ids[i] = rc->members[i].id;
+    if (rc->n_members > 1) HR_CHECK_GOTO(listen_start(r, r->err, sizeof r->err), st, fail);
+    HR_CHECK_GOTO(ring_form(r, r->rc.connect_timeout, r->err, sizeof r->err), st, fail);
+    elect_formed(r);
+    return HR_OK;
+fail:
+    if (err) snprintf(err, errlen, "%s", r->err);
+    return st;
+}
+
+hr_status ring_open(ring *r, const ring_config *rc, char *err, size_t errlen) {
+    hr_status st;
+    HR_CHECK_GOTO(ring_setup(r, rc), st, fail);
+    r->view = (ring_view){.epoch = 0, .n = 0};
+    r->rank = -1;
+    r->failed = HR_ERR_VIEW;
+    snprintf(r->err, sizeof r->err, "no view yet: call ring_elect");
+    if (rc->n_members > 1) HR_CHECK_GOTO(listen_start(r, r->err, sizeof r->err), st, fail);
+    return HR_OK;
+fail:
+    if (err) snprintf(err, errlen, "%s", r->err);
+    return st;
+}
+
+hr_status ring_reform(ring *r, const ring_view *v, char *err, size_t errlen) {
+    ring_close_links(r);
+    if (v->n < 1 || v->n > RING_MAX_NODES)
+        return hr_fail(err, errlen, HR_ERR_INVAL, "a view needs 1 to %d members", RING_MAX_NODES);
+    r->view = *v;
+    hr_status st = HR_OK;
+    if (v->n > 1 && r->listen_fd < 0) st = listen_start(r, r->err, sizeof r->err);
+    if (st == HR_OK) st = ring_form(r, r->rc.connect_timeout, r->err, sizeof r->err);
+    if (st == HR_OK) elect_formed(r);
+    if (st != HR_OK) {
+        r->failed = st;
+        if (err) snprintf(err, errlen, "%s", r->err);
+    }
+    return st;
+}
+
+void ring_free(ring *r) {
+    gate_stop(r); /* its threads read listen_fd, rc, keys and the election state */
+    mt_free(r);
+    elect_free(r);
+    ring_close_links(r);
+    tcp_close(&r->listen_fd);
+    sec_keys_free(&r->keys);
+    ring_config_wipe(&r->rc);
+    free(r->tx_stage);
+    free(r->rx_stage);
+    free(r->tmp);
+    sched_free(r);
+    r->tx_stage = r->rx_stage = NULL;
+    r->tmp = NULL;
+}
