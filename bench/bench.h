@@ -1,8 +1,8 @@
 /*
  * bench.h: the suites of hetring-bench, the bench executable (`hetring bench SUITE` runs it).
  *
- * The bench sits on top of everything: it may use the application (app/), the trainer, the
- * ring and the config module, and nothing below includes it. A suite is a function of its own
+ * The bench sits on top of everything: it may use the commands (cli/), the cluster engine, the
+ * trainer, the ring and the config module, and nothing below includes it. A suite is a function of its own
  * command line, returning CLI_OK, CLI_FAIL or CLI_USAGE.
  */
 #ifndef HR_BENCH_H

@@ -2,7 +2,7 @@
  * ring_config.h: what the ring and its handshake need to know, and nothing else.
  *
  * The ring knows nothing of training or of the INI file: the application converts its cluster
- * configuration into a ring_config once (app/ring_setup.h) and hands it to ring_init, which
+ * configuration into a ring_config once (cluster/ring_setup.h) and hands it to ring_init, which
  * keeps its own copy. Limits and the security mode's values are the INI schema's; the
  * application checks that they agree at compile time.
  *

@@ -1,5 +1,5 @@
 /*
- * test_api.c: libhetring (lib/hetring.h) from a training loop of its own, on loopback rings
+ * test_api.c: libhetring (cluster/hetring.h) from a training loop of its own, on loopback rings
  * of forked processes.
  *
  *   test_api misuse   one node: wrong sizes, calls out of order, after close, bad options

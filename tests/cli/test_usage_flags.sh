@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Every long option a command's getopt table accepts appears in its usage text (--help), for
-# each app/cli/cmd_*.c: the option names are read from the source table, the usage from the
+# each cli/cmd_*.c: the option names are read from the source table, the usage from the
 # built hetring, so a flag added to one and not the other fails here.
 set -u
 HR=$1 SRC=$2

@@ -1,5 +1,5 @@
 /*
- * test_ring_setup.c: the application's cfg -> ring_config conversion (app/ring_setup.h).
+ * test_ring_setup.c: the application's cfg -> ring_config conversion (cluster/ring_setup.h).
  *
  * Checks that the ring gets the INI's members, timeouts and key sources, with "{id}" expanded
  * in key_file and an unresolved `auto` security mode turned into encrypt; that a bad node
