@@ -1,6 +1,7 @@
 /* cmd_version.c: `hetring version`, the version, the features of this build and the BLAS
  * library and kernels in use. */
 #include "cli/cli.h"
+#include "cluster/hr_fault.h"
 #include "trainer/blas_pick.h"
 
 #include <stdio.h>
@@ -22,10 +23,9 @@ int cmd_version(int argc, char **argv) {
 #else
     printf("cuda: no (built without CUDA; cuda:N devices and the nccl backend are unavailable)\n");
 #endif
-#ifdef HR_TEST_HOOKS
-    printf("test hooks: yes (HETRING_FAULT is honoured)\n");
-#else
-    printf("test hooks: no\n");
-#endif
+    if (hr_fault_hooks_built())
+        printf("test hooks: yes (HETRING_FAULT is honoured)\n");
+    else
+        printf("test hooks: no\n");
     return CLI_OK;
 }

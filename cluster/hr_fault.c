@@ -10,6 +10,14 @@
 #include <time.h>
 #include <unistd.h>
 
+int hr_fault_hooks_built(void) {
+#ifdef HR_TEST_HOOKS
+    return 1;
+#else
+    return 0;
+#endif
+}
+
 int hr_fault_get(const char *kind, long node_id, double def, double *arg) {
 #ifdef HR_TEST_HOOKS
     const char *spec = getenv("HETRING_FAULT");

@@ -18,6 +18,9 @@
 #ifndef HR_FAULT_H
 #define HR_FAULT_H
 
+/* Whether this build's hooks are compiled in (`hetring version` says so). */
+int hr_fault_hooks_built(void);
+
 /* Is fault KIND armed for node `node_id`? On success stores ARG (or `def`) in *arg. */
 int hr_fault_get(const char *kind, long node_id, double def, double *arg);
 /* Act on the process-level faults at a hook point: `iter` < 0 is "ready" (hang, and crash
