@@ -7,12 +7,8 @@
 # no node is left running. Not a timing test: the targets of issue 12 are checked by hand.
 set -u
 HR=$1
-tmp=$(mktemp -d)
-. "$(dirname "$0")/../ports.sh"
-trap 'pkill -KILL -f "$tmp/" 2>/dev/null; rm -rf "$tmp"; port_release' EXIT
-port_block || exit 1 # base: the bench's nodes take base.. (--port)
-fails=0
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+. "$(dirname "$0")/../harness.sh" # the bench's nodes take base.. (--port)
+on_exit='pkill -KILL -f "$tmp/" 2>/dev/null'
 field() { echo "$1" | sed -n "s/.*\"$2\": \([^,}]*\).*/\1/p"; }
 in_range() {
     [[ $1 =~ ^-?[0-9]+(\.[0-9]+)?(e[-+]?[0-9]+)?$ ]] && awk -v v="$1" -v lo="$2" -v hi="$3" 'BEGIN { exit !(v >= lo && v <= hi) }'

@@ -11,12 +11,7 @@
 # Every header also names the BLAS kernels.
 set -u
 HR=$1
-tmp=$(mktemp -d)
-. "$(dirname "$0")/../ports.sh"
-trap 'rm -rf "$tmp"; port_release' EXIT
-port_block || exit 1 # base: the bench's nodes take base..base+4 (--port)
-fails=0
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+. "$(dirname "$0")/../harness.sh" # the bench's nodes take base..base+4 (--port)
 unset PYTHONPATH
 
 # fake DIR VERSION RATE: DIR/python3 "with torch VERSION"; every call is logged in DIR/calls

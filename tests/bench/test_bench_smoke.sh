@@ -12,12 +12,7 @@
 #                   hetring config accepts
 set -u
 HR=$1
-tmp=$(mktemp -d)
-. "$(dirname "$0")/../ports.sh"
-trap 'rm -rf "$tmp"; port_release' EXIT
-port_block || exit 1 # base: the bench's nodes take base..base+4 (--port)
-fails=0
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+. "$(dirname "$0")/../harness.sh" # the bench's nodes take base..base+4 (--port)
 # field LINE KEY: the raw JSON value of KEY in a one-object line ("" when absent)
 field() { echo "$1" | sed -n "s/.*\"$2\": \([^,}]*\).*/\1/p"; }
 # in_range VALUE LO HI: VALUE is a plain decimal number with LO <= VALUE <= HI

@@ -9,14 +9,9 @@
 # Loopback only; every wait is bounded.
 set -u
 HR=$1
-tmp=$(mktemp -d)
+. "$(dirname "$0")/../harness.sh" # the bench's nodes take base..base+4 (--port)
 bench=
-. "$(dirname "$0")/../ports.sh"
-cleanup() { [ -n "$bench" ] && kill -KILL "$bench" 2>/dev/null; rm -rf "$tmp"; port_release; }
-trap cleanup EXIT
-port_block || exit 1 # base: the bench's nodes take base..base+4 (--port)
-fails=0
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+on_exit='[ -n "$bench" ] && kill -KILL "$bench" 2>/dev/null'
 
 # descendants PID: every process below PID (hetring local and its nodes; nodes have their own
 # process groups, so only the parent links find them)

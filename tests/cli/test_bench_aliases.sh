@@ -5,11 +5,7 @@
 # Two nodes on loopback, sizes of a few KiB: about a second.
 set -u
 HR=$(realpath "$1")
-fails=0
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
-. "$(dirname "$0")/../ports.sh"
-tmp=$(mktemp -d); trap 'rm -rf "$tmp"; port_release' EXIT
-port_block || exit 1
+. "$(dirname "$0")/../harness.sh"
 
 # sizes RUN-ARGS...: the sizes column of the table, one line
 sizes() {

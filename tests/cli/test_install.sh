@@ -7,11 +7,7 @@
 # 1 or 0) is 1.
 set -u
 HR=$1 CMAKE=$2 BUILD=$3 HOOKS=$4
-fails=0
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
-. "$(dirname "$0")/../ports.sh"
-tmp=$(mktemp -d); trap 'rm -rf "$tmp"; port_release' EXIT
-port_block || exit 1
+. "$(dirname "$0")/../harness.sh"
 P=$tmp/prefix
 
 "$CMAKE" --install "$BUILD" --prefix "$P" > "$tmp/install.log" 2>&1 ||

@@ -7,11 +7,8 @@
 # Every node gets its own unique config path so that pgrep finds exactly this test's children.
 set -u
 HR=$1
-fails=0
-fail() { echo "FAIL: $*"; fails=$((fails+1)); }
-. "$(dirname "$0")/../ports.sh"
-tmp=$(mktemp -d); trap 'pkill -KILL -f "$tmp/" 2>/dev/null; rm -rf "$tmp"; port_release' EXIT
-port_block || exit 1 # base: 8 ports no other test holds
+. "$(dirname "$0")/../harness.sh"
+on_exit='pkill -KILL -f "$tmp/" 2>/dev/null'
 conf=$tmp/c.ini
 { printf '[cluster]\nsecurity = none\nrejoin_timeout = 1\n[train]\niterations = 1\n'
   for i in 0 1 2 3; do printf '[node.%d]\nhost = 127.0.0.1\nport = %d\n' $i $((base+i)); done; } > "$conf"

@@ -11,13 +11,9 @@
 # to it are refused and retried: that retry is the ring debug line the level tests look for.
 set -u
 HR=$1
-fails=0
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
-tmp=$(mktemp -d)
+. "$(dirname "$0")/../harness.sh"
 p0=
-. "$(dirname "$0")/../ports.sh"
-trap '[ -n "$p0" ] && kill -KILL "$p0" 2>/dev/null; rm -rf "$tmp"; port_release' EXIT
-port_block || exit 1 # base: a claimed block of 8 ports (tests/ports.sh)
+on_exit='[ -n "$p0" ] && kill -KILL "$p0" 2>/dev/null'
 B=96 ITERS=10
 cluster() { # cluster FILE SECURITY-LINE: a 2-node cluster file, tiny model
     { printf '[cluster]\n%s\nconnect_timeout = 10\ntimeout = 20\n' "$2"

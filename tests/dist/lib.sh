@@ -1,13 +1,7 @@
 # lib.sh: the setup the multi-process scripts share; sourced with the hetring binary as $1.
-# Sets HR, a failure counter (fail MSG, then `finish` at the end), a temporary directory $tmp
-# removed on exit, and `base`, the first of 8 ports claimed for this script (tests/ports.sh).
-set -u
+# Sets HR and what tests/harness.sh gives (fail, $tmp, base); scripts end with `finish`.
 HR=$1
-fails=0
-fail() { echo "FAIL: $*"; fails=$((fails+1)); }
-. "$(dirname "${BASH_SOURCE[0]}")/../ports.sh"
-tmp=$(mktemp -d); trap 'rm -rf "$tmp"; port_release' EXIT
-port_block || exit 1 # base: 8 ports no other test holds
+. "$(dirname "${BASH_SOURCE[0]}")/../harness.sh"
 
 # write_conf FILE NODES TIMEOUT: a cluster of NODES nodes on 127.0.0.1 ports base.., without
 # security, with the given read timeout; the [train] and [controller] sections from stdin

@@ -9,11 +9,7 @@
 #          PYTHON has no torch)
 set -u
 HR=$1 CMAKE=$2 BUILD=$3 SRC=$4 WHAT=$5 PY=${6:-python3}
-fails=0
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
-. "$SRC/tests/ports.sh"
-tmp=$(mktemp -d); trap 'rm -rf "$tmp"; port_release' EXIT
-port_block || exit 1
+. "$SRC/tests/harness.sh"
 sets=()
 for k in 0 1 2 3; do sets+=("node.$k.port=$((base + k))"); done
 

@@ -12,25 +12,16 @@
 # no epoch with two different member sets. MODE is none, auth (PSK) or encrypt (identity keys).
 set -u
 scenario=$1 mode=$2 NODE=$3
-tmp=$(mktemp -d)
 pids=()
-. "$(dirname "$0")/../ports.sh"
-cleanup() {
-    for p in "${pids[@]}"; do kill -CONT "$p" 2>/dev/null; kill -KILL "$p" 2>/dev/null; done
-    wait 2>/dev/null
-    rm -rf "$tmp"
-    port_release
-}
-trap cleanup EXIT
-fails=0
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+. "$(dirname "$0")/../harness.sh"
+on_exit='for p in "${pids[@]}"; do kill -CONT "$p" 2>/dev/null; kill -KILL "$p" 2>/dev/null; done
+wait 2>/dev/null'
 now() { date +%s.%N; }
 calc() { awk "BEGIN{printf \"%.2f\", $*}"; }
 
 for i in 0 1 2 3; do pub[$i]=$("$NODE" keygen "$tmp/node$i.key"); done
 printf '# test psk\n%s\n' "$(od -An -tx1 -N32 /dev/urandom | tr -d ' \n')" > "$tmp/psk"
 chmod 600 "$tmp/psk"
-port_block || exit 1
 {
     printf '[cluster]\nname = elastic\nconnect_timeout = 5\ntimeout = 2\n'
     case $mode in

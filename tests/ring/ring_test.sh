@@ -18,18 +18,9 @@
 # below the kernel's ephemeral range (32768+), so no outgoing connection can hold one.
 set -u
 scenario=$1 mode=$2 NODE=$3 PROXY=${4:-}
-tmp=$(mktemp -d)
 pids=()
-. "$(dirname "$0")/../ports.sh"
-cleanup() {
-    for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null; done
-    wait 2>/dev/null
-    rm -rf "$tmp"
-    port_release
-}
-trap cleanup EXIT
-fails=0
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+. "$(dirname "$0")/../harness.sh"
+on_exit='for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null; done; wait 2>/dev/null'
 now() { date +%s.%N; }
 
 # identity keys for ids 0..7, a cluster PSK, and a second ("wrong") key and PSK
