@@ -4,6 +4,7 @@
  */
 #include "trainer/layers.h"
 #include "base/hr_time.h"
+#include "trainer/ew.h"
 
 #include <cblas.h>
 #include <float.h>
@@ -47,7 +48,7 @@ void linear_backward(float *din, float *dw, float *dbias, const float *dout, con
 /* ================================================================ relu */
 
 void relu_forward(float *out, const float *in, long n) {
-    for (long i = 0; i < n; i++) out[i] = in[i] > 0.0f ? in[i] : 0.0f;
+    for (long i = 0; i < n; i++) out[i] = ew_relu(in[i]);
 }
 
 /* Written as a select of both loads, so the compiler vectorizes it: a branch on the sign of
@@ -55,10 +56,7 @@ void relu_forward(float *out, const float *in, long n) {
  * training step. The buffers never overlap (model.c: they belong to different layers). */
 void relu_backward(float *restrict din, const float *restrict dout, const float *restrict out,
                    long n) {
-    for (long i = 0; i < n; i++) {
-        float d = dout[i];
-        din[i] = out[i] > 0.0f ? d : 0.0f;
-    }
+    for (long i = 0; i < n; i++) din[i] = ew_relu_grad(out[i], dout[i]);
 }
 
 /* ================================================================ conv2d */
@@ -209,7 +207,7 @@ void mse_loss(float *dy, const float *y, const float *t, int B, int T, double *l
     for (long i = 0; i < (long)B * T; i++) {
         float e = y[i] - t[i];
         loss += (double)e * e;
-        if (dy) dy[i] = 2.0f * e;
+        if (dy) dy[i] = ew_mse_grad(e);
     }
     *loss_sum += loss;
 }

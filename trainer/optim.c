@@ -2,6 +2,7 @@
  * optim.c: SGD with momentum and weight decay (see optim.h).
  */
 #include "trainer/optim.h"
+#include "trainer/ew.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -56,11 +57,7 @@ static void step_part(const opt_part *a) {
     float *restrict p = a->p;
     const float *restrict g = a->g;
     const float lr = a->lr, mu = a->mu, wd = a->wd, inv_b = a->inv_b;
-    for (long i = a->lo; i < a->hi; i++) {
-        float gi = g[i] * inv_b + wd * p[i];
-        v[i] = mu * v[i] + gi;
-        p[i] -= lr * v[i];
-    }
+    for (long i = a->lo; i < a->hi; i++) ew_sgd(&p[i], &v[i], g[i], lr, mu, wd, inv_b);
 }
 
 static void *step_main(void *arg) {

@@ -6,6 +6,7 @@
  * the batch only) and a single block folds the partials. Same input, same bits.
  */
 #include "trainer/cuda/cuda_common.cuh"
+#include "trainer/ew.h"
 
 #include <float.h>
 
@@ -146,13 +147,13 @@ hr_status hr_cuda_channel_sum(cuda_ctx *c, float *out, const float *x, int B, in
 static __global__ void relu_fwd_kernel(float *out, const float *in, long n) {
     for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < n;
          i += (long)gridDim.x * blockDim.x)
-        out[i] = in[i] > 0.0f ? in[i] : 0.0f;
+        out[i] = ew_relu(in[i]);
 }
 
 static __global__ void relu_bwd_kernel(float *din, const float *dout, const float *out, long n) {
     for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < n;
          i += (long)gridDim.x * blockDim.x)
-        din[i] = out[i] > 0.0f ? dout[i] : 0.0f;
+        din[i] = ew_relu_grad(out[i], dout[i]);
 }
 
 extern "C" hr_status cuda_relu_forward(cuda_ctx *c, float *out, const float *in, long n) {
@@ -216,7 +217,7 @@ static __global__ void mse_kernel(float *dy, const float *y, const float *t, lon
          i += (long)gridDim.x * blockDim.x) {
         float e = y[i] - t[i];
         loss += (double)e * e;
-        if (dy) dy[i] = 2.0f * e;
+        if (dy) dy[i] = ew_mse_grad(e);
     }
     loss = hr_block_sum(loss, sh);
     if (threadIdx.x == 0) {
@@ -236,18 +237,13 @@ extern "C" hr_status cuda_mse_loss(cuda_ctx *c, float *dy, const float *y, const
 
 /* ================================================================ optimizer */
 
-/* Explicit round-to-nearest intrinsics keep nvcc from fusing into FMAs, so the update is
- * the CPU's, operation for operation. */
+/* The CPU's step (ew_sgd), compiled without fused multiply-adds (--fmad=false): the update is
+ * opt_step's, operation for operation. */
 static __global__ void sgd_kernel(float *p, float *v, const float *grad, long n, float lr,
                                   float momentum, float wd, float inv_B) {
     for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < n;
-         i += (long)gridDim.x * blockDim.x) {
-        float pi = p[i];
-        float g = __fadd_rn(__fmul_rn(grad[i], inv_B), __fmul_rn(wd, pi));
-        float vi = __fadd_rn(__fmul_rn(momentum, v[i]), g);
-        v[i] = vi;
-        p[i] = __fsub_rn(pi, __fmul_rn(lr, vi));
-    }
+         i += (long)gridDim.x * blockDim.x)
+        ew_sgd(&p[i], &v[i], grad[i], lr, momentum, wd, inv_B);
 }
 
 extern "C" hr_status cuda_sgd_step(cuda_ctx *c, float *p, float *v, const float *grad, long n,
