@@ -73,16 +73,19 @@ void opt_set_threads(opt_sgd *o, int threads) {
     o->threads = threads < 1 ? 1 : threads > OPT_THREADS_MAX ? OPT_THREADS_MAX : threads;
 }
 
+opt_scalars opt_scalars_at(const opt_sgd *o, long B, long iter) {
+    opt_scalars s = {(float)opt_lr(o, iter), (float)o->momentum, (float)o->weight_decay,
+                     1.0f / (float)B};
+    return s;
+}
+
 void opt_step(opt_sgd *o, float *params, const float *grad_sums, long B, long iter) {
-    opt_part base = {o->vel,
-                     params,
-                     grad_sums,
-                     (float)opt_lr(o, iter),
-                     (float)o->momentum,
-                     (float)o->weight_decay,
-                     1.0f / (float)B,
-                     0,
-                     o->n};
+    opt_scalars s = opt_scalars_at(o, B, iter);
+    opt_apply(o, params, grad_sums, &s);
+}
+
+void opt_apply(opt_sgd *o, float *params, const float *grad_sums, const opt_scalars *s) {
+    opt_part base = {o->vel, params, grad_sums, s->lr, s->mu, s->wd, s->inv_b, 0, o->n};
     int nt = o->threads > 1 && o->n >= OPT_PAR_MIN ? o->threads : 1;
     opt_part part[OPT_THREADS_MAX];
     pthread_t th[OPT_THREADS_MAX];

@@ -50,6 +50,20 @@ void opt_free(opt_sgd *o);
  * over the first `warmup` iterations, then the schedule applies to iter - warmup. */
 double opt_lr(const opt_sgd *o, long iter);
 
+/* The scalars of one step, as floats, computed once: every device's step takes these. */
+typedef struct {
+    float lr;    /* opt_lr at the iteration */
+    float mu;    /* momentum */
+    float wd;    /* weight decay */
+    float inv_b; /* 1 / B */
+} opt_scalars;
+
+/* The scalars of the step of iteration `iter` with global batch B. */
+opt_scalars opt_scalars_at(const opt_sgd *o, long B, long iter);
+
+/* The step with the scalars s (ew_sgd on every parameter, over o->threads threads). */
+void opt_apply(opt_sgd *o, float *params, const float *grad_sums, const opt_scalars *s);
+
 /* One step on params (n) with grad_sums (n) summed over B samples. Each parameter's update is
  * the same arithmetic whichever thread does it, so the result is bitwise the same for any
  * thread count (and matches the device step, trainer/cuda). */
