@@ -553,8 +553,7 @@ int hetring_next(hetring *h, hetring_batch *out) {
         if (changed) h->view_changed = 1, report_view(h);
     }
     if (h->iter >= h->total) return HETRING_DONE;
-    long start = 0;
-    for (int k = 0; k < h->rank; k++) start += h->split[k];
+    const long start = data_slice_start(h->split, h->rank);
     const long b = h->split[h->rank], it = h->iter % h->ipe;
     const uint32_t *p = data_loader_perm(&h->dl, h->iter / h->ipe) + it * h->B + start;
     for (long i = 0; i < b; i++) h->idx[i] = p[i];

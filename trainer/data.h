@@ -71,6 +71,10 @@ typedef struct {
     uint32_t *perm;     /* (n) perm_epoch */
 } data_loader;
 
+/* Where the slice of the node at ring position `rank` starts in its iteration's batch, for
+ * the split b[0, size): start = sum of b[q], q < rank (I1). */
+long data_slice_start(const long *split, int rank);
+
 /* Refuses a set smaller than one global batch B (HR_ERR_CONFIG). */
 hr_status data_loader_init(data_loader *dl, const data_set *ds, uint64_t seed, long B, char *err,
                            size_t errlen);

@@ -249,8 +249,7 @@ hr_status train_step(trainer *t, train_iter *out) {
         HR_ERROR(TRAIN, "iteration %ld: no batch split was set (train_set_split)", i);
         return HR_ERR_INVAL;
     }
-    long start = 0;
-    for (int q = 0; q < rank; q++) start += t->split[q];
+    const long start = data_slice_start(t->split, rank);
     const long b = t->split[rank];
     model_stats ms = {0, 0};
 
