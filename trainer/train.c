@@ -418,10 +418,6 @@ uint64_t train_state_hash(const trainer *t) {
 
 /* ================================================================ the run */
 
-static hr_status train_write_summary_tagged(const trainer *t, const train_result *r,
-                                            const train_opts *o, const char *path, char *err,
-                                            size_t errlen);
-
 static void json_num(FILE *f, const char *key, double v) {
     if (isfinite(v))
         fprintf(f, "\"%s\":%.9g", key, v);
@@ -634,6 +630,33 @@ static hr_status run_iteration(trainer *t, const train_opts *o, run_report *rr, 
     return HR_OK;
 }
 
+/* The summary JSON (keys iterations, samples, wall_s, samples_per_s, final_loss, eval_accuracy,
+ * emulated, ...), with the fields of the tag hook. */
+static hr_status write_summary(const trainer *t, const train_result *r, const train_opts *o,
+                               const char *path, char *err, size_t errlen) {
+    FILE *f = fopen(path, "w");
+    if (!f) return hr_fail(err, errlen, HR_ERR_IO, "%s: cannot create (%s)", path, strerror(errno));
+    char desc[160];
+    model_describe(&t->m, desc, sizeof desc);
+    fprintf(f, "{\n  \"iterations\": %ld,\n  \"samples\": %ld,\n", r->iterations, r->samples);
+    json_field(f, "wall_s", r->wall_s);
+    json_field(f, "samples_per_s", r->samples_per_s);
+    json_field(f, "final_loss", r->final_loss);
+    json_field(f, "eval_loss", r->eval_loss);
+    json_field(f, "eval_accuracy", r->eval_accuracy);
+    fprintf(f, "  \"emulated\": %s,\n", r->emulated ? "true" : "false");
+    fprintf(f, "  \"model\": \"%s %s\",\n  \"dataset\": \"%s\",\n  \"nodes\": %d,\n",
+            t->conf.model.name, desc, t->conf.data.name, t->comm.size);
+    fprintf(f, "  \"global_batch\": %ld,\n  \"gradient_buckets\": %d,\n", train_global_batch(t),
+            t->has_peer ? t->peer_buckets : 1);
+    fprintf(f, "  \"final_iteration\": %ld", t->iter);
+    if (o && o->tag) o->tag(o->member_ctx, t, f, 1);
+    fputs("\n}\n", f);
+    if (ferror(f) | (fclose(f) != 0))
+        return hr_fail(err, errlen, HR_ERR_IO, "%s: write failed", path);
+    return HR_OK;
+}
+
 hr_status train_run(trainer *t, const train_opts *o, train_result *res, char *err, size_t errlen) {
     memset(res, 0, sizeof *res);
     res->emulated = t->conf.emulated;
@@ -682,8 +705,7 @@ hr_status train_run(trainer *t, const train_opts *o, train_result *res, char *er
     t->metrics = NULL;
     HR_CHECK_GOTO(report_close(&rr, err, errlen), st, fail);
     if (t->comm.rank == 0 && o && o->summary_path && !res->left)
-        HR_CHECK_GOTO(train_write_summary_tagged(t, res, o, o->summary_path, err, errlen), st,
-                      fail);
+        HR_CHECK_GOTO(write_summary(t, res, o, o->summary_path, err, errlen), st, fail);
     return HR_OK;
 fail:
     t->metrics = NULL;
@@ -691,35 +713,4 @@ fail:
     if (st != HR_OK && err && !err[0])
         snprintf(err, errlen, "iteration %ld: %s", t->iter, hr_strerror(st));
     return st;
-}
-
-hr_status train_write_summary(const trainer *t, const train_result *r, const char *path, char *err,
-                              size_t errlen) {
-    return train_write_summary_tagged(t, r, NULL, path, err, errlen);
-}
-
-static hr_status train_write_summary_tagged(const trainer *t, const train_result *r,
-                                            const train_opts *o, const char *path, char *err,
-                                            size_t errlen) {
-    FILE *f = fopen(path, "w");
-    if (!f) return hr_fail(err, errlen, HR_ERR_IO, "%s: cannot create (%s)", path, strerror(errno));
-    char desc[160];
-    model_describe(&t->m, desc, sizeof desc);
-    fprintf(f, "{\n  \"iterations\": %ld,\n  \"samples\": %ld,\n", r->iterations, r->samples);
-    json_field(f, "wall_s", r->wall_s);
-    json_field(f, "samples_per_s", r->samples_per_s);
-    json_field(f, "final_loss", r->final_loss);
-    json_field(f, "eval_loss", r->eval_loss);
-    json_field(f, "eval_accuracy", r->eval_accuracy);
-    fprintf(f, "  \"emulated\": %s,\n", r->emulated ? "true" : "false");
-    fprintf(f, "  \"model\": \"%s %s\",\n  \"dataset\": \"%s\",\n  \"nodes\": %d,\n",
-            t->conf.model.name, desc, t->conf.data.name, t->comm.size);
-    fprintf(f, "  \"global_batch\": %ld,\n  \"gradient_buckets\": %d,\n", train_global_batch(t),
-            t->has_peer ? t->peer_buckets : 1);
-    fprintf(f, "  \"final_iteration\": %ld", t->iter);
-    if (o && o->tag) o->tag(o->member_ctx, t, f, 1);
-    fputs("\n}\n", f);
-    if (ferror(f) | (fclose(f) != 0))
-        return hr_fail(err, errlen, HR_ERR_IO, "%s: write failed", path);
-    return HR_OK;
 }

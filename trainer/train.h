@@ -284,9 +284,4 @@ typedef struct {
  * checkpoint_interval iterations and at the end (rank 0), write metrics and summary. */
 hr_status train_run(trainer *t, const train_opts *o, train_result *res, char *err, size_t errlen);
 
-/* Write the summary JSON (keys iterations, samples, wall_s, samples_per_s, final_loss,
- * eval_accuracy, emulated, ...). */
-hr_status train_write_summary(const trainer *t, const train_result *r, const char *path, char *err,
-                              size_t errlen);
-
 #endif
