@@ -100,7 +100,7 @@ static int dry_trainer(const cfg *c, int self) {
         bad += problem(c, -1, "checkpoint", "%s", err);
     app_train_config(c, self, &tc);
     tc.checkpoint = NULL; /* checked above, to name its key */
-    if (train_init(&t, &tc, NULL, err, sizeof err) != HR_OK) {
+    if (train_init(&t, &tc, err, sizeof err) != HR_OK) {
         /* "FILE: [train] KEY ..." (a model that does not fit the data) names its key; anything
          * else is about the data files */
         size_t pl = strlen(c->path);

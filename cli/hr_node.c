@@ -54,7 +54,7 @@ static void on_view(void *user, const hetring_view *v) {
     n->n = v->n;
     memcpy(n->ids, v->ids, sizeof *n->ids * (size_t)v->n);
     n->views++;
-    n->t->comm.rank = v->rank, n->t->comm.size = v->n;
+    n->t->rank = v->rank, n->t->n_nodes = v->n;
 }
 
 /* Leaving: this node's checkpoint, when one is configured. */
@@ -147,7 +147,7 @@ static hr_status exchange(void *ctx, train_exchange *x) {
     const int size = hetring_members(n->h, n->members, n->c->n_nodes);
     for (int k = 0; k < size; k++)
         t->gathered[k].b = n->members[k].batch, t->gathered[k].t = n->members[k].compute_s;
-    t->comm.size = size;
+    t->n_nodes = size;
     hr_lib_split(n->h, t->split, t->max_nodes); /* the next split: what a checkpoint records */
     x->loss = r.loss, x->accuracy = r.accuracy;
     x->t_node = r.t_node, x->t_comm = r.t_comm;

@@ -1,20 +1,17 @@
 /*
  * train.h: the training loop, following DESIGN.md "One iteration".
  *
- *   slice    b = split[rank] samples starting at start = sum of split[q], q < rank (I1)
+ *   slice    b samples of the global batch B from offset start (I1): alone, the whole batch
+ *            (split = {B}); with a peer, the slice the peer gives
  *   compute  forward + backward -> gradient SUMS in grads[0, n_params); the compute time is
  *            measured on CLOCK_MONOTONIC, then stretched by sleeping (factor - 1) * t when the
  *            node emulates a slowdown (train_config's slowdown and phases)
- *   stats    this node's train_stat (b, t, loss sum, correct, machine, extra) is packed into
- *            its slot of the tail grads[n_params, n_params + size*TRAIN_NODE_STATS); the
- *            others are 0
- *   comm     comm.allreduce(grads, n_params + tail): a SUM over the nodes, in place; the
- *            summed tail is an all-gather of every node's stats
+ *   exchange alone, nothing: the sums are the batch's; with a peer, the peer turns them into
+ *            the sums over the cluster and hands back every node's train_stat (t->gathered)
  *   update   opt_step divides by B (I2), identically on every node (I4)
  *
- * One node is the case comm = train_comm_local() (no-op all-reduce), split = {B}. A cluster
- * node hands the distributed part of every iteration to a peer instead (train_peer: the
- * libhetring node of lib/hr_node.h, which gives the slice, overlaps the gradient's buckets
+ * A cluster node hands the distributed part of every iteration to a peer (train_peer: the
+ * libhetring node of cli/hr_node.h, which gives the slice, overlaps the gradient's buckets
  * with backward, all-reduces it with the stats, checks the replicas and decides the next
  * split). The loop allocates nothing after train_init (metrics go through stdio).
  */
@@ -65,7 +62,7 @@ typedef struct {
     int n_phases;                         /* entries used in phases[] */
     int emulated;       /* some node of the cluster emulates a slowdown (labels the run) */
     const char *origin; /* the config file, named in errors */
-    int max_nodes;      /* most nodes a view can have (a cluster's); 0: the comm's size */
+    int max_nodes;      /* most nodes a view can have (a cluster's); 0: one */
 } train_config;
 
 /* ---------------------------------------------------------------- one iteration */
@@ -92,21 +89,10 @@ typedef struct {
 void train_stats_pack(float *tail, int rank, int size, const train_stat *mine);
 void train_stats_unpack(const float *tail, int size, train_stat *out);
 
-/* The communication step: a SUM all-reduce of n floats in place, the same bytes on every
- * node afterwards (I4). rank is this node's ring position, size the number of nodes. */
-typedef struct {
-    void *ctx;
-    int rank, size;
-    hr_status (*allreduce)(void *ctx, float *buf, size_t n);
-} train_comm;
-
-/* A one-node communicator: the all-reduce leaves the buffer as it is. */
-train_comm train_comm_local(void);
-
-/* A peer: instead of comm, the distributed part of every iteration is run by the cluster
- * node of lib/hr_node.h (a libhetring handle): it gives the iteration's slice, takes the
- * gradient buffer as backward finishes it, and exchanges the gradient sums and this node's
- * stats for the cluster's sums, every node's stats (t->gathered) and the next split. */
+/* A peer: the distributed part of every iteration is run by the cluster node of
+ * cli/hr_node.h (a libhetring handle): it gives the iteration's slice, takes the gradient
+ * buffer as backward finishes it, and exchanges the gradient sums and this node's stats for
+ * the cluster's sums, every node's stats (t->gathered) and the next split. */
 typedef struct {
     long start, b;  /* this node's slice: b samples from offset start of the global batch */
     int rank, size; /* this node's ring position and the view's size */
@@ -132,7 +118,7 @@ typedef struct {
     /* grads[off, n_params) hold their final sums (model_grad_hook's ready). */
     void (*ready)(void *ctx, long off);
     /* grads[0, n_params) become the sums over the cluster, t->gathered every node's stats
-     * (b and t at least) and comm.size entries long; on failure nothing was applied. */
+     * (b and t at least, t->n_nodes entries); on failure nothing was applied. */
     hr_status (*exchange)(void *ctx, train_exchange *x);
 } train_peer;
 
@@ -153,7 +139,10 @@ typedef struct {
 
 typedef struct {
     train_config conf;    /* settings (strings borrowed); conf.global_batch is B */
-    train_comm comm;      /* communication step */
+    int rank;             /* this node's ring position: only rank 0 prints progress, evaluates
+                           * and writes the summary (0 alone; the peer's slices set it) */
+    int n_nodes;          /* nodes of the current view: entries of split and gathered (1
+                           * alone; the peer's slices and exchanges set it) */
     data_set train, eval; /* training and held-out sets */
     data_loader dl;       /* permutation and slices (I1) */
     model m;              /* the model; m.grads carries the stats tail */
@@ -162,18 +151,17 @@ typedef struct {
     long total;           /* iterations of the run */
     long iter;            /* next iteration to run */
     int max_nodes;        /* capacity of the per-node arrays and of the stats tail */
-    long *split;          /* (comm.size) samples per node for the next iteration; written by
-                           * train_set_split only */
+    long *split;          /* (n_nodes) samples per node for the next iteration, what a
+                           * checkpoint records; written by train_set_split (alone: {B}) and
+                           * by the peer */
     int has_split;        /* split was set (train_init does it for one node) */
-    long *recorded;       /* (comm.size) the split of the checkpoint train_load read, for the
+    long *recorded;       /* (max_nodes) the split of the checkpoint train_load read, for the
                            * controller to adopt; valid when has_recorded */
-    int has_recorded;     /* the checkpoint recorded a split for comm.size nodes */
+    int has_recorded;     /* the checkpoint recorded a split for max_nodes nodes */
     float *x;             /* (B, d) input slice */
     int32_t *y;           /* (B) labels, or NULL */
     float *t;             /* (B, n_targets) targets, or NULL */
-    float *stats;         /* = m.grads + m.n_params, (comm.size, TRAIN_NODE_STATS) packed */
-    train_stat *gathered; /* (comm.size) the stats of the iteration just run, unpacked */
-    long tail;            /* floats in the stats tail: comm.size * TRAIN_NODE_STATS */
+    train_stat *gathered; /* (n_nodes) every node's stats of the iteration just run */
     FILE *metrics;        /* the metrics file while train_run runs, else NULL: the hooks of
                            * train_opts may add their own records */
 
@@ -182,28 +170,27 @@ typedef struct {
     long cuts[MODEL_MAX_LAYERS + 1]; /* the plan: bucket j = grads[cuts[j+1], cuts[j]) */
     int n_buckets;                   /* buckets in the plan; 0 with one node or bucket_bytes 0 */
     train_peer peer;                 /* the distributed part, when has_peer (train_set_peer) */
-    int has_peer;                    /* peer is set: comm's all-reduce is unused */
+    int has_peer;                    /* peer is set: it runs the distributed part */
     int peer_buckets;                /* all-reduces of the last exchange (the summary's) */
 } trainer;
 
-/* Load the data, build the model and optimizer from tc. comm may be NULL (one node). Sets
- * the BLAS thread count from tc->threads (0 = all cores). One node's split is {B}; a
- * cluster node's slices come from its peer (train_set_peer). */
-hr_status train_init(trainer *t, const train_config *tc, const train_comm *comm, char *err,
-                     size_t errlen);
+/* Load the data, build the model and optimizer from tc. Sets the BLAS thread count from
+ * tc->threads (0 = all cores). The trainer starts alone, with the split {B}; a cluster
+ * node's slices come from its peer (train_set_peer). */
+hr_status train_init(trainer *t, const train_config *tc, char *err, size_t errlen);
 void train_free(trainer *t);
 
 /* The global batch B: its one home is t->conf.global_batch; the data loader, the optimizer
  * and the controller are handed it, and everyone else asks here. */
 long train_global_batch(const trainer *t);
 
-/* Adopt the split b (comm.size entries) for the next iteration, which a checkpoint records.
+/* Adopt the split b (n_nodes entries) for the next iteration, which a checkpoint records.
  * b comes from the controller, which checks I6 (sum B, bounds) where it makes a split
  * (ctrl.h); the trainer does not check it again. */
 void train_set_split(trainer *t, const long *b);
 
-/* Hand the distributed part of every iteration to peer (see train_peer): comm.rank and
- * comm.size follow the peer's slices, and the peer keeps split up to date. */
+/* Hand the distributed part of every iteration to peer (see train_peer): rank and n_nodes
+ * follow the peer's slices, and the peer keeps split up to date. */
 void train_set_peer(trainer *t, const train_peer *peer);
 
 /* The training state as one blob, for a node that joins or falls behind: the iteration to run
@@ -228,7 +215,7 @@ void train_overlap_describe(const trainer *t, char *out, size_t n);
  * interference phase begun by then. */
 double train_stretch_factor(const train_config *c, long iter);
 
-/* Run iteration t->iter and advance. HR_ERR_INVAL when no split was set. */
+/* Run iteration t->iter and advance: alone, the whole batch; with a peer, its slice. */
 hr_status train_step(trainer *t, train_iter *out);
 
 /* Loss and accuracy of the current parameters on the held-out split (all of it). */
@@ -254,7 +241,8 @@ typedef struct {
     void *on_iter_ctx;
     /* Optional membership hooks (the application's elastic training), with ctx member_ctx:
      *  - on_fail: train_step failed with `st`; return HR_OK once the trainer may retry
-     *    t->iter (possibly with another comm, split and state), else the status to stop with;
+     *    t->iter (possibly in another view, with another split and state), else the status
+     *    to stop with;
      *  - after_iter: after every completed iteration (its checkpoint written); return HR_OK to
      *    go on, HR_ERR_INTERRUPTED to end the run here as a success, else a status to stop;
      *  - tag: adds fields to every metrics record, or with `summary` to the summary (written

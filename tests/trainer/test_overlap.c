@@ -254,11 +254,11 @@ static void test_trainer_plan(const char *dir) {
           "one node of one thread: %ld cores for %ld threads", tc.machine.cores, tc.machine.demand);
     trainer t;
     char err[HR_ERRLEN];
-    CHECK(train_init(&t, &tc, NULL, err, sizeof err) == HR_OK, "train_init: %s", err);
+    CHECK(train_init(&t, &tc, err, sizeof err) == HR_OK, "train_init: %s", err);
     CHECK(t.n_buckets == 0, "one node alone has a plan of %d buckets", t.n_buckets);
     train_free(&t);
     tc.max_nodes = 2;
-    CHECK(train_init(&t, &tc, NULL, err, sizeof err) == HR_OK, "train_init: %s", err);
+    CHECK(train_init(&t, &tc, err, sizeof err) == HR_OK, "train_init: %s", err);
     CHECK(t.n_buckets == 2, "the 2.7 MB of gradients make %d buckets of 1 MiB, not 2", t.n_buckets);
     train_free(&t);
     cfg_free(&c);

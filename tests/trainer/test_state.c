@@ -138,7 +138,7 @@ static void test_max_nodes(void) {
     app_train_config(&c, 0, &tc);
     tc.max_nodes = 4;
     char err[HR_ERRLEN];
-    CHECK(train_init(&t, &tc, NULL, err, sizeof err) == HR_OK, "train_init: %s", err);
+    CHECK(train_init(&t, &tc, err, sizeof err) == HR_OK, "train_init: %s", err);
     CHECK(t.max_nodes == 4, "max_nodes %d, expected 4", t.max_nodes);
     CHECK(t.m.grad_tail >= 4 * TRAIN_NODE_STATS, "room for %ld floats of stats, expected %d",
           t.m.grad_tail, 4 * TRAIN_NODE_STATS);
