@@ -6,6 +6,7 @@
 #include "base/hr_log.h"
 #include "cluster/dist.h"
 #include "cluster/hetring_app.h"
+#include "cluster/stats.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -237,7 +238,7 @@ hr_status hr_node_open(hr_node *n, const cfg *c, int self, trainer *t, volatile 
     memset(n, 0, sizeof *n);
     n->t = t, n->c = c, n->self = self;
     n->on_listen = on_listen, n->listen_ctx = ctx;
-    if (t->m.grad_tail < (long)c->n_nodes * TRAIN_NODE_STATS)
+    if (t->m.grad_tail < (long)c->n_nodes * CLUSTER_NODE_STATS)
         return hr_fail(err, errlen, HR_ERR_INVAL, "the trainer has no room for %d nodes' stats",
                        c->n_nodes);
     if (!(n->members = calloc((size_t)c->n_nodes, sizeof *n->members)))

@@ -80,7 +80,7 @@ int dist_wants_hash(const dist *d, long iter) {
     return iter % d->hash_interval == 0 || d->force_hash;
 }
 
-void dist_annotate(dist *d, long iter, uint64_t param_hash, train_stat *mine) {
+void dist_annotate(dist *d, long iter, uint64_t param_hash, cluster_stat *mine) {
     if (dist_wants_hash(d, iter)) put_hash(mine->extra + DIST_STAT_PHASH, param_hash);
     put_hash(mine->extra + DIST_STAT_DHASH, d->dhash);
     int flags = 0;
@@ -91,7 +91,7 @@ void dist_annotate(dist *d, long iter, uint64_t param_hash, train_stat *mine) {
 
 /* Whether every node's hash pair at extra[off] equals rank 0's; when one differs, *bad_id and
  * *ref_id get the ids of the first such node and of rank 0. */
-static int agree(const dist *d, const train_stat *stats, int size, int off, long *bad_id,
+static int agree(const dist *d, const cluster_stat *stats, int size, int off, long *bad_id,
                  long *ref_id) {
     const ring_view *v = ring_get_view(&d->r);
     for (int k = 1; k < size; k++)
@@ -111,7 +111,7 @@ __attribute__((format(printf, 1, 2))) static hr_status mismatch(const char *fmt,
     return HR_ERR_MISMATCH;
 }
 
-hr_status dist_decide(dist *d, long iter, const train_stat *stats, int size, long *split) {
+hr_status dist_decide(dist *d, long iter, const cluster_stat *stats, int size, long *split) {
     long bad, ref;
     const int check_params = dist_wants_hash(d, iter);
     d->iter = iter + 1; /* set while the bucket thread is idle: it reads it (test faults) */
@@ -135,7 +135,8 @@ hr_status dist_decide(dist *d, long iter, const train_stat *stats, int size, lon
                         "every node); stopping. Check that every node runs the same hetring build "
                         "and config",
                         iter, bad, ref);
-    for (int k = 0; k < size; k++) d->gathered[k] = (ctrl_stat){.t = stats[k].t, .b = stats[k].b};
+    for (int k = 0; k < size; k++)
+        d->gathered[k] = (ctrl_stat){.t = stats[k].rec.t, .b = stats[k].rec.b};
     hr_status st = ctrl_observe(&d->ctl, iter, d->gathered);
     if (st != HR_OK) {
         HR_ERROR(CTRL, "iteration %ld: the controller rejected the gathered stats", iter);

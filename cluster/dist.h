@@ -39,18 +39,19 @@
 
 #include "conf/cfg.h"
 #include "ctrl/ctrl.h"
+#include "cluster/stats.h"
 #include "ring/ring.h"
 #include "trainer/train.h"
 
 #include <signal.h>
 
-/* The checks' floats in train_stat.extra, the per-node stats left free by the trainer. */
+/* The checks' floats in cluster_stat.extra (stats.h). */
 enum {
     DIST_STAT_PHASH = 0, /* two floats: parameter hash, on hash iterations */
     DIST_STAT_DHASH = 2, /* two floats: hash of the decision that set this iteration's split */
     DIST_STAT_FLAGS = 4, /* one float: DIST_FLAG_* bits */
 };
-_Static_assert(DIST_STAT_FLAGS + 1 <= TRAIN_STAT_EXTRA, "the checks must fit train_stat.extra");
+_Static_assert(DIST_STAT_FLAGS + 1 <= CLUSTER_STAT_EXTRA, "the checks must fit cluster_stat.extra");
 
 /* An iteration that fails in this many views in a row stops the run: something other than a
  * dead peer is wrong. */
@@ -143,10 +144,10 @@ hr_status dist_allreduce(dist *d, float *buf, size_t n);
 int dist_wants_hash(const dist *d, long iter);
 
 /* Before the all-reduce: this node's agreement hashes and flags into mine->extra. */
-void dist_annotate(dist *d, long iter, uint64_t param_hash, train_stat *mine);
+void dist_annotate(dist *d, long iter, uint64_t param_hash, cluster_stat *mine);
 
 /* After the all-reduce: check the hashes (I4, I5) and decide the next split (size entries). */
-hr_status dist_decide(dist *d, long iter, const train_stat *stats, int size, long *split);
+hr_status dist_decide(dist *d, long iter, const cluster_stat *stats, int size, long *split);
 
 /* A collective of the current view failed with st: agree on a new view and bring every
  * member to the same state (HR_OK: re-run the iteration), or the status to stop with. */

@@ -10,7 +10,7 @@
  * One iteration:
  *   slice   perm_e[it*B + start, it*B + start + b) from trainer/data.c's loader (I1)
  *   step    the user's buffers are copied into one contiguous buffer led by the stats tail
- *           (train_stats_pack: TRAIN_NODE_STATS floats per node, this node's slot filled,
+ *           (stats.h: CLUSTER_NODE_STATS floats per node, this node's slot filled,
  *           zeros elsewhere), the SUM all-reduce hands every node every slot, dist_decide
  *           checks the hashes and decides the next split (I4, I5, I6), and the buffers get
  *           sum / B back (I2). hetring run's buffer is used where it lies instead (app.grads,
@@ -35,6 +35,7 @@
 #include "base/hr_time.h"
 #include "cluster/dist.h"
 #include "cluster/node_id.h"
+#include "cluster/stats.h"
 #include "cluster/trainer_setup.h"
 #include "conf/cfg.h"
 #include "ring/ring.h"
@@ -60,37 +61,37 @@ _Static_assert((int)HETRING_EUNSUPPORTED == (int)HR_ERR_UNSUPPORTED &&
 #define STATE_HDR   6               /* magic, iter, B, samples, seed, user bytes */
 
 struct hetring {
-    cfg own;              /* the configuration this handle loaded (without app->c) */
-    int have_cfg;         /* own was loaded */
-    const cfg *c;         /* the cluster's configuration: &own or the application's */
-    hetring_app app;      /* the application's extras (hetring_app.h), zero for a user */
-    int self;             /* index of this node in c.nodes */
-    dist d;               /* ring, controller, checks and views */
-    int have_dist;        /* d was initialised (and not yet freed) */
-    train_config tc;      /* this node's emulation settings (train_stretch_factor) */
-    hetring_callbacks cb; /* the user's side of view changes */
-    long B;               /* global batch */
-    long n_samples;       /* dataset size the indices range over */
-    long ipe;             /* iterations per epoch: n_samples / B */
-    long total;           /* iterations of the run */
-    data_set ds;          /* n_samples only: the loader's permutation needs no data */
-    data_loader dl;       /* perm_e (I1) */
-    int have_dl;          /* dl was initialised */
-    long iter;            /* next iteration to run: the data cursor */
-    int rank, size;       /* ring position and view size */
-    long *split;          /* (c.n_nodes) samples per node of the current view */
-    long *next;           /* (c.n_nodes) where dist_decide writes the next split */
-    train_stat *gathered; /* (c.n_nodes) every node's stats of the last iteration */
-    long *member_ids;     /* (c.n_nodes) the ids of the nodes in gathered, in ring order */
-    int n_members;        /* entries of gathered and member_ids: the last completed step's */
-    int64_t *idx;         /* (B) this node's indices for the iteration fetched */
-    float *buf;           /* (n_nodes * TRAIN_NODE_STATS + n_grad) room for the tail,
-                           * then the gradients */
-    float *grads;         /* = buf + n_nodes * TRAIN_NODE_STATS */
-    size_t n_grad;        /* floats of gradient, fixed by the first step or ready */
-    int n_bufs;           /* buffers per step, fixed by the first step or ready */
-    size_t *counts;       /* (n_bufs) floats per buffer */
-    size_t *off;          /* (n_bufs) each buffer's offset in grads */
+    cfg own;                /* the configuration this handle loaded (without app->c) */
+    int have_cfg;           /* own was loaded */
+    const cfg *c;           /* the cluster's configuration: &own or the application's */
+    hetring_app app;        /* the application's extras (hetring_app.h), zero for a user */
+    int self;               /* index of this node in c.nodes */
+    dist d;                 /* ring, controller, checks and views */
+    int have_dist;          /* d was initialised (and not yet freed) */
+    train_config tc;        /* this node's emulation settings (train_stretch_factor) */
+    hetring_callbacks cb;   /* the user's side of view changes */
+    long B;                 /* global batch */
+    long n_samples;         /* dataset size the indices range over */
+    long ipe;               /* iterations per epoch: n_samples / B */
+    long total;             /* iterations of the run */
+    data_set ds;            /* n_samples only: the loader's permutation needs no data */
+    data_loader dl;         /* perm_e (I1) */
+    int have_dl;            /* dl was initialised */
+    long iter;              /* next iteration to run: the data cursor */
+    int rank, size;         /* ring position and view size */
+    long *split;            /* (c.n_nodes) samples per node of the current view */
+    long *next;             /* (c.n_nodes) where dist_decide writes the next split */
+    cluster_stat *gathered; /* (c.n_nodes) every node's stats of the last iteration */
+    long *member_ids;       /* (c.n_nodes) the ids of the nodes in gathered, in ring order */
+    int n_members;          /* entries of gathered and member_ids: the last completed step's */
+    int64_t *idx;           /* (B) this node's indices for the iteration fetched */
+    float *buf;             /* (n_nodes * CLUSTER_NODE_STATS + n_grad) room for the tail,
+                             * then the gradients */
+    float *grads;           /* = buf + n_nodes * CLUSTER_NODE_STATS */
+    size_t n_grad;          /* floats of gradient, fixed by the first step or ready */
+    int n_bufs;             /* buffers per step, fixed by the first step or ready */
+    size_t *counts;         /* (n_bufs) floats per buffer */
+    size_t *off;            /* (n_bufs) each buffer's offset in grads */
     /* overlap (hetring_ready; see the top of this file) */
     long bucket_bytes;               /* [train] bucket_bytes: OVERLAP_AUTO, 0 or bytes */
     int n_buckets;                   /* buckets of the plan */
@@ -516,8 +517,9 @@ long hetring_iterations(const hetring *h) {
 int hetring_members(const hetring *h, hetring_member *out, int max) {
     if (!h) return 0;
     for (int k = 0; out && k < max && k < h->n_members; k++)
-        out[k] = (hetring_member){
-            .id = h->member_ids[k], .batch = h->gathered[k].b, .compute_s = h->gathered[k].t};
+        out[k] = (hetring_member){.id = h->member_ids[k],
+                                  .batch = h->gathered[k].rec.b,
+                                  .compute_s = h->gathered[k].rec.t};
     return h->n_members;
 }
 
@@ -659,7 +661,7 @@ static int check_layout(hetring *h, const hetring_grads *g, const char *fn) {
             if (g->counts[i] && g->bufs[i] != h->app.grads + o)
                 return fail(h, HETRING_EINVAL, "%s: buffer %zu is not in place", fn, i);
     if (h->n_bufs) return HETRING_OK;
-    const size_t n = (size_t)g->n_bufs, tail = (size_t)h->c->n_nodes * TRAIN_NODE_STATS;
+    const size_t n = (size_t)g->n_bufs, tail = (size_t)h->c->n_nodes * CLUSTER_NODE_STATS;
     size_t *counts = malloc(sizeof *counts * n), *off = malloc(sizeof *off * n);
     int *bucket_of = malloc(sizeof *bucket_of * n);
     unsigned char *given = calloc(n, 1);
@@ -795,23 +797,21 @@ int hetring_step(hetring *h, const hetring_grads *g, hetring_result *res) {
     const int early = h->bucketed ? h->next_bucket : 0; /* sent while the user computed */
     for (int i = 0; i < g->n_bufs; i++)
         if (!h->given[i]) (void)give(h, g, i); /* a failed thread start shows in exchange */
-    train_stat mine = {.b = b,
-                       .t = factor * g->compute_s,
-                       .loss = g->loss_sum,
-                       .correct = g->correct,
-                       .machine = h->machine};
+    cluster_stat mine = {
+        .rec = {.b = b, .t = factor * g->compute_s, .loss = g->loss_sum, .correct = g->correct},
+        .machine = h->machine};
     mine.machine.at_end = !h->readied; /* buckets overlap nothing in a loop without ready */
     h->readied = 0;
     dist_annotate(&h->d, h->iter, g->param_hash, &mine);
-    const size_t tail = (size_t)h->size * TRAIN_NODE_STATS;
+    const size_t tail = (size_t)h->size * CLUSTER_NODE_STATS;
     float *head = h->grads - tail; /* the tail leads the last bucket */
-    train_stats_pack(head, h->rank, h->size, &mine);
+    cluster_stats_pack(head, h->rank, h->size, &mine);
     h->fetched = 0;
     const int buckets = h->bucketed ? h->n_buckets : 1;
     hr_status st = exchange(h, head, tail);
     round_reset(h);
     if (st != HR_OK) return recover(h, st);
-    train_stats_unpack(head, h->size, h->gathered);
+    cluster_stats_unpack(head, h->size, h->gathered);
     memcpy(h->member_ids, ring_get_view(&h->d.r)->ids, sizeof *h->member_ids * (size_t)h->size);
     h->n_members = h->size;
     if (h->bucket_bytes == OVERLAP_AUTO) choose_next(h);
@@ -834,7 +834,7 @@ int hetring_step(hetring *h, const hetring_grads *g, hetring_result *res) {
     }
     double loss = 0, correct = 0;
     for (int k = 0; k < h->size; k++)
-        loss += h->gathered[k].loss, correct += h->gathered[k].correct;
+        loss += h->gathered[k].rec.loss, correct += h->gathered[k].rec.correct;
     if (res)
         *res = (hetring_result){.iter = h->iter,
                                 .loss = loss / (double)h->B,

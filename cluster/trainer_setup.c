@@ -6,6 +6,7 @@
  * assertions below keep them in step, so a reordered enum fails the build instead of a run.
  */
 #include "cluster/trainer_setup.h"
+#include "cluster/stats.h"
 
 #include <string.h>
 
@@ -90,6 +91,7 @@ void app_train_config(const cfg *c, int self_idx, train_config *out) {
     out->machine = machine_of(c, self_idx);
     out->origin = c->path;
     out->max_nodes = c->n_nodes;
+    out->grad_tail = (long)c->n_nodes * CLUSTER_NODE_STATS; /* the library's stats, in place */
     const cfg_node *me = &c->nodes[self_idx];
     out->threads = me->threads;
     out->slowdown = me->slowdown;

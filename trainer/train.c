@@ -57,8 +57,7 @@ hr_status train_init(trainer *t, const train_config *tc, char *err, size_t errle
     HR_CHECK_GOTO(data_loader_init(&t->dl, &t->train, c->seed, B, err, errlen), st, fail);
     t->ipe = data_loader_iters_per_epoch(&t->dl, B);
     t->total = c->iterations > 0 ? c->iterations : c->epochs * t->ipe;
-    const long max_tail = (long)t->max_nodes * TRAIN_NODE_STATS;
-    HR_CHECK_GOTO(model_init(&t->m, &spec, B, max_tail, c->seed, err, errlen), st, fail);
+    HR_CHECK_GOTO(model_init(&t->m, &spec, B, c->grad_tail, c->seed, err, errlen), st, fail);
     HR_CHECK_GOTO(opt_init(&t->opt, &c->opt, t->m.n_params, t->total, err, errlen), st, fail);
     opt_set_threads(&t->opt, (int)threads);
     t->x = malloc(sizeof *t->x * (size_t)(B * t->train.d));
@@ -117,33 +116,6 @@ void train_set_split(trainer *t, const long *b) {
 }
 
 /* ================================================================ one iteration */
-
-/* The slot holds floats because the all-reduce is a float SUM. */
-void train_stats_pack(float *tail, int rank, int size, const train_stat *mine) {
-    memset(tail, 0, sizeof *tail * (size_t)size * TRAIN_NODE_STATS);
-    float *slot = tail + (long)rank * TRAIN_NODE_STATS;
-    slot[0] = (float)mine->b;
-    slot[1] = (float)mine->t;
-    slot[2] = (float)mine->loss;
-    slot[3] = (float)mine->correct;
-    slot[4] = (float)mine->machine.id;
-    slot[5] = (float)mine->machine.cores;
-    slot[6] = (float)mine->machine.demand;
-    slot[7] = (float)mine->machine.at_end;
-    memcpy(slot + 8, mine->extra, sizeof mine->extra);
-}
-
-void train_stats_unpack(const float *tail, int size, train_stat *out) {
-    for (int k = 0; k < size; k++) {
-        const float *slot = tail + (long)k * TRAIN_NODE_STATS;
-        out[k].b = (long)slot[0];
-        out[k].t = slot[1];
-        out[k].loss = slot[2];
-        out[k].correct = (long)slot[3];
-        out[k].machine = (overlap_fact){(long)slot[4], (long)slot[5], (long)slot[6], (long)slot[7]};
-        memcpy(out[k].extra, slot + 8, sizeof out[k].extra);
-    }
-}
 
 double train_stretch_factor(const train_config *c, long iter) {
     double f = c->slowdown;

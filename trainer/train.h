@@ -63,31 +63,20 @@ typedef struct {
     int emulated;       /* some node of the cluster emulates a slowdown (labels the run) */
     const char *origin; /* the config file, named in errors */
     int max_nodes;      /* most nodes a view can have (a cluster's); 0: one */
+    long grad_tail;     /* floats the caller keeps on each side of the gradient (model.h's
+                         * grad_tail): a cluster node's library puts every node's stats there */
 } train_config;
 
 /* ---------------------------------------------------------------- one iteration */
 
-/* One node's statistics for one iteration. They travel in the stats tail of the gradient
- * buffer as TRAIN_NODE_STATS floats per node (DESIGN.md "One iteration", step 3): each node
- * fills its own slot and zeros the others, so the float SUM all-reduce hands every node every
- * slot unchanged. train.c packs and unpacks this struct in one place each; b and correct are
- * exact in a float up to 2^24. */
-#define TRAIN_STAT_EXTRA 5 /* floats free for the agreement checks (app/dist.h) */
+/* One node's record of one iteration: what the metrics and the progress line show of each
+ * node. Alone the trainer makes its own; a cluster node's peer hands every node's back. */
 typedef struct {
-    long b;                        /* b_k, samples this node processed */
-    double t;                      /* t_k, seconds of compute including any emulated stretch */
-    double loss;                   /* sum of the per-sample losses of the slice */
-    long correct;                  /* correct predictions in the slice */
-    overlap_fact machine;          /* the node's cores and its machine's threads (overlap.h) */
-    float extra[TRAIN_STAT_EXTRA]; /* resource features or agreement hashes, carried as is */
+    long b;       /* b_k, samples this node processed */
+    double t;     /* t_k, seconds of compute including any emulated stretch */
+    double loss;  /* sum of the per-sample losses of the slice */
+    long correct; /* correct predictions in the slice */
 } train_stat;
-#define TRAIN_NODE_STATS (8 + TRAIN_STAT_EXTRA) /* floats per node in the stats tail */
-
-/* The stats tail, the one place that knows its layout (the built-in trainer and libhetring
- * share it): this node's stats into its slot of tail[0, size * TRAIN_NODE_STATS), zeros
- * elsewhere; and every node's stats back from the all-reduced tail. */
-void train_stats_pack(float *tail, int rank, int size, const train_stat *mine);
-void train_stats_unpack(const float *tail, int size, train_stat *out);
 
 /* A peer: the distributed part of every iteration is run by the cluster node of
  * cli/hr_node.h (a libhetring handle): it gives the iteration's slice, takes the gradient
