@@ -151,7 +151,7 @@ static hr_status exchange(void *ctx, train_exchange *x) {
     t->n_nodes = size;
     hr_lib_split(n->h, t->split, t->max_nodes); /* the next split: what a checkpoint records */
     x->loss = r.loss, x->accuracy = r.accuracy;
-    x->t_node = r.t_node, x->t_comm = r.t_comm;
+    x->t_node = r.t_node, x->t_comm = r.t_comm, x->factor = n->batch.slowdown;
     x->changed = r.changed, x->buckets = r.buckets;
     return HR_OK;
 }

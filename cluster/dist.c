@@ -41,9 +41,11 @@ static int fault_at(const dist *d, const char *kind, long at) {
     return hr_fault_get(kind, d->c->nodes[d->self].id, -1, &arg) && (long)arg == at;
 }
 
-hr_status dist_init(dist *d, const cfg *c, int self, char *err, size_t errlen) {
+hr_status dist_init(dist *d, const cfg *c, const cluster_config *cc, int self, char *err,
+                    size_t errlen) {
     memset(d, 0, sizeof *d);
     d->c = c;
+    d->cc = cc;
     d->self = self;
     d->hash_interval = c->hash_interval;
     d->gathered = calloc((size_t)c->n_nodes, sizeof *d->gathered);
@@ -187,7 +189,7 @@ static hr_status start_controller(dist *d, int use_recorded, char *err, size_t e
     for (int k = 0; k < v->n; k++) cap[k] = c->nodes[cfg_node_index(c, v->ids[k])].capacity;
     if (d->have_ctrl) ctrl_free(&d->ctl);
     d->have_ctrl = 0;
-    const long B = d->st.global_batch;
+    const long B = d->cc->global_batch;
     hr_status st = ctrl_init(&d->ctl, &cc, v->n, B, cap, NULL);
     if (st == HR_OK && use_recorded && (st = ctrl_set_split(&d->ctl, d->st.recorded)) != HR_OK)
         ctrl_free(&d->ctl);

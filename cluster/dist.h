@@ -39,6 +39,7 @@
 
 #include "conf/cfg.h"
 #include "ctrl/ctrl.h"
+#include "cluster/cluster_setup.h"
 #include "cluster/stats.h"
 #include "ring/ring.h"
 #include "trainer/train.h"
@@ -80,7 +81,6 @@ typedef struct {
     void (*set_split)(void *ctx, const long *b); /* the controller's split (size entries) */
     hr_status (*save)(void *ctx, char *err, size_t errlen); /* leaving: checkpoint, or NULL */
     FILE *(*metrics)(void *ctx); /* where view records go, NULL: kept until there is one */
-    long global_batch;           /* B */
     long ipe;                    /* iterations per epoch (the epoch policy) */
     const long *recorded;        /* a resumed split (c->n_nodes entries) or NULL */
     int send_first;              /* the first view sends the donor's state to every member even
@@ -88,16 +88,17 @@ typedef struct {
 } dist_state;
 
 typedef struct {
-    const cfg *c;        /* configuration (borrowed) */
-    int self;            /* index of this node in c->nodes */
-    ring r;              /* the TCP ring */
-    int have_ring;       /* r was initialised */
-    ctrl ctl;            /* replicated controller */
-    int have_ctrl;       /* ctl was initialised */
-    long ipe;            /* iterations per epoch (epoch policy) */
-    long hash_interval;  /* iterations between parameter hash checks */
-    uint64_t dhash;      /* hash of the last decision, checked at the next iteration */
-    ctrl_stat *gathered; /* (n) stats handed to the controller */
+    const cfg *c;             /* configuration (borrowed) */
+    const cluster_config *cc; /* this node's cluster settings (borrowed): B */
+    int self;                 /* index of this node in c->nodes */
+    ring r;                   /* the TCP ring */
+    int have_ring;            /* r was initialised */
+    ctrl ctl;                 /* replicated controller */
+    int have_ctrl;            /* ctl was initialised */
+    long ipe;                 /* iterations per epoch (epoch policy) */
+    long hash_interval;       /* iterations between parameter hash checks */
+    uint64_t dhash;           /* hash of the last decision, checked at the next iteration */
+    ctrl_stat *gathered;      /* (n) stats handed to the controller */
     /* elastic membership */
     ring_lineage lineage;               /* the training state this node holds */
     const volatile sig_atomic_t *leave; /* nonzero: leave at the next boundary (a signal's) */
@@ -125,8 +126,10 @@ typedef struct {
     double change_s;             /* seconds from the failure (or the request) to the new view */
 } dist;
 
-/* Open the ring for node `self` of `c` (listening; no view yet). dist_free still needed. */
-hr_status dist_init(dist *d, const cfg *c, int self, char *err, size_t errlen);
+/* Open the ring for node `self` of `c`, whose settings cc was made from c (listening; no view
+ * yet). c and cc must outlive d. dist_free still needed. */
+hr_status dist_init(dist *d, const cfg *c, const cluster_config *cc, int self, char *err,
+                    size_t errlen);
 
 void dist_free(dist *d);
 

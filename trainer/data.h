@@ -62,8 +62,7 @@ void data_gather(const data_set *ds, const uint32_t *idx, long first, long b, fl
 
 /* ---------------------------------------------------------------- I1: permutation and slices */
 
-/* The loader does not keep B: the caller's global batch is its one copy (train.h), passed
- * to every call that needs it. */
+/* The loader does not keep B: its caller passes its global batch to every call that needs it. */
 typedef struct {
     const data_set *ds; /* training set (not owned) */
     uint64_t seed;      /* permutation seed */

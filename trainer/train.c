@@ -117,9 +117,9 @@ void train_set_split(trainer *t, const long *b) {
 
 /* ================================================================ one iteration */
 
-double train_stretch_factor(const train_config *c, long iter) {
-    double f = c->slowdown;
-    for (int i = 0; i < c->n_phases && c->phases[i].iter <= iter; i++) f = c->phases[i].factor;
+double train_stretch_factor(const train_stretch *s, long iter) {
+    double f = s->slowdown;
+    for (int i = 0; i < s->n_phases && s->phases[i].iter <= iter; i++) f = s->phases[i].factor;
     return f;
 }
 
@@ -189,7 +189,7 @@ static hr_status peer_step(trainer *t, train_iter *out) {
         out->loss = x.loss, out->accuracy = x.accuracy;
         out->lr = opt_lr(&t->opt, i);
         out->t_compute = t1 - t0, out->t_node = x.t_node, out->t_comm = x.t_comm;
-        out->t_iter = hr_now() - t0, out->factor = train_stretch_factor(&t->conf, i);
+        out->t_iter = hr_now() - t0, out->factor = x.factor;
         out->changed = x.changed;
     }
     return HR_OK;
@@ -205,7 +205,7 @@ static hr_status local_step(trainer *t, train_iter *out) {
     HR_CHECK(data_loader_slice(&t->dl, epoch, it, B, 0, B, t->x, t->y, t->t));
     HR_CHECK(model_forward_backward(&t->m, t->x, t->y, t->t, B, &ms));
     double t1 = hr_now();
-    double factor = train_stretch_factor(&t->conf, i);
+    double factor = train_stretch_factor(&t->conf.stretch, i);
     if (factor > 1.0) hr_sleep((factor - 1.0) * (t1 - t0));
     double t2 = hr_now();
 

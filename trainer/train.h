@@ -5,7 +5,7 @@
  *            (split = {B}); with a peer, the slice the peer gives
  *   compute  forward + backward -> gradient SUMS in grads[0, n_params); the compute time is
  *            measured on CLOCK_MONOTONIC, then stretched by sleeping (factor - 1) * t when the
- *            node emulates a slowdown (train_config's slowdown and phases)
+ *            node emulates a slowdown (train_config's stretch; a peer applies its own)
  *   exchange alone, nothing: the sums are the batch's; with a peer, the peer turns them into
  *            the sums over the cluster and hands back every node's train_stat (t->gathered)
  *   update   opt_step divides by B (I2), identically on every node (I4)
@@ -38,6 +38,14 @@ typedef struct {
     double factor; /* >= 1 stretches compute, 1 is full speed */
 } train_phase;
 
+/* A node's emulated slowdown: its compute is stretched by `slowdown`, then by each phase's
+ * factor from that phase's iteration on (train_stretch_factor). */
+typedef struct {
+    double slowdown;                      /* >= 1, before the first phase */
+    train_phase phases[TRAIN_MAX_PHASES]; /* the interference schedule, ascending iter */
+    int n_phases;                         /* entries used in phases[] */
+} train_stretch;
+
 /* What one node's training is built from: the [train] section and this node's emulation
  * settings, converted from the INI config once by the application (app/trainer_setup.h).
  * Strings are borrowed and must outlive the trainer. */
@@ -45,7 +53,9 @@ typedef struct {
     model_config model;       /* the model to build */
     data_config data;         /* the data to train on */
     opt_config opt;           /* the optimizer */
-    long global_batch;        /* B, samples per iteration across all nodes: its one home */
+    long global_batch;        /* B, samples per iteration across all nodes: the trainer's copy,
+                               * for a run alone and for its optimizer (a cluster's B is its
+                               * cluster_config's, cluster/cluster_setup.h) */
     uint64_t seed;            /* weights, synthetic data and every epoch's permutation */
     long iterations;          /* iterations of the run; 0: `epochs` passes over the data */
     long epochs;              /* passes over the data when iterations is 0 */
@@ -57,14 +67,12 @@ typedef struct {
     overlap_fact machine;     /* this node's cores and its machine's threads (bucket_bytes
                                * = auto); zero: no core to spare */
     long threads;             /* BLAS threads of this node; 0: all cores */
-    double slowdown;          /* this node's emulated compute stretch, >= 1 */
-    train_phase phases[TRAIN_MAX_PHASES]; /* its interference schedule, ascending iter */
-    int n_phases;                         /* entries used in phases[] */
-    int emulated;       /* some node of the cluster emulates a slowdown (labels the run) */
-    const char *origin; /* the config file, named in errors */
-    int max_nodes;      /* most nodes a view can have (a cluster's); 0: one */
-    long grad_tail;     /* floats the caller keeps on each side of the gradient (model.h's
-                         * grad_tail): a cluster node's library puts every node's stats there */
+    train_stretch stretch;    /* this node's emulated slowdown, when it trains alone */
+    int emulated;             /* some node of the cluster emulates a slowdown (labels the run) */
+    const char *origin;       /* the config file, named in errors */
+    int max_nodes;            /* most nodes a view can have (a cluster's); 0: one */
+    long grad_tail;           /* floats the caller keeps on each side of the gradient (model.h's
+                               * grad_tail): a cluster node's library puts every node's stats there */
 } train_config;
 
 /* ---------------------------------------------------------------- one iteration */
@@ -94,6 +102,7 @@ typedef struct {
     double loss;      /* out: mean loss over the B samples */
     double accuracy;  /* out: fraction correct over the B samples */
     double t_node;    /* out: compute seconds with the emulated stretch (the peer applies it) */
+    double factor;    /* out: that stretch's factor */
     double t_comm;    /* out: seconds of the exchange */
     int changed;      /* out: the next split differs from this one */
     int buckets;      /* out: all-reduces the gradient went in */
@@ -169,8 +178,9 @@ typedef struct {
 hr_status train_init(trainer *t, const train_config *tc, char *err, size_t errlen);
 void train_free(trainer *t);
 
-/* The global batch B: its one home is t->conf.global_batch; the data loader, the optimizer
- * and the controller are handed it, and everyone else asks here. */
+/* The trainer's global batch B, t->conf.global_batch: its data loader and optimizer are
+ * handed it, and the rest of the trainer asks here. A cluster node's library keeps the
+ * cluster's own (cluster/cluster_setup.h), made from the same [train] global_batch. */
 long train_global_batch(const trainer *t);
 
 /* Adopt the split b (n_nodes entries) for the next iteration, which a checkpoint records.
@@ -202,7 +212,7 @@ void train_overlap_describe(const trainer *t, char *out, size_t n);
 
 /* The emulated stretch of iteration `iter`: the slowdown, or the factor of the last
  * interference phase begun by then. */
-double train_stretch_factor(const train_config *c, long iter);
+double train_stretch_factor(const train_stretch *s, long iter);
 
 /* Run iteration t->iter and advance: alone, the whole batch; with a peer, its slice. */
 hr_status train_step(trainer *t, train_iter *out);
