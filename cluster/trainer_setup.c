@@ -6,7 +6,6 @@
  * assertions below keep them in step, so a reordered enum fails the build instead of a run.
  */
 #include "cluster/trainer_setup.h"
-#include "cluster/cluster_setup.h"
 #include "cluster/stats.h"
 
 #include <string.h>
@@ -84,10 +83,6 @@ void app_train_config(const cfg *c, int self_idx, train_config *out) {
     out->eval_interval = c->eval_interval;
     out->checkpoint = c->checkpoint;
     out->checkpoint_interval = c->checkpoint_interval;
-    cluster_config cc; /* the cluster's bucket setting and machine fact */
-    app_cluster_config(c, self_idx, &cc);
-    out->bucket_bytes = cc.bucket_bytes;
-    out->machine = cc.machine;
     out->origin = c->path;
     out->max_nodes = c->n_nodes;
     out->grad_tail = (long)c->n_nodes * CLUSTER_NODE_STATS; /* the library's stats, in place */

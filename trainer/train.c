@@ -72,10 +72,6 @@ hr_status train_init(trainer *t, const train_config *tc, char *err, size_t errle
         goto fail;
     }
     train_set_split(t, &B); /* alone; a peer keeps it up to date */
-    /* the plan a cluster's library cuts from the layers (the dry run and the start line say
-     * it): it follows from the model and the setting alone, the same on every node */
-    const long bucket = c->bucket_bytes == OVERLAP_AUTO ? OVERLAP_AUTO_BYTES : c->bucket_bytes;
-    if (t->max_nodes > 1 && bucket > 0) t->n_buckets = overlap_plan(&t->m, bucket, t->cuts);
     return HR_OK;
 fail:
     train_free(t);
@@ -121,38 +117,6 @@ double train_stretch_factor(const train_stretch *s, long iter) {
     double f = s->slowdown;
     for (int i = 0; i < s->n_phases && s->phases[i].iter <= iter; i++) f = s->phases[i].factor;
     return f;
-}
-
-/* "overlap: 2 buckets of >= 1 MiB, ..." or "overlap: off, ..." with the reason `why`. */
-static void choice_str(const trainer *t, int on, const char *why, char *out, size_t n) {
-    char size[32];
-    long bb = t->conf.bucket_bytes;
-    overlap_bytes_str(bb == OVERLAP_AUTO ? OVERLAP_AUTO_BYTES : bb, size, sizeof size);
-    if (on)
-        snprintf(out, n, "overlap: %d buckets of >= %s, all-reduced during backward (%s)",
-                 t->n_buckets, size, why);
-    else
-        snprintf(out, n, "overlap: off, one all-reduce after backward (%s)", why);
-}
-
-void train_overlap_describe(const trainer *t, char *out, size_t n) {
-    const train_config *c = &t->conf;
-    const overlap_fact *f = &c->machine;
-    char why[192], size[32];
-    if (t->max_nodes < 2) {
-        snprintf(out, n, "overlap: off (one node trains alone)");
-    } else if (c->bucket_bytes != OVERLAP_AUTO || t->n_buckets < 2) {
-        int on = overlap_choose(c->bucket_bytes, t->n_buckets, NULL, 0, why, sizeof why);
-        choice_str(t, on, why, out, n);
-    } else {
-        overlap_bytes_str(OVERLAP_AUTO_BYTES, size, sizeof size);
-        snprintf(out, n,
-                 "overlap: auto, chosen after the first iteration: %d buckets of >= %s during "
-                 "backward if every node has a core to spare; node %ld has %ld core%s for %ld "
-                 "threads (compute, and communication, of the nodes on its host): %s",
-                 t->n_buckets, size, f->id, f->cores, f->cores == 1 ? "" : "s", f->demand,
-                 overlap_fact_spare(f) ? "a core to spare" : "no core to spare");
-    }
 }
 
 void train_set_peer(trainer *t, const train_peer *peer) {
@@ -512,16 +476,6 @@ static void announce(const trainer *t) {
             c->emulated ? ", EMULATED heterogeneity" : "");
 }
 
-/* With bucket_bytes = auto every node of a cluster says its own cores at the start; the
- * choice itself (and an explicit setting's) is the library's to say, on rank 0, once it is
- * made (lib/hetring.c). */
-static void announce_overlap(trainer *t) {
-    if (t->max_nodes < 2 || t->conf.bucket_bytes != OVERLAP_AUTO || t->n_buckets < 2) return;
-    char line[400];
-    train_overlap_describe(t, line, sizeof line);
-    HR_INFO(TRAIN, "%s", line);
-}
-
 /* After iteration r: its metrics record, and a progress line (or bar) when one is due. */
 static void report_iteration(run_report *rr, const trainer *t, const train_iter *r, double el,
                              double ea, int evaluated) {
@@ -605,7 +559,6 @@ hr_status train_run(trainer *t, const train_opts *o, train_result *res, char *er
     run_report rr;
     HR_CHECK(report_open(&rr, t, o, resumed, err, errlen));
     announce(t);
-    announce_overlap(t);
 
     hr_status st = HR_OK;
     const long first = t->iter;

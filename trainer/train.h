@@ -23,7 +23,6 @@
 #include "trainer/data_io.h"
 #include "trainer/model.h"
 #include "trainer/optim.h"
-#include "trainer/overlap.h"
 
 #include <stdio.h>
 
@@ -62,10 +61,6 @@ typedef struct {
     long eval_interval;       /* iterations between evaluations; 0: at the end only */
     const char *checkpoint;   /* checkpoint file; NULL or "": none */
     long checkpoint_interval; /* iterations between checkpoints; 0: at the end only */
-    long bucket_bytes;        /* gradient bucket overlapped with backward; 0: one all-reduce;
-                               * OVERLAP_AUTO: chosen from every node's `machine` */
-    overlap_fact machine;     /* this node's cores and its machine's threads (bucket_bytes
-                               * = auto); zero: no core to spare */
     long threads;             /* BLAS threads of this node; 0: all cores */
     train_stretch stretch;    /* this node's emulated slowdown, when it trains alone */
     int emulated;             /* some node of the cluster emulates a slowdown (labels the run) */
@@ -163,13 +158,9 @@ typedef struct {
     FILE *metrics;        /* the metrics file while train_run runs, else NULL: the hooks of
                            * train_opts may add their own records */
 
-    /* gradient buckets (overlap.h): the plan a cluster's layers make, for the dry run and
-     * the start line; the peer's library cuts the same and sends them */
-    long cuts[MODEL_MAX_LAYERS + 1]; /* the plan: bucket j = grads[cuts[j+1], cuts[j]) */
-    int n_buckets;                   /* buckets in the plan; 0 with one node or bucket_bytes 0 */
-    train_peer peer;                 /* the distributed part, when has_peer (train_set_peer) */
-    int has_peer;                    /* peer is set: it runs the distributed part */
-    int peer_buckets;                /* all-reduces of the last exchange (the summary's) */
+    train_peer peer;  /* the distributed part, when has_peer (train_set_peer) */
+    int has_peer;     /* peer is set: it runs the distributed part */
+    int peer_buckets; /* all-reduces of the last exchange (the summary's) */
 } trainer;
 
 /* Load the data, build the model and optimizer from tc. Sets the BLAS thread count from
@@ -205,10 +196,6 @@ hr_status train_state_unpack(trainer *t, const void *blob, size_t bytes, char *e
 uint64_t train_state_hash(const trainer *t);
 /* The same hash of any float array (the parameter agreement check uses it). */
 uint64_t train_hash_floats(const float *v, long n);
-
-/* How this node overlaps communication with backward, in one line for the log and the dry
- * run: "overlap: 2 buckets of >= 1 MiB, ... (auto: ...)", with this node's cores. */
-void train_overlap_describe(const trainer *t, char *out, size_t n);
 
 /* The emulated stretch of iteration `iter`: the slowdown, or the factor of the last
  * interference phase begun by then. */
