@@ -11,7 +11,7 @@
 #define HR_CLUSTER_SETUP_H
 
 #include "conf/cfg.h"
-#include "trainer/overlap.h"
+#include "cluster/overlap.h"
 #include "trainer/train.h"
 
 #include <stdint.h>

@@ -41,7 +41,7 @@
 #include "ring/ring.h"
 #include "ring/tcp.h"
 #include "trainer/data.h"
-#include "trainer/overlap.h"
+#include "cluster/overlap.h"
 #include "trainer/train.h"
 
 #include <math.h>

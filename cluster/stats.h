@@ -12,7 +12,7 @@
 #ifndef HR_STATS_H
 #define HR_STATS_H
 
-#include "trainer/overlap.h"
+#include "cluster/overlap.h"
 #include "trainer/train.h"
 
 #define CLUSTER_STAT_EXTRA 5 /* floats for the agreement checks (dist.h) */

@@ -18,7 +18,7 @@
 #include "tests/check.h"
 #include "cluster/cluster_setup.h"
 #include "tests/trainer/util.h"
-#include "trainer/overlap.h"
+#include "cluster/overlap.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -2,7 +2,7 @@
  * overlap.c: the bucket plan, the choice of bucket_bytes = auto and the communication thread
  * (see overlap.h).
  */
-#include "trainer/overlap.h"
+#include "cluster/overlap.h"
 
 #include <sched.h>
 #include <stdio.h>
