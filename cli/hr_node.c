@@ -126,7 +126,7 @@ static hetring_grads grads_of(const hr_node *n) {
 static void ready(void *ctx, long off) {
     hr_node *n = ctx;
     const hetring_grads g = grads_of(n);
-    while (n->next_ready > 0 && n->offs[n->next_ready - 1] >= off) {
+    while (n->next_ready > 0 && (long)n->offs[n->next_ready - 1] >= off) {
         int st = hetring_ready(n->h, &g, --n->next_ready);
         if (st != HETRING_OK && n->ready_status == HETRING_OK) n->ready_status = st;
     }
@@ -269,29 +269,21 @@ static void announce_overlap(const hr_node *n) {
 
 /* ================================================================ open and close */
 
-/* One buffer per layer with parameters, in the model's order: consecutive pieces of grads. */
+/* One buffer per layer with parameters, in the model's order: consecutive pieces of grads
+ * (model_grad_pieces). */
 static hr_status layer_buffers(hr_node *n, char *err, size_t errlen) {
     const model *m = &n->t->m;
-    int count = 0;
-    for (int i = 0; i < m->n_layers; i++) count += m->layers[i].n_params > 0;
-    n->bufs = malloc(sizeof *n->bufs * (size_t)(count + 1));
-    n->counts = malloc(sizeof *n->counts * (size_t)(count + 1));
-    n->offs = malloc(sizeof *n->offs * (size_t)(count + 1));
+    size_t off[MODEL_MAX_LAYERS], count[MODEL_MAX_LAYERS];
+    const int k = model_grad_pieces(m, off, count);
+    n->bufs = malloc(sizeof *n->bufs * (size_t)k);
+    n->counts = malloc(sizeof *n->counts * (size_t)k);
+    n->offs = malloc(sizeof *n->offs * (size_t)k);
     if (!n->bufs || !n->counts || !n->offs)
         return hr_fail(err, errlen, HR_ERR_NOMEM, "out of memory");
-    long off = 0;
-    for (int i = 0; i < m->n_layers; i++) {
-        const model_layer *L = &m->layers[i];
-        if (!L->n_params) continue;
-        if (L->w_off != off) /* the layers do not tile the buffer: hand it over whole */
-            return n->n_bufs = 1, n->bufs[0] = m->grads, n->counts[0] = (size_t)m->n_params,
-                   n->offs[0] = 0, HR_OK;
-        n->bufs[n->n_bufs] = m->grads + off, n->counts[n->n_bufs] = (size_t)L->n_params;
-        n->offs[n->n_bufs++] = off;
-        off += L->n_params;
-    }
-    if (off != m->n_params || n->n_bufs == 0)
-        n->n_bufs = 1, n->bufs[0] = m->grads, n->counts[0] = (size_t)m->n_params, n->offs[0] = 0;
+    for (int i = 0; i < k; i++) n->bufs[i] = m->grads + off[i];
+    memcpy(n->counts, count, sizeof *count * (size_t)k);
+    memcpy(n->offs, off, sizeof *off * (size_t)k);
+    n->n_bufs = k;
     return HR_OK;
 }
 

@@ -42,7 +42,7 @@ typedef struct {
     int n_bufs;              /* gradient buffers: one per layer with parameters */
     float **bufs;            /* (n_bufs) */
     size_t *counts;          /* (n_bufs) */
-    long *offs;              /* (n_bufs) each buffer's offset in the model's gradient */
+    size_t *offs;            /* (n_bufs) each buffer's offset in the model's gradient */
     int next_ready;          /* buffers [next_ready, n_bufs) were handed over this iteration */
     int ready_status;        /* the first hetring_ready failure of the iteration, or 0 */
     hetring_member *members; /* (c->n_nodes) the last step's */

@@ -125,6 +125,13 @@ typedef struct {
     void *ctx;
 } model_grad_hook;
 
+/* The gradient as consecutive pieces, one per layer with parameters in the model's order:
+ * piece i is grads[off[i], off[i] + count[i]), and the hook's offsets are their starts, as
+ * backward finishes them from the last to the first. When the layers do not tile
+ * grads[0, n_params), one piece, the whole buffer. off and count need MODEL_MAX_LAYERS
+ * entries. Returns the number of pieces (at least 1). */
+int model_grad_pieces(const model *m, size_t *off, size_t *count);
+
 /* model_forward_backward that reports its progress to hook (NULL: none). */
 hr_status model_forward_backward_hooked(model *m, const float *x, const int32_t *labels,
                                         const float *targets, long b, model_stats *st,
