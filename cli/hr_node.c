@@ -208,50 +208,18 @@ void hr_node_hooks(hr_node *n, train_opts *o) {
 
 /* ================================================================ gradient buckets */
 
-/* Buckets in the plan the library cuts from the model's layers: 0 for one node or
- * bucket_bytes = 0. */
+/* Buckets in the plan the library cuts from the model's layers, this node's buffers. */
 static int plan_buckets(const trainer *t, const cluster_config *cc) {
-    long cuts[MODEL_MAX_LAYERS + 1];
-    const long bucket = cc->bucket_bytes == OVERLAP_AUTO ? OVERLAP_AUTO_BYTES : cc->bucket_bytes;
-    return cc->max_nodes > 1 && bucket > 0 ? overlap_plan(&t->m, bucket, cuts) : 0;
-}
-
-/* "overlap: 2 buckets of >= 1 MiB, ..." or "overlap: off, ..." with the reason `why`. */
-static void choice_str(const cluster_config *cc, int n_buckets, int on, const char *why, char *out,
-                       size_t n) {
-    char size[32];
-    long bb = cc->bucket_bytes;
-    overlap_bytes_str(bb == OVERLAP_AUTO ? OVERLAP_AUTO_BYTES : bb, size, sizeof size);
-    if (on)
-        snprintf(out, n, "overlap: %d buckets of >= %s, all-reduced during backward (%s)",
-                 n_buckets, size, why);
-    else
-        snprintf(out, n, "overlap: off, one all-reduce after backward (%s)", why);
-}
-
-static void describe(const cluster_config *cc, int n_buckets, char *out, size_t n) {
-    const overlap_fact *f = &cc->machine;
-    char why[192], size[32];
-    if (cc->max_nodes < 2) {
-        snprintf(out, n, "overlap: off (one node trains alone)");
-    } else if (cc->bucket_bytes != OVERLAP_AUTO || n_buckets < 2) {
-        int on = overlap_choose(cc->bucket_bytes, n_buckets, NULL, 0, why, sizeof why);
-        choice_str(cc, n_buckets, on, why, out, n);
-    } else {
-        overlap_bytes_str(OVERLAP_AUTO_BYTES, size, sizeof size);
-        snprintf(out, n,
-                 "overlap: auto, chosen after the first iteration: %d buckets of >= %s during "
-                 "backward if every node has a core to spare; node %ld has %ld core%s for %ld "
-                 "threads (compute, and communication, of the nodes on its host): %s",
-                 n_buckets, size, f->id, f->cores, f->cores == 1 ? "" : "s", f->demand,
-                 overlap_fact_spare(f) ? "a core to spare" : "no core to spare");
-    }
+    size_t off[MODEL_MAX_LAYERS], count[MODEL_MAX_LAYERS];
+    long cuts[OVERLAP_MAX_JOBS + 1];
+    const int k = model_grad_pieces(&t->m, off, count);
+    return overlap_plan(count, k, cc->bucket_bytes, cuts);
 }
 
 void hr_node_describe_overlap(const trainer *t, const cfg *c, int self, char *out, size_t n) {
     cluster_config cc;
     app_cluster_config(c, self, &cc);
-    describe(&cc, plan_buckets(t, &cc), out, n);
+    overlap_describe(cc.bucket_bytes, plan_buckets(t, &cc), cc.max_nodes, &cc.machine, out, n);
 }
 
 /* With bucket_bytes = auto every node of a cluster says its own cores at the start; the
@@ -263,7 +231,7 @@ static void announce_overlap(const hr_node *n) {
     const int nb = plan_buckets(n->t, &cc);
     if (cc.max_nodes < 2 || cc.bucket_bytes != OVERLAP_AUTO || nb < 2) return;
     char line[400];
-    describe(&cc, nb, line, sizeof line);
+    overlap_describe(cc.bucket_bytes, nb, cc.max_nodes, &cc.machine, line, sizeof line);
     HR_INFO(TRAIN, "%s", line);
 }
 

@@ -575,44 +575,15 @@ int hetring_next(hetring *h, hetring_batch *out) {
 /* "overlap: ..." on rank 0 when the choice differs from the one logged last. */
 static void tell_choice(hetring *h, const char *why) {
     if (h->rank != 0 || h->bucketed == h->told) return;
-    char size[32];
-    overlap_bytes_str(h->cc.bucket_bytes == OVERLAP_AUTO ? OVERLAP_AUTO_BYTES : h->cc.bucket_bytes,
-                      size, sizeof size);
-    if (h->bucketed)
-        HR_INFO(TRAIN, "overlap: %d buckets of >= %s, all-reduced during backward (%s)",
-                h->n_buckets, size, why);
-    else
-        HR_INFO(TRAIN, "overlap: off, one all-reduce after backward (%s)", why);
+    char line[400];
+    overlap_choice_str(h->cc.bucket_bytes, h->n_buckets, h->bucketed, why, line, sizeof line);
+    HR_INFO(TRAIN, "%s", line);
     h->told = h->bucketed;
 }
 
-/* Cut grads into buckets of at least `bytes` (but the first, buffer 0's) at buffer
- * boundaries, from the last buffer towards the first; with `cuts` NULL only count them. */
-static int cut(const hetring *h, long bytes, long *cuts) {
-    int nb = 0;
-    long acc = 0;
-    if (cuts) cuts[0] = (long)h->n_grad;
-    if (bytes > 0)
-        for (int i = h->n_bufs - 1; i > 0; i--) {
-            acc += (long)(h->counts[i] * sizeof(float));
-            if (acc >= bytes && h->off[i] > 0) {
-                if (cuts) cuts[nb + 1] = (long)h->off[i];
-                nb++, acc = 0;
-            }
-        }
-    if (cuts) cuts[nb + 1] = 0; /* cuts are at offsets > 0: the last bucket starts at 0 */
-    return nb + 1;
-}
-
-/* The bucket plan: buckets of at least bucket_bytes (the auto size for auto), as the
- * built-in trainer cuts its layers, unless that makes more buckets than the communication
- * thread's job table holds: then larger ones, the same on every node. */
+/* The bucket plan (overlap_plan) of the buffers' layout, and each buffer's bucket. */
 static void plan(hetring *h) {
-    long bytes = h->cc.bucket_bytes == OVERLAP_AUTO ? OVERLAP_AUTO_BYTES : h->cc.bucket_bytes;
-    const long floor =
-        (long)((h->n_grad * sizeof(float) + OVERLAP_MAX_JOBS - 2) / (OVERLAP_MAX_JOBS - 1));
-    if (bytes > 0 && cut(h, bytes, NULL) > OVERLAP_MAX_JOBS) bytes = floor;
-    const int nb = cut(h, bytes, h->cuts);
+    const int nb = overlap_plan(h->counts, h->n_bufs, h->cc.bucket_bytes, h->cuts);
     h->n_buckets = nb;
     for (int i = 0, j = nb - 1; i < h->n_bufs; i++) {
         while (j > 0 && (long)h->off[i] >= h->cuts[j]) j--;

@@ -1,8 +1,10 @@
 /*
- * test_overlap.c: gradient buckets (overlap.h) and the backward progress hook (model.h).
+ * test_overlap.c: gradient buckets (cluster/overlap.h) and the backward progress hook and
+ * layer pieces (trainer/model.h).
  *
- *  - the plan cuts at layer boundaries, from the end of the buffer, into buckets of at
- *    least bucket_bytes, and always ends at offset 0;
+ *  - the model's gradient pieces are its layers with parameters; the plan cuts at their
+ *    boundaries, from the end of the buffer, into buckets of at least bucket_bytes, always
+ *    ends at offset 0, and grows its buckets rather than overflow the job table;
  *  - the hook reports offsets that never grow and end at 0, and the gradients it declares
  *    final are bitwise the ones backward leaves;
  *  - the worker runs jobs in submission order, skips the rest of a round after a failure,
@@ -36,18 +38,32 @@ static model_spec mlp_spec(void) {
 }
 
 static void test_plan(const model *m) {
-    long cuts[MODEL_MAX_LAYERS + 1];
+    size_t off[MODEL_MAX_LAYERS], count[MODEL_MAX_LAYERS];
+    long cuts[OVERLAP_MAX_JOBS + 1];
     CHECK(m->n_params == 222, "n_params %ld", m->n_params);
-    int nb = overlap_plan(m, 1, cuts);
+    const int k = model_grad_pieces(m, off, count);
+    CHECK(k == 3 && off[0] == 0 && count[0] == 144 && off[1] == 144 && count[1] == 68 &&
+              off[2] == 212 && count[2] == 10,
+          "the layer pieces: %d", k);
+    int nb = overlap_plan(count, k, 1, cuts);
     CHECK(nb == 3 && cuts[0] == 222 && cuts[1] == 212 && cuts[2] == 144 && cuts[3] == 0,
           "one bucket per layer: %d buckets, cuts %ld %ld %ld %ld", nb, cuts[0], cuts[1], cuts[2],
           cuts[3]);
     /* the last layer's 40 bytes are too small alone: it joins the middle layer */
-    nb = overlap_plan(m, 160, cuts);
+    nb = overlap_plan(count, k, 160, cuts);
     CHECK(nb == 2 && cuts[0] == 222 && cuts[1] == 144 && cuts[2] == 0,
           "160-byte buckets: %d buckets, cuts %ld %ld %ld", nb, cuts[0], cuts[1], cuts[2]);
-    nb = overlap_plan(m, 1 << 20, cuts);
+    nb = overlap_plan(count, k, 1 << 20, cuts);
     CHECK(nb == 1 && cuts[0] == 222 && cuts[1] == 0, "one big bucket: %d buckets", nb);
+    nb = overlap_plan(count, k, 0, cuts);
+    CHECK(nb == 1 && cuts[0] == 222 && cuts[1] == 0, "bucket_bytes = 0: %d buckets", nb);
+    /* more buffers than the job table: larger buckets, never more than it holds */
+    static size_t many[200];
+    for (int i = 0; i < 200; i++) many[i] = 10;
+    nb = overlap_plan(many, 200, 4, cuts);
+    CHECK(nb > 1 && nb <= OVERLAP_MAX_JOBS && cuts[0] == 2000 && cuts[nb] == 0,
+          "200 buffers in buckets of >= 4 bytes: %d buckets (the table holds %d)", nb,
+          OVERLAP_MAX_JOBS);
 }
 
 typedef struct {
