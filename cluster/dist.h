@@ -1,11 +1,12 @@
 /*
  * dist.h: distributed training over the ring, with elastic membership: the machinery behind
- * libhetring (lib/hetring.c), through which `hetring run` trains the built-in models too
- * (lib/hr_node.h).
+ * libhetring (cluster/hetring.c), through which `hetring run` trains the built-in models too
+ * (cli/hr_node.h).
  *
  * Three things join the training loop:
- *  - the ring's SUM all-reduce as the communication step (the stats tail rides along, so the
- *    all-reduce is also an all-gather of every node's (b, t, loss, correct, hashes));
+ *  - the ring's SUM all-reduce as the communication step (the stats tail of stats.h rides
+ *    along, so the all-reduce is also an all-gather of every node's (b, t, loss, correct,
+ *    machine, hashes));
  *  - the replicated controller of ctrl/ as the batch-size decision: every node feeds it the
  *    same all-gathered stats, so every node computes the same split (I5, I6);
  *  - the agreement checks: every `hash_interval` iterations each node puts a hash of its
@@ -110,7 +111,7 @@ typedef struct {
                                          * between iterations, when the bucket thread is idle */
     long fail_iter;                     /* the iteration that failed last */
     int fails;                          /* views in a row it failed in */
-    double t_last;                      /* now_s() at the end of the last iteration, 0: none */
+    double t_last;                      /* hr_now() at the end of the last iteration, 0: none */
     double t_slow;                      /* the slowest recent iteration, seconds (decaying) */
     int have_pending;                   /* `pending` is a view record not yet in the metrics */
     char pending[8192];                 /* the first view's record, before the file was open */

@@ -1,7 +1,7 @@
 /*
  * hetring.c: libhetring over the application's distributed machinery (hetring.h).
  *
- * A handle is a dist (app/dist.h: the ring, the replicated controller, the agreement checks
+ * A handle is a dist (dist.h: the ring, the replicated controller, the agreement checks
  * and the view changes) whose dist_state is the user's: the iteration cursor, the split and a
  * state blob of a small header (format, iteration, B, samples, seed) followed by the bytes of
  * the user's get_state. `hetring run` is such a user too (hr_node.c, with the extras of

@@ -46,7 +46,7 @@ typedef struct {
 } train_stretch;
 
 /* What one node's training is built from: the [train] section and this node's emulation
- * settings, converted from the INI config once by the application (app/trainer_setup.h).
+ * settings, converted from the INI config once by the cluster (cluster/trainer_setup.h).
  * Strings are borrowed and must outlive the trainer. */
 typedef struct {
     model_config model;       /* the model to build */
