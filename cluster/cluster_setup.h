@@ -10,8 +10,8 @@
 #ifndef HR_CLUSTER_SETUP_H
 #define HR_CLUSTER_SETUP_H
 
-#include "conf/cfg.h"
 #include "cluster/overlap.h"
+#include "conf/cfg.h"
 #include "trainer/train.h"
 
 #include <stdint.h>

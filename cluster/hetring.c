@@ -36,12 +36,12 @@
 #include "cluster/cluster_setup.h"
 #include "cluster/dist.h"
 #include "cluster/node_id.h"
+#include "cluster/overlap.h"
 #include "cluster/stats.h"
 #include "conf/cfg.h"
 #include "ring/ring.h"
 #include "ring/tcp.h"
 #include "trainer/data.h"
-#include "cluster/overlap.h"
 #include "trainer/train.h"
 
 #include <math.h>

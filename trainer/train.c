@@ -1,9 +1,10 @@
 /*
  * train.c: the training loop (see train.h for the iteration and its invariants).
  *
- * Loss and accuracy come from the all-gathered stats tail, so every node reports the same
- * global figures. Evaluation and checkpoints run on rank 0 only: after each step all
- * replicas hold the same parameters (I4), so one copy is enough.
+ * A cluster node's loss and accuracy are the cluster's, from its peer's exchange (every
+ * node's stats, all-gathered), so every node reports the same global figures. Evaluation
+ * runs on rank 0 only: after each step all replicas hold the same parameters (I4), so one
+ * copy is enough.
  */
 #include "trainer/train.h"
 

@@ -66,8 +66,9 @@ typedef struct {
     int emulated;             /* some node of the cluster emulates a slowdown (labels the run) */
     const char *origin;       /* the config file, named in errors */
     int max_nodes;            /* most nodes a view can have (a cluster's); 0: one */
-    long grad_tail;           /* floats the caller keeps on each side of the gradient (model.h's
-                               * grad_tail): a cluster node's library puts every node's stats there */
+    long grad_tail;           /* floats the caller keeps on each side of the gradient
+                               * (model.h's grad_tail): a cluster node's library puts every
+                               * node's stats before it */
 } train_config;
 
 /* ---------------------------------------------------------------- one iteration */
@@ -138,12 +139,12 @@ typedef struct {
                            * alone; the peer's slices and exchanges set it) */
     data_set train, eval; /* training and held-out sets */
     data_loader dl;       /* permutation and slices (I1) */
-    model m;              /* the model; m.grads carries the stats tail */
+    model m;              /* the model; m.grads has conf.grad_tail floats on each side */
     opt_sgd opt;          /* optimizer state */
     long ipe;             /* iterations per epoch */
     long total;           /* iterations of the run */
     long iter;            /* next iteration to run */
-    int max_nodes;        /* capacity of the per-node arrays and of the stats tail */
+    int max_nodes;        /* capacity of the per-node arrays (split, recorded, gathered) */
     long *split;          /* (n_nodes) samples per node for the next iteration, what a
                            * checkpoint records; written by train_set_split (alone: {B}) and
                            * by the peer */

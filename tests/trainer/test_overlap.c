@@ -17,10 +17,10 @@
  *    of a node that may join a cluster names the plan of its layers (the library's choice
  *    itself is tested through hetring run in tests/dist/test_overlap_auto.sh).
  */
-#include "tests/check.h"
 #include "cluster/cluster_setup.h"
-#include "tests/trainer/util.h"
 #include "cluster/overlap.h"
+#include "tests/check.h"
+#include "tests/trainer/util.h"
 
 #include <stdlib.h>
 #include <string.h>

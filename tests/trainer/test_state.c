@@ -10,8 +10,8 @@
  *  - the state hash changes with the iteration, one parameter bit and one momentum bit;
  *  - a trainer that may join a cluster has room for every node's stats before its gradient.
  */
-#include "tests/check.h"
 #include "cluster/stats.h"
+#include "tests/check.h"
 #include "tests/trainer/util.h"
 
 static char dir[64];
