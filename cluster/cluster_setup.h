@@ -27,7 +27,8 @@ typedef struct {
     int max_nodes;         /* nodes of the configuration: the most a view can have */
 } cluster_config;
 
-/* Fill `out` for node c->nodes[self_idx]. */
+/* Fill `out` for node c->nodes[self_idx]; its machine fact counts the cores this process may
+ * use now (overlap_cores). */
 void app_cluster_config(const cfg *c, int self_idx, cluster_config *out);
 
 #endif
