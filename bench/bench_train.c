@@ -157,7 +157,7 @@ static int setup(cfg *c, trainer *t, const tb_opts *o) {
     snprintf(c->nodes[0].host, sizeof c->nodes[0].host, "127.0.0.1");
     train_config tc;
     app_train_config(c, 0, &tc);
-    if ((st = train_init(t, &tc, NULL, err, sizeof err)) != HR_OK) {
+    if ((st = train_init(t, &tc, err, sizeof err)) != HR_OK) {
         fprintf(stderr, "hetring bench train: %s\n", err);
         cfg_free(c);
         return st == HR_ERR_CONFIG ? CLI_USAGE : CLI_FAIL;

@@ -9,6 +9,7 @@
  */
 #include "base/hr_log.h"
 #include "cli/cli.h"
+#include "cli/hr_node.h"
 #include "cluster/ring_setup.h"
 #include "cluster/trainer_setup.h"
 #include "ring/sec.h"
@@ -100,7 +101,7 @@ static int dry_trainer(const cfg *c, int self) {
         bad += problem(c, -1, "checkpoint", "%s", err);
     app_train_config(c, self, &tc);
     tc.checkpoint = NULL; /* checked above, to name its key */
-    if (train_init(&t, &tc, NULL, err, sizeof err) != HR_OK) {
+    if (train_init(&t, &tc, err, sizeof err) != HR_OK) {
         /* "FILE: [train] KEY ..." (a model that does not fit the data) names its key; anything
          * else is about the data files */
         size_t pl = strlen(c->path);
@@ -116,7 +117,7 @@ static int dry_trainer(const cfg *c, int self) {
     printf("; data: %ld training and %ld held-out samples of %dx%dx%d\n", t.train.n, t.eval.n,
            t.train.h, t.train.w, t.train.c);
     char overlap[400];
-    train_overlap_describe(&t, overlap, sizeof overlap);
+    hr_node_describe_overlap(&t, c, self, overlap, sizeof overlap);
     printf("; %s\n", overlap);
     train_free(&t);
     return bad;

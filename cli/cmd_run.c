@@ -1,7 +1,7 @@
 /*
  * cmd_run.c: `hetring run`, one node of the cluster.
  *
- * A one-node cluster trains with the local communicator; a cluster of several nodes forms
+ * A one-node cluster trains alone, without a ring; a cluster of several nodes forms
  * the ring and trains with the replicated controller setting every node's batch (dist.h).
  * Such a node joins a running job by itself, and SIGTERM or SIGINT make it leave at the next
  * iteration boundary the members agree on, with a checkpoint (a second signal kills it).
@@ -67,7 +67,7 @@ static int train_one(const cfg *c, int self, const train_opts *to) {
     train_config tc;
     app_train_config(c, self, &tc);
     announce(c, self, 0); /* one node listens on nothing */
-    hr_status st = train_init(&t, &tc, NULL, err, sizeof err);
+    hr_status st = train_init(&t, &tc, err, sizeof err);
     if (st != HR_OK) {
         fprintf(stderr, "hetring run: %s\n", err[0] ? err : hr_strerror(st));
         return st == HR_ERR_CONFIG ? CLI_USAGE : CLI_FAIL;
@@ -153,7 +153,7 @@ static int train_cluster(const cfg *c, int self, const train_opts *opts) {
     memset(&n, 0, sizeof n);
     train_config tc;
     app_train_config(c, self, &tc);
-    hr_status st = train_init(&t, &tc, NULL, err, sizeof err);
+    hr_status st = train_init(&t, &tc, err, sizeof err);
     if (st != HR_OK) goto fail;
     have_trainer = 1;
     if (c->checkpoint[0] && access(c->checkpoint, F_OK) == 0) {
@@ -170,7 +170,7 @@ static int train_cluster(const cfg *c, int self, const train_opts *opts) {
     if (st != HR_OK) goto fail;
     if (res.left)
         HR_INFO(TRAIN, "node %ld left the cluster at iteration %ld", c->nodes[self].id, t.iter);
-    else if (t.comm.rank == 0)
+    else if (t.rank == 0)
         HR_INFO(TRAIN,
                 "done: %ld iterations, %ld samples in %.2f s (%.0f samples/s), final loss %.4f, "
                 "held-out %s %.4g, policy %s%s",

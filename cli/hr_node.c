@@ -4,8 +4,10 @@
 #include "cli/hr_node.h"
 
 #include "base/hr_log.h"
+#include "cluster/cluster_setup.h"
 #include "cluster/dist.h"
 #include "cluster/hetring_app.h"
+#include "cluster/stats.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -54,7 +56,7 @@ static void on_view(void *user, const hetring_view *v) {
     n->n = v->n;
     memcpy(n->ids, v->ids, sizeof *n->ids * (size_t)v->n);
     n->views++;
-    n->t->comm.rank = v->rank, n->t->comm.size = v->n;
+    n->t->rank = v->rank, n->t->n_nodes = v->n;
 }
 
 /* Leaving: this node's checkpoint, when one is configured. */
@@ -124,7 +126,7 @@ static hetring_grads grads_of(const hr_node *n) {
 static void ready(void *ctx, long off) {
     hr_node *n = ctx;
     const hetring_grads g = grads_of(n);
-    while (n->next_ready > 0 && n->offs[n->next_ready - 1] >= off) {
+    while (n->next_ready > 0 && (long)n->offs[n->next_ready - 1] >= off) {
         int st = hetring_ready(n->h, &g, --n->next_ready);
         if (st != HETRING_OK && n->ready_status == HETRING_OK) n->ready_status = st;
     }
@@ -147,10 +149,10 @@ static hr_status exchange(void *ctx, train_exchange *x) {
     const int size = hetring_members(n->h, n->members, n->c->n_nodes);
     for (int k = 0; k < size; k++)
         t->gathered[k].b = n->members[k].batch, t->gathered[k].t = n->members[k].compute_s;
-    t->comm.size = size;
+    t->n_nodes = size;
     hr_lib_split(n->h, t->split, t->max_nodes); /* the next split: what a checkpoint records */
     x->loss = r.loss, x->accuracy = r.accuracy;
-    x->t_node = r.t_node, x->t_comm = r.t_comm;
+    x->t_node = r.t_node, x->t_comm = r.t_comm, x->factor = n->batch.slowdown;
     x->changed = r.changed, x->buckets = r.buckets;
     return HR_OK;
 }
@@ -204,31 +206,52 @@ void hr_node_hooks(hr_node *n, train_opts *o) {
     o->member_ctx = n;
 }
 
+/* ================================================================ gradient buckets */
+
+/* Buckets in the plan the library cuts from the model's layers, this node's buffers. */
+static int plan_buckets(const trainer *t, const cluster_config *cc) {
+    size_t off[MODEL_MAX_LAYERS], count[MODEL_MAX_LAYERS];
+    long cuts[OVERLAP_MAX_JOBS + 1];
+    const int k = model_grad_pieces(&t->m, off, count);
+    return overlap_plan(count, k, cc->bucket_bytes, cuts);
+}
+
+void hr_node_describe_overlap(const trainer *t, const cfg *c, int self, char *out, size_t n) {
+    cluster_config cc;
+    app_cluster_config(c, self, &cc);
+    overlap_describe(cc.bucket_bytes, plan_buckets(t, &cc), cc.max_nodes, &cc.machine, out, n);
+}
+
+/* With bucket_bytes = auto every node of a cluster says its own cores at the start; the
+ * choice itself (and an explicit setting's) is the library's to say, on rank 0, once it is
+ * made (cluster/hetring.c). */
+static void announce_overlap(const hr_node *n) {
+    cluster_config cc;
+    app_cluster_config(n->c, n->self, &cc);
+    const int nb = plan_buckets(n->t, &cc);
+    if (cc.max_nodes < 2 || cc.bucket_bytes != OVERLAP_AUTO || nb < 2) return;
+    char line[400];
+    overlap_describe(cc.bucket_bytes, nb, cc.max_nodes, &cc.machine, line, sizeof line);
+    HR_INFO(TRAIN, "%s", line);
+}
+
 /* ================================================================ open and close */
 
-/* One buffer per layer with parameters, in the model's order: consecutive pieces of grads. */
+/* One buffer per layer with parameters, in the model's order: consecutive pieces of grads
+ * (model_grad_pieces). */
 static hr_status layer_buffers(hr_node *n, char *err, size_t errlen) {
     const model *m = &n->t->m;
-    int count = 0;
-    for (int i = 0; i < m->n_layers; i++) count += m->layers[i].n_params > 0;
-    n->bufs = malloc(sizeof *n->bufs * (size_t)(count + 1));
-    n->counts = malloc(sizeof *n->counts * (size_t)(count + 1));
-    n->offs = malloc(sizeof *n->offs * (size_t)(count + 1));
+    size_t off[MODEL_MAX_LAYERS], count[MODEL_MAX_LAYERS];
+    const int k = model_grad_pieces(m, off, count);
+    n->bufs = malloc(sizeof *n->bufs * (size_t)k);
+    n->counts = malloc(sizeof *n->counts * (size_t)k);
+    n->offs = malloc(sizeof *n->offs * (size_t)k);
     if (!n->bufs || !n->counts || !n->offs)
         return hr_fail(err, errlen, HR_ERR_NOMEM, "out of memory");
-    long off = 0;
-    for (int i = 0; i < m->n_layers; i++) {
-        const model_layer *L = &m->layers[i];
-        if (!L->n_params) continue;
-        if (L->w_off != off) /* the layers do not tile the buffer: hand it over whole */
-            return n->n_bufs = 1, n->bufs[0] = m->grads, n->counts[0] = (size_t)m->n_params,
-                   n->offs[0] = 0, HR_OK;
-        n->bufs[n->n_bufs] = m->grads + off, n->counts[n->n_bufs] = (size_t)L->n_params;
-        n->offs[n->n_bufs++] = off;
-        off += L->n_params;
-    }
-    if (off != m->n_params || n->n_bufs == 0)
-        n->n_bufs = 1, n->bufs[0] = m->grads, n->counts[0] = (size_t)m->n_params, n->offs[0] = 0;
+    for (int i = 0; i < k; i++) n->bufs[i] = m->grads + off[i];
+    memcpy(n->counts, count, sizeof *count * (size_t)k);
+    memcpy(n->offs, off, sizeof *off * (size_t)k);
+    n->n_bufs = k;
     return HR_OK;
 }
 
@@ -237,7 +260,7 @@ hr_status hr_node_open(hr_node *n, const cfg *c, int self, trainer *t, volatile 
     memset(n, 0, sizeof *n);
     n->t = t, n->c = c, n->self = self;
     n->on_listen = on_listen, n->listen_ctx = ctx;
-    if (t->m.grad_tail < (long)c->n_nodes * TRAIN_NODE_STATS)
+    if (t->m.grad_tail < (long)c->n_nodes * CLUSTER_NODE_STATS)
         return hr_fail(err, errlen, HR_ERR_INVAL, "the trainer has no room for %d nodes' stats",
                        c->n_nodes);
     if (!(n->members = calloc((size_t)c->n_nodes, sizeof *n->members)))
@@ -260,6 +283,7 @@ hr_status hr_node_open(hr_node *n, const cfg *c, int self, trainer *t, volatile 
                              .on_listen = listening};
     int st = hr_lib_open(&n->h, &o, &app, err, errlen);
     if (st != HETRING_OK) return status_of(st);
+    announce_overlap(n);
     const train_peer peer = {.ctx = n, .slice = slice, .ready = ready, .exchange = exchange};
     train_set_peer(t, &peer);
     return HR_OK;

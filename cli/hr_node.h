@@ -42,7 +42,7 @@ typedef struct {
     int n_bufs;              /* gradient buffers: one per layer with parameters */
     float **bufs;            /* (n_bufs) */
     size_t *counts;          /* (n_bufs) */
-    long *offs;              /* (n_bufs) each buffer's offset in the model's gradient */
+    size_t *offs;            /* (n_bufs) each buffer's offset in the model's gradient */
     int next_ready;          /* buffers [next_ready, n_bufs) were handed over this iteration */
     int ready_status;        /* the first hetring_ready failure of the iteration, or 0 */
     hetring_member *members; /* (c->n_nodes) the last step's */
@@ -57,13 +57,19 @@ typedef struct {
     void *listen_ctx;
 } hr_node;
 
-/* Join the cluster as node `self` of c with trainer t (built with app_train_config and no
- * comm, resumed from its own checkpoint if it had one): bind the port (then on_listen), elect
- * the first view with the reachable nodes and take the newest state any of them holds.
+/* Join the cluster as node `self` of c with trainer t (built with app_train_config, resumed
+ * from its own checkpoint if it had one): bind the port (then on_listen), elect the first view
+ * with the reachable nodes and take the newest state any of them holds; with bucket_bytes =
+ * auto, say this node's cores (hr_node_describe_overlap).
  * `leave` (may be NULL) makes this node leave at the next boundary, and ends the wait for a
  * quorum. On failure err says why, and hr_node_close is still needed. */
 hr_status hr_node_open(hr_node *n, const cfg *c, int self, trainer *t, volatile sig_atomic_t *leave,
                        void (*on_listen)(void *ctx), void *ctx, char *err, size_t errlen);
+
+/* How node `self` of c, with trainer t's model, overlaps communication with backward, in one
+ * line for the start and the dry run: "overlap: 2 buckets of >= 1 MiB, ... (auto: ...)", with
+ * this node's cores. The library cuts the same buckets from the model's layers. */
+void hr_node_describe_overlap(const trainer *t, const cfg *c, int self, char *out, size_t n);
 
 /* train_run's membership hooks for this node (on_fail, after_iter, tag). */
 void hr_node_hooks(hr_node *n, train_opts *o);

@@ -35,9 +35,11 @@ static int fault_at(const dist *d, const char *kind, long at) {
     return hr_fault_get(kind, d->c->nodes[d->self].id, -1, &arg) && (long)arg == at;
 }
 
-hr_status dist_init(dist *d, const cfg *c, int self, char *err, size_t errlen) {
+hr_status dist_init(dist *d, const cfg *c, const cluster_config *cc, int self, char *err,
+                    size_t errlen) {
     memset(d, 0, sizeof *d);
     d->c = c;
+    d->cc = cc;
     d->self = self;
     d->hash_interval = c->hash_interval;
     d->gathered = calloc((size_t)c->n_nodes, sizeof *d->gathered);
@@ -74,7 +76,7 @@ int dist_wants_hash(const dist *d, long iter) {
     return iter % d->hash_interval == 0 || d->force_hash;
 }
 
-void dist_annotate(dist *d, long iter, uint64_t param_hash, train_stat *mine) {
+void dist_annotate(dist *d, long iter, uint64_t param_hash, cluster_stat *mine) {
     if (dist_wants_hash(d, iter)) put_hash(mine->extra + DIST_STAT_PHASH, param_hash);
     put_hash(mine->extra + DIST_STAT_DHASH, d->dhash);
     int flags = 0;
@@ -85,7 +87,7 @@ void dist_annotate(dist *d, long iter, uint64_t param_hash, train_stat *mine) {
 
 /* Whether every node's hash pair at extra[off] equals rank 0's; when one differs, *bad_id and
  * *ref_id get the ids of the first such node and of rank 0. */
-static int agree(const dist *d, const train_stat *stats, int size, int off, long *bad_id,
+static int agree(const dist *d, const cluster_stat *stats, int size, int off, long *bad_id,
                  long *ref_id) {
     const ring_view *v = ring_get_view(&d->r);
     for (int k = 1; k < size; k++)
@@ -105,7 +107,7 @@ __attribute__((format(printf, 1, 2))) static hr_status mismatch(const char *fmt,
     return HR_ERR_MISMATCH;
 }
 
-hr_status dist_decide(dist *d, long iter, const train_stat *stats, int size, long *split) {
+hr_status dist_decide(dist *d, long iter, const cluster_stat *stats, int size, long *split) {
     long bad, ref;
     const int check_params = dist_wants_hash(d, iter);
     d->iter = iter + 1; /* set while the bucket thread is idle: it reads it (test faults) */
@@ -129,7 +131,8 @@ hr_status dist_decide(dist *d, long iter, const train_stat *stats, int size, lon
                         "every node); stopping. Check that every node runs the same hetring build "
                         "and config",
                         iter, bad, ref);
-    for (int k = 0; k < size; k++) d->gathered[k] = (ctrl_stat){.t = stats[k].t, .b = stats[k].b};
+    for (int k = 0; k < size; k++)
+        d->gathered[k] = (ctrl_stat){.t = stats[k].rec.t, .b = stats[k].rec.b};
     hr_status st = ctrl_observe(&d->ctl, iter, d->gathered);
     if (st != HR_OK) {
         HR_ERROR(CTRL, "iteration %ld: the controller rejected the gathered stats", iter);
@@ -180,7 +183,7 @@ static hr_status start_controller(dist *d, int use_recorded, char *err, size_t e
     for (int k = 0; k < v->n; k++) cap[k] = c->nodes[cfg_node_index(c, v->ids[k])].capacity;
     if (d->have_ctrl) ctrl_free(&d->ctl);
     d->have_ctrl = 0;
-    const long B = d->st.global_batch;
+    const long B = d->cc->global_batch;
     hr_status st = ctrl_init(&d->ctl, &cc, v->n, B, cap, NULL);
     if (st == HR_OK && use_recorded && (st = ctrl_set_split(&d->ctl, d->st.recorded)) != HR_OK)
         ctrl_free(&d->ctl);

@@ -1,11 +1,12 @@
 /*
  * dist.h: distributed training over the ring, with elastic membership: the machinery behind
- * libhetring (lib/hetring.c), through which `hetring run` trains the built-in models too
- * (lib/hr_node.h).
+ * libhetring (cluster/hetring.c), through which `hetring run` trains the built-in models too
+ * (cli/hr_node.h).
  *
  * Three things join the training loop:
- *  - the ring's SUM all-reduce as the communication step (the stats tail rides along, so the
- *    all-reduce is also an all-gather of every node's (b, t, loss, correct, hashes));
+ *  - the ring's SUM all-reduce as the communication step (the stats tail of stats.h rides
+ *    along, so the all-reduce is also an all-gather of every node's (b, t, loss, correct,
+ *    machine, hashes));
  *  - the replicated controller of ctrl/ as the batch-size decision: every node feeds it the
  *    same all-gathered stats, so every node computes the same split (I5, I6);
  *  - the agreement checks: every `hash_interval` iterations each node puts a hash of its
@@ -39,18 +40,20 @@
 
 #include "conf/cfg.h"
 #include "ctrl/ctrl.h"
+#include "cluster/cluster_setup.h"
+#include "cluster/stats.h"
 #include "ring/ring.h"
 #include "trainer/train.h"
 
 #include <signal.h>
 
-/* The checks' floats in train_stat.extra, the per-node stats left free by the trainer. */
+/* The checks' floats in cluster_stat.extra (stats.h). */
 enum {
     DIST_STAT_PHASH = 0, /* two floats: parameter hash, on hash iterations */
     DIST_STAT_DHASH = 2, /* two floats: hash of the decision that set this iteration's split */
     DIST_STAT_FLAGS = 4, /* one float: DIST_FLAG_* bits */
 };
-_Static_assert(DIST_STAT_FLAGS + 1 <= TRAIN_STAT_EXTRA, "the checks must fit train_stat.extra");
+_Static_assert(DIST_STAT_FLAGS + 1 <= CLUSTER_STAT_EXTRA, "the checks must fit cluster_stat.extra");
 
 /* An iteration that fails in this many views in a row stops the run: something other than a
  * dead peer is wrong. */
@@ -79,7 +82,6 @@ typedef struct {
     void (*set_split)(void *ctx, const long *b); /* the controller's split (size entries) */
     hr_status (*save)(void *ctx, char *err, size_t errlen); /* leaving: checkpoint, or NULL */
     FILE *(*metrics)(void *ctx); /* where view records go, NULL: kept until there is one */
-    long global_batch;           /* B */
     long ipe;                    /* iterations per epoch (the epoch policy) */
     const long *recorded;        /* a resumed split (c->n_nodes entries) or NULL */
     int send_first;              /* the first view sends the donor's state to every member even
@@ -87,16 +89,17 @@ typedef struct {
 } dist_state;
 
 typedef struct {
-    const cfg *c;        /* configuration (borrowed) */
-    int self;            /* index of this node in c->nodes */
-    ring r;              /* the TCP ring */
-    int have_ring;       /* r was initialised */
-    ctrl ctl;            /* replicated controller */
-    int have_ctrl;       /* ctl was initialised */
-    long ipe;            /* iterations per epoch (epoch policy) */
-    long hash_interval;  /* iterations between parameter hash checks */
-    uint64_t dhash;      /* hash of the last decision, checked at the next iteration */
-    ctrl_stat *gathered; /* (n) stats handed to the controller */
+    const cfg *c;             /* configuration (borrowed) */
+    const cluster_config *cc; /* this node's cluster settings (borrowed): B */
+    int self;                 /* index of this node in c->nodes */
+    ring r;                   /* the TCP ring */
+    int have_ring;            /* r was initialised */
+    ctrl ctl;                 /* replicated controller */
+    int have_ctrl;            /* ctl was initialised */
+    long ipe;                 /* iterations per epoch (epoch policy) */
+    long hash_interval;       /* iterations between parameter hash checks */
+    uint64_t dhash;           /* hash of the last decision, checked at the next iteration */
+    ctrl_stat *gathered;      /* (n) stats handed to the controller */
     /* elastic membership */
     ring_lineage lineage;               /* the training state this node holds */
     const volatile sig_atomic_t *leave; /* nonzero: leave at the next boundary (a signal's) */
@@ -108,7 +111,7 @@ typedef struct {
                                          * between iterations, when the bucket thread is idle */
     long fail_iter;                     /* the iteration that failed last */
     int fails;                          /* views in a row it failed in */
-    double t_last;                      /* now_s() at the end of the last iteration, 0: none */
+    double t_last;                      /* hr_now() at the end of the last iteration, 0: none */
     double t_slow;                      /* the slowest recent iteration, seconds (decaying) */
     int have_pending;                   /* `pending` is a view record not yet in the metrics */
     char pending[8192];                 /* the first view's record, before the file was open */
@@ -124,8 +127,10 @@ typedef struct {
     double change_s;             /* seconds from the failure (or the request) to the new view */
 } dist;
 
-/* Open the ring for node `self` of `c` (listening; no view yet). dist_free still needed. */
-hr_status dist_init(dist *d, const cfg *c, int self, char *err, size_t errlen);
+/* Open the ring for node `self` of `c`, whose settings cc was made from c (listening; no view
+ * yet). c and cc must outlive d. dist_free still needed. */
+hr_status dist_init(dist *d, const cfg *c, const cluster_config *cc, int self, char *err,
+                    size_t errlen);
 
 void dist_free(dist *d);
 
@@ -143,10 +148,10 @@ hr_status dist_allreduce(dist *d, float *buf, size_t n);
 int dist_wants_hash(const dist *d, long iter);
 
 /* Before the all-reduce: this node's agreement hashes and flags into mine->extra. */
-void dist_annotate(dist *d, long iter, uint64_t param_hash, train_stat *mine);
+void dist_annotate(dist *d, long iter, uint64_t param_hash, cluster_stat *mine);
 
 /* After the all-reduce: check the hashes (I4, I5) and decide the next split (size entries). */
-hr_status dist_decide(dist *d, long iter, const train_stat *stats, int size, long *split);
+hr_status dist_decide(dist *d, long iter, const cluster_stat *stats, int size, long *split);
 
 /* A collective of the current view failed with st: agree on a new view and bring every
  * member to the same state (HR_OK: re-run the iteration), or the status to stop with. */

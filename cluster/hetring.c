@@ -1,7 +1,7 @@
 /*
  * hetring.c: libhetring over the application's distributed machinery (hetring.h).
  *
- * A handle is a dist (app/dist.h: the ring, the replicated controller, the agreement checks
+ * A handle is a dist (dist.h: the ring, the replicated controller, the agreement checks
  * and the view changes) whose dist_state is the user's: the iteration cursor, the split and a
  * state blob of a small header (format, iteration, B, samples, seed) followed by the bytes of
  * the user's get_state. `hetring run` is such a user too (hr_node.c, with the extras of
@@ -10,7 +10,7 @@
  * One iteration:
  *   slice   perm_e[it*B + start, it*B + start + b) from trainer/data.c's loader (I1)
  *   step    the user's buffers are copied into one contiguous buffer led by the stats tail
- *           (train_stats_pack: TRAIN_NODE_STATS floats per node, this node's slot filled,
+ *           (stats.h: CLUSTER_NODE_STATS floats per node, this node's slot filled,
  *           zeros elsewhere), the SUM all-reduce hands every node every slot, dist_decide
  *           checks the hashes and decides the next split (I4, I5, I6), and the buffers get
  *           sum / B back (I2). hetring run's buffer is used where it lies instead (app.grads,
@@ -33,14 +33,15 @@
 
 #include "base/hr_log.h"
 #include "base/hr_time.h"
+#include "cluster/cluster_setup.h"
 #include "cluster/dist.h"
 #include "cluster/node_id.h"
-#include "cluster/trainer_setup.h"
+#include "cluster/overlap.h"
+#include "cluster/stats.h"
 #include "conf/cfg.h"
 #include "ring/ring.h"
 #include "ring/tcp.h"
 #include "trainer/data.h"
-#include "trainer/overlap.h"
 #include "trainer/train.h"
 
 #include <math.h>
@@ -60,39 +61,38 @@ _Static_assert((int)HETRING_EUNSUPPORTED == (int)HR_ERR_UNSUPPORTED &&
 #define STATE_HDR   6               /* magic, iter, B, samples, seed, user bytes */
 
 struct hetring {
-    cfg own;              /* the configuration this handle loaded (without app->c) */
-    int have_cfg;         /* own was loaded */
-    const cfg *c;         /* the cluster's configuration: &own or the application's */
-    hetring_app app;      /* the application's extras (hetring_app.h), zero for a user */
-    int self;             /* index of this node in c.nodes */
-    dist d;               /* ring, controller, checks and views */
-    int have_dist;        /* d was initialised (and not yet freed) */
-    train_config tc;      /* this node's emulation settings (train_stretch_factor) */
-    hetring_callbacks cb; /* the user's side of view changes */
-    long B;               /* global batch */
-    long n_samples;       /* dataset size the indices range over */
-    long ipe;             /* iterations per epoch: n_samples / B */
-    long total;           /* iterations of the run */
-    data_set ds;          /* n_samples only: the loader's permutation needs no data */
-    data_loader dl;       /* perm_e (I1) */
-    int have_dl;          /* dl was initialised */
-    long iter;            /* next iteration to run: the data cursor */
-    int rank, size;       /* ring position and view size */
-    long *split;          /* (c.n_nodes) samples per node of the current view */
-    long *next;           /* (c.n_nodes) where dist_decide writes the next split */
-    train_stat *gathered; /* (c.n_nodes) every node's stats of the last iteration */
-    long *member_ids;     /* (c.n_nodes) the ids of the nodes in gathered, in ring order */
-    int n_members;        /* entries of gathered and member_ids: the last completed step's */
-    int64_t *idx;         /* (B) this node's indices for the iteration fetched */
-    float *buf;           /* (n_nodes * TRAIN_NODE_STATS + n_grad) room for the tail,
-                           * then the gradients */
-    float *grads;         /* = buf + n_nodes * TRAIN_NODE_STATS */
-    size_t n_grad;        /* floats of gradient, fixed by the first step or ready */
-    int n_bufs;           /* buffers per step, fixed by the first step or ready */
-    size_t *counts;       /* (n_bufs) floats per buffer */
-    size_t *off;          /* (n_bufs) each buffer's offset in grads */
+    cfg own;                /* the configuration this handle loaded (without app->c) */
+    int have_cfg;           /* own was loaded */
+    const cfg *c;           /* the cluster's configuration: &own or the application's */
+    hetring_app app;        /* the application's extras (hetring_app.h), zero for a user */
+    int self;               /* index of this node in c.nodes */
+    dist d;                 /* ring, controller, checks and views */
+    int have_dist;          /* d was initialised (and not yet freed) */
+    cluster_config cc;      /* this node's cluster settings: B, seed, run length, buckets and
+                             * its emulated slowdown */
+    hetring_callbacks cb;   /* the user's side of view changes */
+    long n_samples;         /* dataset size the indices range over */
+    long ipe;               /* iterations per epoch: n_samples / B */
+    long total;             /* iterations of the run */
+    data_set ds;            /* n_samples only: the loader's permutation needs no data */
+    data_loader dl;         /* perm_e (I1) */
+    int have_dl;            /* dl was initialised */
+    long iter;              /* next iteration to run: the data cursor */
+    int rank, size;         /* ring position and view size */
+    long *split;            /* (c.n_nodes) samples per node of the current view */
+    long *next;             /* (c.n_nodes) where dist_decide writes the next split */
+    cluster_stat *gathered; /* (c.n_nodes) every node's stats of the last iteration */
+    long *member_ids;       /* (c.n_nodes) the ids of the nodes in gathered, in ring order */
+    int n_members;          /* entries of gathered and member_ids: the last completed step's */
+    int64_t *idx;           /* (B) this node's indices for the iteration fetched */
+    float *buf;             /* (n_nodes * CLUSTER_NODE_STATS + n_grad) room for the tail,
+                             * then the gradients */
+    float *grads;           /* = buf + n_nodes * CLUSTER_NODE_STATS */
+    size_t n_grad;          /* floats of gradient, fixed by the first step or ready */
+    int n_bufs;             /* buffers per step, fixed by the first step or ready */
+    size_t *counts;         /* (n_bufs) floats per buffer */
+    size_t *off;            /* (n_bufs) each buffer's offset in grads */
     /* overlap (hetring_ready; see the top of this file) */
-    long bucket_bytes;               /* [train] bucket_bytes: OVERLAP_AUTO, 0 or bytes */
     int n_buckets;                   /* buckets of the plan */
     long cuts[OVERLAP_MAX_JOBS + 1]; /* bucket j = grads[cuts[j+1], cuts[j]) */
     int *bucket_of;                  /* (n_bufs) the bucket of each buffer, -1 for an empty one */
@@ -104,7 +104,6 @@ struct hetring {
     int bucketed;                    /* this iteration all-reduces bucket by bucket */
     int told;                        /* the choice last logged (-1: none) */
     int readied;                     /* hetring_ready was called in this iteration */
-    overlap_fact machine;            /* this node's fact for bucket_bytes = auto */
     overlap_fact *facts;             /* (c.n_nodes) the view's facts, gathered */
     overlap_worker ow;               /* the communication thread, started by the first bucket */
     unsigned char *blob;             /* (blob_cap) the state blob this node packs */
@@ -211,7 +210,7 @@ static hr_status st_set_comm(void *ctx, int rank, int size) {
     hetring *h = ctx;
     if (size < 1 || size > h->c->n_nodes || rank < 0 || rank >= size) return HR_ERR_INVAL;
     h->rank = rank, h->size = size;
-    if (h->bucket_bytes == OVERLAP_AUTO) h->bucketed = 0; /* no facts of this view yet */
+    if (h->cc.bucket_bytes == OVERLAP_AUTO) h->bucketed = 0; /* no facts of this view yet */
     return HR_OK;
 }
 
@@ -232,9 +231,9 @@ static hr_status user_state(hetring *h, const void **data, size_t *bytes, char *
 static void header(const hetring *h, uint64_t hdr[STATE_HDR], size_t user_bytes) {
     hdr[0] = STATE_MAGIC;
     hdr[1] = (uint64_t)h->iter;
-    hdr[2] = (uint64_t)h->B;
+    hdr[2] = (uint64_t)h->cc.global_batch;
     hdr[3] = (uint64_t)h->n_samples;
-    hdr[4] = (uint64_t)h->tc.seed;
+    hdr[4] = (uint64_t)h->cc.seed;
     hdr[5] = (uint64_t)user_bytes;
 }
 
@@ -362,23 +361,21 @@ static hr_status setup(hetring *h, const hetring_options *o) {
     HR_CHECK(load_config(h, o));
     const cfg *c = h->c;
     hr_log_set_node((int)c->nodes[h->self].id);
-    app_train_config(c, h->self, &h->tc);
-    h->B = h->tc.global_batch;
+    app_cluster_config(c, h->self, &h->cc);
+    const long B = h->cc.global_batch;
     h->n_samples = o->n_samples > 0 ? o->n_samples : c->samples;
     h->ds.n = h->n_samples;
-    HR_CHECK(data_loader_init(&h->dl, &h->ds, h->tc.seed, h->B, e, n));
+    HR_CHECK(data_loader_init(&h->dl, &h->ds, h->cc.seed, B, e, n));
     h->have_dl = 1;
-    h->ipe = data_loader_iters_per_epoch(&h->dl, h->B);
-    h->total = h->tc.iterations > 0 ? h->tc.iterations : h->tc.epochs * h->ipe;
+    h->ipe = data_loader_iters_per_epoch(&h->dl, B);
+    h->total = h->cc.iterations > 0 ? h->cc.iterations : h->cc.epochs * h->ipe;
     const size_t nn = (size_t)c->n_nodes;
     h->split = calloc(nn, sizeof *h->split);
     h->next = calloc(nn, sizeof *h->next);
     h->gathered = calloc(nn, sizeof *h->gathered);
-    h->idx = calloc((size_t)h->B, sizeof *h->idx);
+    h->idx = calloc((size_t)B, sizeof *h->idx);
     h->facts = calloc(nn, sizeof *h->facts);
     h->member_ids = calloc(nn, sizeof *h->member_ids);
-    h->bucket_bytes = h->tc.bucket_bytes;
-    h->machine = h->tc.machine;
     h->told = -1;
     if (!h->split || !h->next || !h->gathered || !h->idx || !h->facts || !h->member_ids)
         return hr_fail(e, n, HR_ERR_NOMEM, "out of memory");
@@ -387,8 +384,8 @@ static hr_status setup(hetring *h, const hetring_options *o) {
                        "hetring_open: start_iter %ld is outside the run's iterations 0..%ld",
                        o->start_iter, h->total);
     h->iter = o->start_iter; /* the election takes the state of the member furthest along */
-    h->size = 1, h->split[0] = h->B;
-    HR_CHECK(dist_init(&h->d, c, h->self, e, n));
+    h->size = 1, h->split[0] = B;
+    HR_CHECK(dist_init(&h->d, c, &h->cc, h->self, e, n));
     h->have_dist = 1;
     if (h->app.on_listen) h->app.on_listen(h->cb.user);
     h->d.leave = h->leave_at;
@@ -402,7 +399,6 @@ static hr_status setup(hetring *h, const hetring_options *o) {
                           .set_split = st_set_split,
                           .save = h->app.save ? st_save : NULL,
                           .metrics = h->app.metrics ? st_metrics : NULL,
-                          .global_batch = h->B,
                           .ipe = h->ipe,
                           .recorded = h->app.start_split,
                           .send_first = o->sync_first};
@@ -504,7 +500,7 @@ int hetring_size(const hetring *h) {
     return h ? h->size : 0;
 }
 long hetring_global_batch(const hetring *h) {
-    return h ? h->B : 0;
+    return h ? h->cc.global_batch : 0;
 }
 long hetring_samples(const hetring *h) {
     return h ? h->n_samples : 0;
@@ -516,8 +512,9 @@ long hetring_iterations(const hetring *h) {
 int hetring_members(const hetring *h, hetring_member *out, int max) {
     if (!h) return 0;
     for (int k = 0; out && k < max && k < h->n_members; k++)
-        out[k] = (hetring_member){
-            .id = h->member_ids[k], .batch = h->gathered[k].b, .compute_s = h->gathered[k].t};
+        out[k] = (hetring_member){.id = h->member_ids[k],
+                                  .batch = h->gathered[k].rec.b,
+                                  .compute_s = h->gathered[k].rec.t};
     return h->n_members;
 }
 
@@ -553,14 +550,13 @@ int hetring_next(hetring *h, hetring_batch *out) {
         if (changed) h->view_changed = 1, report_view(h);
     }
     if (h->iter >= h->total) return HETRING_DONE;
-    long start = 0;
-    for (int k = 0; k < h->rank; k++) start += h->split[k];
-    const long b = h->split[h->rank], it = h->iter % h->ipe;
-    const uint32_t *p = data_loader_perm(&h->dl, h->iter / h->ipe) + it * h->B + start;
+    const long start = data_slice_start(h->split, h->rank);
+    const long B = h->cc.global_batch, b = h->split[h->rank], it = h->iter % h->ipe;
+    const uint32_t *p = data_loader_perm(&h->dl, h->iter / h->ipe) + it * B + start;
     for (long i = 0; i < b; i++) h->idx[i] = p[i];
     *out = (hetring_batch){.iter = h->iter,
                            .epoch = h->iter / h->ipe,
-                           .global_batch = h->B,
+                           .global_batch = B,
                            .batch = b,
                            .start = start,
                            .indices = h->idx,
@@ -568,7 +564,7 @@ int hetring_next(hetring *h, hetring_batch *out) {
                            .size = h->size,
                            .check_hash = dist_wants_hash(&h->d, h->iter),
                            .view_changed = h->view_changed,
-                           .slowdown = train_stretch_factor(&h->tc, h->iter)};
+                           .slowdown = train_stretch_factor(&h->cc.stretch, h->iter)};
     h->view_changed = 0;
     h->fetched = 1;
     return HETRING_OK;
@@ -579,53 +575,24 @@ int hetring_next(hetring *h, hetring_batch *out) {
 /* "overlap: ..." on rank 0 when the choice differs from the one logged last. */
 static void tell_choice(hetring *h, const char *why) {
     if (h->rank != 0 || h->bucketed == h->told) return;
-    char size[32];
-    overlap_bytes_str(h->bucket_bytes == OVERLAP_AUTO ? OVERLAP_AUTO_BYTES : h->bucket_bytes, size,
-                      sizeof size);
-    if (h->bucketed)
-        HR_INFO(TRAIN, "overlap: %d buckets of >= %s, all-reduced during backward (%s)",
-                h->n_buckets, size, why);
-    else
-        HR_INFO(TRAIN, "overlap: off, one all-reduce after backward (%s)", why);
+    char line[400];
+    overlap_choice_str(h->cc.bucket_bytes, h->n_buckets, h->bucketed, why, line, sizeof line);
+    HR_INFO(TRAIN, "%s", line);
     h->told = h->bucketed;
 }
 
-/* Cut grads into buckets of at least `bytes` (but the first, buffer 0's) at buffer
- * boundaries, from the last buffer towards the first; with `cuts` NULL only count them. */
-static int cut(const hetring *h, long bytes, long *cuts) {
-    int nb = 0;
-    long acc = 0;
-    if (cuts) cuts[0] = (long)h->n_grad;
-    if (bytes > 0)
-        for (int i = h->n_bufs - 1; i > 0; i--) {
-            acc += (long)(h->counts[i] * sizeof(float));
-            if (acc >= bytes && h->off[i] > 0) {
-                if (cuts) cuts[nb + 1] = (long)h->off[i];
-                nb++, acc = 0;
-            }
-        }
-    if (cuts) cuts[nb + 1] = 0; /* cuts are at offsets > 0: the last bucket starts at 0 */
-    return nb + 1;
-}
-
-/* The bucket plan: buckets of at least bucket_bytes (the auto size for auto), as the
- * built-in trainer cuts its layers, unless that makes more buckets than the communication
- * thread's job table holds: then larger ones, the same on every node. */
+/* The bucket plan (overlap_plan) of the buffers' layout, and each buffer's bucket. */
 static void plan(hetring *h) {
-    long bytes = h->bucket_bytes == OVERLAP_AUTO ? OVERLAP_AUTO_BYTES : h->bucket_bytes;
-    const long floor =
-        (long)((h->n_grad * sizeof(float) + OVERLAP_MAX_JOBS - 2) / (OVERLAP_MAX_JOBS - 1));
-    if (bytes > 0 && cut(h, bytes, NULL) > OVERLAP_MAX_JOBS) bytes = floor;
-    const int nb = cut(h, bytes, h->cuts);
+    const int nb = overlap_plan(h->counts, h->n_bufs, h->cc.bucket_bytes, h->cuts);
     h->n_buckets = nb;
     for (int i = 0, j = nb - 1; i < h->n_bufs; i++) {
         while (j > 0 && (long)h->off[i] >= h->cuts[j]) j--;
         h->bucket_of[i] = h->counts[i] ? j : -1;
     }
     char why[192];
-    h->bucketed = h->bucket_bytes != OVERLAP_AUTO &&
-                  overlap_choose(h->bucket_bytes, nb, NULL, 0, why, sizeof why);
-    if (h->bucket_bytes != OVERLAP_AUTO) tell_choice(h, why);
+    h->bucketed = h->cc.bucket_bytes != OVERLAP_AUTO &&
+                  overlap_choose(h->cc.bucket_bytes, nb, NULL, 0, why, sizeof why);
+    if (h->cc.bucket_bytes != OVERLAP_AUTO) tell_choice(h, why);
 }
 
 /* A new iteration's hand-over: nothing given yet. */
@@ -660,7 +627,7 @@ static int check_layout(hetring *h, const hetring_grads *g, const char *fn) {
             if (g->counts[i] && g->bufs[i] != h->app.grads + o)
                 return fail(h, HETRING_EINVAL, "%s: buffer %zu is not in place", fn, i);
     if (h->n_bufs) return HETRING_OK;
-    const size_t n = (size_t)g->n_bufs, tail = (size_t)h->c->n_nodes * TRAIN_NODE_STATS;
+    const size_t n = (size_t)g->n_bufs, tail = (size_t)h->c->n_nodes * CLUSTER_NODE_STATS;
     size_t *counts = malloc(sizeof *counts * n), *off = malloc(sizeof *off * n);
     int *bucket_of = malloc(sizeof *bucket_of * n);
     unsigned char *given = calloc(n, 1);
@@ -790,32 +757,30 @@ int hetring_step(hetring *h, const hetring_grads *g, hetring_result *res) {
                     g->compute_s);
     h->err[0] = 0;
     const long b = h->split[h->rank];
-    const double factor = train_stretch_factor(&h->tc, h->iter);
+    const double factor = train_stretch_factor(&h->cc.stretch, h->iter);
     hr_sleep((factor - 1) * g->compute_s); /* an emulated slow node (labelled as such) */
     const double t0 = hr_now();
     const int early = h->bucketed ? h->next_bucket : 0; /* sent while the user computed */
     for (int i = 0; i < g->n_bufs; i++)
         if (!h->given[i]) (void)give(h, g, i); /* a failed thread start shows in exchange */
-    train_stat mine = {.b = b,
-                       .t = factor * g->compute_s,
-                       .loss = g->loss_sum,
-                       .correct = g->correct,
-                       .machine = h->machine};
+    cluster_stat mine = {
+        .rec = {.b = b, .t = factor * g->compute_s, .loss = g->loss_sum, .correct = g->correct},
+        .machine = h->cc.machine};
     mine.machine.at_end = !h->readied; /* buckets overlap nothing in a loop without ready */
     h->readied = 0;
     dist_annotate(&h->d, h->iter, g->param_hash, &mine);
-    const size_t tail = (size_t)h->size * TRAIN_NODE_STATS;
+    const size_t tail = (size_t)h->size * CLUSTER_NODE_STATS;
     float *head = h->grads - tail; /* the tail leads the last bucket */
-    train_stats_pack(head, h->rank, h->size, &mine);
+    cluster_stats_pack(head, h->rank, h->size, &mine);
     h->fetched = 0;
     const int buckets = h->bucketed ? h->n_buckets : 1;
     hr_status st = exchange(h, head, tail);
     round_reset(h);
     if (st != HR_OK) return recover(h, st);
-    train_stats_unpack(head, h->size, h->gathered);
+    cluster_stats_unpack(head, h->size, h->gathered);
     memcpy(h->member_ids, ring_get_view(&h->d.r)->ids, sizeof *h->member_ids * (size_t)h->size);
     h->n_members = h->size;
-    if (h->bucket_bytes == OVERLAP_AUTO) choose_next(h);
+    if (h->cc.bucket_bytes == OVERLAP_AUTO) choose_next(h);
     memcpy(h->next, h->split, sizeof *h->next * (size_t)h->size);
     st = dist_decide(&h->d, h->iter, h->gathered, h->size, h->next);
     if (st != HR_OK) {
@@ -827,7 +792,8 @@ int hetring_step(hetring *h, const hetring_grads *g, hetring_result *res) {
     }
     int changed = memcmp(h->next, h->split, sizeof *h->next * (size_t)h->size) != 0;
     st_set_split(h, h->next);
-    const float inv = 1.0f / (float)h->B;                  /* I2: the sum over B samples, over B */
+    const long B = h->cc.global_batch;
+    const float inv = 1.0f / (float)B;                     /* I2: the sum over B samples, over B */
     for (int i = 0; !h->app.grads && i < g->n_bufs; i++) { /* in place: the sums stay */
         float *dst = g->bufs[i];
         const float *src = h->grads + h->off[i];
@@ -835,11 +801,11 @@ int hetring_step(hetring *h, const hetring_grads *g, hetring_result *res) {
     }
     double loss = 0, correct = 0;
     for (int k = 0; k < h->size; k++)
-        loss += h->gathered[k].loss, correct += h->gathered[k].correct;
+        loss += h->gathered[k].rec.loss, correct += h->gathered[k].rec.correct;
     if (res)
         *res = (hetring_result){.iter = h->iter,
-                                .loss = loss / (double)h->B,
-                                .accuracy = correct / (double)h->B,
+                                .loss = loss / (double)B,
+                                .accuracy = correct / (double)B,
                                 .next_batch = h->split[h->rank],
                                 .changed = changed,
                                 .t_compute = g->compute_s,

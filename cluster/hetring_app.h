@@ -26,8 +26,9 @@ typedef struct {
     const cfg *c; /* the loaded, validated configuration (borrowed; o->conf is then unused) */
     int self;     /* this node's index in c->nodes */
     /* Non-NULL: every step's gradient is this buffer, in place (hetring_grads.bufs must be
-     * consecutive pieces of it, from its start), preceded by c->n_nodes * TRAIN_NODE_STATS floats
-     * the library may use; hetring_step leaves the sums over the cluster in it, not the mean. */
+     * consecutive pieces of it, from its start), preceded by c->n_nodes * CLUSTER_NODE_STATS floats
+     * (stats.h) the library may use; hetring_step leaves the sums over the cluster in it, not the
+     * mean. */
     float *grads;
     const long *start_split; /* a resumed split for all c->n_nodes nodes, or NULL */
     /* When this node leaves: write its checkpoint (may be NULL). user is o->cb.user. */

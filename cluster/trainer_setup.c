@@ -6,6 +6,7 @@
  * assertions below keep them in step, so a reordered enum fails the build instead of a run.
  */
 #include "cluster/trainer_setup.h"
+#include "cluster/stats.h"
 
 #include <string.h>
 
@@ -61,17 +62,13 @@ static void opt_config_of(const cfg *c, opt_config *out) {
                         .weight_decay = c->weight_decay};
 }
 
-/* This node's fact for bucket_bytes = auto (overlap.h): the nodes whose host is written as
- * this node's share its machine (hetring local, or several nodes per machine), each with its
- * compute threads and a communication thread, against the cores this process may use. Two
- * spellings of one machine (a name and its address) count as two machines. */
-static overlap_fact machine_of(const cfg *c, int self_idx) {
-    long threads[CFG_MAX_NODES];
-    int n = 0;
+void app_train_stretch(const cfg *c, int self_idx, train_stretch *out) {
     const cfg_node *me = &c->nodes[self_idx];
-    for (int k = 0; k < c->n_nodes && n < CFG_MAX_NODES; k++)
-        if (strcmp(c->nodes[k].host, me->host) == 0) threads[n++] = c->nodes[k].threads;
-    return overlap_fact_of(me->id, overlap_cores(), threads, n);
+    memset(out, 0, sizeof *out);
+    out->slowdown = me->slowdown;
+    out->n_phases = me->n_interference;
+    for (int i = 0; i < me->n_interference; i++)
+        out->phases[i] = (train_phase){me->interference[i].iter, me->interference[i].factor};
 }
 
 void app_train_config(const cfg *c, int self_idx, train_config *out) {
@@ -86,16 +83,11 @@ void app_train_config(const cfg *c, int self_idx, train_config *out) {
     out->eval_interval = c->eval_interval;
     out->checkpoint = c->checkpoint;
     out->checkpoint_interval = c->checkpoint_interval;
-    out->bucket_bytes = c->bucket_bytes == CFG_AUTO ? OVERLAP_AUTO : c->bucket_bytes;
-    out->machine = machine_of(c, self_idx);
     out->origin = c->path;
     out->max_nodes = c->n_nodes;
-    const cfg_node *me = &c->nodes[self_idx];
-    out->threads = me->threads;
-    out->slowdown = me->slowdown;
-    out->n_phases = me->n_interference;
-    for (int i = 0; i < me->n_interference; i++)
-        out->phases[i] = (train_phase){me->interference[i].iter, me->interference[i].factor};
+    out->grad_tail = (long)c->n_nodes * CLUSTER_NODE_STATS; /* the library's stats, in place */
+    out->threads = c->nodes[self_idx].threads;
+    app_train_stretch(c, self_idx, &out->stretch);
     for (int k = 0; k < c->n_nodes; k++)
         if (c->nodes[k].slowdown != 1.0 || c->nodes[k].n_interference) out->emulated = 1;
 }

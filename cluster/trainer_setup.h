@@ -19,6 +19,10 @@
  * Strings in `out` point into c, which must outlive every trainer built from it. */
 void app_train_config(const cfg *c, int self_idx, train_config *out);
 
+/* Node c->nodes[self_idx]'s emulated slowdown: its slowdown and interference schedule (the
+ * trainer's when it trains alone, the cluster's otherwise, cluster_setup.h). */
+void app_train_stretch(const cfg *c, int self_idx, train_stretch *out);
+
 /* The [controller] section as the controller's config. */
 void app_ctrl_config(const cfg *c, ctrl_config *out);
 

@@ -113,7 +113,7 @@ typedef struct {
     long checkpoint_interval;    /* iterations between checkpoints */
     long hash_interval;          /* iterations between replica hash checks (I4) */
     long bucket_bytes;           /* gradient bucket overlapped with backward; 0 = one all-reduce;
-                                  * CFG_AUTO: chosen while training (trainer/overlap.h) */
+                                  * CFG_AUTO: chosen while training (cluster/overlap.h) */
     /* [controller] */
     int policy;        /* cfg_policy */
     long interval;     /* iterations between batch-size decisions */

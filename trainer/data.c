@@ -240,6 +240,12 @@ const uint32_t *data_loader_perm(data_loader *dl, long epoch) {
     return dl->perm;
 }
 
+long data_slice_start(const long *split, int rank) {
+    long start = 0;
+    for (int q = 0; q < rank; q++) start += split[q];
+    return start;
+}
+
 hr_status data_loader_slice(data_loader *dl, long epoch, long iter, long B, long start, long b,
                             float *x, int32_t *y, float *t) {
     if (B < 1 || iter < 0 || iter >= data_loader_iters_per_epoch(dl, B) || start < 0 || b < 0 ||

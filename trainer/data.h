@@ -62,14 +62,17 @@ void data_gather(const data_set *ds, const uint32_t *idx, long first, long b, fl
 
 /* ---------------------------------------------------------------- I1: permutation and slices */
 
-/* The loader does not keep B: the caller's global batch is its one copy (train.h), passed
- * to every call that needs it. */
+/* The loader does not keep B: its caller passes its global batch to every call that needs it. */
 typedef struct {
     const data_set *ds; /* training set (not owned) */
     uint64_t seed;      /* permutation seed */
     long epoch;         /* epoch whose permutation is in perm, -1 for none */
     uint32_t *perm;     /* (n) perm_epoch */
 } data_loader;
+
+/* Where the slice of the node at ring position `rank` starts in its iteration's batch, for
+ * the split b[0, size): start = sum of b[q], q < rank (I1). */
+long data_slice_start(const long *split, int rank);
 
 /* Refuses a set smaller than one global batch B (HR_ERR_CONFIG). */
 hr_status data_loader_init(data_loader *dl, const data_set *ds, uint64_t seed, long B, char *err,

@@ -377,6 +377,20 @@ const float *model_output(const model *m) {
     return m->layers[m->n_layers - 1].out;
 }
 
+int model_grad_pieces(const model *m, size_t *off, size_t *count) {
+    int k = 0;
+    long at = 0;
+    for (int i = 0; i < m->n_layers; i++) {
+        const model_layer *L = &m->layers[i];
+        if (!L->n_params) continue;
+        if (L->w_off != at) break; /* the layers do not tile the buffer */
+        off[k] = (size_t)at, count[k++] = (size_t)L->n_params;
+        at += L->n_params;
+    }
+    if (at != m->n_params || k == 0) k = 1, off[0] = 0, count[0] = (size_t)m->n_params;
+    return k;
+}
+
 double model_flops_per_sample(const model *m) {
     double f = 0;
     for (int i = 0; i < m->n_layers; i++) {

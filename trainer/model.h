@@ -4,11 +4,9 @@
  * A model is a list of layers plus a loss. All parameters live in ONE contiguous buffer
  * `params` (n_params floats) and all gradients in ONE buffer `grads`; each layer holds
  * offsets into both, so the ring can all-reduce `grads` in place. `grads` has
- * n_params + grad_tail floats: the tail belongs to the caller (the training loop puts its
- * per-node statistics there so they ride along in the same all-reduce). grad_tail more
- * floats before grads[0], grads[-grad_tail, 0), are the caller's scratch: a cluster node's
- * library puts the statistics there, leading the gradient it all-reduces in place
- * (lib/hetring_app.h).
+ * n_params + grad_tail floats, and grad_tail more before grads[0], grads[-grad_tail, 0): both
+ * tails are the caller's. A cluster node's library puts every node's statistics before the
+ * gradient, leading the buffer it all-reduces in place (cluster/hetring_app.h).
  *
  * model_forward_backward writes gradient SUMS over the b samples it is given (not means;
  * DESIGN.md I2). Adding the sums of two slices gives the sum of the whole batch, up to
@@ -124,6 +122,13 @@ typedef struct {
     void (*ready)(void *ctx, long off);
     void *ctx;
 } model_grad_hook;
+
+/* The gradient as consecutive pieces, one per layer with parameters in the model's order:
+ * piece i is grads[off[i], off[i] + count[i]), and the hook's offsets are their starts, as
+ * backward finishes them from the last to the first. When the layers do not tile
+ * grads[0, n_params), one piece, the whole buffer. off and count need MODEL_MAX_LAYERS
+ * entries. Returns the number of pieces (at least 1). */
+int model_grad_pieces(const model *m, size_t *off, size_t *count);
 
 /* model_forward_backward that reports its progress to hook (NULL: none). */
 hr_status model_forward_backward_hooked(model *m, const float *x, const int32_t *labels,

@@ -1,9 +1,10 @@
 /*
  * train.c: the training loop (see train.h for the iteration and its invariants).
  *
- * Loss and accuracy come from the all-gathered stats tail, so every node reports the same
- * global figures. Evaluation and checkpoints run on rank 0 only: after each step all
- * replicas hold the same parameters (I4), so one copy is enough.
+ * A cluster node's loss and accuracy are the cluster's, from its peer's exchange (every
+ * node's stats, all-gathered), so every node reports the same global figures. Evaluation
+ * runs on rank 0 only: after each step all replicas hold the same parameters (I4), so one
+ * copy is enough.
  */
 #include "trainer/train.h"
 
@@ -21,32 +22,16 @@
 #include <time.h>
 #include <unistd.h>
 
-/* ================================================================ helpers */
-
-static hr_status local_allreduce(void *ctx, float *buf, size_t n) {
-    (void)ctx, (void)buf, (void)n;
-    return HR_OK;
-}
-
-train_comm train_comm_local(void) {
-    train_comm c = {NULL, 0, 1, local_allreduce};
-    return c;
-}
-
 /* ================================================================ init and free */
 
-hr_status train_init(trainer *t, const train_config *tc, const train_comm *comm, char *err,
-                     size_t errlen) {
+hr_status train_init(trainer *t, const train_config *tc, char *err, size_t errlen) {
     memset(t, 0, sizeof *t);
     t->conf = *tc;
     const train_config *c = &t->conf;
-    t->comm = comm ? *comm : train_comm_local();
     t->dl.perm = NULL;
     hr_status st = HR_OK;
-    if (t->comm.size < 1 || t->comm.rank < 0 || t->comm.rank >= t->comm.size)
-        return hr_fail(err, errlen, HR_ERR_INVAL, "train: bad rank %d of %d", t->comm.rank,
-                       t->comm.size);
-    t->max_nodes = c->max_nodes > t->comm.size ? c->max_nodes : t->comm.size;
+    t->rank = 0, t->n_nodes = 1; /* alone until a peer's slice says otherwise */
+    t->max_nodes = c->max_nodes > 1 ? c->max_nodes : 1;
     /* every node writes the checkpoint (nodes need not share a disk): find an unwritable place
      * now, not at the first save */
     if (c->checkpoint && c->checkpoint[0]) HR_CHECK(ckpt_prepare(c->checkpoint, err, errlen));
@@ -73,12 +58,9 @@ hr_status train_init(trainer *t, const train_config *tc, const train_comm *comm,
     HR_CHECK_GOTO(data_loader_init(&t->dl, &t->train, c->seed, B, err, errlen), st, fail);
     t->ipe = data_loader_iters_per_epoch(&t->dl, B);
     t->total = c->iterations > 0 ? c->iterations : c->epochs * t->ipe;
-    t->tail = (long)t->comm.size * TRAIN_NODE_STATS;
-    const long max_tail = (long)t->max_nodes * TRAIN_NODE_STATS;
-    HR_CHECK_GOTO(model_init(&t->m, &spec, B, max_tail, c->seed, err, errlen), st, fail);
+    HR_CHECK_GOTO(model_init(&t->m, &spec, B, c->grad_tail, c->seed, err, errlen), st, fail);
     HR_CHECK_GOTO(opt_init(&t->opt, &c->opt, t->m.n_params, t->total, err, errlen), st, fail);
     opt_set_threads(&t->opt, (int)threads);
-    t->stats = t->m.grads + t->m.n_params;
     t->x = malloc(sizeof *t->x * (size_t)(B * t->train.d));
     t->y = regression ? NULL : malloc(sizeof *t->y * (size_t)B);
     t->t = regression ? malloc(sizeof *t->t * (size_t)(B * t->train.n_targets)) : NULL;
@@ -90,11 +72,7 @@ hr_status train_init(trainer *t, const train_config *tc, const train_comm *comm,
         st = hr_fail(err, errlen, HR_ERR_NOMEM, "train: out of memory");
         goto fail;
     }
-    if (t->comm.size == 1) train_set_split(t, &B); /* several nodes: the peer's */
-    /* the plan a cluster's library cuts from the layers (the dry run and the start line say
-     * it): it follows from the model and the setting alone, the same on every node */
-    const long bucket = c->bucket_bytes == OVERLAP_AUTO ? OVERLAP_AUTO_BYTES : c->bucket_bytes;
-    if (t->max_nodes > 1 && bucket > 0) t->n_buckets = overlap_plan(&t->m, bucket, t->cuts);
+    train_set_split(t, &B); /* alone; a peer keeps it up to date */
     return HR_OK;
 fail:
     train_free(t);
@@ -127,78 +105,19 @@ long train_global_batch(const trainer *t) {
 void train_set_split(trainer *t, const long *b) {
 #ifndef NDEBUG /* a precondition, not the I6 check: that is the controller's (ctrl.h) */
     long sum = 0;
-    for (int k = 0; k < t->comm.size; k++) assert(b[k] >= 0), sum += b[k];
+    for (int k = 0; k < t->n_nodes; k++) assert(b[k] >= 0), sum += b[k];
     assert(sum == train_global_batch(t));
 #endif
-    memcpy(t->split, b, sizeof *t->split * (size_t)t->comm.size);
+    memcpy(t->split, b, sizeof *t->split * (size_t)t->n_nodes);
     t->has_split = 1;
 }
 
 /* ================================================================ one iteration */
 
-/* The slot holds floats because the all-reduce is a float SUM. */
-void train_stats_pack(float *tail, int rank, int size, const train_stat *mine) {
-    memset(tail, 0, sizeof *tail * (size_t)size * TRAIN_NODE_STATS);
-    float *slot = tail + (long)rank * TRAIN_NODE_STATS;
-    slot[0] = (float)mine->b;
-    slot[1] = (float)mine->t;
-    slot[2] = (float)mine->loss;
-    slot[3] = (float)mine->correct;
-    slot[4] = (float)mine->machine.id;
-    slot[5] = (float)mine->machine.cores;
-    slot[6] = (float)mine->machine.demand;
-    slot[7] = (float)mine->machine.at_end;
-    memcpy(slot + 8, mine->extra, sizeof mine->extra);
-}
-
-void train_stats_unpack(const float *tail, int size, train_stat *out) {
-    for (int k = 0; k < size; k++) {
-        const float *slot = tail + (long)k * TRAIN_NODE_STATS;
-        out[k].b = (long)slot[0];
-        out[k].t = slot[1];
-        out[k].loss = slot[2];
-        out[k].correct = (long)slot[3];
-        out[k].machine = (overlap_fact){(long)slot[4], (long)slot[5], (long)slot[6], (long)slot[7]};
-        memcpy(out[k].extra, slot + 8, sizeof out[k].extra);
-    }
-}
-
-double train_stretch_factor(const train_config *c, long iter) {
-    double f = c->slowdown;
-    for (int i = 0; i < c->n_phases && c->phases[i].iter <= iter; i++) f = c->phases[i].factor;
+double train_stretch_factor(const train_stretch *s, long iter) {
+    double f = s->slowdown;
+    for (int i = 0; i < s->n_phases && s->phases[i].iter <= iter; i++) f = s->phases[i].factor;
     return f;
-}
-
-/* "overlap: 2 buckets of >= 1 MiB, ..." or "overlap: off, ..." with the reason `why`. */
-static void choice_str(const trainer *t, int on, const char *why, char *out, size_t n) {
-    char size[32];
-    long bb = t->conf.bucket_bytes;
-    overlap_bytes_str(bb == OVERLAP_AUTO ? OVERLAP_AUTO_BYTES : bb, size, sizeof size);
-    if (on)
-        snprintf(out, n, "overlap: %d buckets of >= %s, all-reduced during backward (%s)",
-                 t->n_buckets, size, why);
-    else
-        snprintf(out, n, "overlap: off, one all-reduce after backward (%s)", why);
-}
-
-void train_overlap_describe(const trainer *t, char *out, size_t n) {
-    const train_config *c = &t->conf;
-    const overlap_fact *f = &c->machine;
-    char why[192], size[32];
-    if (t->max_nodes < 2) {
-        snprintf(out, n, "overlap: off (one node trains alone)");
-    } else if (c->bucket_bytes != OVERLAP_AUTO || t->n_buckets < 2) {
-        int on = overlap_choose(c->bucket_bytes, t->n_buckets, NULL, 0, why, sizeof why);
-        choice_str(t, on, why, out, n);
-    } else {
-        overlap_bytes_str(OVERLAP_AUTO_BYTES, size, sizeof size);
-        snprintf(out, n,
-                 "overlap: auto, chosen after the first iteration: %d buckets of >= %s during "
-                 "backward if every node has a core to spare; node %ld has %ld core%s for %ld "
-                 "threads (compute, and communication, of the nodes on its host): %s",
-                 t->n_buckets, size, f->id, f->cores, f->cores == 1 ? "" : "s", f->demand,
-                 overlap_fact_spare(f) ? "a core to spare" : "no core to spare");
-    }
 }
 
 void train_set_peer(trainer *t, const train_peer *peer) {
@@ -213,7 +132,7 @@ static hr_status peer_step(trainer *t, train_iter *out) {
     const long i = t->iter, epoch = i / t->ipe, it = i % t->ipe, B = train_global_batch(t);
     train_slice s;
     HR_CHECK(p->slice(p->ctx, &s));
-    t->comm.rank = s.rank, t->comm.size = s.size;
+    t->rank = s.rank, t->n_nodes = s.size;
     model_stats ms = {0, 0};
     model_grad_hook hook = {p->ready, p->ctx};
     double t0 = hr_now();
@@ -235,63 +154,47 @@ static hr_status peer_step(trainer *t, train_iter *out) {
         out->loss = x.loss, out->accuracy = x.accuracy;
         out->lr = opt_lr(&t->opt, i);
         out->t_compute = t1 - t0, out->t_node = x.t_node, out->t_comm = x.t_comm;
-        out->t_iter = hr_now() - t0, out->factor = train_stretch_factor(&t->conf, i);
+        out->t_iter = hr_now() - t0, out->factor = x.factor;
         out->changed = x.changed;
     }
     return HR_OK;
 }
 
-hr_status train_step(trainer *t, train_iter *out) {
-    if (t->has_peer) return peer_step(t, out);
-    const int rank = t->comm.rank, size = t->comm.size;
+/* train_step alone: the whole batch on this node (its split is {B}), and no exchange. */
+static hr_status local_step(trainer *t, train_iter *out) {
     const long i = t->iter, epoch = i / t->ipe, it = i % t->ipe, B = train_global_batch(t);
-    if (!t->has_split) {
-        HR_ERROR(TRAIN, "iteration %ld: no batch split was set (train_set_split)", i);
-        return HR_ERR_INVAL;
-    }
-    long start = 0;
-    for (int q = 0; q < rank; q++) start += t->split[q];
-    const long b = t->split[rank];
     model_stats ms = {0, 0};
 
-    /* compute: gradient sums of this node's b samples, then the emulated stretch */
+    /* compute: gradient sums of the B samples, then the emulated stretch */
     double t0 = hr_now();
-    if (b > 0) {
-        HR_CHECK(data_loader_slice(&t->dl, epoch, it, B, start, b, t->x, t->y, t->t));
-        HR_CHECK(model_forward_backward(&t->m, t->x, t->y, t->t, b, &ms));
-    } else {
-        memset(t->m.grads, 0, sizeof *t->m.grads * (size_t)t->m.n_params);
-    }
+    HR_CHECK(data_loader_slice(&t->dl, epoch, it, B, 0, B, t->x, t->y, t->t));
+    HR_CHECK(model_forward_backward(&t->m, t->x, t->y, t->t, B, &ms));
     double t1 = hr_now();
-    double factor = train_stretch_factor(&t->conf, i);
+    double factor = train_stretch_factor(&t->conf.stretch, i);
     if (factor > 1.0) hr_sleep((factor - 1.0) * (t1 - t0));
     double t2 = hr_now();
 
-    /* stats tail: this node's slot, zeros elsewhere */
-    train_stat mine = {.b = b,
-                       .t = t2 - t0,
-                       .loss = ms.loss_sum,
-                       .correct = ms.correct,
-                       .machine = t->conf.machine};
-    train_stats_pack(t->stats, rank, size, &mine);
-    HR_CHECK(t->comm.allreduce(t->comm.ctx, t->m.grads, (size_t)(t->m.n_params + t->tail)));
-    double t3 = hr_now();
-
     opt_step(&t->opt, t->m.params, t->m.grads, B, i);
 
-    train_stats_unpack(t->stats, size, t->gathered);
-    double loss = 0, correct = 0;
-    for (int k = 0; k < size; k++) loss += t->gathered[k].loss, correct += t->gathered[k].correct;
+    /* the loss sum rounded to a float, as a cluster's stats carry it, so that one node reports
+     * what the same run on several nodes does */
+    t->gathered[0] =
+        (train_stat){.b = B, .t = t2 - t0, .loss = (float)ms.loss_sum, .correct = ms.correct};
     t->iter++;
     if (out) {
         out->iter = i, out->epoch = epoch;
-        out->loss = loss / (double)B, out->accuracy = correct / (double)B;
+        out->loss = t->gathered[0].loss / (double)B;
+        out->accuracy = (double)ms.correct / (double)B;
         out->lr = opt_lr(&t->opt, i);
-        out->t_compute = t1 - t0, out->t_node = t2 - t0, out->t_comm = t3 - t2;
+        out->t_compute = t1 - t0, out->t_node = t2 - t0, out->t_comm = 0;
         out->t_iter = hr_now() - t0, out->factor = factor;
         out->changed = 0;
     }
     return HR_OK;
+}
+
+hr_status train_step(trainer *t, train_iter *out) {
+    return t->has_peer ? peer_step(t, out) : local_step(t, out);
 }
 
 hr_status train_evaluate(trainer *t, double *loss, double *accuracy) {
@@ -315,7 +218,7 @@ static ckpt_meta meta_of(const trainer *t) {
                    t->conf.seed,
                    (uint64_t)train_global_batch(t),
                    (uint32_t)t->conf.model.kind,
-                   (uint32_t)t->comm.size};
+                   (uint32_t)t->n_nodes};
     return m;
 }
 
@@ -419,10 +322,6 @@ uint64_t train_state_hash(const trainer *t) {
 
 /* ================================================================ the run */
 
-static hr_status train_write_summary_tagged(const trainer *t, const train_result *r,
-                                            const train_opts *o, const char *path, char *err,
-                                            size_t errlen);
-
 static void json_num(FILE *f, const char *key, double v) {
     if (isfinite(v))
         fprintf(f, "\"%s\":%.9g", key, v);
@@ -452,9 +351,9 @@ static void write_metrics(FILE *f, const trainer *t, const train_opts *o, const 
     fputc(',', f);
     json_num(f, "accuracy", t->y ? r->accuracy : NAN);
     fprintf(f, ",\"lr\":%.9g,\"b\":[", r->lr);
-    for (int k = 0; k < t->comm.size; k++) fprintf(f, "%s%ld", k ? "," : "", t->gathered[k].b);
+    for (int k = 0; k < t->n_nodes; k++) fprintf(f, "%s%ld", k ? "," : "", t->gathered[k].b);
     fprintf(f, "],\"t\":[");
-    for (int k = 0; k < t->comm.size; k++) fprintf(f, "%s%.6g", k ? "," : "", t->gathered[k].t);
+    for (int k = 0; k < t->n_nodes; k++) fprintf(f, "%s%.6g", k ? "," : "", t->gathered[k].t);
     fprintf(f,
             "],\"changed\":%d,\"t_compute\":%.6g,\"t_comm\":%.6g,\"t_iter\":%.6g,\"factor\":%g,"
             "\"wall_s\":%.6g",
@@ -471,13 +370,13 @@ static void write_metrics(FILE *f, const trainer *t, const train_opts *o, const 
 static void progress(FILE *out, int bar, const trainer *t, const train_iter *r, double rate,
                      double eval_acc, int evaluated) {
     char acc[32] = "", ev[48] = "", nodes[512] = "";
-    if (t->comm.size > 1) { /* every node's batch and compute time, from the gathered stats */
+    if (t->n_nodes > 1) { /* every node's batch and compute time, from the gathered stats */
         size_t o = (size_t)snprintf(nodes, sizeof nodes, " | batch");
-        for (int k = 0; k < t->comm.size && o < sizeof nodes; k++)
+        for (int k = 0; k < t->n_nodes && o < sizeof nodes; k++)
             o += (size_t)snprintf(nodes + o, sizeof nodes - o, "%s%ld", k ? "/" : " ",
                                   t->gathered[k].b);
         if (o < sizeof nodes) o += (size_t)snprintf(nodes + o, sizeof nodes - o, " compute");
-        for (int k = 0; k < t->comm.size && o < sizeof nodes; k++)
+        for (int k = 0; k < t->n_nodes && o < sizeof nodes; k++)
             o += (size_t)snprintf(nodes + o, sizeof nodes - o, "%s%.0f", k ? "/" : " ",
                                   1e3 * t->gathered[k].t);
         if (o < sizeof nodes) snprintf(nodes + o, sizeof nodes - o, " ms");
@@ -564,22 +463,12 @@ static hr_status report_close(run_report *rr, char *err, size_t errlen) {
 /* Rank 0 says what it trains, on how many nodes, and how the gradients travel. */
 static void announce(const trainer *t) {
     const train_config *c = &t->conf;
-    if (t->comm.rank != 0) return;
+    if (t->rank != 0) return;
     char desc[160];
     model_describe(&t->m, desc, sizeof desc);
     HR_INFO(TRAIN, "training %s %s on %s: %ld iterations of B = %ld (%ld per epoch), %d node(s)%s",
-            c->model.name, desc, c->data.name, t->total, train_global_batch(t), t->ipe,
-            t->comm.size, c->emulated ? ", EMULATED heterogeneity" : "");
-}
-
-/* With bucket_bytes = auto every node of a cluster says its own cores at the start; the
- * choice itself (and an explicit setting's) is the library's to say, on rank 0, once it is
- * made (lib/hetring.c). */
-static void announce_overlap(trainer *t) {
-    if (t->max_nodes < 2 || t->conf.bucket_bytes != OVERLAP_AUTO || t->n_buckets < 2) return;
-    char line[400];
-    train_overlap_describe(t, line, sizeof line);
-    HR_INFO(TRAIN, "%s", line);
+            c->model.name, desc, c->data.name, t->total, train_global_batch(t), t->ipe, t->n_nodes,
+            c->emulated ? ", EMULATED heterogeneity" : "");
 }
 
 /* After iteration r: its metrics record, and a progress line (or bar) when one is due. */
@@ -588,7 +477,7 @@ static void report_iteration(run_report *rr, const trainer *t, const train_iter 
     const int last = t->iter == t->total, bar = rr->mode == TRAIN_PROGRESS_BAR;
     double now = hr_now();
     if (rr->metrics) write_metrics(rr->metrics, t, rr->o, r, now - rr->start, el, ea, evaluated);
-    if (rr->mode == TRAIN_PROGRESS_NONE || t->comm.rank != 0) return;
+    if (rr->mode == TRAIN_PROGRESS_NONE || t->rank != 0) return;
     if (!(bar ? (now - rr->last_print > 0.1 || last || evaluated)
               : (t->iter % rr->every == 0 || last || evaluated)))
         return;
@@ -604,7 +493,7 @@ static void report_iteration(run_report *rr, const trainer *t, const train_iter 
 static hr_status run_iteration(trainer *t, const train_opts *o, run_report *rr, train_result *res,
                                char *err, size_t errlen) {
     const train_config *c = &t->conf;
-    const int rank0 = t->comm.rank == 0;
+    const int rank0 = t->rank == 0;
     train_iter r = {0};
     if (o && o->on_iter) o->on_iter(o->on_iter_ctx, t->iter);
     HR_CHECK(train_step(t, &r));
@@ -629,6 +518,33 @@ static hr_status run_iteration(trainer *t, const train_opts *o, run_report *rr, 
     return HR_OK;
 }
 
+/* The summary JSON (keys iterations, samples, wall_s, samples_per_s, final_loss, eval_accuracy,
+ * emulated, ...), with the fields of the tag hook. */
+static hr_status write_summary(const trainer *t, const train_result *r, const train_opts *o,
+                               const char *path, char *err, size_t errlen) {
+    FILE *f = fopen(path, "w");
+    if (!f) return hr_fail(err, errlen, HR_ERR_IO, "%s: cannot create (%s)", path, strerror(errno));
+    char desc[160];
+    model_describe(&t->m, desc, sizeof desc);
+    fprintf(f, "{\n  \"iterations\": %ld,\n  \"samples\": %ld,\n", r->iterations, r->samples);
+    json_field(f, "wall_s", r->wall_s);
+    json_field(f, "samples_per_s", r->samples_per_s);
+    json_field(f, "final_loss", r->final_loss);
+    json_field(f, "eval_loss", r->eval_loss);
+    json_field(f, "eval_accuracy", r->eval_accuracy);
+    fprintf(f, "  \"emulated\": %s,\n", r->emulated ? "true" : "false");
+    fprintf(f, "  \"model\": \"%s %s\",\n  \"dataset\": \"%s\",\n  \"nodes\": %d,\n",
+            t->conf.model.name, desc, t->conf.data.name, t->n_nodes);
+    fprintf(f, "  \"global_batch\": %ld,\n  \"gradient_buckets\": %d,\n", train_global_batch(t),
+            t->has_peer ? t->peer_buckets : 1);
+    fprintf(f, "  \"final_iteration\": %ld", t->iter);
+    if (o && o->tag) o->tag(o->member_ctx, t, f, 1);
+    fputs("\n}\n", f);
+    if (ferror(f) | (fclose(f) != 0))
+        return hr_fail(err, errlen, HR_ERR_IO, "%s: write failed", path);
+    return HR_OK;
+}
+
 hr_status train_run(trainer *t, const train_opts *o, train_result *res, char *err, size_t errlen) {
     memset(res, 0, sizeof *res);
     res->emulated = t->conf.emulated;
@@ -638,7 +554,6 @@ hr_status train_run(trainer *t, const train_opts *o, train_result *res, char *er
     run_report rr;
     HR_CHECK(report_open(&rr, t, o, resumed, err, errlen));
     announce(t);
-    announce_overlap(t);
 
     hr_status st = HR_OK;
     const long first = t->iter;
@@ -667,7 +582,7 @@ hr_status train_run(trainer *t, const train_opts *o, train_result *res, char *er
     res->wall_s = hr_now() - rr.start;
     res->samples = (t->iter - first) * train_global_batch(t);
     res->samples_per_s = res->wall_s > 0 ? (double)res->samples / res->wall_s : 0;
-    if (res->iterations == 0 && t->comm.rank == 0) /* resumed at the end: report the model */
+    if (res->iterations == 0 && t->rank == 0) /* resumed at the end: report the model */
         HR_CHECK_GOTO(train_evaluate(t, &res->eval_loss, &res->eval_accuracy), st, fail);
     if (rr.metrics) {
         fprintf(rr.metrics, "{\"event\":\"end\",\"iter\":%ld,\"param_hash\":\"%016llx\"", t->iter,
@@ -676,9 +591,8 @@ hr_status train_run(trainer *t, const train_opts *o, train_result *res, char *er
     }
     t->metrics = NULL;
     HR_CHECK_GOTO(report_close(&rr, err, errlen), st, fail);
-    if (t->comm.rank == 0 && o && o->summary_path && !res->left)
-        HR_CHECK_GOTO(train_write_summary_tagged(t, res, o, o->summary_path, err, errlen), st,
-                      fail);
+    if (t->rank == 0 && o && o->summary_path && !res->left)
+        HR_CHECK_GOTO(write_summary(t, res, o, o->summary_path, err, errlen), st, fail);
     return HR_OK;
 fail:
     t->metrics = NULL;
@@ -686,35 +600,4 @@ fail:
     if (st != HR_OK && err && !err[0])
         snprintf(err, errlen, "iteration %ld: %s", t->iter, hr_strerror(st));
     return st;
-}
-
-hr_status train_write_summary(const trainer *t, const train_result *r, const char *path, char *err,
-                              size_t errlen) {
-    return train_write_summary_tagged(t, r, NULL, path, err, errlen);
-}
-
-static hr_status train_write_summary_tagged(const trainer *t, const train_result *r,
-                                            const train_opts *o, const char *path, char *err,
-                                            size_t errlen) {
-    FILE *f = fopen(path, "w");
-    if (!f) return hr_fail(err, errlen, HR_ERR_IO, "%s: cannot create (%s)", path, strerror(errno));
-    char desc[160];
-    model_describe(&t->m, desc, sizeof desc);
-    fprintf(f, "{\n  \"iterations\": %ld,\n  \"samples\": %ld,\n", r->iterations, r->samples);
-    json_field(f, "wall_s", r->wall_s);
-    json_field(f, "samples_per_s", r->samples_per_s);
-    json_field(f, "final_loss", r->final_loss);
-    json_field(f, "eval_loss", r->eval_loss);
-    json_field(f, "eval_accuracy", r->eval_accuracy);
-    fprintf(f, "  \"emulated\": %s,\n", r->emulated ? "true" : "false");
-    fprintf(f, "  \"model\": \"%s %s\",\n  \"dataset\": \"%s\",\n  \"nodes\": %d,\n",
-            t->conf.model.name, desc, t->conf.data.name, t->comm.size);
-    fprintf(f, "  \"global_batch\": %ld,\n  \"gradient_buckets\": %d,\n", train_global_batch(t),
-            t->has_peer ? t->peer_buckets : 1);
-    fprintf(f, "  \"final_iteration\": %ld", t->iter);
-    if (o && o->tag) o->tag(o->member_ctx, t, f, 1);
-    fputs("\n}\n", f);
-    if (ferror(f) | (fclose(f) != 0))
-        return hr_fail(err, errlen, HR_ERR_IO, "%s: write failed", path);
-    return HR_OK;
 }

@@ -1,20 +1,17 @@
 /*
  * train.h: the training loop, following DESIGN.md "One iteration".
  *
- *   slice    b = split[rank] samples starting at start = sum of split[q], q < rank (I1)
+ *   slice    b samples of the global batch B from offset start (I1): alone, the whole batch
+ *            (split = {B}); with a peer, the slice the peer gives
  *   compute  forward + backward -> gradient SUMS in grads[0, n_params); the compute time is
  *            measured on CLOCK_MONOTONIC, then stretched by sleeping (factor - 1) * t when the
- *            node emulates a slowdown (train_config's slowdown and phases)
- *   stats    this node's train_stat (b, t, loss sum, correct, machine, extra) is packed into
- *            its slot of the tail grads[n_params, n_params + size*TRAIN_NODE_STATS); the
- *            others are 0
- *   comm     comm.allreduce(grads, n_params + tail): a SUM over the nodes, in place; the
- *            summed tail is an all-gather of every node's stats
+ *            node emulates a slowdown (train_config's stretch; a peer applies its own)
+ *   exchange alone, nothing: the sums are the batch's; with a peer, the peer turns them into
+ *            the sums over the cluster and hands back every node's train_stat (t->gathered)
  *   update   opt_step divides by B (I2), identically on every node (I4)
  *
- * One node is the case comm = train_comm_local() (no-op all-reduce), split = {B}. A cluster
- * node hands the distributed part of every iteration to a peer instead (train_peer: the
- * libhetring node of lib/hr_node.h, which gives the slice, overlaps the gradient's buckets
+ * A cluster node hands the distributed part of every iteration to a peer (train_peer: the
+ * libhetring node of cli/hr_node.h, which gives the slice, overlaps the gradient's buckets
  * with backward, all-reduces it with the stats, checks the replicas and decides the next
  * split). The loop allocates nothing after train_init (metrics go through stdio).
  */
@@ -26,7 +23,6 @@
 #include "trainer/data_io.h"
 #include "trainer/model.h"
 #include "trainer/optim.h"
-#include "trainer/overlap.h"
 
 #include <stdio.h>
 
@@ -41,72 +37,55 @@ typedef struct {
     double factor; /* >= 1 stretches compute, 1 is full speed */
 } train_phase;
 
+/* A node's emulated slowdown: its compute is stretched by `slowdown`, then by each phase's
+ * factor from that phase's iteration on (train_stretch_factor). */
+typedef struct {
+    double slowdown;                      /* >= 1, before the first phase */
+    train_phase phases[TRAIN_MAX_PHASES]; /* the interference schedule, ascending iter */
+    int n_phases;                         /* entries used in phases[] */
+} train_stretch;
+
 /* What one node's training is built from: the [train] section and this node's emulation
- * settings, converted from the INI config once by the application (app/trainer_setup.h).
+ * settings, converted from the INI config once by the cluster (cluster/trainer_setup.h).
  * Strings are borrowed and must outlive the trainer. */
 typedef struct {
     model_config model;       /* the model to build */
     data_config data;         /* the data to train on */
     opt_config opt;           /* the optimizer */
-    long global_batch;        /* B, samples per iteration across all nodes: its one home */
+    long global_batch;        /* B, samples per iteration across all nodes: the trainer's copy,
+                               * for a run alone and for its optimizer (a cluster's B is its
+                               * cluster_config's, cluster/cluster_setup.h) */
     uint64_t seed;            /* weights, synthetic data and every epoch's permutation */
     long iterations;          /* iterations of the run; 0: `epochs` passes over the data */
     long epochs;              /* passes over the data when iterations is 0 */
     long eval_interval;       /* iterations between evaluations; 0: at the end only */
     const char *checkpoint;   /* checkpoint file; NULL or "": none */
     long checkpoint_interval; /* iterations between checkpoints; 0: at the end only */
-    long bucket_bytes;        /* gradient bucket overlapped with backward; 0: one all-reduce;
-                               * OVERLAP_AUTO: chosen from every node's `machine` */
-    overlap_fact machine;     /* this node's cores and its machine's threads (bucket_bytes
-                               * = auto); zero: no core to spare */
     long threads;             /* BLAS threads of this node; 0: all cores */
-    double slowdown;          /* this node's emulated compute stretch, >= 1 */
-    train_phase phases[TRAIN_MAX_PHASES]; /* its interference schedule, ascending iter */
-    int n_phases;                         /* entries used in phases[] */
-    int emulated;       /* some node of the cluster emulates a slowdown (labels the run) */
-    const char *origin; /* the config file, named in errors */
-    int max_nodes;      /* most nodes a view can have (a cluster's); 0: the comm's size */
+    train_stretch stretch;    /* this node's emulated slowdown, when it trains alone */
+    int emulated;             /* some node of the cluster emulates a slowdown (labels the run) */
+    const char *origin;       /* the config file, named in errors */
+    int max_nodes;            /* most nodes a view can have (a cluster's); 0: one */
+    long grad_tail;           /* floats the caller keeps on each side of the gradient
+                               * (model.h's grad_tail): a cluster node's library puts every
+                               * node's stats before it */
 } train_config;
 
 /* ---------------------------------------------------------------- one iteration */
 
-/* One node's statistics for one iteration. They travel in the stats tail of the gradient
- * buffer as TRAIN_NODE_STATS floats per node (DESIGN.md "One iteration", step 3): each node
- * fills its own slot and zeros the others, so the float SUM all-reduce hands every node every
- * slot unchanged. train.c packs and unpacks this struct in one place each; b and correct are
- * exact in a float up to 2^24. */
-#define TRAIN_STAT_EXTRA 5 /* floats free for the agreement checks (app/dist.h) */
+/* One node's record of one iteration: what the metrics and the progress line show of each
+ * node. Alone the trainer makes its own; a cluster node's peer hands every node's back. */
 typedef struct {
-    long b;                        /* b_k, samples this node processed */
-    double t;                      /* t_k, seconds of compute including any emulated stretch */
-    double loss;                   /* sum of the per-sample losses of the slice */
-    long correct;                  /* correct predictions in the slice */
-    overlap_fact machine;          /* the node's cores and its machine's threads (overlap.h) */
-    float extra[TRAIN_STAT_EXTRA]; /* resource features or agreement hashes, carried as is */
+    long b;       /* b_k, samples this node processed */
+    double t;     /* t_k, seconds of compute including any emulated stretch */
+    double loss;  /* sum of the per-sample losses of the slice */
+    long correct; /* correct predictions in the slice */
 } train_stat;
-#define TRAIN_NODE_STATS (8 + TRAIN_STAT_EXTRA) /* floats per node in the stats tail */
 
-/* The stats tail, the one place that knows its layout (the built-in trainer and libhetring
- * share it): this node's stats into its slot of tail[0, size * TRAIN_NODE_STATS), zeros
- * elsewhere; and every node's stats back from the all-reduced tail. */
-void train_stats_pack(float *tail, int rank, int size, const train_stat *mine);
-void train_stats_unpack(const float *tail, int size, train_stat *out);
-
-/* The communication step: a SUM all-reduce of n floats in place, the same bytes on every
- * node afterwards (I4). rank is this node's ring position, size the number of nodes. */
-typedef struct {
-    void *ctx;
-    int rank, size;
-    hr_status (*allreduce)(void *ctx, float *buf, size_t n);
-} train_comm;
-
-/* A one-node communicator: the all-reduce leaves the buffer as it is. */
-train_comm train_comm_local(void);
-
-/* A peer: instead of comm, the distributed part of every iteration is run by the cluster
- * node of lib/hr_node.h (a libhetring handle): it gives the iteration's slice, takes the
- * gradient buffer as backward finishes it, and exchanges the gradient sums and this node's
- * stats for the cluster's sums, every node's stats (t->gathered) and the next split. */
+/* A peer: the distributed part of every iteration is run by the cluster node of
+ * cli/hr_node.h (a libhetring handle): it gives the iteration's slice, takes the gradient
+ * buffer as backward finishes it, and exchanges the gradient sums and this node's stats for
+ * the cluster's sums, every node's stats (t->gathered) and the next split. */
 typedef struct {
     long start, b;  /* this node's slice: b samples from offset start of the global batch */
     int rank, size; /* this node's ring position and the view's size */
@@ -119,6 +98,7 @@ typedef struct {
     double loss;      /* out: mean loss over the B samples */
     double accuracy;  /* out: fraction correct over the B samples */
     double t_node;    /* out: compute seconds with the emulated stretch (the peer applies it) */
+    double factor;    /* out: that stretch's factor */
     double t_comm;    /* out: seconds of the exchange */
     int changed;      /* out: the next split differs from this one */
     int buckets;      /* out: all-reduces the gradient went in */
@@ -132,7 +112,7 @@ typedef struct {
     /* grads[off, n_params) hold their final sums (model_grad_hook's ready). */
     void (*ready)(void *ctx, long off);
     /* grads[0, n_params) become the sums over the cluster, t->gathered every node's stats
-     * (b and t at least) and comm.size entries long; on failure nothing was applied. */
+     * (b and t at least, t->n_nodes entries); on failure nothing was applied. */
     hr_status (*exchange)(void *ctx, train_exchange *x);
 } train_peer;
 
@@ -153,57 +133,55 @@ typedef struct {
 
 typedef struct {
     train_config conf;    /* settings (strings borrowed); conf.global_batch is B */
-    train_comm comm;      /* communication step */
+    int rank;             /* this node's ring position: only rank 0 prints progress, evaluates
+                           * and writes the summary (0 alone; the peer's slices set it) */
+    int n_nodes;          /* nodes of the current view: entries of split and gathered (1
+                           * alone; the peer's slices and exchanges set it) */
     data_set train, eval; /* training and held-out sets */
     data_loader dl;       /* permutation and slices (I1) */
-    model m;              /* the model; m.grads carries the stats tail */
+    model m;              /* the model; m.grads has conf.grad_tail floats on each side */
     opt_sgd opt;          /* optimizer state */
     long ipe;             /* iterations per epoch */
     long total;           /* iterations of the run */
     long iter;            /* next iteration to run */
-    int max_nodes;        /* capacity of the per-node arrays and of the stats tail */
-    long *split;          /* (comm.size) samples per node for the next iteration; written by
-                           * train_set_split only */
+    int max_nodes;        /* capacity of the per-node arrays (split, recorded, gathered) */
+    long *split;          /* (n_nodes) samples per node for the next iteration, what a
+                           * checkpoint records; written by train_set_split (alone: {B}) and
+                           * by the peer */
     int has_split;        /* split was set (train_init does it for one node) */
-    long *recorded;       /* (comm.size) the split of the checkpoint train_load read, for the
+    long *recorded;       /* (max_nodes) the split of the checkpoint train_load read, for the
                            * controller to adopt; valid when has_recorded */
-    int has_recorded;     /* the checkpoint recorded a split for comm.size nodes */
+    int has_recorded;     /* the checkpoint recorded a split for max_nodes nodes */
     float *x;             /* (B, d) input slice */
     int32_t *y;           /* (B) labels, or NULL */
     float *t;             /* (B, n_targets) targets, or NULL */
-    float *stats;         /* = m.grads + m.n_params, (comm.size, TRAIN_NODE_STATS) packed */
-    train_stat *gathered; /* (comm.size) the stats of the iteration just run, unpacked */
-    long tail;            /* floats in the stats tail: comm.size * TRAIN_NODE_STATS */
+    train_stat *gathered; /* (n_nodes) every node's stats of the iteration just run */
     FILE *metrics;        /* the metrics file while train_run runs, else NULL: the hooks of
                            * train_opts may add their own records */
 
-    /* gradient buckets (overlap.h): the plan a cluster's layers make, for the dry run and
-     * the start line; the peer's library cuts the same and sends them */
-    long cuts[MODEL_MAX_LAYERS + 1]; /* the plan: bucket j = grads[cuts[j+1], cuts[j]) */
-    int n_buckets;                   /* buckets in the plan; 0 with one node or bucket_bytes 0 */
-    train_peer peer;                 /* the distributed part, when has_peer (train_set_peer) */
-    int has_peer;                    /* peer is set: comm's all-reduce is unused */
-    int peer_buckets;                /* all-reduces of the last exchange (the summary's) */
+    train_peer peer;  /* the distributed part, when has_peer (train_set_peer) */
+    int has_peer;     /* peer is set: it runs the distributed part */
+    int peer_buckets; /* all-reduces of the last exchange (the summary's) */
 } trainer;
 
-/* Load the data, build the model and optimizer from tc. comm may be NULL (one node). Sets
- * the BLAS thread count from tc->threads (0 = all cores). One node's split is {B}; a
- * cluster node's slices come from its peer (train_set_peer). */
-hr_status train_init(trainer *t, const train_config *tc, const train_comm *comm, char *err,
-                     size_t errlen);
+/* Load the data, build the model and optimizer from tc. Sets the BLAS thread count from
+ * tc->threads (0 = all cores). The trainer starts alone, with the split {B}; a cluster
+ * node's slices come from its peer (train_set_peer). */
+hr_status train_init(trainer *t, const train_config *tc, char *err, size_t errlen);
 void train_free(trainer *t);
 
-/* The global batch B: its one home is t->conf.global_batch; the data loader, the optimizer
- * and the controller are handed it, and everyone else asks here. */
+/* The trainer's global batch B, t->conf.global_batch: its data loader and optimizer are
+ * handed it, and the rest of the trainer asks here. A cluster node's library keeps the
+ * cluster's own (cluster/cluster_setup.h), made from the same [train] global_batch. */
 long train_global_batch(const trainer *t);
 
-/* Adopt the split b (comm.size entries) for the next iteration, which a checkpoint records.
+/* Adopt the split b (n_nodes entries) for the next iteration, which a checkpoint records.
  * b comes from the controller, which checks I6 (sum B, bounds) where it makes a split
  * (ctrl.h); the trainer does not check it again. */
 void train_set_split(trainer *t, const long *b);
 
-/* Hand the distributed part of every iteration to peer (see train_peer): comm.rank and
- * comm.size follow the peer's slices, and the peer keeps split up to date. */
+/* Hand the distributed part of every iteration to peer (see train_peer): rank and n_nodes
+ * follow the peer's slices, and the peer keeps split up to date. */
 void train_set_peer(trainer *t, const train_peer *peer);
 
 /* The training state as one blob, for a node that joins or falls behind: the iteration to run
@@ -220,15 +198,11 @@ uint64_t train_state_hash(const trainer *t);
 /* The same hash of any float array (the parameter agreement check uses it). */
 uint64_t train_hash_floats(const float *v, long n);
 
-/* How this node overlaps communication with backward, in one line for the log and the dry
- * run: "overlap: 2 buckets of >= 1 MiB, ... (auto: ...)", with this node's cores. */
-void train_overlap_describe(const trainer *t, char *out, size_t n);
-
 /* The emulated stretch of iteration `iter`: the slowdown, or the factor of the last
  * interference phase begun by then. */
-double train_stretch_factor(const train_config *c, long iter);
+double train_stretch_factor(const train_stretch *s, long iter);
 
-/* Run iteration t->iter and advance. HR_ERR_INVAL when no split was set. */
+/* Run iteration t->iter and advance: alone, the whole batch; with a peer, its slice. */
 hr_status train_step(trainer *t, train_iter *out);
 
 /* Loss and accuracy of the current parameters on the held-out split (all of it). */
@@ -254,7 +228,8 @@ typedef struct {
     void *on_iter_ctx;
     /* Optional membership hooks (the application's elastic training), with ctx member_ctx:
      *  - on_fail: train_step failed with `st`; return HR_OK once the trainer may retry
-     *    t->iter (possibly with another comm, split and state), else the status to stop with;
+     *    t->iter (possibly in another view, with another split and state), else the status
+     *    to stop with;
      *  - after_iter: after every completed iteration (its checkpoint written); return HR_OK to
      *    go on, HR_ERR_INTERRUPTED to end the run here as a success, else a status to stop;
      *  - tag: adds fields to every metrics record, or with `summary` to the summary (written
@@ -283,10 +258,5 @@ typedef struct {
  * evaluate every eval_interval iterations and at the end, checkpoint every
  * checkpoint_interval iterations and at the end (rank 0), write metrics and summary. */
 hr_status train_run(trainer *t, const train_opts *o, train_result *res, char *err, size_t errlen);
-
-/* Write the summary JSON (keys iterations, samples, wall_s, samples_per_s, final_loss,
- * eval_accuracy, emulated, ...). */
-hr_status train_write_summary(const trainer *t, const train_result *r, const char *path, char *err,
-                              size_t errlen);
 
 #endif

@@ -294,7 +294,7 @@ static void test_unwritable(void) {
         cfg c;
         trainer t;
         one_node_cfg(&c, dir, train);
-        hr_status st = test_train_init(&t, &c, 0, NULL, err, sizeof err);
+        hr_status st = test_train_init(&t, &c, 0, err, sizeof err);
         CHECK(st == HR_ERR_IO && strstr(err, path), "train_init with checkpoint %s: %d (%s)", path,
               st, err);
         printf("refused at start as expected: %s\n", err);

@@ -114,8 +114,8 @@ static void node(int self, const cfg *c, void *arg) {
         if ((st = train_step(&n.t, &r)) != HR_OK)
             fprintf(stderr, "node %d: warm-up step %d: %s\n", self, i, hr_strerror(st));
     failed[self] = st != HR_OK;
-    buckets[self] = st == HR_OK ? n.t.n_buckets : 0;
-    pthread_barrier_wait(&bar); /* main starts counting */
+    buckets[self] = st == HR_OK ? n.t.peer_buckets : 0; /* all-reduces of the last step */
+    pthread_barrier_wait(&bar);                         /* main starts counting */
     pthread_barrier_wait(&bar);
     /* a node that failed still waits for the others, which fail on the ring's timeout */
     for (int i = 0; !failed[0] && !failed[1] && i < STEPS; i++) {

@@ -1,8 +1,10 @@
 /*
- * test_overlap.c: gradient buckets (overlap.h) and the backward progress hook (model.h).
+ * test_overlap.c: gradient buckets (cluster/overlap.h) and the backward progress hook and
+ * layer pieces (trainer/model.h).
  *
- *  - the plan cuts at layer boundaries, from the end of the buffer, into buckets of at
- *    least bucket_bytes, and always ends at offset 0;
+ *  - the model's gradient pieces are its layers with parameters; the plan cuts at their
+ *    boundaries, from the end of the buffer, into buckets of at least bucket_bytes, always
+ *    ends at offset 0, and grows its buckets rather than overflow the job table;
  *  - the hook reports offsets that never grow and end at 0, and the gradients it declares
  *    final are bitwise the ones backward leaves;
  *  - the worker runs jobs in submission order, skips the rest of a round after a failure,
@@ -11,13 +13,14 @@
  *    buckets only with a plan of two or more, two nodes or more, and a core to spare on every
  *    node, and names the node that has none; a node's threads are its machine's compute
  *    threads (0: every core) plus one communication thread per node;
- *  - the trainer gets auto by default with this node's facts, and a plan of its layers once
- *    it may join a cluster (the library's choice itself is tested through hetring run in
- *    tests/dist/test_overlap_auto.sh).
+ *  - the cluster's config gets auto by default with this node's facts, and the description
+ *    of a node that may join a cluster names the plan of its layers (the library's choice
+ *    itself is tested through hetring run in tests/dist/test_overlap_auto.sh).
  */
+#include "cluster/cluster_setup.h"
+#include "cluster/overlap.h"
 #include "tests/check.h"
 #include "tests/trainer/util.h"
-#include "trainer/overlap.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -35,18 +38,32 @@ static model_spec mlp_spec(void) {
 }
 
 static void test_plan(const model *m) {
-    long cuts[MODEL_MAX_LAYERS + 1];
+    size_t off[MODEL_MAX_LAYERS], count[MODEL_MAX_LAYERS];
+    long cuts[OVERLAP_MAX_JOBS + 1];
     CHECK(m->n_params == 222, "n_params %ld", m->n_params);
-    int nb = overlap_plan(m, 1, cuts);
+    const int k = model_grad_pieces(m, off, count);
+    CHECK(k == 3 && off[0] == 0 && count[0] == 144 && off[1] == 144 && count[1] == 68 &&
+              off[2] == 212 && count[2] == 10,
+          "the layer pieces: %d", k);
+    int nb = overlap_plan(count, k, 1, cuts);
     CHECK(nb == 3 && cuts[0] == 222 && cuts[1] == 212 && cuts[2] == 144 && cuts[3] == 0,
           "one bucket per layer: %d buckets, cuts %ld %ld %ld %ld", nb, cuts[0], cuts[1], cuts[2],
           cuts[3]);
     /* the last layer's 40 bytes are too small alone: it joins the middle layer */
-    nb = overlap_plan(m, 160, cuts);
+    nb = overlap_plan(count, k, 160, cuts);
     CHECK(nb == 2 && cuts[0] == 222 && cuts[1] == 144 && cuts[2] == 0,
           "160-byte buckets: %d buckets, cuts %ld %ld %ld", nb, cuts[0], cuts[1], cuts[2]);
-    nb = overlap_plan(m, 1 << 20, cuts);
+    nb = overlap_plan(count, k, 1 << 20, cuts);
     CHECK(nb == 1 && cuts[0] == 222 && cuts[1] == 0, "one big bucket: %d buckets", nb);
+    nb = overlap_plan(count, k, 0, cuts);
+    CHECK(nb == 1 && cuts[0] == 222 && cuts[1] == 0, "bucket_bytes = 0: %d buckets", nb);
+    /* more buffers than the job table: larger buckets, never more than it holds */
+    static size_t many[200];
+    for (int i = 0; i < 200; i++) many[i] = 10;
+    nb = overlap_plan(many, 200, 4, cuts);
+    CHECK(nb > 1 && nb <= OVERLAP_MAX_JOBS && cuts[0] == 2000 && cuts[nb] == 0,
+          "200 buffers in buckets of >= 4 bytes: %d buckets (the table holds %d)", nb,
+          OVERLAP_MAX_JOBS);
 }
 
 typedef struct {
@@ -238,28 +255,33 @@ static void test_choose(void) {
     CHECK(strcmp(b, "1000 B") == 0, "1000 B: %s", b);
 }
 
-/* The trainer's side of auto: the default reaches it, with this node's facts, and a node
- * that may join a cluster gets the plan of its layers (the dry run and the start line say
- * it; the library cuts the same buckets from the layers and chooses, tests/dist). */
-static void test_trainer_plan(const char *dir) {
+/* The cluster's side of auto: the default reaches the cluster's config with this node's
+ * facts, and the description (the dry run and the start line) says that one node trains
+ * alone and that two nodes use the plan the library cuts from the layers (the library's
+ * choice itself is tested through hetring run, tests/dist). */
+static void test_cluster_plan(const char *dir) {
+    static const char *const mlp = "model = mlp\nlayers = 784,512,512,10\nsamples = 256\n"
+                                   "eval_samples = 16\nglobal_batch = 32\niterations = 10";
     cfg c;
-    one_node_cfg(&c, dir,
-                 "model = mlp\nlayers = 784,512,512,10\nsamples = 256\neval_samples = 16\n"
-                 "global_batch = 32\niterations = 10");
+    one_node_cfg(&c, dir, mlp);
     CHECK(c.bucket_bytes == CFG_AUTO, "bucket_bytes defaults to auto, not %ld", c.bucket_bytes);
-    train_config tc;
-    app_train_config(&c, 0, &tc);
-    CHECK(tc.bucket_bytes == OVERLAP_AUTO, "auto reaches the trainer as %ld", tc.bucket_bytes);
-    CHECK(tc.machine.id == 0 && tc.machine.cores == overlap_cores() && tc.machine.demand == 2,
-          "one node of one thread: %ld cores for %ld threads", tc.machine.cores, tc.machine.demand);
+    cluster_config cc;
+    app_cluster_config(&c, 0, &cc);
+    CHECK(cc.bucket_bytes == OVERLAP_AUTO, "auto reaches the cluster as %ld", cc.bucket_bytes);
+    CHECK(cc.machine.id == 0 && cc.machine.cores == overlap_cores() && cc.machine.demand == 2,
+          "one node of one thread: %ld cores for %ld threads", cc.machine.cores, cc.machine.demand);
     trainer t;
-    char err[HR_ERRLEN];
-    CHECK(train_init(&t, &tc, NULL, err, sizeof err) == HR_OK, "train_init: %s", err);
-    CHECK(t.n_buckets == 0, "one node alone has a plan of %d buckets", t.n_buckets);
+    char err[HR_ERRLEN], line[400];
+    CHECK(test_train_init(&t, &c, 0, err, sizeof err) == HR_OK, "train_init: %s", err);
+    hr_node_describe_overlap(&t, &c, 0, line, sizeof line);
+    CHECK(strstr(line, "off (one node trains alone)") != NULL, "one node alone: %s", line);
     train_free(&t);
-    tc.max_nodes = 2;
-    CHECK(train_init(&t, &tc, NULL, err, sizeof err) == HR_OK, "train_init: %s", err);
-    CHECK(t.n_buckets == 2, "the 2.7 MB of gradients make %d buckets of 1 MiB, not 2", t.n_buckets);
+    cfg_free(&c);
+    ring_cfg(&c, dir, mlp, "", 2, test_port(), NULL);
+    CHECK(test_train_init(&t, &c, 0, err, sizeof err) == HR_OK, "train_init: %s", err);
+    hr_node_describe_overlap(&t, &c, 0, line, sizeof line);
+    CHECK(strstr(line, "auto, chosen after the first iteration: 2 buckets of >= 1 MiB") != NULL,
+          "the 2.7 MB of gradients must make 2 buckets of 1 MiB: %s", line);
     train_free(&t);
     cfg_free(&c);
 }
@@ -277,7 +299,7 @@ int main(void) {
     test_choose();
     char dir[64];
     tmpdir(dir, sizeof dir);
-    test_trainer_plan(dir);
+    test_cluster_plan(dir);
     rm_rf(dir);
     return check_exit();
 }

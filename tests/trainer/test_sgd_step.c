@@ -162,7 +162,7 @@ static void test_one_node(void) {
     snprintf(train, sizeof train, TRAIN_INI, dir);
     one_node_cfg(&c, dir, train);
     node_out o = {0};
-    if (test_train_init(&t, &c, 0, NULL, err, sizeof err) != HR_OK) {
+    if (test_train_init(&t, &c, 0, err, sizeof err) != HR_OK) {
         CHECK(0, "train_init: %s", err);
         cfg_free(&c);
         return;

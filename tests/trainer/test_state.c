@@ -10,6 +10,7 @@
  *  - the state hash changes with the iteration, one parameter bit and one momentum bit;
  *  - a trainer that may join a cluster has room for every node's stats before its gradient.
  */
+#include "cluster/stats.h"
 #include "tests/check.h"
 #include "tests/trainer/util.h"
 
@@ -128,20 +129,18 @@ static void test_refusal(void) {
     free(blob);
 }
 
-/* A trainer that may join a cluster of 4 has room for 4 nodes' stats before its gradient
- * (where the library puts the stats tail, in place), and one node's split stays {B}. */
+/* A trainer set up for a cluster of 4 (as `hetring run` converts the config) has room for 4
+ * nodes' stats before its gradient (where the library puts the stats tail, in place), and
+ * alone its split stays {B}. */
 static void test_max_nodes(void) {
     cfg c;
     trainer t;
-    one_node_cfg(&c, dir, MLP("32", "7"));
-    train_config tc;
-    app_train_config(&c, 0, &tc);
-    tc.max_nodes = 4;
+    ring_cfg(&c, dir, MLP("32", "7"), "", 4, test_port(), NULL);
     char err[HR_ERRLEN];
-    CHECK(train_init(&t, &tc, NULL, err, sizeof err) == HR_OK, "train_init: %s", err);
+    CHECK(test_train_init(&t, &c, 0, err, sizeof err) == HR_OK, "train_init: %s", err);
     CHECK(t.max_nodes == 4, "max_nodes %d, expected 4", t.max_nodes);
-    CHECK(t.m.grad_tail >= 4 * TRAIN_NODE_STATS, "room for %ld floats of stats, expected %d",
-          t.m.grad_tail, 4 * TRAIN_NODE_STATS);
+    CHECK(t.m.grad_tail >= 4 * CLUSTER_NODE_STATS, "room for %ld floats of stats, expected %d",
+          t.m.grad_tail, 4 * CLUSTER_NODE_STATS);
     CHECK(t.has_split && t.split[0] == 32, "one node does not get the whole batch");
     train_iter r;
     CHECK(train_step(&t, &r) == HR_OK, "one node cannot step");

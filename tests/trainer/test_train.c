@@ -2,6 +2,7 @@
  * test_train.c: learning targets, determinism, split invariance of the gradient sums (I3),
  * the learning-rate schedules and checkpoint resume (refusal and atomicity: test_ckpt.c).
  */
+#include "cluster/cluster_setup.h"
 #include "tests/check.h"
 #include "tests/trainer/util.h"
 #include "trainer/ckpt.h"
@@ -126,13 +127,14 @@ static void test_split_invariance(void) {
     memcpy(whole, t.m.grads, sizeof(float) * n);
     const long split[3] = {7, 80, 33};
     double loss = 0;
-    long correct = 0, start = 0;
+    long correct = 0;
     for (int k = 0; k < 3; k++) {
-        CHECK(data_loader_slice(&t.dl, 0, 1, 120, start, split[k], t.x, t.y, NULL) == HR_OK,
+        CHECK(data_loader_slice(&t.dl, 0, 1, 120, data_slice_start(split, k), split[k], t.x, t.y,
+                                NULL) == HR_OK,
               "slice");
         CHECK(model_forward_backward(&t.m, t.x, t.y, NULL, split[k], &part) == HR_OK, "fb");
         for (long i = 0; i < n; i++) sum[i] += t.m.grads[i];
-        loss += part.loss_sum, correct += part.correct, start += split[k];
+        loss += part.loss_sum, correct += part.correct;
     }
     double gmax = 0;
     for (long i = 0; i < n; i++) gmax = fmax(gmax, fabs(whole[i]));
@@ -207,8 +209,9 @@ static void test_opt_threads(void) {
     }
 }
 
-/* A node's slowdown and interference schedule reach the trainer's stretch factor: the
- * slowdown before the first phase, then each phase's factor from its iteration on. */
+/* A node's slowdown and interference schedule reach the trainer's stretch factor (a node
+ * alone) and the cluster's (hetring_step applies it): the slowdown before the first phase,
+ * then each phase's factor from its iteration on. */
 static void test_stretch(void) {
     char path[512], err[HR_ERRLEN] = "";
     snprintf(path, sizeof path, "%s/stretch.ini", dir);
@@ -220,10 +223,16 @@ static void test_stretch(void) {
     cfg c;
     CHECK(cfg_load(&c, path, err, sizeof err) == HR_OK, "%s", err);
     train_config tc;
+    cluster_config cc;
     app_train_config(&c, 0, &tc);
-    CHECK(train_stretch_factor(&tc, 0) == 2, "before interference");
-    CHECK(train_stretch_factor(&tc, 10) == 4, "during interference");
-    CHECK(train_stretch_factor(&tc, 25) == 1, "after interference");
+    app_cluster_config(&c, 0, &cc);
+    const train_stretch *s[2] = {&tc.stretch, &cc.stretch};
+    for (int k = 0; k < 2; k++) {
+        const char *who = k ? "cluster" : "trainer";
+        CHECK(train_stretch_factor(s[k], 0) == 2, "%s: before interference", who);
+        CHECK(train_stretch_factor(s[k], 10) == 4, "%s: during interference", who);
+        CHECK(train_stretch_factor(s[k], 25) == 1, "%s: after interference", who);
+    }
     CHECK(tc.emulated, "the run is labelled emulated");
     cfg_free(&c);
 }

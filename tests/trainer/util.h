@@ -81,11 +81,11 @@ static inline int test_port(void) {
 }
 
 /* train_init for node `self` of c, with the config converted as `hetring run` does. */
-static inline hr_status test_train_init(trainer *t, const cfg *c, int self, const train_comm *comm,
-                                        char *err, size_t errlen) {
+static inline hr_status test_train_init(trainer *t, const cfg *c, int self, char *err,
+                                        size_t errlen) {
     train_config tc;
     app_train_config(c, self, &tc);
-    return train_init(t, &tc, comm, err, errlen);
+    return train_init(t, &tc, err, errlen);
 }
 
 /* A one-node trainer on the config whose [train] section is `train` (written into dir), as
@@ -93,7 +93,7 @@ static inline hr_status test_train_init(trainer *t, const cfg *c, int self, cons
 static inline void test_trainer_or_die(trainer *t, cfg *c, const char *dir, const char *train) {
     char err[HR_ERRLEN];
     one_node_cfg(c, dir, train);
-    if (test_train_init(t, c, 0, NULL, err, sizeof err) != HR_OK) {
+    if (test_train_init(t, c, 0, err, sizeof err) != HR_OK) {
         fprintf(stderr, "train_init: %s\n", err);
         exit(2);
     }
@@ -110,7 +110,7 @@ typedef struct {
 
 static inline hr_status test_node_up(test_node *n, const cfg *c, int self) {
     memset(n, 0, sizeof *n);
-    hr_status st = test_train_init(&n->t, c, self, NULL, n->err, sizeof n->err);
+    hr_status st = test_train_init(&n->t, c, self, n->err, sizeof n->err);
     if (st != HR_OK) return st;
     n->have_t = 1;
     return hr_node_open(&n->an, c, self, &n->t, NULL, NULL, NULL, n->err, sizeof n->err);

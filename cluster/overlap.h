@@ -1,14 +1,17 @@
 /*
- * overlap.h: gradient buckets all-reduced on a communication thread while backward runs.
+ * overlap.h: gradient buckets all-reduced on a communication thread while backward runs, for
+ * libhetring (hetring.c).
  *
- * Backward finishes the gradient buffer from its end towards its start (model.h). A plan
- * cuts the buffer at layer boundaries into buckets of at least bucket_bytes, taken in that
- * order; as soon as backward has finished a bucket, the training loop hands it to the
- * worker, whose thread all-reduces it while the main thread computes the next layers.
+ * Backward finishes the gradient from its end towards its start (trainer/model.h). The
+ * library's user hands it over buffer by buffer (hetring_ready; the built-in trainer, one
+ * buffer per layer). A plan (overlap_plan, the one bucket-cut rule) cuts it at buffer
+ * boundaries into buckets of at least bucket_bytes, taken in that order; as soon as every
+ * buffer of a bucket is in, the library hands the bucket to the worker, whose thread
+ * all-reduces it while the user computes the next layers.
  *
  * Invariants:
- *  - the plan depends only on the model and bucket_bytes, so every node cuts the same
- *    buckets and submits them in the same order (a differing config fails in the ring's
+ *  - the plan depends only on the buffers' layout and bucket_bytes, so every node cuts the
+ *    same buckets and submits them in the same order (a differing config fails in the ring's
  *    frame checks, it never mixes buckets);
  *  - a bucket's floats belong to the worker from overlap_submit until overlap_wait returns;
  *    backward writes only lower offsets meanwhile;
@@ -22,11 +25,11 @@
  * where cores are short the thread takes CPU from backward (four nodes on two cores ran 2-5%
  * slower, bench/README.md). Two things keep every node's frames alike (I7) while the cores
  * are a fact of each machine:
- *  - the plan (where the buckets are cut) depends only on the model and OVERLAP_AUTO_BYTES,
+ *  - the plan (where the buckets are cut) depends only on the layout and OVERLAP_AUTO_BYTES,
  *    the same on every node (the configurations agree on bucket_bytes before training);
  *  - whether the plan is used is decided after every iteration by overlap_choose, a pure
  *    function of the facts every node put in its slot of that iteration's stats tail (an
- *    all-gather, train.h), so every node decides alike, as the controller does (I5). The
+ *    all-gather, stats.h), so every node decides alike, as the controller does (I5). The
  *    first iteration of every view uses one all-reduce: no facts are gathered yet.
  * A node's fact: the cores its process may use, against the threads its machine runs while
  * overlapping: the compute threads of every node the configuration places on the same host
@@ -41,9 +44,9 @@
 #include <pthread.h>
 #include <stddef.h>
 
-#define OVERLAP_MAX_JOBS (MODEL_MAX_LAYERS + 1) /* at most one bucket per layer */
+#define OVERLAP_MAX_JOBS (MODEL_MAX_LAYERS + 1) /* a bucket per layer of the built-in models */
 
-/* A SUM all-reduce of n floats in place (train_comm's signature). */
+/* A SUM all-reduce of n floats in place (dist_allreduce's signature). */
 typedef hr_status (*overlap_allreduce)(void *ctx, float *buf, size_t n);
 
 typedef struct {
@@ -67,7 +70,7 @@ typedef struct {
     (1L << 20) /* auto's bucket size, about the best measured on 16 cores                          \
                 */
 
-/* What one node tells the others about its machine (its slot of the stats tail). */
+/* What one node tells the others about its machine (its slot of the stats tail, stats.h). */
 typedef struct {
     long id;     /* the node's id, to name it */
     long cores;  /* cores its process may run on (overlap_cores); 0: unknown */
@@ -103,10 +106,25 @@ int overlap_choose(long bucket_bytes, int n_buckets, const overlap_fact *facts, 
 /* "1 MiB", "64 KiB" or "1000 B": a bucket size for messages. */
 void overlap_bytes_str(long bytes, char *out, size_t n);
 
-/* Cut grads[0, m->n_params) into buckets of at least bucket_bytes at layer boundaries:
- * cuts[0] = n_params > cuts[1] > ... > cuts[nb] = 0, bucket j = [cuts[j+1], cuts[j]).
- * cuts needs MODEL_MAX_LAYERS + 1 entries. Returns nb (0 for a model without parameters). */
-int overlap_plan(const model *m, long bucket_bytes, long *cuts);
+/* The choice, in one line: "overlap: 2 buckets of >= 1 MiB, all-reduced during backward (why)"
+ * when `on`, else "overlap: off, one all-reduce after backward (why)". */
+void overlap_choice_str(long bucket_bytes, int n_buckets, int on, const char *why, char *out,
+                        size_t n);
+
+/* How a node overlaps before the first iteration, in one line for the start and the dry run:
+ * the choice when it is known already, or with auto the plan and whether this node, fact f,
+ * has a core to spare. n_nodes is the configuration's (1: the node trains alone). */
+void overlap_describe(long bucket_bytes, int n_buckets, int n_nodes, const overlap_fact *f,
+                      char *out, size_t n);
+
+/* The bucket plan of a gradient made of n_bufs consecutive buffers, buffer i holding counts[i]
+ * floats: cut at buffer boundaries into buckets of at least bucket_bytes (OVERLAP_AUTO:
+ * OVERLAP_AUTO_BYTES; 0: one bucket), from the last buffer towards the first as backward
+ * finishes them, unless that makes more buckets than the worker's job table holds: then larger
+ * ones. It depends on the layout and the setting alone, the same on every node. cuts[0] = the
+ * floats in all > cuts[1] > ... > cuts[nb] = 0, bucket j = [cuts[j+1], cuts[j]); cuts needs
+ * OVERLAP_MAX_JOBS + 1 entries. Returns nb >= 1. */
+int overlap_plan(const size_t *counts, int n_bufs, long bucket_bytes, long *cuts);
 
 /* Start the worker thread. HR_ERR_NOMEM / HR_ERR_IO when the thread cannot be created. */
 hr_status overlap_start(overlap_worker *w, overlap_allreduce allreduce, void *ctx);

@@ -1,8 +1,8 @@
 /*
- * overlap.c: the bucket plan, the choice of bucket_bytes = auto and the communication thread
- * (see overlap.h).
+ * overlap.c: the bucket plan, the choice of bucket_bytes = auto and its messages, and the
+ * communication thread (see overlap.h).
  */
-#include "trainer/overlap.h"
+#include "cluster/overlap.h"
 
 #include <sched.h>
 #include <stdio.h>
@@ -104,25 +104,67 @@ int overlap_choose(long bucket_bytes, int n_buckets, const overlap_fact *facts, 
     return choose_auto(facts, n, why, whylen);
 }
 
+void overlap_choice_str(long bucket_bytes, int n_buckets, int on, const char *why, char *out,
+                        size_t n) {
+    char size[32];
+    overlap_bytes_str(bucket_bytes == OVERLAP_AUTO ? OVERLAP_AUTO_BYTES : bucket_bytes, size,
+                      sizeof size);
+    if (on)
+        snprintf(out, n, "overlap: %d buckets of >= %s, all-reduced during backward (%s)",
+                 n_buckets, size, why);
+    else
+        snprintf(out, n, "overlap: off, one all-reduce after backward (%s)", why);
+}
+
+void overlap_describe(long bucket_bytes, int n_buckets, int n_nodes, const overlap_fact *f,
+                      char *out, size_t n) {
+    char why[192], size[32];
+    if (n_nodes < 2) {
+        snprintf(out, n, "overlap: off (one node trains alone)");
+    } else if (bucket_bytes != OVERLAP_AUTO || n_buckets < 2) {
+        int on = overlap_choose(bucket_bytes, n_buckets, NULL, 0, why, sizeof why);
+        overlap_choice_str(bucket_bytes, n_buckets, on, why, out, n);
+    } else {
+        overlap_bytes_str(OVERLAP_AUTO_BYTES, size, sizeof size);
+        snprintf(out, n,
+                 "overlap: auto, chosen after the first iteration: %d buckets of >= %s during "
+                 "backward if every node has a core to spare; node %ld has %ld core%s for %ld "
+                 "threads (compute, and communication, of the nodes on its host): %s",
+                 n_buckets, size, f->id, f->cores, f->cores == 1 ? "" : "s", f->demand,
+                 overlap_fact_spare(f) ? "a core to spare" : "no core to spare");
+    }
+}
+
 /* ================================================================ the plan and the thread */
 
-int overlap_plan(const model *m, long bucket_bytes, long *cuts) {
-    if (m->n_params == 0) return 0;
+/* Cut at buffer boundaries into buckets of at least `bytes` (0: one bucket), from the last
+ * buffer towards the first; with cuts NULL only count them. */
+static int cut(const size_t *counts, int n_bufs, long bytes, long *cuts) {
+    size_t at = 0; /* where buffer i starts, walking down from the end */
+    for (int i = 0; i < n_bufs; i++) at += counts[i];
     int nb = 0;
     long acc = 0;
-    cuts[0] = m->n_params;
-    /* layer 0's parameters start at offset 0, which the last cut below covers */
-    for (int i = m->n_layers - 1; i > 0; i--) {
-        const model_layer *L = &m->layers[i];
-        if (!L->n_params) continue;
-        acc += L->n_params * (long)sizeof(float);
-        if (acc >= bucket_bytes && L->w_off > 0) {
-            cuts[++nb] = L->w_off;
-            acc = 0;
+    if (cuts) cuts[0] = (long)at;
+    for (int i = n_bufs - 1; bytes > 0 && i > 0; i--) {
+        at -= counts[i];
+        acc += (long)(counts[i] * sizeof(float));
+        if (acc >= bytes && at > 0) {
+            if (cuts) cuts[nb + 1] = (long)at;
+            nb++, acc = 0;
         }
     }
-    if (cuts[nb] != 0) cuts[++nb] = 0;
-    return nb;
+    if (cuts) cuts[nb + 1] = 0; /* cuts are at offsets > 0: the last bucket starts at 0 */
+    return nb + 1;
+}
+
+int overlap_plan(const size_t *counts, int n_bufs, long bucket_bytes, long *cuts) {
+    long bytes = bucket_bytes == OVERLAP_AUTO ? OVERLAP_AUTO_BYTES : bucket_bytes;
+    size_t total = 0;
+    for (int i = 0; i < n_bufs; i++) total += counts[i];
+    const long floor =
+        (long)((total * sizeof(float) + OVERLAP_MAX_JOBS - 2) / (OVERLAP_MAX_JOBS - 1));
+    if (bytes > 0 && cut(counts, n_bufs, bytes, NULL) > OVERLAP_MAX_JOBS) bytes = floor;
+    return cut(counts, n_bufs, bytes, cuts);
 }
 
 static void *worker_main(void *arg) {

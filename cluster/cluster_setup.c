@@ -1,0 +1,32 @@
+/*
+ * cluster_setup.c: cfg -> cluster_config (see cluster_setup.h).
+ */
+#include "cluster/cluster_setup.h"
+#include "cluster/trainer_setup.h"
+
+#include <string.h>
+
+/* This node's fact for bucket_bytes = auto (overlap.h): the nodes whose host is written as
+ * this node's share its machine (hetring local, or several nodes per machine), each with its
+ * compute threads and a communication thread, against the cores this process may use. Two
+ * spellings of one machine (a name and its address) count as two machines. */
+static overlap_fact machine_of(const cfg *c, int self_idx) {
+    long threads[CFG_MAX_NODES];
+    int n = 0;
+    const cfg_node *me = &c->nodes[self_idx];
+    for (int k = 0; k < c->n_nodes && n < CFG_MAX_NODES; k++)
+        if (strcmp(c->nodes[k].host, me->host) == 0) threads[n++] = c->nodes[k].threads;
+    return overlap_fact_of(me->id, overlap_cores(), threads, n);
+}
+
+void app_cluster_config(const cfg *c, int self_idx, cluster_config *out) {
+    memset(out, 0, sizeof *out);
+    out->global_batch = c->global_batch;
+    out->seed = c->seed;
+    out->iterations = c->iterations;
+    out->epochs = c->epochs;
+    out->bucket_bytes = c->bucket_bytes == CFG_AUTO ? OVERLAP_AUTO : c->bucket_bytes;
+    out->machine = machine_of(c, self_idx);
+    app_train_stretch(c, self_idx, &out->stretch);
+    out->max_nodes = c->n_nodes;
+}

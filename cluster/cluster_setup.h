@@ -1,0 +1,34 @@
+/*
+ * cluster_setup.h: the cluster engine's own small config (dist.c and libhetring, hetring.c),
+ * made from the INI config once per node.
+ *
+ * B lives here for the cluster: dist.c hands it to the controller, and hetring.c cuts every
+ * iteration's slices (I1) and scales the sums (I2) by it; nothing else in cluster/ keeps a
+ * copy. The trainer keeps its own (train_config.global_batch) for a run alone and for its
+ * optimizer, and the controller the one it is initialised with.
+ */
+#ifndef HR_CLUSTER_SETUP_H
+#define HR_CLUSTER_SETUP_H
+
+#include "cluster/overlap.h"
+#include "conf/cfg.h"
+#include "trainer/train.h"
+
+#include <stdint.h>
+
+typedef struct {
+    long global_batch;     /* B, samples per iteration across the nodes of a view */
+    uint64_t seed;         /* every epoch's permutation (I1) */
+    long iterations;       /* iterations of the run; 0: `epochs` passes over the samples */
+    long epochs;           /* passes over the samples when iterations is 0 */
+    long bucket_bytes;     /* gradient buckets: OVERLAP_AUTO, 0 (one all-reduce) or bytes */
+    overlap_fact machine;  /* this node's cores and its machine's threads (bucket_bytes = auto) */
+    train_stretch stretch; /* this node's emulated slowdown, applied by hetring_step */
+    int max_nodes;         /* nodes of the configuration: the most a view can have */
+} cluster_config;
+
+/* Fill `out` for node c->nodes[self_idx]; its machine fact counts the cores this process may
+ * use now (overlap_cores). */
+void app_cluster_config(const cfg *c, int self_idx, cluster_config *out);
+
+#endif
