@@ -37,6 +37,7 @@ static int get_state(void *user, const void **data, size_t *bytes) {
         if (!b) return 1;
         n->blob = b, n->blob_cap = need;
     }
+    if (train_sync_host(n->t) != HR_OK) return 1; /* the device's parameters and momentum */
     train_state_pack(n->t, n->blob);
     *data = n->blob, *bytes = need;
     return 0;
@@ -140,7 +141,13 @@ static hr_status exchange(void *ctx, train_exchange *x) {
     g.compute_s = x->compute_s;
     g.loss_sum = x->loss_sum;
     g.correct = x->correct;
-    dist_perturb(n->c->nodes[n->self].id, n->batch.iter, t->m.params, t->m.n_params);
+    const long id = n->c->nodes[n->self].id;
+    const int perturb = dist_perturb_due(id, n->batch.iter);
+    if (n->batch.check_hash || perturb) HR_CHECK(train_sync_host(t)); /* the device's params */
+    if (perturb) {
+        dist_perturb(id, n->batch.iter, t->m.params, t->m.n_params);
+        HR_CHECK(train_sync_device(t));
+    }
     if (n->batch.check_hash) g.param_hash = train_hash_floats(t->m.params, t->m.n_params);
     hetring_result r;
     int st = hetring_step(n->h, &g, &r);

@@ -57,8 +57,17 @@ hr_status dist_init(dist *d, const cfg *c, const cluster_config *cc, int self, c
 
 /* Test faults: flip the lowest bit of the first (perturb) or the last (perturb_last)
  * parameter, so the replica check is tested at both ends of the buffer it hashes. */
+static const char *const perturb_kinds[] = {"perturb", "perturb_last"};
+
+int dist_perturb_due(long node_id, long iter) {
+    double at;
+    for (int k = 0; k < 2; k++)
+        if (hr_fault_get(perturb_kinds[k], node_id, -1, &at) && (long)at == iter) return 1;
+    return 0;
+}
+
 void dist_perturb(long node_id, long iter, float *params, long n_params) {
-    static const char *const kinds[] = {"perturb", "perturb_last"};
+    const char *const *kinds = perturb_kinds;
     double at;
     for (int k = 0; k < 2; k++) {
         if (!hr_fault_get(kinds[k], node_id, -1, &at) || (long)at != iter || n_params <= 0)

@@ -166,6 +166,9 @@ hr_status dist_boundary(dist *d, int *changed, char *err, size_t errlen);
  * the n_params parameters when armed for node node_id at iteration iter (before they are
  * hashed, so that the replica check is tested at both ends of the buffer). */
 void dist_perturb(long node_id, long iter, float *params, long n_params);
+/* Whether a perturb fault is armed for this node and iteration (the parameters must then be on
+ * the host first). */
+int dist_perturb_due(long node_id, long iter);
 
 /* The node ids as a JSON list's inside, "0,1,3" (view records, metrics tags). */
 void dist_ids_str(char *out, size_t n, const long *ids, int count);

@@ -235,15 +235,14 @@ static hr_status emu_step(device *d, const opt_scalars *s) {
     emu *e = d->impl;
     model *m = d->m;
     size_t bytes = sizeof(float) * (size_t)m->n_params;
-    copy(e, e->dm.grads, m->grads, bytes); /* the all-reduced sums, read when the copy runs */
+    /* the all-reduced sums: as cudaMemcpy from pageable memory, the call returns once the copy
+     * has read them (the host may then reuse its gradient buffer); the step itself is queued */
+    hr_status st = emu_wait(e, copy(e, e->dm.grads, m->grads, bytes));
     job j = {.kind = JOB_STEP, .s = *s};
     enqueue(e, j);
     /* the host parameters and momentum are stale from now on, until a pull */
     poison(m->params, (size_t)m->n_params);
     poison(d->o->vel, (size_t)m->n_params);
-    pthread_mutex_lock(&e->mu);
-    hr_status st = e->err;
-    pthread_mutex_unlock(&e->mu);
     return st;
 }
 

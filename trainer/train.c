@@ -61,6 +61,10 @@ hr_status train_init(trainer *t, const train_config *tc, char *err, size_t errle
     HR_CHECK_GOTO(model_init(&t->m, &spec, B, c->grad_tail, c->seed, err, errlen), st, fail);
     HR_CHECK_GOTO(opt_init(&t->opt, &c->opt, t->m.n_params, t->total, err, errlen), st, fail);
     opt_set_threads(&t->opt, (int)threads);
+    t->dev.delay_s = c->device_delay_s;
+    HR_CHECK_GOTO(device_open(&t->dev, c->device ? c->device : &device_cpu_ops, &t->m, &t->opt,
+                              c->device_index, err, errlen),
+                  st, fail);
     t->x = malloc(sizeof *t->x * (size_t)(B * t->train.d));
     t->y = regression ? NULL : malloc(sizeof *t->y * (size_t)B);
     t->t = regression ? malloc(sizeof *t->t * (size_t)(B * t->train.n_targets)) : NULL;
@@ -81,6 +85,7 @@ fail:
 
 void train_free(trainer *t) {
     if (!t) return;
+    device_close(&t->dev);
     data_set_free(&t->train);
     data_set_free(&t->eval);
     data_loader_free(&t->dl);
@@ -138,7 +143,7 @@ static hr_status peer_step(trainer *t, train_iter *out) {
     double t0 = hr_now();
     if (s.b > 0) {
         HR_CHECK(data_loader_slice(&t->dl, epoch, it, B, s.start, s.b, t->x, t->y, t->t));
-        HR_CHECK(model_forward_backward_hooked(&t->m, t->x, t->y, t->t, s.b, &ms, &hook));
+        HR_CHECK(device_pass(&t->dev, t->x, t->y, t->t, s.b, &ms, &hook));
     } else {
         memset(t->m.grads, 0, sizeof *t->m.grads * (size_t)t->m.n_params);
         p->ready(p->ctx, 0);
@@ -146,7 +151,8 @@ static hr_status peer_step(trainer *t, train_iter *out) {
     double t1 = hr_now();
     train_exchange x = {.compute_s = t1 - t0, .loss_sum = ms.loss_sum, .correct = ms.correct};
     HR_CHECK(p->exchange(p->ctx, &x));
-    opt_step(&t->opt, t->m.params, t->m.grads, B, i);
+    opt_scalars sc = opt_scalars_at(&t->opt, B, i);
+    HR_CHECK(device_step(&t->dev, &sc));
     t->peer_buckets = x.buckets;
     t->iter++;
     if (out) {
@@ -168,13 +174,14 @@ static hr_status local_step(trainer *t, train_iter *out) {
     /* compute: gradient sums of the B samples, then the emulated stretch */
     double t0 = hr_now();
     HR_CHECK(data_loader_slice(&t->dl, epoch, it, B, 0, B, t->x, t->y, t->t));
-    HR_CHECK(model_forward_backward(&t->m, t->x, t->y, t->t, B, &ms));
+    HR_CHECK(device_pass(&t->dev, t->x, t->y, t->t, B, &ms, NULL));
     double t1 = hr_now();
     double factor = train_stretch_factor(&t->conf.stretch, i);
     if (factor > 1.0) hr_sleep((factor - 1.0) * (t1 - t0));
     double t2 = hr_now();
 
-    opt_step(&t->opt, t->m.params, t->m.grads, B, i);
+    opt_scalars sc = opt_scalars_at(&t->opt, B, i);
+    HR_CHECK(device_step(&t->dev, &sc));
 
     /* the loss sum rounded to a float, as a cluster's stats carry it, so that one node reports
      * what the same run on several nodes does */
@@ -203,7 +210,7 @@ hr_status train_evaluate(trainer *t, double *loss, double *accuracy) {
     for (long s = 0; s < n; s += B) {
         long b = n - s < B ? n - s : B;
         data_gather(&t->eval, NULL, s, b, t->x, t->y, t->t);
-        HR_CHECK(model_forward(&t->m, t->x, t->y, t->t, b, &st));
+        HR_CHECK(device_eval(&t->dev, t->x, t->y, t->t, b, &st));
     }
     *loss = n ? st.loss_sum / (double)n : NAN;
     *accuracy = n && t->y ? (double)st.correct / (double)n : NAN;
@@ -222,7 +229,21 @@ static ckpt_meta meta_of(const trainer *t) {
     return m;
 }
 
-hr_status train_save(const trainer *t, const char *path, char *err, size_t errlen) {
+hr_status train_sync_host(trainer *t) {
+    return device_pull(&t->dev);
+}
+
+hr_status train_sync_device(trainer *t) {
+    return device_push(&t->dev);
+}
+
+hr_status train_save(trainer *t, const char *path, char *err, size_t errlen) {
+    hr_status st = train_sync_host(t);
+    if (st != HR_OK)
+        return hr_fail(err, errlen, st,
+                       "%s: the %s device's state did not come back for the "
+                       "checkpoint",
+                       path, t->dev.ops->name);
     ckpt_meta m = meta_of(t);
     return ckpt_save(path, &m, t->m.params, t->opt.vel, (const int64_t *)t->split, err, errlen);
 }
@@ -234,6 +255,10 @@ hr_status train_load(trainer *t, const char *path, char *err, size_t errlen) {
                        errlen));
     t->iter = (long)m.iter;
     t->has_recorded = m.n_nodes == (uint32_t)t->max_nodes; /* ckpt_load copied it */
+    hr_status st = train_sync_device(t);
+    if (st != HR_OK)
+        return hr_fail(err, errlen, st, "%s: the %s device did not take the checkpoint's state",
+                       path, t->dev.ops->name);
     return HR_OK;
 }
 
@@ -291,6 +316,10 @@ hr_status train_state_unpack(trainer *t, const void *blob, size_t bytes, char *e
     memcpy(t->m.params, p + sizeof h, np);
     memcpy(t->opt.vel, p + sizeof h + np, np);
     t->iter = (long)h[1];
+    hr_status st = train_sync_device(t);
+    if (st != HR_OK)
+        return hr_fail(err, errlen, st, "training state: the %s device did not take it",
+                       t->dev.ops->name);
     return HR_OK;
 }
 
@@ -584,6 +613,7 @@ hr_status train_run(trainer *t, const train_opts *o, train_result *res, char *er
     res->samples_per_s = res->wall_s > 0 ? (double)res->samples / res->wall_s : 0;
     if (res->iterations == 0 && t->rank == 0) /* resumed at the end: report the model */
         HR_CHECK_GOTO(train_evaluate(t, &res->eval_loss, &res->eval_accuracy), st, fail);
+    HR_CHECK_GOTO(train_sync_host(t), st, fail); /* the end record's hash, the caller's model */
     if (rr.metrics) {
         fprintf(rr.metrics, "{\"event\":\"end\",\"iter\":%ld,\"param_hash\":\"%016llx\"", t->iter,
                 (unsigned long long)train_hash_floats(t->m.params, t->m.n_params));

@@ -21,6 +21,7 @@
 #include "base/hr_status.h"
 #include "trainer/data.h"
 #include "trainer/data_io.h"
+#include "trainer/device.h"
 #include "trainer/model.h"
 #include "trainer/optim.h"
 
@@ -69,6 +70,9 @@ typedef struct {
     long grad_tail;           /* floats the caller keeps on each side of the gradient
                                * (model.h's grad_tail): a cluster node's library puts every
                                * node's stats before it */
+    const device_ops *device; /* where the model computes (device.h); NULL: the CPU */
+    int device_index;         /* cuda:N's N */
+    double device_delay_s;    /* the emulated device's delay per operation (tests) */
 } train_config;
 
 /* ---------------------------------------------------------------- one iteration */
@@ -140,7 +144,9 @@ typedef struct {
     data_set train, eval; /* training and held-out sets */
     data_loader dl;       /* permutation and slices (I1) */
     model m;              /* the model; m.grads has conf.grad_tail floats on each side */
-    opt_sgd opt;          /* optimizer state */
+    opt_sgd opt;          /* optimizer state; opt.vel and m.params are the device's host copy */
+    device dev;           /* where the model computes; its host copy is current after
+                           * train_sync_host (device.h) */
     long ipe;             /* iterations per epoch */
     long total;           /* iterations of the run */
     long iter;            /* next iteration to run */
@@ -189,6 +195,11 @@ void train_set_peer(trainer *t, const train_peer *peer);
  * from the iteration, I1). Every replica's blob has the same size. */
 size_t train_state_bytes(const trainer *t);
 void train_state_pack(const trainer *t, void *blob);
+/* Make the host copy of the parameters and momentum current (the device's, after its steps):
+ * before train_state_pack, train_state_hash or a hash of m.params. And the other way: the
+ * device takes the host copy (after the host copy was changed in place). */
+hr_status train_sync_host(trainer *t);
+hr_status train_sync_device(trainer *t);
 /* Adopt a blob packed by a trainer of the same model, seed and B (HR_ERR_MISMATCH naming what
  * differs, HR_ERR_DATA for a malformed one); nothing changes on failure. */
 hr_status train_state_unpack(trainer *t, const void *blob, size_t bytes, char *err, size_t errlen);
@@ -211,7 +222,7 @@ hr_status train_evaluate(trainer *t, double *loss, double *accuracy);
 /* Checkpoint the state (iteration, parameters, optimizer, split) / resume from one. A
  * resumed checkpoint's split goes to t->recorded, not to t->split: the controller owns the
  * split and adopts the recorded one (hr_node_open hands it to the library). */
-hr_status train_save(const trainer *t, const char *path, char *err, size_t errlen);
+hr_status train_save(trainer *t, const char *path, char *err, size_t errlen);
 hr_status train_load(trainer *t, const char *path, char *err, size_t errlen);
 
 /* Progress display on rank 0. */

@@ -68,7 +68,7 @@ static int count_entries(const char *part) {
 /* In a child: save t to path with the file size limited to `limit` bytes; SIGXFSZ is left
  * fatal (the process dies in the middle of the write) or ignored (write fails with EFBIG).
  * Exits 0 when the save reported an error naming the path, 1 when it claimed success. */
-static pid_t save_limited(const trainer *t, const char *path, rlim_t limit, int ignore) {
+static pid_t save_limited(trainer *t, const char *path, rlim_t limit, int ignore) {
     fflush(NULL);
     pid_t pid = fork();
     if (pid != 0) return pid;
