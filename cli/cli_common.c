@@ -39,21 +39,14 @@ int cli_common_opt(cli_common *o, const char *name, const char *arg) {
 }
 
 hr_status cli_check_supported(const cfg *c, char *err, size_t errlen) {
-    /* The CUDA kernels and the NCCL backend are built and tested on their own, but the
-     * distributed loop does not use them yet: accepting these settings would train on the CPU
-     * over TCP while the file says otherwise. */
+    /* The NCCL backend is built and tested on its own, but the distributed loop does not use
+     * it yet: accepting backend = nccl would train over TCP while the file says otherwise. */
     if (c->backend == CFG_BACKEND_NCCL)
         return hr_fail(err, errlen, HR_ERR_CONFIG,
                        "%s: [cluster] backend = nccl: the distributed loop does not use NCCL yet; "
                        "use backend = tcp (or auto, which means tcp)",
                        c->path);
-    for (int i = 0; i < c->n_nodes; i++)
-        if (c->nodes[i].device >= 0)
-            return hr_fail(err, errlen, HR_ERR_CONFIG,
-                           "%s: [node.%ld] device = cuda:%ld: the distributed loop trains on the "
-                           "CPU only so far; use device = cpu",
-                           c->path, c->nodes[i].id, c->nodes[i].device);
-    return HR_OK;
+    return HR_OK; /* a node's device is checked where it runs (app_check_device) */
 }
 
 /* Print `err` (after "hetring CMD: " when `cmd` is given), free `c` and return CLI_USAGE. */

@@ -173,6 +173,12 @@ int cmd_config(int argc, char **argv) {
         if ((rc = cli_resolve_node(&c, o.node, NULL, &self))) return rc;
         printf("\n; this process is node %ld\n", c.nodes[self].id);
         fflush(stdout);
+        char err[HR_ERRLEN];
+        if (app_check_device(&c, self, err, sizeof err) != HR_OK) { /* as hetring run refuses it */
+            fprintf(stderr, "hetring config: %s\n", err);
+            cfg_free(&c);
+            return CLI_USAGE;
+        }
         int bad = dry_run(&c, self);
         if (bad) {
             fprintf(stderr, "hetring config: node %ld would not start: %d problem%s above\n",

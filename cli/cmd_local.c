@@ -1,6 +1,7 @@
 /* cmd_local.c: `hetring local`, every node of a cluster file on this machine. */
 #include "cli/cli.h"
 #include "cli/launch.h"
+#include "cluster/trainer_setup.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -186,6 +187,14 @@ int cmd_local(int argc, char **argv) {
     cfg c;
     int rc = cli_load_config(&c, &o, "local");
     if (rc) return rc;
+    for (int k = 0; k < c.n_nodes; k++) { /* every node runs here: every device must be here */
+        char err[HR_ERRLEN];
+        if (app_check_device(&c, k, err, sizeof err) != HR_OK) {
+            fprintf(stderr, "hetring local: %s\n", err);
+            cfg_free(&c);
+            return CLI_USAGE;
+        }
+    }
     char exe[4096];
     if (cli_self_exe(exe, sizeof exe)) {
         cfg_free(&c);

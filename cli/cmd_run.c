@@ -226,6 +226,12 @@ int cmd_run(int argc, char **argv) {
     if ((rc = cli_resolve_node(&c, o.node, "run", &self))) return rc;
     const cfg_node *me = &c.nodes[self];
     hr_log_set_node((int)me->id); /* security = none is the ring's to warn about, once */
+    char err[HR_ERRLEN];
+    if (app_check_device(&c, self, err, sizeof err) != HR_OK) {
+        fprintf(stderr, "hetring run: node %ld: %s\n", me->id, err);
+        cfg_free(&c);
+        return CLI_USAGE;
+    }
     hr_fault_point(me->id, -1);
     long node_id = me->id;
     to.on_iter = fault_at_iter;

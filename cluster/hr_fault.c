@@ -18,6 +18,14 @@ int hr_fault_hooks_built(void) {
 #endif
 }
 
+const device_ops *hr_fault_emu_device(void) {
+#ifdef HR_TEST_HOOKS
+    return &device_emu_ops;
+#else
+    return NULL;
+#endif
+}
+
 int hr_fault_get(const char *kind, long node_id, double def, double *arg) {
 #ifdef HR_TEST_HOOKS
     const char *spec = getenv("HETRING_FAULT");

@@ -11,15 +11,22 @@
  * 2 ms in), crash_view (this node's view change number ARG once the election decided it: 0 is the
  * one at start, 1 the next), crash_xfer (the state transfer of view change ARG, as it begins, on
  * the donor or a receiver), and perturb_xfer (change the momentum a receiver took in view change
- * ARG, so the state check must stop the run). Hooks exist only in builds configured with
- * -DHETRING_TEST_HOOKS=ON (the default, so that ctest can use them); elsewhere hr_fault_get always
- * reports "no fault".
+ * ARG, so the state check must stop the run); and emu_device (the node's device, cuda:N or
+ * cpu, is the GPU emulated on the host, trainer/device.h, each operation ARG ms late). Hooks exist
+ * only in builds configured with -DHETRING_TEST_HOOKS=ON (the default, so that ctest can use them);
+ * elsewhere hr_fault_get always reports "no fault".
  */
 #ifndef HR_FAULT_H
 #define HR_FAULT_H
 
+#include "trainer/device.h"
+
 /* Whether this build's hooks are compiled in (`hetring version` says so). */
 int hr_fault_hooks_built(void);
+
+/* The emulated GPU (trainer/device.h's device_emu_ops) for the test hook emu_device; NULL in a
+ * build without the hooks, where that hook is never armed. */
+const device_ops *hr_fault_emu_device(void);
 
 /* Is fault KIND armed for node `node_id`? On success stores ARG (or `def`) in *arg. */
 int hr_fault_get(const char *kind, long node_id, double def, double *arg);

@@ -6,6 +6,8 @@
  * assertions below keep them in step, so a reordered enum fails the build instead of a run.
  */
 #include "cluster/trainer_setup.h"
+#include "base/hr_log.h"
+#include "cluster/hr_fault.h"
 #include "cluster/stats.h"
 
 #include <string.h>
@@ -87,9 +89,33 @@ void app_train_config(const cfg *c, int self_idx, train_config *out) {
     out->max_nodes = c->n_nodes;
     out->grad_tail = (long)c->n_nodes * CLUSTER_NODE_STATS; /* the library's stats, in place */
     out->threads = c->nodes[self_idx].threads;
+    const cfg_node *me = &c->nodes[self_idx];
+    double delay_ms;
+    if (me->device >= 0) out->device = device_cuda_ops, out->device_index = (int)me->device;
+    if (hr_fault_get("emu_device", me->id, 0, &delay_ms)) {
+        out->device = hr_fault_emu_device(); /* a test: the GPU emulated on the host */
+        out->device_index = me->device >= 0 ? (int)me->device : 0;
+        out->device_delay_s = delay_ms / 1000.0;
+    }
     app_train_stretch(c, self_idx, &out->stretch);
     for (int k = 0; k < c->n_nodes; k++)
         if (c->nodes[k].slowdown != 1.0 || c->nodes[k].n_interference) out->emulated = 1;
+}
+
+hr_status app_check_device(const cfg *c, int self_idx, char *err, size_t errlen) {
+    const cfg_node *me = &c->nodes[self_idx];
+    double delay_ms;
+    if (me->device < 0) return HR_OK;
+    if (hr_fault_get("emu_device", me->id, 0, &delay_ms)) {
+        HR_WARN(TRAIN,
+                "test hook: node %ld's device cuda:%ld is emulated on the host (%g ms a step)",
+                me->id, me->device, delay_ms);
+        return HR_OK;
+    }
+    char why[HR_ERRLEN];
+    if (device_cuda_check((int)me->device, why, sizeof why) == HR_OK) return HR_OK;
+    return hr_fail(err, errlen, HR_ERR_CONFIG, "%s: [node.%ld] device = cuda:%ld: %s", c->path,
+                   me->id, me->device, why);
 }
 
 void app_ctrl_config(const cfg *c, ctrl_config *out) {

@@ -14,10 +14,16 @@
 #include "ctrl/ctrl.h"
 #include "trainer/train.h"
 
-/* Fill `out` for node c->nodes[self_idx]: the [train] section, the node's threads, slowdown
- * and interference schedule, and whether any node of the cluster emulates a slowdown.
+/* Fill `out` for node c->nodes[self_idx]: the [train] section, the node's threads, device,
+ * slowdown and interference schedule, and whether any node of the cluster emulates a slowdown.
  * Strings in `out` point into c, which must outlive every trainer built from it. */
 void app_train_config(const cfg *c, int self_idx, train_config *out);
+
+/* Whether node c->nodes[self_idx]'s device can be used here: `device = cpu` always; `device =
+ * cuda:N` when this build has CUDA and this machine has device N (device_cuda_check), or when
+ * the test hook emu_device emulates it (HETRING_FAULT=emu_device:NODE[:DELAY_MS], builds with the
+ * test hooks only). HR_ERR_CONFIG names the file, the node, the key and the reason. */
+hr_status app_check_device(const cfg *c, int self_idx, char *err, size_t errlen);
 
 /* Node c->nodes[self_idx]'s emulated slowdown: its slowdown and interference schedule (the
  * trainer's when it trains alone, the cluster's otherwise, cluster_setup.h). */

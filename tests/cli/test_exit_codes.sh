@@ -41,14 +41,23 @@ echo "$out" | grep -q '^psk = <redacted>$' || { echo "FAIL: psk not shown as red
 msg=$("$HR" config --conf "$SRC/tests/conf/bad/malformed_number.ini" 2>&1)
 [ "$msg" = "$(cat "$SRC/tests/conf/bad/malformed_number.err" | sed "s|^|$SRC/tests/conf/bad/|")" ] \
     || { echo "FAIL: config error message: $msg"; fails=$((fails+1)); }
-# settings the schema parses but the application cannot honour yet are refused at start-up,
-# naming the file, the node and the key, before anything listens or trains
+# settings the build or the machine cannot honour are refused at start-up, naming the file, the
+# node, the key and the reason, before anything listens or trains: a GPU node here (no GPU; a
+# build without CUDA says so instead). The node that checks is the one that would use it (and
+# hetring local, which would start every node here); the emulated GPU of the test hooks is
+# accepted in its place.
 printf '[cluster]\nsecurity = none\n[node.0]\nhost = 127.0.0.1\nport = 7001\n[node.3]\nhost = 127.0.0.1\nport = 7002\ndevice = cuda:1\n' > "$tmp/gpu.ini"
-for c in "config --node 0" "run --node 0" local; do
+why='(this build has no CUDA|no usable CUDA device|out of range)'
+for c in "config --node 3" "run --node 3" local; do
     msg=$("$HR" $c --conf "$tmp/gpu.ini" 2>&1 >/dev/null); rc=$?
-    [ $rc = 2 ] && echo "$msg" | grep -q "gpu.ini: \[node.3\] device = cuda:1: .*use device = cpu" \
+    [ $rc = 2 ] && echo "$msg" | grep -Eq "gpu.ini: \[node.3\] device = cuda:1: .*$why" \
         || { echo "FAIL: $c with device = cuda:1 exited $rc: $msg"; fails=$((fails+1)); }
 done
+if "$HR" version | grep -q '^test hooks: yes'; then
+    msg=$(HETRING_FAULT=emu_device:3 "$HR" config --node 3 --conf "$tmp/gpu.ini" 2>&1); rc=$?
+    [ $rc = 0 ] && echo "$msg" | grep -q "cuda:1 is emulated" ||
+        { echo "FAIL: the emulated cuda:1 was refused ($rc): $msg"; fails=$((fails+1)); }
+fi
 sed -e 's/^device = cuda:1$//' -e 's/^security = none$/security = none\nbackend = nccl/' "$tmp/gpu.ini" > "$tmp/nccl.ini"
 msg=$("$HR" run --conf "$tmp/nccl.ini" --node 0 2>&1 >/dev/null); rc=$?
 [ $rc = 2 ] && echo "$msg" | grep -q "nccl.ini: \[cluster\] backend = nccl: .*use backend = tcp" \

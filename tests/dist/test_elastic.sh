@@ -30,6 +30,9 @@
 #            stops, naming node 3 (the state check, I4)
 #   donor    node 3 dies and comes back; the donor of its state (node 0) dies inside the
 #            transfer; the others take the state from the next donor
+# With EMU=ID:MS in the environment, node ID is a GPU node (device = cuda:0) whose GPU is the
+# host emulation of the test hooks (trainer/device.h), each device operation MS ms late: the
+# same scenarios then check that a GPU node keeps every invariant, killed and rejoined included.
 # After each, every final member's parameters hash the same, every iteration 0..N-1 is
 # recorded exactly once by each node that ran to the end (I8) with a split summing to B, and
 # the loss follows the uninterrupted one-node run with the same seed and B (I3).
@@ -53,6 +56,9 @@ hash_interval = 5
 [controller]
 policy = proportional
 EOF
+  if [ -n "${EMU:-}" ] && [ "$2" -gt 1 ]; then # node ${EMU%%:*} is a GPU node
+    sed -i "/^\[node\.${EMU%%:*}\]\$/a device = cuda:0" "$1"
+  fi
 }
 
 pids=()
@@ -61,9 +67,16 @@ trap 'kill -KILL "${pids[@]}" 2>/dev/null; rm -rf "$tmp"; port_release' EXIT
 # start ID [ENV...]: node ID in the background (its pid in pids[ID], the hetring process
 # itself, so that signals reach it), its metrics appended to m-ID.jsonl
 start() {
-  local id=$1
+  local id=$1 i found=0
   shift
-  env "$@" "$HR" run --conf "$tmp/c.ini" --node "$id" --quiet \
+  local envs=("$@")
+  if [ -n "${EMU:-}" ]; then # the emulated GPU joins the node's other test faults
+    for i in "${!envs[@]}"; do
+      case ${envs[$i]} in HETRING_FAULT=*) envs[$i]="${envs[$i]},emu_device:$EMU" found=1 ;; esac
+    done
+    [ $found = 1 ] || envs+=("HETRING_FAULT=emu_device:$EMU")
+  fi
+  env "${envs[@]}" "$HR" run --conf "$tmp/c.ini" --node "$id" --quiet \
     --metrics "$tmp/m-$id.jsonl" ${EXTRA[$id]:-} >> "$tmp/n$id.log" 2>&1 &
   pids[$id]=$!
 }
