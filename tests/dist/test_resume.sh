@@ -8,16 +8,15 @@
 # warm-up makes the learning rate depend on the resumed iteration.
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
+# shared: the keys both clusters below have, before their own
+shared() {
+  printf 'min_nodes = 3\nrejoin_timeout = 2\n[train]\nlayers = 784,16,10\nsamples = 2048\n'
+  printf 'eval_samples = 64\nglobal_batch = 60\n'
+}
+
 # conf NAME: the cluster, checkpointing to NAME.ckpt
 conf() {
-  write_conf "$tmp/$1.ini" 3 20 <<EOF
-min_nodes = 3
-rejoin_timeout = 2
-[train]
-layers = 784,16,10
-samples = 2048
-eval_samples = 64
-global_batch = 60
+  { shared; cat; } <<EOF | write_conf "$tmp/$1.ini" 3 20
 iterations = 30
 lr_schedule = cosine
 warmup = 4
@@ -83,14 +82,7 @@ cmp "$tmp/full.ckpt" "$tmp/part.ckpt" && echo "final checkpoints are identical" 
 # has moved the split by iteration 6, whose checkpoint records it; node 2 crashes at iteration
 # 9, and the rerun from that checkpoint must train iteration 6 with the recorded split, not
 # start again from the capacity hints (20 each).
-write_conf "$tmp/dyn.ini" 3 20 <<EOF
-min_nodes = 3
-rejoin_timeout = 2
-[train]
-layers = 784,16,10
-samples = 2048
-eval_samples = 64
-global_batch = 60
+{ shared; cat; } <<EOF | write_conf "$tmp/dyn.ini" 3 20
 iterations = 12
 checkpoint = $tmp/dyn.ckpt
 checkpoint_interval = 6

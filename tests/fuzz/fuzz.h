@@ -17,6 +17,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 /* Optional, once before the first input (libFuzzer calls it too). */
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 
+/* Log errors only: a parser's warnings on odd inputs would drown the fuzzer's output. */
+void fuzz_quiet(void);
+
 /* Write `n` bytes to a file of this process (created on first use in $TMPDIR, removed at
  * exit; `slot` picks one of 4) and return its path. Aborts when the disk refuses. */
 const char *fuzz_file(int slot, const void *data, size_t n);

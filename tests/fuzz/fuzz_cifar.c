@@ -8,8 +8,7 @@
 #include "trainer/data_io.h"
 
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
-    char err[128];
-    hr_log_configure("error", err, sizeof err);
+    fuzz_quiet();
     return 0;
 }
 

@@ -17,8 +17,7 @@
 #include <zlib.h>
 
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
-    char err[128];
-    hr_log_configure("error", err, sizeof err);
+    fuzz_quiet();
     return 0;
 }
 

@@ -231,8 +231,7 @@ static void record(const char *dir, int mode, int coll) {
 }
 
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
-    char err[128];
-    hr_log_configure("error", err, sizeof err);
+    fuzz_quiet();
     if (sodium_init() < 0) abort();
     int base = claim_ports();
     atexit(release_ports);

@@ -179,8 +179,7 @@ static void record(const char *dir, const char *name, int sel) {
 }
 
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
-    char err[128];
-    hr_log_configure("error", err, sizeof err);
+    fuzz_quiet();
     setup();
     const char *dir = getenv("FUZZ_RECORD");
     if (dir) {

@@ -1,5 +1,7 @@
-/* fuzz_util.c: the temporary files the file-parser targets write their input to (fuzz.h). */
+/* fuzz_util.c: the log level of every target and the temporary files the file-parser targets
+ * write their input to (fuzz.h). */
 #include "tests/fuzz/fuzz.h"
+#include "base/hr_log.h"
 
 #include <fcntl.h>
 #include <stdio.h>
@@ -13,6 +15,11 @@ static char fuzz_paths[FUZZ_SLOTS][256];
 static void fuzz_cleanup(void) {
     for (int i = 0; i < FUZZ_SLOTS; i++)
         if (fuzz_paths[i][0]) unlink(fuzz_paths[i]);
+}
+
+void fuzz_quiet(void) {
+    char err[128];
+    hr_log_configure("error", err, sizeof err);
 }
 
 const char *fuzz_file(int slot, const void *data, size_t n) {

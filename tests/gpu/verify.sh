@@ -100,6 +100,21 @@ usage() { sed -n '/^# verify.sh:/,/^set -u$/p' "$SELF" | sed -e '/^set -u$/d' -e
 result() { printf '%s\n' "$1" > "$RES/$CHECK.status"; printf '%s\n' "$2" > "$RES/$CHECK.detail"; }
 add_line() { printf '%s\n' "$*" >> "$RES/$CHECK.lines"; echo "  $*"; }
 say() { echo "== $*"; }
+# lib_version NAME PATCH LIB HEADERS...: "MAJOR.MINOR.PATCH (header)" from the first header
+# that exists (its #define NAME_MAJOR, NAME_MINOR, NAME_<PATCH>), else the LIB*.so ldconfig knows
+lib_version() {
+  local name=$1 patch=$2 lib=$3 h v
+  shift 3
+  for h in "$@"; do
+    [ -f "$h" ] || continue
+    awk -v n="$name" -v p="$patch" '$1 == "#define" { v[$2] = $3 }
+      END { printf "%s.%s.%s", v[n "_MAJOR"], v[n "_MINOR"], v[n "_" p] }' "$h"
+    echo " ($h)"
+    return
+  done
+  v=$(ldconfig -p 2>/dev/null | grep -m1 "$lib\\.so" | sed 's/.*=> //')
+  [ -n "$v" ] && echo "library $(readlink -f "$v")"
+}
 
 BG=()
 # kill_bg: every process this check started; a timeout started here leads its own process
@@ -305,30 +320,11 @@ check_versions() {
     prefix=${CUDA_HOME:-/usr/local/cuda}
   fi
   add_line "nvcc: $nv; CUDA prefix $prefix"
-  for h in "$prefix/include/nccl.h" /usr/local/cuda/include/nccl.h /usr/include/nccl.h; do
-    [ -f "$h" ] || continue
-    nccl=$(awk '/#define NCCL_(MAJOR|MINOR|PATCH) /{ v[$2] = $3 }
-      END { printf "%s.%s.%s", v["NCCL_MAJOR"], v["NCCL_MINOR"], v["NCCL_PATCH"] }' "$h")
-    nccl+=" ($h)"
-    break
-  done
-  if [ -z "$nccl" ]; then
-    v=$(ldconfig -p 2>/dev/null | grep -m1 'libnccl\.so' | sed 's/.*=> //')
-    nccl=${v:+library $(readlink -f "$v")}
-  fi
+  nccl=$(lib_version NCCL PATCH libnccl "$prefix/include/nccl.h" /usr/local/cuda/include/nccl.h \
+    /usr/include/nccl.h)
   add_line "NCCL: ${nccl:-not found}"
-  for h in "$prefix/include/cudnn_version.h" /usr/include/cudnn_version.h \
-           /usr/include/x86_64-linux-gnu/cudnn_version_v*.h; do
-    [ -f "$h" ] || continue
-    cudnn=$(awk '/#define CUDNN_(MAJOR|MINOR|PATCHLEVEL) /{ v[$2] = $3 }
-      END { printf "%s.%s.%s", v["CUDNN_MAJOR"], v["CUDNN_MINOR"], v["CUDNN_PATCHLEVEL"] }' "$h")
-    cudnn+=" ($h)"
-    break
-  done
-  if [ -z "$cudnn" ]; then
-    v=$(ldconfig -p 2>/dev/null | grep -m1 'libcudnn\.so' | sed 's/.*=> //')
-    cudnn=${v:+library $(readlink -f "$v")}
-  fi
+  cudnn=$(lib_version CUDNN PATCHLEVEL libcudnn "$prefix/include/cudnn_version.h" \
+    /usr/include/cudnn_version.h /usr/include/x86_64-linux-gnu/cudnn_version_v*.h)
   add_line "cuDNN: ${cudnn:-not found}"
   say "hetring version"
   if [ -x "$HR" ]; then

@@ -14,6 +14,7 @@ set -u
 scenario=$1 mode=$2 NODE=$3
 pids=()
 . "$(dirname "$0")/../harness.sh"
+. "$(dirname "$0")/security.sh"
 on_exit='for p in "${pids[@]}"; do kill -CONT "$p" 2>/dev/null; kill -KILL "$p" 2>/dev/null; done
 wait 2>/dev/null'
 now() { date +%s.%N; }
@@ -24,11 +25,7 @@ printf '# test psk\n%s\n' "$(od -An -tx1 -N32 /dev/urandom | tr -d ' \n')" > "$t
 chmod 600 "$tmp/psk"
 {
     printf '[cluster]\nname = elastic\nconnect_timeout = 5\ntimeout = 2\n'
-    case $mode in
-    none) printf 'security = none\n' ;;
-    auth) printf 'security = auth\npsk_file = %s\n' "$tmp/psk" ;;
-    encrypt) printf 'security = encrypt\nkey_file = %s\n' "$tmp/node{id}.key" ;;
-    esac
+    security_lines "$mode"
     printf '[train]\niterations = 1\n'
     for i in 0 1 2 3; do
         printf '[node.%d]\nhost = 127.0.0.1\nport = %d\n' $i $((base + i))

@@ -20,6 +20,7 @@ set -u
 scenario=$1 mode=$2 NODE=$3 PROXY=${4:-}
 pids=()
 . "$(dirname "$0")/../harness.sh"
+. "$(dirname "$0")/security.sh"
 on_exit='for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null; done; wait 2>/dev/null'
 now() { date +%s.%N; }
 
@@ -36,11 +37,7 @@ conf() {
     local f=$1 n=$2
     {
         printf '[cluster]\nname = ringtest\nconnect_timeout = %s\ntimeout = %s\n' "${CT:-20}" "${TO:-10}"
-        case $mode in
-        none) printf 'security = none\n' ;;
-        auth) printf 'security = auth\npsk_file = %s\n' "$tmp/psk" ;;
-        encrypt) printf 'security = encrypt\nkey_file = %s\n' "$tmp/node{id}.key" ;;
-        esac
+        security_lines "$mode"
         printf '[train]\niterations = 1\n'
         for ((i = 0; i < n; i++)); do
             printf '[node.%d]\nhost = 127.0.0.1\nport = %d\n' $i $((base + i))
