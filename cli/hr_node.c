@@ -61,6 +61,12 @@ static void on_view(void *user, const hetring_view *v) {
 }
 
 /* Leaving: this node's checkpoint, when one is configured. */
+/* The first split of a view follows measured speed: time this node's passes. */
+static hr_status probe(void *user, long b, double *seconds) {
+    hr_node *n = user;
+    return train_probe(n->t, b, seconds);
+}
+
 static hr_status save(void *user, char *err, size_t errlen) {
     hr_node *n = user;
     const char *ck = n->c->checkpoint;
@@ -287,7 +293,8 @@ hr_status hr_node_open(hr_node *n, const cfg *c, int self, trainer *t, volatile 
                              .start_split = t->has_recorded ? t->recorded : NULL,
                              .save = save,
                              .metrics = metrics,
-                             .on_listen = listening};
+                             .on_listen = listening,
+                             .probe = probe};
     int st = hr_lib_open(&n->h, &o, &app, err, errlen);
     if (st != HETRING_OK) return status_of(st);
     announce_overlap(n);

@@ -183,13 +183,53 @@ static int ids_minus(const ring_view *a, const ring_view *b, long *out) {
 }
 
 /* Start the controller for the members of the current view, and adopt its split. */
-static hr_status start_controller(dist *d, int use_recorded, char *err, size_t errlen) {
+/* The first split's speeds: every member times a pass over its share of B (B/n samples) and
+ * the seconds per sample are all-gathered, so every node starts the controller from the same
+ * measured speeds (I5). A member that cannot time itself sends 0, and then every node takes the
+ * capacity hints, as with calibrate = off or the static policy (whose split is B/n anyway);
+ * a view that resumes a checkpoint's split (recorded) needs no speeds.
+ * *measured says which; a ring failure is returned as it is (change_view elects again). */
+static hr_status calibrate(dist *d, const ring_view *v, int recorded, double *cap, int *measured) {
+    const cfg *c = d->c;
+    const long B = d->cc->global_batch;
+    for (int k = 0; k < v->n; k++) cap[k] = c->nodes[cfg_node_index(c, v->ids[k])].capacity;
+    *measured = 0;
+    if (recorded || !c->calibrate || c->policy == CFG_POLICY_STATIC) return HR_OK;
+    double mine = 0, all[RING_MAX_NODES], t = 0;
+    long b = B / v->n > 0 ? B / v->n : 1;
+    if (d->st.probe && d->st.probe(d->st.ctx, b, &t) == HR_OK && t > 0 && isfinite(t))
+        mine = t / (double)b;
+    HR_CHECK(ring_allgather(&d->r, &mine, all, sizeof mine));
+    for (int k = 0; k < v->n; k++)
+        if (!(all[k] > 0)) {
+            HR_INFO(TRAIN,
+                    "first split of view %llu from the capacity hints: node %ld cannot time "
+                    "its passes",
+                    (unsigned long long)v->epoch, v->ids[k]);
+            return HR_OK;
+        }
+    char line[1024];
+    int at = 0;
+    for (int k = 0; k < v->n && at < (int)sizeof line; k++) {
+        cap[k] = 1.0 / all[k];
+        at += snprintf(line + at, sizeof line - (size_t)at, "%s%ld %.3g ms", k ? ", " : "",
+                       v->ids[k], all[k] * 1e3);
+    }
+    HR_INFO(TRAIN,
+            "first split of view %llu from measured speed (per sample, %ld-sample passes): %s",
+            (unsigned long long)v->epoch, b, line);
+    *measured = 1;
+    return HR_OK;
+}
+
+/* The controller of the view just formed, from the speeds cap (calibrate; measured: they were
+ * timed, not hinted), or from the recorded split of a resumed checkpoint. */
+static hr_status start_controller(dist *d, int use_recorded, const double *cap, int measured,
+                                  char *err, size_t errlen) {
     const cfg *c = d->c;
     const ring_view *v = ring_get_view(&d->r);
     ctrl_config cc;
     app_ctrl_config(c, &cc); /* the policy enums are checked to agree there */
-    double cap[RING_MAX_NODES];
-    for (int k = 0; k < v->n; k++) cap[k] = c->nodes[cfg_node_index(c, v->ids[k])].capacity;
     if (d->have_ctrl) ctrl_free(&d->ctl);
     d->have_ctrl = 0;
     const long B = d->cc->global_batch;
@@ -201,6 +241,14 @@ static hr_status start_controller(dist *d, int use_recorded, char *err, size_t e
                        "%s: the [controller] settings do not fit %d nodes and global_batch = %ld",
                        c->path, v->n, B);
     d->have_ctrl = 1;
+    if (measured) {
+        char split[512];
+        int at = 0;
+        for (int k = 0; k < v->n && at < (int)sizeof split; k++)
+            at +=
+                snprintf(split + at, sizeof split - (size_t)at, "%s%ld", k ? "," : "", d->ctl.b[k]);
+        HR_INFO(TRAIN, "first split of view %llu: %s", (unsigned long long)v->epoch, split);
+    }
     d->st.set_split(d->st.ctx, d->ctl.b);
     d->dhash = ctrl_hash(&d->ctl, NULL);
     return HR_OK;
@@ -294,12 +342,17 @@ static hr_status change_view(dist *d, const char *why, double t0, char *err, siz
     ring_agreement a;
     hr_status st;
     size_t moved = 0;
+    double cap[RING_MAX_NODES];
+    int measured = 0, recorded = 0;
     for (int attempt = 0;; attempt++) {
         d->lineage.progress = s->iter(s->ctx);
         if ((st = ring_elect(&d->r, &d->lineage, &a, err, errlen)) != HR_OK) return st;
         if (fault_at(d, "crash_view", d->views)) hr_fault_kill_after("the view change", 0);
         HR_CHECK(s->set_comm(s->ctx, ring_rank(&d->r), a.view.n));
         st = sync_state(d, &a, at_start && s->send_first, &moved, err, errlen);
+        recorded = at_start && a.in_sync && s->recorded && a.view.n == d->c->n_nodes;
+        if (st == HR_OK && (st = calibrate(d, &a.view, recorded, cap, &measured)) != HR_OK)
+            snprintf(err, errlen, "%s", ring_error(&d->r));
         if (st == HR_OK) break;
         if (!ring_trouble(st) || attempt >= 16) return st;
         HR_WARN(RING, "view %llu failed before training (%s); agreeing on another",
@@ -308,8 +361,7 @@ static hr_status change_view(dist *d, const char *why, double t0, char *err, siz
     const long iter = s->iter(s->ctx);
     d->lineage.epoch = a.view.epoch;
     d->lineage.progress = iter;
-    HR_CHECK(start_controller(d, at_start && a.in_sync && s->recorded && a.view.n == d->c->n_nodes,
-                              err, errlen));
+    HR_CHECK(start_controller(d, recorded, cap, measured, err, errlen));
     d->force_hash = 1;
     d->change = d->leaving_self = 0;
     d->views++;

@@ -82,10 +82,14 @@ typedef struct {
     void (*set_split)(void *ctx, const long *b); /* the controller's split (size entries) */
     hr_status (*save)(void *ctx, char *err, size_t errlen); /* leaving: checkpoint, or NULL */
     FILE *(*metrics)(void *ctx); /* where view records go, NULL: kept until there is one */
-    long ipe;                    /* iterations per epoch (the epoch policy) */
-    const long *recorded;        /* a resumed split (c->n_nodes entries) or NULL */
-    int send_first;              /* the first view sends the donor's state to every member even
-                                  * when their lineages agree (states built apart) */
+    /* Time forward and backward over b samples as the next iteration would run them (the
+     * emulated stretch included), changing no state: *seconds for one pass. NULL: this node
+     * cannot time itself, and views start from the capacity hints ([controller] calibrate). */
+    hr_status (*probe)(void *ctx, long b, double *seconds);
+    long ipe;             /* iterations per epoch (the epoch policy) */
+    const long *recorded; /* a resumed split (c->n_nodes entries) or NULL */
+    int send_first;       /* the first view sends the donor's state to every member even
+                           * when their lineages agree (states built apart) */
 } dist_state;
 
 typedef struct {

@@ -301,6 +301,11 @@ static hr_status st_save(void *ctx, char *err, size_t errlen) {
     return h->app.save(h->cb.user, err, errlen);
 }
 
+static hr_status st_probe(void *ctx, long b, double *seconds) {
+    hetring *h = ctx;
+    return h->app.probe(h->cb.user, b, seconds);
+}
+
 static FILE *st_metrics(void *ctx) {
     hetring *h = ctx;
     return h->app.metrics(h->cb.user);
@@ -399,6 +404,7 @@ static hr_status setup(hetring *h, const hetring_options *o) {
                           .set_split = st_set_split,
                           .save = h->app.save ? st_save : NULL,
                           .metrics = h->app.metrics ? st_metrics : NULL,
+                          .probe = h->app.probe ? st_probe : NULL,
                           .ipe = h->ipe,
                           .recorded = h->app.start_split,
                           .send_first = o->sync_first};

@@ -11,7 +11,8 @@
  *    tail before it, is all-reduced where it lies, and hetring_step leaves the SUMS there (the
  *    trainer's optimizer divides by B itself, as a one-node run does, so both round alike);
  *  - a resumed checkpoint's split, the checkpoint written when the node leaves, the metrics
- *    file for view records, and a call once the port is bound (its "ready on" line).
+ *    file for view records, and a call once the port is bound (its "ready on" line);
+ *  - a probe that times its passes, so that a view's first split follows measured speed.
  */
 #ifndef HETRING_APP_H
 #define HETRING_APP_H
@@ -35,6 +36,9 @@ typedef struct {
     hr_status (*save)(void *user, char *err, size_t errlen);
     FILE *(*metrics)(void *user);  /* where view records go (NULL: nowhere) */
     void (*on_listen)(void *user); /* the port is bound, before the first election */
+    /* Time one forward and backward pass over b samples, changing no state (the first split of
+     * a view follows the measured speeds, [controller] calibrate); NULL: capacity hints. */
+    hr_status (*probe)(void *user, long b, double *seconds);
 } hetring_app;
 
 /* hetring_open with the extras above. */

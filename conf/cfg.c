@@ -147,6 +147,9 @@ static const key_spec g_keys[] = {
      "largest relative change of one node's batch per decision"},
     {"controller", "forgetting", T_DBL, G(forgetting), 0, 0.5, 1, NULL, "0.9", 0,
      "model policy: recursive-least-squares forgetting factor"},
+    {"controller", "calibrate", T_ENUM, G(calibrate), 0, 0, 0, "off|on", "on", 0,
+     "when a view forms, every node times a few passes and the first split follows the "
+     "measured speeds; off (or a node that cannot time itself): the capacity hints"},
 };
 #define N_GKEYS ((int)(sizeof g_keys / sizeof g_keys[0]))
 
@@ -156,11 +159,12 @@ static const key_spec n_keys[] = {
     {"node", "port", T_INT, N(port), 0, 1, 65535, NULL, NULL, 0,
      "TCP port the node listens on (required)"},
     {"node", "device", T_DEVICE, N(device), 0, 0, 0, NULL, "cpu", 0,
-     "cpu (cuda:N is refused until GPU training is wired in)"},
+     "cpu, or cuda:N: the GPU this node trains on (refused at start where there is none)"},
     {"node", "threads", T_INT, N(threads), 0, 0, 1024, NULL, "1", 0,
      "BLAS threads; 0 uses every core"},
     {"node", "capacity", T_DBL, N(capacity), 0, 1e-6, BIG, NULL, "1", 0,
-     "relative speed (cores, FLOPS) for the first batch split"},
+     "relative speed (cores, FLOPS) for the first batch split when it is not measured "
+     "([controller] calibrate)"},
     {"node", "pubkey", T_HEXKEY, N(pubkey), N(has_pubkey), 0, 0, NULL, NULL, 0,
      "pinned identity public key, 64 hex digits from hetring keygen"},
     {"node", "slowdown", T_DBL, N(slowdown), 0, 1, 1000, NULL, "1", 0,

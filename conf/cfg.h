@@ -126,6 +126,7 @@ typedef struct {
     double smoothing;  /* EWMA weight of the newest timing, (0, 1] */
     double rate_limit; /* largest relative change of a batch per decision */
     double forgetting; /* model: RLS forgetting factor */
+    int calibrate;     /* 1: the first split of a view from measured speed (on), 0: hints */
     /* nodes */
     cfg_node *nodes; /* ascending id */
     int n_nodes;

@@ -200,6 +200,23 @@ static hr_status local_step(trainer *t, train_iter *out) {
     return HR_OK;
 }
 
+hr_status train_probe(trainer *t, long b, double *seconds) {
+    const long i = t->iter < t->total ? t->iter : 0, B = train_global_batch(t);
+    if (b > B) b = B;
+    if (b < 1) b = 1;
+    HR_CHECK(data_loader_slice(&t->dl, i / t->ipe, i % t->ipe, B, 0, b, t->x, t->y, t->t));
+    double best = INFINITY;
+    for (int r = 0; r < 3; r++) {
+        model_stats ms;
+        double t0 = hr_now();
+        HR_CHECK(device_pass(&t->dev, t->x, t->y, t->t, b, &ms, NULL));
+        double took = hr_now() - t0;
+        if (r > 0 && took < best) best = took; /* the first pass warms up */
+    }
+    *seconds = best * train_stretch_factor(&t->conf.stretch, i);
+    return HR_OK;
+}
+
 hr_status train_step(trainer *t, train_iter *out) {
     return t->has_peer ? peer_step(t, out) : local_step(t, out);
 }

@@ -213,6 +213,12 @@ uint64_t train_hash_floats(const float *v, long n);
  * interference phase begun by then. */
 double train_stretch_factor(const train_stretch *s, long iter);
 
+/* Time forward and backward over the first b samples of iteration t->iter's batch (b at most
+ * B), as the iteration would run them on this node's device, its emulated stretch included:
+ * one untimed pass, then the fastest of two, in *seconds. Changes no state (parameters,
+ * momentum, iteration); the gradient buffer is overwritten. */
+hr_status train_probe(trainer *t, long b, double *seconds);
+
 /* Run iteration t->iter and advance: alone, the whole batch; with a peer, its slice. */
 hr_status train_step(trainer *t, train_iter *out);
 

@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# The first split of a view from measured speed ([controller] calibrate, DESIGN.md "ctrl/").
+# usage: test_calibrate.sh HETRING
+#   on   3 nodes with equal capacity hints, node 2 emulating a 4x slower machine (slowdown), a
+#        proportional controller that makes no decision in the run: iteration 0 already gives
+#        node 2 well under a third of B (its measured share is about 1/9), every node logs the
+#        measured times and the same split, and the split sums to B (I6)
+#   off  the same cluster with calibrate = off starts from the hints: B/3 each
+#   kill node 2 (the slow one) is killed and restarted: the view it rejoins is measured again
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+B=90
+
+# conf FILE CALIBRATE ITERS
+conf() {
+  write_conf "$1" 3 20 <<EOT
+rejoin_timeout = 30
+[train]
+layers = 784,64,10
+samples = 4096
+eval_samples = 64
+global_batch = $B
+iterations = $3
+[controller]
+policy = proportional
+interval = 100000
+calibrate = $2
+EOT
+  sed -i '/^\[node\.2\]$/a slowdown = 4' "$1"
+}
+
+# run NAME: the three nodes; metrics in NAME-ID.jsonl, logs in NAME-ID.log; all exit 0
+run() {
+  local id pids=()
+  for id in 0 1 2; do
+    timeout 120 "$HR" run --conf "$tmp/$1.ini" --node $id --quiet --metrics "$tmp/$1-$id.jsonl" \
+      > "$tmp/$1-$id.log" 2>&1 &
+    pids+=($!)
+  done
+  for id in 0 1 2; do wait "${pids[$id]}" || fail "$1: node $id failed: $(tail -3 "$tmp/$1-$id.log")"; done
+}
+
+# split NAME ITER: node 0's record of the split of iteration ITER, "b0,b1,b2"
+split() { grep "^{\"iter\":$2," "$tmp/$1-0.jsonl" | head -1 | sed 's/.*"b":\[\([0-9,]*\)\].*/\1/'; }
+
+conf "$tmp/on.ini" on 6
+conf "$tmp/off.ini" off 6
+run on
+run off
+s=$(split on 0)
+echo "calibrate = on: iteration 0 split $s"
+IFS=, read -r b0 b1 b2 <<< "$s"
+[ -n "$b2" ] && [ $((b0 + b1 + b2)) = $B ] || fail "on: split '$s' does not sum to $B"
+[ -n "$b2" ] && [ "$b2" -lt $((B / 5)) ] && [ "$b0" -gt $((B / 3)) ] ||
+  fail "on: the 4x slower node 2 got $b2 of $B in iteration 0 ($s): the split was not measured"
+for id in 0 1 2; do
+  grep -q "first split of view 1 from measured speed" "$tmp/on-$id.log" ||
+    fail "on: node $id did not log the measured speeds"
+  grep -q "first split of view 1: $s\$" "$tmp/on-$id.log" ||
+    fail "on: node $id logged another first split than $s: $(grep 'first split of view 1:' "$tmp/on-$id.log")"
+done
+s=$(split off 0)
+echo "calibrate = off: iteration 0 split $s"
+[ "$s" = "30,30,30" ] || fail "off: iteration 0 split $s, not the hints' 30,30,30"
+grep -q "from measured speed" "$tmp"/off-*.log && fail "off: a node measured its speed"
+
+# kill: node 2 dies at iteration 3 and comes back; its rejoining view is measured again (every
+# node sleeps 5 ms a step, a test fault, so that the others still train when it is back)
+conf "$tmp/kill.ini" on 800
+pids=()
+for id in 0 1; do
+  HETRING_FAULT=sleep:*:0.005 timeout 120 "$HR" run --conf "$tmp/kill.ini" --node $id --quiet \
+    > "$tmp/kill-$id.log" 2>&1 &
+  pids+=($!)
+done
+HETRING_FAULT=crash:2:3 timeout 60 "$HR" run --conf "$tmp/kill.ini" --node 2 --quiet \
+  > "$tmp/kill-2a.log" 2>&1
+HETRING_FAULT=sleep:*:0.005 timeout 120 "$HR" run --conf "$tmp/kill.ini" --node 2 --quiet \
+  > "$tmp/kill-2.log" 2>&1 &
+pids+=($!)
+for id in 0 1 2; do wait "${pids[$id]}" || fail "kill: node $id failed: $(tail -3 "$tmp/kill-$id.log")"; done
+views=$(grep -c "from measured speed" "$tmp/kill-0.log")
+echo "kill: node 0 measured $views views"
+[ "$views" -ge 3 ] || fail "kill: node 0 measured $views views, not the first, the one without node 2 and the one it rejoined"
+finish
