@@ -44,8 +44,14 @@ void nccl_path_free(nccl_path *p) {
     nccl_path_abort(p, NULL);
 }
 
-/* Rank 0 says which transport the view uses, when it differs from the last one it said. */
-static void tell(nccl_path *p, const ring *r, transport_kind k, const char *why) {
+/* Rank 0 says which transport the view uses, when it differs from the last one it said and
+ * NCCL was in question: backend = nccl, or auto with a GPU node in the view (an all-CPU
+ * cluster, or backend = tcp, has nothing to say). */
+static void tell(nccl_path *p, const ring *r, const cfg *c, transport_kind k, const char *why) {
+    const ring_view *v = ring_get_view(r);
+    int gpu = 0;
+    for (int q = 0; q < v->n; q++) gpu |= c->nodes[cfg_node_index(c, v->ids[q])].device >= 0;
+    if (c->backend == CFG_BACKEND_TCP || (c->backend == CFG_BACKEND_AUTO && !gpu)) return;
     if (ring_rank(r) != 0 || (int)k == p->told) return;
     HR_INFO(RING, "view %llu: gradients over %s (%s)", (unsigned long long)ring_get_view(r)->epoch,
             transport_name(k), why);
@@ -96,7 +102,7 @@ hr_status nccl_path_view(nccl_path *p, ring *r, const cfg *c, char *err, size_t 
     if (k == TRANSPORT_GATHER) k = choose(p, r, c, 1, why, sizeof why, &st);
     if (st != HR_OK) return hr_fail(err, errlen, st, "transport choice: %s", ring_error(r));
     if (k != TRANSPORT_NCCL) {
-        tell(p, r, k, why);
+        tell(p, r, c, k, why);
         return HR_OK;
     }
     const long self_id = v->ids[ring_rank(r)];
@@ -138,7 +144,7 @@ hr_status nccl_path_view(nccl_path *p, ring *r, const cfg *c, char *err, size_t 
         return HR_OK;
     }
     p->on = 1, p->epoch = v->epoch;
-    tell(p, r, TRANSPORT_NCCL, why);
+    tell(p, r, c, TRANSPORT_NCCL, why);
     return HR_OK;
 }
 
