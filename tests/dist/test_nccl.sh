@@ -7,9 +7,11 @@
 #   bitwise   3 GPU nodes, static split: backend = nccl and backend = auto train over the fake
 #             (rank 0 says so), every member's init has the unique id rank 0 made, and the final
 #             parameters are bitwise those of the same cluster with backend = tcp
-#   kill      node 2 dies at iteration 20: the survivors abort view 1's communicator before the
-#             election (their ring still at view 1), view 2 gets a new id, the same on both;
-#             every iteration is recorded once (I8) and the survivors end alike
+#   kill      node 2 dies at iteration 20: the survivors abort view 1's communicator (their ring
+#             still at view 1), view 2 gets a new id, the same on both; node 2 is started again
+#             and rejoins (a planned view change, no failed collective): the survivors abort
+#             view 2's communicator before that election too, and view 3 has a new id on all
+#             three; every iteration is recorded once (I8) and the three end alike
 #   fallback  node 1's init fails in view 1: every member goes over TCP for that view, rank 0
 #             logs which node and why, and the run ends bitwise where the TCP run does
 #   error     node 1's NCCL all-reduce fails at iteration 15: every node aborts, a new view
@@ -54,7 +56,7 @@ trap 'kill -KILL "${pids[@]}" 2>/dev/null; rm -rf "$tmp"; port_release' EXIT
 # start NAME ID FAULTS: node ID of $tmp/NAME.ini in the background
 start() {
   HETRING_FAULT=$3 timeout 120 "$HR" run --conf "$tmp/$1.ini" --node "$2" --quiet \
-    --metrics "$tmp/$1-$2.jsonl" > "$tmp/$1-$2.log" 2>&1 &
+    --metrics "$tmp/$1-$2.jsonl" >> "$tmp/$1-$2.log" 2>&1 &
   pids[$2]=$!
 }
 # run NAME FAULTS [FAULTS-OF-NODE-1]: the 3 nodes; all must exit 0
@@ -148,18 +150,30 @@ bitwise)
   grep -h "gradients over" "$tmp/auto-0.log"
   ;;
 kill)
-  conf "$tmp/k.ini" nccl
-  start k 0 "$GPU"; start k 1 "$GPU"; start k 2 "$GPU,crash:2:20"
-  for id in 0 1; do wait "${pids[$id]}" || fail "node $id failed: $(tail -3 "$tmp/k-$id.log")"; done
+  ITERS=300 conf "$tmp/k.ini" nccl
+  ITERS=300
+  slow="$GPU,sleep:*:0.005" # steps long enough for node 2 to come back before the end
+  start k 0 "$slow"; start k 1 "$slow"; start k 2 "$slow,crash:2:20"
   wait "${pids[2]}"
+  echo "node 2 died (status $?)"
+  for ((t = 0; t < 600; t++)); do # until node 0 recorded iteration 40
+    grep -q '^{"iter":40,' "$tmp/k-0.jsonl" 2>/dev/null && break
+    sleep 0.1
+  done
+  start k 2 "$slow"
+  for id in 0 1 2; do wait "${pids[$id]}" || fail "node $id failed: $(tail -3 "$tmp/k-$id.log")"; done
   grep -q "node 2 left" "$tmp/k-0.log" || fail "node 0 did not log that node 2 left"
+  grep -q "node 2 rejoined" "$tmp/k-0.log" || fail "node 0 did not log that node 2 rejoined"
   same_id k 1 0 1 2
   same_id k 2 0 1
-  [ "$(id_made k 1)" != "$(id_made k 2)" ] || fail "view 2 reused view 1's id"
-  for id in 0 1; do aborted_before k $id 1; done
-  grep -h "fake nccl: abort of view 1" "$tmp/k-0.log" | head -1
+  same_id k 3 0 1 2
+  [ "$(id_made k 1)" != "$(id_made k 2)" ] && [ "$(id_made k 2)" != "$(id_made k 3)" ] ||
+    fail "a view reused the id of the one before"
+  for id in 0 1; do aborted_before k $id 1; aborted_before k $id 2; done
+  grep -h "fake nccl: abort of view 2" "$tmp/k-0.log" | head -1
   exactly_once k 0 1
-  [ "$(end_hash k 0)" = "$(end_hash k 1)" ] && [ -n "$(end_hash k 0)" ] || fail "the survivors end apart"
+  h=$(end_hash k 0)
+  [ -n "$h" ] && [ "$(end_hash k 1)" = "$h" ] && [ "$(end_hash k 2)" = "$h" ] || fail "the three end apart"
   ;;
 fallback)
   conf "$tmp/tcp.ini" tcp
