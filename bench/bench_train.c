@@ -154,6 +154,7 @@ static int setup(cfg *c, trainer *t, const tb_opts *o) {
     c->n_nodes = 1;
     c->nodes[0].threads = o->threads;
     c->nodes[0].slowdown = 1;
+    c->nodes[0].device = -1; /* cpu (0 would be cuda:0) */
     snprintf(c->nodes[0].host, sizeof c->nodes[0].host, "127.0.0.1");
     train_config tc;
     app_train_config(c, 0, &tc);

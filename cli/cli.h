@@ -44,9 +44,10 @@ int cli_load_config(cfg *c, const cli_common *o, const char *cmd);
  * CLI_USAGE; otherwise sets *self to the node's index and returns CLI_OK. */
 int cli_resolve_node(cfg *c, const char *node, const char *cmd, int *self);
 
-/* Settings the schema accepts but this application cannot honour yet (device = cuda:N,
- * backend = nccl) are refused here, naming the file, the node and the key. cli_load_config
- * calls it. */
+/* Settings the schema accepts but this build or file cannot honour are refused here, naming
+ * the file and the keys: backend = nccl with security, without NCCL in the build (unless the
+ * test fake is armed) or with a CPU node (transport_check_config). A node's device is checked
+ * where it runs (app_check_device). cli_load_config calls it. */
 hr_status cli_check_supported(const cfg *c, char *err, size_t errlen);
 
 /* Print "hetring CMD: msg" to stderr and return CLI_USAGE. */

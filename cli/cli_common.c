@@ -1,7 +1,10 @@
 /* cli_common.c: option handling and config loading shared by the commands. */
 #include "base/hr_log.h"
 #include "cli/cli.h"
+#include "cluster/hr_fault.h"
+#include "cluster/nccl_path.h"
 #include "cluster/node_id.h"
+#include "cluster/transport.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -39,13 +42,13 @@ int cli_common_opt(cli_common *o, const char *name, const char *arg) {
 }
 
 hr_status cli_check_supported(const cfg *c, char *err, size_t errlen) {
-    /* The NCCL backend is built and tested on its own, but the distributed loop does not use
-     * it yet: accepting backend = nccl would train over TCP while the file says otherwise. */
-    if (c->backend == CFG_BACKEND_NCCL)
-        return hr_fail(err, errlen, HR_ERR_CONFIG,
-                       "%s: [cluster] backend = nccl: the distributed loop does not use NCCL yet; "
-                       "use backend = tcp (or auto, which means tcp)",
-                       c->path);
+    /* backend = nccl: security none, NCCL in this build (or the test fake armed for a node of
+     * the file), every node a GPU node (transport.h) */
+    int fake = 0;
+    double arg;
+    for (int k = 0; k < c->n_nodes && hr_fault_fake_nccl(); k++)
+        fake |= hr_fault_get("fake_nccl", c->nodes[k].id, 0, &arg);
+    HR_CHECK(transport_check_config(c, nccl_path_real() != NULL || fake, err, errlen));
     return HR_OK; /* a node's device is checked where it runs (app_check_device) */
 }
 

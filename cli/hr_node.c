@@ -118,8 +118,11 @@ static hr_status slice(void *ctx, train_slice *s) {
     if (!n->have_batch) HR_CHECK(fetch(n));
     if (!n->have_batch) return HR_ERR_MISMATCH; /* done: train_run never steps past the end */
     n->have_batch = 0;
-    *s = (train_slice){
-        .start = n->batch.start, .b = n->batch.batch, .rank = n->batch.rank, .size = n->batch.size};
+    *s = (train_slice){.start = n->batch.start,
+                       .b = n->batch.batch,
+                       .rank = n->batch.rank,
+                       .size = n->batch.size,
+                       .on_device = hr_lib_on_device(n->h)}; /* the view's NCCL */
     n->next_ready = n->n_bufs;
     n->ready_status = HETRING_OK;
     return HR_OK;
@@ -290,6 +293,7 @@ hr_status hr_node_open(hr_node *n, const cfg *c, int self, trainer *t, volatile 
     const hetring_app app = {.c = c,
                              .self = self,
                              .grads = t->m.grads,
+                             .device_grads = train_device_grads(t), /* NULL on the CPU */
                              .start_split = t->has_recorded ? t->recorded : NULL,
                              .save = save,
                              .metrics = metrics,

@@ -42,6 +42,12 @@ hr_status dist_init(dist *d, const cfg *c, const cluster_config *cc, int self, c
     d->cc = cc;
     d->self = self;
     d->hash_interval = c->hash_interval;
+    const cfg_node *me = &c->nodes[self];
+    double arg;
+    nccl_path_init(&d->np,
+                   hr_fault_get("fake_nccl", me->id, 0, &arg) ? hr_fault_fake_nccl()
+                                                              : nccl_path_real(),
+                   me->device >= 0 ? (int)me->device : 0);
     d->gathered = calloc((size_t)c->n_nodes, sizeof *d->gathered);
     if (!d->gathered) return hr_fail(err, errlen, HR_ERR_NOMEM, "out of memory");
     ring_config rc;
@@ -346,6 +352,7 @@ static hr_status change_view(dist *d, const char *why, double t0, char *err, siz
     int measured = 0, recorded = 0;
     for (int attempt = 0;; attempt++) {
         d->lineage.progress = s->iter(s->ctx);
+        nccl_path_abort(&d->np, &d->r); /* the old view's communicator goes before the election */
         if ((st = ring_elect(&d->r, &d->lineage, &a, err, errlen)) != HR_OK) return st;
         if (fault_at(d, "crash_view", d->views)) hr_fault_kill_after("the view change", 0);
         HR_CHECK(s->set_comm(s->ctx, ring_rank(&d->r), a.view.n));
@@ -353,6 +360,7 @@ static hr_status change_view(dist *d, const char *why, double t0, char *err, siz
         recorded = at_start && a.in_sync && s->recorded && a.view.n == d->c->n_nodes;
         if (st == HR_OK && (st = calibrate(d, &a.view, recorded, cap, &measured)) != HR_OK)
             snprintf(err, errlen, "%s", ring_error(&d->r));
+        if (st == HR_OK) st = nccl_path_view(&d->np, &d->r, d->c, err, errlen);
         if (st == HR_OK) break;
         if (!ring_trouble(st) || attempt >= 16) return st;
         HR_WARN(RING, "view %llu failed before training (%s); agreeing on another",
@@ -428,6 +436,15 @@ hr_status dist_allreduce(dist *d, float *buf, size_t n) {
     return ring_allreduce(&d->r, buf, n);
 }
 
+int dist_on_nccl(const dist *d) {
+    return d->np.on;
+}
+
+hr_status dist_nccl_allreduce(dist *d, float *dev_buf, size_t n) {
+    if (fault_at(d, "crash_comm", d->iter)) hr_fault_kill_after("the all-reduce", 0.002);
+    return nccl_path_allreduce(&d->np, &d->r, dev_buf, n, d->iter);
+}
+
 /* ================================================================ leaving and recovering */
 
 static void flush_pending(dist *d) {
@@ -500,6 +517,7 @@ hr_status dist_boundary(dist *d, int *changed, char *err, size_t errlen) {
 void dist_free(dist *d) {
     if (!d) return;
     if (d->have_ctrl) ctrl_free(&d->ctl);
+    nccl_path_free(&d->np); /* before the ring the fake's communicator logs */
     if (d->have_ring) ring_free(&d->r);
     free(d->gathered);
     free(d->blob);

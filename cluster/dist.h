@@ -41,6 +41,7 @@
 #include "conf/cfg.h"
 #include "ctrl/ctrl.h"
 #include "cluster/cluster_setup.h"
+#include "cluster/nccl_path.h"
 #include "cluster/stats.h"
 #include "ring/ring.h"
 #include "trainer/train.h"
@@ -98,6 +99,8 @@ typedef struct {
     int self;                 /* index of this node in c->nodes */
     ring r;                   /* the TCP ring */
     int have_ring;            /* r was initialised */
+    nccl_path np;             /* NCCL among the view's GPU members (nccl_path.h); set up per view
+                               * after the TCP ring agreed on it, aborted before every election */
     ctrl ctl;                 /* replicated controller */
     int have_ctrl;            /* ctl was initialised */
     long ipe;                 /* iterations per epoch (epoch policy) */
@@ -147,6 +150,12 @@ hr_status dist_attach_state(dist *d, const dist_state *s, char *err, size_t errl
 
 /* A SUM all-reduce of n floats over the current view (the iteration's gradients and stats). */
 hr_status dist_allreduce(dist *d, float *buf, size_t n);
+
+/* Whether the current view all-reduces the gradient over NCCL (nccl_path.h). */
+int dist_on_nccl(const dist *d);
+/* The gradient (n floats of device memory) over the view's NCCL communicator; a failure fails
+ * the ring too (dist_recover elects, and the iteration runs again). */
+hr_status dist_nccl_allreduce(dist *d, float *dev_buf, size_t n);
 
 /* Whether iteration iter's stats carry a parameter hash (dist_annotate's param_hash). */
 int dist_wants_hash(const dist *d, long iter);

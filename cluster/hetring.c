@@ -22,6 +22,9 @@
  *           order whatever the order of the hetring_ready calls, so every node's frames are
  *           alike; the last bucket (buffer 0's) waits for hetring_step and carries the stats
  *           tail just before it
+ *   nccl    in a view whose transport is NCCL (transport.h, nccl_path.h; hetring run's GPU
+ *           nodes only, app.device_grads), the gradient is all-reduced on the device and only
+ *           the stats tail goes over the TCP ring; no buckets
  *   commit  the cursor advances only when the all-reduce completed; a failure elects a new
  *           view and the same iteration is run again (I8)
  *   boundary  a view change a member asked for (a join, a leave) runs at the next
@@ -35,9 +38,11 @@
 #include "base/hr_time.h"
 #include "cluster/cluster_setup.h"
 #include "cluster/dist.h"
+#include "cluster/hr_fault.h"
 #include "cluster/node_id.h"
 #include "cluster/overlap.h"
 #include "cluster/stats.h"
+#include "cluster/transport.h"
 #include "conf/cfg.h"
 #include "ring/ring.h"
 #include "ring/tcp.h"
@@ -360,10 +365,30 @@ static hr_status load_config(hetring *h, const hetring_options *o) {
     return node_id_resolve(&h->own, o->node_id >= 0 ? id : NULL, &h->self, e, n);
 }
 
+/* backend = nccl: refused with security, without NCCL in the build (unless the test fake is
+ * armed for this node) and for a user whose gradients are host buffers: NCCL all-reduces device
+ * memory, which only the built-in trainer hands over (app.device_grads). */
+static hr_status check_backend(hetring *h) {
+    const cfg *c = h->c;
+    double arg;
+    const int fake =
+        hr_fault_fake_nccl() && hr_fault_get("fake_nccl", c->nodes[h->self].id, 0, &arg);
+    HR_CHECK(transport_check_config(c, nccl_path_real() || fake, h->err, sizeof h->err));
+    if (c->backend == CFG_BACKEND_NCCL && !h->app.device_grads)
+        return hr_fail(h->err, sizeof h->err, HR_ERR_CONFIG,
+                       "%s: [cluster] backend = nccl: libhetring takes this node's gradients in "
+                       "host buffers (hetring_ready, hetring_step), and NCCL all-reduces device "
+                       "memory; use backend = auto or tcp (the gradients then go over the TCP "
+                       "ring)",
+                       c->path);
+    return HR_OK;
+}
+
 static hr_status setup(hetring *h, const hetring_options *o) {
     char *e = h->err;
     const size_t n = sizeof h->err;
     HR_CHECK(load_config(h, o));
+    HR_CHECK(check_backend(h));
     const cfg *c = h->c;
     hr_log_set_node((int)c->nodes[h->self].id);
     app_cluster_config(c, h->self, &h->cc);
@@ -392,6 +417,7 @@ static hr_status setup(hetring *h, const hetring_options *o) {
     h->size = 1, h->split[0] = B;
     HR_CHECK(dist_init(&h->d, c, &h->cc, h->self, e, n));
     h->have_dist = 1;
+    h->d.np.device_grads = h->app.device_grads != NULL; /* a member fact of the choice */
     if (h->app.on_listen) h->app.on_listen(h->cb.user);
     h->d.leave = h->leave_at;
     ring_set_stop(&h->d.r, h->leave_at); /* a leave request ends an election waiting for quorum */
@@ -494,6 +520,10 @@ int hr_lib_split(const hetring *h, long *out, int max) {
     if (!h) return 0;
     for (int k = 0; k < h->size && k < max; k++) out[k] = h->split[k];
     return h->size;
+}
+
+int hr_lib_on_device(const hetring *h) {
+    return h && h->have_dist && dist_on_nccl(&h->d);
 }
 
 const char *hr_lib_ring_error(const hetring *h) {
@@ -721,6 +751,7 @@ int hetring_ready(hetring *h, const hetring_grads *g, int i) {
 /* bucket_bytes = auto: whether the next iteration uses the buckets, from the facts every node
  * put in this iteration's stats, the same on every node (overlap_choose). */
 static void choose_next(hetring *h) {
+    if (dist_on_nccl(&h->d)) return; /* one NCCL all-reduce of the device's gradient */
     for (int k = 0; k < h->size; k++) h->facts[k] = h->gathered[k].machine;
     char why[192];
     h->bucketed = overlap_choose(OVERLAP_AUTO, h->n_buckets, h->facts, h->size, why, sizeof why);
@@ -739,8 +770,13 @@ static int recover(hetring *h, hr_status st) {
     return HETRING_RETRY;
 }
 
-/* The iteration's all-reduce of the tail and the gradients, one piece or bucket by bucket. */
+/* The iteration's all-reduce of the tail and the gradients, one piece or bucket by bucket; in an
+ * NCCL view, the device's gradient over NCCL, then the tail over the TCP ring. */
 static hr_status exchange(hetring *h, float *head, size_t tail) {
+    if (dist_on_nccl(&h->d)) {
+        hr_status st = dist_nccl_allreduce(&h->d, h->app.device_grads, h->n_grad);
+        return st == HR_OK ? dist_allreduce(&h->d, head, tail) : st;
+    }
     if (!h->bucketed) return dist_allreduce(&h->d, head, tail + h->n_grad);
     if (send_ready(h) != HETRING_OK) return HR_ERR_IO;
     overlap_submit(&h->ow, head, tail + (size_t)h->cuts[h->n_buckets - 1]);
@@ -762,6 +798,7 @@ int hetring_step(hetring *h, const hetring_grads *g, hetring_result *res) {
         return fail(h, HETRING_EINVAL, "hetring_step: compute_s must be finite and >= 0, not %g",
                     g->compute_s);
     h->err[0] = 0;
+    if (dist_on_nccl(&h->d)) h->bucketed = 0; /* the host buffers hold no gradient */
     const long b = h->split[h->rank];
     const double factor = train_stretch_factor(&h->cc.stretch, h->iter);
     hr_sleep((factor - 1) * g->compute_s); /* an emulated slow node (labelled as such) */

@@ -10,6 +10,7 @@
  *  - its gradient buffer in place: the model's one contiguous buffer, with room for the stats
  *    tail before it, is all-reduced where it lies, and hetring_step leaves the SUMS there (the
  *    trainer's optimizer divides by B itself, as a one-node run does, so both round alike);
+ *  - its gradient in device memory, for NCCL among GPU nodes;
  *  - a resumed checkpoint's split, the checkpoint written when the node leaves, the metrics
  *    file for view records, and a call once the port is bound (its "ready on" line);
  *  - a probe that times its passes, so that a view's first split follows measured speed.
@@ -31,6 +32,11 @@ typedef struct {
      * (stats.h) the library may use; hetring_step leaves the sums over the cluster in it, not the
      * mean. */
     float *grads;
+    /* Non-NULL: the same gradient in device memory (n_params floats: the built-in trainer on a
+     * GPU, or on the emulated one of the tests), so a view of GPU nodes may all-reduce it there
+     * over NCCL (transport.h): the trainer then keeps it on the device for the iterations
+     * hr_lib_on_device says, and hetring_step leaves the sums there. NULL: host buffers only. */
+    float *device_grads;
     const long *start_split; /* a resumed split for all c->n_nodes nodes, or NULL */
     /* When this node leaves: write its checkpoint (may be NULL). user is o->cb.user. */
     hr_status (*save)(void *user, char *err, size_t errlen);
@@ -48,6 +54,10 @@ int hr_lib_open(hetring **out, const hetring_options *o, const hetring_app *app,
 /* The split of the next iteration, every member's batch in ring order: the first max into
  * out; returns the view's size. A checkpoint records it. */
 int hr_lib_split(const hetring *h, long *out, int max);
+
+/* Whether the current view all-reduces the gradient on the device (NCCL): asked after
+ * hetring_next, it holds for that iteration's hetring_step. */
+int hr_lib_on_device(const hetring *h);
 
 /* The ring's own account of its last failure ("" when none, or once the node left). */
 const char *hr_lib_ring_error(const hetring *h);

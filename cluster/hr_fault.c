@@ -26,6 +26,18 @@ const device_ops *hr_fault_emu_device(void) {
 #endif
 }
 
+#ifdef HR_TEST_HOOKS
+extern const nccl_path_ops nccl_fake_ops; /* cluster/nccl_fake.c, in the hooks variant only */
+#endif
+
+const nccl_path_ops *hr_fault_fake_nccl(void) {
+#ifdef HR_TEST_HOOKS
+    return &nccl_fake_ops;
+#else
+    return NULL;
+#endif
+}
+
 int hr_fault_get(const char *kind, long node_id, double def, double *arg) {
 #ifdef HR_TEST_HOOKS
     const char *spec = getenv("HETRING_FAULT");

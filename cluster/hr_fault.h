@@ -12,13 +12,17 @@
  * one at start, 1 the next), crash_xfer (the state transfer of view change ARG, as it begins, on
  * the donor or a receiver), and perturb_xfer (change the momentum a receiver took in view change
  * ARG, so the state check must stop the run); and emu_device (the node's device, cuda:N or
- * cpu, is the GPU emulated on the host, trainer/device.h, each operation ARG ms late). Hooks exist
+ * cpu, is the GPU emulated on the host, trainer/device.h, each operation ARG ms late); for the NCCL
+ * path (cluster/nccl_path.h): fake_nccl (the node's NCCL is the recording fake of
+ * cluster/nccl_fake.c, whatever the build has), nccl_init_fail (its NCCL init of the view with
+ * epoch ARG fails) and nccl_error (its NCCL all-reduce of iteration ARG fails, once). Hooks exist
  * only in builds configured with -DHETRING_TEST_HOOKS=ON (the default, so that ctest can use them);
  * elsewhere hr_fault_get always reports "no fault".
  */
 #ifndef HR_FAULT_H
 #define HR_FAULT_H
 
+#include "cluster/nccl_path.h"
 #include "trainer/device.h"
 
 /* Whether this build's hooks are compiled in (`hetring version` says so). */
@@ -27,6 +31,10 @@ int hr_fault_hooks_built(void);
 /* The emulated GPU (trainer/device.h's device_emu_ops) for the test hook emu_device; NULL in a
  * build without the hooks, where that hook is never armed. */
 const device_ops *hr_fault_emu_device(void);
+
+/* The recording fake of the NCCL operations (cluster/nccl_fake.c) for the test hook fake_nccl;
+ * NULL in a build without the hooks. */
+const nccl_path_ops *hr_fault_fake_nccl(void);
 
 /* Is fault KIND armed for node `node_id`? On success stores ARG (or `def`) in *arg. */
 int hr_fault_get(const char *kind, long node_id, double def, double *arg);

@@ -78,7 +78,7 @@ static const key_spec g_keys[] = {
     {"cluster", "rejoin_timeout", T_DBL, G(rejoin_timeout), 0, 0.1, 86400, NULL, "300", 0,
      "seconds a node without a quorum keeps trying to rejoin before it gives up"},
     {"cluster", "backend", T_ENUM, G(backend), 0, 0, 0, "auto|tcp|nccl", "auto", 0,
-     "gradient transport: tcp (auto means tcp; nccl is refused until GPU training is wired in)"},
+     "gradient transport: auto uses NCCL for a view of GPU nodes with security = none, else tcp"},
     {"cluster", "segment_bytes", T_INT, G(segment_bytes), 0, 0, 1 << 30, NULL, "0", 0,
      "all-reduce pipeline segment in bytes; 0 uses the measured default"},
 

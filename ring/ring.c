@@ -92,6 +92,11 @@ hr_status ring_local_fail(ring *r, int coll, hr_status st, const char *what) {
     return eng_fail_view(r, NULL, coll, st, r->self_id, FROM_HERE, "%s: %s", me, what);
 }
 
+hr_status ring_fail_view(ring *r, hr_status st, const char *what) {
+    if (r->failed != HR_OK) return r->failed;
+    return ring_local_fail(r, FRAME_COLL_ALLREDUCE, st, what);
+}
+
 hr_status ring_allgatherv(ring *r, const void *mine, size_t my_bytes, void *all,
                           const size_t *bytes_of) {
     HR_CHECK(begin(r));

@@ -123,6 +123,11 @@ hr_status ring_allgatherv(ring *r, const void *mine, size_t my_bytes, void *all,
 hr_status ring_broadcast(ring *r, void *buf, size_t bytes, int root_rank);
 /* Returns once every member has entered the barrier. */
 hr_status ring_barrier(ring *r);
+/* A failure outside the ring's own collectives (the view's NCCL all-reduce): the view is failed
+ * as a failed collective's would be, `what` is logged and sent round the ring both ways, so
+ * every member leaves what it is in and elects; returns st (a status a new view cures:
+ * HR_ERR_IO, HR_ERR_TIMEOUT). */
+hr_status ring_fail_view(ring *r, hr_status st, const char *what);
 
 /* ---------------------------------------------------------------- elastic membership
  * (DESIGN.md "Elastic membership"; ring/elect.c)

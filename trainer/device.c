@@ -33,8 +33,17 @@ static hr_status cpu_same(device *d) { /* the host copy is the device's */
     return HR_OK;
 }
 
-const device_ops device_cpu_ops = {"cpu",    cpu_open, cpu_close, cpu_pass,
-                                   cpu_eval, cpu_step, cpu_same,  cpu_same};
+/* The CPU device is the host: never an NCCL member (transport.h). */
+static hr_status cpu_keep_grads(device *d, int on) {
+    return on ? HR_ERR_UNSUPPORTED : HR_OK;
+}
+
+static float *cpu_grads(device *d) {
+    return NULL;
+}
+
+const device_ops device_cpu_ops = {"cpu",    cpu_open, cpu_close, cpu_pass,       cpu_eval,
+                                   cpu_step, cpu_same, cpu_same,  cpu_keep_grads, cpu_grads};
 
 /* ================================================================ cuda */
 

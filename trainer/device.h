@@ -21,6 +21,11 @@
  *   - device_push makes the device take the host params and vel (a state transfer, a
  *     checkpoint resumed), device_pull brings them to the host (the I4 hash, a state to send, a
  *     checkpoint to write).
+ * With the gradient kept on the device (device_keep_grads(d, 1): a view whose gradient
+ * all-reduce is NCCL's), the pass leaves its sums in the device's gradient (device_grads) and
+ * returns once they are computed there, without a download or a hook call (the host grads are
+ * stale: the emulation poisons them), and the step takes the device's gradient, all-reduced in
+ * place, without an upload. The CPU device has no memory of its own and refuses it.
  * A device is driven by one thread. Every call returns HR_OK or a status with a message.
  */
 #ifndef HR_DEVICE_H
@@ -53,6 +58,11 @@ typedef struct {
     hr_status (*step)(device *d, const opt_scalars *s);
     hr_status (*pull)(device *d); /* device params and vel -> host */
     hr_status (*push)(device *d); /* host params and vel -> device */
+    /* Keep the gradient on the device (on = 1) or bring it to the host (0, the default), as
+     * the contract above says; HR_ERR_UNSUPPORTED for on = 1 where there is no device memory. */
+    hr_status (*keep_grads)(device *d, int on);
+    /* The device's gradient: n_params floats of device memory; NULL for the CPU. */
+    float *(*grads)(device *d);
 } device_ops;
 
 struct device {
@@ -61,6 +71,7 @@ struct device {
     opt_sgd *o;            /* the optimizer whose vel is the host copy (borrowed) */
     int index;             /* cuda:N's N; emu: 0 */
     double delay_s;        /* emu: seconds each queued operation waits before it runs */
+    int keep_grads;        /* the gradient stays on the device (device_keep_grads) */
     void *impl;            /* the implementation's state */
 };
 
@@ -96,6 +107,12 @@ static inline hr_status device_pull(device *d) {
 }
 static inline hr_status device_push(device *d) {
     return d->ops->push(d);
+}
+static inline hr_status device_keep_grads(device *d, int on) {
+    return d->ops->keep_grads(d, on);
+}
+static inline float *device_grads(device *d) {
+    return d->ops->grads(d);
 }
 
 #endif

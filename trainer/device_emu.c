@@ -9,10 +9,11 @@
  *    completed, or writes one before the copy out of it did, reads or sends other bytes;
  *  - the host copies are poisoned with NaN whenever they stop being current: the gradient when
  *    a pass begins (until its chunks land), the parameters and momentum when a step is queued
- *    (until a pull). A missing synchronisation therefore gives NaN in a loss, a hash or a
- *    checkpoint, and a test fails loudly instead of passing by luck.
- * Kernels are the CPU layers (model_forward_backward, opt_apply), so a replica on the emulated
- * device stays bitwise equal to a CPU replica that applies the same sums (I4).
+ *    (until a pull); with the gradient kept on the device (an NCCL view) the host gradient stays
+ *    poisoned, so a path that still reads it fails. A missing synchronisation therefore gives NaN
+ * in a loss, a hash or a checkpoint, and a test fails loudly instead of passing by luck. Kernels
+ * are the CPU layers (model_forward_backward, opt_apply), so a replica on the emulated device stays
+ * bitwise equal to a CPU replica that applies the same sums (I4).
  *
  * Built only into hr_device_emu, which only builds with the test hooks link.
  */
@@ -199,6 +200,11 @@ static hr_status emu_pass(device *d, const float *x, const int32_t *labels, cons
     stage_input(e, m, x, labels, targets, b);
     job pass = {.kind = JOB_PASS, .b = b, .has_labels = labels != NULL};
     long pass_seq = enqueue(e, pass);
+    if (d->keep_grads) { /* the sums stay in the device's gradient; the worker is idle after */
+        hr_status r = emu_wait(e, pass_seq);
+        *st = e->st;
+        return r;
+    }
     long lo[EMU_CHUNKS + 1], seq[EMU_CHUNKS];
     for (int c = 0; c <= EMU_CHUNKS; c++) lo[c] = n * c / EMU_CHUNKS;
     for (int c = EMU_CHUNKS - 1; c >= 0; c--) /* the last layers' chunk first, as backward */
@@ -236,8 +242,9 @@ static hr_status emu_step(device *d, const opt_scalars *s) {
     model *m = d->m;
     size_t bytes = sizeof(float) * (size_t)m->n_params;
     /* the all-reduced sums: as cudaMemcpy from pageable memory, the call returns once the copy
-     * has read them (the host may then reuse its gradient buffer); the step itself is queued */
-    hr_status st = emu_wait(e, copy(e, e->dm.grads, m->grads, bytes));
+     * has read them (the host may then reuse its gradient buffer); the step itself is queued.
+     * Kept on the device, they were all-reduced in place there: no copy */
+    hr_status st = d->keep_grads ? HR_OK : emu_wait(e, copy(e, e->dm.grads, m->grads, bytes));
     job j = {.kind = JOB_STEP, .s = *s};
     enqueue(e, j);
     /* the host parameters and momentum are stale from now on, until a pull */
@@ -260,5 +267,15 @@ static hr_status emu_push(device *d) {
     return emu_wait(e, copy(e, e->dvel, d->o->vel, bytes));
 }
 
-const device_ops device_emu_ops = {"emu",    emu_open, emu_close, emu_pass,
-                                   emu_eval, emu_step, emu_pull,  emu_push};
+static hr_status emu_keep_grads(device *d, int on) {
+    d->keep_grads = on;
+    return HR_OK;
+}
+
+static float *emu_grads(device *d) {
+    emu *e = d->impl;
+    return e->dm.grads;
+}
+
+const device_ops device_emu_ops = {"emu",    emu_open, emu_close, emu_pass,       emu_eval,
+                                   emu_step, emu_pull, emu_push,  emu_keep_grads, emu_grads};

@@ -138,6 +138,8 @@ static hr_status peer_step(trainer *t, train_iter *out) {
     train_slice s;
     HR_CHECK(p->slice(p->ctx, &s));
     t->rank = s.rank, t->n_nodes = s.size;
+    HR_CHECK(device_keep_grads(&t->dev, s.on_device));
+    if (s.on_device && s.b <= 0) return HR_ERR_INVAL; /* min_batch >= 1: a member has samples */
     model_stats ms = {0, 0};
     model_grad_hook hook = {p->ready, p->ctx};
     double t0 = hr_now();
@@ -215,6 +217,10 @@ hr_status train_probe(trainer *t, long b, double *seconds) {
     }
     *seconds = best * train_stretch_factor(&t->conf.stretch, i);
     return HR_OK;
+}
+
+float *train_device_grads(trainer *t) {
+    return device_grads(&t->dev);
 }
 
 hr_status train_step(trainer *t, train_iter *out) {

@@ -93,6 +93,9 @@ typedef struct {
 typedef struct {
     long start, b;  /* this node's slice: b samples from offset start of the global batch */
     int rank, size; /* this node's ring position and the view's size */
+    int on_device;  /* this iteration's gradient all-reduce runs on the device (NCCL): the pass
+                     * keeps the gradient there and the step takes it from there (device.h);
+                     * ready is not called, exchange all-reduces train_device_grads */
 } train_slice;
 
 typedef struct {
@@ -208,6 +211,10 @@ hr_status train_state_unpack(trainer *t, const void *blob, size_t bytes, char *e
 uint64_t train_state_hash(const trainer *t);
 /* The same hash of any float array (the parameter agreement check uses it). */
 uint64_t train_hash_floats(const float *v, long n);
+
+/* The device's gradient (n_params floats of device memory, device.h), where an NCCL view
+ * all-reduces it; NULL on the CPU. */
+float *train_device_grads(trainer *t);
 
 /* The emulated stretch of iteration `iter`: the slowdown, or the factor of the last
  * interference phase begun by then. */

@@ -2,6 +2,8 @@
  * test_api.c: libhetring (cluster/hetring.h) from a training loop of its own, on loopback rings
  * of forked processes.
  *
+ *   test_api text     a cluster from an INI in memory; backend = nccl refused at open (a
+ *                     user's gradients are host buffers)
  *   test_api misuse   one node: wrong sizes, calls out of order, after close, bad options
  *   test_api ring     three nodes, node 1 emulating a 3x slowdown: every iteration's slices
  *                     are disjoint and fill the global batch (I1, I6), no sample is used twice
@@ -302,6 +304,21 @@ static int text(const char *dir, int port) {
     CHECK(strstr(err, "conf_text:4") != NULL && strstr(err, "sampels") != NULL,
           "names the text's line and the key: %s", err);
     printf("misspelt key: %s\n", err);
+    /* backend = nccl from a user's loop: host buffers cannot go over NCCL, and the library
+     * says so at open instead of training over TCP (a build without NCCL says that first) */
+    char nccl[1024];
+    snprintf(nccl, sizeof nccl,
+             "[cluster]\nsecurity = none\nbackend = nccl\n[train]\nsamples = %d\n"
+             "global_batch = %d\niterations = 3\n[node.0]\nhost = 127.0.0.1\nport = %d\n"
+             "device = cuda:0\n",
+             SAMPLES, BATCH, port);
+    o.conf_text = nccl;
+    st = hetring_open(&h, &o, err, sizeof err);
+    CHECK(st == HETRING_ECONFIG && !h, "backend = nccl with host buffers: %d (%s)", st, err);
+    CHECK(strstr(err, "[cluster] backend = nccl") &&
+              (strstr(err, "host buffers") || strstr(err, "no NCCL")),
+          "says why: %s", err);
+    printf("backend = nccl: %s\n", err);
     o.conf_text = ini;
     st = hetring_open(&h, &o, err, sizeof err);
     CHECK(st == HETRING_OK && h, "open from text: %d (%s)", st, err);

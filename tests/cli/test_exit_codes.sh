@@ -59,9 +59,15 @@ if "$HR" version | grep -q '^test hooks: yes'; then
         { echo "FAIL: the emulated cuda:1 was refused ($rc): $msg"; fails=$((fails+1)); }
 fi
 sed -e 's/^device = cuda:1$//' -e 's/^security = none$/security = none\nbackend = nccl/' "$tmp/gpu.ini" > "$tmp/nccl.ini"
+# backend = nccl with CPU nodes: refused, naming a CPU node (or, in a build without NCCL, the
+# build); with security it names both keys (tests/dist/test_nccl.sh runs NCCL on the fake)
 msg=$("$HR" run --conf "$tmp/nccl.ini" --node 0 2>&1 >/dev/null); rc=$?
-[ $rc = 2 ] && echo "$msg" | grep -q "nccl.ini: \[cluster\] backend = nccl: .*use backend = tcp" \
+[ $rc = 2 ] && echo "$msg" | grep -Eq "nccl.ini: \[cluster\] backend = nccl(: this build has no NCCL|, but \[node.0\] device = cpu: .*use backend = auto)" \
     || { echo "FAIL: backend = nccl exited $rc: $msg"; fails=$((fails+1)); }
+sed -i 's/^security = none$/security = auth\npsk = 0011223344556677889900112233445566778899001122334455667788990011/' "$tmp/nccl.ini"
+msg=$("$HR" config --conf "$tmp/nccl.ini" --node 0 2>&1 >/dev/null); rc=$?
+[ $rc = 2 ] && echo "$msg" | grep -q "nccl.ini: \[cluster\] backend = nccl with \[cluster\] security = auth" \
+    || { echo "FAIL: backend = nccl with security = auth exited $rc: $msg"; fails=$((fails+1)); }
 # held-out MNIST images of another size than the training images: refused at start, naming the
 # file (they overflowed the heap in the evaluation)
 "$HR" gen-data --kind synthetic --out "$tmp/mnist" --samples 200 --eval-samples 20 >/dev/null 2>&1

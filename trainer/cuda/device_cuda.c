@@ -7,7 +7,9 @@
  * and reported through the hook as soon as its event says it landed, so the ring can start on
  * it while later chunks are still in flight. A step uploads the all-reduced sums and queues
  * the SGD kernel (ew_sgd, the CPU's arithmetic); it returns once queued, and every later call
- * on the executor runs after it.
+ * on the executor runs after it. With the gradient kept on the device (an NCCL view) the pass
+ * leaves it in the executor's device grads (no download, model_cuda_forward_backward returns
+ * once it is computed, so NCCL's stream may read it) and the step reads it there (no upload).
  */
 #include "trainer/cuda/model_cuda.h"
 #include "trainer/device.h"
@@ -51,6 +53,7 @@ static hr_status cu_pass(device *d, const float *x, const int32_t *labels, const
     model_cuda *mc = d->impl;
     const long n = d->m->n_params;
     HR_CHECK(model_cuda_forward_backward(mc, x, labels, targets, b, st));
+    if (d->keep_grads) return HR_OK;
     if (hook && hook->ready) hook->ready(hook->ctx, n);
     const float *staged = model_cuda_host_grads(mc);
     for (int i = model_cuda_grad_chunks(mc) - 1; i >= 0; i--) {
@@ -70,7 +73,7 @@ static hr_status cu_eval(device *d, const float *x, const int32_t *labels, const
 
 static hr_status cu_step(device *d, const opt_scalars *s) {
     model_cuda *mc = d->impl;
-    HR_CHECK(model_cuda_grads_from_host(mc, d->m->grads));
+    if (!d->keep_grads) HR_CHECK(model_cuda_grads_from_host(mc, d->m->grads));
     return model_cuda_sgd_step(mc, s->lr, s->mu, s->wd, s->inv_b);
 }
 
@@ -84,5 +87,15 @@ static hr_status cu_push(device *d) {
     return model_cuda_vel_from_host(d->impl, d->o->vel);
 }
 
-const device_ops device_cuda_impl = {"cuda",  cu_open, cu_close, cu_pass,
-                                     cu_eval, cu_step, cu_pull,  cu_push};
+static hr_status cu_keep_grads(device *d, int on) {
+    model_cuda_set_download(d->impl, !on);
+    d->keep_grads = on;
+    return HR_OK;
+}
+
+static float *cu_grads(device *d) {
+    return ((model_cuda *)d->impl)->grads;
+}
+
+const device_ops device_cuda_impl = {"cuda",  cu_open, cu_close, cu_pass,       cu_eval,
+                                     cu_step, cu_pull, cu_push,  cu_keep_grads, cu_grads};

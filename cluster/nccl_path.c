@@ -1,0 +1,161 @@
+/*
+ * nccl_path.c: the per-view NCCL set-up, the gradient all-reduce over it, and the abort before
+ * every election (see nccl_path.h). Every collective here is the TCP ring's, so every wait is
+ * bounded by the ring's deadlines; the NCCL init and all-reduce carry their own.
+ */
+#include "cluster/nccl_path.h"
+
+#include "base/hr_log.h"
+#include "cluster/transport.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#define WHY_BYTES 200 /* a member's init error, as all-gathered */
+
+/* A member's facts on the wire: bit 0 device gradients, bit 1 NCCL. */
+enum { FACT_DEVICE_GRADS = 1, FACT_NCCL = 2 };
+
+/* What rank 0 broadcasts: whether it made an id, and the id. */
+typedef struct {
+    int32_t ok;                     /* 1: id is valid */
+    uint8_t id[NCCL_PATH_ID_BYTES]; /* the view's unique id */
+    char why[WHY_BYTES];            /* rank 0's error when !ok */
+} id_msg;
+
+/* What every member all-gathers after its init. */
+typedef struct {
+    int32_t status;      /* hr_status of its init */
+    char why[WHY_BYTES]; /* its error, "" on success */
+} init_msg;
+
+void nccl_path_init(nccl_path *p, const nccl_path_ops *ops, int device) {
+    memset(p, 0, sizeof *p);
+    p->ops = ops, p->device = device, p->told = -1;
+}
+
+void nccl_path_abort(nccl_path *p, const ring *r) {
+    (void)r;
+    if (p->comm) p->ops->abort(p->comm);
+    p->comm = NULL, p->on = 0;
+}
+
+void nccl_path_free(nccl_path *p) {
+    nccl_path_abort(p, NULL);
+}
+
+/* Rank 0 says which transport the view uses, when it differs from the last one it said and
+ * NCCL was in question: backend = nccl, or auto with a GPU node in the view (an all-CPU
+ * cluster, or backend = tcp, has nothing to say). */
+static void tell(nccl_path *p, const ring *r, const cfg *c, transport_kind k, const char *why) {
+    const ring_view *v = ring_get_view(r);
+    int gpu = 0;
+    for (int q = 0; q < v->n; q++) gpu |= c->nodes[cfg_node_index(c, v->ids[q])].device >= 0;
+    if (c->backend == CFG_BACKEND_TCP || (c->backend == CFG_BACKEND_AUTO && !gpu)) return;
+    if (ring_rank(r) != 0 || (int)k == p->told) return;
+    HR_INFO(RING, "view %llu: gradients over %s (%s)", (unsigned long long)ring_get_view(r)->epoch,
+            transport_name(k), why);
+    p->told = (int)k;
+}
+
+/* The members' facts: the INI's for everyone, the members' own when `gathered`. */
+static transport_kind choose(nccl_path *p, ring *r, const cfg *c, int gather, char *why, size_t len,
+                             hr_status *st) {
+    const ring_view *v = ring_get_view(r);
+    transport_member m[RING_MAX_NODES];
+    uint32_t all[RING_MAX_NODES] = {0};
+    *st = HR_OK;
+    if (gather) {
+        uint32_t mine = (p->device_grads ? FACT_DEVICE_GRADS : 0) | (p->ops ? FACT_NCCL : 0);
+        if ((*st = ring_allgather(r, &mine, all, sizeof mine)) != HR_OK) return TRANSPORT_TCP;
+    }
+    for (int k = 0; k < v->n; k++) {
+        const cfg_node *nd = &c->nodes[cfg_node_index(c, v->ids[k])];
+        m[k] = (transport_member){.id = v->ids[k],
+                                  .gpu = nd->device >= 0,
+                                  .device_grads = (all[k] & FACT_DEVICE_GRADS) != 0,
+                                  .nccl = (all[k] & FACT_NCCL) != 0};
+    }
+    const transport_facts f = {
+        .backend = c->backend, .security = c->security, .n = v->n, .m = m, .gathered = gather};
+    return transport_choose(&f, why, len);
+}
+
+/* Rank 0's id to every member over the TCP ring. */
+static hr_status share_id(nccl_path *p, ring *r, long node_id, id_msg *msg) {
+    memset(msg, 0, sizeof *msg);
+    if (ring_rank(r) == 0) {
+        char e[HR_ERRLEN] = "";
+        msg->ok =
+            p->ops->unique_id(msg->id, node_id, ring_get_view(r)->epoch, e, sizeof e) == HR_OK;
+        if (!msg->ok) snprintf(msg->why, sizeof msg->why, "%s", e);
+    }
+    return ring_broadcast(r, msg, sizeof *msg, 0);
+}
+
+hr_status nccl_path_view(nccl_path *p, ring *r, const cfg *c, char *err, size_t errlen) {
+    const ring_view *v = ring_get_view(r);
+    char why[256];
+    hr_status st;
+    nccl_path_abort(p, r); /* a view that failed before training may have left one */
+    transport_kind k = choose(p, r, c, 0, why, sizeof why, &st);
+    if (k == TRANSPORT_GATHER) k = choose(p, r, c, 1, why, sizeof why, &st);
+    if (st != HR_OK) return hr_fail(err, errlen, st, "transport choice: %s", ring_error(r));
+    if (k != TRANSPORT_NCCL) {
+        tell(p, r, c, k, why);
+        return HR_OK;
+    }
+    const long self_id = v->ids[ring_rank(r)];
+    id_msg idm;
+    if ((st = share_id(p, r, self_id, &idm)) != HR_OK)
+        return hr_fail(err, errlen, st, "NCCL unique id: %s", ring_error(r));
+    init_msg mine = {0}, all[RING_MAX_NODES];
+    if (!idm.ok) {
+        mine.status = HR_ERR_NCCL;
+        snprintf(mine.why, sizeof mine.why, "no unique id: %.180s", idm.why);
+    } else {
+        const nccl_path_args a = {.rank = ring_rank(r),
+                                  .n = v->n,
+                                  .id = idm.id,
+                                  .device = p->device,
+                                  .timeout_s = c->connect_timeout,
+                                  .epoch = v->epoch,
+                                  .node_id = self_id,
+                                  .r = r};
+        char e[HR_ERRLEN] = "";
+        mine.status = p->ops->init(&p->comm, &a, e, sizeof e);
+        if (mine.status != HR_OK) p->comm = NULL, snprintf(mine.why, sizeof mine.why, "%s", e);
+    }
+    if ((st = ring_allgather(r, &mine, all, sizeof mine)) != HR_OK) {
+        nccl_path_abort(p, r);
+        return hr_fail(err, errlen, st, "NCCL init results: %s", ring_error(r));
+    }
+    for (int q = 0; q < v->n; q++) {
+        if (all[q].status == HR_OK) continue;
+        nccl_path_abort(p, r); /* every member: TCP for this view */
+        all[q].why[WHY_BYTES - 1] = 0;
+        if (ring_rank(r) == 0)
+            HR_WARN(RING,
+                    "view %llu: NCCL init failed on node %ld (%s: %s); this view's "
+                    "gradients go over TCP",
+                    (unsigned long long)v->epoch, v->ids[q], hr_strerror((hr_status)all[q].status),
+                    all[q].why);
+        p->told = TRANSPORT_TCP;
+        return HR_OK;
+    }
+    p->on = 1, p->epoch = v->epoch;
+    tell(p, r, c, TRANSPORT_NCCL, why);
+    return HR_OK;
+}
+
+hr_status nccl_path_allreduce(nccl_path *p, ring *r, float *dev_buf, size_t count, long iter) {
+    double timeout = r->coll_timeout > r->timeout ? r->coll_timeout : r->timeout;
+    char e[HR_ERRLEN] = "";
+    hr_status st = p->ops->allreduce(p->comm, dev_buf, count, timeout, iter, e, sizeof e);
+    if (st == HR_OK) return HR_OK;
+    nccl_path_abort(p, r);
+    if (r->failed != HR_OK) return r->failed; /* the fake's ring all-reduce failed: the ring's */
+    char what[HR_ERRLEN + 32];
+    snprintf(what, sizeof what, "NCCL all-reduce failed: %.400s", e);
+    return ring_fail_view(r, st == HR_ERR_TIMEOUT ? HR_ERR_TIMEOUT : HR_ERR_IO, what);
+}
