@@ -106,27 +106,11 @@ check_end() {
   echo "final parameters of nodes $*: ${ref:-none}"
 }
 
-# exactly_once IDS...: over the nodes IDS (which ran from start to end), every iteration
-# 0..ITERS-1 was recorded by one of them at least (a node that takes the state at a view change
-# has not recorded the iteration the state brings) and by none twice, and every record's split
-# sums to B (I8)
+# exactly_once IDS...: records_exactly_once (lib.sh) over the nodes IDS' metrics
 exactly_once() {
   local id files=()
   for id in "$@"; do files+=("$tmp/m-$id.jsonl"); done
-  awk -v n="$ITERS" -v B="$B" -v ids="$*" '
-    /^\{"iter":/ {
-      match($0, /^\{"iter":[0-9]+/); it = substr($0, 9, RLENGTH - 8) + 0
-      if ((FILENAME, it) in seen) dup++
-      seen[FILENAME, it] = 1; any[it] = 1
-      match($0, /"b":\[[0-9,]*\]/); s = substr($0, RSTART + 5, RLENGTH - 6)
-      k = split(s, b, ","); sum = 0; for (j = 1; j <= k; j++) sum += b[j]
-      if (sum != B) bad++
-    }
-    END {
-      for (i = 0; i < n; i++) if (!(i in any)) miss++
-      printf "nodes %s: %d iterations recorded by none, %d recorded twice by one node, %d splits not summing to B\n", ids, miss, dup, bad
-      exit (miss || dup || bad) ? 1 : 0
-    }' "${files[@]}" || fail "nodes $* broke exactly-once (I8)"
+  records_exactly_once "nodes $*" "${files[@]}"
 }
 
 # losses FILE: "iter loss" per iteration record, in the order join wants

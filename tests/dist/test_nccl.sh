@@ -102,26 +102,12 @@ same_id() {
   done
   echo "$name: view $ep: nodes $* share id ${made:0:16}..."
 }
-# exactly_once NAME IDS...: every iteration 0..ITERS-1 recorded by one of the nodes, none twice
-# by one node, every split summing to B (I8; as test_elastic.sh checks it)
+# exactly_once NAME IDS...: records_exactly_once (lib.sh) over run NAME's nodes IDS
 exactly_once() {
   local name=$1 id files=()
   shift
   for id in "$@"; do files+=("$tmp/$name-$id.jsonl"); done
-  awk -v n="$ITERS" -v B="$B" -v ids="$*" '
-    /^\{"iter":/ {
-      match($0, /^\{"iter":[0-9]+/); it = substr($0, 9, RLENGTH - 8) + 0
-      if ((FILENAME, it) in seen) dup++
-      seen[FILENAME, it] = 1; any[it] = 1
-      match($0, /"b":\[[0-9,]*\]/); s = substr($0, RSTART + 5, RLENGTH - 6)
-      k = split(s, b, ","); sum = 0; for (j = 1; j <= k; j++) sum += b[j]
-      if (sum != B) bad++
-    }
-    END {
-      for (i = 0; i < n; i++) if (!(i in any)) miss++
-      printf "nodes %s: %d iterations recorded by none, %d recorded twice by one node, %d splits not summing to B\n", ids, miss, dup, bad
-      exit (miss || dup || bad) ? 1 : 0
-    }' "${files[@]}" || fail "$name: nodes $* broke exactly-once (I8)"
+  records_exactly_once "$name: nodes $*" "${files[@]}"
 }
 # aborted_before NAME ID EPOCH: node ID aborted view EPOCH's communicator while its ring was
 # still at that view (before the next election), and before it initialised view EPOCH+1
