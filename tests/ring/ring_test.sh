@@ -181,11 +181,14 @@ tamper)
             sed "s|port = $((base + 1))\$|port = $pport|" "$tmp/c.ini" > "$tmp/c0.ini" # node 0 reaches 1 via the proxy
             "$PROXY" $pport $((base + 1)) $what 3 > "$tmp/proxy.out" 2>&1 &
             ppid=$!
-            for _ in $(seq 1 40); do
+            for _ in $(seq 1 200); do # at most 10 s: a loaded machine starts it late
                 grep -q "proxy listening" "$tmp/proxy.out" || ! kill -0 $ppid 2>/dev/null && break
                 sleep 0.05
             done
             grep -q "proxy listening" "$tmp/proxy.out" && break
+            # not listening: its port was taken, or it is still starting; a proxy that came up
+            # late would wait for connections for ever, so it is stopped before the next try
+            kill $ppid 2>/dev/null
             wait $ppid 2>/dev/null
         done
         pids+=($ppid)
