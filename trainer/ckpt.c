@@ -193,6 +193,18 @@ hr_status ckpt_load(const char *path, ckpt_meta *expect, float *params, float *o
         goto out;
     }
     const ckpt_meta *m = &h.meta;
+    struct stat fs;
+    /* the payload the header declares must be what the file holds, before anything is
+     * allocated for it: a corrupt count never asks for more memory than the file's size */
+    if (fstat(fileno(f), &fs) != 0 || fs.st_size < (off_t)sizeof h ||
+        h.payload != (uint64_t)fs.st_size - sizeof h || m->n_params > h.payload / 8) {
+        st = hr_fail(err, errlen, HR_ERR_DATA,
+                     "checkpoint %s is corrupt: its header declares %llu bytes of payload and "
+                     "%llu parameters, the file holds %lld bytes",
+                     path, (unsigned long long)h.payload, (unsigned long long)m->n_params,
+                     (long long)fs.st_size);
+        goto out;
+    }
     size_t np = sizeof(float) * m->n_params, ns = sizeof(int64_t) * m->n_nodes;
     if (m->n_nodes > 65536 || h.payload != 2 * np + ns) {
         st = hr_fail(err, errlen, HR_ERR_DATA,
