@@ -3,6 +3,9 @@
 #include "cli/cli.h"
 #include "cluster/hr_fault.h"
 #include "trainer/blas_pick.h"
+#ifdef HR_HAVE_CUDA
+#include "trainer/cuda/cuda_layers.h"
+#endif
 
 #include <stdio.h>
 #include <string.h>
@@ -20,6 +23,7 @@ int cmd_version(int argc, char **argv) {
     printf("%s\n", blas);
 #ifdef HR_HAVE_CUDA
     printf("cuda: yes (CUDA kernels and the NCCL backend are built)\n");
+    printf("cudnn: %s\n", cuda_cudnn_version());
 #else
     printf("cuda: no (built without CUDA; cuda:N devices and the nccl backend are unavailable)\n");
 #endif

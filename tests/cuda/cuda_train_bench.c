@@ -5,6 +5,10 @@
  * training). Prints samples/s; bench/py/torch_gpu_mlp.py times the same models in PyTorch.
  *
  *   cuda_train_bench [--model mlp|lenet|vgg] [--batch N] [--iters N] [--device N]
+ *                    [--conv cudnn|im2col]
+ *
+ * --conv: the convolution implementation (default: cuDNN where the build has it, else im2col;
+ * asking for cudnn on a build without it is an error).
  *
  * Exits 77 without a CUDA device.
  */
@@ -58,6 +62,7 @@ int main(int argc, char **argv) {
     const char *name = "mlp";
     long B = 512, iters = 200;
     int device = 0;
+    const char *conv = NULL;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--model"))
             name = argv[i + 1];
@@ -67,10 +72,13 @@ int main(int argc, char **argv) {
             iters = atol(argv[i + 1]);
         else if (!strcmp(argv[i], "--device"))
             device = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--conv") &&
+                 (!strcmp(argv[i + 1], "cudnn") || !strcmp(argv[i + 1], "im2col")))
+            conv = argv[i + 1];
         else {
             fprintf(stderr,
                     "usage: %s [--model mlp|lenet|vgg] [--batch N] [--iters N] "
-                    "[--device N]\n",
+                    "[--device N] [--conv cudnn|im2col]\n",
                     argv[0]);
             return 2;
         }
@@ -88,6 +96,12 @@ int main(int argc, char **argv) {
         model_cuda_init(&mc, &m, device, err, sizeof err) != HR_OK) {
         fprintf(stderr, "%s\n", err);
         return 1;
+    }
+    if (conv &&
+        cuda_ctx_set_conv(&mc.ctx, strcmp(conv, "cudnn") ? CUDA_CONV_IM2COL : CUDA_CONV_CUDNN, err,
+                          sizeof err) != HR_OK) {
+        fprintf(stderr, "--conv %s: %s\n", conv, err);
+        return 2;
     }
     model_describe(&m, desc, sizeof desc);
     double cap = cuda_device_capacity(device, dev, sizeof dev);
@@ -108,8 +122,9 @@ int main(int argc, char **argv) {
     }
     HR_DIE(cuda_ctx_sync(&mc.ctx)); /* the last step is queued, not yet done */
     double dt = hr_now() - t0, sps = (double)B * iters / dt;
-    printf("model %s, batch %ld, %ld iterations on %s (%.1f fp32 TFLOP/s peak)\n", desc, B, iters,
-           dev, cap / 1e12);
+    printf("model %s, batch %ld, %ld iterations on %s (%.1f fp32 TFLOP/s peak), conv %s\n", desc, B,
+           iters, dev, cap / 1e12,
+           cuda_ctx_conv(&mc.ctx) == CUDA_CONV_CUDNN ? cuda_cudnn_version() : "im2col");
     printf("samples/s %.0f  ms/iter %.3f  GFLOP/s %.0f  final loss %.4f\n", sps,
            1e3 * dt / (double)iters, sps * model_flops_per_sample(&m) / 1e9,
            st.loss_sum / (double)B);

@@ -1,7 +1,8 @@
 /*
  * test_cuda_layers.c: every CUDA layer against its CPU twin in layers.h on random inputs,
  * printing the largest absolute difference per tensor, plus bitwise determinism of the
- * backward passes (two runs, same bits). Exits 77 without a CUDA device.
+ * backward passes (two runs, same bits). conv2d runs on both implementations, im2col and, where
+ * the build has it, cuDNN. Exits 77 without a CUDA device.
  */
 #include "tests/check.h"
 #include "tests/cuda/cuda_test_util.h"
@@ -87,9 +88,73 @@ static void test_relu(long n) {
 
 /* ================================================================ conv2d */
 
+/* conv2d on the device with implementation `impl` against the CPU (out, dw, db, din), and
+ * its backward pass twice (same bits). Returns 0 when the context cannot use `impl`. */
+static int conv_on(cuda_conv_impl impl, const char *tag, int B, const conv_geom *g, const float *in,
+                   const float *w, const float *bias, const float *dout, const float *out,
+                   const float *dw, const float *db, const float *din) {
+    char what[160], err[HR_ERRLEN];
+    const char *name = impl == CUDA_CONV_CUDNN ? "cudnn" : "im2col";
+    if (cuda_ctx_set_conv(&ctx, impl, err, sizeof err) != HR_OK) {
+        printf("%s: %s not available: %s\n", tag, name, err);
+        return 0;
+    }
+    long ckk = (long)g->C * g->K * g->K, ohw = (long)g->OH * g->OW;
+    long nin = (long)B * g->C * g->H * g->W, nw = g->OC * ckk, nout = (long)B * g->OC * ohw;
+    long nmax = nin > nout ? nin : nout;
+    nmax = nmax > nw ? nmax : nw;
+    float *h = xmalloc(sizeof(float) * nmax), *h2 = xmalloc(sizeof(float) * nmax);
+    float *d_in = dev_copy(in, sizeof(float) * nin), *d_w = dev_copy(w, sizeof(float) * nw);
+    float *d_bias = dev_copy(bias, sizeof(float) * g->OC);
+    float *d_dout = dev_copy(dout, sizeof(float) * nout);
+    float *d_out = dev_alloc(sizeof(float) * nout), *d_dw = dev_alloc(sizeof(float) * nw);
+    float *d_db = dev_alloc(sizeof(float) * g->OC), *d_din = dev_alloc(sizeof(float) * nin);
+    long fallbacks = ctx.conv_fallbacks;
+    HR_DIE(cuda_conv2d_forward(&ctx, d_out, d_in, d_w, d_bias, B, g));
+    HR_DIE(cuda_conv2d_backward(&ctx, d_din, d_dw, d_db, d_dout, d_in, d_w, B, g));
+
+    snprintf(what, sizeof what, "%s %s out", tag, name);
+    to_host(h, d_out, sizeof(float) * nout);
+    CHECK_CLOSE(h, out, nout, gemm_tol(out, nout, ckk), what);
+    snprintf(what, sizeof what, "%s %s dw", tag, name);
+    to_host(h, d_dw, sizeof(float) * nw);
+    CHECK_CLOSE(h, dw, nw, gemm_tol(dw, nw, B * ohw), what);
+    snprintf(what, sizeof what, "%s %s dbias", tag, name);
+    to_host(h, d_db, sizeof(float) * g->OC);
+    CHECK_CLOSE(h, db, g->OC, gemm_tol(db, g->OC, B * ohw), what);
+    snprintf(what, sizeof what, "%s %s din", tag, name);
+    to_host(h, d_din, sizeof(float) * nin);
+    CHECK_CLOSE(h, din, nin, gemm_tol(din, nin, (long)g->OC * g->K * g->K), what);
+
+    /* determinism of the batch reductions (im2col: col2im; cuDNN: its algorithm choice) */
+    to_host(h, d_out, sizeof(float) * nout);
+    HR_DIE(cuda_conv2d_forward(&ctx, d_out, d_in, d_w, d_bias, B, g));
+    to_host(h2, d_out, sizeof(float) * nout);
+    CHECK(memcmp(h, h2, sizeof(float) * nout) == 0, "%s %s: out differs between runs", tag, name);
+    to_host(h, d_din, sizeof(float) * nin);
+    HR_DIE(cuda_conv2d_backward(&ctx, d_din, d_dw, d_db, d_dout, d_in, d_w, B, g));
+    to_host(h2, d_din, sizeof(float) * nin);
+    CHECK(memcmp(h, h2, sizeof(float) * nin) == 0, "%s %s: din differs between runs", tag, name);
+    to_host(h, d_dw, sizeof(float) * nw);
+    HR_DIE(cuda_conv2d_backward(&ctx, NULL, d_dw, d_db, d_dout, d_in, d_w, B, g));
+    to_host(h2, d_dw, sizeof(float) * nw);
+    CHECK(memcmp(h, h2, sizeof(float) * nw) == 0, "%s %s: dw differs between runs", tag, name);
+    /* a context on cuDNN ran every call of this shape there, not on the im2col fallback */
+    if (impl == CUDA_CONV_CUDNN)
+        CHECK(ctx.conv_fallbacks == fallbacks, "%s: %ld call(s) fell back to im2col", tag,
+              ctx.conv_fallbacks - fallbacks);
+
+    cudaFree(d_in), cudaFree(d_w), cudaFree(d_bias), cudaFree(d_dout), cudaFree(d_out);
+    cudaFree(d_dw), cudaFree(d_db), cudaFree(d_din);
+    free(h), free(h2);
+    return 1;
+}
+
+/* Each implementation against the CPU's conv2d; where the build has cuDNN, the cuDNN path
+ * must run (it is the default). */
 static void test_conv(int B, int C, int H, int W, int OC, int K, int S, int P) {
     conv_geom g = {C, H, W, OC, K, S, P, (H + 2 * P - K) / S + 1, (W + 2 * P - K) / S + 1};
-    char what[128], tag[64];
+    char tag[64];
     snprintf(tag, sizeof tag, "conv B%d %dx%dx%d k%d s%d p%d ->%d", B, C, H, W, K, S, P, OC);
     long ckk = (long)C * K * K, ohw = (long)g.OH * g.OW;
     long nin = (long)B * C * H * W, nw = OC * ckk, nout = (long)B * OC * ohw;
@@ -98,9 +163,6 @@ static void test_conv(int B, int C, int H, int W, int OC, int K, int S, int P) {
     float *out = xmalloc(sizeof(float) * nout), *dw = xmalloc(sizeof(float) * nw);
     float *db = xmalloc(sizeof(float) * OC), *din = xmalloc(sizeof(float) * nin);
     float *col = xmalloc(sizeof(float) * ckk * ohw), *dcol = xmalloc(sizeof(float) * ckk * ohw);
-    long nmax = nin > nout ? nin : nout;
-    nmax = nmax > nw ? nmax : nw;
-    float *h = xmalloc(sizeof(float) * nmax), *h2 = xmalloc(sizeof(float) * nmax);
     fill_uniform(in, nin, 3, 1, 1.0f);
     fill_uniform(w, nw, 3, 2, 0.3f);
     fill_uniform(bias, OC, 3, 3, 0.3f);
@@ -108,40 +170,16 @@ static void test_conv(int B, int C, int H, int W, int OC, int K, int S, int P) {
     conv2d_forward(out, in, w, bias, B, &g, col, NULL);
     conv2d_backward(din, dw, db, dout, in, w, B, &g, col, dcol, NULL);
 
-    float *d_in = dev_copy(in, sizeof(float) * nin), *d_w = dev_copy(w, sizeof(float) * nw);
-    float *d_bias = dev_copy(bias, sizeof(float) * OC);
-    float *d_dout = dev_copy(dout, sizeof(float) * nout);
-    float *d_out = dev_alloc(sizeof(float) * nout), *d_dw = dev_alloc(sizeof(float) * nw);
-    float *d_db = dev_alloc(sizeof(float) * OC), *d_din = dev_alloc(sizeof(float) * nin);
-    HR_DIE(cuda_conv2d_forward(&ctx, d_out, d_in, d_w, d_bias, B, &g));
-    HR_DIE(cuda_conv2d_backward(&ctx, d_din, d_dw, d_db, d_dout, d_in, d_w, B, &g));
-
-    snprintf(what, sizeof what, "%s out", tag);
-    to_host(h, d_out, sizeof(float) * nout);
-    CHECK_CLOSE(h, out, nout, gemm_tol(out, nout, ckk), what);
-    snprintf(what, sizeof what, "%s dw", tag);
-    to_host(h, d_dw, sizeof(float) * nw);
-    CHECK_CLOSE(h, dw, nw, gemm_tol(dw, nw, B * ohw), what);
-    snprintf(what, sizeof what, "%s dbias", tag);
-    to_host(h, d_db, sizeof(float) * OC);
-    CHECK_CLOSE(h, db, OC, gemm_tol(db, OC, B * ohw), what);
-    snprintf(what, sizeof what, "%s din", tag);
-    to_host(h, d_din, sizeof(float) * nin);
-    CHECK_CLOSE(h, din, nin, gemm_tol(din, nin, (long)OC * K * K), what);
-
-    /* determinism of the batch reductions and col2im */
-    HR_DIE(cuda_conv2d_backward(&ctx, d_din, d_dw, d_db, d_dout, d_in, d_w, B, &g));
-    to_host(h2, d_din, sizeof(float) * nin);
-    CHECK(memcmp(h, h2, sizeof(float) * nin) == 0, "%s: din differs between runs", tag);
-    to_host(h, d_dw, sizeof(float) * nw);
-    HR_DIE(cuda_conv2d_backward(&ctx, NULL, d_dw, d_db, d_dout, d_in, d_w, B, &g));
-    to_host(h2, d_dw, sizeof(float) * nw);
-    CHECK(memcmp(h, h2, sizeof(float) * nw) == 0, "%s: dw differs between runs", tag);
-
-    cudaFree(d_in), cudaFree(d_w), cudaFree(d_bias), cudaFree(d_dout), cudaFree(d_out);
-    cudaFree(d_dw), cudaFree(d_db), cudaFree(d_din);
+    CHECK(conv_on(CUDA_CONV_IM2COL, tag, B, &g, in, w, bias, dout, out, dw, db, din),
+          "%s: im2col must always be available", tag);
+    int dnn = conv_on(CUDA_CONV_CUDNN, tag, B, &g, in, w, bias, dout, out, dw, db, din);
+#ifdef HR_HAVE_CUDNN
+    CHECK(dnn, "%s: the build has cuDNN but the context cannot use it", tag);
+#else
+    CHECK(!dnn, "%s: a build without cuDNN accepted CUDA_CONV_CUDNN", tag);
+#endif
     free(in), free(w), free(bias), free(dout), free(out), free(dw), free(db), free(din);
-    free(col), free(dcol), free(h), free(h2);
+    free(col), free(dcol);
 }
 
 /* ================================================================ max-pool */
@@ -243,7 +281,10 @@ int main(void) {
     }
     char name[256];
     double cap = cuda_device_capacity(0, name, sizeof name);
-    printf("device 0: %s, %.1f fp32 TFLOP/s peak\n", name, cap / 1e12);
+    printf("device 0: %s, %.1f fp32 TFLOP/s peak; %s\n", name, cap / 1e12, cuda_cudnn_version());
+#ifdef HR_HAVE_CUDNN
+    CHECK(cuda_ctx_conv(&ctx) == CUDA_CONV_CUDNN, "a context of a cuDNN build starts on im2col");
+#endif
 
     test_linear(37, 129, 65);
     test_linear(512, 784, 512);
@@ -254,6 +295,8 @@ int main(void) {
     test_conv(3, 6, 14, 14, 16, 5, 1, 0);
     test_conv(2, 2, 7, 7, 4, 3, 3, 2);
     test_conv(128, 16, 32, 32, 32, 3, 1, 1); /* more than one chunk of the workspace */
+    test_conv(1, 3, 32, 32, 16, 3, 1, 1);    /* the smallest batch: the least workspace */
+    test_conv(512, 16, 16, 16, 32, 3, 1, 1); /* VGG's second block at batch 512 */
     test_maxpool(3, 4, 9, 8, 2, 2);
     test_maxpool(2, 3, 11, 11, 3, 2);
     test_xent(300, 10);

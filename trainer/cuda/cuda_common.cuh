@@ -70,6 +70,15 @@ static __device__ inline double hr_block_sum(double v, double *sh) {
  * atomics (defined in cuda_dense.cu; linear and conv2d bias gradients). */
 hr_status hr_cuda_channel_sum(cuda_ctx *c, float *out, const float *x, int B, int C, int S);
 
+/* conv2d through cuDNN (cuda_cudnn.cu) on a context whose dnn is set: HR_ERR_UNSUPPORTED,
+ * before anything is enqueued, when no algorithm qualifies for the shape (the caller then runs
+ * im2col). hr_dnn_set creates (on) or destroys (off) the context's cuDNN state. */
+hr_status hr_dnn_conv_forward(cuda_ctx *c, float *out, const float *in, const float *w,
+                              const float *bias, int B, const conv_geom *g);
+hr_status hr_dnn_conv_backward(cuda_ctx *c, float *din, float *dw, float *dbias, const float *dout,
+                               const float *in, const float *w, int B, const conv_geom *g);
+hr_status hr_dnn_set(cuda_ctx *c, int on, char *err, size_t errlen);
+
 /* Sum the (nparts, 2) partials of a loss reduction into stats[0..1] (defined in
  * cuda_dense.cu, used by both loss kernels). */
 hr_status hr_cuda_finish_stats(cuda_ctx *c, int nparts, double *stats);

@@ -1,6 +1,10 @@
 /*
  * cuda_conv.cu: conv2d (im2col + cuBLAS GEMM, stride and zero padding) and max-pool.
  *
+ * A context with cuDNN (cuda_cudnn.cu) runs conv2d there; im2col runs it otherwise, and for a
+ * shape cuDNN has no qualifying algorithm for. im2col is the reference the cuDNN path is
+ * tested against (tests/cuda/test_cuda_layers.c).
+ *
  * The batch is processed in chunks of Bc samples (Bc fixed by the geometry and B) whose
  * im2col matrix is laid out (C*K*K, Bc*OH*OW), so each chunk is ONE large GEMM instead of Bc
  * small ones:
@@ -109,8 +113,8 @@ static __global__ void transpose_kernel(float *doutT, const float *dout, int Bc,
 
 /* ================================================================ conv2d */
 
-extern "C" hr_status cuda_conv2d_forward(cuda_ctx *c, float *out, const float *in, const float *w,
-                                         const float *bias, int B, const conv_geom *g) {
+static hr_status im2col_forward(cuda_ctx *c, float *out, const float *in, const float *w,
+                                const float *bias, int B, const conv_geom *g) {
     int bc_max = conv_chunk(g, B), ckk = g->C * g->K * g->K;
     long ohw = (long)g->OH * g->OW, in_sz = (long)g->C * g->H * g->W, out_sz = g->OC * ohw;
     HR_CHECK(cuda_ctx_reserve(c, cuda_conv2d_workspace(g, B)));
@@ -129,9 +133,9 @@ extern "C" hr_status cuda_conv2d_forward(cuda_ctx *c, float *out, const float *i
     return HR_OK;
 }
 
-extern "C" hr_status cuda_conv2d_backward(cuda_ctx *c, float *din, float *dw, float *dbias,
-                                          const float *dout, const float *in, const float *w, int B,
-                                          const conv_geom *g) {
+static hr_status im2col_backward(cuda_ctx *c, float *din, float *dw, float *dbias,
+                                 const float *dout, const float *in, const float *w, int B,
+                                 const conv_geom *g) {
     int bc_max = conv_chunk(g, B), ckk = g->C * g->K * g->K;
     long ohw = (long)g->OH * g->OW, in_sz = (long)g->C * g->H * g->W, out_sz = g->OC * ohw;
     HR_CHECK(cuda_ctx_reserve(c, cuda_conv2d_workspace(g, B)));
@@ -158,6 +162,27 @@ extern "C" hr_status cuda_conv2d_backward(cuda_ctx *c, float *din, float *dw, fl
         }
     }
     return HR_OK;
+}
+
+extern "C" hr_status cuda_conv2d_forward(cuda_ctx *c, float *out, const float *in, const float *w,
+                                         const float *bias, int B, const conv_geom *g) {
+    if (c->dnn) {
+        hr_status st = hr_dnn_conv_forward(c, out, in, w, bias, B, g);
+        if (st != HR_ERR_UNSUPPORTED) return st;
+        c->conv_fallbacks++;
+    }
+    return im2col_forward(c, out, in, w, bias, B, g);
+}
+
+extern "C" hr_status cuda_conv2d_backward(cuda_ctx *c, float *din, float *dw, float *dbias,
+                                          const float *dout, const float *in, const float *w, int B,
+                                          const conv_geom *g) {
+    if (c->dnn) {
+        hr_status st = hr_dnn_conv_backward(c, din, dw, dbias, dout, in, w, B, g);
+        if (st != HR_ERR_UNSUPPORTED) return st;
+        c->conv_fallbacks++;
+    }
+    return im2col_backward(c, din, dw, dbias, dout, in, w, B, g);
 }
 
 /* ================================================================ max-pool */

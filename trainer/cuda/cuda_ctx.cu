@@ -59,6 +59,25 @@ extern "C" double cuda_device_capacity(int device, char *name, size_t namelen) {
 
 /* ================================================================ context */
 
+/* Start the context's convolutions on cuDNN where the build has it; say once per process
+ * which implementation runs them, and why when cuDNN is built in but unusable. */
+static void conv_on_cudnn(cuda_ctx *c) {
+    static int said;
+    char why[256] = "";
+    hr_status st = hr_dnn_set(c, 1, why, sizeof why);
+    if (__atomic_exchange_n(&said, 1, __ATOMIC_RELAXED)) return;
+#ifdef HR_HAVE_CUDNN
+    if (st == HR_OK)
+        HR_INFO(CUDA, "convolutions: %s, deterministic algorithms, fp32 without TF32",
+                cuda_cudnn_version());
+    else
+        HR_WARN(CUDA, "convolutions: im2col and cuBLAS, because cuDNN cannot be used: %s", why);
+#else
+    (void)st;
+    HR_DEBUG(CUDA, "convolutions: im2col and cuBLAS (built without cuDNN)");
+#endif
+}
+
 extern "C" hr_status cuda_ctx_init(cuda_ctx *c, int device, char *err, size_t errlen) {
     memset(c, 0, sizeof *c);
     c->device = device;
@@ -86,6 +105,7 @@ extern "C" hr_status cuda_ctx_init(cuda_ctx *c, int device, char *err, size_t er
         return hr_fail(err, errlen, HR_ERR_CUDA, "cuda:%d: cuBLAS: %s", device,
                        cublasGetStatusString(s));
     }
+    conv_on_cudnn(c);
     return HR_OK;
 }
 
@@ -93,6 +113,7 @@ extern "C" void cuda_ctx_free(cuda_ctx *c) {
     if (!c) return;
     if (c->blas || c->stream || c->scratch || c->partials) cudaSetDevice(c->device);
     if (c->stream) cudaStreamSynchronize(c->stream);
+    hr_dnn_set(c, 0, NULL, 0);
     if (c->blas) cublasDestroy(c->blas);
     if (c->scratch) cudaFree(c->scratch);
     if (c->partials) cudaFree(c->partials);

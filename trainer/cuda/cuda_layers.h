@@ -5,8 +5,9 @@
  * the batch first, same contract (backward passes WRITE gradient SUMS over the batch; the
  * optimizer divides by the global batch, DESIGN.md I2). All pointers are device pointers;
  * work is enqueued on ctx->stream and the functions return without waiting, except where
- * noted. GEMMs go through cuBLAS in plain fp32 (no TF32); everything else is this module's
- * own kernels.
+ * noted. GEMMs go through cuBLAS in plain fp32 (no TF32). Convolutions go through cuDNN where
+ * the build has it (deterministic algorithms, FMA math: no TF32), else through im2col and
+ * cuBLAS, which stays as the reference; everything else is this module's own kernels.
  *
  * Determinism: no reduction uses atomics. Sums over the batch run as fixed per-block partials
  * followed by a fixed second pass, so a given input, shape and device give bitwise-identical
@@ -40,7 +41,13 @@ typedef struct {
     size_t scratch_floats; /* capacity of scratch */
     double *partials;      /* reduction partials (2 * CUDA_MAX_PARTIALS doubles) */
     int owns_stream;       /* stream was created here and is destroyed by cuda_ctx_free */
+    void *dnn;             /* cuDNN state (cuda_cudnn.cu) while convolutions use cuDNN, else NULL */
+    long conv_fallbacks;   /* conv2d calls that ran on im2col although dnn was set (no cuDNN
+                              algorithm qualified for the shape) */
 } cuda_ctx;
+
+/* How a context runs conv2d. */
+typedef enum { CUDA_CONV_IM2COL, CUDA_CONV_CUDNN } cuda_conv_impl;
 
 #define CUDA_MAX_PARTIALS 1024
 
@@ -50,14 +57,23 @@ int cuda_device_count(void);
  * hint; 0 when the device cannot be queried. `name` (may be NULL) receives its name. */
 double cuda_device_capacity(int device, char *name, size_t namelen);
 
-/* Bind `device` and create the stream, cuBLAS handle and reduction scratch. */
+/* Bind `device` and create the stream, cuBLAS handle and reduction scratch. Convolutions start
+ * on cuDNN where the build has it and its library loads (logged once per process), else on
+ * im2col. */
 hr_status cuda_ctx_init(cuda_ctx *c, int device, char *err, size_t errlen);
 /* Safe on a zeroed or partly initialised context. */
 void cuda_ctx_free(cuda_ctx *c);
 /* Grow the conv2d workspace to at least `floats` (synchronises the device when it grows;
  * call once before the training loop so the loop never allocates). */
 hr_status cuda_ctx_reserve(cuda_ctx *c, size_t floats);
-/* Workspace floats that conv2d forward/backward need for geometry g and batch B. */
+/* Switch the context's convolutions. CUDA_CONV_CUDNN fails with HR_ERR_UNSUPPORTED (and a
+ * reason in err) on a build without cuDNN or where its library does not load. */
+hr_status cuda_ctx_set_conv(cuda_ctx *c, cuda_conv_impl impl, char *err, size_t errlen);
+cuda_conv_impl cuda_ctx_conv(const cuda_ctx *c);
+/* "cuDNN 9.19.0" (the library loaded) or "none (built without cuDNN)"; never NULL. */
+const char *cuda_cudnn_version(void);
+/* Workspace floats that conv2d forward/backward need for geometry g and batch B. The cuDNN
+ * path uses no more than this either (it picks among the algorithms that fit). */
 size_t cuda_conv2d_workspace(const conv_geom *g, int B);
 
 /* ---------------------------------------------------------------- dense layers */
