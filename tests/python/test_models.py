@@ -24,6 +24,8 @@ model_worker.py processes (tests/python/CMakeLists.txt registers each mode as py
               no hang, equal replicas); gradient clipping in before_step and a StepLR scheduler
               follow the 1-node run; autocast bf16 on the CPU, and bfloat16 parameters through
               the float32 staging buffer, keep every replica equal
+    cost      (not a ctest) samples/s of that CNN for each buffers mode and with sync_bn:
+              test_models.py cost [REPS]
 Exit 77 when PyTorch (or, for resnet, torchvision) is missing.
 """
 import os
@@ -40,13 +42,14 @@ WORKER = os.path.join(HERE, "model_worker.py")
 check = tt.check
 
 
-def write_ini(d, name, slowdowns, port, iters=20, B=48, samples=384):
+def write_ini(d, name, slowdowns, port, iters=20, B=48, samples=384,
+              controller="policy = proportional\ninterval = 1"):
     path = os.path.join(d, name)
     with open(path, "w") as f:
         f.write("[cluster]\nsecurity = none\nconnect_timeout = 30\ntimeout = 15\n"
                 f"rejoin_timeout = 40\n[train]\nsamples = {samples}\nglobal_batch = {B}\n"
                 f"iterations = {iters}\nseed = 3\nhash_interval = 5\n[controller]\n"
-                "policy = proportional\ninterval = 1\nmin_batch = 2\n")
+                f"{controller}\nmin_batch = 2\n")
         for k, s in enumerate(slowdowns):
             f.write(f"[node.{k}]\nhost = 127.0.0.1\nport = {port + k}\nslowdown = {s}\n")
     return path
@@ -303,13 +306,42 @@ def extras(d, port):
         check(rs[0]["staged"] == ("--dtype" in A), f"{what}: staged {rs[0]['staged']}")
 
 
+def cost(d, port):
+    """Not a ctest: samples/s of the issue's CNN (BatchNorm, Dropout, a frozen Linear, Adam;
+    32x32x3) on 3 nodes, B = 96, 60 iterations, hash_interval 5, for each buffers mode and
+    with sync_bn; node 0's figure, the median of `reps` runs taken in turn. Two clusters: node
+    2 with slowdown 3 under the default controller (policy = model), and three equal nodes
+    with static batches, where only the per-iteration cost differs (test_models.py cost
+    [REPS])."""
+    reps = int(sys.argv[2]) if len(sys.argv) > 2 else 3
+    tt.DEADLINE = float("inf")
+    modes = {"buffers='average'": (), "buffers='lowest'": ("--buffers", "lowest"),
+             "buffers='off'": ("--buffers", "off"), "sync_bn=True": ("--sync-bn",)}
+    for title, slow, ctl in (("slowdowns 1, 1, 3, policy = model", [1, 1, 3], "policy = model"),
+                             ("slowdowns 1, 1, 1, policy = static", [1, 1, 1],
+                              "policy = static")):
+        ini = write_ini(d, "cost.ini", slow, port, iters=60, B=96, samples=1920, controller=ctl)
+        got = {m: [] for m in modes}
+        for _ in range(reps):
+            for m, extra in modes.items():
+                r = run(d, ini, 3, "--dropout", "0.2", "--opt", "adam", "--size", "32",
+                        "--samples", "1920", *extra)[0]
+                got[m].append(r["samples_per_s"] if r else float("nan"))
+        base = sorted(got["buffers='average'"])[reps // 2]
+        print(f"{title}\n{'mode':20s} {'samples/s':>10s} {'vs average':>10s}   runs")
+        for m, v in got.items():
+            med = sorted(v)[reps // 2]
+            print(f"{m:20s} {med:10.0f} {med / base:10.2f}   {' '.join(f'{x:.0f}' for x in v)}",
+                  flush=True)
+
+
 def main():
     port, claim = tt.port_block()
     rc = 0
     try:
         with tempfile.TemporaryDirectory(prefix="hetring-models.") as d:
             rc = {"buffers": buffers, "hash": hash_check, "syncbn": syncbn, "resnet": resnet,
-                  "extras": extras}[sys.argv[1]](d, port) or 0
+                  "extras": extras, "cost": cost}[sys.argv[1]](d, port) or 0
     finally:
         tt.kill_all()
         os.rmdir(claim)
