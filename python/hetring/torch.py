@@ -114,19 +114,27 @@ def _unpack(v):
     return v
 
 
+def _extra_buffers(model):
+    """The buffers state_dict leaves out (registered with persistent=False), by name."""
+    kept = model.state_dict().keys()
+    return [(n, t) for n, t in model.named_buffers() if n not in kept]
+
+
 def state_bytes(model, optimizer=None, scheduler=None):
-    """The model's, the optimizer's and the scheduler's state as bytes, the same bytes for the
-    same state."""
+    """The model's (with its non-persistent buffers), the optimizer's and the scheduler's
+    state as bytes, the same bytes for the same state."""
     m = [(k, _pack(v)) for k, v in model.state_dict().items()]
     o = None
     if optimizer is not None:
         sd = optimizer.state_dict()
         o = ([(k, [(n, _pack(v)) for n, v in s.items()]) for k, s in sd["state"].items()],
              sd["param_groups"])
-    if scheduler is None:
+    extra = [(n, _pack(t)) for n, t in _extra_buffers(model)]
+    if scheduler is None and not extra:
         return pickle.dumps((m, o), protocol=4)
-    sc = sorted((k, _pack(v)) for k, v in scheduler.state_dict().items())
-    return pickle.dumps((m, o, sc), protocol=4)
+    sc = (sorted((k, _pack(v)) for k, v in scheduler.state_dict().items())
+          if scheduler is not None else None)
+    return pickle.dumps((m, o, sc, extra), protocol=4)
 
 
 def load_state_bytes(model, optimizer, data, scheduler=None):
@@ -137,8 +145,12 @@ def load_state_bytes(model, optimizer, data, scheduler=None):
         st, groups = o
         optimizer.load_state_dict({"state": {k: {n: _unpack(v) for n, v in s} for k, s in st},
                                    "param_groups": groups})
-    if scheduler is not None and rest:
+    if scheduler is not None and rest and rest[0] is not None:
         scheduler.load_state_dict({k: _unpack(v) for k, v in rest[0]})
+    named = dict(model.named_buffers())
+    for n, v in rest[1] if len(rest) > 1 else ():
+        with torch.no_grad():
+            named[n].copy_(_unpack(v))
 
 
 def param_hash(params, h=0):

@@ -97,6 +97,8 @@ def make_model():
 
 
 model = make_model().to(dtype)
+# a buffer state_dict leaves out, different on every node until the first view's transfer
+model.register_buffer("extra", torch.randn(4, dtype=dtype), persistent=False)
 if a.model == "cnn":
     model[13].requires_grad_(False)  # a frozen Linear
 params = [q for q in model.parameters() if q.requires_grad]
