@@ -38,6 +38,8 @@ p.add_argument("--pace", type=float, default=0.0,
 p.add_argument("--nodes", type=int, default=1)
 p.add_argument("--perturb-at", type=int, default=-1,
                help="node 1 adds 1e-3 to its last floating buffer in that iteration")
+p.add_argument("--int-skew-at", type=int, default=-1,
+               help="node 1's forward adds 1 more to its first num_batches_tracked then")
 p.add_argument("--branch", default="iter", choices=["iter", "label"],
                help="Branchy takes its branch on even iterations (every node alike) or when "
                     "the node's first label is even (nodes differ)")
@@ -130,6 +132,12 @@ for idx in tr.batches():
         time.sleep(a.pace)
     if a.model == "branch":
         model._key = b.iter if a.branch == "iter" else (Y[idx[0]] if len(idx) else 1)
+    if b.iter == a.int_skew_at and a.node == 1:
+        nbt = [t for n, t in model.named_buffers() if n.endswith("num_batches_tracked")][0]
+        def count_one_more(*_):
+            nbt.add_(1)
+            skew.remove()
+        skew = model.register_forward_hook(count_one_more)
     if b.iter == a.perturb_at and a.node == 1:
         with torch.no_grad():
             [t for t in model.buffers() if t.dtype.is_floating_point][-1].add_(1e-3)

@@ -8,7 +8,8 @@ model_worker.py processes (tests/python/CMakeLists.txt registers each mode as py
               the batch-size-weighted average, divided by B. buffers="lowest" keeps them equal
               too; buffers="off" warns once and leaves them differing; an unknown mode is refused
     hash      node 1 changes a buffer: every node stops at the next hash iteration with the
-              replica check's error (the hash covers the buffers)
+              replica check's error (the hash covers the buffers); node 1's forward counts a
+              batch more in num_batches_tracked: every node stops with the error naming it
     syncbn    Trainer(sync_bn=True) on 3 nodes of uneven shares follows the 1-node run of the
               same global batch (parameters and losses within 1e-4); in-process, the layer over
               shares (5, 0, 11), one of them empty, gives the whole batch's outputs, gradients
@@ -130,6 +131,16 @@ def hash_check(d, port):
               "buffer" in text, f"node's log: {text[-1500:]}")
     print("a buffer changed on node 1 in iteration 7: every node stopped at iteration 10 with "
           "the replica check's error")
+    rs = run(d, write_ini(d, "skew.ini", [1, 1, 1], port + 4), 3, "--int-skew-at", "3",
+             expect_rc=1)
+    check(rs == [None, None, None], "a node finished the run with a skewed integer buffer")
+    for p in tt.STARTED[-3:]:
+        p.log.seek(0)
+        text = p.log.read()
+        check("changed the integer buffer 0.num_batches_tracked by different amounts" in text,
+              f"node's log: {text[-1500:]}")
+    print("node 1's forward counted one batch more in iteration 3: every node stopped with "
+          "the integer buffer's error")
 
 
 class FakeRing:
