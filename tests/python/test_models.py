@@ -13,7 +13,9 @@ model_worker.py processes (tests/python/CMakeLists.txt registers each mode as py
     syncbn    Trainer(sync_bn=True) on 3 nodes of uneven shares follows the 1-node run of the
               same global batch (parameters and losses within 1e-4); in-process, the layer over
               shares (5, 0, 11), one of them empty, gives the whole batch's outputs, gradients
-              and running statistics
+              and running statistics; three in-process Trainers (a fake Node on threads) with
+              node 1's share empty in two iterations follow one Trainer over the whole batches
+              (with sync_bn; without it the input BatchNorm's running mean)
     resnet    torchvision's ResNet-18 (random weights), synthetic 32x32x3, sync_bn, 3 nodes with
               slowdowns 1, 2, 3: node 2 killed in iteration 4 and started again; at the end
               every parameter and buffer is the same on every node; the loss follows the run
@@ -203,8 +205,118 @@ def syncbn_unit():
     check(worst <= 1e-5, f"sync BN vs BatchNorm: {worst}")
 
 
+class FakeNode:
+    """hetring.Node for in-process Trainers on threads: each iteration's shares as given,
+    allreduce and step over a FakeRing (step divides by B, as the library does)."""
+
+    def __init__(self, ring, rank, shares, **_):
+        self.ring, self.rank, self.shares, self.it = ring, rank, shares, 0
+        self.size, self.global_batch = len(shares[0]), sum(shares[0])
+        self.iterations = len(shares)
+
+    def _sum(self, address, count):
+        import ctypes
+        t = torch.frombuffer((ctypes.c_float * count).from_address(address), dtype=torch.float32)
+        self.ring.comm(self.rank)(t)
+        return t
+
+    def next(self):
+        import hetring
+        if self.it == len(self.shares):
+            return None
+        sh = self.shares[self.it]
+        b = hetring.Batch()
+        b.iter, b.epoch, b.global_batch, b.batch = self.it, 0, self.global_batch, sh[self.rank]
+        b.start = self.it * self.global_batch + sum(sh[:self.rank])
+        b.indices = list(range(b.start, b.start + b.batch))
+        b.rank, b.size, b.check_hash, b.view_changed, b.slowdown = self.rank, self.size, 0, 0, 1.0
+        return b
+
+    def allreduce(self, address, count):
+        self._sum(address, count)
+        return True
+
+    def step(self, buffers, compute_s, loss_sum=0.0, correct=0, param_hash=0):
+        import hetring
+        for address, count in buffers:
+            self._sum(address, count).mul_(1.0 / self.global_batch)
+        r = hetring.Result()
+        r.iter, r.loss = self.it, 0.0
+        self.it += 1
+        return r
+
+    def ready(self, buffers, i):
+        pass
+
+    def close(self):
+        pass
+
+
+def empty_share():
+    """Trainers on threads over FakeNode: node 1's share is empty in iterations 1 and 2 (it
+    passes None there, as Trainer.loader does). With sync_bn the three follow one Trainer over
+    the whole batches; with buffers="average" alone the input BatchNorm's running mean is the
+    whole batches' (the empty share weighs 0: no NaN, the divisor B)."""
+    import hetring
+    import hetring.torch as ht
+    shares = [[6, 5, 5], [5, 0, 11], [8, 0, 8]]
+    x = torch.randn(48, 3, 6, 6, generator=torch.Generator().manual_seed(1)) * 3 + 2
+    y = torch.randint(0, 2, (48,), generator=torch.Generator().manual_seed(2))
+
+    def make():
+        torch.manual_seed(2)
+        return torch.nn.Sequential(torch.nn.BatchNorm2d(3), torch.nn.Conv2d(3, 4, 3),
+                                   torch.nn.BatchNorm2d(4), torch.nn.ReLU(), torch.nn.Flatten(),
+                                   torch.nn.Linear(64, 2))
+
+    def train(shares, sync_bn):
+        n = len(shares[0])
+        ring, errs = FakeRing(n), []
+        models = [make() for _ in range(n)]
+        real = hetring.Node
+        hetring.Node = lambda *_a, **kw: FakeNode(ring, len(trs), shares, **kw)
+        trs = []
+        try:
+            for m in models:
+                trs.append(ht.Trainer({}, m, torch.optim.SGD(m.parameters(), lr=0.1),
+                                      sync_bn=sync_bn))
+        finally:
+            hetring.Node = real
+
+        def node(tr):
+            try:
+                for idx in tr.batches():
+                    tr.step(torch.nn.functional.cross_entropy,
+                            (x[idx], y[idx]) if len(idx) else None)
+            except Exception as e:  # noqa: BLE001  (reported below)
+                errs.append(repr(e))
+                ring.barrier.abort()
+        ts = [threading.Thread(target=node, args=(tr,)) for tr in trs]
+        [t.start() for t in ts]
+        [t.join(60) for t in ts]
+        check(not errs, f"in-process Trainers: {errs}")
+        return models
+
+    def diff(a, b, names=None):
+        sa, sb = a.state_dict(), b.state_dict()
+        return max(float((sa[k].double() - sb[k].double()).abs().max()) for k in sa
+                   if names is None or k in names)
+    for sync_bn in (True, False):
+        one = train([[sum(s)] for s in shares], sync_bn)[0]
+        three = train(shares, sync_bn)
+        equal = max(diff(three[0], m) for m in three[1:])
+        vs_one = diff(one, three[0], None if sync_bn else ("0.running_mean",))
+        print(f"empty share in iterations 1 and 2, sync_bn={sync_bn}: the 3 Trainers within "
+              f"{equal:.3g} of each other, "
+              f"{'everything' if sync_bn else 'the input running mean'} within {vs_one:.3g} "
+              f"of one Trainer over the whole batches")
+        check(equal == 0.0, f"sync_bn={sync_bn}: the Trainers differ by {equal}")
+        check(vs_one <= 1e-5, f"sync_bn={sync_bn}: {vs_one} from one Trainer's")
+
+
 def syncbn(d, port):
     syncbn_unit()
+    empty_share()
     one = run(d, write_ini(d, "one.ini", [1], port), 1, "--sync-bn")[0]
     ini = write_ini(d, "three.ini", [1, 2, 3], port + 1)
     rs = run(d, ini, 3, "--sync-bn")
