@@ -783,6 +783,27 @@ static hr_status exchange(hetring *h, float *head, size_t tail) {
     return overlap_wait(&h->ow);
 }
 
+/* A collective of the user's own inside an iteration (hetring.h). */
+int hetring_allreduce(hetring *h, float *buf, size_t count) {
+    int us = usable(h);
+    if (us != HETRING_OK) return us;
+    if (!h->fetched)
+        return fail(h, HETRING_EINVAL, "hetring_allreduce: call hetring_next first (iteration %ld)",
+                    h->iter);
+    if (h->n_given)
+        return fail(h, HETRING_EINVAL,
+                    "hetring_allreduce: iteration %ld has buffers handed over (hetring_ready), "
+                    "whose buckets use the ring; all-reduce before the first hetring_ready",
+                    h->iter);
+    if (!buf && count) return fail(h, HETRING_EINVAL, "hetring_allreduce: buf is NULL");
+    h->err[0] = 0;
+    if (count == 0) return HETRING_OK;
+    hr_status st = dist_allreduce(&h->d, buf, count);
+    if (st == HR_OK) return HETRING_OK;
+    h->fetched = 0; /* the iteration is dropped: hetring_next gives it again */
+    return recover(h, st);
+}
+
 int hetring_step(hetring *h, const hetring_grads *g, hetring_result *res) {
     int us = usable(h);
     if (us != HETRING_OK) return us;

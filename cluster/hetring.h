@@ -228,6 +228,16 @@ HETRING_API HETRING_RESULT int hetring_next(hetring *h, hetring_batch *out);
  * read again: write it no more until hetring_step returns the mean into it. */
 HETRING_API HETRING_RESULT int hetring_ready(hetring *h, const hetring_grads *g, int i);
 
+/* A SUM all-reduce of count floats at buf over the current view, inside an iteration: for a
+ * model whose forward or backward needs a collective of its own (PyTorch's synchronised
+ * BatchNorm: each node's per-channel sums). Call it after hetring_next and before
+ * hetring_step, before any hetring_ready of the iteration (the communication thread owns the
+ * ring once buffers are handed over: HETRING_EINVAL); every member must make the same calls,
+ * with the same counts, in the same order. buf gets the sum over the members (no division).
+ * HETRING_RETRY: a node failed and the others formed a new view, as for hetring_step: drop the
+ * iteration, call hetring_next and compute it again. */
+HETRING_API HETRING_RESULT int hetring_allreduce(hetring *h, float *buf, size_t count);
+
 /* All-reduce g's buffers over the cluster with the stats of this node, check the agreement
  * hashes, run the controller and return the mean gradient in g->bufs and the next split.
  * HETRING_RETRY: a node failed and the others formed a new view (your put_state may have

@@ -250,6 +250,23 @@ class Node:
         if st != _lib.OK:
             self._fail(st)
 
+    def allreduce(self, address, count):
+        """SUM all-reduce of `count` float32 at `address` over the current view, in place,
+        between next() and step() and before any ready() of the iteration (hetring.h,
+        hetring_allreduce): every member makes the same calls in the same order. Returns
+        False when the view changed during the call: drop the iteration and fetch next()
+        again, as when step() returns None."""
+        if not self._L.has_allreduce:
+            raise Error(_lib.EINVAL, f"hetring: {self._L.path} has no hetring_allreduce (a "
+                                     f"libhetring older than this package's)")
+        st = self._L.hetring_allreduce(self._h, ctypes.c_void_p(address), int(count))
+        self._reraise()
+        if st == _lib.RETRY:
+            return False
+        if st != _lib.OK:
+            self._fail(st)
+        return True
+
     def step(self, buffers, compute_s, loss_sum=0.0, correct=0, param_hash=0):
         """All-reduce buffers (a list of (address, float32 count)) in place to the global mean.
 

@@ -10,6 +10,7 @@ import os
 
 OK = 0
 EINVAL = 1
+EMISMATCH = 10
 RETRY = 100
 DONE = 101
 LEFT = 102
@@ -166,5 +167,10 @@ def load():
     for name, (res, args) in sig.items():
         f = getattr(lib, name)
         f.restype, f.argtypes = res, args
+    # newer than the rest of 0.3 (Node.allreduce says so where the library lacks it)
+    lib.has_allreduce = hasattr(lib, "hetring_allreduce")
+    if lib.has_allreduce:
+        lib.hetring_allreduce.restype = ctypes.c_int
+        lib.hetring_allreduce.argtypes = [h, ctypes.c_void_p, ctypes.c_size_t]
     lib.path = path
     return lib

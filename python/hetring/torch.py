@@ -38,11 +38,42 @@ trainer.save(path) (atomically: a temporary file, fsync, rename); Trainer(..., r
 starts from such a file when it exists, and nodes that resume nothing receive the state of
 the node furthest along.
 
-Overlap (overlap=True, the default): a hook on every parameter hands its gradient to the
-library as soon as backward has accumulated it (hetring_ready), so where the library uses
-buckets ([train] bucket_bytes: auto where every node has a core to spare, or a size) the last
-layers' gradients are all-reduced while backward computes the first ones, as DDP does.
+Buffers (buffers="average", the default): every registered buffer (BatchNorm's running
+statistics, num_batches_tracked, any buffer of your own) is made the same on every node at
+every iteration. What forward changed in a floating buffer goes into the all-reduce with the
+gradients as b_k x (new - old), so each node gets old + sum_k (b_k/B)(new_k - old): the
+batch-size-weighted average of the members' buffers, the running statistics one node would
+have had over the whole batch (the mean exactly, the variance to first order); a node with an
+empty share weighs 0 and the divisor is B = sum_k b_k. Integer buffers go the same way and are
+rounded (old + the change every node made); a fractional result, nodes that changed them
+differently, is an error. buffers="lowest" takes the lowest member's change instead (DDP's
+broadcast_buffers), buffers="off" leaves each node its own (logged once as a warning; the
+replica hash then leaves the buffers out). Otherwise the hash on hash iterations covers every
+parameter (frozen ones too) and every buffer, so a replica that differs anywhere stops the
+cluster.
+
+Synchronised BatchNorm (sync_bn=True, or convert_sync_batchnorm(model) before the Trainer):
+in training, each BatchNorm layer takes its statistics over the whole global batch: every
+node's per-channel sum, sum of squares and count go through the ring in forward
+(Node.allreduce), and the matching two sums in backward, so an N-node run follows the 1-node
+run of the same global batch (I3). It costs two small all-reduces per layer and iteration, and
+the gradients are all handed over after backward (overlap must be off). A node with an empty
+share still runs forward and backward on its empty batch and takes part.
+
+Gradient clipping and the learning rate: before_step(trainer) runs after the all-reduce, when
+every .grad holds the global mean, and before optimizer.step(): clip there
+(torch.nn.utils.clip_grad_norm_ clips the global gradient, the same on every node). A
+scheduler given as scheduler= is stepped after every applied optimizer step (never for an
+iteration that runs again) and its state moves with the model's to a node that joins and into
+save().
+
+Overlap (overlap=True, the default without sync_bn): a hook on every parameter hands its
+gradient to the library as soon as backward has accumulated it (hetring_ready), so where the
+library uses buckets ([train] bucket_bytes: auto where every node has a core to spare, or a
+size) the last layers' gradients are all-reduced while backward computes the first ones, as
+DDP does.
 """
+import logging
 import multiprocessing
 import os
 import pickle
@@ -57,12 +88,18 @@ import hetring
 
 _CKPT_FORMAT = "hetring.torch checkpoint 1"
 _INT_TYPES = (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8)
+_BUFFER_MODES = ("average", "lowest", "off")
+
+
+# kinds numpy lacks, packed as the bytes of an integer kind of their size
+_AS_INT = {torch.bfloat16: torch.int16}
 
 
 def _pack(v):
     if torch.is_tensor(v):
         t = v.detach().cpu().contiguous()
-        return ("tensor", str(t.dtype).split(".")[-1], tuple(t.shape), t.numpy().tobytes())
+        raw = t.view(_AS_INT[t.dtype]) if t.dtype in _AS_INT else t
+        return ("tensor", str(t.dtype).split(".")[-1], tuple(t.shape), raw.numpy().tobytes())
     return v
 
 
@@ -72,40 +109,74 @@ def _unpack(v):
         dt = getattr(torch, dtype)
         if not data:
             return torch.zeros(shape, dtype=dt)
-        return torch.frombuffer(bytearray(data), dtype=dt).reshape(shape).clone()
+        raw = torch.frombuffer(bytearray(data), dtype=_AS_INT.get(dt, dt))
+        return raw.view(dt).reshape(shape).clone()
     return v
 
 
-def state_bytes(model, optimizer=None):
-    """The model's and the optimizer's state as bytes, the same bytes for the same state."""
+def _extra_buffers(model):
+    """The buffers state_dict leaves out (registered with persistent=False), by name."""
+    kept = model.state_dict().keys()
+    return [(n, t) for n, t in model.named_buffers() if n not in kept]
+
+
+def state_bytes(model, optimizer=None, scheduler=None):
+    """The model's (with its non-persistent buffers), the optimizer's and the scheduler's
+    state as bytes, the same bytes for the same state."""
     m = [(k, _pack(v)) for k, v in model.state_dict().items()]
     o = None
     if optimizer is not None:
         sd = optimizer.state_dict()
         o = ([(k, [(n, _pack(v)) for n, v in s.items()]) for k, s in sd["state"].items()],
              sd["param_groups"])
-    return pickle.dumps((m, o), protocol=4)
+    extra = [(n, _pack(t)) for n, t in _extra_buffers(model)]
+    if scheduler is None and not extra:
+        return pickle.dumps((m, o), protocol=4)
+    sc = (sorted((k, _pack(v)) for k, v in scheduler.state_dict().items())
+          if scheduler is not None else None)
+    return pickle.dumps((m, o, sc, extra), protocol=4)
 
 
-def load_state_bytes(model, optimizer, data):
+def load_state_bytes(model, optimizer, data, scheduler=None):
     """Adopt a state that state_bytes made (on a model and optimizer of the same shape)."""
-    m, o = pickle.loads(data)
+    m, o, *rest = pickle.loads(data)
     model.load_state_dict({k: _unpack(v) for k, v in m})
     if optimizer is not None and o is not None:
         st, groups = o
         optimizer.load_state_dict({"state": {k: {n: _unpack(v) for n, v in s} for k, s in st},
                                    "param_groups": groups})
+    if scheduler is not None and rest and rest[0] is not None:
+        scheduler.load_state_dict({k: _unpack(v) for k, v in rest[0]})
+    named = dict(model.named_buffers())
+    for n, v in rest[1] if len(rest) > 1 else ():
+        with torch.no_grad():
+            named[n].copy_(_unpack(v))
 
 
-def param_hash(params):
-    """hetring_hash over the bytes of every parameter, in order (copied to the CPU first)."""
-    h = 0
+def param_hash(params, h=0):
+    """hetring_hash over the bytes of every tensor, in order (copied to the CPU first)."""
     for p in params:
         t = p.detach()
         if t.device.type != "cpu" or not t.is_contiguous():
             t = t.to("cpu").contiguous()
         h = hetring.hash_bytes(t.data_ptr(), t.numel() * t.element_size(), h)
     return h
+
+
+def state_tensors(model, buffers=True):
+    """Every parameter of model once (shared ones once, frozen ones too), then, with buffers,
+    every buffer once: what the replica hash covers."""
+    seen, out = set(), []
+    for t in list(model.parameters()) + (list(model.buffers()) if buffers else []):
+        if id(t) not in seen:
+            seen.add(id(t))
+            out.append(t)
+    return out
+
+
+def state_hash(model, buffers=True):
+    """The replica hash of hetring.torch: param_hash over state_tensors(model, buffers)."""
+    return param_hash(state_tensors(model, buffers))
 
 
 _worker_dataset = None  # a loader worker's copy of the dataset
@@ -144,6 +215,130 @@ def _worker_load(indices):
     return [_worker_dataset[i] for i in indices]
 
 
+# ------------------------------------------------------------------ synchronised BatchNorm
+
+
+class _ViewChanged(Exception):
+    """A collective inside forward or backward saw the view change: the iteration runs again."""
+
+
+def _sum_dims(x):
+    return [0] + list(range(2, x.dim()))
+
+
+class _SyncBNFn(torch.autograd.Function):
+    """BatchNorm over the whole global batch. Forward: this node's per-channel sum and sum of
+    squares of x - K (K: the running mean, the same on every node, which keeps the sums small)
+    and its count, summed over the ring; backward: the per-channel sums of dy and dy * x_hat,
+    summed over the ring. The weight's and the bias's gradients are this node's own parts
+    (the gradient all-reduce adds them up, as for every other parameter)."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, shift, comm, eps, info):
+        C = x.shape[1]
+        xf = x.float()
+        d = xf - shift.view(1, C, *([1] * (x.dim() - 2)))
+        dims = _sum_dims(x)
+        n = x.numel() // C if x.numel() else 0
+        v = torch.cat([d.double().sum(dims), (d.double() * d.double()).sum(dims),
+                       torch.tensor([float(n)], dtype=torch.float64, device=x.device)]).float()
+        comm(v)  # the sums over every node's share
+        N = float(v[2 * C])
+        if N < 2:
+            raise ValueError(f"hetring.torch: SyncBatchNorm needs more than 1 value per channel "
+                             f"over the global batch in training, got {N:.0f}")
+        m = v[:C].double() / N
+        var = (v[C:2 * C].double() / N - m * m).clamp_(min=0)
+        mean = (shift.double() + m).float()
+        var = var.float()
+        invstd = torch.rsqrt(var + eps)
+        shape = (1, C) + (1,) * (x.dim() - 2)
+        xhat = (xf - mean.view(shape)) * invstd.view(shape)
+        y = xhat
+        if weight is not None:
+            y = y * weight.float().view(shape) + bias.float().view(shape)
+        ctx.save_for_backward(xhat, invstd, weight)
+        ctx.comm, ctx.N, ctx.dtype = comm, N, x.dtype
+        info["mean"], info["var"], info["N"] = mean, var, N  # for the running statistics
+        return y.to(x.dtype)
+
+    @staticmethod
+    def backward(ctx, gy):
+        xhat, invstd, weight = ctx.saved_tensors
+        C = xhat.shape[1]
+        shape = (1, C) + (1,) * (xhat.dim() - 2)
+        g = gy.float()
+        dims = _sum_dims(xhat)
+        local = torch.cat([g.sum(dims), (g * xhat).sum(dims)])
+        tot = local.clone()
+        ctx.comm(tot)
+        N = ctx.N
+        w = weight.float() if weight is not None else torch.ones(C, device=g.device)
+        gx = (g - (tot[:C] / N).view(shape) - xhat * (tot[C:] / N).view(shape)) * \
+            (w * invstd).view(shape)
+        gw = local[C:].to(weight.dtype) if weight is not None and ctx.needs_input_grad[1] else None
+        gb = local[:C].to(weight.dtype) if weight is not None and ctx.needs_input_grad[2] else None
+        return gx.to(ctx.dtype), gw, gb, None, None, None, None
+
+
+class SyncBatchNorm(torch.nn.modules.batchnorm._BatchNorm):
+    """BatchNorm of any dimension whose training statistics are those of the whole global
+    batch of a hetring cluster (the Trainer connects it); without a Trainer, and in eval mode,
+    the plain BatchNorm. Made by convert_sync_batchnorm(model) or Trainer(sync_bn=True)."""
+
+    _comm = None  # the Trainer's all-reduce (in place, float32 on the CPU), or None
+
+    def _check_input_dim(self, x):
+        if x.dim() < 2:
+            raise ValueError(f"hetring.torch: SyncBatchNorm expects at least 2D input, got "
+                             f"{x.dim()}D")
+
+    def forward(self, x):
+        self._check_input_dim(x)
+        if not self.training or self._comm is None:
+            return super().forward(x)
+        factor = 0.0 if self.momentum is None else self.momentum
+        if self.track_running_stats and self.num_batches_tracked is not None:
+            self.num_batches_tracked.add_(1)
+            factor = (1.0 / float(self.num_batches_tracked) if self.momentum is None
+                      else self.momentum)
+        shift = (self.running_mean.detach().float() if self.track_running_stats
+                 else torch.zeros(x.shape[1], device=x.device))
+        info = {}
+        out = _SyncBNFn.apply(x, self.weight, self.bias, shift, self._comm, self.eps, info)
+        if self.track_running_stats:
+            mean, var, N = info["mean"], info["var"], info["N"]
+            with torch.no_grad():
+                self.running_mean.mul_(1 - factor).add_(mean.to(self.running_mean.dtype),
+                                                        alpha=factor)
+                unbiased = var * (N / (N - 1))
+                self.running_var.mul_(1 - factor).add_(unbiased.to(self.running_var.dtype),
+                                                       alpha=factor)
+        return out
+
+
+def convert_sync_batchnorm(model):
+    """model with every BatchNorm1d/2d/3d (and torch.nn.SyncBatchNorm) replaced by a hetring
+    SyncBatchNorm that holds the same parameter and buffer tensors (an optimizer made before
+    keeps working). Returns the model (a new module only when model itself is a BatchNorm)."""
+    if isinstance(model, torch.nn.modules.batchnorm._BatchNorm) and \
+            not isinstance(model, SyncBatchNorm):
+        new = SyncBatchNorm(model.num_features, model.eps, model.momentum, model.affine,
+                            model.track_running_stats)
+        if model.affine:
+            new.weight, new.bias = model.weight, model.bias
+        if model.track_running_stats:
+            new.running_mean, new.running_var = model.running_mean, model.running_var
+            new.num_batches_tracked = model.num_batches_tracked
+        new.training = model.training
+        return new
+    for name, child in model.named_children():
+        new = convert_sync_batchnorm(child)
+        if new is not child:
+            setattr(model, name, new)
+    return model
+
+
 class _Buffers:
     """One iteration's gradient memory as the library reads it."""
 
@@ -179,7 +374,17 @@ class Trainer:
     time.perf_counter; time.thread_time counts only this thread's CPU, which keeps the speed
     signal steady on a machine whose cores are shared by more processes than it has).
     overlap: hand each gradient over from a backward hook as soon as it is computed (see the
-    module's text); False hands them all over after backward.
+    module's text); False hands them all over after backward. None (the default): True,
+    but False with synchronised BatchNorm, which overlap=True cannot go with.
+    buffers: "average" (the default), "lowest" or "off": how the model's buffers are kept
+    the same on every node (see the module's text).
+    sync_bn: replace every BatchNorm layer of model by a SyncBatchNorm (convert_sync_batchnorm,
+    in place; the parameters and buffers stay the same tensors); a model that holds
+    SyncBatchNorm layers already is synchronised without it.
+    before_step(trainer): called after the all-reduce (every .grad the global mean) and
+    before optimizer.step(): the place to clip gradients.
+    scheduler: a learning-rate scheduler stepped after every applied optimizer step, whose
+    state moves and is saved with the model's and the optimizer's.
     resume: a file that save() wrote: when it exists, the model and optimizer start from it
     (and start_iter is its iteration); when it does not, the run starts afresh.
     leave_on: signals (e.g. (signal.SIGTERM,)) whose arrival makes this node leave at the next
@@ -189,9 +394,27 @@ class Trainer:
     """
 
     def __init__(self, conf, model, optimizer, node_id=None, n_samples=0, overrides=(),
-                 on_view=None, sync_first=True, clock=time.perf_counter, overlap=True,
-                 start_iter=0, resume=None, leave_on=()):
-        self.model, self.optimizer = model, optimizer
+                 on_view=None, sync_first=True, clock=time.perf_counter, overlap=None,
+                 start_iter=0, resume=None, leave_on=(), buffers="average", sync_bn=False,
+                 before_step=None, scheduler=None):
+        if buffers not in _BUFFER_MODES:
+            raise ValueError(f"hetring.torch: buffers={buffers!r}: expected one of "
+                             f"{', '.join(repr(m) for m in _BUFFER_MODES)}")
+        if sync_bn:
+            model = convert_sync_batchnorm(model)
+        self.sync_bn = [m for m in model.modules() if isinstance(m, SyncBatchNorm)]
+        if any(isinstance(m, torch.nn.SyncBatchNorm) for m in model.modules()):
+            raise ValueError("hetring.torch: the model holds torch.nn.SyncBatchNorm, which needs "
+                             "torch.distributed; use Trainer(sync_bn=True) or "
+                             "hetring.torch.convert_sync_batchnorm(model) instead")
+        if self.sync_bn and overlap:
+            raise ValueError("hetring.torch: overlap=True cannot go with synchronised BatchNorm "
+                             "(its all-reduces in backward would meet the gradient buckets on the "
+                             "ring); leave overlap out or pass False")
+        overlap = not self.sync_bn if overlap is None else overlap
+        self.model, self.optimizer, self.scheduler = model, optimizer, scheduler
+        self.before_step = before_step
+        self.buffer_mode = buffers
         if resume is not None and os.path.exists(resume):
             start_iter = self._load(resume)
         self.clock = clock
@@ -207,19 +430,37 @@ class Trainer:
         if any(p.dtype != torch.float32 or p.device.type != "cpu" for p in self.params):
             self.staged = torch.zeros(sum(p.numel() for p in self.params), dtype=torch.float32)
         self._cuda = any(p.device.type == "cuda" for p in self.params)
+        # the buffers carried in the all-reduce (buffers != "off"): floating and integer ones,
+        # each a view of `carried` (float32 on the CPU), the last buffer handed to the library
+        self.carried_buffers = []
+        if buffers != "off":
+            self.carried_buffers = [t for t in model.buffers()  # each once
+                                    if t.dtype.is_floating_point or t.dtype in _INT_TYPES]
+        n_buf = sum(t.numel() for t in self.carried_buffers)
+        self.carried = torch.zeros(n_buf, dtype=torch.float32) if n_buf else None
+        if buffers == "off":
+            logging.getLogger("hetring.torch").warning(
+                "hetring.torch: buffers='off': the model's buffers (BatchNorm's running "
+                "statistics, ...) are neither made equal across nodes nor checked; each node "
+                "keeps its own, and evaluations and checkpoints depend on the node")
+        self._comm_s = 0.0  # seconds this iteration spent in collectives of its own (sync BN)
+        self._empty = None  # an empty batch of the input's shape, for an empty share (sync BN)
+        self._snap = None   # the buffers as the iteration found them, while it runs
         self.views = []
         self._user_view = on_view
         self.batch = None  # the hetring.Batch being computed
         self.node = hetring.Node(conf, node_id=node_id, n_samples=n_samples,
                                  overrides=overrides, sync_first=sync_first,
                                  start_iter=start_iter,
-                                 get_state=lambda: state_bytes(self.model, self.optimizer),
+                                 get_state=self._get_state,
                                  put_state=self._put, on_view=self._on_view)
         self._live = None  # this iteration's _Buffers while backward runs
         self._hooks = []
         self.done = start_iter  # iterations the model holds: what save() records
         self.left = False       # this node left the cluster (leave(), leave_on)
         self._signals = {}
+        for m in self.sync_bn:
+            m._comm = self._allreduce
         if overlap:
             self._install_hooks()
         me, owner = weakref.ref(self), os.getpid()
@@ -253,14 +494,15 @@ class Trainer:
         if not isinstance(ck, dict) or ck.get("format") != _CKPT_FORMAT:
             raise ValueError(f"hetring.torch: {path} is not a checkpoint of Trainer.save")
         with torch.no_grad():
-            load_state_bytes(self.model, self.optimizer, ck["state"])
+            load_state_bytes(self.model, self.optimizer, ck["state"], self.scheduler)
         return int(ck["iter"])
 
     def save(self, path):
         """The model, the optimizer and the iteration they are at, into path atomically (a
         temporary file in the same directory, fsync, rename): a crash leaves the old file."""
         data = pickle.dumps({"format": _CKPT_FORMAT, "iter": self.done,
-                             "state": state_bytes(self.model, self.optimizer)}, protocol=4)
+                             "state": state_bytes(self.model, self.optimizer, self.scheduler)},
+                            protocol=4)
         tmp = f"{path}.tmp.{os.getpid()}"
         try:
             with open(tmp, "wb") as f:
@@ -314,6 +556,8 @@ class Trainer:
             else:
                 targets.append(self.staged[off:off + p.numel()])
                 off += p.numel()
+        if self.carried is not None:
+            targets.append(self.carried)  # the buffers' changes, last: in the first bucket
         return _Buffers(targets)
 
     def _collect(self, k):
@@ -334,9 +578,16 @@ class Trainer:
         self._collect(k)
         self.node.ready(live.bufs, k)
 
+    def _get_state(self):
+        """The committed state: a view change inside step() (a collective that failed) drops
+        the iteration, so what its forward did to the buffers is undone first."""
+        self._restore()
+        return state_bytes(self.model, self.optimizer, self.scheduler)
+
     def _put(self, data):
         with torch.no_grad():
-            load_state_bytes(self.model, self.optimizer, data)
+            load_state_bytes(self.model, self.optimizer, data, self.scheduler)
+        self._snap = None  # the state received replaces the iteration's
 
     def _on_view(self, v):
         self.done = v["iter"]  # the state a view change moved is at that iteration
@@ -412,38 +663,158 @@ class Trainer:
             raise RuntimeError("hetring.torch: step() without a batch from batches()")
         self.batch = None
         self.optimizer.zero_grad(set_to_none=False)
+        # the replica hash of the state the iteration starts from, before forward changes
+        # the buffers
+        h = state_hash(self.model, self.buffer_mode != "off") if b.check_hash else 0
+        self._snap = [(t, t.detach().clone()) for t in self.model.buffers()]
+        self._comm_s, self._view_changed = 0.0, False
         t0 = self.clock()
         live = self._live = self._buffers()
-        loss_sum, correct = 0.0, 0
         try:
-            if b.batch > 0:
-                x, y = batch
-                out = self.model(x)
-                loss = loss_fn(out, y)
-                (loss * b.batch).backward()  # the mean over b samples, as their sum
-                loss_sum = float(loss.detach()) * b.batch
-                if y.dtype in _INT_TYPES and out.dim() == 2:
-                    correct = int((out.detach().argmax(1) == y).sum())
-        finally:
+            loss_sum, correct = self._compute(loss_fn, batch, b, live)
+        except Exception:
             self._live = None
+            if not self._view_changed:
+                raise
+            self._restore()
+            return None  # a collective of sync BN saw the view change: the iteration again
+        self._live = None
         if self._cuda:
             torch.cuda.synchronize()  # the compute time includes the kernels still queued
-        compute_s = self.clock() - t0
+        compute_s = max(0.0, self.clock() - t0 - self._comm_s)
         self._live = live
         for k in range(len(self.params)):
             if not live.given[k]:
                 self._collect(k)  # no hook ran for it (overlap off, or unused in this graph)
+        if self.carried is not None and not live.given[-1]:
+            self._carry(b, live, hand_over=False)
         self._live = None
-        h = param_hash(self.params) if b.check_hash else 0
-        res = self.node.step(live.bufs, compute_s, loss_sum, correct, h)
+        try:
+            res = self.node.step(live.bufs, compute_s, loss_sum, correct, h)
+        except hetring.Error as e:
+            if e.status != hetring._lib.EMISMATCH or not b.check_hash:
+                raise
+            raise hetring.Error(e.status, f"{e}; on this hash iteration hetring.torch hashed "
+                                f"every parameter and "
+                                f"{'buffer' if self.buffer_mode != 'off' else 'no buffer'} "
+                                f"(buffers={self.buffer_mode!r})") from None
         if res is None:
+            self._restore()  # the iteration runs again from the buffers it found
             return None
+        self._apply_buffers()
         if self.staged is not None:
             for p, v in zip(self.params, live.targets):
                 p.grad.copy_(v.view_as(p.grad))  # the global mean, back in the parameter's kind
+        if self.before_step is not None:
+            self.before_step(self)
         self.optimizer.step()
+        if self.scheduler is not None:
+            self.scheduler.step()
         self.done = res.iter + 1
         return res
+
+    def _compute(self, loss_fn, batch, b, live):
+        """Forward and backward of this node's share; (loss sum, correct predictions). With
+        synchronised BatchNorm an empty share runs them on an empty batch, to take part in
+        the layers' all-reduces."""
+        loss_sum, correct = 0.0, 0
+        if b.batch > 0:
+            x, y = batch
+            if self.sync_bn and torch.is_tensor(x) and torch.is_tensor(y):
+                self._empty = (x[:0], y[:0])
+            out = self.model(x)
+            self._carry(b, live)
+            loss = loss_fn(out, y)
+            (loss * b.batch).backward()  # the mean over b samples, as their sum
+            loss_sum = float(loss.detach()) * b.batch
+            if y.dtype in _INT_TYPES and out.dim() == 2:
+                correct = int((out.detach().argmax(1) == y).sum())
+        elif self.sync_bn:
+            x = batch[0] if batch is not None else None
+            if not torch.is_tensor(x):
+                if self._empty is None:
+                    raise RuntimeError("hetring.torch: an empty share with synchronised "
+                                       "BatchNorm needs an empty batch of the input's shape: "
+                                       "pass (x[:0], y[:0]) to step() (trainer.batches() "
+                                       "gives empty indices that make one)")
+                x = self._empty[0]
+            out = self.model(x)
+            self._carry(b, live)
+            outs = out if isinstance(out, (tuple, list)) else (out,)
+            zero = sum(o.float().sum() for o in outs if torch.is_tensor(o) and o.requires_grad)
+            if torch.is_tensor(zero):
+                (zero * 0.0).backward()  # no samples: every gradient 0, the all-reduces taken
+        return loss_sum, correct
+
+    def _carry(self, b, live, hand_over=True):
+        """What forward did to the buffers, into `carried` with its weight: b x (new - old)
+        ("average"; 0 for an empty share), B x (new - old) on the lowest member ("lowest");
+        handed over at once with overlap on (the buffers are final before backward)."""
+        if self.carried is None:
+            return
+        snap = dict((id(t), old) for t, old in self._snap)
+        w = float(b.batch) if self.buffer_mode == "average" else \
+            (float(b.global_batch) if b.rank == 0 else 0.0)
+        off = 0
+        with torch.no_grad():
+            for t in self.carried_buffers:
+                n = t.numel()
+                dst = self.carried[off:off + n]
+                if w == 0.0:
+                    dst.zero_()  # weight 0: nothing of this node's, not even a NaN
+                else:
+                    d = t.detach().reshape(-1).double() - snap[id(t)].reshape(-1).double()
+                    dst.copy_(d * w)
+                off += n
+        live.given[-1] = True
+        if hand_over and self._hooks:
+            self.node.ready(live.bufs, len(live.bufs) - 1)
+
+    def _apply_buffers(self):
+        """Every node's buffers from the all-reduced change: old + sum_k w_k (new_k - old) / B,
+        integer ones rounded; the same bytes on every node."""
+        snap, self._snap = dict((id(t), old) for t, old in self._snap or ()), None
+        if self.carried is None:
+            return
+        names = {id(t): n for n, t in self.model.named_buffers()}
+        off = 0
+        with torch.no_grad():
+            for t in self.carried_buffers:
+                n = t.numel()
+                old = snap[id(t)]
+                d = self.carried[off:off + n].view(t.shape).to(old.device)
+                if t.dtype.is_floating_point:
+                    t.copy_((old.double() + d.double()).to(t.dtype))
+                else:
+                    r = d.double().round()
+                    if n and float((d.double() - r).abs().max()) > 1e-3:
+                        raise RuntimeError(
+                            f"hetring.torch: the nodes changed the integer buffer "
+                            f"{names.get(id(t), '?')} by different amounts in one iteration "
+                            f"(weighted mean change {d.reshape(-1)[:4].tolist()}); integer "
+                            f"buffers must change alike on every node")
+                    t.copy_(old + r.to(old.dtype))
+                off += n
+
+    def _restore(self):
+        """The buffers back as the iteration found them (it is dropped)."""
+        snap, self._snap = self._snap, None
+        with torch.no_grad():
+            for t, old in snap or ():
+                t.copy_(old)
+
+    def _allreduce(self, t):
+        """A SyncBatchNorm's all-reduce of a float32 tensor, in place (through a CPU copy when
+        t is elsewhere); a view change drops the iteration."""
+        t0 = self.clock()
+        host = t if t.device.type == "cpu" and t.is_contiguous() else t.cpu().contiguous()
+        ok = self.node.allreduce(host.data_ptr(), host.numel())
+        if ok and host is not t:
+            t.copy_(host)
+        self._comm_s += self.clock() - t0
+        if not ok:
+            self._view_changed = True
+            raise _ViewChanged("the view changed during a SyncBatchNorm all-reduce")
 
     def close(self):
         for sig, old in self._signals.items():

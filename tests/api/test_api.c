@@ -4,7 +4,8 @@
  *
  *   test_api text     a cluster from an INI in memory; backend = nccl refused at open (a
  *                     user's gradients are host buffers)
- *   test_api misuse   one node: wrong sizes, calls out of order, after close, bad options
+ *   test_api misuse   one node: wrong sizes, calls out of order (hetring_allreduce's too),
+ *                     after close, bad options
  *   test_api ring     three nodes, node 1 emulating a 3x slowdown: every iteration's slices
  *                     are disjoint and fill the global batch (I1, I6), no sample is used twice
  *                     in an epoch, the gradient comes back as sum / B (I2), the controller
@@ -191,13 +192,21 @@ static int misuse(const char *dir, int port) {
 
     /* hetring_ready */
     CHECK(hetring_ready(h, &gr, 1) == HETRING_EINVAL, "ready before next: EINVAL");
+    float v[3] = {1, 2, 3};
+    CHECK(hetring_allreduce(h, v, 3) == HETRING_EINVAL, "allreduce before next: EINVAL");
     CHECK(hetring_next(h, &b) == HETRING_OK && b.iter == 2, "next for ready");
+    CHECK(hetring_allreduce(h, v, 3) == HETRING_OK && v[0] == 1 && v[1] == 2 && v[2] == 3,
+          "allreduce on one node: %s", hetring_last_error(h));
+    CHECK(hetring_allreduce(h, NULL, 3) == HETRING_EINVAL, "allreduce of NULL: EINVAL");
     CHECK(hetring_ready(h, &gr, 2) == HETRING_EINVAL && hetring_ready(h, &gr, -1) == HETRING_EINVAL,
           "ready of a buffer that is not there: EINVAL");
     printf("ready(2): %s\n", hetring_last_error(h));
     memset(g, 0, sizeof g), memset(count, 0, sizeof count);
     count[0] = 2;
     CHECK(hetring_ready(h, &gr, 1) == HETRING_OK, "ready(1): %s", hetring_last_error(h));
+    CHECK(hetring_allreduce(h, v, 3) == HETRING_EINVAL &&
+              strstr(hetring_last_error(h), "handed over") != NULL,
+          "allreduce after ready: %s", hetring_last_error(h));
     count[0] = 99; /* after the hand-over: must not be read */
     st = hetring_ready(h, &gr, 1);
     CHECK(st == HETRING_EINVAL && strstr(hetring_last_error(h), "handed over already"),

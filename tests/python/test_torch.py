@@ -73,9 +73,9 @@ def write_ini(d, name, slowdowns, port, iters=30):
 STARTED = []  # every worker started: killed (with its loader workers) when the test ends
 
 
-def start(ini, node, d, *extra):
+def start(ini, node, d, *extra, worker=WORKER):
     out = open(os.path.join(d, f"n{node}.{time.monotonic_ns()}.log"), "w+")
-    p = subprocess.Popen([sys.executable, WORKER, ini, str(node), *extra], stdout=out,
+    p = subprocess.Popen([sys.executable, worker, ini, str(node), *extra], stdout=out,
                          stderr=subprocess.STDOUT, start_new_session=True)
     p.log = out
     STARTED.append(p)

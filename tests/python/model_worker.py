@@ -1,0 +1,174 @@
+"""model_worker.py: one node of the model tests (test_models.py): a model as users have them
+(BatchNorm, Dropout, a frozen layer, tied weights, a branch, torchvision's ResNet-18) on
+synthetic 3-channel images, trained through hetring.torch. Prints 'RESULT {json}' at the end.
+
+    model_worker.py CONF NODE_ID [--model cnn|resnet18|branch] [--buffers MODE] [--sync-bn]
+                    [--opt sgd|adam] [--dropout P] [--clip NORM] [--sched] [--amp]
+                    [--dtype T] [--die-at ITER] [--pace S] [--nodes N] [--set S.K=V]
+"""
+import argparse
+import json
+import os
+import sys
+import time
+
+import torch
+import torch.nn as nn
+
+import hetring.torch as ht
+
+p = argparse.ArgumentParser()
+p.add_argument("conf")
+p.add_argument("node", type=int)
+p.add_argument("--model", default="cnn", choices=["cnn", "resnet18", "branch"])
+p.add_argument("--buffers", default="average")
+p.add_argument("--sync-bn", action="store_true")
+p.add_argument("--opt", default="sgd", choices=["sgd", "adam"])
+p.add_argument("--lr", type=float, default=0.05)
+p.add_argument("--dropout", type=float, default=0.0)
+p.add_argument("--size", type=int, default=16, help="image side")
+p.add_argument("--samples", type=int, default=512)
+p.add_argument("--clip", type=float, default=0.0, help="clip_grad_norm_ in before_step")
+p.add_argument("--sched", action="store_true", help="a StepLR scheduler given to the Trainer")
+p.add_argument("--amp", action="store_true", help="step() under torch.autocast('cpu', bf16)")
+p.add_argument("--dtype", default="float32", help="the model's dtype")
+p.add_argument("--die-at", type=int, default=-1)
+p.add_argument("--pace", type=float, default=0.0,
+               help="sleep per iteration while a node is missing")
+p.add_argument("--nodes", type=int, default=1)
+p.add_argument("--perturb-at", type=int, default=-1,
+               help="node 1 adds 1e-3 to its last floating buffer in that iteration")
+p.add_argument("--int-skew-at", type=int, default=-1,
+               help="node 1's forward adds 1 more to its first num_batches_tracked then")
+p.add_argument("--branch", default="iter", choices=["iter", "label"],
+               help="Branchy takes its branch on even iterations (every node alike) or when "
+                    "the node's first label is even (nodes differ)")
+p.add_argument("--threads", type=int, default=1)
+p.add_argument("--set", action="append", default=[], help="an INI override, section.key=value")
+a = p.parse_args()
+
+torch.manual_seed(1234 + a.node)  # differs per node: the first view's state transfer aligns them
+torch.set_num_threads(a.threads)
+g = torch.Generator().manual_seed(5)
+N, S, C = a.samples, a.size, 10
+Y = torch.randint(0, C, (N,), generator=g)
+templates = torch.randn(C, 3, S, S, generator=g)
+X = (0.5 * templates[Y] + torch.randn(N, 3, S, S, generator=g)) * 2.0 + 1.0  # mean 1, not 0
+dtype = getattr(torch, a.dtype)
+
+
+class Branchy(nn.Module):
+    """Tied weights (the first layer and a later one share one matrix), a frozen layer, and a
+    branch taken only in some iterations (--branch): its parameters get no gradient in the
+    others, on every node or on some nodes and not others."""
+
+    def __init__(self):
+        super().__init__()
+        d = 3 * S * S
+        self.inp = nn.Linear(d, 32, bias=False)
+        self.bn = nn.BatchNorm1d(32)
+        self.frozen = nn.Linear(32, 32)
+        self.frozen.requires_grad_(False)
+        self.branch = nn.Linear(32, 32)
+        self.mid = nn.Linear(32, d, bias=False)
+        self.out = nn.Linear(d, 32, bias=False)
+        self.out.weight = self.inp.weight  # tied: one parameter in two modules
+        self.head = nn.Linear(32, C)
+
+    def forward(self, x):
+        h = torch.relu(self.bn(self.inp(x.flatten(1))))
+        h = h + self.frozen(h)
+        if x.shape[0] and int(self._key) % 2 == 0:
+            h = h + torch.relu(self.branch(h))
+        h = self.out(torch.tanh(self.mid(h)))
+        return self.head(h)
+
+
+def make_model():
+    if a.model == "resnet18":
+        import torchvision
+        return torchvision.models.resnet18(num_classes=C)  # random weights, nothing downloaded
+    if a.model == "branch":
+        return Branchy()
+    return nn.Sequential(
+        nn.BatchNorm2d(3),                                   # the inputs normalised
+        nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(8, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Flatten(), nn.Dropout(a.dropout), nn.Linear(16 * (S // 4) ** 2, 32), nn.ReLU(),
+        nn.Linear(32, 32), nn.ReLU(), nn.Linear(32, C))
+
+
+model = make_model().to(dtype)
+# a buffer state_dict leaves out, different on every node until the first view's transfer
+model.register_buffer("extra", torch.randn(4, dtype=dtype), persistent=False)
+if a.model == "cnn":
+    model[13].requires_grad_(False)  # a frozen Linear
+params = [q for q in model.parameters() if q.requires_grad]
+opt = (torch.optim.Adam(params, lr=a.lr / 20) if a.opt == "adam"
+       else torch.optim.SGD(params, lr=a.lr, momentum=0.9))
+sched = torch.optim.lr_scheduler.StepLR(opt, step_size=4, gamma=0.7) if a.sched else None
+loss_fn = nn.CrossEntropyLoss()
+
+
+def clip(tr):
+    tr.clip_norm = float(torch.nn.utils.clip_grad_norm_(tr.model.parameters(), a.clip))
+
+
+# only the options asked for: the defaults run on a hetring.torch without them too
+kw = {"buffers": a.buffers} if a.buffers != "average" else {}
+kw.update({"sync_bn": True} if a.sync_bn else {}, **({"scheduler": sched} if sched else {}),
+          **({"before_step": clip} if a.clip else {}))
+tr = ht.Trainer(a.conf, model, opt, node_id=a.node, n_samples=N, overrides=a.set, **kw)
+tr.clip_norm = 0.0
+losses, retries, iters, lrs, norms, shares = [], 0, 0, [], [], []
+t_start = None
+for idx in tr.batches():
+    b = tr.batch
+    if t_start is None:
+        t_start = time.perf_counter()
+    if b.iter == a.die_at:
+        os._exit(3)
+    if a.pace and (retries or b.size < a.nodes):
+        time.sleep(a.pace)
+    if a.model == "branch":
+        model._key = b.iter if a.branch == "iter" else (Y[idx[0]] if len(idx) else 1)
+    if b.iter == a.int_skew_at and a.node == 1:
+        nbt = [t for n, t in model.named_buffers() if n.endswith("num_batches_tracked")][0]
+        def count_one_more(*_):
+            nbt.add_(1)
+            skew.remove()
+        skew = model.register_forward_hook(count_one_more)
+    if b.iter == a.perturb_at and a.node == 1:
+        with torch.no_grad():
+            [t for t in model.buffers() if t.dtype.is_floating_point][-1].add_(1e-3)
+    xb = X[idx].to(dtype)
+    if a.amp:
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            res = tr.step(loss_fn, (xb, Y[idx]))
+    else:
+        res = tr.step(loss_fn, (xb, Y[idx]))
+    if res is None:
+        retries += 1
+        continue
+    iters += 1
+    losses.append(res.loss)
+    lrs.append(opt.param_groups[0]["lr"])
+    norms.append(tr.clip_norm)
+    shares.append(b.batch)
+wall = time.perf_counter() - (t_start or time.perf_counter())
+tensors = {}
+for name, t in list(model.named_parameters()) + list(model.named_buffers()):
+    flat = t.detach().double().reshape(-1)
+    tensors[name] = {"hash": ht.param_hash([t]), "dtype": str(t.dtype).split(".")[-1],
+                     "values": flat.tolist() if flat.numel() <= 4096 else None}
+model.eval()
+with torch.no_grad():
+    acc = float((model(X[:128].to(dtype)).argmax(1) == Y[:128]).float().mean())
+out = {"node": a.node, "iters": iters, "retries": retries, "losses": losses, "lrs": lrs,
+       "norms": norms, "tensors": tensors, "views": tr.views,
+       "staged": tr.staged is not None, "wall_s": wall, "shares": shares,
+       "samples_per_s": iters * tr.node.global_batch / max(wall, 1e-9), "eval_acc": acc,
+       "n_params": len(list(model.parameters())), "trained": len(tr.params),
+       "unique": len({id(q) for q in tr.params})}
+tr.close()
+print("RESULT " + json.dumps(out))
