@@ -378,8 +378,14 @@ def resnet(d, port):
     check(joined["iter"] > 4 and joined["state_bytes"] > 10**7, f"the joiner's view {joined}")
     check(rel(lo, l1, early) <= 1e-4 and rel(lk, lo, early) <= 1e-4,
           "iterations 0-3 of the 3-node runs differ from the 1-node run's by more than 1e-4")
-    check(rel(lo, l1, every) <= 0.1 and rel(lk, lo, every) <= 0.1,
-          "the 3-node losses stray more than 10% from the 1-node run's")
+    # After iteration 3 the bound is loose on purpose: the split follows measured times, so
+    # the summation order (and with it the last bits, which grow fast here) differs run to
+    # run. With sync_bn all 12 stayed within 0.045-0.12 in six runs on a loaded machine;
+    # without it they stray 0.97-1.0, which the same bound must refuse.
+    check(rel(lo, l1, every) <= 0.3 and rel(lk, lo, every) <= 0.3,
+          "the 3-node losses stray more than 30% from the 1-node run's")
+    check(rel(ll, l1, every) > 0.3, "without sync_bn all iterations stay within 30% of the "
+          "1-node run too: the bound cannot tell")
     check(rel(ll, l1, early) > 1e-3, "without sync_bn the first iterations follow the 1-node "
           "run as closely: the test cannot tell")
     check(kill[0]["lrs"] == full[0]["lrs"] and
