@@ -16,8 +16,9 @@
  *     2. admit: a peer TRAINING a view without this node is asked (next round) to admit it;
  *     3. decide: S = this node and the peers that are ELECTING. When two consecutive rounds
  *        gave the same S, S has a quorum (min_nodes, default a majority of the config), this
- *        node is the lowest id of S and, in its first election only, all nodes are in S or
- *        connect_timeout has passed since ring_open, it decides the view (epoch = 1 + the
+ *        node is the lowest id of S and, in a cold start only (no view decided yet, here or
+ *        at any node that answered), all nodes are in S or connect_timeout has passed since
+ *        ring_open, it decides the view (epoch = 1 + the
  *        highest epoch seen over S, members = S in ascending id), sets seen := epoch and forms.
  *  - a view that fails to form (or to confirm: every member all-gathers a hash of the view
  *    and lineages) sends the node back to electing, within the same rejoin_timeout.
@@ -105,7 +106,7 @@ struct ring_elastic {
     ring_lineage mine;                /* this node's, as the running election was given */
     int been_in_view;                 /* a view has formed here before */
     uint64_t held;                    /* epoch of the last view formed here (0: none) */
-    double t_open;                    /* tcp_now() when the ring was opened */
+    double t_open;                    /* tcp_now() when the ring was opened (set once) */
     atomic_int join;                  /* an admit request was honoured since ring_elect */
     uint8_t digest[LOBBY_DIGEST];     /* of rc.agree; zeros: no configuration check */
     uint8_t told[RING_MAX_NODES];     /* a differing configuration was logged, by index */
@@ -540,6 +541,7 @@ typedef struct {
     int have_prev;              /* prev_s holds a round */
     int n_s;                    /* members of in_s */
     int n_differ;               /* peers that answered with another configuration */
+    int history;                /* some node has seen a view decided: no cold start */
     char cfg_err[HR_ERRLEN];    /* the first configuration difference found */
     double next_log;            /* when to say again that a quorum is missing */
 } election;
@@ -677,10 +679,22 @@ static void electing_set(ring *r, election *e, uint64_t seen) {
         e->n_differ += differs;
         e->in_s[i] = i == r->self || (p->ok && !differs && p->state == EL_ELECTING);
         e->n_s += e->in_s[i];
+        if (i != r->self && p->ok && !differs && p->seen > 0) e->history = 1;
         if (i != r->self)
             p->admit = p->ok && !differs && p->state == EL_TRAINING &&
                        (!view_has(&p->view, r->self_id) || p->view.epoch > seen);
     }
+}
+
+/* Whether this election is a cold start: no view was ever decided, here or at any node that
+ * answered. Only a cold start waits for every node (a node that restarts while the others
+ * train, or elect with a history, joins them at once, whatever its id). */
+static int cold_start(ring *r, const election *e) {
+    ring_elastic *el = r->el;
+    pthread_mutex_lock(&el->mu);
+    int cold = !el->been_in_view && el->seen == 0;
+    pthread_mutex_unlock(&el->mu);
+    return cold && !e->history;
 }
 
 /* Is this node the leader of a stable quorum, allowed to decide now? */
@@ -690,13 +704,9 @@ static int may_decide(ring *r, const election *e) {
         if (e->in_s[i]) lowest = i;
     if (lowest != r->self || e->n_s < e->quorum || !e->have_prev) return 0;
     if (memcmp(e->in_s, e->prev_s, (size_t)n * sizeof(int)) != 0) return 0;
-    ring_elastic *el = r->el;
-    pthread_mutex_lock(&el->mu);
-    int first = !el->been_in_view;
-    double t_open = el->t_open;
-    pthread_mutex_unlock(&el->mu);
     /* the first view waits for every node, but not for one whose configuration differs */
-    return !first || e->n_s + e->n_differ == n || tcp_now() - t_open >= r->rc.connect_timeout;
+    return !cold_start(r, e) || e->n_s + e->n_differ == n ||
+           tcp_now() - r->el->t_open >= r->rc.connect_timeout;
 }
 
 /* The view the leader decides: S in ascending id, epoch 1 + the highest seen over S. */
@@ -777,12 +787,8 @@ static hr_status elect_round(ring *r, election *e, ring_agreement *out, char *er
     if (tcp_now() >= e->next_log) {
         char reach[512];
         reach_str(r, e, reach, sizeof reach);
-        ring_elastic *el = r->el;
-        pthread_mutex_lock(&el->mu);
-        int first = !el->been_in_view;
-        double left = r->rc.connect_timeout - (tcp_now() - el->t_open);
-        pthread_mutex_unlock(&el->mu);
-        if (first) /* the first view waits for everyone: say for whom, why and how long */
+        double left = r->rc.connect_timeout - (tcp_now() - r->el->t_open);
+        if (cold_start(r, e)) /* the first view waits for everyone: say for whom, why, how long */
             for (int i = 0; i < r->rc.n_members; i++) {
                 const probe *p = &e->pr[i];
                 const ring_member *m = &r->rc.members[i];

@@ -30,6 +30,12 @@
 #            stops, naming node 3 (the state check, I4)
 #   donor    node 3 dies and comes back; the donor of its state (node 0) dies inside the
 #            transfer; the others take the state from the next donor
+#   restart0 5 nodes: nodes 0 and 2 are killed together, node 0 is started again 0.5 s later
+#            while node 2 stays down: node 0 finds the others training and joins through
+#            admission at once (a cold start's wait for every node is not a rejoin's), so no
+#            survivor pauses for longer than a view change (at most 5 s here, against the
+#            connect_timeout of 20 s a first-election wait for node 2 costs)
+#   restart0alone the same with node 0 alone killed and restarted
 # With EMU=ID:MS in the environment, node ID is a GPU node (device = cuda:0) whose GPU is the
 # host emulation of the test hooks (trainer/device.h), each device operation MS ms late: the
 # same scenarios then check that a GPU node keeps every invariant, killed and rejoined included.
@@ -401,6 +407,33 @@ badstate)
   grep -h "training state differs" "$tmp"/n*.log | head -1
   n=$(grep -l "node 3's training state differs" "$tmp"/n*.log | wc -l)
   [ "$n" = 4 ] || fail "$n of 4 nodes named node 3's state as the one that differs"
+  ;;
+restart0 | restart0alone)
+  conf "$tmp/c.ini" 5
+  down="0 2" up="1 3 4"
+  [ "$scenario" = restart0alone ] && down="0" up="1 2 3 4"
+  for id in 0 1 2 3 4; do start $id HETRING_FAULT=sleep:*:0.002; done
+  wait_iter 1 30
+  for id in $down; do kill -KILL "${pids[$id]}"; done
+  for id in $down; do wait "${pids[$id]}" 2>/dev/null; done
+  echo "killed node(s) $down at iteration $(iter_of 1)"
+  sleep 0.5
+  start 0 HETRING_FAULT=sleep:*:0.002
+  wait_log "node 0 rejoined" "$tmp"/n*.log
+  finish_all 0 $up
+  grep -h "node 0 rejoined" "$tmp"/n*.log | head -1
+  grep -h "starting without it" "$tmp/n0.log" | head -1
+  ! grep -q "starting without it" "$tmp/n0.log" || fail "the restarted node 0 waited as at a cold start"
+  # the longest gap between consecutive iterations on any survivor: two view changes at most
+  for id in $up; do
+    awk -v id=$id '/^\{"iter":/ { match($0, /"t_unix":[0-9.]+/); t = substr($0, RSTART + 9, RLENGTH - 9) + 0
+        if (p && t - p > g) g = t - p; p = t }
+      END { printf "node %s: longest pause of training %.2f s\n", id, g; exit g <= 5 ? 0 : 1 }' \
+      "$tmp/m-$id.jsonl" || fail "node $id paused for longer than 5 s"
+  done
+  check_end 0 $up
+  exactly_once $up
+  follows_reference $up
   ;;
 *)
   echo "unknown scenario $scenario"
