@@ -30,16 +30,15 @@
  * in its own S for reg_s() (a call); so the lowest live id learns S from the calls of all the
  * others, and they learn its decision from their next probe of it (adopt). A node that no
  * lower id leads (none answered, or one that answered lately only timed out: slow, not gone)
- * also sweeps, every ELECT_SWEEP_S, up to ELECT_SWEEP of the nodes that did not call it (the
- * failure's suspect and the last view's members first): that finds the training members a
- * restarted lowest id asks for admission, and the last view's members that are down. Only such
- * a node decides, and only once S has been the same for a follower's round (follow_s()) and
- * every member of its last view is in S or down (or reg_s() has passed), so that late
- * noticers are not left out to join in a second change. Followers pause follow_s() between
- * rounds, which keeps the calls at the two lowest ids near 1 / ELECT_CALL_S a second whatever
- * N. Safety does not rest on who leads: two nodes that both decide still need a quorum each,
- * and `seen` lets a node take part in one of their views only.
- * Invariants:
+ * and that has tried every lower id in the last ELECT_DEAD_S also sweeps, every ELECT_SWEEP_S, up
+ * to ELECT_SWEEP of the nodes that did not call it (the failure's suspect and the last view's
+ * members first): that finds the training members a restarted lowest id asks for admission, and the
+ * last view's members that are down. Only such a node decides, and only once S has been the same
+ * for a follower's round (follow_s()) and every member of its last view is in S or down (or reg_s()
+ * has passed), so that late noticers are not left out to join in a second change. Followers pause
+ * follow_s() between rounds, which keeps the calls at the two lowest ids near 1 / ELECT_CALL_S a
+ * second whatever N. Safety does not rest on who leads: two nodes that both decide still need a
+ * quorum each, and `seen` lets a node take part in one of their views only. Invariants:
  *  - `seen` only grows, and a node forms a view only with an epoch above `seen`, which it
  *    raises first: a node takes part in at most one view per epoch. Two quorums share a node,
  *    so two different views of one epoch cannot both form;
@@ -647,7 +646,8 @@ typedef struct {
     char cfg_err[HR_ERRLEN];    /* the first configuration difference found */
     double next_log;            /* when to say again that a quorum is missing */
     int bounded;                /* more than ELECT_FULL_N nodes (or HETRING_ELECT=bounded) */
-    int led;                    /* bounded: a lower id answered this round */
+    int led;                    /* bounded: a lower id leads (lower_leads) */
+    int lower_open;             /* bounded: a lower id is still to be tried */
     int sweep;                  /* bounded: the member index the next sweep starts at */
     double next_sweep;          /* bounded: no sweep before then */
     double t0;                  /* tcp_now() when the election began */
@@ -722,12 +722,16 @@ static void probe_bounded(ring *r, election *e) {
     note_probes(r, e, k);
     now = tcp_now();
     e->led = lower_leads(r, e, now);
+    /* lower ids not yet tried in this window: the next rounds probe them before this node
+     * may sweep or decide (at a cold start only the lowest node up sweeps) */
+    e->lower_open = 0;
+    for (int i = 0; i < r->self; i++) e->lower_open |= !e->pr[i].probed && e->pr[i].retry_at <= now;
     elect_reg reg[RING_MAX_NODES];
     ring_elastic *el = r->el;
     pthread_mutex_lock(&el->mu);
     memcpy(reg, el->reg, (size_t)n * sizeof *reg);
     pthread_mutex_unlock(&el->mu);
-    if (!e->led && now >= e->next_sweep) {
+    if (!e->led && !e->lower_open && now >= e->next_sweep) {
         /* the node the failure was blamed on, the last view's members, then round the config
          * from where the last sweep ended */
         k = 0;
@@ -944,7 +948,8 @@ static int may_decide(ring *r, const election *e) {
     int n = r->rc.n_members, lowest = -1;
     for (int i = 0; i < n && lowest < 0; i++)
         if (e->in_s[i]) lowest = i;
-    if (lowest != r->self || e->n_s < e->quorum || !e->have_prev || e->led) return 0;
+    if (lowest != r->self || e->n_s < e->quorum || !e->have_prev || e->led || e->lower_open)
+        return 0;
     if (memcmp(e->in_s, e->prev_s, (size_t)n * sizeof(int)) != 0) return 0;
     /* bounded: the set was stable for a follower's round, and the last view is accounted for */
     if (e->bounded && (tcp_now() - e->s_since < follow_s(r) ||
