@@ -669,7 +669,7 @@ static void probe_all(ring *r, election *e) {
 
 /* The probes of which[0..k) that failed are not probed again for ELECT_DEAD_S; those that
  * answered note when. */
-static void note_probes(ring *r, election *e, int k) {
+static void note_probes(election *e, int k) {
     double now = tcp_now();
     for (int j = 0; j < k; j++) {
         probe *p = &e->pr[e->which[j]];
@@ -678,7 +678,6 @@ static void note_probes(ring *r, election *e, int k) {
         else
             p->retry_at = now + ELECT_DEAD_S;
     }
-    (void)r;
 }
 
 /* Whether a node below this one leads: it answered this round, or answered within ELECT_LED_S
@@ -719,7 +718,7 @@ static void probe_bounded(ring *r, election *e) {
     for (int i = 0, a = 0; i < n && a < ELECT_CAND; i++)
         if (i != r->self && e->pr[i].admit) probe_add(e, &k, i, wait_s), a++;
     probe_round(r, e->pr, e->which, k);
-    note_probes(r, e, k);
+    note_probes(e, k);
     now = tcp_now();
     e->led = lower_leads(r, e, now);
     /* lower ids not yet tried in this window: the next rounds probe them before this node
@@ -750,7 +749,7 @@ static void probe_bounded(ring *r, election *e) {
         e->sweep = (e->sweep + c) % n;
         e->next_sweep = now + ELECT_SWEEP_S;
         probe_round(r, e->pr, e->which, k);
-        note_probes(r, e, k);
+        note_probes(e, k);
     }
     /* the nodes that called lately and were not probed: electing, as they said */
     for (int i = 0; i < n; i++) {
