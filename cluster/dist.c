@@ -382,6 +382,10 @@ static hr_status change_view(dist *d, const char *why, double t0, char *err, siz
 
     long left[RING_MAX_NODES], joined[RING_MAX_NODES];
     int nl = ids_minus(&old, &a.view, left), nj = at_start ? 0 : ids_minus(&a.view, &old, joined);
+    if (at_start && a.lineage[a.donor].epoch > 0) /* a (re)start among nodes that trained: the
+                                                   * joiners are those without the view's state */
+        for (int k = 0; k < a.view.n; k++)
+            if (a.lineage[k].epoch != a.lineage[a.donor].epoch) joined[nj++] = a.view.ids[k];
     if (!at_start && moved && ring_rank(&d->r) != a.donor && nl == 0 && nj == 0) {
         /* this node was left out and took the state: it is the one that rejoined */
         joined[0] = d->c->nodes[d->self].id;
@@ -398,7 +402,7 @@ static hr_status change_view(dist *d, const char *why, double t0, char *err, siz
         char lead[HR_ERRLEN + 128] = "", state[96] = "";
         if (moved)
             snprintf(state, sizeof state, ": state %.1f MB in %.2f s", (double)moved / 1e6, took);
-        if (at_start)
+        if (at_start && !nj)
             snprintf(lead, sizeof lead, "started at iteration %ld%s; ", iter, state);
         else if (nj && !nl)
             snprintf(lead, sizeof lead, "node%s %.300s %s at iteration %ld%s; ", nj > 1 ? "s" : "",

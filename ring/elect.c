@@ -6,22 +6,39 @@
  * Election, as every node runs it:
  *  - drop the current links first, so the neighbours of a failed collective see EOF at once
  *    and the abort forwarding of engine.c spreads the news; state ELECTING;
- *  - each round, probe every other member of the config in parallel (a lobby call each, by
- *    0.5 s, or 0.2 s for a peer whose last probe in this election timed out or that the
- *    failure was blamed on, and at most timeout / 8: a stopped or cut-off peer slows the
- *    first round only); then, in this order:
+ *  - each round, probe: in a config of at most ELECT_FULL_N nodes, every other member in
+ *    parallel (a lobby call each, by 0.5 s, or 0.2 s for a peer whose last probe in this
+ *    election timed out or that the failure was blamed on, and at most timeout / 8: a stopped
+ *    or cut-off peer slows the first round only); in a larger one, a bounded round (below);
+ *    then, in this order:
  *     1. adopt: a peer FORMING or TRAINING a view that contains this node and whose epoch is
  *        above the highest epoch this node has seen gives the view (and its members'
  *        lineages); seen := that epoch, then form it;
  *     2. admit: a peer TRAINING a view without this node is asked (next round) to admit it;
  *     3. decide: S = this node and the peers that are ELECTING. When two consecutive rounds
  *        gave the same S, S has a quorum (min_nodes, default a majority of the config), this
- *        node is the lowest id of S and, in its first election only, all nodes are in S or
- *        connect_timeout has passed since ring_open, it decides the view (epoch = 1 + the
- *        highest epoch seen over S, members = S in ascending id), sets seen := epoch and forms.
+ *        node is the lowest id of S and, in a cold start only (no view decided yet, here or
+ *        at any node that answered), all nodes are in S or connect_timeout has passed since
+ *        ring_open, it decides the view (epoch = 1 + the highest epoch seen over S, members = S
+ *        in ascending id), sets seen := epoch and forms.
  *  - a view that fails to form (or to confirm: every member all-gathers a hash of the view
  *    and lineages) sends the node back to electing, within the same rejoin_timeout.
- * Invariants:
+ * Bounded rounds (probe_bounded), so that an election costs O(N) connections a round, not
+ * N(N-1): a node probes the ELECT_CAND lowest ids below its own that did not fail in the last
+ * ELECT_DEAD_S (its candidates for leader) and the peers it asks for admission. Every probe
+ * says the prober is electing, with its seen epoch and lineage, and the node probed counts it
+ * in its own S for reg_s() (a call); so the lowest live id learns S from the calls of all the
+ * others, and they learn its decision from their next probe of it (adopt). A node that no
+ * lower id leads (none answered, or one that answered lately only timed out: slow, not gone)
+ * and that has tried every lower id in the last ELECT_DEAD_S also sweeps, every ELECT_SWEEP_S, up
+ * to ELECT_SWEEP of the nodes that did not call it (the failure's suspect and the last view's
+ * members first): that finds the training members a restarted lowest id asks for admission, and the
+ * last view's members that are down. Only such a node decides, and only once S has been the same
+ * for a follower's round (follow_s()) and every member of its last view is in S or down (or reg_s()
+ * has passed), so that late noticers are not left out to join in a second change. Followers pause
+ * follow_s() between rounds, which keeps the calls at the two lowest ids near 1 / ELECT_CALL_S a
+ * second whatever N. Safety does not rest on who leads: two nodes that both decide still need a
+ * quorum each, and `seen` lets a node take part in one of their views only. Invariants:
  *  - `seen` only grows, and a node forms a view only with an epoch above `seen`, which it
  *    raises first: a node takes part in at most one view per epoch. Two quorums share a node,
  *    so two different views of one epoch cannot both form;
@@ -34,27 +51,29 @@
  *    elected with or admitted; the first time, its text is fetched and the differing keys are
  *    logged. When the nodes that could still agree with this node are fewer than the quorum,
  *    the election ends with HR_ERR_CONFIG naming the differences: a node whose file differs
- *    from the others' stops at once (and so do two nodes of two that differ).
+ *    from the others' stops at once (and so do two nodes of two that differ). A reply says how
+ *    many nodes share the responder's configuration (its S, or its view), so a node of a
+ *    bounded election, which hears from few, counts those as differing too.
  *
  * Lobby wire format (after the handshake of sec.h with epoch SEC_EPOCH_LOBBY). Each message is
  * one frame as frame.h lays it out, sealed with the connection's keys exactly like a ring frame
  * (encrypt: header authenticated, payload encrypted; auth: both authenticated; none: plain):
  *   header: magic, version, type FRAME_LOBBY, coll LOBBY_REQ or LOBBY_REP,
  *           epoch SEC_EPOCH_LOBBY, seq 0, index 0, len (at most LOBBY_MAX)
- *   request (LOBBY_REQ_LEN = 40 bytes):
- *     0 version u8 (2) | 1 flags u8 (bit 0: admit me; bit 1: send your configuration text) |
- *     2..7 zero | 8 the caller's configuration digest (32 bytes)
+ *   request (LOBBY_REQ_LEN = 64 bytes):
+ *     0 version u8 (3) | 1 flags u8 (bit 0: admit me; bit 1: send your configuration text;
+ *     bit 2: I am electing, count me) | 2..7 zero | 8 the caller's configuration digest
+ *     (32 bytes) | 40 seen u64 | 48 own lineage epoch u64 | 56 own progress i64
  *   reply to a configuration request: the text of rc.agree (at most RING_AGREE_MAX bytes)
  *   reply (LOBBY_REP_HDR + 24 n bytes):
- *     0 version u8 (2) | 1 state u8 (1 electing, 2 forming, 3 training; 0 idle) |
+ *     0 version u8 (3) | 1 state u8 (1 electing, 2 forming, 3 training; 0 idle) |
  *     2 admitted u8 (the request's admit flag was honoured) | 3 zero u8 | 4 n u32 |
  *     8 seen u64 (highest epoch seen) | 16 view epoch u64 (forming/training: the view;
  *     otherwise the last view held) | 24 own lineage epoch u64 | 32 own progress i64 |
- *     40 zero u64 | 48 configuration digest (32 bytes) | then n members (forming/training
- *     only, in ring order):
- *     id i64 | lineage epoch u64 | lineage progress i64
- * The caller sends one request and reads one reply; the responder closes. Integers are
- * little-endian.
+ *     40 agree u32 (nodes known to share this node's configuration, itself included: its
+ *     electing set or view) | 44 zero u32 | 48 configuration digest (32 bytes) | then n members
+ * (forming/training only, in ring order): id i64 | lineage epoch u64 | lineage progress i64 The
+ * caller sends one request and reads one reply; the responder closes. Integers are little-endian.
  */
 #include "ring/ring_internal.h"
 
@@ -73,11 +92,12 @@
 enum { EL_IDLE = 0, EL_ELECTING = 1, EL_FORMING = 2, EL_TRAINING = 3 };
 enum { LOBBY_REQ = 1, LOBBY_REP = 2 };
 
-#define LOBBY_VERSION  2
+#define LOBBY_VERSION  3
 #define LOBBY_ADMIT    0x01
 #define LOBBY_CONFIG   0x02
+#define LOBBY_ELECTING 0x04
 #define LOBBY_DIGEST   32
-#define LOBBY_REQ_LEN  (8 + LOBBY_DIGEST)
+#define LOBBY_REQ_LEN  (8 + LOBBY_DIGEST + 24)
 #define LOBBY_REP_HDR  (48 + LOBBY_DIGEST)
 #define LOBBY_MEMBER   24
 #define LOBBY_VIEW_MAX (LOBBY_REP_HDR + LOBBY_MEMBER * RING_MAX_NODES)
@@ -92,8 +112,42 @@ static double probe_s(const ring *r, int silent) {
     double s = silent ? ELECT_SILENT_S : ELECT_PROBE_S;
     return r->timeout / 8 < s ? r->timeout / 8 : s;
 }
-#define ELECT_LOG_S     5.0  /* seconds between "waiting for a quorum" lines */
+#define ELECT_LOG_S 5.0 /* seconds between "waiting for a quorum" lines */
+/* Bounded elections (configs of more than ELECT_FULL_N nodes; "Election" above): */
+#define ELECT_FULL_N  16  /* up to this many nodes every node probes every other */
+#define ELECT_CAND    2   /* a node probes this many of the lowest live ids below its own */
+#define ELECT_SWEEP   64  /* most nodes one sweep of a node without a live lower id probes */
+#define ELECT_SWEEP_S 0.5 /* seconds between two sweeps */
+#define ELECT_THREADS 16  /* probes in flight at once from one node */
+#define ELECT_DEAD_S  1.0 /* a node whose probe failed is probed again after this */
+#define ELECT_LED_S                                                                                \
+    1.5                    /* a lower id that answered this lately and then timed out still        \
+                            * leads (it may be slow, not gone): no sweep, no decision */
+#define ELECT_CALL_S 0.002 /* a follower's pause between rounds grows by this per node */
+#define ELECT_BPROBE_S                                                                             \
+    1.0 /* a bounded probe's deadline (0.5 s for a silent peer), at most                           \
+         * timeout / 2: the lowest ids serve every node's calls in turn */
+
+/* A follower's pause between rounds of a bounded election: the lowest ids get about
+ * 1 / ELECT_CALL_S calls a second whatever N. */
+static double follow_s(const ring *r) {
+    return ELECT_ROUND_S + ELECT_CALL_S * r->rc.n_members;
+}
+
+/* How long a call from an electing node counts at the node called: two of its rounds and a
+ * probe's deadline. */
+static double reg_s(const ring *r) {
+    return 2 * follow_s(r) + ELECT_BPROBE_S;
+}
 #define ELECT_DEFAULT_S 60.0 /* rejoin_timeout when the config gives none */
+
+/* An electing node that called this one (LOBBY_ELECTING): what it said, and when. */
+typedef struct {
+    double t;         /* tcp_now() of the call; 0: none since this node last formed a view */
+    uint64_t seen;    /* its highest epoch seen */
+    ring_lineage own; /* its lineage */
+    int differs;      /* its configuration digest differs from this node's */
+} elect_reg;
 
 /* A node's election state, read by the gate's lobby threads. */
 struct ring_elastic {
@@ -105,10 +159,13 @@ struct ring_elastic {
     ring_lineage mine;                /* this node's, as the running election was given */
     int been_in_view;                 /* a view has formed here before */
     uint64_t held;                    /* epoch of the last view formed here (0: none) */
-    double t_open;                    /* tcp_now() when the ring was opened */
+    double t_open;                    /* tcp_now() when the ring was opened (set once) */
     atomic_int join;                  /* an admit request was honoured since ring_elect */
     uint8_t digest[LOBBY_DIGEST];     /* of rc.agree; zeros: no configuration check */
     uint8_t told[RING_MAX_NODES];     /* a differing configuration was logged, by index */
+    int agree;                        /* nodes known to share this configuration (replies) */
+    int bounded;                      /* elections are bounded (set once, elect_alloc) */
+    elect_reg reg[RING_MAX_NODES];    /* electing nodes that called this one, by index */
 };
 
 /* Whether a peer's configuration digest differs from this node's (no check if either side
@@ -146,6 +203,16 @@ hr_status elect_alloc(ring *r) {
     pthread_mutex_init(&el->mu, NULL);
     atomic_init(&el->join, 0);
     el->t_open = tcp_now();
+    /* bounded elections above ELECT_FULL_N nodes; HETRING_ELECT=bounded|full chooses (tests) */
+    const char *how = getenv("HETRING_ELECT");
+    el->bounded = r->rc.n_members > ELECT_FULL_N;
+    if (how && (strcmp(how, "bounded") == 0 || strcmp(how, "full") == 0)) {
+        el->bounded = how[0] == 'b';
+        HR_INFO(RING, "HETRING_ELECT=%s: elections probe %s", how,
+                el->bounded ? "the lowest ids, which hear from the others" : "every node");
+    } else if (how && *how) {
+        HR_WARN(RING, "HETRING_ELECT=%s ignored: expected bounded or full", how);
+    }
     if (r->rc.agree_len > 0 && r->rc.agree_len <= RING_AGREE_MAX)
         crypto_generichash(el->digest, LOBBY_DIGEST, (const uint8_t *)r->rc.agree, r->rc.agree_len,
                            NULL, 0);
@@ -246,6 +313,7 @@ static size_t reply_build(ring_elastic *el, int admitted, uint8_t *b) {
     le_put64(b + 16, decided ? el->view.epoch : el->held);
     le_put64(b + 24, el->mine.epoch);
     le_put64(b + 32, (uint64_t)el->mine.progress);
+    le_put32(b + 40, (uint32_t)(decided ? el->view.n : el->agree));
     memcpy(b + 48, el->digest, LOBBY_DIGEST);
     for (int i = 0; i < n; i++) {
         uint8_t *m = b + LOBBY_REP_HDR + (size_t)i * LOBBY_MEMBER;
@@ -263,8 +331,8 @@ void elect_serve(ring *r, int fd, sec_chan *ch, long peer, const char *addr, dou
     char why[HR_ERRLEN];
     hr_status st = lobby_recv(fd, ch, LOBBY_REQ, body, &len, deadline, why, sizeof why);
     if (st == HR_OK && (len != LOBBY_REQ_LEN || body[0] != LOBBY_VERSION ||
-                        (body[1] & ~(LOBBY_ADMIT | LOBBY_CONFIG)) != 0 || le_get32(body + 4) != 0 ||
-                        body[2] || body[3]))
+                        (body[1] & ~(LOBBY_ADMIT | LOBBY_CONFIG | LOBBY_ELECTING)) != 0 ||
+                        le_get32(body + 4) != 0 || body[2] || body[3]))
         st = hr_fail(why, sizeof why, HR_ERR_PROTO,
                      "malformed lobby request (%zu bytes, version %d, flags 0x%02x)", len, body[0],
                      body[1]);
@@ -281,8 +349,15 @@ void elect_serve(ring *r, int fd, sec_chan *ch, long peer, const char *addr, dou
     }
     int admit = body[1] & LOBBY_ADMIT, admitted = 0, state;
     int differs = digest_differs(el, body + 8);
+    int idx = ring_config_index(&r->rc, peer);
     pthread_mutex_lock(&el->mu);
     state = el->state;
+    /* an electing caller counts in this node's election for reg_s() (bounded elections) */
+    if ((body[1] & LOBBY_ELECTING) && idx >= 0 && state == EL_ELECTING)
+        el->reg[idx] = (elect_reg){.t = tcp_now(),
+                                   .seen = le_get64(body + 40),
+                                   .own = {le_get64(body + 48), (int64_t)le_get64(body + 56)},
+                                   .differs = differs};
     if (admit && differs) {
         HR_DEBUG(RING, "node %ld (%s) asked to be admitted; its configuration differs", peer, addr);
     } else if (admit && state == EL_TRAINING && !view_has(&el->view, peer)) {
@@ -311,8 +386,6 @@ typedef struct {
     ring *r;                          /* the prober */
     int idx;                          /* rc.members index of the peer */
     int admit;                        /* ask it to admit this node */
-    pthread_t th;                     /* the probing thread */
-    int started;                      /* th runs */
     int ok;                           /* it answered with a well-formed reply */
     int silent;                       /* its last probe in this election timed out */
     char why[HR_ERRLEN];              /* why not */
@@ -322,6 +395,11 @@ typedef struct {
     ring_lineage own;                 /* its own lineage */
     ring_lineage lin[RING_MAX_NODES]; /* its view members' lineages, by rank */
     int differs;                      /* its configuration digest differs from this node's */
+    int agree;                        /* nodes it knows to share its configuration */
+    int probed;                       /* probed in this round (else ok comes from a call) */
+    double retry_at;                  /* bounded: not probed before then (its probe failed) */
+    double last_ok;                   /* bounded: when it last answered (tcp_now; 0: never) */
+    double wait_s;                    /* bounded: this round's probe deadline (0: probe_s) */
 } probe;
 
 /* Check and decode a reply; `why` says what is wrong. */
@@ -343,6 +421,7 @@ static hr_status reply_parse(probe *p, const uint8_t *b, size_t len) {
     p->own.epoch = le_get64(b + 24);
     p->own.progress = (int64_t)le_get64(b + 32);
     p->differs = digest_differs(p->r->el, b + 48);
+    p->agree = (int)le_get32(b + 40);
     for (uint32_t i = 0; i < n; i++) {
         const uint8_t *m = b + LOBBY_REP_HDR + (size_t)i * LOBBY_MEMBER;
         p->view.ids[i] = (long)le_get64(m);
@@ -381,6 +460,11 @@ static hr_status lobby_call(ring *r, int idx, int flags, double deadline, uint8_
     if (st == HR_OK) {
         uint8_t req[LOBBY_REQ_LEN] = {LOBBY_VERSION, (uint8_t)flags};
         memcpy(req + 8, r->el->digest, LOBBY_DIGEST);
+        pthread_mutex_lock(&r->el->mu);
+        le_put64(req + 40, r->el->seen);
+        le_put64(req + 48, r->el->mine.epoch);
+        le_put64(req + 56, (uint64_t)r->el->mine.progress);
+        pthread_mutex_unlock(&r->el->mu);
         st = lobby_send(fd, &ch, LOBBY_REQ, req, sizeof req, deadline);
         if (st != HR_OK) snprintf(why, whylen, "lobby request not delivered");
     }
@@ -393,9 +477,9 @@ static hr_status lobby_call(ring *r, int idx, int flags, double deadline, uint8_
 static hr_status probe_run(probe *p) {
     uint8_t body[LOBBY_MAX];
     size_t len = 0;
-    double deadline = tcp_now() + probe_s(p->r, p->silent);
-    HR_CHECK(lobby_call(p->r, p->idx, p->admit ? LOBBY_ADMIT : 0, deadline, body, &len, p->why,
-                        sizeof p->why));
+    double deadline = tcp_now() + (p->wait_s > 0 ? p->wait_s : probe_s(p->r, p->silent));
+    int flags = LOBBY_ELECTING | (p->admit ? LOBBY_ADMIT : 0);
+    HR_CHECK(lobby_call(p->r, p->idx, flags, deadline, body, &len, p->why, sizeof p->why));
     return reply_parse(p, body, len);
 }
 
@@ -407,29 +491,46 @@ static void *probe_main(void *arg) {
     return NULL;
 }
 
-/* Probe every other member at once; wait for all of them (each ends by its deadline). */
-static void probe_round(ring *r, probe *pr) {
-    for (int i = 0; i < r->rc.n_members; i++) {
-        probe *p = &pr[i];
+/* The probes of one round, shared by at most ELECT_THREADS threads. */
+typedef struct {
+    probe *pr;        /* every member's */
+    const int *which; /* member indices to probe */
+    int n;            /* how many */
+    atomic_int next;  /* the next entry of which[] to take */
+} probe_set;
+
+static void *probe_worker(void *arg) {
+    probe_set *ps = arg;
+    for (int k; (k = atomic_fetch_add(&ps->next, 1)) < ps->n;) probe_main(&ps->pr[ps->which[k]]);
+    return NULL;
+}
+
+/* Probe the members which[0..n) (never self), at most ELECT_THREADS at once; wait for all of
+ * them (each ends by its deadline). */
+static void probe_round(ring *r, probe *pr, const int *which, int n) {
+    probe_set ps = {.pr = pr, .which = which, .n = n};
+    atomic_init(&ps.next, 0);
+    for (int k = 0; k < n; k++) {
+        probe *p = &pr[which[k]];
         p->ok = 0;
-        p->started = 0;
+        p->probed = 1;
         p->why[0] = 0;
-        if (i == r->self) continue;
         p->r = r;
-        p->idx = i;
-        p->started = pthread_create(&p->th, NULL, probe_main, p) == 0;
-        if (!p->started) p->ok = probe_run(p) == HR_OK; /* no thread: probe in line */
+        p->idx = which[k];
     }
-    for (int i = 0; i < r->rc.n_members; i++)
-        if (pr[i].started) pthread_join(pr[i].th, NULL);
-    for (int i = 0; i < r->rc.n_members; i++) {
-        probe *p = &pr[i];
-        if (i == r->self) continue;
+    pthread_t th[ELECT_THREADS];
+    int nth = 0;
+    while (nth < n && nth < ELECT_THREADS && pthread_create(&th[nth], NULL, probe_worker, &ps) == 0)
+        nth++;
+    probe_worker(&ps); /* this thread probes too (all of them if no thread started) */
+    for (int t = 0; t < nth; t++) pthread_join(th[t], NULL);
+    for (int k = 0; k < n; k++) {
+        probe *p = &pr[which[k]];
         if (!p->ok)
-            HR_TRACE(RING, "probe of node %ld: %s", r->rc.members[i].id, p->why);
+            HR_TRACE(RING, "probe of node %ld: %s", r->rc.members[which[k]].id, p->why);
         else if (p->admit && p->admitted)
             HR_DEBUG(RING, "node %ld (training view %llu) will admit this node",
-                     r->rc.members[i].id, (unsigned long long)p->view.epoch);
+                     r->rc.members[which[k]].id, (unsigned long long)p->view.epoch);
     }
 }
 
@@ -497,6 +598,7 @@ static hr_status install(ring *r, const ring_view *v, const ring_lineage *lin, c
     el->seen = v->epoch;
     el->state = EL_FORMING;
     el->view = *v;
+    memset(el->reg, 0, sizeof el->reg); /* the calls of this election are answered */
     memcpy(el->lin, lin, (size_t)v->n * sizeof *lin);
     int been = el->been_in_view;
     pthread_mutex_unlock(&el->mu);
@@ -540,9 +642,130 @@ typedef struct {
     int have_prev;              /* prev_s holds a round */
     int n_s;                    /* members of in_s */
     int n_differ;               /* peers that answered with another configuration */
+    int history;                /* some node has seen a view decided: no cold start */
     char cfg_err[HR_ERRLEN];    /* the first configuration difference found */
     double next_log;            /* when to say again that a quorum is missing */
+    int bounded;                /* more than ELECT_FULL_N nodes (or HETRING_ELECT=bounded) */
+    int led;                    /* bounded: a lower id leads (lower_leads) */
+    int lower_open;             /* bounded: a lower id is still to be tried */
+    int sweep;                  /* bounded: the member index the next sweep starts at */
+    double next_sweep;          /* bounded: no sweep before then */
+    double t0;                  /* tcp_now() when the election began */
+    double s_since;             /* bounded: when the electing set last changed */
+    ring_view prev;             /* the last view this node held (n = 0: none) */
+    int suspect;                /* member index the failure was blamed on, or -1 */
+    int *which;                 /* scratch: the member indices to probe (n_members) */
 } election;
+
+/* ---------------------------------------------------------------- probing a round */
+
+/* Every other member (elections of at most ELECT_FULL_N nodes). */
+static void probe_all(ring *r, election *e) {
+    int k = 0;
+    for (int i = 0; i < r->rc.n_members; i++)
+        if (i != r->self) e->which[k++] = i;
+    probe_round(r, e->pr, e->which, k);
+}
+
+/* The probes of which[0..k) that failed are not probed again for ELECT_DEAD_S; those that
+ * answered note when. */
+static void note_probes(election *e, int k) {
+    double now = tcp_now();
+    for (int j = 0; j < k; j++) {
+        probe *p = &e->pr[e->which[j]];
+        if (p->ok)
+            p->last_ok = now;
+        else
+            p->retry_at = now + ELECT_DEAD_S;
+    }
+}
+
+/* Whether a node below this one leads: it answered this round, or answered within ELECT_LED_S
+ * and then only timed out (slow under load rather than gone; a refused connection is gone). */
+static int lower_leads(ring *r, const election *e, double now) {
+    for (int i = 0; i < r->self; i++) {
+        const probe *p = &e->pr[i];
+        if (p->differs) continue;
+        if ((p->probed && p->ok) ||
+            (p->last_ok > 0 && now - p->last_ok < ELECT_LED_S && (p->ok || p->silent)))
+            return 1;
+    }
+    return 0;
+}
+
+/* Add member i to this round's probes unless it is there already. */
+static void probe_add(election *e, int *k, int i, double wait_s) {
+    for (int j = 0; j < *k; j++)
+        if (e->which[j] == i) return;
+    e->pr[i].wait_s = wait_s;
+    e->which[(*k)++] = i;
+}
+
+/* A bounded round: this node probes the ELECT_CAND lowest ids below its own that did not fail
+ * lately (its candidates for leader) and the peers it asks for admission; only when no lower id
+ * leads does it also sweep, every ELECT_SWEEP_S, up to ELECT_SWEEP of the nodes that did not
+ * call it. Every probe is also a call that counts the prober as electing at the node probed
+ * for reg_s(), so the lowest live node learns the electing set from the calls: per round,
+ * fan-out ELECT_CAND (and a leader's sweep), fan-in about N / follow_s() a second at the two
+ * lowest live ids and none elsewhere. */
+static void probe_bounded(ring *r, election *e) {
+    int n = r->rc.n_members, k = 0;
+    double now = tcp_now(),
+           wait_s = r->timeout / 2 < ELECT_BPROBE_S ? r->timeout / 2 : ELECT_BPROBE_S;
+    for (int i = 0; i < n; i++) e->pr[i].ok = e->pr[i].probed = 0;
+    for (int i = 0; i < r->self && k < ELECT_CAND; i++)
+        if (e->pr[i].retry_at <= now) probe_add(e, &k, i, e->pr[i].silent ? wait_s / 2 : wait_s);
+    for (int i = 0, a = 0; i < n && a < ELECT_CAND; i++)
+        if (i != r->self && e->pr[i].admit) probe_add(e, &k, i, wait_s), a++;
+    probe_round(r, e->pr, e->which, k);
+    note_probes(e, k);
+    now = tcp_now();
+    e->led = lower_leads(r, e, now);
+    /* lower ids not yet tried in this window: the next rounds probe them before this node
+     * may sweep or decide (at a cold start only the lowest node up sweeps) */
+    e->lower_open = 0;
+    for (int i = 0; i < r->self; i++) e->lower_open |= !e->pr[i].probed && e->pr[i].retry_at <= now;
+    elect_reg reg[RING_MAX_NODES];
+    ring_elastic *el = r->el;
+    pthread_mutex_lock(&el->mu);
+    memcpy(reg, el->reg, (size_t)n * sizeof *reg);
+    pthread_mutex_unlock(&el->mu);
+    if (!e->led && !e->lower_open && now >= e->next_sweep) {
+        /* the node the failure was blamed on, the last view's members, then round the config
+         * from where the last sweep ended */
+        k = 0;
+        int c = 0;
+        for (int pass = -1; pass < 2; pass++)
+            for (c = 0; c < (pass > 0 ? n : pass == 0 ? e->prev.n : 1) && k < ELECT_SWEEP; c++) {
+                int i = pass > 0    ? (e->sweep + c) % n
+                        : pass == 0 ? ring_config_index(&r->rc, e->prev.ids[c])
+                                    : e->suspect;
+                const probe *p = i >= 0 ? &e->pr[i] : NULL;
+                if (!p || i == r->self || p->probed || p->retry_at > now ||
+                    (reg[i].t > 0 && now - reg[i].t <= reg_s(r)))
+                    continue;
+                probe_add(e, &k, i, p->silent ? wait_s / 2 : wait_s);
+            }
+        e->sweep = (e->sweep + c) % n;
+        e->next_sweep = now + ELECT_SWEEP_S;
+        probe_round(r, e->pr, e->which, k);
+        note_probes(e, k);
+    }
+    /* the nodes that called lately and were not probed: electing, as they said */
+    for (int i = 0; i < n; i++) {
+        probe *p = &e->pr[i];
+        if (i == r->self || p->probed || reg[i].t <= 0 || now - reg[i].t > reg_s(r)) continue;
+        p->ok = 1;
+        p->state = EL_ELECTING;
+        p->admitted = 0;
+        p->seen = reg[i].seen;
+        p->view.n = 0;
+        p->own = reg[i].own;
+        p->differs = reg[i].differs;
+        p->agree = 0;
+        p->why[0] = 0;
+    }
+}
 
 /* ---------------------------------------------------------------- configurations */
 
@@ -671,16 +894,52 @@ static int pick_adopt(ring *r, const election *e, uint64_t seen) {
 static void electing_set(ring *r, election *e, uint64_t seen) {
     e->n_s = 0;
     e->n_differ = 0;
+    int agree_elsewhere = 0; /* nodes that share a differing peer's configuration */
     for (int i = 0; i < r->rc.n_members; i++) {
         probe *p = &e->pr[i];
         int differs = i != r->self && p->ok && p->differs;
         e->n_differ += differs;
         e->in_s[i] = i == r->self || (p->ok && !differs && p->state == EL_ELECTING);
         e->n_s += e->in_s[i];
+        if (i != r->self && p->ok && !differs && p->seen > 0) e->history = 1;
+        if (differs && p->probed && p->agree > agree_elsewhere) agree_elsewhere = p->agree;
         if (i != r->self)
             p->admit = p->ok && !differs && p->state == EL_TRAINING &&
                        (!view_has(&p->view, r->self_id) || p->view.epoch > seen);
     }
+    /* a bounded election hears from few nodes: those that share a differing peer's
+     * configuration (its own count) differ from this node's too */
+    if (agree_elsewhere > e->n_differ) e->n_differ = agree_elsewhere;
+    pthread_mutex_lock(&r->el->mu);
+    r->el->agree = e->n_s;
+    pthread_mutex_unlock(&r->el->mu);
+}
+
+/* Whether this election is a cold start: no view was ever decided, here or at any node that
+ * answered. Only a cold start waits for every node (a node that restarts while the others
+ * train, or elect with a history, joins them at once, whatever its id). */
+static int cold_start(ring *r, const election *e) {
+    ring_elastic *el = r->el;
+    pthread_mutex_lock(&el->mu);
+    int cold = !el->been_in_view && el->seen == 0;
+    pthread_mutex_unlock(&el->mu);
+    return cold && !e->history;
+}
+
+/* Bounded: whether every member of the last view this node held is accounted for: electing
+ * with it, or its probe failed in this election, or its configuration differs. One still
+ * training that view has not seen the failure yet, and one not heard from is swept first;
+ * the leader waits for them up to reg_s() into the election, so that a view change at large N
+ * does not leave the late ones out (each would then ask to be admitted: another change). */
+static int prev_accounted(ring *r, const election *e) {
+    for (int k = 0; k < e->prev.n; k++) {
+        int i = ring_config_index(&r->rc, e->prev.ids[k]);
+        if (i < 0 || i == r->self || e->in_s[i]) continue;
+        const probe *p = &e->pr[i];
+        if (p->retry_at > 0 || (p->ok && p->differs)) continue;
+        return 0;
+    }
+    return 1;
 }
 
 /* Is this node the leader of a stable quorum, allowed to decide now? */
@@ -688,15 +947,16 @@ static int may_decide(ring *r, const election *e) {
     int n = r->rc.n_members, lowest = -1;
     for (int i = 0; i < n && lowest < 0; i++)
         if (e->in_s[i]) lowest = i;
-    if (lowest != r->self || e->n_s < e->quorum || !e->have_prev) return 0;
+    if (lowest != r->self || e->n_s < e->quorum || !e->have_prev || e->led || e->lower_open)
+        return 0;
     if (memcmp(e->in_s, e->prev_s, (size_t)n * sizeof(int)) != 0) return 0;
-    ring_elastic *el = r->el;
-    pthread_mutex_lock(&el->mu);
-    int first = !el->been_in_view;
-    double t_open = el->t_open;
-    pthread_mutex_unlock(&el->mu);
+    /* bounded: the set was stable for a follower's round, and the last view is accounted for */
+    if (e->bounded && (tcp_now() - e->s_since < follow_s(r) ||
+                       (!prev_accounted(r, e) && tcp_now() - e->t0 < reg_s(r))))
+        return 0;
     /* the first view waits for every node, but not for one whose configuration differs */
-    return !first || e->n_s + e->n_differ == n || tcp_now() - t_open >= r->rc.connect_timeout;
+    return !cold_start(r, e) || e->n_s + e->n_differ == n ||
+           tcp_now() - r->el->t_open >= r->rc.connect_timeout;
 }
 
 /* The view the leader decides: S in ascending id, epoch 1 + the highest seen over S. */
@@ -747,7 +1007,10 @@ static uint64_t seen_now(ring_elastic *el) {
 /* One round: probe, then adopt, or decide, or wait. HR_OK once a view formed; HR_ERR_VIEW
  * to go on electing. */
 static hr_status elect_round(ring *r, election *e, ring_agreement *out, char *err, size_t errlen) {
-    probe_round(r, e->pr);
+    if (e->bounded)
+        probe_bounded(r, e);
+    else
+        probe_all(r, e);
     uint64_t seen = seen_now(r->el);
     int a = pick_adopt(r, e, seen);
     if (a >= 0) {
@@ -757,6 +1020,8 @@ static hr_status elect_round(ring *r, election *e, ring_agreement *out, char *er
         return HR_ERR_VIEW;
     }
     electing_set(r, e, seen);
+    if (!e->have_prev || memcmp(e->in_s, e->prev_s, (size_t)r->rc.n_members * sizeof(int)) != 0)
+        e->s_since = tcp_now();
     for (int i = 0; i < r->rc.n_members; i++)
         if (i != r->self && e->pr[i].ok && e->pr[i].differs) tell_difference(r, e, i);
     if (r->rc.n_members - e->n_differ < e->quorum) {
@@ -777,12 +1042,8 @@ static hr_status elect_round(ring *r, election *e, ring_agreement *out, char *er
     if (tcp_now() >= e->next_log) {
         char reach[512];
         reach_str(r, e, reach, sizeof reach);
-        ring_elastic *el = r->el;
-        pthread_mutex_lock(&el->mu);
-        int first = !el->been_in_view;
-        double left = r->rc.connect_timeout - (tcp_now() - el->t_open);
-        pthread_mutex_unlock(&el->mu);
-        if (first) /* the first view waits for everyone: say for whom, why and how long */
+        double left = r->rc.connect_timeout - (tcp_now() - r->el->t_open);
+        if (cold_start(r, e)) /* the first view waits for everyone: say for whom, why, how long */
             for (int i = 0; i < r->rc.n_members; i++) {
                 const probe *p = &e->pr[i];
                 const ring_member *m = &r->rc.members[i];
@@ -795,7 +1056,19 @@ static hr_status elect_round(ring *r, election *e, ring_agreement *out, char *er
                     HR_INFO(RING, "node %ld (%s:%ld) is not here (%.200s)", m->id, m->host, m->port,
                             p->ok ? state_name(p->state) : p->why);
             }
-        if (e->n_s < e->quorum)
+        int lead = -1; /* bounded: the quorum is the leader's to count */
+        for (int i = 0; e->led && i < r->self && lead < 0; i++)
+            if (e->pr[i].last_ok > 0 && !e->pr[i].differs) lead = i;
+        const probe *lp = lead >= 0 ? &e->pr[lead] : NULL;
+        if (lp && lp->ok && lp->state == EL_ELECTING && lp->agree < e->quorum)
+            HR_WARN(RING,
+                    "waiting for a quorum of %d of %d nodes: %s; node %ld leads, %d electing with "
+                    "it; training pauses",
+                    e->quorum, r->rc.n_members, reach, ring_id_of(r, lead), lp->agree);
+        else if (lp)
+            HR_INFO(RING, "electing a view: node %ld leads (%s); %s", ring_id_of(r, lead),
+                    lp->ok ? state_name(lp->state) : "slow to answer", reach);
+        else if (e->n_s < e->quorum)
             HR_WARN(RING, "waiting for a quorum of %d of %d nodes: %s; training pauses", e->quorum,
                     r->rc.n_members, reach);
         else
@@ -819,11 +1092,22 @@ hr_status ring_elect(ring *r, const ring_lineage *mine, ring_agreement *out, cha
     atomic_store(&el->join, 0);
     election e = {.quorum = quorum_of(&r->rc), .next_log = tcp_now() + 1.0};
     e.pr = calloc((size_t)r->rc.n_members, sizeof *e.pr);
-    if (!e.pr) return hr_fail(err, errlen, HR_ERR_NOMEM, "out of memory");
+    e.which = calloc((size_t)r->rc.n_members, sizeof *e.which);
+    if (!e.pr || !e.which) {
+        free(e.pr);
+        free(e.which);
+        return hr_fail(err, errlen, HR_ERR_NOMEM, "out of memory");
+    }
+    e.bounded = el->bounded;
+    e.t0 = e.s_since = tcp_now();
+    pthread_mutex_lock(&el->mu);
+    if (el->held > 0) e.prev = el->view;
+    pthread_mutex_unlock(&el->mu);
     /* the node the failure was blamed on is probed as a silent one from the first round */
     int sus =
         r->suspect >= 0 && r->suspect != r->self_id ? ring_config_index(&r->rc, r->suspect) : -1;
     if (sus >= 0) e.pr[sus].silent = 1;
+    e.suspect = sus;
     r->suspect = -1;
     double limit = r->rc.rejoin_timeout > 0 ? r->rc.rejoin_timeout : ELECT_DEFAULT_S;
     double t0 = tcp_now();
@@ -837,7 +1121,8 @@ hr_status ring_elect(ring *r, const ring_lineage *mine, ring_agreement *out, cha
         }
         st = elect_round(r, &e, out, why, sizeof why);
         if (st == HR_OK || st == HR_ERR_CONFIG || tcp_now() - t0 >= limit) break;
-        double pause = ELECT_ROUND_S;
+        /* a bounded election's followers call the lowest ids less often as N grows */
+        double pause = e.bounded && e.led ? follow_s(r) : ELECT_ROUND_S;
         struct timespec ts = {0, (long)(pause * 1e9)};
         nanosleep(&ts, NULL);
     }
@@ -863,5 +1148,6 @@ hr_status ring_elect(ring *r, const ring_lineage *mine, ring_agreement *out, cha
         if (err) snprintf(err, errlen, "%s", r->err);
     }
     free(e.pr);
+    free(e.which);
     return st;
 }

@@ -24,6 +24,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -37,8 +39,14 @@ static const char *engine_name(const ring *r, char *out, size_t n);
  * The gate: one thread per ring, from the first listen until ring_free, does all accepting.
  * It hands each connection to a handshake thread of its own, with a short deadline (GATE_HS_S,
  * at most `timeout`, while a view forms; GATE_IDLE_S otherwise, when only lobby calls can
- * succeed); at most GATE_PENDING of them run at once, and a new connection past that cap evicts
- * the oldest one from the address with the most pending. A lobby call (any member of the
+ * succeed); at most GATE_PENDING of them run at once. Past that cap the gate first evicts a
+ * connection that has sent nothing for GATE_MUTE_S (an honest caller speaks at once: its hello
+ * is on the wire before its connect returns), else one pending for GATE_SLOW_S, the oldest from
+ * the address with the most pending first; when none is that old it accepts nothing for a
+ * moment, and new connections wait in the listening socket's backlog (TCP_BACKLOG, tcp.c) rather
+ * than evict an honest handshake in progress: a burst of lobby calls from members (the lowest ids
+ * of a bounded election, elect.c) is served in turn, and a stranger's connections, idle or slow,
+ * make room within GATE_SLOW_S. A lobby call (any member of the
  * config, sec.h) is served by its handshake thread: one request, one reply, closed
  * (elect_serve, every read and write by the same deadline). The first ring-link connection
  * that proves to be the expected predecessor while a view forms is taken. Every other
@@ -53,12 +61,17 @@ static const char *engine_name(const ring *r, char *out, size_t n);
 #define GATE_HS_S    5.0                /* per-connection handshake deadline, capped by timeout */
 #define GATE_IDLE_S  1.0                /* the same while no view forms (lobby calls only) */
 #define GATE_LOGS    20                 /* lines per second about strangers; the rest are counted */
+#define GATE_MUTE_S  0.05               /* a pending connection silent this long may be evicted */
+#define GATE_SLOW_S                                                                                \
+    1.0 /* any pending connection this old may be evicted: an                                      \
+         * honest lobby caller has given up by then (elect.c) */
 
 typedef struct {
     ring_gate *g;            /* owner */
     pthread_t th;            /* the handshake thread */
     int used;                /* th started and not yet joined (gate thread only) */
     int done;                /* the handshake thread is finishing (mu) */
+    int spoke;               /* its first bytes arrived (mu) */
     int fd;                  /* the connection while the handshake thread owns it, else -1 (mu) */
     const char *cut;         /* why the gate shut the connection down, or NULL (mu) */
     double t0;               /* when it was accepted (tcp_now seconds) */
@@ -131,6 +144,11 @@ static void *gate_hs_main(void *arg) {
     ring_gate *g = s->g;
     int fd = s->fd, refused = 0;
     char why[HR_ERRLEN];
+    if (tcp_wait(fd, POLLIN, s->deadline) == HR_OK) { /* the gate evicts a silent one first */
+        pthread_mutex_lock(&g->mu);
+        s->spoke = 1;
+        pthread_mutex_unlock(&g->mu);
+    }
     hr_status st = sec_handshake(fd, 0, &s->p, s->deadline, &s->ch, &refused, why, sizeof why);
     if (st == HR_OK && s->who_is.lobby) {
         /* the gate may still shut fd down (s->fd is kept) while the request is served */
@@ -190,19 +208,32 @@ static void gate_reap(ring_gate *g, int all) {
     }
 }
 
-/* The pending connection to evict: the oldest from the address with the most pending (the
- * predecessor has one at a time, so a flood from elsewhere never evicts it). Under mu. */
+/* Whether a pending connection may be evicted now: silent for GATE_MUTE_S (nothing read by its
+ * thread, nothing waiting in its socket), or pending for GATE_SLOW_S. Under mu. */
+static int gate_evictable(gate_slot *s, double now) {
+    if (now - s->t0 >= GATE_SLOW_S) return 1;
+    if (s->spoke || now - s->t0 < GATE_MUTE_S) return 0;
+    int avail = 0;
+    return s->fd >= 0 && ioctl(s->fd, FIONREAD, &avail) == 0 && avail == 0;
+}
+
+/* The pending connection to evict, or -1 when none may be (gate_evictable): the oldest from the
+ * address with the most such (the predecessor has one at a time, so a flood from elsewhere
+ * never evicts it). Under mu. */
 static int gate_victim(ring_gate *g) {
     int best = -1, best_n = 0;
+    double now = tcp_now();
     for (int i = 0; i < GATE_SLOTS; i++) {
         gate_slot *s = &g->slots[i];
-        if (!s->used || s->done || s->cut) continue;
+        if (!s->used || s->done || s->cut || !gate_evictable(s, now)) continue;
         size_t hl = strcspn(s->peer, "]") + 1, colon = (size_t)(strrchr(s->peer, ':') - s->peer);
         hl = hl < colon ? hl : colon;
         int n = 0;
         for (int j = 0; j < GATE_SLOTS; j++) {
             gate_slot *o = &g->slots[j];
-            if (o->used && !o->done && !o->cut && strncmp(o->peer, s->peer, hl) == 0) n++;
+            if (o->used && !o->done && !o->cut && gate_evictable(o, now) &&
+                strncmp(o->peer, s->peer, hl) == 0)
+                n++;
         }
         if (n > best_n || (n == best_n && s->t0 < g->slots[best].t0)) best = i, best_n = n;
     }
@@ -222,16 +253,13 @@ static void gate_admit(ring_gate *g, int fd, const char *peer) {
         else if (!s->done && !s->cut)
             live++;
     }
-    if (live >= GATE_PENDING) {
-        int v = gate_victim(g);
-        if (v >= 0) gate_cut(&g->slots[v], "evicted: too many unauthenticated connections pending");
-    }
-    if (free_i < 0) no = "too many unauthenticated connections pending";
+    if (free_i < 0 || live >= GATE_PENDING) no = "too many unauthenticated connections pending";
     if (!no) {
         gate_slot *s = &g->slots[free_i];
         s->g = g;
         s->fd = fd;
         s->done = 0;
+        s->spoke = 0;
         s->cut = NULL;
         s->t0 = tcp_now();
         s->deadline = s->t0 + (g->forming || g->hs_s < GATE_IDLE_S ? g->hs_s : GATE_IDLE_S);
@@ -254,10 +282,38 @@ static void gate_admit(ring_gate *g, int fd, const char *peer) {
              (unsigned long long)epoch);
 }
 
+/* Whether a new connection may be taken now: a slot is free and fewer than GATE_PENDING are
+ * pending, after evicting one that may be (gate_victim). Otherwise the connection waits in the
+ * backlog. */
+static int gate_room(ring_gate *g) {
+    pthread_mutex_lock(&g->mu);
+    int live = 0, free_n = 0;
+    for (int i = 0; i < GATE_SLOTS; i++) {
+        gate_slot *s = &g->slots[i];
+        if (!s->used)
+            free_n++;
+        else if (!s->done && !s->cut)
+            live++;
+    }
+    if (live >= GATE_PENDING) {
+        int v = gate_victim(g);
+        if (v >= 0) {
+            gate_cut(&g->slots[v], "evicted: too many unauthenticated connections pending");
+            live--;
+        }
+    }
+    pthread_mutex_unlock(&g->mu);
+    return live < GATE_PENDING && free_n > 0;
+}
+
 static void *gate_main(void *arg) {
     ring_gate *g = arg;
     while (!atomic_load(&g->stop)) {
         gate_reap(g, 0);
+        if (!gate_room(g)) {
+            hr_sleep(0.005);
+            continue;
+        }
         int fd;
         char peer[96], why[HR_ERRLEN];
         hr_status st =

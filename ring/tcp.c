@@ -23,6 +23,9 @@
 /* Socket buffers: large enough to keep a pipeline segment or two in flight on a fast link.
  * 0 leaves the kernel's autotuning in charge. */
 #define TCP_SOCKBUF (4 << 20)
+/* Connections the kernel holds for the gate (form.c) while it takes none: a bounded election's
+ * lowest ids are called by every electing node (capped by net.core.somaxconn). */
+#define TCP_BACKLOG 1024
 
 double tcp_now(void) {
     return hr_now();
@@ -81,7 +84,7 @@ hr_status tcp_listen(const char *host, long port, int *out_fd, char *err, size_t
             int sz = TCP_SOCKBUF;
             setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &sz, sizeof sz);
         }
-        if (bind(fd, a->ai_addr, a->ai_addrlen) == 0 && listen(fd, 64) == 0) break;
+        if (bind(fd, a->ai_addr, a->ai_addrlen) == 0 && listen(fd, TCP_BACKLOG) == 0) break;
         e = errno;
         close(fd);
         fd = -1;

@@ -30,6 +30,20 @@
 #            stops, naming node 3 (the state check, I4)
 #   donor    node 3 dies and comes back; the donor of its state (node 0) dies inside the
 #            transfer; the others take the state from the next donor
+#   restart0 5 nodes: nodes 0 and 2 are killed together, node 0 is started again 0.5 s later
+#            while node 2 stays down: node 0 finds the others training and joins through
+#            admission at once (a cold start's wait for every node is not a rejoin's), so no
+#            survivor pauses for longer than a view change (at most 5 s here, against the
+#            connect_timeout of 20 s a first-election wait for node 2 costs)
+#   restart0alone the same with node 0 alone killed and restarted
+#   churn    8 nodes; for CHURN_S seconds (default 25; 120 for the issue's full run) a random
+#            live node, the lowest ids included, is killed (SIGKILL) every 2-5 s, at most two
+#            down at once, and restarted 1-3 s later (RANDOM seeded from CHURN_SEED, default 32:
+#            a schedule in which node 0 is killed 4 times and restarted once while node 5 is down);
+#            then every node is back: the end checks below over every node's metrics, and the
+#            longest pause of training (the gap between consecutive iterations of a node that
+#            lived through it) is reported and must be at most the slowest resume after a
+#            kill (view records' elect_s) plus 1 s
 # With EMU=ID:MS in the environment, node ID is a GPU node (device = cuda:0) whose GPU is the
 # host emulation of the test hooks (trainer/device.h), each device operation MS ms late: the
 # same scenarios then check that a GPU node keeps every invariant, killed and rejoined included.
@@ -401,6 +415,100 @@ badstate)
   grep -h "training state differs" "$tmp"/n*.log | head -1
   n=$(grep -l "node 3's training state differs" "$tmp"/n*.log | wc -l)
   [ "$n" = 4 ] || fail "$n of 4 nodes named node 3's state as the one that differs"
+  ;;
+churn)
+  CHURN_S=${CHURN_S:-25}
+  RANDOM=${CHURN_SEED:-32}
+  echo "churn for $CHURN_S s, seed ${CHURN_SEED:-32}"
+  ITERS=$((CHURN_S * 250 + 2500))
+  conf "$tmp/c.ini" 8
+  for id in 0 1 2 3 4 5 6 7; do start $id HETRING_FAULT=sleep:*:0.004; done
+  wait_iter 0 20
+  declare -a back_at # the time a killed node is due back (0: up)
+  lives=()            # the metrics of the nodes' earlier lives, as IDs for the checks below
+  # relive ID: start node ID again; the metrics of its last life move to m-ID.lK.jsonl (a node
+  # that starts without a checkpoint writes its metrics file anew)
+  relive() {
+    local k=0
+    while [ -e "$tmp/m-$1.l$k.jsonl" ]; do k=$((k + 1)); done
+    [ -e "$tmp/m-$1.jsonl" ] && mv "$tmp/m-$1.jsonl" "$tmp/m-$1.l$k.jsonl" && lives+=("$1.l$k")
+    start $1 HETRING_FAULT=sleep:*:0.004
+  }
+  for id in 0 1 2 3 4 5 6 7; do back_at[$id]=0; done
+  t_end=$(($(date +%s%N) / 1000000 + CHURN_S * 1000)) next_kill=0 kills=0
+  while :; do
+    now_ms=$(($(date +%s%N) / 1000000))
+    [ "$now_ms" -ge "$t_end" ] && break
+    for id in 0 1 2 3 4 5 6 7; do # restarts that are due
+      if [ "${back_at[$id]}" -gt 0 ] && [ "$now_ms" -ge "${back_at[$id]}" ]; then
+        relive $id
+        back_at[$id]=0
+      fi
+    done
+    down=0 up=()
+    for id in 0 1 2 3 4 5 6 7; do [ "${back_at[$id]}" -gt 0 ] && down=$((down + 1)) || up+=($id); done
+    if [ "$now_ms" -ge "$next_kill" ] && [ $down -lt 2 ]; then
+      v=${up[$((RANDOM % ${#up[@]}))]}
+      kill -KILL "${pids[$v]}" 2>/dev/null
+      wait "${pids[$v]}" 2>/dev/null
+      echo "$v kill" >> "$tmp/churn"
+      kills=$((kills + 1))
+      back_at[$v]=$((now_ms + 1000 + RANDOM % 2001))
+      next_kill=$((now_ms + 2000 + RANDOM % 3001))
+    fi
+    sleep 0.05
+  done
+  for id in 0 1 2 3 4 5 6 7; do # the last ones back
+    [ "${back_at[$id]}" -gt 0 ] && relive $id
+  done
+  echo "$kills kills, of nodes $(awk '{ printf "%s ", $1 }' "$tmp/churn")"
+  finish_all 0 1 2 3 4 5 6 7
+  check_end 0 1 2 3 4 5 6 7
+  exactly_once 0 1 2 3 4 5 6 7 "${lives[@]}"
+  follows_reference 0 1 2 3 4 5 6 7 "${lives[@]}"
+  # the slowest resume after a kill, and the longest pause within a node's life
+  slow=$(cat "$tmp"/m-*.jsonl | awk '/"event":"view"/ && !/"left":\[\]/ {
+      match($0, /"elect_s":[0-9.]+/); e = substr($0, RSTART + 10, RLENGTH - 10) + 0; if (e > m) m = e }
+    END { printf "%.3f", m }')
+  for id in 0 1 2 3 4 5 6 7 "${lives[@]}"; do
+    awk -v id=$id '/^\{"iter":/ { match($0, /"t_unix":[0-9.]+/); t = substr($0, RSTART + 9, RLENGTH - 9) + 0
+        if (p && t - p > g) { g = t - p; at = p }
+        p = t }
+      END { printf "%s %.3f %.3f\n", id, g, at }' "$tmp/m-$id.jsonl"
+  done > "$tmp/pauses"
+  read -r pid_ pause at_ < <(sort -k2,2 -g "$tmp/pauses" | tail -1)
+  echo "longest pause of training: ${pause} s (node ${pid_}, at $at_); slowest resume after a kill: $slow s"
+  awk -v p="$pause" -v s="$slow" 'BEGIN { exit !(p <= s + 1) }' ||
+    fail "a node paused ${pause} s, more than the slowest resume ($slow s) plus 1 s"
+  grep -h "starting without it" "$tmp"/n*.log | head -1
+  ! grep -qh "starting without it" "$tmp"/n*.log || fail "a restarted node waited as at a cold start"
+  ;;
+restart0 | restart0alone)
+  conf "$tmp/c.ini" 5
+  down="0 2" up="1 3 4"
+  [ "$scenario" = restart0alone ] && down="0" up="1 2 3 4"
+  for id in 0 1 2 3 4; do start $id HETRING_FAULT=sleep:*:0.002; done
+  wait_iter 1 30
+  for id in $down; do kill -KILL "${pids[$id]}"; done
+  for id in $down; do wait "${pids[$id]}" 2>/dev/null; done
+  echo "killed node(s) $down at iteration $(iter_of 1)"
+  sleep 0.5
+  start 0 HETRING_FAULT=sleep:*:0.002
+  wait_log "node 0 rejoined" "$tmp"/n*.log
+  finish_all 0 $up
+  grep -h "node 0 rejoined" "$tmp"/n*.log | head -1
+  grep -h "starting without it" "$tmp/n0.log" | head -1
+  ! grep -q "starting without it" "$tmp/n0.log" || fail "the restarted node 0 waited as at a cold start"
+  # the longest gap between consecutive iterations on any survivor: two view changes at most
+  for id in $up; do
+    awk -v id=$id '/^\{"iter":/ { match($0, /"t_unix":[0-9.]+/); t = substr($0, RSTART + 9, RLENGTH - 9) + 0
+        if (p && t - p > g) g = t - p; p = t }
+      END { printf "node %s: longest pause of training %.2f s\n", id, g; exit g <= 5 ? 0 : 1 }' \
+      "$tmp/m-$id.jsonl" || fail "node $id paused for longer than 5 s"
+  done
+  check_end 0 $up
+  exactly_once $up
+  follows_reference $up
   ;;
 *)
   echo "unknown scenario $scenario"

@@ -8,6 +8,12 @@
 #           they wait for a quorum); node 3 restarts: 0, 1 and 3 go on
 #   stop    4 nodes; SIGSTOP node 1 for 6 s (timeout 2 s): the others go on without it; after
 #           SIGCONT it rejoins through an admit request and all 4 go on
+#   scale   NODES nodes (default 40: a bounded election, ring/elect.c), started together: the
+#           first view of all forms within 20 s; SIGKILL node NODES/2: the survivors' view
+#           within 8 s, and its restart is admitted within 8 s; SIGKILL nodes 0 and 1 (both
+#           candidates every other node calls): the others' view within 8 s; node 0 restarts
+#           and is admitted within 8 s while node 1 stays down. No gate evicted a connection
+#           (every connection here is an honest lobby call or ring link)
 # Every scenario also checks, over all nodes' logs: no wrong sum, no view below the quorum, and
 # no epoch with two different member sets. MODE is none, auth (PSK) or encrypt (identity keys).
 set -u
@@ -20,15 +26,22 @@ wait 2>/dev/null'
 now() { date +%s.%N; }
 calc() { awk "BEGIN{printf \"%.2f\", $*}"; }
 
-for i in 0 1 2 3; do pub[$i]=$("$NODE" keygen "$tmp/node$i.key"); done
+N=4
+[ "$scenario" = scale ] && N=${NODES:-40}
+port[0]=$base
+for ((i = 1; i < N; i++)); do # blocks of 8 ports, claimed as needed (tests/ports.sh)
+    [ $((i % 8)) = 0 ] && { port_block || exit 1; }
+    port[$i]=$((base + i % 8))
+done
+for ((i = 0; i < N; i++)); do pub[$i]=$("$NODE" keygen "$tmp/node$i.key"); done
 printf '# test psk\n%s\n' "$(od -An -tx1 -N32 /dev/urandom | tr -d ' \n')" > "$tmp/psk"
 chmod 600 "$tmp/psk"
 {
-    printf '[cluster]\nname = elastic\nconnect_timeout = 5\ntimeout = 2\n'
+    printf '[cluster]\nname = elastic\nconnect_timeout = %s\ntimeout = 2\n' "$( [ $N -gt 4 ] && echo 20 || echo 5)"
     security_lines "$mode"
     printf '[train]\niterations = 1\n'
-    for i in 0 1 2 3; do
-        printf '[node.%d]\nhost = 127.0.0.1\nport = %d\n' $i $((base + i))
+    for ((i = 0; i < N; i++)); do
+        printf '[node.%d]\nhost = 127.0.0.1\nport = %d\n' $i "${port[$i]}"
         [ "$mode" = encrypt ] && printf 'pubkey = %s\n' "${pub[$i]}"
     done
 } > "$tmp/c.ini"
@@ -89,24 +102,32 @@ stop_all() {
         grep -q "^node $id: ok rounds" "${log[$id]}" || fail "node $id did not stop on the flag"
     done
 }
-# Over every log: no wrong sum, no view below the quorum (3 of 4), one member set per epoch.
+# Over every log: no wrong sum, no view below the quorum (N/2 + 1), one member set per epoch.
 check_logs() {
     grep -h "WRONG" "$tmp"/out.* && fail "a wrong sum"
-    grep -h "^node [0-9]*: view " "$tmp"/out.* | awk '
+    grep -h "^node [0-9]*: view " "$tmp"/out.* | awk -v q=$((N / 2 + 1)) '
         { e = $4; m = $6; n = split(m, a, ",")
-          if (n < 3) { print "view " e " has " n " members: " m; bad = 1 }
+          if (n < q) { print "view " e " has " n " members: " m; bad = 1 }
           if ((e in set) && set[e] != m) { print "epoch " e ": members " set[e] " and " m; bad = 1 }
           set[e] = m }
         END { for (e in set) k++; print "  " k " distinct epochs, one member set each: " (bad ? "NO" : "yes"); exit bad }' ||
         fail "views: an epoch with two member sets, or a view below the quorum"
 }
 
+# ids A..B, comma-separated, less those given after
+ids() {
+    local a=$1 b=$2 i out=""; shift 2
+    for ((i = a; i <= b; i++)); do [[ " $* " == *" $i "* ]] || out="$out,$i"; done
+    echo "${out#,}"
+}
+all=$(ids 0 $((N - 1)))
 min_epoch=0
-for i in 0 1 2 3; do start $i; done
-wait_view 0,1,2,3 20 0 1 2 3 || { fail "the first view of 4 did not form within 20 s"; show; exit 1; }
+for ((i = 0; i < N; i++)); do start $i; done
+t_start=$(now)
+wait_view "$all" 20 $(seq 0 $((N - 1))) || { fail "the first view of $N did not form within 20 s"; show; exit 1; }
 e0=$epoch
-echo "first view $e0 of 4 formed"
-wait_rounds 20 "$e0" 20 0 1 2 3 || fail "no 20 rounds in view $e0"
+echo "first view $e0 of $N formed ($(calc "$t_view - $t_start") s after the last start)"
+wait_rounds 20 "$e0" 20 $(seq 0 $((N - 1))) || fail "no 20 rounds in view $e0"
 
 case $scenario in
 kill)
@@ -179,6 +200,32 @@ stop)
         fail "node 1 was not admitted within 15 s of SIGCONT"
     fi
     stop_all 0 1 2 3
+    ;;
+scale)
+    # phase VIEW TIMEOUT WHAT IDS...: until every node IDS holds view VIEW; says how long after
+    # t0 it took, under WHAT
+    phase() {
+        local want=$1 limit=$2 what=$3; shift 3
+        min_epoch=${epoch:-$e0}
+        if wait_view "$want" "$limit" "$@"; then
+            echo "$what -> view $epoch of $(echo "$want" | tr ',' '\n' | wc -l) after $(calc "$t_view - $t0") s"
+        else
+            fail "$what: no view of $want within $limit s"
+        fi
+    }
+    v=$((N / 2))
+    kill -KILL "${pid[$v]}"; t0=$(now); wait "${pid[$v]}" 2>/dev/null
+    phase "$(ids 0 $((N - 1)) $v)" 8 "kill -9 node $v" $(ids 0 $((N - 1)) $v | tr ',' ' ')
+    start $v; t0=$(now)
+    phase "$all" 8 "node $v restarted" $(seq 0 $((N - 1)))
+    kill -KILL "${pid[0]}" "${pid[1]}"; t0=$(now); wait "${pid[0]}" "${pid[1]}" 2>/dev/null
+    phase "$(ids 2 $((N - 1)))" 8 "kill -9 nodes 0 and 1" $(seq 2 $((N - 1)))
+    start 0; t0=$(now)
+    phase "$(ids 0 $((N - 1)) 1)" 8 "node 0 restarted, node 1 down" $(ids 0 $((N - 1)) 1 | tr ',' ' ')
+    n_ev=$(cat "$tmp"/out.* | grep -c "evicted: too many")
+    echo "connections evicted by a gate: $n_ev"
+    [ "$n_ev" = 0 ] || fail "a gate evicted $n_ev honest connections"
+    stop_all $(ids 0 $((N - 1)) 1 | tr ',' ' ')
     ;;
 *) echo "unknown scenario $scenario"; exit 2 ;;
 esac
