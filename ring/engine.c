@@ -223,38 +223,161 @@ hr_status eng_link_auth_fail(ring *r, txf *t, int coll, int from, const char *fr
         pw, frame, from == FROM_PRED ? "connection dropped, " : "");
 }
 
+/* An abort frame's payload: culprit id i64 | status u32 | reporter id i64 | text. */
+typedef struct {
+    long culprit, reporter;
+    hr_status st;
+    char text[FRAME_ABORT_MAX + 1];
+} abort_msg;
+
+/* Parse a payload of `len` bytes; -1 when it is too short or too long to be an abort. */
+static int abort_parse(const uint8_t *body, size_t len, abort_msg *m) {
+    if (len < 20 || len > FRAME_ABORT_MAX) return -1;
+    m->culprit = (long)le_get64(body);
+    m->st = (hr_status)le_get32(body + 8);
+    if (m->st <= HR_OK || m->st >= HR_STATUS_COUNT) m->st = HR_ERR_PEER;
+    m->reporter = (long)le_get64(body + 12);
+    memcpy(m->text, body + 20, len - 20);
+    m->text[len - 20] = 0;
+    for (char *q = m->text; *q; q++)
+        if (*q < 32 || *q > 126) *q = '?';
+    return 0;
+}
+
+/* The member before `id` in the view's ring order, or -1 when `id` is not a member. */
+static long view_pred_of(const ring *r, long id) {
+    for (int i = 0; i < r->view.n; i++)
+        if (r->view.ids[i] == id) return r->view.ids[(i + r->view.n - 1) % r->view.n];
+    return -1;
+}
+
+/* A reporter that blames its own predecessor for silence may be wrong: the predecessor may be
+ * alive and waiting on ITS predecessor, timing out at about the same moment. Such a blame is
+ * provisional until the blamed node has had time to speak. */
+static int blames_silent_pred(const ring *r, const abort_msg *m) {
+    return m->st == HR_ERR_TIMEOUT && m->culprit != r->self_id && m->reporter != r->self_id &&
+           m->culprit == view_pred_of(r, m->reporter);
+}
+
+/* Log abort `m` as this view's failure and remember its culprit (passing it on is the
+ * caller's). `chain` names the nodes found alive but waiting, or is "". */
+static hr_status abort_emit(ring *r, int coll, const abort_msg *m, const char *chain) {
+    char rw[RING_STR + 64];
+    ring_node_str(r, m->reporter, rw, sizeof rw);
+    if (m->reporter == r->self_id)
+        snprintf(r->err, sizeof r->err, "%s #%llu (view epoch %llu): %.300s%.180s",
+                 frame_coll_name(coll), (unsigned long long)r->seq,
+                 (unsigned long long)r->view.epoch, m->text, chain);
+    else
+        snprintf(r->err, sizeof r->err,
+                 "%s #%llu (view epoch %llu): %.240s (reported by %.64s)%.100s",
+                 frame_coll_name(coll), (unsigned long long)r->seq,
+                 (unsigned long long)r->view.epoch, m->text, rw, chain);
+    if (m->st == HR_ERR_AUTH || m->st == HR_ERR_PROTO)
+        HR_ERROR(RING, "%s", r->err);
+    else
+        HR_WARN(RING, "%s", r->err);
+    r->suspect = m->culprit;
+    r->failed = m->st;
+    return m->st;
+}
+
+/* Read the next frame on the predecessor link, which stands at a frame boundary, until
+ * `deadline`: 1 with `m` filled when it is an abort of this view (verified in secure modes),
+ * else 0 (nothing came, the link closed, or something else came: the chain ends there). */
+static int pred_next_abort(ring *r, double deadline, abort_msg *m) {
+    if (r->pred < 0 || r->pred_fd < 0) return 0;
+    const size_t tag = r->keys.mode != RING_SEC_NONE ? SEC_TAG : 0;
+    uint8_t f[FRAME_HDR + FRAME_ABORT_MAX + SEC_TAG], body[FRAME_ABORT_MAX];
+    frame_hdr h;
+    if (tcp_recv_all(r->pred_fd, f, FRAME_HDR, deadline) != HR_OK) return 0;
+    frame_decode(f, &h);
+    if (h.magic != FRAME_MAGIC || h.version != FRAME_VERSION || h.type != FRAME_ABORT ||
+        h.len > FRAME_ABORT_MAX)
+        return 0;
+    if (tcp_recv_all(r->pred_fd, f + FRAME_HDR, h.len + tag, deadline) != HR_OK) return 0;
+    if (tag && sec_open(&r->pred_ch.rx, f, h.len, body) != 0) return 0;
+    if (!tag) memcpy(body, f + FRAME_HDR, h.len);
+    return h.epoch == r->view.epoch && abort_parse(body, h.len, m) == 0;
+}
+
+/* `m` blames a node for silence (blames_silent_pred, or this node's own blame of its
+ * predecessor). Wait up to spread_s on the predecessor link for more news: any abort that comes
+ * on it proves the predecessor alive (it sent or passed it on), so the blame was provisional
+ * and the news is newer: the blamed node's own abort, naming the node it waited on, or one
+ * from further back that the nodes in between passed along. It is adopted and passed on at
+ * once, so the nodes further on learn the same, and the wait goes on while what is adopted is
+ * provisional in turn. `chain` gets a note naming the nodes found waiting, or "". */
+static void follow_blame(ring *r, txf *t, int coll, abort_msg *m, char *chain, size_t n) {
+    const double deadline = tcp_now() + spread_s(r);
+    char names[RING_STR * 3] = "";
+    int k = 0;
+    abort_msg next;
+    chain[0] = 0;
+    for (int hops = 0; hops < r->view.n; hops++) {
+        if (!pred_next_abort(r, deadline, &next) || next.culprit == r->self_id) break;
+        char cw[RING_STR + 64];
+        size_t used = strlen(names);
+        ring_node_str(r, m->culprit, cw, sizeof cw);
+        snprintf(names + used, sizeof names - used, "%s%s", k ? ", " : "", cw);
+        k++;
+        *m = next;
+        spread(r, t, coll, m->culprit, m->reporter, m->st, m->text, FROM_PRED);
+        if (!blames_silent_pred(r, m)) break;
+    }
+    if (k)
+        snprintf(chain, n, "; %s %s alive, waiting on %s predecessor%s", names,
+                 k > 1 ? "were" : "was", k > 1 ? "their" : "its", k > 1 ? "s" : "");
+}
+
+/* The predecessor sent nothing for `limit`. It may be waiting itself, on its own predecessor:
+ * then it times out at about the same moment and its abort names the node that really
+ * stopped. So this node's blame goes to the neighbours at once (a successor waiting on this
+ * node learns it is alive and waits for the rest of the news), and this node reports the blamed
+ * node only when no abort of its own came from it within spread_s. The predecessor's stream is
+ * at `pp` (a partly read frame is skipped first). */
+hr_status eng_pred_silent(ring *r, txf *t, int coll, double limit, const pred_pos *pp) {
+    char who[RING_STR + 64], chain[RING_STR * 4] = "";
+    abort_msg m = {.culprit = ring_id_of(r, r->pred), .reporter = r->self_id, .st = HR_ERR_TIMEOUT};
+    ring_node_str(r, m.culprit, who, sizeof who);
+    snprintf(m.text, sizeof m.text, "%s sent nothing for %.1f s (peer dead or hung?)", who, limit);
+    spread(r, t, coll, m.culprit, m.reporter, m.st, m.text, FROM_PRED);
+    if (pp && pp->body && pp->left > 0) {
+        /* a frame was partly read: the rest (if it ever comes) is skipped before any abort */
+        size_t skip = pp->left;
+        uint8_t junk[4096];
+        while (skip > 0) {
+            size_t k = skip < sizeof junk ? skip : sizeof junk;
+            if (tcp_recv_all(r->pred_fd, junk, k, tcp_now() + spread_s(r)) != HR_OK) break;
+            skip -= k;
+        }
+        if (skip > 0) return abort_emit(r, coll, &m, "");
+        if (r->keys.mode != RING_SEC_NONE) r->pred_ch.rx.ctr++; /* the frame skipped had one */
+    } else if (pp && !pp->body && pp->got > 0) {
+        return abort_emit(r, coll, &m, ""); /* mid-header: no frame boundary */
+    }
+    follow_blame(r, t, coll, &m, chain, sizeof chain);
+    return abort_emit(r, coll, &m, chain);
+}
+
 /* Report the abort frame whose payload (`len` bytes, verified in secure modes) is `body` and
- * pass it on. `body` has room for one more byte. */
+ * pass it on. A provisional blame from the predecessor's side (blames_silent_pred) waits for
+ * the blamed node's own news first (follow_blame). */
 static hr_status abort_report(ring *r, txf *t, int coll, uint8_t *body, size_t len, int from) {
-    if (len < 20 || len > FRAME_ABORT_MAX) {
+    abort_msg m;
+    if (abort_parse(body, len, &m) != 0) {
         char pw[RING_STR + 64];
         long nid = ring_id_of(r, from == FROM_PRED ? r->pred : r->succ);
         ring_node_str(r, nid, pw, sizeof pw);
         return eng_fail_view(r, t, coll, HR_ERR_PROTO, nid, from, "%s sent a malformed abort frame",
                              pw);
     }
-    body[len] = 0;
-    long culprit = (long)le_get64(body);
-    hr_status st = (hr_status)le_get32(body + 8);
-    if (st <= HR_OK || st >= HR_STATUS_COUNT) st = HR_ERR_PEER;
-    long reporter = (long)le_get64(body + 12);
-    char *text = (char *)body + 20;
-    for (char *q = text; *q; q++)
-        if (*q < 32 || *q > 126) *q = '?';
-    char rw[RING_STR + 64];
-    ring_node_str(r, reporter, rw, sizeof rw);
-    snprintf(r->err, sizeof r->err, "%s #%llu (view epoch %llu): %.300s (reported by %.100s)",
-             frame_coll_name(coll), (unsigned long long)r->seq, (unsigned long long)r->view.epoch,
-             text, rw);
-    if (st == HR_ERR_AUTH || st == HR_ERR_PROTO)
-        HR_ERROR(RING, "%s", r->err);
-    else
-        HR_WARN(RING, "%s", r->err);
-    r->suspect = culprit;
     /* pass it on unchanged, so the next member names the same culprit and reporter */
-    if (reporter != r->self_id) spread(r, t, coll, culprit, reporter, st, text, from);
-    r->failed = st;
-    return st;
+    if (m.reporter != r->self_id) spread(r, t, coll, m.culprit, m.reporter, m.st, m.text, from);
+    char chain[RING_STR * 4] = "";
+    if (from == FROM_PRED && blames_silent_pred(r, &m))
+        follow_blame(r, t, coll, &m, chain, sizeof chain);
+    return abort_emit(r, coll, &m, chain);
 }
 
 /* Read the rest of a frame whose header `raw` came in on the link `from` and that should be an
@@ -561,8 +684,8 @@ static hr_status eng_wait(ring *r, eng *e, double last) {
         if (tx_wait)
             return eng_fail_view(r, &e->t, e->coll, HR_ERR_TIMEOUT, id, FROM_SUCC,
                                  "%s accepted no data for %.1f s (peer dead or hung?)", who, limit);
-        return eng_fail_view(r, &e->t, e->coll, HR_ERR_TIMEOUT, id, FROM_PRED,
-                             "%s sent nothing for %.1f s (peer dead or hung?)", who, limit);
+        pred_pos pp = eng_pos(r, e);
+        return eng_pred_silent(r, &e->t, e->coll, limit, &pp);
     }
     if (rc > 0 && e->ti < s->n_tx && (p[1].revents & (POLLIN | POLLHUP | POLLERR))) {
         pred_pos pp = eng_pos(r, e);

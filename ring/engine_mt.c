@@ -690,8 +690,8 @@ hr_status mt_run(ring *r, int coll, uint8_t *base) {
                 return eng_fail_view(r, &e.t, coll, HR_ERR_TIMEOUT, id, FROM_SUCC,
                                      "%s accepted no data for %.1f s (peer dead or hung?)", who,
                                      limit);
-            return eng_fail_view(r, &e.t, coll, HR_ERR_TIMEOUT, id, FROM_PRED,
-                                 "%s sent nothing for %.1f s (peer dead or hung?)", who, limit);
+            pred_pos pp = mt_pos(m, j, &x);
+            return eng_pred_silent(r, &e.t, coll, limit, &pp);
         }
     }
     pthread_mutex_lock(&m->mu);

@@ -158,6 +158,9 @@ hr_status eng_fail_view(ring *r, txf *t, int coll, hr_status st, long culprit, i
                         const char *fmt, ...) __attribute__((format(printf, 7, 8)));
 /* A frame on the link `from` failed authentication (or, unverified, cannot be a genuine one). */
 hr_status eng_link_auth_fail(ring *r, txf *t, int coll, int from, const char *frame);
+/* The predecessor sent nothing for `limit` seconds while its stream stood at `pp`: blame it,
+ * unless its own abort, within a short wait, names the node it was waiting on (engine.c). */
+hr_status eng_pred_silent(ring *r, txf *t, int coll, double limit, const pred_pos *pp);
 /* Something happened on the successor link: report what (see engine.c). */
 hr_status eng_succ_trouble(ring *r, txf *t, int coll, int e, const pred_pos *pp);
 /* Check the header of frame e->ri (in rx_stage) against the one expected. */

@@ -8,6 +8,11 @@
 #           they wait for a quorum); node 3 restarts: 0, 1 and 3 go on
 #   stop    4 nodes; SIGSTOP node 1 for 6 s (timeout 2 s): the others go on without it; after
 #           SIGCONT it rejoins through an admit request and all 4 go on
+#   blame   5 nodes; three times a node is stopped (SIGSTOP: nodes 1, 3 and 0 in turn) and
+#           continued once the others went on without it: every survivor's failure line names
+#           the stopped node, though the nodes after it wait on each other and time out at
+#           about the same moment (issue 29: the one after the stopped node's successor named
+#           its own predecessor, alive and waiting, as dead)
 #   scale   NODES nodes (default 40: a bounded election, ring/elect.c), started together: the
 #           first view of all forms within 20 s; SIGKILL node NODES/2: the survivors' view
 #           within 8 s, and its restart is admitted within 8 s; SIGKILL nodes 0 and 1 (both
@@ -28,6 +33,7 @@ calc() { awk "BEGIN{printf \"%.2f\", $*}"; }
 
 N=4
 [ "$scenario" = scale ] && N=${NODES:-40}
+[ "$scenario" = blame ] && N=5
 port[0]=$base
 for ((i = 1; i < N; i++)); do # blocks of 8 ports, claimed as needed (tests/ports.sh)
     [ $((i % 8)) = 0 ] && { port_block || exit 1; }
@@ -200,6 +206,35 @@ stop)
         fail "node 1 was not admitted within 15 s of SIGCONT"
     fi
     stop_all 0 1 2 3
+    ;;
+blame)
+    ep=$e0
+    for v in 1 3 0; do
+        kill -STOP "${pid[$v]}"; t_stop=$(now)
+        min_epoch=$ep
+        rest=$(ids 0 $((N - 1)) "$v")
+        if ! wait_view "$rest" 12 ${rest//,/ }; then
+            fail "no view of $rest within 12 s of stopping node $v"
+            kill -CONT "${pid[$v]}"
+            break
+        fi
+        echo "SIGSTOP node $v -> view $epoch ($rest) after $(calc "$t_view - $t_stop") s"
+        for id in ${rest//,/ }; do # the line of the view the stop failed: whom it blames
+            line=$(grep -m1 "^node $id: failed in view $ep " "${log[$id]}")
+            who=$(sed -n 's/.*(view epoch [0-9]*): node \([0-9]*\) .*/\1/p' <<< "$line")
+            echo "    node $id: ${line#*: failed in view $ep }" | cut -c1-240
+            [ "$who" = "$v" ] || fail "node $id blamed node ${who:-?} for the stop of node $v"
+        done
+        kill -CONT "${pid[$v]}"; t_cont=$(now)
+        min_epoch=$epoch
+        if ! wait_view "$all" 15 $(seq 0 $((N - 1))); then
+            fail "node $v was not admitted within 15 s of SIGCONT"
+            break
+        fi
+        ep=$epoch
+        wait_rounds 5 "$ep" 20 $(seq 0 $((N - 1))) || fail "the $N did not go on in view $ep"
+    done
+    stop_all $(seq 0 $((N - 1)))
     ;;
 scale)
     # phase VIEW TIMEOUT WHAT IDS...: until every node IDS holds view VIEW; says how long after
