@@ -282,23 +282,46 @@ static hr_status abort_emit(ring *r, int coll, const abort_msg *m, const char *c
     return m->st;
 }
 
-/* Read the next frame on the predecessor link, which stands at a frame boundary, until
- * `deadline`: 1 with `m` filled when it is an abort of this view (verified in secure modes),
- * else 0 (nothing came, the link closed, or something else came: the chain ends there). */
-static int pred_next_abort(ring *r, double deadline, abort_msg *m) {
+/* Read the predecessor link, from where its stream stands (`pp`; NULL: at a frame boundary),
+ * until `deadline`: skip data frames (each takes a nonce counter, as when it is opened) up to
+ * the next abort frame of this view, verified in secure modes. 1 with its payload in `body`
+ * (FRAME_ABORT_MAX + 1 bytes) and its length in `len`; 0 when the link closed, the time passed
+ * or something unreadable came. */
+static int pred_read_abort(ring *r, const pred_pos *pp, double deadline, uint8_t *body,
+                           size_t *len) {
     if (r->pred < 0 || r->pred_fd < 0) return 0;
     const size_t tag = r->keys.mode != RING_SEC_NONE ? SEC_TAG : 0;
-    uint8_t f[FRAME_HDR + FRAME_ABORT_MAX + SEC_TAG], body[FRAME_ABORT_MAX];
-    frame_hdr h;
-    if (tcp_recv_all(r->pred_fd, f, FRAME_HDR, deadline) != HR_OK) return 0;
-    frame_decode(f, &h);
-    if (h.magic != FRAME_MAGIC || h.version != FRAME_VERSION || h.type != FRAME_ABORT ||
-        h.len > FRAME_ABORT_MAX)
-        return 0;
-    if (tcp_recv_all(r->pred_fd, f + FRAME_HDR, h.len + tag, deadline) != HR_OK) return 0;
-    if (tag && sec_open(&r->pred_ch.rx, f, h.len, body) != 0) return 0;
-    if (!tag) memcpy(body, f + FRAME_HDR, h.len);
-    return h.epoch == r->view.epoch && abort_parse(body, h.len, m) == 0;
+    uint8_t *f = r->rx_stage;
+    size_t skip = pp && pp->body ? pp->left : 0, got = pp && !pp->body ? pp->got : 0;
+    uint64_t ctr = r->pred_ch.rx.ctr;
+    if (got > 0) memmove(f, pp->hdr, got);
+    for (;;) {
+        while (skip > 0) { /* the rest of a data frame nobody will use */
+            size_t n = skip < r->stage_cap ? skip : r->stage_cap;
+            if (tcp_recv_all(r->pred_fd, f, n, deadline) != HR_OK) return 0;
+            skip -= n;
+            if (skip == 0) ctr++;
+        }
+        if (tcp_recv_all(r->pred_fd, f + got, FRAME_HDR - got, deadline) != HR_OK) return 0;
+        got = 0;
+        frame_hdr h;
+        frame_decode(f, &h);
+        if (h.magic != FRAME_MAGIC || h.version != FRAME_VERSION) return 0;
+        if (h.type == FRAME_DATA) {
+            if (h.len + tag > r->stage_cap) return 0; /* no frame of this ring */
+            skip = h.len + tag;
+            if (skip == 0) ctr++;
+            continue;
+        }
+        if (h.type != FRAME_ABORT || h.len > FRAME_ABORT_MAX) return 0;
+        if (tcp_recv_all(r->pred_fd, f + FRAME_HDR, h.len + tag, deadline) != HR_OK) return 0;
+        if (tag && sec_open_at(&r->pred_ch.rx, ctr, f, h.len, body) != 0) return 0;
+        if (!tag) memcpy(body, f + FRAME_HDR, h.len);
+        if (h.epoch != r->view.epoch) return 0;
+        r->pred_ch.rx.ctr = ctr + 1;
+        *len = h.len;
+        return 1;
+    }
 }
 
 /* `m` blames a node for silence (blames_silent_pred, or this node's own blame of its
@@ -307,15 +330,21 @@ static int pred_next_abort(ring *r, double deadline, abort_msg *m) {
  * and the news is newer: the blamed node's own abort, naming the node it waited on, or one
  * from further back that the nodes in between passed along. It is adopted and passed on at
  * once, so the nodes further on learn the same, and the wait goes on while what is adopted is
- * provisional in turn. `chain` gets a note naming the nodes found waiting, or "". */
-static void follow_blame(ring *r, txf *t, int coll, abort_msg *m, char *chain, size_t n) {
+ * provisional in turn. The predecessor's stream stands at `pp` (NULL: at a frame boundary).
+ * `chain` gets a note naming the nodes found waiting, or "". */
+static void follow_blame(ring *r, txf *t, int coll, const pred_pos *pp, abort_msg *m, char *chain,
+                         size_t n) {
     const double deadline = tcp_now() + spread_s(r);
     char names[RING_STR * 3] = "";
     int k = 0;
+    uint8_t body[FRAME_ABORT_MAX + 1];
+    size_t len;
     abort_msg next;
     chain[0] = 0;
-    for (int hops = 0; hops < r->view.n; hops++) {
-        if (!pred_next_abort(r, deadline, &next) || next.culprit == r->self_id) break;
+    for (int hops = 0; hops < r->view.n; hops++, pp = NULL) {
+        if (!pred_read_abort(r, pp, deadline, body, &len) || abort_parse(body, len, &next) != 0 ||
+            next.culprit == r->self_id)
+            break;
         char cw[RING_STR + 64];
         size_t used = strlen(names);
         ring_node_str(r, m->culprit, cw, sizeof cw);
@@ -335,28 +364,14 @@ static void follow_blame(ring *r, txf *t, int coll, abort_msg *m, char *chain, s
  * stopped. So this node's blame goes to the neighbours at once (a successor waiting on this
  * node learns it is alive and waits for the rest of the news), and this node reports the blamed
  * node only when no abort of its own came from it within spread_s. The predecessor's stream is
- * at `pp` (a partly read frame is skipped first). */
+ * at `pp`. */
 hr_status eng_pred_silent(ring *r, txf *t, int coll, double limit, const pred_pos *pp) {
     char who[RING_STR + 64], chain[RING_STR * 4] = "";
     abort_msg m = {.culprit = ring_id_of(r, r->pred), .reporter = r->self_id, .st = HR_ERR_TIMEOUT};
     ring_node_str(r, m.culprit, who, sizeof who);
     snprintf(m.text, sizeof m.text, "%s sent nothing for %.1f s (peer dead or hung?)", who, limit);
     spread(r, t, coll, m.culprit, m.reporter, m.st, m.text, FROM_PRED);
-    if (pp && pp->body && pp->left > 0) {
-        /* a frame was partly read: the rest (if it ever comes) is skipped before any abort */
-        size_t skip = pp->left;
-        uint8_t junk[4096];
-        while (skip > 0) {
-            size_t k = skip < sizeof junk ? skip : sizeof junk;
-            if (tcp_recv_all(r->pred_fd, junk, k, tcp_now() + spread_s(r)) != HR_OK) break;
-            skip -= k;
-        }
-        if (skip > 0) return abort_emit(r, coll, &m, "");
-        if (r->keys.mode != RING_SEC_NONE) r->pred_ch.rx.ctr++; /* the frame skipped had one */
-    } else if (pp && !pp->body && pp->got > 0) {
-        return abort_emit(r, coll, &m, ""); /* mid-header: no frame boundary */
-    }
-    follow_blame(r, t, coll, &m, chain, sizeof chain);
+    follow_blame(r, t, coll, pp, &m, chain, sizeof chain);
     return abort_emit(r, coll, &m, chain);
 }
 
@@ -376,7 +391,7 @@ static hr_status abort_report(ring *r, txf *t, int coll, uint8_t *body, size_t l
     if (m.reporter != r->self_id) spread(r, t, coll, m.culprit, m.reporter, m.st, m.text, from);
     char chain[RING_STR * 4] = "";
     if (from == FROM_PRED && blames_silent_pred(r, &m))
-        follow_blame(r, t, coll, &m, chain, sizeof chain);
+        follow_blame(r, t, coll, NULL, &m, chain, sizeof chain);
     return abort_emit(r, coll, &m, chain);
 }
 
@@ -417,38 +432,10 @@ static hr_status on_abort(ring *r, txf *t, int coll, const uint8_t *raw, int fro
  * successor. */
 static hr_status news_from_pred(ring *r, txf *t, int coll, const pred_pos *pp) {
     if (!pp || r->pred < 0 || r->pred_fd < 0 || r->pred == r->succ) return HR_OK;
-    const double deadline = tcp_now() + spread_s(r);
-    const size_t tag = r->keys.mode != RING_SEC_NONE ? SEC_TAG : 0;
-    uint8_t *f = r->rx_stage, body[FRAME_ABORT_MAX + 1];
-    size_t skip = pp->body ? pp->left : 0, got = pp->body ? 0 : pp->got;
-    uint64_t ctr = r->pred_ch.rx.ctr;
-    if (!pp->body && got > 0) memmove(f, pp->hdr, got);
-    for (;;) {
-        while (skip > 0) { /* the rest of a data frame nobody will use */
-            size_t n = skip < r->stage_cap ? skip : r->stage_cap;
-            if (tcp_recv_all(r->pred_fd, f, n, deadline) != HR_OK) return HR_OK;
-            skip -= n;
-            if (skip == 0) ctr++;
-        }
-        if (tcp_recv_all(r->pred_fd, f + got, FRAME_HDR - got, deadline) != HR_OK) return HR_OK;
-        got = 0;
-        frame_hdr h;
-        frame_decode(f, &h);
-        if (h.magic != FRAME_MAGIC || h.version != FRAME_VERSION) return HR_OK;
-        if (h.type == FRAME_DATA) {
-            if (h.len + tag > r->stage_cap) return HR_OK; /* no frame of this ring */
-            skip = h.len + tag;
-            if (skip == 0) ctr++;
-            continue;
-        }
-        if (h.type != FRAME_ABORT || h.len > FRAME_ABORT_MAX) return HR_OK;
-        if (tcp_recv_all(r->pred_fd, f + FRAME_HDR, h.len + tag, deadline) != HR_OK) return HR_OK;
-        if (tag && sec_open_at(&r->pred_ch.rx, ctr, f, h.len, body) != 0) return HR_OK;
-        if (!tag) memcpy(body, f + FRAME_HDR, h.len);
-        if (h.epoch != r->view.epoch) return HR_OK;
-        r->pred_ch.rx.ctr = ctr + 1;
-        return abort_report(r, t, coll, body, h.len, FROM_PRED);
-    }
+    uint8_t body[FRAME_ABORT_MAX + 1];
+    size_t len;
+    if (!pred_read_abort(r, pp, tcp_now() + spread_s(r), body, &len)) return HR_OK;
+    return abort_report(r, t, coll, body, len, FROM_PRED);
 }
 
 /* Something happened on the successor link, which carries nothing this way but an abort: a
