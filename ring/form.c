@@ -62,9 +62,9 @@ static const char *engine_name(const ring *r, char *out, size_t n);
 #define GATE_IDLE_S  1.0                /* the same while no view forms (lobby calls only) */
 #define GATE_LOGS    20                 /* lines per second about strangers; the rest are counted */
 #define GATE_MUTE_S  0.05               /* a pending connection silent this long may be evicted */
-#define GATE_SLOW_S                                                                                \
-    1.0 /* any pending connection this old may be evicted: an                                      \
-         * honest lobby caller has given up by then (elect.c) */
+/* Any pending connection this old may be evicted: an honest lobby caller has given up by then
+ * (elect.c). */
+#define GATE_SLOW_S 1.0
 
 typedef struct {
     ring_gate *g;            /* owner */
