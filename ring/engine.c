@@ -184,6 +184,32 @@ static void spread(ring *r, txf *t, int coll, long culprit, long reporter, hr_st
     }
 }
 
+/* Record this view's failure: r->err names the collective and `text`, then the reporter when it
+ * is another node, then `chain` (a note, or ""); logged (at error level when a new view cannot
+ * cure it), the culprit remembered for the election. Passing the news on is the caller's. */
+static hr_status fail_record(ring *r, int coll, hr_status st, long culprit, long reporter,
+                             const char *text, const char *chain) {
+    if (reporter == r->self_id) {
+        snprintf(r->err, sizeof r->err, "%s #%llu (view epoch %llu): %.400s%.80s",
+                 frame_coll_name(coll), (unsigned long long)r->seq,
+                 (unsigned long long)r->view.epoch, text, chain);
+    } else {
+        char rw[RING_STR + 64];
+        ring_node_str(r, reporter, rw, sizeof rw);
+        snprintf(r->err, sizeof r->err,
+                 "%s #%llu (view epoch %llu): %.240s (reported by %.64s)%.100s",
+                 frame_coll_name(coll), (unsigned long long)r->seq,
+                 (unsigned long long)r->view.epoch, text, rw, chain);
+    }
+    if (st == HR_ERR_AUTH || st == HR_ERR_PROTO) /* not cured by a new view */
+        HR_ERROR(RING, "%s", r->err);
+    else
+        HR_WARN(RING, "%s", r->err);
+    r->suspect = culprit;
+    r->failed = st;
+    return st;
+}
+
 /* Record a failure of this view, blaming node `culprit`, seen `from` a link or here. The
  * links stay open (closing them would look like yet another failure to the neighbours) until
  * ring_reform or ring_free, except a predecessor link that carried a bad frame: it is dropped,
@@ -195,19 +221,12 @@ hr_status eng_fail_view(ring *r, txf *t, int coll, hr_status st, long culprit, i
     va_start(ap, fmt);
     vsnprintf(what, sizeof what, fmt, ap);
     va_end(ap);
-    snprintf(r->err, sizeof r->err, "%s #%llu (view epoch %llu): %.400s", frame_coll_name(coll),
-             (unsigned long long)r->seq, (unsigned long long)r->view.epoch, what);
-    if (st == HR_ERR_AUTH || st == HR_ERR_PROTO) /* not cured by a new view */
-        HR_ERROR(RING, "%s", r->err);
-    else
-        HR_WARN(RING, "%s", r->err);
-    r->suspect = culprit;
+    fail_record(r, coll, st, culprit, r->self_id, what, "");
     spread(r, t, coll, culprit, r->self_id, st, what, from);
     if (from == FROM_PRED && (st == HR_ERR_AUTH || st == HR_ERR_PROTO || st == HR_ERR_VIEW)) {
         send_abort(r, r->pred_fd, &r->pred_ch.tx, coll, culprit, r->self_id, st, what);
         tcp_close(&r->pred_fd);
     }
-    r->failed = st;
     return st;
 }
 
@@ -257,29 +276,6 @@ static long view_pred_of(const ring *r, long id) {
 static int blames_silent_pred(const ring *r, const abort_msg *m) {
     return m->st == HR_ERR_TIMEOUT && m->culprit != r->self_id && m->reporter != r->self_id &&
            m->culprit == view_pred_of(r, m->reporter);
-}
-
-/* Log abort `m` as this view's failure and remember its culprit (passing it on is the
- * caller's). `chain` names the nodes found alive but waiting, or is "". */
-static hr_status abort_emit(ring *r, int coll, const abort_msg *m, const char *chain) {
-    char rw[RING_STR + 64];
-    ring_node_str(r, m->reporter, rw, sizeof rw);
-    if (m->reporter == r->self_id)
-        snprintf(r->err, sizeof r->err, "%s #%llu (view epoch %llu): %.300s%.180s",
-                 frame_coll_name(coll), (unsigned long long)r->seq,
-                 (unsigned long long)r->view.epoch, m->text, chain);
-    else
-        snprintf(r->err, sizeof r->err,
-                 "%s #%llu (view epoch %llu): %.240s (reported by %.64s)%.100s",
-                 frame_coll_name(coll), (unsigned long long)r->seq,
-                 (unsigned long long)r->view.epoch, m->text, rw, chain);
-    if (m->st == HR_ERR_AUTH || m->st == HR_ERR_PROTO)
-        HR_ERROR(RING, "%s", r->err);
-    else
-        HR_WARN(RING, "%s", r->err);
-    r->suspect = m->culprit;
-    r->failed = m->st;
-    return m->st;
 }
 
 /* Read the predecessor link, from where its stream stands (`pp`; NULL: at a frame boundary),
@@ -372,7 +368,7 @@ hr_status eng_pred_silent(ring *r, txf *t, int coll, double limit, const pred_po
     snprintf(m.text, sizeof m.text, "%s sent nothing for %.1f s (peer dead or hung?)", who, limit);
     spread(r, t, coll, m.culprit, m.reporter, m.st, m.text, FROM_PRED);
     follow_blame(r, t, coll, pp, &m, chain, sizeof chain);
-    return abort_emit(r, coll, &m, chain);
+    return fail_record(r, coll, m.st, m.culprit, m.reporter, m.text, chain);
 }
 
 /* Report the abort frame whose payload (`len` bytes, verified in secure modes) is `body` and
@@ -392,7 +388,7 @@ static hr_status abort_report(ring *r, txf *t, int coll, uint8_t *body, size_t l
     char chain[RING_STR * 4] = "";
     if (from == FROM_PRED && blames_silent_pred(r, &m))
         follow_blame(r, t, coll, NULL, &m, chain, sizeof chain);
-    return abort_emit(r, coll, &m, chain);
+    return fail_record(r, coll, m.st, m.culprit, m.reporter, m.text, chain);
 }
 
 /* Read the rest of a frame whose header `raw` came in on the link `from` and that should be an
