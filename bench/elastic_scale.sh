@@ -11,12 +11,14 @@
 #   iter_ms  node 0's median wall time per iteration (t_unix apart) over the 40 iterations
 #            before the kill, and comm_ms its median t_comm there;
 # then the medians over the runs, as a line per N and as JSON (--json FILE).
+# --tree-bytes B sets [cluster] tree_bytes (0: every all-reduce on the ring; unset: the
+# default, which sends the tiny model's all-reduce over the tree from N = 4 on).
 # usage: elastic_scale.sh HETRING [--nodes "16 64 128"] [--runs 3] [--port 20000]
-#                          [--json FILE] [--keep DIR]
+#                          [--json FILE] [--keep DIR] [--tree-bytes B]
 set -u
 HR=${1:?hetring binary}
 shift
-NODES="16 64 128" RUNS=3 PORT=20000 JSON="" KEEP=""
+NODES="16 64 128" RUNS=3 PORT=20000 JSON="" KEEP="" TREE=""
 while [ $# -gt 0 ]; do
   case $1 in
   --nodes) NODES=$2; shift 2 ;;
@@ -24,6 +26,7 @@ while [ $# -gt 0 ]; do
   --port) PORT=$2; shift 2 ;;
   --json) JSON=$2; shift 2 ;;
   --keep) KEEP=$2; shift 2 ;;
+  --tree-bytes) TREE=$2; shift 2 ;;
   *) echo "unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -37,6 +40,7 @@ median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{ v[NR] = $1 } END { if (
 # conf FILE N
 conf() {
   { printf '[cluster]\nsecurity = none\nconnect_timeout = 60\ntimeout = 2\nrejoin_timeout = 120\n'
+    [ -n "$TREE" ] && printf 'tree_bytes = %s\n' "$TREE"
     printf '[train]\nlayers = 784,16,10\nsamples = 2048\neval_samples = 16\nglobal_batch = %d\n' $((8 * $2))
     printf 'iterations = 100000000\nhash_interval = 50\n[controller]\npolicy = static\n'
     for ((i = 0; i < $2; i++)); do printf '[node.%d]\nhost = 127.0.0.1\nport = %d\n' $i $((PORT + i)); done

@@ -41,8 +41,8 @@ int app_expand_id(char *out, size_t len, const char *pattern, long id) {
  * decides what is computed and how the nodes talk, not local paths, deadlines, cadences or
  * emulation settings. */
 static int must_agree(const char *section, const char *key) {
-    static const char *const cluster[] = {"name", "security", "backend", "segment_bytes",
-                                          "min_nodes"};
+    static const char *const cluster[] = {"name",      "security",   "backend",
+                                          "segment_bytes", "tree_bytes", "min_nodes"};
     static const char *const train_local[] = {"data_dir", "checkpoint", "checkpoint_interval",
                                               "eval_interval"};
     static const char *const node[] = {"host", "port", "capacity", "pubkey"};
@@ -122,6 +122,7 @@ hr_status app_ring_config(const cfg *c, int self_idx, ring_config *out, char *er
     out->connect_timeout = c->connect_timeout;
     out->timeout = c->timeout;
     out->segment_bytes = c->segment_bytes;
+    out->tree_bytes = c->tree_bytes;
     out->min_nodes = (int)cfg_quorum(c);
     out->agree_len = app_agree_text(c, out->agree, sizeof out->agree);
     if (out->agree_len == 0)

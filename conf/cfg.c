@@ -81,6 +81,10 @@ static const key_spec g_keys[] = {
      "gradient transport: auto uses NCCL for a view of GPU nodes with security = none, else tcp"},
     {"cluster", "segment_bytes", T_INT, G(segment_bytes), 0, 0, 1 << 30, NULL, "0", 0,
      "all-reduce pipeline segment in bytes; 0 uses the measured default"},
+    {"cluster", "tree_bytes", T_INT, G(tree_bytes), 0, 0, 1 << 20, NULL, "65536", 0,
+     "all-reduces of at most this many bytes (and one segment) go over a binary tree of extra "
+     "links in views of 4 nodes or more, where its 2*depth hops are fewer than the ring's; "
+     "0: ring only"},
 
     {"train", "model", T_ENUM, G(model), 0, 0, 0, "linreg|softmax|mlp|cnn", "mlp", 0,
      "model: cnn is LeNet-style for 28x28x1 inputs, VGG-style for 32x32x3"},

@@ -86,6 +86,7 @@ typedef struct {
     double timeout;          /* seconds any blocking I/O may take before the peer is dead */
     int backend;             /* cfg_backend */
     long segment_bytes;      /* all-reduce pipeline segment; 0 picks the measured default */
+    long tree_bytes;         /* largest all-reduce over the view's tree; 0 = ring only */
     double step_timeout;     /* collectives wait up to this x the slowest recent iteration */
     long min_nodes;          /* quorum a view needs; 0: a majority (cfg_quorum) */
     double rejoin_timeout;   /* seconds a node without a quorum keeps trying */

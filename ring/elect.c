@@ -453,7 +453,8 @@ static hr_status lobby_call(ring *r, int idx, int flags, double deadline, uint8_
                         .epoch = SEC_EPOCH_LOBBY,
                         .self_id = r->self_id,
                         .expect_id = m->id,
-                        .seg_bytes = (uint32_t)r->seg_bytes};
+                        .seg_bytes = (uint32_t)r->seg_bytes,
+                        .tree_bytes = (uint32_t)r->rc.tree_bytes};
     sec_chan ch;
     *len = 0;
     hr_status st = sec_handshake(fd, 1, &hp, deadline, &ch, &refused, why, whylen);

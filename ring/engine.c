@@ -114,18 +114,19 @@ hr_status sched_steps(ring *r, const sched_blocks *b, const int *tx_blk, const i
 
 /* ================================================================ the engine */
 
-/* Finish sending the frame in flight (blocking, with a deadline). */
+/* Finish sending the frame in flight on its link (blocking, with a deadline). */
 static hr_status tx_finish(ring *r, txf *t, double deadline) {
+    int fd = *ring_link_fd(r, t->link);
     while (t->left > 0) {
         struct msghdr m = {.msg_iov = t->iov, .msg_iovlen = (size_t)t->iovn};
-        ssize_t n = sendmsg(r->succ_fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT);
+        ssize_t n = sendmsg(fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT);
         if (n > 0) {
             eng_iov_advance(t, (size_t)n);
             continue;
         }
         if (n < 0 && errno == EINTR) continue;
         if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-            HR_CHECK(tcp_wait(r->succ_fd, POLLOUT, deadline));
+            HR_CHECK(tcp_wait(fd, POLLOUT, deadline));
             continue;
         }
         return HR_ERR_PEER;
@@ -164,23 +165,27 @@ static void send_abort(ring *r, int fd, sec_dir *d, int coll, long culprit, long
     (void)tcp_send_all(fd, f, FRAME_HDR + len + tag, tcp_now() + spread_s(r));
 }
 
-/* Pass news of a failure to both neighbours, except the link it came from, the reporter and the
- * culprit, so that it travels round the ring both ways and every member names the same node.
- * A node blamed for a link that failed authentication is told too: it is alive and only sent
- * frames, and without the news it would see its links close and blame a neighbour. Forward,
- * the frame in flight is finished first so that the abort starts on a frame boundary.
- * Backward (on the predecessor link, which carries no data that way) it can go at once. */
+/* Pass news of a failure to every neighbour (both of the ring, and the tree's), except the link
+ * it came from, the reporter and the culprit, so that it travels round the ring both ways and
+ * over the tree and every member names the same node. A node blamed for a link that failed
+ * authentication is told too: it is alive and only sent frames, and without the news it would
+ * see its links close and blame a neighbour. The frame in flight on a link is finished first so
+ * that the abort starts on a frame boundary; a link that carries no data this way now (the
+ * predecessor link, a tree link this node only reads) takes it at once. The predecessor is
+ * told first: it is the one node whose link carries nothing else back. */
 static void spread(ring *r, txf *t, int coll, long culprit, long reporter, hr_status st,
                    const char *text, int from) {
-    long pid = r->pred >= 0 ? ring_id_of(r, r->pred) : -1,
-         sid = r->succ >= 0 ? ring_id_of(r, r->succ) : -1;
+    static const int order[FROM_LINKS - 1] = {FROM_PRED, FROM_SUCC, FROM_TREE, FROM_TREE + 1,
+                                              FROM_TREE + 2};
     int tell_culprit = st == HR_ERR_AUTH;
-    if (r->pred >= 0 && from != FROM_PRED && pid != reporter && (pid != culprit || tell_culprit))
-        send_abort(r, r->pred_fd, &r->pred_ch.tx, coll, culprit, reporter, st, text);
-    if (r->succ >= 0 && from != FROM_SUCC && sid != reporter && (sid != culprit || tell_culprit) &&
-        r->succ_fd >= 0) {
-        if (t && t->left > 0 && tx_finish(r, t, tcp_now() + spread_s(r)) != HR_OK) return;
-        send_abort(r, r->succ_fd, &r->succ_ch.tx, coll, culprit, reporter, st, text);
+    for (int k = 0; k < FROM_LINKS - 1; k++) {
+        int l = order[k], fd = *ring_link_fd(r, l);
+        long id = ring_link_id(r, l);
+        if (l == from || fd < 0 || id < 0 || id == reporter || (id == culprit && !tell_culprit))
+            continue;
+        if (t && t->link == l && t->left > 0 && tx_finish(r, t, tcp_now() + spread_s(r)) != HR_OK)
+            continue;
+        send_abort(r, fd, &ring_link_ch(r, l)->tx, coll, culprit, reporter, st, text);
     }
 }
 
@@ -212,8 +217,9 @@ static hr_status fail_record(ring *r, int coll, hr_status st, long culprit, long
 
 /* Record a failure of this view, blaming node `culprit`, seen `from` a link or here. The
  * links stay open (closing them would look like yet another failure to the neighbours) until
- * ring_reform or ring_free, except a predecessor link that carried a bad frame: it is dropped,
- * after an abort on it tells the predecessor why its frames are no longer read. */
+ * ring_reform or ring_free, except a link that carried a bad frame (the predecessor's, a
+ * tree link's): it is dropped, after an abort on it tells the sender why its frames are no
+ * longer read. */
 hr_status eng_fail_view(ring *r, txf *t, int coll, hr_status st, long culprit, int from,
                         const char *fmt, ...) {
     char what[HR_ERRLEN];
@@ -223,9 +229,11 @@ hr_status eng_fail_view(ring *r, txf *t, int coll, hr_status st, long culprit, i
     va_end(ap);
     fail_record(r, coll, st, culprit, r->self_id, what, "");
     spread(r, t, coll, culprit, r->self_id, st, what, from);
-    if (from == FROM_PRED && (st == HR_ERR_AUTH || st == HR_ERR_PROTO || st == HR_ERR_VIEW)) {
-        send_abort(r, r->pred_fd, &r->pred_ch.tx, coll, culprit, r->self_id, st, what);
-        tcp_close(&r->pred_fd);
+    if (from != FROM_SUCC && from != FROM_HERE &&
+        (st == HR_ERR_AUTH || st == HR_ERR_PROTO || st == HR_ERR_VIEW)) {
+        send_abort(r, *ring_link_fd(r, from), &ring_link_ch(r, from)->tx, coll, culprit,
+                   r->self_id, st, what);
+        tcp_close(ring_link_fd(r, from));
     }
     return st;
 }
@@ -233,13 +241,14 @@ hr_status eng_fail_view(ring *r, txf *t, int coll, hr_status st, long culprit, i
 /* A frame on the link `from` failed authentication (or, unverified, cannot be a genuine one). */
 hr_status eng_link_auth_fail(ring *r, txf *t, int coll, int from, const char *frame) {
     char pw[RING_STR + 64];
-    long nid = ring_id_of(r, from == FROM_PRED ? r->pred : r->succ);
+    long nid = ring_link_id(r, from);
     ring_node_str(r, nid, pw, sizeof pw);
     return eng_fail_view(
         r, t, coll, HR_ERR_AUTH, nid, from,
-        "authentication failed on the link from %s (tampered or corrupted frame%s); "
+        "authentication failed on the %slink from %s (tampered or corrupted frame%s); "
         "%sframe unused",
-        pw, frame, from == FROM_PRED ? "connection dropped, " : "");
+        from >= FROM_TREE ? "tree " : "", pw, frame,
+        from != FROM_SUCC ? "connection dropped, " : "");
 }
 
 /* An abort frame's payload: culprit id i64 | status u32 | reporter id i64 | text. */
@@ -270,35 +279,52 @@ static long view_pred_of(const ring *r, long id) {
     return -1;
 }
 
-/* A reporter that blames its own predecessor for silence may be wrong: the predecessor may be
- * alive and waiting on ITS predecessor, timing out at about the same moment. Such a blame is
- * provisional until the blamed node has had time to speak. */
-static int blames_silent_pred(const ring *r, const abort_msg *m) {
-    return m->st == HR_ERR_TIMEOUT && m->culprit != r->self_id && m->reporter != r->self_id &&
-           m->culprit == view_pred_of(r, m->reporter);
+/* Whether nodes `a` and `b` are neighbours in this view's tree. */
+static int view_tree_adjacent(const ring *r, long a, long b) {
+    if (!r->tree_on) return 0;
+    int ra = -1, rb = -1, nb[3];
+    for (int i = 0; i < r->view.n; i++) {
+        if (r->view.ids[i] == a) ra = i;
+        if (r->view.ids[i] == b) rb = i;
+    }
+    if (ra < 0 || rb < 0) return 0;
+    tree_links_of(ra, r->view.n, nb);
+    return nb[0] == rb || nb[1] == rb || nb[2] == rb;
 }
 
-/* Read the predecessor link, from where its stream stands (`pp`; NULL: at a frame boundary),
- * until `deadline`: skip data frames (each takes a nonce counter, as when it is opened) up to
- * the next abort frame of this view, verified in secure modes. 1 with its payload in `body`
- * (FRAME_ABORT_MAX + 1 bytes) and its length in `len`; 0 when the link closed, the time passed
- * or something unreadable came. */
-static int pred_read_abort(ring *r, const pred_pos *pp, double deadline, uint8_t *body,
-                           size_t *len) {
-    if (r->pred < 0 || r->pred_fd < 0) return 0;
+/* A reporter that blames the node it waited on for silence may be wrong: that node may be
+ * alive and waiting in turn (on ITS predecessor, or on a tree neighbour), timing out at about
+ * the same moment. Such a blame of the reporter's predecessor or tree neighbour is provisional
+ * until the blamed node has had time to speak. */
+static int blames_silent(const ring *r, const abort_msg *m) {
+    return m->st == HR_ERR_TIMEOUT && m->culprit != r->self_id && m->reporter != r->self_id &&
+           (m->culprit == view_pred_of(r, m->reporter) ||
+            view_tree_adjacent(r, m->culprit, m->reporter));
+}
+
+/* Read link `from` (the predecessor's, or a tree link), from where its stream stands (`pp`;
+ * NULL: at a frame boundary), until `deadline`: skip data frames (each takes a nonce counter,
+ * as when it is opened) up to the next abort frame of this view, verified in secure modes. 1
+ * with its payload in `body` (FRAME_ABORT_MAX + 1 bytes) and its length in `len`; 0 when the
+ * link closed, the time passed or something unreadable came. */
+static int link_read_abort(ring *r, int from, const link_pos *pp, double deadline,
+                           uint8_t *body, size_t *len) {
+    int fd = *ring_link_fd(r, from);
+    sec_dir *rx = &ring_link_ch(r, from)->rx;
+    if (ring_link_id(r, from) < 0 || fd < 0) return 0;
     const size_t tag = r->keys.mode != RING_SEC_NONE ? SEC_TAG : 0;
     uint8_t *f = r->rx_stage;
     size_t skip = pp && pp->body ? pp->left : 0, got = pp && !pp->body ? pp->got : 0;
-    uint64_t ctr = r->pred_ch.rx.ctr;
+    uint64_t ctr = rx->ctr;
     if (got > 0) memmove(f, pp->hdr, got);
     for (;;) {
         while (skip > 0) { /* the rest of a data frame nobody will use */
             size_t n = skip < r->stage_cap ? skip : r->stage_cap;
-            if (tcp_recv_all(r->pred_fd, f, n, deadline) != HR_OK) return 0;
+            if (tcp_recv_all(fd, f, n, deadline) != HR_OK) return 0;
             skip -= n;
             if (skip == 0) ctr++;
         }
-        if (tcp_recv_all(r->pred_fd, f + got, FRAME_HDR - got, deadline) != HR_OK) return 0;
+        if (tcp_recv_all(fd, f + got, FRAME_HDR - got, deadline) != HR_OK) return 0;
         got = 0;
         frame_hdr h;
         frame_decode(f, &h);
@@ -310,26 +336,27 @@ static int pred_read_abort(ring *r, const pred_pos *pp, double deadline, uint8_t
             continue;
         }
         if (h.type != FRAME_ABORT || h.len > FRAME_ABORT_MAX) return 0;
-        if (tcp_recv_all(r->pred_fd, f + FRAME_HDR, h.len + tag, deadline) != HR_OK) return 0;
-        if (tag && sec_open_at(&r->pred_ch.rx, ctr, f, h.len, body) != 0) return 0;
+        if (tcp_recv_all(fd, f + FRAME_HDR, h.len + tag, deadline) != HR_OK) return 0;
+        if (tag && sec_open_at(rx, ctr, f, h.len, body) != 0) return 0;
         if (!tag) memcpy(body, f + FRAME_HDR, h.len);
         if (h.epoch != r->view.epoch) return 0;
-        r->pred_ch.rx.ctr = ctr + 1;
+        rx->ctr = ctr + 1;
         *len = h.len;
         return 1;
     }
 }
 
-/* `m` blames a node for silence (blames_silent_pred, or this node's own blame of its
- * predecessor). Wait up to spread_s on the predecessor link for more news: any abort that comes
- * on it proves the predecessor alive (it sent or passed it on), so the blame was provisional
- * and the news is newer: the blamed node's own abort, naming the node it waited on, or one
- * from further back that the nodes in between passed along. It is adopted and passed on at
- * once, so the nodes further on learn the same, and the wait goes on while what is adopted is
- * provisional in turn. The predecessor's stream stands at `pp` (NULL: at a frame boundary).
- * `chain` gets a note naming the nodes found waiting, or "". */
-static void follow_blame(ring *r, txf *t, int coll, const pred_pos *pp, abort_msg *m, char *chain,
-                         size_t n) {
+/* `m` blames a node for silence (blames_silent, or this node's own blame of the node on link
+ * `from`). Wait up to spread_s on link `from` (the predecessor's, or the tree link the blame
+ * concerns or came on) for more news: any abort that comes on it proves the node there alive
+ * (it sent or passed it on), so the blame was provisional and the news is newer: the blamed
+ * node's own abort, naming the node it waited on, or one from further back that the nodes in
+ * between passed along. It is adopted and passed on at once, so the nodes further on learn
+ * the same, and the wait goes on while what is adopted is provisional in turn. The link's
+ * stream stands at `pp` (NULL: at a frame boundary). `chain` gets a note naming the nodes found
+ * waiting, or "". */
+static void follow_blame(ring *r, txf *t, int coll, int from, const link_pos *pp, abort_msg *m,
+                         char *chain, size_t n) {
     const double deadline = tcp_now() + spread_s(r);
     char names[RING_STR * 3] = "";
     int k = 0;
@@ -338,8 +365,8 @@ static void follow_blame(ring *r, txf *t, int coll, const pred_pos *pp, abort_ms
     abort_msg next;
     chain[0] = 0;
     for (int hops = 0; hops < r->view.n; hops++, pp = NULL) {
-        if (!pred_read_abort(r, pp, deadline, body, &len) || abort_parse(body, len, &next) != 0 ||
-            next.culprit == r->self_id)
+        if (!link_read_abort(r, from, pp, deadline, body, &len) ||
+            abort_parse(body, len, &next) != 0 || next.culprit == r->self_id)
             break;
         char cw[RING_STR + 64];
         size_t used = strlen(names);
@@ -347,38 +374,43 @@ static void follow_blame(ring *r, txf *t, int coll, const pred_pos *pp, abort_ms
         snprintf(names + used, sizeof names - used, "%s%s", k ? ", " : "", cw);
         k++;
         *m = next;
-        spread(r, t, coll, m->culprit, m->reporter, m->st, m->text, FROM_PRED);
-        if (!blames_silent_pred(r, m)) break;
+        spread(r, t, coll, m->culprit, m->reporter, m->st, m->text, from);
+        if (!blames_silent(r, m)) break;
     }
-    if (k)
+    if (k && from == FROM_PRED)
         snprintf(chain, n, "; %s %s alive, waiting on %s predecessor%s", names,
                  k > 1 ? "were" : "was", k > 1 ? "their" : "its", k > 1 ? "s" : "");
+    else if (k)
+        snprintf(chain, n, "; %s %s alive, waiting on other nodes", names,
+                 k > 1 ? "were" : "was");
 }
 
-/* The predecessor sent nothing for `limit`. It may be waiting itself, on its own predecessor:
- * then it times out at about the same moment and its abort names the node that really
- * stopped. So this node's blame goes to the neighbours at once (a successor waiting on this
- * node learns it is alive and waits for the rest of the news), and this node reports the blamed
- * node only when no abort of its own came from it within spread_s. The predecessor's stream is
- * at `pp`. */
-hr_status eng_pred_silent(ring *r, txf *t, int coll, double limit, const pred_pos *pp) {
+/* The node on link `from` moved nothing for `limit`. It may be waiting itself, on its own
+ * predecessor or tree neighbour: then it times out at about the same moment and its abort
+ * names the node that really stopped. So this node's blame goes to the neighbours at once (a
+ * node waiting on this one learns it is alive and waits for the rest of the news), and this
+ * node reports the blamed node only when no abort of its own came from it within spread_s.
+ * The link's incoming stream is at `pp`. */
+hr_status eng_silent(ring *r, txf *t, int coll, int from, int tx, double limit,
+                     const link_pos *pp) {
     char who[RING_STR + 64], chain[RING_STR * 4] = "";
-    abort_msg m = {.culprit = ring_id_of(r, r->pred), .reporter = r->self_id, .st = HR_ERR_TIMEOUT};
+    abort_msg m = {.culprit = ring_link_id(r, from), .reporter = r->self_id, .st = HR_ERR_TIMEOUT};
     ring_node_str(r, m.culprit, who, sizeof who);
-    snprintf(m.text, sizeof m.text, "%s sent nothing for %.1f s (peer dead or hung?)", who, limit);
-    spread(r, t, coll, m.culprit, m.reporter, m.st, m.text, FROM_PRED);
-    follow_blame(r, t, coll, pp, &m, chain, sizeof chain);
+    snprintf(m.text, sizeof m.text, "%s %s for %.1f s (peer dead or hung?)", who,
+             tx ? "accepted no data" : "sent nothing", limit);
+    spread(r, t, coll, m.culprit, m.reporter, m.st, m.text, from);
+    follow_blame(r, t, coll, from, pp, &m, chain, sizeof chain);
     return fail_record(r, coll, m.st, m.culprit, m.reporter, m.text, chain);
 }
 
-/* Report the abort frame whose payload (`len` bytes, verified in secure modes) is `body` and
- * pass it on. A provisional blame from the predecessor's side (blames_silent_pred) waits for
- * the blamed node's own news first (follow_blame). */
+/* Report the abort frame whose payload (`len` bytes, verified in secure modes) is `body`, which
+ * came on link `from`, and pass it on. A provisional blame that came from the predecessor or
+ * over the tree (blames_silent) waits for the blamed node's own news first (follow_blame). */
 static hr_status abort_report(ring *r, txf *t, int coll, uint8_t *body, size_t len, int from) {
     abort_msg m;
     if (abort_parse(body, len, &m) != 0) {
         char pw[RING_STR + 64];
-        long nid = ring_id_of(r, from == FROM_PRED ? r->pred : r->succ);
+        long nid = ring_link_id(r, from);
         ring_node_str(r, nid, pw, sizeof pw);
         return eng_fail_view(r, t, coll, HR_ERR_PROTO, nid, from, "%s sent a malformed abort frame",
                              pw);
@@ -386,8 +418,8 @@ static hr_status abort_report(ring *r, txf *t, int coll, uint8_t *body, size_t l
     /* pass it on unchanged, so the next member names the same culprit and reporter */
     if (m.reporter != r->self_id) spread(r, t, coll, m.culprit, m.reporter, m.st, m.text, from);
     char chain[RING_STR * 4] = "";
-    if (from == FROM_PRED && blames_silent_pred(r, &m))
-        follow_blame(r, t, coll, NULL, &m, chain, sizeof chain);
+    if (from != FROM_SUCC && from != FROM_HERE && blames_silent(r, &m))
+        follow_blame(r, t, coll, from, NULL, &m, chain, sizeof chain);
     return fail_record(r, coll, m.st, m.culprit, m.reporter, m.text, chain);
 }
 
@@ -396,9 +428,9 @@ static hr_status abort_report(ring *r, txf *t, int coll, uint8_t *body, size_t l
  * length is bounded first (no genuine abort is longer), so the read stays in `f`. */
 static hr_status on_abort(ring *r, txf *t, int coll, const uint8_t *raw, int from) {
     char pw[RING_STR + 64];
-    int fd = from == FROM_PRED ? r->pred_fd : r->succ_fd;
-    sec_dir *d = from == FROM_PRED ? &r->pred_ch.rx : &r->succ_ch.rx;
-    long nid = ring_id_of(r, from == FROM_PRED ? r->pred : r->succ);
+    int fd = *ring_link_fd(r, from);
+    sec_dir *d = &ring_link_ch(r, from)->rx;
+    long nid = ring_link_id(r, from);
     ring_node_str(r, nid, pw, sizeof pw);
     size_t tag = r->keys.mode != RING_SEC_NONE ? SEC_TAG : 0;
     frame_hdr h;
@@ -426,34 +458,36 @@ static hr_status on_abort(ring *r, txf *t, int coll, const uint8_t *raw, int fro
  * opened), and report the first abort frame, verified in secure modes. HR_OK when none came:
  * the link closed, the time passed or something unreadable came; the caller then blames the
  * successor. */
-static hr_status news_from_pred(ring *r, txf *t, int coll, const pred_pos *pp) {
+static hr_status news_from_pred(ring *r, txf *t, int coll, const link_pos *pp) {
     if (!pp || r->pred < 0 || r->pred_fd < 0 || r->pred == r->succ) return HR_OK;
     uint8_t body[FRAME_ABORT_MAX + 1];
     size_t len;
-    if (!pred_read_abort(r, pp, tcp_now() + spread_s(r), body, &len)) return HR_OK;
+    if (!link_read_abort(r, FROM_PRED, pp, tcp_now() + spread_s(r), body, &len)) return HR_OK;
     return abort_report(r, t, coll, body, len, FROM_PRED);
 }
 
-/* Something happened on the successor link, which carries nothing this way but an abort: a
- * queued abort frame explains the failure; otherwise news from the predecessor may
- * (news_from_pred, when `pp` says where its stream stands), else the successor is gone. */
-hr_status eng_succ_trouble(ring *r, txf *t, int coll, int e, const pred_pos *pp) {
+/* Something happened on link `from` (the successor's, or a tree link this node sends on), which
+ * carries nothing this way but an abort: a queued abort frame explains the failure; otherwise
+ * news from the predecessor may (news_from_pred, when `pp` says where its stream stands), else
+ * the node at the other end is gone. */
+hr_status eng_tx_trouble(ring *r, txf *t, int coll, int from, int e, const link_pos *pp) {
     char sw[RING_STR + 64];
-    long sid = ring_id_of(r, r->succ);
+    long sid = ring_link_id(r, from);
+    int fd = *ring_link_fd(r, from);
     ring_node_str(r, sid, sw, sizeof sw);
     uint8_t raw[FRAME_HDR];
-    ssize_t n = recv(r->succ_fd, raw, 1, MSG_DONTWAIT | MSG_PEEK);
+    ssize_t n = recv(fd, raw, 1, MSG_DONTWAIT | MSG_PEEK);
     if (n > 0) {
-        if (tcp_recv_all(r->succ_fd, raw, FRAME_HDR, tcp_now() + r->timeout) == HR_OK)
-            return on_abort(r, t, coll, raw, FROM_SUCC);
-        return eng_fail_view(r, t, coll, HR_ERR_PROTO, sid, FROM_SUCC,
+        if (tcp_recv_all(fd, raw, FRAME_HDR, tcp_now() + r->timeout) == HR_OK)
+            return on_abort(r, t, coll, raw, from);
+        return eng_fail_view(r, t, coll, HR_ERR_PROTO, sid, from,
                              "%s sent unexpected data the wrong way; connection dropped", sw);
     }
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) && e == 0) return HR_OK;
     if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) e = errno;
     hr_status st = news_from_pred(r, t, coll, pp);
     if (st != HR_OK) return st;
-    return eng_fail_view(r, t, coll, HR_ERR_PEER, sid, FROM_SUCC, "%s %s", sw,
+    return eng_fail_view(r, t, coll, HR_ERR_PEER, sid, from, "%s %s", sw,
                          e == 0 || e == EPIPE || e == ECONNRESET
                              ? "closed the connection (peer died?)"
                              : strerror(e));
@@ -467,7 +501,7 @@ static void eng_frame(ring *r, eng *e) {
                     r->view.epoch, r->seq,        (uint32_t)e->ti, (uint32_t)len};
     if (e->secure) {
         frame_encode(&th, r->tx_stage);
-        sec_seal(&r->succ_ch.tx, r->tx_stage, src, len);
+        sec_seal(&ring_link_ch(r, e->t.link)->tx, r->tx_stage, src, len);
         e->t.iov[0] = (struct iovec){r->tx_stage, FRAME_HDR + len + e->tag};
         e->t.iovn = 1;
     } else {
@@ -480,9 +514,9 @@ static void eng_frame(ring *r, eng *e) {
     e->tx_ready = 1;
 }
 
-/* Where the predecessor's stream stands in `e`, for eng_succ_trouble. */
-static pred_pos eng_pos(const ring *r, const eng *e) {
-    return (pred_pos){.hdr = r->rx_stage,
+/* Where the incoming stream stands in `e`, for eng_tx_trouble and eng_silent. */
+static link_pos eng_pos(const ring *r, const eng *e) {
+    return (link_pos){.hdr = r->rx_stage,
                       .got = e->rx_body ? 0 : e->rx_got,
                       .body = e->rx_body,
                       .left = e->rx_body ? e->rx_want - e->rx_got : 0};
@@ -494,12 +528,13 @@ static hr_status eng_send(ring *r, eng *e) {
     while (e->ti < s->n_tx && e->ri >= s->tx_need[e->ti]) {
         if (!e->tx_ready) eng_frame(r, e);
         struct msghdr m = {.msg_iov = e->t.iov, .msg_iovlen = (size_t)e->t.iovn};
-        ssize_t n = sendmsg(r->succ_fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT);
+        ssize_t n = sendmsg(*ring_link_fd(r, e->t.link), &m, MSG_NOSIGNAL | MSG_DONTWAIT);
         if (n < 0) {
             if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return HR_OK;
             int err = errno ? errno : EPIPE;
-            pred_pos pp = eng_pos(r, e);
-            return eng_succ_trouble(r, NULL, e->coll, err, &pp);
+            link_pos pp = eng_pos(r, e);
+            return eng_tx_trouble(r, NULL, e->coll, e->t.link, err,
+                                  e->rx_link == FROM_PRED ? &pp : NULL);
         }
         e->progress = 1;
         eng_iov_advance(&e->t, (size_t)n);
@@ -517,37 +552,38 @@ static hr_status eng_send(ring *r, eng *e) {
 hr_status eng_header(ring *r, eng *e) {
     frame_hdr h;
     char pw[RING_STR + 64];
-    long pid = ring_id_of(r, r->pred);
+    const int from = e->rx_link;
+    long pid = ring_link_id(r, from);
     size_t ri = e->ri, want = e->s->rx_len[ri];
     const char *coll = frame_coll_name(e->coll);
     frame_decode(r->rx_stage, &h);
     ring_node_str(r, pid, pw, sizeof pw);
     if (h.magic != FRAME_MAGIC || h.version != FRAME_VERSION)
-        return eng_fail_view(r, &e->t, e->coll, HR_ERR_PROTO, pid, FROM_PRED,
+        return eng_fail_view(r, &e->t, e->coll, HR_ERR_PROTO, pid, from,
                              "%s sent a malformed frame header (bad magic or version); connection "
                              "dropped",
                              pw);
     if (h.epoch != r->view.epoch)
         return eng_fail_view(
-            r, &e->t, e->coll, HR_ERR_VIEW, pid, FROM_PRED,
+            r, &e->t, e->coll, HR_ERR_VIEW, pid, from,
             "%s sent a frame of view epoch %llu, this node is in %llu; frame dropped", pw,
             (unsigned long long)h.epoch, (unsigned long long)r->view.epoch);
     if (h.type == FRAME_ABORT && e->secure)
-        return abort_report(r, &e->t, e->coll, r->rx_stage + FRAME_HDR, h.len, FROM_PRED);
-    if (h.type == FRAME_ABORT) return on_abort(r, &e->t, e->coll, r->rx_stage, FROM_PRED);
+        return abort_report(r, &e->t, e->coll, r->rx_stage + FRAME_HDR, h.len, from);
+    if (h.type == FRAME_ABORT) return on_abort(r, &e->t, e->coll, r->rx_stage, from);
     if (h.type != FRAME_DATA || h.seq != r->seq || h.coll != e->coll)
-        return eng_fail_view(r, &e->t, e->coll, HR_ERR_PROTO, pid, FROM_PRED,
+        return eng_fail_view(r, &e->t, e->coll, HR_ERR_PROTO, pid, from,
                              "%s sent a frame of %s #%llu while this node is in %s #%llu (members "
                              "must call the same collectives in the same order)",
                              pw, frame_coll_name(h.coll), (unsigned long long)h.seq, coll,
                              (unsigned long long)r->seq);
     if (h.index != ri)
-        return eng_fail_view(r, &e->t, e->coll, HR_ERR_PROTO, pid, FROM_PRED,
+        return eng_fail_view(r, &e->t, e->coll, HR_ERR_PROTO, pid, from,
                              "%s sent frame %u of %u bytes, expected frame %zu of %zu bytes "
                              "(replayed, dropped or reordered frame); connection dropped",
                              pw, h.index, h.len, ri, want);
     if (h.len != want)
-        return eng_fail_view(r, &e->t, e->coll, HR_ERR_PROTO, pid, FROM_PRED,
+        return eng_fail_view(r, &e->t, e->coll, HR_ERR_PROTO, pid, from,
                              "%s sent frame %u of %u bytes, expected %zu bytes: the nodes disagree "
                              "on the size of this %s (do they run the same config, model and "
                              "bucket_bytes?); connection dropped",
@@ -569,7 +605,7 @@ static hr_status eng_frame_len(ring *r, eng *e) {
     size_t want = e->s->rx_len[e->ri];
     frame_decode(r->rx_stage, &h);
     if (h.type == FRAME_ABORT && h.len > FRAME_ABORT_MAX)
-        return eng_link_auth_fail(r, &e->t, e->coll, FROM_PRED, "");
+        return eng_link_auth_fail(r, &e->t, e->coll, e->rx_link, "");
     e->rx_len = h.type == FRAME_ABORT || h.len < want ? h.len : want;
     return HR_OK;
 }
@@ -586,10 +622,10 @@ static hr_status eng_apply(ring *r, eng *e) {
         frame_hdr h;
         frame_decode(r->rx_stage, &h);
         uint8_t *dst = add || h.type != FRAME_DATA ? pay : out;
-        if (sec_open(&r->pred_ch.rx, r->rx_stage, len, dst) != 0) {
+        if (sec_open(&ring_link_ch(r, e->rx_link)->rx, r->rx_stage, len, dst) != 0) {
             char f[32];
             snprintf(f, sizeof f, " %zu", e->ri);
-            return eng_link_auth_fail(r, &e->t, e->coll, FROM_PRED, f);
+            return eng_link_auth_fail(r, &e->t, e->coll, e->rx_link, f);
         }
         HR_CHECK(eng_header(r, e));
     }
@@ -609,15 +645,16 @@ static uint8_t *eng_rx_dst(ring *r, const eng *e) {
 static hr_status eng_recv(ring *r, eng *e) {
     while (e->ri < e->s->n_rx) {
         ssize_t n = e->rx_want > e->rx_got
-                        ? recv(r->pred_fd, eng_rx_dst(r, e), e->rx_want - e->rx_got, MSG_DONTWAIT)
+                        ? recv(*ring_link_fd(r, e->rx_link), eng_rx_dst(r, e),
+                               e->rx_want - e->rx_got, MSG_DONTWAIT)
                         : 0;
         if (e->rx_want > e->rx_got && n <= 0) {
             if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) break;
             int err = n == 0 ? 0 : errno;
             char pw[RING_STR + 64];
-            long pid = ring_id_of(r, r->pred);
+            long pid = ring_link_id(r, e->rx_link);
             ring_node_str(r, pid, pw, sizeof pw);
-            return eng_fail_view(r, &e->t, e->coll, HR_ERR_PEER, pid, FROM_PRED, "%s %s", pw,
+            return eng_fail_view(r, &e->t, e->coll, HR_ERR_PEER, pid, e->rx_link, "%s %s", pw,
                                  err == 0            ? "closed the connection (peer died?)"
                                  : err == ECONNRESET ? "reset the connection (peer died?)"
                                                      : strerror(err));
@@ -654,36 +691,42 @@ static hr_status eng_wait(ring *r, eng *e, double last) {
     const ring_sched *s = e->s;
     char who[RING_STR + 64];
     int tx_wait = e->ti < s->n_tx && e->ri >= s->tx_need[e->ti];
-    struct pollfd p[2] = {{.fd = r->pred_fd, .events = e->ri < s->n_rx ? POLLIN : 0},
-                          {.fd = r->succ_fd, .events = e->ti < s->n_tx ? POLLIN : 0}};
+    const int tx = e->t.link, rx = e->rx_link;
+    struct pollfd p[2] = {{.fd = *ring_link_fd(r, rx), .events = e->ri < s->n_rx ? POLLIN : 0},
+                          {.fd = *ring_link_fd(r, tx), .events = e->ti < s->n_tx ? POLLIN : 0}};
     if (tx_wait) p[1].events |= POLLOUT;
+    if (!p[0].events) p[0].fd = -1;
+    if (!p[1].events) p[1].fd = -1;
     const double limit = r->coll_timeout > r->timeout ? r->coll_timeout : r->timeout;
     double left = last + limit - tcp_now();
     int rc = left > 0 ? poll(p, 2, (int)(left * 1000) + 1) : 0;
     if (rc < 0 && errno == EINTR) return HR_OK;
+    link_pos pp = eng_pos(r, e);
     if (rc == 0 && tcp_now() >= last + limit) {
-        long id = ring_id_of(r, tx_wait ? r->succ : r->pred);
+        long id = ring_link_id(r, tx_wait ? tx : rx);
         ring_node_str(r, id, who, sizeof who);
-        if (tx_wait)
+        if (tx_wait && tx == FROM_SUCC)
             return eng_fail_view(r, &e->t, e->coll, HR_ERR_TIMEOUT, id, FROM_SUCC,
                                  "%s accepted no data for %.1f s (peer dead or hung?)", who, limit);
-        pred_pos pp = eng_pos(r, e);
-        return eng_pred_silent(r, &e->t, e->coll, limit, &pp);
+        /* a tree neighbour that reads nothing may be reading its other child first */
+        if (tx_wait) return eng_silent(r, &e->t, e->coll, tx, 1, limit, NULL);
+        return eng_silent(r, &e->t, e->coll, rx, 0, limit, &pp);
     }
-    if (rc > 0 && e->ti < s->n_tx && (p[1].revents & (POLLIN | POLLHUP | POLLERR))) {
-        pred_pos pp = eng_pos(r, e);
-        return eng_succ_trouble(r, &e->t, e->coll, 0, &pp);
-    }
+    if (rc > 0 && e->ti < s->n_tx && (p[1].revents & (POLLIN | POLLHUP | POLLERR)))
+        return eng_tx_trouble(r, &e->t, e->coll, tx, 0, rx == FROM_PRED ? &pp : NULL);
     return HR_OK;
 }
 
-/* Run the schedule in r->sched over `base`: send and receive in both directions at once,
- * each frame as soon as its inputs are there, waiting only when neither link can move. */
-static hr_status engine_st(ring *r, int coll, uint8_t *base) {
+/* Run the schedule in r->sched over `base`, sending on link `tx` and receiving from link `rx`:
+ * both directions at once, each frame as soon as its inputs are there, waiting only when
+ * neither link can move. */
+static hr_status engine_st(ring *r, int coll, uint8_t *base, int tx, int rx) {
     eng e = {.s = r->sched,
              .coll = coll,
+             .rx_link = rx,
              .base = base,
              .secure = r->keys.mode != RING_SEC_NONE,
+             .t = {.link = tx},
              .rx_want = FRAME_HDR};
     e.tag = e.secure ? SEC_TAG : 0;
     const ring_sched *s = e.s;
@@ -720,5 +763,9 @@ hr_status eng_run(ring *r, int coll, uint8_t *base) {
         r->mt_runs++;
         return mt_run(r, coll, base);
     }
-    return engine_st(r, coll, base);
+    return engine_st(r, coll, base, FROM_SUCC, FROM_PRED);
+}
+
+hr_status eng_run_links(ring *r, int coll, uint8_t *base, int tx, int rx) {
+    return engine_st(r, coll, base, tx, rx);
 }

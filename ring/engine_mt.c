@@ -422,6 +422,7 @@ static eng mt_eng(ring_mt *m, size_t j) {
     /* e.t's pieces still point into m->t.hdr and the buffers, which stay put */
     eng e = {.s = m->s,
              .coll = m->coll,
+             .rx_link = FROM_PRED,
              .base = m->base,
              .secure = m->secure,
              .tag = m->tag,
@@ -479,9 +480,9 @@ typedef struct {
     size_t len;       /* payload bytes on the wire */
 } mt_rx;
 
-/* Where the predecessor's stream stands while frame j is received as `x`, for eng_succ_trouble. */
-static pred_pos mt_pos(const ring_mt *m, size_t j, const mt_rx *x) {
-    return (pred_pos){.hdr = m->rxb[j % m->nslot],
+/* Where the predecessor's stream stands while frame j is received as `x`, for eng_tx_trouble. */
+static link_pos mt_pos(const ring_mt *m, size_t j, const mt_rx *x) {
+    return (link_pos){.hdr = m->rxb[j % m->nslot],
                       .got = x->body ? 0 : x->got,
                       .body = x->body,
                       .left = x->body ? x->want - x->got : 0};
@@ -490,7 +491,7 @@ static pred_pos mt_pos(const ring_mt *m, size_t j, const mt_rx *x) {
 /* Something happened on the successor link (a send failed with `err`, or it became readable)
  * while frame j is received as `x`. The threads stop first. A frame they were opening may turn
  * out bad then, and the frames received but not opened yet are opened here, in order: an abort
- * among them explains the failure (the news came before the link closed). Else eng_succ_trouble
+ * among them explains the failure (the news came before the link closed). Else eng_tx_trouble
  * decides. */
 static hr_status mt_succ_trouble(ring *r, ring_mt *m, size_t j, const mt_rx *x, int err) {
     if (mt_quiesce_bad(m))
@@ -498,8 +499,8 @@ static hr_status mt_succ_trouble(ring *r, ring_mt *m, size_t j, const mt_rx *x, 
                             m->bad_auth);
     mt_counters(r, m, j);
     eng e = mt_eng(m, j);
-    pred_pos pp = mt_pos(m, j, x);
-    return eng_succ_trouble(r, &e.t, m->coll, err, &pp);
+    link_pos pp = mt_pos(m, j, x);
+    return eng_tx_trouble(r, &e.t, m->coll, FROM_SUCC, err, &pp);
 }
 
 static hr_status mt_recv(ring *r, ring_mt *m, size_t j, mt_rx *x, int *whole, int *moved) {
@@ -690,8 +691,8 @@ hr_status mt_run(ring *r, int coll, uint8_t *base) {
                 return eng_fail_view(r, &e.t, coll, HR_ERR_TIMEOUT, id, FROM_SUCC,
                                      "%s accepted no data for %.1f s (peer dead or hung?)", who,
                                      limit);
-            pred_pos pp = mt_pos(m, j, &x);
-            return eng_pred_silent(r, &e.t, coll, limit, &pp);
+            link_pos pp = mt_pos(m, j, &x);
+            return eng_silent(r, &e.t, coll, FROM_PRED, 0, limit, &pp);
         }
     }
     pthread_mutex_lock(&m->mu);

@@ -1,10 +1,12 @@
 /*
  * form.c: ring formation (see ring.h): the gate, which accepts every connection from the first
  * listen until ring_free; ring_form, which connects to the successor and takes the predecessor
- * of r->view; and a ring's life from ring_init or ring_open through ring_reform to ring_free.
+ * of r->view, and where the view has a tree (tree.c) connects to its tree children and takes its
+ * tree parent; and a ring's life from ring_init or ring_open through ring_reform to ring_free.
  *
  * Invariants:
- *  - only the authenticated predecessor of the view forming becomes a link; every other
+ *  - only the authenticated predecessor (and tree parent) of the view forming becomes a link;
+ *    every other
  *    connection is served as one lobby call (elect_serve) or closed at once (see the gate,
  *    below);
  *  - ring_free stops the gate before it frees what the gate's threads read (listen_fd, rc,
@@ -95,6 +97,8 @@ struct ring_gate {
     char who[RING_STR + 64];     /* its expected predecessor */
     int fd;                      /* the authenticated predecessor, or -1 */
     sec_chan ch;                 /* its channel */
+    int tfd;                     /* the authenticated tree parent (p.tree), or -1 */
+    sec_chan tch;                /* its channel */
     hr_status st;                /* status of the last rejection (HR_ERR_TIMEOUT if none) */
     char err[HR_ERRLEN];         /* the last rejection or accept failure of this formation */
     double log_t;                /* start of the current one-second log window */
@@ -163,10 +167,11 @@ static void *gate_hs_main(void *arg) {
     }
     pthread_mutex_lock(&g->mu);
     const char *cut = s->cut;
-    int take = st == HR_OK && !cut && g->forming && g->fd < 0;
+    int tree = s->who_is.tree, *slot = tree ? &g->tfd : &g->fd;
+    int take = st == HR_OK && !cut && g->forming && *slot < 0;
     if (take) {
-        g->fd = fd;
-        g->ch = s->ch;
+        *slot = fd;
+        *(tree ? &g->tch : &g->ch) = s->ch;
         pthread_cond_broadcast(&g->cv);
     } else if (st != HR_OK && !cut && g->forming) {
         g->st = st;
@@ -188,8 +193,8 @@ static void *gate_hs_main(void *arg) {
         gate_log(g, "rejected a connection from %s (expected predecessor %s): %s", s->peer, s->who,
                  why);
     else
-        gate_log(g, "closed a connection from %s: predecessor %s is connected already", s->peer,
-                 s->who);
+        gate_log(g, "closed a connection from %s: %s %s is connected already", s->peer,
+                 tree ? "the tree parent of" : "predecessor", tree ? "this node" : s->who);
     return NULL;
 }
 
@@ -266,8 +271,11 @@ static void gate_admit(ring_gate *g, int fd, const char *peer) {
         s->p = g->p;
         s->p.accept_lobby = 1;
         s->p.peer = &s->who_is;
-        s->who_is = (sec_hs_peer){-1, 0};
-        if (!g->forming) s->p.expect_id = -1; /* a ring link is refused: none is wanted now */
+        s->who_is = (sec_hs_peer){.id = -1};
+        if (!g->forming) { /* a ring or tree link is refused: none is wanted now */
+            s->p.expect_id = -1;
+            s->p.tree = 0;
+        }
         snprintf(s->peer, sizeof s->peer, "%s", peer);
         snprintf(s->who, sizeof s->who, "%s", g->forming ? g->who : "none (no view is forming)");
         if (pthread_create(&s->th, NULL, gate_hs_main, s) == 0)
@@ -332,7 +340,7 @@ static void *gate_main(void *arg) {
     return NULL;
 }
 
-static sec_hs_params hs_params(const ring *r, long expect);
+static sec_hs_params hs_params(const ring *r, long expect, int rank);
 
 /* Start the gate on r->listen_fd. */
 static hr_status gate_start(ring *r, char *err, size_t errlen) {
@@ -341,7 +349,7 @@ static hr_status gate_start(ring *r, char *err, size_t errlen) {
     if (!g) return hr_fail(err, errlen, HR_ERR_NOMEM, "out of memory");
     memset(g, 0, sz);
     g->r = r;
-    g->fd = -1;
+    g->fd = g->tfd = -1;
     for (int i = 0; i < GATE_SLOTS; i++) g->slots[i].fd = -1;
     g->hs_s = r->timeout < GATE_HS_S ? r->timeout : GATE_HS_S;
     g->p = (sec_hs_params){.rc = &r->rc,
@@ -349,13 +357,14 @@ static hr_status gate_start(ring *r, char *err, size_t errlen) {
                            .epoch = r->view.epoch,
                            .self_id = r->self_id,
                            .expect_id = -1,
-                           .seg_bytes = (uint32_t)r->seg_bytes};
+                           .seg_bytes = (uint32_t)r->seg_bytes,
+                           .tree_bytes = (uint32_t)r->rc.tree_bytes};
     if (r->view.n > 1) { /* ring_init knows its view: formation is open from the first accept */
         int rank = 0;
         while (rank < r->view.n - 1 && r->view.ids[rank] != r->self_id) rank++;
         long pred = r->view.ids[(rank + r->view.n - 1) % r->view.n];
         g->forming = 1;
-        g->p = hs_params(r, pred);
+        g->p = hs_params(r, pred, rank);
         ring_node_str(r, pred, g->who, sizeof g->who);
         g->st = HR_ERR_TIMEOUT;
         snprintf(g->err, sizeof g->err, "no connection from predecessor %s", g->who);
@@ -384,7 +393,9 @@ static void gate_stop(ring *r) {
     atomic_store(&g->stop, 1);
     pthread_join(g->th, NULL);
     if (g->fd >= 0) close(g->fd);
+    if (g->tfd >= 0) close(g->tfd);
     sec_chan_free(&g->ch);
+    sec_chan_free(&g->tch);
     pthread_cond_destroy(&g->cv);
     pthread_mutex_destroy(&g->mu);
     free(g);
@@ -406,7 +417,8 @@ static hr_status listen_start(ring *r, char *err, size_t errlen) {
  * before ring_form got here, and the error must still say why. */
 static void gate_open(ring_gate *g, const sec_hs_params *p, const char *who) {
     pthread_mutex_lock(&g->mu);
-    int open = g->forming && g->p.epoch == p->epoch && g->p.expect_id == p->expect_id;
+    int open = g->forming && g->p.epoch == p->epoch && g->p.expect_id == p->expect_id &&
+               g->p.tree == p->tree && g->p.expect_tree_id == p->expect_tree_id;
     g->forming = 1;
     g->p = *p;
     snprintf(g->who, sizeof g->who, "%s", who);
@@ -417,13 +429,14 @@ static void gate_open(ring_gate *g, const sec_hs_params *p, const char *who) {
     pthread_mutex_unlock(&g->mu);
 }
 
-/* Wait until `deadline` for the predecessor (0 skips the wait), then end formation. Returns the
- * predecessor's fd and channel, or -1 with the last rejection's status in `st` and its text in
- * `why`. */
-static int gate_close(ring_gate *g, double deadline, sec_chan *ch, hr_status *st, char *why,
-                      size_t whylen) {
+/* Wait until `deadline` for the predecessor and, where one is expected, the tree parent (0 skips
+ * the wait), then end formation. Returns the predecessor's fd and channel, or -1 with the last
+ * rejection's status in `st` and its text in `why`; the tree parent's in `tfd` and `tch` (-1
+ * when it did not come). */
+static int gate_close(ring_gate *g, double deadline, sec_chan *ch, int *tfd, sec_chan *tch,
+                      hr_status *st, char *why, size_t whylen) {
     pthread_mutex_lock(&g->mu);
-    while (g->fd < 0 && tcp_now() < deadline) {
+    while ((g->fd < 0 || (g->p.tree && g->tfd < 0)) && tcp_now() < deadline) {
         double t = tcp_now() + 0.5 < deadline ? tcp_now() + 0.5 : deadline; /* monotonic */
         struct timespec ts = {(time_t)t, (long)((t - (double)(time_t)t) * 1e9)};
         pthread_cond_timedwait(&g->cv, &g->mu, &ts);
@@ -432,6 +445,10 @@ static int gate_close(ring_gate *g, double deadline, sec_chan *ch, hr_status *st
     g->fd = -1;
     if (fd >= 0) *ch = g->ch;
     sec_chan_free(&g->ch);
+    *tfd = g->tfd;
+    g->tfd = -1;
+    if (*tfd >= 0) *tch = g->tch;
+    sec_chan_free(&g->tch);
     g->forming = 0;
     /* handshakes still running are left to their deadline: they may be lobby calls, and a
      * ring link that finishes now is closed as no longer wanted */
@@ -441,19 +458,31 @@ static int gate_close(ring_gate *g, double deadline, sec_chan *ch, hr_status *st
     return fd;
 }
 
-static sec_hs_params hs_params(const ring *r, long expect) {
+/* The handshake parameters of rank `rank` in r->view expecting `expect` at the other end of a
+ * ring link; as a responder it also takes its tree parent where the view has a tree. */
+static sec_hs_params hs_params(const ring *r, long expect, int rank) {
     sec_hs_params p = {.rc = &r->rc,
                        .keys = &r->keys,
                        .epoch = r->view.epoch,
                        .self_id = r->self_id,
                        .expect_id = expect,
-                       .seg_bytes = (uint32_t)r->seg_bytes};
+                       .seg_bytes = (uint32_t)r->seg_bytes,
+                       .tree_bytes = (uint32_t)r->rc.tree_bytes};
+    if (rank > 0 && tree_wanted(r, r->view.n)) {
+        int nb[3];
+        tree_links_of(rank, r->view.n, nb);
+        p.tree = 1;
+        p.expect_tree_id = r->view.ids[nb[0]];
+    }
     return p;
 }
 
-/* Connect to the successor, retrying with backoff until `deadline`. */
-static hr_status connect_succ(ring *r, double deadline, double secs, char *err, size_t errlen) {
-    const ring_member *s = &r->rc.members[r->succ];
+/* Connect link `link` (FROM_SUCC, or FROM_TREE + 1 or + 2: a tree child) to member `idx`,
+ * retrying with backoff until `deadline`. */
+static hr_status connect_link(ring *r, int link, int idx, double deadline, double secs, char *err,
+                              size_t errlen) {
+    const ring_member *s = &r->rc.members[idx];
+    const char *role = link == FROM_SUCC ? "successor" : "tree child";
     char who[RING_STR + 64], why[HR_ERRLEN] = "no attempt";
     ring_node_str(r, s->id, who, sizeof who);
     double backoff = 0.01;
@@ -466,30 +495,31 @@ static hr_status connect_succ(ring *r, double deadline, double secs, char *err, 
         hr_status st = tcp_connect(s->host, s->port, d, &fd, why, sizeof why);
         tries++;
         if (st == HR_OK) {
-            sec_hs_params p = hs_params(r, s->id);
+            sec_hs_params p = hs_params(r, s->id, -1);
+            p.link = link == FROM_SUCC ? SEC_LINK_RING : SEC_LINK_TREE;
             int refused;
-            st = sec_handshake(fd, 1, &p, tcp_now() + r->timeout, &r->succ_ch, &refused, why,
-                               sizeof why);
+            st = sec_handshake(fd, 1, &p, tcp_now() + r->timeout, ring_link_ch(r, link), &refused,
+                               why, sizeof why);
             if (st == HR_OK) {
-                r->succ_fd = fd;
+                *ring_link_fd(r, link) = fd;
                 return HR_OK;
             }
             close(fd);
             /* A view mismatch (other epoch, other neighbour) is transient while the members
              * re-form one after another: retry until the deadline, keeping the reason. */
             if (st == HR_ERR_AUTH || st == HR_ERR_PROTO || (refused && st != HR_ERR_VIEW)) {
-                HR_ERROR(SEC, "successor %s: %s", who, why);
-                return hr_fail(err, errlen, st, "successor %s: %s", who, why);
+                HR_ERROR(SEC, "%s %s: %s", role, who, why);
+                return hr_fail(err, errlen, st, "%s %s: %s", role, who, why);
             }
         } else if (st == HR_ERR_CONFIG) {
-            return hr_fail(err, errlen, st, "successor %s: %s", who, why);
+            return hr_fail(err, errlen, st, "%s %s: %s", role, who, why);
         }
         HR_DEBUG(RING, "connect to %s: %s; retrying in %.0f ms", who, why, backoff * 1e3);
         hr_sleep(backoff < deadline - tcp_now() ? backoff : deadline - tcp_now());
         backoff = backoff * 2 > 0.5 ? 0.5 : backoff * 2;
     }
     return hr_fail(err, errlen, HR_ERR_TIMEOUT,
-                   "could not connect to successor %s within %.1f s (%d attempts): %s", who, secs,
+                   "could not connect to %s %s within %.1f s (%d attempts): %s", role, who, secs,
                    tries, why);
 }
 
@@ -507,6 +537,8 @@ hr_status ring_form(ring *r, double secs, char *err, size_t errlen) {
     r->failed = HR_OK;
     r->err[0] = 0;
     r->succ = r->pred = -1;
+    r->tree_on = 0;
+    for (int i = 0; i < 3; i++) r->tree_peer[i] = -1;
     if (n == 1) {
         char eng_s[96];
         HR_INFO(RING, "ring of 1: view epoch %llu, nothing to connect, %s",
@@ -518,18 +550,34 @@ hr_status ring_form(ring *r, double secs, char *err, size_t errlen) {
     if (r->succ < 0 || r->pred < 0)
         return hr_fail(err, errlen, HR_ERR_VIEW, "view epoch %llu names a node not in the config",
                        (unsigned long long)r->view.epoch);
+    if (tree_wanted(r, n)) {
+        int nb[3];
+        tree_links_of(r->rank, n, nb);
+        for (int i = 0; i < 3; i++)
+            r->tree_peer[i] = nb[i] < 0 ? -1 : ring_config_index(&r->rc, r->view.ids[nb[i]]);
+    }
     double deadline = tcp_now() + secs;
     char pw[RING_STR + 64], why[HR_ERRLEN];
     ring_node_str(r, ring_id_of(r, r->pred), pw, sizeof pw);
-    sec_hs_params p = hs_params(r, ring_id_of(r, r->pred));
+    sec_hs_params p = hs_params(r, ring_id_of(r, r->pred), r->rank);
     gate_open(r->gate, &p, pw);
-    hr_status st = connect_succ(r, deadline, secs, err, errlen), pst;
-    r->pred_fd =
-        gate_close(r->gate, st == HR_OK ? deadline : 0, &r->pred_ch, &pst, why, sizeof why);
+    hr_status st = connect_link(r, FROM_SUCC, r->succ, deadline, secs, err, errlen), pst;
+    for (int c = 1; c < 3 && st == HR_OK; c++)
+        if (r->tree_peer[c] >= 0)
+            st = connect_link(r, FROM_TREE + c, r->tree_peer[c], deadline, secs, err, errlen);
+    r->pred_fd = gate_close(r->gate, st == HR_OK ? deadline : 0, &r->pred_ch, &r->tree_fd[0],
+                            &r->tree_ch[0], &pst, why, sizeof why);
     if (st == HR_OK && r->pred_fd < 0)
         st = hr_fail(err, errlen, pst,
                      "no authenticated connection from predecessor %s within %.1f s: %s", pw, secs,
                      why);
+    if (st == HR_OK && r->tree_peer[0] >= 0 && r->tree_fd[0] < 0) {
+        char tw[RING_STR + 64];
+        ring_node_str(r, ring_id_of(r, r->tree_peer[0]), tw, sizeof tw);
+        st = hr_fail(err, errlen, pst == HR_OK ? HR_ERR_TIMEOUT : pst,
+                     "no authenticated tree link from %s within %.1f s: %s", tw, secs, why);
+    }
+    r->tree_on = st == HR_OK && tree_wanted(r, n);
     if (st != HR_OK) {
         ring_close_links(r);
         return st;
@@ -538,9 +586,10 @@ hr_status ring_form(ring *r, double secs, char *err, size_t errlen) {
     ring_node_str(r, ring_id_of(r, r->succ), sw, sizeof sw);
     HR_INFO(RING,
             "ring formed: view epoch %llu, rank %d of %d, successor %s, predecessor %s, "
-            "security %s (%s), %s",
+            "security %s (%s), %s%s",
             (unsigned long long)r->view.epoch, r->rank, n, sw, pw, ring_security_name(r->keys.mode),
-            sec_aead_name(r->succ_ch.tx.aead), engine_name(r, eng_s, sizeof eng_s));
+            sec_aead_name(r->succ_ch.tx.aead), engine_name(r, eng_s, sizeof eng_s),
+            r->tree_on ? ", tree links for small all-reduces" : "");
     return HR_OK;
 }
 
@@ -611,6 +660,7 @@ static hr_status ring_setup(ring *r, const ring_config *rc) {
     memset(r, 0, sizeof *r);
     r->listen_fd = r->succ_fd = r->pred_fd = -1;
     r->succ = r->pred = -1;
+    for (int i = 0; i < 3; i++) r->tree_fd[i] = r->tree_peer[i] = -1;
     r->suspect = -1;
     r->rc = *rc;
     if (rc->n_members < 1 || rc->n_members > RING_MAX_NODES)

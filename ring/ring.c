@@ -23,10 +23,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* All-reduces of at most this many bytes gather every contribution and add them in rank
- * order: fewer hops, so lower latency, at the cost of (N-1)x the traffic. */
-#define RING_SMALL_BYTES (32 << 10)
-
 /* ================================================================ names and errors */
 
 void ring_node_str(const ring *r, long id, char *out, size_t n) {
@@ -66,6 +62,11 @@ void ring_close_links(ring *r) {
     tcp_close(&r->pred_fd);
     sec_chan_free(&r->succ_ch);
     sec_chan_free(&r->pred_ch);
+    for (int i = 0; i < 3; i++) {
+        tcp_close(&r->tree_fd[i]);
+        sec_chan_free(&r->tree_ch[i]);
+    }
+    r->tree_on = 0;
 }
 
 /* ================================================================ collectives */
@@ -207,6 +208,7 @@ hr_status ring_allreduce(ring *r, float *buf, size_t count) {
     HR_CHECK(begin(r));
     int n = r->view.n, k = r->rank;
     if (n == 1 || count == 0) return finish(r, HR_OK);
+    if (tree_takes(r, count)) return finish(r, tree_allreduce(r, buf, count));
     if (count * sizeof(float) <= RING_SMALL_BYTES || count < (size_t)n)
         return finish(r, allreduce_small(r, buf, count));
     size_t off[RING_MAX_NODES], len[RING_MAX_NODES];

@@ -24,7 +24,9 @@
  * Every frame carries the view epoch and the collective's sequence number (I7). The all-reduce
  * is a reduce-scatter then an all-gather, so every member ends with bitwise-identical bytes
  * (I4); small all-reduces gather every contribution and add them in rank order, which gives
- * the same guarantee.
+ * the same guarantee. In views of four members or more, all-reduces of at most tree_bytes go
+ * over a binary tree of extra links instead where its 2·depth hops are fewer than the ring's:
+ * reduced up to rank 0 in a fixed order, then the root's bytes copied down (ring/tree.c).
  */
 #ifndef HR_RING_H
 #define HR_RING_H
@@ -63,6 +65,12 @@ typedef struct ring {
     sec_keys keys;           /* this node's secrets */
     sec_chan succ_ch;        /* channel state of the successor link (tx used) */
     sec_chan pred_ch;        /* channel state of the predecessor link (rx used) */
+    /* the view's binary tree over the ranks, for small all-reduces (ring/tree.c): link 0 to
+     * the parent, 1 and 2 to the children; fd -1 where there is none */
+    int tree_fd[3];
+    sec_chan tree_ch[3];  /* their channels (both directions used) */
+    int tree_peer[3];     /* rc.members index at the other end, or -1 */
+    int tree_on;          /* this view formed its tree (ring_tree_wanted) */
     uint64_t seq;            /* sequence number of the next collective in this view */
     size_t seg_bytes;        /* pipeline segment size */
     double timeout;          /* seconds without progress before a peer counts as dead */
@@ -79,6 +87,7 @@ typedef struct ring {
                               * collective (engine_mt.c), or NULL */
     int mt_workers;          /* crypto and reduction workers of the threaded engine */
     uint64_t mt_runs;        /* collectives the threaded engine ran */
+    uint64_t tree_runs;      /* all-reduces that went over the tree */
     hr_status failed;        /* HR_OK, or the error that broke this view */
     char err[HR_ERRLEN];     /* last detailed error */
     const volatile sig_atomic_t *stop; /* ring_set_stop's flag, or NULL */
@@ -106,6 +115,8 @@ void ring_set_step_timeout(ring *r, double secs);
 int ring_workers(const ring *r);
 /* Collectives run on the threaded engine so far (for tests and benches). */
 uint64_t ring_threaded_runs(const ring *r);
+/* All-reduces run over the tree so far (ring/tree.c; for tests and benches). */
+uint64_t ring_tree_runs(const ring *r);
 /* Pipeline segment size in bytes (segment_bytes, or the measured default). */
 size_t ring_segment_bytes(const ring *r);
 int ring_size(const ring *r);

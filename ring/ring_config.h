@@ -43,6 +43,7 @@ typedef struct {
     double connect_timeout;              /* seconds to keep retrying connects at formation */
     double timeout;                      /* seconds any blocking I/O may take without progress */
     long segment_bytes;                  /* all-reduce pipeline segment, bytes; 0 = default */
+    long tree_bytes;                     /* largest all-reduce on the view's tree; 0 = no tree */
     char key_file[RING_PATH];            /* this node's identity secret key file; "" = none */
     char psk_file[RING_PATH];            /* cluster pre-shared key file; "" = none */
     uint8_t psk[RING_KEYLEN];            /* inline pre-shared key (if no psk_file); secret */

@@ -8,6 +8,7 @@
  *  - engine.c: schedules (sched_) and the single-threaded engine (eng_), which also reports
  *    every failure of a collective, for both engines;
  *  - engine_mt.c: the threaded engine (mt_);
+ *  - tree.c: the view's binary tree and the all-reduce over it (tree_);
  *  - elect.c: elections and the lobby (elect_): form.c's gate hands it lobby calls, and it
  *    forms the views it agrees on with ring_form.
  * Each of them includes this header and none includes another's: ring.h declares only what
@@ -26,6 +27,10 @@
 /* Collectives receiving more than this run on the threaded engine (where it is on): below it
  * the hand-offs between threads cost about what they save (bench/README.md, "All-reduce"). */
 #define RING_MT_BYTES (1 << 20)
+/* All-reduces of at most this many bytes gather every contribution and add them in rank order
+ * (ring.c): n - 1 hops instead of 2(n - 1), so lower latency, at the cost of (n - 1)x the
+ * traffic. */
+#define RING_SMALL_BYTES (32 << 10)
 /* Most workers the threaded engine runs beside its sender (ring_workers). */
 #define MT_WORKERS_MAX 8
 
@@ -39,7 +44,7 @@ static inline long ring_id_of(const ring *r, int idx) {
     return r->rc.members[idx].id;
 }
 
-/* Drop both links (fds closed, channel states freed): before a view forms, and first thing in
+/* Drop every link (fds closed, channel states freed): before a view forms, and first thing in
  * an election (elect.c). */
 void ring_close_links(ring *r);
 
@@ -89,8 +94,32 @@ hr_status sched_steps(ring *r, const sched_blocks *b, const int *tx_blk, const i
 
 /* ---------------------------------------------------------------- the engine (engine.c) */
 
+/* The links of a view, as the engine names them: where a failure was seen or a frame goes.
+ * FROM_HERE is none (a failure here). The tree's links follow: FROM_TREE + 0 to the parent,
+ * + 1 and + 2 to the children. */
+enum { FROM_SUCC, FROM_PRED, FROM_HERE, FROM_TREE, FROM_LINKS = FROM_TREE + 3 };
+
+/* The socket of link `from` (-1 where there is none). */
+static inline int *ring_link_fd(ring *r, int from) {
+    return from == FROM_SUCC ? &r->succ_fd : from == FROM_PRED ? &r->pred_fd
+                                                               : &r->tree_fd[from - FROM_TREE];
+}
+static inline sec_chan *ring_link_ch(ring *r, int from) {
+    return from == FROM_SUCC ? &r->succ_ch : from == FROM_PRED ? &r->pred_ch
+                                                               : &r->tree_ch[from - FROM_TREE];
+}
+/* The node at the other end of link `from`, or -1. */
+static inline long ring_link_id(const ring *r, int from) {
+    int idx = from == FROM_SUCC   ? r->succ
+              : from == FROM_PRED ? r->pred
+              : from >= FROM_TREE && from < FROM_LINKS ? r->tree_peer[from - FROM_TREE]
+                                                       : -1;
+    return idx >= 0 ? r->rc.members[idx].id : -1;
+}
+
 /* The outgoing frame in flight. */
 typedef struct {
+    int link;               /* the link it goes on (FROM_SUCC unless a tree collective's) */
     uint8_t hdr[FRAME_HDR]; /* header (mode none; secure modes build it in tx_stage) */
     struct iovec iov[2];    /* what is left to send */
     int iovn;               /* entries of iov in use */
@@ -117,10 +146,7 @@ static inline void eng_iov_advance(txf *t, size_t n) {
     }
 }
 
-/* Where a failure was seen: on the predecessor link, on the successor link, or here. */
-enum { FROM_PRED, FROM_SUCC, FROM_HERE };
-
-/* Where the predecessor's stream stands, for news_from_pred: `got` bytes of the next frame's
+/* Where an incoming stream stands, for news_from_pred and follow_blame: `got` bytes of the next frame's
  * header are in `hdr` (body 0), or `left` bytes of the current frame's payload and tag are
  * still to come (body 1). The incoming channel's counter is that frame's. */
 typedef struct {
@@ -128,12 +154,13 @@ typedef struct {
     size_t got;
     int body;
     size_t left;
-} pred_pos;
+} link_pos;
 
 /* One collective in progress: where the schedule stands in each direction. */
 typedef struct {
     const ring_sched *s; /* the schedule (r->sched) */
     int coll;            /* FRAME_COLL_* of this collective */
+    int rx_link;         /* the link frames come from (FROM_PRED but on the tree) */
     uint8_t *base;       /* the caller's buffer the schedule's offsets refer to */
     int secure;          /* frames are sealed (auth or encrypt) */
     size_t tag;          /* bytes of tag per frame: SEC_TAG or 0 */
@@ -158,16 +185,34 @@ hr_status eng_fail_view(ring *r, txf *t, int coll, hr_status st, long culprit, i
                         const char *fmt, ...) __attribute__((format(printf, 7, 8)));
 /* A frame on the link `from` failed authentication (or, unverified, cannot be a genuine one). */
 hr_status eng_link_auth_fail(ring *r, txf *t, int coll, int from, const char *frame);
-/* The predecessor sent nothing for `limit` seconds while its stream stood at `pp`: blame it,
+/* The node on link `from` moved nothing for `limit` seconds (sent nothing, or with `tx`
+ * accepted nothing), its incoming stream standing at `pp` (NULL: a frame boundary): blame it,
  * unless its own abort, within a short wait, names the node it was waiting on (engine.c). */
-hr_status eng_pred_silent(ring *r, txf *t, int coll, double limit, const pred_pos *pp);
-/* Something happened on the successor link: report what (see engine.c). */
-hr_status eng_succ_trouble(ring *r, txf *t, int coll, int e, const pred_pos *pp);
+hr_status eng_silent(ring *r, txf *t, int coll, int from, int tx, double limit,
+                     const link_pos *pp);
+/* Something happened on link `from`, which carries nothing this way but an abort (the
+ * successor link, or a tree link while this node sends on it): report what (see engine.c). */
+hr_status eng_tx_trouble(ring *r, txf *t, int coll, int from, int e, const link_pos *pp);
 /* Check the header of frame e->ri (in rx_stage) against the one expected. */
 hr_status eng_header(ring *r, eng *e);
 
 /* Run the schedule in r->sched over `base` on the engine that suits it. */
 hr_status eng_run(ring *r, int coll, uint8_t *base);
+/* Run r->sched on the calling thread with its frames sent on link `tx` and received from link
+ * `rx` (the tree's single-frame steps). */
+hr_status eng_run_links(ring *r, int coll, uint8_t *base, int tx, int rx);
+
+/* ---------------------------------------------------------------- the tree (tree.c) */
+
+/* Whether a view of `n` members forms a tree (tree_bytes set and n >= 4). */
+int tree_wanted(const ring *r, int n);
+/* The tree's neighbours of rank `rank` in a view of `n`: out[0] the parent, out[1] and out[2]
+ * the children (ranks, -1 where there is none). */
+void tree_links_of(int rank, int n, int out[3]);
+/* Whether an all-reduce of `count` floats goes over the tree in this view. */
+int tree_takes(const ring *r, size_t count);
+/* The all-reduce over the tree: reduce to rank 0 in a fixed order, then copy down. */
+hr_status tree_allreduce(ring *r, float *buf, size_t count);
 
 /* ---------------------------------------------------------------- the threaded engine
  * (engine_mt.c) */

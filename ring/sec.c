@@ -20,7 +20,7 @@
 #include <unistd.h>
 
 #define HS_MAGIC   0x53485248u /* "HRHS" */
-#define HS_VERSION 1
+#define HS_VERSION 2
 
 enum { MSG_PROOF = 1, MSG_VERDICT = 2 };
 
@@ -273,11 +273,11 @@ static void dir_init(sec_dir *d, int mode, int aead, const uint8_t key[32]) {
 /* ================================================================ handshake */
 
 /* Hello layout: 0 magic u32 | 4 version u16 | 6 role u8 | 7 mode u8 | 8 epoch u64 | 16 from i64 |
- * 24 to i64 | 32 seg u32 | 36 aes u8 | 64 ephemeral pk (32) | 96 name hash (32) |
- * 128 name prefix (64, for messages). */
+ * 24 to i64 | 32 seg u32 | 36 aes u8 | 37 link u8 | 40 tree_bytes u32 | 64 ephemeral pk (32) |
+ * 96 name hash (32) | 128 name prefix (64, for messages). */
 typedef struct {
-    uint32_t magic, seg;
-    int version, role, mode, aes;
+    uint32_t magic, seg, tree_bytes;
+    int version, role, mode, aes, link;
     uint64_t epoch;
     long from, to;
     const uint8_t *eph, *name_hash;
@@ -296,6 +296,8 @@ static void hello_build(uint8_t h[SEC_HELLO], const sec_hs_params *p, int role,
     le_put64(h + 24, (uint64_t)p->expect_id);
     le_put32(h + 32, p->seg_bytes);
     h[36] = p->keys->mode == RING_SEC_NONE ? 0 : (uint8_t)crypto_aead_aes256gcm_is_available();
+    h[37] = (uint8_t)p->link;
+    le_put32(h + 40, p->tree_bytes);
     if (eph) memcpy(h + 64, eph, 32);
     crypto_generichash(h + 96, 32, (const uint8_t *)p->rc->name, strlen(p->rc->name), NULL, 0);
     memcpy(h + 128, p->rc->name, strnlen(p->rc->name, 63));
@@ -311,6 +313,8 @@ static void hello_parse(const uint8_t h[SEC_HELLO], hello *o) {
     o->to = (long)le_get64(h + 24);
     o->seg = le_get32(h + 32);
     o->aes = h[36];
+    o->link = h[37];
+    o->tree_bytes = le_get32(h + 40);
     o->eph = h + 64;
     o->name_hash = h + 96;
     memcpy(o->name, h + 128, 64);
@@ -351,6 +355,14 @@ static hr_status hello_check(const hello *o, const uint8_t mine[SEC_HELLO], cons
         return hr_fail(why, whylen, HR_ERR_AUTH, "unknown peer: node id %ld is not in the cluster",
                        o->from);
     int lobby = hello_lobby(o, p, want_role);
+    if (o->link != SEC_LINK_RING && o->link != SEC_LINK_TREE)
+        return hr_fail(why, whylen, HR_ERR_PROTO, "unknown link kind %d", o->link);
+    /* a responder answers a tree hello with one (hs_hellos_responder); the initiator asked */
+    int tree = o->link == SEC_LINK_TREE;
+    if (!lobby && want_role == 1 && tree != (p->link == SEC_LINK_TREE))
+        return hr_fail(why, whylen, HR_ERR_PROTO, "it answered a %s link as a %s link",
+                       p->link == SEC_LINK_TREE ? "tree" : "ring", tree ? "tree" : "ring");
+    long expect = want_role == 0 && tree ? (p->tree ? p->expect_tree_id : -1) : p->expect_id;
     if (lobby && o->from == p->self_id)
         return hr_fail(why, whylen, HR_ERR_PROTO, "a lobby call claims this node's own id %ld",
                        o->from);
@@ -358,10 +370,15 @@ static hr_status hello_check(const hello *o, const uint8_t mine[SEC_HELLO], cons
         return hr_fail(why, whylen, HR_ERR_VIEW,
                        "no view is forming at node %ld (only lobby calls are taken now)",
                        p->self_id);
-    if (!lobby && o->from != p->expect_id)
+    if (!lobby && expect < 0)
         return hr_fail(why, whylen, HR_ERR_VIEW,
-                       "node %ld is not the expected neighbour (node %ld) in view epoch %llu",
-                       o->from, p->expect_id, (unsigned long long)p->epoch);
+                       "node %ld has no tree parent in view epoch %llu (a tree link from node %ld)",
+                       p->self_id, (unsigned long long)p->epoch, o->from);
+    if (!lobby && o->from != expect)
+        return hr_fail(why, whylen, HR_ERR_VIEW,
+                       "node %ld is not the expected %s (node %ld) in view epoch %llu", o->from,
+                       tree ? "tree neighbour" : "neighbour", expect,
+                       (unsigned long long)p->epoch);
     if (o->to != p->self_id)
         return hr_fail(why, whylen, HR_ERR_PROTO, "it wanted node %ld, this is node %ld", o->to,
                        p->self_id);
@@ -371,6 +388,9 @@ static hr_status hello_check(const hello *o, const uint8_t mine[SEC_HELLO], cons
     if (o->seg != p->seg_bytes)
         return hr_fail(why, whylen, HR_ERR_PROTO, "segment_bytes %u differs from this node's %u",
                        o->seg, p->seg_bytes);
+    if (o->tree_bytes != p->tree_bytes)
+        return hr_fail(why, whylen, HR_ERR_PROTO, "tree_bytes %u differs from this node's %u",
+                       o->tree_bytes, p->tree_bytes);
     if (p->keys->have_identity && !p->rc->members[idx].has_pubkey)
         return hr_fail(why, whylen, HR_ERR_AUTH, "unknown peer: node %ld has no pinned pubkey",
                        o->from);
@@ -534,6 +554,9 @@ static hr_status hs_hellos_responder(hs_state *h) {
     if (hello_lobby(&h->o, h->p, ROLE_INITIATOR)) {
         le_put64(h->mine + 8, SEC_EPOCH_LOBBY);
         le_put64(h->mine + 24, (uint64_t)h->o.from);
+    } else if (h->o.link == SEC_LINK_TREE && h->p->tree) {
+        h->mine[37] = SEC_LINK_TREE;
+        le_put64(h->mine + 24, (uint64_t)h->p->expect_tree_id);
     }
     st = tcp_send_all(h->fd, h->mine, SEC_HELLO, h->deadline);
     return st == HR_OK ? HR_OK : hs_io(h, st);
@@ -664,6 +687,7 @@ hr_status sec_handshake(int fd, int initiator, const sec_hs_params *p, double de
         if (p->peer) {
             p->peer->id = h.o.from;
             p->peer->lobby = h.o.epoch == SEC_EPOCH_LOBBY;
+            p->peer->tree = h.o.link == SEC_LINK_TREE;
         }
     } else {
         hr_fail(err, errlen, st, "%s", h.why);

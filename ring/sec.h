@@ -4,7 +4,8 @@
  * Handshake (initiator I connects to responder R, its successor in the view, or any member for a
  * lobby call):
  *   I -> R  HELLO   magic, version, role, security mode, view epoch, from id, to id,
- *                   segment size, AES support, ephemeral X25519 key, cluster name hash
+ *                   segment size, AES support, link kind (ring or tree), tree_bytes,
+ *                   ephemeral X25519 key, cluster name hash
  *   R -> I  HELLO   the same from R
  *   R -> I  PROOF   or VERDICT(reject, reason) when I's hello does not fit
  *   I -> R  PROOF   or VERDICT(reject, reason) when R's hello or proof does not check out
@@ -25,6 +26,9 @@
  * place of the expected neighbour, and answers with a lobby hello of its own (epoch
  * SEC_EPOCH_LOBBY, addressed to the caller); the proofs are checked exactly as for a ring link,
  * against the caller's pinned key or the PSK.
+ * Tree link: a hello of kind SEC_LINK_TREE asks for the link from a tree parent to its child.
+ * A responder with `tree` takes it from expect_tree_id (instead of expect_id) and answers with
+ * a tree hello addressed to it.
  *
  * Frames: AES-256-GCM when both ends have AES-NI, else XChaCha20-Poly1305; the nonce is a
  * 64-bit counter per direction, so a replayed, dropped or reordered frame fails to open. In
@@ -85,7 +89,12 @@ typedef struct {
 typedef struct {
     long id;   /* its node id */
     int lobby; /* it made a lobby connection (epoch SEC_EPOCH_LOBBY), not a ring link */
+    int tree;  /* it made a tree link (SEC_LINK_TREE), not the ring's */
 } sec_hs_peer;
+
+/* Which link of a view a handshake makes: the ring's (successor to predecessor) or the tree's
+ * (parent to child, for small all-reduces, ring/tree.c). The kind travels in the hello. */
+enum { SEC_LINK_RING = 0, SEC_LINK_TREE = 1 };
 
 /* What a handshake must agree on. */
 typedef struct {
@@ -96,6 +105,10 @@ typedef struct {
     long expect_id;        /* the node the view puts at the other end; -1: no view is forming,
                             * so only a lobby hello can be accepted */
     uint32_t seg_bytes;    /* pipeline segment size both ends must use */
+    uint32_t tree_bytes;   /* largest all-reduce on the tree, which both ends must use */
+    int link;              /* initiator: SEC_LINK_RING or SEC_LINK_TREE */
+    int tree;              /* responder: also take a tree link from expect_tree_id */
+    long expect_tree_id;   /* the tree parent the view puts at the other end (with tree) */
     int accept_lobby;      /* responder: also accept a lobby hello from any member but itself */
     sec_hs_peer *peer;     /* out, when not NULL: set on success */
 } sec_hs_params;

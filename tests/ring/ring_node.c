@@ -405,6 +405,8 @@ int main(int argc, char **argv) {
     if (rc == 0) printf("node %ld: ok\n", g_id);
     printf("node %ld: %llu collective(s) on the threaded engine\n", g_id,
            (unsigned long long)ring_threaded_runs(&r));
+    printf("node %ld: %llu all-reduce(s) on the tree\n", g_id,
+           (unsigned long long)ring_tree_runs(&r));
 out:
     ring_free(&r);
     cfg_free(&c);

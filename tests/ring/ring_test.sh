@@ -3,6 +3,12 @@
 #   correct   N = 1..5, counts 0, 1, N-1, N+1 and a large prime: all-reduce, all-gather(v),
 #             broadcast from every root, barrier, against a serial reference
 #   big       16 Mi floats, N = 1..5
+#   tree      N = 4, 6, 7, 8, counts on both sides of the tree's limits: as correct, and the
+#             all-reduces that must go over the tree did (and no others)
+#   tree_tamper four nodes; the proxy sits on the tree link from node 0 to node 2 (no ring link
+#             joins them) and tampers with a frame: node 2 names that link, the others too
+#   tree_death  N = 8, all-reduces on the tree; node 1 (an inner node of the tree) is killed,
+#             then in a second run stopped (SIGSTOP): every survivor names node 1
 #   peer_death  SIGKILL of one node mid all-reduce: every survivor names it within the timeout
 #   bad_peers   wrong identity key, wrong PSK, unknown node id, group-readable key file
 #   startup     late starters and any start order
@@ -85,6 +91,91 @@ correct | big)
         for i in $ids; do [ "${rc[$i]}" = 0 ] || bad=1; done
         echo "N=$n $mode counts [$counts]: $(awk "BEGIN{printf \"%.2f\", $(now) - $t0}") s"
         if [ $bad = 1 ]; then fail "N=$n: a node failed"; show $ids; fi
+    done
+    ;;
+tree)
+    # counts 1 and 7 gather (n - 1 hops), 9000 and 16384 floats reduce (2(n - 1) hops) on the
+    # ring; the tree (2 * depth hops, depth 2 for n = 4 to 7, 3 for 8) takes what it beats,
+    # up to tree_bytes = 64 KiB = 16384 floats; 16385 stays on the ring
+    counts="1 7 9000 16384 16385"
+    for nt in 4:2 6:4 7:4 8:4; do
+        n=${nt%:*} want=${nt#*:}
+        newbase; TO=60 conf "$tmp/c.ini" $n
+        for ((i = 0; i < n; i++)); do start $i "$tmp/c.ini" correct $counts; done
+        ids=$(seq 0 $((n - 1)))
+        finish $ids
+        bad=0
+        for i in $ids; do
+            [ "${rc[$i]}" = 0 ] || bad=1
+            got=$(sed -n "s/^node $i: \([0-9]*\) all-reduce(s) on the tree/\1/p" "$tmp/out.$i")
+            [ "$got" = "$want" ] || fail "N=$n: node $i ran ${got:-no} all-reduce(s) on the tree, expected $want"
+        done
+        grep -q "tree links for small all-reduces" "$tmp/out.0" || fail "N=$n: no tree formed"
+        echo "N=$n $mode counts [$counts]: $want on the tree"
+        if [ $bad = 1 ]; then fail "N=$n: a node failed"; show $ids; fi
+    done
+    ;;
+tree_tamper)
+    for what in ${TAMPER_WHAT:-flip flip-seq replay truncate}; do
+        for _ in 1 2 3 4 5; do
+            newbase; TO=5 conf "$tmp/c.ini" 4
+            pport=$((base + 5))
+            sed "s|port = $((base + 2))\$|port = $pport|" "$tmp/c.ini" > "$tmp/c0.ini" # node 0 reaches 2 via the proxy
+            "$PROXY" $pport $((base + 2)) $what 3 > "$tmp/proxy.out" 2>&1 &
+            ppid=$!
+            for _ in $(seq 1 200); do
+                grep -q "proxy listening" "$tmp/proxy.out" || ! kill -0 $ppid 2>/dev/null && break
+                sleep 0.05
+            done
+            grep -q "proxy listening" "$tmp/proxy.out" && break
+            kill $ppid 2>/dev/null
+            wait $ppid 2>/dev/null
+        done
+        pids+=($ppid)
+        for i in 1 2 3; do start $i "$tmp/c.ini" reduce 9000 6; done
+        sleep 0.2; start 0 "$tmp/c0.ini" reduce 9000 6
+        finish 0 1 2 3
+        kill "$ppid" 2>/dev/null; wait "$ppid" 2>/dev/null
+        for i in 0 1 2 3; do
+            [ "${rc[$i]}" = 3 ] || fail "$what: node $i exited ${rc[$i]}, expected 3 (ring error)"
+            grep -q "node $i: ok\|WRONG" "$tmp/out.$i" && fail "$what: node $i applied a result"
+        done
+        link="authentication failed on the tree link from node 0 (127.0.0.1:$base) (tampered or corrupted frame"
+        if [ "$what" = truncate ]; then
+            grep -q "node 0 (127.0.0.1:$base) closed the connection" "$tmp/out.2" ||
+                fail "$what: node 2 did not report that node 0 closed the connection"
+        else
+            grep -q "error.*$link 0)" "$tmp/out.2" || fail "$what: node 2 did not report '$link 0)'"
+            for i in 0 1 3; do
+                grep -q "error.*$link 0).*(reported by node 2 " "$tmp/out.$i" ||
+                    fail "$what: node $i does not name the tree link from node 0"
+            done
+        fi
+        echo "$what: $(tail -n 1 "$tmp/proxy.out")"; show 2 0 1 3
+    done
+    ;;
+tree_death)
+    # node 1 is rank 1: parent 0, children 3 and 4. Killed, every neighbour sees its links
+    # close; stopped, they time out, and nodes further off wait on nodes that wait themselves
+    for sig in KILL STOP; do
+        n=8; newbase; TO=3 conf "$tmp/c.ini" $n
+        for ((i = 0; i < n; i++)); do start $i "$tmp/c.ini" loop 9000; done
+        for _ in $(seq 1 300); do
+            [ "$(cat "$tmp"/out.* | grep -c running)" -ge $n ] && break; sleep 0.1
+        done
+        sleep 0.3
+        kill -$sig "${pid[1]}"; t0=$(now)
+        finish 0 2 3 4 5 6 7
+        el=$(awk "BEGIN{printf \"%.2f\", $(now) - $t0}")
+        kill -KILL "${pid[1]}" 2>/dev/null
+        echo "SIG$sig: survivors returned $el s after it (timeout 3 s)"
+        awk "BEGIN{exit !($el < 8)}" || fail "SIG$sig: survivors took $el s (timeout 3 s)"
+        for i in 0 2 3 4 5 6 7; do
+            [ "${rc[$i]}" = 3 ] || fail "SIG$sig: node $i exited ${rc[$i]}, expected 3 (ring error)"
+            grep "ring error" "$tmp/out.$i" | grep -q "node 1 (127.0.0.1:$((base + 1)))" ||
+                fail "SIG$sig: node $i does not name node 1: $(grep 'ring error' "$tmp/out.$i")"
+            grep "ring error" "$tmp/out.$i" | sed 's/^/    /'
+        done
     done
     ;;
 peer_death)

@@ -39,6 +39,7 @@
 #define MSG_PROOF  1
 #define MSG_VERDIC 2
 #define SEG        65536u
+#define TREE       4096u
 
 enum { INITIATOR = 0, RESPONDER = 1 };
 
@@ -66,6 +67,8 @@ typedef struct {
     long from, to;          /* ids in its hello */
     uint64_t epoch;         /* view epoch in its hello */
     uint32_t seg;           /* segment size in its hello */
+    uint32_t tree_bytes;    /* tree_bytes in its hello */
+    int link;               /* link kind in its hello (SEC_LINK_*) */
     const char *name;       /* cluster name in its hello */
     const uint8_t *sign_sk; /* identity it signs with (64 bytes), NULL: zeros */
     const uint8_t *psk;     /* pre-shared key (32 bytes), NULL: none */
@@ -127,13 +130,15 @@ static int fk_read_msg(fake *f, uint8_t body[SEC_TEXT_MAX]) {
 static void fk_hello(const fake *f, uint8_t h[HELLO], const uint8_t eph[32]) {
     memset(h, 0, HELLO);
     le_put32(h, MAGIC);
-    h[4] = 1;
+    h[4] = 2;
     h[6] = (uint8_t)(f->role ^ f->wrong_role);
     h[7] = (uint8_t)f->mode;
     le_put64(h + 8, f->epoch);
     le_put64(h + 16, (uint64_t)f->from);
     le_put64(h + 24, (uint64_t)f->to);
     le_put32(h + 32, f->seg);
+    h[37] = (uint8_t)f->link;
+    le_put32(h + 40, f->tree_bytes);
     memcpy(h + 64, eph, 32);
     crypto_generichash(h + 96, 32, (const uint8_t *)f->name, strlen(f->name), NULL, 0);
     memcpy(h + 128, f->name, strnlen(f->name, 63));
@@ -350,7 +355,13 @@ static void real_init(realnode *r, int psk_mode) {
     cfg_free(&c);
     CHECK(sec_keys_load(&r->keys, &r->rc, err, sizeof err) == HR_OK, "keys: %s", err);
     r->p = (sec_hs_params){
-        .rc = &r->rc, .keys = &r->keys, .epoch = 0, .self_id = 0, .expect_id = 1, .seg_bytes = SEG};
+        .rc = &r->rc,
+        .keys = &r->keys,
+        .epoch = 0,
+        .self_id = 0,
+        .expect_id = 1,
+        .seg_bytes = SEG,
+        .tree_bytes = TREE};
 }
 
 static void real_free(realnode *r) {
@@ -365,6 +376,7 @@ static fake honest(const realnode *r, int role) {
               .from = 1,
               .to = 0,
               .seg = SEG,
+              .tree_bytes = TREE,
               .name = "hstest",
               .sign_sk = r->keys.have_identity ? g_sk[1] : NULL,
               .psk = r->keys.have_psk ? g_psk : NULL,
@@ -484,6 +496,15 @@ static void test_cheats(realnode *r, int role, const char *tag) {
     CASE("mismatched mode", f.mode = psk_only ? RING_SEC_ENCRYPT : RING_SEC_AUTH, HR_ERR_PROTO,
          "differs from this node's");
     CASE("mismatched segment size", f.seg = SEG / 2, HR_ERR_PROTO, "segment_bytes 32768 differs");
+    CASE("mismatched tree_bytes", f.tree_bytes = TREE / 2, HR_ERR_PROTO,
+         "tree_bytes 2048 differs");
+    CASE("unknown link kind", f.link = 5, HR_ERR_PROTO, "unknown link kind 5");
+    if (role == INITIATOR)
+        CASE("a tree link where none is expected", f.link = SEC_LINK_TREE, HR_ERR_VIEW,
+             "has no tree parent");
+    else
+        CASE("a tree answer to a ring link", f.link = SEC_LINK_TREE, HR_ERR_PROTO,
+             "answered a ring link as a tree link");
     CASE("another view epoch", f.epoch = 3, HR_ERR_VIEW, "view epoch 3 differs");
     CASE("addressed to another node", f.to = 2, HR_ERR_PROTO, "it wanted node 2");
     CASE("wrong role", f.wrong_role = 1, HR_ERR_PROTO, "unexpected handshake role");
@@ -549,7 +570,7 @@ static void test_lobby(realnode *r, const char *mode) {
     char what[96], err[HR_ERRLEN];
     int psk_only = !r->keys.have_identity, refused;
     sec_hs_params ring_p = r->p;
-    sec_hs_peer who = {-1, -1};
+    sec_hs_peer who = {-1, -1, -1};
     r->p.accept_lobby = 1;
     r->p.expect_id = -1;
     r->p.peer = &who;
@@ -559,7 +580,7 @@ static void test_lobby(realnode *r, const char *mode) {
         f.from = id;
         if (!psk_only) f.sign_sk = g_sk[id];
         sec_chan *ch = chan_alloc();
-        who = (sec_hs_peer){-1, -1};
+        who = (sec_hs_peer){-1, -1, -1};
         hr_status st = run(r, &f, 3, ch, &refused, err, sizeof err);
         snprintf(what, sizeof what, "%s: lobby hello from node %ld", mode, id);
         printf("%-44s -> %s, caller %ld, lobby %d\n", what, hr_strerror(st), who.id, who.lobby);
@@ -577,7 +598,7 @@ static void test_lobby(realnode *r, const char *mode) {
         f.epoch = SEC_EPOCH_LOBBY;                                                                 \
         setup;                                                                                     \
         snprintf(what, sizeof what, "%s: lobby: %s", mode, name);                                  \
-        who = (sec_hs_peer){-1, -1};                                                               \
+        who = (sec_hs_peer){-1, -1, -1};                                                               \
         expect_fail(r, &f, want, text, what);                                                      \
         CHECK(who.id == -1, "%s: a caller was reported", what);                                    \
     } while (0)
@@ -611,6 +632,67 @@ static void test_lobby(realnode *r, const char *mode) {
     r->p = ring_p;
 }
 
+/* Tree links (SEC_LINK_TREE): a responder whose view gives it tree parent node 2 takes a tree
+ * link from node 2 alone and names it as one, still takes its ring predecessor (node 1) on a
+ * ring link, and refuses either node on the other's link; an initiator asking for a tree link
+ * refuses an answer of a ring link. */
+static void test_tree(realnode *r, const char *mode) {
+    char what[96], err[HR_ERRLEN];
+    int psk_only = !r->keys.have_identity, refused;
+    sec_hs_params ring_p = r->p;
+    sec_hs_peer who = {-1, -1, -1};
+    r->p.tree = 1;
+    r->p.expect_tree_id = 2;
+    r->p.peer = &who;
+    static const struct {
+        long from;
+        int link;
+    } ok[2] = {{2, SEC_LINK_TREE}, {1, SEC_LINK_RING}};
+    for (int i = 0; i < 2; i++) {
+        fake f = honest(r, INITIATOR);
+        f.from = ok[i].from;
+        f.link = ok[i].link;
+        if (!psk_only) f.sign_sk = g_sk[f.from];
+        sec_chan *ch = chan_alloc();
+        who = (sec_hs_peer){-1, -1, -1};
+        hr_status st = run(r, &f, 3, ch, &refused, err, sizeof err);
+        snprintf(what, sizeof what, "%s: %s link from node %ld", mode, f.link ? "tree" : "ring",
+                 f.from);
+        printf("%-44s -> %s, peer %ld, tree %d\n", what, hr_strerror(st), who.id, who.tree);
+        CHECK(st == HR_OK, "%s refused: %s", what, err);
+        CHECK(who.id == f.from && who.tree == f.link && who.lobby == 0,
+              "%s: reported peer %ld, tree %d, lobby %d", what, who.id, who.tree, who.lobby);
+        CHECK(f.proof_ok == 1 && f.verdict == 0, "%s: the caller did not accept node 0", what);
+        sec_chan_free(ch);
+        free(ch);
+    }
+    fake f = honest(r, INITIATOR);
+    f.link = SEC_LINK_TREE; /* node 1 is the predecessor, not the tree parent */
+    snprintf(what, sizeof what, "%s: tree link from the predecessor", mode);
+    expect_fail(r, &f, HR_ERR_VIEW, "not the expected tree neighbour (node 2)", what);
+    f = honest(r, INITIATOR);
+    f.from = 2; /* the tree parent on a ring link */
+    if (!psk_only) f.sign_sk = g_sk[2];
+    snprintf(what, sizeof what, "%s: ring link from the tree parent", mode);
+    expect_fail(r, &f, HR_ERR_VIEW, "node 2 is not the expected neighbour (node 1)", what);
+    /* the parent's end: a real tree initiator to node 1, answered with a ring hello */
+    r->p = ring_p;
+    r->p.link = SEC_LINK_TREE;
+    f = honest(r, RESPONDER);
+    snprintf(what, sizeof what, "%s: tree link answered as a ring link", mode);
+    expect_fail(r, &f, HR_ERR_PROTO, "answered a tree link as a ring link", what);
+    f = honest(r, RESPONDER);
+    f.link = SEC_LINK_TREE;
+    sec_chan *ch = chan_alloc();
+    hr_status st = run(r, &f, 3, ch, &refused, err, sizeof err);
+    snprintf(what, sizeof what, "%s: tree link to node 1", mode);
+    printf("%-44s -> %s\n", what, hr_strerror(st));
+    CHECK(st == HR_OK, "%s: %s", what, err);
+    sec_chan_free(ch);
+    free(ch);
+    r->p = ring_p;
+}
+
 static void part1(int psk_mode) {
     realnode r;
     real_init(&r, psk_mode);
@@ -625,6 +707,7 @@ static void part1(int psk_mode) {
     }
     if (!psk_mode) test_refusal_is_told(&r);
     test_lobby(&r, mode);
+    test_tree(&r, mode);
     real_free(&r);
 }
 
@@ -703,6 +786,7 @@ static void ring_case(int role, fk_script script, const char *text, const char *
                   .from = 1,
                   .to = 0,
                   .seg = SEG,
+                  .tree_bytes = 65536, /* the ring's default */
                   .name = "hstest",
                   .sign_sk = g_sk[1],
                   .verdict = -1};
