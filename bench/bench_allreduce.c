@@ -49,6 +49,7 @@ typedef struct {
     double link_bps;       /* the links' rate in bits per second (--netns) */
     double rate;           /* R in GB/s; 0 = measure with iperf3 */
     size_t segment;        /* segment_bytes, 0 = default */
+    size_t tree_bytes;     /* tree_bytes, SIZE_MAX = the default */
     long port;             /* first port */
 } ar_opts;
 
@@ -58,6 +59,7 @@ static void usage(FILE *out) {
             "                               [-e|--max-bytes B] [-f|--step-factor F]\n"
             "                               [--iters K] [--warmup W] [--json FILE] [--netns]\n"
             "                               [--link-rate RATE] [--rate R] [--segment BYTES]\n"
+            "                               [--tree-bytes BYTES]\n"
             "                               [--port P]\n"
             "\n"
             "All-reduce bandwidth of N local nodes in the nccl-tests table format. -b, -e\n"
@@ -80,6 +82,8 @@ static void usage(FILE *out) {
             "                         10gbit, 500mbit (1mbit to 1tbit; default 1gbit)\n"
             "  --rate R               R in GB/s instead of measuring it with iperf3\n"
             "  --segment BYTES        pipeline segment size (default: the ring's)\n"
+            "  --tree-bytes BYTES     largest all-reduce over the tree of 4+ nodes (default:\n"
+            "                         the ring's, 64K; 0: every all-reduce on the ring)\n"
             "  --port P               first TCP port (default: random in 10000-32000)\n"
             "  -h, --help             this text\n");
 }
@@ -263,6 +267,7 @@ static int netns_enter(int i) {
 typedef struct {
     double time_us; /* mean time per iteration on this node */
     double wrong;   /* wrong elements in the checked run */
+    int tree;       /* the size went over the tree (ring/tree.c) */
 } node_result;
 
 /* The sizes measured so far, for the footer. */
@@ -271,6 +276,7 @@ typedef struct {
     int sizes;         /* sizes measured */
     size_t last_bytes; /* the last (largest) size */
     double last_bus;   /* its busbw, GB/s */
+    size_t tree_max;   /* the largest size that went over the tree, 0: none */
 } sweep;
 
 /* Form node `idx`'s ring. 0, or -1 after printing why not. */
@@ -302,10 +308,11 @@ static FILE *open_json(const ar_opts *o) {
 /* The nccl-tests header: the run, R or the link rate, the column names. */
 static void print_header(const ar_opts *o, ring *r, double r_gbs) {
     int n = ring_size(r);
-    printf("# hetring bench allreduce: %d nodes %s, security %s, segment %ld B, %d iterations "
-           "(at least 200 below 1 MiB), %d warm-up\n",
+    printf("# hetring bench allreduce: %d nodes %s, security %s, segment %ld B, tree_bytes %ld B, "
+           "%d iterations (at least 200 below 1 MiB), %d warm-up\n",
            n, o->netns ? "in network namespaces (veth links)" : "on loopback",
-           cfg_security_name(o->security), (long)ring_segment_bytes(r), o->iters, o->warmup);
+           cfg_security_name(o->security), (long)ring_segment_bytes(r), r->rc.tree_bytes,
+           o->iters, o->warmup);
     if (ring_workers(r) < 0)
         printf("# ring: one thread per collective\n");
     else
@@ -347,14 +354,16 @@ static int measure_size(ring *r, const ar_opts *o, float *buf, size_t count, nod
     for (int w = 0; w < o->warmup; w++)
         if (ring_allreduce(r, buf, count) != HR_OK) return -1;
     if (ring_barrier(r) != HR_OK) return -1;
+    uint64_t tree0 = ring_tree_runs(r);
     double t0 = hr_now();
     for (int it = 0; it < iters; it++) {
         if (it % 16 == 0) memset(buf, 0, bytes); /* keep the values finite */
         if (ring_allreduce(r, buf, count) != HR_OK) return -1;
     }
-    node_result me = {(hr_now() - t0) / iters * 1e6, wrong}, all[CFG_MAX_NODES];
+    node_result me = {(hr_now() - t0) / iters * 1e6, wrong, ring_tree_runs(r) > tree0},
+                all[CFG_MAX_NODES];
     if (ring_allgather(r, &me, all, sizeof me) != HR_OK) return -1;
-    *out = (node_result){0, 0};
+    *out = (node_result){0, 0, me.tree};
     for (int q = 0; q < n; q++) {
         if (all[q].time_us > out->time_us) out->time_us = all[q].time_us;
         out->wrong += all[q].wrong;
@@ -372,8 +381,9 @@ static double report_size(const ar_opts *o, int n, size_t bytes, node_result res
     if (js) {
         fprintf(js,
                 "{\"bytes\": %zu, \"time_us\": %.3f, \"algbw\": %.6f, \"busbw\": %.6f, "
-                "\"wrong\": %.0f, \"nodes\": %d, \"security\": \"%s\"",
-                bytes, t, algbw, busbw, res.wrong, n, cfg_security_name(o->security));
+                "\"wrong\": %.0f, \"nodes\": %d, \"security\": \"%s\", \"algo\": \"%s\"",
+                bytes, t, algbw, busbw, res.wrong, n, cfg_security_name(o->security),
+                res.tree ? "tree" : "ring");
         if (o->netns) fprintf(js, ", \"link_rate_bps\": %.0f", o->link_bps);
         fputs("}\n", js);
     }
@@ -382,6 +392,9 @@ static double report_size(const ar_opts *o, int n, size_t bytes, node_result res
 
 static void print_footer(const ar_opts *o, int n, double r_gbs, const sweep *s) {
     printf("# Out of bounds values : 0 OK\n# Avg bus bandwidth    : %.4f\n", s->sum_bus / s->sizes);
+    if (s->tree_max)
+        printf("# sizes up to %zu B went over the tree (2*depth hops), the rest round the ring\n",
+               s->tree_max);
     if (o->netns) {
         char rs[32];
         rate_str(o->link_bps, rs, sizeof rs);
@@ -422,7 +435,7 @@ static int run_node(const ar_opts *o, cfg *c, int idx, double r_gbs) {
         }
         if (res.wrong > 0) rc = 1;
         double busbw = k == 0 ? report_size(o, n, bytes, res, js) : 0;
-        s = (sweep){s.sum_bus + busbw, s.sizes + 1, bytes, busbw};
+        s = (sweep){s.sum_bus + busbw, s.sizes + 1, bytes, busbw, res.tree ? bytes : s.tree_max};
     }
     if (ring_failed) {
         fprintf(stderr, "node %d: %s\n", idx, ring_error(&r));
@@ -492,7 +505,8 @@ static int parse_opts(ar_opts *o, int argc, char **argv) {
                    .max_bytes = 64 << 20,
                    .factor = 2,
                    .iters = 20,
-                   .warmup = 3};
+                   .warmup = 3,
+                   .tree_bytes = SIZE_MAX};
     srand((unsigned)(getpid() ^ time(NULL)));
     o->port = 10000 + rand() % 22000; /* below the ephemeral range (32768+) */
     const bench_opt opts[] = {
@@ -508,6 +522,7 @@ static int parse_opts(ar_opts *o, int argc, char **argv) {
         {.name = "link-rate", .kind = BENCH_OPT_STR, .dst = &o->link_rate},
         {.name = "rate", .kind = BENCH_OPT_LAX_REAL, .dst = &o->rate},
         {.name = "segment", .kind = BENCH_OPT_SIZE, .dst = &o->segment},
+        {.name = "tree-bytes", .kind = BENCH_OPT_SIZE, .dst = &o->tree_bytes},
         {.name = "port", .kind = BENCH_OPT_LAX_LONG, .dst = &o->port},
         {0}};
     char **args = malloc((2 * (size_t)argc + 1) * sizeof *args);
@@ -520,6 +535,9 @@ static int parse_opts(ar_opts *o, int argc, char **argv) {
         o->max_bytes < o->min_bytes)
         return cli_usage_error("bench allreduce",
                                "need 1 <= nodes <= 64, iters >= 1, 1 <= min-bytes <= max-bytes");
+    if (o->tree_bytes != SIZE_MAX && o->tree_bytes > (1u << 20))
+        return cli_usage_error("bench allreduce", "--tree-bytes: at most 1M (1048576), not %zu",
+                               o->tree_bytes);
     char why[256];
     o->link_bps = 1e9;
     if (o->link_rate && !o->netns)
@@ -540,6 +558,7 @@ static int cluster_config(cfg *c, const ar_opts *o) {
     c->connect_timeout = 30;
     c->timeout = 30;
     c->segment_bytes = (long)o->segment;
+    if (o->tree_bytes != SIZE_MAX) c->tree_bytes = (long)o->tree_bytes;
     if (o->security != CFG_SEC_NONE) {
         if (sodium_init() < 0) return cfg_free(c), -1;
         randombytes_buf(c->psk, sizeof c->psk);

@@ -610,8 +610,8 @@ static hr_status eng_frame_len(ring *r, eng *e) {
     return HR_OK;
 }
 
-/* Frame e->ri has arrived whole. Secure modes: verify it, then check its header. Then copy
- * or add its payload into place. */
+/* Frame e->ri has arrived whole. Secure modes: verify it, then check its header. Then copy,
+ * add or OR its payload into place. */
 static hr_status eng_apply(ring *r, eng *e) {
     size_t len = e->rx_len;
     int add = e->s->rx_add[e->ri];
@@ -629,7 +629,10 @@ static hr_status eng_apply(ring *r, eng *e) {
         }
         HR_CHECK(eng_header(r, e));
     }
-    if (add) eng_add_floats((float *)out, (const float *)pay, len / 4);
+    if (add == RX_ADD)
+        eng_add_floats((float *)out, (const float *)pay, len / 4);
+    else if (add == RX_OR)
+        for (size_t i = 0; i < len; i++) out[i] |= pay[i];
     return HR_OK;
 }
 

@@ -589,7 +589,7 @@ hr_status ring_form(ring *r, double secs, char *err, size_t errlen) {
             "security %s (%s), %s%s",
             (unsigned long long)r->view.epoch, r->rank, n, sw, pw, ring_security_name(r->keys.mode),
             sec_aead_name(r->succ_ch.tx.aead), engine_name(r, eng_s, sizeof eng_s),
-            r->tree_on ? ", tree links for small all-reduces" : "");
+            r->tree_on ? ", tree links for small collectives" : "");
     return HR_OK;
 }
 

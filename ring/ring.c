@@ -112,6 +112,11 @@ hr_status ring_allgatherv(ring *r, const void *mine, size_t my_bytes, void *all,
     if (my_bytes && (const uint8_t *)all + off[k] != mine)
         memmove((uint8_t *)all + off[k], mine, my_bytes);
     if (n == 1) return finish(r, HR_OK);
+    if (tree_takes(r, tot, n - 1)) { /* the blocks OR'ed into a buffer that is zero elsewhere */
+        memset(all, 0, off[k]);
+        memset((uint8_t *)all + off[k] + my_bytes, 0, tot - off[k] - my_bytes);
+        return finish(r, tree_reduce(r, FRAME_COLL_ALLGATHER, all, tot, RX_OR));
+    }
     int tx[RING_MAX_NODES], rx[RING_MAX_NODES];
     uint8_t add[RING_MAX_NODES];
     for (int s = 0; s < n - 1; s++) {
@@ -135,6 +140,9 @@ hr_status ring_barrier(ring *r) {
     HR_CHECK(begin(r));
     int n = r->view.n, k = r->rank;
     if (n == 1) return finish(r, HR_OK);
+    uint8_t dummy = 0;
+    if (tree_takes(r, 0, n - 1))
+        return finish(r, tree_reduce(r, FRAME_COLL_BARRIER, &dummy, 0, RX_COPY));
     size_t off[RING_MAX_NODES] = {0}, len[RING_MAX_NODES] = {0};
     int tx[RING_MAX_NODES], rx[RING_MAX_NODES];
     uint8_t add[RING_MAX_NODES] = {0};
@@ -143,7 +151,6 @@ hr_status ring_barrier(ring *r) {
         rx[s] = (k - s - 1 + 2 * n) % n;
     }
     sched_blocks b = {off, len};
-    uint8_t dummy = 0;
     if (sched_steps(r, &b, tx, rx, add, n - 1, 1) != HR_OK)
         return finish(r, ring_local_fail(r, FRAME_COLL_BARRIER, HR_ERR_NOMEM, "out of memory"));
     return finish(r, eng_run(r, FRAME_COLL_BARRIER, &dummy));
@@ -158,6 +165,10 @@ hr_status ring_broadcast(ring *r, void *buf, size_t bytes, int root) {
         return HR_ERR_INVAL;
     }
     if (n == 1) return finish(r, HR_OK);
+    if (tree_takes(r, bytes, n - 1)) { /* the root's bytes OR'ed with zeros everywhere else */
+        if (r->rank != root) memset(buf, 0, bytes);
+        return finish(r, tree_reduce(r, FRAME_COLL_BROADCAST, buf, bytes, RX_OR));
+    }
     int rel = (r->rank - root + n) % n;
     ring_sched *s = r->sched;
     size_t ns = sched_nseg(bytes, r->seg_bytes);
@@ -208,8 +219,11 @@ hr_status ring_allreduce(ring *r, float *buf, size_t count) {
     HR_CHECK(begin(r));
     int n = r->view.n, k = r->rank;
     if (n == 1 || count == 0) return finish(r, HR_OK);
-    if (tree_takes(r, count)) return finish(r, tree_allreduce(r, buf, count));
-    if (count * sizeof(float) <= RING_SMALL_BYTES || count < (size_t)n)
+    size_t bytes = count * sizeof(float);
+    int small = bytes <= RING_SMALL_BYTES || count < (size_t)n;
+    if (tree_takes(r, bytes, small ? n - 1 : 2 * (n - 1)))
+        return finish(r, tree_reduce(r, FRAME_COLL_ALLREDUCE, (uint8_t *)buf, bytes, RX_ADD));
+    if (small)
         return finish(r, allreduce_small(r, buf, count));
     size_t off[RING_MAX_NODES], len[RING_MAX_NODES];
     for (int j = 0; j < n; j++) {

@@ -24,9 +24,10 @@
  * Every frame carries the view epoch and the collective's sequence number (I7). The all-reduce
  * is a reduce-scatter then an all-gather, so every member ends with bitwise-identical bytes
  * (I4); small all-reduces gather every contribution and add them in rank order, which gives
- * the same guarantee. In views of four members or more, all-reduces of at most tree_bytes go
+ * the same guarantee. In views of four members or more, collectives of at most tree_bytes go
  * over a binary tree of extra links instead where its 2·depth hops are fewer than the ring's:
- * reduced up to rank 0 in a fixed order, then the root's bytes copied down (ring/tree.c).
+ * reduced up to rank 0 in a fixed order (all-gathers and broadcasts as an OR of blocks that
+ * are zero elsewhere), then rank 0's bytes copied down (ring/tree.c).
  */
 #ifndef HR_RING_H
 #define HR_RING_H
@@ -87,7 +88,7 @@ typedef struct ring {
                               * collective (engine_mt.c), or NULL */
     int mt_workers;          /* crypto and reduction workers of the threaded engine */
     uint64_t mt_runs;        /* collectives the threaded engine ran */
-    uint64_t tree_runs;      /* all-reduces that went over the tree */
+    uint64_t tree_runs;      /* collectives that went over the tree */
     hr_status failed;        /* HR_OK, or the error that broke this view */
     char err[HR_ERRLEN];     /* last detailed error */
     const volatile sig_atomic_t *stop; /* ring_set_stop's flag, or NULL */
@@ -115,7 +116,7 @@ void ring_set_step_timeout(ring *r, double secs);
 int ring_workers(const ring *r);
 /* Collectives run on the threaded engine so far (for tests and benches). */
 uint64_t ring_threaded_runs(const ring *r);
-/* All-reduces run over the tree so far (ring/tree.c; for tests and benches). */
+/* Collectives run over the tree so far (ring/tree.c; for tests and benches). */
 uint64_t ring_tree_runs(const ring *r);
 /* Pipeline segment size in bytes (segment_bytes, or the measured default). */
 size_t ring_segment_bytes(const ring *r);

@@ -60,12 +60,16 @@ hr_status ring_form(ring *r, double secs, char *err, size_t errlen);
 
 /* ---------------------------------------------------------------- schedules (engine.c) */
 
+/* What a received frame does to its place: copy its bytes, add its floats, or OR its bytes
+ * (the tree's all-gather: blocks are disjoint and zero elsewhere). */
+enum { RX_COPY = 0, RX_ADD = 1, RX_OR = 2 };
+
 /* Per-call schedule of frames (r->sched). */
 struct ring_sched {
     size_t *tx_off, *tx_len; /* byte range of the i-th frame sent */
     size_t *tx_need;         /* frames that must have arrived before frame i is sent */
     size_t *rx_off, *rx_len; /* byte range of the i-th frame received */
-    uint8_t *rx_add;         /* 1: add the frame's floats, 0: copy its bytes */
+    uint8_t *rx_add;         /* RX_COPY, RX_ADD or RX_OR (the threaded engine: copy, add) */
     size_t n_tx, n_rx;       /* frames in each direction */
     size_t cap;              /* entries allocated per array */
 };
@@ -209,10 +213,12 @@ int tree_wanted(const ring *r, int n);
 /* The tree's neighbours of rank `rank` in a view of `n`: out[0] the parent, out[1] and out[2]
  * the children (ranks, -1 where there is none). */
 void tree_links_of(int rank, int n, int out[3]);
-/* Whether an all-reduce of `count` floats goes over the tree in this view. */
-int tree_takes(const ring *r, size_t count);
-/* The all-reduce over the tree: reduce to rank 0 in a fixed order, then copy down. */
-hr_status tree_allreduce(ring *r, float *buf, size_t count);
+/* Whether a collective of `bytes` bytes that takes `ring_hops` hops round the ring goes over
+ * the tree in this view. */
+int tree_takes(const ring *r, size_t bytes, int ring_hops);
+/* Collective `coll` over the tree on `bytes` bytes of buf: combined up to rank 0 in a fixed
+ * order (`op` RX_ADD: floats added; RX_OR: bytes OR'ed), then rank 0's bytes copied down. */
+hr_status tree_reduce(ring *r, int coll, uint8_t *buf, size_t bytes, int op);
 
 /* ---------------------------------------------------------------- the threaded engine
  * (engine_mt.c) */

@@ -11,13 +11,16 @@
  *
  * The tree takes an all-reduce of at most tree_bytes (and one segment) where its hops are fewer
  * than the ring's; larger ones stay on the ring, which moves 2(n - 1)/n of the bytes per node
- * against the tree's up to 3x at an inner node. Every member decides the same way from the
- * view's size, the count and tree_bytes (which the handshake checks is the same at both ends).
+ * against the tree's up to 3x at an inner node. All-gathers (whose total is that small) and
+ * barriers go over it the same way, as an OR of the members' disjoint blocks in a buffer that
+ * is zero elsewhere: 2·depth hops against the ring's n - 1. Every member decides the same way
+ * from the view's size, the sizes and tree_bytes (which the handshake checks is the same at
+ * both ends).
  *
  * The all-reduce runs as single-frame steps on the engine (engine.c), each over one tree link,
  * so framing, verification, deadlines and the news of failures are the ring's own:
  *  1. the partial sums of the children come up in a fixed order: buf += child 1's, then
- *     buf += child 2's (each child's own sum of its subtree);
+ *     buf += child 2's (each child's own sum of its subtree; OR for an all-gather);
  *  2. a node with a parent sends its sum up, then takes the total from the parent;
  *  3. it sends the total down to child 1, then child 2.
  * Rank 0 adds every contribution in one fixed order and every other member copies its bytes, so
@@ -49,45 +52,42 @@ static int tree_depth(int n) {
     return d;
 }
 
-int tree_takes(const ring *r, size_t count) {
-    int n = r->view.n;
-    size_t bytes = count * sizeof(float);
+int tree_takes(const ring *r, size_t bytes, int ring_hops) {
     if (!r->tree_on || bytes > (size_t)r->rc.tree_bytes || bytes > r->seg_bytes) return 0;
-    int ring_hops = bytes <= RING_SMALL_BYTES || count < (size_t)n ? n - 1 : 2 * (n - 1);
-    return 2 * tree_depth(n) < ring_hops;
+    return 2 * tree_depth(r->view.n) < ring_hops;
 }
 
-/* One frame of `bytes` bytes of buf on tree link `link`: sent (tx), or received and added
- * (add) or copied. */
-static hr_status tree_step(ring *r, float *buf, size_t bytes, int link, int tx, int add) {
+/* One frame of `bytes` bytes of buf on tree link `link`: sent (tx), or received and combined
+ * (`add`: RX_ADD, RX_OR) or copied (RX_COPY). */
+static hr_status tree_step(ring *r, int coll, uint8_t *buf, size_t bytes, int link, int tx,
+                           int add) {
     ring_sched *s = r->sched;
     if (sched_reserve(s, 1) != HR_OK)
-        return ring_local_fail(r, FRAME_COLL_ALLREDUCE, HR_ERR_NOMEM, "out of memory");
+        return ring_local_fail(r, coll, HR_ERR_NOMEM, "out of memory");
     s->tx_off[0] = s->rx_off[0] = 0;
     s->tx_len[0] = s->rx_len[0] = bytes;
     s->tx_need[0] = 0;
     s->rx_add[0] = (uint8_t)add;
     s->n_tx = tx ? 1 : 0;
     s->n_rx = tx ? 0 : 1;
-    return eng_run_links(r, FRAME_COLL_ALLREDUCE, (uint8_t *)buf, tx ? link : FROM_SUCC,
-                         tx ? FROM_PRED : link);
+    return eng_run_links(r, coll, buf, tx ? link : FROM_SUCC, tx ? FROM_PRED : link);
 }
 
 uint64_t ring_tree_runs(const ring *r) {
     return r->tree_runs;
 }
 
-hr_status tree_allreduce(ring *r, float *buf, size_t count) {
-    size_t bytes = count * sizeof(float);
+hr_status tree_reduce(ring *r, int coll, uint8_t *buf, size_t bytes, int op) {
     r->tree_runs++;
     const int parent = FROM_TREE, child[2] = {FROM_TREE + 1, FROM_TREE + 2};
     for (int c = 0; c < 2; c++)
-        if (r->tree_peer[c + 1] >= 0) HR_CHECK(tree_step(r, buf, bytes, child[c], 0, 1));
+        if (r->tree_peer[c + 1] >= 0) HR_CHECK(tree_step(r, coll, buf, bytes, child[c], 0, op));
     if (r->tree_peer[0] >= 0) {
-        HR_CHECK(tree_step(r, buf, bytes, parent, 1, 0));
-        HR_CHECK(tree_step(r, buf, bytes, parent, 0, 0));
+        HR_CHECK(tree_step(r, coll, buf, bytes, parent, 1, RX_COPY));
+        HR_CHECK(tree_step(r, coll, buf, bytes, parent, 0, RX_COPY));
     }
     for (int c = 0; c < 2; c++)
-        if (r->tree_peer[c + 1] >= 0) HR_CHECK(tree_step(r, buf, bytes, child[c], 1, 0));
+        if (r->tree_peer[c + 1] >= 0)
+            HR_CHECK(tree_step(r, coll, buf, bytes, child[c], 1, RX_COPY));
     return HR_OK;
 }

@@ -4,7 +4,8 @@
 #             broadcast from every root, barrier, against a serial reference
 #   big       16 Mi floats, N = 1..5
 #   tree      N = 4, 6, 7, 8, counts on both sides of the tree's limits: as correct, and the
-#             all-reduces that must go over the tree did (and no others)
+#             all-reduces that must go over the tree did (and no others); from N = 6 on small
+#             all-gathers, broadcasts and barriers too
 #   tree_tamper four nodes; the proxy sits on the tree link from node 0 to node 2 (no ring link
 #             joins them) and tampers with a frame: node 2 names that link, the others too
 #   tree_death  N = 8, all-reduces on the tree; node 1 (an inner node of the tree) is killed,
@@ -95,11 +96,14 @@ correct | big)
     ;;
 tree)
     # counts 1 and 7 gather (n - 1 hops), 9000 and 16384 floats reduce (2(n - 1) hops) on the
-    # ring; the tree (2 * depth hops, depth 2 for n = 4 to 7, 3 for 8) takes what it beats,
-    # up to tree_bytes = 64 KiB = 16384 floats; 16385 stays on the ring
+    # ring; the tree (2 * depth hops, depth 2 for n = 4 to 7, 3 for 8) takes the all-reduces it
+    # beats, up to tree_bytes = 64 KiB = 16384 floats; 16385 stays on the ring. From n = 6 on
+    # it also beats the n - 1 hops of small all-gathers, broadcasts and barriers, which check
+    # every byte (ring_node correct)
     counts="1 7 9000 16384 16385"
-    for nt in 4:2 6:4 7:4 8:4; do
-        n=${nt%:*} want=${nt#*:}
+    for nt in "4:ring ring tree tree ring" "6:tree tree tree tree ring" "7:tree tree tree tree ring" \
+              "8:tree tree tree tree ring"; do
+        n=${nt%%:*} want=(${nt#*:})
         newbase; TO=60 conf "$tmp/c.ini" $n
         for ((i = 0; i < n; i++)); do start $i "$tmp/c.ini" correct $counts; done
         ids=$(seq 0 $((n - 1)))
@@ -107,11 +111,22 @@ tree)
         bad=0
         for i in $ids; do
             [ "${rc[$i]}" = 0 ] || bad=1
-            got=$(sed -n "s/^node $i: \([0-9]*\) all-reduce(s) on the tree/\1/p" "$tmp/out.$i")
-            [ "$got" = "$want" ] || fail "N=$n: node $i ran ${got:-no} all-reduce(s) on the tree, expected $want"
+            k=0
+            for c in $counts; do
+                grep -q "^node $i: all-reduce count $c: .* on the ${want[$k]}\$" "$tmp/out.$i" ||
+                    fail "N=$n: node $i: the all-reduce of $c floats did not go over the ${want[$k]}"
+                k=$((k + 1))
+            done
+            tot=$(sed -n "s/^node $i: \([0-9]*\) collective(s) on the tree/\1/p" "$tmp/out.$i")
+            ar=$(grep -c "^node $i: all-reduce count .* on the tree\$" "$tmp/out.$i")
+            if [ "$n" -ge 6 ]; then
+                [ "${tot:-0}" -gt "$ar" ] || fail "N=$n: node $i: no all-gather, broadcast or barrier went over the tree ($tot collectives, $ar all-reduces)"
+            else
+                [ "${tot:-0}" = "$ar" ] || fail "N=$n: node $i: $tot collectives on the tree, expected only its $ar all-reduces"
+            fi
         done
-        grep -q "tree links for small all-reduces" "$tmp/out.0" || fail "N=$n: no tree formed"
-        echo "N=$n $mode counts [$counts]: $want on the tree"
+        grep -q "tree links for small collectives" "$tmp/out.0" || fail "N=$n: no tree formed"
+        echo "N=$n $mode counts [$counts]: all-reduces on the ${want[*]}; $tot collectives on the tree"
         if [ $bad = 1 ]; then fail "N=$n: a node failed"; show $ids; fi
     done
     ;;
