@@ -10,8 +10,8 @@
  * depth = floor(log2 n): 14 at n = 128 against the ring's 254.
  *
  * The tree takes an all-reduce of at most tree_bytes (and one segment) where its hops are fewer
- * than the ring's; larger ones stay on the ring, which moves 2(n - 1)/n of the bytes per node
- * against the tree's up to 3x at an inner node. All-gathers (whose total is that small) and
+ * than the ring's; larger ones stay on the ring, which moves 2(n - 1)/n of the bytes each way
+ * per node against up to 3x at an inner node of the tree. All-gathers (whose total is that small) and
  * barriers go over it the same way, as an OR of the members' disjoint blocks in a buffer that
  * is zero elsewhere: 2·depth hops against the ring's n - 1. Every member decides the same way
  * from the view's size, the sizes and tree_bytes (which the handshake checks is the same at
