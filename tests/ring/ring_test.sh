@@ -76,6 +76,31 @@ check_engine() {
     done
 }
 
+# proxied N TARGET WHAT: a cluster of N nodes in $tmp/c.ini, and $tmp/c0.ini, the same with
+# node TARGET's port replaced by a tamper proxy's, which does WHAT to data frame 3 of the
+# connection it relays to TARGET; its pid in ppid. Another test running beside this one may
+# hold the proxy's port: then it takes other ports
+proxied() {
+    local n=$1 target=$2 what=$3
+    for _ in 1 2 3 4 5; do
+        newbase; TO=5 conf "$tmp/c.ini" "$n"
+        pport=$((base + 5))
+        sed "s|port = $((base + target))\$|port = $pport|" "$tmp/c.ini" > "$tmp/c0.ini"
+        "$PROXY" $pport $((base + target)) "$what" 3 > "$tmp/proxy.out" 2>&1 &
+        ppid=$!
+        for _ in $(seq 1 200); do # at most 10 s: a loaded machine starts it late
+            grep -q "proxy listening" "$tmp/proxy.out" || ! kill -0 $ppid 2>/dev/null && break
+            sleep 0.05
+        done
+        grep -q "proxy listening" "$tmp/proxy.out" && break
+        # not listening: its port was taken, or it is still starting; a proxy that came up
+        # late would wait for connections for ever, so it is stopped before the next try
+        kill $ppid 2>/dev/null
+        wait $ppid 2>/dev/null
+    done
+    pids+=($ppid)
+}
+
 case $scenario in
 correct | big)
     for n in 1 2 3 4 5; do
@@ -132,21 +157,7 @@ tree)
     ;;
 tree_tamper)
     for what in ${TAMPER_WHAT:-flip flip-seq replay truncate}; do
-        for _ in 1 2 3 4 5; do
-            newbase; TO=5 conf "$tmp/c.ini" 4
-            pport=$((base + 5))
-            sed "s|port = $((base + 2))\$|port = $pport|" "$tmp/c.ini" > "$tmp/c0.ini" # node 0 reaches 2 via the proxy
-            "$PROXY" $pport $((base + 2)) $what 3 > "$tmp/proxy.out" 2>&1 &
-            ppid=$!
-            for _ in $(seq 1 200); do
-                grep -q "proxy listening" "$tmp/proxy.out" || ! kill -0 $ppid 2>/dev/null && break
-                sleep 0.05
-            done
-            grep -q "proxy listening" "$tmp/proxy.out" && break
-            kill $ppid 2>/dev/null
-            wait $ppid 2>/dev/null
-        done
-        pids+=($ppid)
+        proxied 4 2 "$what" # node 0 reaches node 2 through the proxy
         for i in 1 2 3; do start $i "$tmp/c.ini" reduce 9000 6; done
         sleep 0.2; start 0 "$tmp/c0.ini" reduce 9000 6
         finish 0 1 2 3
@@ -280,24 +291,7 @@ tamper)
     # frame 3. Every failure of authentication names the link from node 0, on node 1 (which
     # detects it) and on the others (told by aborts); nobody blames a dead or silent peer.
     for what in ${TAMPER_WHAT:-flip flip-type flip-coll flip-epoch flip-seq flip-index flip-len replay truncate}; do
-        # another test running beside this one may hold the proxy's port: take other ports then
-        for _ in 1 2 3 4 5; do
-            newbase; TO=5 conf "$tmp/c.ini" 3
-            pport=$((base + 5))
-            sed "s|port = $((base + 1))\$|port = $pport|" "$tmp/c.ini" > "$tmp/c0.ini" # node 0 reaches 1 via the proxy
-            "$PROXY" $pport $((base + 1)) $what 3 > "$tmp/proxy.out" 2>&1 &
-            ppid=$!
-            for _ in $(seq 1 200); do # at most 10 s: a loaded machine starts it late
-                grep -q "proxy listening" "$tmp/proxy.out" || ! kill -0 $ppid 2>/dev/null && break
-                sleep 0.05
-            done
-            grep -q "proxy listening" "$tmp/proxy.out" && break
-            # not listening: its port was taken, or it is still starting; a proxy that came up
-            # late would wait for connections for ever, so it is stopped before the next try
-            kill $ppid 2>/dev/null
-            wait $ppid 2>/dev/null
-        done
-        pids+=($ppid)
+        proxied 3 1 "$what" # node 0 reaches node 1 through the proxy
         # nodes 1 and 2 first, so that node 1 is forming its view when the proxy connects
         for i in 1 2; do start $i "$tmp/c.ini" reduce 4194304 3; done
         sleep 0.2; start 0 "$tmp/c0.ini" reduce 4194304 3
