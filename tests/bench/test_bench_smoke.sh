@@ -7,6 +7,8 @@
 #                   one round of one scenario: the speed-up is the ratio of the two rates
 #   bench allreduce 2 nodes, small sizes: every size correct (#wrong 0 in the JSON and in the
 #                   table, checked positively: a missing field fails), JSON per size
+#                   and the path each size took (2 nodes: the ring; 6 nodes with
+#                   --tree-bytes 4K: 1 and 4 KiB over the tree, 16 KiB round the ring)
 #   hetring bench   is listed by hetring --help and runs the hetring-bench next to hetring;
 #                   without one it says so and exits 2; each hetero run's cluster file is one
 #                   hetring config accepts
@@ -99,6 +101,18 @@ done < <(grep '"bytes"' "$tmp/a.json" 2>/dev/null)
     fail "bench allreduce: the table does not show 15 sizes with #wrong 0"
 grep -q '^# Out of bounds values : 0 OK$' "$tmp/a.out" || fail "bench allreduce: no 'Out of bounds values : 0 OK' line"
 grep -q "^# Avg bus bandwidth *: [0-9]" "$tmp/a.out" || fail "bench allreduce: no average line"
+grep -q '"algo": "ring"' "$tmp/a.json" && ! grep -q '"algo": "tree"' "$tmp/a.json" ||
+    fail "bench allreduce: 2 nodes must say every size went round the ring"
+# 6 nodes: sizes up to --tree-bytes go over the tree (and say so), larger ones round the ring
+timeout 120 "$HR" bench allreduce --nodes 6 --min-bytes 1K --max-bytes 16K -f 4 --iters 5 \
+    --rate 1 --tree-bytes 4K --json "$tmp/t.json" > "$tmp/t.out" 2>&1 || { fail "bench allreduce --tree-bytes exited $?"; cat "$tmp/t.out"; }
+[ "$(grep -o '"bytes": [0-9]*.*"algo": "[a-z]*"' "$tmp/t.json" | sed 's/"bytes": \([0-9]*\).*"algo": "\([a-z]*\)"/\1 \2/' | tr '\n' ' ')" = "1024 tree 4096 tree 16384 ring " ] ||
+    fail "bench allreduce --nodes 6 --tree-bytes 4K: paths $(grep -o '"algo": "[a-z]*"' "$tmp/t.json" | tr '\n' ' ')"
+grep -q "^# sizes up to 4096 B went over the tree" "$tmp/t.out" || fail "bench allreduce --tree-bytes: no tree line"
+grep -q "tree_bytes 4096 B" "$tmp/t.out" || fail "bench allreduce --tree-bytes: the header does not say tree_bytes 4096 B"
+"$HR" bench allreduce --tree-bytes 2M > "$tmp/t2.out" 2>&1
+rc=$?
+[ $rc = 2 ] && grep -q "tree-bytes: at most 1M" "$tmp/t2.out" || fail "bench allreduce --tree-bytes 2M: exit $rc, $(cat "$tmp/t2.out")"
 
 cat "$tmp/h.out"
 echo "$fails failure(s)"
