@@ -367,7 +367,7 @@ static hr_status gate_start(ring *r, char *err, size_t errlen) {
         g->p = hs_params(r, pred, rank);
         ring_node_str(r, pred, g->who, sizeof g->who);
         g->st = HR_ERR_TIMEOUT;
-        snprintf(g->err, sizeof g->err, "no connection from predecessor %s", g->who);
+        snprintf(g->err, sizeof g->err, "no connection arrived");
     }
     atomic_init(&g->stop, 0);
     pthread_condattr_t ca;
@@ -424,7 +424,7 @@ static void gate_open(ring_gate *g, const sec_hs_params *p, const char *who) {
     snprintf(g->who, sizeof g->who, "%s", who);
     if (!open) {
         g->st = HR_ERR_TIMEOUT;
-        snprintf(g->err, sizeof g->err, "no connection from predecessor %s", who);
+        snprintf(g->err, sizeof g->err, "no connection arrived");
     }
     pthread_mutex_unlock(&g->mu);
 }
