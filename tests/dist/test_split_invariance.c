@@ -125,7 +125,14 @@ int main(int argc, char **argv) {
     printf("split at iteration 0: %ld/%ld/%ld, at the end: %ld/%ld/%ld\n", bsplit[0][0],
            bsplit[0][1], bsplit[0][2], bsplit[n3 - 1][0], bsplit[n3 - 1][1], bsplit[n3 - 1][2]);
     CHECK(moved, "the controller never changed the split");
-    CHECK(bsplit[n3 - 1][0] > bsplit[n3 - 1][2], "the fast node should end with the larger batch");
+    /* over the second half, not at the last iteration alone: the compute here takes well under
+     * a millisecond, so on two shared cores one descheduled iteration can swing the last split
+     * (measured in CI beside another test: 63/21/12 at the start, 4/61/31 at the end) */
+    long fast = 0, slow = 0;
+    for (int i = n3 / 2; i < n3; i++) fast += bsplit[i][0], slow += bsplit[i][2];
+    printf("second half: the fast node took %ld samples, the slowest %ld\n", fast, slow);
+    CHECK(fast > slow, "the fast node should take the larger batches (second half: %ld against %ld)",
+          fast, slow);
 
     /* final parameters, from the checkpoints both runs wrote */
     const long n_params = 784 * 32 + 32 + 32 * 10 + 10;
