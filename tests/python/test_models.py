@@ -330,8 +330,11 @@ def syncbn(d, port):
           f"{diff:.3g}, losses within {loss:.3g} (without sync_bn: {ldiff:.3g} and {lloss:.3g})")
     check(diff <= 2e-3, f"sync_bn: 3-node state {diff} from the 1-node run's")
     check(loss <= 1e-3, f"sync_bn: 3-node losses {loss} from the 1-node run's")
-    check(lloss > 1e-2, f"without sync_bn the losses are within {lloss} of the 1-node run's: "
-          f"the test cannot tell")
+    # the same bounds must refuse the run without sync_bn, or they prove nothing; its distance
+    # depends on the split, which follows measured times (losses 0.0097-0.0164 and state
+    # 0.02-0.07 in five runs here, so a bound of 1e-2 on the losses failed once in CI)
+    check(lloss > 1e-3 and ldiff > 2e-3, f"without sync_bn the losses are within {lloss} and the "
+          f"state within {ldiff} of the 1-node run's: the bounds cannot tell")
 
 
 def resnet(d, port):
