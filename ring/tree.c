@@ -1,5 +1,5 @@
 /*
- * tree.c: small all-reduces over a binary tree (see ring_internal.h).
+ * tree.c: small collectives over a binary tree (see ring_internal.h).
  *
  * Every collective of the ring takes n - 1 hops at least (an all-reduce 2(n - 1), or n - 1 when
  * it gathers every contribution): at large n a small all-reduce, such as the stats and
@@ -11,9 +11,9 @@
  *
  * The tree takes an all-reduce of at most tree_bytes (and one segment) where its hops are fewer
  * than the ring's; larger ones stay on the ring, which moves 2(n - 1)/n of the bytes each way
- * per node against up to 3x at an inner node of the tree. All-gathers (whose total is that small) and
- * barriers go over it the same way, as an OR of the members' disjoint blocks in a buffer that
- * is zero elsewhere: 2·depth hops against the ring's n - 1. Every member decides the same way
+ * per node against up to 3x at an inner node of the tree. All-gathers whose total is that
+ * small, broadcasts and barriers go over it the same way, as an OR of the members' disjoint
+ * blocks in a buffer that is zero elsewhere: 2·depth hops against the ring's n - 1. Every member decides the same way
  * from the view's size, the sizes and tree_bytes (which the handshake checks is the same at
  * both ends).
  *
