@@ -150,9 +150,9 @@ static inline void eng_iov_advance(txf *t, size_t n) {
     }
 }
 
-/* Where an incoming stream stands, for news_from_pred and follow_blame: `got` bytes of the next frame's
- * header are in `hdr` (body 0), or `left` bytes of the current frame's payload and tag are
- * still to come (body 1). The incoming channel's counter is that frame's. */
+/* Where an incoming stream stands, for news_from_pred and follow_blame: `got` bytes of the
+ * next frame's header are in `hdr` (body 0), or `left` bytes of the current frame's payload
+ * and tag are still to come (body 1). The incoming channel's counter is that frame's. */
 typedef struct {
     const uint8_t *hdr;
     size_t got;

@@ -13,9 +13,9 @@
  * than the ring's; larger ones stay on the ring, which moves 2(n - 1)/n of the bytes each way
  * per node against up to 3x at an inner node of the tree. All-gathers whose total is that
  * small, broadcasts and barriers go over it the same way, as an OR of the members' disjoint
- * blocks in a buffer that is zero elsewhere: 2·depth hops against the ring's n - 1. Every member decides the same way
- * from the view's size, the sizes and tree_bytes (which the handshake checks is the same at
- * both ends).
+ * blocks in a buffer that is zero elsewhere: 2·depth hops against the ring's n - 1. Every
+ * member decides the same way from the view's size, the sizes and tree_bytes (which the
+ * handshake checks is the same at both ends).
  *
  * The all-reduce runs as single-frame steps on the engine (engine.c), each over one tree link,
  * so framing, verification, deadlines and the news of failures are the ring's own:
