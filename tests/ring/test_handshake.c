@@ -598,7 +598,7 @@ static void test_lobby(realnode *r, const char *mode) {
         f.epoch = SEC_EPOCH_LOBBY;                                                                 \
         setup;                                                                                     \
         snprintf(what, sizeof what, "%s: lobby: %s", mode, name);                                  \
-        who = (sec_hs_peer){-1, -1, -1};                                                               \
+        who = (sec_hs_peer){-1, -1, -1};                                                           \
         expect_fail(r, &f, want, text, what);                                                      \
         CHECK(who.id == -1, "%s: a caller was reported", what);                                    \
     } while (0)
