@@ -28,9 +28,10 @@ static void usage(FILE *out) {
 }
 
 int main(int argc, char **argv) {
-    hr_log_init_from_env();
     char err[HR_ERRLEN];
-    if (blas_pick_init(err, sizeof err) != HR_OK) { /* before any suite's first BLAS call */
+    hr_status blas = blas_pick_main(argv, err, sizeof err); /* may run this program again */
+    hr_log_init_from_env();
+    if (blas != HR_OK) {
         fprintf(stderr, "hetring bench: %s\n", err);
         return CLI_USAGE;
     }

@@ -67,7 +67,25 @@ static void drain(child *ch, long id, FILE *out) {
     }
 }
 
-static pid_t spawn(const launch_opts *o, long id, int out_fd, const sigset_t *old_mask) {
+/* The children's environment: this process's with HETRING_LAUNCHED=1, built before any fork
+ * (a child of a process with threads may not allocate or setenv). NULL when out of memory;
+ * free with free() alone (the strings are environ's and a static one). */
+static char **child_environment(void) {
+    extern char **environ;
+    static char launched[] = "HETRING_LAUNCHED=1";
+    size_t n = 0, k = 0;
+    while (environ[n]) n++;
+    char **env = malloc((n + 2) * sizeof *env);
+    if (!env) return NULL;
+    for (size_t i = 0; i < n; i++)
+        if (strncmp(environ[i], "HETRING_LAUNCHED=", 17) != 0) env[k++] = environ[i];
+    env[k++] = launched;
+    env[k] = NULL;
+    return env;
+}
+
+static pid_t spawn(const launch_opts *o, long id, int out_fd, const sigset_t *old_mask,
+                   char **envp) {
     pid_t parent = getpid();
     pid_t pid = fork();
     if (pid != 0) return pid;
@@ -86,8 +104,7 @@ static pid_t spawn(const launch_opts *o, long id, int out_fd, const sigset_t *ol
     int argc = 6;
     for (int i = 0; o->args && o->args[i] && argc < 63; i++) argv[argc++] = o->args[i];
     argv[argc] = NULL;
-    setenv("HETRING_LAUNCHED", "1", 1);
-    execv(o->exe, (char *const *)argv);
+    execve(o->exe, (char *const *)argv, envp);
     fprintf(stderr, "cannot execute %s: %s\n", o->exe, strerror(errno));
     _exit(127);
 }
@@ -135,6 +152,7 @@ typedef struct {
     int pending;        /* failed children waiting for their restart */
     int sfd;            /* signalfd for SIGINT, SIGTERM and SIGCHLD */
     sigset_t old_mask;  /* the caller's signal mask, which children get back */
+    char **envp;        /* the children's environment (child_environment) */
     double start;       /* hr_now() when every child was started */
     double kill_at;     /* hr_now() after which survivors get SIGKILL; 0 while none is due */
     double stop_at;     /* hr_now() at which nodes left without a quorum get SIGTERM; 0 = none */
@@ -166,7 +184,7 @@ static int start_child(launcher *l, int i) {
         HR_ERROR(CLI, "cannot start node %ld: pipe: %s", l->res->ids[i], strerror(errno));
         return -1;
     }
-    pid_t pid = spawn(l->o, l->res->ids[i], p[1], &l->old_mask);
+    pid_t pid = spawn(l->o, l->res->ids[i], p[1], &l->old_mask, l->envp);
     close(p[1]);
     if (pid < 0) {
         close(p[0]);
@@ -382,8 +400,10 @@ int launch_cluster(const cfg *c, const launch_opts *o, launch_result *res) {
     res->ids = calloc((size_t)n, sizeof *res->ids);
     res->exit_code = calloc((size_t)n, sizeof *res->exit_code);
     res->restarts = calloc((size_t)n, sizeof *res->restarts);
-    if (!l.ch || !res->ids || !res->exit_code || !res->restarts) {
+    l.envp = child_environment();
+    if (!l.ch || !res->ids || !res->exit_code || !res->restarts || !l.envp) {
         free(l.ch);
+        free(l.envp);
         launch_result_free(res);
         fprintf(stderr, "hetring local: out of memory\n");
         return 2;
@@ -409,6 +429,7 @@ int launch_cluster(const cfg *c, const launch_opts *o, launch_result *res) {
     for (int i = 0; i < n; i++)
         if (l.ch[i].fd >= 0) close(l.ch[i].fd);
     free(l.ch);
+    free(l.envp);
     close(l.sfd);
     signal(SIGPIPE, old_pipe);
     sigprocmask(SIG_SETMASK, &l.old_mask, NULL);

@@ -95,9 +95,10 @@ static int cmd_help(int argc, char **argv) {
 }
 
 int main(int argc, char **argv) {
-    hr_log_init_from_env();
     char err[HR_ERRLEN];
-    if (blas_pick_init(err, sizeof err) != HR_OK) { /* before any command's first BLAS call */
+    hr_status blas = blas_pick_main(argv, err, sizeof err); /* may run this program again */
+    hr_log_init_from_env();
+    if (blas != HR_OK) {
         fprintf(stderr, "hetring: %s\n", err);
         return CLI_USAGE;
     }

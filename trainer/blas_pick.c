@@ -1,19 +1,24 @@
 /*
  * blas_pick.c: see blas_pick.h. OpenBLAS's entry points are looked up at run time
  * (dlsym(RTLD_DEFAULT)), so another BLAS library, or an OpenBLAS built for one target without
- * gotoblas_dynamic_*, links and runs unchanged; it is only described.
+ * gotoblas_dynamic_init, links and runs unchanged; it is only described.
  *
- * Why quit + init is safe in OpenBLAS 0.3.21 (driver/others/dynamic.c): gotoblas_dynamic_quit
- * only sets the kernel table pointer `gotoblas` to NULL, and gotoblas_dynamic_init returns at
- * once unless it is NULL, else reads OPENBLAS_CORETYPE (force_coretype; an unknown name falls
- * back to a pick from the feature flags) and calls the new table's init (block sizes). Thread
- * pools and buffers do not depend on the table. No BLAS call may run meanwhile, hence "before
- * the first BLAS call, from one thread".
+ * Why a new process and never a switch inside this one: OpenBLAS (0.3.21,
+ * driver/others/dynamic.c) reads OPENBLAS_CORETYPE once, in its constructor, which also starts
+ * its thread pool. Dropping its kernel table (gotoblas_dynamic_quit) and picking again
+ * (gotoblas_dynamic_init) while that pool lives races with the pool's first blas_memory_alloc,
+ * which initialises the table itself when it finds it NULL, and setenv races with its getenv:
+ * 3-5 starts in 100 crashed that way in gotoblas_dynamic_init. So the choice is made from
+ * read-only facts (openblas_get_corename, the CPU's features, the environment) and, when it
+ * differs from what loaded, the program runs again with OPENBLAS_CORETYPE in a copied
+ * environment, from its constructor on.
  */
 #include "trainer/blas_pick.h"
 #include "base/hr_log.h"
 
+#include <cblas.h>
 #include <dlfcn.h>
+#include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdarg.h>
@@ -21,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <unistd.h>
 
 /* ================================================================ kernel sets */
 
@@ -95,11 +101,13 @@ void blas_pick_cpu(blas_cpu *cpu) {
 
 const char *blas_pick_choose(const blas_cpu *cpu, const char *current) {
     int i = core_index(current);
-    tier want = cpu_tier(cpu);
-    if (i < 0 || want < TIER_AVX2 || cores[i].need >= want) return NULL;
-    if (want == TIER_BF16) return "Cooperlake";
-    if (want == TIER_AVX512) return "SkylakeX";
-    return cpu->amd ? "Zen" : "Haswell";
+    tier can = cpu_tier(cpu);
+    if (i < 0 || can < TIER_AVX2) return NULL;
+    /* AVX-512 BF16 gets SkylakeX too: hetring's GEMMs are fp32, where Cooperlake's kernels are
+     * SkylakeX's (it adds the bf16 ones), and OpenBLAS 0.3.21 does not take Cooperlake from
+     * OPENBLAS_CORETYPE ("Core not found"). */
+    const char *best = can >= TIER_AVX512 ? "SkylakeX" : cpu->amd ? "Zen" : "Haswell";
+    return cores[i].need >= cores[core_index(best)].need ? NULL : best;
 }
 
 int blas_pick_runs(const blas_cpu *cpu, const char *name) {
@@ -125,7 +133,6 @@ const char *blas_pick_core_names(void) {
 /* ================================================================ the library */
 
 typedef char *(*str_fn)(void);
-typedef void (*void_fn)(void);
 
 /* A function of the process's libraries by name, or NULL. */
 static void *sym(const char *name) {
@@ -135,13 +142,6 @@ static void *sym(const char *name) {
 static str_fn str_sym(const char *name) {
     void *p = sym(name);
     str_fn f;
-    memcpy(&f, &p, sizeof f);
-    return f;
-}
-
-static void_fn void_sym(const char *name) {
-    void *p = sym(name);
-    void_fn f;
     memcpy(&f, &p, sizeof f);
     return f;
 }
@@ -162,25 +162,38 @@ typedef enum {
     HOW_UNSET,         /* blas_pick_init has not run */
     HOW_NOT_OPENBLAS,  /* another BLAS library: not ours to choose */
     HOW_OWN,           /* OpenBLAS's own pick, kept (as strong as the CPU allows, or unknown) */
-    HOW_NOT_TAKEN,     /* OpenBLAS's own pick, kept: the library did not take `target` */
+    HOW_NOT_TAKEN,     /* the library did not take `target` from OPENBLAS_CORETYPE */
     HOW_SINGLE_TARGET, /* an OpenBLAS built for one target: nothing to switch */
-    HOW_CHOSEN,        /* hetring switched to `target` */
+    HOW_CHOSEN,        /* hetring started this process with OPENBLAS_CORETYPE=`target` */
+    HOW_ADVISED,       /* a host process (blas_pick_init): `target` is described, not taken */
+    HOW_EXEC_FAILED,   /* the re-execution failed (`exec_errno`): the kernels loaded are kept */
     HOW_USER_ENV,      /* OPENBLAS_CORETYPE was set by the user */
     HOW_KNOB,          /* HETRING_BLAS_CORETYPE named the set */
     HOW_OFF,           /* HETRING_BLAS_CORETYPE=off */
 } pick_how;
 
-/* What blas_pick_init did; written once under `once`, read-only afterwards. */
+/* The environment variable that tells a process hetring started what it set: "TARGET:BEFORE",
+ * TARGET the OPENBLAS_CORETYPE it gave ("" for none) and BEFORE OpenBLAS's own pick in the
+ * process that decided. Inherited by child processes, which then decide alike without a
+ * re-execution of their own. */
+#define MARK "HETRING_BLAS_PICKED"
+
+/* What pick() found; written once under `once`, read-only afterwards. */
 static struct {
-    pthread_once_t once; /* blas_pick_init runs pick() once */
-    hr_status st;        /* its result */
+    pthread_once_t once; /* pick() runs once */
+    int may_exec;        /* blas_pick_main came first: the process may be re-executed */
+    hr_status st;        /* the result */
     char err[HR_ERRLEN]; /* its message when st != HR_OK */
     pick_how how;        /* how the kernel set in use came to be */
-    char before[32];     /* OpenBLAS's own pick, at load time */
+    char before[32];     /* OpenBLAS's own pick (as loaded, or as MARK carried it) */
     char target[32];     /* the set hetring asked for, or could have asked for ("") */
     char user[32];       /* OPENBLAS_CORETYPE as the user set it */
     const char *why;     /* the CPU's features behind `target` */
-    char line[256];      /* the debug line blas_pick_log writes ("" when there is none) */
+    int ours;            /* the environment's OPENBLAS_CORETYPE (or its absence) is hetring's */
+    char have[32];       /* OPENBLAS_CORETYPE this process was started with, when ours */
+    char want[32];       /* OPENBLAS_CORETYPE this process should run under ("": none) */
+    int exec_errno;      /* why the re-execution failed, for HOW_EXEC_FAILED */
+    char line[320];      /* the debug line blas_pick_log writes ("" when there is none) */
     atomic_int logged;   /* blas_pick_log has written it */
 } rec = {.once = PTHREAD_ONCE_INIT};
 
@@ -193,37 +206,41 @@ static hr_status fail(const char *fmt, ...) {
     return rec.st = HR_ERR_CONFIG;
 }
 
-/* Make OpenBLAS select kernel set `name` again, from OPENBLAS_CORETYPE, which is restored
- * (unset) afterwards; returns the set it runs now. */
-static const char *switch_to(const char *name) {
-    setenv("OPENBLAS_CORETYPE", name, 1);
-    void_sym("gotoblas_dynamic_quit")();
-    void_sym("gotoblas_dynamic_init")();
-    unsetenv("OPENBLAS_CORETYPE");
-    return str_sym("openblas_get_corename")();
+/* MARK, when it describes the environment this process has (its TARGET is the
+ * OPENBLAS_CORETYPE that is set, or empty with none set): then the environment is hetring's,
+ * and OpenBLAS's own pick is the BEFORE it carries. */
+static void read_mark(const char *user) {
+    const char *m = getenv(MARK);
+    const char *colon = m ? strchr(m, ':') : NULL;
+    if (!colon || colon == m + strlen(m) - 1) return;
+    size_t tlen = (size_t)(colon - m);
+    if (tlen >= sizeof rec.have || strlen(colon + 1) >= sizeof rec.before) return;
+    int match = user ? tlen == strlen(user) && strncasecmp(m, user, tlen) == 0 : tlen == 0;
+    if (!match) return;
+    rec.ours = 1;
+    snprintf(rec.have, sizeof rec.have, "%.*s", (int)tlen, m);
+    snprintf(rec.before, sizeof rec.before, "%s", colon + 1);
 }
 
-/* HETRING_BLAS_CORETYPE=NAME: that set, when this CPU runs it and the library takes it. */
-static hr_status pick_named(const blas_cpu *cpu, int i, int dynamic) {
+/* HETRING_BLAS_CORETYPE=NAME: that set, when this CPU runs it. */
+static void pick_named(const blas_cpu *cpu, int i, int dynamic) {
     const char *name = cores[i].name;
-    if (!blas_pick_runs(cpu, name))
-        return fail("HETRING_BLAS_CORETYPE=%s needs %s, which this CPU lacks (it has %s); use "
-                    "auto, off or a set it runs",
-                    name, tier_features(cores[i].need), tier_features(cpu_tier(cpu)));
+    if (!blas_pick_runs(cpu, name)) {
+        fail("HETRING_BLAS_CORETYPE=%s needs %s, which this CPU lacks (it has %s); use auto, off "
+             "or a set it runs",
+             name, tier_features(cores[i].need), tier_features(cpu_tier(cpu)));
+        return;
+    }
     rec.how = HOW_KNOB;
     snprintf(rec.target, sizeof rec.target, "%s", name);
-    if (strcasecmp(name, rec.before) == 0) return HR_OK;
-    if (!dynamic)
-        return fail("HETRING_BLAS_CORETYPE=%s: this OpenBLAS (%s) is built for %s only and "
-                    "cannot switch kernels; unset it or use a DYNAMIC_ARCH build",
-                    name, lib_file("openblas_get_corename"), rec.before);
-    const char *now = switch_to(name);
-    if (strcasecmp(now, name) == 0) return HR_OK;
-    switch_to(rec.before); /* the library fell back to a set of its own: undo that */
-    rec.how = HOW_OWN;
-    return fail("HETRING_BLAS_CORETYPE=%s: this OpenBLAS (%s) does not take that kernel set (it "
-                "ran %s instead); back on its own pick, %s",
-                name, lib_file("openblas_get_corename"), now, rec.before);
+    if (strcasecmp(name, rec.before) == 0) return;
+    if (!dynamic) {
+        fail("HETRING_BLAS_CORETYPE=%s: this OpenBLAS (%s) is built for %s only and cannot "
+             "switch kernels; unset it or use a DYNAMIC_ARCH build",
+             name, lib_file("openblas_get_corename"), rec.before);
+        return;
+    }
+    snprintf(rec.want, sizeof rec.want, "%s", name);
 }
 
 /* auto: the set the CPU's features call for, when it is stronger than OpenBLAS's pick. */
@@ -237,17 +254,39 @@ static void pick_auto(const blas_cpu *cpu, int dynamic) {
         rec.how = HOW_SINGLE_TARGET;
         return;
     }
-    const char *now = switch_to(want);
-    int was = core_index(rec.before), is = core_index(now);
-    if (strcasecmp(now, want) == 0) {
-        rec.how = HOW_CHOSEN;
-    } else if (is >= 0 && cores[is].need > cores[was].need) {
-        rec.how = HOW_CHOSEN; /* the library mapped it onto a stronger set of its own */
-    } else {
-        switch_to(rec.before);
-        rec.how = HOW_NOT_TAKEN;
-    }
+    rec.how = HOW_CHOSEN;
+    snprintf(rec.want, sizeof rec.want, "%s", want);
 }
+
+/* This process was started as wanted: check that the library took the set. */
+static void check_taken(const char *now) {
+    if (!rec.want[0] || strcasecmp(now, rec.want) == 0) return;
+    if (rec.how == HOW_KNOB) {
+        fail("HETRING_BLAS_CORETYPE=%s: this OpenBLAS (%s) does not take that kernel set (it runs "
+             "%s instead)",
+             rec.want, lib_file("openblas_get_corename"), now);
+        return;
+    }
+    int was = core_index(rec.before), is = core_index(now);
+    if (!(is >= 0 && was >= 0 && cores[is].need > cores[was].need))
+        rec.how = HOW_NOT_TAKEN; /* unless the library mapped it onto a stronger set of its own */
+}
+
+/* The process cannot be re-executed (a host of the library, or a failed exec): what runs stays,
+ * and a named set that cannot be had is an error. */
+static void cannot_exec(pick_how how) {
+    if (rec.how == HOW_KNOB)
+        fail("HETRING_BLAS_CORETYPE=%s: %s; set OPENBLAS_CORETYPE=%s in the environment that starts "
+             "the process instead",
+             rec.want,
+             how == HOW_ADVISED ? "a library does not restart the process that loads it"
+                                : "re-running the program with it failed",
+             rec.want);
+    else
+        rec.how = how;
+}
+
+static int exec_needed(void);
 
 static void pick(void) {
     rec.st = HR_OK;
@@ -267,10 +306,10 @@ static void pick(void) {
                  lib_file("cblas_sgemm"));
         return;
     }
-    snprintf(rec.before, sizeof rec.before, "%s", corename());
-    int dynamic = sym("gotoblas_dynamic_init") && sym("gotoblas_dynamic_quit");
     const char *user = getenv("OPENBLAS_CORETYPE");
-    if (user) {
+    read_mark(user);
+    if (!rec.ours) snprintf(rec.before, sizeof rec.before, "%s", corename());
+    if (user && !rec.ours) {
         rec.how = HOW_USER_ENV;
         snprintf(rec.user, sizeof rec.user, "%s", user);
         if (named && strcasecmp(user, knob) != 0)
@@ -278,6 +317,7 @@ static void pick(void) {
                  user);
         return;
     }
+    int dynamic = sym("gotoblas_dynamic_init") != NULL; /* a DYNAMIC_ARCH build */
     blas_cpu cpu;
     blas_pick_cpu(&cpu);
     if (named) {
@@ -289,9 +329,59 @@ static void pick(void) {
     } else {
         pick_auto(&cpu, dynamic);
     }
+    if (rec.st != HR_OK) return;
+    if (exec_needed() && !rec.may_exec) cannot_exec(HOW_ADVISED);
+    if (rec.st == HR_OK && !exec_needed()) check_taken(corename());
     snprintf(rec.line, sizeof rec.line,
-             "blas: HETRING_BLAS_CORETYPE=%s, OpenBLAS picked %s, this CPU has %s, runs %s",
-             knob ? knob : "(unset: auto)", rec.before, tier_features(cpu_tier(&cpu)), corename());
+             "blas: HETRING_BLAS_CORETYPE=%s, OpenBLAS picked %s, this CPU has %s, runs %s%s%s%s",
+             knob ? knob : "(unset: auto)", rec.before, tier_features(cpu_tier(&cpu)), corename(),
+             rec.have[0] ? " (OPENBLAS_CORETYPE=" : "", rec.have, rec.have[0] ? " set by hetring)" : "");
+}
+
+static int exec_needed(void) {
+    return rec.st == HR_OK && rec.how != HOW_USER_ENV && rec.how != HOW_NOT_OPENBLAS &&
+           strcasecmp(rec.ours ? rec.have : "", rec.want) != 0;
+}
+
+/* Run this program again, argv unchanged, with OPENBLAS_CORETYPE and MARK as wanted in a copy
+ * of the environment (no setenv: other threads, OpenBLAS's own among them, may read it).
+ * Returns only when execve failed. */
+static void reexec(char **argv) {
+    extern char **environ;
+    size_t n = 0, k = 0;
+    while (environ[n]) n++;
+    char **env = malloc((n + 3) * sizeof *env);
+    static char core[64], mark[96];
+    if (!env) {
+        rec.exec_errno = ENOMEM;
+        return;
+    }
+    for (size_t i = 0; i < n; i++)
+        if (strncmp(environ[i], "OPENBLAS_CORETYPE=", 18) != 0 &&
+            strncmp(environ[i], MARK "=", sizeof MARK) != 0)
+            env[k++] = environ[i];
+    if (rec.want[0]) {
+        snprintf(core, sizeof core, "OPENBLAS_CORETYPE=%s", rec.want);
+        env[k++] = core;
+    }
+    snprintf(mark, sizeof mark, MARK "=%s:%s", rec.want, rec.before);
+    env[k++] = mark;
+    env[k] = NULL;
+    fflush(NULL);
+    execve("/proc/self/exe", argv, env);
+    rec.exec_errno = errno;
+    free(env);
+}
+
+hr_status blas_pick_main(char **argv, char *err, size_t errlen) {
+    rec.may_exec = 1; /* before the once: pick() reads it */
+    pthread_once(&rec.once, pick);
+    if (exec_needed()) {
+        reexec(argv);
+        cannot_exec(HOW_EXEC_FAILED);
+    }
+    if (rec.st != HR_OK && err && errlen) snprintf(err, errlen, "%s", rec.err);
+    return rec.st;
 }
 
 hr_status blas_pick_init(char *err, size_t errlen) {
@@ -302,6 +392,36 @@ hr_status blas_pick_init(char *err, size_t errlen) {
 
 void blas_pick_log(void) {
     if (rec.line[0] && atomic_exchange(&rec.logged, 1) == 0) HR_DEBUG(TRAIN, "%s", rec.line);
+}
+
+/* ================================================================ threads */
+
+static pthread_mutex_t threads_lock = PTHREAD_MUTEX_INITIALIZER;
+static long threads_set; /* the count given to OpenBLAS, 0 before the first call */
+
+hr_status blas_set_threads(long threads, char *err, size_t errlen) {
+    if (threads <= 0) threads = sysconf(_SC_NPROCESSORS_ONLN);
+    if (threads <= 0) threads = 1;
+    pthread_mutex_lock(&threads_lock);
+    long was = threads_set;
+    if (!was) {
+        threads_set = threads;
+        openblas_set_num_threads((int)threads);
+    }
+    pthread_mutex_unlock(&threads_lock);
+    if (!was || was == threads) return HR_OK;
+    snprintf(err, errlen,
+             "BLAS threads: this process already runs OpenBLAS on %ld thread(s) and cannot "
+             "change to %ld (one thread count per process)",
+             was, threads);
+    return HR_ERR_CONFIG;
+}
+
+long blas_threads(void) {
+    pthread_mutex_lock(&threads_lock);
+    long n = threads_set;
+    pthread_mutex_unlock(&threads_lock);
+    return n;
 }
 
 /* ================================================================ description */
@@ -324,14 +444,28 @@ static void origin(char *buf, size_t len) {
         snprintf(buf, len, "OpenBLAS's own pick");
         return;
     case HOW_NOT_TAKEN:
-        snprintf(buf, len, "OpenBLAS's own pick; it did not take %s, which this CPU's %s calls for",
-                 rec.target, rec.why);
+        snprintf(buf, len, "OpenBLAS did not take %s, which this CPU's %s calls for", rec.target,
+                 rec.why);
         return;
     case HOW_SINGLE_TARGET:
         snprintf(buf, len, "built for one target; this CPU's %s could run %s", rec.why, rec.target);
         return;
     case HOW_CHOSEN:
         snprintf(buf, len, "chosen by hetring for %s; OpenBLAS picked %s", rec.why, rec.before);
+        return;
+    case HOW_ADVISED:
+        if (!rec.target[0] || !rec.why) {
+            snprintf(buf, len, "OPENBLAS_CORETYPE=%s, inherited", rec.have);
+            return;
+        }
+        snprintf(buf, len,
+                 "OpenBLAS's own pick; this CPU's %s calls for %s: set OPENBLAS_CORETYPE=%s "
+                 "before the process starts",
+                 rec.why, rec.target, rec.target);
+        return;
+    case HOW_EXEC_FAILED:
+        snprintf(buf, len, "as loaded; running again with OPENBLAS_CORETYPE=%s failed: %s",
+                 rec.want[0] ? rec.want : "(unset)", strerror(rec.exec_errno));
         return;
     case HOW_USER_ENV:
         snprintf(buf, len, "forced by OPENBLAS_CORETYPE=%s", rec.user);

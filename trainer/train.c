@@ -14,7 +14,6 @@
 #include "trainer/ckpt.h"
 
 #include <assert.h>
-#include <cblas.h>
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
@@ -35,9 +34,11 @@ hr_status train_init(trainer *t, const train_config *tc, char *err, size_t errle
     /* every node writes the checkpoint (nodes need not share a disk): find an unwritable place
      * now, not at the first save */
     if (c->checkpoint && c->checkpoint[0]) HR_CHECK(ckpt_prepare(c->checkpoint, err, errlen));
-    long threads = c->threads;
-    if (threads <= 0) threads = sysconf(_SC_NPROCESSORS_ONLN);
-    openblas_set_num_threads((int)threads);
+    char why[HR_ERRLEN];
+    if (blas_set_threads(c->threads, why, sizeof why) != HR_OK)
+        return hr_fail(err, errlen, HR_ERR_CONFIG, "%s: threads = %ld: %s", c->origin, c->threads,
+                       why);
+    long threads = blas_threads();
     blas_pick_log();
 
     HR_CHECK_GOTO(data_load(&t->train, &t->eval, &c->data, c->seed, err, errlen), st, fail);

@@ -12,6 +12,7 @@
  *
  * Exits 77 without a CUDA device.
  */
+#include "tests/blas_main.h"
 #include "base/hr_time.h"
 #include "tests/cuda/cuda_test_util.h"
 #include "trainer/cuda/model_cuda.h"
@@ -59,6 +60,7 @@ static int spec_for(model_spec *s, const char *name) {
 }
 
 int main(int argc, char **argv) {
+    test_blas_main(argv);
     const char *name = "mlp";
     long B = 512, iters = 200;
     int device = 0;

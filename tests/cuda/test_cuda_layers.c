@@ -5,6 +5,7 @@
  * the build has it, cuDNN. Exits 77 without a CUDA device.
  */
 #include "tests/check.h"
+#include "tests/blas_main.h"
 #include "tests/cuda/cuda_test_util.h"
 #include "trainer/layers.h"
 
@@ -272,7 +273,9 @@ static void test_mse(int B, int T) {
     free(yv), free(t), free(d), free(h);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    (void)argc;
+    test_blas_main(argv);
     CUDA_SKIP_IF_NO_DEVICE();
     char err[HR_ERRLEN];
     if (cuda_ctx_init(&ctx, 0, err, sizeof err) != HR_OK) {

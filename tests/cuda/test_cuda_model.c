@@ -7,6 +7,7 @@
  * a CUDA device.
  */
 #include "tests/check.h"
+#include "tests/blas_main.h"
 #include "tests/cuda/cuda_test_util.h"
 #include "trainer/cuda/model_cuda.h"
 #include "trainer/model.h"
@@ -160,7 +161,9 @@ static void run(const char *name, model_spec s, long max_batch, long B) {
     free(x), free(t), free(y), free(out), free(g), free(v), free(p);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    (void)argc;
+    test_blas_main(argv);
     CUDA_SKIP_IF_NO_DEVICE();
     run("mlp", spec_mlp(), 40, 33);
     run("linreg", spec_linreg(), 64, 64);

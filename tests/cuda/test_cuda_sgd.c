@@ -5,10 +5,13 @@
  * without a CUDA device.
  */
 #include "tests/check.h"
+#include "tests/blas_main.h"
 #include "tests/cuda/cuda_test_util.h"
 #include "trainer/optim.h"
 
-int main(void) {
+int main(int argc, char **argv) {
+    (void)argc;
+    test_blas_main(argv);
     CUDA_SKIP_IF_NO_DEVICE();
     const long n = 1000003, B = 384;
     char err[HR_ERRLEN];

@@ -13,6 +13,7 @@
  *    the iteration and the split of the trainer exactly as they were.
  */
 #include "tests/check.h"
+#include "tests/blas_main.h"
 #include "tests/trainer/util.h"
 #include "trainer/ckpt.h"
 
@@ -303,7 +304,9 @@ static void test_unwritable(void) {
     }
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    (void)argc;
+    test_blas_main(argv);
     tmpdir(dir, sizeof dir);
     test_atomic_save();
     test_refusal();

@@ -14,6 +14,7 @@
  *              out of range), and cuda:0 too where there is no GPU
  */
 #include "tests/check.h"
+#include "tests/blas_main.h"
 #include "trainer/device.h"
 
 #include <math.h>
@@ -89,7 +90,9 @@ static int all_nan(const float *v, long n) {
     return 1;
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    (void)argc;
+    test_blas_main(argv);
     node cpu, emu;
     node_open(&cpu, &device_cpu_ops, 0);
     node_open(&emu, &device_emu_ops, 0.002);

@@ -9,6 +9,7 @@
  * gradients upstream of it. Target: relative error < 1e-3.
  */
 #include "tests/check.h"
+#include "tests/blas_main.h"
 #include "trainer/model.h"
 #include "trainer/rng.h"
 
@@ -172,7 +173,9 @@ static void add(model_spec *s, layer_kind k, int units, int ks, int stride, int 
     s->kind[i] = k, s->units[i] = units, s->k[i] = ks, s->stride[i] = stride, s->pad[i] = pad;
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    (void)argc;
+    test_blas_main(argv);
     model_spec s;
 
     s = spec(7, 1, 1, MODEL_LOSS_MSE); /* linear + MSE (linreg) */

@@ -9,6 +9,7 @@
  * themselves, so under ASan or TSan the test reports a skip (77).
  */
 #include "tests/check.h"
+#include "tests/blas_main.h"
 
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
 #define HR_NOALLOC_SKIP 1
@@ -135,7 +136,9 @@ static void *run_ring(void *arg) {
     return NULL;
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    (void)argc;
+    test_blas_main(argv);
     /* the counter must see an allocation, or a zero below proves nothing */
     atomic_store(&counting, 1);
     void *volatile probe = malloc(64);

@@ -20,6 +20,7 @@
 #include "cluster/cluster_setup.h"
 #include "cluster/overlap.h"
 #include "tests/check.h"
+#include "tests/blas_main.h"
 #include "tests/trainer/util.h"
 
 #include <stdlib.h>
@@ -286,7 +287,9 @@ static void test_cluster_plan(const char *dir) {
     cfg_free(&c);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    (void)argc;
+    test_blas_main(argv);
     model_spec s = mlp_spec();
     model m;
     char err[HR_ERRLEN];

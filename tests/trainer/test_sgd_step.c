@@ -12,6 +12,7 @@
  * outside the tolerance.
  */
 #include "tests/check.h"
+#include "tests/blas_main.h"
 #include "tests/trainer/util.h"
 
 #include <math.h>
@@ -207,7 +208,9 @@ static void test_two_nodes(void) {
     cfg_free(&c);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    (void)argc;
+    test_blas_main(argv);
     tmpdir(dir, sizeof dir);
     char path[128];
     snprintf(path, sizeof path, "%s/d.csv", dir);

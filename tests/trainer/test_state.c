@@ -12,6 +12,7 @@
  */
 #include "cluster/stats.h"
 #include "tests/check.h"
+#include "tests/blas_main.h"
 #include "tests/trainer/util.h"
 
 static char dir[64];
@@ -148,7 +149,9 @@ static void test_max_nodes(void) {
     cfg_free(&c);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    (void)argc;
+    test_blas_main(argv);
     tmpdir(dir, sizeof dir);
     test_round_trip();
     test_refusal();

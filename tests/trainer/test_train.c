@@ -4,6 +4,7 @@
  */
 #include "cluster/cluster_setup.h"
 #include "tests/check.h"
+#include "tests/blas_main.h"
 #include "tests/trainer/util.h"
 #include "trainer/ckpt.h"
 #include "trainer/train.h"
@@ -237,7 +238,9 @@ static void test_stretch(void) {
     cfg_free(&c);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    (void)argc;
+    test_blas_main(argv);
     tmpdir(dir, sizeof dir);
     test_schedules();
     test_opt_threads();
