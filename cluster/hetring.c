@@ -46,6 +46,7 @@
 #include "conf/cfg.h"
 #include "ring/ring.h"
 #include "ring/tcp.h"
+#include "trainer/blas_pick.h"
 #include "trainer/data.h"
 #include "trainer/train.h"
 
@@ -384,6 +385,21 @@ static hr_status check_backend(hetring *h) {
     return HR_OK;
 }
 
+/* A library user's process: its BLAS kernels are described, never switched (blas_pick.h), and
+ * a CPU that could run stronger ones than OpenBLAS picked is told what to set. */
+static hr_status describe_blas(char *err, size_t errlen) {
+    char why[HR_ERRLEN], line[320];
+    if (blas_pick_init(why, sizeof why) != HR_OK)
+        return hr_fail(err, errlen, HR_ERR_CONFIG, "hetring_open: %s", why);
+    const char *set = blas_pick_advice();
+    blas_pick_describe(line, sizeof line);
+    if (set)
+        HR_INFO(TRAIN, "%s", line);
+    else
+        HR_DEBUG(TRAIN, "%s", line);
+    return HR_OK;
+}
+
 static hr_status setup(hetring *h, const hetring_options *o) {
     char *e = h->err;
     const size_t n = sizeof h->err;
@@ -391,6 +407,7 @@ static hr_status setup(hetring *h, const hetring_options *o) {
     HR_CHECK(check_backend(h));
     const cfg *c = h->c;
     hr_log_set_node((int)c->nodes[h->self].id);
+    if (!h->app.c) HR_CHECK(describe_blas(e, n));
     app_cluster_config(c, h->self, &h->cc);
     const long B = h->cc.global_batch;
     h->n_samples = o->n_samples > 0 ? o->n_samples : c->samples;

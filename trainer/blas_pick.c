@@ -276,12 +276,13 @@ static void check_taken(const char *now) {
  * and a named set that cannot be had is an error. */
 static void cannot_exec(pick_how how) {
     if (rec.how == HOW_KNOB)
-        fail("HETRING_BLAS_CORETYPE=%s: %s; set OPENBLAS_CORETYPE=%s in the environment that starts "
-             "the process instead",
-             rec.want,
-             how == HOW_ADVISED ? "a library does not restart the process that loads it"
-                                : "re-running the program with it failed",
-             rec.want);
+        fail(
+            "HETRING_BLAS_CORETYPE=%s: %s; set OPENBLAS_CORETYPE=%s in the environment that starts "
+            "the process instead",
+            rec.want,
+            how == HOW_ADVISED ? "a library does not restart the process that loads it"
+                               : "re-running the program with it failed",
+            rec.want);
     else
         rec.how = how;
 }
@@ -335,7 +336,8 @@ static void pick(void) {
     snprintf(rec.line, sizeof rec.line,
              "blas: HETRING_BLAS_CORETYPE=%s, OpenBLAS picked %s, this CPU has %s, runs %s%s%s%s",
              knob ? knob : "(unset: auto)", rec.before, tier_features(cpu_tier(&cpu)), corename(),
-             rec.have[0] ? " (OPENBLAS_CORETYPE=" : "", rec.have, rec.have[0] ? " set by hetring)" : "");
+             rec.have[0] ? " (OPENBLAS_CORETYPE=" : "", rec.have,
+             rec.have[0] ? " set by hetring)" : "");
 }
 
 static int exec_needed(void) {
@@ -388,6 +390,10 @@ hr_status blas_pick_init(char *err, size_t errlen) {
     pthread_once(&rec.once, pick);
     if (rec.st != HR_OK && err && errlen) snprintf(err, errlen, "%s", rec.err);
     return rec.st;
+}
+
+const char *blas_pick_advice(void) {
+    return rec.how == HOW_ADVISED && rec.target[0] && rec.why ? rec.target : NULL;
 }
 
 void blas_pick_log(void) {

@@ -87,6 +87,10 @@ hr_status blas_pick_main(char **argv, char *err, size_t errlen);
  * OPENBLAS_CORETYPE instead. */
 hr_status blas_pick_init(char *err, size_t errlen);
 
+/* The kernel set the user should put in OPENBLAS_CORETYPE, when blas_pick_init found a
+ * stronger one than OpenBLAS's pick that it may not switch to; else NULL. */
+const char *blas_pick_advice(void);
+
 /* Give OpenBLAS `threads` threads (0: every online core), once per process and before any
  * thread of ours exists: OpenBLAS resizes its pool in the call. A later call with the same
  * count does nothing; one with another count is refused (HR_ERR_CONFIG with a message), since

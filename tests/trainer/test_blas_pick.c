@@ -78,7 +78,8 @@ static void test_choose(void) {
         const char *current; /* OpenBLAS's pick */
         const char *want;    /* NULL: keep it */
     } cases[] = {
-        {"a Xeon of family 6 model 207 (AVX-512 BF16, AMX), Prescott", &bf16, "Prescott", "SkylakeX"},
+        {"a Xeon of family 6 model 207 (AVX-512 BF16, AMX), Prescott", &bf16, "Prescott",
+         "SkylakeX"},
         {"AVX-512 without BF16, Prescott", &avx512, "Prescott", "SkylakeX"},
         {"AVX-512, Core2", &avx512, "Core2", "SkylakeX"},
         {"AVX-512, Nehalem", &avx512, "Nehalem", "SkylakeX"},
@@ -239,8 +240,7 @@ static int test_keep(void) {
     printf("%s\n", line);
     CHECK(strstr(line, "(OpenBLAS's own pick, HETRING_BLAS_CORETYPE=off"),
           "the line does not say off: %s", line);
-    CHECK(!getenv("OPENBLAS_CORETYPE"), "OPENBLAS_CORETYPE set to %s",
-          getenv("OPENBLAS_CORETYPE"));
+    CHECK(!getenv("OPENBLAS_CORETYPE"), "OPENBLAS_CORETYPE set to %s", getenv("OPENBLAS_CORETYPE"));
     CHECK(gemm_error() < 1e-3, "GEMM on %s", openblas_get_corename());
     return check_exit();
 }
