@@ -885,9 +885,12 @@ static int step_finite(hetring *h) {
     const int n = dist_nonfinite(&h->d, h->gathered, h->size, ids, bits);
     double loss = 0;
     for (int k = 0; k < h->size; k++) loss += h->gathered[k].rec.loss;
-    const int grad_ok = dist_on_nccl(&h->d) ? 1 : train_all_finite(h->grads, h->n_grad);
-    const int loss_ok = isfinite(loss);
-    if (n == 0 && grad_ok && loss_ok) return 1;
+    int any = 0; /* an NCCL view's sum is on the device: its shares' flags say for it */
+    for (int k = 0; k < n; k++) any |= bits[k];
+    const int grad_ok = !(any & DIST_FLAG_NONFINITE_GRAD) &&
+                        (dist_on_nccl(&h->d) || train_all_finite(h->grads, h->n_grad));
+    const int loss_ok = !(any & DIST_FLAG_NONFINITE_LOSS) && isfinite(loss);
+    if (grad_ok && loss_ok) return 1;
     memcpy(h->bad_ids, ids, sizeof *ids * (size_t)n);
     h->n_bad = n;
     char who[512];
