@@ -573,8 +573,7 @@ static const char *nonfinite_what(int bits) {
 }
 
 /* A run alone stops before the update of a step that is not finite. */
-static hr_status nonfinite_error(const trainer *t, const train_iter *r, char *err,
-                                 size_t errlen) {
+static hr_status nonfinite_error(const trainer *t, const train_iter *r, char *err, size_t errlen) {
     return hr_fail(err, errlen, HR_ERR_NONFINITE,
                    "iteration %ld: the %s not finite (NaN or inf); stopping before its update "
                    "([train] nonfinite = error; skip would skip such steps). Try a smaller "

@@ -582,7 +582,8 @@ static void nonfinite_expect(hetring *h, long id, long iter, int st) {
     snprintf(who, sizeof who, "node %ld (%s)", culprit, iter == NF_GRAD ? "gradient" : "loss");
     snprintf(at, sizeof at, "iteration %ld: ", iter);
     printf("node %ld, iteration %ld: status %d, %d culprit(s): %s\n", id, iter, st, n, e);
-    CHECK(st == want, "node %ld, iteration %ld: status %d, expected %d (%s)", id, iter, st, want, e);
+    CHECK(st == want, "node %ld, iteration %ld: status %d, expected %d (%s)", id, iter, st, want,
+          e);
     CHECK(culprit < 0 ? n == 0 : n == 1 && ids[0] == culprit,
           "node %ld, iteration %ld: %d culprits, the first %ld; expected %ld", id, iter, n, ids[0],
           culprit);
@@ -626,8 +627,8 @@ static int nonfinite_node(const char *ini, long id) {
         st = hetring_step(h, &gr, &r);
         const int bad = b.iter == NF_GRAD || b.iter == NF_LOSS || b.iter == NF_SUM;
         if (bad) nonfinite_expect(h, id, b.iter, st);
-        if (!bad) CHECK(st == HETRING_OK, "node %ld, step %ld: %s", id, b.iter,
-                        hetring_last_error(h));
+        if (!bad)
+            CHECK(st == HETRING_OK, "node %ld, step %ld: %s", id, b.iter, hetring_last_error(h));
         if (st == HETRING_SKIPPED) {
             odd += r.iter != b.iter; /* committed: res filled, nothing applied */
             continue;
@@ -651,8 +652,8 @@ static int nonfinite_node(const char *ini, long id) {
               "ended",
               id, st, m.steps, once);
     }
-    printf("node %ld: %ld steps applied, %ld skipped, w[0] %.6f\n", id, m.steps,
-           hetring_skipped(h), m.w[0]);
+    printf("node %ld: %ld steps applied, %ld skipped, w[0] %.6f\n", id, m.steps, hetring_skipped(h),
+           m.w[0]);
     hetring_free(h);
     return check_exit();
 }
