@@ -24,6 +24,7 @@ const char *hr_strerror(hr_status s) {
         [HR_ERR_CUDA] = "CUDA error",
         [HR_ERR_NCCL] = "NCCL error",
         [HR_ERR_INTERRUPTED] = "interrupted",
+        [HR_ERR_NONFINITE] = "gradient or loss not finite",
     };
     if ((int)s < 0 || s >= HR_STATUS_COUNT) return "unknown status";
     return names[s];

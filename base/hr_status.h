@@ -28,6 +28,7 @@ typedef enum {
     HR_ERR_CUDA,        /* CUDA or cuBLAS error */
     HR_ERR_NCCL,        /* NCCL error */
     HR_ERR_INTERRUPTED, /* stopped by a signal */
+    HR_ERR_NONFINITE,   /* a gradient or loss is not finite (NaN, inf) */
     HR_STATUS_COUNT
 } hr_status;
 

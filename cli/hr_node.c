@@ -22,6 +22,8 @@ static hr_status status_of(int st) {
         return HR_ERR_INTERRUPTED;
     case HETRING_RETRY:
         return HR_ERR_VIEW;
+    case HETRING_ENONFINITE:
+        return HR_ERR_NONFINITE;
     default:
         return st > 0 && st <= HETRING_EUNSUPPORTED ? (hr_status)st : HR_ERR_INVAL;
     }
@@ -161,7 +163,8 @@ static hr_status exchange(void *ctx, train_exchange *x) {
     hetring_result r;
     int st = hetring_step(n->h, &g, &r);
     if (st == HETRING_RETRY) n->retry = 1;
-    if (st != HETRING_OK) return status_of(st);
+    x->skipped = st == HETRING_SKIPPED; /* committed; the trainer makes no update */
+    if (st != HETRING_OK && !x->skipped) return status_of(st);
     const int size = hetring_members(n->h, n->members, n->c->n_nodes);
     for (int k = 0; k < size; k++)
         t->gathered[k].b = n->members[k].batch, t->gathered[k].t = n->members[k].compute_s;

@@ -29,4 +29,5 @@ void app_cluster_config(const cfg *c, int self_idx, cluster_config *out) {
     out->machine = machine_of(c, self_idx);
     app_train_stretch(c, self_idx, &out->stretch);
     out->max_nodes = c->n_nodes;
+    out->skip_nonfinite = c->nonfinite == CFG_NONFINITE_SKIP;
 }

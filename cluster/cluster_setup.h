@@ -25,6 +25,8 @@ typedef struct {
     overlap_fact machine;  /* this node's cores and its machine's threads (bucket_bytes = auto) */
     train_stretch stretch; /* this node's emulated slowdown, applied by hetring_step */
     int max_nodes;         /* nodes of the configuration: the most a view can have */
+    int skip_nonfinite;    /* a step whose global gradient or loss is not finite: 1 skips it
+                            * (HETRING_SKIPPED), 0 stops every node (HETRING_ENONFINITE) */
 } cluster_config;
 
 /* Fill `out` for node c->nodes[self_idx]; its machine fact counts the cores this process may

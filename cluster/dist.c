@@ -91,10 +91,10 @@ int dist_wants_hash(const dist *d, long iter) {
     return iter % d->hash_interval == 0 || d->force_hash;
 }
 
-void dist_annotate(dist *d, long iter, uint64_t param_hash, cluster_stat *mine) {
+void dist_annotate(dist *d, long iter, uint64_t param_hash, int nonfinite, cluster_stat *mine) {
     if (dist_wants_hash(d, iter)) put_hash(mine->extra + DIST_STAT_PHASH, param_hash);
     put_hash(mine->extra + DIST_STAT_DHASH, d->dhash);
-    int flags = 0;
+    int flags = nonfinite & DIST_FLAG_NONFINITE;
     if (ring_join_requested(&d->r)) flags |= DIST_FLAG_JOIN;
     if (d->leave && *d->leave) flags |= DIST_FLAG_LEAVE;
     mine->extra[DIST_STAT_FLAGS] = (float)flags;
@@ -130,7 +130,7 @@ hr_status dist_decide(dist *d, long iter, const cluster_stat *stats, int size, l
     d->change = 0;
     d->leaving_self = 0;
     for (int k = 0; k < size; k++) {
-        int f = (int)stats[k].extra[DIST_STAT_FLAGS];
+        int f = (int)stats[k].extra[DIST_STAT_FLAGS] & DIST_FLAG_CHANGE;
         d->change |= f;
         if ((f & DIST_FLAG_LEAVE) && k == ring_rank(&d->r)) d->leaving_self = 1;
     }
@@ -163,6 +163,16 @@ hr_status dist_decide(dist *d, long iter, const cluster_stat *stats, int size, l
     }
     d->dhash = ctrl_hash(&d->ctl, split);
     return HR_OK;
+}
+
+int dist_nonfinite(const dist *d, const cluster_stat *stats, int size, long *ids, int *bits) {
+    const ring_view *v = ring_get_view(&d->r);
+    int n = 0;
+    for (int k = 0; k < size; k++) {
+        int f = (int)stats[k].extra[DIST_STAT_FLAGS] & DIST_FLAG_NONFINITE;
+        if (f) ids[n] = v->ids[k], bits[n++] = f;
+    }
+    return n;
 }
 
 /* ================================================================ views */

@@ -12,7 +12,10 @@
  *  - the agreement checks: every `hash_interval` iterations each node puts a hash of its
  *    parameters in its stats slot, and every iteration a hash of its last decision (split and
  *    controller state). A node whose hash differs from rank 0's stops the run on every node
- *    with a clear error (I4, I5).
+ *    with a clear error (I4, I5);
+ *  - the finiteness of each share: a node that finds its own gradient or loss not finite
+ *    before the all-reduce says so in its flags, so after it every node knows the same
+ *    culprits (dist_nonfinite) and takes the same decision ([train] nonfinite).
  * Hashes travel as two 24-bit halves of a 48-bit hash, each exact in a float.
  *
  * Elastic membership (README "Elastic training"): views come from ring_elect. When a
@@ -60,11 +63,16 @@ _Static_assert(DIST_STAT_FLAGS + 1 <= CLUSTER_STAT_EXTRA, "the checks must fit c
  * dead peer is wrong. */
 #define DIST_MAX_RETRIES 8
 
-/* What a member asks of the others at an iteration boundary. */
+/* What a member asks of the others at an iteration boundary (JOIN, LEAVE), and what it found
+ * in its own share before the all-reduce (NONFINITE_*). */
 enum {
-    DIST_FLAG_JOIN = 1,  /* a node outside the view asked this member to admit it */
-    DIST_FLAG_LEAVE = 2, /* this member leaves after this iteration (SIGTERM) */
+    DIST_FLAG_JOIN = 1,           /* a node outside the view asked this member to admit it */
+    DIST_FLAG_LEAVE = 2,          /* this member leaves after this iteration (SIGTERM) */
+    DIST_FLAG_NONFINITE_GRAD = 4, /* its gradient share held a NaN or an inf */
+    DIST_FLAG_NONFINITE_LOSS = 8, /* its loss sum was not finite (as the float the stats carry) */
 };
+#define DIST_FLAG_CHANGE    (DIST_FLAG_JOIN | DIST_FLAG_LEAVE)
+#define DIST_FLAG_NONFINITE (DIST_FLAG_NONFINITE_GRAD | DIST_FLAG_NONFINITE_LOSS)
 
 /* The training state of one node, as the view changes see it. */
 typedef struct {
@@ -160,8 +168,14 @@ hr_status dist_nccl_allreduce(dist *d, float *dev_buf, size_t n);
 /* Whether iteration iter's stats carry a parameter hash (dist_annotate's param_hash). */
 int dist_wants_hash(const dist *d, long iter);
 
-/* Before the all-reduce: this node's agreement hashes and flags into mine->extra. */
-void dist_annotate(dist *d, long iter, uint64_t param_hash, cluster_stat *mine);
+/* Before the all-reduce: this node's agreement hashes and flags into mine->extra, with the
+ * DIST_FLAG_NONFINITE_* bits `nonfinite` of its own share. */
+void dist_annotate(dist *d, long iter, uint64_t param_hash, int nonfinite, cluster_stat *mine);
+
+/* After the all-reduce: the members whose share was not finite, from their flags (the same on
+ * every node): their ids into ids and their DIST_FLAG_NONFINITE_* bits into bits (size
+ * entries at most); returns how many. */
+int dist_nonfinite(const dist *d, const cluster_stat *stats, int size, long *ids, int *bits);
 
 /* After the all-reduce: check the hashes (I4, I5) and decide the next split (size entries). */
 hr_status dist_decide(dist *d, long iter, const cluster_stat *stats, int size, long *split);

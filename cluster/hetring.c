@@ -25,6 +25,10 @@
  *   nccl    in a view whose transport is NCCL (transport.h, nccl_path.h; hetring run's GPU
  *           nodes only, app.device_grads), the gradient is all-reduced on the device and only
  *           the stats tail goes over the TCP ring; no buckets
+ *   finite  each buffer is checked as it is handed over (before its bucket can go out) and
+ *           the loss sum with the stats; the node's flags say what was not finite, so after the
+ *           all-reduce every node knows the same culprits, checks the same summed bytes and
+ *           stops (HETRING_ENONFINITE) or skips (HETRING_SKIPPED: committed, not applied)
  *   commit  the cursor advances only when the all-reduce completed; a failure elects a new
  *           view and the same iteration is run again (I8)
  *   boundary  a view change a member asked for (a join, a leave) runs at the next
@@ -110,6 +114,10 @@ struct hetring {
     int bucketed;                    /* this iteration all-reduces bucket by bucket */
     int told;                        /* the choice last logged (-1: none) */
     int readied;                     /* hetring_ready was called in this iteration */
+    int share_bad;                   /* DIST_FLAG_NONFINITE_* of this iteration's own share */
+    long *bad_ids;                   /* (c.n_nodes) culprits of the last step not finite */
+    int n_bad;                       /* entries of bad_ids */
+    long skipped;                    /* steps skipped as not finite ([train] nonfinite = skip) */
     overlap_fact *facts;             /* (c.n_nodes) the view's facts, gathered */
     overlap_worker ow;               /* the communication thread, started by the first bucket */
     unsigned char *blob;             /* (blob_cap) the state blob this node packs */
@@ -130,6 +138,7 @@ struct hetring {
 
 static int status_of(hr_status st) {
     if (st == HR_ERR_INTERRUPTED) return HETRING_LEFT;
+    if (st == HR_ERR_NONFINITE) return HETRING_ENONFINITE;
     if (st == HR_ERR_CUDA || st == HR_ERR_NCCL) return HETRING_EIO;
     return (int)st;
 }
@@ -144,6 +153,10 @@ const char *hetring_strerror(int status) {
         return "this node left the cluster";
     case HETRING_ECLOSED:
         return "the handle was closed";
+    case HETRING_ENONFINITE:
+        return hr_strerror(HR_ERR_NONFINITE);
+    case HETRING_SKIPPED:
+        return "the step was not finite and is skipped: do not apply it";
     default:
         if (status >= 0 && status <= HETRING_EUNSUPPORTED) return hr_strerror((hr_status)status);
         return "unknown status";
@@ -423,8 +436,10 @@ static hr_status setup(hetring *h, const hetring_options *o) {
     h->idx = calloc((size_t)B, sizeof *h->idx);
     h->facts = calloc(nn, sizeof *h->facts);
     h->member_ids = calloc(nn, sizeof *h->member_ids);
+    h->bad_ids = calloc(nn, sizeof *h->bad_ids);
     h->told = -1;
-    if (!h->split || !h->next || !h->gathered || !h->idx || !h->facts || !h->member_ids)
+    if (!h->split || !h->next || !h->gathered || !h->idx || !h->facts || !h->member_ids ||
+        !h->bad_ids)
         return hr_fail(e, n, HR_ERR_NOMEM, "out of memory");
     if (o->start_iter < 0 || o->start_iter > h->total)
         return hr_fail(e, n, HR_ERR_INVAL,
@@ -521,6 +536,7 @@ void hetring_free(hetring *h) {
     free(h->ptrs);
     free(h->facts);
     free(h->member_ids);
+    free(h->bad_ids);
     free(h->blob);
     free(h);
 }
@@ -560,6 +576,16 @@ long hetring_samples(const hetring *h) {
 }
 long hetring_iterations(const hetring *h) {
     return h ? h->total : 0;
+}
+
+int hetring_nonfinite(const hetring *h, long *out, int max) {
+    if (!h) return 0;
+    for (int k = 0; out && k < max && k < h->n_bad; k++) out[k] = h->bad_ids[k];
+    return h->n_bad;
+}
+
+long hetring_skipped(const hetring *h) {
+    return h ? h->skipped : 0;
 }
 
 int hetring_members(const hetring *h, hetring_member *out, int max) {
@@ -652,6 +678,7 @@ static void plan(hetring *h) {
 static void round_reset(hetring *h) {
     if (h->n_given) memset(h->given, 0, (size_t)h->n_bufs);
     h->n_given = 0, h->next_bucket = 0;
+    h->share_bad = 0;
     memset(h->missing, 0, sizeof h->missing);
     for (int i = 0; i < h->n_bufs; i++)
         if (h->bucket_of[i] >= 0) h->missing[h->bucket_of[i]]++;
@@ -723,10 +750,26 @@ static int send_ready(hetring *h) {
     return HETRING_OK;
 }
 
-/* Buffer i into its place in grads; with buckets on, the buckets it completes go out. */
+/* Test faults: the first float of every buffer node NODE hands over at iteration ITER becomes
+ * NaN (nan_grad:NODE:ITER) or 3e38, finite but whose sum over two nodes is not (big_grad). */
+static void fault_share(const hetring *h, float *buf, size_t n) {
+    double at;
+    const long id = hetring_node_id(h);
+    if (n && hr_fault_get("nan_grad", id, -1, &at) && (long)at == h->iter) buf[0] = NAN;
+    if (n && hr_fault_get("big_grad", id, -1, &at) && (long)at == h->iter) buf[0] = 3e38f;
+}
+
+/* Buffer i into its place in grads, checked (it may go out at once, and the communication
+ * thread then owns it); with buckets on, the buckets it completes go out. In an NCCL view the
+ * gradient is on the device and the host buffers hold none: only the loss is checked. */
 static int give(hetring *h, const hetring_grads *g, int i) {
     if (g->counts[i] && !h->app.grads)
         memcpy(h->grads + h->off[i], g->bufs[i], sizeof *h->grads * g->counts[i]);
+    if (!dist_on_nccl(&h->d)) {
+        fault_share(h, h->grads + h->off[i], g->counts[i]);
+        if (!train_all_finite(h->grads + h->off[i], g->counts[i]))
+            h->share_bad |= DIST_FLAG_NONFINITE_GRAD;
+    }
     h->given[i] = 1;
     h->n_given++;
     if (h->bucket_of[i] >= 0) h->missing[h->bucket_of[i]]--;
@@ -821,6 +864,98 @@ int hetring_allreduce(hetring *h, float *buf, size_t count) {
     return recover(h, st);
 }
 
+/* This node's stats of the iteration into its slot of the tail before grads, with what its own
+ * share held that is not finite (its buffers, checked as they were handed over, and its loss
+ * sum as the float the slot carries). */
+static void pack_stats(hetring *h, const hetring_grads *g, double factor, float *head) {
+    const long b = h->split[h->rank];
+    cluster_stat mine = {
+        .rec = {.b = b, .t = factor * g->compute_s, .loss = g->loss_sum, .correct = g->correct},
+        .machine = h->cc.machine};
+    double at;
+    if (hr_fault_get("nan_loss", hetring_node_id(h), -1, &at) && (long)at == h->iter)
+        mine.rec.loss = NAN; /* a test fault: this node's loss */
+    if (!isfinite((float)mine.rec.loss)) h->share_bad |= DIST_FLAG_NONFINITE_LOSS;
+    mine.machine.at_end = !h->readied; /* buckets overlap nothing in a loop without ready */
+    h->readied = 0;
+    dist_annotate(&h->d, h->iter, g->param_hash, h->share_bad, &mine);
+    cluster_stats_pack(head, h->rank, h->size, &mine);
+}
+
+/* "node 1 (gradient), node 2 (gradient, loss)": the culprits of a step, or "none". */
+static void culprits_str(const long *ids, const int *bits, int n, char *out, size_t len) {
+    size_t o = 0;
+    snprintf(out, len, "none");
+    for (int k = 0; k < n && o < len; k++)
+        o += (size_t)snprintf(out + o, len - o, "%snode %ld (%s%s%s)", k ? ", " : "", ids[k],
+                              bits[k] & DIST_FLAG_NONFINITE_GRAD ? "gradient" : "",
+                              bits[k] == DIST_FLAG_NONFINITE ? ", " : "",
+                              bits[k] & DIST_FLAG_NONFINITE_LOSS ? "loss" : "");
+}
+
+/* After the all-reduce: whether the step is finite, the same verdict on every node (the
+ * culprits come from the gathered flags, the sums are the same bytes everywhere). When it is
+ * not, h->err says so, naming the iteration and the culprits. */
+static int step_finite(hetring *h) {
+    int bits[RING_MAX_NODES];
+    long ids[RING_MAX_NODES];
+    const int n = dist_nonfinite(&h->d, h->gathered, h->size, ids, bits);
+    double loss = 0;
+    for (int k = 0; k < h->size; k++) loss += h->gathered[k].rec.loss;
+    int any = 0; /* an NCCL view's sum is on the device: its shares' flags say for it */
+    for (int k = 0; k < n; k++) any |= bits[k];
+    const int grad_ok = !(any & DIST_FLAG_NONFINITE_GRAD) &&
+                        (dist_on_nccl(&h->d) || train_all_finite(h->grads, h->n_grad));
+    const int loss_ok = !(any & DIST_FLAG_NONFINITE_LOSS) && isfinite(loss);
+    if (grad_ok && loss_ok) return 1;
+    memcpy(h->bad_ids, ids, sizeof *ids * (size_t)n);
+    h->n_bad = n;
+    char who[512];
+    culprits_str(ids, bits, n, who, sizeof who);
+    const int skip = h->cc.skip_nonfinite;
+    snprintf(h->err, sizeof h->err,
+             "iteration %ld: the global %s not finite (NaN or inf); not finite before the "
+             "all-reduce: %.300s%s; %s ([train] nonfinite = %s)",
+             h->iter,
+             !grad_ok && !loss_ok ? "gradient and loss are"
+             : !grad_ok           ? "gradient is"
+                                  : "loss is",
+             who, n ? "" : " (every share was finite: their sum overflowed)",
+             skip ? "the step is skipped" : "stopping every node",
+             skip ? "skip" : "error; skip would skip such steps");
+    return 0;
+}
+
+/* The iteration's all-reduce of this node's buffers and stats: every node's stats into
+ * h->gathered. A failure elects a new view (HETRING_RETRY) or ends the node. */
+static int step_exchange(hetring *h, const hetring_grads *g, double factor) {
+    for (int i = 0; i < g->n_bufs; i++)
+        if (!h->given[i]) (void)give(h, g, i); /* a failed thread start shows in exchange */
+    const size_t tail = (size_t)h->size * CLUSTER_NODE_STATS;
+    float *head = h->grads - tail; /* the tail leads the last bucket */
+    pack_stats(h, g, factor, head);
+    h->fetched = 0;
+    hr_status st = exchange(h, head, tail);
+    round_reset(h);
+    if (st != HR_OK) return recover(h, st);
+    cluster_stats_unpack(head, h->size, h->gathered);
+    memcpy(h->member_ids, ring_get_view(&h->d.r)->ids, sizeof *h->member_ids * (size_t)h->size);
+    h->n_members = h->size;
+    if (h->cc.bucket_bytes == OVERLAP_AUTO) choose_next(h);
+    return HETRING_OK;
+}
+
+/* The buffers get the sum over the cluster times 1/B (I2); in place (hetring run) the sums
+ * stay, for the trainer's optimizer divides by B itself. */
+static void scale_back(hetring *h, const hetring_grads *g) {
+    const float inv = 1.0f / (float)h->cc.global_batch;
+    for (int i = 0; !h->app.grads && i < g->n_bufs; i++) {
+        float *dst = g->bufs[i];
+        const float *src = h->grads + h->off[i];
+        for (size_t j = 0; j < g->counts[i]; j++) dst[j] = src[j] * inv;
+    }
+}
+
 int hetring_step(hetring *h, const hetring_grads *g, hetring_result *res) {
     int us = usable(h);
     if (us != HETRING_OK) return us;
@@ -837,33 +972,14 @@ int hetring_step(hetring *h, const hetring_grads *g, hetring_result *res) {
                     g->compute_s);
     h->err[0] = 0;
     if (dist_on_nccl(&h->d)) h->bucketed = 0; /* the host buffers hold no gradient */
-    const long b = h->split[h->rank];
     const double factor = train_stretch_factor(&h->cc.stretch, h->iter);
     hr_sleep((factor - 1) * g->compute_s); /* an emulated slow node (labelled as such) */
     const double t0 = hr_now();
     const int early = h->bucketed ? h->next_bucket : 0; /* sent while the user computed */
-    for (int i = 0; i < g->n_bufs; i++)
-        if (!h->given[i]) (void)give(h, g, i); /* a failed thread start shows in exchange */
-    cluster_stat mine = {
-        .rec = {.b = b, .t = factor * g->compute_s, .loss = g->loss_sum, .correct = g->correct},
-        .machine = h->cc.machine};
-    mine.machine.at_end = !h->readied; /* buckets overlap nothing in a loop without ready */
-    h->readied = 0;
-    dist_annotate(&h->d, h->iter, g->param_hash, &mine);
-    const size_t tail = (size_t)h->size * CLUSTER_NODE_STATS;
-    float *head = h->grads - tail; /* the tail leads the last bucket */
-    cluster_stats_pack(head, h->rank, h->size, &mine);
-    h->fetched = 0;
     const int buckets = h->bucketed ? h->n_buckets : 1;
-    hr_status st = exchange(h, head, tail);
-    round_reset(h);
-    if (st != HR_OK) return recover(h, st);
-    cluster_stats_unpack(head, h->size, h->gathered);
-    memcpy(h->member_ids, ring_get_view(&h->d.r)->ids, sizeof *h->member_ids * (size_t)h->size);
-    h->n_members = h->size;
-    if (h->cc.bucket_bytes == OVERLAP_AUTO) choose_next(h);
+    if ((us = step_exchange(h, g, factor)) != HETRING_OK) return us;
     memcpy(h->next, h->split, sizeof *h->next * (size_t)h->size);
-    st = dist_decide(&h->d, h->iter, h->gathered, h->size, h->next);
+    hr_status st = dist_decide(&h->d, h->iter, h->gathered, h->size, h->next);
     if (st != HR_OK) {
         snprintf(h->err, sizeof h->err,
                  "iteration %ld: the nodes disagree (%s; the log names "
@@ -871,15 +987,12 @@ int hetring_step(hetring *h, const hetring_grads *g, hetring_result *res) {
                  h->iter, hr_strerror(st));
         return fatal(h, st);
     }
+    const int finite = step_finite(h);
+    if (!finite && !h->cc.skip_nonfinite) return fatal(h, HR_ERR_NONFINITE); /* nothing applied */
     int changed = memcmp(h->next, h->split, sizeof *h->next * (size_t)h->size) != 0;
     st_set_split(h, h->next);
+    scale_back(h, g);
     const long B = h->cc.global_batch;
-    const float inv = 1.0f / (float)B;                     /* I2: the sum over B samples, over B */
-    for (int i = 0; !h->app.grads && i < g->n_bufs; i++) { /* in place: the sums stay */
-        float *dst = g->bufs[i];
-        const float *src = h->grads + h->off[i];
-        for (size_t j = 0; j < g->counts[i]; j++) dst[j] = src[j] * inv;
-    }
     double loss = 0, correct = 0;
     for (int k = 0; k < h->size; k++)
         loss += h->gathered[k].rec.loss, correct += h->gathered[k].rec.correct;
@@ -894,7 +1007,10 @@ int hetring_step(hetring *h, const hetring_grads *g, hetring_result *res) {
                                 .t_comm = hr_now() - t0,
                                 .buckets = buckets,
                                 .early = early};
-    h->iter++;
+    h->iter++; /* the commit, skipped or not: the samples count as used (I8) */
     h->boundary = 1;
-    return HETRING_OK;
+    if (finite) return HETRING_OK;
+    h->skipped++;
+    HR_WARN(TRAIN, "%s; %ld step(s) skipped", h->err, h->skipped);
+    return HETRING_SKIPPED;
 }

@@ -11,8 +11,9 @@
  *         // compute the gradient SUMS over samples b.indices[0 .. b.batch) (global dataset
  *         // indices), time that compute (seconds), then:
  *         int st = hetring_step(h, &grads, &res);
- *         if (st == HETRING_RETRY) continue; // the view changed: run the iteration again
- *         if (st != HETRING_OK) break;       // hetring_last_error(h) says why
+ *         if (st == HETRING_RETRY) continue;   // the view changed: run the iteration again
+ *         if (st == HETRING_SKIPPED) continue; // not finite, nonfinite = skip: no update
+ *         if (st != HETRING_OK) break;         // hetring_last_error(h) says why
  *         // grads' buffers now hold the global mean gradient (sum / B): take your step
  *     }
  *
@@ -37,6 +38,14 @@
  *    callbacks, checked by a hash of every member's get_state after the transfer. A run
  *    resumed from your own checkpoint (hetring_options.start_iter) goes on from that
  *    iteration's cursor, and nodes that resumed nothing receive the state.
+ *  - nothing trained on NaN: each node checks its own buffers (as hetring_ready or
+ *    hetring_step takes them) and loss_sum before the all-reduce and says so in its stats, and
+ *    every node checks the summed gradient and loss after it. A step that is not finite stops
+ *    every node with HETRING_ENONFINITE ([train] nonfinite = error, the default) or is skipped
+ *    with HETRING_SKIPPED (nonfinite = skip: the iteration is done, its samples count as used,
+ *    as PyTorch AMP's GradScaler skips a step); either way hetring_last_error names the
+ *    iteration and hetring_nonfinite the nodes whose share was not finite, the same on every
+ *    node.
  *
  * Errors: every call returns a hetring_status (0 is success); hetring_strerror names it and
  * hetring_last_error(h) gives the detailed message of the handle's last failure. Nothing in
@@ -87,11 +96,19 @@ typedef enum {
     HETRING_EMISMATCH = 10,    /* replicas or decisions differ between nodes (I4, I5) */
     HETRING_EVIEW = 11,        /* the membership view changed under a collective */
     HETRING_EUNSUPPORTED = 12, /* not available in this build */
+    HETRING_ENONFINITE = 13,   /* hetring_step: the step's global gradient or loss was not finite
+                                * (NaN, inf) and [train] nonfinite = error: every node stops,
+                                * nothing applied (hetring_nonfinite names the culprits) */
     HETRING_RETRY = 100,       /* the view changed during hetring_step: the iteration's
                                 * gradients were dropped; call hetring_next and compute again */
     HETRING_DONE = 101,        /* hetring_next: the run's iterations are done */
     HETRING_LEFT = 102,        /* hetring_next: this node left the cluster (hetring_leave) */
-    HETRING_ECLOSED = 103      /* the handle was closed (hetring_close) */
+    HETRING_ECLOSED = 103,     /* the handle was closed (hetring_close) */
+    HETRING_SKIPPED = 104      /* hetring_step with [train] nonfinite = skip: the step's global
+                                * gradient or loss was not finite. The iteration is done (the
+                                * cursor moved on, its samples count as used, res is filled,
+                                * the same on every node) but its gradient must not be applied:
+                                * skip your optimizer step and call hetring_next */
 } hetring_status;
 
 /* A membership view, as the on_view callback sees it. */
@@ -241,7 +258,10 @@ HETRING_API HETRING_RESULT int hetring_allreduce(hetring *h, float *buf, size_t 
 /* All-reduce g's buffers over the cluster with the stats of this node, check the agreement
  * hashes, run the controller and return the mean gradient in g->bufs and the next split.
  * HETRING_RETRY: a node failed and the others formed a new view (your put_state may have
- * run): call hetring_next and compute the iteration again. res may be NULL. */
+ * run): call hetring_next and compute the iteration again. res may be NULL.
+ * A share (g's buffers, g->loss_sum) or a sum that is not finite: HETRING_SKIPPED with
+ * [train] nonfinite = skip (g->bufs then hold the mean, not finite: do not apply it), else
+ * HETRING_ENONFINITE, which ends the node as every error does. */
 HETRING_API HETRING_RESULT int hetring_step(hetring *h, const hetring_grads *g,
                                             hetring_result *res);
 
@@ -263,6 +283,15 @@ HETRING_API long hetring_iterations(const hetring *h);
  * them into out (out may be NULL with max 0). Returns how many members that iteration had, 0
  * before the first step. The same on every node. */
 HETRING_API int hetring_members(const hetring *h, hetring_member *out, int max);
+
+/* The nodes whose share (buffers or loss_sum) was not finite before the all-reduce of the last
+ * step that returned HETRING_SKIPPED or HETRING_ENONFINITE: the first max ids into out (out
+ * may be NULL with max 0); returns how many, the same on every node. 0 with such a step: every
+ * share was finite and their sum overflowed. */
+HETRING_API int hetring_nonfinite(const hetring *h, long *out, int max);
+
+/* Steps this handle skipped because they were not finite ([train] nonfinite = skip). */
+HETRING_API long hetring_skipped(const hetring *h);
 
 /* The detailed message of the handle's last failure ("" when none). */
 HETRING_API const char *hetring_last_error(const hetring *h);

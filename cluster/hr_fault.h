@@ -15,7 +15,10 @@
  * cpu, is the GPU emulated on the host, trainer/device.h, each operation ARG ms late); for the NCCL
  * path (cluster/nccl_path.h): fake_nccl (the node's NCCL is the recording fake of
  * cluster/nccl_fake.c, whatever the build has), nccl_init_fail (its NCCL init of the view with
- * epoch ARG fails) and nccl_error (its NCCL all-reduce of iteration ARG fails, once). Hooks exist
+ * epoch ARG fails) and nccl_error (its NCCL all-reduce of iteration ARG fails, once); for
+ * [train] nonfinite (cluster/hetring.c): nan_grad (the first float of every buffer the node
+ * hands over at iteration ARG becomes NaN), big_grad (3e38 instead: finite, but two nodes' sum
+ * is not) and nan_loss (its loss sum of iteration ARG is NaN). Hooks exist
  * only in builds configured with -DHETRING_TEST_HOOKS=ON (the default, so that ctest can use them);
  * elsewhere hr_fault_get always reports "no fault".
  */

@@ -130,6 +130,10 @@ static const key_spec g_keys[] = {
      "gradient bucket: each is all-reduced as soon as backward has it, overlapping the rest "
      "of backward; 0 all-reduces once after backward; auto: 1 MiB buckets when every node "
      "has a core to spare for its communication thread, else 0"},
+    {"train", "nonfinite", T_ENUM, G(nonfinite), 0, 0, 0, "error|skip", "error", 0,
+     "a step whose global gradient or loss is not finite (NaN, inf): error stops every node, "
+     "naming the iteration and the nodes whose share was not finite; skip drops its update "
+     "(its samples count as used) and counts it in the metrics"},
 
     {"controller", "policy", T_ENUM, G(policy), 0, 0, 0, "static|proportional|pid|model|epoch",
      "model", 0, "batch-size controller; static is the plain BSP baseline"},

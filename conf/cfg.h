@@ -43,6 +43,7 @@ typedef enum {
     CFG_DATA_CSV                   /* data_dir names a CSV file: label first, then features */
 } cfg_dataset;
 typedef enum { CFG_LR_CONSTANT, CFG_LR_STEP, CFG_LR_COSINE } cfg_lr_schedule;
+typedef enum { CFG_NONFINITE_ERROR, CFG_NONFINITE_SKIP } cfg_nonfinite;
 typedef enum {
     CFG_POLICY_STATIC,
     CFG_POLICY_PROPORTIONAL,
@@ -115,6 +116,8 @@ typedef struct {
     long hash_interval;          /* iterations between replica hash checks (I4) */
     long bucket_bytes;           /* gradient bucket overlapped with backward; 0 = one all-reduce;
                                   * CFG_AUTO: chosen while training (cluster/overlap.h) */
+    int nonfinite;               /* cfg_nonfinite: a step whose global gradient or loss is
+                                  * not finite stops the run or is skipped */
     /* [controller] */
     int policy;        /* cfg_policy */
     long interval;     /* iterations between batch-size decisions */

@@ -155,7 +155,7 @@ static hr_status peer_step(trainer *t, train_iter *out) {
     train_exchange x = {.compute_s = t1 - t0, .loss_sum = ms.loss_sum, .correct = ms.correct};
     HR_CHECK(p->exchange(p->ctx, &x));
     opt_scalars sc = opt_scalars_at(&t->opt, B, i);
-    HR_CHECK(device_step(&t->dev, &sc));
+    if (!x.skipped) HR_CHECK(device_step(&t->dev, &sc)); /* a skipped step: no update */
     t->peer_buckets = x.buckets;
     t->iter++;
     if (out) {
@@ -164,9 +164,16 @@ static hr_status peer_step(trainer *t, train_iter *out) {
         out->lr = opt_lr(&t->opt, i);
         out->t_compute = t1 - t0, out->t_node = x.t_node, out->t_comm = x.t_comm;
         out->t_iter = hr_now() - t0, out->factor = x.factor;
-        out->changed = x.changed;
+        out->changed = x.changed, out->skipped = x.skipped;
     }
     return HR_OK;
+}
+
+/* What of a run alone's step is not finite (TRAIN_NONFINITE_* bits): its loss sum, rounded
+ * to a float as a cluster's stats carry it, and its gradient sums. */
+static int nonfinite_of(const trainer *t, double loss_sum) {
+    return (train_all_finite(t->m.grads, (size_t)t->m.n_params) ? 0 : TRAIN_NONFINITE_GRAD) |
+           (isfinite((float)loss_sum) ? 0 : TRAIN_NONFINITE_LOSS);
 }
 
 /* train_step alone: the whole batch on this node (its split is {B}), and no exchange. */
@@ -183,8 +190,14 @@ static hr_status local_step(trainer *t, train_iter *out) {
     if (factor > 1.0) hr_sleep((factor - 1.0) * (t1 - t0));
     double t2 = hr_now();
 
+    const int nonfinite = nonfinite_of(t, ms.loss_sum);
+    if (out) out->nonfinite = nonfinite, out->skipped = nonfinite != 0;
+    if (nonfinite && !t->conf.skip_nonfinite) {
+        if (out) out->iter = i;
+        return HR_ERR_NONFINITE; /* nothing applied, the cursor stays: the run stops */
+    }
     opt_scalars sc = opt_scalars_at(&t->opt, B, i);
-    HR_CHECK(device_step(&t->dev, &sc));
+    if (!nonfinite) HR_CHECK(device_step(&t->dev, &sc));
 
     /* the loss sum rounded to a float, as a cluster's stats carry it, so that one node reports
      * what the same run on several nodes does */
@@ -199,6 +212,7 @@ static hr_status local_step(trainer *t, train_iter *out) {
         out->t_compute = t1 - t0, out->t_node = t2 - t0, out->t_comm = 0;
         out->t_iter = hr_now() - t0, out->factor = factor;
         out->changed = 0;
+        out->nonfinite = nonfinite, out->skipped = nonfinite != 0;
     }
     return HR_OK;
 }
@@ -367,6 +381,18 @@ uint64_t train_hash_floats(const float *v, long n) {
     return h ^ (h >> 33);
 }
 
+int train_all_finite(const float *v, size_t n) {
+    /* on the bits: an exponent of all ones is inf or NaN; integer ops vectorise, and no
+     * floating-point exception is raised */
+    uint32_t bad = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t w;
+        memcpy(&w, v + i, sizeof w);
+        bad |= (w & 0x7f800000u) == 0x7f800000u;
+    }
+    return !bad;
+}
+
 uint64_t train_state_hash(const trainer *t) {
     uint64_t h = train_hash_floats(t->m.params, t->m.n_params);
     h = (h ^ train_hash_floats(t->opt.vel, t->m.n_params)) * 0xff51afd7ed558ccdull;
@@ -408,9 +434,9 @@ static void write_metrics(FILE *f, const trainer *t, const train_opts *o, const 
     fprintf(f, "],\"t\":[");
     for (int k = 0; k < t->n_nodes; k++) fprintf(f, "%s%.6g", k ? "," : "", t->gathered[k].t);
     fprintf(f,
-            "],\"changed\":%d,\"t_compute\":%.6g,\"t_comm\":%.6g,\"t_iter\":%.6g,\"factor\":%g,"
-            "\"wall_s\":%.6g",
-            r->changed, r->t_compute, r->t_comm, r->t_iter, r->factor, wall);
+            "],\"changed\":%d,\"skipped\":%d,\"t_compute\":%.6g,\"t_comm\":%.6g,"
+            "\"t_iter\":%.6g,\"factor\":%g,\"wall_s\":%.6g",
+            r->changed, r->skipped, r->t_compute, r->t_comm, r->t_iter, r->factor, wall);
     if (evaluated) {
         fputc(',', f);
         json_num(f, "eval_loss", eval_loss);
@@ -541,6 +567,21 @@ static void report_iteration(run_report *rr, const trainer *t, const train_iter 
     rr->last_print = now, rr->last_iter = t->iter;
 }
 
+/* "gradient is", "loss is", "gradient and loss are": what a step alone found not finite. */
+static const char *nonfinite_what(int bits) {
+    if (bits == (TRAIN_NONFINITE_GRAD | TRAIN_NONFINITE_LOSS)) return "gradient and loss are";
+    return bits == TRAIN_NONFINITE_LOSS ? "loss is" : "gradient is";
+}
+
+/* A run alone stops before the update of a step that is not finite. */
+static hr_status nonfinite_error(const trainer *t, const train_iter *r, char *err, size_t errlen) {
+    return hr_fail(err, errlen, HR_ERR_NONFINITE,
+                   "iteration %ld: the %s not finite (NaN or inf); stopping before its update "
+                   "([train] nonfinite = error; skip would skip such steps). Try a smaller "
+                   "[train] lr (now %g)",
+                   r->iter, nonfinite_what(r->nonfinite), t->conf.opt.lr);
+}
+
 /* One iteration of the run: the step and its divergence check, then evaluation, report and
  * checkpoint where they are due. Allocates nothing. */
 static hr_status run_iteration(trainer *t, const train_opts *o, run_report *rr, train_result *res,
@@ -549,8 +590,15 @@ static hr_status run_iteration(trainer *t, const train_opts *o, run_report *rr, 
     const int rank0 = t->rank == 0;
     train_iter r = {0};
     if (o && o->on_iter) o->on_iter(o->on_iter_ctx, t->iter);
-    HR_CHECK(train_step(t, &r));
-    if (!isfinite(r.loss))
+    hr_status st = train_step(t, &r);
+    if (st == HR_ERR_NONFINITE && r.nonfinite) return nonfinite_error(t, &r, err, errlen);
+    HR_CHECK(st);
+    if (r.skipped) {
+        res->skipped++;
+        if (!t->has_peer) /* a peer's library said it on every node */
+            HR_WARN(TRAIN, "iteration %ld skipped: its %s not finite ([train] nonfinite = skip)",
+                    r.iter, nonfinite_what(r.nonfinite));
+    } else if (!isfinite(r.loss))
         return hr_fail(err, errlen, HR_ERR_DATA,
                        "iteration %ld: the loss is %g; training diverged (try a smaller [train] "
                        "lr, now %g)",
@@ -590,6 +638,7 @@ static hr_status write_summary(const trainer *t, const train_result *r, const tr
             t->conf.model.name, desc, t->conf.data.name, t->n_nodes);
     fprintf(f, "  \"global_batch\": %ld,\n  \"gradient_buckets\": %d,\n", train_global_batch(t),
             t->has_peer ? t->peer_buckets : 1);
+    fprintf(f, "  \"skipped_steps\": %ld,\n", r->skipped);
     fprintf(f, "  \"final_iteration\": %ld", t->iter);
     if (o && o->tag) o->tag(o->member_ctx, t, f, 1);
     fputs("\n}\n", f);

@@ -73,6 +73,8 @@ typedef struct {
     const device_ops *device; /* where the model computes (device.h); NULL: the CPU */
     int device_index;         /* cuda:N's N */
     double device_delay_s;    /* the emulated device's delay per operation (tests) */
+    int skip_nonfinite;       /* a step whose gradient or loss is not finite: 1 skips its
+                               * update (its samples count as used), 0 stops the run */
 } train_config;
 
 /* ---------------------------------------------------------------- one iteration */
@@ -109,6 +111,8 @@ typedef struct {
     double t_comm;    /* out: seconds of the exchange */
     int changed;      /* out: the next split differs from this one */
     int buckets;      /* out: all-reduces the gradient went in */
+    int skipped;      /* out: the cluster's gradient or loss was not finite and the peer
+                       * skips the step: the iteration is done, its update must not be made */
 } train_exchange;
 
 typedef struct {
@@ -136,7 +140,12 @@ typedef struct {
     double t_iter;    /* this node's wall seconds for the whole iteration */
     double factor;    /* emulated stretch factor applied */
     int changed;      /* the decision after this iteration changed the split */
+    int skipped;      /* its gradient or loss was not finite: no update (skip_nonfinite) */
+    int nonfinite;    /* TRAIN_NONFINITE_* bits of a run alone: what was not finite */
 } train_iter;
+
+/* What a run alone found not finite in a step (train_iter.nonfinite). */
+enum { TRAIN_NONFINITE_GRAD = 1, TRAIN_NONFINITE_LOSS = 2 };
 
 typedef struct {
     train_config conf;    /* settings (strings borrowed); conf.global_batch is B */
@@ -211,6 +220,9 @@ hr_status train_state_unpack(trainer *t, const void *blob, size_t bytes, char *e
 uint64_t train_state_hash(const trainer *t);
 /* The same hash of any float array (the parameter agreement check uses it). */
 uint64_t train_hash_floats(const float *v, long n);
+/* Whether all n floats of v are finite (no NaN, no inf): the check of a gradient, a node's
+ * share and a cluster's sum alike ([train] nonfinite). */
+int train_all_finite(const float *v, size_t n);
 
 /* The device's gradient (n_params floats of device memory, device.h), where an NCCL view
  * all-reduces it; NULL on the CPU. */
@@ -226,7 +238,11 @@ double train_stretch_factor(const train_stretch *s, long iter);
  * momentum, iteration); the gradient buffer is overwritten. */
 hr_status train_probe(trainer *t, long b, double *seconds);
 
-/* Run iteration t->iter and advance: alone, the whole batch; with a peer, its slice. */
+/* Run iteration t->iter and advance: alone, the whole batch; with a peer, its slice. A step
+ * whose gradient or loss is not finite (alone: this node's; with a peer: the cluster's, the
+ * peer decides) makes no update: with skip_nonfinite it advances with out->skipped set (its
+ * samples count as used), else it returns HR_ERR_NONFINITE and does not advance (alone,
+ * out->nonfinite says what was not finite; a peer says why itself). */
 hr_status train_step(trainer *t, train_iter *out);
 
 /* Loss and accuracy of the current parameters on the held-out split (all of it). */
@@ -275,6 +291,7 @@ typedef struct {
     double eval_accuracy; /* held-out accuracy at the end (classification) */
     int emulated;         /* the run emulated heterogeneity */
     int left;             /* after_iter ended the run early (this node left the cluster) */
+    long skipped;         /* iterations of this call whose update was skipped (not finite) */
 } train_result;
 
 /* The whole run: resume from conf.checkpoint when the file exists (unless train_load has

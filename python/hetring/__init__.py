@@ -14,7 +14,9 @@ cluster an INI file describes:
 hetring.torch wraps this for a PyTorch model and optimizer (a sampler, a step helper, the
 state transfer of model and optimizer when a node joins).
 
-Errors raise hetring.Error (with .status); a node that left raises hetring.Left.
+Errors raise hetring.Error (with .status); a node that left raises hetring.Left, a step whose
+global gradient or loss is not finite hetring.NonFinite ([train] nonfinite = error; with skip,
+step() returns a Result whose .skipped is True: do not apply it).
 The library is found through HETRING_LIB, next to this package, or on the system path.
 """
 import ctypes
@@ -23,8 +25,8 @@ import os
 from . import _lib
 
 __version__ = "0.3.1"
-__all__ = ["Node", "Error", "Left", "Batch", "ini_text", "library_version", "hash_bytes",
-           "__version__"]
+__all__ = ["Node", "Error", "Left", "NonFinite", "Batch", "ini_text", "library_version",
+           "hash_bytes", "__version__"]
 
 _L = None
 
@@ -103,6 +105,16 @@ class Left(Error):
     """This node left the cluster (Node.leave)."""
 
 
+class NonFinite(Error):
+    """A step's global gradient or loss was not finite ([train] nonfinite = error): every node
+    stops. .iter is the iteration, .nodes the ids of the nodes whose share was not finite
+    (empty: every share was finite and their sum overflowed)."""
+
+    def __init__(self, status, message, iter, nodes):
+        super().__init__(status, message)
+        self.iter, self.nodes = iter, nodes
+
+
 class Batch:
     """This node's part of one iteration."""
 
@@ -115,10 +127,12 @@ class Batch:
 
 
 class Result:
-    """What an iteration did (the same on every node but the t_ fields)."""
+    """What an iteration did (the same on every node but the t_ fields). skipped: its global
+    gradient or loss was not finite and [train] nonfinite = skip: the iteration is done but its
+    gradient must not be applied; nonfinite_nodes: the nodes whose share was not finite."""
 
     __slots__ = ("iter", "loss", "accuracy", "next_batch", "changed", "t_compute", "t_node",
-                 "t_comm", "buckets", "early")
+                 "t_comm", "buckets", "early", "skipped", "nonfinite_nodes")
 
 
 class Node:
@@ -283,12 +297,32 @@ class Node:
         self._reraise()
         if st == _lib.RETRY:
             return None
-        if st != _lib.OK:
+        if st == _lib.ENONFINITE:
+            raise NonFinite(st, f"hetring: {self.last_error()}", self._batch.iter,
+                            self.nonfinite_nodes())
+        if st not in (_lib.OK, _lib.SKIPPED):
             self._fail(st)
         r = Result()
-        for f in Result.__slots__:
+        for f in Result.__slots__[:-2]:
             setattr(r, f, getattr(self._res, f))
+        r.skipped = st == _lib.SKIPPED
+        r.nonfinite_nodes = self.nonfinite_nodes() if r.skipped else []
         return r
+
+    def nonfinite_nodes(self):
+        """The ids of the nodes whose share was not finite in the last step that was skipped
+        or stopped as not finite ([] when every share was finite and their sum overflowed)."""
+        if not self._L.has_nonfinite:
+            return []
+        n = self._L.hetring_nonfinite(self._h, None, 0)
+        arr = (ctypes.c_long * max(n, 1))()
+        n = min(n, self._L.hetring_nonfinite(self._h, arr, n))
+        return list(arr[:n])
+
+    @property
+    def skipped(self):
+        """Steps this node skipped as not finite ([train] nonfinite = skip)."""
+        return self._L.hetring_skipped(self._h) if self._L.has_nonfinite else 0
 
     def members(self):
         """Every member's part in the last iteration completed, in ring order: a list of

@@ -11,10 +11,12 @@ import os
 OK = 0
 EINVAL = 1
 EMISMATCH = 10
+ENONFINITE = 13
 RETRY = 100
 DONE = 101
 LEFT = 102
 ECLOSED = 103
+SKIPPED = 104
 
 _SONAME = "libhetring.so.0"
 
@@ -172,5 +174,12 @@ def load():
     if lib.has_allreduce:
         lib.hetring_allreduce.restype = ctypes.c_int
         lib.hetring_allreduce.argtypes = [h, ctypes.c_void_p, ctypes.c_size_t]
+    # newer still: steps that are not finite ([train] nonfinite)
+    lib.has_nonfinite = hasattr(lib, "hetring_nonfinite")
+    if lib.has_nonfinite:
+        lib.hetring_nonfinite.restype = ctypes.c_int
+        lib.hetring_nonfinite.argtypes = [h, ctypes.POINTER(ctypes.c_long), ctypes.c_int]
+        lib.hetring_skipped.restype = ctypes.c_long
+        lib.hetring_skipped.argtypes = [h]
     lib.path = path
     return lib

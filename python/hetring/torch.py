@@ -63,9 +63,15 @@ share still runs forward and backward on its empty batch and takes part.
 Gradient clipping and the learning rate: before_step(trainer) runs after the all-reduce, when
 every .grad holds the global mean, and before optimizer.step(): clip there
 (torch.nn.utils.clip_grad_norm_ clips the global gradient, the same on every node). A
-scheduler given as scheduler= is stepped after every applied optimizer step (never for an
-iteration that runs again) and its state moves with the model's to a node that joins and into
-save().
+scheduler given as scheduler= is stepped after every applied optimizer step and every step
+skipped as not finite (never for an iteration that runs again) and its state moves with the
+model's to a node that joins and into save().
+
+Steps that are not finite: a NaN or an inf in any node's loss or gradient, or a global sum that
+overflows, stops every node with hetring.NonFinite naming the iteration and the nodes ([train]
+nonfinite = error, the default), or with nonfinite = skip skips the optimizer step on every
+node, as AMP's GradScaler does (trainer.skipped counts them; the iteration's samples count as
+used).
 
 Overlap (overlap=True, the default without sync_bn): a hook on every parameter hands its
 gradient to the library as soon as backward has accumulated it (hetring_ready), so where the
@@ -383,7 +389,7 @@ class Trainer:
     SyncBatchNorm layers already is synchronised without it.
     before_step(trainer): called after the all-reduce (every .grad the global mean) and
     before optimizer.step(): the place to clip gradients.
-    scheduler: a learning-rate scheduler stepped after every applied optimizer step, whose
+    scheduler: a learning-rate scheduler stepped after every applied (or skipped) step, whose
     state moves and is saved with the model's and the optimizer's.
     resume: a file that save() wrote: when it exists, the model and optimizer start from it
     (and start_iter is its iteration); when it does not, the run starts afresh.
@@ -458,6 +464,7 @@ class Trainer:
         self._hooks = []
         self.done = start_iter  # iterations the model holds: what save() records
         self.left = False       # this node left the cluster (leave(), leave_on)
+        self.skipped = 0        # steps skipped as not finite ([train] nonfinite = skip)
         self._signals = {}
         for m in self.sync_bn:
             m._comm = self._allreduce
@@ -657,6 +664,13 @@ class Trainer:
         next batch size, its compute and communication seconds), or None when the view
         changed during the all-reduce: the iteration must run again (batches() gives its new
         indices), and nothing was applied.
+
+        A global gradient or loss that is not finite (a NaN or an inf in any node's share, or
+        a sum that overflows) raises hetring.NonFinite on every node ([train] nonfinite =
+        error, the default; .iter and .nodes say where), or with nonfinite = skip returns the
+        Result with .skipped True: as AMP's GradScaler skips a step, the optimizer is not
+        stepped and the buffers stay as the iteration found them, the iteration's samples
+        count as used, the scheduler is stepped, and .skipped counts it.
         """
         b = self.batch
         if b is None:
@@ -691,6 +705,9 @@ class Trainer:
         self._live = None
         try:
             res = self.node.step(live.bufs, compute_s, loss_sum, correct, h)
+        except hetring.NonFinite:
+            self._restore()  # nothing of the iteration is applied on any node
+            raise
         except hetring.Error as e:
             if e.status != hetring._lib.EMISMATCH or not b.check_hash:
                 raise
@@ -701,6 +718,13 @@ class Trainer:
         if res is None:
             self._restore()  # the iteration runs again from the buffers it found
             return None
+        if res.skipped:  # not finite, nonfinite = skip: committed, nothing of it applied
+            self._restore()
+            self.skipped += 1
+            if self.scheduler is not None:
+                self.scheduler.step()  # the schedule follows the iterations, as AMP's loops do
+            self.done = res.iter + 1
+            return res
         self._apply_buffers()
         if self.staged is not None:
             for p, v in zip(self.params, live.targets):

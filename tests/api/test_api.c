@@ -32,6 +32,15 @@
  *   test_api leave_open  node 0 of 3 alone waits in hetring_open for a quorum; a signal
  *                     handler sets the options' leave_flag and hetring_open returns
  *                     HETRING_LEFT at once instead of after rejoin_timeout
+ *   test_api nonfinite, nonfinite_skip  three nodes with buckets of 64 bytes; node 1 hands
+ *                     over a count buffer holding an inf with hetring_ready at iteration 4,
+ *                     node 2's loss_sum is NaN at 7, and at 10 every node's w gradient holds
+ *                     3e38, finite, whose sum is not. With nonfinite = error every node's
+ *                     hetring_step returns HETRING_ENONFINITE at iteration 4 naming node 1,
+ *                     nothing applied and the node ended; with skip each of the three returns
+ *                     HETRING_SKIPPED on every node with its culprits (1; 2; none), the
+ *                     cursor goes on (every iteration run once), 37 steps are applied and the
+ *                     replicas' hashes agree
  *   test_api plan     one node, 200 buffers: bucket_bytes = 4 asks for a bucket per buffer,
  *                     and the plan grows its buckets to stay within the communication
  *                     thread's job table (every buffer still comes back as sum / B);
@@ -554,6 +563,120 @@ static int run_node(const node_args *a) {
     return check_exit();
 }
 
+/* ================================================================ steps not finite */
+
+#define NF_GRAD 4  /* node 1's count buffer holds an inf (handed over by hetring_ready) */
+#define NF_LOSS 7  /* node 2's loss_sum is NaN */
+#define NF_SUM  10 /* every node's w gradient holds 3e38: finite shares, a sum that is not */
+
+static int nonfinite_skip; /* test_api nonfinite_skip: [train] nonfinite = skip */
+
+/* What a step not finite must say on every node: its status, the culprits, the message. */
+static void nonfinite_expect(hetring *h, long id, long iter, int st) {
+    const int want = nonfinite_skip ? HETRING_SKIPPED : HETRING_ENONFINITE;
+    const long culprit = iter == NF_GRAD ? 1 : iter == NF_LOSS ? 2 : -1;
+    long ids[3] = {-1, -1, -1};
+    const int n = hetring_nonfinite(h, ids, 3);
+    const char *e = hetring_last_error(h);
+    char who[64], at[32];
+    snprintf(who, sizeof who, "node %ld (%s)", culprit, iter == NF_GRAD ? "gradient" : "loss");
+    snprintf(at, sizeof at, "iteration %ld: ", iter);
+    printf("node %ld, iteration %ld: status %d, %d culprit(s): %s\n", id, iter, st, n, e);
+    CHECK(st == want, "node %ld, iteration %ld: status %d, expected %d (%s)", id, iter, st, want,
+          e);
+    CHECK(culprit < 0 ? n == 0 : n == 1 && ids[0] == culprit,
+          "node %ld, iteration %ld: %d culprits, the first %ld; expected %ld", id, iter, n, ids[0],
+          culprit);
+    CHECK(strstr(e, at) && strstr(e, culprit < 0 ? "their sum overflowed" : who),
+          "node %ld: the message names neither iteration %ld nor the culprit: %s", id, iter, e);
+}
+
+static int nonfinite_node(const char *ini, long id) {
+    model m = {{0}, 0, 0, 0, 0, 0};
+    const char *sets[] = {"train.bucket_bytes=64",
+                          nonfinite_skip ? "train.nonfinite=skip" : "train.nonfinite=error", NULL};
+    hetring_options o;
+    hetring_options_init(&o);
+    o.conf = ini, o.node_id = id, o.set = sets;
+    o.cb = (hetring_callbacks){.user = &m, .get_state = get_state, .put_state = put_state};
+    hetring *h;
+    char err[512];
+    int st = hetring_open(&h, &o, err, sizeof err);
+    CHECK(st == HETRING_OK, "node %ld: open: %s", id, err);
+    if (st != HETRING_OK) return 1;
+    float g[D], count[SAMPLES];
+    float *bufs[2] = {g, count};
+    size_t counts[2] = {D, SAMPLES};
+    int runs[ITERS] = {0}, odd = 0;
+    hetring_batch b;
+    while ((st = hetring_next(h, &b)) == HETRING_OK) {
+        runs[b.iter]++;
+        hetring_grads gr = {.bufs = bufs, .counts = counts, .n_bufs = 2};
+        memset(count, 0, sizeof count);
+        for (long s = 0; s < b.batch; s++) count[b.indices[s]] += 1;
+        if (b.iter == NF_GRAD && id == 1) count[b.indices[0]] = INFINITY;
+        if (id == 1) CHECK(hetring_ready(h, &gr, 1) == HETRING_OK, "ready(1)");
+        for (int j = 0; j < D; j++) g[j] = 0;
+        for (long s = 0; s < b.batch; s++)
+            for (int j = 0; j < D; j++) g[j] += m.w[j] - x_of(b.indices[s], j);
+        if (b.iter == NF_SUM) g[0] = 3e38f;
+        gr.compute_s = 2e-4 * (double)b.batch;
+        gr.loss_sum = b.iter == NF_LOSS && id == 2 ? NAN : (double)b.batch;
+        gr.param_hash = b.check_hash ? hetring_hash(m.w, sizeof m.w, 0) : 0;
+        hetring_result r = {0};
+        st = hetring_step(h, &gr, &r);
+        const int bad = b.iter == NF_GRAD || b.iter == NF_LOSS || b.iter == NF_SUM;
+        if (bad) nonfinite_expect(h, id, b.iter, st);
+        if (!bad)
+            CHECK(st == HETRING_OK, "node %ld, step %ld: %s", id, b.iter, hetring_last_error(h));
+        if (st == HETRING_SKIPPED) {
+            odd += r.iter != b.iter; /* committed: res filled, nothing applied */
+            continue;
+        }
+        if (st != HETRING_OK) break;
+        for (int j = 0; j < D; j++) m.w[j] -= 0.5f * g[j];
+        m.steps++;
+    }
+    long once = 0;
+    for (int i = 0; i < ITERS; i++) once += runs[i] == 1;
+    if (nonfinite_skip) {
+        CHECK(st == HETRING_DONE && once == ITERS && odd == 0 && m.steps == ITERS - 3 &&
+                  hetring_skipped(h) == 3,
+              "node %ld: ended with %d, %ld iterations run once, %ld steps applied, %ld "
+              "skipped, %d results of another iteration: %s",
+              id, st, once, m.steps, hetring_skipped(h), odd, hetring_last_error(h));
+    } else {
+        CHECK(st == HETRING_ENONFINITE && m.steps == NF_GRAD && once == NF_GRAD + 1 &&
+                  hetring_next(h, &b) == HETRING_ENONFINITE && hetring_skipped(h) == 0,
+              "node %ld: ended with %d after %ld steps (%ld iterations run); the node must stay "
+              "ended",
+              id, st, m.steps, once);
+    }
+    printf("node %ld: %ld steps applied, %ld skipped, w[0] %.6f\n", id, m.steps, hetring_skipped(h),
+           m.w[0]);
+    hetring_free(h);
+    return check_exit();
+}
+
+static int nonfinite(const char *dir, int port) {
+    const char *ini = write_ini(dir, 3, port, "");
+    pid_t p[3];
+    for (int k = 0; k < 3; k++) {
+        fflush(stdout);
+        if ((p[k] = fork()) == 0) {
+            int rc = nonfinite_node(ini, k);
+            fflush(stdout);
+            _exit(rc);
+        }
+    }
+    for (int k = 0; k < 3; k++) {
+        int ws;
+        CHECK(waitpid(p[k], &ws, 0) == p[k] && WIFEXITED(ws) && WEXITSTATUS(ws) == 0,
+              "node %d failed", k);
+    }
+    return check_exit();
+}
+
 static pid_t spawn(const node_args *a) {
     fflush(stdout);
     pid_t p = fork();
@@ -643,7 +766,7 @@ static int resume(const char *dir, int port) {
 int main(int argc, char **argv) {
     if (argc < 2) {
         fprintf(stderr, "usage: test_api misuse|text|ring|rejoin|leave|overlap|overlap_rejoin|plan|"
-                        "resume|leave_open\n");
+                        "resume|leave_open|nonfinite|nonfinite_skip\n");
         return 2;
     }
     signal(SIGPIPE, SIG_IGN);
@@ -654,6 +777,8 @@ int main(int argc, char **argv) {
     if (strcmp(argv[1], "misuse") == 0) rc = misuse(dir, port);
     if (strcmp(argv[1], "text") == 0) rc = text(dir, port);
     if (strcmp(argv[1], "plan") == 0) rc = plan(dir, port);
+    if (strcmp(argv[1], "nonfinite") == 0) rc = nonfinite(dir, port);
+    if (strcmp(argv[1], "nonfinite_skip") == 0) nonfinite_skip = 1, rc = nonfinite(dir, port);
     if (strcmp(argv[1], "resume") == 0) rc = resume(dir, port);
     if (strcmp(argv[1], "leave_open") == 0) rc = leave_open(dir, port);
     if (strcmp(argv[1], "ring") == 0) rc = ring(dir, port, 0, 0);
