@@ -49,6 +49,8 @@
 # With EMU=ID:MS in the environment, node ID is a GPU node (device = cuda:0) whose GPU is the
 # host emulation of the test hooks (trainer/device.h), each device operation MS ms late: the
 # same scenarios then check that a GPU node keeps every invariant, killed and rejoined included.
+# Where a node is restarted while the others train (kill, phases, donor, twojoin, late), every
+# node sleeps 2 ms a step (PACE, below), as stop, stop0 and restart0 do.
 # After each, every final member's parameters hash the same, every iteration 0..N-1 is
 # recorded exactly once by each node that ran to the end (I8) with a split summing to B, and
 # the loss follows the uninterrupted one-node run with the same seed and B (I3).
@@ -82,15 +84,21 @@ pids=()
 trap 'kill -KILL "${pids[@]}" 2>/dev/null; rm -rf "$tmp"; port_release' EXIT
 # start ID [ENV...]: node ID in the background (its pid in pids[ID], the hetring process
 # itself, so that signals reach it), its metrics appended to m-ID.jsonl
+# With PACE=1 every node sleeps 2 ms a step (the test fault sleep), so that however fast or
+# loaded the machine, the others are still training when a restarted node comes back: 3000
+# steps of 4 nodes took 3.2 s here, and a loaded machine's restart (0.8 s idle) could come
+# after the end (the run ended without the rejoin the scenario is about)
 start() {
-  local id=$1 i found=0
+  local id=$1 i found=0 more=""
   shift
   local envs=("$@")
-  if [ -n "${EMU:-}" ]; then # the emulated GPU joins the node's other test faults
+  [ -n "${EMU:-}" ] && more="$more,emu_device:$EMU" # the emulated GPU joins the other faults
+  [ -n "${PACE:-}" ] && more="$more,sleep:*:0.002"
+  if [ -n "$more" ]; then
     for i in "${!envs[@]}"; do
-      case ${envs[$i]} in HETRING_FAULT=*) envs[$i]="${envs[$i]},emu_device:$EMU" found=1 ;; esac
+      case ${envs[$i]} in HETRING_FAULT=*) envs[$i]="${envs[$i]}$more" found=1 ;; esac
     done
-    [ $found = 1 ] || envs+=("HETRING_FAULT=emu_device:$EMU")
+    [ $found = 1 ] || envs+=("HETRING_FAULT=${more#,}")
   fi
   env "${envs[@]}" "$HR" run --conf "$tmp/c.ini" --node "$id" --quiet \
     --metrics "$tmp/m-$id.jsonl" ${EXTRA[$id]:-} >> "$tmp/n$id.log" 2>&1 &
@@ -180,6 +188,7 @@ view_failed() {
 conf "$tmp/c.ini" 4
 case $scenario in
 kill)
+  PACE=1
   for id in 0 1 3; do start $id; done
   start 2 HETRING_FAULT=crash:2:20
   wait "${pids[2]}"
@@ -242,9 +251,11 @@ quorum)
   start 2 HETRING_FAULT=crash:2:20
   wait "${pids[1]}"
   wait "${pids[2]}"
-  sleep 2
+  # node 0 says it waits for a quorum, and again one period (5 s) later: no iteration between
+  k=$(grep -c "waiting for a quorum" "$tmp/n0.log")
+  wait_for_line "$tmp/n0.log" "waiting for a quorum" 60 $((k + 1))
   a=$(iter_of 0)
-  sleep 1
+  wait_for_line "$tmp/n0.log" "waiting for a quorum" 60 $((k + 2))
   b=$(iter_of 0)
   echo "without a quorum node 0 recorded iterations up to $a, then $b"
   [ "$a" = "$b" ] || fail "nodes 0 and 3 trained without a quorum ($a -> $b)"
@@ -290,6 +301,7 @@ resume)
   check_end 0 1 2 3
   ;;
 phases)
+  PACE=1
   conf "$tmp/c.ini" 5
   for id in 0 1 2; do start $id; done
   start 3 HETRING_FAULT=crash_view:3:1
@@ -320,6 +332,7 @@ phases)
   follows_reference 0 1 2 3 4
   ;;
 donor)
+  PACE=1
   for id in 1 2; do start $id; done
   start 0 HETRING_FAULT=crash_xfer:0:2
   start 3 HETRING_FAULT=crash:3:20
@@ -356,6 +369,7 @@ compute)
   ;;
 twojoin)
   conf "$tmp/c.ini" 5
+  PACE=1
   for id in 0 1 2; do start $id; done
   start 3 HETRING_FAULT=crash:3:20
   start 4 HETRING_FAULT=crash:4:20
@@ -376,6 +390,7 @@ twojoin)
   follows_reference 0 1 2
   ;;
 late)
+  PACE=1
   sed -i 's/^connect_timeout = .*/connect_timeout = 2/' "$tmp/c.ini"
   for id in 0 1 2; do start $id; done
   wait_iter 0 30
