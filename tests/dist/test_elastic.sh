@@ -565,4 +565,17 @@ restart0 | restart0alone)
   exit 2
   ;;
 esac
+# the variants' modes took effect: the *.emu node says its cuda:0 is emulated, and with
+# HETRING_ELECT=bounded (restart0.bounded) every node says its elections are bounded
+if [ -n "${EMU:-}" ]; then
+  grep -h "device cuda:0 is emulated" "$tmp/n${EMU%%:*}.log" | head -1 | cut -c1-160
+  grep -q "test hook: node ${EMU%%:*}'s device cuda:0 is emulated on the host" "$tmp/n${EMU%%:*}.log" ||
+    fail "node ${EMU%%:*} does not say its cuda:0 is emulated"
+fi
+if [ "${HETRING_ELECT:-}" = bounded ]; then
+  for f in "$tmp"/n[0-9]*.log; do
+    grep -q "HETRING_ELECT=bounded: elections probe the lowest ids" "$f" ||
+      fail "${f##*/}: the node does not say its elections are bounded"
+  done
+fi
 finish
