@@ -284,8 +284,12 @@ static hr_status send_state(dist *d, int donor, size_t *moved, char *err, size_t
     size_t bytes = 0;
     if (rank == donor) HR_CHECK(s->pack(s->ctx, &src, &bytes, err, errlen));
     uint64_t size = bytes;
-    if (fault_at(d, "crash_xfer", d->views)) hr_fault_kill_after("the state transfer", 0);
     hr_status st = ring_broadcast(&d->r, &size, sizeof size, donor);
+    if (st == HR_OK && fault_at(d, "crash_xfer", d->views))
+        hr_fault_kill_now(rank == donor ? "the state transfer, as its donor: the size is sent, "
+                                          "the state is not"
+                                        : "the state transfer, as a receiver: the size came, "
+                                          "the state did not");
     if (st == HR_OK && rank != donor && size > d->blob_cap) {
         unsigned char *b = size <= SIZE_MAX ? realloc(d->blob, (size_t)size) : NULL;
         if (!b)

@@ -83,6 +83,11 @@ void hr_fault_point(long node_id, long iter) {
     }
 }
 
+void hr_fault_kill_now(const char *what) {
+    HR_WARN(CLI, "test fault: crashing inside %s", what);
+    raise(SIGKILL);
+}
+
 static void *kill_later(void *arg) {
     double s = *(double *)arg;
     free(arg);

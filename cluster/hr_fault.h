@@ -9,8 +9,9 @@
  * sleep (ARG seconds at the start of every iteration: a slow step whatever the load),
  * crash_compute (iteration ARG, 1 ms after it began), crash_comm (the all-reduce of iteration ARG,
  * 2 ms in), crash_view (this node's view change number ARG once the election decided it: 0 is the
- * one at start, 1 the next), crash_xfer (the state transfer of view change ARG, as it begins, on
- * the donor or a receiver), and perturb_xfer (change the momentum a receiver took in view change
+ * one at start, 1 the next), crash_xfer (the state transfer of view change ARG, on the donor or
+ * a receiver, inside it: once the state's size went round and before the state itself, so
+ * that the other members wait in the state's broadcast), and perturb_xfer (change the momentum a receiver took in view change
  * ARG, so the state check must stop the run); and emu_device (the node's device, cuda:N or
  * cpu, is the GPU emulated on the host, trainer/device.h, each operation ARG ms late); for the NCCL
  * path (cluster/nccl_path.h): fake_nccl (the node's NCCL is the recording fake of
@@ -44,6 +45,8 @@ int hr_fault_get(const char *kind, long node_id, double def, double *arg);
 /* Act on the process-level faults at a hook point: `iter` < 0 is "ready" (hang, and crash
  * without ARG), `iter` >= 0 an iteration boundary (crash:NODE:ITER). */
 void hr_fault_point(long node_id, long iter);
+/* SIGKILL this process now, in the middle of `what` (named in the log line). */
+void hr_fault_kill_now(const char *what);
 /* SIGKILL this process `seconds` from now, from a thread, while the caller goes on with
  * `what` (named in the log line). */
 void hr_fault_kill_after(const char *what, double seconds);

@@ -10,7 +10,9 @@
  * same cluster over TCP does. It logs one line per event, which the tests read:
  *   fake nccl: unique id for view E: HEX
  *   fake nccl: init view E rank R/N id HEX: ok | failed (...)
- *   fake nccl: abort of view E's communicator (ring at view E')
+ *   fake nccl: abort of view E's communicator (ring at view E'): K all-reduce(s) of F floats
+ *     (the calls that went through this communicator, so that a test can tell that the
+ *     gradients took this path and not the TCP ring's own all-reduce)
  *   fake nccl: all-reduce error injected at iteration I (view E)
  * Faults: nccl_init_fail:NODE:E (the init of view E fails on NODE), nccl_error:NODE:I (NODE's
  * all-reduce of iteration I fails, once per process).
@@ -36,6 +38,8 @@ typedef struct {
     char hex[2 * NCCL_PATH_ID_BYTES + 1]; /* the id, for the log */
     float *scratch;                       /* (cap) the padded buffer of the all-reduce */
     size_t cap;                           /* floats allocated */
+    long calls;                           /* all-reduces that completed */
+    unsigned long long floats;            /* floats they carried, the padding not counted */
 } fake_comm;
 
 /* The nccl_error fault fires once per process: the re-run of the iteration must succeed. */
@@ -107,14 +111,17 @@ static hr_status fake_allreduce(void *comm, float *buf, size_t count, double tim
     hr_status st = ring_allreduce(c->r, c->scratch, pad + count);
     if (st != HR_OK) return hr_fail(err, errlen, st, "fake nccl: %s", ring_error(c->r));
     memcpy(buf, c->scratch + pad, sizeof *buf * count);
+    c->calls++, c->floats += count;
     return HR_OK;
 }
 
 static void fake_abort(void *comm) {
     fake_comm *c = comm;
     if (!c) return;
-    HR_INFO(RING, "fake nccl: abort of view %llu's communicator (ring at view %llu)",
-            (unsigned long long)c->epoch, (unsigned long long)ring_get_view(c->r)->epoch);
+    HR_INFO(RING, "fake nccl: abort of view %llu's communicator (ring at view %llu): %ld "
+            "all-reduce(s) of %llu floats",
+            (unsigned long long)c->epoch, (unsigned long long)ring_get_view(c->r)->epoch, c->calls,
+            c->floats);
     free(c->scratch);
     free(c);
 }

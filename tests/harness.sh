@@ -2,7 +2,8 @@
 # HR (and its other arguments). Gives a failure counter (`fail MSG`; the script ends with
 # `[ "$fails" = 0 ]` or dist/lib.sh's `finish`), a temporary directory $tmp removed on exit, and
 # `base`, the first of 8 ports claimed for this script (tests/ports.sh). A script that must stop
-# something of its own on exit puts the command in `on_exit`, run before $tmp goes.
+# something of its own on exit puts the command in `on_exit`, run before $tmp goes. Waits on a
+# node's state go through `wait_for_line` (below), never a bare sleep.
 set -u
 fails=0
 fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
@@ -11,3 +12,19 @@ on_exit=
 tmp=$(mktemp -d)
 trap 'eval "$on_exit"; rm -rf "$tmp"; port_release' EXIT
 port_block || exit 1 # base: 8 ports no other test holds
+
+# wait_for_line FILE REGEX TIMEOUT_S [COUNT]: until FILE holds COUNT (default 1) lines matching
+# REGEX (grep -E); past TIMEOUT_S seconds it fails the test (`fail`) and returns 1. The way to
+# wait for a node to reach a state it logs, instead of a sleep that guesses how long it takes.
+wait_for_line() {
+    local f=$1 re=$2 limit=$3 want=${4:-1} end n
+    end=$(($(date +%s%N) / 1000000 + ${limit%.*} * 1000))
+    while :; do
+        n=$(grep -cE -- "$re" "$f" 2>/dev/null)
+        [ "${n:-0}" -ge "$want" ] && return 0
+        [ $(($(date +%s%N) / 1000000)) -ge $end ] && break
+        sleep 0.05
+    done
+    fail "${f##*/}: $want line(s) matching '$re' not there within $limit s (found ${n:-0})"
+    return 1
+}

@@ -14,7 +14,7 @@
 #                   hetring config accepts
 set -u
 HR=$1
-. "$(dirname "$0")/../harness.sh" # the bench's nodes take base..base+4 (--port)
+. "$(dirname "$0")/../harness.sh" # every bench run's nodes take base..base+5 (--port)
 # field LINE KEY: the raw JSON value of KEY in a one-object line ("" when absent)
 field() { echo "$1" | sed -n "s/.*\"$2\": \([^,}]*\).*/\1/p"; }
 # in_range VALUE LO HI: VALUE is a plain decimal number with LO <= VALUE <= HI
@@ -61,7 +61,7 @@ while IFS= read -r line; do
     fi
 done < <(grep '"scenario"' "$tmp/h.json" 2>/dev/null)
 # one round: the median is that round, so the speed-up is exactly the ratio of the two rates
-timeout 120 "$HR" bench hetero --out "$tmp/h1" --json "$tmp/h1.json" --iters 24 --batch 64 \
+timeout 120 "$HR" bench hetero --port "$base" --out "$tmp/h1" --json "$tmp/h1.json" --iters 24 --batch 64 \
     --layers 784,16,10 --scenarios one-slow --policies model --repeat 1 > "$tmp/h1.out" 2>&1 \
     || { fail "bench hetero --repeat 1 exited $?"; cat "$tmp/h1.out"; }
 s1=$(field "$(grep '"policy": "static"' "$tmp/h1.json")" samples_per_s)
@@ -85,7 +85,7 @@ rc=$?
 [ $rc = 2 ] && grep -q "hetring-bench not found next to $tmp/alone/hetring; build the hetring-bench target" "$tmp/alone.out" ||
     fail "hetring bench without hetring-bench: exit $rc, $(cat "$tmp/alone.out")"
 
-timeout 120 "$HR" bench allreduce --nodes 2 --min-bytes 4 --max-bytes 64K --iters 5 --rate 1 \
+timeout 120 "$HR" bench allreduce --port "$base" --nodes 2 --min-bytes 4 --max-bytes 64K --iters 5 --rate 1 \
     --json "$tmp/a.json" > "$tmp/a.out" 2>&1 || { fail "bench allreduce exited $?"; cat "$tmp/a.out"; }
 [ "$(grep -c '"bytes"' "$tmp/a.json" 2>/dev/null)" = 15 ] || fail "bench allreduce: expected 15 sizes (4 B..64 KiB)"
 # every size says it had no wrong element: the field must be there and be 0
@@ -104,7 +104,7 @@ grep -q "^# Avg bus bandwidth *: [0-9]" "$tmp/a.out" || fail "bench allreduce: n
 grep -q '"algo": "ring"' "$tmp/a.json" && ! grep -q '"algo": "tree"' "$tmp/a.json" ||
     fail "bench allreduce: 2 nodes must say every size went round the ring"
 # 6 nodes: sizes up to --tree-bytes go over the tree (and say so), larger ones round the ring
-timeout 120 "$HR" bench allreduce --nodes 6 --min-bytes 1K --max-bytes 16K -f 4 --iters 5 \
+timeout 120 "$HR" bench allreduce --port "$base" --nodes 6 --min-bytes 1K --max-bytes 16K -f 4 --iters 5 \
     --rate 1 --tree-bytes 4K --json "$tmp/t.json" > "$tmp/t.out" 2>&1 || { fail "bench allreduce --tree-bytes exited $?"; cat "$tmp/t.out"; }
 [ "$(grep -o '"bytes": [0-9]*.*"algo": "[a-z]*"' "$tmp/t.json" | sed 's/"bytes": \([0-9]*\).*"algo": "\([a-z]*\)"/\1 \2/' | tr '\n' ' ')" = "1024 tree 4096 tree 16384 ring " ] ||
     fail "bench allreduce --nodes 6 --tree-bytes 4K: paths $(grep -o '"algo": "[a-z]*"' "$tmp/t.json" | tr '\n' ' ')"

@@ -44,27 +44,13 @@ wait_log() {
   return 1
 }
 
-# records_exactly_once WHO FILES...: over the metrics files (nodes that ran from start to end),
-# every iteration 0..ITERS-1 was recorded by one of them at least (a node that takes the state
-# at a view change has not recorded the iteration the state brings) and by none twice, and
-# every record's split sums to B (I8); WHO names the nodes in the messages
+# records_exactly_once WHO FILES...: records_check (tests/records.sh) over the metrics files
+# with this script's ITERS and B; WHO names the nodes in the messages
+. "$(dirname "${BASH_SOURCE[0]}")/../records.sh"
 records_exactly_once() {
   local who=$1
   shift
-  awk -v n="$ITERS" -v B="$B" -v ids="$who" '
-    /^\{"iter":/ {
-      match($0, /^\{"iter":[0-9]+/); it = substr($0, 9, RLENGTH - 8) + 0
-      if ((FILENAME, it) in seen) dup++
-      seen[FILENAME, it] = 1; any[it] = 1
-      match($0, /"b":\[[0-9,]*\]/); s = substr($0, RSTART + 5, RLENGTH - 6)
-      k = split(s, b, ","); sum = 0; for (j = 1; j <= k; j++) sum += b[j]
-      if (sum != B) bad++
-    }
-    END {
-      for (i = 0; i < n; i++) if (!(i in any)) miss++
-      printf "%s: %d iterations recorded by none, %d recorded twice by one node, %d splits not summing to B\n", ids, miss, dup, bad
-      exit (miss || dup || bad) ? 1 : 0
-    }' "$@" || fail "$who broke exactly-once (I8)"
+  records_check "$who" "$ITERS" "$B" "$@" || fail "$who broke exactly-once (I8)"
 }
 
 # finish: the failure count, and the exit status of the script; with HR_KEEP=DIR the

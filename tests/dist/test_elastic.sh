@@ -29,7 +29,9 @@
 #   badstate node 3 rejoins, and a test fault changes the state it received: every node
 #            stops, naming node 3 (the state check, I4)
 #   donor    node 3 dies and comes back; the donor of its state (node 0) dies inside the
-#            transfer; the others take the state from the next donor
+#            transfer (a test fault: once the state's size went round, before the state):
+#            every survivor says the view failed in the state's broadcast, naming node 0, and
+#            the others take the state from the next donor
 #   restart0 5 nodes: nodes 0 and 2 are killed together, node 0 is started again 0.5 s later
 #            while node 2 stays down: node 0 finds the others training and joins through
 #            admission at once (a cold start's wait for every node is not a rejoin's), so no
@@ -47,6 +49,8 @@
 # With EMU=ID:MS in the environment, node ID is a GPU node (device = cuda:0) whose GPU is the
 # host emulation of the test hooks (trainer/device.h), each device operation MS ms late: the
 # same scenarios then check that a GPU node keeps every invariant, killed and rejoined included.
+# Where a node is restarted while the others train (kill, phases, donor, twojoin, late), every
+# node sleeps 2 ms a step (PACE, below), as stop, stop0 and restart0 do.
 # After each, every final member's parameters hash the same, every iteration 0..N-1 is
 # recorded exactly once by each node that ran to the end (I8) with a split summing to B, and
 # the loss follows the uninterrupted one-node run with the same seed and B (I3).
@@ -80,15 +84,21 @@ pids=()
 trap 'kill -KILL "${pids[@]}" 2>/dev/null; rm -rf "$tmp"; port_release' EXIT
 # start ID [ENV...]: node ID in the background (its pid in pids[ID], the hetring process
 # itself, so that signals reach it), its metrics appended to m-ID.jsonl
+# With PACE=1 every node sleeps 2 ms a step (the test fault sleep), so that however fast or
+# loaded the machine, the others are still training when a restarted node comes back: 3000
+# steps of 4 nodes took 3.2 s here, and a loaded machine's restart (0.8 s idle) could come
+# after the end (the run ended without the rejoin the scenario is about)
 start() {
-  local id=$1 i found=0
+  local id=$1 i found=0 more=""
   shift
   local envs=("$@")
-  if [ -n "${EMU:-}" ]; then # the emulated GPU joins the node's other test faults
+  [ -n "${EMU:-}" ] && more="$more,emu_device:$EMU" # the emulated GPU joins the other faults
+  [ -n "${PACE:-}" ] && more="$more,sleep:*:0.002"
+  if [ -n "$more" ]; then
     for i in "${!envs[@]}"; do
-      case ${envs[$i]} in HETRING_FAULT=*) envs[$i]="${envs[$i]},emu_device:$EMU" found=1 ;; esac
+      case ${envs[$i]} in HETRING_FAULT=*) envs[$i]="${envs[$i]}$more" found=1 ;; esac
     done
-    [ $found = 1 ] || envs+=("HETRING_FAULT=emu_device:$EMU")
+    [ $found = 1 ] || envs+=("HETRING_FAULT=${more#,}")
   fi
   env "${envs[@]}" "$HR" run --conf "$tmp/c.ini" --node "$id" --quiet \
     --metrics "$tmp/m-$id.jsonl" ${EXTRA[$id]:-} >> "$tmp/n$id.log" 2>&1 &
@@ -155,9 +165,30 @@ follows_reference() {
     }' || fail "the losses of nodes $* leave the one-node trajectory (I3)"
 }
 
+# mark_logs IDS...: the nodes' logs so far are left out of view_failed's search
+declare -a marked
+mark_logs() {
+  local id
+  for id in "$@"; do marked[$id]=$(wc -l < "$tmp/n$id.log"); done
+}
+# view_failed DEAD STEP IDS...: each of the nodes IDS logged (since mark_logs) that a view failed
+# before training in STEP (an extended regex of the failed step, "state transfer failed:
+# broadcast"), naming node DEAD
+view_failed() {
+  local dead=$1 step=$2 id line
+  shift 2
+  for id in "$@"; do
+    line=$(tail -n +$((${marked[$id]:-0} + 1)) "$tmp/n$id.log" |
+      grep -E -m1 "view ([0-9]+) failed before training \\($step #[0-9]+ \\(view epoch \\1\\): node $dead ")
+    [ -n "$line" ] || { fail "node $id did not log a view failed in '$step' on node $dead"; continue; }
+    echo "node $id: ${line#*warn  }" | cut -c1-200
+  done
+}
+
 conf "$tmp/c.ini" 4
 case $scenario in
 kill)
+  PACE=1
   for id in 0 1 3; do start $id; done
   start 2 HETRING_FAULT=crash:2:20
   wait "${pids[2]}"
@@ -220,9 +251,11 @@ quorum)
   start 2 HETRING_FAULT=crash:2:20
   wait "${pids[1]}"
   wait "${pids[2]}"
-  sleep 2
+  # node 0 says it waits for a quorum, and again one period (5 s) later: no iteration between
+  k=$(grep -c "waiting for a quorum" "$tmp/n0.log")
+  wait_for_line "$tmp/n0.log" "waiting for a quorum" 60 $((k + 1))
   a=$(iter_of 0)
-  sleep 1
+  wait_for_line "$tmp/n0.log" "waiting for a quorum" 60 $((k + 2))
   b=$(iter_of 0)
   echo "without a quorum node 0 recorded iterations up to $a, then $b"
   [ "$a" = "$b" ] || fail "nodes 0 and 3 trained without a quorum ($a -> $b)"
@@ -268,6 +301,7 @@ resume)
   check_end 0 1 2 3
   ;;
 phases)
+  PACE=1
   conf "$tmp/c.ini" 5
   for id in 0 1 2; do start $id; done
   start 3 HETRING_FAULT=crash_view:3:1
@@ -276,10 +310,15 @@ phases)
   wait "${pids[3]}"
   echo "nodes 4 and 3 died"
   wait_iter 0 100
+  mark_logs 0 1 2
   start 3 HETRING_FAULT=crash_xfer:3:0
   wait "${pids[3]}"
   echo "node 3 died again, as a joiner (status $?)"
-  grep -q "crashing .* into the state transfer" "$tmp/n3.log" || fail "node 3 did not die in its state transfer"
+  grep -q "crashing inside the state transfer, as a receiver" "$tmp/n3.log" ||
+    fail "node 3 did not die in its state transfer"
+  # the others fail in the transfer, or, where the last hop of the state's broadcast to node 3
+  # was sent, in the check of every member's state that follows it
+  view_failed 3 "state (transfer|check) failed: [a-z-]+" 0 1 2
   wait_iter 0 300
   start 3
   finish_all 0 1 2 3
@@ -293,19 +332,28 @@ phases)
   follows_reference 0 1 2 3 4
   ;;
 donor)
+  PACE=1
   for id in 1 2; do start $id; done
   start 0 HETRING_FAULT=crash_xfer:0:2
   start 3 HETRING_FAULT=crash:3:20
   wait "${pids[3]}"
   wait_iter 1 60
+  mv "$tmp/m-3.jsonl" "$tmp/m-3.l0.jsonl" # the restart writes its metrics anew
+  mark_logs 1 2 3
   start 3
   wait "${pids[0]}"
   echo "node 0 died (status $?)"
-  grep -q "crashing .* into the state transfer" "$tmp/n0.log" || fail "node 0 did not die in the state transfer"
+  grep -q "crashing inside the state transfer, as its donor" "$tmp/n0.log" ||
+    fail "node 0 did not die in the state transfer as its donor"
+  # the donor died after the size and before the state: every other member waited for the state
+  view_failed 0 "state transfer failed: broadcast" 1 2 3
   finish_all 1 2 3
   check_end 1 2 3
-  exactly_once 1 2
-  follows_reference 1 2
+  # over every node's records, node 3's first life and node 0's included: a node may have
+  # recorded an iteration whose all-reduce completed on it alone before a failure, and bring
+  # it to the others as the donor of the next view
+  exactly_once 0 1 2 3 3.l0
+  follows_reference 0 1 2 3 3.l0
   ;;
 compute)
   EXTRA[2]="--set node.2.slowdown=30"
@@ -321,6 +369,7 @@ compute)
   ;;
 twojoin)
   conf "$tmp/c.ini" 5
+  PACE=1
   for id in 0 1 2; do start $id; done
   start 3 HETRING_FAULT=crash:3:20
   start 4 HETRING_FAULT=crash:4:20
@@ -341,6 +390,7 @@ twojoin)
   follows_reference 0 1 2
   ;;
 late)
+  PACE=1
   sed -i 's/^connect_timeout = .*/connect_timeout = 2/' "$tmp/c.ini"
   for id in 0 1 2; do start $id; done
   wait_iter 0 30
@@ -515,4 +565,17 @@ restart0 | restart0alone)
   exit 2
   ;;
 esac
+# the variants' modes took effect: the *.emu node says its cuda:0 is emulated, and with
+# HETRING_ELECT=bounded (restart0.bounded) every node says its elections are bounded
+if [ -n "${EMU:-}" ]; then
+  grep -h "device cuda:0 is emulated" "$tmp/n${EMU%%:*}.log" | head -1 | cut -c1-160
+  grep -q "test hook: node ${EMU%%:*}'s device cuda:0 is emulated on the host" "$tmp/n${EMU%%:*}.log" ||
+    fail "node ${EMU%%:*} does not say its cuda:0 is emulated"
+fi
+if [ "${HETRING_ELECT:-}" = bounded ]; then
+  for f in "$tmp"/n[0-9]*.log; do
+    grep -q "HETRING_ELECT=bounded: elections probe the lowest ids" "$f" ||
+      fail "${f##*/}: the node does not say its elections are bounded"
+  done
+fi
 finish

@@ -5,8 +5,10 @@
 # path of the cluster runs for real here.
 # usage: test_nccl.sh HETRING SCENARIO
 #   bitwise   3 GPU nodes, static split: backend = nccl and backend = auto train over the fake
-#             (rank 0 says so), every member's init has the unique id rank 0 made, and the final
-#             parameters are bitwise those of the same cluster with backend = tcp
+#             (rank 0 says so, and every node's fake counts one all-reduce of the whole gradient
+#             an iteration: the fake sums over the TCP ring, so the bits alone cannot tell a
+#             silent fall-back to TCP), every member's init has the unique id rank 0 made, and
+#             the final parameters are bitwise those of the same cluster with backend = tcp
 #   kill      node 2 dies at iteration 20: the survivors abort view 1's communicator (their ring
 #             still at view 1), view 2 gets a new id, the same on both; node 2 is started again
 #             and rejoins (a planned view change, no failed collective): the survivors abort
@@ -128,8 +130,13 @@ bitwise)
   run nccl "$GPU"
   run auto "$GPU"
   grep -q "fake nccl" "$tmp"/tcp-*.log && fail "backend = tcp used NCCL"
+  P=$((784 * 32 + 32 + 32 * 10 + 10)) # the gradient's floats (layers 784,32,10)
   for name in nccl auto; do
     grep -q "view 1: gradients over nccl" "$tmp/$name-0.log" || fail "$name: rank 0 did not say the gradients go over NCCL"
+    for id in 0 1 2; do
+      grep -q "fake nccl: abort of view 1's communicator (ring at view 1): $ITERS all-reduce(s) of $((ITERS * P)) floats" "$tmp/$name-$id.log" ||
+        fail "$name: node $id's gradients did not go through NCCL ($ITERS all-reduces of $P floats): $(grep -h 'fake nccl: abort' "$tmp/$name-$id.log" | cut -d' ' -f5-)"
+    done
     same_id $name 1 0 1 2
     same_end $name tcp 0 1 2
   done

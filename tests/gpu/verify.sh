@@ -30,11 +30,14 @@
 #                           every BUILD/tests/cuda/test_cuda_* (--error-exitcode 1), one line per
 #                           tool and binary
 #   gpu-vs-cpu              nodes on cuda:0 and cpu, MLP 784,64,10, B = 64, 40 iterations,
-#                           hash_interval = 1: both exit 0 and the final loss is within 1e-3
-#                           (relative) of the same file run on two CPU nodes
+#                           hash_interval = 1: both exit 0, the final loss is within 1e-3
+#                           (relative) of the same file run on two CPU nodes, and all four end
+#                           with one parameter hash and one last loss (CPU and GPU replicas are
+#                           bitwise equal, I4)
 #   gpu-shared-kill-rejoin  two nodes sharing cuda:0 and one CPU node (quorum 2); node 1 gets
 #                           SIGKILL mid-run and is started again; all end at the last iteration
-#                           with one parameter hash and one loss
+#                           with one parameter hash and one loss, and over every node's records
+#                           (node 1's two lives) each iteration is recorded exactly once (I8)
 #   cpu-gpu-cpu             nodes 0 and 2 on cpu, node 1 on cuda:0, hash_interval = 1: all exit
 #                           0 with the same final loss and parameter hash
 #   nccl-1rank              BUILD/tests/cuda/test_nccl_single, and with two GPUs or more a
@@ -86,6 +89,7 @@
 set -u
 
 SELF=$(readlink -f "${BASH_SOURCE[0]}")
+. "$(dirname "$SELF")/../records.sh" # records_check: exactly once (I8), as the dist tests check
 SRC=$(cd "$(dirname "$SELF")/../.." && pwd)
 CHECKS=(versions build ctest-cuda sanitizer gpu-vs-cpu gpu-shared-kill-rejoin cpu-gpu-cpu
         nccl-1rank bench-gpu bench-mixed torch-cuda)
@@ -542,10 +546,14 @@ check_gpu_vs_cpu() {
   fi
   r=$(rel_diff "$mixed" "$ref")
   add_line "final loss: $(dev 0)+cpu $mixed, cpu+cpu $ref, relative difference $r"
-  if awk -v r="$r" 'BEGIN { exit !(r <= 1e-3) }'; then
-    result pass "final loss $mixed ($(dev 0)+cpu) vs $ref (cpu+cpu): relative difference $r <= 1e-3"
-  else
+  agree "$d" "$ITERS" g0 g1 c0 c1 # bitwise equal replicas (I4): one hash for both runs
+  add_line "final parameter hash ${HASH:-none} of $(dev 0)+cpu; ${AGREE_ERR:-the same on cpu+cpu}"
+  if ! awk -v r="$r" 'BEGIN { exit !(r <= 1e-3) }'; then
     result fail "final loss $mixed ($(dev 0)+cpu) vs $ref (cpu+cpu): relative difference $r > 1e-3"
+  elif [ -n "$AGREE_ERR" ]; then
+    result fail "$(dev 0)+cpu against cpu+cpu: $AGREE_ERR"
+  else
+    result pass "final loss $mixed ($(dev 0)+cpu) vs $ref (cpu+cpu): relative difference $r <= 1e-3; parameter hash $HASH on all four nodes"
   fi
 }
 
@@ -588,10 +596,16 @@ check_gpu_shared_kill_rejoin() {
   agree "$d" "$ITERS" 0 2 1b
   s=$(summaries "$d" 0 2 1b)
   add_line "final parameter hash ${HASH:-none}, last loss ${LOSS:-none}; summaries: ${s:-none}"
+  local once once_ok=1 # every node's records, node 1's first life (m-1) and second (m-1b)
+  once=$(records_check "nodes 0, 2, 1 and 1 restarted" "$ITERS" "$B" "$d/m-0.jsonl" \
+    "$d/m-2.jsonl" "$d/m-1.jsonl" "$d/m-1b.jsonl") || once_ok=0
+  add_line "$once"
   if [ -z "$first" ]; then
     result fail "$back: the restarted node recorded no iteration (the run ended before it rejoined?)"
   elif [ -n "$AGREE_ERR" ]; then
     result fail "$back; $AGREE_ERR"
+  elif [ "$once_ok" = 0 ]; then
+    result fail "$back; exactly once (I8) broken: $once"
   elif [ -z "$s" ]; then
     result fail "$back; no node wrote a summary"
   else

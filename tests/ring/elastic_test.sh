@@ -5,7 +5,8 @@
 #   kill    4 nodes; SIGKILL node 0: the 3 survivors install a view of 3 within 3 s and go on;
 #           node 0 restarts and is admitted (it takes rank 1's state): all 4 go on in a new view
 #   quorum  4 nodes; SIGKILL nodes 2 and 3: nodes 0 and 1 pause (no view of 2, the log says
-#           they wait for a quorum); node 3 restarts: 0, 1 and 3 go on
+#           they wait for a quorum, and no round in any view between two of those lines);
+#           node 3 restarts: 0, 1 and 3 go on
 #   stop    4 nodes; SIGSTOP node 1 for 6 s (timeout 2 s): the others go on without it; after
 #           SIGCONT it rejoins through an admit request and all 4 go on
 #   blame   5 nodes; three times a node is stopped (SIGSTOP: nodes 1, 3 and 0 in turn) and
@@ -81,7 +82,7 @@ wait_view() {
     done
     return 1
 }
-# rounds ID EPOCH: rounds the node completed in that view
+# rounds ID EPOCH: rounds the node completed in that view ("[0-9]*": in every view)
 rounds() { grep -c "^node $1: round [0-9]* view $2 ok" "${log[$1]}"; }
 # wait_rounds K EPOCH TIMEOUT_S IDS...: until every node completed K rounds in view EPOCH
 wait_rounds() {
@@ -133,6 +134,12 @@ t_start=$(now)
 wait_view "$all" 20 $(seq 0 $((N - 1))) || { fail "the first view of $N did not form within 20 s"; show; exit 1; }
 e0=$epoch
 echo "first view $e0 of $N formed ($(calc "$t_view - $t_start") s after the last start)"
+if [ "${HETRING_ELECT:-}" = bounded ]; then # the *.bounded tests: the mode took effect
+    for ((i = 0; i < N; i++)); do
+        grep -q "HETRING_ELECT=bounded: elections probe the lowest ids" "${log[$i]}" ||
+            fail "node $i does not say its elections are bounded"
+    done
+fi
 wait_rounds 20 "$e0" 20 $(seq 0 $((N - 1))) || fail "no 20 rounds in view $e0"
 
 case $scenario in
@@ -165,10 +172,15 @@ kill)
     ;;
 quorum)
     kill -KILL "${pid[2]}" "${pid[3]}"; t_kill=$(now); wait "${pid[2]}" "${pid[3]}" 2>/dev/null
-    sleep 1
-    r0=$(rounds 0 "$e0"); r1=$(rounds 1 "$e0")
-    sleep 5.5 # past one "waiting for a quorum" period (5 s)
-    [ "$(rounds 0 "$e0")" = "$r0" ] && [ "$(rounds 1 "$e0")" = "$r1" ] || fail "nodes 0 and 1 trained on without a quorum"
+    # nodes 0 and 1 say they wait for a quorum, and again one period (5 s) later; between the
+    # two lines neither completes a round, in whatever view
+    wq="waiting for a quorum of 3 of 4 nodes: reachable 0,1"
+    for i in 0 1; do wq0[$i]=$(grep -c "$wq" "${log[$i]}"); done
+    for i in 0 1; do wait_for_line "${log[$i]}" "$wq" 20 $((wq0[$i] + 1)); done
+    r0=$(rounds 0 "[0-9]*"); r1=$(rounds 1 "[0-9]*")
+    for i in 0 1; do wait_for_line "${log[$i]}" "$wq" 20 $((wq0[$i] + 2)); done
+    echo "after the kill: rounds of node 0 $r0 -> $(rounds 0 "[0-9]*"), node 1 $r1 -> $(rounds 1 "[0-9]*")"
+    [ "$(rounds 0 "[0-9]*")" = "$r0" ] && [ "$(rounds 1 "[0-9]*")" = "$r1" ] || fail "nodes 0 and 1 trained on without a quorum"
     for i in 0 1; do
         grep -q "waiting for a quorum of 3 of 4 nodes: reachable 0,1" "${log[$i]}" ||
             fail "node $i does not say it waits for a quorum"

@@ -4,7 +4,8 @@
  *   ring_node CONF ID correct COUNT...  all-reduce, all-gather(v), broadcast and barrier for each
  *                                       COUNT, checked against a serial reference and, for the
  *                                       all-reduce, checked bitwise-identical on every node
- *   ring_node CONF ID loop COUNT        all-reduce COUNT floats until an error ("running" once)
+ *   ring_node CONF ID loop COUNT        all-reduce COUNT floats until an error ("running" once,
+ *                                       after the first, with the tree's collectives so far)
  *   ring_node CONF ID reduce COUNT K    K all-reduces of COUNT floats, each checked
  *   ring_node CONF ID init              form the ring, one barrier, exit
  *   ring_node CONF ID reform DROP COUNT  leave and rejoin: check COUNT in view epoch 0 (all
@@ -398,7 +399,9 @@ int main(int argc, char **argv) {
                     break;
                 }
             if (rc) break;
-            if (it == 0) printf("node %ld: running\n", g_id);
+            if (it == 0)
+                printf("node %ld: running, %llu collective(s) on the tree so far\n", g_id,
+                       (unsigned long long)ring_tree_runs(&r));
         }
         free(buf);
     } else {

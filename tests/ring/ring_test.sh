@@ -58,6 +58,21 @@ start() {
     "$NODE" "$f" "$id" "$@" > "$tmp/out.$id" 2>&1 &
     pids+=($!); pid[$id]=$!
 }
+# running N TIMEOUT_S: until nodes 0..N-1 each said they run (their first collective is done)
+running() {
+    local i
+    for ((i = 0; i < $1; i++)); do wait_for_line "$tmp/out.$i" "^node $i: running" "$2" || return 1; done
+}
+# listening PORT TIMEOUT_S: until a process listens on 127.0.0.1:PORT (fails the test past it)
+listening() {
+    local t
+    for ((t = 0; t < $2 * 20; t++)); do
+        [ -n "$(ss -Hltn "sport = :$1")" ] && return 0
+        sleep 0.05
+    done
+    fail "nothing listens on port $1 within $2 s"
+    return 1
+}
 # finish IDS...: wait for the nodes, exit codes in rc[ID]
 finish() { for id in "$@"; do wait "${pid[$id]}"; rc[$id]=$?; done; }
 show() { for id in "$@"; do sed "s/^/    out.$id: /" "$tmp/out.$id" | tail -n 8; done; }
@@ -160,7 +175,7 @@ tree_tamper)
     for what in ${TAMPER_WHAT:-flip flip-seq replay truncate}; do
         proxied 4 2 "$what" # node 0 reaches node 2 through the proxy
         for i in 1 2 3; do start $i "$tmp/c.ini" reduce 9000 6; done
-        sleep 0.2; start 0 "$tmp/c0.ini" reduce 9000 6
+        listening $((base + 2)) 10; start 0 "$tmp/c0.ini" reduce 9000 6
         finish 0 1 2 3
         kill "$ppid" 2>/dev/null; wait "$ppid" 2>/dev/null
         for i in 0 1 2 3; do
@@ -183,14 +198,19 @@ tree_tamper)
     ;;
 tree_death)
     # node 1 is rank 1: parent 0, children 3 and 4. Killed, every neighbour sees its links
-    # close; stopped, they time out, and nodes further off wait on nodes that wait themselves
+    # close; stopped, they time out, and nodes further off wait on nodes that wait themselves.
+    # Before the signal every node formed its tree links and ran its first all-reduce over
+    # the tree (9000 floats: the tree's 6 hops beat the ring's 14 at N = 8)
     for sig in KILL STOP; do
         n=8; newbase; TO=3 conf "$tmp/c.ini" $n
         for ((i = 0; i < n; i++)); do start $i "$tmp/c.ini" loop 9000; done
-        for _ in $(seq 1 300); do
-            [ "$(cat "$tmp"/out.* | grep -c running)" -ge $n ] && break; sleep 0.1
+        running $n 30
+        for ((i = 0; i < n; i++)); do
+            grep -q "ring formed: .*tree links for small collectives" "$tmp/out.$i" ||
+                fail "SIG$sig: node $i formed no tree links"
+            grep -q "^node $i: running, [1-9][0-9]* collective(s) on the tree" "$tmp/out.$i" ||
+                fail "SIG$sig: node $i's first all-reduce did not go over the tree: $(grep running "$tmp/out.$i")"
         done
-        sleep 0.3
         kill -$sig "${pid[1]}"; t0=$(now)
         finish 0 2 3 4 5 6 7
         el=$(awk "BEGIN{printf \"%.2f\", $(now) - $t0}")
@@ -208,10 +228,7 @@ tree_death)
 peer_death)
     n=4; newbase; TO=4 conf "$tmp/c.ini" $n
     for i in 0 1 2 3; do start $i "$tmp/c.ini" loop 4194304; done
-    for _ in $(seq 1 200); do
-        [ "$(cat "$tmp"/out.* | grep -c running)" -ge 4 ] && break; sleep 0.1
-    done
-    sleep 0.3
+    running 4 20
     kill -KILL "${pid[2]}"; t0=$(now)
     finish 0 1 3
     el=$(awk "BEGIN{printf \"%.2f\", $(now) - $t0}")
@@ -230,7 +247,7 @@ bad_peers)
     # node 2 reaches node 0 first and must refuse its proof; node 1 starts only then, so that
     # node 0 cannot give up (refused by node 1) and close its port before node 2 has seen it
     start 2 "$tmp/c.ini" init; start 0 "$tmp/c0.ini" init
-    for _ in $(seq 1 100); do grep -q "authentication failed" "$tmp/out.2" && break; sleep 0.05; done
+    wait_for_line "$tmp/out.2" "authentication failed" 10
     start 1 "$tmp/c.ini" init
     finish 0 1 2
     for i in 0 1 2; do [ "${rc[$i]}" = 3 ] || fail "wrong key: node $i exited ${rc[$i]}, expected 3"; done
@@ -295,7 +312,7 @@ tamper)
         proxied 3 1 "$what" # node 0 reaches node 1 through the proxy
         # nodes 1 and 2 first, so that node 1 is forming its view when the proxy connects
         for i in 1 2; do start $i "$tmp/c.ini" reduce 4194304 3; done
-        sleep 0.2; start 0 "$tmp/c0.ini" reduce 4194304 3
+        listening $((base + 1)) 10; start 0 "$tmp/c0.ini" reduce 4194304 3
         finish 0 1 2
         check_engine
         kill "$ppid" 2>/dev/null; wait "$ppid" 2>/dev/null
@@ -349,10 +366,10 @@ strangers)
     for k in 1 200; do
         newbase; TO=10 conf "$tmp/c.ini" 3
         start 0 "$tmp/c.ini" init
-        sleep 0.3 # node 0 listens and waits for node 2
+        listening $base 10 # node 0 listens and waits for node 2
         "$stranger" $base $k idle 15 > "$tmp/s.out" 2>&1 &
         pids+=($!); sp=$!
-        for _ in $(seq 1 100); do [ "$(grep -c connected "$tmp/s.out")" -ge $k ] && break; sleep 0.05; done
+        wait_for_line "$tmp/s.out" "^connect(ed|ion [0-9]+ to port)" 10 $k # each one tried
         t0=$(now)
         start 1 "$tmp/c.ini" init; start 2 "$tmp/c.ini" init
         finish 0 1 2
@@ -373,9 +390,7 @@ strangers)
     # 2. during a run: 1 idle at node 0, 20 garbage at node 1, 200 idle at node 2
     newbase; TO=4 conf "$tmp/c.ini" 3
     for i in 0 1 2; do start $i "$tmp/c.ini" loop 65536; done
-    for _ in $(seq 1 400); do
-        [ "$(cat "$tmp"/out.* | grep -c running)" -ge 3 ] && break; sleep 0.05
-    done
+    running 3 20
     t0=$(now)
     "$stranger" $base 1 idle 2 > "$tmp/s.0" 2>&1 & sp[0]=$!
     "$stranger" $((base + 1)) 20 garbage 2 > "$tmp/s.1" 2>&1 & sp[1]=$!

@@ -5,6 +5,7 @@
 #include "cli/hr_node.h"
 #include "cluster/trainer_setup.h"
 #include "conf/cfg.h"
+#include "tests/ports.h"
 #include "trainer/train.h"
 
 #include <pthread.h>
@@ -74,10 +75,10 @@ static inline void ring_cfg(cfg *c, const char *dir, const char *train, const ch
     cfg_close_load(c, f, path);
 }
 
-/* A base port for this process: 16 ports per pid, so tests started together never share
- * one, all below the ephemeral range (32768+). */
+/* A base port for this process: a block of 8 claimed from the shared claim of every test
+ * (tests/ports.h), held until the test exits. */
 static inline int test_port(void) {
-    return 10000 + 16 * (int)(getpid() % 1400);
+    return port_block();
 }
 
 /* train_init for node `self` of c, with the config converted as `hetring run` does. */
