@@ -27,10 +27,26 @@ model_worker.py processes (tests/python/CMakeLists.txt registers each mode as py
               no hang, equal replicas); gradient clipping in before_step and a StepLR scheduler
               follow the 1-node run; autocast bf16 on the CPU, and bfloat16 parameters through
               the float32 staging buffer, keep every replica equal
+    transformer  a small causal transformer (embeddings, a causal mask buffer of -inf, a
+              learned attention bias holding -inf, LayerNorm, Dropout, an int64 step count) on 3
+              nodes of uneven shares: losses and every tensor finite but for the -inf the model
+              holds, replicas bitwise equal, the mask bit for bit what it was, the bias's -inf
+              too, the count 20; node 1 alone puts +inf into the mask: every node stops with
+              the error naming it; every node puts -inf at one place alike: taken, and the run
+              goes on
+    states    in-process (Trainers on threads over a fake node): the states a model can hold,
+              each kept bit-exactly the same on every node or refused when the Trainer is made:
+              -inf, NaN payloads, -0.0 and 1e300 left alone, int64, bool, float64, bf16 and
+              complex buffers, an empty and a None one, an int64 set to the same large value
+              and an inf made alike on every node, under "average" and "lowest" and with an
+              empty share; changes that differ (inf on some nodes, -inf against +inf, large
+              integer steps) stop every node naming the buffer; a buffer forward replaces, and
+              meta, sparse and quantized tensors are refused with the reason
     cost      (not a ctest) samples/s of that CNN for each buffers mode and with sync_bn:
               test_models.py cost [REPS]
 Exit 77 when PyTorch (or, for resnet, torchvision) is missing.
 """
+import math
 import os
 import sys
 import tempfile
@@ -438,6 +454,227 @@ def extras(d, port):
         check(rs[0]["staged"] == ("--dtype" in A), f"{what}: staged {rs[0]['staged']}")
 
 
+def transformer(d, port):
+    X = ("--model", "transformer", "--dropout", "0.1", "--opt", "adam", "--lr", "0.2")
+    rs = run(d, write_ini(d, "tf.ini", [1, 2, 3], port), 3, *X)
+    if not same_replicas(rs, "transformer"):
+        return
+    t, T = rs[0]["tensors"], 8
+    mask = torch.full((T, T), float("-inf")).triu(1)
+    import hetring.torch as ht
+    finite = all(math.isfinite(x) for r in rs for x in r["losses"])
+    notfinite = sorted(n for n, v in t.items() if v["values"] is not None and
+                       not all(math.isfinite(x) for x in v["values"]))
+    bias = torch.tensor(t["att_bias"]["values"]).view(T, T)
+    upper = torch.ones(T, T, dtype=torch.bool).triu(1)
+    print(f"transformer, 3 nodes: losses {rs[0]['losses'][0]:.4f} -> {rs[0]['losses'][-1]:.4f} "
+          f"(all finite: {finite}), replicas equal; tensors holding a non-finite value: "
+          f"{notfinite}; the mask's hash {t['mask']['hash']:#x} (a fresh one's "
+          f"{ht.param_hash([mask]):#x}); steps {t['steps']['values']}")
+    check(len(rs[0]["losses"]) == 20 and finite, f"losses {rs[0]['losses']}")
+    check(notfinite == ["att_bias", "mask"], f"tensors with a non-finite value: {notfinite}")
+    check(t["mask"]["hash"] == ht.param_hash([mask]), "the mask buffer is not what it was")
+    check(bool(torch.isneginf(bias[upper]).all()) and bool(torch.isfinite(bias[~upper]).all())
+          and float(bias[~upper].abs().max()) > 1e-3, f"the learned bias: {bias}")
+    check(t["steps"]["values"] == [20.0], f"the step count {t['steps']['values']}")
+    # node 1 alone puts +inf into the mask in iteration 5: every node stops, naming it
+    rs = run(d, write_ini(d, "tfinf.ini", [1, 2, 3], port + 3), 3, *X, "--nonfinite-at", "5",
+             expect_rc=1)
+    check(rs == [None, None, None], "a node finished with +inf in one node's mask")
+    for p in tt.STARTED[-3:]:
+        p.log.seek(0)
+        text = p.log.read()
+        check("iteration 5: forward made changes to buffers that the all-reduce cannot average"
+              in text and "'mask' (torch.float32) on 1 of 3 nodes" in text,
+              f"node's log: {text[-1500:]}")
+    print("node 1 alone put +inf into the mask in iteration 5: every node stopped naming it")
+    # every node puts -inf at [T-1, 0] in iteration 5, alike: taken, and nothing else moves
+    rs = run(d, write_ini(d, "tfall.ini", [1, 2, 3], port + 3), 3, *X, "--nonfinite-at", "5",
+             "--nonfinite-all")
+    if same_replicas(rs, "transformer, -inf put into the mask alike"):
+        mask[T - 1, 0] = float("-inf")
+        t = rs[0]["tensors"]
+        check(t["mask"]["hash"] == ht.param_hash([mask]) and
+              all(math.isfinite(x) for x in rs[0]["losses"]),
+              f"the mask after every node put -inf at [{T - 1}, 0]: {t['mask']['values']}")
+        print("every node put -inf into the mask alike in iteration 5: taken bit for bit, "
+              "the run went on")
+
+
+def threads_train(make, shares, data, kw=None, before=None):
+    """Trainers on threads over FakeNode, one per share: model k = make(k), kw for Trainer,
+    before(k, it, model) before each step; (models, errors by node)."""
+    import hetring
+    import hetring.torch as ht
+    x, y = data
+    n = len(shares[0])
+    ring, errs = FakeRing(n), {}
+    models = [make(k) for k in range(n)]
+    real, trs = hetring.Node, []
+    hetring.Node = lambda *_a, **k: FakeNode(ring, len(trs), shares, **k)
+    try:
+        for m in models:
+            trs.append(ht.Trainer({}, m, torch.optim.SGD(m.parameters(), lr=0.1), **(kw or {})))
+    finally:
+        hetring.Node = real
+
+    def node(k, tr):
+        try:
+            for idx in tr.batches():
+                if before is not None:
+                    before(k, tr.batch.iter, tr.model)
+                tr.step(torch.nn.functional.cross_entropy, (x[idx], y[idx]) if len(idx)
+                        else None)
+        except threading.BrokenBarrierError:  # another node stopped: this one waited 30 s
+            errs.setdefault(k, "the fake ring broke")
+        except Exception as e:  # noqa: BLE001  (reported by the caller; the others stop alike
+            errs[k] = str(e)    # after the same step, and no abort of the ring may race them)
+    ts = [threading.Thread(target=node, args=(k, tr)) for k, tr in enumerate(trs)]
+    [t.start() for t in ts]
+    [t.join(60) for t in ts]
+    return models, errs
+
+
+def bits(t):
+    """t's bytes (of any kind: bf16, complex, bool), to compare bit for bit."""
+    t = t.detach().contiguous().reshape(-1)
+    return t.view(torch.uint8).numpy().tobytes() if t.numel() else b""
+
+
+class Holder(torch.nn.Module):
+    """A Linear and BatchNorm1d, with buffers of every kind a model may hold; forward changes
+    some alike on every node (a count, flags, a large id, an inf at iteration 1) and some by
+    each node's data (float64, bf16 and complex statistics)."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(3)
+        self.lin, self.bn = torch.nn.Linear(4, 3), torch.nn.BatchNorm1d(4)
+        nan = torch.tensor([0x7fc01234, 0x7f800001, -0x00400001], dtype=torch.int32)
+        for name, t in (("mask", torch.full((3, 3), float("-inf")).triu(1)),
+                        ("nans", nan.view(torch.float32)),
+                        ("zeros", torch.tensor([-0.0, 0.0])),
+                        ("huge", torch.tensor([1e300, -1e300], dtype=torch.float64)),
+                        ("count", torch.zeros((), dtype=torch.int64)),
+                        ("flag", torch.zeros(2, dtype=torch.bool)),
+                        ("big_id", torch.zeros(1, dtype=torch.int64)),
+                        ("peak", torch.zeros(3)),
+                        ("mean64", torch.zeros(4, dtype=torch.float64)),
+                        ("mean16", torch.zeros(4, dtype=torch.bfloat16)),
+                        ("phase", torch.ones(2, dtype=torch.complex64)),
+                        ("empty", torch.zeros(0))):
+            self.register_buffer(name, t)
+        self.register_buffer("nothing", None)
+        self.inf_bias = torch.nn.Parameter(torch.tensor([0.0, 0.0, float("-inf")]))
+        self.it = 0
+
+    def forward(self, x):
+        with torch.no_grad():
+            self.count.add_(1)
+            self.flag[self.it % 2] = True
+            self.big_id.fill_(10 ** 12 + 7 * self.it)
+            if self.it == 1:
+                self.peak[1] = float("inf")
+            if len(x):
+                m = x.double().mean(0)
+                self.mean64.mul_(0.9).add_(0.1 * m)
+                self.mean16.copy_((self.mean16.double() * 0.9 + 0.1 * m).bfloat16())
+                self.phase.mul_(torch.polar(torch.ones(2), m[:2].float()))
+        return self.lin(self.bn(x)) + self.inf_bias
+
+
+def states(d, port):
+    import hetring.torch as ht
+    x = torch.randn(64, 4, generator=torch.Generator().manual_seed(1))
+    y = torch.randint(0, 2, (64,), generator=torch.Generator().manual_seed(2))
+    shares = [[6, 5, 5], [5, 2, 9], [8, 2, 6], [3, 9, 4]]
+
+    def tick(k, it, m):
+        m.it = it
+    fresh = Holder()
+    for kw in ({}, {"buffers": "lowest"}):
+        models, errs = threads_train(lambda k: Holder(), shares, (x, y), kw, tick)
+        check(not errs, f"{kw}: {errs}")
+        if errs:
+            continue
+        hashes = {ht.state_hash(m) for m in models}
+        m, o = models[0], fresh
+        same = {n: bits(b) == bits(dict(o.named_buffers())[n]) for n, b in m.named_buffers()}
+        print(f"states {kw or 'average'}: {len(hashes)} replica hash(es); unchanged bit for bit: "
+              f"{sorted(n for n, v in same.items() if v)}; count {int(m.count)}, flag "
+              f"{m.flag.tolist()}, big_id {int(m.big_id)}, peak {m.peak.tolist()}, mean64 "
+              f"{m.mean64[0].item():.6g}, phase {m.phase[0].item():.4g}, inf_bias "
+              f"{m.inf_bias.tolist()}")
+        check(len(hashes) == 1, f"{kw}: the replicas differ")
+        check(all(same[n] for n in ("mask", "nans", "zeros", "huge", "empty")) and
+              not any(same[n] for n in ("count", "flag", "big_id", "peak", "mean64", "mean16",
+                                        "phase")),
+              f"{kw}: buffers left alone that moved: {same}")
+        check(int(m.count) == 4 and m.flag.tolist() == [True, True] and
+              int(m.big_id) == 10 ** 12 + 21 and m.peak.tolist() == [0.0, float("inf"), 0.0],
+              f"{kw}: buffers changed alike on every node")
+        check(all(bool(torch.isfinite(b).all()) for b in (m.mean64, m.mean16.float(),
+                                                          torch.view_as_real(m.phase))) and
+              float(m.mean64.abs().min()) > 0 and float(m.mean16.float().abs().min()) > 0,
+              f"{kw}: float64, bf16 and complex statistics {m.mean64} {m.mean16} {m.phase}")
+        check(m.inf_bias[2].item() == float("-inf") and m.inf_bias[0].item() != 0.0,
+              f"{kw}: a parameter holding -inf {m.inf_bias}")
+
+    def bad(case, before, want, kw=None, mine=None):
+        """Every node stops with an error that holds want; mine = (node, what its own says)."""
+        _, errs = threads_train(lambda k: Holder(), shares, (x, y), kw, before)
+        print(f"{case}: {errs.get(mine[0] if mine else 0, 'no error')[:400]}")
+        check(len(errs) == 3 and all(w in e for e in errs.values() for w in want) and
+              (mine is None or mine[1] in errs[mine[0]]), f"{case}: {errs}")
+
+    def set_at(k, it, m, nodes, value, where="mask"):
+        m.it = it
+        if it == 2 and k in nodes:
+            def put(*_):
+                with torch.no_grad():
+                    getattr(m, where).view(-1)[0] = value(k)
+                hook.remove()
+            hook = m.register_forward_hook(put)
+    bad("+inf on node 1 only", lambda k, it, m: set_at(k, it, m, (1,), lambda k: float("inf")),
+        ("iteration 2:", "'mask' (torch.float32) on 1 of 3 nodes"),
+        mine=(1, "1 here, the first at flat index 0: 0.0 -> inf"))
+    bad("-inf on node 0, +inf on the others",
+        lambda k, it, m: set_at(k, it, m, (0, 1, 2), lambda k: float("-inf" if k == 0 else "inf")),
+        ("'mask' (torch.float32) on every node, but not alike",))
+    bad("NaN on two of three nodes under 'lowest'",
+        lambda k, it, m: set_at(k, it, m, (0, 2), lambda k: float("nan")),
+        ("'mask' (torch.float32) on 2 of 3 nodes",), {"buffers": "lowest"})
+    bad("a large integer step on node 2 only",
+        lambda k, it, m: set_at(k, it, m, (2,), lambda k: 10 ** 9, "count"),
+        ("'count' (torch.int64) on 1 of 3 nodes", "an integer step over 4096"),
+        mine=(2, "2.0 -> 1000000000.0"))
+
+    def replace(k, it, m):
+        m.it = it
+        if it == 1:
+            m.peak = torch.zeros(3)  # assignment: a new tensor under the buffer's name
+    bad("a buffer forward replaced", replace, ("the buffer 'peak' is no longer the model's",))
+    for what, make, want in (
+            ("a meta buffer", lambda m: m.register_buffer("w", torch.empty(3, device="meta")),
+             "the buffer 'w' is on the meta device"),
+            ("a meta parameter",
+             lambda m: setattr(m, "p", torch.nn.Parameter(torch.empty(3, device="meta"))),
+             "the parameter 'p' is on the meta device"),
+            ("a sparse buffer", lambda m: m.register_buffer("s", torch.eye(3).to_sparse()),
+             "the buffer 's' is torch.sparse_coo"),
+            ("a quantized buffer", lambda m: m.register_buffer(
+                "q", torch.quantize_per_tensor(torch.ones(3), 0.1, 0, torch.quint8)),
+             "the buffer 'q' is of dtype torch.quint8")):
+        m = torch.nn.Linear(2, 2)
+        make(m)
+        try:
+            ht.Trainer({}, m, None, node_id=0)
+            check(False, f"{what} was accepted")
+        except ValueError as e:
+            check(want in str(e), f"{what}: {e}")
+            print(f"refused, {what}: {e}")
+
+
 def cost(d, port):
     """Not a ctest: samples/s of the issue's CNN (BatchNorm, Dropout, a frozen Linear, Adam;
     32x32x3) on 3 nodes, B = 96, 60 iterations, hash_interval 5, for each buffers mode and
@@ -473,7 +710,8 @@ def main():
     try:
         with tempfile.TemporaryDirectory(prefix="hetring-models.") as d:
             rc = {"buffers": buffers, "hash": hash_check, "syncbn": syncbn, "resnet": resnet,
-                  "extras": extras, "cost": cost}[sys.argv[1]](d, port) or 0
+                  "extras": extras, "transformer": transformer, "states": states,
+                  "cost": cost}[sys.argv[1]](d, port) or 0
     finally:
         tt.kill_all()
         os.rmdir(claim)
