@@ -163,7 +163,7 @@ kw.update({"sync_bn": True} if a.sync_bn else {}, **({"scheduler": sched} if sch
           **({"before_step": clip} if a.clip else {}))
 tr = ht.Trainer(a.conf, model, opt, node_id=a.node, n_samples=N, overrides=a.set, **kw)
 tr.clip_norm = 0.0
-losses, retries, iters, lrs, norms, shares = [], 0, 0, [], [], []
+losses, retries, iters, lrs, norms, shares, means = [], 0, 0, [], [], [], []
 t_start = None
 for idx in tr.batches():
     b = tr.batch
@@ -207,6 +207,8 @@ for idx in tr.batches():
     lrs.append(opt.param_groups[0]["lr"])
     norms.append(tr.clip_norm)
     shares.append(b.batch)
+    if xb.dim() == 4 and len(xb):  # this node's batch means per channel (the input BatchNorm's)
+        means.append(xb.double().mean((0, 2, 3)).tolist())
 wall = time.perf_counter() - (t_start or time.perf_counter())
 tensors = {}
 for name, t in list(model.named_parameters()) + list(model.named_buffers()):
@@ -219,7 +221,7 @@ with torch.no_grad():
     acc = float((model(xe).argmax(1) == Y[:128]).float().mean())
 out = {"node": a.node, "iters": iters, "retries": retries, "losses": losses, "lrs": lrs,
        "norms": norms, "tensors": tensors, "views": tr.views,
-       "staged": tr.staged is not None, "wall_s": wall, "shares": shares,
+       "staged": tr.staged is not None, "wall_s": wall, "shares": shares, "means": means,
        "samples_per_s": iters * tr.node.global_batch / max(wall, 1e-9), "eval_acc": acc,
        "n_params": len(list(model.parameters())), "trained": len(tr.params),
        "unique": len({id(q) for q in tr.params})}

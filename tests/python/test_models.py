@@ -6,7 +6,9 @@ model_worker.py processes (tests/python/CMakeLists.txt registers each mode as py
               node, num_batches_tracked counts the iterations, and the input BatchNorm's
               running mean (which depends on the data alone) is the 1-node run's within 1e-5:
               the batch-size-weighted average, divided by B. buffers="lowest" keeps them equal
-              too; buffers="off" warns once and leaves them differing; an unknown mode is refused
+              too, and its input running mean is the one over node 0's batches (within 1e-5,
+              where "average"'s is not); buffers="off" warns once and leaves them differing; an
+              unknown mode is refused
     hash      node 1 changes a buffer: every node stops at the next hash iteration with the
               replica check's error (the hash covers the buffers); node 1's forward counts a
               batch more in num_batches_tracked: every node stops with the error naming it
@@ -99,6 +101,24 @@ def max_diff(a, b):
     return max(diffs) if diffs else float("nan")
 
 
+def ema(means, momentum=0.1):
+    """BatchNorm's running mean, from zeros, over a sequence of per-channel batch means."""
+    rm = [0.0] * len(means[0])
+    for m in means:
+        rm = [(1 - momentum) * r + momentum * v for r, v in zip(rm, m)]
+    return rm
+
+
+def global_means(rs):
+    """Each iteration's batch mean over the global batch from every node's means and shares."""
+    out = []
+    for it in range(len(rs[0]["shares"])):
+        b = [r["shares"][it] for r in rs]
+        out.append([sum(bk * r["means"][it][c] for bk, r in zip(b, rs)) / sum(b)
+                    for c in range(len(rs[0]["means"][it]))])
+    return out
+
+
 def buffers(d, port):
     B_CNN = ("--dropout", "0.2", "--opt", "adam")
     one = run(d, write_ini(d, "one.ini", [1], port), 1, *B_CNN)[0]
@@ -115,8 +135,22 @@ def buffers(d, port):
           f"run's; held-out accuracy {[r['eval_acc'] for r in rs]}")
     check(uneven >= 5, f"the shares were even in {20 - uneven} of 20 iterations")
     check(diff <= 1e-5, f"input BatchNorm running mean {diff} from the 1-node run's")
+    # "lowest" takes node 0's change (the lowest member's), "average" the B-weighted mean of
+    # every node's: BatchNorm's running mean over node 0's batch means, against over the global
+    # batches' (each node's means of its own share, weighed by it), tells them apart
+    avg_rm, avg_own = t["0.running_mean"]["values"], ema(rs[0]["means"])
     rs = run(d, write_ini(d, "lowest.ini", [1, 1, 3], port + 4), 3, *B_CNN, "--buffers", "lowest")
-    same_replicas(rs, "buffers='lowest'")
+    if same_replicas(rs, "buffers='lowest'"):
+        rm, own, glob = rs[0]["tensors"]["0.running_mean"]["values"], ema(rs[0]["means"]), \
+            ema(global_means(rs))
+        low, apart, avg = tt.max_diff(rm, own), tt.max_diff(own, glob), tt.max_diff(avg_rm, avg_own)
+        print(f"buffers='lowest': every tensor equal; the input running mean within {low:.3g} of "
+              f"the one over node 0's batches ({apart:.3g} from the one over the global batches; "
+              f"the 'average' run's is {avg:.3g} from the one over its node 0's)")
+        check(low <= 1e-5, f"buffers='lowest': the input running mean {low} from node 0's")
+        # the same bound must refuse "average", or it proves nothing
+        check(apart > 1e-3 and avg > 1e-5, f"over node 0's batches or the global ones: {apart}; "
+              f"'average' from its node 0's: {avg}: the check cannot tell the modes apart")
     rs = run(d, write_ini(d, "off.ini", [1, 1, 3], port + 4), 3, *B_CNN, "--buffers", "off")
     if None not in rs:
         differ = [n for n in rs[0]["tensors"] if "running" in n and
