@@ -886,7 +886,7 @@ class Trainer:
                 mine = (f"{at.numel()} here, the first at flat index {i}: "
                         f"{float(old[i])!r} -> {float(got[0])!r}")
             what = (f"on {f} of {b.size} nodes" if f != b.size
-                    else f"on every node, but not alike (positions or values differ)")
+                    else "on every node, but not alike (positions or values differ)")
             lines.append(f"{name!r} ({t.dtype}) {what} ({mine})")
         return RuntimeError(
             f"hetring.torch: iteration {b.iter}: forward made changes to buffers that the "
