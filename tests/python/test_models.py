@@ -40,8 +40,8 @@ model_worker.py processes (tests/python/CMakeLists.txt registers each mode as py
               goes on
     states    in-process (Trainers on threads over a fake node): the states a model can hold,
               each kept bit-exactly the same on every node or refused when the Trainer is made:
-              -inf, NaN payloads, -0.0 and 1e300 left alone, int64, bool, float64, bf16 and
-              complex buffers, an empty and a None one, an int64 set to the same large value
+              -inf, NaN payloads, -0.0 and 1e300 left alone, int64, int8 (wrapping), bool,
+              float64, bf16, float16 and complex buffers, an empty and a None one, an int64 set to the same large value
               and an inf made alike on every node, under "average" and "lowest" and with an
               empty share; changes that differ (inf on some nodes, -inf against +inf, large
               integer steps) stop every node naming the buffer; a buffer forward replaces, and
@@ -602,11 +602,13 @@ class Holder(torch.nn.Module):
                         ("zeros", torch.tensor([-0.0, 0.0])),
                         ("huge", torch.tensor([1e300, -1e300], dtype=torch.float64)),
                         ("count", torch.zeros((), dtype=torch.int64)),
+                        ("count8", torch.full((2,), 126, dtype=torch.int8)),
                         ("flag", torch.zeros(2, dtype=torch.bool)),
                         ("big_id", torch.zeros(1, dtype=torch.int64)),
                         ("peak", torch.zeros(3)),
                         ("mean64", torch.zeros(4, dtype=torch.float64)),
                         ("mean16", torch.zeros(4, dtype=torch.bfloat16)),
+                        ("mean_f16", torch.zeros(4, dtype=torch.float16)),
                         ("phase", torch.ones(2, dtype=torch.complex64)),
                         ("empty", torch.zeros(0))):
             self.register_buffer(name, t)
@@ -617,6 +619,7 @@ class Holder(torch.nn.Module):
     def forward(self, x):
         with torch.no_grad():
             self.count.add_(1)
+            self.count8.add_(1)  # int8 from 126: wraps past 127 on every node alike
             self.flag[self.it % 2] = True
             self.big_id.fill_(10 ** 12 + 7 * self.it)
             if self.it == 1:
@@ -625,6 +628,7 @@ class Holder(torch.nn.Module):
                 m = x.double().mean(0)
                 self.mean64.mul_(0.9).add_(0.1 * m)
                 self.mean16.copy_((self.mean16.double() * 0.9 + 0.1 * m).bfloat16())
+                self.mean_f16.copy_((self.mean_f16.double() * 0.9 + 0.1 * m).half())
                 self.phase.mul_(torch.polar(torch.ones(2), m[:2].float()))
         return self.lin(self.bn(x)) + self.inf_bias
 
@@ -648,21 +652,22 @@ def states(d, port):
         same = {n: bits(b) == bits(dict(o.named_buffers())[n]) for n, b in m.named_buffers()}
         print(f"states {kw or 'average'}: {len(hashes)} replica hash(es); unchanged bit for bit: "
               f"{sorted(n for n, v in same.items() if v)}; count {int(m.count)}, flag "
-              f"{m.flag.tolist()}, big_id {int(m.big_id)}, peak {m.peak.tolist()}, mean64 "
+              f"{m.flag.tolist()}, count8 {m.count8.tolist()}, big_id {int(m.big_id)}, peak "
+              f"{m.peak.tolist()}, mean64 "
               f"{m.mean64[0].item():.6g}, phase {m.phase[0].item():.4g}, inf_bias "
               f"{m.inf_bias.tolist()}")
         check(len(hashes) == 1, f"{kw}: the replicas differ")
         check(all(same[n] for n in ("mask", "nans", "zeros", "huge", "empty")) and
-              not any(same[n] for n in ("count", "flag", "big_id", "peak", "mean64", "mean16",
-                                        "phase")),
+              not any(same[n] for n in ("count", "count8", "flag", "big_id", "peak", "mean64",
+                                        "mean16", "mean_f16", "phase")),
               f"{kw}: buffers left alone that moved: {same}")
-        check(int(m.count) == 4 and m.flag.tolist() == [True, True] and
+        check(int(m.count) == 4 and m.count8.tolist() == [-126, -126] and
+              m.flag.tolist() == [True, True] and
               int(m.big_id) == 10 ** 12 + 21 and m.peak.tolist() == [0.0, float("inf"), 0.0],
               f"{kw}: buffers changed alike on every node")
-        check(all(bool(torch.isfinite(b).all()) for b in (m.mean64, m.mean16.float(),
-                                                          torch.view_as_real(m.phase))) and
-              float(m.mean64.abs().min()) > 0 and float(m.mean16.float().abs().min()) > 0,
-              f"{kw}: float64, bf16 and complex statistics {m.mean64} {m.mean16} {m.phase}")
+        stats = (m.mean64, m.mean16.float(), m.mean_f16.float(), torch.view_as_real(m.phase))
+        check(all(bool(torch.isfinite(b).all()) and float(b.abs().min()) > 0 for b in stats),
+              f"{kw}: float64, bf16, float16 and complex statistics {stats}")
         check(m.inf_bias[2].item() == float("-inf") and m.inf_bias[0].item() != 0.0,
               f"{kw}: a parameter holding -inf {m.inf_bias}")
 
