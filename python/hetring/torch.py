@@ -44,9 +44,15 @@ every iteration. What forward changed in a floating buffer goes into the all-red
 gradients as b_k x (new - old), so each node gets old + sum_k (b_k/B)(new_k - old): the
 batch-size-weighted average of the members' buffers, the running statistics one node would
 have had over the whole batch (the mean exactly, the variance to first order); a node with an
-empty share weighs 0 and the divisor is B = sum_k b_k. Integer buffers go the same way and are
-rounded (old + the change every node made); a fractional result, nodes that changed them
-differently, is an error. buffers="lowest" takes the lowest member's change instead (DDP's
+empty share weighs 0 and the divisor is B = sum_k b_k. Integer and bool buffers go the same way
+and are rounded (old + the change every node made); a fractional result, nodes that changed
+them differently, is an error. An element forward left alone keeps its bits (a causal mask of
+-inf, a NaN). A change the all-reduce cannot carry as a number (inf or NaN in the old or the
+new value, beyond float32's range, an integer step over 4096) is taken, bit for bit, only where
+every node made the same one (a hash of it goes in the same all-reduce); otherwise every node
+stops with an error naming the buffer. Tensors on the meta device, sparse ones, and buffers of
+kinds other than floating, complex, integer and bool are refused when the Trainer is made.
+buffers="lowest" takes the lowest member's change instead (DDP's
 broadcast_buffers), buffers="off" leaves each node its own (logged once as a warning; the
 replica hash then leaves the buffers out). Otherwise the hash on hash iterations covers every
 parameter (frozen ones too) and every buffer, so a replica that differs anywhere stops the
@@ -79,6 +85,7 @@ library uses buckets ([train] bucket_bytes: auto where every node has a core to 
 size) the last layers' gradients are all-reduced while backward computes the first ones, as
 DDP does.
 """
+import hashlib
 import logging
 import multiprocessing
 import os
@@ -99,6 +106,54 @@ _BUFFER_MODES = ("average", "lowest", "off")
 
 # kinds numpy lacks, packed as the bytes of an integer kind of their size
 _AS_INT = {torch.bfloat16: torch.int16}
+
+# The buffers' changes in the all-reduce (see _carry): a change goes as a number where float32
+# carries it exactly enough, the rest (inf, NaN, beyond float32's range, large integer steps)
+# only where every member made it alike, which a hash of it in pieces checks.
+_FLT_MAX = float(torch.finfo(torch.float32).max)
+_INT_SUM = 2 ** 24   # integers float32 holds exactly: B x an integer change stays within it
+_INT_STEP = 4096     # the largest integer change carried as a number: its mean, times 1/B in
+#                      float32, stays within 1e-3 of an integer and rounds back exactly
+_PIECES, _PIECE_BITS = 6, 6  # the agreement hash, 36 bits in pieces of 6, each sent as x and
+#                              x^2: for up to 256 members every sum stays below 2^20, exact
+#                              through the library's 1/B, and M sum(x^2) = (sum x)^2 only where
+#                              every member's x is the same
+_BITS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+
+def _real(t):
+    """t's memory as a tensor of a real kind: complex as (re, im) pairs, bool as uint8."""
+    if t.dtype.is_complex:
+        return torch.view_as_real(t)
+    return t.view(torch.uint8) if t.dtype == torch.bool else t
+
+
+def _bits(t):
+    """t's elements as integers of their size: equal bit for bit (NaN payloads, -0.0)."""
+    return t.view(_BITS[t.element_size()])
+
+
+def _check_state(model):
+    """Refuse at construction what a Trainer could not train, hash, carry or move: tensors
+    without data (the meta device), sparse ones, buffers of kinds other than floating,
+    complex, integer and bool."""
+    for kind, named in (("parameter", model.named_parameters()),
+                        ("buffer", model.named_buffers())):
+        for n, t in named:
+            if t.device.type == "meta":
+                raise ValueError(f"hetring.torch: the {kind} {n!r} is on the meta device, "
+                                 f"which holds no data to train, hash or send to a joining "
+                                 f"node; materialise the model first (model.to_empty(device="
+                                 f"...), then initialise or load it)")
+            if t.layout != torch.strided:
+                raise ValueError(f"hetring.torch: the {kind} {n!r} is {t.layout}; hetring.torch "
+                                 f"hashes, carries and sends dense tensors only (.to_dense())")
+            if kind == "buffer" and not (t.dtype.is_floating_point or t.dtype.is_complex or
+                                         t.dtype in _INT_TYPES or t.dtype == torch.bool):
+                raise ValueError(f"hetring.torch: the buffer {n!r} is of dtype {t.dtype}, which "
+                                 f"hetring.torch can neither carry in the all-reduce nor send "
+                                 f"to a joining node (floating, complex, integer and bool "
+                                 f"buffers it can)")
 
 
 def _pack(v):
@@ -436,14 +491,18 @@ class Trainer:
         if any(p.dtype != torch.float32 or p.device.type != "cpu" for p in self.params):
             self.staged = torch.zeros(sum(p.numel() for p in self.params), dtype=torch.float32)
         self._cuda = any(p.device.type == "cuda" for p in self.params)
-        # the buffers carried in the all-reduce (buffers != "off"): floating and integer ones,
-        # each a view of `carried` (float32 on the CPU), the last buffer handed to the library
-        self.carried_buffers = []
-        if buffers != "off":
-            self.carried_buffers = [t for t in model.buffers()  # each once
-                                    if t.dtype.is_floating_point or t.dtype in _INT_TYPES]
-        n_buf = sum(t.numel() for t in self.carried_buffers)
-        self.carried = torch.zeros(n_buf, dtype=torch.float32) if n_buf else None
+        _check_state(model)
+        # the buffers carried in the all-reduce (buffers != "off"), by name, each once: every
+        # non-empty one, its changes a view of `carried` (float32 on the CPU), then a flag per
+        # buffer and the agreement hash (_carry); the last buffer handed to the library
+        self.carried_buffers = ([(n, t) for n, t in model.named_buffers() if t.numel()]
+                                if buffers != "off" else [])
+        self._n_vals = sum(_real(t).numel() for _, t in self.carried_buffers)
+        n_buf = self._n_vals + len(self.carried_buffers) + 2 * _PIECES
+        self.carried = (torch.zeros(n_buf, dtype=torch.float32) if self.carried_buffers
+                        else None)
+        self._agreed = {}  # this iteration's changes carried by agreement: index -> (at, new)
+        self._carry_batch = None  # the hetring.Batch _carry weighed the changes for
         if buffers == "off":
             logging.getLogger("hetring.torch").warning(
                 "hetring.torch: buffers='off': the model's buffers (BatchNorm's running "
@@ -773,52 +832,143 @@ class Trainer:
     def _carry(self, b, live, hand_over=True):
         """What forward did to the buffers, into `carried` with its weight: b x (new - old)
         ("average"; 0 for an empty share), B x (new - old) on the lowest member ("lowest");
-        handed over at once with overlap on (the buffers are final before backward)."""
+        handed over at once with overlap on (the buffers are final before backward).
+
+        An element whose bits forward left alone carries 0, whatever it holds (inf, NaN). A
+        change float32 cannot carry as a number (an inf or NaN in the old or the new value, a
+        change beyond float32's range over B, an integer step over _INT_STEP) carries 0 too,
+        and its buffer's flag 1; every member's flagged positions and new values go into one
+        hash, sent in pieces, so that _apply_buffers can take them only where every member
+        made the same. `carried` never holds anything but finite numbers."""
         if self.carried is None:
             return
         snap = dict((id(t), old) for t, old in self._snap)
         w = float(b.batch) if self.buffer_mode == "average" else \
             (float(b.global_batch) if b.rank == 0 else 0.0)
-        off = 0
+        B, nb = float(b.global_batch), len(self.carried_buffers)
+        flags = self.carried[self._n_vals:self._n_vals + nb]
+        pieces = self.carried[self._n_vals + nb:]
+        digest, off = hashlib.blake2b(digest_size=8), 0
+        self._agreed, self._carry_batch = {}, b
+        now = dict(self.model.named_buffers())
         with torch.no_grad():
-            for t in self.carried_buffers:
-                n = t.numel()
-                dst = self.carried[off:off + n]
-                if w == 0.0:
-                    dst.zero_()  # weight 0: nothing of this node's, not even a NaN
+            for k, (name, t) in enumerate(self.carried_buffers):
+                if now.get(name) is not t:
+                    raise RuntimeError(f"hetring.torch: the buffer {name!r} is no longer the "
+                                       f"model's: forward assigned a new tensor to it; change "
+                                       f"buffers in place (copy_, add_, mul_, ...)")
+                new, old = _real(t.detach()).reshape(-1), _real(snap[id(t)]).reshape(-1)
+                n = new.numel()
+                moved = _bits(new) != _bits(old)
+                d = (new.double() - old.double()).masked_fill_(~moved, 0.0)
+                a = d.abs()
+                if new.dtype.is_floating_point:
+                    far = moved & ~(a * B <= _FLT_MAX)  # NaN compares false: far
                 else:
-                    d = t.detach().reshape(-1).double() - snap[id(t)].reshape(-1).double()
-                    dst.copy_(d * w)
+                    far = (a > _INT_STEP) | (a * B > _INT_SUM)
+                flags[k] = 0.0
+                if bool(far.any()):
+                    at = far.nonzero().reshape(-1)
+                    got = new[at].clone()
+                    self._agreed[k] = (at, got)
+                    d[at] = 0.0
+                    flags[k] = 1.0
+                    digest.update(k.to_bytes(4, "little"))
+                    digest.update(at.cpu().numpy().tobytes())
+                    digest.update(_bits(got).cpu().numpy().tobytes())
+                self.carried[off:off + n].copy_(d * w)  # w 0: nothing of this node's
                 off += n
+            h = int.from_bytes(digest.digest(), "little") if self._agreed else 0
+            x = torch.tensor([(h >> (_PIECE_BITS * i)) & ((1 << _PIECE_BITS) - 1)
+                              for i in range(_PIECES)], dtype=torch.float32)
+            pieces[:_PIECES].copy_(x)
+            pieces[_PIECES:].copy_(x * x)
         live.given[-1] = True
         if hand_over and self._hooks:
             self.node.ready(live.bufs, len(live.bufs) - 1)
 
+    def _uncarried(self, b):
+        """The buffers whose changes cannot be taken after the all-reduce (flags and pieces
+        come back divided by B): those flagged on some members and not others, or on every
+        member with hashes that differ. The same names on every node."""
+        nb, M, B = len(self.carried_buffers), b.size, float(b.global_batch)
+        back = [round(float(v) * B) for v in self.carried[self._n_vals:]]
+        flags, s, q = back[:nb], back[nb:nb + _PIECES], back[nb + _PIECES:]
+        alike = all(M * q[i] == s[i] * s[i] for i in range(_PIECES))
+        return [(k, f) for k, f in enumerate(flags) if f != 0 and (f != M or not alike)]
+
+    def _refuse_buffers(self, b, bad):
+        """The error for the buffers _uncarried named, with what this node did to them."""
+        lines = []
+        for k, f in bad:
+            name, t = self.carried_buffers[k]
+            mine = "none here"
+            if k in self._agreed:
+                at, got = self._agreed[k]
+                old = _real(dict((id(u), o) for u, o in self._snap)[id(t)]).reshape(-1)
+                i = int(at[0])
+                mine = (f"{at.numel()} here, the first at flat index {i}: "
+                        f"{float(old[i])!r} -> {float(got[0])!r}")
+            what = (f"on {f} of {b.size} nodes" if f != b.size
+                    else "on every node, but not alike (positions or values differ)")
+            lines.append(f"{name!r} ({t.dtype}) {what} ({mine})")
+        return RuntimeError(
+            f"hetring.torch: iteration {b.iter}: forward made changes to buffers that the "
+            f"all-reduce cannot average (inf or NaN in the old or the new value, a change "
+            f"beyond float32's range, an integer step over {_INT_STEP}), and such a change is "
+            f"taken only where every node made the same: {'; '.join(lines)}. Make forward "
+            f"change these buffers alike on every node, or leave them unchanged, or pass "
+            f"buffers='off'")
+
     def _apply_buffers(self):
         """Every node's buffers from the all-reduced change: old + sum_k w_k (new_k - old) / B,
-        integer ones rounded; the same bytes on every node."""
-        snap, self._snap = dict((id(t), old) for t, old in self._snap or ()), None
+        integer ones rounded; an element whose mean change is 0 keeps its old bits, one carried
+        by agreement takes the new value every member gave it. The same bytes on every node;
+        on an error none is written and the buffers are put back as the iteration found them."""
         if self.carried is None:
+            self._snap = None
             return
-        names = {id(t): n for n, t in self.model.named_buffers()}
-        off = 0
+        b = self._carry_batch
+        bad = self._uncarried(b)
+        if bad:
+            err = self._refuse_buffers(b, bad)
+            self._restore()
+            raise err
+        snap = dict((id(t), old) for t, old in self._snap)
+        out, off = [], 0
         with torch.no_grad():
-            for t in self.carried_buffers:
-                n = t.numel()
-                old = snap[id(t)]
-                d = self.carried[off:off + n].view(t.shape).to(old.device)
-                if t.dtype.is_floating_point:
-                    t.copy_((old.double() + d.double()).to(t.dtype))
+            for k, (name, t) in enumerate(self.carried_buffers):
+                old = _real(snap[id(t)]).reshape(-1)
+                n = old.numel()
+                d = self.carried[off:off + n].to(old.device).double()
+                off += n
+                if old.dtype.is_floating_point:
+                    r = (old.double() + d).to(old.dtype)
+                    moved = d != 0
+                    if not bool(torch.isfinite(r[moved]).all()):
+                        self._restore()
+                        raise RuntimeError(
+                            f"hetring.torch: iteration {b.iter}: the nodes' mean of the buffer "
+                            f"{name!r} is not finite in {old.dtype}, though every node's value "
+                            f"of it was")
+                    new = torch.where(moved, _bits(r), _bits(old)).view(old.dtype)
                 else:
-                    r = d.double().round()
-                    if n and float((d.double() - r).abs().max()) > 1e-3:
+                    rd = d.round()
+                    if float((d - rd).abs().max()) > 1e-3:
+                        self._restore()
                         raise RuntimeError(
                             f"hetring.torch: the nodes changed the integer buffer "
-                            f"{names.get(id(t), '?')} by different amounts in one iteration "
-                            f"(weighted mean change {d.reshape(-1)[:4].tolist()}); integer "
+                            f"{name} by different amounts in one iteration "
+                            f"(weighted mean change {d[:4].tolist()}); integer "
                             f"buffers must change alike on every node")
-                    t.copy_(old + r.to(old.dtype))
-                off += n
+                    new = old + rd.to(old.dtype)
+                if k in self._agreed:
+                    at, got = self._agreed[k]
+                    new[at] = got
+                out.append((t, new))
+            for t, new in out:
+                _real(t).copy_(new.view(_real(t).shape))
+        self._snap, self._agreed = None, {}
 
     def _restore(self):
         """The buffers back as the iteration found them (it is dropped)."""

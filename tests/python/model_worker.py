@@ -1,13 +1,16 @@
 """model_worker.py: one node of the model tests (test_models.py): a model as users have them
 (BatchNorm, Dropout, a frozen layer, tied weights, a branch, torchvision's ResNet-18) on
-synthetic 3-channel images, trained through hetring.torch. Prints 'RESULT {json}' at the end.
+synthetic 3-channel images, or a small causal transformer on synthetic token sequences,
+trained through hetring.torch. Prints 'RESULT {json}' at the end.
 
-    model_worker.py CONF NODE_ID [--model cnn|resnet18|branch] [--buffers MODE] [--sync-bn]
-                    [--opt sgd|adam] [--dropout P] [--clip NORM] [--sched] [--amp]
+    model_worker.py CONF NODE_ID [--model cnn|resnet18|branch|transformer] [--buffers MODE]
+                    [--sync-bn] [--opt sgd|adam] [--dropout P] [--clip NORM] [--sched] [--amp]
                     [--dtype T] [--die-at ITER] [--pace S] [--nodes N] [--set S.K=V]
+                    [--nonfinite-at ITER [--nonfinite-all]]
 """
 import argparse
 import json
+import math
 import os
 import sys
 import time
@@ -20,7 +23,7 @@ import hetring.torch as ht
 p = argparse.ArgumentParser()
 p.add_argument("conf")
 p.add_argument("node", type=int)
-p.add_argument("--model", default="cnn", choices=["cnn", "resnet18", "branch"])
+p.add_argument("--model", default="cnn", choices=["cnn", "resnet18", "branch", "transformer"])
 p.add_argument("--buffers", default="average")
 p.add_argument("--sync-bn", action="store_true")
 p.add_argument("--opt", default="sgd", choices=["sgd", "adam"])
@@ -43,6 +46,10 @@ p.add_argument("--int-skew-at", type=int, default=-1,
 p.add_argument("--branch", default="iter", choices=["iter", "label"],
                help="Branchy takes its branch on even iterations (every node alike) or when "
                     "the node's first label is even (nodes differ)")
+p.add_argument("--nonfinite-at", type=int, default=-1,
+               help="transformer: node 1's forward puts +inf into its mask at [0, 0] then")
+p.add_argument("--nonfinite-all", action="store_true",
+               help="with --nonfinite-at: every node's forward puts -inf at the mask's [T-1, 0]")
 p.add_argument("--threads", type=int, default=1)
 p.add_argument("--set", action="append", default=[], help="an INI override, section.key=value")
 a = p.parse_args()
@@ -55,6 +62,10 @@ Y = torch.randint(0, C, (N,), generator=g)
 templates = torch.randn(C, 3, S, S, generator=g)
 X = (0.5 * templates[Y] + torch.randn(N, 3, S, S, generator=g)) * 2.0 + 1.0  # mean 1, not 0
 dtype = getattr(torch, a.dtype)
+T, V = 8, 16  # the transformer's sequence length and vocabulary
+if a.model == "transformer":  # token sequences, the class a function of the tokens
+    X = torch.randint(0, V, (N, T), generator=g)
+    Y = (X[:, 0] + X[:, -1]) % C
 
 
 class Branchy(nn.Module):
@@ -84,12 +95,44 @@ class Branchy(nn.Module):
         return self.head(h)
 
 
+class TinyTransformer(nn.Module):
+    """Token and position embeddings, one block of causal self-attention (the mask a buffer of
+    -inf above the diagonal, as transformer code registers it, and a learned bias that holds
+    -inf there too: a parameter with inf in it) and an MLP, LayerNorm and Dropout; an int64
+    count of training forwards; the class read from the last position."""
+
+    def __init__(self, D=32):
+        super().__init__()
+        self.tok = nn.Embedding(V, D)
+        self.pos = nn.Parameter(torch.randn(T, D) * 0.1)
+        self.register_buffer("mask", torch.full((T, T), float("-inf")).triu(1))
+        self.att_bias = nn.Parameter(torch.full((T, T), float("-inf")).triu(1))
+        self.register_buffer("steps", torch.zeros((), dtype=torch.int64))
+        self.ln1, self.ln2, self.ln3 = nn.LayerNorm(D), nn.LayerNorm(D), nn.LayerNorm(D)
+        self.qkv, self.proj = nn.Linear(D, 3 * D), nn.Linear(D, D)
+        self.mlp = nn.Sequential(nn.Linear(D, 4 * D), nn.GELU(), nn.Linear(4 * D, D))
+        self.drop = nn.Dropout(a.dropout)
+        self.head = nn.Linear(D, C)
+
+    def forward(self, x):
+        if self.training:
+            self.steps.add_(1)
+        h = self.tok(x) + self.pos
+        q, k, v = self.qkv(self.ln1(h)).chunk(3, dim=-1)
+        att = q @ k.transpose(1, 2) / math.sqrt(q.shape[-1]) + self.mask + self.att_bias
+        h = h + self.drop(self.proj(self.drop(att.softmax(-1)) @ v))
+        h = h + self.drop(self.mlp(self.ln2(h)))
+        return self.head(self.ln3(h)[:, -1])
+
+
 def make_model():
     if a.model == "resnet18":
         import torchvision
         return torchvision.models.resnet18(num_classes=C)  # random weights, nothing downloaded
     if a.model == "branch":
         return Branchy()
+    if a.model == "transformer":
+        return TinyTransformer()
     return nn.Sequential(
         nn.BatchNorm2d(3),                                   # the inputs normalised
         nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(), nn.MaxPool2d(2),
@@ -120,7 +163,7 @@ kw.update({"sync_bn": True} if a.sync_bn else {}, **({"scheduler": sched} if sch
           **({"before_step": clip} if a.clip else {}))
 tr = ht.Trainer(a.conf, model, opt, node_id=a.node, n_samples=N, overrides=a.set, **kw)
 tr.clip_norm = 0.0
-losses, retries, iters, lrs, norms, shares = [], 0, 0, [], [], []
+losses, retries, iters, lrs, norms, shares, means = [], 0, 0, [], [], [], []
 t_start = None
 for idx in tr.batches():
     b = tr.batch
@@ -141,7 +184,16 @@ for idx in tr.batches():
     if b.iter == a.perturb_at and a.node == 1:
         with torch.no_grad():
             [t for t in model.buffers() if t.dtype.is_floating_point][-1].add_(1e-3)
-    xb = X[idx].to(dtype)
+    if b.iter == a.nonfinite_at and (a.nonfinite_all or a.node == 1):
+        def nonfinite(*_):
+            with torch.no_grad():
+                if a.nonfinite_all:
+                    model.mask[T - 1, 0] = float("-inf")
+                else:
+                    model.mask[0, 0] = float("inf")
+            once.remove()
+        once = model.register_forward_hook(nonfinite)
+    xb = X[idx].to(dtype) if X.dtype.is_floating_point else X[idx]
     if a.amp:
         with torch.autocast("cpu", dtype=torch.bfloat16):
             res = tr.step(loss_fn, (xb, Y[idx]))
@@ -155,6 +207,8 @@ for idx in tr.batches():
     lrs.append(opt.param_groups[0]["lr"])
     norms.append(tr.clip_norm)
     shares.append(b.batch)
+    if xb.dim() == 4 and len(xb):  # this node's batch means per channel (the input BatchNorm's)
+        means.append(xb.double().mean((0, 2, 3)).tolist())
 wall = time.perf_counter() - (t_start or time.perf_counter())
 tensors = {}
 for name, t in list(model.named_parameters()) + list(model.named_buffers()):
@@ -163,10 +217,11 @@ for name, t in list(model.named_parameters()) + list(model.named_buffers()):
                      "values": flat.tolist() if flat.numel() <= 4096 else None}
 model.eval()
 with torch.no_grad():
-    acc = float((model(X[:128].to(dtype)).argmax(1) == Y[:128]).float().mean())
+    xe = X[:128].to(dtype) if X.dtype.is_floating_point else X[:128]
+    acc = float((model(xe).argmax(1) == Y[:128]).float().mean())
 out = {"node": a.node, "iters": iters, "retries": retries, "losses": losses, "lrs": lrs,
        "norms": norms, "tensors": tensors, "views": tr.views,
-       "staged": tr.staged is not None, "wall_s": wall, "shares": shares,
+       "staged": tr.staged is not None, "wall_s": wall, "shares": shares, "means": means,
        "samples_per_s": iters * tr.node.global_batch / max(wall, 1e-9), "eval_acc": acc,
        "n_params": len(list(model.parameters())), "trained": len(tr.params),
        "unique": len({id(q) for q in tr.params})}
