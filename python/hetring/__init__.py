@@ -134,6 +134,9 @@ class Result:
     __slots__ = ("iter", "loss", "accuracy", "next_batch", "changed", "t_compute", "t_node",
                  "t_comm", "buckets", "early", "skipped", "nonfinite_nodes")
 
+    def __init__(self):
+        self.skipped, self.nonfinite_nodes = False, []  # a step applied unless said otherwise
+
 
 class Node:
     """One node of the cluster in `conf`: an INI file, or a mapping of its sections (ini_text).
