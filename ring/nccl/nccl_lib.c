@@ -37,10 +37,13 @@ static void *open_checked(char *ver, size_t vlen, char *err, size_t errlen) {
         snprintf(why, sizeof why, "ncclGetVersion failed"), hr_dl_close(h), h = NULL;
     if (h) {
         snprintf(ver, vlen, "NCCL %d.%d.%d", v / 10000, v / 100 % 100, v % 100);
-        if (v < NCCL_LIB_NEED || v / 10000 != NCCL_MAJOR)
-            snprintf(why, sizeof why, "%s, but this build needs NCCL %d.x from 2.14", ver,
-                     NCCL_MAJOR),
-                hr_dl_close(h), h = NULL;
+        if (v < NCCL_LIB_NEED || v / 10000 != NCCL_MAJOR) {
+            char path[HR_ERRLEN];
+            hr_dl_path(h, path, sizeof path);
+            hr_fail(why, sizeof why, HR_ERR_UNSUPPORTED,
+                    "%s: %s, but this build needs NCCL %d.x from 2.14", path, ver, NCCL_MAJOR);
+            hr_dl_close(h), h = NULL;
+        }
     }
     if (!h) hr_fail(err, errlen, HR_ERR_UNSUPPORTED, "NCCL: %s", why);
     return h;

@@ -89,8 +89,13 @@ static const lib_spec libs[] = {
 
 /* Open library s and check its version; NULL with the reason (which names the file) in err. */
 static void *open_checked(const lib_spec *s, char *ver, size_t vlen, char *err, size_t errlen) {
+    char why[HR_ERRLEN], path[HR_ERRLEN];
     void *h = hr_dl_open(s->names, 2, err, errlen);
-    if (h && s->version(h, ver, vlen, err, errlen) != HR_OK) hr_dl_close(h), h = NULL;
+    if (h && s->version(h, ver, vlen, why, sizeof why) != HR_OK) {
+        hr_dl_path(h, path, sizeof path);
+        hr_fail(err, errlen, HR_ERR_UNSUPPORTED, "%s: %s", path, why);
+        hr_dl_close(h), h = NULL;
+    }
     return h;
 }
 
