@@ -25,6 +25,11 @@
 #                           headers under the CUDA prefix, else ldconfig -p), `hetring version`,
 #                           python3 and torch (with torch.cuda.is_available())
 #   build                   the CUDA build, or the check of the one --build names
+#   gpu-libs                the GPU libraries are loaded at run time, by the processes that
+#                           use them: none in hetring's NEEDED; `hetring version` names the CUDA
+#                           driver, cuBLAS, cuDNN and NCCL with their versions (one line each in
+#                           the report); a one-node cuda:0 run loads the driver, cuBLAS and cuDNN
+#                           (LD_DEBUG=files) and logs "cuda: loaded ..."; on cpu it loads none
 #   ctest-cuda              ctest -L cuda (a test that exits 77 counts as skip)
 #   sanitizer               compute-sanitizer memcheck, racecheck, synccheck and initcheck over
 #                           every BUILD/tests/cuda/test_cuda_* (--error-exitcode 1), one line per
@@ -91,10 +96,10 @@ set -u
 SELF=$(readlink -f "${BASH_SOURCE[0]}")
 . "$(dirname "$SELF")/../records.sh" # records_check: exactly once (I8), as the dist tests check
 SRC=$(cd "$(dirname "$SELF")/../.." && pwd)
-CHECKS=(versions build ctest-cuda sanitizer gpu-vs-cpu gpu-shared-kill-rejoin cpu-gpu-cpu
+CHECKS=(versions build gpu-libs ctest-cuda sanitizer gpu-vs-cpu gpu-shared-kill-rejoin cpu-gpu-cpu
         nccl-1rank bench-gpu bench-mixed torch-cuda)
 # each check's own hard timeout, seconds (and the whole run's budget)
-declare -A CAP=([versions]=60 [build]=300 [ctest-cuda]=150 [sanitizer]=180 [gpu-vs-cpu]=60
+declare -A CAP=([versions]=60 [build]=300 [gpu-libs]=45 [ctest-cuda]=150 [sanitizer]=180 [gpu-vs-cpu]=60
                 [gpu-shared-kill-rejoin]=90 [cpu-gpu-cpu]=60 [nccl-1rank]=90 [bench-gpu]=120
                 [bench-mixed]=120 [torch-cuda]=90)
 BUDGET=${HR_VERIFY_BUDGET:-585}
@@ -431,6 +436,51 @@ check_build() {
     *"cuda: yes"*) result pass "$([ "$BUILD_GIVEN" = 1 ] && echo "given" || echo "built") $BUILD: $b" ;;
     *) result fail "$HR was built without CUDA ($b)" ;;
   esac
+}
+
+# The GPU libraries are loaded at run time by the processes that use them (README, "GPUs"):
+# hetring needs none of them (readelf -d), `hetring version` names each with its version, a
+# one-node cuda:0 run loads the driver, cuBLAS and cuDNN (LD_DEBUG=files: dynamically loaded,
+# and its log's "cuda: loaded" line), and the same run on cpu loads none.
+check_gpu_libs() {
+  need_build || return
+  local d=$OUT/gpu-libs ITERS=10 B=64 need l bad="" loaded
+  local gpu_libs='libcuda\.so|libcudart|libcublas|libcudnn|libnccl'
+  if [ "$STANDIN" = cpu ]; then
+    result skip "stand-in mode: no GPU node to load the libraries"
+    return
+  fi
+  need=$(readelf -d "$HR" | grep NEEDED | grep -E "$gpu_libs" | sed 's/.*\[\(.*\)\]/\1/' | paste -sd' ' -)
+  [ -z "$need" ] || bad+="hetring needs $need in NEEDED; "
+  say "$HR version"
+  "$HR" version > "$d/version.out" 2>&1
+  cat "$d/version.out"
+  while read -r l; do add_line "$l"; done < <(grep -E '^  (CUDA driver|cuBLAS|cuDNN|NCCL):' "$d/version.out")
+  grep -q 'cannot be used' "$d/version.out" && bad+="hetring version: $(grep -m1 'cannot be used' "$d/version.out" | sed 's/^ *//'); "
+  train_section | write_conf "$d/g.ini" "$BASE" 1 tcp cuda:0
+  train_section | write_conf "$d/c.ini" $((BASE + 1)) 1 tcp cpu
+  say "one node on cuda:0, then on cpu, under LD_DEBUG=files"
+  LD_DEBUG=files LD_DEBUG_OUTPUT=$d/ld-gpu start_node "$d" "$d/g.ini" 0 gpu
+  wait_nodes "$d" 30 gpu
+  [ -z "$NODE_ERR" ] || bad+="the cuda:0 node: $NODE_ERR; "
+  LD_DEBUG=files LD_DEBUG_OUTPUT=$d/ld-cpu start_node "$d" "$d/c.ini" 0 cpu
+  wait_nodes "$d" 30 cpu
+  [ -z "$NODE_ERR" ] || bad+="the cpu node: $NODE_ERR; "
+  for l in libcuda.so libcublas.so libcudnn.so; do
+    [ "$l" = libcudnn.so ] && ! grep -q '^  cuDNN:' "$d/version.out" && continue # built without
+    cat "$d"/ld-gpu.* 2>/dev/null | grep -Eq "file=$l[^ ]* .*dynamically loaded" ||
+      bad+="the cuda:0 node did not load $l; "
+  done
+  loaded=$(grep -m1 -o 'cuda: loaded .*' "$d/n-gpu.log")
+  [ -n "$loaded" ] || bad+="the cuda:0 node's log has no 'cuda: loaded' line; "
+  cat "$d"/ld-cpu.* 2>/dev/null | grep -E "file=($gpu_libs)" > "$d/cpu-loaded" &&
+    bad+="the cpu node loaded $(sed 's/.*file=\([^ ]*\).*/\1/' "$d/cpu-loaded" | sort -u | paste -sd' ' -); "
+  add_line "cuda:0 node: ${loaded:-nothing loaded}"
+  if [ -n "$bad" ]; then
+    result fail "${bad%; }"
+  else
+    result pass "cuda:0 node ${loaded#cuda: }; cpu node: no GPU library; none in NEEDED"
+  fi
 }
 
 check_ctest_cuda() {
