@@ -8,7 +8,8 @@
 #   - a CPU node maps none of them even where they are installed (LD_DEBUG=files);
 #   - a cuda:0 node is refused at start-up with exit 2, the message naming the node, the key,
 #     the library and what dlopen or the version check said: a missing driver, a missing
-#     cuBLAS, a driver and a cuBLAS older than this build (stand-ins, stub_gpu_libs.c).
+#     cuBLAS, a driver and a cuBLAS older than this build (stand-ins, stub_gpu_libs.c), and,
+#     with backend = nccl, a missing NCCL (on the emulated GPU of the test hooks).
 # Args: hetring, hetring-bench (or none), libhetring, the stand-ins' folder, the CUDA major.
 HR=$1 BENCH=$2 LIB=$3 STUB=$4 MAJOR=$5
 . "$(dirname "${BASH_SOURCE[0]}")/../harness.sh"
@@ -83,4 +84,16 @@ refused "no driver" "$tmp/none" "CUDA driver: $tmp/none/libcuda.so.1: cannot ope
 refused "no cuBLAS" "$STUB/newdrv" "cuBLAS: $STUB/newdrv/libcublas.so.$MAJOR: cannot open shared object file"
 refused "old driver" "$STUB/olddrv" "CUDA driver: $STUB/olddrv/libcuda.so.1: the driver supports CUDA $((MAJOR - 1)).8, this build's runtime is CUDA $MAJOR\.[0-9]+: update the NVIDIA driver"
 refused "old cuBLAS" "$STUB/oldblas" "cuBLAS: $STUB/oldblas/libcublas.so.$MAJOR: cuBLAS $((MAJOR - 1))\.0\.0, but this build needs cuBLAS $MAJOR\.x"
+# backend = nccl: a GPU node (emulated here, the test hooks' device) whose NCCL does not load is
+# refused at start-up naming the key and the library; with auto NCCL is opened only by a view
+if "$HR" version | grep -q '^test hooks: yes'; then
+    HETRING_FAULT=emu_device:0 HETRING_CUDA_LIBS=$tmp/none timeout 60 "$tmp/bin/hetring" run \
+        --conf "$tmp/one.ini" --node 0 --quiet --set node.0.device=cuda:0 \
+        --set cluster.backend=nccl > "$tmp/r" 2>&1
+    rc=$?
+    [ $rc = 2 ] || fail "backend = nccl without NCCL: exited $rc, expected 2: $(tail -2 "$tmp/r")"
+    grep -q "one.ini: \[cluster\] backend = nccl on \[node.0\] (device = cuda:0): NCCL: $tmp/none/libnccl.so.2: cannot open shared object file" "$tmp/r" ||
+        fail "backend = nccl without NCCL: the refusal does not name the key and the library: $(tail -1 "$tmp/r")"
+    echo "no NCCL: $(tail -1 "$tmp/r")"
+fi
 [ "$fails" = 0 ]
