@@ -87,7 +87,8 @@
 # or, to run a build carried from that machine only, copy the .so files `ldd build/hetring`
 # names (libsodium.so.23, libinih.so.1, libopenblas.so.0, libgfortran.so.5, libquadmath.so.0)
 # into DIR. A build with cuDNN also needs libcudnn*.so.9 (all of them: libcudnn.so.9 opens the
-# others at run time); where they are missing the build check takes PyTorch's (nvidia.cudnn). Debian's .pc files name /usr paths: the script rewrites their libdir and includedir
+# others at run time), which hetring opens at run time (`hetring version` says whether it can);
+# where they are missing every check takes PyTorch's (nvidia.cudnn). Debian's .pc files name /usr paths: the script rewrites their libdir and includedir
 # to DIR and DIR/include (in OUTDIR/pkgconfig) and sets PKG_CONFIG_PATH, CPATH and LIBRARY_PATH.
 # A carried build folder (--build) must sit at the same absolute path as where it was built
 # (and the source tree at its path too): CMake and CTest files hold absolute paths.
@@ -385,7 +386,7 @@ libs_pkgconfig() {
 # wheel often does (the nvidia-cudnn package): put its folder on LD_LIBRARY_PATH, and say so.
 cudnn_from_torch() {
   local d
-  ldd "$HR" 2>&1 | grep -q 'libcudnn.*not found' || return 0
+  [ -x "$HR" ] && "$HR" version 2>/dev/null | grep -q '^  cuDNN: cannot be used' || return 0
   d=$(python3 -c 'import os, nvidia.cudnn as c; print(os.path.join(list(c.__path__)[0], "lib"))' 2>/dev/null)
   if [ -n "$d" ] && [ -e "$d/libcudnn.so.9" ]; then
     say "libcudnn.so.9 is not on the library path; using PyTorch's: $d"
@@ -842,6 +843,7 @@ if [ "${1:-}" = __check ]; then
   trap 'kill_bg' EXIT
   mkdir -p "$OUT/$CHECK"
   cd "$OUT/$CHECK" || exit 1
+  cudnn_from_torch # hetring opens libcudnn.so.9 at run time: each check's process needs the path
   "check_${CHECK//-/_}"
   exit 0
 fi
