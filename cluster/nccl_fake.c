@@ -118,7 +118,8 @@ static hr_status fake_allreduce(void *comm, float *buf, size_t count, double tim
 static void fake_abort(void *comm) {
     fake_comm *c = comm;
     if (!c) return;
-    HR_INFO(RING, "fake nccl: abort of view %llu's communicator (ring at view %llu): %ld "
+    HR_INFO(RING,
+            "fake nccl: abort of view %llu's communicator (ring at view %llu): %ld "
             "all-reduce(s) of %llu floats",
             (unsigned long long)c->epoch, (unsigned long long)ring_get_view(c->r)->epoch, c->calls,
             c->floats);
@@ -126,4 +127,9 @@ static void fake_abort(void *comm) {
     free(c);
 }
 
-const nccl_path_ops nccl_fake_ops = {"fake", fake_unique_id, fake_init, fake_allreduce, fake_abort};
+static hr_status fake_load(char *err, size_t errlen) {
+    return HR_OK;
+}
+
+const nccl_path_ops nccl_fake_ops = {"fake",    fake_load,      fake_unique_id,
+                                     fake_init, fake_allreduce, fake_abort};

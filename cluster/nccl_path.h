@@ -45,6 +45,9 @@ typedef struct {
 /* The operations. Every call returns HR_OK or a status with a message in err. */
 typedef struct {
     const char *name; /* "nccl", "fake" */
+    /* Whether this process can run the implementation: the real one opens libnccl.so.2 and
+     * checks its version (nccl_lib_load); HR_ERR_UNSUPPORTED naming the library otherwise. */
+    hr_status (*load)(char *err, size_t errlen);
     hr_status (*unique_id)(uint8_t id[NCCL_PATH_ID_BYTES], long node_id, uint64_t epoch, char *err,
                            size_t errlen);
     hr_status (*init)(void **comm, const nccl_path_args *a, char *err, size_t errlen);

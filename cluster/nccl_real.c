@@ -47,8 +47,8 @@ static void real_abort(void *comm) {
     free(c);
 }
 
-static const nccl_path_ops real_ops = {"nccl", real_unique_id, real_init, real_allreduce,
-                                       real_abort};
+static const nccl_path_ops real_ops = {"nccl",    nccl_lib_load,  real_unique_id,
+                                       real_init, real_allreduce, real_abort};
 
 const nccl_path_ops *nccl_path_real(void) {
     return &real_ops;

@@ -8,6 +8,7 @@
 #include "cluster/trainer_setup.h"
 #include "base/hr_log.h"
 #include "cluster/hr_fault.h"
+#include "cluster/nccl_path.h"
 #include "cluster/stats.h"
 
 #include <string.h>
@@ -103,6 +104,23 @@ void app_train_config(const cfg *c, int self_idx, train_config *out) {
         if (c->nodes[k].slowdown != 1.0 || c->nodes[k].n_interference) out->emulated = 1;
 }
 
+/* backend = nccl: every view of this node runs NCCL, so its library must load (with auto a view
+ * that cannot falls back to TCP, and NCCL is opened only when a view chooses it). Checked for
+ * an emulated device too, unless the recording fake stands in for NCCL. */
+static hr_status check_nccl(const cfg *c, const cfg_node *me, char *err, size_t errlen) {
+    const nccl_path_ops *nccl = nccl_path_real();
+    char why[HR_ERRLEN];
+    double arg;
+    if (c->backend != CFG_BACKEND_NCCL || !nccl || hr_fault_get("fake_nccl", me->id, 0, &arg) ||
+        nccl->load(why, sizeof why) == HR_OK)
+        return HR_OK;
+    return hr_fail(err, errlen, HR_ERR_CONFIG,
+                   "%s: [cluster] backend = nccl on [node.%ld] (device = cuda:%ld): %s (install "
+                   "it or point HETRING_CUDA_LIBS at its directory, or use backend = auto, which "
+                   "stays on TCP where NCCL cannot run)",
+                   c->path, me->id, me->device, why);
+}
+
 hr_status app_check_device(const cfg *c, int self_idx, char *err, size_t errlen) {
     const cfg_node *me = &c->nodes[self_idx];
     double delay_ms;
@@ -111,12 +129,13 @@ hr_status app_check_device(const cfg *c, int self_idx, char *err, size_t errlen)
         HR_WARN(TRAIN,
                 "test hook: node %ld's device cuda:%ld is emulated on the host (%g ms a step)",
                 me->id, me->device, delay_ms);
-        return HR_OK;
+        return check_nccl(c, me, err, errlen);
     }
     char why[HR_ERRLEN];
-    if (device_cuda_check((int)me->device, why, sizeof why) == HR_OK) return HR_OK;
-    return hr_fail(err, errlen, HR_ERR_CONFIG, "%s: [node.%ld] device = cuda:%ld: %s", c->path,
-                   me->id, me->device, why);
+    if (device_cuda_check((int)me->device, why, sizeof why) != HR_OK)
+        return hr_fail(err, errlen, HR_ERR_CONFIG, "%s: [node.%ld] device = cuda:%ld: %s", c->path,
+                       me->id, me->device, why);
+    return check_nccl(c, me, err, errlen);
 }
 
 void app_ctrl_config(const cfg *c, ctrl_config *out) {

@@ -59,7 +59,12 @@ hr_status device_cuda_check(int index, char *err, size_t errlen) {
 #ifdef HR_HAVE_CUDA
     char why[256] = "";
     int n = device_cuda_count(why, sizeof why);
-    if (n <= 0)
+    if (n < 0)
+        return hr_fail(err, errlen, HR_ERR_CONFIG,
+                       "the GPU libraries cannot be used: %s (install them or point "
+                       "HETRING_CUDA_LIBS at their directory, or use device = cpu)",
+                       why);
+    if (n == 0)
         return hr_fail(err, errlen, HR_ERR_CONFIG, "this machine has no usable CUDA device (%s)",
                        why);
     if (index < 0 || index >= n)

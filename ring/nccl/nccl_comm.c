@@ -1,19 +1,21 @@
 /*
  * nccl_comm.c: the NCCL backend (see nccl_comm.h).
  *
- * Every wait is a poll against a monotonic deadline: ncclCommGetAsyncError for the
- * communicator's state (ncclInProgress while a non-blocking call completes, an error code
+ * NCCL is called through the table of nccl_lib.h, filled by the first unique id or init of the
+ * process (nccl_lib_load). Every wait is a poll against a monotonic deadline: ncclCommGetAsyncError
+ * for the communicator's state (ncclInProgress while a non-blocking call completes, an error code
  * when a peer or the network failed) and cudaStreamQuery for the collective itself. The poll
  * yields for the first millisecond (small all-reduces finish in microseconds) and then
  * sleeps 50 us per round so a long wait does not burn a core.
  */
 #include "ring/nccl/nccl_comm.h"
 
+#include "ring/nccl/nccl_lib.h"
+
 #include "base/hr_log.h"
 #include "base/hr_time.h"
 
 #include <cuda_runtime_api.h>
-#include <nccl.h>
 #include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -51,14 +53,14 @@ static hr_status wait_comm(nccl_comm *c, double deadline, const char *what) {
     double t0 = hr_now();
     for (;;) {
         ncclResult_t st = ncclInProgress;
-        ncclResult_t r = ncclCommGetAsyncError((ncclComm_t)c->comm, &st);
+        ncclResult_t r = nccl_lib.ncclCommGetAsyncError((ncclComm_t)c->comm, &st);
         if (r != ncclSuccess)
             return fail(c, HR_ERR_NCCL, "%s: ncclCommGetAsyncError: %s", what,
-                        ncclGetErrorString(r));
+                        nccl_lib.ncclGetErrorString(r));
         if (st == ncclSuccess) return HR_OK;
         if (st != ncclInProgress)
-            return fail(c, HR_ERR_NCCL, "%s: %s (%s)", what, ncclGetErrorString(st),
-                        ncclGetLastError((ncclComm_t)c->comm));
+            return fail(c, HR_ERR_NCCL, "%s: %s (%s)", what, nccl_lib.ncclGetErrorString(st),
+                        nccl_lib.ncclGetLastError((ncclComm_t)c->comm));
         double t = hr_now();
         if (t > deadline)
             return fail(c, HR_ERR_TIMEOUT,
@@ -73,7 +75,9 @@ static hr_status wait_comm(nccl_comm *c, double deadline, const char *what) {
 
 int nccl_available(void) {
     int v = 0, n = 0;
-    if (ncclGetVersion(&v) != ncclSuccess) return 0;
+    char why[HR_ERRLEN];
+    if (nccl_lib_load(why, sizeof why) != HR_OK) return 0;
+    if (nccl_lib.ncclGetVersion(&v) != ncclSuccess) return 0;
     if (cudaGetDeviceCount(&n) != cudaSuccess) {
         cudaGetLastError();
         return 0;
@@ -82,11 +86,12 @@ int nccl_available(void) {
 }
 
 hr_status nccl_get_unique_id(uint8_t out[NCCL_UNIQUE_ID_BYTES], char *err, size_t errlen) {
+    HR_CHECK(nccl_lib_load(err, errlen));
     ncclUniqueId id;
-    ncclResult_t r = ncclGetUniqueId(&id);
+    ncclResult_t r = nccl_lib.ncclGetUniqueId(&id);
     if (r != ncclSuccess)
-        return hr_fail(err, errlen, HR_ERR_NCCL, "ncclGetUniqueId: %s (%s)", ncclGetErrorString(r),
-                       ncclGetLastError(NULL));
+        return hr_fail(err, errlen, HR_ERR_NCCL, "ncclGetUniqueId: %s (%s)",
+                       nccl_lib.ncclGetErrorString(r), nccl_lib.ncclGetLastError(NULL));
     memcpy(out, id.internal, NCCL_UNIQUE_ID_BYTES);
     return HR_OK;
 }
@@ -99,6 +104,7 @@ hr_status nccl_comm_init(nccl_comm *c, int rank, int n,
     if (n < 1 || rank < 0 || rank >= n)
         return hr_fail(err, errlen, HR_ERR_INVAL, "nccl: rank %d out of range for %d members", rank,
                        n);
+    HR_CHECK(nccl_lib_load(err, errlen));
     int ndev = 0;
     if (cudaGetDeviceCount(&ndev) != cudaSuccess) cudaGetLastError(), ndev = 0;
     if (device < 0 || device >= ndev)
@@ -119,12 +125,12 @@ hr_status nccl_comm_init(nccl_comm *c, int rank, int n,
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
     config.blocking = 0;
     ncclComm_t comm = NULL;
-    ncclResult_t r = ncclCommInitRankConfig(&comm, n, id, rank, &config);
+    ncclResult_t r = nccl_lib.ncclCommInitRankConfig(&comm, n, id, rank, &config);
     c->comm = comm;
     hr_status s = HR_OK;
     if (r != ncclSuccess && r != ncclInProgress)
-        s = fail(c, HR_ERR_NCCL, "ncclCommInitRankConfig: %s (%s)", ncclGetErrorString(r),
-                 ncclGetLastError(comm));
+        s = fail(c, HR_ERR_NCCL, "ncclCommInitRankConfig: %s (%s)", nccl_lib.ncclGetErrorString(r),
+                 nccl_lib.ncclGetLastError(comm));
     else if (!comm)
         s = fail(c, HR_ERR_NCCL, "ncclCommInitRankConfig returned no communicator");
     else
@@ -148,13 +154,13 @@ hr_status nccl_allreduce(nccl_comm *c, float *dev_buf, size_t count, double time
     cudaError_t e = cudaSetDevice(c->device);
     if (e != cudaSuccess)
         return fail(c, HR_ERR_CUDA, "cudaSetDevice(%d): %s", c->device, cudaGetErrorString(e));
-    ncclResult_t r = ncclAllReduce(dev_buf, dev_buf, count, ncclFloat, ncclSum, (ncclComm_t)c->comm,
-                                   (cudaStream_t)c->stream);
+    ncclResult_t r = nccl_lib.ncclAllReduce(dev_buf, dev_buf, count, ncclFloat, ncclSum,
+                                            (ncclComm_t)c->comm, (cudaStream_t)c->stream);
     if (r == ncclInProgress)
         HR_CHECK(wait_comm(c, deadline, "all-reduce enqueue"));
     else if (r != ncclSuccess)
         return fail(c, HR_ERR_NCCL, "ncclAllReduce(%zu floats): %s (%s)", count,
-                    ncclGetErrorString(r), ncclGetLastError((ncclComm_t)c->comm));
+                    nccl_lib.ncclGetErrorString(r), nccl_lib.ncclGetLastError((ncclComm_t)c->comm));
     for (;;) {
         e = cudaStreamQuery((cudaStream_t)c->stream);
         if (e == cudaSuccess) break;
@@ -162,11 +168,11 @@ hr_status nccl_allreduce(nccl_comm *c, float *dev_buf, size_t count, double time
             return fail(c, HR_ERR_CUDA, "all-reduce of %zu floats: %s", count,
                         cudaGetErrorString(e));
         ncclResult_t st = ncclSuccess;
-        r = ncclCommGetAsyncError((ncclComm_t)c->comm, &st);
+        r = nccl_lib.ncclCommGetAsyncError((ncclComm_t)c->comm, &st);
         if (r != ncclSuccess || (st != ncclSuccess && st != ncclInProgress))
             return fail(c, HR_ERR_NCCL, "all-reduce of %zu floats: %s (%s)", count,
-                        ncclGetErrorString(r != ncclSuccess ? r : st),
-                        ncclGetLastError((ncclComm_t)c->comm));
+                        nccl_lib.ncclGetErrorString(r != ncclSuccess ? r : st),
+                        nccl_lib.ncclGetLastError((ncclComm_t)c->comm));
         double t = hr_now();
         if (t > deadline)
             return fail(c, HR_ERR_TIMEOUT,
@@ -182,9 +188,10 @@ void nccl_comm_abort(nccl_comm *c) {
     if (!c) return;
     if (c->comm) {
         cudaSetDevice(c->device);
-        ncclResult_t r = ncclCommAbort((ncclComm_t)c->comm);
+        ncclResult_t r = nccl_lib.ncclCommAbort((ncclComm_t)c->comm);
         if (r != ncclSuccess && r != ncclInProgress)
-            HR_WARN(RING, "nccl rank %d: ncclCommAbort: %s", c->rank, ncclGetErrorString(r));
+            HR_WARN(RING, "nccl rank %d: ncclCommAbort: %s", c->rank,
+                    nccl_lib.ncclGetErrorString(r));
         c->comm = NULL;
     }
     c->broken = 1;
@@ -195,13 +202,13 @@ void nccl_comm_free(nccl_comm *c) {
     if (c->comm) {
         cudaSetDevice(c->device);
         ncclComm_t comm = (ncclComm_t)c->comm;
-        ncclResult_t r = ncclCommFinalize(comm);
+        ncclResult_t r = nccl_lib.ncclCommFinalize(comm);
         hr_status s = HR_OK;
         if (r == ncclInProgress)
             s = wait_comm(c, hr_now() + 10.0, "finalize"); /* aborts on failure */
         else if (r != ncclSuccess)
             s = HR_ERR_NCCL, nccl_comm_abort(c);
-        if (s == HR_OK && c->comm) ncclCommDestroy(comm);
+        if (s == HR_OK && c->comm) nccl_lib.ncclCommDestroy(comm);
         c->comm = NULL;
     }
     if (c->stream) { /* no synchronise: after an abort the stream may hold dead work */

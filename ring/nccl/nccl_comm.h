@@ -32,8 +32,18 @@ typedef struct {
     char err[HR_ERRLEN]; /* what went wrong last, for the caller's message */
 } nccl_comm;
 
-/* 1 when this process can run NCCL: the library answers and a CUDA device is present. */
+/* 1 when this process can run NCCL: the library loads (nccl_lib_load) and a CUDA device is
+ * present. */
 int nccl_available(void);
+
+/* Open libnccl.so.2 (nccl_lib.c, base/hr_dl.h), check its version and bind the functions
+ * this backend calls, once per process; later calls return the first answer. The first
+ * unique id, init or nccl_available of a process calls it. HR_ERR_UNSUPPORTED with the
+ * library and what dlopen or the check said in err. */
+hr_status nccl_lib_load(char *err, size_t errlen);
+/* "  NCCL: NCCL 2.28.9 (/path)" or "  NCCL: cannot be used: why", the library opened, asked
+ * its version and closed again: nothing stays loaded. */
+void nccl_lib_describe(char *out, size_t len);
 
 /* A fresh ncclUniqueId as bytes (on the lowest-id member only). */
 hr_status nccl_get_unique_id(uint8_t out[NCCL_UNIQUE_ID_BYTES], char *err, size_t errlen);

@@ -42,12 +42,12 @@ msg=$("$HR" config --conf "$SRC/tests/conf/bad/malformed_number.ini" 2>&1)
 [ "$msg" = "$(cat "$SRC/tests/conf/bad/malformed_number.err" | sed "s|^|$SRC/tests/conf/bad/|")" ] \
     || { echo "FAIL: config error message: $msg"; fails=$((fails+1)); }
 # settings the build or the machine cannot honour are refused at start-up, naming the file, the
-# node, the key and the reason, before anything listens or trains: a GPU node here (no GPU; a
-# build without CUDA says so instead). The node that checks is the one that would use it (and
+# node, the key and the reason, before anything listens or trains: a GPU node here (no GPU, or
+# no GPU libraries, which a CUDA build loads at run time; a build without CUDA says so instead). The node that checks is the one that would use it (and
 # hetring local, which would start every node here); the emulated GPU of the test hooks is
 # accepted in its place.
 printf '[cluster]\nsecurity = none\n[node.0]\nhost = 127.0.0.1\nport = 7001\n[node.3]\nhost = 127.0.0.1\nport = 7002\ndevice = cuda:1\n' > "$tmp/gpu.ini"
-why='(this build has no CUDA|no usable CUDA device|out of range)'
+why='(this build has no CUDA|the GPU libraries cannot be used: [^:]+: [^ ]+|no usable CUDA device|out of range)'
 for c in "config --node 3" "run --node 3" local; do
     msg=$("$HR" $c --conf "$tmp/gpu.ini" 2>&1 >/dev/null); rc=$?
     [ $rc = 2 ] && echo "$msg" | grep -Eq "gpu.ini: \[node.3\] device = cuda:1: .*$why" \

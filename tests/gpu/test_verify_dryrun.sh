@@ -29,7 +29,7 @@ python3 - "$out/report.json" <<'PY' || fail "report.json: not every check is ski
 import json, sys
 r = json.load(open(sys.argv[1]))
 names = [c["name"] for c in r["checks"]]
-want = ["versions", "build", "ctest-cuda", "sanitizer", "gpu-vs-cpu", "gpu-shared-kill-rejoin",
+want = ["versions", "build", "gpu-libs", "ctest-cuda", "sanitizer", "gpu-vs-cpu", "gpu-shared-kill-rejoin",
         "cpu-gpu-cpu", "nccl-1rank", "bench-gpu", "bench-mixed", "torch-cuda"]
 assert names == want, names
 for c in r["checks"]:

@@ -25,6 +25,11 @@
 #                           headers under the CUDA prefix, else ldconfig -p), `hetring version`,
 #                           python3 and torch (with torch.cuda.is_available())
 #   build                   the CUDA build, or the check of the one --build names
+#   gpu-libs                the GPU libraries are loaded at run time, by the processes that
+#                           use them: none in hetring's NEEDED; `hetring version` names the CUDA
+#                           driver, cuBLAS, cuDNN and NCCL with their versions (one line each in
+#                           the report); a one-node cuda:0 run loads the driver, cuBLAS and cuDNN
+#                           (LD_DEBUG=files) and logs "cuda: loaded ..."; on cpu it loads none
 #   ctest-cuda              ctest -L cuda (a test that exits 77 counts as skip)
 #   sanitizer               compute-sanitizer memcheck, racecheck, synccheck and initcheck over
 #                           every BUILD/tests/cuda/test_cuda_* (--error-exitcode 1), one line per
@@ -82,7 +87,8 @@
 # or, to run a build carried from that machine only, copy the .so files `ldd build/hetring`
 # names (libsodium.so.23, libinih.so.1, libopenblas.so.0, libgfortran.so.5, libquadmath.so.0)
 # into DIR. A build with cuDNN also needs libcudnn*.so.9 (all of them: libcudnn.so.9 opens the
-# others at run time); where they are missing the build check takes PyTorch's (nvidia.cudnn). Debian's .pc files name /usr paths: the script rewrites their libdir and includedir
+# others at run time), which hetring opens at run time (`hetring version` says whether it can);
+# where they are missing every check takes PyTorch's (nvidia.cudnn). Debian's .pc files name /usr paths: the script rewrites their libdir and includedir
 # to DIR and DIR/include (in OUTDIR/pkgconfig) and sets PKG_CONFIG_PATH, CPATH and LIBRARY_PATH.
 # A carried build folder (--build) must sit at the same absolute path as where it was built
 # (and the source tree at its path too): CMake and CTest files hold absolute paths.
@@ -91,10 +97,10 @@ set -u
 SELF=$(readlink -f "${BASH_SOURCE[0]}")
 . "$(dirname "$SELF")/../records.sh" # records_check: exactly once (I8), as the dist tests check
 SRC=$(cd "$(dirname "$SELF")/../.." && pwd)
-CHECKS=(versions build ctest-cuda sanitizer gpu-vs-cpu gpu-shared-kill-rejoin cpu-gpu-cpu
+CHECKS=(versions build gpu-libs ctest-cuda sanitizer gpu-vs-cpu gpu-shared-kill-rejoin cpu-gpu-cpu
         nccl-1rank bench-gpu bench-mixed torch-cuda)
 # each check's own hard timeout, seconds (and the whole run's budget)
-declare -A CAP=([versions]=60 [build]=300 [ctest-cuda]=150 [sanitizer]=180 [gpu-vs-cpu]=60
+declare -A CAP=([versions]=60 [build]=300 [gpu-libs]=45 [ctest-cuda]=150 [sanitizer]=180 [gpu-vs-cpu]=60
                 [gpu-shared-kill-rejoin]=90 [cpu-gpu-cpu]=60 [nccl-1rank]=90 [bench-gpu]=120
                 [bench-mixed]=120 [torch-cuda]=90)
 BUDGET=${HR_VERIFY_BUDGET:-585}
@@ -380,7 +386,7 @@ libs_pkgconfig() {
 # wheel often does (the nvidia-cudnn package): put its folder on LD_LIBRARY_PATH, and say so.
 cudnn_from_torch() {
   local d
-  ldd "$HR" 2>&1 | grep -q 'libcudnn.*not found' || return 0
+  [ -x "$HR" ] && "$HR" version 2>/dev/null | grep -q '^  cuDNN: cannot be used' || return 0
   d=$(python3 -c 'import os, nvidia.cudnn as c; print(os.path.join(list(c.__path__)[0], "lib"))' 2>/dev/null)
   if [ -n "$d" ] && [ -e "$d/libcudnn.so.9" ]; then
     say "libcudnn.so.9 is not on the library path; using PyTorch's: $d"
@@ -431,6 +437,51 @@ check_build() {
     *"cuda: yes"*) result pass "$([ "$BUILD_GIVEN" = 1 ] && echo "given" || echo "built") $BUILD: $b" ;;
     *) result fail "$HR was built without CUDA ($b)" ;;
   esac
+}
+
+# The GPU libraries are loaded at run time by the processes that use them (README, "GPUs"):
+# hetring needs none of them (readelf -d), `hetring version` names each with its version, a
+# one-node cuda:0 run loads the driver, cuBLAS and cuDNN (LD_DEBUG=files: dynamically loaded,
+# and its log's "cuda: loaded" line), and the same run on cpu loads none.
+check_gpu_libs() {
+  need_build || return
+  local d=$OUT/gpu-libs ITERS=10 B=64 need l bad="" loaded
+  local gpu_libs='libcuda\.so|libcudart|libcublas|libcudnn|libnccl'
+  if [ "$STANDIN" = cpu ]; then
+    result skip "stand-in mode: no GPU node to load the libraries"
+    return
+  fi
+  need=$(readelf -d "$HR" | grep NEEDED | grep -E "$gpu_libs" | sed 's/.*\[\(.*\)\]/\1/' | paste -sd' ' -)
+  [ -z "$need" ] || bad+="hetring needs $need in NEEDED; "
+  say "$HR version"
+  "$HR" version > "$d/version.out" 2>&1
+  cat "$d/version.out"
+  while read -r l; do add_line "$l"; done < <(grep -E '^  (CUDA driver|cuBLAS|cuDNN|NCCL):' "$d/version.out")
+  grep -q 'cannot be used' "$d/version.out" && bad+="hetring version: $(grep -m1 'cannot be used' "$d/version.out" | sed 's/^ *//'); "
+  train_section | write_conf "$d/g.ini" "$BASE" 1 tcp cuda:0
+  train_section | write_conf "$d/c.ini" $((BASE + 1)) 1 tcp cpu
+  say "one node on cuda:0, then on cpu, under LD_DEBUG=files"
+  LD_DEBUG=files LD_DEBUG_OUTPUT=$d/ld-gpu start_node "$d" "$d/g.ini" 0 gpu
+  wait_nodes "$d" 30 gpu
+  [ -z "$NODE_ERR" ] || bad+="the cuda:0 node: $NODE_ERR; "
+  LD_DEBUG=files LD_DEBUG_OUTPUT=$d/ld-cpu start_node "$d" "$d/c.ini" 0 cpu
+  wait_nodes "$d" 30 cpu
+  [ -z "$NODE_ERR" ] || bad+="the cpu node: $NODE_ERR; "
+  for l in libcuda.so libcublas.so libcudnn.so; do
+    [ "$l" = libcudnn.so ] && ! grep -q '^  cuDNN:' "$d/version.out" && continue # built without
+    cat "$d"/ld-gpu.* 2>/dev/null | grep -Eq "file=$l[^ ]* .*dynamically loaded" ||
+      bad+="the cuda:0 node did not load $l; "
+  done
+  loaded=$(grep -m1 -o 'cuda: loaded .*' "$d/n-gpu.log")
+  [ -n "$loaded" ] || bad+="the cuda:0 node's log has no 'cuda: loaded' line; "
+  cat "$d"/ld-cpu.* 2>/dev/null | grep -E "file=($gpu_libs)" > "$d/cpu-loaded" &&
+    bad+="the cpu node loaded $(sed 's/.*file=\([^ ]*\).*/\1/' "$d/cpu-loaded" | sort -u | paste -sd' ' -); "
+  add_line "cuda:0 node: ${loaded:-nothing loaded}"
+  if [ -n "$bad" ]; then
+    result fail "${bad%; }"
+  else
+    result pass "cuda:0 node ${loaded#cuda: }; cpu node: no GPU library; none in NEEDED"
+  fi
 }
 
 check_ctest_cuda() {
@@ -792,6 +843,7 @@ if [ "${1:-}" = __check ]; then
   trap 'kill_bg' EXIT
   mkdir -p "$OUT/$CHECK"
   cd "$OUT/$CHECK" || exit 1
+  cudnn_from_torch # hetring opens libcudnn.so.9 at run time: each check's process needs the path
   "check_${CHECK//-/_}"
   exit 0
 fi

@@ -1,7 +1,9 @@
 /*
  * cuda_common.cuh: helpers shared by the .cu files of trainer/cuda (not a public header).
  *
- * CU_CHECK and BLAS_CHECK turn a CUDA or cuBLAS failure into HR_ERR_CUDA, logging the call
+ * cuBLAS and cuDNN are called through the table of cuda_libs.h (`cuda_lib.cublasSgemm(...)`),
+ * filled at run time. CU_CHECK and BLAS_CHECK turn a CUDA or cuBLAS failure into HR_ERR_CUDA,
+ * logging the call
  * and its file:line under the cuda subsystem; LAUNCH_CHECK does the same for the launch that
  * precedes it. Grid sizes are pure functions of the shapes, never of the device, so the
  * reduction order (and with it every bit of the result) is fixed by the input.
@@ -14,6 +16,7 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include "trainer/cuda/cuda_check.h"
+#include "trainer/cuda/cuda_libs.h"
 
 extern "C" {
 #include "base/hr_log.h"
@@ -23,7 +26,8 @@ extern "C" {
     do {                                                                                           \
         cublasStatus_t s_ = (call);                                                                \
         if (s_ != CUBLAS_STATUS_SUCCESS) {                                                         \
-            HR_ERROR(CUDA, "%s:%d: %s: %s", __FILE__, __LINE__, #call, cublasGetStatusString(s_)); \
+            HR_ERROR(CUDA, "%s:%d: %s: %s", __FILE__, __LINE__, #call,                             \
+                     cuda_lib.cublasGetStatusString(s_));                                          \
             return HR_ERR_CUDA;                                                                    \
         }                                                                                          \
     } while (0)
@@ -47,8 +51,9 @@ static inline hr_status hr_cuda_gemm(cuda_ctx *c, int ta, int tb, int M, int N, 
                                      const float *A, int lda, const float *B, int ldb, float beta,
                                      float *C, int ldc) {
     const float one = 1.0f;
-    BLAS_CHECK(cublasSgemm(c->blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N,
-                           N, M, K, &one, B, ldb, A, lda, &beta, C, ldc));
+    BLAS_CHECK(cuda_lib.cublasSgemm(c->blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                    ta ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K, &one, B, ldb, A, lda,
+                                    &beta, C, ldc));
     return HR_OK;
 }
 

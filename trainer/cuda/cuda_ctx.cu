@@ -87,6 +87,7 @@ extern "C" hr_status cuda_ctx_init(cuda_ctx *c, int device, char *err, size_t er
                        "cuda:%d requested, but this machine has %d CUDA device(s) (use device = "
                        "cpu or a device below %d)",
                        device, n, n);
+    HR_CHECK(cuda_libs_load(err, errlen)); /* cuBLAS and cuDNN, once per process */
     cudaError_t e = cudaSetDevice(device);
     if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking);
     if (e == cudaSuccess) c->owns_stream = 1;
@@ -96,14 +97,14 @@ extern "C" hr_status cuda_ctx_init(cuda_ctx *c, int device, char *err, size_t er
         cuda_ctx_free(c);
         return hr_fail(err, errlen, HR_ERR_CUDA, "cuda:%d: %s", device, cudaGetErrorString(e));
     }
-    cublasStatus_t s = cublasCreate(&c->blas);
-    if (s == CUBLAS_STATUS_SUCCESS) s = cublasSetStream(c->blas, c->stream);
+    cublasStatus_t s = cuda_lib.cublasCreate(&c->blas);
+    if (s == CUBLAS_STATUS_SUCCESS) s = cuda_lib.cublasSetStream(c->blas, c->stream);
     /* plain fp32: no TF32 tensor-core rounding, so results track the CPU's sgemm */
-    if (s == CUBLAS_STATUS_SUCCESS) s = cublasSetMathMode(c->blas, CUBLAS_DEFAULT_MATH);
+    if (s == CUBLAS_STATUS_SUCCESS) s = cuda_lib.cublasSetMathMode(c->blas, CUBLAS_DEFAULT_MATH);
     if (s != CUBLAS_STATUS_SUCCESS) {
         cuda_ctx_free(c);
         return hr_fail(err, errlen, HR_ERR_CUDA, "cuda:%d: cuBLAS: %s", device,
-                       cublasGetStatusString(s));
+                       cuda_lib.cublasGetStatusString(s));
     }
     conv_on_cudnn(c);
     return HR_OK;
@@ -114,7 +115,7 @@ extern "C" void cuda_ctx_free(cuda_ctx *c) {
     if (c->blas || c->stream || c->scratch || c->partials) cudaSetDevice(c->device);
     if (c->stream) cudaStreamSynchronize(c->stream);
     hr_dnn_set(c, 0, NULL, 0);
-    if (c->blas) cublasDestroy(c->blas);
+    if (c->blas) cuda_lib.cublasDestroy(c->blas);
     if (c->scratch) cudaFree(c->scratch);
     if (c->partials) cudaFree(c->partials);
     if (c->stream && c->owns_stream) cudaStreamDestroy(c->stream);

@@ -30,7 +30,8 @@
     do {                                                                                           \
         cudnnStatus_t s_ = (call);                                                                 \
         if (s_ != CUDNN_STATUS_SUCCESS) {                                                          \
-            HR_ERROR(CUDA, "%s:%d: %s: %s", __FILE__, __LINE__, #call, cudnnGetErrorString(s_));   \
+            HR_ERROR(CUDA, "%s:%d: %s: %s", __FILE__, __LINE__, #call,                             \
+                     cuda_lib.cudnnGetErrorString(s_));                                            \
             return HR_ERR_CUDA;                                                                    \
         }                                                                                          \
     } while (0)
@@ -61,27 +62,16 @@ typedef struct {
 } hr_dnn;
 
 static int dnn_version_ok(void) {
-    return cudnnGetVersion() / 10000 == CUDNN_MAJOR;
-}
-
-extern "C" const char *cuda_cudnn_version(void) {
-    static thread_local char v[64];
-    size_t n = cudnnGetVersion();
-    if (n / 10000 != CUDNN_MAJOR)
-        snprintf(v, sizeof v, "cuDNN %zu.%zu.%zu (unusable: built for %d.x)", n / 10000,
-                 n / 100 % 100, n % 100, CUDNN_MAJOR);
-    else
-        snprintf(v, sizeof v, "cuDNN %zu.%zu.%zu", n / 10000, n / 100 % 100, n % 100);
-    return v;
+    return cuda_lib.cudnnGetVersion() / 10000 == CUDNN_MAJOR;
 }
 
 static void dnn_destroy(hr_dnn *d) {
     if (!d) return;
-    if (d->conv) cudnnDestroyConvolutionDescriptor(d->conv);
-    if (d->w) cudnnDestroyFilterDescriptor(d->w);
-    if (d->y) cudnnDestroyTensorDescriptor(d->y);
-    if (d->x) cudnnDestroyTensorDescriptor(d->x);
-    if (d->h) cudnnDestroy(d->h);
+    if (d->conv) cuda_lib.cudnnDestroyConvolutionDescriptor(d->conv);
+    if (d->w) cuda_lib.cudnnDestroyFilterDescriptor(d->w);
+    if (d->y) cuda_lib.cudnnDestroyTensorDescriptor(d->y);
+    if (d->x) cuda_lib.cudnnDestroyTensorDescriptor(d->x);
+    if (d->h) cuda_lib.cudnnDestroy(d->h);
     free(d);
 }
 
@@ -92,16 +82,16 @@ static hr_status dnn_create(cuda_ctx *c, hr_dnn **out, char *err, size_t errlen)
     hr_dnn *d = (hr_dnn *)calloc(1, sizeof *d);
     if (!d) return hr_fail(err, errlen, HR_ERR_NOMEM, "out of memory for the cuDNN state");
     d->set_B = -1;
-    cudnnStatus_t s = cudnnCreate(&d->h);
-    if (s == CUDNN_STATUS_SUCCESS) s = cudnnSetStream(d->h, c->stream);
-    if (s == CUDNN_STATUS_SUCCESS) s = cudnnCreateTensorDescriptor(&d->x);
-    if (s == CUDNN_STATUS_SUCCESS) s = cudnnCreateTensorDescriptor(&d->y);
-    if (s == CUDNN_STATUS_SUCCESS) s = cudnnCreateFilterDescriptor(&d->w);
-    if (s == CUDNN_STATUS_SUCCESS) s = cudnnCreateConvolutionDescriptor(&d->conv);
+    cudnnStatus_t s = cuda_lib.cudnnCreate(&d->h);
+    if (s == CUDNN_STATUS_SUCCESS) s = cuda_lib.cudnnSetStream(d->h, c->stream);
+    if (s == CUDNN_STATUS_SUCCESS) s = cuda_lib.cudnnCreateTensorDescriptor(&d->x);
+    if (s == CUDNN_STATUS_SUCCESS) s = cuda_lib.cudnnCreateTensorDescriptor(&d->y);
+    if (s == CUDNN_STATUS_SUCCESS) s = cuda_lib.cudnnCreateFilterDescriptor(&d->w);
+    if (s == CUDNN_STATUS_SUCCESS) s = cuda_lib.cudnnCreateConvolutionDescriptor(&d->conv);
     if (s != CUDNN_STATUS_SUCCESS) {
         dnn_destroy(d);
         return hr_fail(err, errlen, HR_ERR_UNSUPPORTED, "cuda:%d: cuDNN: %s", c->device,
-                       cudnnGetErrorString(s));
+                       cuda_lib.cudnnGetErrorString(s));
     }
     *out = d;
     return HR_OK;
@@ -111,17 +101,18 @@ static hr_status dnn_create(cuda_ctx *c, hr_dnn **out, char *err, size_t errlen)
 static hr_status dnn_describe(hr_dnn *d, const conv_geom *g, int B) {
     if (d->set_B == B && !memcmp(&d->set_g, g, sizeof *g)) return HR_OK;
     d->set_B = -1;
-    DNN_CHECK(
-        cudnnSetTensor4dDescriptor(d->x, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, B, g->C, g->H, g->W));
-    DNN_CHECK(cudnnSetTensor4dDescriptor(d->y, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, B, g->OC, g->OH,
-                                         g->OW));
-    DNN_CHECK(cudnnSetFilter4dDescriptor(d->w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, g->OC, g->C,
-                                         g->K, g->K));
-    DNN_CHECK(cudnnSetConvolution2dDescriptor(d->conv, g->P, g->P, g->S, g->S, 1, 1,
-                                              CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
-    DNN_CHECK(cudnnSetConvolutionMathType(d->conv, CUDNN_FMA_MATH));
+    DNN_CHECK(cuda_lib.cudnnSetTensor4dDescriptor(d->x, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, B,
+                                                  g->C, g->H, g->W));
+    DNN_CHECK(cuda_lib.cudnnSetTensor4dDescriptor(d->y, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, B,
+                                                  g->OC, g->OH, g->OW));
+    DNN_CHECK(cuda_lib.cudnnSetFilter4dDescriptor(d->w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, g->OC,
+                                                  g->C, g->K, g->K));
+    DNN_CHECK(cuda_lib.cudnnSetConvolution2dDescriptor(d->conv, g->P, g->P, g->S, g->S, 1, 1,
+                                                       CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
+    DNN_CHECK(cuda_lib.cudnnSetConvolutionMathType(d->conv, CUDNN_FMA_MATH));
     int n, oc, oh, ow;
-    DNN_CHECK(cudnnGetConvolution2dForwardOutputDim(d->conv, d->x, d->w, &n, &oc, &oh, &ow));
+    DNN_CHECK(
+        cuda_lib.cudnnGetConvolution2dForwardOutputDim(d->conv, d->x, d->w, &n, &oc, &oh, &ow));
     if (n != B || oc != g->OC || oh != g->OH || ow != g->OW) {
         HR_ERROR(CUDA, "cuDNN computes a %dx%dx%dx%d output for a geometry of %dx%dx%dx%d", n, oc,
                  oh, ow, B, g->OC, g->OH, g->OW);
@@ -152,13 +143,13 @@ template <typename Perf> static int dnn_candidates(conv_algo_cand *cand, const P
 static cudnnStatus_t dnn_workspace(hr_dnn *d, int pass, int algo, size_t *bytes) {
     switch (pass) {
     case 0:
-        return cudnnGetConvolutionForwardWorkspaceSize(d->h, d->x, d->w, d->conv, d->y,
-                                                       (cudnnConvolutionFwdAlgo_t)algo, bytes);
+        return cuda_lib.cudnnGetConvolutionForwardWorkspaceSize(
+            d->h, d->x, d->w, d->conv, d->y, (cudnnConvolutionFwdAlgo_t)algo, bytes);
     case 1:
-        return cudnnGetConvolutionBackwardDataWorkspaceSize(
+        return cuda_lib.cudnnGetConvolutionBackwardDataWorkspaceSize(
             d->h, d->w, d->y, d->conv, d->x, (cudnnConvolutionBwdDataAlgo_t)algo, bytes);
     default:
-        return cudnnGetConvolutionBackwardFilterWorkspaceSize(
+        return cuda_lib.cudnnGetConvolutionBackwardFilterWorkspaceSize(
             d->h, d->x, d->y, d->conv, d->w, (cudnnConvolutionBwdFilterAlgo_t)algo, bytes);
     }
 }
@@ -170,18 +161,18 @@ static hr_status dnn_choose(hr_dnn *d, int pass, size_t limit, dnn_choice *out) 
     int n = 0;
     if (pass == 0) {
         cudnnConvolutionFwdAlgoPerf_t perf[MAXC];
-        DNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(d->h, d->x, d->w, d->conv, d->y, MAXC, &n,
-                                                         perf));
+        DNN_CHECK(cuda_lib.cudnnGetConvolutionForwardAlgorithm_v7(d->h, d->x, d->w, d->conv, d->y,
+                                                                  MAXC, &n, perf));
         dnn_candidates(cand, perf, n);
     } else if (pass == 1) {
         cudnnConvolutionBwdDataAlgoPerf_t perf[MAXC];
-        DNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(d->h, d->w, d->y, d->conv, d->x, MAXC,
-                                                              &n, perf));
+        DNN_CHECK(cuda_lib.cudnnGetConvolutionBackwardDataAlgorithm_v7(d->h, d->w, d->y, d->conv,
+                                                                       d->x, MAXC, &n, perf));
         dnn_candidates(cand, perf, n);
     } else {
         cudnnConvolutionBwdFilterAlgoPerf_t perf[MAXC];
-        DNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(d->h, d->x, d->y, d->conv, d->w,
-                                                                MAXC, &n, perf));
+        DNN_CHECK(cuda_lib.cudnnGetConvolutionBackwardFilterAlgorithm_v7(d->h, d->x, d->y, d->conv,
+                                                                         d->w, MAXC, &n, perf));
         dnn_candidates(cand, perf, n);
     }
     out->algo = -1;
@@ -246,9 +237,9 @@ hr_status hr_dnn_conv_forward(cuda_ctx *c, float *out, const float *in, const fl
     HR_CHECK(dnn_plan_for(d, g, B, dnn_limit(g, B), &p));
     if (p->fwd.algo < 0) return HR_ERR_UNSUPPORTED;
     const float one = 1.0f, zero = 0.0f;
-    DNN_CHECK(cudnnConvolutionForward(d->h, &one, d->x, in, d->w, w, d->conv,
-                                      (cudnnConvolutionFwdAlgo_t)p->fwd.algo, c->scratch,
-                                      p->fwd.workspace, &zero, d->y, out));
+    DNN_CHECK(cuda_lib.cudnnConvolutionForward(d->h, &one, d->x, in, d->w, w, d->conv,
+                                               (cudnnConvolutionFwdAlgo_t)p->fwd.algo, c->scratch,
+                                               p->fwd.workspace, &zero, d->y, out));
     long ohw = (long)g->OH * g->OW, n = (long)B * g->OC * ohw;
     add_bias_kernel<<<hr_cuda_blocks(n, 16384), HR_CUDA_THREADS, 0, c->stream>>>(out, bias, n,
                                                                                  g->OC, ohw);
@@ -265,13 +256,13 @@ hr_status hr_dnn_conv_backward(cuda_ctx *c, float *din, float *dw, float *dbias,
     if (p->filter.algo < 0 || (din && p->data.algo < 0)) return HR_ERR_UNSUPPORTED;
     const float one = 1.0f, zero = 0.0f;
     HR_CHECK(hr_cuda_channel_sum(c, dbias, dout, B, g->OC, g->OH * g->OW));
-    DNN_CHECK(cudnnConvolutionBackwardFilter(d->h, &one, d->x, in, d->y, dout, d->conv,
-                                             (cudnnConvolutionBwdFilterAlgo_t)p->filter.algo,
-                                             c->scratch, p->filter.workspace, &zero, d->w, dw));
+    DNN_CHECK(cuda_lib.cudnnConvolutionBackwardFilter(
+        d->h, &one, d->x, in, d->y, dout, d->conv, (cudnnConvolutionBwdFilterAlgo_t)p->filter.algo,
+        c->scratch, p->filter.workspace, &zero, d->w, dw));
     if (din)
-        DNN_CHECK(cudnnConvolutionBackwardData(d->h, &one, d->w, w, d->y, dout, d->conv,
-                                               (cudnnConvolutionBwdDataAlgo_t)p->data.algo,
-                                               c->scratch, p->data.workspace, &zero, d->x, din));
+        DNN_CHECK(cuda_lib.cudnnConvolutionBackwardData(
+            d->h, &one, d->w, w, d->y, dout, d->conv, (cudnnConvolutionBwdDataAlgo_t)p->data.algo,
+            c->scratch, p->data.workspace, &zero, d->x, din));
     return HR_OK;
 }
 
@@ -289,10 +280,6 @@ hr_status hr_dnn_set(cuda_ctx *c, int on, char *err, size_t errlen) {
 }
 
 #else /* built without cuDNN: convolutions are im2col */
-
-extern "C" const char *cuda_cudnn_version(void) {
-    return "none (built without cuDNN)";
-}
 
 hr_status hr_dnn_conv_forward(cuda_ctx *, float *, const float *, const float *, const float *, int,
                               const conv_geom *) {

@@ -70,8 +70,17 @@ hr_status cuda_ctx_reserve(cuda_ctx *c, size_t floats);
  * reason in err) on a build without cuDNN or where its library does not load. */
 hr_status cuda_ctx_set_conv(cuda_ctx *c, cuda_conv_impl impl, char *err, size_t errlen);
 cuda_conv_impl cuda_ctx_conv(const cuda_ctx *c);
-/* "cuDNN 9.19.0" (the library loaded) or "none (built without cuDNN)"; never NULL. */
+/* "cuDNN 9.19.0" (the library opened, asked and closed again), why it cannot be used, or
+ * "none (built without cuDNN)"; never NULL. */
 const char *cuda_cudnn_version(void);
+/* Open the GPU libraries this build calls (the CUDA driver, cuBLAS and, where built in, cuDNN;
+ * cuda_libs.c) and check their versions, once per process; later calls return the first
+ * answer. HR_ERR_UNSUPPORTED with the library and what dlopen or the check said in err.
+ * cuda_ctx_init calls it; a node with device = cuda:N calls it at start-up. */
+hr_status cuda_libs_load(char *err, size_t errlen);
+/* One line per library ("  cuBLAS: cuBLAS 13.0.2 (/path)" or "  cuBLAS: cannot be used:
+ * why"), each opened, asked its version and closed again: nothing stays loaded. */
+void cuda_libs_describe(char *out, size_t len);
 /* Workspace floats that conv2d forward/backward need for geometry g and batch B. The cuDNN
  * path uses no more than this either (it picks among the algorithms that fit). */
 size_t cuda_conv2d_workspace(const conv_geom *g, int B);

@@ -1,0 +1,41 @@
+/*
+ * hr_dl.h: the GPU libraries opened at run time (DESIGN.md, "The GPU path"). trainer/cuda and
+ * ring/nccl each keep a table of the functions they call, filled from a library opened here,
+ * so no GPU library is in a binary's NEEDED entries and a process that never uses the GPU
+ * never maps one.
+ *
+ * A library is opened by the first of its names that loads: the versioned soname first
+ * ("libcublas.so.13"), then the unversioned one. HETRING_CUDA_LIBS=DIR opens each name as
+ * DIR/NAME instead of through the loader's search (a test and diagnostic knob: with a
+ * directory that does not hold them, a CUDA build behaves as on a machine without the
+ * libraries). Every failure message names the library and says what dlopen or dlsym said.
+ */
+#ifndef HR_DL_H
+#define HR_DL_H
+
+#include "base/hr_status.h"
+
+#include <stddef.h>
+
+/* One function of a table: its exported name and the offset of its pointer in the table. */
+typedef struct {
+    const char *name;
+    size_t off;
+} hr_dl_sym;
+
+/* Open the first of names[0..n) that loads (RTLD_LAZY | RTLD_LOCAL). NULL with a message in
+ * err ("libnccl.so.2: cannot open shared object file: ..., also tried libnccl.so") when none
+ * does. */
+void *hr_dl_open(const char *const *names, int n, char *err, size_t errlen);
+
+/* Fill the pointers of table (syms[0..n)) from h. HR_ERR_UNSUPPORTED naming lib and the
+ * missing function (a library older than this build needs) when one is absent. */
+hr_status hr_dl_bind(void *h, const char *lib, const hr_dl_sym *syms, int n, void *table, char *err,
+                     size_t errlen);
+
+/* The file h was opened from (its full path), in out. */
+void hr_dl_path(void *h, char *out, size_t len);
+
+void hr_dl_close(void *h); /* safe on NULL */
+
+#endif

@@ -1,0 +1,181 @@
+/*
+ * cuda_libs.c: the GPU libraries of trainer/cuda, opened at run time (cuda_libs.h): the CUDA
+ * driver (libcuda.so.1, checked here so that a missing or old driver is named at start-up; the
+ * static CUDA runtime opens it again on first use), cuBLAS and, in builds with it, cuDNN.
+ * cuda_libs_load opens and checks them once per process and keeps them; cuda_libs_describe
+ * opens each, asks its version and closes it again (`hetring version`).
+ */
+#include "trainer/cuda/cuda_libs.h"
+
+#include "base/hr_dl.h"
+#include "base/hr_log.h"
+#include "trainer/cuda/cuda_layers.h"
+
+#include <cuda_runtime_api.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+
+#define STR_(x) #x
+#define STR(x)  STR_(x)
+
+cuda_libs cuda_lib;
+
+/* One library: what it is called, its names (versioned soname first) and the check of its
+ * version: HR_OK with the version in ver, or HR_ERR_UNSUPPORTED saying why this build
+ * cannot use it. */
+typedef struct {
+    const char *label;
+    const char *names[2];
+    hr_status (*version)(void *h, char *ver, size_t len, char *err, size_t errlen);
+} lib_spec;
+
+/* ================================================================ versions */
+
+static hr_status driver_version(void *h, char *ver, size_t len, char *err, size_t errlen) {
+    int (*get)(int *) = NULL;
+    hr_dl_sym sym = {"cuDriverGetVersion", 0};
+    HR_CHECK(hr_dl_bind(h, "the CUDA driver", &sym, 1, (void *)&get, err, errlen));
+    int v = 0, need = CUDART_VERSION / 1000 * 1000, rc = get(&v);
+    if (rc != 0)
+        return hr_fail(err, errlen, HR_ERR_UNSUPPORTED, "cuDriverGetVersion failed (error %d)", rc);
+    snprintf(ver, len, "CUDA %d.%d", v / 1000, v % 1000 / 10);
+    if (v < need)
+        return hr_fail(err, errlen, HR_ERR_UNSUPPORTED,
+                       "the driver supports CUDA %d.%d, this build's runtime is CUDA %d.%d: "
+                       "update the NVIDIA driver",
+                       v / 1000, v % 1000 / 10, CUDART_VERSION / 1000, CUDART_VERSION % 1000 / 10);
+    return HR_OK;
+}
+
+static hr_status blas_version(void *h, char *ver, size_t len, char *err, size_t errlen) {
+    cublasStatus_t (*get)(libraryPropertyType, int *) = NULL;
+    hr_dl_sym sym = {"cublasGetProperty", 0};
+    HR_CHECK(hr_dl_bind(h, "cuBLAS", &sym, 1, (void *)&get, err, errlen));
+    int v[3] = {0, 0, 0};
+    if (get(MAJOR_VERSION, &v[0]) || get(MINOR_VERSION, &v[1]) || get(PATCH_LEVEL, &v[2]))
+        return hr_fail(err, errlen, HR_ERR_UNSUPPORTED, "cublasGetProperty failed");
+    snprintf(ver, len, "cuBLAS %d.%d.%d", v[0], v[1], v[2]);
+    if (v[0] != CUBLAS_VER_MAJOR)
+        return hr_fail(err, errlen, HR_ERR_UNSUPPORTED, "%s, but this build needs cuBLAS %d.x", ver,
+                       CUBLAS_VER_MAJOR);
+    return HR_OK;
+}
+
+#ifdef HR_HAVE_CUDNN
+static hr_status dnn_version(void *h, char *ver, size_t len, char *err, size_t errlen) {
+    size_t (*get)(void) = NULL;
+    hr_dl_sym sym = {"cudnnGetVersion", 0};
+    HR_CHECK(hr_dl_bind(h, "cuDNN", &sym, 1, (void *)&get, err, errlen));
+    size_t n = get();
+    snprintf(ver, len, "cuDNN %zu.%zu.%zu", n / 10000, n / 100 % 100, n % 100);
+    if (n / 10000 != CUDNN_MAJOR)
+        return hr_fail(err, errlen, HR_ERR_UNSUPPORTED, "%s, but this build needs cuDNN %d.x", ver,
+                       CUDNN_MAJOR);
+    return HR_OK;
+}
+#endif
+
+enum { LIB_DRIVER, LIB_BLAS, LIB_DNN, LIB_COUNT };
+
+static const lib_spec libs[] = {
+    {"CUDA driver", {"libcuda.so.1", "libcuda.so"}, driver_version},
+    {"cuBLAS", {"libcublas.so." STR(CUBLAS_VER_MAJOR), "libcublas.so"}, blas_version},
+#ifdef HR_HAVE_CUDNN
+    {"cuDNN", {"libcudnn.so." STR(CUDNN_MAJOR), "libcudnn.so"}, dnn_version},
+#endif
+};
+#define N_LIBS ((int)(sizeof libs / sizeof libs[0]))
+
+/* Open library s and check its version; NULL with the reason (which names the file) in err. */
+static void *open_checked(const lib_spec *s, char *ver, size_t vlen, char *err, size_t errlen) {
+    char why[HR_ERRLEN], path[HR_ERRLEN];
+    void *h = hr_dl_open(s->names, 2, err, errlen);
+    if (h && s->version(h, ver, vlen, why, sizeof why) != HR_OK) {
+        hr_dl_path(h, path, sizeof path);
+        hr_fail(err, errlen, HR_ERR_UNSUPPORTED, "%s: %s", path, why);
+        hr_dl_close(h), h = NULL;
+    }
+    return h;
+}
+
+/* ================================================================ load */
+
+#define CUDA_LIBS_SYM(f) {#f, offsetof(cuda_libs, f)},
+
+static hr_status bind_all(void *const *h, char *err, size_t errlen) {
+    static const hr_dl_sym blas[] = {CUDA_LIBS_BLAS(CUDA_LIBS_SYM)};
+    HR_CHECK(hr_dl_bind(h[LIB_BLAS], "cuBLAS", blas, (int)(sizeof blas / sizeof blas[0]), &cuda_lib,
+                        err, errlen));
+#ifdef HR_HAVE_CUDNN
+    static const hr_dl_sym dnn[] = {CUDA_LIBS_DNN(CUDA_LIBS_SYM)};
+    HR_CHECK(hr_dl_bind(h[LIB_DNN], "cuDNN", dnn, (int)(sizeof dnn / sizeof dnn[0]), &cuda_lib, err,
+                        errlen));
+#endif
+    return HR_OK;
+}
+
+static hr_status load_all(char *err, size_t errlen) {
+    void *h[LIB_COUNT] = {NULL, NULL, NULL};
+    char ver[LIB_COUNT][64], said[3 * 64 + 8] = "";
+    hr_status st = HR_OK;
+    char why[HR_ERRLEN];
+    for (int i = 0; i < N_LIBS && st == HR_OK; i++)
+        if (!(h[i] = open_checked(&libs[i], ver[i], sizeof ver[i], why, sizeof why)))
+            st = hr_fail(err, errlen, HR_ERR_UNSUPPORTED, "%s: %s", libs[i].label, why);
+    if (st == HR_OK) st = bind_all(h, err, errlen);
+    if (st != HR_OK) {
+        for (int i = 0; i < LIB_COUNT; i++) hr_dl_close(h[i]);
+        memset(&cuda_lib, 0, sizeof cuda_lib);
+        return st;
+    }
+    for (int i = 0; i < N_LIBS; i++)
+        snprintf(said + strlen(said), sizeof said - strlen(said), "%s%s", i ? ", " : "", ver[i]);
+    HR_INFO(CUDA, "loaded %s", said); /* the handles stay open for the process's life */
+    return HR_OK;
+}
+
+hr_status cuda_libs_load(char *err, size_t errlen) {
+    static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+    static int tried;
+    static hr_status st;
+    static char why[HR_ERRLEN];
+    pthread_mutex_lock(&mu);
+    if (!tried) st = load_all(why, sizeof why), tried = 1;
+    pthread_mutex_unlock(&mu);
+    if (st != HR_OK) hr_fail(err, errlen, st, "%s", why);
+    return st;
+}
+
+/* ================================================================ describe */
+
+void cuda_libs_describe(char *out, size_t len) {
+    size_t used = 0;
+    if (len) out[0] = 0;
+    for (int i = 0; i < N_LIBS && used < len; i++) {
+        char ver[64], path[512], why[HR_ERRLEN];
+        void *h = open_checked(&libs[i], ver, sizeof ver, why, sizeof why);
+        hr_dl_path(h, path, sizeof path);
+        if (h)
+            snprintf(out + used, len - used, "%s  %s: %s (%s)", i ? "\n" : "", libs[i].label, ver,
+                     path);
+        else
+            snprintf(out + used, len - used, "%s  %s: cannot be used: %s", i ? "\n" : "",
+                     libs[i].label, why);
+        hr_dl_close(h);
+        used += strlen(out + used);
+    }
+}
+
+const char *cuda_cudnn_version(void) {
+#ifdef HR_HAVE_CUDNN
+    static _Thread_local char v[HR_ERRLEN];
+    char why[HR_ERRLEN];
+    void *h = open_checked(&libs[LIB_DNN], v, sizeof v, why, sizeof why);
+    if (!h) snprintf(v, sizeof v, "%s", why);
+    hr_dl_close(h);
+    return v;
+#else
+    return "none (built without cuDNN)";
+#endif
+}
