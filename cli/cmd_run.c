@@ -190,9 +190,17 @@ fail:
     return rc;
 }
 
-/* The per-iteration hook: HETRING_FAULT crash:NODE:ITER. */
-static void fault_at_iter(void *node_id, long iter) {
-    hr_fault_point(*(const long *)node_id, iter);
+/* Who the per-iteration test faults act for. */
+typedef struct {
+    long id;        /* this node's id */
+    int configured; /* the nodes the cluster file lists */
+} fault_ctx;
+
+/* The per-iteration hook: HETRING_FAULT crash:NODE:ITER, sleep, sleep_short. */
+static void fault_at_iter(void *ctx, long iter, int members) {
+    const fault_ctx *f = ctx;
+    hr_fault_point(f->id, iter);
+    hr_fault_pace(f->id, members, f->configured);
 }
 
 int cmd_run(int argc, char **argv) {
@@ -233,9 +241,9 @@ int cmd_run(int argc, char **argv) {
         return CLI_USAGE;
     }
     hr_fault_point(me->id, -1);
-    long node_id = me->id;
+    fault_ctx fault = {me->id, c.n_nodes};
     to.on_iter = fault_at_iter;
-    to.on_iter_ctx = &node_id;
+    to.on_iter_ctx = &fault;
     char metrics[CFG_PATH];
     if (to.metrics_path) { /* "{id}" gives each node its own file */
         app_expand_id(metrics, sizeof metrics, to.metrics_path, me->id);

@@ -83,6 +83,15 @@ void hr_fault_point(long node_id, long iter) {
     }
 }
 
+void hr_fault_pace(long node_id, int members, int configured) {
+    double arg;
+    if (members < configured && hr_fault_get("sleep_short", node_id, 0, &arg) && arg > 0) {
+        struct timespec ts = {(time_t)arg, (long)((arg - (double)(time_t)arg) * 1e9)};
+        while (nanosleep(&ts, &ts) != 0) {
+        }
+    }
+}
+
 void hr_fault_kill_now(const char *what) {
     HR_WARN(CLI, "test fault: crashing inside %s", what);
     raise(SIGKILL);

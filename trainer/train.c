@@ -589,7 +589,7 @@ static hr_status run_iteration(trainer *t, const train_opts *o, run_report *rr, 
     const train_config *c = &t->conf;
     const int rank0 = t->rank == 0;
     train_iter r = {0};
-    if (o && o->on_iter) o->on_iter(o->on_iter_ctx, t->iter);
+    if (o && o->on_iter) o->on_iter(o->on_iter_ctx, t->iter, t->n_nodes);
     hr_status st = train_step(t, &r);
     if (st == HR_ERR_NONFINITE && r.nonfinite) return nonfinite_error(t, &r, err, errlen);
     HR_CHECK(st);

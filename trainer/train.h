@@ -262,9 +262,9 @@ typedef struct {
     const char *summary_path; /* JSON summary at the end, or NULL */
     int progress;             /* TRAIN_PROGRESS_*; AUTO draws a bar when stdout is a TTY */
     FILE *out;                /* progress stream (NULL = stdout) */
-    /* Optional: called before every iteration with its index (the application's test fault
-     * hooks use it). */
-    void (*on_iter)(void *ctx, long iter);
+    /* Optional: called before every iteration with its index and the nodes of its view (the
+     * application's test fault hooks use it). */
+    void (*on_iter)(void *ctx, long iter, int members); /* members: nodes in the view */
     void *on_iter_ctx;
     /* Optional membership hooks (the application's elastic training), with ctx member_ctx:
      *  - on_fail: train_step failed with `st`; return HR_OK once the trainer may retry
