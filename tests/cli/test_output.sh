@@ -60,7 +60,10 @@ node_ids() {
 }
 has() { grep -Eq "$2" "$tmp/$1" || fail "$1: no line matching '$2': $(cat "$tmp/$1")"; }
 hasnt() { ! grep -Eq "$2" "$tmp/$1" || fail "$1: unexpected line matching '$2': $(grep -E "$2" "$tmp/$1")"; }
-RETRY='^[0-9:.]+ \[n0\] debug ring: connect to node 1 \(127\.0\.0\.1:[0-9]+\): .*retrying'
+# node 0's ring debug line as its first view forms: in every run. (Its retries to connect to node
+# 1 were asserted once; they show only where node 1 is not listening yet as the view forms,
+# and the election before it usually waits for node 1: missing in a full ctest -j2 run.)
+FORMING='^[0-9:.]+ \[n0\] debug ring: [a-z]+ view 1: nodes 0,1; forming$'
 
 # 1. default level, progress on: node 0's lines, none from node 1; the none warning
 run2 info "$tmp/none.ini" -
@@ -96,12 +99,12 @@ run2 quiet "$tmp/none.ini" - --quiet
 [ ! -s "$tmp/quiet.out.0" ] || fail "--quiet: node 0 printed progress: $(cat "$tmp/quiet.out.0")"
 has quiet.err.0 'info  train: done: '
 
-# 3. debug and trace show node 0's connect retries; per-subsystem and warn filtering
+# 3. debug and trace show node 0's ring debug lines; per-subsystem and warn filtering
 run2 debug "$tmp/none.ini" debug --quiet
-has debug.err.0 "$RETRY"
+has debug.err.0 "$FORMING"
 node_ids debug
 run2 trace "$tmp/none.ini" trace --quiet
-has trace.err.0 "$RETRY"
+has trace.err.0 "$FORMING"
 run2 warn "$tmp/none.ini" warn --quiet
 for k in 0 1; do
     has warn.err.$k '^[0-9:.]+ \[n'$k'\] warn  (cli|sec): security = none'
@@ -109,7 +112,7 @@ for k in 0 1; do
 done
 node_ids warn
 run2 mixed "$tmp/none.ini" 'warn,ring=debug' --quiet
-has mixed.err.0 "$RETRY"
+has mixed.err.0 "$FORMING"
 for k in 0 1; do
     has mixed.err.$k '^[0-9:.]+ \[n'$k'\] info  ring: ring formed'
     has mixed.err.$k '^[0-9:.]+ \[n'$k'\] warn  (cli|sec): security = none'
