@@ -1103,6 +1103,7 @@ hr_status ring_elect(ring *r, const ring_lineage *mine, ring_agreement *out, cha
     e.t0 = e.s_since = tcp_now();
     pthread_mutex_lock(&el->mu);
     if (el->held > 0) e.prev = el->view;
+    int starting = el->held == 0;
     pthread_mutex_unlock(&el->mu);
     /* the node the failure was blamed on is probed as a silent one from the first round */
     int sus =
@@ -1111,6 +1112,14 @@ hr_status ring_elect(ring *r, const ring_lineage *mine, ring_agreement *out, cha
     e.suspect = sus;
     r->suspect = -1;
     double limit = r->rc.rejoin_timeout > 0 ? r->rc.rejoin_timeout : ELECT_DEFAULT_S;
+    /* a node that never held a view is starting, and so may its peers be: it waits for them up
+     * to connect_timeout, as its "waiting for node K" lines say (a loaded machine took 1.3 s
+     * to start four nodes, and rejoin_timeout = 1 gave up on them) */
+    const char *limit_key = "rejoin_timeout";
+    if (starting && r->rc.connect_timeout > limit) {
+        limit = r->rc.connect_timeout;
+        limit_key = "connect_timeout";
+    }
     double t0 = tcp_now();
     char why[HR_ERRLEN] = "";
     hr_status st;
@@ -1142,10 +1151,10 @@ hr_status ring_elect(ring *r, const ring_lineage *mine, ring_agreement *out, cha
         char reach[512];
         reach_str(r, &e, reach, sizeof reach);
         set_state(el, EL_IDLE);
-        st = hr_fail(
-            r->err, sizeof r->err, HR_ERR_TIMEOUT,
-            "no view within rejoin_timeout %.1f s: a quorum needs %d of %d nodes, %s%s%.200s",
-            limit, e.quorum, r->rc.n_members, reach, why[0] ? "; last failure: " : "", why);
+        st = hr_fail(r->err, sizeof r->err, HR_ERR_TIMEOUT,
+                     "no view within %s %.1f s: a quorum needs %d of %d nodes, %s%s%.200s",
+                     limit_key, limit, e.quorum, r->rc.n_members, reach,
+                     why[0] ? "; last failure: " : "", why);
         if (err) snprintf(err, errlen, "%s", r->err);
     }
     free(e.pr);
