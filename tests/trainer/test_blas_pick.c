@@ -174,19 +174,24 @@ static double gemm_gflops(void) {
     return 2.0 * S * S * S * REPS / dt * 1e-9;
 }
 
+/* The set blas_pick chooses for this CPU over `loaded`, or NULL after a SKIP line (no AVX2:
+ * nothing stronger to offer). */
+static const char *stronger_than(const char *loaded) {
+    blas_cpu cpu;
+    blas_pick_cpu(&cpu);
+    const char *want = blas_pick_choose(&cpu, loaded);
+    if (!want) printf("SKIP: this CPU has nothing stronger than %s to offer (no AVX2)\n", loaded);
+    return want;
+}
+
 /* `switch`: started as if OpenBLAS had picked the set in OPENBLAS_CORETYPE on its own
  * (HETRING_BLAS_PICKED=SET:SET says so), so blas_pick_main ran this program again with the
  * choice for this CPU: it must run that set, say so, leave both variables set for children,
  * and GEMM stay correct. */
 static int test_switch(const char *loaded) {
     char line[512];
-    blas_cpu cpu;
-    blas_pick_cpu(&cpu);
-    const char *want = blas_pick_choose(&cpu, loaded);
-    if (!want) {
-        printf("SKIP: this CPU has nothing stronger than %s to offer (no AVX2)\n", loaded);
-        return 77;
-    }
+    const char *want = stronger_than(loaded);
+    if (!want) return 77;
     const char *now = openblas_get_corename();
     blas_pick_describe(line, sizeof line);
     printf("%s\n", line);
@@ -215,13 +220,8 @@ static int test_host(const char *loaded) {
     char err[HR_ERRLEN] = "", line[512];
     hr_status st = blas_pick_init(err, sizeof err);
     CHECK(st == HR_OK, "blas_pick_init: %s", err);
-    blas_cpu cpu;
-    blas_pick_cpu(&cpu);
-    const char *want = blas_pick_choose(&cpu, loaded);
-    if (!want) {
-        printf("SKIP: this CPU has nothing stronger than %s to offer (no AVX2)\n", loaded);
-        return 77;
-    }
+    const char *want = stronger_than(loaded);
+    if (!want) return 77;
     blas_pick_describe(line, sizeof line);
     printf("%s\n", line);
     CHECK(strcasecmp(openblas_get_corename(), loaded) == 0, "the kernels changed in a host: %s",
