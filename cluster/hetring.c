@@ -49,6 +49,7 @@
 #include "cluster/hr_fault.h"
 #include "cluster/node_id.h"
 #include "cluster/overlap.h"
+#include "cluster/ring_setup.h"
 #include "cluster/stats.h"
 #include "cluster/transport.h"
 #include "conf/cfg.h"
@@ -443,8 +444,12 @@ static hr_status setup(hetring *h, const hetring_options *o) {
                        o->start_iter, h->total);
     h->iter = o->start_iter; /* the election takes the state of the member furthest along */
     h->size = 1, h->split[0] = B;
-    HR_CHECK(dist_init(&h->d, c, &h->cc, h->self, e, n));
+    ring_config rc;
+    HR_CHECK(app_ring_config(c, h->self, &rc, e, n));
+    hr_status st = dist_init(&h->d, &h->cc, &rc, e, n);
+    ring_config_wipe(&rc); /* the ring keeps its own copy of the PSK */
     h->have_dist = 1;
+    HR_CHECK(st);
     h->d.np.device_grads = h->app.device_grads != NULL; /* a member fact of the choice */
     h->x.d = &h->d, h->x.device_grads = h->app.device_grads;
     if (h->app.on_listen) h->app.on_listen(h->cb.user);
