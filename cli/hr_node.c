@@ -122,6 +122,7 @@ static hr_status slice(void *ctx, train_slice *s) {
     n->have_batch = 0;
     *s = (train_slice){.start = n->batch.start,
                        .b = n->batch.batch,
+                       .global_batch = n->batch.global_batch,
                        .rank = n->batch.rank,
                        .size = n->batch.size,
                        .on_device = hr_lib_on_device(n->h)}; /* the view's NCCL */

@@ -135,9 +135,11 @@ void train_set_peer(trainer *t, const train_peer *peer) {
  * exchange of the gradient sums for the cluster's; then the update, as without one. */
 static hr_status peer_step(trainer *t, train_iter *out) {
     const train_peer *p = &t->peer;
-    const long i = t->iter, epoch = i / t->ipe, it = i % t->ipe, B = train_global_batch(t);
+    const long i = t->iter, epoch = i / t->ipe, it = i % t->ipe;
     train_slice s;
     HR_CHECK(p->slice(p->ctx, &s));
+    const long B = s.global_batch;
+    if (B < 1 || B > train_global_batch(t) || s.b > B) return HR_ERR_INVAL;
     t->rank = s.rank, t->n_nodes = s.size;
     HR_CHECK(device_keep_grads(&t->dev, s.on_device));
     if (s.on_device && s.b <= 0) return HR_ERR_INVAL; /* min_batch >= 1: a member has samples */

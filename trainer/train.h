@@ -94,6 +94,8 @@ typedef struct {
  * the cluster's sums, every node's stats (t->gathered) and the next split. */
 typedef struct {
     long start, b;  /* this node's slice: b samples from offset start of the global batch */
+    long global_batch; /* the cluster's B, which the slice is cut from and the update divides
+                        * by (at most the trainer's own, which sized its buffers) */
     int rank, size; /* this node's ring position and the view's size */
     int on_device;  /* this iteration's gradient all-reduce runs on the device (NCCL): the pass
                      * keeps the gradient there and the step takes it from there (device.h);
