@@ -9,7 +9,7 @@
  */
 #include "base/hr_log.h"
 #include "cli/cli.h"
-#include "cli/hr_node.h"
+#include "cluster/hr_node.h"
 #include "cluster/ring_setup.h"
 #include "cluster/trainer_setup.h"
 #include "ring/sec.h"

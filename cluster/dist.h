@@ -1,7 +1,7 @@
 /*
  * dist.h: distributed training over the ring, with elastic membership: the machinery behind
  * libhetring (cluster/hetring.c), through which `hetring run` trains the built-in models too
- * (cli/hr_node.h).
+ * (cluster/hr_node.h).
  *
  * Three things join the training loop:
  *  - the ring's SUM all-reduce as the communication step (the stats tail of stats.h rides

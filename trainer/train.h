@@ -11,7 +11,7 @@
  *   update   opt_step divides by B (I2), identically on every node (I4)
  *
  * A cluster node hands the distributed part of every iteration to a peer (train_peer: the
- * libhetring node of cli/hr_node.h, which gives the slice, overlaps the gradient's buckets
+ * libhetring node of cluster/hr_node.h, which gives the slice, overlaps the gradient's buckets
  * with backward, all-reduces it with the stats, checks the replicas and decides the next
  * split). The loop allocates nothing after train_init (metrics go through stdio).
  */
@@ -89,7 +89,7 @@ typedef struct {
 } train_stat;
 
 /* A peer: the distributed part of every iteration is run by the cluster node of
- * cli/hr_node.h (a libhetring handle): it gives the iteration's slice, takes the gradient
+ * cluster/hr_node.h (a libhetring handle): it gives the iteration's slice, takes the gradient
  * buffer as backward finishes it, and exchanges the gradient sums and this node's stats for
  * the cluster's sums, every node's stats (t->gathered) and the next split. */
 typedef struct {

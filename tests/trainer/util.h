@@ -2,7 +2,7 @@
 #ifndef HR_TEST_TRAINER_UTIL_H
 #define HR_TEST_TRAINER_UTIL_H
 
-#include "cli/hr_node.h"
+#include "cluster/hr_node.h"
 #include "cluster/trainer_setup.h"
 #include "conf/cfg.h"
 #include "tests/ports.h"

@@ -1,7 +1,7 @@
 /*
  * hr_node.c: the built-in trainer as a libhetring node (see hr_node.h).
  */
-#include "cli/hr_node.h"
+#include "cluster/hr_node.h"
 
 #include "base/hr_log.h"
 #include "cluster/cluster_setup.h"
