@@ -12,7 +12,7 @@
 static void apply_defaults(const key_spec *keys, int n, void *base) {
     char why[256];
     for (int i = 0; i < n; i++)
-        if (keys[i].def && cfg_value_set(&keys[i], base, keys[i].def, why, sizeof why) != 0)
+        if (keys[i].def && cfg_value_set(&keys[i], base, keys[i].def, NULL, why, sizeof why) != 0)
             abort(); /* a bad default in the schema (cfg_schema.c) is a programming error */
 }
 

@@ -14,6 +14,7 @@
 
 typedef enum {
     T_STR,
+    T_HOST, /* a T_STR naming a host */
     T_PATH, /* a T_STR naming a file: relative to the INI file's directory (resolve_path) */
     T_INT,
     T_AUTOINT, /* a T_INT, or "auto" (stored as CFG_AUTO) */
@@ -31,7 +32,7 @@ typedef struct {
     const char *key;
     ktype type;
     size_t off;          /* offset of the field in cfg (or cfg_node for "node") */
-    size_t size;         /* T_STR: buffer size; T_HEXKEY: offset of the has_ flag */
+    size_t size;         /* T_STR, T_HOST, T_PATH: buffer size */
     double min, max;     /* T_INT, T_AUTOINT, T_DBL: inclusive range */
     const char *choices; /* T_ENUM: "a|b|c", value is the index */
     const char *def;     /* default as INI text; NULL: required (nodes) or unset */
@@ -52,15 +53,16 @@ const key_spec *cfg_find_key(const key_spec *keys, int n, const char *section, c
 
 /* What key `k` expects, for messages and the reference file. */
 void cfg_expected(const key_spec *k, char *buf, size_t n);
-/* Parse `val` into the field of `k` inside `base`. On failure write the reason to `why`. */
-int cfg_value_set(const key_spec *k, void *base, const char *val, char *why, size_t whylen);
+/* Parse `text` into the field of `k` inside `base`; a relative T_PATH becomes absolute from
+ * `dir` (NULL for the defaults, which are never relative). Writes nothing to the field unless
+ * the whole value is good; on failure writes the reason to `why` and returns -1. */
+int cfg_value_set(const key_spec *k, void *base, const char *text, const char *dir, char *why,
+                  size_t whylen);
 /* Is an optional key (a T_HEXKEY) unset? Every other key always has a value. */
 int cfg_value_unset(const key_spec *k, const void *base);
 /* Text of a field's current value, for printing. */
 void cfg_value_format(const key_spec *k, const void *base, char *out, size_t n);
 
-/* A T_PATH value written relative is taken relative to `base`, an absolute directory. */
-int cfg_resolve_path(const char *base, char *field, size_t size, char *why, size_t whylen);
 /* The absolute directory of `file` into `out`, which holds PATH_MAX bytes. */
 void cfg_dir_of(const char *file, char *out, size_t n);
 /* The current directory, for overrides. */

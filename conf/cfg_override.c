@@ -27,10 +27,8 @@ static void env_name(const char *section, long node_id, const char *key, char *o
 static hr_status apply_one(cfg *c, const key_spec *k, void *base, const char *src, const char *val,
                            char *err, size_t errlen) {
     char why[512], cwd[PATH_MAX];
-    if (k->type == T_PATH) cfg_current_dir(cwd, sizeof cwd); /* an override is the user's own */
-    if (cfg_value_set(k, base, val, why, sizeof why) ||
-        (k->type == T_PATH &&
-         cfg_resolve_path(cwd, (char *)base + k->off, k->size, why, sizeof why)))
+    cfg_current_dir(cwd, sizeof cwd); /* a relative path in an override is the user's own */
+    if (cfg_value_set(k, base, val, cwd, why, sizeof why))
         return hr_fail(err, errlen, HR_ERR_CONFIG, "%s: %s", src, why);
     if (base == (void *)c)
         c->key_line[k - cfg_gkeys] = CFG_LINE_OVERRIDE;

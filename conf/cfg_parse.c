@@ -170,9 +170,7 @@ static int on_key(void *user, const char *section, const char *name, const char 
     }
     char why[512];
     void *base = ps->section == 1 ? (void *)ps->node : (void *)ps->c;
-    if (cfg_value_set(k, base, value, why, sizeof why) ||
-        (k->type == T_PATH &&
-         cfg_resolve_path(ps->dir, (char *)base + k->off, k->size, why, sizeof why))) {
+    if (cfg_value_set(k, base, value, ps->dir, why, sizeof why)) {
         parse_error(ps, "%s: %s", name, why);
         return 0;
     }

@@ -22,7 +22,7 @@ const key_spec cfg_gkeys[] = {
      "this node's identity secret key (hetring keygen); {id} becomes the node id"},
     {"cluster", "psk_file", T_PATH, G(psk_file), CFG_PATH, 0, 0, NULL, "", 0,
      "cluster pre-shared key file (32 bytes as 64 hex digits), instead of identity keys"},
-    {"cluster", "psk", T_HEXKEY, G(psk), G(has_psk), 0, 0, NULL, NULL, 1,
+    {"cluster", "psk", T_HEXKEY, G(psk), 0, 0, 0, NULL, NULL, 1,
      "inline pre-shared key, 64 hex digits; prefer psk_file or HETRING_CLUSTER_PSK"},
     {"cluster", "connect_timeout", T_DBL, G(connect_timeout), 0, 0.1, 3600, NULL, "30", 0,
      "seconds to keep retrying connects while the ring forms"},
@@ -120,7 +120,7 @@ const key_spec cfg_gkeys[] = {
 const int cfg_n_gkeys = (int)(sizeof cfg_gkeys / sizeof cfg_gkeys[0]);
 
 const key_spec cfg_nkeys[] = {
-    {"node", "host", T_STR, N(host), CFG_STR, 0, 0, NULL, NULL, 0,
+    {"node", "host", T_HOST, N(host), CFG_STR, 0, 0, NULL, NULL, 0,
      "address the node listens on (required)"},
     {"node", "port", T_INT, N(port), 0, 1, 65535, NULL, NULL, 0,
      "TCP port the node listens on (required)"},
@@ -131,7 +131,7 @@ const key_spec cfg_nkeys[] = {
     {"node", "capacity", T_DBL, N(capacity), 0, 1e-6, BIG, NULL, "1", 0,
      "relative speed (cores, FLOPS) for the first batch split when it is not measured "
      "([controller] calibrate)"},
-    {"node", "pubkey", T_HEXKEY, N(pubkey), N(has_pubkey), 0, 0, NULL, NULL, 0,
+    {"node", "pubkey", T_HEXKEY, N(pubkey), 0, 0, 0, NULL, NULL, 0,
      "pinned identity public key, 64 hex digits from hetring keygen"},
     {"node", "slowdown", T_DBL, N(slowdown), 0, 1, 1000, NULL, "1", 0,
      "emulated heterogeneity: stretch compute by this factor (runs say so)"},

@@ -1,6 +1,12 @@
 /*
- * cfg_value.c: the value types of the schema: what each expects, how its text is parsed into a
- * field and how the field prints; and the paths that values written relative resolve against.
+ * cfg_value.c: the value types of the schema, one table with a row per type: what a key of the
+ * type expects, how its text is parsed and checked, and how its field prints. Adding a value
+ * type is its functions and one row of value_types[].
+ *
+ * A value goes from its text to its field in three steps, so that nothing is written to the
+ * field unless the whole value is good: the type's parse turns the text into a `value` (the
+ * bytes the field will hold), its check judges that value against the key (range, length, a
+ * path made absolute), and only then are the bytes copied over the field.
  */
 #include "conf/cfg_internal.h"
 
@@ -13,15 +19,49 @@
 #include <string.h>
 #include <unistd.h>
 
-/* Each value type is a row of three small functions: what it expects (for messages and the
- * reference file), how its text is parsed into the field, and how the field prints. A parser
- * writes nothing to the field unless the whole value is good. */
+/* A value on its way between its text and its field. Each member has the layout of its field
+ * in cfg or cfg_node together with the count or flag that follows the field there (checked
+ * below), so that a value moves in and out of its field by copying its first `width` bytes. */
+typedef union {
+    char text[CFG_PATH]; /* T_STR, T_HOST, T_PATH: the string and its NUL */
+    long l;              /* T_INT, T_AUTOINT (CFG_AUTO for auto), T_DEVICE (-1 for cpu) */
+    double d;            /* T_DBL */
+    uint64_t u;          /* T_U64 */
+    int e;               /* T_ENUM: index into the key's choices */
+    struct {
+        long w[CFG_MAX_LAYERS]; /* widths, input first */
+        int n;                  /* entries used: n_layers follows layers[] */
+    } layers;                   /* T_LAYERS */
+    struct {
+        cfg_phase p[CFG_MAX_PHASES]; /* ascending iter */
+        int n;                       /* entries used: n_interference follows interference[] */
+    } phases;                        /* T_PHASES */
+    struct {
+        uint8_t b[CFG_KEYLEN]; /* the key */
+        int given;             /* has_psk and has_pubkey follow their key */
+    } key;                     /* T_HEXKEY */
+} value;
 
-/* Why a value was refused: the text of the value, what the key expects, and the caller's
- * buffer for the reason. */
+#define UPTO(m) (offsetof(value, m) + sizeof(int)) /* width of a value whose last int is m */
+
+_Static_assert(offsetof(cfg, n_layers) - offsetof(cfg, layers) == offsetof(value, layers.n),
+               "n_layers must follow layers[]");
+_Static_assert(offsetof(cfg_node, n_interference) - offsetof(cfg_node, interference) ==
+                   offsetof(value, phases.n),
+               "n_interference must follow interference[]");
+_Static_assert(offsetof(cfg, has_psk) - offsetof(cfg, psk) == offsetof(value, key.given),
+               "has_psk must follow psk");
+_Static_assert(offsetof(cfg_node, has_pubkey) - offsetof(cfg_node, pubkey) ==
+                   offsetof(value, key.given),
+               "has_pubkey must follow pubkey");
+_Static_assert(CFG_KEYLEN == 32, "hexkey's expect text says 64 hex digits");
+
+/* Why a value was refused: its text, what the key expects, where relative paths start, and
+ * the caller's buffer for the reason. */
 typedef struct {
     const char *val; /* the value as written */
     const char *exp; /* what the key expects, e.g. "an integer in [1, 65535]" */
+    const char *dir; /* absolute directory relative T_PATH values start from; NULL: defaults */
     char *why;       /* out: the reason the value is refused */
     size_t whylen;
 } verdict;
@@ -80,122 +120,133 @@ static void format_double(double v, char *out, size_t n) {
     }
 }
 
-/* ---------------------------------------------------------------- text */
+/* ---------------------------------------------------------------- text and paths */
 
-static void str_expect(const key_spec *k, char *buf, size_t n) {
-    snprintf(buf, n, "%s", strcmp(k->key, "host") == 0 ? "a host name or IP address" : "text");
-}
-
-static void path_expect(const key_spec *k, char *buf, size_t n) {
-    (void)k;
-    snprintf(buf, n,
-             "a path; relative to this file's directory (from --set or the environment: "
-             "to the current directory)");
-}
-
-static int str_parse(const key_spec *k, void *base, char *field, verdict *v) {
-    (void)base;
-    size_t len = strlen(v->val);
-    if (len >= k->size)
-        return refuse(v, "value is too long (expected at most %zu characters)", k->size - 1);
-    memcpy(field, v->val, len + 1);
+/* Copied as is; too long a text is refused by text_check, with the length it may have. */
+static int text_parse(const key_spec *k, const char *s, value *out) {
+    snprintf(out->text, sizeof out->text, "%s", s);
     return 0;
 }
 
-static void str_format(const key_spec *k, const void *base, const char *field, char *out,
-                       size_t n) {
-    (void)k, (void)base;
-    snprintf(out, n, "%s", field);
+static int text_check(const key_spec *k, value *val, verdict *v) {
+    if (strlen(v->val) < k->size) return 0;
+    return refuse(v, "value is too long (expected at most %zu characters)", k->size - 1);
+}
+
+static void text_format(const key_spec *k, const value *val, char *out, size_t n) {
+    snprintf(out, n, "%s", val->text);
+}
+
+/* ---------------------------------------------------------------- paths */
+
+/* A T_PATH value written relative is taken relative to `base`, an absolute directory: the INI
+ * file's for values from the file, the current one for overrides. The field then holds an
+ * absolute path, so the configuration means the same files from any working directory, and
+ * what cfg_print writes reads back the same from anywhere. An empty value (unset) stays
+ * empty; "{id}" in key_file is expanded later and survives. */
+static int resolve_path(const char *base, char *field, size_t size, char *why, size_t whylen) {
+    if (!field[0] || field[0] == '/') return 0;
+    const char *rel = field;
+    while (rel[0] == '.' && rel[1] == '/') /* "./x" is "x" */
+        for (rel += 2; *rel == '/';) rel++;
+    char joined[PATH_MAX + CFG_PATH];
+    int n = snprintf(joined, sizeof joined, "%s%s%s", base,
+                     base[0] && base[strlen(base) - 1] == '/' ? "" : "/", rel);
+    if (n < 0 || (size_t)n >= size) {
+        snprintf(why, whylen, "'%s' relative to %s is too long (expected at most %zu characters)",
+                 field, base, size - 1);
+        return -1;
+    }
+    memcpy(field, joined, (size_t)n + 1);
+    return 0;
+}
+
+/* The absolute directory of `file` (the file need not be named absolutely) into `out`, which
+ * holds PATH_MAX bytes (realpath's size). */
+void cfg_dir_of(const char *file, char *out, size_t n) {
+    char dir[PATH_MAX];
+    const char *slash = strrchr(file, '/');
+    if (!slash)
+        snprintf(dir, sizeof dir, ".");
+    else
+        snprintf(dir, sizeof dir, "%.*s", slash == file ? 1 : (int)(slash - file), file);
+    if (!realpath(dir, out)) snprintf(out, n, "%s", dir);
+}
+
+/* The current directory, for overrides. */
+void cfg_current_dir(char *out, size_t n) {
+    if (!getcwd(out, n)) snprintf(out, n, ".");
+}
+
+static int path_check(const key_spec *k, value *val, verdict *v) {
+    if (text_check(k, val, v)) return -1;
+    return v->dir ? resolve_path(v->dir, val->text, k->size, v->why, v->whylen) : 0;
 }
 
 /* ---------------------------------------------------------------- numbers */
 
-static void int_expect(const key_spec *k, char *buf, size_t n) {
-    snprintf(buf, n, "an integer in [%.15g, %.15g]", k->min, k->max);
+static int int_parse(const key_spec *k, const char *s, value *out) {
+    return cfg_parse_long(s, &out->l);
 }
 
-static int int_parse(const key_spec *k, void *base, char *field, verdict *v) {
-    (void)base;
-    long x;
-    if (cfg_parse_long(v->val, &x))
-        return refuse(v, "malformed integer '%s' (expected %s)", v->val, v->exp);
-    if (!in_range(k, (double)x)) return refuse(v, "%ld is out of range (expected %s)", x, v->exp);
-    *(long *)field = x;
-    return 0;
+static int int_check(const key_spec *k, value *val, verdict *v) {
+    if (in_range(k, (double)val->l)) return 0;
+    return refuse(v, "%ld is out of range (expected %s)", val->l, v->exp);
 }
 
-static void int_format(const key_spec *k, const void *base, const char *field, char *out,
-                       size_t n) {
-    (void)k, (void)base;
-    snprintf(out, n, "%ld", *(const long *)field);
+static void int_format(const key_spec *k, const value *val, char *out, size_t n) {
+    snprintf(out, n, "%ld", val->l);
 }
 
 /* "auto" or an integer: with auto, the code that uses the key chooses its value */
-static void autoint_expect(const key_spec *k, char *buf, size_t n) {
-    snprintf(buf, n, "auto or an integer in [%.15g, %.15g]", k->min, k->max);
-}
-
-static int autoint_parse(const key_spec *k, void *base, char *field, verdict *v) {
-    if (strcmp(v->val, "auto") != 0) return int_parse(k, base, field, v);
-    *(long *)field = CFG_AUTO;
+static int autoint_parse(const key_spec *k, const char *s, value *out) {
+    if (strcmp(s, "auto") != 0) return int_parse(k, s, out);
+    out->l = CFG_AUTO;
     return 0;
 }
 
-static void autoint_format(const key_spec *k, const void *base, const char *field, char *out,
-                           size_t n) {
-    if (*(const long *)field == CFG_AUTO)
+static int autoint_check(const key_spec *k, value *val, verdict *v) {
+    return strcmp(v->val, "auto") == 0 ? 0 : int_check(k, val, v);
+}
+
+static void autoint_format(const key_spec *k, const value *val, char *out, size_t n) {
+    if (val->l == CFG_AUTO)
         snprintf(out, n, "auto");
     else
-        int_format(k, base, field, out, n);
+        int_format(k, val, out, n);
 }
 
-static void dbl_expect(const key_spec *k, char *buf, size_t n) {
-    snprintf(buf, n, "a number in [%.15g, %.15g]", k->min, k->max);
+static int dbl_parse(const key_spec *k, const char *s, value *out) {
+    return parse_double(s, &out->d);
 }
 
-static int dbl_parse(const key_spec *k, void *base, char *field, verdict *v) {
-    (void)base;
-    double x;
-    if (parse_double(v->val, &x))
-        return refuse(v, "malformed number '%s' (expected %s)", v->val, v->exp);
-    if (!in_range(k, x)) return refuse(v, "%g is out of range (expected %s)", x, v->exp);
-    *(double *)field = x;
-    return 0;
+static int dbl_check(const key_spec *k, value *val, verdict *v) {
+    if (in_range(k, val->d)) return 0;
+    return refuse(v, "%g is out of range (expected %s)", val->d, v->exp);
 }
 
-static void dbl_format(const key_spec *k, const void *base, const char *field, char *out,
-                       size_t n) {
-    (void)k, (void)base;
-    format_double(*(const double *)field, out, n);
+static void dbl_format(const key_spec *k, const value *val, char *out, size_t n) {
+    format_double(val->d, out, n);
 }
 
-static void u64_expect(const key_spec *k, char *buf, size_t n) {
-    (void)k;
-    snprintf(buf, n, "an unsigned 64-bit integer");
-}
-
-static int u64_parse(const key_spec *k, void *base, char *field, verdict *v) {
-    (void)k, (void)base;
+static int u64_parse(const key_spec *k, const char *s, value *out) {
     char *end;
     errno = 0;
-    unsigned long long x = strtoull(v->val, &end, 10); /* decimal: 010 is ten, not eight */
-    if (errno || end == v->val || *end || v->val[0] == '-')
-        return refuse(v, "malformed integer '%s' (expected %s)", v->val, v->exp);
-    *(uint64_t *)field = (uint64_t)x;
+    unsigned long long x = strtoull(s, &end, 10); /* decimal: 010 is ten, not eight */
+    if (errno || end == s || *end || s[0] == '-') return -1;
+    out->u = (uint64_t)x;
     return 0;
 }
 
-static void u64_format(const key_spec *k, const void *base, const char *field, char *out,
-                       size_t n) {
-    (void)k, (void)base;
-    snprintf(out, n, "%llu", (unsigned long long)*(const uint64_t *)field);
+static void u64_format(const key_spec *k, const value *val, char *out, size_t n) {
+    snprintf(out, n, "%llu", (unsigned long long)val->u);
 }
 
 /* ---------------------------------------------------------------- enums: "a|b|c", value is the
  * index */
 
-static void enum_expect(const key_spec *k, char *buf, size_t n) {
-    size_t o = (size_t)snprintf(buf, n, "one of ");
+/* "a, b, c" from the key's "a|b|c", after what `buf` holds already (o characters). */
+static void choices_expect(const key_spec *k, char *buf, size_t n, size_t o) {
     for (const char *p = k->choices; *p && o + 2 < n; p++) {
         if (*p == '|') {
             if (o + 2 < n) buf[o++] = ',', buf[o++] = ' ';
@@ -206,28 +257,24 @@ static void enum_expect(const key_spec *k, char *buf, size_t n) {
     buf[o < n ? o : n - 1] = 0;
 }
 
-static int enum_parse(const key_spec *k, void *base, char *field, verdict *v) {
-    (void)base;
-    size_t vlen = strlen(v->val);
+static int enum_parse(const key_spec *k, const char *s, value *out) {
+    size_t vlen = strlen(s);
     int idx = 0;
     for (const char *p = k->choices; *p; idx++) {
         const char *bar = strchr(p, '|');
         size_t len = bar ? (size_t)(bar - p) : strlen(p);
-        if (len == vlen && strncmp(p, v->val, len) == 0) {
-            *(int *)field = idx;
+        if (len == vlen && strncmp(p, s, len) == 0) {
+            out->e = idx;
             return 0;
         }
         p += len + (bar ? 1 : 0);
     }
-    return refuse(v, "unknown value '%s' (expected %s)", v->val, v->exp);
+    return -1;
 }
 
-static void enum_format(const key_spec *k, const void *base, const char *field, char *out,
-                        size_t n) {
-    (void)base;
-    int idx = *(const int *)field;
+static void enum_format(const key_spec *k, const value *val, char *out, size_t n) {
     const char *p = k->choices;
-    for (int i = 0; i < idx && p; i++) {
+    for (int i = 0; i < val->e && p; i++) {
         p = strchr(p, '|');
         if (p) p++;
     }
@@ -237,40 +284,22 @@ static void enum_format(const key_spec *k, const void *base, const char *field, 
 
 /* ---------------------------------------------------------------- lists */
 
-static void layers_expect(const key_spec *k, char *buf, size_t n) {
-    snprintf(buf, n, "2 to %d comma-separated widths in [1, %.0f]", CFG_MAX_LAYERS, k->max);
-}
-
-static int layers_parse(const key_spec *k, void *base, char *field, verdict *v) {
-    (void)base;
+static int layers_parse(const key_spec *k, const char *s, value *out) {
     char buf[512], *item[CFG_MAX_LAYERS];
-    long tmp[CFG_MAX_LAYERS];
-    snprintf(buf, sizeof buf, "%s", v->val);
+    snprintf(buf, sizeof buf, "%s", s);
     int n = split_list(buf, item, CFG_MAX_LAYERS), ok = n >= 2;
     for (int i = 0; i < n && ok; i++)
-        ok = cfg_parse_long(item[i], &tmp[i]) == 0 && in_range(k, (double)tmp[i]);
-    if (!ok) return refuse(v, "bad layer list '%s' (expected %s)", v->val, v->exp);
-    memcpy(field, tmp, sizeof tmp);
-    /* n_layers follows layers[] directly in cfg */
-    *(int *)(field + sizeof(long) * CFG_MAX_LAYERS) = n;
-    return 0;
+        ok = cfg_parse_long(item[i], &out->layers.w[i]) == 0 &&
+             in_range(k, (double)out->layers.w[i]);
+    out->layers.n = n;
+    return ok ? 0 : -1;
 }
 
-static void layers_format(const key_spec *k, const void *base, const char *field, char *out,
-                          size_t n) {
-    (void)k, (void)base;
-    const long *l = (const long *)field;
-    int cnt = *(const int *)(field + sizeof(long) * CFG_MAX_LAYERS);
+static void layers_format(const key_spec *k, const value *val, char *out, size_t n) {
     size_t o = 0;
     out[0] = 0;
-    for (int i = 0; i < cnt && o < n; i++)
-        o += (size_t)snprintf(out + o, n - o, "%s%ld", i ? "," : "", l[i]);
-}
-
-static void phases_expect(const key_spec *k, char *buf, size_t n) {
-    (void)k;
-    snprintf(buf, n, "up to %d ITER:FACTOR pairs with ascending ITER and FACTOR in [1, 1000]",
-             CFG_MAX_PHASES);
+    for (int i = 0; i < val->layers.n && o < n; i++)
+        o += (size_t)snprintf(out + o, n - o, "%s%ld", i ? "," : "", val->layers.w[i]);
 }
 
 /* One "ITER:FACTOR" item of an interference schedule, after the phase `prev` (NULL first). */
@@ -285,29 +314,24 @@ static int parse_phase(const key_spec *k, char *item, const cfg_phase *prev, cfg
                : 0;
 }
 
-static int phases_parse(const key_spec *k, void *base, char *field, verdict *v) {
+static int phases_parse(const key_spec *k, const char *s, value *out) {
     char buf[512], *item[CFG_MAX_PHASES];
-    cfg_phase tmp[CFG_MAX_PHASES];
-    snprintf(buf, sizeof buf, "%s", v->val);
+    cfg_phase *p = out->phases.p;
+    snprintf(buf, sizeof buf, "%s", s);
     int n = split_list(buf, item, CFG_MAX_PHASES), ok = n >= 0;
     for (int i = 0; i < n && ok; i++)
-        ok = parse_phase(k, item[i], i ? &tmp[i - 1] : NULL, &tmp[i]) == 0;
-    if (!ok) return refuse(v, "bad interference schedule '%s' (expected %s)", v->val, v->exp);
-    memcpy(field, tmp, sizeof tmp);
-    ((cfg_node *)base)->n_interference = n;
-    return 0;
+        ok = parse_phase(k, item[i], i ? &p[i - 1] : NULL, &p[i]) == 0;
+    out->phases.n = n;
+    return ok ? 0 : -1;
 }
 
-static void phases_format(const key_spec *k, const void *base, const char *field, char *out,
-                          size_t n) {
-    (void)k, (void)field;
-    const cfg_node *node = base;
+static void phases_format(const key_spec *k, const value *val, char *out, size_t n) {
     char factor[32];
     size_t o = 0;
     out[0] = 0;
-    for (int i = 0; i < node->n_interference && o < n; i++) {
-        format_double(node->interference[i].factor, factor, sizeof factor);
-        o += (size_t)snprintf(out + o, n - o, "%s%ld:%s", i ? "," : "", node->interference[i].iter,
+    for (int i = 0; i < val->phases.n && o < n; i++) {
+        format_double(val->phases.p[i].factor, factor, sizeof factor);
+        o += (size_t)snprintf(out + o, n - o, "%s%ld:%s", i ? "," : "", val->phases.p[i].iter,
                               factor);
     }
 }
@@ -345,153 +369,139 @@ void cfg_hex_encode(const uint8_t *in, size_t n, char *out) {
  * configuration with an inline secret reads back only once the secret is given again. */
 #define REDACTED "<redacted>"
 
-static void hexkey_expect(const key_spec *k, char *buf, size_t n) {
-    (void)k;
-    snprintf(buf, n, "%d hex digits", 2 * CFG_KEYLEN);
+/* Never echoed when refused (its row hides the text): a key value may be secret. */
+static int hexkey_parse(const key_spec *k, const char *s, value *out) {
+    if (cfg_hex_decode(s, out->key.b, CFG_KEYLEN)) return -1;
+    out->key.given = 1;
+    return 0;
 }
 
-/* T_HEXKEY keys are optional: `size` is the offset of the flag that says the key was given. */
-static int *hexkey_flag(const key_spec *k, void *base) {
-    return (int *)((char *)base + k->size);
-}
-static int hexkey_given(const key_spec *k, const void *base) {
-    return *(const int *)((const char *)base + k->size);
+static void hexkey_format(const key_spec *k, const value *val, char *out, size_t n) {
+    if (!val->key.given)
+        snprintf(out, n, "%s", "");
+    else if (k->secret)
+        snprintf(out, n, REDACTED);
+    else if (n > 2 * CFG_KEYLEN)
+        cfg_hex_encode(val->key.b, CFG_KEYLEN, out);
 }
 
-static int hexkey_parse(const key_spec *k, void *base, char *field, verdict *v) {
-    uint8_t key[CFG_KEYLEN];
+static int device_parse(const key_spec *k, const char *s, value *out) {
+    long d;
+    if (strcmp(s, "cpu") == 0)
+        d = -1;
+    else if (strncmp(s, "cuda:", 5) != 0 || cfg_parse_long(s + 5, &d) || d < 0 || d >= 64)
+        return -1;
+    out->l = d;
+    return 0;
+}
+
+static void device_format(const key_spec *k, const value *val, char *out, size_t n) {
+    if (val->l < 0)
+        snprintf(out, n, "cpu");
+    else
+        snprintf(out, n, "cuda:%ld", val->l);
+}
+
+/* ---------------------------------------------------------------- the table */
+
+/* What follows a type's expect text: nothing, the key's range or the key's choices. */
+enum { PLAIN, RANGE, CHOICES };
+
+typedef struct {
+    const char *expect; /* what a key of the type expects, for messages and the reference file */
+    int tail;           /* PLAIN, RANGE (" in [min, max]" of the key) or CHOICES (the key's) */
+    const char *what;   /* a text that does not parse is refused as "WHAT 'TEXT' (expected ...)" */
+    int hide;           /* 1: as "WHAT (expected ...)", the text not echoed (it may be secret) */
+    size_t width;       /* bytes of the value in its field, the count or flag after it included;
+                         * 0: a string and its NUL */
+    int (*parse)(const key_spec *k, const char *s, value *out); /* 0, or -1: malformed */
+    int (*check)(const key_spec *k, value *val, verdict *v);    /* 0, or refuses; NULL: none */
+    void (*format)(const key_spec *k, const value *val, char *out, size_t n);
+} value_type;
+
+#define STR_(x) #x
+#define STR(x)  STR_(x)
+
+static const value_type value_types[] = {
+    [T_STR] = {"text", PLAIN, NULL, 0, 0, text_parse, text_check, text_format},
+    [T_HOST] = {"a host name or IP address", PLAIN, NULL, 0, 0, text_parse, text_check,
+                text_format},
+    [T_PATH] = {"a path; relative to this file's directory (from --set or the environment: to "
+                "the current directory)",
+                PLAIN, NULL, 0, 0, text_parse, path_check, text_format},
+    [T_INT] = {"an integer", RANGE, "malformed integer", 0, sizeof(long), int_parse, int_check,
+               int_format},
+    [T_AUTOINT] = {"auto or an integer", RANGE, "malformed integer", 0, sizeof(long), autoint_parse,
+                   autoint_check, autoint_format},
+    [T_DBL] = {"a number", RANGE, "malformed number", 0, sizeof(double), dbl_parse, dbl_check,
+               dbl_format},
+    [T_ENUM] = {"one of", CHOICES, "unknown value", 0, sizeof(int), enum_parse, NULL, enum_format},
+    [T_U64] = {"an unsigned 64-bit integer", PLAIN, "malformed integer", 0, sizeof(uint64_t),
+               u64_parse, NULL, u64_format},
+    [T_LAYERS] = {"2 to " STR(CFG_MAX_LAYERS) " comma-separated widths", RANGE, "bad layer list", 0,
+                  UPTO(layers.n), layers_parse, NULL, layers_format},
+    [T_HEXKEY] = {"64 hex digits", PLAIN, "malformed key", 1, UPTO(key.given), hexkey_parse, NULL,
+                  hexkey_format},
+    [T_DEVICE] = {"cpu or cuda:N", PLAIN, "unknown device", 0, sizeof(long), device_parse, NULL,
+                  device_format},
+    [T_PHASES] = {"up to " STR(CFG_MAX_PHASES) " ITER:FACTOR pairs with ascending ITER and FACTOR",
+                  RANGE, "bad interference schedule", 0, UPTO(phases.n), phases_parse, NULL,
+                  phases_format},
+};
+
+void cfg_expected(const key_spec *k, char *buf, size_t n) {
+    const value_type *t = &value_types[k->type];
+    if (t->tail == RANGE)
+        snprintf(buf, n, "%s in [%.15g, %.15g]", t->expect, k->min, k->max);
+    else if (t->tail == CHOICES)
+        choices_expect(k, buf, n, (size_t)snprintf(buf, n, "%s ", t->expect));
+    else
+        snprintf(buf, n, "%s", t->expect);
+}
+
+/* Bytes of the value in the field at `field`. */
+static size_t width(const key_spec *k, const char *field) {
+    size_t w = value_types[k->type].width;
+    return w ? w : strlen(field) + 1;
+}
+
+/* The value's text, parsed and checked into `val`; 0, or -1 with the reason in v->why. */
+static int parse_value(const key_spec *k, value *val, verdict *v) {
+    const value_type *t = &value_types[k->type];
     if (k->secret && strcmp(v->val, REDACTED) == 0)
         return refuse(v,
                       "the key was redacted when this configuration was printed (expected %s: "
                       "give the key again, or remove this line and set psk_file or "
                       "HETRING_CLUSTER_PSK)",
                       v->exp);
-    if (cfg_hex_decode(v->val, key, CFG_KEYLEN)) /* never echo a key value: it may be secret */
-        return refuse(v, "malformed key (expected %s)", v->exp);
-    memcpy(field, key, CFG_KEYLEN);
-    *hexkey_flag(k, base) = 1;
-    memset(key, 0, sizeof key);
-    return 0;
+    if (t->parse(k, v->val, val) != 0)
+        return t->hide ? refuse(v, "%s (expected %s)", t->what, v->exp)
+                       : refuse(v, "%s '%s' (expected %s)", t->what, v->val, v->exp);
+    return t->check ? t->check(k, val, v) : 0;
 }
 
-static void hexkey_format(const key_spec *k, const void *base, const char *field, char *out,
-                          size_t n) {
-    if (!hexkey_given(k, base))
-        snprintf(out, n, "%s", "");
-    else if (k->secret)
-        snprintf(out, n, REDACTED);
-    else if (n > 2 * CFG_KEYLEN)
-        cfg_hex_encode((const uint8_t *)field, CFG_KEYLEN, out);
-}
-
-static void device_expect(const key_spec *k, char *buf, size_t n) {
-    (void)k;
-    snprintf(buf, n, "cpu or cuda:N");
-}
-
-static int device_parse(const key_spec *k, void *base, char *field, verdict *v) {
-    (void)k, (void)base;
-    long d;
-    if (strcmp(v->val, "cpu") == 0)
-        d = -1;
-    else if (strncmp(v->val, "cuda:", 5) != 0 || cfg_parse_long(v->val + 5, &d) || d < 0 || d >= 64)
-        return refuse(v, "unknown device '%s' (expected %s)", v->val, v->exp);
-    *(long *)field = d;
-    return 0;
-}
-
-static void device_format(const key_spec *k, const void *base, const char *field, char *out,
-                          size_t n) {
-    (void)k, (void)base;
-    long d = *(const long *)field;
-    if (d < 0)
-        snprintf(out, n, "cpu");
-    else
-        snprintf(out, n, "cuda:%ld", d);
-}
-
-/* ---------------------------------------------------------------- paths */
-
-/* A T_PATH value written relative is taken relative to `base`, an absolute directory: the INI
- * file's for values from the file, the current one for overrides. The field then holds an
- * absolute path, so the configuration means the same files from any working directory, and
- * what cfg_print writes reads back the same from anywhere. An empty value (unset) stays
- * empty; "{id}" in key_file is expanded later and survives. */
-int cfg_resolve_path(const char *base, char *field, size_t size, char *why, size_t whylen) {
-    if (!field[0] || field[0] == '/') return 0;
-    const char *rel = field;
-    while (rel[0] == '.' && rel[1] == '/') /* "./x" is "x" */
-        for (rel += 2; *rel == '/';) rel++;
-    char joined[PATH_MAX + CFG_PATH];
-    int n = snprintf(joined, sizeof joined, "%s%s%s", base,
-                     base[0] && base[strlen(base) - 1] == '/' ? "" : "/", rel);
-    if (n < 0 || (size_t)n >= size) {
-        snprintf(why, whylen, "'%s' relative to %s is too long (expected at most %zu characters)",
-                 field, base, size - 1);
-        return -1;
-    }
-    memcpy(field, joined, (size_t)n + 1);
-    return 0;
-}
-
-/* The absolute directory of `file` (the file need not be named absolutely) into `out`, which
- * holds PATH_MAX bytes (realpath's size). */
-void cfg_dir_of(const char *file, char *out, size_t n) {
-    char dir[PATH_MAX];
-    const char *slash = strrchr(file, '/');
-    if (!slash)
-        snprintf(dir, sizeof dir, ".");
-    else
-        snprintf(dir, sizeof dir, "%.*s", slash == file ? 1 : (int)(slash - file), file);
-    if (!realpath(dir, out)) snprintf(out, n, "%s", dir);
-}
-
-/* The current directory, for overrides. */
-void cfg_current_dir(char *out, size_t n) {
-    if (!getcwd(out, n)) snprintf(out, n, ".");
-}
-
-/* ---------------------------------------------------------------- the table */
-
-typedef struct {
-    void (*expect)(const key_spec *k, char *buf, size_t n);
-    int (*parse)(const key_spec *k, void *base, char *field, verdict *v);
-    void (*format)(const key_spec *k, const void *base, const char *field, char *out, size_t n);
-} value_type;
-
-static const value_type value_types[] = {
-    [T_STR] = {str_expect, str_parse, str_format},
-    [T_PATH] = {path_expect, str_parse, str_format},
-    [T_INT] = {int_expect, int_parse, int_format},
-    [T_AUTOINT] = {autoint_expect, autoint_parse, autoint_format},
-    [T_DBL] = {dbl_expect, dbl_parse, dbl_format},
-    [T_ENUM] = {enum_expect, enum_parse, enum_format},
-    [T_U64] = {u64_expect, u64_parse, u64_format},
-    [T_LAYERS] = {layers_expect, layers_parse, layers_format},
-    [T_HEXKEY] = {hexkey_expect, hexkey_parse, hexkey_format},
-    [T_DEVICE] = {device_expect, device_parse, device_format},
-    [T_PHASES] = {phases_expect, phases_parse, phases_format},
-};
-
-/* What key `k` expects, for messages and the reference file. */
-void cfg_expected(const key_spec *k, char *buf, size_t n) {
-    value_types[k->type].expect(k, buf, n);
-}
-
-/* Parse `val` into the field of `k` inside `base`. On failure write the reason to `why`. */
-int cfg_value_set(const key_spec *k, void *base, const char *val, char *why, size_t whylen) {
+int cfg_value_set(const key_spec *k, void *base, const char *text, const char *dir, char *why,
+                  size_t whylen) {
     char exp[256];
     cfg_expected(k, exp, sizeof exp);
-    verdict v = {.val = val, .exp = exp, .why = why, .whylen = whylen};
-    return value_types[k->type].parse(k, base, (char *)base + k->off, &v);
+    verdict v = {.val = text, .exp = exp, .dir = dir, .why = why, .whylen = whylen};
+    value val;
+    memset(&val, 0, sizeof val);
+    int rc = parse_value(k, &val, &v);
+    if (rc == 0) memcpy((char *)base + k->off, &val, width(k, val.text));
+    memset(&val, 0, sizeof val); /* it may hold a secret key */
+    return rc;
 }
 
-/* Is an optional key (a T_HEXKEY) unset? Every other key always has a value. */
 int cfg_value_unset(const key_spec *k, const void *base) {
-    return k->type == T_HEXKEY && !hexkey_given(k, base);
+    if (k->type != T_HEXKEY) return 0;
+    return !*(const int *)((const char *)base + k->off + offsetof(value, key.given));
 }
 
-/* Text of a field's current value, for printing. */
 void cfg_value_format(const key_spec *k, const void *base, char *out, size_t n) {
-    value_types[k->type].format(k, base, (const char *)base + k->off, out, n);
+    const char *field = (const char *)base + k->off;
+    value val;
+    memcpy(&val, field, width(k, field));
+    value_types[k->type].format(k, &val, out, n);
+    memset(&val, 0, sizeof val); /* it may hold a secret key */
 }
