@@ -10,6 +10,7 @@
  */
 #include "tests/check.h"
 #include "tests/blas_main.h"
+#include "trainer/layers.h"
 #include "trainer/model.h"
 #include "trainer/rng.h"
 
@@ -161,6 +162,30 @@ static void gradcheck(const char *name, const model_spec *s, int B, long max_che
     model_free(&m);
 }
 
+/* ---------------------------------------------------------------- max-pool ties */
+
+/* The window scan (ew.h, which the GPU's kernel runs too) takes the first of equal values in
+ * row-major order, and the top-left corner of a window of -FLT_MAX; the gradient goes there. */
+static void maxpool_ties(void) {
+    /* a 4x4 plane row by row; its k2 s2 windows hold four 1s, a 0 then three 2s, four -FLT_MAX,
+     * and 3, 1, 1, 3 */
+    const float m = -FLT_MAX;
+    const float in[16] = {1, 1, 0, 2, 1, 1, 2, 2, m, m, 3, 1, m, m, 1, 3};
+    const int32_t want[4] = {0, 3, 8, 10};
+    const float dout[4] = {1, 2, 3, 4};
+    float out[4], din[16];
+    int32_t am[4];
+    maxpool_forward(out, am, in, 1, 1, 4, 4, 2, 2);
+    maxpool_backward(din, dout, am, 1, 1, 4, 4, 2, 2);
+    for (int i = 0; i < 4; i++) {
+        CHECK(am[i] == want[i], "maxpool tie: window %d chose %d, not %d", i, am[i], want[i]);
+        CHECK(out[i] == in[want[i]], "maxpool tie: window %d gave %g", i, out[i]);
+        CHECK(din[want[i]] == dout[i], "maxpool tie: din[%d] = %g, not %g", want[i], din[want[i]],
+              dout[i]);
+    }
+    printf("maxpool ties                 first in row-major order, as the GPU\n");
+}
+
 static model_spec spec(int c, int h, int w, model_loss loss) {
     model_spec s;
     memset(&s, 0, sizeof s);
@@ -176,6 +201,7 @@ static void add(model_spec *s, layer_kind k, int units, int ks, int stride, int 
 int main(int argc, char **argv) {
     (void)argc;
     test_blas_main(argv);
+    maxpool_ties();
     model_spec s;
 
     s = spec(7, 1, 1, MODEL_LOSS_MSE); /* linear + MSE (linreg) */

@@ -12,12 +12,12 @@
  *   backward  doutT = dout transposed to (OC, Bc*OHW)
  *             dw (OC, CKK) += doutT . col^T        (chunks summed in order through beta)
  *             dcol (CKK, Bc*OHW) = w^T . doutT,      then din = col2im(dcol)
- * col2im and the max-pool backward are gathers (one thread per input value, contributions
- * added in the CPU's order), so neither needs atomics.
+ * The max-pool window scan is ew.h's, the CPU's, so both break ties alike. col2im and the
+ * max-pool backward are gathers (one thread per input value, contributions added in the CPU's
+ * order), so neither needs atomics.
  */
 #include "trainer/cuda/cuda_common.cuh"
-
-#include <float.h>
+#include "trainer/ew.h"
 
 /* Workspace per chunk: col and dcol (CKK each) plus outT/doutT (OC), per output position. */
 #define CONV_CHUNK_FLOATS (32L << 20)
@@ -194,13 +194,7 @@ static __global__ void maxpool_fwd_kernel(float *out, int32_t *argmax, const flo
          t += (long)gridDim.x * blockDim.x) {
         int ox = (int)(t % OW), oy = (int)((t / OW) % OH);
         const float *plane = in + (t / ((long)OH * OW)) * H * W;
-        float best = -FLT_MAX;
-        int32_t bi = (oy * S) * W + ox * S;
-        for (int ky = 0; ky < K; ky++)
-            for (int kx = 0; kx < K; kx++) {
-                int32_t i = (oy * S + ky) * W + ox * S + kx;
-                if (plane[i] > best) best = plane[i], bi = i;
-            }
+        int32_t bi = ew_maxpool_argmax(plane, W, K, S, oy, ox);
         out[t] = plane[bi];
         argmax[t] = bi;
     }
