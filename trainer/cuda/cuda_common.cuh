@@ -23,14 +23,8 @@ extern "C" {
 }
 
 #define BLAS_CHECK(call)                                                                           \
-    do {                                                                                           \
-        cublasStatus_t s_ = (call);                                                                \
-        if (s_ != CUBLAS_STATUS_SUCCESS) {                                                         \
-            HR_ERROR(CUDA, "%s:%d: %s: %s", __FILE__, __LINE__, #call,                             \
-                     cuda_lib.cublasGetStatusString(s_));                                          \
-            return HR_ERR_CUDA;                                                                    \
-        }                                                                                          \
-    } while (0)
+    HR_CUDA_CHECK_STATUS(cublasStatus_t, call, #call, s_ != CUBLAS_STATUS_SUCCESS,                 \
+                         cuda_lib.cublasGetStatusString(s_))
 
 #define LAUNCH_CHECK() CU_CHECK(cudaGetLastError())
 
@@ -57,16 +51,16 @@ static inline hr_status hr_cuda_gemm(cuda_ctx *c, int ta, int tb, int M, int N, 
     return HR_OK;
 }
 
-/* Block-wide sum of one double per thread in a fixed tree order; thread 0 gets the total.
- * `sh` holds HR_CUDA_THREADS doubles. */
-static __device__ inline double hr_block_sum(double v, double *sh) {
+/* Block-wide sum of one value per thread (float or double) in a fixed tree order; every thread
+ * gets the total. `sh` holds HR_CUDA_THREADS values. */
+template <typename T> static __device__ inline T hr_block_sum(T v, T *sh) {
     sh[threadIdx.x] = v;
     __syncthreads();
     for (int s = HR_CUDA_THREADS / 2; s > 0; s >>= 1) {
         if ((int)threadIdx.x < s) sh[threadIdx.x] += sh[threadIdx.x + s];
         __syncthreads();
     }
-    double r = sh[0];
+    T r = sh[0];
     __syncthreads();
     return r;
 }

@@ -27,14 +27,8 @@
 #include "trainer/cuda/conv_pick.h"
 
 #define DNN_CHECK(call)                                                                            \
-    do {                                                                                           \
-        cudnnStatus_t s_ = (call);                                                                 \
-        if (s_ != CUDNN_STATUS_SUCCESS) {                                                          \
-            HR_ERROR(CUDA, "%s:%d: %s: %s", __FILE__, __LINE__, #call,                             \
-                     cuda_lib.cudnnGetErrorString(s_));                                            \
-            return HR_ERR_CUDA;                                                                    \
-        }                                                                                          \
-    } while (0)
+    HR_CUDA_CHECK_STATUS(cudnnStatus_t, call, #call, s_ != CUDNN_STATUS_SUCCESS,                   \
+                         cuda_lib.cudnnGetErrorString(s_))
 
 /* One pass's choice for one (geometry, batch): algo < 0 means im2col. */
 typedef struct {

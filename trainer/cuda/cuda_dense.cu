@@ -12,19 +12,6 @@
 
 /* ================================================================ reductions */
 
-/* Block-wide float sum in a fixed tree order (HR_CUDA_THREADS threads); all threads get it. */
-static __device__ float block_sum_f(float v, float *sh) {
-    sh[threadIdx.x] = v;
-    __syncthreads();
-    for (int s = HR_CUDA_THREADS / 2; s > 0; s >>= 1) {
-        if ((int)threadIdx.x < s) sh[threadIdx.x] += sh[threadIdx.x + s];
-        __syncthreads();
-    }
-    float r = sh[0];
-    __syncthreads();
-    return r;
-}
-
 /* out[n] = sum over rows r of m[r, n] for a row-major (R, N) matrix. Block (32, 8): the 32
  * x-threads take 32 adjacent columns (coalesced), the 8 y-threads split the rows by stride,
  * then fold in a fixed order. */
@@ -55,7 +42,7 @@ static __global__ void chansum_kernel(float *part, const float *x, int B, int C,
         long b = j / S, i = j - b * S;
         s += x[(b * C + c) * S + i];
     }
-    s = block_sum_f(s, sh);
+    s = hr_block_sum(s, sh);
     if (threadIdx.x == 0) part[(long)p * C + c] = s;
 }
 
