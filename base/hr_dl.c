@@ -78,3 +78,12 @@ void hr_dl_path(void *h, char *out, size_t len) {
 void hr_dl_close(void *h) {
     if (h) dlclose(h);
 }
+
+hr_status hr_dl_once_run(hr_dl_once *o, hr_status (*load)(char *err, size_t errlen), char *err,
+                         size_t errlen) {
+    pthread_mutex_lock(&o->mu);
+    if (!o->tried) o->st = load(o->why, sizeof o->why), o->tried = 1;
+    pthread_mutex_unlock(&o->mu);
+    if (o->st != HR_OK) hr_fail(err, errlen, o->st, "%s", o->why);
+    return o->st;
+}

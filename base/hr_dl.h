@@ -15,6 +15,7 @@
 
 #include "base/hr_status.h"
 
+#include <pthread.h>
 #include <stddef.h>
 
 /* One function of a table: its exported name and the offset of its pointer in the table. */
@@ -37,5 +38,21 @@ hr_status hr_dl_bind(void *h, const char *lib, const hr_dl_sym *syms, int n, voi
 void hr_dl_path(void *h, char *out, size_t len);
 
 void hr_dl_close(void *h); /* safe on NULL */
+
+/* A library table's load, run once per process: its status and message, kept for every later
+ * caller (a failed load is not retried). Initialise with HR_DL_ONCE_INIT. */
+typedef struct {
+    pthread_mutex_t mu;  /* guards the fields below */
+    int tried;           /* load has run */
+    hr_status st;        /* what it returned */
+    char why[HR_ERRLEN]; /* its message, where st is not HR_OK */
+} hr_dl_once;
+#define HR_DL_ONCE_INIT                                                                            \
+    { PTHREAD_MUTEX_INITIALIZER, 0, HR_OK, "" }
+
+/* Run load the first time, under o's lock; every call returns its status, with its message in
+ * err on failure. */
+hr_status hr_dl_once_run(hr_dl_once *o, hr_status (*load)(char *err, size_t errlen), char *err,
+                         size_t errlen);
 
 #endif

@@ -9,7 +9,6 @@
 #include "base/hr_log.h"
 #include "ring/nccl/nccl_comm.h"
 
-#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -68,15 +67,8 @@ static hr_status load(char *err, size_t errlen) {
 }
 
 hr_status nccl_lib_load(char *err, size_t errlen) {
-    static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
-    static int tried;
-    static hr_status st;
-    static char why[HR_ERRLEN];
-    pthread_mutex_lock(&mu);
-    if (!tried) st = load(why, sizeof why), tried = 1;
-    pthread_mutex_unlock(&mu);
-    if (st != HR_OK) hr_fail(err, errlen, st, "%s", why);
-    return st;
+    static hr_dl_once once = HR_DL_ONCE_INIT;
+    return hr_dl_once_run(&once, load, err, errlen);
 }
 
 void nccl_lib_describe(char *out, size_t len) {

@@ -12,7 +12,6 @@
 #include "trainer/cuda/cuda_layers.h"
 
 #include <cuda_runtime_api.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -136,15 +135,8 @@ static hr_status load_all(char *err, size_t errlen) {
 }
 
 hr_status cuda_libs_load(char *err, size_t errlen) {
-    static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
-    static int tried;
-    static hr_status st;
-    static char why[HR_ERRLEN];
-    pthread_mutex_lock(&mu);
-    if (!tried) st = load_all(why, sizeof why), tried = 1;
-    pthread_mutex_unlock(&mu);
-    if (st != HR_OK) hr_fail(err, errlen, st, "%s", why);
-    return st;
+    static hr_dl_once once = HR_DL_ONCE_INIT;
+    return hr_dl_once_run(&once, load_all, err, errlen);
 }
 
 /* ================================================================ describe */
