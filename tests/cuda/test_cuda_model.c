@@ -141,8 +141,8 @@ static void run(const char *name, model_spec s, long max_batch, long B) {
 
     /* tail round trip through the device grads */
     float tl[5] = {1, 2, 3, 4, 5}, tb[5] = {0};
-    HR_DIE(model_cuda_tail_to_device(&mc, tl));
-    HR_DIE(model_cuda_tail_to_host(&mc, tb));
+    HR_DIE(model_cuda_to_device(&mc, MODEL_CUDA_TAIL, tl));
+    HR_DIE(model_cuda_to_host(&mc, MODEL_CUDA_TAIL, tb));
     CHECK(memcmp(tl, tb, sizeof tl) == 0, "%s: grads tail round trip", name);
 
     /* upload a summed gradient and step: p' = p - v exactly (lr 1, no momentum or decay) */
@@ -150,7 +150,7 @@ static void run(const char *name, model_spec s, long max_batch, long B) {
     fill_uniform(v, np, 7, 4, 0.01f);
     HR_DIE(model_cuda_grads_from_host(&mc, v));
     HR_DIE(model_cuda_sgd_step(&mc, 1.0f, 0.0f, 0.0f, 1.0f));
-    HR_DIE(model_cuda_params_to_host(&mc, p));
+    HR_DIE(model_cuda_to_host(&mc, MODEL_CUDA_PARAMS, p));
     long bad = 0;
     for (long i = 0; i < np; i++) bad += p[i] != m.params[i] - v[i];
     CHECK(bad == 0, "%s: %ld params differ after upload + step", name, bad);
