@@ -106,6 +106,18 @@ int bench_long_opt(const char *suite, const char *name, const char *arg, long lo
     return 0;
 }
 
+int bench_add_set(const char *suite, const char *arg, void *dst) {
+    bench_sets *o = dst;
+    if (o->n == BENCH_MAX_SETS) {
+        char cmd[64];
+        snprintf(cmd, sizeof cmd, "bench %s", suite);
+        cli_usage_error(cmd, "too many --set options (at most %d)", BENCH_MAX_SETS);
+        return -1;
+    }
+    o->v[o->n++] = arg;
+    return 0;
+}
+
 static size_t parse_size(const char *s) {
     char *end;
     double v = strtod(s, &end);

@@ -62,6 +62,17 @@ typedef struct {
 int bench_parse_opts(const char *suite, const bench_opt *opts, void (*usage)(FILE *), int argc,
                      char **argv);
 
+/* --set SECTION.KEY=VALUE overrides of a suite, kept in order. */
+#define BENCH_MAX_SETS 16
+typedef struct {
+    const char *v[BENCH_MAX_SETS]; /* the overrides as given */
+    int n;                         /* how many */
+} bench_sets;
+
+/* The BENCH_OPT_FN of --set: append arg to the bench_sets at dst; -1 after a usage error past
+ * BENCH_MAX_SETS. */
+int bench_add_set(const char *suite, const char *arg, void *dst);
+
 /* Apply one printf-formatted SECTION.KEY=VALUE to `c` (cfg_set, the same assignments as
  * --set). */
 hr_status bench_cfg_set(cfg *c, char *err, size_t errlen, const char *fmt, ...)
