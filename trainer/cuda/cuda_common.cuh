@@ -31,6 +31,11 @@ extern "C" {
 /* Threads per block of the elementwise and reduction kernels (a power of two). */
 #define HR_CUDA_THREADS 256
 
+/* A grid-stride loop: `long i` takes this thread's items of [0, n), one grid's width apart. */
+#define HR_CUDA_GRID_LOOP(i, n)                                                                    \
+    for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < (n);                            \
+         i += (long)gridDim.x * blockDim.x)
+
 /* Blocks for a grid-stride loop over n items: fixed by n alone. */
 static inline int hr_cuda_blocks(long n, int cap) {
     long b = (n + HR_CUDA_THREADS - 1) / HR_CUDA_THREADS;

@@ -43,8 +43,7 @@ extern "C" size_t cuda_conv2d_workspace(const conv_geom *g, int B) {
 static __global__ void im2col_kernel(float *col, const float *in, int Bc, conv_geom g) {
     long ohw = (long)g.OH * g.OW, ncol = Bc * ohw;
     long n = (long)g.C * g.K * g.K * ncol;
-    for (long t = blockIdx.x * (long)blockDim.x + threadIdx.x; t < n;
-         t += (long)gridDim.x * blockDim.x) {
+    HR_CUDA_GRID_LOOP(t, n) {
         long row = t / ncol, j = t - row * ncol;
         int kx = (int)(row % g.K), ky = (int)((row / g.K) % g.K), c = (int)(row / (g.K * g.K));
         long b = j / ohw, o = j - b * ohw;
@@ -61,8 +60,7 @@ static __global__ void im2col_kernel(float *col, const float *in, int Bc, conv_g
 static __global__ void col2im_kernel(float *din, const float *dcol, int Bc, conv_geom g) {
     long ohw = (long)g.OH * g.OW, ncol = Bc * ohw;
     long n = (long)Bc * g.C * g.H * g.W;
-    for (long t = blockIdx.x * (long)blockDim.x + threadIdx.x; t < n;
-         t += (long)gridDim.x * blockDim.x) {
+    HR_CUDA_GRID_LOOP(t, n) {
         int x = (int)(t % g.W), y = (int)((t / g.W) % g.H);
         long bc = t / ((long)g.H * g.W);
         int c = (int)(bc % g.C);
@@ -86,29 +84,23 @@ static __global__ void col2im_kernel(float *din, const float *dcol, int Bc, conv
     }
 }
 
+/* Where element t of a (Bc, OC, OHW) tensor sits in its (OC, Bc*OHW) transpose. */
+static __device__ inline long transposed(long t, int Bc, int OC, long ohw) {
+    long i = t % ohw, boc = t / ohw;
+    return (boc % OC) * Bc * ohw + boc / OC * ohw + i;
+}
+
 /* out (Bc, OC, OHW) = outT (OC, Bc*OHW) transposed, plus bias (OC). */
 static __global__ void untranspose_bias_kernel(float *out, const float *outT, const float *bias,
                                                int Bc, int OC, long ohw) {
-    long n = (long)Bc * OC * ohw;
-    for (long t = blockIdx.x * (long)blockDim.x + threadIdx.x; t < n;
-         t += (long)gridDim.x * blockDim.x) {
-        long i = t % ohw, boc = t / ohw;
-        int oc = (int)(boc % OC);
-        long b = boc / OC;
-        out[t] = outT[(long)oc * Bc * ohw + b * ohw + i] + bias[oc];
+    HR_CUDA_GRID_LOOP(t, (long)Bc * OC * ohw) {
+        out[t] = outT[transposed(t, Bc, OC, ohw)] + bias[(t / ohw) % OC];
     }
 }
 
 /* doutT (OC, Bc*OHW) = dout (Bc, OC, OHW) transposed. */
 static __global__ void transpose_kernel(float *doutT, const float *dout, int Bc, int OC, long ohw) {
-    long n = (long)Bc * OC * ohw;
-    for (long t = blockIdx.x * (long)blockDim.x + threadIdx.x; t < n;
-         t += (long)gridDim.x * blockDim.x) {
-        long i = t % ohw, boc = t / ohw;
-        int oc = (int)(boc % OC);
-        long b = boc / OC;
-        doutT[(long)oc * Bc * ohw + b * ohw + i] = dout[t];
-    }
+    HR_CUDA_GRID_LOOP(t, (long)Bc * OC * ohw) doutT[transposed(t, Bc, OC, ohw)] = dout[t];
 }
 
 /* ================================================================ conv2d */
@@ -190,8 +182,7 @@ extern "C" hr_status cuda_conv2d_backward(cuda_ctx *c, float *din, float *dw, fl
 static __global__ void maxpool_fwd_kernel(float *out, int32_t *argmax, const float *in, long BC,
                                           int H, int W, int K, int S, int OH, int OW) {
     long n = BC * OH * OW;
-    for (long t = blockIdx.x * (long)blockDim.x + threadIdx.x; t < n;
-         t += (long)gridDim.x * blockDim.x) {
+    HR_CUDA_GRID_LOOP(t, n) {
         int ox = (int)(t % OW), oy = (int)((t / OW) % OH);
         const float *plane = in + (t / ((long)OH * OW)) * H * W;
         int32_t bi = ew_maxpool_argmax(plane, W, K, S, oy, ox);
@@ -205,8 +196,7 @@ static __global__ void maxpool_fwd_kernel(float *out, int32_t *argmax, const flo
 static __global__ void maxpool_bwd_kernel(float *din, const float *dout, const int32_t *argmax,
                                           long BC, int H, int W, int K, int S, int OH, int OW) {
     long n = BC * H * W;
-    for (long t = blockIdx.x * (long)blockDim.x + threadIdx.x; t < n;
-         t += (long)gridDim.x * blockDim.x) {
+    HR_CUDA_GRID_LOOP(t, n) {
         int x = (int)(t % W), y = (int)((t / W) % H);
         long p = t / ((long)H * W);
         int oy0 = y < K ? 0 : (y - K) / S + 1, oy1 = y / S < OH - 1 ? y / S : OH - 1;

@@ -214,9 +214,7 @@ static hr_status dnn_plan_for(hr_dnn *d, const conv_geom *g, int B, size_t limit
 
 /* out (B, OC, OHW) += bias (OC). */
 static __global__ void add_bias_kernel(float *out, const float *bias, long n, int OC, long ohw) {
-    for (long t = blockIdx.x * (long)blockDim.x + threadIdx.x; t < n;
-         t += (long)gridDim.x * blockDim.x)
-        out[t] += bias[(t / ohw) % OC];
+    HR_CUDA_GRID_LOOP(t, n) out[t] += bias[(t / ohw) % OC];
 }
 
 static size_t dnn_limit(const conv_geom *g, int B) {
