@@ -105,6 +105,15 @@ static __global__ void transpose_kernel(float *doutT, const float *dout, int Bc,
 
 /* ================================================================ conv2d */
 
+/* col (CKK, bc*OHW) = the im2col matrix of the bc samples at in. */
+static hr_status im2col(cuda_ctx *c, float *col, const float *in, int bc, const conv_geom *g) {
+    long rows = (long)g->C * g->K * g->K, ncol = (long)bc * g->OH * g->OW;
+    im2col_kernel<<<hr_cuda_blocks(rows * ncol, 16384), HR_CUDA_THREADS, 0, c->stream>>>(col, in,
+                                                                                         bc, *g);
+    LAUNCH_CHECK();
+    return HR_OK;
+}
+
 static hr_status im2col_forward(cuda_ctx *c, float *out, const float *in, const float *w,
                                 const float *bias, int B, const conv_geom *g) {
     int bc_max = conv_chunk(g, B), ckk = g->C * g->K * g->K;
@@ -114,9 +123,7 @@ static hr_status im2col_forward(cuda_ctx *c, float *out, const float *in, const 
     for (int b0 = 0; b0 < B; b0 += bc_max) {
         int bc = B - b0 < bc_max ? B - b0 : bc_max;
         int ncol = (int)(bc * ohw);
-        im2col_kernel<<<hr_cuda_blocks((long)ckk * ncol, 16384), HR_CUDA_THREADS, 0, c->stream>>>(
-            col, in + b0 * in_sz, bc, *g);
-        LAUNCH_CHECK();
+        HR_CHECK(im2col(c, col, in + b0 * in_sz, bc, g));
         HR_CHECK(hr_cuda_gemm(c, 0, 0, g->OC, ncol, ckk, w, ckk, col, ncol, 0.0f, outT, ncol));
         untranspose_bias_kernel<<<hr_cuda_blocks((long)bc * out_sz, 16384), HR_CUDA_THREADS, 0,
                                   c->stream>>>(out + b0 * out_sz, outT, bias, bc, g->OC, ohw);
@@ -137,9 +144,7 @@ static hr_status im2col_backward(cuda_ctx *c, float *din, float *dw, float *dbia
     for (int b0 = 0; b0 < B; b0 += bc_max) {
         int bc = B - b0 < bc_max ? B - b0 : bc_max;
         int ncol = (int)(bc * ohw);
-        im2col_kernel<<<hr_cuda_blocks((long)ckk * ncol, 16384), HR_CUDA_THREADS, 0, c->stream>>>(
-            col, in + b0 * in_sz, bc, *g);
-        LAUNCH_CHECK();
+        HR_CHECK(im2col(c, col, in + b0 * in_sz, bc, g));
         transpose_kernel<<<hr_cuda_blocks((long)bc * out_sz, 16384), HR_CUDA_THREADS, 0,
                            c->stream>>>(doutT, dout + b0 * out_sz, bc, g->OC, ohw);
         LAUNCH_CHECK();
