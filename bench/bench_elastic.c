@@ -657,13 +657,8 @@ int bench_elastic(int argc, char **argv) {
                       .tmpl = HR_SOURCE_DIR "/bench/hetero.ini"};
     int rc = parse_opts(&o, argc, argv);
     if (rc >= 0) return rc;
-    if (bench_sibling_exe("hetring", o.hetring, sizeof o.hetring) != 0)
-        return fprintf(stderr, "hetring bench elastic: %s not found; build the hetring target\n",
-                       o.hetring),
-               CLI_USAGE;
-    if (mkdir(o.out_dir, 0755) != 0 && errno != EEXIST)
-        return fprintf(stderr, "bench elastic: cannot create %s: %s\n", o.out_dir, strerror(errno)),
-               CLI_FAIL;
+    rc = bench_prepare_runs("elastic", o.hetring, sizeof o.hetring, o.out_dir);
+    if (rc >= 0) return rc;
     if (write_config(&o) != 0) return CLI_USAGE;
     printf("bench elastic: %ld nodes, %s node %ld at iteration %ld, back after %.1f s, %ld "
            "iterations, B = %ld; cluster file %s\n",

@@ -763,13 +763,8 @@ int bench_hetero(int argc, char **argv) {
     if (rc < 0) rc = select_policies(&o, pols);
     if (rc < 0) rc = select_scenarios(&o, scens);
     if (rc >= 0) return rc;
-    if (bench_sibling_exe("hetring", o.hetring, sizeof o.hetring) != 0)
-        return fprintf(stderr, "hetring bench hetero: %s not found; build the hetring target\n",
-                       o.hetring),
-               CLI_USAGE;
-    if (mkdir(o.out_dir, 0755) != 0 && errno != EEXIST)
-        return fprintf(stderr, "bench hetero: cannot create %s: %s\n", o.out_dir, strerror(errno)),
-               CLI_FAIL;
+    rc = bench_prepare_runs("hetero", o.hetring, sizeof o.hetring, o.out_dir);
+    if (rc >= 0) return rc;
     if (o.port == 0 && (o.port = bench_free_ports(HB_NODES + 1)) < 0)
         return fprintf(stderr,
                        "hetring bench hetero: no %d free ports on 127.0.0.1 in "

@@ -87,6 +87,12 @@ int bench_write_cfg(const cfg *c, const char *path, const char *comment);
  * with `buf` still holding the path looked for. */
 int bench_sibling_exe(const char *name, char *buf, size_t len);
 
+/* The start of a suite that runs clusters: the hetring next to this executable into hetring
+ * (len bytes) and the output directory out_dir made (it may exist). -1 when both are there,
+ * else the exit status after the message: CLI_USAGE when hetring is not built ("hetring bench
+ * SUITE: PATH not found; build the hetring target"), CLI_FAIL when out_dir cannot be made. */
+int bench_prepare_runs(const char *suite, char *hetring, size_t len, const char *out_dir);
+
 /* bench_spawn and bench_capture: the bench was asked to stop (bench_stop_on_signals). */
 #define BENCH_STOPPED (-2)
 
