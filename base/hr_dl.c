@@ -78,3 +78,64 @@ void hr_dl_path(void *h, char *out, size_t len) {
 void hr_dl_close(void *h) {
     if (h) dlclose(h);
 }
+
+void *hr_dl_open_checked(const hr_dl_lib *l, char *ver, size_t vlen, char *err, size_t errlen) {
+    char why[HR_ERRLEN], path[HR_ERRLEN];
+    void *h = hr_dl_open(l->names, 2, err, errlen);
+    if (h && l->version(h, ver, vlen, why, sizeof why) != HR_OK) {
+        hr_dl_path(h, path, sizeof path);
+        hr_fail(err, errlen, HR_ERR_UNSUPPORTED, "%s: %s", path, why);
+        hr_dl_close(h), h = NULL;
+    }
+    return h;
+}
+
+#define HR_DL_MAX_LIBS 4 /* libraries of one table at the most */
+
+hr_status hr_dl_load(const hr_dl_lib *libs, int n, void *table, size_t size, hr_log_sub sub,
+                     char *err, size_t errlen) {
+    void *h[HR_DL_MAX_LIBS] = {NULL};
+    char ver[HR_DL_MAX_LIBS][64], said[HR_DL_MAX_LIBS * 64 + 8] = "", why[HR_ERRLEN];
+    hr_status st = n <= HR_DL_MAX_LIBS ? HR_OK : HR_ERR_INVAL;
+    for (int i = 0; i < n && st == HR_OK; i++)
+        if (!(h[i] = hr_dl_open_checked(&libs[i], ver[i], sizeof ver[i], why, sizeof why)))
+            st = hr_fail(err, errlen, HR_ERR_UNSUPPORTED, "%s: %s", libs[i].label, why);
+    for (int i = 0; i < n && st == HR_OK; i++)
+        st = hr_dl_bind(h[i], libs[i].label, libs[i].syms, libs[i].n_syms, table, err, errlen);
+    if (st != HR_OK) {
+        for (int i = 0; i < HR_DL_MAX_LIBS; i++) hr_dl_close(h[i]);
+        memset(table, 0, size);
+        return st;
+    }
+    for (int i = 0; i < n; i++)
+        snprintf(said + strlen(said), sizeof said - strlen(said), "%s%s", i ? ", " : "", ver[i]);
+    hr_log(sub, HR_LOG_INFO, "loaded %s", said);
+    return HR_OK;
+}
+
+void hr_dl_describe(const hr_dl_lib *libs, int n, char *out, size_t len) {
+    size_t used = 0;
+    if (len) out[0] = 0;
+    for (int i = 0; i < n && used < len; i++) {
+        char ver[64], path[512], why[HR_ERRLEN];
+        void *h = hr_dl_open_checked(&libs[i], ver, sizeof ver, why, sizeof why);
+        hr_dl_path(h, path, sizeof path);
+        if (h)
+            snprintf(out + used, len - used, "%s  %s: %s (%s)", i ? "\n" : "", libs[i].label, ver,
+                     path);
+        else
+            snprintf(out + used, len - used, "%s  %s: cannot be used: %s", i ? "\n" : "",
+                     libs[i].label, why);
+        hr_dl_close(h);
+        used += strlen(out + used);
+    }
+}
+
+hr_status hr_dl_once_run(hr_dl_once *o, hr_status (*load)(char *err, size_t errlen), char *err,
+                         size_t errlen) {
+    pthread_mutex_lock(&o->mu);
+    if (!o->tried) o->st = load(o->why, sizeof o->why), o->tried = 1;
+    pthread_mutex_unlock(&o->mu);
+    if (o->st != HR_OK) hr_fail(err, errlen, o->st, "%s", o->why);
+    return o->st;
+}

@@ -4,9 +4,7 @@
  * hetring with the same arguments; running hetring-bench directly is the same.
  */
 #include "bench/bench.h"
-#include "base/hr_log.h"
 #include "cli/cli.h"
-#include "trainer/blas_pick.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -28,20 +26,13 @@ static void usage(FILE *out) {
 }
 
 int main(int argc, char **argv) {
-    char err[HR_ERRLEN];
-    hr_status blas = blas_pick_main(argv, err, sizeof err); /* may run this program again */
-    hr_log_init_from_env();
-    if (blas != HR_OK) {
-        fprintf(stderr, "hetring bench: %s\n", err);
-        return CLI_USAGE;
-    }
+    int rc = cli_main_start(argv, "hetring bench");
+    if (rc != CLI_OK) return rc;
     if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
         usage(argc < 2 ? stderr : stdout);
         return argc < 2 ? CLI_USAGE : CLI_OK;
     }
     for (int i = 0; i < N_SUITES; i++)
         if (strcmp(suites[i].name, argv[1]) == 0) return suites[i].fn(argc - 1, argv + 1);
-    fprintf(stderr, "hetring bench: unknown suite '%s'\n\n", argv[1]);
-    usage(stderr);
-    return CLI_USAGE;
+    return cli_main_unknown("hetring bench", "suite", argv[1], usage);
 }

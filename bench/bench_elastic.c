@@ -36,26 +36,24 @@
 
 #define EB_MAX_NODES 6 /* 6 batch lines and 2 event lines fill a plot (PLOT_MAX_SERIES) */
 #define EB_MAX_RUNS  15
-#define EB_MAX_SETS  16
 
 typedef struct {
-    long nodes;                    /* cluster size (at most the template's) */
-    int kill;                      /* 1: --kill, 0: --stop */
-    long target;                   /* node hit */
-    long fault_iter;               /* hit once its metrics show this iteration */
-    double rejoin_after;           /* seconds from the fault to the restart or SIGCONT */
-    long iters;                    /* iterations per run */
-    long runs;                     /* faulted runs; the table gives medians */
-    double deadline;               /* seconds one run may take */
-    const char *json;              /* --json FILE */
-    const char *out_dir;           /* cluster file, logs, metrics, CSV, PNG */
-    const char *tmpl;              /* template cluster file */
-    const char *sets[EB_MAX_SETS]; /* --set overrides, after the bench's own */
-    int n_sets;
-    long port;          /* first port of the nodes (--port), 0: choose at start */
-    char hetring[4096]; /* the hetring that runs the nodes */
-    char conf[1024];    /* the run's cluster file */
-    long B, ipe;        /* global batch, iterations per epoch (from the file) */
+    long nodes;          /* cluster size (at most the template's) */
+    int kill;            /* 1: --kill, 0: --stop */
+    long target;         /* node hit */
+    long fault_iter;     /* hit once its metrics show this iteration */
+    double rejoin_after; /* seconds from the fault to the restart or SIGCONT */
+    long iters;          /* iterations per run */
+    long runs;           /* faulted runs; the table gives medians */
+    double deadline;     /* seconds one run may take */
+    const char *json;    /* --json FILE */
+    const char *out_dir; /* cluster file, logs, metrics, CSV, PNG */
+    const char *tmpl;    /* template cluster file */
+    bench_sets sets;     /* --set overrides, after the bench's own */
+    long port;           /* first port of the nodes (--port), 0: choose at start */
+    char hetring[4096];  /* the hetring that runs the nodes */
+    char conf[1024];     /* the run's cluster file */
+    long B, ipe;         /* global batch, iterations per epoch (from the file) */
     long ids[EB_MAX_NODES];
 } elastic_opts;
 
@@ -98,17 +96,6 @@ static void usage(FILE *out) {
         EB_MAX_NODES, EB_MAX_RUNS, HR_SOURCE_DIR);
 }
 
-static int add_set(const char *suite, const char *arg, void *dst) {
-    elastic_opts *o = dst;
-    (void)suite;
-    if (o->n_sets == EB_MAX_SETS) {
-        cli_usage_error("bench elastic", "too many --set options (at most %d)", EB_MAX_SETS);
-        return -1;
-    }
-    o->sets[o->n_sets++] = arg;
-    return 0;
-}
-
 /* ID@ITER into o->target and o->fault_iter. */
 static int fault_opt(elastic_opts *o, const char *name, const char *arg) {
     char *at, *end;
@@ -141,7 +128,7 @@ static int parse_opts(elastic_opts *o, int argc, char **argv) {
         {.name = "json", .kind = BENCH_OPT_STR, .dst = &o->json},
         {.name = "out", .kind = BENCH_OPT_STR, .dst = &o->out_dir},
         {.name = "conf", .kind = BENCH_OPT_STR, .dst = &o->tmpl},
-        {.name = "set", .kind = BENCH_OPT_FN, .dst = o, .fn = add_set},
+        {.name = "set", .kind = BENCH_OPT_FN, .dst = &o->sets, .fn = bench_add_set},
         {.name = "deadline", .kind = BENCH_OPT_LAX_REAL, .dst = &o->deadline},
         {.name = "port",
          .kind = BENCH_OPT_LONG,
@@ -178,7 +165,7 @@ static hr_status set_run(cfg *c, elastic_opts *o, int port, char *err, size_t er
     if (st == HR_OK) st = bench_cfg_set(c, err, errlen, "cluster.rejoin_timeout=60");
     for (int k = 0; k < c->n_nodes && st == HR_OK; k++)
         st = bench_cfg_set(c, err, errlen, "node.%ld.port=%d", c->nodes[k].id, port + k);
-    for (int i = 0; i < o->n_sets && st == HR_OK; i++) st = cfg_set(c, o->sets[i], err, errlen);
+    for (int i = 0; i < o->sets.n && st == HR_OK; i++) st = cfg_set(c, o->sets.v[i], err, errlen);
     if (st == HR_OK) st = cfg_validate(c, err, errlen);
     if (st == HR_OK && cfg_node_index(c, o->target) < 0)
         return hr_fail(err, errlen, HR_ERR_CONFIG, "node %ld is not in the cluster (%s)", o->target,
@@ -670,13 +657,8 @@ int bench_elastic(int argc, char **argv) {
                       .tmpl = HR_SOURCE_DIR "/bench/hetero.ini"};
     int rc = parse_opts(&o, argc, argv);
     if (rc >= 0) return rc;
-    if (bench_sibling_exe("hetring", o.hetring, sizeof o.hetring) != 0)
-        return fprintf(stderr, "hetring bench elastic: %s not found; build the hetring target\n",
-                       o.hetring),
-               CLI_USAGE;
-    if (mkdir(o.out_dir, 0755) != 0 && errno != EEXIST)
-        return fprintf(stderr, "bench elastic: cannot create %s: %s\n", o.out_dir, strerror(errno)),
-               CLI_FAIL;
+    rc = bench_prepare_runs("elastic", o.hetring, sizeof o.hetring, o.out_dir);
+    if (rc >= 0) return rc;
     if (write_config(&o) != 0) return CLI_USAGE;
     printf("bench elastic: %ld nodes, %s node %ld at iteration %ld, back after %.1f s, %ld "
            "iterations, B = %ld; cluster file %s\n",

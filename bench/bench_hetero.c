@@ -253,8 +253,6 @@ static double ideal_speedup(const scenario *s, long iters, long t0, long t1, dou
 
 /* ================================================================ options */
 
-#define HB_MAX_SETS 16
-
 typedef struct {
     const char *out_dir; /* where configs, logs, CSV, plots and the report go */
     const char *json;    /* --json FILE */
@@ -265,14 +263,13 @@ typedef struct {
     long repeat;         /* runs of every scenario and policy; the report gives medians */
     int n_pol;           /* policies to run, static first */
     const char *pol[N_POL];
-    int scen_on[N_SCEN];           /* scenarios to run */
-    const char *sets[HB_MAX_SETS]; /* --set overrides passed to every run */
-    int n_sets;
-    const char *tmpl;   /* cluster file every run starts from */
-    const char *python; /* --python PATH for the DDP baseline, or NULL (search) */
-    long port;          /* first of the HB_NODES + 1 ports the runs use (--port), 0: choose */
-    char hetring[4096]; /* the hetring executable that runs the clusters */
-    bench_python py;    /* where the DDP baseline's torch is (with --ddp) */
+    int scen_on[N_SCEN]; /* scenarios to run */
+    bench_sets sets;     /* --set overrides passed to every run */
+    const char *tmpl;    /* cluster file every run starts from */
+    const char *python;  /* --python PATH for the DDP baseline, or NULL (search) */
+    long port;           /* first of the HB_NODES + 1 ports the runs use (--port), 0: choose */
+    char hetring[4096];  /* the hetring executable that runs the clusters */
+    bench_python py;     /* where the DDP baseline's torch is (with --ddp) */
 } hetero_opts;
 
 /* How far the bench got: runs completed, failed and planned. */
@@ -328,18 +325,6 @@ static void usage(FILE *out) {
             HB_NODES, pols, HB_NODES - 1, HB_NODES, HB_NODES + 1, HB_NODES, HR_SOURCE_DIR);
 }
 
-/* --set SECTION.KEY=VALUE, kept in order for every run */
-static int add_set(const char *suite, const char *arg, void *dst) {
-    hetero_opts *o = dst;
-    (void)suite;
-    if (o->n_sets == HB_MAX_SETS) {
-        cli_usage_error("bench hetero", "too many --set options (at most %d)", HB_MAX_SETS);
-        return -1;
-    }
-    o->sets[o->n_sets++] = arg;
-    return 0;
-}
-
 /* Returns -1 to go on, else the exit status (after --help or a usage error). */
 static int parse_opts(hetero_opts *o, int argc, char **argv, const char **pols,
                       const char **scens) {
@@ -362,7 +347,7 @@ static int parse_opts(hetero_opts *o, int argc, char **argv, const char **pols,
         {.name = "scenarios", .kind = BENCH_OPT_STR, .dst = scens},
         {.name = "ddp", .kind = BENCH_OPT_FLAG, .dst = &o->ddp},
         {.name = "repeat", .kind = BENCH_OPT_LONG, .dst = &o->repeat, .lo = 1, .hi = HB_MAX_REPEAT},
-        {.name = "set", .kind = BENCH_OPT_FN, .dst = o, .fn = add_set},
+        {.name = "set", .kind = BENCH_OPT_FN, .dst = &o->sets, .fn = bench_add_set},
         {.name = "template", .kind = BENCH_OPT_STR, .dst = &o->tmpl},
         {.name = "python", .kind = BENCH_OPT_STR, .dst = &o->python},
         {0}};
@@ -454,10 +439,10 @@ static int run_one(const hetero_opts *o, const scenario *s, const char *policy, 
     snprintf(logpath, sizeof logpath, "%s/%s-%s.log", o->out_dir, s->name, policy);
     snprintf(m0, sizeof m0, "%s/%s-%s-node0.jsonl", o->out_dir, s->name, policy);
     if (write_config(conf, o, s, policy, interf, (int)o->port) != 0) return -1;
-    char *argv[2 * HB_MAX_SETS + 12];
+    char *argv[2 * BENCH_MAX_SETS + 12];
     int n = 0;
     argv[n++] = (char *)o->hetring, argv[n++] = "local", argv[n++] = "--conf", argv[n++] = conf;
-    for (int i = 0; i < o->n_sets; i++) argv[n++] = "--set", argv[n++] = (char *)o->sets[i];
+    for (int i = 0; i < o->sets.n; i++) argv[n++] = "--set", argv[n++] = (char *)o->sets.v[i];
     argv[n++] = "--", argv[n++] = "--quiet", argv[n++] = "--metrics", argv[n++] = metrics;
     argv[n] = NULL;
     int rc = bench_spawn(argv, logpath, 0, 600);
@@ -778,13 +763,8 @@ int bench_hetero(int argc, char **argv) {
     if (rc < 0) rc = select_policies(&o, pols);
     if (rc < 0) rc = select_scenarios(&o, scens);
     if (rc >= 0) return rc;
-    if (bench_sibling_exe("hetring", o.hetring, sizeof o.hetring) != 0)
-        return fprintf(stderr, "hetring bench hetero: %s not found; build the hetring target\n",
-                       o.hetring),
-               CLI_USAGE;
-    if (mkdir(o.out_dir, 0755) != 0 && errno != EEXIST)
-        return fprintf(stderr, "bench hetero: cannot create %s: %s\n", o.out_dir, strerror(errno)),
-               CLI_FAIL;
+    rc = bench_prepare_runs("hetero", o.hetring, sizeof o.hetring, o.out_dir);
+    if (rc >= 0) return rc;
     if (o.port == 0 && (o.port = bench_free_ports(HB_NODES + 1)) < 0)
         return fprintf(stderr,
                        "hetring bench hetero: no %d free ports on 127.0.0.1 in "

@@ -17,6 +17,7 @@
 #include <netinet/in.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -106,6 +107,18 @@ int bench_long_opt(const char *suite, const char *name, const char *arg, long lo
     return 0;
 }
 
+int bench_add_set(const char *suite, const char *arg, void *dst) {
+    bench_sets *o = dst;
+    if (o->n == BENCH_MAX_SETS) {
+        char cmd[64];
+        snprintf(cmd, sizeof cmd, "bench %s", suite);
+        cli_usage_error(cmd, "too many --set options (at most %d)", BENCH_MAX_SETS);
+        return -1;
+    }
+    o->v[o->n++] = arg;
+    return 0;
+}
+
 static size_t parse_size(const char *s) {
     char *end;
     double v = strtod(s, &end);
@@ -184,6 +197,17 @@ int bench_sibling_exe(const char *name, char *buf, size_t len) {
     if (slash) *slash = 0;
     snprintf(buf, len, "%s/%s", self, name);
     return access(buf, X_OK) == 0 ? 0 : -1;
+}
+
+int bench_prepare_runs(const char *suite, char *hetring, size_t len, const char *out_dir) {
+    if (bench_sibling_exe("hetring", hetring, len) != 0)
+        return fprintf(stderr, "hetring bench %s: %s not found; build the hetring target\n", suite,
+                       hetring),
+               CLI_USAGE;
+    if (mkdir(out_dir, 0755) != 0 && errno != EEXIST)
+        return fprintf(stderr, "bench %s: cannot create %s: %s\n", suite, out_dir, strerror(errno)),
+               CLI_FAIL;
+    return -1;
 }
 
 /* ================================================================ cluster files */

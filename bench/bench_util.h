@@ -62,6 +62,17 @@ typedef struct {
 int bench_parse_opts(const char *suite, const bench_opt *opts, void (*usage)(FILE *), int argc,
                      char **argv);
 
+/* --set SECTION.KEY=VALUE overrides of a suite, kept in order. */
+#define BENCH_MAX_SETS 16
+typedef struct {
+    const char *v[BENCH_MAX_SETS]; /* the overrides as given */
+    int n;                         /* how many */
+} bench_sets;
+
+/* The BENCH_OPT_FN of --set: append arg to the bench_sets at dst; -1 after a usage error past
+ * BENCH_MAX_SETS. */
+int bench_add_set(const char *suite, const char *arg, void *dst);
+
 /* Apply one printf-formatted SECTION.KEY=VALUE to `c` (cfg_set, the same assignments as
  * --set). */
 hr_status bench_cfg_set(cfg *c, char *err, size_t errlen, const char *fmt, ...)
@@ -75,6 +86,12 @@ int bench_write_cfg(const cfg *c, const char *path, const char *comment);
  * hetring and hetring-bench both land). Returns 0 when it is there and executable; else -1,
  * with `buf` still holding the path looked for. */
 int bench_sibling_exe(const char *name, char *buf, size_t len);
+
+/* The start of a suite that runs clusters: the hetring next to this executable into hetring
+ * (len bytes) and the output directory out_dir made (it may exist). -1 when both are there,
+ * else the exit status after the message: CLI_USAGE when hetring is not built ("hetring bench
+ * SUITE: PATH not found; build the hetring target"), CLI_FAIL when out_dir cannot be made. */
+int bench_prepare_runs(const char *suite, char *hetring, size_t len, const char *out_dir);
 
 /* bench_spawn and bench_capture: the bench was asked to stop (bench_stop_on_signals). */
 #define BENCH_STOPPED (-2)

@@ -19,19 +19,7 @@ while [ $# -gt 0 ]; do
 done
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-cat > "$tmp/one.ini" <<INI
-[cluster]
-security = none
-[train]
-layers = 784,16,10
-samples = 1000
-eval_samples = 100
-global_batch = 32
-iterations = 10
-[node.0]
-host = 127.0.0.1
-port = $PORT
-INI
+sed "s/^port = .*/port = $PORT/" "$(dirname "$0")/one_node.ini" > "$tmp/one.ini"
 
 # measure NAME ARGS...: median ms over RUNS starts and the largest max RSS (MB) seen
 measure() {

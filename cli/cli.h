@@ -9,6 +9,8 @@
 
 #include "conf/cfg.h"
 
+#include <stdio.h>
+
 enum { CLI_OK = 0, CLI_FAIL = 1, CLI_USAGE = 2 };
 
 /* A command of `hetring`. `available` returns 0 where the command cannot work in this build
@@ -52,6 +54,15 @@ hr_status cli_check_supported(const cfg *c, char *err, size_t errlen);
 
 /* Print "hetring CMD: msg" to stderr and return CLI_USAGE. */
 int cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* The opening of every main (hetring, hetring-bench): choose the BLAS kernels, which may run the
+ * program again (trainer/blas_pick.h), then read the log settings from the environment.
+ * CLI_OK, or CLI_USAGE after "<prog>: <why>" on stderr. */
+int cli_main_start(char **argv, const char *prog);
+
+/* A main's word that names none of its commands: "<prog>: unknown <what> 'WORD'", a blank line
+ * and the usage on stderr. Returns CLI_USAGE. */
+int cli_main_unknown(const char *prog, const char *what, const char *word, void (*usage)(FILE *));
 
 /* Absolute path of the running executable (for re-executing nodes). */
 int cli_self_exe(char *buf, size_t len);

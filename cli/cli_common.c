@@ -5,6 +5,7 @@
 #include "cluster/nccl_path.h"
 #include "cluster/node_id.h"
 #include "cluster/transport.h"
+#include "trainer/blas_pick.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -18,6 +19,21 @@ int cli_usage_error(const char *cmd, const char *fmt, ...) {
     vfprintf(stderr, fmt, ap);
     fprintf(stderr, "\n");
     va_end(ap);
+    return CLI_USAGE;
+}
+
+int cli_main_start(char **argv, const char *prog) {
+    char err[HR_ERRLEN];
+    hr_status blas = blas_pick_main(argv, err, sizeof err); /* may run this program again */
+    hr_log_init_from_env();
+    if (blas == HR_OK) return CLI_OK;
+    fprintf(stderr, "%s: %s\n", prog, err);
+    return CLI_USAGE;
+}
+
+int cli_main_unknown(const char *prog, const char *what, const char *word, void (*usage)(FILE *)) {
+    fprintf(stderr, "%s: unknown %s '%s'\n\n", prog, what, word);
+    usage(stderr);
     return CLI_USAGE;
 }
 

@@ -5,9 +5,7 @@
  * executable, hetring-bench, on top of everything else (it starts clusters with this hetring),
  * so nothing here includes them; the command runs the hetring-bench next to this executable.
  */
-#include "base/hr_log.h"
 #include "cli/cli.h"
-#include "trainer/blas_pick.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -95,13 +93,8 @@ static int cmd_help(int argc, char **argv) {
 }
 
 int main(int argc, char **argv) {
-    char err[HR_ERRLEN];
-    hr_status blas = blas_pick_main(argv, err, sizeof err); /* may run this program again */
-    hr_log_init_from_env();
-    if (blas != HR_OK) {
-        fprintf(stderr, "hetring: %s\n", err);
-        return CLI_USAGE;
-    }
+    int rc = cli_main_start(argv, "hetring");
+    if (rc != CLI_OK) return rc;
     if (argc < 2) {
         usage(stderr);
         return CLI_USAGE;
@@ -109,10 +102,6 @@ int main(int argc, char **argv) {
     if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) return cmd_help(1, argv);
     if (strcmp(argv[1], "--version") == 0) return cmd_version(1, argv);
     const cli_command *c = find(argv[1]);
-    if (!c) {
-        fprintf(stderr, "hetring: unknown command '%s'\n\n", argv[1]);
-        usage(stderr);
-        return CLI_USAGE;
-    }
+    if (!c) return cli_main_unknown("hetring", "command", argv[1], usage);
     return c->fn(argc - 1, argv + 1);
 }

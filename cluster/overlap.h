@@ -39,9 +39,9 @@
 #define HR_OVERLAP_H
 
 #include "base/hr_status.h"
+#include "base/hr_worker.h"
 #include "trainer/model.h"
 
-#include <pthread.h>
 #include <stddef.h>
 
 #define OVERLAP_MAX_JOBS (MODEL_MAX_LAYERS + 1) /* a bucket per layer of the built-in models */
@@ -52,15 +52,11 @@ typedef hr_status (*overlap_allreduce)(void *ctx, float *buf, size_t n);
 typedef struct {
     overlap_allreduce allreduce;  /* the communicator, used by the thread only */
     void *ctx;                    /* its context */
-    pthread_t thread;             /* the worker thread */
-    pthread_mutex_t mu;           /* guards every field below */
-    pthread_cond_t wake;          /* a job was submitted, or quit was set */
-    pthread_cond_t done;          /* a job finished */
+    hr_worker t;                  /* the thread; t.mu guards t.quit and every field below */
     float *buf[OVERLAP_MAX_JOBS]; /* jobs of this round, in submission order */
     size_t n[OVERLAP_MAX_JOBS];   /* floats per job */
     int submitted;                /* jobs submitted this round */
     int finished;                 /* jobs finished (or skipped) this round */
-    int quit;                     /* the thread should exit */
     int running;                  /* the thread was started */
     hr_status st;                 /* first failure of the round, or HR_OK */
 } overlap_worker;

@@ -171,6 +171,50 @@ static hr_status read_exact(FILE *f, void *p, size_t n, uint32_t *crc, const cha
     return HR_OK;
 }
 
+/* Read and check the header of an open checkpoint: magic, version, and a payload that is what
+ * the file holds and that its counts add up to, before anything is allocated for it (a corrupt
+ * count never asks for more memory than the file's size). */
+static hr_status read_header(FILE *f, const char *path, ckpt_header *h, char *err, size_t errlen) {
+    if (fread(h, 1, sizeof *h, f) != sizeof *h || memcmp(h->magic, ckpt_magic, 8) != 0)
+        return hr_fail(err, errlen, HR_ERR_DATA,
+                       "%s is not a hetring checkpoint (wrong magic or too short)", path);
+    if (h->version != CKPT_VERSION)
+        return hr_fail(err, errlen, HR_ERR_DATA, "checkpoint %s has version %u (expected %u)", path,
+                       h->version, CKPT_VERSION);
+    const ckpt_meta *m = &h->meta;
+    struct stat fs;
+    if (fstat(fileno(f), &fs) != 0 || fs.st_size < (off_t)sizeof *h ||
+        h->payload != (uint64_t)fs.st_size - sizeof *h || m->n_params > h->payload / 8)
+        return hr_fail(err, errlen, HR_ERR_DATA,
+                       "checkpoint %s is corrupt: its header declares %llu bytes of payload and "
+                       "%llu parameters, the file holds %lld bytes",
+                       path, (unsigned long long)h->payload, (unsigned long long)m->n_params,
+                       (long long)fs.st_size);
+    size_t np = sizeof(float) * m->n_params, ns = sizeof(int64_t) * m->n_nodes;
+    if (m->n_nodes > 65536 || h->payload != 2 * np + ns)
+        return hr_fail(err, errlen, HR_ERR_DATA,
+                       "checkpoint %s is corrupt: its header is inconsistent (payload %llu bytes)",
+                       path, (unsigned long long)h->payload);
+    return HR_OK;
+}
+
+/* Whether the checkpoint's run (m) is this one (expect): the same model, parameter count, seed
+ * and global batch. */
+static hr_status same_run(const char *path, const ckpt_meta *m, const ckpt_meta *expect, char *err,
+                          size_t errlen) {
+    if (m->model == expect->model && m->n_params == expect->n_params && m->seed == expect->seed &&
+        m->global_batch == expect->global_batch)
+        return HR_OK;
+    return hr_fail(err, errlen, HR_ERR_MISMATCH,
+                   "checkpoint %s belongs to another run (model %s with %llu params, seed "
+                   "%llu, global_batch %llu; this run has model %s with %llu params, seed "
+                   "%llu, global_batch %llu): point [train] checkpoint elsewhere",
+                   path, model_kind_name((int)m->model), (unsigned long long)m->n_params,
+                   (unsigned long long)m->seed, (unsigned long long)m->global_batch,
+                   model_kind_name((int)expect->model), (unsigned long long)expect->n_params,
+                   (unsigned long long)expect->seed, (unsigned long long)expect->global_batch);
+}
+
 hr_status ckpt_load(const char *path, ckpt_meta *expect, float *params, float *opt_state,
                     int64_t *split, int max_nodes, char *err, size_t errlen) {
     FILE *f = fopen(path, "rb");
@@ -181,38 +225,11 @@ hr_status ckpt_load(const char *path, ckpt_meta *expect, float *params, float *o
     ckpt_header h;
     int64_t *sp = NULL;
     float *buf = NULL;
-    uint32_t crc = 0;
-    if (fread(&h, 1, sizeof h, f) != sizeof h || memcmp(h.magic, ckpt_magic, 8) != 0) {
-        st = hr_fail(err, errlen, HR_ERR_DATA,
-                     "%s is not a hetring checkpoint (wrong magic or too short)", path);
-        goto out;
-    }
-    if (h.version != CKPT_VERSION) {
-        st = hr_fail(err, errlen, HR_ERR_DATA, "checkpoint %s has version %u (expected %u)", path,
-                     h.version, CKPT_VERSION);
-        goto out;
-    }
+    st = read_header(f, path, &h, err, errlen);
+    if (st != HR_OK) goto out;
     const ckpt_meta *m = &h.meta;
-    struct stat fs;
-    /* the payload the header declares must be what the file holds, before anything is
-     * allocated for it: a corrupt count never asks for more memory than the file's size */
-    if (fstat(fileno(f), &fs) != 0 || fs.st_size < (off_t)sizeof h ||
-        h.payload != (uint64_t)fs.st_size - sizeof h || m->n_params > h.payload / 8) {
-        st = hr_fail(err, errlen, HR_ERR_DATA,
-                     "checkpoint %s is corrupt: its header declares %llu bytes of payload and "
-                     "%llu parameters, the file holds %lld bytes",
-                     path, (unsigned long long)h.payload, (unsigned long long)m->n_params,
-                     (long long)fs.st_size);
-        goto out;
-    }
     size_t np = sizeof(float) * m->n_params, ns = sizeof(int64_t) * m->n_nodes;
-    if (m->n_nodes > 65536 || h.payload != 2 * np + ns) {
-        st = hr_fail(err, errlen, HR_ERR_DATA,
-                     "checkpoint %s is corrupt: its header is inconsistent (payload %llu bytes)",
-                     path, (unsigned long long)h.payload);
-        goto out;
-    }
-    crc = crc_more(0, &h.meta, sizeof h - offsetof(ckpt_header, meta));
+    uint32_t crc = crc_more(0, &h.meta, sizeof h - offsetof(ckpt_header, meta));
     /* read into scratch first: the caller's buffers change only for a verified file */
     buf = malloc(2 * np + 1);
     sp = malloc(ns + 1);
@@ -234,18 +251,8 @@ hr_status ckpt_load(const char *path, ckpt_meta *expect, float *params, float *o
                      path, crc, h.crc);
         goto out;
     }
-    if (m->model != expect->model || m->n_params != expect->n_params || m->seed != expect->seed ||
-        m->global_batch != expect->global_batch) {
-        st = hr_fail(err, errlen, HR_ERR_MISMATCH,
-                     "checkpoint %s belongs to another run (model %s with %llu params, seed "
-                     "%llu, global_batch %llu; this run has model %s with %llu params, seed "
-                     "%llu, global_batch %llu): point [train] checkpoint elsewhere",
-                     path, model_kind_name((int)m->model), (unsigned long long)m->n_params,
-                     (unsigned long long)m->seed, (unsigned long long)m->global_batch,
-                     model_kind_name((int)expect->model), (unsigned long long)expect->n_params,
-                     (unsigned long long)expect->seed, (unsigned long long)expect->global_batch);
-        goto out;
-    }
+    st = same_run(path, m, expect, err, errlen);
+    if (st != HR_OK) goto out;
     memcpy(params, buf, np);
     memcpy(opt_state, (char *)buf + np, np);
     if ((int)m->n_nodes <= max_nodes && m->n_nodes == expect->n_nodes) memcpy(split, sp, ns);

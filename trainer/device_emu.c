@@ -18,6 +18,7 @@
  * Built only into hr_device_emu, which only builds with the test hooks link.
  */
 #include "base/hr_time.h"
+#include "base/hr_worker.h"
 #include "trainer/device.h"
 
 #include <math.h>
@@ -41,24 +42,20 @@ typedef struct {
 } job;
 
 typedef struct {
-    model dm;            /* the device's model: its params, grads and activations */
-    opt_sgd dopt;        /* the optimizer as the device runs it: vel = the device's momentum */
-    float *dvel;         /* (n_params) device momentum */
-    float *dx;           /* (max_batch, in_size) device input */
-    int32_t *dlabels;    /* (max_batch) */
-    float *dtargets;     /* (max_batch, out_size) */
-    model_stats st;      /* the last PASS's stats, EVAL's sums */
-    pthread_t thread;    /* the worker */
-    int running;         /* the worker was started */
-    pthread_mutex_t mu;  /* guards every field below */
-    pthread_cond_t wake; /* a job was queued, or quit */
-    pthread_cond_t done; /* a job completed */
-    job q[EMU_JOBS];     /* ring of queued jobs */
-    long queued;         /* jobs queued so far (sequence numbers 1..queued) */
-    long completed;      /* jobs completed so far */
-    int quit;            /* the worker should exit */
-    hr_status err;       /* the first failed kernel */
-    double delay_s;      /* seconds each job waits before it runs */
+    model dm;         /* the device's model: its params, grads and activations */
+    opt_sgd dopt;     /* the optimizer as the device runs it: vel = the device's momentum */
+    float *dvel;      /* (n_params) device momentum */
+    float *dx;        /* (max_batch, in_size) device input */
+    int32_t *dlabels; /* (max_batch) */
+    float *dtargets;  /* (max_batch, out_size) */
+    model_stats st;   /* the last PASS's stats, EVAL's sums */
+    int running;      /* the worker was started */
+    hr_worker t;      /* the worker; t.mu guards t.quit and every field below */
+    job q[EMU_JOBS];  /* ring of queued jobs */
+    long queued;      /* jobs queued so far (sequence numbers 1..queued) */
+    long completed;   /* jobs completed so far */
+    hr_status err;    /* the first failed kernel */
+    double delay_s;   /* seconds each job waits before it runs */
 } emu;
 
 static void poison(float *p, size_t n) {
@@ -88,32 +85,32 @@ static hr_status run_job(emu *e, const job *j) {
 
 static void *worker(void *arg) {
     emu *e = arg;
-    pthread_mutex_lock(&e->mu);
+    pthread_mutex_lock(&e->t.mu);
     for (;;) {
-        while (!e->quit && e->completed == e->queued) pthread_cond_wait(&e->wake, &e->mu);
+        while (!e->t.quit && e->completed == e->queued) pthread_cond_wait(&e->t.wake, &e->t.mu);
         if (e->completed == e->queued) break; /* quit, and nothing left */
         job j = e->q[e->completed % EMU_JOBS];
         double delay = e->delay_s;
-        pthread_mutex_unlock(&e->mu);
+        pthread_mutex_unlock(&e->t.mu);
         hr_sleep(delay);
         hr_status st = run_job(e, &j);
-        pthread_mutex_lock(&e->mu);
+        pthread_mutex_lock(&e->t.mu);
         if (st != HR_OK && e->err == HR_OK) e->err = st;
         e->completed++;
-        pthread_cond_broadcast(&e->done);
+        pthread_cond_broadcast(&e->t.done);
     }
-    pthread_mutex_unlock(&e->mu);
+    pthread_mutex_unlock(&e->t.mu);
     return NULL;
 }
 
 /* Queue j; returns its sequence number, which emu_wait waits for. */
 static long enqueue(emu *e, job j) {
-    pthread_mutex_lock(&e->mu);
-    while (e->queued - e->completed >= EMU_JOBS) pthread_cond_wait(&e->done, &e->mu);
+    pthread_mutex_lock(&e->t.mu);
+    while (e->queued - e->completed >= EMU_JOBS) pthread_cond_wait(&e->t.done, &e->t.mu);
     e->q[e->queued % EMU_JOBS] = j;
     long seq = ++e->queued;
-    pthread_cond_signal(&e->wake);
-    pthread_mutex_unlock(&e->mu);
+    pthread_cond_signal(&e->t.wake);
+    pthread_mutex_unlock(&e->t.mu);
     return seq;
 }
 
@@ -124,10 +121,10 @@ static long copy(emu *e, void *dst, const void *src, size_t bytes) {
 
 /* Wait until job `seq` completed; the first kernel failure so far, if any. */
 static hr_status emu_wait(emu *e, long seq) {
-    pthread_mutex_lock(&e->mu);
-    while (e->completed < seq) pthread_cond_wait(&e->done, &e->mu);
+    pthread_mutex_lock(&e->t.mu);
+    while (e->completed < seq) pthread_cond_wait(&e->t.done, &e->t.mu);
     hr_status st = e->err;
-    pthread_mutex_unlock(&e->mu);
+    pthread_mutex_unlock(&e->t.mu);
     return st;
 }
 
@@ -144,16 +141,7 @@ static void stage_input(emu *e, const model *m, const float *x, const int32_t *l
 static void emu_close(device *d) {
     emu *e = d->impl;
     if (!e) return;
-    if (e->running) {
-        pthread_mutex_lock(&e->mu);
-        e->quit = 1;
-        pthread_cond_signal(&e->wake);
-        pthread_mutex_unlock(&e->mu);
-        pthread_join(e->thread, NULL);
-        pthread_mutex_destroy(&e->mu);
-        pthread_cond_destroy(&e->wake);
-        pthread_cond_destroy(&e->done);
-    }
+    if (e->running) hr_worker_stop(&e->t);
     model_free(&e->dm);
     free(e->dvel), free(e->dx), free(e->dlabels), free(e->dtargets);
     free(e);
@@ -176,15 +164,8 @@ static hr_status emu_open(device *d, char *err, size_t errlen) {
     e->dopt = *d->o;
     e->dopt.vel = e->dvel;
     e->delay_s = d->delay_s;
-    pthread_mutex_init(&e->mu, NULL);
-    pthread_cond_init(&e->wake, NULL);
-    pthread_cond_init(&e->done, NULL);
-    if (pthread_create(&e->thread, NULL, worker, e) != 0) {
-        pthread_mutex_destroy(&e->mu);
-        pthread_cond_destroy(&e->wake);
-        pthread_cond_destroy(&e->done);
+    if (hr_worker_start(&e->t, worker, e) != HR_OK)
         return hr_fail(err, errlen, HR_ERR_NOMEM, "emu: could not start the worker thread");
-    }
     e->running = 1;
     return HR_OK;
 }

@@ -13,6 +13,9 @@
 #ifndef HR_EW_H
 #define HR_EW_H
 
+#include <float.h>
+#include <stdint.h>
+
 #ifdef __CUDACC__
 #define HR_EW static inline __host__ __device__
 #else
@@ -44,6 +47,21 @@ HR_EW void ew_sgd(float *p, float *v, float g_sum, float lr, float mu, float wd,
     float vi = mu * *v + g;
     *v = vi;
     *p = *p - lr * vi;
+}
+
+/* The max-pool window of output (oy, ox) over one H x W plane (W wide), K x K at stride S: the
+ * index into the plane of its largest value. Ties go to the first in row-major order, and a
+ * window of -FLT_MAX values (or NaNs) to its top-left corner, so the CPU and the GPU choose the
+ * same argmax and route the gradient to the same input. */
+HR_EW int32_t ew_maxpool_argmax(const float *plane, int W, int K, int S, int oy, int ox) {
+    float best = -FLT_MAX;
+    int32_t bi = (oy * S) * W + ox * S;
+    for (int ky = 0; ky < K; ky++)
+        for (int kx = 0; kx < K; kx++) {
+            int32_t i = (oy * S + ky) * W + ox * S + kx;
+            if (plane[i] > best) best = plane[i], bi = i;
+        }
+    return bi;
 }
 
 #endif

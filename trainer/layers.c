@@ -7,7 +7,6 @@
 #include "trainer/ew.h"
 
 #include <cblas.h>
-#include <float.h>
 #include <math.h>
 #include <string.h>
 #include <time.h>
@@ -151,13 +150,7 @@ void maxpool_forward(float *out, int32_t *argmax, const float *in, int B, int C,
         int32_t *a = argmax + p * OH * OW;
         for (int oy = 0; oy < OH; oy++)
             for (int ox = 0; ox < OW; ox++) {
-                float best = -FLT_MAX;
-                int32_t bi = (oy * S) * W + ox * S;
-                for (int ky = 0; ky < K; ky++)
-                    for (int kx = 0; kx < K; kx++) {
-                        int32_t i = (oy * S + ky) * W + ox * S + kx;
-                        if (plane[i] > best) best = plane[i], bi = i;
-                    }
+                int32_t bi = ew_maxpool_argmax(plane, W, K, S, oy, ox);
                 o[oy * OW + ox] = plane[bi];
                 a[oy * OW + ox] = bi;
             }

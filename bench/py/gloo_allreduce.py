@@ -80,7 +80,8 @@ def worker(rank, n, args, port, out_q):
         raise
 
 
-def main():
+def parse_args():
+    """The command line."""
     ap = argparse.ArgumentParser(
         description=__doc__,
         epilog="Output: a commented header, then one nccl-tests line; with --json, also a JSON "
@@ -106,6 +107,37 @@ def main():
     args = ap.parse_args()
     if args.nodes < 1 or args.iters < 1 or args.warmup < 0 or args.bytes < 1:
         ap.error("need --nodes >= 1, --iters >= 1, --warmup >= 0, --bytes >= 1")
+    return args
+
+
+def report(args, torch_version, count, t_us, wrong, iters):
+    """The nccl-tests table, and the JSON object with --json."""
+    nbytes = count * 4
+    n = args.nodes
+    algbw = nbytes / (t_us * 1e-6) / 1e9
+    busbw = algbw * 2.0 * (n - 1) / n
+    print(f"# gloo all-reduce (torch {torch_version}): {n} processes on loopback, "
+          f"{iters} iterations, {args.warmup} warm-up, {args.threads} thread(s) each")
+    print("#\n# %10s %12s %8s %6s %11s %8s %8s %7s" %
+          ("size", "count", "type", "redop", "time", "algbw", "busbw", "#wrong"))
+    print("# %10s %12s %8s %6s %11s %8s %8s %7s" %
+          ("(B)", "(elements)", "", "", "(us)", "(GB/s)", "(GB/s)", ""))
+    print("  %10d %12d %8s %6s %11.1f %8.3f %8.3f %7.0f" %
+          (nbytes, count, "float", "sum", t_us, algbw, busbw, wrong))
+    sys.stdout.flush()
+    if args.json:
+        obj = {"impl": "gloo", "nodes": n, "bytes": nbytes, "count": count, "iters": iters,
+               "warmup": args.warmup, "time_us": t_us, "algbw": algbw, "busbw": busbw,
+               "wrong": wrong}
+        if args.json == "-":
+            print(json.dumps(obj))
+        else:
+            with open(args.json, "w") as f:
+                f.write(json.dumps(obj) + "\n")
+
+
+def main():
+    args = parse_args()
     try:
         import torch  # noqa: F401  (fail early, in the parent, when torch is missing)
         import torch.distributed as dist
@@ -141,30 +173,8 @@ def main():
         print(f"gloo_allreduce: rank {res[1]} failed: {res[2]}", file=sys.stderr)
         return 2
     _, count, t_us, wrong, iters = res
-    nbytes = count * 4
-    n = args.nodes
-    algbw = nbytes / (t_us * 1e-6) / 1e9
-    busbw = algbw * 2.0 * (n - 1) / n
-    print(f"# gloo all-reduce (torch {torch.__version__}): {n} processes on loopback, "
-          f"{iters} iterations, {args.warmup} warm-up, {args.threads} thread(s) each")
-    print("#\n# %10s %12s %8s %6s %11s %8s %8s %7s" %
-          ("size", "count", "type", "redop", "time", "algbw", "busbw", "#wrong"))
-    print("# %10s %12s %8s %6s %11s %8s %8s %7s" %
-          ("(B)", "(elements)", "", "", "(us)", "(GB/s)", "(GB/s)", ""))
-    print("  %10d %12d %8s %6s %11.1f %8.3f %8.3f %7.0f" %
-          (nbytes, count, "float", "sum", t_us, algbw, busbw, wrong))
-    sys.stdout.flush()
-    if args.json:
-        obj = {"impl": "gloo", "nodes": n, "bytes": nbytes, "count": count, "iters": iters,
-               "warmup": args.warmup, "time_us": t_us, "algbw": algbw, "busbw": busbw,
-               "wrong": wrong}
-        if args.json == "-":
-            print(json.dumps(obj))
-        else:
-            with open(args.json, "w") as f:
-                f.write(json.dumps(obj) + "\n")
+    report(args, torch.__version__, count, t_us, wrong, iters)
     return 1 if wrong > 0 else 0
-
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -138,6 +138,11 @@ class Result:
         self.skipped, self.nonfinite_nodes = False, []  # a step applied unless said otherwise
 
 
+def _fact(fn):
+    """A read-only property of a Node: the library's function fn of its handle."""
+    return property(lambda self: getattr(self._L, fn)(self._h))
+
+
 class Node:
     """One node of the cluster in `conf`: an INI file, or a mapping of its sections (ini_text).
 
@@ -340,29 +345,13 @@ class Node:
         self._L.hetring_leave(self._h)
 
     # -------------------------------------------------------------- facts
-    @property
-    def node_id(self):
-        return self._L.hetring_node_id(self._h)
-
-    @property
-    def rank(self):
-        return self._L.hetring_rank(self._h)
-
-    @property
-    def size(self):
-        return self._L.hetring_size(self._h)
-
-    @property
-    def global_batch(self):
-        return self._L.hetring_global_batch(self._h)
-
-    @property
-    def iterations(self):
-        return self._L.hetring_iterations(self._h)
-
-    @property
-    def samples(self):
-        return self._L.hetring_samples(self._h)
+    # each what the library says of the handle, read when asked
+    node_id = _fact("hetring_node_id")
+    rank = _fact("hetring_rank")
+    size = _fact("hetring_size")
+    global_batch = _fact("hetring_global_batch")
+    iterations = _fact("hetring_iterations")
+    samples = _fact("hetring_samples")
 
     def last_error(self):
         if not self._h:

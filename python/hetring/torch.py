@@ -458,56 +458,16 @@ class Trainer:
                  on_view=None, sync_first=True, clock=time.perf_counter, overlap=None,
                  start_iter=0, resume=None, leave_on=(), buffers="average", sync_bn=False,
                  before_step=None, scheduler=None):
-        if buffers not in _BUFFER_MODES:
-            raise ValueError(f"hetring.torch: buffers={buffers!r}: expected one of "
-                             f"{', '.join(repr(m) for m in _BUFFER_MODES)}")
-        if sync_bn:
-            model = convert_sync_batchnorm(model)
-        self.sync_bn = [m for m in model.modules() if isinstance(m, SyncBatchNorm)]
-        if any(isinstance(m, torch.nn.SyncBatchNorm) for m in model.modules()):
-            raise ValueError("hetring.torch: the model holds torch.nn.SyncBatchNorm, which needs "
-                             "torch.distributed; use Trainer(sync_bn=True) or "
-                             "hetring.torch.convert_sync_batchnorm(model) instead")
-        if self.sync_bn and overlap:
-            raise ValueError("hetring.torch: overlap=True cannot go with synchronised BatchNorm "
-                             "(its all-reduces in backward would meet the gradient buckets on the "
-                             "ring); leave overlap out or pass False")
-        overlap = not self.sync_bn if overlap is None else overlap
-        self.model, self.optimizer, self.scheduler = model, optimizer, scheduler
+        overlap = self._prepare_model(model, buffers, sync_bn, overlap)
+        self.optimizer, self.scheduler = optimizer, scheduler
         self.before_step = before_step
         self.buffer_mode = buffers
         if resume is not None and os.path.exists(resume):
             start_iter = self._load(resume)
         self.clock = clock
-        self.params = [p for p in model.parameters() if p.requires_grad]
-        for p in self.params:
-            if not p.dtype.is_floating_point:
-                raise ValueError(f"hetring.torch: parameters must be floating point, one is "
-                                 f"{p.dtype}")
-        # float32 CPU gradients are all-reduced in place; anything else through `staged`, one
-        # float32 CPU buffer with a view per parameter (the same buffers, in number and size,
-        # as in place: nodes with and without a GPU can share a cluster)
-        self.staged = None
-        if any(p.dtype != torch.float32 or p.device.type != "cpu" for p in self.params):
-            self.staged = torch.zeros(sum(p.numel() for p in self.params), dtype=torch.float32)
-        self._cuda = any(p.device.type == "cuda" for p in self.params)
-        _check_state(model)
-        # the buffers carried in the all-reduce (buffers != "off"), by name, each once: every
-        # non-empty one, its changes a view of `carried` (float32 on the CPU), then a flag per
-        # buffer and the agreement hash (_carry); the last buffer handed to the library
-        self.carried_buffers = ([(n, t) for n, t in model.named_buffers() if t.numel()]
-                                if buffers != "off" else [])
-        self._n_vals = sum(_real(t).numel() for _, t in self.carried_buffers)
-        n_buf = self._n_vals + len(self.carried_buffers) + 2 * _PIECES
-        self.carried = (torch.zeros(n_buf, dtype=torch.float32) if self.carried_buffers
-                        else None)
-        self._agreed = {}  # this iteration's changes carried by agreement: index -> (at, new)
-        self._carry_batch = None  # the hetring.Batch _carry weighed the changes for
-        if buffers == "off":
-            logging.getLogger("hetring.torch").warning(
-                "hetring.torch: buffers='off': the model's buffers (BatchNorm's running "
-                "statistics, ...) are neither made equal across nodes nor checked; each node "
-                "keeps its own, and evaluations and checkpoints depend on the node")
+        self._setup_params()
+        _check_state(self.model)
+        self._setup_buffers(buffers)
         self._comm_s = 0.0  # seconds this iteration spent in collectives of its own (sync BN)
         self._empty = None  # an empty batch of the input's shape, for an empty share (sync BN)
         self._snap = None   # the buffers as the iteration found them, while it runs
@@ -529,6 +489,65 @@ class Trainer:
             m._comm = self._allreduce
         if overlap:
             self._install_hooks()
+        self._install_signals(leave_on)
+
+    def _prepare_model(self, model, buffers, sync_bn, overlap):
+        """Check the arguments about the model, convert its BatchNorm layers where asked, keep
+        it (self.model, self.sync_bn); whether to overlap."""
+        if buffers not in _BUFFER_MODES:
+            raise ValueError(f"hetring.torch: buffers={buffers!r}: expected one of "
+                             f"{', '.join(repr(m) for m in _BUFFER_MODES)}")
+        if sync_bn:
+            model = convert_sync_batchnorm(model)
+        self.sync_bn = [m for m in model.modules() if isinstance(m, SyncBatchNorm)]
+        if any(isinstance(m, torch.nn.SyncBatchNorm) for m in model.modules()):
+            raise ValueError("hetring.torch: the model holds torch.nn.SyncBatchNorm, which needs "
+                             "torch.distributed; use Trainer(sync_bn=True) or "
+                             "hetring.torch.convert_sync_batchnorm(model) instead")
+        if self.sync_bn and overlap:
+            raise ValueError("hetring.torch: overlap=True cannot go with synchronised BatchNorm "
+                             "(its all-reduces in backward would meet the gradient buckets on the "
+                             "ring); leave overlap out or pass False")
+        self.model = model
+        return not self.sync_bn if overlap is None else overlap
+
+    def _setup_params(self):
+        """The parameters all-reduced, and where their gradients are staged."""
+        self.params = [p for p in self.model.parameters() if p.requires_grad]
+        for p in self.params:
+            if not p.dtype.is_floating_point:
+                raise ValueError(f"hetring.torch: parameters must be floating point, one is "
+                                 f"{p.dtype}")
+        # float32 CPU gradients are all-reduced in place; anything else through `staged`, one
+        # float32 CPU buffer with a view per parameter (the same buffers, in number and size,
+        # as in place: nodes with and without a GPU can share a cluster)
+        self.staged = None
+        if any(p.dtype != torch.float32 or p.device.type != "cpu" for p in self.params):
+            self.staged = torch.zeros(sum(p.numel() for p in self.params), dtype=torch.float32)
+        self._cuda = any(p.device.type == "cuda" for p in self.params)
+
+    def _setup_buffers(self, buffers):
+        """The model's buffers carried in the all-reduce, and the space for them."""
+        # the buffers carried in the all-reduce (buffers != "off"), by name, each once: every
+        # non-empty one, its changes a view of `carried` (float32 on the CPU), then a flag per
+        # buffer and the agreement hash (_carry); the last buffer handed to the library
+        self.carried_buffers = ([(n, t) for n, t in self.model.named_buffers() if t.numel()]
+                                if buffers != "off" else [])
+        self._n_vals = sum(_real(t).numel() for _, t in self.carried_buffers)
+        n_buf = self._n_vals + len(self.carried_buffers) + 2 * _PIECES
+        self.carried = (torch.zeros(n_buf, dtype=torch.float32) if self.carried_buffers
+                        else None)
+        self._agreed = {}  # this iteration's changes carried by agreement: index -> (at, new)
+        self._carry_batch = None  # the hetring.Batch _carry weighed the changes for
+        if buffers == "off":
+            logging.getLogger("hetring.torch").warning(
+                "hetring.torch: buffers='off': the model's buffers (BatchNorm's running "
+                "statistics, ...) are neither made equal across nodes nor checked; each node "
+                "keeps its own, and evaluations and checkpoints depend on the node")
+
+    def _install_signals(self, leave_on):
+        """Handlers that make this node leave when one of leave_on arrives (kept to be put
+        back by close())."""
         me, owner = weakref.ref(self), os.getpid()
 
         def on_signal(sig, _frame):

@@ -48,26 +48,45 @@ static hr_status fail(nccl_comm *c, hr_status s, const char *fmt, ...) {
     return s;
 }
 
+/* The communicator's asynchronous state, one round of a poll: HR_OK with *busy = 1 while a
+ * non-blocking call is in progress, 0 once it settled; a failure (recorded, the communicator
+ * aborted) when the state is an error or cannot be read. */
+static hr_status comm_state(nccl_comm *c, const char *what, int *busy) {
+    ncclResult_t st = ncclInProgress;
+    ncclResult_t r = nccl_lib.ncclCommGetAsyncError((ncclComm_t)c->comm, &st);
+    if (r != ncclSuccess)
+        return fail(c, HR_ERR_NCCL, "%s: ncclCommGetAsyncError: %s", what,
+                    nccl_lib.ncclGetErrorString(r));
+    if (st != ncclSuccess && st != ncclInProgress)
+        return fail(c, HR_ERR_NCCL, "%s: %s (%s)", what, nccl_lib.ncclGetErrorString(st),
+                    nccl_lib.ncclGetLastError((ncclComm_t)c->comm));
+    *busy = st == ncclInProgress;
+    return HR_OK;
+}
+
+/* The end of one round of a poll begun at t0: past the deadline, HR_ERR_TIMEOUT (recorded as
+ * "<what><late> within <seconds> s (<hint>)", the communicator aborted); before it, a pause and
+ * HR_OK. */
+static hr_status poll_round(nccl_comm *c, double t0, double deadline, const char *what,
+                            const char *late, const char *hint) {
+    double t = hr_now();
+    if (t > deadline)
+        return fail(c, HR_ERR_TIMEOUT, "%s%s within %.1f s (%s)", what, late, t - t0, hint);
+    pause_poll(t - t0);
+    return HR_OK;
+}
+
 /* Poll the communicator until it leaves ncclInProgress or the deadline passes. */
 static hr_status wait_comm(nccl_comm *c, double deadline, const char *what) {
     double t0 = hr_now();
     for (;;) {
-        ncclResult_t st = ncclInProgress;
-        ncclResult_t r = nccl_lib.ncclCommGetAsyncError((ncclComm_t)c->comm, &st);
-        if (r != ncclSuccess)
-            return fail(c, HR_ERR_NCCL, "%s: ncclCommGetAsyncError: %s", what,
-                        nccl_lib.ncclGetErrorString(r));
-        if (st == ncclSuccess) return HR_OK;
-        if (st != ncclInProgress)
-            return fail(c, HR_ERR_NCCL, "%s: %s (%s)", what, nccl_lib.ncclGetErrorString(st),
-                        nccl_lib.ncclGetLastError((ncclComm_t)c->comm));
-        double t = hr_now();
-        if (t > deadline)
-            return fail(c, HR_ERR_TIMEOUT,
-                        "%s: no progress within %.1f s (a member is missing or unreachable; "
-                        "check that every node reached the same view)",
-                        what, t - t0);
-        pause_poll(t - t0);
+        int busy = 0;
+        hr_status s = comm_state(c, what, &busy);
+        if (s != HR_OK || !busy) return s;
+        s = poll_round(c, t0, deadline, what, ": no progress",
+                       "a member is missing or unreachable; check that every node reached the "
+                       "same view");
+        if (s != HR_OK) return s;
     }
 }
 
@@ -161,25 +180,19 @@ hr_status nccl_allreduce(nccl_comm *c, float *dev_buf, size_t count, double time
     else if (r != ncclSuccess)
         return fail(c, HR_ERR_NCCL, "ncclAllReduce(%zu floats): %s (%s)", count,
                     nccl_lib.ncclGetErrorString(r), nccl_lib.ncclGetLastError((ncclComm_t)c->comm));
+    char what[64];
+    snprintf(what, sizeof what, "all-reduce of %zu floats", count);
     for (;;) {
         e = cudaStreamQuery((cudaStream_t)c->stream);
         if (e == cudaSuccess) break;
         if (e != cudaErrorNotReady)
-            return fail(c, HR_ERR_CUDA, "all-reduce of %zu floats: %s", count,
-                        cudaGetErrorString(e));
-        ncclResult_t st = ncclSuccess;
-        r = nccl_lib.ncclCommGetAsyncError((ncclComm_t)c->comm, &st);
-        if (r != ncclSuccess || (st != ncclSuccess && st != ncclInProgress))
-            return fail(c, HR_ERR_NCCL, "all-reduce of %zu floats: %s (%s)", count,
-                        nccl_lib.ncclGetErrorString(r != ncclSuccess ? r : st),
-                        nccl_lib.ncclGetLastError((ncclComm_t)c->comm));
-        double t = hr_now();
-        if (t > deadline)
-            return fail(c, HR_ERR_TIMEOUT,
-                        "all-reduce of %zu floats did not finish within %.1f s (a peer stopped "
-                        "or the network failed)",
-                        count, t - t0);
-        pause_poll(t - t0);
+            return fail(c, HR_ERR_CUDA, "%s: %s", what, cudaGetErrorString(e));
+        int busy = 0;
+        hr_status s = comm_state(c, what, &busy);
+        if (s == HR_OK)
+            s = poll_round(c, t0, deadline, what, " did not finish",
+                           "a peer stopped or the network failed");
+        if (s != HR_OK) return s;
     }
     return HR_OK;
 }

@@ -9,7 +9,6 @@
 #include "base/hr_log.h"
 #include "ring/nccl/nccl_comm.h"
 
-#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -21,71 +20,39 @@
 
 nccl_lib_fns nccl_lib;
 
-static const char *const names[2] = {"libnccl.so." STR(NCCL_MAJOR), "libnccl.so"};
-
-/* Open the library and check its version ("NCCL 2.28.9" in ver); NULL with the reason, which
- * names the library, in err. */
-static void *open_checked(char *ver, size_t vlen, char *err, size_t errlen) {
-    char why[HR_ERRLEN];
+/* ncclGetVersion's answer ("NCCL 2.28.9" in ver), and whether this build can use it. */
+static hr_status nccl_version(void *h, char *ver, size_t len, char *err, size_t errlen) {
     ncclResult_t (*get)(int *) = NULL;
     hr_dl_sym sym = {"ncclGetVersion", 0};
+    HR_CHECK(hr_dl_bind(h, "NCCL", &sym, 1, (void *)&get, err, errlen));
     int v = 0;
-    void *h = hr_dl_open(names, 2, why, sizeof why);
-    if (h && hr_dl_bind(h, "NCCL", &sym, 1, (void *)&get, why, sizeof why) != HR_OK)
-        hr_dl_close(h), h = NULL;
-    if (h && get(&v) != ncclSuccess)
-        snprintf(why, sizeof why, "ncclGetVersion failed"), hr_dl_close(h), h = NULL;
-    if (h) {
-        snprintf(ver, vlen, "NCCL %d.%d.%d", v / 10000, v / 100 % 100, v % 100);
-        if (v < NCCL_LIB_NEED || v / 10000 != NCCL_MAJOR) {
-            char path[HR_ERRLEN];
-            hr_dl_path(h, path, sizeof path);
-            hr_fail(why, sizeof why, HR_ERR_UNSUPPORTED,
-                    "%s: %s, but this build needs NCCL %d.x from 2.14", path, ver, NCCL_MAJOR);
-            hr_dl_close(h), h = NULL;
-        }
-    }
-    if (!h) hr_fail(err, errlen, HR_ERR_UNSUPPORTED, "NCCL: %s", why);
-    return h;
+    if (get(&v) != ncclSuccess)
+        return hr_fail(err, errlen, HR_ERR_UNSUPPORTED, "ncclGetVersion failed");
+    snprintf(ver, len, "NCCL %d.%d.%d", v / 10000, v / 100 % 100, v % 100);
+    if (v < NCCL_LIB_NEED || v / 10000 != NCCL_MAJOR)
+        return hr_fail(err, errlen, HR_ERR_UNSUPPORTED,
+                       "%s, but this build needs NCCL %d.x from 2.14", ver, NCCL_MAJOR);
+    return HR_OK;
 }
 
 #define NCCL_LIB_SYM(f) {#f, offsetof(nccl_lib_fns, f)},
 
+static const hr_dl_sym syms[] = {NCCL_LIB_FNS(NCCL_LIB_SYM)};
+static const hr_dl_lib lib = {"NCCL",
+                              {"libnccl.so." STR(NCCL_MAJOR), "libnccl.so"},
+                              nccl_version,
+                              syms,
+                              (int)(sizeof syms / sizeof syms[0])};
+
 static hr_status load(char *err, size_t errlen) {
-    static const hr_dl_sym syms[] = {NCCL_LIB_FNS(NCCL_LIB_SYM)};
-    char ver[64];
-    void *h = open_checked(ver, sizeof ver, err, errlen);
-    if (!h) return HR_ERR_UNSUPPORTED;
-    hr_status st =
-        hr_dl_bind(h, "NCCL", syms, (int)(sizeof syms / sizeof syms[0]), &nccl_lib, err, errlen);
-    if (st != HR_OK) {
-        hr_dl_close(h);
-        memset(&nccl_lib, 0, sizeof nccl_lib);
-        return st;
-    }
-    HR_INFO(RING, "loaded %s", ver); /* the handle stays open for the process's life */
-    return HR_OK;
+    return hr_dl_load(&lib, 1, &nccl_lib, sizeof nccl_lib, HR_SUB_RING, err, errlen);
 }
 
 hr_status nccl_lib_load(char *err, size_t errlen) {
-    static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
-    static int tried;
-    static hr_status st;
-    static char why[HR_ERRLEN];
-    pthread_mutex_lock(&mu);
-    if (!tried) st = load(why, sizeof why), tried = 1;
-    pthread_mutex_unlock(&mu);
-    if (st != HR_OK) hr_fail(err, errlen, st, "%s", why);
-    return st;
+    static hr_dl_once once = HR_DL_ONCE_INIT;
+    return hr_dl_once_run(&once, load, err, errlen);
 }
 
 void nccl_lib_describe(char *out, size_t len) {
-    char ver[64], path[512], why[HR_ERRLEN];
-    void *h = open_checked(ver, sizeof ver, why, sizeof why);
-    hr_dl_path(h, path, sizeof path);
-    if (h)
-        snprintf(out, len, "  NCCL: %s (%s)", ver, path);
-    else
-        snprintf(out, len, "  NCCL: cannot be used: %s", why + strlen("NCCL: "));
-    hr_dl_close(h);
+    hr_dl_describe(&lib, 1, out, len);
 }

@@ -20,23 +20,19 @@
         }                                                                                          \
     } while (0)
 
+/* Run call, whose status of `type` is s_; where `failed` holds, print the call and `why` and exit
+ * 1. CUDA_DIE and HR_DIE are its instances. */
+#define TEST_DIE_IF(type, call, text, failed, why)                                                 \
+    do {                                                                                           \
+        type s_ = (call);                                                                          \
+        if (failed) {                                                                              \
+            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, text, why);                     \
+            exit(1);                                                                               \
+        }                                                                                          \
+    } while (0)
 #define CUDA_DIE(call)                                                                             \
-    do {                                                                                           \
-        cudaError_t e_ = (call);                                                                   \
-        if (e_ != cudaSuccess) {                                                                   \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
-            exit(1);                                                                               \
-        }                                                                                          \
-    } while (0)
-
-#define HR_DIE(call)                                                                               \
-    do {                                                                                           \
-        hr_status s_ = (call);                                                                     \
-        if (s_ != HR_OK) {                                                                         \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, hr_strerror(s_));        \
-            exit(1);                                                                               \
-        }                                                                                          \
-    } while (0)
+    TEST_DIE_IF(cudaError_t, call, #call, s_ != cudaSuccess, cudaGetErrorString(s_))
+#define HR_DIE(call) TEST_DIE_IF(hr_status, call, #call, s_ != HR_OK, hr_strerror(s_))
 
 static inline void *xmalloc(size_t n) {
     void *p = calloc(1, n ? n : 1);

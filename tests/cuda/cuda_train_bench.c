@@ -15,47 +15,21 @@
 #include "tests/blas_main.h"
 #include "base/hr_time.h"
 #include "tests/cuda/cuda_test_util.h"
+#include "tests/model_spec.h"
 #include "trainer/cuda/model_cuda.h"
 #include "trainer/model.h"
 
 #include <time.h>
 
-static void add(model_spec *s, layer_kind k, int units, int win, int stride, int pad) {
-    int i = s->n_layers++;
-    s->kind[i] = k, s->units[i] = units, s->k[i] = win, s->stride[i] = stride, s->pad[i] = pad;
-}
-
 static int spec_for(model_spec *s, const char *name) {
-    memset(s, 0, sizeof *s);
-    s->loss = MODEL_LOSS_XENT;
-    if (!strcmp(name, "mlp")) {
-        s->in_c = 784, s->in_h = 1, s->in_w = 1;
-        add(s, LAYER_LINEAR, 512, 0, 0, 0), add(s, LAYER_RELU, 0, 0, 0, 0);
-        add(s, LAYER_LINEAR, 512, 0, 0, 0), add(s, LAYER_RELU, 0, 0, 0, 0);
-        add(s, LAYER_LINEAR, 10, 0, 0, 0);
-    } else if (!strcmp(name, "lenet")) {
-        s->in_c = 1, s->in_h = 28, s->in_w = 28;
-        add(s, LAYER_CONV2D, 6, 5, 1, 2), add(s, LAYER_RELU, 0, 0, 0, 0);
-        add(s, LAYER_MAXPOOL, 0, 2, 2, 0);
-        add(s, LAYER_CONV2D, 16, 5, 1, 0), add(s, LAYER_RELU, 0, 0, 0, 0);
-        add(s, LAYER_MAXPOOL, 0, 2, 2, 0), add(s, LAYER_FLATTEN, 0, 0, 0, 0);
-        add(s, LAYER_LINEAR, 120, 0, 0, 0), add(s, LAYER_RELU, 0, 0, 0, 0);
-        add(s, LAYER_LINEAR, 84, 0, 0, 0), add(s, LAYER_RELU, 0, 0, 0, 0);
-        add(s, LAYER_LINEAR, 10, 0, 0, 0);
-    } else if (!strcmp(name, "vgg")) {
-        s->in_c = 3, s->in_h = 32, s->in_w = 32;
-        int widths[2] = {16, 32};
-        for (int b = 0; b < 2; b++) {
-            for (int j = 0; j < 2; j++)
-                add(s, LAYER_CONV2D, widths[b], 3, 1, 1), add(s, LAYER_RELU, 0, 0, 0, 0);
-            add(s, LAYER_MAXPOOL, 0, 2, 2, 0);
-        }
-        add(s, LAYER_FLATTEN, 0, 0, 0, 0);
-        add(s, LAYER_LINEAR, 128, 0, 0, 0), add(s, LAYER_RELU, 0, 0, 0, 0);
-        add(s, LAYER_LINEAR, 10, 0, 0, 0);
-    } else {
+    if (!strcmp(name, "mlp"))
+        *s = spec_of(784, 1, 1, MODEL_LOSS_XENT, "linear 512, relu, linear 512, relu, linear 10");
+    else if (!strcmp(name, "lenet"))
+        *s = spec_of(1, 28, 28, MODEL_LOSS_XENT, SPEC_LENET);
+    else if (!strcmp(name, "vgg"))
+        *s = spec_of(3, 32, 32, MODEL_LOSS_XENT, SPEC_VGG);
+    else
         return -1;
-    }
     return 0;
 }
 

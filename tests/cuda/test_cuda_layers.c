@@ -10,13 +10,28 @@
 #include "trainer/layers.h"
 
 #include <float.h>
+#include <stdarg.h>
 
 static cuda_ctx ctx;
+
+/* The device tensor d_x (n floats, copied into the host scratch h) against the CPU's x within
+ * tol, named by the printf-style fmt. */
+static void close_to(float *h, const float *d_x, const float *x, long n, double tol,
+                     const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+static void close_to(float *h, const float *d_x, const float *x, long n, double tol,
+                     const char *fmt, ...) {
+    char what[160];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof what, fmt, ap);
+    va_end(ap);
+    to_host(h, d_x, sizeof(float) * n);
+    CHECK_CLOSE(h, x, n, tol, what);
+}
 
 /* ================================================================ linear */
 
 static void test_linear(int B, int I, int O) {
-    char what[96];
     long nin = (long)B * I, nw = (long)O * I, nout = (long)B * O;
     float *in = xmalloc(sizeof(float) * nin), *w = xmalloc(sizeof(float) * nw);
     float *bias = xmalloc(sizeof(float) * O), *dout = xmalloc(sizeof(float) * nout);
@@ -40,18 +55,10 @@ static void test_linear(int B, int I, int O) {
     HR_DIE(cuda_linear_forward(&ctx, d_out, d_in, d_w, d_bias, B, I, O));
     HR_DIE(cuda_linear_backward(&ctx, d_din, d_dw, d_db, d_dout, d_in, d_w, B, I, O));
 
-    snprintf(what, sizeof what, "linear %dx%d->%d out", B, I, O);
-    to_host(g, d_out, sizeof(float) * nout);
-    CHECK_CLOSE(g, out, nout, gemm_tol(out, nout, I), what);
-    snprintf(what, sizeof what, "linear %dx%d->%d dw", B, I, O);
-    to_host(g, d_dw, sizeof(float) * nw);
-    CHECK_CLOSE(g, dw, nw, gemm_tol(dw, nw, B), what);
-    snprintf(what, sizeof what, "linear %dx%d->%d dbias", B, I, O);
-    to_host(g, d_db, sizeof(float) * O);
-    CHECK_CLOSE(g, db, O, gemm_tol(db, O, B), what);
-    snprintf(what, sizeof what, "linear %dx%d->%d din", B, I, O);
-    to_host(g, d_din, sizeof(float) * nin);
-    CHECK_CLOSE(g, din, nin, gemm_tol(din, nin, O), what);
+    close_to(g, d_out, out, nout, gemm_tol(out, nout, I), "linear %dx%d->%d out", B, I, O);
+    close_to(g, d_dw, dw, nw, gemm_tol(dw, nw, B), "linear %dx%d->%d dw", B, I, O);
+    close_to(g, d_db, db, O, gemm_tol(db, O, B), "linear %dx%d->%d dbias", B, I, O);
+    close_to(g, d_din, din, nin, gemm_tol(din, nin, O), "linear %dx%d->%d din", B, I, O);
 
     /* determinism: a second backward gives the same bits; din = NULL leaves din alone */
     to_host(g, d_dw, sizeof(float) * nw);
@@ -79,10 +86,8 @@ static void test_relu(long n) {
     float *d_x = dev_copy(in, sizeof(float) * n), *d_d = dev_copy(dout, sizeof(float) * n);
     HR_DIE(cuda_relu_forward(&ctx, d_x, d_x, n)); /* in place, as the models run it */
     HR_DIE(cuda_relu_backward(&ctx, d_d, d_d, d_x, n));
-    to_host(g, d_x, sizeof(float) * n);
-    CHECK_CLOSE(g, out, n, 0.0, "relu forward (in place)");
-    to_host(g, d_d, sizeof(float) * n);
-    CHECK_CLOSE(g, din, n, 0.0, "relu backward (in place)");
+    close_to(g, d_x, out, n, 0.0, "relu forward (in place)");
+    close_to(g, d_d, din, n, 0.0, "relu backward (in place)");
     cudaFree(d_x), cudaFree(d_d);
     free(in), free(dout), free(out), free(din), free(g);
 }
@@ -94,7 +99,7 @@ static void test_relu(long n) {
 static int conv_on(cuda_conv_impl impl, const char *tag, int B, const conv_geom *g, const float *in,
                    const float *w, const float *bias, const float *dout, const float *out,
                    const float *dw, const float *db, const float *din) {
-    char what[160], err[HR_ERRLEN];
+    char err[HR_ERRLEN];
     const char *name = impl == CUDA_CONV_CUDNN ? "cudnn" : "im2col";
     if (cuda_ctx_set_conv(&ctx, impl, err, sizeof err) != HR_OK) {
         printf("%s: %s not available: %s\n", tag, name, err);
@@ -114,18 +119,11 @@ static int conv_on(cuda_conv_impl impl, const char *tag, int B, const conv_geom 
     HR_DIE(cuda_conv2d_forward(&ctx, d_out, d_in, d_w, d_bias, B, g));
     HR_DIE(cuda_conv2d_backward(&ctx, d_din, d_dw, d_db, d_dout, d_in, d_w, B, g));
 
-    snprintf(what, sizeof what, "%s %s out", tag, name);
-    to_host(h, d_out, sizeof(float) * nout);
-    CHECK_CLOSE(h, out, nout, gemm_tol(out, nout, ckk), what);
-    snprintf(what, sizeof what, "%s %s dw", tag, name);
-    to_host(h, d_dw, sizeof(float) * nw);
-    CHECK_CLOSE(h, dw, nw, gemm_tol(dw, nw, B * ohw), what);
-    snprintf(what, sizeof what, "%s %s dbias", tag, name);
-    to_host(h, d_db, sizeof(float) * g->OC);
-    CHECK_CLOSE(h, db, g->OC, gemm_tol(db, g->OC, B * ohw), what);
-    snprintf(what, sizeof what, "%s %s din", tag, name);
-    to_host(h, d_din, sizeof(float) * nin);
-    CHECK_CLOSE(h, din, nin, gemm_tol(din, nin, (long)g->OC * g->K * g->K), what);
+    close_to(h, d_out, out, nout, gemm_tol(out, nout, ckk), "%s %s out", tag, name);
+    close_to(h, d_dw, dw, nw, gemm_tol(dw, nw, B * ohw), "%s %s dw", tag, name);
+    close_to(h, d_db, db, g->OC, gemm_tol(db, g->OC, B * ohw), "%s %s dbias", tag, name);
+    close_to(h, d_din, din, nin, gemm_tol(din, nin, (long)g->OC * g->K * g->K), "%s %s din", tag,
+             name);
 
     /* determinism of the batch reductions (im2col: col2im; cuDNN: its algorithm choice) */
     to_host(h, d_out, sizeof(float) * nout);
@@ -188,7 +186,6 @@ static void test_conv(int B, int C, int H, int W, int OC, int K, int S, int P) {
 static void test_maxpool(int B, int C, int H, int W, int K, int S) {
     int OH = (H - K) / S + 1, OW = (W - K) / S + 1;
     long nin = (long)B * C * H * W, nout = (long)B * C * OH * OW;
-    char what[96];
     float *in = xmalloc(sizeof(float) * nin), *dout = xmalloc(sizeof(float) * nout);
     float *out = xmalloc(sizeof(float) * nout), *din = xmalloc(sizeof(float) * nin);
     int32_t *am = xmalloc(sizeof(int32_t) * nout), *gam = xmalloc(sizeof(int32_t) * nout);
@@ -204,15 +201,11 @@ static void test_maxpool(int B, int C, int H, int W, int K, int S) {
     int32_t *d_am = dev_alloc(sizeof(int32_t) * nout);
     HR_DIE(cuda_maxpool_forward(&ctx, d_out, d_am, d_in, B, C, H, W, K, S));
     HR_DIE(cuda_maxpool_backward(&ctx, d_din, d_dout, d_am, B, C, H, W, K, S));
-    snprintf(what, sizeof what, "maxpool %dx%d k%d s%d out", H, W, K, S);
-    to_host(h, d_out, sizeof(float) * nout);
-    CHECK_CLOSE(h, out, nout, 0.0, what);
+    close_to(h, d_out, out, nout, 0.0, "maxpool %dx%d k%d s%d out", H, W, K, S);
     to_host(gam, d_am, sizeof(int32_t) * nout);
     CHECK(memcmp(am, gam, sizeof(int32_t) * nout) == 0, "maxpool %dx%d k%d s%d: argmax differs", H,
           W, K, S);
-    snprintf(what, sizeof what, "maxpool %dx%d k%d s%d din", H, W, K, S);
-    to_host(h, d_din, sizeof(float) * nin);
-    CHECK_CLOSE(h, din, nin, 0.0, what);
+    close_to(h, d_din, din, nin, 0.0, "maxpool %dx%d k%d s%d din", H, W, K, S);
     cudaFree(d_in), cudaFree(d_dout), cudaFree(d_out), cudaFree(d_din), cudaFree(d_am);
     free(in), free(dout), free(out), free(din), free(am), free(gam), free(h);
 }

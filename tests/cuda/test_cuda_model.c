@@ -9,59 +9,11 @@
 #include "tests/check.h"
 #include "tests/blas_main.h"
 #include "tests/cuda/cuda_test_util.h"
+#include "tests/model_spec.h"
 #include "trainer/cuda/model_cuda.h"
 #include "trainer/model.h"
 
 #include <stdlib.h>
-
-static void add(model_spec *s, layer_kind k, int units, int win, int stride, int pad) {
-    int i = s->n_layers++;
-    s->kind[i] = k, s->units[i] = units, s->k[i] = win, s->stride[i] = stride, s->pad[i] = pad;
-}
-
-static model_spec spec_mlp(void) {
-    model_spec s = {0};
-    s.in_c = 20, s.in_h = 1, s.in_w = 1, s.loss = MODEL_LOSS_XENT;
-    add(&s, LAYER_LINEAR, 32, 0, 0, 0), add(&s, LAYER_RELU, 0, 0, 0, 0);
-    add(&s, LAYER_LINEAR, 16, 0, 0, 0), add(&s, LAYER_RELU, 0, 0, 0, 0);
-    add(&s, LAYER_LINEAR, 7, 0, 0, 0);
-    return s;
-}
-
-static model_spec spec_linreg(void) {
-    model_spec s = {0};
-    s.in_c = 10, s.in_h = 1, s.in_w = 1, s.loss = MODEL_LOSS_MSE;
-    add(&s, LAYER_LINEAR, 3, 0, 0, 0);
-    return s;
-}
-
-static model_spec spec_lenet(void) {
-    model_spec s = {0};
-    s.in_c = 1, s.in_h = 28, s.in_w = 28, s.loss = MODEL_LOSS_XENT;
-    add(&s, LAYER_CONV2D, 6, 5, 1, 2), add(&s, LAYER_RELU, 0, 0, 0, 0);
-    add(&s, LAYER_MAXPOOL, 0, 2, 2, 0);
-    add(&s, LAYER_CONV2D, 16, 5, 1, 0), add(&s, LAYER_RELU, 0, 0, 0, 0);
-    add(&s, LAYER_MAXPOOL, 0, 2, 2, 0), add(&s, LAYER_FLATTEN, 0, 0, 0, 0);
-    add(&s, LAYER_LINEAR, 120, 0, 0, 0), add(&s, LAYER_RELU, 0, 0, 0, 0);
-    add(&s, LAYER_LINEAR, 84, 0, 0, 0), add(&s, LAYER_RELU, 0, 0, 0, 0);
-    add(&s, LAYER_LINEAR, 10, 0, 0, 0);
-    return s;
-}
-
-static model_spec spec_vgg(void) {
-    model_spec s = {0};
-    s.in_c = 3, s.in_h = 32, s.in_w = 32, s.loss = MODEL_LOSS_XENT;
-    int widths[2] = {16, 32};
-    for (int b = 0; b < 2; b++) {
-        for (int j = 0; j < 2; j++)
-            add(&s, LAYER_CONV2D, widths[b], 3, 1, 1), add(&s, LAYER_RELU, 0, 0, 0, 0);
-        add(&s, LAYER_MAXPOOL, 0, 2, 2, 0);
-    }
-    add(&s, LAYER_FLATTEN, 0, 0, 0, 0);
-    add(&s, LAYER_LINEAR, 128, 0, 0, 0), add(&s, LAYER_RELU, 0, 0, 0, 0);
-    add(&s, LAYER_LINEAR, 10, 0, 0, 0);
-    return s;
-}
 
 static double tol_of(const float *ref, long n) {
     return 1e-4 * (1.0 + max_abs(ref, n));
@@ -141,8 +93,8 @@ static void run(const char *name, model_spec s, long max_batch, long B) {
 
     /* tail round trip through the device grads */
     float tl[5] = {1, 2, 3, 4, 5}, tb[5] = {0};
-    HR_DIE(model_cuda_tail_to_device(&mc, tl));
-    HR_DIE(model_cuda_tail_to_host(&mc, tb));
+    HR_DIE(model_cuda_to_device(&mc, MODEL_CUDA_TAIL, tl));
+    HR_DIE(model_cuda_to_host(&mc, MODEL_CUDA_TAIL, tb));
     CHECK(memcmp(tl, tb, sizeof tl) == 0, "%s: grads tail round trip", name);
 
     /* upload a summed gradient and step: p' = p - v exactly (lr 1, no momentum or decay) */
@@ -150,7 +102,7 @@ static void run(const char *name, model_spec s, long max_batch, long B) {
     fill_uniform(v, np, 7, 4, 0.01f);
     HR_DIE(model_cuda_grads_from_host(&mc, v));
     HR_DIE(model_cuda_sgd_step(&mc, 1.0f, 0.0f, 0.0f, 1.0f));
-    HR_DIE(model_cuda_params_to_host(&mc, p));
+    HR_DIE(model_cuda_to_host(&mc, MODEL_CUDA_PARAMS, p));
     long bad = 0;
     for (long i = 0; i < np; i++) bad += p[i] != m.params[i] - v[i];
     CHECK(bad == 0, "%s: %ld params differ after upload + step", name, bad);
@@ -165,9 +117,10 @@ int main(int argc, char **argv) {
     (void)argc;
     test_blas_main(argv);
     CUDA_SKIP_IF_NO_DEVICE();
-    run("mlp", spec_mlp(), 40, 33);
-    run("linreg", spec_linreg(), 64, 64);
-    run("lenet", spec_lenet(), 8, 6);
-    run("vgg", spec_vgg(), 8, 5);
+    run("mlp", spec_of(20, 1, 1, MODEL_LOSS_XENT, "linear 32, relu, linear 16, relu, linear 7"), 40,
+        33);
+    run("linreg", spec_of(10, 1, 1, MODEL_LOSS_MSE, "linear 3"), 64, 64);
+    run("lenet", spec_of(1, 28, 28, MODEL_LOSS_XENT, SPEC_LENET), 8, 6);
+    run("vgg", spec_of(3, 32, 32, MODEL_LOSS_XENT, SPEC_VGG), 8, 5);
     return check_exit();
 }

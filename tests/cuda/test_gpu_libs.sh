@@ -26,19 +26,7 @@ done
 
 mkdir -p "$tmp/bin" "$tmp/none"
 cp "$HR" "$tmp/bin/hetring"
-cat > "$tmp/one.ini" <<INI
-[cluster]
-security = none
-[train]
-layers = 784,16,10
-samples = 1000
-eval_samples = 100
-global_batch = 32
-iterations = 10
-[node.0]
-host = 127.0.0.1
-port = $base
-INI
+sed "s/^port = .*/port = $base/" "$(dirname "${BASH_SOURCE[0]}")/../../bench/one_node.ini" > "$tmp/one.ini"
 run() { timeout 60 "$@" run --conf "$tmp/one.ini" --node 0 --quiet; }
 
 # out of the loader's reach: the CPU node trains, version says why each library cannot be used

@@ -13,6 +13,14 @@ write_conf() {
   } > "$1"
 }
 
+# mlp_train LAYERS SAMPLES B ITERS: the [train] lines a run's section begins with (an MLP of
+# LAYERS on SAMPLES synthetic samples, 64 held out, global batch B, ITERS iterations); the
+# section's other keys follow it
+mlp_train() {
+  printf '[train]\nlayers = %s\nsamples = %s\neval_samples = 64\nglobal_batch = %s\niterations = %s\n' \
+    "$1" "$2" "$3" "$4"
+}
+
 # iter_of ID: the last iteration node ID recorded in $tmp/m-ID.jsonl (-1 if none)
 iter_of() {
   local v

@@ -3,13 +3,8 @@
 # one, so the hash must cover the whole buffer), or separately one node's decision. Either way
 # every node must stop with a clearly worded error at that iteration, and hetring local exits 1.
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
-write_conf "$tmp/c.ini" 3 20 <<'EOF'
-[train]
-layers = 784,16,10
-samples = 2048
-eval_samples = 64
-global_batch = 60
-iterations = 40
+write_conf "$tmp/c.ini" 3 20 <<EOF
+$(mlp_train 784,16,10 2048 60 40)
 hash_interval = 1
 [controller]
 policy = proportional

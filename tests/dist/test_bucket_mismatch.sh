@@ -5,13 +5,8 @@
 # the error must name the key: the election compares the configurations (ring_config.agree)
 # before any all-reduce runs.
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
-write_conf "$tmp/c.ini" 2 10 <<'EOF'
-[train]
-layers = 784,32,10
-samples = 1024
-eval_samples = 64
-global_batch = 64
-iterations = 20
+write_conf "$tmp/c.ini" 2 10 <<EOF
+$(mlp_train 784,32,10 1024 64 20)
 [controller]
 policy = static
 EOF

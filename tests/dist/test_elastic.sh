@@ -63,12 +63,7 @@ B=64
 conf() {
   write_conf "$1" "$2" 1 <<EOF
 rejoin_timeout = 30
-[train]
-layers = 784,32,10
-samples = 4096
-eval_samples = 64
-global_batch = $B
-iterations = $ITERS
+$(mlp_train 784,32,10 4096 "$B" "$ITERS")
 lr = 0.05
 hash_interval = 5
 [controller]
@@ -427,12 +422,7 @@ slowstep)
     write_conf "$tmp/c.ini" 4 0.2 <<EOF
 step_timeout = $st
 rejoin_timeout = 5
-[train]
-layers = 784,16,10
-samples = 4096
-eval_samples = 64
-global_batch = 64
-iterations = 20
+$(mlp_train 784,16,10 4096 64 20)
 [controller]
 policy = static
 EOF

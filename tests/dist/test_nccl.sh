@@ -35,12 +35,7 @@ conf() {
   write_conf "$f" 3 2 <<EOT
 backend = $be
 rejoin_timeout = 30
-[train]
-layers = 784,32,10
-samples = 2048
-eval_samples = 64
-global_batch = $B
-iterations = $ITERS
+$(mlp_train 784,32,10 2048 "$B" "$ITERS")
 lr = 0.05
 momentum = 0.9
 hash_interval = 1

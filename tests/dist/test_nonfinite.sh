@@ -9,12 +9,7 @@
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 ITERS=12 B=60
 write_conf "$tmp/c.ini" 3 20 <<EOF
-[train]
-layers = 784,16,10
-samples = 2048
-eval_samples = 64
-global_batch = $B
-iterations = $ITERS
+$(mlp_train 784,16,10 2048 "$B" "$ITERS")
 hash_interval = 1
 [controller]
 policy = static

@@ -26,6 +26,8 @@
 #include "ring/ring.h"
 #include "ring/tcp.h"
 #include "tests/fuzz/fuzz.h"
+#include "tests/fuzz/fuzz_ring.h"
+#include "tests/ports.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -44,7 +46,6 @@
 #define BIG_COUNT       8200 /* floats: above the small all-reduce's 32 KiB */
 
 static ring g_ring[N_MODES][2];
-static char g_claim[256];
 static float g_buf[BIG_COUNT];
 static uint8_t g_all[2 * 100];
 
@@ -52,40 +53,16 @@ static uint8_t g_all[2 * 100];
 
 static int g_formed; /* modes whose rings were formed */
 
-static void release_ports(void) {
+static void free_rings(void) {
     for (int m = 0; m < g_formed; m++) ring_free(&g_ring[m][0]), ring_free(&g_ring[m][1]);
-    if (g_claim[0]) rmdir(g_claim);
-}
-
-/* Claim a block of 8 ports below the ephemeral range; returns its first port. */
-static int claim_ports(void) {
-    const char *tmp = getenv("TMPDIR");
-    srand((unsigned)time(NULL) ^ (unsigned)getpid());
-    for (int i = 0; i < 200; i++) {
-        int base = 10000 + (rand() % 2700) * 8;
-        snprintf(g_claim, sizeof g_claim, "%s/hetring-ports.%d", tmp && *tmp ? tmp : "/tmp", base);
-        if (mkdir(g_claim, 0700) == 0) return base;
-    }
-    fprintf(stderr, "fuzz_frame: no free block of ports\n");
-    exit(1);
 }
 
 static void make_config(ring_config *rc, int mode, int self, int base) {
-    memset(rc, 0, sizeof *rc);
-    snprintf(rc->name, sizeof rc->name, "fuzz");
-    rc->security = mode == 0 ? RING_SEC_NONE : mode == 1 ? RING_SEC_AUTH : RING_SEC_ENCRYPT;
-    rc->self_id = self;
-    rc->n_members = 2;
+    fuzz_ring_config(rc, mode, self, base + 2 * mode, 1);
     rc->connect_timeout = 10;
-    rc->timeout = 2;
     rc->segment_bytes = 4096;
     rc->min_nodes = 2;
     rc->rejoin_timeout = 5;
-    for (int m = 0; m < 2; m++) {
-        rc->members[m].id = m;
-        snprintf(rc->members[m].host, RING_STR, "127.0.0.1");
-        rc->members[m].port = base + 2 * mode + m;
-    }
     if (mode) {
         memset(rc->psk, 0x5a, sizeof rc->psk);
         rc->has_psk = 1;
@@ -233,8 +210,8 @@ static void record(const char *dir, int mode, int coll) {
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
     fuzz_quiet();
     if (sodium_init() < 0) abort();
-    int base = claim_ports();
-    atexit(release_ports);
+    int base = port_block(); /* released at exit, after the rings (atexit runs in reverse) */
+    atexit(free_rings);
     for (int m = 0; m < N_MODES; m++, g_formed++) form(m, 0, base);
     const char *dir = getenv("FUZZ_RECORD");
     if (dir) {

@@ -21,6 +21,7 @@
 #include "ring/sec.h"
 #include "ring/tcp.h"
 #include "tests/fuzz/fuzz.h"
+#include "tests/fuzz/fuzz_ring.h"
 
 #include <fcntl.h>
 #include <pthread.h>
@@ -46,17 +47,9 @@ static void setup(void) {
         for (int n = 0; n < 2; n++) {
             ring_config *rc = &g_rc[v][n];
             sec_keys *k = &g_keys[v][n];
-            memset(rc, 0, sizeof *rc);
+            fuzz_ring_config(rc, v, n, 1, 0); /* port 1: never used, nothing listens here */
             memset(k, 0, sizeof *k);
-            snprintf(rc->name, sizeof rc->name, "fuzz");
-            rc->security = v == 0 ? RING_SEC_NONE : v == 1 ? RING_SEC_AUTH : RING_SEC_ENCRYPT;
-            rc->self_id = n;
-            rc->n_members = 2;
-            rc->timeout = 2;
             for (int m = 0; m < 2; m++) {
-                rc->members[m].id = m;
-                snprintf(rc->members[m].host, RING_STR, "127.0.0.1");
-                rc->members[m].port = 1; /* never used: there is no listening here */
                 if (v >= 2) {
                     uint8_t sk[64];
                     crypto_sign_seed_keypair(pk[m], sk, seed[m]);

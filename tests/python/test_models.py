@@ -59,11 +59,12 @@ import threading
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+import harness  # noqa: E402
 import test_torch as tt  # noqa: E402  (exits 77 without torch)
 import torch  # noqa: E402
 
 WORKER = os.path.join(HERE, "model_worker.py")
-check = tt.check
+check = harness.check
 
 
 # A split fixed by the capacity hints (1/slowdown): no decision within the run and no measured
@@ -768,7 +769,7 @@ def cost(d, port):
 
 
 def main():
-    port, claim = tt.port_block()
+    port, claim = harness.port_block()
     rc = 0
     try:
         with tempfile.TemporaryDirectory(prefix="hetring-models.") as d:
@@ -780,9 +781,7 @@ def main():
         os.rmdir(claim)
     if rc == 77:
         return 77
-    if tt.failures:
-        print(f"{tt.failures} check(s) failed", file=sys.stderr)
-    return 1 if tt.failures or rc else 0
+    return harness.finish(rc)
 
 
 if __name__ == "__main__":

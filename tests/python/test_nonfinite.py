@@ -15,28 +15,17 @@ Exit 77 when PyTorch is missing.
 """
 import json
 import os
-import random
 import subprocess
 import sys
 import tempfile
 import time
 
-try:
-    import torch
-except ImportError:
-    print("skipped: PyTorch is not installed for " + sys.executable +
-          " (Debian: apt-get install python3-torch)")
-    sys.exit(77)
+from harness import check, finish, need_torch, port_block
+
+need_torch()
+import torch  # noqa: E402
 
 ITERS, BAD_ITER, BAD_NODE = 12, 5, 1
-failures = 0
-
-
-def check(cond, msg):
-    global failures
-    if not cond:
-        failures += 1
-        print("CHECK failed: " + msg, file=sys.stderr)
 
 
 def worker(conf, node):
@@ -151,19 +140,6 @@ def skip_case(d, port):
     check(len({r["final_hash"] for r in rs}) == 1, "skip: the replicas differ")
 
 
-def port_block():
-    """A block of 8 ports claimed as tests/ports.sh claims them (an atomic mkdir)."""
-    tmp = os.environ.get("TMPDIR") or "/tmp"
-    for _ in range(200):
-        base = 10000 + random.randrange(2700) * 8
-        try:
-            os.mkdir(os.path.join(tmp, f"hetring-ports.{base}"))
-            return base, os.path.join(tmp, f"hetring-ports.{base}")
-        except FileExistsError:
-            continue
-    raise RuntimeError("no free block of ports")
-
-
 def main():
     if sys.argv[1] == "worker":
         return worker(sys.argv[2], int(sys.argv[3]))
@@ -173,9 +149,7 @@ def main():
             {"error": error_case, "skip": skip_case}[sys.argv[1]](d, port)
     finally:
         os.rmdir(claim)
-    if failures:
-        print(f"{failures} check(s) failed", file=sys.stderr)
-    return 1 if failures else 0
+    return finish()
 
 
 if __name__ == "__main__":

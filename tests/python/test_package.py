@@ -10,14 +10,7 @@ import subprocess
 import sys
 import tempfile
 
-failures = 0
-
-
-def check(cond, msg):
-    global failures
-    if not cond:
-        failures += 1
-        print("CHECK failed: " + msg, file=sys.stderr)
+from harness import check, finish
 
 
 def test_import():
@@ -95,6 +88,4 @@ if __name__ == "__main__":
         test_import()
     else:
         test_pip(sys.argv[2])
-    if failures:
-        print(f"{failures} check(s) failed", file=sys.stderr)
-    sys.exit(1 if failures else 0)
+    sys.exit(finish())

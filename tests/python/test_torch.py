@@ -39,23 +39,12 @@ import sys
 import tempfile
 import time
 
-try:
-    import torch  # noqa: F401
-except ImportError:
-    print("skipped: PyTorch is not installed for " + sys.executable +
-          " (Debian: apt-get install python3-torch)")
-    sys.exit(77)
+from harness import check, finish, need_torch, port_block
+
+need_torch()
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORKER = os.path.join(HERE, "torch_worker.py")
-failures = 0
-
-
-def check(cond, msg):
-    global failures
-    if not cond:
-        failures += 1
-        print("CHECK failed: " + msg, file=sys.stderr)
 
 
 def write_ini(d, name, slowdowns, port, iters=30):
@@ -114,17 +103,25 @@ def max_diff(a, b):
     return max(abs(x - y) for x, y in zip(a, b)) if a and b and len(a) == len(b) else float("nan")
 
 
-def split(d, port):
-    one = result(start(write_ini(d, "one.ini", [1], port), 0, d))
-    ini = write_ini(d, "three.ini", [1, 2, 3], port + 1)
-    ps = [start(ini, k, d, "--loader") for k in range(3)]  # the DataLoader path
-    rs = [result(p) for p in ps]
+def one_and_three(d, port, one_args=(), three_args=(), suffix=""):
+    """A 1-node run, then a 3-node run (slowdowns 1, 2, 3) of the same seed and global batch:
+    their results and the largest difference between their parameters, or (None, None, None)
+    after a failed check where a run gave none."""
+    one = result(start(write_ini(d, f"one{suffix}.ini", [1], port), 0, d, *one_args))
+    ini = write_ini(d, f"three{suffix}.ini", [1, 2, 3], port + 1)
+    rs = [result(p) for p in [start(ini, k, d, *three_args) for k in range(3)]]
     if not one or None in rs:
         check(False, "a run gave no result")
+        return None, None, None
+    return one, rs, max_diff(one["params"], rs[0]["params"])
+
+
+def split(d, port):
+    one, rs, diff = one_and_three(d, port, three_args=("--loader",))  # the DataLoader path
+    if not one:
         return
     hashes = {r["hash"] for r in rs}
     check(len(hashes) == 1, f"the replicas differ: {hashes}")
-    diff = max_diff(one["params"], rs[0]["params"])
     print(f"3 nodes vs 1 node after {one['iters']} iterations: final loss {rs[0]['last_loss']:.6f} "
           f"vs {one['last_loss']:.6f}, max abs parameter difference {diff:.3g}")
     check(diff <= 1e-4, f"3-node parameters differ from the 1-node run's by {diff}")
@@ -136,14 +133,10 @@ def workers(d, port):
     """Trainer.loader with 2 worker processes on a 3-node cluster ends with the parameters of a
     1-node run that reads its batches in the loop; a DataLoader with workers over sampler()
     (which prefetches ahead of step) stops with the error that says so, on every node."""
-    one = result(start(write_ini(d, "one.ini", [1], port), 0, d))
-    ini = write_ini(d, "three.ini", [1, 2, 3], port + 1)
-    rs = [result(p) for p in [start(ini, k, d, "--workers", "2") for k in range(3)]]
-    if not one or None in rs:
-        check(False, "a run gave no result")
+    one, rs, diff = one_and_three(d, port, three_args=("--workers", "2"))
+    if not one:
         return
     check(len({r["hash"] for r in rs}) == 1, "the replicas differ")
-    diff = max_diff(one["params"], rs[0]["params"])
     print(f"3 nodes loading with 2 workers each vs 1 node after {one['iters']} iterations: max abs "
           f"parameter difference {diff:.3g}")
     check(diff <= 1e-4, f"3-node parameters differ from the 1-node run's by {diff}")
@@ -164,14 +157,10 @@ BUCKETS = ("--set", "train.bucket_bytes=256")
 
 def overlap(d, port):
     """Buckets sent from the backward hooks give the 1-node run's parameters."""
-    one = result(start(write_ini(d, "one.ini", [1], port), 0, d, "--no-overlap"))
-    ini = write_ini(d, "three.ini", [1, 2, 3], port + 1)
-    rs = [result(p) for p in [start(ini, k, d, *BUCKETS) for k in range(3)]]
-    if not one or None in rs:
-        check(False, "a run gave no result")
+    one, rs, diff = one_and_three(d, port, one_args=("--no-overlap",), three_args=BUCKETS)
+    if not one:
         return
     check(len({r["hash"] for r in rs}) == 1, "the replicas differ")
-    diff = max_diff(one["params"], rs[0]["params"])
     print(f"3 nodes with buckets from the backward hooks vs 1 node after {one['iters']} "
           f"iterations: max abs parameter difference {diff:.3g}; all-reduces per iteration "
           f"{sorted(set(rs[0]['buckets']))}, sent during backward {sorted(set(rs[0]['early']))}")
@@ -187,17 +176,13 @@ def dtype(d, port):
     """float64 parameters go through the float32 staging buffer: a 3-node run ends with the
     1-node run's parameters (within float32 drift: the all-reduce rounds to float32), still
     float64, with bitwise-equal replicas."""
-    one = result(start(write_ini(d, "one64.ini", [1], port), 0, d, "--dtype", "float64"))
-    ini = write_ini(d, "three64.ini", [1, 2, 3], port + 1)
-    ps = [start(ini, k, d, "--dtype", "float64", *BUCKETS) for k in range(3)]
-    rs = [result(p) for p in ps]
-    if not one or None in rs:
-        check(False, "a run gave no result")
+    f64 = ("--dtype", "float64")
+    one, rs, diff = one_and_three(d, port, one_args=f64, three_args=f64 + BUCKETS, suffix="64")
+    if not one:
         return
     check(all(r["dtype"] == "float64" and r["staged"] for r in rs + [one]),
           f"dtypes {[r['dtype'] for r in rs]}, staged {[r['staged'] for r in rs]}")
     check(len({r["hash"] for r in rs}) == 1, "the float64 replicas differ")
-    diff = max_diff(one["params"], rs[0]["params"])
     print(f"float64, 3 nodes vs 1 node after {one['iters']} iterations: final loss "
           f"{rs[0]['last_loss']:.6f} vs {one['last_loss']:.6f}, max abs parameter difference "
           f"{diff:.3g}")
@@ -313,20 +298,6 @@ def _cmdline(pid):
         return ""
 
 
-def port_block():
-    """A block of 8 ports claimed as tests/ports.sh claims them (an atomic mkdir)."""
-    import random
-    tmp = os.environ.get("TMPDIR") or "/tmp"
-    for _ in range(200):
-        base = 10000 + random.randrange(2700) * 8
-        try:
-            os.mkdir(os.path.join(tmp, f"hetring-ports.{base}"))
-            return base, os.path.join(tmp, f"hetring-ports.{base}")
-        except FileExistsError:
-            continue
-    raise RuntimeError("no free block of ports")
-
-
 def main():
     port, claim = port_block()
     try:
@@ -336,9 +307,7 @@ def main():
     finally:
         kill_all()
         os.rmdir(claim)
-    if failures:
-        print(f"{failures} check(s) failed", file=sys.stderr)
-    return 1 if failures else 0
+    return finish()
 
 
 if __name__ == "__main__":

@@ -33,43 +33,13 @@ static const blas_cpu avx = {.intel = 1, .avx = 1};
 static const blas_cpu avx2_intel = {.intel = 1, .avx = 1, .avx2 = 1, .fma = 1};
 static const blas_cpu avx2_amd = {.amd = 1, .avx = 1, .avx2 = 1, .fma = 1};
 static const blas_cpu avx2_nofma = {.intel = 1, .avx = 1, .avx2 = 1};
-static const blas_cpu avx512 = {.intel = 1,
-                                .avx = 1,
-                                .avx2 = 1,
-                                .fma = 1,
-                                .avx512f = 1,
-                                .avx512bw = 1,
-                                .avx512vl = 1,
-                                .avx512dq = 1,
-                                .avx512cd = 1};
-static const blas_cpu avx512_novl = {.intel = 1,
-                                     .avx = 1,
-                                     .avx2 = 1,
-                                     .fma = 1,
-                                     .avx512f = 1,
-                                     .avx512bw = 1,
-                                     .avx512dq = 1,
-                                     .avx512cd = 1};
-static const blas_cpu bf16 = {.intel = 1,
-                              .avx = 1,
-                              .avx2 = 1,
-                              .fma = 1,
-                              .avx512f = 1,
-                              .avx512bw = 1,
-                              .avx512vl = 1,
-                              .avx512dq = 1,
-                              .avx512cd = 1,
-                              .avx512bf16 = 1};
-static const blas_cpu zen4 = {.amd = 1,
-                              .avx = 1,
-                              .avx2 = 1,
-                              .fma = 1,
-                              .avx512f = 1,
-                              .avx512bw = 1,
-                              .avx512vl = 1,
-                              .avx512dq = 1,
-                              .avx512cd = 1,
-                              .avx512bf16 = 1};
+/* the AVX-512 subsets every AVX-512 machine below has (VL and BF16 vary) */
+#define AVX512_BASE                                                                                \
+    .avx = 1, .avx2 = 1, .fma = 1, .avx512f = 1, .avx512bw = 1, .avx512dq = 1, .avx512cd = 1
+static const blas_cpu avx512 = {.intel = 1, AVX512_BASE, .avx512vl = 1};
+static const blas_cpu avx512_novl = {.intel = 1, AVX512_BASE};
+static const blas_cpu bf16 = {.intel = 1, AVX512_BASE, .avx512vl = 1, .avx512bf16 = 1};
+static const blas_cpu zen4 = {.amd = 1, AVX512_BASE, .avx512vl = 1, .avx512bf16 = 1};
 
 static void test_choose(void) {
     static const struct {

@@ -315,11 +315,6 @@ static void test_unwritable(void) {
 
 int main(int argc, char **argv) {
     (void)argc;
-    test_blas_main(argv);
-    tmpdir(dir, sizeof dir);
-    test_atomic_save();
-    test_refusal();
-    test_unwritable();
-    rm_rf(dir);
-    return check_exit();
+    static void (*const cases[])(void) = {test_atomic_save, test_refusal, test_unwritable, NULL};
+    return tmpdir_main(argv, dir, sizeof dir, cases);
 }

@@ -15,6 +15,7 @@
  */
 #include "tests/check.h"
 #include "tests/blas_main.h"
+#include "tests/model_spec.h"
 #include "trainer/device.h"
 
 #include <math.h>
@@ -25,17 +26,8 @@
 #define STEPS 6
 
 static void spec_cnn(model_spec *s) {
-    memset(s, 0, sizeof *s);
-    s->in_c = 1, s->in_h = 8, s->in_w = 8, s->loss = MODEL_LOSS_XENT;
-    layer_kind k[] = {LAYER_CONV2D, LAYER_RELU, LAYER_MAXPOOL, LAYER_FLATTEN,
-                      LAYER_LINEAR, LAYER_RELU, LAYER_LINEAR};
-    int units[] = {4, 0, 0, 0, 16, 0, 3}, win[] = {3, 0, 2, 0, 0, 0, 0};
-    int stride[] = {1, 0, 2, 0, 0, 0, 0}, pad[] = {1, 0, 0, 0, 0, 0, 0};
-    for (int i = 0; i < 7; i++) {
-        s->kind[i] = k[i], s->units[i] = units[i], s->k[i] = win[i];
-        s->stride[i] = stride[i], s->pad[i] = pad[i];
-    }
-    s->n_layers = 7;
+    *s = spec_of(1, 8, 8, MODEL_LOSS_XENT,
+                 "conv 4 3 1 1, relu, pool 2 2, flatten, linear 16, relu, linear 3");
 }
 
 /* One node: a model, its optimizer and a device over them. */

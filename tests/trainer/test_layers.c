@@ -10,6 +10,8 @@
  */
 #include "tests/check.h"
 #include "tests/blas_main.h"
+#include "tests/model_spec.h"
+#include "trainer/layers.h"
 #include "trainer/model.h"
 #include "trainer/rng.h"
 
@@ -161,54 +163,53 @@ static void gradcheck(const char *name, const model_spec *s, int B, long max_che
     model_free(&m);
 }
 
-static model_spec spec(int c, int h, int w, model_loss loss) {
-    model_spec s;
-    memset(&s, 0, sizeof s);
-    s.in_c = c, s.in_h = h, s.in_w = w, s.loss = loss;
-    return s;
-}
+/* ---------------------------------------------------------------- max-pool ties */
 
-static void add(model_spec *s, layer_kind k, int units, int ks, int stride, int pad) {
-    int i = s->n_layers++;
-    s->kind[i] = k, s->units[i] = units, s->k[i] = ks, s->stride[i] = stride, s->pad[i] = pad;
+/* The window scan (ew.h, which the GPU's kernel runs too) takes the first of equal values in
+ * row-major order, and the top-left corner of a window of -FLT_MAX; the gradient goes there. */
+static void maxpool_ties(void) {
+    /* a 4x4 plane row by row; its k2 s2 windows hold four 1s, a 0 then three 2s, four -FLT_MAX,
+     * and 3, 1, 1, 3 */
+    const float m = -FLT_MAX;
+    const float in[16] = {1, 1, 0, 2, 1, 1, 2, 2, m, m, 3, 1, m, m, 1, 3};
+    const int32_t want[4] = {0, 3, 8, 10};
+    const float dout[4] = {1, 2, 3, 4};
+    float out[4], din[16];
+    int32_t am[4];
+    maxpool_forward(out, am, in, 1, 1, 4, 4, 2, 2);
+    maxpool_backward(din, dout, am, 1, 1, 4, 4, 2, 2);
+    for (int i = 0; i < 4; i++) {
+        CHECK(am[i] == want[i], "maxpool tie: window %d chose %d, not %d", i, am[i], want[i]);
+        CHECK(out[i] == in[want[i]], "maxpool tie: window %d gave %g", i, out[i]);
+        CHECK(din[want[i]] == dout[i], "maxpool tie: din[%d] = %g, not %g", want[i], din[want[i]],
+              dout[i]);
+    }
+    printf("maxpool ties                 first in row-major order, as the GPU\n");
 }
 
 int main(int argc, char **argv) {
     (void)argc;
     test_blas_main(argv);
+    maxpool_ties();
     model_spec s;
 
-    s = spec(7, 1, 1, MODEL_LOSS_MSE); /* linear + MSE (linreg) */
-    add(&s, LAYER_LINEAR, 3, 0, 0, 0);
+    s = spec_of(7, 1, 1, MODEL_LOSS_MSE, "linear 3"); /* linear + MSE (linreg) */
     gradcheck("linear+mse", &s, 5, 1 << 20);
 
-    s = spec(6, 1, 1, MODEL_LOSS_XENT); /* softmax regression */
-    add(&s, LAYER_LINEAR, 4, 0, 0, 0);
+    s = spec_of(6, 1, 1, MODEL_LOSS_XENT, "linear 4"); /* softmax regression */
     gradcheck("linear+xent", &s, 5, 1 << 20);
 
-    s = spec(8, 1, 1, MODEL_LOSS_XENT); /* MLP: linear, relu, linear (din of linear, relu) */
-    add(&s, LAYER_LINEAR, 9, 0, 0, 0);
-    add(&s, LAYER_RELU, 0, 0, 0, 0);
-    add(&s, LAYER_LINEAR, 7, 0, 0, 0);
-    add(&s, LAYER_RELU, 0, 0, 0, 0);
-    add(&s, LAYER_LINEAR, 5, 0, 0, 0);
+    /* MLP: linear, relu, linear (din of linear, relu) */
+    s = spec_of(8, 1, 1, MODEL_LOSS_XENT, "linear 9, relu, linear 7, relu, linear 5");
     gradcheck("mlp (linear, relu)", &s, 6, 1 << 20);
 
-    s = spec(2, 7, 6, MODEL_LOSS_MSE); /* conv with stride 2 and padding 1, flatten */
-    add(&s, LAYER_CONV2D, 3, 3, 2, 1);
-    add(&s, LAYER_FLATTEN, 0, 0, 0, 0);
-    add(&s, LAYER_LINEAR, 2, 0, 0, 0);
+    /* conv with stride 2 and padding 1, flatten */
+    s = spec_of(2, 7, 6, MODEL_LOSS_MSE, "conv 3 3 2 1, flatten, linear 2");
     gradcheck("conv2d s2 p1 + flatten", &s, 3, 1 << 20);
 
     /* conv din through a second conv; max-pool with overlapping windows (k3 s2) and k2 s2 */
-    s = spec(2, 9, 9, MODEL_LOSS_XENT);
-    add(&s, LAYER_CONV2D, 3, 3, 1, 1);
-    add(&s, LAYER_RELU, 0, 0, 0, 0);
-    add(&s, LAYER_MAXPOOL, 0, 3, 2, 0);
-    add(&s, LAYER_CONV2D, 4, 2, 1, 0);
-    add(&s, LAYER_MAXPOOL, 0, 2, 2, 0);
-    add(&s, LAYER_FLATTEN, 0, 0, 0, 0);
-    add(&s, LAYER_LINEAR, 3, 0, 0, 0);
+    s = spec_of(2, 9, 9, MODEL_LOSS_XENT,
+                "conv 3 3 1 1, relu, pool 3 2, conv 4 2 1 0, pool 2 2, flatten, linear 3");
     gradcheck("conv, relu, maxpool, conv", &s, 3, 1 << 20);
 
     /* the configured CNNs (subset of parameters) */

@@ -21,6 +21,7 @@
 #include "cluster/overlap.h"
 #include "tests/check.h"
 #include "tests/blas_main.h"
+#include "tests/model_spec.h"
 #include "tests/trainer/util.h"
 
 #include <stdlib.h>
@@ -28,14 +29,7 @@
 
 static model_spec mlp_spec(void) {
     /* 8 -> 16 -> 4 -> 2: parameters at [0, 144), [144, 212), [212, 222) */
-    model_spec s;
-    memset(&s, 0, sizeof s);
-    s.in_c = 8, s.in_h = 1, s.in_w = 1, s.loss = MODEL_LOSS_XENT;
-    layer_kind kinds[] = {LAYER_LINEAR, LAYER_RELU, LAYER_LINEAR, LAYER_RELU, LAYER_LINEAR};
-    int units[] = {16, 0, 4, 0, 2};
-    for (int i = 0; i < 5; i++) s.kind[i] = kinds[i], s.units[i] = units[i];
-    s.n_layers = 5;
-    return s;
+    return spec_of(8, 1, 1, MODEL_LOSS_XENT, "linear 16, relu, linear 4, relu, linear 2");
 }
 
 static void test_plan(const model *m) {

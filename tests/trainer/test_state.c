@@ -152,11 +152,6 @@ static void test_max_nodes(void) {
 
 int main(int argc, char **argv) {
     (void)argc;
-    test_blas_main(argv);
-    tmpdir(dir, sizeof dir);
-    test_round_trip();
-    test_refusal();
-    test_max_nodes();
-    rm_rf(dir);
-    return check_exit();
+    static void (*const cases[])(void) = {test_round_trip, test_refusal, test_max_nodes, NULL};
+    return tmpdir_main(argv, dir, sizeof dir, cases);
 }

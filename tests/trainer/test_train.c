@@ -240,14 +240,12 @@ static void test_stretch(void) {
 
 int main(int argc, char **argv) {
     (void)argc;
-    test_blas_main(argv);
-    tmpdir(dir, sizeof dir);
-    test_schedules();
-    test_opt_threads();
-    test_stretch();
-    test_split_invariance();
-    test_determinism_and_resume();
-    test_learning();
-    rm_rf(dir);
-    return check_exit();
+    static void (*const cases[])(void) = {test_schedules,
+                                          test_opt_threads,
+                                          test_stretch,
+                                          test_split_invariance,
+                                          test_determinism_and_resume,
+                                          test_learning,
+                                          NULL};
+    return tmpdir_main(argv, dir, sizeof dir, cases);
 }

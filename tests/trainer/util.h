@@ -5,6 +5,8 @@
 #include "cluster/hr_node.h"
 #include "cluster/trainer_setup.h"
 #include "conf/cfg.h"
+#include "tests/blas_main.h"
+#include "tests/check.h"
 #include "tests/ports.h"
 #include "trainer/train.h"
 
@@ -28,6 +30,16 @@ static inline void rm_rf(const char *dir) {
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     if (system(cmd) != 0) fprintf(stderr, "cannot remove %s\n", dir);
+}
+
+/* The main of a test that works in the temporary directory dir (len bytes): choose the BLAS, make
+ * dir, run cases[] up to its NULL, remove dir; the exit status. */
+static inline int tmpdir_main(char **argv, char *dir, size_t len, void (*const cases[])(void)) {
+    test_blas_main(argv);
+    tmpdir(dir, len);
+    for (int i = 0; cases[i]; i++) cases[i]();
+    rm_rf(dir);
+    return check_exit();
 }
 
 /* Create the config file dir/name (its path into path[len]). Exits on failure. */

@@ -1,5 +1,6 @@
 /*
- * cuda_check.h: CU_CHECK, shared by the C and CUDA sources of trainer/cuda (not public).
+ * cuda_check.h: CU_CHECK, shared by the C and CUDA sources of trainer/cuda (not public), and the
+ * shape of the cuBLAS and cuDNN checks.
  * A failing CUDA runtime call returns HR_ERR_CUDA after logging the call and its file:line
  * under the cuda subsystem.
  */
@@ -18,13 +19,20 @@ extern "C" {
 }
 #endif
 
-#define CU_CHECK(call)                                                                             \
+/* The one shape of every check of a CUDA-library call: `s_` holds the call's status of `type`;
+ * where `failed` holds, log `text` (the call as written), its file:line and `why` under the cuda
+ * subsystem and return HR_ERR_CUDA. CU_CHECK here, BLAS_CHECK (cuda_common.cuh) and DNN_CHECK
+ * (cuda_cudnn.cu) are its instances. */
+#define HR_CUDA_CHECK_STATUS(type, call, text, failed, why)                                        \
     do {                                                                                           \
-        cudaError_t e_ = (call);                                                                   \
-        if (e_ != cudaSuccess) {                                                                   \
-            HR_ERROR(CUDA, "%s:%d: %s: %s", __FILE__, __LINE__, #call, cudaGetErrorString(e_));    \
+        type s_ = (call);                                                                          \
+        if (failed) {                                                                              \
+            HR_ERROR(CUDA, "%s:%d: %s: %s", __FILE__, __LINE__, text, why);                        \
             return HR_ERR_CUDA;                                                                    \
         }                                                                                          \
     } while (0)
+
+#define CU_CHECK(call)                                                                             \
+    HR_CUDA_CHECK_STATUS(cudaError_t, call, #call, s_ != cudaSuccess, cudaGetErrorString(s_))
 
 #endif

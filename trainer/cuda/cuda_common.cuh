@@ -23,19 +23,18 @@ extern "C" {
 }
 
 #define BLAS_CHECK(call)                                                                           \
-    do {                                                                                           \
-        cublasStatus_t s_ = (call);                                                                \
-        if (s_ != CUBLAS_STATUS_SUCCESS) {                                                         \
-            HR_ERROR(CUDA, "%s:%d: %s: %s", __FILE__, __LINE__, #call,                             \
-                     cuda_lib.cublasGetStatusString(s_));                                          \
-            return HR_ERR_CUDA;                                                                    \
-        }                                                                                          \
-    } while (0)
+    HR_CUDA_CHECK_STATUS(cublasStatus_t, call, #call, s_ != CUBLAS_STATUS_SUCCESS,                 \
+                         cuda_lib.cublasGetStatusString(s_))
 
 #define LAUNCH_CHECK() CU_CHECK(cudaGetLastError())
 
 /* Threads per block of the elementwise and reduction kernels (a power of two). */
 #define HR_CUDA_THREADS 256
+
+/* A grid-stride loop: `long i` takes this thread's items of [0, n), one grid's width apart. */
+#define HR_CUDA_GRID_LOOP(i, n)                                                                    \
+    for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < (n);                            \
+         i += (long)gridDim.x * blockDim.x)
 
 /* Blocks for a grid-stride loop over n items: fixed by n alone. */
 static inline int hr_cuda_blocks(long n, int cap) {
@@ -57,16 +56,16 @@ static inline hr_status hr_cuda_gemm(cuda_ctx *c, int ta, int tb, int M, int N, 
     return HR_OK;
 }
 
-/* Block-wide sum of one double per thread in a fixed tree order; thread 0 gets the total.
- * `sh` holds HR_CUDA_THREADS doubles. */
-static __device__ inline double hr_block_sum(double v, double *sh) {
+/* Block-wide sum of one value per thread (float or double) in a fixed tree order; every thread
+ * gets the total. `sh` holds HR_CUDA_THREADS values. */
+template <typename T> static __device__ inline T hr_block_sum(T v, T *sh) {
     sh[threadIdx.x] = v;
     __syncthreads();
     for (int s = HR_CUDA_THREADS / 2; s > 0; s >>= 1) {
         if ((int)threadIdx.x < s) sh[threadIdx.x] += sh[threadIdx.x + s];
         __syncthreads();
     }
-    double r = sh[0];
+    T r = sh[0];
     __syncthreads();
     return r;
 }

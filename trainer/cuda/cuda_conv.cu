@@ -12,12 +12,12 @@
  *   backward  doutT = dout transposed to (OC, Bc*OHW)
  *             dw (OC, CKK) += doutT . col^T        (chunks summed in order through beta)
  *             dcol (CKK, Bc*OHW) = w^T . doutT,      then din = col2im(dcol)
- * col2im and the max-pool backward are gathers (one thread per input value, contributions
- * added in the CPU's order), so neither needs atomics.
+ * The max-pool window scan is ew.h's, the CPU's, so both break ties alike. col2im and the
+ * max-pool backward are gathers (one thread per input value, contributions added in the CPU's
+ * order), so neither needs atomics.
  */
 #include "trainer/cuda/cuda_common.cuh"
-
-#include <float.h>
+#include "trainer/ew.h"
 
 /* Workspace per chunk: col and dcol (CKK each) plus outT/doutT (OC), per output position. */
 #define CONV_CHUNK_FLOATS (32L << 20)
@@ -43,8 +43,7 @@ extern "C" size_t cuda_conv2d_workspace(const conv_geom *g, int B) {
 static __global__ void im2col_kernel(float *col, const float *in, int Bc, conv_geom g) {
     long ohw = (long)g.OH * g.OW, ncol = Bc * ohw;
     long n = (long)g.C * g.K * g.K * ncol;
-    for (long t = blockIdx.x * (long)blockDim.x + threadIdx.x; t < n;
-         t += (long)gridDim.x * blockDim.x) {
+    HR_CUDA_GRID_LOOP(t, n) {
         long row = t / ncol, j = t - row * ncol;
         int kx = (int)(row % g.K), ky = (int)((row / g.K) % g.K), c = (int)(row / (g.K * g.K));
         long b = j / ohw, o = j - b * ohw;
@@ -61,8 +60,7 @@ static __global__ void im2col_kernel(float *col, const float *in, int Bc, conv_g
 static __global__ void col2im_kernel(float *din, const float *dcol, int Bc, conv_geom g) {
     long ohw = (long)g.OH * g.OW, ncol = Bc * ohw;
     long n = (long)Bc * g.C * g.H * g.W;
-    for (long t = blockIdx.x * (long)blockDim.x + threadIdx.x; t < n;
-         t += (long)gridDim.x * blockDim.x) {
+    HR_CUDA_GRID_LOOP(t, n) {
         int x = (int)(t % g.W), y = (int)((t / g.W) % g.H);
         long bc = t / ((long)g.H * g.W);
         int c = (int)(bc % g.C);
@@ -86,32 +84,35 @@ static __global__ void col2im_kernel(float *din, const float *dcol, int Bc, conv
     }
 }
 
+/* Where element t of a (Bc, OC, OHW) tensor sits in its (OC, Bc*OHW) transpose. */
+static __device__ inline long transposed(long t, int Bc, int OC, long ohw) {
+    long i = t % ohw, boc = t / ohw;
+    return (boc % OC) * Bc * ohw + boc / OC * ohw + i;
+}
+
 /* out (Bc, OC, OHW) = outT (OC, Bc*OHW) transposed, plus bias (OC). */
 static __global__ void untranspose_bias_kernel(float *out, const float *outT, const float *bias,
                                                int Bc, int OC, long ohw) {
-    long n = (long)Bc * OC * ohw;
-    for (long t = blockIdx.x * (long)blockDim.x + threadIdx.x; t < n;
-         t += (long)gridDim.x * blockDim.x) {
-        long i = t % ohw, boc = t / ohw;
-        int oc = (int)(boc % OC);
-        long b = boc / OC;
-        out[t] = outT[(long)oc * Bc * ohw + b * ohw + i] + bias[oc];
+    HR_CUDA_GRID_LOOP(t, (long)Bc * OC * ohw) {
+        out[t] = outT[transposed(t, Bc, OC, ohw)] + bias[(t / ohw) % OC];
     }
 }
 
 /* doutT (OC, Bc*OHW) = dout (Bc, OC, OHW) transposed. */
 static __global__ void transpose_kernel(float *doutT, const float *dout, int Bc, int OC, long ohw) {
-    long n = (long)Bc * OC * ohw;
-    for (long t = blockIdx.x * (long)blockDim.x + threadIdx.x; t < n;
-         t += (long)gridDim.x * blockDim.x) {
-        long i = t % ohw, boc = t / ohw;
-        int oc = (int)(boc % OC);
-        long b = boc / OC;
-        doutT[(long)oc * Bc * ohw + b * ohw + i] = dout[t];
-    }
+    HR_CUDA_GRID_LOOP(t, (long)Bc * OC * ohw) doutT[transposed(t, Bc, OC, ohw)] = dout[t];
 }
 
 /* ================================================================ conv2d */
+
+/* col (CKK, bc*OHW) = the im2col matrix of the bc samples at in. */
+static hr_status im2col(cuda_ctx *c, float *col, const float *in, int bc, const conv_geom *g) {
+    long rows = (long)g->C * g->K * g->K, ncol = (long)bc * g->OH * g->OW;
+    im2col_kernel<<<hr_cuda_blocks(rows * ncol, 16384), HR_CUDA_THREADS, 0, c->stream>>>(col, in,
+                                                                                         bc, *g);
+    LAUNCH_CHECK();
+    return HR_OK;
+}
 
 static hr_status im2col_forward(cuda_ctx *c, float *out, const float *in, const float *w,
                                 const float *bias, int B, const conv_geom *g) {
@@ -122,9 +123,7 @@ static hr_status im2col_forward(cuda_ctx *c, float *out, const float *in, const 
     for (int b0 = 0; b0 < B; b0 += bc_max) {
         int bc = B - b0 < bc_max ? B - b0 : bc_max;
         int ncol = (int)(bc * ohw);
-        im2col_kernel<<<hr_cuda_blocks((long)ckk * ncol, 16384), HR_CUDA_THREADS, 0, c->stream>>>(
-            col, in + b0 * in_sz, bc, *g);
-        LAUNCH_CHECK();
+        HR_CHECK(im2col(c, col, in + b0 * in_sz, bc, g));
         HR_CHECK(hr_cuda_gemm(c, 0, 0, g->OC, ncol, ckk, w, ckk, col, ncol, 0.0f, outT, ncol));
         untranspose_bias_kernel<<<hr_cuda_blocks((long)bc * out_sz, 16384), HR_CUDA_THREADS, 0,
                                   c->stream>>>(out + b0 * out_sz, outT, bias, bc, g->OC, ohw);
@@ -145,9 +144,7 @@ static hr_status im2col_backward(cuda_ctx *c, float *din, float *dw, float *dbia
     for (int b0 = 0; b0 < B; b0 += bc_max) {
         int bc = B - b0 < bc_max ? B - b0 : bc_max;
         int ncol = (int)(bc * ohw);
-        im2col_kernel<<<hr_cuda_blocks((long)ckk * ncol, 16384), HR_CUDA_THREADS, 0, c->stream>>>(
-            col, in + b0 * in_sz, bc, *g);
-        LAUNCH_CHECK();
+        HR_CHECK(im2col(c, col, in + b0 * in_sz, bc, g));
         transpose_kernel<<<hr_cuda_blocks((long)bc * out_sz, 16384), HR_CUDA_THREADS, 0,
                            c->stream>>>(doutT, dout + b0 * out_sz, bc, g->OC, ohw);
         LAUNCH_CHECK();
@@ -190,17 +187,10 @@ extern "C" hr_status cuda_conv2d_backward(cuda_ctx *c, float *din, float *dw, fl
 static __global__ void maxpool_fwd_kernel(float *out, int32_t *argmax, const float *in, long BC,
                                           int H, int W, int K, int S, int OH, int OW) {
     long n = BC * OH * OW;
-    for (long t = blockIdx.x * (long)blockDim.x + threadIdx.x; t < n;
-         t += (long)gridDim.x * blockDim.x) {
+    HR_CUDA_GRID_LOOP(t, n) {
         int ox = (int)(t % OW), oy = (int)((t / OW) % OH);
         const float *plane = in + (t / ((long)OH * OW)) * H * W;
-        float best = -FLT_MAX;
-        int32_t bi = (oy * S) * W + ox * S;
-        for (int ky = 0; ky < K; ky++)
-            for (int kx = 0; kx < K; kx++) {
-                int32_t i = (oy * S + ky) * W + ox * S + kx;
-                if (plane[i] > best) best = plane[i], bi = i;
-            }
+        int32_t bi = ew_maxpool_argmax(plane, W, K, S, oy, ox);
         out[t] = plane[bi];
         argmax[t] = bi;
     }
@@ -211,8 +201,7 @@ static __global__ void maxpool_fwd_kernel(float *out, int32_t *argmax, const flo
 static __global__ void maxpool_bwd_kernel(float *din, const float *dout, const int32_t *argmax,
                                           long BC, int H, int W, int K, int S, int OH, int OW) {
     long n = BC * H * W;
-    for (long t = blockIdx.x * (long)blockDim.x + threadIdx.x; t < n;
-         t += (long)gridDim.x * blockDim.x) {
+    HR_CUDA_GRID_LOOP(t, n) {
         int x = (int)(t % W), y = (int)((t / W) % H);
         long p = t / ((long)H * W);
         int oy0 = y < K ? 0 : (y - K) / S + 1, oy1 = y / S < OH - 1 ? y / S : OH - 1;

@@ -27,14 +27,8 @@
 #include "trainer/cuda/conv_pick.h"
 
 #define DNN_CHECK(call)                                                                            \
-    do {                                                                                           \
-        cudnnStatus_t s_ = (call);                                                                 \
-        if (s_ != CUDNN_STATUS_SUCCESS) {                                                          \
-            HR_ERROR(CUDA, "%s:%d: %s: %s", __FILE__, __LINE__, #call,                             \
-                     cuda_lib.cudnnGetErrorString(s_));                                            \
-            return HR_ERR_CUDA;                                                                    \
-        }                                                                                          \
-    } while (0)
+    HR_CUDA_CHECK_STATUS(cudnnStatus_t, call, #call, s_ != CUDNN_STATUS_SUCCESS,                   \
+                         cuda_lib.cudnnGetErrorString(s_))
 
 /* One pass's choice for one (geometry, batch): algo < 0 means im2col. */
 typedef struct {
@@ -220,9 +214,7 @@ static hr_status dnn_plan_for(hr_dnn *d, const conv_geom *g, int B, size_t limit
 
 /* out (B, OC, OHW) += bias (OC). */
 static __global__ void add_bias_kernel(float *out, const float *bias, long n, int OC, long ohw) {
-    for (long t = blockIdx.x * (long)blockDim.x + threadIdx.x; t < n;
-         t += (long)gridDim.x * blockDim.x)
-        out[t] += bias[(t / ohw) % OC];
+    HR_CUDA_GRID_LOOP(t, n) out[t] += bias[(t / ohw) % OC];
 }
 
 static size_t dnn_limit(const conv_geom *g, int B) {

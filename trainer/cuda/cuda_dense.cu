@@ -12,19 +12,6 @@
 
 /* ================================================================ reductions */
 
-/* Block-wide float sum in a fixed tree order (HR_CUDA_THREADS threads); all threads get it. */
-static __device__ float block_sum_f(float v, float *sh) {
-    sh[threadIdx.x] = v;
-    __syncthreads();
-    for (int s = HR_CUDA_THREADS / 2; s > 0; s >>= 1) {
-        if ((int)threadIdx.x < s) sh[threadIdx.x] += sh[threadIdx.x + s];
-        __syncthreads();
-    }
-    float r = sh[0];
-    __syncthreads();
-    return r;
-}
-
 /* out[n] = sum over rows r of m[r, n] for a row-major (R, N) matrix. Block (32, 8): the 32
  * x-threads take 32 adjacent columns (coalesced), the 8 y-threads split the rows by stride,
  * then fold in a fixed order. */
@@ -55,7 +42,7 @@ static __global__ void chansum_kernel(float *part, const float *x, int B, int C,
         long b = j / S, i = j - b * S;
         s += x[(b * C + c) * S + i];
     }
-    s = block_sum_f(s, sh);
+    s = hr_block_sum(s, sh);
     if (threadIdx.x == 0) part[(long)p * C + c] = s;
 }
 
@@ -116,9 +103,7 @@ hr_status hr_cuda_finish_stats(cuda_ctx *c, int nparts, double *stats) {
 /* out (B, O) = bias broadcast over the rows. */
 static __global__ void bias_rows_kernel(float *out, const float *bias, long B, int O) {
     long n = B * O;
-    for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < n;
-         i += (long)gridDim.x * blockDim.x)
-        out[i] = bias[i % O];
+    HR_CUDA_GRID_LOOP(i, n) out[i] = bias[i % O];
 }
 
 extern "C" hr_status cuda_linear_forward(cuda_ctx *c, float *out, const float *in, const float *w,
@@ -145,15 +130,11 @@ hr_status hr_cuda_channel_sum(cuda_ctx *c, float *out, const float *x, int B, in
 /* ================================================================ relu */
 
 static __global__ void relu_fwd_kernel(float *out, const float *in, long n) {
-    for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < n;
-         i += (long)gridDim.x * blockDim.x)
-        out[i] = ew_relu(in[i]);
+    HR_CUDA_GRID_LOOP(i, n) out[i] = ew_relu(in[i]);
 }
 
 static __global__ void relu_bwd_kernel(float *din, const float *dout, const float *out, long n) {
-    for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < n;
-         i += (long)gridDim.x * blockDim.x)
-        din[i] = ew_relu_grad(out[i], dout[i]);
+    HR_CUDA_GRID_LOOP(i, n) din[i] = ew_relu_grad(out[i], dout[i]);
 }
 
 extern "C" hr_status cuda_relu_forward(cuda_ctx *c, float *out, const float *in, long n) {
@@ -213,8 +194,7 @@ extern "C" hr_status cuda_softmax_xent(cuda_ctx *c, float *dlogits, const float 
 static __global__ void mse_kernel(float *dy, const float *y, const float *t, long n, double *part) {
     __shared__ double sh[HR_CUDA_THREADS];
     double loss = 0.0;
-    for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < n;
-         i += (long)gridDim.x * blockDim.x) {
+    HR_CUDA_GRID_LOOP(i, n) {
         float e = y[i] - t[i];
         loss += (double)e * e;
         if (dy) dy[i] = ew_mse_grad(e);
@@ -241,9 +221,7 @@ extern "C" hr_status cuda_mse_loss(cuda_ctx *c, float *dy, const float *y, const
  * opt_step's, operation for operation. */
 static __global__ void sgd_kernel(float *p, float *v, const float *grad, long n, float lr,
                                   float momentum, float wd, float inv_B) {
-    for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < n;
-         i += (long)gridDim.x * blockDim.x)
-        ew_sgd(&p[i], &v[i], grad[i], lr, momentum, wd, inv_B);
+    HR_CUDA_GRID_LOOP(i, n) ew_sgd(&p[i], &v[i], grad[i], lr, momentum, wd, inv_B);
 }
 
 extern "C" hr_status cuda_sgd_step(cuda_ctx *c, float *p, float *v, const float *grad, long n,

@@ -12,7 +12,6 @@
 #include "trainer/cuda/cuda_layers.h"
 
 #include <cuda_runtime_api.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -20,15 +19,6 @@
 #define STR(x)  STR_(x)
 
 cuda_libs cuda_lib;
-
-/* One library: what it is called, its names (versioned soname first) and the check of its
- * version: HR_OK with the version in ver, or HR_ERR_UNSUPPORTED saying why this build
- * cannot use it. */
-typedef struct {
-    const char *label;
-    const char *names[2];
-    hr_status (*version)(void *h, char *ver, size_t len, char *err, size_t errlen);
-} lib_spec;
 
 /* ================================================================ versions */
 
@@ -76,102 +66,55 @@ static hr_status dnn_version(void *h, char *ver, size_t len, char *err, size_t e
 }
 #endif
 
-enum { LIB_DRIVER, LIB_BLAS, LIB_DNN, LIB_COUNT };
+#define CUDA_LIBS_SYM(f) {#f, offsetof(cuda_libs, f)},
+#define N_SYMS(a)        ((int)(sizeof a / sizeof a[0]))
 
-static const lib_spec libs[] = {
-    {"CUDA driver", {"libcuda.so.1", "libcuda.so"}, driver_version},
-    {"cuBLAS", {"libcublas.so." STR(CUBLAS_VER_MAJOR), "libcublas.so"}, blas_version},
+static const hr_dl_sym blas_syms[] = {CUDA_LIBS_BLAS(CUDA_LIBS_SYM)};
 #ifdef HR_HAVE_CUDNN
-    {"cuDNN", {"libcudnn.so." STR(CUDNN_MAJOR), "libcudnn.so"}, dnn_version},
+static const hr_dl_sym dnn_syms[] = {CUDA_LIBS_DNN(CUDA_LIBS_SYM)};
+#endif
+
+enum { LIB_DRIVER, LIB_BLAS, LIB_DNN };
+
+static const hr_dl_lib libs[] = {
+    {"CUDA driver", {"libcuda.so.1", "libcuda.so"}, driver_version, NULL, 0},
+    {"cuBLAS",
+     {"libcublas.so." STR(CUBLAS_VER_MAJOR), "libcublas.so"},
+     blas_version,
+     blas_syms,
+     N_SYMS(blas_syms)},
+#ifdef HR_HAVE_CUDNN
+    {"cuDNN",
+     {"libcudnn.so." STR(CUDNN_MAJOR), "libcudnn.so"},
+     dnn_version,
+     dnn_syms,
+     N_SYMS(dnn_syms)},
 #endif
 };
 #define N_LIBS ((int)(sizeof libs / sizeof libs[0]))
 
-/* Open library s and check its version; NULL with the reason (which names the file) in err. */
-static void *open_checked(const lib_spec *s, char *ver, size_t vlen, char *err, size_t errlen) {
-    char why[HR_ERRLEN], path[HR_ERRLEN];
-    void *h = hr_dl_open(s->names, 2, err, errlen);
-    if (h && s->version(h, ver, vlen, why, sizeof why) != HR_OK) {
-        hr_dl_path(h, path, sizeof path);
-        hr_fail(err, errlen, HR_ERR_UNSUPPORTED, "%s: %s", path, why);
-        hr_dl_close(h), h = NULL;
-    }
-    return h;
-}
-
 /* ================================================================ load */
 
-#define CUDA_LIBS_SYM(f) {#f, offsetof(cuda_libs, f)},
-
-static hr_status bind_all(void *const *h, char *err, size_t errlen) {
-    static const hr_dl_sym blas[] = {CUDA_LIBS_BLAS(CUDA_LIBS_SYM)};
-    HR_CHECK(hr_dl_bind(h[LIB_BLAS], "cuBLAS", blas, (int)(sizeof blas / sizeof blas[0]), &cuda_lib,
-                        err, errlen));
-#ifdef HR_HAVE_CUDNN
-    static const hr_dl_sym dnn[] = {CUDA_LIBS_DNN(CUDA_LIBS_SYM)};
-    HR_CHECK(hr_dl_bind(h[LIB_DNN], "cuDNN", dnn, (int)(sizeof dnn / sizeof dnn[0]), &cuda_lib, err,
-                        errlen));
-#endif
-    return HR_OK;
-}
-
 static hr_status load_all(char *err, size_t errlen) {
-    void *h[LIB_COUNT] = {NULL, NULL, NULL};
-    char ver[LIB_COUNT][64], said[3 * 64 + 8] = "";
-    hr_status st = HR_OK;
-    char why[HR_ERRLEN];
-    for (int i = 0; i < N_LIBS && st == HR_OK; i++)
-        if (!(h[i] = open_checked(&libs[i], ver[i], sizeof ver[i], why, sizeof why)))
-            st = hr_fail(err, errlen, HR_ERR_UNSUPPORTED, "%s: %s", libs[i].label, why);
-    if (st == HR_OK) st = bind_all(h, err, errlen);
-    if (st != HR_OK) {
-        for (int i = 0; i < LIB_COUNT; i++) hr_dl_close(h[i]);
-        memset(&cuda_lib, 0, sizeof cuda_lib);
-        return st;
-    }
-    for (int i = 0; i < N_LIBS; i++)
-        snprintf(said + strlen(said), sizeof said - strlen(said), "%s%s", i ? ", " : "", ver[i]);
-    HR_INFO(CUDA, "loaded %s", said); /* the handles stay open for the process's life */
-    return HR_OK;
+    return hr_dl_load(libs, N_LIBS, &cuda_lib, sizeof cuda_lib, HR_SUB_CUDA, err, errlen);
 }
 
 hr_status cuda_libs_load(char *err, size_t errlen) {
-    static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
-    static int tried;
-    static hr_status st;
-    static char why[HR_ERRLEN];
-    pthread_mutex_lock(&mu);
-    if (!tried) st = load_all(why, sizeof why), tried = 1;
-    pthread_mutex_unlock(&mu);
-    if (st != HR_OK) hr_fail(err, errlen, st, "%s", why);
-    return st;
+    static hr_dl_once once = HR_DL_ONCE_INIT;
+    return hr_dl_once_run(&once, load_all, err, errlen);
 }
 
 /* ================================================================ describe */
 
 void cuda_libs_describe(char *out, size_t len) {
-    size_t used = 0;
-    if (len) out[0] = 0;
-    for (int i = 0; i < N_LIBS && used < len; i++) {
-        char ver[64], path[512], why[HR_ERRLEN];
-        void *h = open_checked(&libs[i], ver, sizeof ver, why, sizeof why);
-        hr_dl_path(h, path, sizeof path);
-        if (h)
-            snprintf(out + used, len - used, "%s  %s: %s (%s)", i ? "\n" : "", libs[i].label, ver,
-                     path);
-        else
-            snprintf(out + used, len - used, "%s  %s: cannot be used: %s", i ? "\n" : "",
-                     libs[i].label, why);
-        hr_dl_close(h);
-        used += strlen(out + used);
-    }
+    hr_dl_describe(libs, N_LIBS, out, len);
 }
 
 const char *cuda_cudnn_version(void) {
 #ifdef HR_HAVE_CUDNN
     static _Thread_local char v[HR_ERRLEN];
     char why[HR_ERRLEN];
-    void *h = open_checked(&libs[LIB_DNN], v, sizeof v, why, sizeof why);
+    void *h = hr_dl_open_checked(&libs[LIB_DNN], v, sizeof v, why, sizeof why);
     if (!h) snprintf(v, sizeof v, "%s", why);
     hr_dl_close(h);
     return v;

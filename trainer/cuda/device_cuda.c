@@ -80,13 +80,13 @@ static hr_status cu_step(device *d, const opt_scalars *s) {
 }
 
 static hr_status cu_pull(device *d) {
-    HR_CHECK(model_cuda_params_to_host(d->impl, d->m->params));
-    return model_cuda_vel_to_host(d->impl, d->o->vel);
+    HR_CHECK(model_cuda_to_host(d->impl, MODEL_CUDA_PARAMS, d->m->params));
+    return model_cuda_to_host(d->impl, MODEL_CUDA_VEL, d->o->vel);
 }
 
 static hr_status cu_push(device *d) {
-    HR_CHECK(model_cuda_params_from_host(d->impl, d->m->params));
-    return model_cuda_vel_from_host(d->impl, d->o->vel);
+    HR_CHECK(model_cuda_to_device(d->impl, MODEL_CUDA_PARAMS, d->m->params));
+    return model_cuda_to_device(d->impl, MODEL_CUDA_VEL, d->o->vel);
 }
 
 static hr_status cu_keep_grads(device *d, int on) {

@@ -418,36 +418,25 @@ static hr_status copy_sync(model_cuda *mc, void *dst, const void *src, size_t by
     return HR_OK;
 }
 
-hr_status model_cuda_tail_to_device(model_cuda *mc, const float *tail) {
+/* Buffer b on the device, and its size in bytes. */
+static float *device_buf(model_cuda *mc, model_cuda_buf b, size_t *bytes) {
     const model *m = mc->m;
-    return copy_sync(mc, mc->grads + m->n_params, tail, sizeof(float) * (size_t)m->grad_tail,
-                     cudaMemcpyHostToDevice);
+    *bytes = sizeof(float) * (size_t)(b == MODEL_CUDA_TAIL ? m->grad_tail : m->n_params);
+    return b == MODEL_CUDA_PARAMS ? mc->params
+           : b == MODEL_CUDA_VEL  ? mc->vel
+                                  : mc->grads + m->n_params;
 }
 
-hr_status model_cuda_tail_to_host(model_cuda *mc, float *tail) {
-    const model *m = mc->m;
-    return copy_sync(mc, tail, mc->grads + m->n_params, sizeof(float) * (size_t)m->grad_tail,
-                     cudaMemcpyDeviceToHost);
+hr_status model_cuda_to_device(model_cuda *mc, model_cuda_buf b, const float *host) {
+    size_t bytes;
+    float *dev = device_buf(mc, b, &bytes);
+    return copy_sync(mc, dev, host, bytes, cudaMemcpyHostToDevice);
 }
 
-hr_status model_cuda_params_from_host(model_cuda *mc, const float *host) {
-    return copy_sync(mc, mc->params, host, sizeof(float) * (size_t)mc->m->n_params,
-                     cudaMemcpyHostToDevice);
-}
-
-hr_status model_cuda_params_to_host(model_cuda *mc, float *host) {
-    return copy_sync(mc, host, mc->params, sizeof(float) * (size_t)mc->m->n_params,
-                     cudaMemcpyDeviceToHost);
-}
-
-hr_status model_cuda_vel_from_host(model_cuda *mc, const float *host) {
-    return copy_sync(mc, mc->vel, host, sizeof(float) * (size_t)mc->m->n_params,
-                     cudaMemcpyHostToDevice);
-}
-
-hr_status model_cuda_vel_to_host(model_cuda *mc, float *host) {
-    return copy_sync(mc, host, mc->vel, sizeof(float) * (size_t)mc->m->n_params,
-                     cudaMemcpyDeviceToHost);
+hr_status model_cuda_to_host(model_cuda *mc, model_cuda_buf b, float *host) {
+    size_t bytes;
+    const float *dev = device_buf(mc, b, &bytes);
+    return copy_sync(mc, host, dev, bytes, cudaMemcpyDeviceToHost);
 }
 
 hr_status model_cuda_sgd_step(model_cuda *mc, float lr, float momentum, float wd, float inv_B) {

@@ -122,18 +122,18 @@ hr_status model_cuda_grads_from_host(model_cuda *mc, const float *host);
 
 /* ---------------------------------------------------------------- NCCL path and state */
 
-/* grads tail [n_params, n_params + grad_tail) between host and device (the stats slots that
- * ride along in an NCCL all-reduce of the device grads). */
-hr_status model_cuda_tail_to_device(model_cuda *mc, const float *tail);
-hr_status model_cuda_tail_to_host(model_cuda *mc, float *tail);
+/* The device buffers that move between host and device in one synchronous copy. */
+typedef enum {
+    MODEL_CUDA_PARAMS, /* parameters (n_params): state transfer, checkpoints and the I4 hash */
+    MODEL_CUDA_VEL,    /* momentum (n_params), for checkpoints (opt_sgd.vel on the CPU) */
+    MODEL_CUDA_TAIL,   /* grads tail [n_params, n_params + grad_tail): the stats slots that ride
+                        * along in an NCCL all-reduce of the device grads */
+} model_cuda_buf;
 
-/* Parameters (n_params) host <-> device, synchronous: state transfer, checkpoints and the
- * I4 hash. */
-hr_status model_cuda_params_from_host(model_cuda *mc, const float *host);
-hr_status model_cuda_params_to_host(model_cuda *mc, float *host);
-/* Momentum (n_params) host <-> device, for checkpoints (opt_sgd.vel on the CPU). */
-hr_status model_cuda_vel_from_host(model_cuda *mc, const float *host);
-hr_status model_cuda_vel_to_host(model_cuda *mc, float *host);
+/* Buffer b from host into the device, or from the device into host; both return once the copy
+ * finished (after the copies and kernels queued before it). */
+hr_status model_cuda_to_device(model_cuda *mc, model_cuda_buf b, const float *host);
+hr_status model_cuda_to_host(model_cuda *mc, model_cuda_buf b, float *host);
 
 /* One SGD step on the device grads, operation for operation opt_step's (optim.h):
  *     g = grad * inv_B + wd * p;  v = momentum * v + g;  p = p - lr * v
