@@ -1,5 +1,5 @@
 /*
- * ring.c: the ring's names and errors, and the collectives (see ring.h).
+ * coll.c: the ring's names and errors, and the collectives (see ring.h).
  *
  * Every collective is compiled into a schedule (engine.c): the frames this node sends to its
  * successor (byte ranges of one buffer, each with the number of received frames it must wait
