@@ -17,57 +17,10 @@
 #include "ring/ring_internal.h"
 
 #include "ring/frame.h"
-#include "ring/tcp.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* ================================================================ names and errors */
-
-void ring_node_str(const ring *r, long id, char *out, size_t n) {
-    int i = ring_config_index(&r->rc, id);
-    if (i < 0)
-        snprintf(out, n, "node %ld", id);
-    else
-        snprintf(out, n, "node %ld (%s:%ld)", id, r->rc.members[i].host, r->rc.members[i].port);
-}
-
-const char *ring_error(const ring *r) {
-    return r->err;
-}
-
-void ring_set_step_timeout(ring *r, double secs) {
-    r->coll_timeout = secs;
-}
-
-int ring_rank(const ring *r) {
-    return r->rank;
-}
-
-size_t ring_segment_bytes(const ring *r) {
-    return r->seg_bytes;
-}
-
-int ring_size(const ring *r) {
-    return r->view.n;
-}
-
-const ring_view *ring_get_view(const ring *r) {
-    return &r->view;
-}
-
-void ring_close_links(ring *r) {
-    tcp_close(&r->succ_fd);
-    tcp_close(&r->pred_fd);
-    sec_chan_free(&r->succ_ch);
-    sec_chan_free(&r->pred_ch);
-    for (int i = 0; i < 3; i++) {
-        tcp_close(&r->tree_fd[i]);
-        sec_chan_free(&r->tree_ch[i]);
-    }
-    r->tree_on = 0;
-}
 
 /* ================================================================ collectives */
 

@@ -625,14 +625,6 @@ static hr_status workers_of(ring *r) {
     return HR_OK;
 }
 
-int ring_workers(const ring *r) {
-    return r->mt_workers;
-}
-
-uint64_t ring_threaded_runs(const ring *r) {
-    return r->mt_runs;
-}
-
 /* How collectives run, for the log. */
 static const char *engine_name(const ring *r, char *out, size_t n) {
     if (r->mt_workers < 0)

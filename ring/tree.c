@@ -39,12 +39,6 @@ int tree_wanted(const ring *r, int n) {
     return r->rc.tree_bytes > 0 && n >= 4;
 }
 
-void tree_links_of(int rank, int n, int out[3]) {
-    out[0] = rank > 0 ? (rank - 1) / 2 : -1;
-    out[1] = 2 * rank + 1 < n ? 2 * rank + 1 : -1;
-    out[2] = 2 * rank + 2 < n ? 2 * rank + 2 : -1;
-}
-
 /* Depth of the tree of n ranks: the level of rank n - 1. */
 static int tree_depth(int n) {
     int d = 0;
@@ -71,10 +65,6 @@ static hr_status tree_step(ring *r, int coll, uint8_t *buf, size_t bytes, int li
     s->n_tx = tx ? 1 : 0;
     s->n_rx = tx ? 0 : 1;
     return eng_run_links(r, coll, buf, tx ? link : FROM_SUCC, tx ? FROM_PRED : link);
-}
-
-uint64_t ring_tree_runs(const ring *r) {
-    return r->tree_runs;
 }
 
 hr_status tree_reduce(ring *r, int coll, uint8_t *buf, size_t bytes, int op) {
