@@ -38,14 +38,6 @@ static hr_status finish(ring *r, hr_status st) {
     return st;
 }
 
-/* A local failure in the middle of a collective: the others are already sending, so the view
- * is failed and they are told. */
-hr_status ring_local_fail(ring *r, int coll, hr_status st, const char *what) {
-    char me[RING_STR + 64];
-    ring_node_str(r, r->self_id, me, sizeof me);
-    return eng_fail_view(r, NULL, coll, st, r->self_id, FROM_HERE, "%s: %s", me, what);
-}
-
 hr_status ring_fail_view(ring *r, hr_status st, const char *what) {
     if (r->failed != HR_OK) return r->failed;
     return ring_local_fail(r, FRAME_COLL_ALLREDUCE, st, what);

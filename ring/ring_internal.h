@@ -197,6 +197,12 @@ hr_status eng_silent(ring *r, txf *t, int coll, int from, int tx, double limit,
 /* Something happened on link `from`, which carries nothing this way but an abort (the
  * successor link, or a tree link while this node sends on it): report what (see engine.c). */
 hr_status eng_tx_trouble(ring *r, txf *t, int coll, int from, int e, const link_pos *pp);
+/* Report the abort frame whose payload (`len` bytes, verified in secure modes) is `body`, which
+ * came on link `from`, and pass it on (fail.c). */
+hr_status abort_report(ring *r, txf *t, int coll, uint8_t *body, size_t len, int from);
+/* Read the rest of a frame whose header `raw` came in on link `from` and that should be an
+ * abort, and report it (fail.c). */
+hr_status on_abort(ring *r, txf *t, int coll, const uint8_t *raw, int from);
 /* Check the header of frame e->ri (in rx_stage) against the one expected. */
 hr_status eng_header(ring *r, eng *e);
 
