@@ -1,12 +1,12 @@
 /*
- * coll.c: the ring's names and errors, and the collectives (see ring.h).
+ * coll.c: the collectives (see ring.h).
  *
  * Every collective is compiled into a schedule (engine.c): the frames this node sends to its
  * successor (byte ranges of one buffer, each with the number of received frames it must wait
  * for) and the frames it receives from its predecessor (byte ranges, each added as floats or
- * copied); eng_run runs it. The other files of the ring: form.c (the gate, formation, ring_init
- * to ring_free), engine.c (schedules and the single-threaded engine), engine_mt.c (the threaded
- * engine), elect.c (elections and the lobby); ring_internal.h declares what they share.
+ * copied); run_sched runs it on the engine that suits its size (engine.c, engine_mt.c). Small
+ * ones may go over the view's tree instead (tree.c). The collectives call down into those files,
+ * and the engines never call back up.
  *
  * Invariants:
  *  - each segment of the all-reduce is reduced once, by the node that owns it in that step,
@@ -36,6 +36,20 @@ static hr_status begin(ring *r) {
 static hr_status finish(ring *r, hr_status st) {
     r->seq++;
     return st;
+}
+
+/* Run r->sched over `base`: small collectives on the calling thread alone (engine.c; a hand-off
+ * between threads would cost more than it saves), large ones on the threaded engine
+ * (engine_mt.c) unless it is off. */
+static hr_status run_sched(ring *r, int coll, uint8_t *base) {
+    const ring_sched *s = r->sched;
+    size_t rx_bytes = 0;
+    for (size_t i = 0; i < s->n_rx && rx_bytes <= RING_MT_BYTES; i++) rx_bytes += s->rx_len[i];
+    if (rx_bytes > RING_MT_BYTES && r->mt_workers >= 0) {
+        r->mt_runs++;
+        return mt_run(r, coll, base);
+    }
+    return eng_run_links(r, coll, base, FROM_SUCC, FROM_PRED);
 }
 
 hr_status ring_fail_view(ring *r, hr_status st, const char *what) {
@@ -72,7 +86,7 @@ hr_status ring_allgatherv(ring *r, const void *mine, size_t my_bytes, void *all,
     sched_blocks b = {off, bytes_of};
     if (sched_steps(r, &b, tx, rx, add, n - 1, 1) != HR_OK)
         return finish(r, ring_local_fail(r, FRAME_COLL_ALLGATHER, HR_ERR_NOMEM, "out of memory"));
-    return finish(r, eng_run(r, FRAME_COLL_ALLGATHER, all));
+    return finish(r, run_sched(r, FRAME_COLL_ALLGATHER, all));
 }
 
 hr_status ring_allgather(ring *r, const void *mine, void *all, size_t bytes_each) {
@@ -98,7 +112,7 @@ hr_status ring_barrier(ring *r) {
     sched_blocks b = {off, len};
     if (sched_steps(r, &b, tx, rx, add, n - 1, 1) != HR_OK)
         return finish(r, ring_local_fail(r, FRAME_COLL_BARRIER, HR_ERR_NOMEM, "out of memory"));
-    return finish(r, eng_run(r, FRAME_COLL_BARRIER, &dummy));
+    return finish(r, run_sched(r, FRAME_COLL_BARRIER, &dummy));
 }
 
 hr_status ring_broadcast(ring *r, void *buf, size_t bytes, int root) {
@@ -128,7 +142,7 @@ hr_status ring_broadcast(ring *r, void *buf, size_t bytes, int root) {
         s->tx_need[i] = rel == 0 ? 0 : i + 1;
         s->rx_add[i] = 0;
     }
-    return finish(r, eng_run(r, FRAME_COLL_BROADCAST, buf));
+    return finish(r, run_sched(r, FRAME_COLL_BROADCAST, buf));
 }
 
 /* Small all-reduce: gather every contribution, then add them in rank order. */
@@ -154,7 +168,7 @@ static hr_status allreduce_small(ring *r, float *buf, size_t count) {
     sched_blocks b = {off, len};
     if (sched_steps(r, &b, tx, rx, add, n - 1, sizeof(float)) != HR_OK)
         return ring_local_fail(r, FRAME_COLL_ALLREDUCE, HR_ERR_NOMEM, "out of memory");
-    HR_CHECK(eng_run(r, FRAME_COLL_ALLREDUCE, (uint8_t *)r->tmp));
+    HR_CHECK(run_sched(r, FRAME_COLL_ALLREDUCE, (uint8_t *)r->tmp));
     memcpy(buf, r->tmp, bytes);
     for (int i = 1; i < n; i++) eng_add_floats(buf, r->tmp + (size_t)i * count, count);
     return HR_OK;
@@ -191,5 +205,5 @@ hr_status ring_allreduce(ring *r, float *buf, size_t count) {
     sched_blocks b = {off, len};
     if (sched_steps(r, &b, tx, rx, add, 2 * (n - 1), sizeof(float)) != HR_OK)
         return finish(r, ring_local_fail(r, FRAME_COLL_ALLREDUCE, HR_ERR_NOMEM, "out of memory"));
-    return finish(r, eng_run(r, FRAME_COLL_ALLREDUCE, (uint8_t *)buf));
+    return finish(r, run_sched(r, FRAME_COLL_ALLREDUCE, (uint8_t *)buf));
 }

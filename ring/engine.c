@@ -7,8 +7,8 @@
  * One engine runs any schedule with non-blocking sockets: it sends whatever is ready, receives
  * whatever has arrived, reduces each segment as soon as it has been verified, and sleeps in
  * poll() only when neither link can move. So both links run at once, reduction overlaps the
- * transfers, and no wait is longer than `timeout` without progress. eng_run hands large
- * collectives to the threaded engine (engine_mt.c) instead. Both report every failure with
+ * transfers, and no wait is longer than `timeout` without progress. Large collectives run on
+ * the threaded engine (engine_mt.c) instead (coll.c chooses). Both report every failure with
  * fail.c's functions.
  *
  * Invariants:
@@ -370,19 +370,6 @@ static hr_status engine_st(ring *r, int coll, uint8_t *base, int tx, int rx) {
         HR_CHECK(eng_wait(r, &e, last));
     }
     return HR_OK;
-}
-
-/* Run r->sched: small collectives on the calling thread alone (a hand-off between threads
- * would cost more than it saves), large ones on the threaded engine unless it is off. */
-hr_status eng_run(ring *r, int coll, uint8_t *base) {
-    const ring_sched *s = r->sched;
-    size_t rx_bytes = 0;
-    for (size_t i = 0; i < s->n_rx && rx_bytes <= RING_MT_BYTES; i++) rx_bytes += s->rx_len[i];
-    if (rx_bytes > RING_MT_BYTES && r->mt_workers >= 0) {
-        r->mt_runs++;
-        return mt_run(r, coll, base);
-    }
-    return engine_st(r, coll, base, FROM_SUCC, FROM_PRED);
 }
 
 hr_status eng_run_links(ring *r, int coll, uint8_t *base, int tx, int rx) {

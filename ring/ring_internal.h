@@ -206,10 +206,8 @@ hr_status on_abort(ring *r, txf *t, int coll, const uint8_t *raw, int from);
 /* Check the header of frame e->ri (in rx_stage) against the one expected. */
 hr_status eng_header(ring *r, eng *e);
 
-/* Run the schedule in r->sched over `base` on the engine that suits it. */
-hr_status eng_run(ring *r, int coll, uint8_t *base);
 /* Run r->sched on the calling thread with its frames sent on link `tx` and received from link
- * `rx` (the tree's single-frame steps). */
+ * `rx` (FROM_SUCC and FROM_PRED round the ring; a tree link for the tree's single-frame steps). */
 hr_status eng_run_links(ring *r, int coll, uint8_t *base, int tx, int rx);
 
 /* ---------------------------------------------------------------- the tree (tree.c) */
