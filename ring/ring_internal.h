@@ -54,6 +54,11 @@ hr_status ring_local_fail(ring *r, int coll, hr_status st, const char *what);
 
 /* ---------------------------------------------------------------- formation (form.c) */
 
+/* Listen on this node's address and start the gate (ring_init, ring_open, ring_reform). */
+hr_status listen_start(ring *r, char *err, size_t errlen);
+/* Stop the gate: every pending connection is closed and every thread joined (ring_free). */
+void gate_stop(ring *r);
+
 /* Form the ring of r->view: connect to the successor and take the predecessor, both within
  * `secs` seconds (ring_init, ring_reform, and elect.c once a view is agreed on). */
 hr_status ring_form(ring *r, double secs, char *err, size_t errlen);
