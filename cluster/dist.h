@@ -105,7 +105,7 @@ typedef struct {
     const cfg *c;             /* configuration (borrowed) */
     const cluster_config *cc; /* this node's cluster settings (borrowed): B */
     int self;                 /* index of this node in c->nodes */
-    ring r;                   /* the TCP ring */
+    ring *r;                  /* the TCP ring */
     int have_ring;            /* r was initialised */
     nccl_path np;             /* NCCL among the view's GPU members (nccl_path.h); set up per view
                                * after the TCP ring agreed on it, aborted before every election */

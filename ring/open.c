@@ -68,10 +68,14 @@ static hr_status alloc_stage(ring *r) {
     return HR_OK;
 }
 
-/* What ring_init and ring_open share: copy the config, load the keys, allocate the stages, the
- * schedule and the election state. */
-static hr_status ring_setup(ring *r, const ring_config *rc) {
-    memset(r, 0, sizeof *r);
+/* What ring_init and ring_open share: a new ring into *out (NULL: no memory for it), the config
+ * copied, the keys loaded, the stages, the schedule and the election state allocated. On
+ * failure r->err says why, and ring_free frees what was set up. */
+static hr_status ring_setup(ring **out, const ring_config *rc) {
+    size_t sz = (sizeof(ring) + 63) & ~(size_t)63; /* holds aligned channel states */
+    ring *r = *out = aligned_alloc(64, sz);
+    if (!r) return HR_ERR_NOMEM;
+    memset(r, 0, sz);
     r->listen_fd = r->succ_fd = r->pred_fd = -1;
     r->succ = r->pred = -1;
     for (int i = 0; i < 3; i++) r->tree_fd[i] = r->tree_peer[i] = -1;
@@ -97,9 +101,18 @@ static hr_status ring_setup(ring *r, const ring_config *rc) {
     return HR_OK;
 }
 
-hr_status ring_init(ring *r, const ring_config *rc, char *err, size_t errlen) {
-    hr_status st;
-    HR_CHECK_GOTO(ring_setup(r, rc), st, fail);
+/* A failed ring_init or ring_open: its error into `err`, the ring freed, *out NULL. */
+static hr_status open_failed(ring **out, hr_status st, char *err, size_t errlen) {
+    if (err) snprintf(err, errlen, "%s", *out ? (*out)->err : "out of memory");
+    ring_free(*out);
+    *out = NULL;
+    return st;
+}
+
+hr_status ring_init(ring **out, const ring_config *rc, char *err, size_t errlen) {
+    hr_status st = ring_setup(out, rc);
+    ring *r = *out;
+    if (st != HR_OK) return open_failed(out, st, err, errlen);
     r->view.epoch = 0;
     r->view.n = rc->n_members;
     for (int i = 0; i < rc->n_members; i++) r->view.ids[i] = rc->members[i].id;
@@ -108,13 +121,13 @@ hr_status ring_init(ring *r, const ring_config *rc, char *err, size_t errlen) {
     elect_formed(r);
     return HR_OK;
 fail:
-    if (err) snprintf(err, errlen, "%s", r->err);
-    return st;
+    return open_failed(out, st, err, errlen);
 }
 
-hr_status ring_open(ring *r, const ring_config *rc, char *err, size_t errlen) {
-    hr_status st;
-    HR_CHECK_GOTO(ring_setup(r, rc), st, fail);
+hr_status ring_open(ring **out, const ring_config *rc, char *err, size_t errlen) {
+    hr_status st = ring_setup(out, rc);
+    ring *r = *out;
+    if (st != HR_OK) return open_failed(out, st, err, errlen);
     r->view = (ring_view){.epoch = 0, .n = 0};
     r->rank = -1;
     r->failed = HR_ERR_VIEW;
@@ -122,8 +135,7 @@ hr_status ring_open(ring *r, const ring_config *rc, char *err, size_t errlen) {
     if (rc->n_members > 1) HR_CHECK_GOTO(listen_start(r, r->err, sizeof r->err), st, fail);
     return HR_OK;
 fail:
-    if (err) snprintf(err, errlen, "%s", r->err);
-    return st;
+    return open_failed(out, st, err, errlen);
 }
 
 hr_status ring_reform(ring *r, const ring_view *v, char *err, size_t errlen) {
@@ -143,6 +155,7 @@ hr_status ring_reform(ring *r, const ring_view *v, char *err, size_t errlen) {
 }
 
 void ring_free(ring *r) {
+    if (!r) return;
     gate_stop(r); /* its threads read listen_fd, rc, keys and the election state */
     mt_free(r);
     elect_free(r);
@@ -154,6 +167,5 @@ void ring_free(ring *r) {
     free(r->rx_stage);
     free(r->tmp);
     sched_free(r);
-    r->tx_stage = r->rx_stage = NULL;
-    r->tmp = NULL;
+    free(r);
 }

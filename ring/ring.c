@@ -29,12 +29,24 @@ void ring_set_step_timeout(ring *r, double secs) {
     r->coll_timeout = secs;
 }
 
+double ring_timeout(const ring *r) {
+    return r->coll_timeout > r->timeout ? r->coll_timeout : r->timeout;
+}
+
 int ring_rank(const ring *r) {
     return r->rank;
 }
 
+hr_status ring_status(const ring *r) {
+    return r->failed;
+}
+
 size_t ring_segment_bytes(const ring *r) {
     return r->seg_bytes;
+}
+
+long ring_tree_bytes(const ring *r) {
+    return r->rc.tree_bytes;
 }
 
 int ring_size(const ring *r) {

@@ -19,10 +19,60 @@
 
 #include "ring/frame.h"
 #include "ring/ring.h"
+#include "ring/sec.h"
 
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/uio.h>
+
+/* Parts of a ring that only some of its files see: the accepting thread and its pending
+ * connections (form.c), the schedule of a collective's frames (below). */
+typedef struct ring_gate ring_gate;
+typedef struct ring_sched ring_sched;
+
+struct ring {
+    ring_config rc;          /* this ring's own copy of its config; its PSK is wiped by ring_free */
+    int self;                /* this node's index in rc.members */
+    long self_id;            /* this node's id */
+    ring_view view;          /* current view */
+    int rank;                /* position of this node in view.ids */
+    int succ, pred;          /* rc.members indices of successor and predecessor; -1 when alone */
+    int listen_fd;           /* listening socket, kept across views */
+    ring_gate *gate;         /* thread that accepts on listen_fd until ring_free (form.c) */
+    int succ_fd;             /* connection to the successor (this node sends) */
+    int pred_fd;             /* connection from the predecessor (this node receives) */
+    sec_keys keys;           /* this node's secrets */
+    sec_chan succ_ch;        /* channel state of the successor link (tx used) */
+    sec_chan pred_ch;        /* channel state of the predecessor link (rx used) */
+    /* the view's binary tree over the ranks, for small all-reduces (ring/tree.c): link 0 to
+     * the parent, 1 and 2 to the children; fd -1 where there is none */
+    int tree_fd[3];
+    sec_chan tree_ch[3];  /* their channels (both directions used) */
+    int tree_peer[3];     /* rc.members index at the other end, or -1 */
+    int tree_on;          /* this view formed its tree (ring_tree_wanted) */
+    uint64_t seq;            /* sequence number of the next collective in this view */
+    size_t seg_bytes;        /* pipeline segment size */
+    double timeout;          /* seconds without progress before a peer counts as dead */
+    double coll_timeout;     /* a collective's deadline without progress if longer
+                              * (ring_set_step_timeout), else timeout applies */
+    uint8_t *tx_stage;       /* sealed outgoing frame: header | payload | tag */
+    uint8_t *rx_stage;       /* incoming frame: header | payload | tag */
+    size_t stage_cap;        /* bytes allocated for each stage */
+    float *tmp;              /* scratch for the small all-reduce (n * count floats) */
+    size_t tmp_cap;          /* bytes allocated for tmp */
+    ring_sched *sched;       /* schedule scratch (engine.c) */
+    struct ring_elastic *el; /* election state, shared with the gate's lobby (elect.c) */
+    struct ring_mt *mt;      /* threads of the threaded engine, started by the first large
+                              * collective (engine_mt.c), or NULL */
+    int mt_workers;          /* crypto and reduction workers of the threaded engine */
+    uint64_t mt_runs;        /* collectives the threaded engine ran */
+    uint64_t tree_runs;      /* collectives that went over the tree */
+    hr_status failed;        /* HR_OK, or the error that broke this view */
+    char err[HR_ERRLEN];     /* last detailed error */
+    const volatile sig_atomic_t *stop; /* ring_set_stop's flag, or NULL */
+    long suspect; /* the node the last failure was blamed on, for the election's
+                   * first probe (-1: none) */
+};
 
 /* Collectives receiving more than this run on the threaded engine (where it is on): below it
  * the hand-offs between threads cost about what they save (bench/README.md, "All-reduce"). */
