@@ -197,6 +197,8 @@ static void ids_str(const long *ids, int n, char *out, size_t len) {
     if (n == 0) snprintf(out, len, "none");
 }
 
+static gate_lobby_fn elect_serve; /* below, "serving the lobby" */
+
 hr_status elect_alloc(ring *r) {
     ring_elastic *el = calloc(1, sizeof *el);
     if (!el) return HR_ERR_NOMEM;
@@ -217,6 +219,7 @@ hr_status elect_alloc(ring *r) {
         crypto_generichash(el->digest, LOBBY_DIGEST, (const uint8_t *)r->rc.agree, r->rc.agree_len,
                            NULL, 0);
     r->el = el;
+    gate_set_lobby(r, elect_serve, r); /* the gate answers lobby calls from its start */
     return HR_OK;
 }
 
@@ -324,7 +327,10 @@ static size_t reply_build(ring_elastic *el, int admitted, uint8_t *b) {
     return LOBBY_REP_HDR + (size_t)n * LOBBY_MEMBER;
 }
 
-void elect_serve(ring *r, int fd, sec_chan *ch, long peer, const char *addr, double deadline) {
+/* The gate's lobby handler (gate_lobby_fn; ctx: the ring). */
+static void elect_serve(void *ctx, int fd, sec_chan *ch, long peer, const char *addr,
+                        double deadline) {
+    ring *r = ctx;
     ring_elastic *el = r->el;
     uint8_t body[LOBBY_MAX];
     size_t len = 0;

@@ -7,8 +7,8 @@
  * Invariants:
  *  - only the authenticated predecessor (and tree parent) of the view forming becomes a link;
  *    every other
- *    connection is served as one lobby call (elect_serve) or closed at once (see the gate,
- *    below).
+ *    connection is served as one lobby call (by the handler elect.c registers) or closed at
+ *    once (see the gate, below).
  */
 #include "ring/ring_internal.h"
 
@@ -42,12 +42,12 @@ static const char *engine_name(const ring *r, char *out, size_t n);
  * moment, and new connections wait in the listening socket's backlog (TCP_BACKLOG, tcp.c) rather
  * than evict an honest handshake in progress: a burst of lobby calls from members (the lowest ids
  * of a bounded election, elect.c) is served in turn, and a stranger's connections, idle or slow,
- * make room within GATE_SLOW_S. A lobby call (any member of the
- * config, sec.h) is served by its handshake thread: one request, one reply, closed
- * (elect_serve, every read and write by the same deadline). The first ring-link connection
- * that proves to be the expected predecessor while a view forms is taken. Every other
- * connection (one that fails its handshake, a ring link while no view forms) is closed at once
- * and its address logged. So nothing a node without the key does can hold formation up, and no
+ * make room within GATE_SLOW_S. A lobby call (any member of the config, sec.h) is served by its
+ * handshake thread through the handler elect.c registers (gate_set_lobby): one request, one
+ * reply, every read and write by the same deadline, then closed. The gate knows nothing of
+ * elections. The first ring-link connection that proves to be the expected predecessor while a
+ * view forms is taken. Every other connection (one that fails its handshake, a ring link while
+ * no view forms) is closed at once and its address logged. So nothing a node without the key does can hold formation up, and no
  * stranger's connection stays open for long.
  * Invariant: a slot's fd is shut down (never closed) by the gate, under `mu`, and only while
  * the handshake thread still owns it; that thread closes it.
@@ -150,7 +150,8 @@ static void *gate_hs_main(void *arg) {
     hr_status st = sec_handshake(fd, 0, &s->p, s->deadline, &s->ch, &refused, why, sizeof why);
     if (st == HR_OK && s->who_is.lobby) {
         /* the gate may still shut fd down (s->fd is kept) while the request is served */
-        elect_serve(g->r, fd, &s->ch, s->who_is.id, s->peer, s->deadline);
+        const gate_lobby *l = &g->r->lobby;
+        if (l->serve) l->serve(l->ctx, fd, &s->ch, s->who_is.id, s->peer, s->deadline);
         pthread_mutex_lock(&g->mu);
         s->fd = -1;
         s->done = 1;
@@ -394,6 +395,10 @@ void gate_stop(ring *r) {
     pthread_mutex_destroy(&g->mu);
     free(g);
     r->gate = NULL;
+}
+
+void gate_set_lobby(ring *r, gate_lobby_fn *serve, void *ctx) {
+    r->lobby = (gate_lobby){serve, ctx};
 }
 
 /* Listen on this node's address and start the gate. */

@@ -30,6 +30,16 @@
 typedef struct ring_gate ring_gate;
 typedef struct ring_sched ring_sched;
 
+/* What the gate does with a lobby call whose handshake succeeded: read one request on `fd`
+ * (channel `ch`; `peer` is the caller's proven id, `addr` its address for messages) and send one
+ * reply, all by `deadline`. Runs on a gate thread; the gate closes fd afterwards. */
+typedef void gate_lobby_fn(void *ctx, int fd, sec_chan *ch, long peer, const char *addr,
+                           double deadline);
+typedef struct {
+    gate_lobby_fn *serve; /* NULL: a lobby call is closed once its handshake succeeded */
+    void *ctx;            /* its first argument */
+} gate_lobby;
+
 struct ring {
     ring_config rc;          /* this ring's own copy of its config; its PSK is wiped by ring_free */
     int self;                /* this node's index in rc.members */
@@ -39,6 +49,7 @@ struct ring {
     int succ, pred;          /* rc.members indices of successor and predecessor; -1 when alone */
     int listen_fd;           /* listening socket, kept across views */
     ring_gate *gate;         /* thread that accepts on listen_fd until ring_free (form.c) */
+    gate_lobby lobby;        /* the gate's handler of lobby calls (gate_set_lobby) */
     int succ_fd;             /* connection to the successor (this node sends) */
     int pred_fd;             /* connection from the predecessor (this node receives) */
     sec_keys keys;           /* this node's secrets */
@@ -104,6 +115,9 @@ hr_status ring_local_fail(ring *r, int coll, hr_status st, const char *what);
 
 /* ---------------------------------------------------------------- formation (form.c) */
 
+/* Register the gate's handler of lobby calls (elect.c does, as the ring is set up): before the
+ * gate starts, so that its threads only read it. */
+void gate_set_lobby(ring *r, gate_lobby_fn *serve, void *ctx);
 /* Listen on this node's address and start the gate (ring_init, ring_open, ring_reform). */
 hr_status listen_start(ring *r, char *err, size_t errlen);
 /* Stop the gate: every pending connection is closed and every thread joined (ring_free). */
@@ -292,15 +306,11 @@ void mt_free(ring *r);
 
 typedef struct ring_elastic ring_elastic;
 
-/* The election state of a ring (r->el), allocated by ring_init and ring_open and freed by
- * ring_free after the gate stopped. */
+/* The election state of a ring (r->el), allocated by ring_init and ring_open, which also
+ * registers the gate's lobby handler, and freed by ring_free after the gate stopped. */
 hr_status elect_alloc(ring *r);
 void elect_free(ring *r);
 /* ring_init or ring_reform formed r->view outside an election: the lobby reports it. */
 void elect_formed(ring *r);
-/* Serve one lobby call on `fd` (its handshake succeeded; `ch` is its channel; `peer` is the
- * caller's proven id, `addr` its address for messages): read one request, send one reply, all
- * by `deadline`. Runs on a gate thread; the caller closes fd. */
-void elect_serve(ring *r, int fd, sec_chan *ch, long peer, const char *addr, double deadline);
 
 #endif
