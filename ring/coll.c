@@ -54,7 +54,7 @@ static hr_status run_sched(ring *r, int coll, uint8_t *base) {
 
 hr_status ring_fail_view(ring *r, hr_status st, const char *what) {
     if (r->failed != HR_OK) return r->failed;
-    return ring_local_fail(r, FRAME_COLL_ALLREDUCE, st, what);
+    return fail_local(r, FRAME_COLL_ALLREDUCE, st, what);
 }
 
 hr_status ring_allgatherv(ring *r, const void *mine, size_t my_bytes, void *all,
@@ -85,7 +85,7 @@ hr_status ring_allgatherv(ring *r, const void *mine, size_t my_bytes, void *all,
     }
     sched_blocks b = {off, bytes_of};
     if (sched_steps(r, &b, tx, rx, add, n - 1, 1) != HR_OK)
-        return finish(r, ring_local_fail(r, FRAME_COLL_ALLGATHER, HR_ERR_NOMEM, "out of memory"));
+        return finish(r, fail_local(r, FRAME_COLL_ALLGATHER, HR_ERR_NOMEM, "out of memory"));
     return finish(r, run_sched(r, FRAME_COLL_ALLGATHER, all));
 }
 
@@ -111,7 +111,7 @@ hr_status ring_barrier(ring *r) {
     }
     sched_blocks b = {off, len};
     if (sched_steps(r, &b, tx, rx, add, n - 1, 1) != HR_OK)
-        return finish(r, ring_local_fail(r, FRAME_COLL_BARRIER, HR_ERR_NOMEM, "out of memory"));
+        return finish(r, fail_local(r, FRAME_COLL_BARRIER, HR_ERR_NOMEM, "out of memory"));
     return finish(r, run_sched(r, FRAME_COLL_BARRIER, &dummy));
 }
 
@@ -132,7 +132,7 @@ hr_status ring_broadcast(ring *r, void *buf, size_t bytes, int root) {
     ring_sched *s = r->sched;
     size_t ns = sched_nseg(bytes, r->seg_bytes);
     if (sched_reserve(s, ns) != HR_OK)
-        return finish(r, ring_local_fail(r, FRAME_COLL_BROADCAST, HR_ERR_NOMEM, "out of memory"));
+        return finish(r, fail_local(r, FRAME_COLL_BROADCAST, HR_ERR_NOMEM, "out of memory"));
     s->n_tx = rel == n - 1 ? 0 : ns;
     s->n_rx = rel == 0 ? 0 : ns;
     for (size_t i = 0; i < ns; i++) {
@@ -151,7 +151,7 @@ static hr_status allreduce_small(ring *r, float *buf, size_t count) {
     size_t bytes = count * sizeof(float), need = bytes * (size_t)n;
     if (need > r->tmp_cap) {
         float *t = realloc(r->tmp, need);
-        if (!t) return ring_local_fail(r, FRAME_COLL_ALLREDUCE, HR_ERR_NOMEM, "out of memory");
+        if (!t) return fail_local(r, FRAME_COLL_ALLREDUCE, HR_ERR_NOMEM, "out of memory");
         r->tmp = t;
         r->tmp_cap = need;
     }
@@ -167,7 +167,7 @@ static hr_status allreduce_small(ring *r, float *buf, size_t count) {
     }
     sched_blocks b = {off, len};
     if (sched_steps(r, &b, tx, rx, add, n - 1, sizeof(float)) != HR_OK)
-        return ring_local_fail(r, FRAME_COLL_ALLREDUCE, HR_ERR_NOMEM, "out of memory");
+        return fail_local(r, FRAME_COLL_ALLREDUCE, HR_ERR_NOMEM, "out of memory");
     HR_CHECK(run_sched(r, FRAME_COLL_ALLREDUCE, (uint8_t *)r->tmp));
     memcpy(buf, r->tmp, bytes);
     for (int i = 1; i < n; i++) eng_add_floats(buf, r->tmp + (size_t)i * count, count);
@@ -204,6 +204,6 @@ hr_status ring_allreduce(ring *r, float *buf, size_t count) {
     }
     sched_blocks b = {off, len};
     if (sched_steps(r, &b, tx, rx, add, 2 * (n - 1), sizeof(float)) != HR_OK)
-        return finish(r, ring_local_fail(r, FRAME_COLL_ALLREDUCE, HR_ERR_NOMEM, "out of memory"));
+        return finish(r, fail_local(r, FRAME_COLL_ALLREDUCE, HR_ERR_NOMEM, "out of memory"));
     return finish(r, run_sched(r, FRAME_COLL_ALLREDUCE, (uint8_t *)buf));
 }

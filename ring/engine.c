@@ -130,7 +130,7 @@ static void eng_frame(ring *r, eng *e) {
     e->tx_ready = 1;
 }
 
-/* Where the incoming stream stands in `e`, for eng_tx_trouble and eng_silent. */
+/* Where the incoming stream stands in `e`, for fail_tx_trouble and fail_silent. */
 static link_pos eng_pos(const ring *r, const eng *e) {
     return (link_pos){.hdr = r->rx_stage,
                       .got = e->rx_body ? 0 : e->rx_got,
@@ -149,11 +149,11 @@ static hr_status eng_send(ring *r, eng *e) {
             if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return HR_OK;
             int err = errno ? errno : EPIPE;
             link_pos pp = eng_pos(r, e);
-            return eng_tx_trouble(r, NULL, e->coll, e->t.link, err,
-                                  e->rx_link == FROM_PRED ? &pp : NULL);
+            return fail_tx_trouble(r, NULL, e->coll, e->t.link, err,
+                                   e->rx_link == FROM_PRED ? &pp : NULL);
         }
         e->progress = 1;
-        eng_iov_advance(&e->t, (size_t)n);
+        txf_advance(&e->t, (size_t)n);
         if (e->t.left == 0) {
             e->ti++;
             e->tx_ready = 0;
@@ -175,35 +175,34 @@ hr_status eng_header(ring *r, eng *e) {
     frame_decode(r->rx_stage, &h);
     ring_node_str(r, pid, pw, sizeof pw);
     if (h.magic != FRAME_MAGIC || h.version != FRAME_VERSION)
-        return eng_fail_view(r, &e->t, e->coll, HR_ERR_PROTO, pid, from,
-                             "%s sent a malformed frame header (bad magic or version); connection "
-                             "dropped",
-                             pw);
+        return fail_view(r, &e->t, e->coll, HR_ERR_PROTO, pid, from,
+                         "%s sent a malformed frame header (bad magic or version); connection "
+                         "dropped",
+                         pw);
     if (h.epoch != r->view.epoch)
-        return eng_fail_view(
-            r, &e->t, e->coll, HR_ERR_VIEW, pid, from,
-            "%s sent a frame of view epoch %llu, this node is in %llu; frame dropped", pw,
-            (unsigned long long)h.epoch, (unsigned long long)r->view.epoch);
+        return fail_view(r, &e->t, e->coll, HR_ERR_VIEW, pid, from,
+                         "%s sent a frame of view epoch %llu, this node is in %llu; frame dropped",
+                         pw, (unsigned long long)h.epoch, (unsigned long long)r->view.epoch);
     if (h.type == FRAME_ABORT && e->secure)
-        return abort_report(r, &e->t, e->coll, r->rx_stage + FRAME_HDR, h.len, from);
-    if (h.type == FRAME_ABORT) return on_abort(r, &e->t, e->coll, r->rx_stage, from);
+        return fail_abort_report(r, &e->t, e->coll, r->rx_stage + FRAME_HDR, h.len, from);
+    if (h.type == FRAME_ABORT) return fail_on_abort(r, &e->t, e->coll, r->rx_stage, from);
     if (h.type != FRAME_DATA || h.seq != r->seq || h.coll != e->coll)
-        return eng_fail_view(r, &e->t, e->coll, HR_ERR_PROTO, pid, from,
-                             "%s sent a frame of %s #%llu while this node is in %s #%llu (members "
-                             "must call the same collectives in the same order)",
-                             pw, frame_coll_name(h.coll), (unsigned long long)h.seq, coll,
-                             (unsigned long long)r->seq);
+        return fail_view(r, &e->t, e->coll, HR_ERR_PROTO, pid, from,
+                         "%s sent a frame of %s #%llu while this node is in %s #%llu (members "
+                         "must call the same collectives in the same order)",
+                         pw, frame_coll_name(h.coll), (unsigned long long)h.seq, coll,
+                         (unsigned long long)r->seq);
     if (h.index != ri)
-        return eng_fail_view(r, &e->t, e->coll, HR_ERR_PROTO, pid, from,
-                             "%s sent frame %u of %u bytes, expected frame %zu of %zu bytes "
-                             "(replayed, dropped or reordered frame); connection dropped",
-                             pw, h.index, h.len, ri, want);
+        return fail_view(r, &e->t, e->coll, HR_ERR_PROTO, pid, from,
+                         "%s sent frame %u of %u bytes, expected frame %zu of %zu bytes "
+                         "(replayed, dropped or reordered frame); connection dropped",
+                         pw, h.index, h.len, ri, want);
     if (h.len != want)
-        return eng_fail_view(r, &e->t, e->coll, HR_ERR_PROTO, pid, from,
-                             "%s sent frame %u of %u bytes, expected %zu bytes: the nodes disagree "
-                             "on the size of this %s (do they run the same config, model and "
-                             "bucket_bytes?); connection dropped",
-                             pw, h.index, h.len, want, coll);
+        return fail_view(r, &e->t, e->coll, HR_ERR_PROTO, pid, from,
+                         "%s sent frame %u of %u bytes, expected %zu bytes: the nodes disagree "
+                         "on the size of this %s (do they run the same config, model and "
+                         "bucket_bytes?); connection dropped",
+                         pw, h.index, h.len, want, coll);
     return HR_OK;
 }
 
@@ -221,7 +220,7 @@ static hr_status eng_frame_len(ring *r, eng *e) {
     size_t want = e->s->rx_len[e->ri];
     frame_decode(r->rx_stage, &h);
     if (h.type == FRAME_ABORT && h.len > FRAME_ABORT_MAX)
-        return eng_link_auth_fail(r, &e->t, e->coll, e->rx_link, "");
+        return fail_link_auth(r, &e->t, e->coll, e->rx_link, "");
     e->rx_len = h.type == FRAME_ABORT || h.len < want ? h.len : want;
     return HR_OK;
 }
@@ -241,7 +240,7 @@ static hr_status eng_apply(ring *r, eng *e) {
         if (sec_open(&ring_link_ch(r, e->rx_link)->rx, r->rx_stage, len, dst) != 0) {
             char f[32];
             snprintf(f, sizeof f, " %zu", e->ri);
-            return eng_link_auth_fail(r, &e->t, e->coll, e->rx_link, f);
+            return fail_link_auth(r, &e->t, e->coll, e->rx_link, f);
         }
         HR_CHECK(eng_header(r, e));
     }
@@ -273,10 +272,10 @@ static hr_status eng_recv(ring *r, eng *e) {
             char pw[RING_STR + 64];
             long pid = ring_link_id(r, e->rx_link);
             ring_node_str(r, pid, pw, sizeof pw);
-            return eng_fail_view(r, &e->t, e->coll, HR_ERR_PEER, pid, e->rx_link, "%s %s", pw,
-                                 err == 0            ? "closed the connection (peer died?)"
-                                 : err == ECONNRESET ? "reset the connection (peer died?)"
-                                                     : strerror(err));
+            return fail_view(r, &e->t, e->coll, HR_ERR_PEER, pid, e->rx_link, "%s %s", pw,
+                             err == 0            ? "closed the connection (peer died?)"
+                             : err == ECONNRESET ? "reset the connection (peer died?)"
+                                                 : strerror(err));
         }
         if (n > 0) {
             e->rx_got += (size_t)n;
@@ -325,14 +324,14 @@ static hr_status eng_wait(ring *r, eng *e, double last) {
         long id = ring_link_id(r, tx_wait ? tx : rx);
         ring_node_str(r, id, who, sizeof who);
         if (tx_wait && tx == FROM_SUCC)
-            return eng_fail_view(r, &e->t, e->coll, HR_ERR_TIMEOUT, id, FROM_SUCC,
-                                 "%s accepted no data for %.1f s (peer dead or hung?)", who, limit);
+            return fail_view(r, &e->t, e->coll, HR_ERR_TIMEOUT, id, FROM_SUCC,
+                             "%s accepted no data for %.1f s (peer dead or hung?)", who, limit);
         /* a tree neighbour that reads nothing may be reading its other child first */
-        if (tx_wait) return eng_silent(r, &e->t, e->coll, tx, 1, limit, NULL);
-        return eng_silent(r, &e->t, e->coll, rx, 0, limit, &pp);
+        if (tx_wait) return fail_silent(r, &e->t, e->coll, tx, 1, limit, NULL);
+        return fail_silent(r, &e->t, e->coll, rx, 0, limit, &pp);
     }
     if (rc > 0 && e->ti < s->n_tx && (p[1].revents & (POLLIN | POLLHUP | POLLERR)))
-        return eng_tx_trouble(r, &e->t, e->coll, tx, 0, rx == FROM_PRED ? &pp : NULL);
+        return fail_tx_trouble(r, &e->t, e->coll, tx, 0, rx == FROM_PRED ? &pp : NULL);
     return HR_OK;
 }
 

@@ -240,7 +240,7 @@ static int mt_send_frame(ring_mt *m) {
         struct msghdr mh = {.msg_iov = m->t.iov, .msg_iovlen = (size_t)m->t.iovn};
         ssize_t n = sendmsg(fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
         if (n > 0) {
-            eng_iov_advance(&m->t, (size_t)n);
+            txf_advance(&m->t, (size_t)n);
             continue;
         }
         if (n < 0 && errno == EINTR) continue;
@@ -459,16 +459,16 @@ static hr_status mt_bad_frame(ring *r, ring_mt *m, size_t j, const uint8_t *f, s
     if (auth_failed) {
         char fr[32];
         snprintf(fr, sizeof fr, " %zu", j);
-        return eng_link_auth_fail(r, &e.t, e.coll, FROM_PRED, fr);
+        return fail_link_auth(r, &e.t, e.coll, FROM_PRED, fr);
     }
     size_t n = FRAME_HDR + len;
     if (n > r->stage_cap - 1) n = r->stage_cap - 1;
     memcpy(r->rx_stage, f, n);
     hr_status st = eng_header(r, &e);
     if (st == HR_OK) /* a stale check passed now: cannot happen, but never report success */
-        st = eng_fail_view(r, &e.t, e.coll, HR_ERR_PROTO, ring_id_of(r, r->pred), FROM_PRED,
-                           "frame %zu of %s #%llu is not the one expected", j,
-                           frame_coll_name(e.coll), (unsigned long long)r->seq);
+        st = fail_view(r, &e.t, e.coll, HR_ERR_PROTO, ring_id_of(r, r->pred), FROM_PRED,
+                       "frame %zu of %s #%llu is not the one expected", j, frame_coll_name(e.coll),
+                       (unsigned long long)r->seq);
     return st;
 }
 
@@ -480,7 +480,7 @@ typedef struct {
     size_t len;       /* payload bytes on the wire */
 } mt_rx;
 
-/* Where the predecessor's stream stands while frame j is received as `x`, for eng_tx_trouble. */
+/* Where the predecessor's stream stands while frame j is received as `x`, for fail_tx_trouble. */
 static link_pos mt_pos(const ring_mt *m, size_t j, const mt_rx *x) {
     return (link_pos){.hdr = m->rxb[j % m->nslot],
                       .got = x->body ? 0 : x->got,
@@ -491,7 +491,7 @@ static link_pos mt_pos(const ring_mt *m, size_t j, const mt_rx *x) {
 /* Something happened on the successor link (a send failed with `err`, or it became readable)
  * while frame j is received as `x`. The threads stop first. A frame they were opening may turn
  * out bad then, and the frames received but not opened yet are opened here, in order: an abort
- * among them explains the failure (the news came before the link closed). Else eng_tx_trouble
+ * among them explains the failure (the news came before the link closed). Else fail_tx_trouble
  * decides. */
 static hr_status mt_succ_trouble(ring *r, ring_mt *m, size_t j, const mt_rx *x, int err) {
     if (mt_quiesce_bad(m))
@@ -500,7 +500,7 @@ static hr_status mt_succ_trouble(ring *r, ring_mt *m, size_t j, const mt_rx *x, 
     mt_counters(r, m, j);
     eng e = mt_eng(m, j);
     link_pos pp = mt_pos(m, j, x);
-    return eng_tx_trouble(r, &e.t, m->coll, FROM_SUCC, err, &pp);
+    return fail_tx_trouble(r, &e.t, m->coll, FROM_SUCC, err, &pp);
 }
 
 static hr_status mt_recv(ring *r, ring_mt *m, size_t j, mt_rx *x, int *whole, int *moved) {
@@ -523,10 +523,10 @@ static hr_status mt_recv(ring *r, ring_mt *m, size_t j, mt_rx *x, int *whole, in
                                     m->rx_len[m->bad % m->nslot], m->bad_auth);
             mt_counters(r, m, j);
             eng e = mt_eng(m, j);
-            return eng_fail_view(r, &e.t, e.coll, HR_ERR_PEER, pid, FROM_PRED, "%s %s", pw,
-                                 err == 0            ? "closed the connection (peer died?)"
-                                 : err == ECONNRESET ? "reset the connection (peer died?)"
-                                                     : strerror(err));
+            return fail_view(r, &e.t, e.coll, HR_ERR_PEER, pid, FROM_PRED, "%s %s", pw,
+                             err == 0            ? "closed the connection (peer died?)"
+                             : err == ECONNRESET ? "reset the connection (peer died?)"
+                                                 : strerror(err));
         }
         if (n > 0) {
             x->got += (size_t)n;
@@ -542,7 +542,7 @@ static hr_status mt_recv(ring *r, ring_mt *m, size_t j, mt_rx *x, int *whole, in
                 mt_quiesce(m);
                 mt_counters(r, m, j);
                 eng e = mt_eng(m, j);
-                return eng_link_auth_fail(r, &e.t, e.coll, FROM_PRED, "");
+                return fail_link_auth(r, &e.t, e.coll, FROM_PRED, "");
             }
             x->len = h.type == FRAME_ABORT || h.len < want ? h.len : want;
         } else {
@@ -587,7 +587,7 @@ hr_status mt_run(ring *r, int coll, uint8_t *base) {
     ring_mt *m = r->mt;
     const ring_sched *s = r->sched;
     int secure = r->keys.mode != RING_SEC_NONE;
-    if (mt_need_sent(m, s) != 0) return ring_local_fail(r, coll, HR_ERR_NOMEM, "out of memory");
+    if (mt_need_sent(m, s) != 0) return fail_local(r, coll, HR_ERR_NOMEM, "out of memory");
     pthread_mutex_lock(&m->mu);
     m->s = s;
     m->base = base;
@@ -688,11 +688,10 @@ hr_status mt_run(ring *r, int coll, uint8_t *base) {
             long id = ring_id_of(r, tx_blocked ? r->succ : r->pred);
             ring_node_str(r, id, who, sizeof who);
             if (tx_blocked)
-                return eng_fail_view(r, &e.t, coll, HR_ERR_TIMEOUT, id, FROM_SUCC,
-                                     "%s accepted no data for %.1f s (peer dead or hung?)", who,
-                                     limit);
+                return fail_view(r, &e.t, coll, HR_ERR_TIMEOUT, id, FROM_SUCC,
+                                 "%s accepted no data for %.1f s (peer dead or hung?)", who, limit);
             link_pos pp = mt_pos(m, j, &x);
-            return eng_silent(r, &e.t, coll, FROM_PRED, 0, limit, &pp);
+            return fail_silent(r, &e.t, coll, FROM_PRED, 0, limit, &pp);
         }
     }
     pthread_mutex_lock(&m->mu);

@@ -34,7 +34,7 @@ static hr_status tx_finish(ring *r, txf *t, double deadline) {
         struct msghdr m = {.msg_iov = t->iov, .msg_iovlen = (size_t)t->iovn};
         ssize_t n = sendmsg(fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT);
         if (n > 0) {
-            eng_iov_advance(t, (size_t)n);
+            txf_advance(t, (size_t)n);
             continue;
         }
         if (n < 0 && errno == EINTR) continue;
@@ -133,8 +133,8 @@ static hr_status fail_record(ring *r, int coll, hr_status st, long culprit, long
  * ring_reform or ring_free, except a link that carried a bad frame (the predecessor's, a
  * tree link's): it is dropped, after an abort on it tells the sender why its frames are no
  * longer read. */
-hr_status eng_fail_view(ring *r, txf *t, int coll, hr_status st, long culprit, int from,
-                        const char *fmt, ...) {
+hr_status fail_view(ring *r, txf *t, int coll, hr_status st, long culprit, int from,
+                    const char *fmt, ...) {
     char what[HR_ERRLEN];
     va_list ap;
     va_start(ap, fmt);
@@ -152,16 +152,15 @@ hr_status eng_fail_view(ring *r, txf *t, int coll, hr_status st, long culprit, i
 }
 
 /* A frame on the link `from` failed authentication (or, unverified, cannot be a genuine one). */
-hr_status eng_link_auth_fail(ring *r, txf *t, int coll, int from, const char *frame) {
+hr_status fail_link_auth(ring *r, txf *t, int coll, int from, const char *frame) {
     char pw[RING_STR + 64];
     long nid = ring_link_id(r, from);
     ring_node_str(r, nid, pw, sizeof pw);
-    return eng_fail_view(
-        r, t, coll, HR_ERR_AUTH, nid, from,
-        "authentication failed on the %slink from %s (tampered or corrupted frame%s); "
-        "%sframe unused",
-        from >= FROM_TREE ? "tree " : "", pw, frame,
-        from != FROM_SUCC ? "connection dropped, " : "");
+    return fail_view(r, t, coll, HR_ERR_AUTH, nid, from,
+                     "authentication failed on the %slink from %s (tampered or corrupted frame%s); "
+                     "%sframe unused",
+                     from >= FROM_TREE ? "tree " : "", pw, frame,
+                     from != FROM_SUCC ? "connection dropped, " : "");
 }
 
 /* An abort frame's payload: culprit id i64 | status u32 | reporter id i64 | text. */
@@ -304,8 +303,8 @@ static void follow_blame(ring *r, txf *t, int coll, int from, const link_pos *pp
  * node waiting on this one learns it is alive and waits for the rest of the news), and this
  * node reports the blamed node only when no abort of its own came from it within spread_s.
  * The link's incoming stream is at `pp`. */
-hr_status eng_silent(ring *r, txf *t, int coll, int from, int tx, double limit,
-                     const link_pos *pp) {
+hr_status fail_silent(ring *r, txf *t, int coll, int from, int tx, double limit,
+                      const link_pos *pp) {
     char who[RING_STR + 64], chain[RING_STR * 4] = "";
     abort_msg m = {.culprit = ring_link_id(r, from), .reporter = r->self_id, .st = HR_ERR_TIMEOUT};
     ring_node_str(r, m.culprit, who, sizeof who);
@@ -319,14 +318,14 @@ hr_status eng_silent(ring *r, txf *t, int coll, int from, int tx, double limit,
 /* Report the abort frame whose payload (`len` bytes, verified in secure modes) is `body`, which
  * came on link `from`, and pass it on. A provisional blame that came from the predecessor or
  * over the tree (blames_silent) waits for the blamed node's own news first (follow_blame). */
-hr_status abort_report(ring *r, txf *t, int coll, uint8_t *body, size_t len, int from) {
+hr_status fail_abort_report(ring *r, txf *t, int coll, uint8_t *body, size_t len, int from) {
     abort_msg m;
     if (abort_parse(body, len, &m) != 0) {
         char pw[RING_STR + 64];
         long nid = ring_link_id(r, from);
         ring_node_str(r, nid, pw, sizeof pw);
-        return eng_fail_view(r, t, coll, HR_ERR_PROTO, nid, from, "%s sent a malformed abort frame",
-                             pw);
+        return fail_view(r, t, coll, HR_ERR_PROTO, nid, from, "%s sent a malformed abort frame",
+                         pw);
     }
     /* pass it on unchanged, so the next member names the same culprit and reporter */
     if (m.reporter != r->self_id) spread(r, t, coll, m.culprit, m.reporter, m.st, m.text, from);
@@ -339,7 +338,7 @@ hr_status abort_report(ring *r, txf *t, int coll, uint8_t *body, size_t len, int
 /* Read the rest of a frame whose header `raw` came in on the link `from` and that should be an
  * abort. In secure modes it is verified before any header field but the length is used; the
  * length is bounded first (no genuine abort is longer), so the read stays in `f`. */
-hr_status on_abort(ring *r, txf *t, int coll, const uint8_t *raw, int from) {
+hr_status fail_on_abort(ring *r, txf *t, int coll, const uint8_t *raw, int from) {
     char pw[RING_STR + 64];
     int fd = *ring_link_fd(r, from);
     sec_dir *d = &ring_link_ch(r, from)->rx;
@@ -348,19 +347,19 @@ hr_status on_abort(ring *r, txf *t, int coll, const uint8_t *raw, int from) {
     size_t tag = r->keys.mode != RING_SEC_NONE ? SEC_TAG : 0;
     frame_hdr h;
     frame_decode(raw, &h);
-    if (h.len > FRAME_ABORT_MAX && tag) return eng_link_auth_fail(r, t, coll, from, "");
-    if (h.len > FRAME_ABORT_MAX) return abort_report(r, t, coll, NULL, h.len, from);
+    if (h.len > FRAME_ABORT_MAX && tag) return fail_link_auth(r, t, coll, from, "");
+    if (h.len > FRAME_ABORT_MAX) return fail_abort_report(r, t, coll, NULL, h.len, from);
     uint8_t f[FRAME_HDR + FRAME_ABORT_MAX + SEC_TAG], body[FRAME_ABORT_MAX + 1];
     memcpy(f, raw, FRAME_HDR);
     if (tcp_recv_all(fd, f + FRAME_HDR, h.len + tag, tcp_now() + r->timeout) != HR_OK)
-        return eng_fail_view(r, t, coll, HR_ERR_PEER, nid, from, "%s closed the connection", pw);
-    if (tag && sec_open(d, f, h.len, body) != 0) return eng_link_auth_fail(r, t, coll, from, "");
+        return fail_view(r, t, coll, HR_ERR_PEER, nid, from, "%s closed the connection", pw);
+    if (tag && sec_open(d, f, h.len, body) != 0) return fail_link_auth(r, t, coll, from, "");
     if (!tag) memcpy(body, f + FRAME_HDR, h.len);
     if (h.magic != FRAME_MAGIC || h.version != FRAME_VERSION || h.type != FRAME_ABORT ||
         h.epoch != r->view.epoch)
-        return eng_fail_view(r, t, coll, HR_ERR_PROTO, nid, from,
-                             "%s sent unexpected data the wrong way; connection dropped", pw);
-    return abort_report(r, t, coll, body, h.len, from);
+        return fail_view(r, t, coll, HR_ERR_PROTO, nid, from,
+                         "%s sent unexpected data the wrong way; connection dropped", pw);
+    return fail_abort_report(r, t, coll, body, h.len, from);
 }
 
 /* The successor link closed with no abort on it. That need not be the successor's doing: a node
@@ -376,14 +375,14 @@ static hr_status news_from_pred(ring *r, txf *t, int coll, const link_pos *pp) {
     uint8_t body[FRAME_ABORT_MAX + 1];
     size_t len;
     if (!link_read_abort(r, FROM_PRED, pp, tcp_now() + spread_s(r), body, &len)) return HR_OK;
-    return abort_report(r, t, coll, body, len, FROM_PRED);
+    return fail_abort_report(r, t, coll, body, len, FROM_PRED);
 }
 
 /* Something happened on link `from` (the successor's, or a tree link this node sends on), which
  * carries nothing this way but an abort: a queued abort frame explains the failure; otherwise
  * news from the predecessor may (news_from_pred, when `pp` says where its stream stands), else
  * the node at the other end is gone. */
-hr_status eng_tx_trouble(ring *r, txf *t, int coll, int from, int e, const link_pos *pp) {
+hr_status fail_tx_trouble(ring *r, txf *t, int coll, int from, int e, const link_pos *pp) {
     char sw[RING_STR + 64];
     long sid = ring_link_id(r, from);
     int fd = *ring_link_fd(r, from);
@@ -392,24 +391,23 @@ hr_status eng_tx_trouble(ring *r, txf *t, int coll, int from, int e, const link_
     ssize_t n = recv(fd, raw, 1, MSG_DONTWAIT | MSG_PEEK);
     if (n > 0) {
         if (tcp_recv_all(fd, raw, FRAME_HDR, tcp_now() + r->timeout) == HR_OK)
-            return on_abort(r, t, coll, raw, from);
-        return eng_fail_view(r, t, coll, HR_ERR_PROTO, sid, from,
-                             "%s sent unexpected data the wrong way; connection dropped", sw);
+            return fail_on_abort(r, t, coll, raw, from);
+        return fail_view(r, t, coll, HR_ERR_PROTO, sid, from,
+                         "%s sent unexpected data the wrong way; connection dropped", sw);
     }
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) && e == 0) return HR_OK;
     if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) e = errno;
     hr_status st = news_from_pred(r, t, coll, pp);
     if (st != HR_OK) return st;
-    return eng_fail_view(r, t, coll, HR_ERR_PEER, sid, from, "%s %s", sw,
-                         e == 0 || e == EPIPE || e == ECONNRESET
-                             ? "closed the connection (peer died?)"
-                             : strerror(e));
+    return fail_view(r, t, coll, HR_ERR_PEER, sid, from, "%s %s", sw,
+                     e == 0 || e == EPIPE || e == ECONNRESET ? "closed the connection (peer died?)"
+                                                             : strerror(e));
 }
 
 /* A local failure in the middle of a collective: the others are already sending, so the view
  * is failed and they are told. */
-hr_status ring_local_fail(ring *r, int coll, hr_status st, const char *what) {
+hr_status fail_local(ring *r, int coll, hr_status st, const char *what) {
     char me[RING_STR + 64];
     ring_node_str(r, r->self_id, me, sizeof me);
-    return eng_fail_view(r, NULL, coll, st, r->self_id, FROM_HERE, "%s: %s", me, what);
+    return fail_view(r, NULL, coll, st, r->self_id, FROM_HERE, "%s: %s", me, what);
 }

@@ -111,7 +111,7 @@ void ring_close_links(ring *r);
 
 /* A local failure in the middle of a collective: the others are already sending, so the view
  * is failed and they are told. */
-hr_status ring_local_fail(ring *r, int coll, hr_status st, const char *what);
+hr_status fail_local(ring *r, int coll, hr_status st, const char *what);
 
 /* ---------------------------------------------------------------- formation (form.c) */
 
@@ -200,7 +200,7 @@ typedef struct {
 } txf;
 
 /* `n` more bytes of `t` went out. */
-static inline void eng_iov_advance(txf *t, size_t n) {
+static inline void txf_advance(txf *t, size_t n) {
     t->left -= n;
     while (n > 0 && t->iovn > 0) {
         if (n >= t->iov[0].iov_len) {
@@ -254,24 +254,24 @@ static inline void eng_add_floats(float *restrict dst, const float *restrict src
 
 /* Record a failure of this view, blaming node `culprit`, seen `from` a link or here, and tell
  * the neighbours. Returns `st`. */
-hr_status eng_fail_view(ring *r, txf *t, int coll, hr_status st, long culprit, int from,
-                        const char *fmt, ...) __attribute__((format(printf, 7, 8)));
+hr_status fail_view(ring *r, txf *t, int coll, hr_status st, long culprit, int from,
+                    const char *fmt, ...) __attribute__((format(printf, 7, 8)));
 /* A frame on the link `from` failed authentication (or, unverified, cannot be a genuine one). */
-hr_status eng_link_auth_fail(ring *r, txf *t, int coll, int from, const char *frame);
+hr_status fail_link_auth(ring *r, txf *t, int coll, int from, const char *frame);
 /* The node on link `from` moved nothing for `limit` seconds (sent nothing, or with `tx`
  * accepted nothing), its incoming stream standing at `pp` (NULL: a frame boundary): blame it,
  * unless its own abort, within a short wait, names the node it was waiting on (engine.c). */
-hr_status eng_silent(ring *r, txf *t, int coll, int from, int tx, double limit,
-                     const link_pos *pp);
+hr_status fail_silent(ring *r, txf *t, int coll, int from, int tx, double limit,
+                      const link_pos *pp);
 /* Something happened on link `from`, which carries nothing this way but an abort (the
  * successor link, or a tree link while this node sends on it): report what (see engine.c). */
-hr_status eng_tx_trouble(ring *r, txf *t, int coll, int from, int e, const link_pos *pp);
+hr_status fail_tx_trouble(ring *r, txf *t, int coll, int from, int e, const link_pos *pp);
 /* Report the abort frame whose payload (`len` bytes, verified in secure modes) is `body`, which
  * came on link `from`, and pass it on (fail.c). */
-hr_status abort_report(ring *r, txf *t, int coll, uint8_t *body, size_t len, int from);
+hr_status fail_abort_report(ring *r, txf *t, int coll, uint8_t *body, size_t len, int from);
 /* Read the rest of a frame whose header `raw` came in on link `from` and that should be an
  * abort, and report it (fail.c). */
-hr_status on_abort(ring *r, txf *t, int coll, const uint8_t *raw, int from);
+hr_status fail_on_abort(ring *r, txf *t, int coll, const uint8_t *raw, int from);
 /* Check the header of frame e->ri (in rx_stage) against the one expected. */
 hr_status eng_header(ring *r, eng *e);
 

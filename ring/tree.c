@@ -56,8 +56,7 @@ int tree_takes(const ring *r, size_t bytes, int ring_hops) {
 static hr_status tree_step(ring *r, int coll, uint8_t *buf, size_t bytes, int link, int tx,
                            int add) {
     ring_sched *s = r->sched;
-    if (sched_reserve(s, 1) != HR_OK)
-        return ring_local_fail(r, coll, HR_ERR_NOMEM, "out of memory");
+    if (sched_reserve(s, 1) != HR_OK) return fail_local(r, coll, HR_ERR_NOMEM, "out of memory");
     s->tx_off[0] = s->rx_off[0] = 0;
     s->tx_len[0] = s->rx_len[0] = bytes;
     s->tx_need[0] = 0;
