@@ -14,13 +14,22 @@
  *  - a failed view stays failed: every collective returns its error (begin) until ring_reform
  *    forms a new one.
  */
-#include "ring/ring_internal.h"
+#include "ring/ring.h"
 
+#include "ring/engine_internal.h"
+#include "ring/fail_internal.h"
 #include "ring/frame.h"
+#include "ring/ring_internal.h"
+#include "ring/tree_internal.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* All-reduces of at most this many bytes gather every contribution and add them in rank order
+ * (allreduce_small): n - 1 hops instead of 2(n - 1), so lower latency, at the cost of (n - 1)x the
+ * traffic. */
+#define RING_SMALL_BYTES (32 << 10)
 
 /* ================================================================ collectives */
 

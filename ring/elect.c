@@ -75,11 +75,13 @@
  * (forming/training only, in ring order): id i64 | lineage epoch u64 | lineage progress i64 The
  * caller sends one request and reads one reply; the responder closes. Integers are little-endian.
  */
-#include "ring/ring_internal.h"
+#include "ring/elect_internal.h"
 
 #include "base/hr_log.h"
 #include "ring/bytes.h"
+#include "ring/form_internal.h"
 #include "ring/frame.h"
+#include "ring/ring_internal.h"
 #include "ring/tcp.h"
 
 #include <pthread.h>

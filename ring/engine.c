@@ -16,8 +16,9 @@
  *    collective, index, length) before its payload is read (I7);
  *  - in auth and encrypt modes no payload byte is added or copied before its tag verified.
  */
-#include "ring/ring_internal.h"
+#include "ring/engine_internal.h"
 
+#include "ring/fail_internal.h"
 #include "ring/frame.h"
 #include "ring/tcp.h"
 

@@ -21,9 +21,10 @@
  * before an abort goes out behind it. Counters of both channels are left where the in-order
  * engine would leave them.
  */
-#include "ring/ring_internal.h"
+#include "ring/engine_internal.h"
 
 #include "base/hr_log.h"
+#include "ring/fail_internal.h"
 #include "ring/frame.h"
 #include "ring/tcp.h"
 

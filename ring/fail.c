@@ -13,7 +13,7 @@
  *  - a blame for silence of a predecessor or a tree neighbour is provisional until the blamed
  *    node has had time to speak (follow_blame).
  */
-#include "ring/ring_internal.h"
+#include "ring/fail_internal.h"
 
 #include "base/hr_log.h"
 #include "ring/bytes.h"

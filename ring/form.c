@@ -10,12 +10,14 @@
  *    connection is served as one lobby call (by the handler elect.c registers) or closed at
  *    once (see the gate, below).
  */
-#include "ring/ring_internal.h"
+#include "ring/form_internal.h"
 
 #include "base/hr_log.h"
 #include "base/hr_time.h"
+#include "ring/engine_internal.h"
 #include "ring/frame.h"
 #include "ring/tcp.h"
+#include "ring/tree_internal.h"
 
 #include <pthread.h>
 #include <stdarg.h>

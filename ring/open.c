@@ -10,10 +10,14 @@
  *    the keys, the election state);
  *  - ring_free is safe on a ring that was only partly set up.
  */
-#include "ring/ring_internal.h"
+#include "ring/ring.h"
 
 #include "base/hr_log.h"
+#include "ring/elect_internal.h"
+#include "ring/engine_internal.h"
+#include "ring/form_internal.h"
 #include "ring/frame.h"
+#include "ring/ring_internal.h"
 #include "ring/tcp.h"
 
 #include <sched.h>

@@ -29,9 +29,12 @@
  * silent on a tree link may be waiting on another one, so a blame for silence on a tree link
  * is provisional (engine.c, follow_blame) like a blame of a predecessor.
  */
-#include "ring/ring_internal.h"
+#include "ring/tree_internal.h"
 
+#include "ring/engine_internal.h"
+#include "ring/fail_internal.h"
 #include "ring/frame.h"
+#include "ring/ring_internal.h"
 
 #include <stdint.h>
 
