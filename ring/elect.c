@@ -1087,10 +1087,10 @@ static hr_status elect_round(ring *r, election *e, ring_agreement *out, char *er
     return HR_ERR_VIEW;
 }
 
-hr_status ring_elect(ring *r, const ring_lineage *mine, ring_agreement *out, char *err,
-                     size_t errlen) {
+/* An election begins: the links dropped, this node ELECTING with lineage `mine`, `e` set up
+ * with a probe state for every member. *starting: this node never held a view. */
+static hr_status elect_begin(ring *r, const ring_lineage *mine, election *e, int *starting) {
     ring_elastic *el = r->el;
-    if (!el) return hr_fail(err, errlen, HR_ERR_INVAL, "ring_elect on a ring that is not open");
     ring_close_links(r); /* first: the neighbours of a failed collective see EOF at once */
     r->failed = HR_ERR_VIEW;
     snprintf(r->err, sizeof r->err, "electing a new view");
@@ -1099,26 +1099,37 @@ hr_status ring_elect(ring *r, const ring_lineage *mine, ring_agreement *out, cha
     el->mine = *mine;
     pthread_mutex_unlock(&el->mu);
     atomic_store(&el->join, 0);
-    election e = {.quorum = quorum_of(&r->rc), .next_log = tcp_now() + 1.0};
-    e.pr = calloc((size_t)r->rc.n_members, sizeof *e.pr);
-    e.which = calloc((size_t)r->rc.n_members, sizeof *e.which);
-    if (!e.pr || !e.which) {
-        free(e.pr);
-        free(e.which);
-        return hr_fail(err, errlen, HR_ERR_NOMEM, "out of memory");
+    *e = (election){.quorum = quorum_of(&r->rc), .next_log = tcp_now() + 1.0};
+    e->pr = calloc((size_t)r->rc.n_members, sizeof *e->pr);
+    e->which = calloc((size_t)r->rc.n_members, sizeof *e->which);
+    if (!e->pr || !e->which) {
+        free(e->pr);
+        free(e->which);
+        return HR_ERR_NOMEM;
     }
-    e.bounded = el->bounded;
-    e.t0 = e.s_since = tcp_now();
+    e->bounded = el->bounded;
+    e->t0 = e->s_since = tcp_now();
     pthread_mutex_lock(&el->mu);
-    if (el->held > 0) e.prev = el->view;
-    int starting = el->held == 0;
+    if (el->held > 0) e->prev = el->view;
+    *starting = el->held == 0;
     pthread_mutex_unlock(&el->mu);
     /* the node the failure was blamed on is probed as a silent one from the first round */
     int sus =
         r->suspect >= 0 && r->suspect != r->self_id ? ring_config_index(&r->rc, r->suspect) : -1;
-    if (sus >= 0) e.pr[sus].silent = 1;
-    e.suspect = sus;
+    if (sus >= 0) e->pr[sus].silent = 1;
+    e->suspect = sus;
     r->suspect = -1;
+    return HR_OK;
+}
+
+hr_status ring_elect(ring *r, const ring_lineage *mine, ring_agreement *out, char *err,
+                     size_t errlen) {
+    ring_elastic *el = r->el;
+    if (!el) return hr_fail(err, errlen, HR_ERR_INVAL, "ring_elect on a ring that is not open");
+    election e;
+    int starting;
+    if (elect_begin(r, mine, &e, &starting) != HR_OK)
+        return hr_fail(err, errlen, HR_ERR_NOMEM, "out of memory");
     double limit = r->rc.rejoin_timeout > 0 ? r->rc.rejoin_timeout : ELECT_DEFAULT_S;
     /* a node that never held a view is starting, and so may its peers be: it waits for them up
      * to connect_timeout, as its "waiting for node K" lines say (a loaded machine took 1.3 s
