@@ -1,7 +1,7 @@
 /*
  * fuzz_frame.c: the ring's frame header and every check the ring makes on a frame before it
- * uses the body (ring.c: the engine's header checks, the length bound of secure modes, abort
- * frames), through the collectives themselves.
+ * uses the body (ring/engine.c: the engine's header checks, the length bound of secure modes;
+ * ring/fail.c: abort frames), through the collectives themselves.
  *
  * Two real rings, node 0 and node 1 of a two-node cluster, are formed on 127.0.0.1 once per
  * security mode. For each input node 0 runs one collective; the input stands for everything
@@ -18,7 +18,7 @@
  *
  * Seeds (corpus/frame): what a real node 1 sends in each collective, recorded through a
  * relay: FUZZ_RECORD=DIR fuzz_frame writes them to DIR. Not fuzzed here: what node 0 reads
- * on its successor link (an abort sent back against the data flow, ring.c succ_trouble).
+ * on its successor link (an abort sent back against the data flow, ring/fail.c fail_tx_trouble).
  * Ports: a block of 8 claimed as tests/ports.sh claims them ($TMPDIR/hetring-ports.BASE).
  * A white-box test: it writes on node 1's successor socket, which only the ring's own files see
  * (ring/ring_internal.h); everything else goes through ring.h.
