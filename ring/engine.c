@@ -1,5 +1,5 @@
 /*
- * engine.c: schedules and the single-threaded engine (see ring_internal.h).
+ * engine.c: schedules and the single-threaded engine (see engine_internal.h).
  *
  * Every collective is compiled into a schedule: the frames this node sends to its successor
  * (byte ranges of one buffer, each with the number of received frames it must wait for) and

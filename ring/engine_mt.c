@@ -1,5 +1,5 @@
 /*
- * engine_mt.c: the threaded engine (mt_run, see ring_internal.h).
+ * engine_mt.c: the threaded engine (mt_run, see engine_internal.h).
  *
  * Collectives that receive more than RING_MT_BYTES run the same schedule on several threads,
  * so that sending, receiving, sealing, opening and reducing use more than one core:
@@ -16,10 +16,10 @@
  * bytes an earlier frame added into can only have been sent after this node sent those bytes
  * on, which it does only after they were applied.
  * Any failure (a bad frame, a send error, a timeout, a frame from the successor) stops the
- * sender and the workers first; the calling thread then reports it with the same functions,
- * messages and abort frames as the single-threaded engine, finishing the sender's partial frame
- * before an abort goes out behind it. Counters of both channels are left where the in-order
- * engine would leave them.
+ * sender and the workers first; the calling thread then reports it with the same functions
+ * (fail.c, and engine.c's header check), messages and abort frames as the single-threaded
+ * engine, finishing the sender's partial frame before an abort goes out behind it. Counters of
+ * both channels are left where the in-order engine would leave them.
  */
 #include "ring/engine_internal.h"
 
@@ -417,7 +417,7 @@ static void mt_counters(ring *r, ring_mt *m, size_t rx_frames) {
     r->pred_ch.rx.ctr = m->rx_ctr0 + rx_frames;
 }
 
-/* An engine view of the collective for the single-threaded engine's reporting functions, at
+/* An engine view of the collective for the reporting functions (fail.c, eng_header), at
  * received frame j, carrying the sender's frame in flight. */
 static eng mt_eng(ring_mt *m, size_t j) {
     /* e.t's pieces still point into m->t.hdr and the buffers, which stay put */

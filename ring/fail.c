@@ -1,5 +1,5 @@
 /*
- * fail.c: a view's failures (see ring_internal.h): how a failure seen in a collective is
+ * fail.c: a view's failures (see fail_internal.h): how a failure seen in a collective is
  * recorded, told to the neighbours in abort frames, and traced to the node that really stopped.
  *
  * Both engines (engine.c, engine_mt.c) report every failure with the functions here, so the

@@ -31,7 +31,7 @@
 #include <sys/uio.h>
 
 /* Parts of a ring that only some of its files see: the accepting thread and its pending
- * connections (form.c), the schedule of a collective's frames (below). */
+ * connections (form.c), the schedule of a collective's frames (engine_internal.h). */
 typedef struct ring_gate ring_gate;
 typedef struct ring_sched ring_sched;
 

@@ -1,5 +1,5 @@
 /*
- * tree.c: small collectives over a binary tree (see ring_internal.h).
+ * tree.c: small collectives over a binary tree (see tree_internal.h).
  *
  * Every collective of the ring takes n - 1 hops at least (an all-reduce 2(n - 1), or n - 1 when
  * it gathers every contribution): at large n a small all-reduce, such as the stats and
