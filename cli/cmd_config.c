@@ -9,7 +9,7 @@
  */
 #include "base/hr_log.h"
 #include "cli/cli.h"
-#include "cli/hr_node.h"
+#include "cluster/hr_node.h"
 #include "cluster/ring_setup.h"
 #include "cluster/trainer_setup.h"
 #include "ring/sec.h"
@@ -112,7 +112,7 @@ static int dry_trainer(const cfg *c, int self) {
                problem(c, -1, c->dataset >= CFG_DATA_MNIST ? "data_dir" : "dataset", "%s", err);
     }
     if (!bad && c->checkpoint[0] && access(c->checkpoint, F_OK) == 0 &&
-        train_load(&t, c->checkpoint, err, sizeof err) != HR_OK)
+        train_load(&t, c->checkpoint, NULL, 0, NULL, err, sizeof err) != HR_OK)
         bad += problem(c, -1, "checkpoint", "%s", err);
     printf("; data: %ld training and %ld held-out samples of %dx%dx%d\n", t.train.n, t.eval.n,
            t.train.h, t.train.w, t.train.c);

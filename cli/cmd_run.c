@@ -8,7 +8,7 @@
  */
 #include "base/hr_log.h"
 #include "cli/cli.h"
-#include "cli/hr_node.h"
+#include "cluster/hr_node.h"
 #include "cluster/hr_fault.h"
 #include "cluster/ring_setup.h"
 #include "cluster/trainer_setup.h"
@@ -149,7 +149,8 @@ static int train_cluster(const cfg *c, int self, const train_opts *opts) {
     trainer t;
     train_result res;
     char err[HR_ERRLEN] = "";
-    int have_trainer = 0, rc = CLI_FAIL;
+    int have_trainer = 0, rc = CLI_FAIL, recorded = 0;
+    long split[CFG_MAX_NODES]; /* the checkpoint's split of every node, when it has one */
     memset(&n, 0, sizeof n);
     train_config tc;
     app_train_config(c, self, &tc);
@@ -157,20 +158,21 @@ static int train_cluster(const cfg *c, int self, const train_opts *opts) {
     if (st != HR_OK) goto fail;
     have_trainer = 1;
     if (c->checkpoint[0] && access(c->checkpoint, F_OK) == 0) {
-        st = train_load(&t, c->checkpoint, err, sizeof err);
+        st = train_load(&t, c->checkpoint, split, c->n_nodes, &recorded, err, sizeof err);
         if (st != HR_OK) goto fail;
         HR_INFO(TRAIN, "resumed from checkpoint %s at iteration %ld", c->checkpoint, t.iter);
     }
     catch_leave_signals(); /* first: a signal also ends the first election */
     listen_ctx lc = {c, self};
-    st = hr_node_open(&n, c, self, &t, &leave_requested, on_listen, &lc, err, sizeof err);
+    st = hr_node_open(&n, c, self, &t, recorded ? split : NULL, &leave_requested, on_listen, &lc,
+                      err, sizeof err);
     if (st != HR_OK) goto fail;
     hr_node_hooks(&n, to);
     st = train_run(&t, to, &res, err, sizeof err);
     if (st != HR_OK) goto fail;
     if (res.left)
         HR_INFO(TRAIN, "node %ld left the cluster at iteration %ld", c->nodes[self].id, t.iter);
-    else if (t.rank == 0)
+    else if (train_lead(&t))
         HR_INFO(TRAIN,
                 "done: %ld iterations, %ld samples in %.2f s (%.0f samples/s), final loss %.4f, "
                 "held-out %s %.4g, policy %s%s",

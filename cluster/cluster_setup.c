@@ -4,6 +4,7 @@
 #include "cluster/cluster_setup.h"
 #include "cluster/trainer_setup.h"
 
+#include <stdio.h>
 #include <string.h>
 
 /* This node's fact for bucket_bytes = auto (overlap.h): the nodes whose host is written as
@@ -30,4 +31,25 @@ void app_cluster_config(const cfg *c, int self_idx, cluster_config *out) {
     app_train_stretch(c, self_idx, &out->stretch);
     out->max_nodes = c->n_nodes;
     out->skip_nonfinite = c->nonfinite == CFG_NONFINITE_SKIP;
+    snprintf(out->path, sizeof out->path, "%s", c->path);
+    out->self_id = c->nodes[self_idx].id;
+    out->self_device = c->nodes[self_idx].device >= 0 ? (int)c->nodes[self_idx].device : -1;
+    for (int k = 0; k < c->n_nodes; k++)
+        out->nodes[k] = (cluster_node){.id = c->nodes[k].id,
+                                       .capacity = c->nodes[k].capacity,
+                                       .gpu = c->nodes[k].device >= 0};
+    app_ctrl_config(c, &out->ctrl);
+    out->calibrate = c->calibrate && c->policy != CFG_POLICY_STATIC;
+    out->hash_interval = c->hash_interval;
+    out->connect_timeout = c->connect_timeout;
+    out->step_timeout = c->step_timeout;
+    out->backend = c->backend;
+    out->security = c->security;
+    snprintf(out->checkpoint, sizeof out->checkpoint, "%s", c->checkpoint);
+}
+
+int cluster_node_index(const cluster_config *cc, long id) {
+    for (int k = 0; k < cc->max_nodes; k++)
+        if (cc->nodes[k].id == id) return k;
+    return -1;
 }

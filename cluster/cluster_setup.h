@@ -6,15 +6,26 @@
  * iteration's slices (I1) and scales the sums (I2) by it; nothing else in cluster/ keeps a
  * copy. The trainer keeps its own (train_config.global_batch) for a run alone and for its
  * optimizer, and the controller the one it is initialised with.
+ *
+ * It also holds everything of the file that the views need (dist.c, nccl_path.c), converted
+ * once here, the controller's config included: dist.c reads no cfg.
  */
 #ifndef HR_CLUSTER_SETUP_H
 #define HR_CLUSTER_SETUP_H
 
 #include "cluster/overlap.h"
 #include "conf/cfg.h"
+#include "ctrl/ctrl.h"
 #include "trainer/train.h"
 
 #include <stdint.h>
+
+/* A node of the file, as the views need it. */
+typedef struct {
+    long id;         /* its node id */
+    double capacity; /* [node] capacity: its speed hint for a first split */
+    int gpu;         /* device = cuda:N */
+} cluster_node;
 
 typedef struct {
     long global_batch;     /* B, samples per iteration across the nodes of a view */
@@ -27,7 +38,24 @@ typedef struct {
     int max_nodes;         /* nodes of the configuration: the most a view can have */
     int skip_nonfinite;    /* a step whose global gradient or loss is not finite: 1 skips it
                             * (HETRING_SKIPPED), 0 stops every node (HETRING_ENONFINITE) */
+    /* what the views need of the file */
+    char path[CFG_PATH];                 /* the file, for messages */
+    long self_id;                        /* this node's id */
+    int self_device;                     /* this node's cuda:N, or -1 */
+    cluster_node nodes[CFG_MAX_NODES];   /* (max_nodes) every node of the file, in its order */
+    ctrl_config ctrl;                    /* the controller's settings */
+    int calibrate;                       /* time a view's first split ([controller] calibrate,
+                                          * not under the static policy) */
+    long hash_interval;                  /* iterations between parameter hash checks */
+    double connect_timeout;              /* [cluster] connect_timeout, seconds */
+    double step_timeout;                 /* [cluster] step_timeout (times the slowest step), 0: off */
+    int backend;                         /* cfg_backend */
+    int security;                        /* cfg_security, resolved */
+    char checkpoint[CFG_PATH];           /* the checkpoint file written on leaving, "" for none */
 } cluster_config;
+
+/* The index in cc->nodes of node `id`, or -1. */
+int cluster_node_index(const cluster_config *cc, long id);
 
 /* Fill `out` for node c->nodes[self_idx]; its machine fact counts the cores this process may
  * use now (overlap_cores). */

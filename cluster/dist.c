@@ -6,8 +6,6 @@
 #include "base/hr_log.h"
 #include "base/hr_time.h"
 #include "cluster/hr_fault.h"
-#include "cluster/ring_setup.h"
-#include "cluster/trainer_setup.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -32,31 +30,23 @@ static int same_hash(const float *a, const float *b) {
 /* A test fault of kind `kind` armed for this node with argument `at`. */
 static int fault_at(const dist *d, const char *kind, long at) {
     double arg;
-    return hr_fault_get(kind, d->c->nodes[d->self].id, -1, &arg) && (long)arg == at;
+    return hr_fault_get(kind, d->cc->self_id, -1, &arg) && (long)arg == at;
 }
 
-hr_status dist_init(dist *d, const cfg *c, const cluster_config *cc, int self, char *err,
+hr_status dist_init(dist *d, const cluster_config *cc, const ring_config *rc, char *err,
                     size_t errlen) {
     memset(d, 0, sizeof *d);
-    d->c = c;
     d->cc = cc;
-    d->self = self;
-    d->hash_interval = c->hash_interval;
-    const cfg_node *me = &c->nodes[self];
+    d->hash_interval = cc->hash_interval;
     double arg;
     nccl_path_init(&d->np,
-                   hr_fault_get("fake_nccl", me->id, 0, &arg) ? hr_fault_fake_nccl()
-                                                              : nccl_path_real(),
-                   me->device >= 0 ? (int)me->device : 0);
-    d->gathered = calloc((size_t)c->n_nodes, sizeof *d->gathered);
+                   hr_fault_get("fake_nccl", cc->self_id, 0, &arg) ? hr_fault_fake_nccl()
+                                                                  : nccl_path_real(),
+                   cc->self_device >= 0 ? cc->self_device : 0);
+    d->gathered = calloc((size_t)cc->max_nodes, sizeof *d->gathered);
     if (!d->gathered) return hr_fail(err, errlen, HR_ERR_NOMEM, "out of memory");
-    ring_config rc;
-    hr_status st = app_ring_config(c, self, &rc, err, errlen);
-    if (st != HR_OK) return st;
     d->have_ring = 1;
-    st = ring_open(&d->r, &rc, err, errlen);
-    ring_config_wipe(&rc); /* the ring keeps its own copy of the PSK */
-    return st;
+    return ring_open(&d->r, rc, err, errlen);
 }
 
 /* ================================================================ decisions and checks */
@@ -156,7 +146,7 @@ hr_status dist_decide(dist *d, long iter, const cluster_stat *stats, int size, l
     int epoch_ended = (iter + 1) % d->ipe == 0;
     HR_CHECK(ctrl_decide(&d->ctl, iter, epoch_ended, split, NULL));
     double at;
-    if (hr_fault_get("decision", d->c->nodes[d->self].id, -1, &at) && (long)at == iter &&
+    if (hr_fault_get("decision", d->cc->self_id, -1, &at) && (long)at == iter &&
         size > 1 && split[0] > 1) {
         HR_WARN(TRAIN, "test fault: corrupting this node's decision at iteration %ld", iter);
         split[0]--, split[1]++;
@@ -206,11 +196,11 @@ static int ids_minus(const ring_view *a, const ring_view *b, long *out) {
  * a view that resumes a checkpoint's split (recorded) needs no speeds.
  * *measured says which; a ring failure is returned as it is (change_view elects again). */
 static hr_status calibrate(dist *d, const ring_view *v, int recorded, double *cap, int *measured) {
-    const cfg *c = d->c;
-    const long B = d->cc->global_batch;
-    for (int k = 0; k < v->n; k++) cap[k] = c->nodes[cfg_node_index(c, v->ids[k])].capacity;
+    const cluster_config *c = d->cc;
+    const long B = c->global_batch;
+    for (int k = 0; k < v->n; k++) cap[k] = c->nodes[cluster_node_index(c, v->ids[k])].capacity;
     *measured = 0;
-    if (recorded || !c->calibrate || c->policy == CFG_POLICY_STATIC) return HR_OK;
+    if (recorded || !c->calibrate) return HR_OK;
     double mine = 0, all[RING_MAX_NODES], t = 0;
     long b = B / v->n > 0 ? B / v->n : 1;
     /* the others wait in the all-gather while a member times three passes, which take longer
@@ -245,14 +235,12 @@ static hr_status calibrate(dist *d, const ring_view *v, int recorded, double *ca
  * timed, not hinted), or from the recorded split of a resumed checkpoint. */
 static hr_status start_controller(dist *d, int use_recorded, const double *cap, int measured,
                                   char *err, size_t errlen) {
-    const cfg *c = d->c;
+    const cluster_config *c = d->cc;
     const ring_view *v = ring_get_view(d->r);
-    ctrl_config cc;
-    app_ctrl_config(c, &cc); /* the policy enums are checked to agree there */
     if (d->have_ctrl) ctrl_free(&d->ctl);
     d->have_ctrl = 0;
-    const long B = d->cc->global_batch;
-    hr_status st = ctrl_init(&d->ctl, &cc, v->n, B, cap, NULL);
+    const long B = c->global_batch;
+    hr_status st = ctrl_init(&d->ctl, &c->ctrl, v->n, B, cap, NULL);
     if (st == HR_OK && use_recorded && (st = ctrl_set_split(&d->ctl, d->st.recorded)) != HR_OK)
         ctrl_free(&d->ctl);
     if (st != HR_OK)
@@ -341,7 +329,7 @@ static int ring_trouble(hr_status st) {
  * recent iteration (decaying by 10% an iteration), never below [cluster] timeout; before
  * any step was measured, connect_timeout (peers may still be loading their data). */
 static void pace(dist *d, int measured) {
-    const cfg *c = d->c;
+    const cluster_config *c = d->cc;
     double now = hr_now();
     if (measured && d->t_last > 0) {
         double took = now - d->t_last;
@@ -355,67 +343,79 @@ static void pace(dist *d, int measured) {
                               d->t_slow > 0 ? c->step_timeout * d->t_slow : c->connect_timeout);
 }
 
-/* Agree on a new view, bring every member to the same state and restart the controller.
- * `why` is the failure that started it ("" for a planned change); t0 when it was seen. */
-static hr_status change_view(dist *d, const char *why, double t0, char *err, size_t errlen) {
+/* What an election ended with: the view agreed on, the state moved and the first split's
+ * speeds (calibrate). */
+typedef struct {
+    ring_agreement a;             /* the view, its lineages and donor */
+    size_t moved;                 /* state bytes this node sent or received */
+    double cap[RING_MAX_NODES];   /* the members' speeds, by rank */
+    int measured;                 /* cap was timed, not hinted */
+    int recorded;                 /* the view resumes the checkpoint's split */
+} view_start;
+
+/* Elect a view, bring its members to the donor's state, time the first split and set up the
+ * view's NCCL, electing again (16 times at most) while the ring fails before training. */
+static hr_status elect_and_sync(dist *d, int at_start, view_start *vs, char *err,
+                                size_t errlen) {
     const dist_state *s = &d->st;
-    const ring_view old = *ring_get_view(d->r);
-    const long first = s->iter(s->ctx);
-    const int at_start = old.n == 0;
-    ring_agreement a;
-    hr_status st;
-    size_t moved = 0;
-    double cap[RING_MAX_NODES];
-    int measured = 0, recorded = 0;
     for (int attempt = 0;; attempt++) {
         d->lineage.progress = s->iter(s->ctx);
         nccl_path_abort(&d->np, d->r); /* the old view's communicator goes before the election */
-        if ((st = ring_elect(d->r, &d->lineage, &a, err, errlen)) != HR_OK) return st;
+        HR_CHECK(ring_elect(d->r, &d->lineage, &vs->a, err, errlen));
         if (fault_at(d, "crash_view", d->views)) hr_fault_kill_after("the view change", 0);
-        HR_CHECK(s->set_comm(s->ctx, ring_rank(d->r), a.view.n));
-        st = sync_state(d, &a, at_start && s->send_first, &moved, err, errlen);
-        recorded = at_start && a.in_sync && s->recorded && a.view.n == d->c->n_nodes;
-        if (st == HR_OK && (st = calibrate(d, &a.view, recorded, cap, &measured)) != HR_OK)
+        HR_CHECK(s->set_comm(s->ctx, ring_rank(d->r), vs->a.view.n));
+        hr_status st = sync_state(d, &vs->a, at_start && s->send_first, &vs->moved, err, errlen);
+        vs->recorded =
+            at_start && vs->a.in_sync && s->recorded && vs->a.view.n == d->cc->max_nodes;
+        if (st == HR_OK &&
+            (st = calibrate(d, &vs->a.view, vs->recorded, vs->cap, &vs->measured)) != HR_OK)
             snprintf(err, errlen, "%s", ring_error(d->r));
-        if (st == HR_OK) st = nccl_path_view(&d->np, d->r, d->c, err, errlen);
-        if (st == HR_OK) break;
+        if (st == HR_OK) st = nccl_path_view(&d->np, d->r, d->cc, err, errlen);
+        if (st == HR_OK) return HR_OK;
         if (!ring_trouble(st) || attempt >= 16) return st;
         HR_WARN(RING, "view %llu failed before training (%s); agreeing on another",
-                (unsigned long long)a.view.epoch, err);
+                (unsigned long long)vs->a.view.epoch, err);
     }
-    const long iter = s->iter(s->ctx);
-    d->lineage.epoch = a.view.epoch;
-    d->lineage.progress = iter;
-    HR_CHECK(start_controller(d, recorded, cap, measured, err, errlen));
-    d->force_hash = 1;
-    d->change = d->leaving_self = 0;
-    d->views++;
-    d->iter = iter;
-    pace(d, 0); /* the election is no step: the next iteration starts the clock */
-    const double took = hr_now() - t0;
+}
 
-    long left[RING_MAX_NODES], joined[RING_MAX_NODES];
-    int nl = ids_minus(&old, &a.view, left), nj = at_start ? 0 : ids_minus(&a.view, &old, joined);
-    if (at_start && a.lineage[a.donor].epoch > 0) /* a (re)start among nodes that trained: the
-                                                   * joiners are those without the view's state */
-        for (int k = 0; k < a.view.n; k++)
-            if (a.lineage[k].epoch != a.lineage[a.donor].epoch) joined[nj++] = a.view.ids[k];
-    if (!at_start && moved && ring_rank(d->r) != a.donor && nl == 0 && nj == 0) {
+/* The nodes a view change dropped (left) and admitted (joined), as its record says them. */
+static void view_diff(const dist *d, const ring_view *old, const view_start *vs, int at_start,
+                      long *left, int *nl, long *joined, int *nj) {
+    const ring_agreement *a = &vs->a;
+    *nl = ids_minus(old, &a->view, left);
+    *nj = at_start ? 0 : ids_minus(&a->view, old, joined);
+    if (at_start && a->lineage[a->donor].epoch > 0) /* a (re)start among nodes that trained: the
+                                                     * joiners are those without the view's state */
+        for (int k = 0; k < a->view.n; k++)
+            if (a->lineage[k].epoch != a->lineage[a->donor].epoch) joined[(*nj)++] = a->view.ids[k];
+    if (!at_start && vs->moved && ring_rank(d->r) != a->donor && *nl == 0 && *nj == 0) {
         /* this node was left out and took the state: it is the one that rejoined */
-        joined[0] = d->c->nodes[d->self].id;
-        nj = 1;
+        joined[0] = d->cc->self_id;
+        *nj = 1;
     }
+}
+
+/* Rank 0's line for the view change, and every node's view record (the metrics file's, or
+ * pending until the file is open). */
+static void report_view(dist *d, const ring_view *old, const view_start *vs, const char *why,
+                        long first, long iter, double took) {
+    const int at_start = old->n == 0;
+    const ring_view *v = &vs->a.view;
+    long left[RING_MAX_NODES], joined[RING_MAX_NODES];
+    int nl, nj;
+    view_diff(d, old, vs, at_start, left, &nl, joined, &nj);
     memcpy(d->left, left, sizeof *left * (size_t)nl);
     memcpy(d->joined, joined, sizeof *joined * (size_t)nj);
     d->n_left = nl, d->n_joined = nj, d->change_s = took;
     char members[RING_MAX_NODES * 8], ls[RING_MAX_NODES * 8], js[RING_MAX_NODES * 8];
-    dist_ids_str(members, sizeof members, a.view.ids, a.view.n);
+    dist_ids_str(members, sizeof members, v->ids, v->n);
     dist_ids_str(ls, sizeof ls, left, nl);
     dist_ids_str(js, sizeof js, joined, nj);
     if (ring_rank(d->r) == 0) {
         char lead[HR_ERRLEN + 128] = "", state[96] = "";
-        if (moved)
-            snprintf(state, sizeof state, ": state %.1f MB in %.2f s", (double)moved / 1e6, took);
+        if (vs->moved)
+            snprintf(state, sizeof state, ": state %.1f MB in %.2f s", (double)vs->moved / 1e6,
+                     took);
         if (at_start && !nj)
             snprintf(lead, sizeof lead, "started at iteration %ld%s; ", iter, state);
         else if (nj && !nl)
@@ -425,22 +425,42 @@ static hr_status change_view(dist *d, const char *why, double t0, char *err, siz
             snprintf(lead, sizeof lead, "node%s %.300s left%s%.300s%s at iteration %ld%s; ",
                      nl > 1 ? "s" : "", ls, why[0] ? " (" : "", why, why[0] ? ")" : "", first,
                      nj ? "" : state);
-        HR_INFO(RING, "%sview %llu: nodes %s; %s in %.2f s", lead, (unsigned long long)a.view.epoch,
+        HR_INFO(RING, "%sview %llu: nodes %s; %s in %.2f s", lead, (unsigned long long)v->epoch,
                 members, at_start ? "ready" : "resumed", took);
     }
     char rec[sizeof d->pending];
     snprintf(rec, sizeof rec,
              "{\"event\":\"view\",\"epoch\":%llu,\"nodes\":[%s],\"iter\":%ld,\"left\":[%s],"
              "\"joined\":[%s],\"state_bytes\":%zu,\"elect_s\":%.6f,\"t_unix\":%.6f,\"node\":%ld}\n",
-             (unsigned long long)a.view.epoch, members, iter, ls, js, moved, took, hr_unix_s(),
-             d->c->nodes[d->self].id);
-    FILE *metrics = s->metrics ? s->metrics(s->ctx) : NULL;
+             (unsigned long long)v->epoch, members, iter, ls, js, vs->moved, took, hr_unix_s(),
+             d->cc->self_id);
+    FILE *metrics = d->st.metrics ? d->st.metrics(d->st.ctx) : NULL;
     if (metrics) {
         fputs(rec, metrics);
     } else {
         snprintf(d->pending, sizeof d->pending, "%s", rec);
         d->have_pending = 1;
     }
+}
+
+/* Agree on a new view, bring every member to the same state and restart the controller.
+ * `why` is the failure that started it ("" for a planned change); t0 when it was seen. */
+static hr_status change_view(dist *d, const char *why, double t0, char *err, size_t errlen) {
+    const dist_state *s = &d->st;
+    const ring_view old = *ring_get_view(d->r);
+    const long first = s->iter(s->ctx);
+    view_start vs = {.moved = 0};
+    HR_CHECK(elect_and_sync(d, old.n == 0, &vs, err, errlen));
+    const long iter = s->iter(s->ctx);
+    d->lineage.epoch = vs.a.view.epoch;
+    d->lineage.progress = iter;
+    HR_CHECK(start_controller(d, vs.recorded, vs.cap, vs.measured, err, errlen));
+    d->force_hash = 1;
+    d->change = d->leaving_self = 0;
+    d->views++;
+    d->iter = iter;
+    pace(d, 0); /* the election is no step: the next iteration starts the clock */
+    report_view(d, &old, &vs, why, first, iter, hr_now() - t0);
     return HR_OK;
 }
 
@@ -476,7 +496,7 @@ static void flush_pending(dist *d) {
 
 /* Leave the cluster at this boundary, with a checkpoint when one is configured. */
 static hr_status leave_now(dist *d, char *err, size_t errlen) {
-    const char *ck = d->st.save ? d->c->checkpoint : "";
+    const char *ck = d->st.save ? d->cc->checkpoint : "";
     if (d->st.save) HR_CHECK(d->st.save(d->st.ctx, err, errlen));
     HR_INFO(RING, "leaving the cluster at iteration %ld%s%s", d->st.iter(d->st.ctx),
             ck[0]        ? "; checkpoint written to "

@@ -1,7 +1,7 @@
 /*
  * dist.h: distributed training over the ring, with elastic membership: the machinery behind
  * libhetring (cluster/hetring.c), through which `hetring run` trains the built-in models too
- * (cli/hr_node.h).
+ * (cluster/hr_node.h).
  *
  * Three things join the training loop:
  *  - the ring's SUM all-reduce as the communication step (the stats tail of stats.h rides
@@ -41,7 +41,6 @@
 #ifndef HR_DIST_H
 #define HR_DIST_H
 
-#include "conf/cfg.h"
 #include "ctrl/ctrl.h"
 #include "cluster/cluster_setup.h"
 #include "cluster/nccl_path.h"
@@ -102,9 +101,8 @@ typedef struct {
 } dist_state;
 
 typedef struct {
-    const cfg *c;             /* configuration (borrowed) */
-    const cluster_config *cc; /* this node's cluster settings (borrowed): B */
-    int self;                 /* index of this node in c->nodes */
+    const cluster_config *cc; /* this node's cluster settings (borrowed): B, the nodes, the
+                               * controller's config; dist reads no cfg */
     ring *r;                  /* the TCP ring */
     int have_ring;            /* r was initialised */
     nccl_path np;             /* NCCL among the view's GPU members (nccl_path.h); set up per view
@@ -142,9 +140,9 @@ typedef struct {
     double change_s;             /* seconds from the failure (or the request) to the new view */
 } dist;
 
-/* Open the ring for node `self` of `c`, whose settings cc was made from c (listening; no view
- * yet). c and cc must outlive d. dist_free still needed. */
-hr_status dist_init(dist *d, const cfg *c, const cluster_config *cc, int self, char *err,
+/* Open the ring of config rc (copied: the caller wipes its own) for the node whose settings
+ * cc are (listening; no view yet). cc must outlive d. dist_free still needed. */
+hr_status dist_init(dist *d, const cluster_config *cc, const ring_config *rc, char *err,
                     size_t errlen);
 
 void dist_free(dist *d);

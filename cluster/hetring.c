@@ -15,6 +15,9 @@
  *           checks the hashes and decides the next split (I4, I5, I6), and the buffers get
  *           sum / B back (I2). hetring run's buffer is used where it lies instead (app.grads,
  *           with room for the tail before it) and keeps the sums
+ *   path    the gradient goes the way of the view's grad_path (grad_path.h: whole, buckets,
+ *           nccl), chosen once per view (and with bucket_bytes = auto after every iteration,
+ *           from the gathered machine facts); hetring_ready and hetring_step call through it
  *   overlap hetring_ready copies a buffer as soon as the user finished it; with buckets on,
  *           a bucket whose buffers are all in goes to the communication thread (overlap.h)
  *           while the user computes the rest. Buckets are cut at buffer boundaries from the
@@ -42,9 +45,11 @@
 #include "base/hr_time.h"
 #include "cluster/cluster_setup.h"
 #include "cluster/dist.h"
+#include "cluster/grad_path.h"
 #include "cluster/hr_fault.h"
 #include "cluster/node_id.h"
 #include "cluster/overlap.h"
+#include "cluster/ring_setup.h"
 #include "cluster/stats.h"
 #include "cluster/transport.h"
 #include "conf/cfg.h"
@@ -97,29 +102,21 @@ struct hetring {
     int64_t *idx;           /* (B) this node's indices for the iteration fetched */
     float *buf;             /* (n_nodes * CLUSTER_NODE_STATS + n_grad) room for the tail,
                              * then the gradients */
-    float *grads;           /* = buf + n_nodes * CLUSTER_NODE_STATS */
-    size_t n_grad;          /* floats of gradient, fixed by the first step or ready */
-    int n_bufs;             /* buffers per step, fixed by the first step or ready */
     size_t *counts;         /* (n_bufs) floats per buffer */
     size_t *off;            /* (n_bufs) each buffer's offset in grads */
-    /* overlap (hetring_ready; see the top of this file) */
-    int n_buckets;                   /* buckets of the plan */
-    long cuts[OVERLAP_MAX_JOBS + 1]; /* bucket j = grads[cuts[j+1], cuts[j]) */
-    int *bucket_of;                  /* (n_bufs) the bucket of each buffer, -1 for an empty one */
-    int missing[OVERLAP_MAX_JOBS];   /* buffers of each bucket not handed over yet */
+    /* the gradient's path (grad_path.h; see the top of this file) */
+    grad_xfer x;                     /* layout, bucket plan and communication thread */
+    const grad_path *path;           /* this view's path, NULL until its first step */
+    int told;                        /* path->overlaps last logged (-1: none) */
     unsigned char *given;            /* (n_bufs) handed over this iteration */
     float **ptrs;                    /* (n_bufs) the buffers as this iteration's first ready gave */
     int n_given;                     /* buffers handed over this iteration (hetring_ready) */
-    int next_bucket;                 /* buckets sent this iteration */
-    int bucketed;                    /* this iteration all-reduces bucket by bucket */
-    int told;                        /* the choice last logged (-1: none) */
     int readied;                     /* hetring_ready was called in this iteration */
     int share_bad;                   /* DIST_FLAG_NONFINITE_* of this iteration's own share */
     long *bad_ids;                   /* (c.n_nodes) culprits of the last step not finite */
     int n_bad;                       /* entries of bad_ids */
     long skipped;                    /* steps skipped as not finite ([train] nonfinite = skip) */
     overlap_fact *facts;             /* (c.n_nodes) the view's facts, gathered */
-    overlap_worker ow;               /* the communication thread, started by the first bucket */
     unsigned char *blob;             /* (blob_cap) the state blob this node packs */
     size_t blob_cap;                 /* bytes allocated for blob */
     size_t moved;                    /* state bytes sent or received in the last view change */
@@ -229,7 +226,7 @@ static hr_status st_set_comm(void *ctx, int rank, int size) {
     hetring *h = ctx;
     if (size < 1 || size > h->c->n_nodes || rank < 0 || rank >= size) return HR_ERR_INVAL;
     h->rank = rank, h->size = size;
-    if (h->cc.bucket_bytes == OVERLAP_AUTO) h->bucketed = 0; /* no facts of this view yet */
+    h->path = NULL; /* chosen again at the view's first step */
     return HR_OK;
 }
 
@@ -447,9 +444,14 @@ static hr_status setup(hetring *h, const hetring_options *o) {
                        o->start_iter, h->total);
     h->iter = o->start_iter; /* the election takes the state of the member furthest along */
     h->size = 1, h->split[0] = B;
-    HR_CHECK(dist_init(&h->d, c, &h->cc, h->self, e, n));
+    ring_config rc;
+    HR_CHECK(app_ring_config(c, h->self, &rc, e, n));
+    hr_status st = dist_init(&h->d, &h->cc, &rc, e, n);
+    ring_config_wipe(&rc); /* the ring keeps its own copy of the PSK */
     h->have_dist = 1;
+    HR_CHECK(st);
     h->d.np.device_grads = h->app.device_grads != NULL; /* a member fact of the choice */
+    h->x.d = &h->d, h->x.device_grads = h->app.device_grads;
     if (h->app.on_listen) h->app.on_listen(h->cb.user);
     h->d.leave = h->leave_at;
     ring_set_stop(h->d.r, h->leave_at); /* a leave request ends an election waiting for quorum */
@@ -512,7 +514,7 @@ int hr_lib_open(hetring **out, const hetring_options *o, const hetring_app *app,
 
 int hetring_close(hetring *h) {
     if (!h) return HETRING_EINVAL;
-    overlap_stop(&h->ow); /* waits for buckets still in flight (the ring's deadlines bound it) */
+    grad_xfer_stop(&h->x); /* waits for buckets still in flight (the ring's deadlines bound it) */
     if (h->have_dist) dist_free(&h->d);
     h->have_dist = 0;
     h->closed = 1;
@@ -531,7 +533,7 @@ void hetring_free(hetring *h) {
     free(h->buf);
     free(h->counts);
     free(h->off);
-    free(h->bucket_of);
+    free(h->x.bucket_of);
     free(h->given);
     free(h->ptrs);
     free(h->facts);
@@ -602,7 +604,7 @@ int hetring_members(const hetring *h, hetring_member *out, int max) {
 /* This node left: the ring closes so the others' view change does not wait for it. */
 static int left(hetring *h) {
     h->left = 1;
-    overlap_stop(&h->ow);
+    grad_xfer_stop(&h->x);
     if (h->have_dist) dist_free(&h->d);
     h->have_dist = 0;
     snprintf(h->err, sizeof h->err, "this node left the cluster at iteration %ld", h->iter);
@@ -651,37 +653,38 @@ int hetring_next(hetring *h, hetring_batch *out) {
 
 /* ================================================================ buckets */
 
-/* "overlap: ..." on rank 0 when the choice differs from the one logged last. */
+/* "overlap: ..." on rank 0 when whether buckets overlap differs from what was logged last. */
 static void tell_choice(hetring *h, const char *why) {
-    if (h->rank != 0 || h->bucketed == h->told) return;
+    if (h->rank != 0 || h->path->overlaps == h->told) return;
     char line[400];
-    overlap_choice_str(h->cc.bucket_bytes, h->n_buckets, h->bucketed, why, line, sizeof line);
+    overlap_choice_str(h->cc.bucket_bytes, h->x.n_buckets, h->path->overlaps, why, line,
+                       sizeof line);
     HR_INFO(TRAIN, "%s", line);
-    h->told = h->bucketed;
+    h->told = h->path->overlaps;
 }
 
-/* The bucket plan (overlap_plan) of the buffers' layout, and each buffer's bucket. */
-static void plan(hetring *h) {
-    const int nb = overlap_plan(h->counts, h->n_bufs, h->cc.bucket_bytes, h->cuts);
-    h->n_buckets = nb;
-    for (int i = 0, j = nb - 1; i < h->n_bufs; i++) {
-        while (j > 0 && (long)h->off[i] >= h->cuts[j]) j--;
-        h->bucket_of[i] = h->counts[i] ? j : -1;
-    }
+/* The path of the current view (grad_path_choose), from the members' machine facts of the
+ * last iteration when `gathered`. A bucket_bytes of its own is logged when the view's first
+ * step chooses; auto, once the facts are in. */
+static void choose_path(hetring *h, int gathered) {
+    for (int k = 0; gathered && k < h->size; k++) h->facts[k] = h->gathered[k].machine;
+    const grad_view v = {.nccl = dist_on_nccl(&h->d),
+                         .bucket_bytes = h->cc.bucket_bytes,
+                         .n_buckets = h->x.n_buckets,
+                         .facts = gathered ? h->facts : NULL,
+                         .n = h->size};
     char why[192];
-    h->bucketed = h->cc.bucket_bytes != OVERLAP_AUTO &&
-                  overlap_choose(h->cc.bucket_bytes, nb, NULL, 0, why, sizeof why);
-    if (h->cc.bucket_bytes != OVERLAP_AUTO) tell_choice(h, why);
+    h->path = grad_path_choose(&v, why, sizeof why);
+    if (h->path != &grad_path_nccl && (gathered || h->cc.bucket_bytes != OVERLAP_AUTO))
+        tell_choice(h, why);
 }
 
-/* A new iteration's hand-over: nothing given yet. */
+/* A new iteration's hand-over: nothing given yet, on the view's path. */
 static void round_reset(hetring *h) {
-    if (h->n_given) memset(h->given, 0, (size_t)h->n_bufs);
-    h->n_given = 0, h->next_bucket = 0;
+    if (h->n_given) memset(h->given, 0, (size_t)h->x.n_bufs);
+    h->n_given = 0;
     h->share_bad = 0;
-    memset(h->missing, 0, sizeof h->missing);
-    for (int i = 0; i < h->n_bufs; i++)
-        if (h->bucket_of[i] >= 0) h->missing[h->bucket_of[i]]++;
+    grad_xfer_reset(&h->x);
 }
 
 /* The buffers' layout: fixed by the first step (or hetring_ready), the same at every later
@@ -689,14 +692,14 @@ static void round_reset(hetring *h) {
 static int check_layout(hetring *h, const hetring_grads *g, const char *fn) {
     if (!g || g->n_bufs < 1 || !g->bufs || !g->counts)
         return fail(h, HETRING_EINVAL, "%s: no gradient buffers given", fn);
-    if (h->n_bufs && g->n_bufs != h->n_bufs)
+    if (h->x.n_bufs && g->n_bufs != h->x.n_bufs)
         return fail(h, HETRING_EINVAL, "%s: %d buffers given, the first step had %d", fn, g->n_bufs,
-                    h->n_bufs);
+                    h->x.n_bufs);
     size_t total = 0;
     for (int i = 0; i < g->n_bufs; i++) {
         if (!g->bufs[i] && g->counts[i])
             return fail(h, HETRING_EINVAL, "%s: buffer %d is NULL", fn, i);
-        if (h->n_bufs && g->counts[i] != h->counts[i])
+        if (h->x.n_bufs && g->counts[i] != h->counts[i])
             return fail(h, HETRING_EINVAL, "%s: buffer %d holds %zu floats, at the first step %zu",
                         fn, i, g->counts[i], h->counts[i]);
         total += g->counts[i];
@@ -706,7 +709,7 @@ static int check_layout(hetring *h, const hetring_grads *g, const char *fn) {
         for (size_t i = 0, o = 0; i < (size_t)g->n_bufs; o += g->counts[i], i++)
             if (g->counts[i] && g->bufs[i] != h->app.grads + o)
                 return fail(h, HETRING_EINVAL, "%s: buffer %zu is not in place", fn, i);
-    if (h->n_bufs) return HETRING_OK;
+    if (h->x.n_bufs) return HETRING_OK;
     const size_t n = (size_t)g->n_bufs, tail = (size_t)h->c->n_nodes * CLUSTER_NODE_STATS;
     size_t *counts = malloc(sizeof *counts * n), *off = malloc(sizeof *off * n);
     int *bucket_of = malloc(sizeof *bucket_of * n);
@@ -718,35 +721,14 @@ static int check_layout(hetring *h, const hetring_grads *g, const char *fn) {
         free(counts), free(off), free(bucket_of), free(given), free(ptrs), free(buf);
         return fail(h, HETRING_ENOMEM, "out of memory for %zu floats of gradient", total);
     }
-    h->counts = counts, h->off = off, h->bucket_of = bucket_of;
+    h->counts = counts, h->off = off, h->x.bucket_of = bucket_of;
     h->given = given, h->ptrs = ptrs, h->buf = buf;
     memcpy(h->counts, g->counts, sizeof *h->counts * n);
     for (size_t i = 0, o = 0; i < n; o += g->counts[i], i++) h->off[i] = o;
-    h->n_bufs = g->n_bufs, h->n_grad = total;
-    h->grads = h->app.grads ? h->app.grads : h->buf + tail;
-    plan(h);
+    h->x.n_bufs = g->n_bufs, h->x.n_grad = total;
+    h->x.grads = h->app.grads ? h->app.grads : h->buf + tail;
+    grad_xfer_plan(&h->x, h->counts, h->off, g->n_bufs, h->cc.bucket_bytes);
     round_reset(h);
-    return HETRING_OK;
-}
-
-/* The communication thread's all-reduce. */
-static hr_status bucket_allreduce(void *ctx, float *buf, size_t n) {
-    return dist_allreduce(ctx, buf, n);
-}
-
-/* Send every bucket before the last whose buffers are all in, in the plan's order. */
-static int send_ready(hetring *h) {
-    if (!h->ow.running) {
-        hr_status st = overlap_start(&h->ow, bucket_allreduce, &h->d);
-        if (st != HR_OK)
-            return fail(h, status_of(st), "could not start the communication thread (%s)",
-                        hr_strerror(st));
-    }
-    while (h->next_bucket < h->n_buckets - 1 && h->missing[h->next_bucket] == 0) {
-        const long lo = h->cuts[h->next_bucket + 1], hi = h->cuts[h->next_bucket];
-        overlap_submit(&h->ow, h->grads + lo, (size_t)(hi - lo));
-        h->next_bucket++;
-    }
     return HETRING_OK;
 }
 
@@ -764,16 +746,19 @@ static void fault_share(const hetring *h, float *buf, size_t n) {
  * gradient is on the device and the host buffers hold none: only the loss is checked. */
 static int give(hetring *h, const hetring_grads *g, int i) {
     if (g->counts[i] && !h->app.grads)
-        memcpy(h->grads + h->off[i], g->bufs[i], sizeof *h->grads * g->counts[i]);
-    if (!dist_on_nccl(&h->d)) {
-        fault_share(h, h->grads + h->off[i], g->counts[i]);
-        if (!train_all_finite(h->grads + h->off[i], g->counts[i]))
+        memcpy(h->x.grads + h->off[i], g->bufs[i], sizeof *h->x.grads * g->counts[i]);
+    if (h->path->host_grads) {
+        fault_share(h, h->x.grads + h->off[i], g->counts[i]);
+        if (!train_all_finite(h->x.grads + h->off[i], g->counts[i]))
             h->share_bad |= DIST_FLAG_NONFINITE_GRAD;
     }
     h->given[i] = 1;
     h->n_given++;
-    if (h->bucket_of[i] >= 0) h->missing[h->bucket_of[i]]--;
-    return h->bucketed ? send_ready(h) : HETRING_OK;
+    hr_status st = h->path->ready(&h->x, i);
+    if (st != HR_OK)
+        return fail(h, status_of(st), "could not start the communication thread (%s)",
+                    hr_strerror(st));
+    return HETRING_OK;
 }
 
 int hetring_ready(hetring *h, const hetring_grads *g, int i) {
@@ -784,15 +769,16 @@ int hetring_ready(hetring *h, const hetring_grads *g, int i) {
                     h->iter);
     if (h->n_given == 0) {
         if ((us = check_layout(h, g, "hetring_ready")) != HETRING_OK) return us;
-        memcpy(h->ptrs, g->bufs, sizeof *h->ptrs * (size_t)h->n_bufs);
-    } else if (!g || g->n_bufs != h->n_bufs || !g->bufs) {
+        if (!h->path) choose_path(h, 0);
+        memcpy(h->ptrs, g->bufs, sizeof *h->ptrs * (size_t)h->x.n_bufs);
+    } else if (!g || g->n_bufs != h->x.n_bufs || !g->bufs) {
         return fail(h, HETRING_EINVAL,
                     "hetring_ready: the buffers differ from the ones of the first hetring_ready "
                     "of iteration %ld",
                     h->iter);
     }
-    if (i < 0 || i >= h->n_bufs)
-        return fail(h, HETRING_EINVAL, "hetring_ready: no buffer %d (there are %d)", i, h->n_bufs);
+    if (i < 0 || i >= h->x.n_bufs)
+        return fail(h, HETRING_EINVAL, "hetring_ready: no buffer %d (there are %d)", i, h->x.n_bufs);
     if (g->bufs[i] != h->ptrs[i])
         return fail(h, HETRING_EINVAL,
                     "hetring_ready: buffer %d is not the one of the first hetring_ready of "
@@ -808,16 +794,6 @@ int hetring_ready(hetring *h, const hetring_grads *g, int i) {
     return give(h, g, i);
 }
 
-/* bucket_bytes = auto: whether the next iteration uses the buckets, from the facts every node
- * put in this iteration's stats, the same on every node (overlap_choose). */
-static void choose_next(hetring *h) {
-    if (dist_on_nccl(&h->d)) return; /* one NCCL all-reduce of the device's gradient */
-    for (int k = 0; k < h->size; k++) h->facts[k] = h->gathered[k].machine;
-    char why[192];
-    h->bucketed = overlap_choose(OVERLAP_AUTO, h->n_buckets, h->facts, h->size, why, sizeof why);
-    tell_choice(h, why);
-}
-
 /* The all-reduce failed: a new view, and the iteration again (or the end of this node). */
 static int recover(hetring *h, hr_status st) {
     h->moved = 0;
@@ -828,19 +804,6 @@ static int recover(hetring *h, hr_status st) {
     report_view(h);
     snprintf(h->err, sizeof h->err, "iteration %ld: the view changed; run it again", h->iter);
     return HETRING_RETRY;
-}
-
-/* The iteration's all-reduce of the tail and the gradients, one piece or bucket by bucket; in an
- * NCCL view, the device's gradient over NCCL, then the tail over the TCP ring. */
-static hr_status exchange(hetring *h, float *head, size_t tail) {
-    if (dist_on_nccl(&h->d)) {
-        hr_status st = dist_nccl_allreduce(&h->d, h->app.device_grads, h->n_grad);
-        return st == HR_OK ? dist_allreduce(&h->d, head, tail) : st;
-    }
-    if (!h->bucketed) return dist_allreduce(&h->d, head, tail + h->n_grad);
-    if (send_ready(h) != HETRING_OK) return HR_ERR_IO;
-    overlap_submit(&h->ow, head, tail + (size_t)h->cuts[h->n_buckets - 1]);
-    return overlap_wait(&h->ow);
 }
 
 /* A collective of the user's own inside an iteration (hetring.h). */
@@ -905,7 +868,7 @@ static int step_finite(hetring *h) {
     int any = 0; /* an NCCL view's sum is on the device: its shares' flags say for it */
     for (int k = 0; k < n; k++) any |= bits[k];
     const int grad_ok = !(any & DIST_FLAG_NONFINITE_GRAD) &&
-                        (dist_on_nccl(&h->d) || train_all_finite(h->grads, h->n_grad));
+                        (!h->path->host_grads || train_all_finite(h->x.grads, h->x.n_grad));
     const int loss_ok = !(any & DIST_FLAG_NONFINITE_LOSS) && isfinite(loss);
     if (grad_ok && loss_ok) return 1;
     memcpy(h->bad_ids, ids, sizeof *ids * (size_t)n);
@@ -932,16 +895,16 @@ static int step_exchange(hetring *h, const hetring_grads *g, double factor) {
     for (int i = 0; i < g->n_bufs; i++)
         if (!h->given[i]) (void)give(h, g, i); /* a failed thread start shows in exchange */
     const size_t tail = (size_t)h->size * CLUSTER_NODE_STATS;
-    float *head = h->grads - tail; /* the tail leads the last bucket */
+    float *head = h->x.grads - tail; /* the tail leads the last bucket */
     pack_stats(h, g, factor, head);
     h->fetched = 0;
-    hr_status st = exchange(h, head, tail);
+    hr_status st = h->path->exchange(&h->x, head, tail);
     round_reset(h);
     if (st != HR_OK) return recover(h, st);
     cluster_stats_unpack(head, h->size, h->gathered);
     memcpy(h->member_ids, ring_get_view(h->d.r)->ids, sizeof *h->member_ids * (size_t)h->size);
     h->n_members = h->size;
-    if (h->cc.bucket_bytes == OVERLAP_AUTO) choose_next(h);
+    if (h->cc.bucket_bytes == OVERLAP_AUTO) choose_path(h, 1);
     return HETRING_OK;
 }
 
@@ -951,7 +914,7 @@ static void scale_back(hetring *h, const hetring_grads *g) {
     const float inv = 1.0f / (float)h->cc.global_batch;
     for (int i = 0; !h->app.grads && i < g->n_bufs; i++) {
         float *dst = g->bufs[i];
-        const float *src = h->grads + h->off[i];
+        const float *src = h->x.grads + h->off[i];
         for (size_t j = 0; j < g->counts[i]; j++) dst[j] = src[j] * inv;
     }
 }
@@ -963,6 +926,7 @@ int hetring_step(hetring *h, const hetring_grads *g, hetring_result *res) {
         return fail(h, HETRING_EINVAL, "hetring_step: call hetring_next first (iteration %ld)",
                     h->iter);
     if ((us = check_layout(h, g, "hetring_step")) != HETRING_OK) return us;
+    if (!h->path) choose_path(h, 0);
     for (int i = 0; h->n_given && i < g->n_bufs; i++)
         if (h->given[i] && g->bufs[i] != h->ptrs[i])
             return fail(h, HETRING_EINVAL,
@@ -971,12 +935,11 @@ int hetring_step(hetring *h, const hetring_grads *g, hetring_result *res) {
         return fail(h, HETRING_EINVAL, "hetring_step: compute_s must be finite and >= 0, not %g",
                     g->compute_s);
     h->err[0] = 0;
-    if (dist_on_nccl(&h->d)) h->bucketed = 0; /* the host buffers hold no gradient */
     const double factor = train_stretch_factor(&h->cc.stretch, h->iter);
     hr_sleep((factor - 1) * g->compute_s); /* an emulated slow node (labelled as such) */
     const double t0 = hr_now();
-    const int early = h->bucketed ? h->next_bucket : 0; /* sent while the user computed */
-    const int buckets = h->bucketed ? h->n_buckets : 1;
+    const int early = h->path->overlaps ? h->x.next_bucket : 0; /* sent while the user computed */
+    const int buckets = h->path->overlaps ? h->x.n_buckets : 1;
     if ((us = step_exchange(h, g, factor)) != HETRING_OK) return us;
     memcpy(h->next, h->split, sizeof *h->next * (size_t)h->size);
     hr_status st = dist_decide(&h->d, h->iter, h->gathered, h->size, h->next);

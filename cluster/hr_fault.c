@@ -1,6 +1,9 @@
 /* hr_fault.c: HETRING_FAULT parsing and the process-level faults (see hr_fault.h). */
 #include "cluster/hr_fault.h"
 #include "base/hr_log.h"
+#ifdef HR_TEST_HOOKS
+#include "cluster/nccl_fake.h" /* defined in the hooks variant only */
+#endif
 
 #include <pthread.h>
 #include <signal.h>
@@ -25,10 +28,6 @@ const device_ops *hr_fault_emu_device(void) {
     return NULL;
 #endif
 }
-
-#ifdef HR_TEST_HOOKS
-extern const nccl_path_ops nccl_fake_ops; /* cluster/nccl_fake.c, in the hooks variant only */
-#endif
 
 const nccl_path_ops *hr_fault_fake_nccl(void) {
 #ifdef HR_TEST_HOOKS

@@ -17,6 +17,8 @@
  * Faults: nccl_init_fail:NODE:E (the init of view E fails on NODE), nccl_error:NODE:I (NODE's
  * all-reduce of iteration I fails, once per process).
  */
+#include "cluster/nccl_fake.h"
+
 #include "cluster/hr_fault.h"
 #include "cluster/nccl_path.h"
 #include "cluster/stats.h"

@@ -29,9 +29,9 @@ typedef struct {
     char why[WHY_BYTES]; /* its error, "" on success */
 } init_msg;
 
-void nccl_path_init(nccl_path *p, const nccl_path_ops *ops, int device) {
+void nccl_path_init(nccl_path *p, const nccl_path_ops *ops, int cuda_index) {
     memset(p, 0, sizeof *p);
-    p->ops = ops, p->device = device, p->told = -1;
+    p->ops = ops, p->device = cuda_index, p->told = -1;
 }
 
 void nccl_path_abort(nccl_path *p, const ring *r) {
@@ -47,10 +47,11 @@ void nccl_path_free(nccl_path *p) {
 /* Rank 0 says which transport the view uses, when it differs from the last one it said and
  * NCCL was in question: backend = nccl, or auto with a GPU node in the view (an all-CPU
  * cluster, or backend = tcp, has nothing to say). */
-static void tell(nccl_path *p, const ring *r, const cfg *c, transport_kind k, const char *why) {
+static void tell(nccl_path *p, const ring *r, const cluster_config *c, transport_kind k,
+                 const char *why) {
     const ring_view *v = ring_get_view(r);
     int gpu = 0;
-    for (int q = 0; q < v->n; q++) gpu |= c->nodes[cfg_node_index(c, v->ids[q])].device >= 0;
+    for (int q = 0; q < v->n; q++) gpu |= c->nodes[cluster_node_index(c, v->ids[q])].gpu;
     if (c->backend == CFG_BACKEND_TCP || (c->backend == CFG_BACKEND_AUTO && !gpu)) return;
     if (ring_rank(r) != 0 || (int)k == p->told) return;
     HR_INFO(RING, "view %llu: gradients over %s (%s)", (unsigned long long)ring_get_view(r)->epoch,
@@ -59,8 +60,8 @@ static void tell(nccl_path *p, const ring *r, const cfg *c, transport_kind k, co
 }
 
 /* The members' facts: the INI's for everyone, the members' own when `gathered`. */
-static transport_kind choose(nccl_path *p, ring *r, const cfg *c, int gather, char *why, size_t len,
-                             hr_status *st) {
+static transport_kind choose(nccl_path *p, ring *r, const cluster_config *c, int gather, char *why,
+                             size_t len, hr_status *st) {
     const ring_view *v = ring_get_view(r);
     transport_member m[RING_MAX_NODES];
     uint32_t all[RING_MAX_NODES] = {0};
@@ -70,9 +71,9 @@ static transport_kind choose(nccl_path *p, ring *r, const cfg *c, int gather, ch
         if ((*st = ring_allgather(r, &mine, all, sizeof mine)) != HR_OK) return TRANSPORT_TCP;
     }
     for (int k = 0; k < v->n; k++) {
-        const cfg_node *nd = &c->nodes[cfg_node_index(c, v->ids[k])];
+        const cluster_node *nd = &c->nodes[cluster_node_index(c, v->ids[k])];
         m[k] = (transport_member){.id = v->ids[k],
-                                  .gpu = nd->device >= 0,
+                                  .gpu = nd->gpu,
                                   .device_grads = (all[k] & FACT_DEVICE_GRADS) != 0,
                                   .nccl = (all[k] & FACT_NCCL) != 0};
     }
@@ -93,7 +94,8 @@ static hr_status share_id(nccl_path *p, ring *r, long node_id, id_msg *msg) {
     return ring_broadcast(r, msg, sizeof *msg, 0);
 }
 
-hr_status nccl_path_view(nccl_path *p, ring *r, const cfg *c, char *err, size_t errlen) {
+hr_status nccl_path_view(nccl_path *p, ring *r, const cluster_config *c, char *err,
+                         size_t errlen) {
     const ring_view *v = ring_get_view(r);
     char why[256];
     hr_status st;

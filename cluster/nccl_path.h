@@ -23,7 +23,7 @@
 #define HR_NCCL_PATH_H
 
 #include "base/hr_status.h"
-#include "conf/cfg.h"
+#include "cluster/cluster_setup.h"
 #include "ring/ring.h"
 
 #include <stddef.h>
@@ -73,7 +73,7 @@ typedef struct {
     int told;                 /* the transport last logged (rank 0), -1: none */
 } nccl_path;
 
-void nccl_path_init(nccl_path *p, const nccl_path_ops *ops, int device);
+void nccl_path_init(nccl_path *p, const nccl_path_ops *ops, int cuda_index);
 
 /* Before an election: the communicator is aborted (the old view's collective may be stuck on
  * a dead peer) and the view runs over TCP until nccl_path_view says otherwise. r: the ring as
@@ -83,7 +83,8 @@ void nccl_path_abort(nccl_path *p, const ring *r);
 /* A view formed (r) and its state agreed: choose the transport and, for NCCL, set up the
  * communicator as the top of this file says. A ring status when a collective of the set-up
  * failed (the caller elects again); a failed NCCL init is no error (TCP for this view). */
-hr_status nccl_path_view(nccl_path *p, ring *r, const cfg *c, char *err, size_t errlen);
+hr_status nccl_path_view(nccl_path *p, ring *r, const cluster_config *cc, char *err,
+                         size_t errlen);
 
 /* The iteration's gradient (count floats of device memory) over NCCL. A failure aborts the
  * communicator and fails the ring (ring_fail_view), returning the ring's status. */

@@ -88,7 +88,6 @@ void app_train_config(const cfg *c, int self_idx, train_config *out) {
     out->checkpoint_interval = c->checkpoint_interval;
     out->skip_nonfinite = c->nonfinite == CFG_NONFINITE_SKIP;
     out->origin = c->path;
-    out->max_nodes = c->n_nodes;
     out->grad_tail = (long)c->n_nodes * CLUSTER_NODE_STATS; /* the library's stats, in place */
     out->threads = c->nodes[self_idx].threads;
     const cfg_node *me = &c->nodes[self_idx];

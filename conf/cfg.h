@@ -3,7 +3,7 @@
  *
  * Values apply in the order defaults, INI file, environment (HETRING_<SECTION>_<KEY>, with
  * node sections as HETRING_NODE_<ID>_<KEY>), then command line (cfg_set "section.key=value").
- * Every key lives in one schema table in cfg.c, which drives parsing, range checks, the
+ * Every key lives in one schema table in cfg_schema.c, which drives parsing, range checks, the
  * environment overrides, `hetring config` and the reference file conf/examples/reference.ini.
  *
  * Paths (key_file, psk_file, data_dir, checkpoint) written relative in the file are relative to

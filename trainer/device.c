@@ -3,6 +3,9 @@
  * the check of a cuda:N setting (see device.h).
  */
 #include "trainer/device.h"
+#ifdef HR_HAVE_CUDA
+#include "trainer/cuda/device_cuda.h"
+#endif
 
 #include <string.h>
 
@@ -48,8 +51,6 @@ const device_ops device_cpu_ops = {"cpu",    cpu_open, cpu_close, cpu_pass,     
 /* ================================================================ cuda */
 
 #ifdef HR_HAVE_CUDA
-extern const device_ops device_cuda_impl;     /* trainer/cuda/device_cuda.c */
-int device_cuda_count(char *why, size_t len); /* the same file */
 const device_ops *const device_cuda_ops = &device_cuda_impl;
 #else
 const device_ops *const device_cuda_ops = NULL;

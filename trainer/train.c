@@ -29,8 +29,6 @@ hr_status train_init(trainer *t, const train_config *tc, char *err, size_t errle
     const train_config *c = &t->conf;
     t->dl.perm = NULL;
     hr_status st = HR_OK;
-    t->rank = 0, t->n_nodes = 1; /* alone until a peer's slice says otherwise */
-    t->max_nodes = c->max_nodes > 1 ? c->max_nodes : 1;
     /* every node writes the checkpoint (nodes need not share a disk): find an unwritable place
      * now, not at the first save */
     if (c->checkpoint && c->checkpoint[0]) HR_CHECK(ckpt_prepare(c->checkpoint, err, errlen));
@@ -69,15 +67,11 @@ hr_status train_init(trainer *t, const train_config *tc, char *err, size_t errle
     t->x = malloc(sizeof *t->x * (size_t)(B * t->train.d));
     t->y = regression ? NULL : malloc(sizeof *t->y * (size_t)B);
     t->t = regression ? malloc(sizeof *t->t * (size_t)(B * t->train.n_targets)) : NULL;
-    const size_t n = (size_t)t->max_nodes;
-    t->split = calloc(n, sizeof *t->split);
-    t->recorded = calloc(n, sizeof *t->recorded);
-    t->gathered = calloc(n, sizeof *t->gathered);
-    if (!t->x || (!t->y && !t->t) || !t->split || !t->recorded || !t->gathered) {
+    if (!t->x || (!t->y && !t->t)) {
         st = hr_fail(err, errlen, HR_ERR_NOMEM, "train: out of memory");
         goto fail;
     }
-    train_set_split(t, &B); /* alone; a peer keeps it up to date */
+    t->batch = B; /* the split of a node alone */
     return HR_OK;
 fail:
     train_free(t);
@@ -95,27 +89,33 @@ void train_free(trainer *t) {
     free(t->x);
     free(t->y);
     free(t->t);
-    free(t->split);
-    free(t->recorded);
-    free(t->gathered);
     t->x = t->t = NULL;
     t->y = NULL;
-    t->split = t->recorded = NULL;
-    t->gathered = NULL;
 }
 
 long train_global_batch(const trainer *t) {
     return t->conf.global_batch;
 }
 
-void train_set_split(trainer *t, const long *b) {
-#ifndef NDEBUG /* a precondition, not the I6 check: that is the controller's (ctrl.h) */
-    long sum = 0;
-    for (int k = 0; k < t->n_nodes; k++) assert(b[k] >= 0), sum += b[k];
-    assert(sum == train_global_batch(t));
-#endif
-    memcpy(t->split, b, sizeof *t->split * (size_t)t->n_nodes);
-    t->has_split = 1;
+void train_view_of(const trainer *t, train_view *v) {
+    if (t->has_peer) {
+        t->peer.view(t->peer.ctx, v);
+        return;
+    }
+    *v = (train_view){.rank = 0, .n = 1, .split = &t->batch, .stats = &t->own};
+}
+
+int train_lead(const trainer *t) {
+    train_view v;
+    train_view_of(t, &v);
+    return v.rank == 0;
+}
+
+/* Nodes of the current view. */
+static int view_size(const trainer *t) {
+    train_view v;
+    train_view_of(t, &v);
+    return v.n;
 }
 
 /* ================================================================ one iteration */
@@ -135,10 +135,11 @@ void train_set_peer(trainer *t, const train_peer *peer) {
  * exchange of the gradient sums for the cluster's; then the update, as without one. */
 static hr_status peer_step(trainer *t, train_iter *out) {
     const train_peer *p = &t->peer;
-    const long i = t->iter, epoch = i / t->ipe, it = i % t->ipe, B = train_global_batch(t);
+    const long i = t->iter, epoch = i / t->ipe, it = i % t->ipe;
     train_slice s;
     HR_CHECK(p->slice(p->ctx, &s));
-    t->rank = s.rank, t->n_nodes = s.size;
+    const long B = s.global_batch;
+    if (B < 1 || B > train_global_batch(t) || s.b > B) return HR_ERR_INVAL;
     HR_CHECK(device_keep_grads(&t->dev, s.on_device));
     if (s.on_device && s.b <= 0) return HR_ERR_INVAL; /* min_batch >= 1: a member has samples */
     model_stats ms = {0, 0};
@@ -201,12 +202,11 @@ static hr_status local_step(trainer *t, train_iter *out) {
 
     /* the loss sum rounded to a float, as a cluster's stats carry it, so that one node reports
      * what the same run on several nodes does */
-    t->gathered[0] =
-        (train_stat){.b = B, .t = t2 - t0, .loss = (float)ms.loss_sum, .correct = ms.correct};
+    t->own = (train_stat){.b = B, .t = t2 - t0, .loss = (float)ms.loss_sum, .correct = ms.correct};
     t->iter++;
     if (out) {
         out->iter = i, out->epoch = epoch;
-        out->loss = t->gathered[0].loss / (double)B;
+        out->loss = t->own.loss / (double)B;
         out->accuracy = (double)ms.correct / (double)B;
         out->lr = opt_lr(&t->opt, i);
         out->t_compute = t1 - t0, out->t_node = t2 - t0, out->t_comm = 0;
@@ -257,13 +257,13 @@ hr_status train_evaluate(trainer *t, double *loss, double *accuracy) {
 
 /* ================================================================ checkpoints */
 
-static ckpt_meta meta_of(const trainer *t) {
+static ckpt_meta meta_of(const trainer *t, int n_nodes) {
     ckpt_meta m = {(uint64_t)t->iter,
                    (uint64_t)t->m.n_params,
                    t->conf.seed,
                    (uint64_t)train_global_batch(t),
                    (uint32_t)t->conf.model.kind,
-                   (uint32_t)t->n_nodes};
+                   (uint32_t)n_nodes};
     return m;
 }
 
@@ -282,17 +282,20 @@ hr_status train_save(trainer *t, const char *path, char *err, size_t errlen) {
                        "%s: the %s device's state did not come back for the "
                        "checkpoint",
                        path, t->dev.ops->name);
-    ckpt_meta m = meta_of(t);
-    return ckpt_save(path, &m, t->m.params, t->opt.vel, (const int64_t *)t->split, err, errlen);
+    train_view v;
+    train_view_of(t, &v);
+    ckpt_meta m = meta_of(t, v.n);
+    return ckpt_save(path, &m, t->m.params, t->opt.vel, (const int64_t *)v.split, err, errlen);
 }
 
-hr_status train_load(trainer *t, const char *path, char *err, size_t errlen) {
-    ckpt_meta m = meta_of(t);
-    m.n_nodes = (uint32_t)t->max_nodes; /* resumed before any view: a split of every node */
-    HR_CHECK(ckpt_load(path, &m, t->m.params, t->opt.vel, (int64_t *)t->recorded, t->max_nodes, err,
+hr_status train_load(trainer *t, const char *path, long *split, int n_nodes, int *recorded,
+                     char *err, size_t errlen) {
+    if (!split) n_nodes = 0;
+    ckpt_meta m = meta_of(t, n_nodes); /* resumed before any view: a split of every node */
+    HR_CHECK(ckpt_load(path, &m, t->m.params, t->opt.vel, (int64_t *)split, n_nodes, err,
                        errlen));
     t->iter = (long)m.iter;
-    t->has_recorded = m.n_nodes == (uint32_t)t->max_nodes; /* ckpt_load copied it */
+    if (recorded) *recorded = split && m.n_nodes == (uint32_t)n_nodes; /* ckpt_load copied it */
     hr_status st = train_sync_device(t);
     if (st != HR_OK)
         return hr_fail(err, errlen, st, "%s: the %s device did not take the checkpoint's state",
@@ -429,10 +432,12 @@ static void write_metrics(FILE *f, const trainer *t, const train_opts *o, const 
     json_num(f, "loss", r->loss);
     fputc(',', f);
     json_num(f, "accuracy", t->y ? r->accuracy : NAN);
+    train_view v;
+    train_view_of(t, &v);
     fprintf(f, ",\"lr\":%.9g,\"b\":[", r->lr);
-    for (int k = 0; k < t->n_nodes; k++) fprintf(f, "%s%ld", k ? "," : "", t->gathered[k].b);
+    for (int k = 0; k < v.n; k++) fprintf(f, "%s%ld", k ? "," : "", v.stats[k].b);
     fprintf(f, "],\"t\":[");
-    for (int k = 0; k < t->n_nodes; k++) fprintf(f, "%s%.6g", k ? "," : "", t->gathered[k].t);
+    for (int k = 0; k < v.n; k++) fprintf(f, "%s%.6g", k ? "," : "", v.stats[k].t);
     fprintf(f,
             "],\"changed\":%d,\"skipped\":%d,\"t_compute\":%.6g,\"t_comm\":%.6g,"
             "\"t_iter\":%.6g,\"factor\":%g,\"wall_s\":%.6g",
@@ -449,15 +454,17 @@ static void write_metrics(FILE *f, const trainer *t, const train_opts *o, const 
 static void progress(FILE *out, int bar, const trainer *t, const train_iter *r, double rate,
                      double eval_acc, int evaluated) {
     char acc[32] = "", ev[48] = "", nodes[512] = "";
-    if (t->n_nodes > 1) { /* every node's batch and compute time, from the gathered stats */
+    train_view v;
+    train_view_of(t, &v);
+    if (v.n > 1) { /* every node's batch and compute time, from the gathered stats */
         size_t o = (size_t)snprintf(nodes, sizeof nodes, " | batch");
-        for (int k = 0; k < t->n_nodes && o < sizeof nodes; k++)
+        for (int k = 0; k < v.n && o < sizeof nodes; k++)
             o += (size_t)snprintf(nodes + o, sizeof nodes - o, "%s%ld", k ? "/" : " ",
-                                  t->gathered[k].b);
+                                  v.stats[k].b);
         if (o < sizeof nodes) o += (size_t)snprintf(nodes + o, sizeof nodes - o, " compute");
-        for (int k = 0; k < t->n_nodes && o < sizeof nodes; k++)
+        for (int k = 0; k < v.n && o < sizeof nodes; k++)
             o += (size_t)snprintf(nodes + o, sizeof nodes - o, "%s%.0f", k ? "/" : " ",
-                                  1e3 * t->gathered[k].t);
+                                  1e3 * v.stats[k].t);
         if (o < sizeof nodes) snprintf(nodes + o, sizeof nodes - o, " ms");
     }
     if (t->y) snprintf(acc, sizeof acc, " acc %5.1f%%", 100 * r->accuracy);
@@ -507,7 +514,7 @@ static hr_status run_resume(trainer *t, int *resumed, char *err, size_t errlen) 
     const char *ckpt = t->conf.checkpoint ? t->conf.checkpoint : "";
     *resumed = t->iter > 0;
     if (*resumed || !ckpt[0] || !exists(ckpt)) return HR_OK;
-    HR_CHECK(train_load(t, ckpt, err, errlen));
+    HR_CHECK(train_load(t, ckpt, NULL, 0, NULL, err, errlen));
     HR_INFO(TRAIN, "resumed from checkpoint %s at iteration %ld", ckpt, t->iter);
     *resumed = 1;
     return HR_OK;
@@ -542,11 +549,13 @@ static hr_status report_close(run_report *rr, char *err, size_t errlen) {
 /* Rank 0 says what it trains, on how many nodes, and how the gradients travel. */
 static void announce(const trainer *t) {
     const train_config *c = &t->conf;
-    if (t->rank != 0) return;
+    train_view v;
+    train_view_of(t, &v);
+    if (v.rank != 0) return;
     char desc[160];
     model_describe(&t->m, desc, sizeof desc);
     HR_INFO(TRAIN, "training %s %s on %s: %ld iterations of B = %ld (%ld per epoch), %d node(s)%s",
-            c->model.name, desc, c->data.name, t->total, train_global_batch(t), t->ipe, t->n_nodes,
+            c->model.name, desc, c->data.name, t->total, train_global_batch(t), t->ipe, v.n,
             c->emulated ? ", EMULATED heterogeneity" : "");
 }
 
@@ -556,7 +565,7 @@ static void report_iteration(run_report *rr, const trainer *t, const train_iter 
     const int last = t->iter == t->total, bar = rr->mode == TRAIN_PROGRESS_BAR;
     double now = hr_now();
     if (rr->metrics) write_metrics(rr->metrics, t, rr->o, r, now - rr->start, el, ea, evaluated);
-    if (rr->mode == TRAIN_PROGRESS_NONE || t->rank != 0) return;
+    if (rr->mode == TRAIN_PROGRESS_NONE || !train_lead(t)) return;
     if (!(bar ? (now - rr->last_print > 0.1 || last || evaluated)
               : (t->iter % rr->every == 0 || last || evaluated)))
         return;
@@ -587,9 +596,11 @@ static hr_status nonfinite_error(const trainer *t, const train_iter *r, char *er
 static hr_status run_iteration(trainer *t, const train_opts *o, run_report *rr, train_result *res,
                                char *err, size_t errlen) {
     const train_config *c = &t->conf;
-    const int rank0 = t->rank == 0;
+    train_view v;
+    train_view_of(t, &v);
+    const int rank0 = v.rank == 0;
     train_iter r = {0};
-    if (o && o->on_iter) o->on_iter(o->on_iter_ctx, t->iter, t->n_nodes);
+    if (o && o->on_iter) o->on_iter(o->on_iter_ctx, t->iter, v.n);
     hr_status st = train_step(t, &r);
     if (st == HR_ERR_NONFINITE && r.nonfinite) return nonfinite_error(t, &r, err, errlen);
     HR_CHECK(st);
@@ -635,7 +646,7 @@ static hr_status write_summary(const trainer *t, const train_result *r, const tr
     json_field(f, "eval_accuracy", r->eval_accuracy);
     fprintf(f, "  \"emulated\": %s,\n", r->emulated ? "true" : "false");
     fprintf(f, "  \"model\": \"%s %s\",\n  \"dataset\": \"%s\",\n  \"nodes\": %d,\n",
-            t->conf.model.name, desc, t->conf.data.name, t->n_nodes);
+            t->conf.model.name, desc, t->conf.data.name, view_size(t));
     fprintf(f, "  \"global_batch\": %ld,\n  \"gradient_buckets\": %d,\n", train_global_batch(t),
             t->has_peer ? t->peer_buckets : 1);
     fprintf(f, "  \"skipped_steps\": %ld,\n", r->skipped);
@@ -684,7 +695,7 @@ hr_status train_run(trainer *t, const train_opts *o, train_result *res, char *er
     res->wall_s = hr_now() - rr.start;
     res->samples = (t->iter - first) * train_global_batch(t);
     res->samples_per_s = res->wall_s > 0 ? (double)res->samples / res->wall_s : 0;
-    if (res->iterations == 0 && t->rank == 0) /* resumed at the end: report the model */
+    if (res->iterations == 0 && train_lead(t)) /* resumed at the end: report the model */
         HR_CHECK_GOTO(train_evaluate(t, &res->eval_loss, &res->eval_accuracy), st, fail);
     HR_CHECK_GOTO(train_sync_host(t), st, fail); /* the end record's hash, the caller's model */
     if (rr.metrics) {
@@ -694,7 +705,7 @@ hr_status train_run(trainer *t, const train_opts *o, train_result *res, char *er
     }
     t->metrics = NULL;
     HR_CHECK_GOTO(report_close(&rr, err, errlen), st, fail);
-    if (t->rank == 0 && o && o->summary_path && !res->left)
+    if (train_lead(t) && o && o->summary_path && !res->left)
         HR_CHECK_GOTO(write_summary(t, res, o, o->summary_path, err, errlen), st, fail);
     return HR_OK;
 fail:

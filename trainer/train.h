@@ -11,7 +11,7 @@
  *   update   opt_step divides by B (I2), identically on every node (I4)
  *
  * A cluster node hands the distributed part of every iteration to a peer (train_peer: the
- * libhetring node of cli/hr_node.h, which gives the slice, overlaps the gradient's buckets
+ * libhetring node of cluster/hr_node.h, which gives the slice, overlaps the gradient's buckets
  * with backward, all-reduces it with the stats, checks the replicas and decides the next
  * split). The loop allocates nothing after train_init (metrics go through stdio).
  */
@@ -66,7 +66,6 @@ typedef struct {
     train_stretch stretch;    /* this node's emulated slowdown, when it trains alone */
     int emulated;             /* some node of the cluster emulates a slowdown (labels the run) */
     const char *origin;       /* the config file, named in errors */
-    int max_nodes;            /* most nodes a view can have (a cluster's); 0: one */
     long grad_tail;           /* floats the caller keeps on each side of the gradient
                                * (model.h's grad_tail): a cluster node's library puts every
                                * node's stats before it */
@@ -88,12 +87,25 @@ typedef struct {
     long correct; /* correct predictions in the slice */
 } train_stat;
 
+/* What the cluster says of its current view, for the trainer's reports and checkpoints
+ * (train_view_of); alone, rank 0 of one node whose split is {B}. */
+typedef struct {
+    int rank;                /* this node's position: only rank 0 prints progress, evaluates and
+                              * writes the summary */
+    int n;                   /* nodes of the view */
+    const long *split;       /* (n) samples per node of the next iteration, what a checkpoint
+                              * records */
+    const train_stat *stats; /* (n) every node's stats of the last iteration (b and t at least) */
+} train_view;
+
 /* A peer: the distributed part of every iteration is run by the cluster node of
- * cli/hr_node.h (a libhetring handle): it gives the iteration's slice, takes the gradient
+ * cluster/hr_node.h (a libhetring handle): it gives the iteration's slice, takes the gradient
  * buffer as backward finishes it, and exchanges the gradient sums and this node's stats for
  * the cluster's sums, every node's stats (t->gathered) and the next split. */
 typedef struct {
     long start, b;  /* this node's slice: b samples from offset start of the global batch */
+    long global_batch; /* the cluster's B, which the slice is cut from and the update divides
+                        * by (at most the trainer's own, which sized its buffers) */
     int rank, size; /* this node's ring position and the view's size */
     int on_device;  /* this iteration's gradient all-reduce runs on the device (NCCL): the pass
                      * keeps the gradient there and the step takes it from there (device.h);
@@ -122,9 +134,11 @@ typedef struct {
     hr_status (*slice)(void *ctx, train_slice *s);
     /* grads[off, n_params) hold their final sums (model_grad_hook's ready). */
     void (*ready)(void *ctx, long off);
-    /* grads[0, n_params) become the sums over the cluster, t->gathered every node's stats
-     * (b and t at least, t->n_nodes entries); on failure nothing was applied. */
+    /* grads[0, n_params) become the sums over the cluster, and the view (below) every node's
+     * stats of the iteration; on failure nothing was applied. */
     hr_status (*exchange)(void *ctx, train_exchange *x);
+    /* The view as the cluster knows it now (train_view). */
+    void (*view)(void *ctx, train_view *v);
 } train_peer;
 
 /* What one iteration did, as seen after the all-reduce (same on every node). */
@@ -149,10 +163,6 @@ enum { TRAIN_NONFINITE_GRAD = 1, TRAIN_NONFINITE_LOSS = 2 };
 
 typedef struct {
     train_config conf;    /* settings (strings borrowed); conf.global_batch is B */
-    int rank;             /* this node's ring position: only rank 0 prints progress, evaluates
-                           * and writes the summary (0 alone; the peer's slices set it) */
-    int n_nodes;          /* nodes of the current view: entries of split and gathered (1
-                           * alone; the peer's slices and exchanges set it) */
     data_set train, eval; /* training and held-out sets */
     data_loader dl;       /* permutation and slices (I1) */
     model m;              /* the model; m.grads has conf.grad_tail floats on each side */
@@ -162,18 +172,11 @@ typedef struct {
     long ipe;             /* iterations per epoch */
     long total;           /* iterations of the run */
     long iter;            /* next iteration to run */
-    int max_nodes;        /* capacity of the per-node arrays (split, recorded, gathered) */
-    long *split;          /* (n_nodes) samples per node for the next iteration, what a
-                           * checkpoint records; written by train_set_split (alone: {B}) and
-                           * by the peer */
-    int has_split;        /* split was set (train_init does it for one node) */
-    long *recorded;       /* (max_nodes) the split of the checkpoint train_load read, for the
-                           * controller to adopt; valid when has_recorded */
-    int has_recorded;     /* the checkpoint recorded a split for max_nodes nodes */
     float *x;             /* (B, d) input slice */
     int32_t *y;           /* (B) labels, or NULL */
     float *t;             /* (B, n_targets) targets, or NULL */
-    train_stat *gathered; /* (n_nodes) every node's stats of the iteration just run */
+    long batch;           /* B, the split of a node alone */
+    train_stat own;       /* alone: this node's stats of the iteration just run */
     FILE *metrics;        /* the metrics file while train_run runs, else NULL: the hooks of
                            * train_opts may add their own records */
 
@@ -193,13 +196,13 @@ void train_free(trainer *t);
  * cluster's own (cluster/cluster_setup.h), made from the same [train] global_batch. */
 long train_global_batch(const trainer *t);
 
-/* Adopt the split b (n_nodes entries) for the next iteration, which a checkpoint records.
- * b comes from the controller, which checks I6 (sum B, bounds) where it makes a split
- * (ctrl.h); the trainer does not check it again. */
-void train_set_split(trainer *t, const long *b);
+/* The view: the peer's (train_peer.view), or alone rank 0 of one node, split {B}. */
+void train_view_of(const trainer *t, train_view *v);
+/* Whether this node is rank 0 of its view: the one that prints, evaluates and summarises. */
+int train_lead(const trainer *t);
 
-/* Hand the distributed part of every iteration to peer (see train_peer): rank and n_nodes
- * follow the peer's slices, and the peer keeps split up to date. */
+/* Hand the distributed part of every iteration to peer (see train_peer): the view, the split
+ * and every node's stats are the peer's from then on. */
 void train_set_peer(trainer *t, const train_peer *peer);
 
 /* The training state as one blob, for a node that joins or falls behind: the iteration to run
@@ -248,11 +251,13 @@ hr_status train_step(trainer *t, train_iter *out);
 /* Loss and accuracy of the current parameters on the held-out split (all of it). */
 hr_status train_evaluate(trainer *t, double *loss, double *accuracy);
 
-/* Checkpoint the state (iteration, parameters, optimizer, split) / resume from one. A
- * resumed checkpoint's split goes to t->recorded, not to t->split: the controller owns the
- * split and adopts the recorded one (hr_node_open hands it to the library). */
+/* Checkpoint the state (iteration, parameters, optimizer, the view's split) / resume from
+ * one. A resumed checkpoint's split is not the trainer's: train_load writes it to `split`
+ * (room for n_nodes entries; NULL: not wanted) when it records one of n_nodes nodes, and
+ * says so in *recorded; the controller adopts it (hr_node_open hands it to the library). */
 hr_status train_save(trainer *t, const char *path, char *err, size_t errlen);
-hr_status train_load(trainer *t, const char *path, char *err, size_t errlen);
+hr_status train_load(trainer *t, const char *path, long *split, int n_nodes, int *recorded,
+                     char *err, size_t errlen);
 
 /* Progress display on rank 0. */
 enum { TRAIN_PROGRESS_NONE, TRAIN_PROGRESS_LINES, TRAIN_PROGRESS_BAR, TRAIN_PROGRESS_AUTO };

@@ -109,7 +109,8 @@ static void test_atomic_save(void) {
     free(now);
     cfg c2;
     test_trainer_or_die(&b, &c2, dir, MLP("784,32,10", "100", "11"));
-    CHECK(train_load(&b, path, err, sizeof err) == HR_OK, "after a killed save: %s", err);
+    CHECK(train_load(&b, path, NULL, 0, NULL, err, sizeof err) == HR_OK, "after a killed save: %s",
+          err);
     CHECK(b.iter == 3 && memcmp(b.m.params, p3, sizeof(float) * (size_t)a.m.n_params) == 0,
           "after a killed save the checkpoint holds iteration %ld, not the saved state", b.iter);
     /* a crash leaves its temporary file; the next run removes it at start (its process is
@@ -139,7 +140,7 @@ static void test_atomic_save(void) {
 
     /* and with room, the new state replaces the old */
     CHECK(train_save(&a, path, err, sizeof err) == HR_OK, "%s", err);
-    CHECK(train_load(&b, path, err, sizeof err) == HR_OK, "%s", err);
+    CHECK(train_load(&b, path, NULL, 0, NULL, err, sizeof err) == HR_OK, "%s", err);
     CHECK(b.iter == 6 && memcmp(b.m.params, a.m.params, sizeof(float) * (size_t)a.m.n_params) == 0,
           "the new checkpoint did not replace the old one");
     CHECK(count_entries(".tmp") == 0, "a good save left a temporary file");
@@ -157,7 +158,7 @@ static void test_atomic_save(void) {
 typedef struct {
     float *params, *vel;
     long iter;
-    long split[1];
+    long split[1]; /* what the caller's split buffer held before the load */
 } snapshot;
 
 static void snap(snapshot *s, const trainer *t) {
@@ -165,20 +166,21 @@ static void snap(snapshot *s, const trainer *t) {
     s->params = malloc(n), s->vel = malloc(n);
     memcpy(s->params, t->m.params, n);
     memcpy(s->vel, t->opt.vel, n);
-    s->iter = t->iter, s->split[0] = t->split[0];
+    s->iter = t->iter, s->split[0] = -7; /* a value no checkpoint records */
 }
 
 /* Is t exactly as in s? Reports how many parameters and momentum values changed. */
-static int unchanged(const snapshot *s, const trainer *t, const char *what) {
+static int unchanged(const snapshot *s, const trainer *t, const long *split, int recorded,
+                     const char *what) {
     long dp = 0, dv = 0;
     for (long i = 0; i < t->m.n_params; i++) {
         dp += memcmp(&s->params[i], &t->m.params[i], sizeof(float)) != 0;
         dv += memcmp(&s->vel[i], &t->opt.vel[i], sizeof(float)) != 0;
     }
-    CHECK(dp == 0 && dv == 0 && s->iter == t->iter && s->split[0] == t->split[0],
+    CHECK(dp == 0 && dv == 0 && s->iter == t->iter && s->split[0] == split[0] && !recorded,
           "%s: the refused checkpoint changed %ld parameters, %ld momentum values, iteration "
-          "%ld -> %ld, split %ld -> %ld",
-          what, dp, dv, s->iter, t->iter, s->split[0], t->split[0]);
+          "%ld -> %ld, split %ld -> %ld (recorded %d)",
+          what, dp, dv, s->iter, t->iter, s->split[0], split[0], recorded);
     return dp == 0 && dv == 0;
 }
 
@@ -187,14 +189,16 @@ static int unchanged(const snapshot *s, const trainer *t, const char *what) {
 static void refused(trainer *t, const snapshot *s, const char *path, hr_status want,
                     const char *what, const char *const *words) {
     char err[HR_ERRLEN] = "";
-    hr_status st = train_load(t, path, err, sizeof err);
+    long split[1] = {s->split[0]};
+    int recorded = 0;
+    hr_status st = train_load(t, path, split, 1, &recorded, err, sizeof err);
     CHECK(st == want, "%s: status %s, expected %s (%s)", what, hr_strerror(st), hr_strerror(want),
           err);
     CHECK(strstr(err, path) != NULL, "%s: the error does not name the file: %s", what, err);
     for (int k = 0; words && words[k]; k++)
         CHECK(strstr(err, words[k]) != NULL, "%s: the error lacks '%s': %s", what, words[k], err);
     printf("%-18s refused: %s\n", what, err);
-    unchanged(s, t, what);
+    unchanged(s, t, split, recorded, what);
 }
 
 /* Save a checkpoint of a run of config `train`, after a few steps, to path. */
@@ -218,7 +222,12 @@ static void test_refusal(void) {
     /* the checkpoint another trainer of the same run wrote at iteration 2 */
     foreign(MLP("784,32,10", "100", "11"), good);
     test_trainer_or_die(&t, &c, dir, MLP("784,32,10", "100", "11"));
-    CHECK(train_load(&t, good, err, sizeof err) == HR_OK, "%s", err);
+    long rec_split[1] = {-7};
+    int recorded = 0;
+    CHECK(train_load(&t, good, rec_split, 1, &recorded, err, sizeof err) == HR_OK, "%s", err);
+    CHECK(recorded && rec_split[0] == 100,
+          "the split a one-node run recorded, {100}, came back as %s%ld", recorded ? "" : "none, ",
+          rec_split[0]);
     steps(&t, 5); /* now at iteration 7, with momentum */
     long len = 0;
     char *bytes = slurp(good, &len);
@@ -274,7 +283,7 @@ static void test_refusal(void) {
     refused(&t, &s, bad, HR_ERR_MISMATCH, "other model", other);
 
     /* the good file still loads and does change the state: the checks above can fail */
-    CHECK(train_load(&t, good, err, sizeof err) == HR_OK, "%s", err);
+    CHECK(train_load(&t, good, NULL, 0, NULL, err, sizeof err) == HR_OK, "%s", err);
     CHECK(t.iter == 2 && memcmp(s.params, t.m.params, sizeof(float) * (size_t)n) != 0,
           "the good checkpoint did not restore iteration 2 (now %ld)", t.iter);
     free(bytes);

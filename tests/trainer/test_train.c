@@ -97,7 +97,7 @@ static void test_determinism_and_resume(void) {
     train_free(&b);
     cfg_free(&c2);
     test_trainer_or_die(&b, &c2, dir, small);
-    CHECK(train_load(&b, path, err, sizeof err) == HR_OK, "%s", err);
+    CHECK(train_load(&b, path, NULL, 0, NULL, err, sizeof err) == HR_OK, "%s", err);
     CHECK(b.iter == 17, "resumed at %ld", b.iter);
     run_all(&b, lb);
     CHECK(memcmp(la, lb, sizeof la) == 0, "resumed run: loss trajectory differs");

@@ -2,7 +2,7 @@
 #ifndef HR_TEST_TRAINER_UTIL_H
 #define HR_TEST_TRAINER_UTIL_H
 
-#include "cli/hr_node.h"
+#include "cluster/hr_node.h"
 #include "cluster/trainer_setup.h"
 #include "conf/cfg.h"
 #include "tests/ports.h"
@@ -114,7 +114,7 @@ static inline hr_status test_node_up(test_node *n, const cfg *c, int self) {
     hr_status st = test_train_init(&n->t, c, self, n->err, sizeof n->err);
     if (st != HR_OK) return st;
     n->have_t = 1;
-    return hr_node_open(&n->an, c, self, &n->t, NULL, NULL, NULL, n->err, sizeof n->err);
+    return hr_node_open(&n->an, c, self, &n->t, NULL, NULL, NULL, NULL, n->err, sizeof n->err);
 }
 
 static inline void test_node_down(test_node *n) {

@@ -11,6 +11,8 @@
  * leaves it in the executor's device grads (no download, model_cuda_forward_backward returns
  * once it is computed, so NCCL's stream may read it) and the step reads it there (no upload).
  */
+#include "trainer/cuda/device_cuda.h"
+
 #include "trainer/cuda/cuda_layers.h"
 #include "trainer/cuda/model_cuda.h"
 #include "trainer/device.h"
@@ -20,10 +22,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The CUDA devices this process can use; 0 with the reason in `why` when none, -1 with the
- * library and what dlopen or its version check said when the GPU libraries cannot be used
- * (cuda_libs_load: they are loaded here, at a GPU node's start-up, and kept). */
-int device_cuda_count(char *why, size_t len);
 int device_cuda_count(char *why, size_t len) {
     if (cuda_libs_load(why, len) != HR_OK) return -1;
     int n = 0;

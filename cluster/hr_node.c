@@ -1,7 +1,7 @@
 /*
  * hr_node.c: the built-in trainer as a libhetring node (see hr_node.h).
  */
-#include "cli/hr_node.h"
+#include "cluster/hr_node.h"
 
 #include "base/hr_log.h"
 #include "cluster/cluster_setup.h"
@@ -59,7 +59,6 @@ static void on_view(void *user, const hetring_view *v) {
     n->n = v->n;
     memcpy(n->ids, v->ids, sizeof *n->ids * (size_t)v->n);
     n->views++;
-    n->t->rank = v->rank, n->t->n_nodes = v->n;
 }
 
 /* Leaving: this node's checkpoint, when one is configured. */
@@ -122,6 +121,7 @@ static hr_status slice(void *ctx, train_slice *s) {
     n->have_batch = 0;
     *s = (train_slice){.start = n->batch.start,
                        .b = n->batch.batch,
+                       .global_batch = n->batch.global_batch,
                        .rank = n->batch.rank,
                        .size = n->batch.size,
                        .on_device = hr_lib_on_device(n->h)}; /* the view's NCCL */
@@ -165,15 +165,23 @@ static hr_status exchange(void *ctx, train_exchange *x) {
     if (st == HETRING_RETRY) n->retry = 1;
     x->skipped = st == HETRING_SKIPPED; /* committed; the trainer makes no update */
     if (st != HETRING_OK && !x->skipped) return status_of(st);
-    const int size = hetring_members(n->h, n->members, n->c->n_nodes);
-    for (int k = 0; k < size; k++)
-        t->gathered[k].b = n->members[k].batch, t->gathered[k].t = n->members[k].compute_s;
-    t->n_nodes = size;
-    hr_lib_split(n->h, t->split, t->max_nodes); /* the next split: what a checkpoint records */
     x->loss = r.loss, x->accuracy = r.accuracy;
     x->t_node = r.t_node, x->t_comm = r.t_comm, x->factor = n->batch.slowdown;
     x->changed = r.changed, x->buckets = r.buckets;
     return HR_OK;
+}
+
+/* The trainer's view (train_view): this node's rank, the next split (what a checkpoint
+ * records) and every node's stats of the last step, as the library has them now. */
+static void view(void *ctx, train_view *v) {
+    hr_node *n = ctx;
+    const int members = hetring_members(n->h, n->members, n->c->n_nodes);
+    for (int k = 0; k < members; k++)
+        n->stats[k] = (train_stat){.b = n->members[k].batch, .t = n->members[k].compute_s};
+    *v = (train_view){.rank = hetring_rank(n->h),
+                      .n = hr_lib_split(n->h, n->split, n->c->n_nodes),
+                      .split = n->split,
+                      .stats = n->stats};
 }
 
 /* ================================================================ train_run's hooks */
@@ -274,15 +282,20 @@ static hr_status layer_buffers(hr_node *n, char *err, size_t errlen) {
     return HR_OK;
 }
 
-hr_status hr_node_open(hr_node *n, const cfg *c, int self, trainer *t, volatile sig_atomic_t *leave,
-                       void (*on_listen)(void *ctx), void *ctx, char *err, size_t errlen) {
+hr_status hr_node_open(hr_node *n, const cfg *c, int self, trainer *t, const long *start_split,
+                       volatile sig_atomic_t *leave, void (*on_listen)(void *ctx), void *ctx,
+                       char *err, size_t errlen) {
     memset(n, 0, sizeof *n);
     n->t = t, n->c = c, n->self = self;
     n->on_listen = on_listen, n->listen_ctx = ctx;
     if (t->m.grad_tail < (long)c->n_nodes * CLUSTER_NODE_STATS)
         return hr_fail(err, errlen, HR_ERR_INVAL, "the trainer has no room for %d nodes' stats",
                        c->n_nodes);
-    if (!(n->members = calloc((size_t)c->n_nodes, sizeof *n->members)))
+    const size_t nn = (size_t)c->n_nodes;
+    n->members = calloc(nn, sizeof *n->members);
+    n->stats = calloc(nn, sizeof *n->stats);
+    n->split = calloc(nn, sizeof *n->split);
+    if (!n->members || !n->stats || !n->split)
         return hr_fail(err, errlen, HR_ERR_NOMEM, "out of memory");
     HR_CHECK(layer_buffers(n, err, errlen));
     hetring_options o;
@@ -297,7 +310,7 @@ hr_status hr_node_open(hr_node *n, const cfg *c, int self, trainer *t, volatile 
                              .self = self,
                              .grads = t->m.grads,
                              .device_grads = train_device_grads(t), /* NULL on the CPU */
-                             .start_split = t->has_recorded ? t->recorded : NULL,
+                             .start_split = start_split,
                              .save = save,
                              .metrics = metrics,
                              .on_listen = listening,
@@ -305,7 +318,8 @@ hr_status hr_node_open(hr_node *n, const cfg *c, int self, trainer *t, volatile 
     int st = hr_lib_open(&n->h, &o, &app, err, errlen);
     if (st != HETRING_OK) return status_of(st);
     announce_overlap(n);
-    const train_peer peer = {.ctx = n, .slice = slice, .ready = ready, .exchange = exchange};
+    const train_peer peer = {
+        .ctx = n, .slice = slice, .ready = ready, .exchange = exchange, .view = view};
     train_set_peer(t, &peer);
     return HR_OK;
 }
@@ -321,6 +335,8 @@ void hr_node_close(hr_node *n) {
     free(n->counts);
     free(n->offs);
     free(n->members);
+    free(n->stats);
+    free(n->split);
     free(n->blob);
     memset(n, 0, sizeof *n);
 }

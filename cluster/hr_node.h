@@ -46,6 +46,8 @@ typedef struct {
     int next_ready;          /* buffers [next_ready, n_bufs) were handed over this iteration */
     int ready_status;        /* the first hetring_ready failure of the iteration, or 0 */
     hetring_member *members; /* (c->n_nodes) the last step's */
+    train_stat *stats;       /* (c->n_nodes) the same as the trainer's view gives them */
+    long *split;             /* (c->n_nodes) the next split, as the trainer's view gives it */
     unsigned char *blob;     /* the state as get_state gives it */
     size_t blob_cap;         /* bytes allocated for blob */
     /* the view, as the last on_view said it (metrics records are tagged with it) */
@@ -58,13 +60,15 @@ typedef struct {
 } hr_node;
 
 /* Join the cluster as node `self` of c with trainer t (built with app_train_config, resumed
- * from its own checkpoint if it had one): bind the port (then on_listen), elect the first view
+ * from its own checkpoint if it had one, whose split of every node is start_split, or NULL when
+ * it recorded none): bind the port (then on_listen), elect the first view
  * with the reachable nodes and take the newest state any of them holds; with bucket_bytes =
  * auto, say this node's cores (hr_node_describe_overlap).
  * `leave` (may be NULL) makes this node leave at the next boundary, and ends the wait for a
  * quorum. On failure err says why, and hr_node_close is still needed. */
-hr_status hr_node_open(hr_node *n, const cfg *c, int self, trainer *t, volatile sig_atomic_t *leave,
-                       void (*on_listen)(void *ctx), void *ctx, char *err, size_t errlen);
+hr_status hr_node_open(hr_node *n, const cfg *c, int self, trainer *t, const long *start_split,
+                       volatile sig_atomic_t *leave, void (*on_listen)(void *ctx), void *ctx,
+                       char *err, size_t errlen);
 
 /* How node `self` of c, with trainer t's model, overlaps communication with backward, in one
  * line for the start and the dry run: "overlap: 2 buckets of >= 1 MiB, ... (auto: ...)", with

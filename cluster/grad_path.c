@@ -1,0 +1,110 @@
+/*
+ * grad_path.c: the gradient paths (whole, buckets, nccl) and the one function that chooses
+ * among them (grad_path.h).
+ */
+#include "cluster/grad_path.h"
+
+#include <stdio.h>
+#include <string.h>
+
+/* ================================================================ whole */
+
+static hr_status whole_ready(grad_xfer *x, int i) {
+    (void)x, (void)i; /* everything goes in the exchange */
+    return HR_OK;
+}
+
+static hr_status whole_exchange(grad_xfer *x, float *head, size_t tail) {
+    return dist_allreduce(x->d, head, tail + x->n_grad);
+}
+
+const grad_path grad_path_whole = {.name = "whole",
+                                   .host_grads = 1,
+                                   .overlaps = 0,
+                                   .ready = whole_ready,
+                                   .exchange = whole_exchange};
+
+/* ================================================================ buckets */
+
+/* The communication thread's all-reduce. */
+static hr_status bucket_allreduce(void *ctx, float *buf, size_t n) {
+    return dist_allreduce(ctx, buf, n);
+}
+
+/* Send every bucket before the last whose buffers are all in, in the plan's order. */
+static hr_status send_complete(grad_xfer *x) {
+    if (!x->ow.running) HR_CHECK(overlap_start(&x->ow, bucket_allreduce, x->d));
+    while (x->next_bucket < x->n_buckets - 1 && x->missing[x->next_bucket] == 0) {
+        const long lo = x->cuts[x->next_bucket + 1], hi = x->cuts[x->next_bucket];
+        overlap_submit(&x->ow, x->grads + lo, (size_t)(hi - lo));
+        x->next_bucket++;
+    }
+    return HR_OK;
+}
+
+static hr_status buckets_ready(grad_xfer *x, int i) {
+    if (x->bucket_of[i] >= 0) x->missing[x->bucket_of[i]]--;
+    return send_complete(x);
+}
+
+static hr_status buckets_exchange(grad_xfer *x, float *head, size_t tail) {
+    HR_CHECK(send_complete(x));
+    overlap_submit(&x->ow, head, tail + (size_t)x->cuts[x->n_buckets - 1]);
+    return overlap_wait(&x->ow);
+}
+
+const grad_path grad_path_buckets = {.name = "buckets",
+                                     .host_grads = 1,
+                                     .overlaps = 1,
+                                     .ready = buckets_ready,
+                                     .exchange = buckets_exchange};
+
+/* ================================================================ nccl */
+
+static hr_status nccl_exchange(grad_xfer *x, float *head, size_t tail) {
+    HR_CHECK(dist_nccl_allreduce(x->d, x->device_grads, x->n_grad));
+    return dist_allreduce(x->d, head, tail);
+}
+
+const grad_path grad_path_nccl = {.name = "nccl",
+                                  .host_grads = 0,
+                                  .overlaps = 0,
+                                  .ready = whole_ready,
+                                  .exchange = nccl_exchange};
+
+/* ================================================================ the choice */
+
+const grad_path *grad_path_choose(const grad_view *v, char *why, size_t len) {
+    if (v->nccl) {
+        snprintf(why, len, "the view's transport is NCCL");
+        return &grad_path_nccl;
+    }
+    /* auto without facts (a view's first iteration) says no: "not gathered yet" */
+    const int on = overlap_choose(v->bucket_bytes, v->n_buckets, v->facts, v->facts ? v->n : 0,
+                                  why, len);
+    return on ? &grad_path_buckets : &grad_path_whole;
+}
+
+/* ================================================================ the plan */
+
+void grad_xfer_plan(grad_xfer *x, const size_t *counts, const size_t *off, int n_bufs,
+                    long bucket_bytes) {
+    const int nb = overlap_plan(counts, n_bufs, bucket_bytes, x->cuts);
+    x->n_buckets = nb;
+    x->n_bufs = n_bufs;
+    for (int i = 0, j = nb - 1; i < n_bufs; i++) {
+        while (j > 0 && (long)off[i] >= x->cuts[j]) j--;
+        x->bucket_of[i] = counts[i] ? j : -1;
+    }
+}
+
+void grad_xfer_reset(grad_xfer *x) {
+    x->next_bucket = 0;
+    memset(x->missing, 0, sizeof x->missing);
+    for (int i = 0; i < x->n_bufs; i++)
+        if (x->bucket_of[i] >= 0) x->missing[x->bucket_of[i]]++;
+}
+
+void grad_xfer_stop(grad_xfer *x) {
+    overlap_stop(&x->ow);
+}

@@ -1,0 +1,84 @@
+/*
+ * grad_path.h: how a view all-reduces an iteration's gradient, as a table of operations.
+ *
+ * A path is a grad_path: a name and two operations, `ready` (a buffer is in: send what it
+ * completes) and `exchange` (after the compute: the stats tail and the rest of the gradient).
+ * libhetring's hetring_ready and hetring_step make one call each through the path of the
+ * current view, and never ask which one it is. Adding a path (a compressed one, say) is a new
+ * table in grad_path.c and one line in grad_path_choose.
+ *
+ *   whole    one SUM all-reduce of the stats tail and the gradient after the compute (the ring
+ *            itself takes its tree for a small one, ring.h)
+ *   buckets  the bucket plan's buckets (overlap_plan), all-reduced by the communication thread
+ *            during backward as their buffers come in, in plan order; the last one, buffer 0's,
+ *            waits for the exchange and carries the tail just before it (overlap.h)
+ *   nccl     the device's gradient over the view's NCCL communicator, then the tail over the
+ *            TCP ring (nccl_path.h); the host buffers hold no gradient
+ *
+ * The choice is one pure function of the view and the configuration (grad_view), the same on
+ * every member, so every member calls the same collectives (I7). libhetring chooses at the
+ * first step of every view and, with bucket_bytes = auto, again after every iteration from
+ * the machine facts the members gathered in it; the first iteration of a view has none yet,
+ * so it takes `whole`.
+ */
+#ifndef HR_GRAD_PATH_H
+#define HR_GRAD_PATH_H
+
+#include "base/hr_status.h"
+#include "cluster/dist.h"
+#include "cluster/overlap.h"
+
+#include <stddef.h>
+
+/* What the paths work on: the gradient's layout, its bucket plan and the communication
+ * thread. One per node (libhetring's handle holds it). */
+typedef struct {
+    dist *d;               /* the view's collectives */
+    float *grads;          /* (n_grad) the gradient; the stats tail lies just before it */
+    size_t n_grad;         /* floats of gradient */
+    float *device_grads;   /* the device's gradient (n_grad floats) for nccl, or NULL */
+    int n_bufs;            /* buffers the gradient is handed over in */
+    int n_buckets;         /* buckets of the plan */
+    long cuts[OVERLAP_MAX_JOBS + 1]; /* bucket j = grads[cuts[j+1], cuts[j]) */
+    int *bucket_of;                  /* (n_bufs) the bucket of each buffer, -1 for an empty one */
+    int missing[OVERLAP_MAX_JOBS];   /* buffers of each bucket not handed over yet */
+    int next_bucket;                 /* buckets sent this iteration */
+    overlap_worker ow;               /* the communication thread, started by the first bucket */
+} grad_xfer;
+
+typedef struct {
+    const char *name; /* "whole", "buckets", "nccl" */
+    int host_grads;   /* the host buffers hold the gradient (their finiteness is checked) */
+    int overlaps;     /* buckets go out during the compute (what "overlap:" lines report) */
+    /* Buffer i was handed over (its floats are in place in x->grads). */
+    hr_status (*ready)(grad_xfer *x, int i);
+    /* The iteration's all-reduce: the tail (head[0, tail), just before x->grads) and whatever
+     * of the gradient is not sent yet. On failure the ring is idle when it returns. */
+    hr_status (*exchange)(grad_xfer *x, float *head, size_t tail);
+} grad_path;
+
+extern const grad_path grad_path_whole, grad_path_buckets, grad_path_nccl;
+
+/* What the choice depends on: the same on every member of a view. */
+typedef struct {
+    int nccl;                  /* the view's transport is NCCL (transport_choose) */
+    long bucket_bytes;         /* [train] bucket_bytes, or OVERLAP_AUTO */
+    int n_buckets;             /* buckets of the plan */
+    const overlap_fact *facts; /* (n) the members' machine facts, NULL before any gathered */
+    int n;                     /* members of the view */
+} grad_view;
+
+/* The path of view v; `why` (len bytes) says why buckets are or are not used. */
+const grad_path *grad_path_choose(const grad_view *v, char *why, size_t len);
+
+/* The bucket plan of a layout of n_bufs buffers (counts[i] floats at off[i]), fixed by the
+ * first step; x->bucket_of must hold n_bufs entries. */
+void grad_xfer_plan(grad_xfer *x, const size_t *counts, const size_t *off, int n_bufs,
+                    long bucket_bytes);
+/* A new iteration: no buffer handed over yet. */
+void grad_xfer_reset(grad_xfer *x);
+/* Stop the communication thread (waiting for buckets in flight; the ring's deadlines bound
+ * it). Safe to call again. */
+void grad_xfer_stop(grad_xfer *x);
+
+#endif

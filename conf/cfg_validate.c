@@ -1,0 +1,148 @@
+/*
+ * cfg_validate.c: the checks across keys that a single value cannot make (peers, quorum, batch
+ * bounds, something to train, keys for the security asked for), each failing with
+ * "FILE:LINE: what (expected)" at the line of the key to change.
+ */
+#include "conf/cfg_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+static int cmp_node_id(const void *a, const void *b) {
+    long x = ((const cfg_node *)a)->id, y = ((const cfg_node *)b)->id;
+    return (x > y) - (x < y);
+}
+
+/* Line to blame for a global key: where it was set, else line 1. */
+static int blame(const cfg *c, const char *key) {
+    int l = cfg_key_line(c, -1, key);
+    return l > 0 ? l : 1;
+}
+
+/* Each check below returns HR_OK or fails with "FILE:LINE: what (expected)", `f` the file. */
+
+/* Every node has host and port, and no two share both. Nodes are still in file order. */
+static hr_status check_nodes(const cfg *c, const char *f, char *err, size_t errlen) {
+    if (c->n_nodes == 0)
+        return hr_fail(err, errlen, HR_ERR_CONFIG,
+                       "%s:%d: the peer list is empty (expected one [node.ID] section per peer, "
+                       "with host and port)",
+                       f, c->n_lines > 0 ? c->n_lines : 1);
+    for (int i = 0; i < c->n_nodes; i++) {
+        const cfg_node *n = &c->nodes[i];
+        const char *missing = !n->host[0] ? "host" : n->port == 0 ? "port" : NULL;
+        if (missing) {
+            int idx;
+            char exp[256];
+            cfg_expected(cfg_find_key(cfg_nkeys, cfg_n_nkeys, "node", missing, &idx), exp,
+                         sizeof exp);
+            return hr_fail(err, errlen, HR_ERR_CONFIG,
+                           "%s:%d: [node.%ld] is missing required key '%s' (expected %s)", f,
+                           n->line, n->id, missing, exp);
+        }
+        for (int j = 0; j < i; j++)
+            if (c->nodes[j].port == n->port && strcasecmp(c->nodes[j].host, n->host) == 0)
+                return hr_fail(err, errlen, HR_ERR_CONFIG,
+                               "%s:%d: [node.%ld] uses %s:%ld, already used by [node.%ld] at line "
+                               "%d (expected a distinct host:port per node)",
+                               f, n->line, n->id, n->host, n->port, c->nodes[j].id,
+                               c->nodes[j].line);
+    }
+    return HR_OK;
+}
+
+/* min_nodes is a majority, so two sides of a partition can never both train. */
+static hr_status check_quorum(const cfg *c, const char *f, char *err, size_t errlen) {
+    long majority = c->n_nodes / 2 + 1;
+    if (c->min_nodes != 0 && (c->min_nodes < majority || c->min_nodes > c->n_nodes))
+        return hr_fail(err, errlen, HR_ERR_CONFIG,
+                       "%s:%d: min_nodes = %ld with %d nodes (expected 0 for a majority, or %ld "
+                       "to %d: a smaller quorum would let both sides of a split train)",
+                       f, blame(c, "min_nodes"), c->min_nodes, c->n_nodes, majority, c->n_nodes);
+    return HR_OK;
+}
+
+long cfg_quorum(const cfg *c) {
+    return c->min_nodes ? c->min_nodes : c->n_nodes / 2 + 1;
+}
+
+/* min_batch and max_batch leave room for a split of global_batch over the nodes, from every
+ * node down to a quorum (the smallest view that trains). */
+static hr_status check_batch_bounds(const cfg *c, const char *f, char *err, size_t errlen) {
+    long nn = c->n_nodes, nq = cfg_quorum(c);
+    if (c->global_batch < nn * c->min_batch)
+        return hr_fail(err, errlen, HR_ERR_CONFIG,
+                       "%s:%d: global_batch = %ld is smaller than %ld nodes x min_batch %ld = %ld "
+                       "(expected global_batch >= %ld)",
+                       f, blame(c, "global_batch"), c->global_batch, nn, c->min_batch,
+                       nn * c->min_batch, nn * c->min_batch);
+    if (c->max_batch && c->max_batch < c->min_batch)
+        return hr_fail(err, errlen, HR_ERR_CONFIG,
+                       "%s:%d: max_batch = %ld is below min_batch = %ld (expected max_batch >= "
+                       "min_batch, or 0 for no limit)",
+                       f, blame(c, "max_batch"), c->max_batch, c->min_batch);
+    if (c->max_batch && c->max_batch * nq < c->global_batch)
+        return hr_fail(err, errlen, HR_ERR_CONFIG,
+                       "%s:%d: max_batch = %ld with %ld nodes cannot cover global_batch = %ld "
+                       "(expected max_batch >= %ld%s)",
+                       f, blame(c, "max_batch"), c->max_batch, nq, c->global_batch,
+                       (c->global_batch + nq - 1) / nq,
+                       nq < nn ? ": a view may shrink to the quorum, min_nodes" : "");
+    return HR_OK;
+}
+
+/* There is something to train, and the mlp has its layers. */
+static hr_status check_training(const cfg *c, const char *f, char *err, size_t errlen) {
+    if (c->epochs == 0 && c->iterations == 0)
+        return hr_fail(err, errlen, HR_ERR_CONFIG,
+                       "%s:%d: nothing to train (expected epochs >= 1 or iterations >= 1)", f,
+                       blame(c, cfg_key_line(c, -1, "iterations") ? "iterations" : "epochs"));
+    if (c->model == CFG_MODEL_MLP && c->n_layers < 2)
+        return hr_fail(err, errlen, HR_ERR_CONFIG,
+                       "%s:%d: the mlp needs layers (expected e.g. layers = 784,256,10)", f,
+                       blame(c, "layers"));
+    return HR_OK;
+}
+
+/* Security has the keys it needs. The default is encrypt when keys are configured, never a
+ * silent none: this is where security = auto resolves. */
+static hr_status check_security(cfg *c, const char *f, char *err, size_t errlen) {
+    int have_identity = c->key_file[0] != 0;
+    int have_psk = c->psk_file[0] != 0 || c->has_psk;
+    if (c->security == CFG_SEC_AUTO) {
+        if (!have_identity && !have_psk)
+            return hr_fail(err, errlen, HR_ERR_CONFIG,
+                           "%s:%d: security is not set and no keys are configured (expected "
+                           "security = none for unprotected links, or key_file with a pubkey per "
+                           "node, or psk_file)",
+                           f, blame(c, "security"));
+        c->security = CFG_SEC_ENCRYPT;
+    }
+    if (c->security == CFG_SEC_NONE) return HR_OK;
+    if (!have_identity && !have_psk)
+        return hr_fail(err, errlen, HR_ERR_CONFIG,
+                       "%s:%d: security = %s needs keys (expected key_file with a pubkey per "
+                       "node, or psk_file)",
+                       f, blame(c, "security"), cfg_security_name(c->security));
+    if (have_identity && !have_psk)
+        for (int i = 0; i < c->n_nodes; i++)
+            if (!c->nodes[i].has_pubkey)
+                return hr_fail(err, errlen, HR_ERR_CONFIG,
+                               "%s:%d: [node.%ld] has no pubkey, but key_file makes peers "
+                               "authenticate by identity (expected pubkey = 64 hex digits "
+                               "from hetring keygen)",
+                               f, c->nodes[i].line, c->nodes[i].id);
+    return HR_OK;
+}
+
+hr_status cfg_validate(cfg *c, char *err, size_t errlen) {
+    const char *f = c->path[0] ? c->path : "<config>";
+    HR_CHECK(check_nodes(c, f, err, errlen));
+    HR_CHECK(check_quorum(c, f, err, errlen));
+    HR_CHECK(check_batch_bounds(c, f, err, errlen));
+    HR_CHECK(check_training(c, f, err, errlen));
+    HR_CHECK(check_security(c, f, err, errlen));
+    qsort(c->nodes, (size_t)c->n_nodes, sizeof *c->nodes, cmp_node_id); /* id order from here */
+    return HR_OK;
+}
