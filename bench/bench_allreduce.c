@@ -279,8 +279,8 @@ typedef struct {
     size_t tree_max;   /* the largest size that went over the tree, 0: none */
 } sweep;
 
-/* Form node `idx`'s ring. 0, or -1 after printing why not. */
-static int node_ring(ring *r, const cfg *c, int idx) {
+/* Form node `idx`'s ring into *r. 0, or -1 after printing why not. */
+static int node_ring(ring **r, const cfg *c, int idx) {
     char err[HR_ERRLEN];
     ring_config rcfg;
     if (app_ring_config(c, idx, &rcfg, err, sizeof err) != HR_OK) {
@@ -291,7 +291,6 @@ static int node_ring(ring *r, const cfg *c, int idx) {
     ring_config_wipe(&rcfg); /* the ring keeps its own copy of the PSK */
     if (st != HR_OK) {
         fprintf(stderr, "node %d: %s\n", idx, err);
-        ring_free(r);
         return -1;
     }
     return 0;
@@ -311,7 +310,7 @@ static void print_header(const ar_opts *o, ring *r, double r_gbs) {
     printf("# hetring bench allreduce: %d nodes %s, security %s, segment %ld B, tree_bytes %ld B, "
            "%d iterations (at least 200 below 1 MiB), %d warm-up\n",
            n, o->netns ? "in network namespaces (veth links)" : "on loopback",
-           cfg_security_name(o->security), (long)ring_segment_bytes(r), r->rc.tree_bytes,
+           cfg_security_name(o->security), (long)ring_segment_bytes(r), ring_tree_bytes(r),
            o->iters, o->warmup);
     if (ring_workers(r) < 0)
         printf("# ring: one thread per collective\n");
@@ -416,20 +415,20 @@ static size_t next_size(const ar_opts *o, size_t bytes) {
 static int run_node(const ar_opts *o, cfg *c, int idx, double r_gbs) {
     if (o->netns && netns_enter(idx) != 0) return 1;
     hr_log_set_node((int)c->nodes[idx].id);
-    ring r;
+    ring *r;
     if (node_ring(&r, c, idx) != 0) return 1;
-    int n = ring_size(&r), k = ring_rank(&r), rc = 0, ring_failed = 0;
+    int n = ring_size(r), k = ring_rank(r), rc = 0, ring_failed = 0;
     size_t maxc = o->max_bytes / sizeof(float);
     float *buf = malloc((maxc ? maxc : 1) * sizeof *buf);
     FILE *js = k == 0 ? open_json(o) : NULL;
-    if (k == 0) print_header(o, &r, r_gbs);
+    if (k == 0) print_header(o, r, r_gbs);
     sweep s = {0};
     for (size_t bytes = o->min_bytes; bytes <= o->max_bytes && buf; bytes = next_size(o, bytes)) {
         size_t count = bytes / sizeof(float);
         if (count == 0) count = 1;
         bytes = count * sizeof(float);
         node_result res;
-        if (measure_size(&r, o, buf, count, &res) != 0) {
+        if (measure_size(r, o, buf, count, &res) != 0) {
             ring_failed = 1;
             break;
         }
@@ -438,14 +437,14 @@ static int run_node(const ar_opts *o, cfg *c, int idx, double r_gbs) {
         s = (sweep){s.sum_bus + busbw, s.sizes + 1, bytes, busbw, res.tree ? bytes : s.tree_max};
     }
     if (ring_failed) {
-        fprintf(stderr, "node %d: %s\n", idx, ring_error(&r));
+        fprintf(stderr, "node %d: %s\n", idx, ring_error(r));
         rc = 1;
     } else if (k == 0 && s.sizes) {
         print_footer(o, n, r_gbs, &s);
     }
     if (js) fclose(js);
     free(buf);
-    ring_free(&r);
+    ring_free(r);
     return rc;
 }
 

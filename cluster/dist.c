@@ -85,7 +85,7 @@ void dist_annotate(dist *d, long iter, uint64_t param_hash, int nonfinite, clust
     if (dist_wants_hash(d, iter)) put_hash(mine->extra + DIST_STAT_PHASH, param_hash);
     put_hash(mine->extra + DIST_STAT_DHASH, d->dhash);
     int flags = nonfinite & DIST_FLAG_NONFINITE;
-    if (ring_join_requested(&d->r)) flags |= DIST_FLAG_JOIN;
+    if (ring_join_requested(d->r)) flags |= DIST_FLAG_JOIN;
     if (d->leave && *d->leave) flags |= DIST_FLAG_LEAVE;
     mine->extra[DIST_STAT_FLAGS] = (float)flags;
 }
@@ -94,7 +94,7 @@ void dist_annotate(dist *d, long iter, uint64_t param_hash, int nonfinite, clust
  * *ref_id get the ids of the first such node and of rank 0. */
 static int agree(const dist *d, const cluster_stat *stats, int size, int off, long *bad_id,
                  long *ref_id) {
-    const ring_view *v = ring_get_view(&d->r);
+    const ring_view *v = ring_get_view(d->r);
     for (int k = 1; k < size; k++)
         if (!same_hash(stats[k].extra + off, stats[0].extra + off)) {
             *bad_id = v->ids[k], *ref_id = v->ids[0];
@@ -122,7 +122,7 @@ hr_status dist_decide(dist *d, long iter, const cluster_stat *stats, int size, l
     for (int k = 0; k < size; k++) {
         int f = (int)stats[k].extra[DIST_STAT_FLAGS] & DIST_FLAG_CHANGE;
         d->change |= f;
-        if ((f & DIST_FLAG_LEAVE) && k == ring_rank(&d->r)) d->leaving_self = 1;
+        if ((f & DIST_FLAG_LEAVE) && k == ring_rank(d->r)) d->leaving_self = 1;
     }
     if (check_params && !agree(d, stats, size, DIST_STAT_PHASH, &bad, &ref))
         return mismatch("replica check failed at iteration %ld: the parameters of node %ld differ "
@@ -156,7 +156,7 @@ hr_status dist_decide(dist *d, long iter, const cluster_stat *stats, int size, l
 }
 
 int dist_nonfinite(const dist *d, const cluster_stat *stats, int size, long *ids, int *bits) {
-    const ring_view *v = ring_get_view(&d->r);
+    const ring_view *v = ring_get_view(d->r);
     int n = 0;
     for (int k = 0; k < size; k++) {
         int f = (int)stats[k].extra[DIST_STAT_FLAGS] & DIST_FLAG_NONFINITE;
@@ -205,10 +205,10 @@ static hr_status calibrate(dist *d, const ring_view *v, int recorded, double *ca
     long b = B / v->n > 0 ? B / v->n : 1;
     /* the others wait in the all-gather while a member times three passes, which take longer
      * than a step: the deadline of a first step (pace() sets the step's again afterwards) */
-    ring_set_step_timeout(&d->r, c->step_timeout > 0 ? c->connect_timeout : 0);
+    ring_set_step_timeout(d->r, c->step_timeout > 0 ? c->connect_timeout : 0);
     if (d->st.probe && d->st.probe(d->st.ctx, b, &t) == HR_OK && t > 0 && isfinite(t))
         mine = t / (double)b;
-    HR_CHECK(ring_allgather(&d->r, &mine, all, sizeof mine));
+    HR_CHECK(ring_allgather(d->r, &mine, all, sizeof mine));
     for (int k = 0; k < v->n; k++)
         if (!(all[k] > 0)) {
             HR_INFO(TRAIN,
@@ -236,7 +236,7 @@ static hr_status calibrate(dist *d, const ring_view *v, int recorded, double *ca
 static hr_status start_controller(dist *d, int use_recorded, const double *cap, int measured,
                                   char *err, size_t errlen) {
     const cluster_config *c = d->cc;
-    const ring_view *v = ring_get_view(&d->r);
+    const ring_view *v = ring_get_view(d->r);
     if (d->have_ctrl) ctrl_free(&d->ctl);
     d->have_ctrl = 0;
     const long B = c->global_batch;
@@ -267,12 +267,12 @@ static hr_status start_controller(dist *d, int use_recorded, const double *cap, 
 /* The donor's state to every member: its size, then the blob. */
 static hr_status send_state(dist *d, int donor, size_t *moved, char *err, size_t errlen) {
     const dist_state *s = &d->st;
-    const int rank = ring_rank(&d->r);
+    const int rank = ring_rank(d->r);
     const void *src = NULL;
     size_t bytes = 0;
     if (rank == donor) HR_CHECK(s->pack(s->ctx, &src, &bytes, err, errlen));
     uint64_t size = bytes;
-    hr_status st = ring_broadcast(&d->r, &size, sizeof size, donor);
+    hr_status st = ring_broadcast(d->r, &size, sizeof size, donor);
     if (st == HR_OK && fault_at(d, "crash_xfer", d->views))
         hr_fault_kill_now(rank == donor ? "the state transfer, as its donor: the size is sent, "
                                           "the state is not"
@@ -286,9 +286,9 @@ static hr_status send_state(dist *d, int donor, size_t *moved, char *err, size_t
         d->blob = b, d->blob_cap = (size_t)size;
     }
     void *buf = rank == donor ? (void *)src : d->blob;
-    if (st == HR_OK) st = ring_broadcast(&d->r, buf, (size_t)size, donor);
+    if (st == HR_OK) st = ring_broadcast(d->r, buf, (size_t)size, donor);
     if (st != HR_OK)
-        return hr_fail(err, errlen, st, "state transfer failed: %s", ring_error(&d->r));
+        return hr_fail(err, errlen, st, "state transfer failed: %s", ring_error(d->r));
     if (rank != donor && size > 0 && fault_at(d, "perturb_xfer", d->views)) {
         /* the built-in trainer's blob ends with the momentum */
         HR_WARN(TRAIN, "test fault: changing the last byte of the state received (momentum)");
@@ -301,14 +301,14 @@ static hr_status send_state(dist *d, int donor, size_t *moved, char *err, size_t
 
 static hr_status sync_state(dist *d, const ring_agreement *a, int send, size_t *moved, char *err,
                             size_t errlen) {
-    const int n = ring_size(&d->r);
+    const int n = ring_size(d->r);
     *moved = 0;
     if ((!a->in_sync || send) && n > 1) HR_CHECK(send_state(d, a->donor, moved, err, errlen));
     uint64_t mine, all[RING_MAX_NODES];
     HR_CHECK(d->st.hash(d->st.ctx, &mine, err, errlen));
-    hr_status st = ring_allgather(&d->r, &mine, all, sizeof mine);
-    if (st != HR_OK) return hr_fail(err, errlen, st, "state check failed: %s", ring_error(&d->r));
-    const ring_view *v = ring_get_view(&d->r);
+    hr_status st = ring_allgather(d->r, &mine, all, sizeof mine);
+    if (st != HR_OK) return hr_fail(err, errlen, st, "state check failed: %s", ring_error(d->r));
+    const ring_view *v = ring_get_view(d->r);
     for (int k = 0; k < n; k++)
         if (all[k] != all[a->donor])
             return hr_fail(err, errlen, HR_ERR_MISMATCH,
@@ -337,9 +337,9 @@ static void pace(dist *d, int measured) {
     }
     d->t_last = measured ? now : 0;
     if (c->step_timeout <= 0)
-        ring_set_step_timeout(&d->r, 0);
+        ring_set_step_timeout(d->r, 0);
     else
-        ring_set_step_timeout(&d->r,
+        ring_set_step_timeout(d->r,
                               d->t_slow > 0 ? c->step_timeout * d->t_slow : c->connect_timeout);
 }
 
@@ -360,17 +360,17 @@ static hr_status elect_and_sync(dist *d, int at_start, view_start *vs, char *err
     const dist_state *s = &d->st;
     for (int attempt = 0;; attempt++) {
         d->lineage.progress = s->iter(s->ctx);
-        nccl_path_abort(&d->np, &d->r); /* the old view's communicator goes before the election */
-        HR_CHECK(ring_elect(&d->r, &d->lineage, &vs->a, err, errlen));
+        nccl_path_abort(&d->np, d->r); /* the old view's communicator goes before the election */
+        HR_CHECK(ring_elect(d->r, &d->lineage, &vs->a, err, errlen));
         if (fault_at(d, "crash_view", d->views)) hr_fault_kill_after("the view change", 0);
-        HR_CHECK(s->set_comm(s->ctx, ring_rank(&d->r), vs->a.view.n));
+        HR_CHECK(s->set_comm(s->ctx, ring_rank(d->r), vs->a.view.n));
         hr_status st = sync_state(d, &vs->a, at_start && s->send_first, &vs->moved, err, errlen);
         vs->recorded =
             at_start && vs->a.in_sync && s->recorded && vs->a.view.n == d->cc->max_nodes;
         if (st == HR_OK &&
             (st = calibrate(d, &vs->a.view, vs->recorded, vs->cap, &vs->measured)) != HR_OK)
-            snprintf(err, errlen, "%s", ring_error(&d->r));
-        if (st == HR_OK) st = nccl_path_view(&d->np, &d->r, d->cc, err, errlen);
+            snprintf(err, errlen, "%s", ring_error(d->r));
+        if (st == HR_OK) st = nccl_path_view(&d->np, d->r, d->cc, err, errlen);
         if (st == HR_OK) return HR_OK;
         if (!ring_trouble(st) || attempt >= 16) return st;
         HR_WARN(RING, "view %llu failed before training (%s); agreeing on another",
@@ -388,7 +388,7 @@ static void view_diff(const dist *d, const ring_view *old, const view_start *vs,
                                                      * joiners are those without the view's state */
         for (int k = 0; k < a->view.n; k++)
             if (a->lineage[k].epoch != a->lineage[a->donor].epoch) joined[(*nj)++] = a->view.ids[k];
-    if (!at_start && vs->moved && ring_rank(&d->r) != a->donor && *nl == 0 && *nj == 0) {
+    if (!at_start && vs->moved && ring_rank(d->r) != a->donor && *nl == 0 && *nj == 0) {
         /* this node was left out and took the state: it is the one that rejoined */
         joined[0] = d->cc->self_id;
         *nj = 1;
@@ -411,7 +411,7 @@ static void report_view(dist *d, const ring_view *old, const view_start *vs, con
     dist_ids_str(members, sizeof members, v->ids, v->n);
     dist_ids_str(ls, sizeof ls, left, nl);
     dist_ids_str(js, sizeof js, joined, nj);
-    if (ring_rank(&d->r) == 0) {
+    if (ring_rank(d->r) == 0) {
         char lead[HR_ERRLEN + 128] = "", state[96] = "";
         if (vs->moved)
             snprintf(state, sizeof state, ": state %.1f MB in %.2f s", (double)vs->moved / 1e6,
@@ -447,7 +447,7 @@ static void report_view(dist *d, const ring_view *old, const view_start *vs, con
  * `why` is the failure that started it ("" for a planned change); t0 when it was seen. */
 static hr_status change_view(dist *d, const char *why, double t0, char *err, size_t errlen) {
     const dist_state *s = &d->st;
-    const ring_view old = *ring_get_view(&d->r);
+    const ring_view old = *ring_get_view(d->r);
     const long first = s->iter(s->ctx);
     view_start vs = {.moved = 0};
     HR_CHECK(elect_and_sync(d, old.n == 0, &vs, err, errlen));
@@ -474,7 +474,7 @@ hr_status dist_attach_state(dist *d, const dist_state *s, char *err, size_t errl
 
 hr_status dist_allreduce(dist *d, float *buf, size_t n) {
     if (fault_at(d, "crash_comm", d->iter)) hr_fault_kill_after("the all-reduce", 0.002);
-    return ring_allreduce(&d->r, buf, n);
+    return ring_allreduce(d->r, buf, n);
 }
 
 int dist_on_nccl(const dist *d) {
@@ -483,7 +483,7 @@ int dist_on_nccl(const dist *d) {
 
 hr_status dist_nccl_allreduce(dist *d, float *dev_buf, size_t n) {
     if (fault_at(d, "crash_comm", d->iter)) hr_fault_kill_after("the all-reduce", 0.002);
-    return nccl_path_allreduce(&d->np, &d->r, dev_buf, n, d->iter);
+    return nccl_path_allreduce(&d->np, d->r, dev_buf, n, d->iter);
 }
 
 /* ================================================================ leaving and recovering */
@@ -530,17 +530,17 @@ static void gist(const char *e, char *out, size_t n) {
 
 hr_status dist_recover(dist *d, hr_status st, char *err, size_t errlen) {
     flush_pending(d);
-    if (d->r.failed == HR_OK) return st;
-    if (!ring_trouble(st)) return hr_fail(err, errlen, st, "%s", ring_error(&d->r));
+    if (ring_status(d->r) == HR_OK) return st;
+    if (!ring_trouble(st)) return hr_fail(err, errlen, st, "%s", ring_error(d->r));
     const long iter = d->st.iter(d->st.ctx);
     if (iter == d->fail_iter && ++d->fails >= DIST_MAX_RETRIES)
         return hr_fail(err, errlen, st, "iteration %ld failed in %d views in a row; stopping: %s",
-                       iter, d->fails, ring_error(&d->r));
+                       iter, d->fails, ring_error(d->r));
     if (iter != d->fail_iter) d->fail_iter = iter, d->fails = 0;
     double t0 = hr_now();
     char why[HR_ERRLEN];
-    gist(ring_error(&d->r), why, sizeof why);
-    HR_WARN(RING, "iteration %ld failed: %s; agreeing on a new view", iter, ring_error(&d->r));
+    gist(ring_error(d->r), why, sizeof why);
+    HR_WARN(RING, "iteration %ld failed: %s; agreeing on a new view", iter, ring_error(d->r));
     return change_or_leave(d, why, t0, err, errlen);
 }
 
@@ -559,7 +559,7 @@ void dist_free(dist *d) {
     if (!d) return;
     if (d->have_ctrl) ctrl_free(&d->ctl);
     nccl_path_free(&d->np); /* before the ring the fake's communicator logs */
-    if (d->have_ring) ring_free(&d->r);
+    if (d->have_ring) ring_free(d->r);
     free(d->gathered);
     free(d->blob);
     memset(d, 0, sizeof *d);

@@ -103,7 +103,7 @@ typedef struct {
 typedef struct {
     const cluster_config *cc; /* this node's cluster settings (borrowed): B, the nodes, the
                                * controller's config; dist reads no cfg */
-    ring r;                   /* the TCP ring */
+    ring *r;                  /* the TCP ring */
     int have_ring;            /* r was initialised */
     nccl_path np;             /* NCCL among the view's GPU members (nccl_path.h); set up per view
                                * after the TCP ring agreed on it, aborted before every election */

@@ -331,7 +331,7 @@ static FILE *st_metrics(void *ctx) {
 
 static void report_view(hetring *h) {
     if (!h->cb.on_view) return;
-    const ring_view *v = ring_get_view(&h->d.r);
+    const ring_view *v = ring_get_view(h->d.r);
     hetring_view hv = {.epoch = v->epoch,
                        .n = v->n,
                        .ids = v->ids,
@@ -454,7 +454,7 @@ static hr_status setup(hetring *h, const hetring_options *o) {
     h->x.d = &h->d, h->x.device_grads = h->app.device_grads;
     if (h->app.on_listen) h->app.on_listen(h->cb.user);
     h->d.leave = h->leave_at;
-    ring_set_stop(&h->d.r, h->leave_at); /* a leave request ends an election waiting for quorum */
+    ring_set_stop(h->d.r, h->leave_at); /* a leave request ends an election waiting for quorum */
     const dist_state s = {.ctx = h,
                           .iter = st_iter,
                           .set_comm = st_set_comm,
@@ -562,7 +562,7 @@ int hr_lib_on_device(const hetring *h) {
 }
 
 const char *hr_lib_ring_error(const hetring *h) {
-    return h && h->have_dist ? ring_error(&h->d.r) : "";
+    return h && h->have_dist ? ring_error(h->d.r) : "";
 }
 int hetring_rank(const hetring *h) {
     return h ? h->rank : -1;
@@ -902,7 +902,7 @@ static int step_exchange(hetring *h, const hetring_grads *g, double factor) {
     round_reset(h);
     if (st != HR_OK) return recover(h, st);
     cluster_stats_unpack(head, h->size, h->gathered);
-    memcpy(h->member_ids, ring_get_view(&h->d.r)->ids, sizeof *h->member_ids * (size_t)h->size);
+    memcpy(h->member_ids, ring_get_view(h->d.r)->ids, sizeof *h->member_ids * (size_t)h->size);
     h->n_members = h->size;
     if (h->cc.bucket_bytes == OVERLAP_AUTO) choose_path(h, 1);
     return HETRING_OK;

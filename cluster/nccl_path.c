@@ -151,12 +151,13 @@ hr_status nccl_path_view(nccl_path *p, ring *r, const cluster_config *c, char *e
 }
 
 hr_status nccl_path_allreduce(nccl_path *p, ring *r, float *dev_buf, size_t count, long iter) {
-    double timeout = r->coll_timeout > r->timeout ? r->coll_timeout : r->timeout;
+    double timeout = ring_timeout(r);
     char e[HR_ERRLEN] = "";
     hr_status st = p->ops->allreduce(p->comm, dev_buf, count, timeout, iter, e, sizeof e);
     if (st == HR_OK) return HR_OK;
     nccl_path_abort(p, r);
-    if (r->failed != HR_OK) return r->failed; /* the fake's ring all-reduce failed: the ring's */
+    hr_status failed = ring_status(r);
+    if (failed != HR_OK) return failed; /* the fake's ring all-reduce failed: the ring's */
     char what[HR_ERRLEN + 32];
     snprintf(what, sizeof what, "NCCL all-reduce failed: %.400s", e);
     return ring_fail_view(r, st == HR_ERR_TIMEOUT ? HR_ERR_TIMEOUT : HR_ERR_IO, what);

@@ -75,11 +75,13 @@
  * (forming/training only, in ring order): id i64 | lineage epoch u64 | lineage progress i64 The
  * caller sends one request and reads one reply; the responder closes. Integers are little-endian.
  */
-#include "ring/ring_internal.h"
+#include "ring/elect_internal.h"
 
 #include "base/hr_log.h"
 #include "ring/bytes.h"
+#include "ring/form_internal.h"
 #include "ring/frame.h"
+#include "ring/ring_internal.h"
 #include "ring/tcp.h"
 
 #include <pthread.h>
@@ -197,6 +199,8 @@ static void ids_str(const long *ids, int n, char *out, size_t len) {
     if (n == 0) snprintf(out, len, "none");
 }
 
+static gate_lobby_fn elect_serve; /* below, "serving the lobby" */
+
 hr_status elect_alloc(ring *r) {
     ring_elastic *el = calloc(1, sizeof *el);
     if (!el) return HR_ERR_NOMEM;
@@ -217,6 +221,7 @@ hr_status elect_alloc(ring *r) {
         crypto_generichash(el->digest, LOBBY_DIGEST, (const uint8_t *)r->rc.agree, r->rc.agree_len,
                            NULL, 0);
     r->el = el;
+    gate_set_lobby(r, elect_serve, r); /* the gate answers lobby calls from its start */
     return HR_OK;
 }
 
@@ -324,7 +329,10 @@ static size_t reply_build(ring_elastic *el, int admitted, uint8_t *b) {
     return LOBBY_REP_HDR + (size_t)n * LOBBY_MEMBER;
 }
 
-void elect_serve(ring *r, int fd, sec_chan *ch, long peer, const char *addr, double deadline) {
+/* The gate's lobby handler (gate_lobby_fn; ctx: the ring). */
+static void elect_serve(void *ctx, int fd, sec_chan *ch, long peer, const char *addr,
+                        double deadline) {
+    ring *r = ctx;
     ring_elastic *el = r->el;
     uint8_t body[LOBBY_MAX];
     size_t len = 0;
@@ -1079,10 +1087,10 @@ static hr_status elect_round(ring *r, election *e, ring_agreement *out, char *er
     return HR_ERR_VIEW;
 }
 
-hr_status ring_elect(ring *r, const ring_lineage *mine, ring_agreement *out, char *err,
-                     size_t errlen) {
+/* An election begins: the links dropped, this node ELECTING with lineage `mine`, `e` set up
+ * with a probe state for every member. *starting: this node never held a view. */
+static hr_status elect_begin(ring *r, const ring_lineage *mine, election *e, int *starting) {
     ring_elastic *el = r->el;
-    if (!el) return hr_fail(err, errlen, HR_ERR_INVAL, "ring_elect on a ring that is not open");
     ring_close_links(r); /* first: the neighbours of a failed collective see EOF at once */
     r->failed = HR_ERR_VIEW;
     snprintf(r->err, sizeof r->err, "electing a new view");
@@ -1091,26 +1099,37 @@ hr_status ring_elect(ring *r, const ring_lineage *mine, ring_agreement *out, cha
     el->mine = *mine;
     pthread_mutex_unlock(&el->mu);
     atomic_store(&el->join, 0);
-    election e = {.quorum = quorum_of(&r->rc), .next_log = tcp_now() + 1.0};
-    e.pr = calloc((size_t)r->rc.n_members, sizeof *e.pr);
-    e.which = calloc((size_t)r->rc.n_members, sizeof *e.which);
-    if (!e.pr || !e.which) {
-        free(e.pr);
-        free(e.which);
-        return hr_fail(err, errlen, HR_ERR_NOMEM, "out of memory");
+    *e = (election){.quorum = quorum_of(&r->rc), .next_log = tcp_now() + 1.0};
+    e->pr = calloc((size_t)r->rc.n_members, sizeof *e->pr);
+    e->which = calloc((size_t)r->rc.n_members, sizeof *e->which);
+    if (!e->pr || !e->which) {
+        free(e->pr);
+        free(e->which);
+        return HR_ERR_NOMEM;
     }
-    e.bounded = el->bounded;
-    e.t0 = e.s_since = tcp_now();
+    e->bounded = el->bounded;
+    e->t0 = e->s_since = tcp_now();
     pthread_mutex_lock(&el->mu);
-    if (el->held > 0) e.prev = el->view;
-    int starting = el->held == 0;
+    if (el->held > 0) e->prev = el->view;
+    *starting = el->held == 0;
     pthread_mutex_unlock(&el->mu);
     /* the node the failure was blamed on is probed as a silent one from the first round */
     int sus =
         r->suspect >= 0 && r->suspect != r->self_id ? ring_config_index(&r->rc, r->suspect) : -1;
-    if (sus >= 0) e.pr[sus].silent = 1;
-    e.suspect = sus;
+    if (sus >= 0) e->pr[sus].silent = 1;
+    e->suspect = sus;
     r->suspect = -1;
+    return HR_OK;
+}
+
+hr_status ring_elect(ring *r, const ring_lineage *mine, ring_agreement *out, char *err,
+                     size_t errlen) {
+    ring_elastic *el = r->el;
+    if (!el) return hr_fail(err, errlen, HR_ERR_INVAL, "ring_elect on a ring that is not open");
+    election e;
+    int starting;
+    if (elect_begin(r, mine, &e, &starting) != HR_OK)
+        return hr_fail(err, errlen, HR_ERR_NOMEM, "out of memory");
     double limit = r->rc.rejoin_timeout > 0 ? r->rc.rejoin_timeout : ELECT_DEFAULT_S;
     /* a node that never held a view is starting, and so may its peers be: it waits for them up
      * to connect_timeout, as its "waiting for node K" lines say (a loaded machine took 1.3 s

@@ -1,5 +1,5 @@
 /*
- * engine_mt.c: the threaded engine (mt_run, see ring_internal.h).
+ * engine_mt.c: the threaded engine (mt_run, see engine_internal.h).
  *
  * Collectives that receive more than RING_MT_BYTES run the same schedule on several threads,
  * so that sending, receiving, sealing, opening and reducing use more than one core:
@@ -16,14 +16,15 @@
  * bytes an earlier frame added into can only have been sent after this node sent those bytes
  * on, which it does only after they were applied.
  * Any failure (a bad frame, a send error, a timeout, a frame from the successor) stops the
- * sender and the workers first; the calling thread then reports it with the same functions,
- * messages and abort frames as the single-threaded engine, finishing the sender's partial frame
- * before an abort goes out behind it. Counters of both channels are left where the in-order
- * engine would leave them.
+ * sender and the workers first; the calling thread then reports it with the same functions
+ * (fail.c, and engine.c's header check), messages and abort frames as the single-threaded
+ * engine, finishing the sender's partial frame before an abort goes out behind it. Counters of
+ * both channels are left where the in-order engine would leave them.
  */
-#include "ring/ring_internal.h"
+#include "ring/engine_internal.h"
 
 #include "base/hr_log.h"
+#include "ring/fail_internal.h"
 #include "ring/frame.h"
 #include "ring/tcp.h"
 
@@ -240,7 +241,7 @@ static int mt_send_frame(ring_mt *m) {
         struct msghdr mh = {.msg_iov = m->t.iov, .msg_iovlen = (size_t)m->t.iovn};
         ssize_t n = sendmsg(fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
         if (n > 0) {
-            eng_iov_advance(&m->t, (size_t)n);
+            txf_advance(&m->t, (size_t)n);
             continue;
         }
         if (n < 0 && errno == EINTR) continue;
@@ -416,7 +417,7 @@ static void mt_counters(ring *r, ring_mt *m, size_t rx_frames) {
     r->pred_ch.rx.ctr = m->rx_ctr0 + rx_frames;
 }
 
-/* An engine view of the collective for the single-threaded engine's reporting functions, at
+/* An engine view of the collective for the reporting functions (fail.c, eng_header), at
  * received frame j, carrying the sender's frame in flight. */
 static eng mt_eng(ring_mt *m, size_t j) {
     /* e.t's pieces still point into m->t.hdr and the buffers, which stay put */
@@ -459,16 +460,16 @@ static hr_status mt_bad_frame(ring *r, ring_mt *m, size_t j, const uint8_t *f, s
     if (auth_failed) {
         char fr[32];
         snprintf(fr, sizeof fr, " %zu", j);
-        return eng_link_auth_fail(r, &e.t, e.coll, FROM_PRED, fr);
+        return fail_link_auth(r, &e.t, e.coll, FROM_PRED, fr);
     }
     size_t n = FRAME_HDR + len;
     if (n > r->stage_cap - 1) n = r->stage_cap - 1;
     memcpy(r->rx_stage, f, n);
     hr_status st = eng_header(r, &e);
     if (st == HR_OK) /* a stale check passed now: cannot happen, but never report success */
-        st = eng_fail_view(r, &e.t, e.coll, HR_ERR_PROTO, ring_id_of(r, r->pred), FROM_PRED,
-                           "frame %zu of %s #%llu is not the one expected", j,
-                           frame_coll_name(e.coll), (unsigned long long)r->seq);
+        st = fail_view(r, &e.t, e.coll, HR_ERR_PROTO, ring_id_of(r, r->pred), FROM_PRED,
+                       "frame %zu of %s #%llu is not the one expected", j, frame_coll_name(e.coll),
+                       (unsigned long long)r->seq);
     return st;
 }
 
@@ -480,7 +481,7 @@ typedef struct {
     size_t len;       /* payload bytes on the wire */
 } mt_rx;
 
-/* Where the predecessor's stream stands while frame j is received as `x`, for eng_tx_trouble. */
+/* Where the predecessor's stream stands while frame j is received as `x`, for fail_tx_trouble. */
 static link_pos mt_pos(const ring_mt *m, size_t j, const mt_rx *x) {
     return (link_pos){.hdr = m->rxb[j % m->nslot],
                       .got = x->body ? 0 : x->got,
@@ -491,7 +492,7 @@ static link_pos mt_pos(const ring_mt *m, size_t j, const mt_rx *x) {
 /* Something happened on the successor link (a send failed with `err`, or it became readable)
  * while frame j is received as `x`. The threads stop first. A frame they were opening may turn
  * out bad then, and the frames received but not opened yet are opened here, in order: an abort
- * among them explains the failure (the news came before the link closed). Else eng_tx_trouble
+ * among them explains the failure (the news came before the link closed). Else fail_tx_trouble
  * decides. */
 static hr_status mt_succ_trouble(ring *r, ring_mt *m, size_t j, const mt_rx *x, int err) {
     if (mt_quiesce_bad(m))
@@ -500,7 +501,7 @@ static hr_status mt_succ_trouble(ring *r, ring_mt *m, size_t j, const mt_rx *x, 
     mt_counters(r, m, j);
     eng e = mt_eng(m, j);
     link_pos pp = mt_pos(m, j, x);
-    return eng_tx_trouble(r, &e.t, m->coll, FROM_SUCC, err, &pp);
+    return fail_tx_trouble(r, &e.t, m->coll, FROM_SUCC, err, &pp);
 }
 
 static hr_status mt_recv(ring *r, ring_mt *m, size_t j, mt_rx *x, int *whole, int *moved) {
@@ -523,10 +524,10 @@ static hr_status mt_recv(ring *r, ring_mt *m, size_t j, mt_rx *x, int *whole, in
                                     m->rx_len[m->bad % m->nslot], m->bad_auth);
             mt_counters(r, m, j);
             eng e = mt_eng(m, j);
-            return eng_fail_view(r, &e.t, e.coll, HR_ERR_PEER, pid, FROM_PRED, "%s %s", pw,
-                                 err == 0            ? "closed the connection (peer died?)"
-                                 : err == ECONNRESET ? "reset the connection (peer died?)"
-                                                     : strerror(err));
+            return fail_view(r, &e.t, e.coll, HR_ERR_PEER, pid, FROM_PRED, "%s %s", pw,
+                             err == 0            ? "closed the connection (peer died?)"
+                             : err == ECONNRESET ? "reset the connection (peer died?)"
+                                                 : strerror(err));
         }
         if (n > 0) {
             x->got += (size_t)n;
@@ -542,7 +543,7 @@ static hr_status mt_recv(ring *r, ring_mt *m, size_t j, mt_rx *x, int *whole, in
                 mt_quiesce(m);
                 mt_counters(r, m, j);
                 eng e = mt_eng(m, j);
-                return eng_link_auth_fail(r, &e.t, e.coll, FROM_PRED, "");
+                return fail_link_auth(r, &e.t, e.coll, FROM_PRED, "");
             }
             x->len = h.type == FRAME_ABORT || h.len < want ? h.len : want;
         } else {
@@ -559,7 +560,6 @@ static hr_status mt_recv(ring *r, ring_mt *m, size_t j, mt_rx *x, int *whole, in
     return HR_OK;
 }
 
-/* Run r->sched over `base` on the engine's threads (see this file's comment). */
 /* For every received frame, how many frames must have been sent before it may be received:
  * 1 + the last outgoing frame that reads bytes the received one writes and does not wait for
  * it (an all-reduce's all-gather lands on the blocks its reduce-scatter sent). The peers
@@ -582,12 +582,10 @@ static int mt_need_sent(ring_mt *m, const ring_sched *s) {
     return 0;
 }
 
-hr_status mt_run(ring *r, int coll, uint8_t *base) {
-    if (mt_start(r) != HR_OK) return HR_ERR_NOMEM;
-    ring_mt *m = r->mt;
+/* A collective begins: the sender and the workers take it from here (under mu). */
+static void mt_begin(ring *r, ring_mt *m, int coll, uint8_t *base) {
     const ring_sched *s = r->sched;
     int secure = r->keys.mode != RING_SEC_NONE;
-    if (mt_need_sent(m, s) != 0) return ring_local_fail(r, coll, HR_ERR_NOMEM, "out of memory");
     pthread_mutex_lock(&m->mu);
     m->s = s;
     m->base = base;
@@ -611,94 +609,142 @@ hr_status mt_run(ring *r, int coll, uint8_t *base) {
     pthread_cond_broadcast(&m->cv);
     pthread_mutex_unlock(&m->mu);
     mt_drain(m);
+}
 
+/* Received frame j came in whole: the workers open and apply it, or without workers this thread
+ * does at once. */
+static void mt_received(ring_mt *m, size_t j) {
+    pthread_mutex_lock(&m->mu);
+    m->last = tcp_now();
+    if (m->nworkers > 0) {
+        m->rx_state[j % m->nslot] = RX_FULL;
+        m->recvd = j + 1;
+        pthread_cond_broadcast(&m->cv);
+        pthread_mutex_unlock(&m->mu);
+        return;
+    }
+    m->rx_state[j % m->nslot] = RX_BUSY;
+    m->recvd = m->open_next = j + 1;
+    pthread_mutex_unlock(&m->mu);
+    int auth_failed;
+    int ok = mt_apply(m, j, &auth_failed) == 0;
+    pthread_mutex_lock(&m->mu);
+    mt_applied(m, j, ok, auth_failed);
+    pthread_cond_broadcast(&m->cv);
+    pthread_mutex_unlock(&m->mu);
+}
+
+/* Receive frame *j (as `x`) while its slot is free (*slot_free says whether it was); once it is
+ * whole it is handed on and *j moves to the next. *moved: bytes came in. */
+static hr_status mt_take(ring *r, ring_mt *m, size_t *j, mt_rx *x, int *slot_free, int *moved) {
+    int whole = 0;
+    pthread_mutex_lock(&m->mu);
+    *slot_free = *j < m->s->n_rx && m->rx_state[*j % m->nslot] == RX_FREE && !m->have_bad;
+    /* a frame that lands on bytes this node sends first waits for that send (when
+     * receiving starts: only x->got == 0 of the header) */
+    m->rx_waits = *slot_free && x->got == 0 && !x->body && m->sent < m->need_sent[*j];
+    if (m->rx_waits) *slot_free = 0;
+    pthread_mutex_unlock(&m->mu);
+    if (!*slot_free) return HR_OK;
+    HR_CHECK(mt_recv(r, m, *j, x, &whole, moved));
+    if (whole) {
+        mt_received(m, *j);
+        (*j)++;
+        *x = (mt_rx){.want = FRAME_HDR};
+        *moved = 1;
+    }
+    return HR_OK;
+}
+
+/* Nothing moved for `limit` while frame j is received as `x`: blame the successor that took no
+ * data (`tx_blocked`), else the predecessor's silence, as the single-threaded engine does. */
+static hr_status mt_timeout(ring *r, ring_mt *m, size_t j, const mt_rx *x, int tx_blocked,
+                            double limit) {
+    char who[RING_STR + 64];
+    mt_quiesce(m);
+    mt_counters(r, m, j);
+    eng e = mt_eng(m, j);
+    long id = ring_id_of(r, tx_blocked ? r->succ : r->pred);
+    ring_node_str(r, id, who, sizeof who);
+    if (tx_blocked)
+        return fail_view(r, &e.t, m->coll, HR_ERR_TIMEOUT, id, FROM_SUCC,
+                         "%s accepted no data for %.1f s (peer dead or hung?)", who, limit);
+    link_pos pp = mt_pos(m, j, x);
+    return fail_silent(r, &e.t, m->coll, FROM_PRED, 0, limit, &pp);
+}
+
+/* What the receiver sees of the collective after a round (under mu, in mt_look). */
+typedef struct {
+    int tx_state, tx_errno, tx_blocked; /* the sender's */
+    int bad;                            /* a received frame failed */
+    int done;                           /* every frame applied and sent */
+    double last;                        /* time of the last progress */
+} mt_seen;
+
+/* Look at the collective after a round in which this thread `moved` bytes or not. */
+static mt_seen mt_look(ring_mt *m, int moved) {
+    pthread_mutex_lock(&m->mu);
+    mt_seen v = {.tx_state = m->tx_state,
+                 .tx_errno = m->tx_errno,
+                 .tx_blocked = m->tx_blocked,
+                 .bad = m->have_bad,
+                 .done = m->applied == m->s->n_rx && m->tx_state == TX_DONE};
+    if (moved) m->last = tcp_now();
+    v.last = m->last;
+    pthread_mutex_unlock(&m->mu);
+    return v;
+}
+
+/* Nothing moved: wait for the predecessor (while frame j's slot is free), news on the successor
+ * link (while the sender runs) or a wake-up, at most until `limit` after the last progress.
+ * HR_OK to go on, or the failure reported. */
+static hr_status mt_wait(ring *r, ring_mt *m, size_t j, const mt_rx *x, int slot_free,
+                         const mt_seen *v, double limit) {
+    struct pollfd p[3] = {{.fd = r->pred_fd, .events = slot_free ? POLLIN : 0},
+                          {.fd = r->succ_fd, .events = v->tx_state == TX_RUN ? POLLIN : 0},
+                          {.fd = m->wake[0], .events = POLLIN}};
+    double last = v->last, left = last + limit - tcp_now();
+    int rc = left > 0 ? poll(p, 3, (int)(left * 1000) + 1) : 0;
+    if (rc < 0 && errno != EINTR) rc = 0;
+    if (p[2].revents & POLLIN) mt_drain(m);
+    if (rc > 0 && (p[1].revents & (POLLIN | POLLHUP | POLLERR)))
+        return mt_succ_trouble(r, m, j, x, 0);
+    pthread_mutex_lock(&m->mu);
+    last = m->last;
+    pthread_mutex_unlock(&m->mu);
+    if (rc == 0 && tcp_now() >= last + limit) return mt_timeout(r, m, j, x, v->tx_blocked, limit);
+    return HR_OK;
+}
+
+/* Run r->sched over `base` on the engine's threads (see this file's comment). */
+hr_status mt_run(ring *r, int coll, uint8_t *base) {
+    if (mt_start(r) != HR_OK) return HR_ERR_NOMEM;
+    ring_mt *m = r->mt;
+    const ring_sched *s = r->sched;
+    if (mt_need_sent(m, s) != 0) return fail_local(r, coll, HR_ERR_NOMEM, "out of memory");
+    mt_begin(r, m, coll, base);
     const double limit = r->coll_timeout > r->timeout ? r->coll_timeout : r->timeout;
     mt_rx x = {.want = FRAME_HDR};
     size_t j = 0; /* frame being received */
     for (;;) {
-        int moved = 0, whole = 0;
-        pthread_mutex_lock(&m->mu);
-        int slot_free = j < s->n_rx && m->rx_state[j % m->nslot] == RX_FREE && !m->have_bad;
-        /* a frame that lands on bytes this node sends first waits for that send (when
-         * receiving starts: only x.got == 0 of the header) */
-        m->rx_waits = slot_free && x.got == 0 && !x.body && m->sent < m->need_sent[j];
-        if (m->rx_waits) slot_free = 0;
-        pthread_mutex_unlock(&m->mu);
-        if (slot_free) {
-            HR_CHECK(mt_recv(r, m, j, &x, &whole, &moved));
-            if (whole) {
-                pthread_mutex_lock(&m->mu);
-                m->last = tcp_now();
-                if (m->nworkers > 0) {
-                    m->rx_state[j % m->nslot] = RX_FULL;
-                    m->recvd = j + 1;
-                    pthread_cond_broadcast(&m->cv);
-                    pthread_mutex_unlock(&m->mu);
-                } else {
-                    m->rx_state[j % m->nslot] = RX_BUSY;
-                    m->recvd = m->open_next = j + 1;
-                    pthread_mutex_unlock(&m->mu);
-                    int auth_failed;
-                    int ok = mt_apply(m, j, &auth_failed) == 0;
-                    pthread_mutex_lock(&m->mu);
-                    mt_applied(m, j, ok, auth_failed);
-                    pthread_cond_broadcast(&m->cv);
-                    pthread_mutex_unlock(&m->mu);
-                }
-                j++;
-                x = (mt_rx){.want = FRAME_HDR};
-                moved = 1;
-            }
-        }
-        pthread_mutex_lock(&m->mu);
-        int tx_state = m->tx_state, tx_errno = m->tx_errno, tx_blocked = m->tx_blocked;
-        int bad = m->have_bad, bad_auth = m->bad_auth;
-        size_t bad_j = m->bad;
-        int done = m->applied == s->n_rx && tx_state == TX_DONE;
-        if (moved) m->last = tcp_now();
-        double last = m->last;
-        pthread_mutex_unlock(&m->mu);
-        if (bad) {
+        int moved = 0, slot_free;
+        hr_status st = mt_take(r, m, &j, &x, &slot_free, &moved);
+        if (st != HR_OK) return st;
+        mt_seen v = mt_look(m, moved);
+        if (v.bad) {
             mt_quiesce(m); /* frames in flight finish: the first bad one is known then */
-            bad_j = m->bad;
-            bad_auth = m->bad_auth;
-            return mt_bad_frame(r, m, bad_j, m->rxb[bad_j % m->nslot], m->rx_len[bad_j % m->nslot],
-                                bad_auth);
+            return mt_bad_frame(r, m, m->bad, m->rxb[m->bad % m->nslot],
+                                m->rx_len[m->bad % m->nslot], m->bad_auth);
         }
-        if (tx_state == TX_FAIL) return mt_succ_trouble(r, m, j, &x, tx_errno);
-        if (done) break;
+        if (v.tx_state == TX_FAIL) return mt_succ_trouble(r, m, j, &x, v.tx_errno);
+        if (v.done) break;
         if (moved) continue;
-        struct pollfd p[3] = {{.fd = r->pred_fd, .events = slot_free ? POLLIN : 0},
-                              {.fd = r->succ_fd, .events = tx_state == TX_RUN ? POLLIN : 0},
-                              {.fd = m->wake[0], .events = POLLIN}};
-        double left = last + limit - tcp_now();
-        int rc = left > 0 ? poll(p, 3, (int)(left * 1000) + 1) : 0;
-        if (rc < 0 && errno != EINTR) rc = 0;
-        if (p[2].revents & POLLIN) mt_drain(m);
-        if (rc > 0 && (p[1].revents & (POLLIN | POLLHUP | POLLERR)))
-            return mt_succ_trouble(r, m, j, &x, 0);
-        pthread_mutex_lock(&m->mu);
-        last = m->last;
-        pthread_mutex_unlock(&m->mu);
-        if (rc == 0 && tcp_now() >= last + limit) {
-            char who[RING_STR + 64];
-            mt_quiesce(m);
-            mt_counters(r, m, j);
-            eng e = mt_eng(m, j);
-            long id = ring_id_of(r, tx_blocked ? r->succ : r->pred);
-            ring_node_str(r, id, who, sizeof who);
-            if (tx_blocked)
-                return eng_fail_view(r, &e.t, coll, HR_ERR_TIMEOUT, id, FROM_SUCC,
-                                     "%s accepted no data for %.1f s (peer dead or hung?)", who,
-                                     limit);
-            link_pos pp = mt_pos(m, j, &x);
-            return eng_silent(r, &e.t, coll, FROM_PRED, 0, limit, &pp);
-        }
+        if ((st = mt_wait(r, m, j, &x, slot_free, &v, limit)) != HR_OK) return st;
     }
     pthread_mutex_lock(&m->mu);
     m->active = 0;
     pthread_mutex_unlock(&m->mu);
-    if (secure) {
+    if (m->secure) {
         r->succ_ch.tx.ctr = m->tx_ctr0 + s->n_tx;
         r->pred_ch.rx.ctr = m->rx_ctr0 + s->n_rx;
     }

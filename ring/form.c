@@ -2,25 +2,24 @@
  * form.c: ring formation (see ring.h): the gate, which accepts every connection from the first
  * listen until ring_free; ring_form, which connects to the successor and takes the predecessor
  * of r->view, and where the view has a tree (tree.c) connects to its tree children and takes its
- * tree parent; and a ring's life from ring_init or ring_open through ring_reform to ring_free.
+ * tree parent.
  *
  * Invariants:
  *  - only the authenticated predecessor (and tree parent) of the view forming becomes a link;
  *    every other
- *    connection is served as one lobby call (elect_serve) or closed at once (see the gate,
- *    below);
- *  - ring_free stops the gate before it frees what the gate's threads read (listen_fd, rc,
- *    the keys, the election state).
+ *    connection is served as one lobby call (by the handler elect.c registers) or closed at
+ *    once (see the gate, below).
  */
-#include "ring/ring_internal.h"
+#include "ring/form_internal.h"
 
 #include "base/hr_log.h"
 #include "base/hr_time.h"
+#include "ring/engine_internal.h"
 #include "ring/frame.h"
 #include "ring/tcp.h"
+#include "ring/tree_internal.h"
 
 #include <pthread.h>
-#include <sched.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -31,9 +30,6 @@
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
-
-/* Measured default pipeline segment (bench/README.md, "All-reduce"). */
-#define RING_SEG_DEFAULT (1 << 20)
 
 static const char *engine_name(const ring *r, char *out, size_t n);
 
@@ -48,12 +44,12 @@ static const char *engine_name(const ring *r, char *out, size_t n);
  * moment, and new connections wait in the listening socket's backlog (TCP_BACKLOG, tcp.c) rather
  * than evict an honest handshake in progress: a burst of lobby calls from members (the lowest ids
  * of a bounded election, elect.c) is served in turn, and a stranger's connections, idle or slow,
- * make room within GATE_SLOW_S. A lobby call (any member of the
- * config, sec.h) is served by its handshake thread: one request, one reply, closed
- * (elect_serve, every read and write by the same deadline). The first ring-link connection
- * that proves to be the expected predecessor while a view forms is taken. Every other
- * connection (one that fails its handshake, a ring link while no view forms) is closed at once
- * and its address logged. So nothing a node without the key does can hold formation up, and no
+ * make room within GATE_SLOW_S. A lobby call (any member of the config, sec.h) is served by its
+ * handshake thread through the handler elect.c registers (gate_set_lobby): one request, one
+ * reply, every read and write by the same deadline, then closed. The gate knows nothing of
+ * elections. The first ring-link connection that proves to be the expected predecessor while a
+ * view forms is taken. Every other connection (one that fails its handshake, a ring link while
+ * no view forms) is closed at once and its address logged. So nothing a node without the key does can hold formation up, and no
  * stranger's connection stays open for long.
  * Invariant: a slot's fd is shut down (never closed) by the gate, under `mu`, and only while
  * the handshake thread still owns it; that thread closes it.
@@ -156,7 +152,8 @@ static void *gate_hs_main(void *arg) {
     hr_status st = sec_handshake(fd, 0, &s->p, s->deadline, &s->ch, &refused, why, sizeof why);
     if (st == HR_OK && s->who_is.lobby) {
         /* the gate may still shut fd down (s->fd is kept) while the request is served */
-        elect_serve(g->r, fd, &s->ch, s->who_is.id, s->peer, s->deadline);
+        const gate_lobby *l = &g->r->lobby;
+        if (l->serve) l->serve(l->ctx, fd, &s->ch, s->who_is.id, s->peer, s->deadline);
         pthread_mutex_lock(&g->mu);
         s->fd = -1;
         s->done = 1;
@@ -387,7 +384,7 @@ static hr_status gate_start(ring *r, char *err, size_t errlen) {
 }
 
 /* Stop the gate: every pending connection is closed and every thread joined. */
-static void gate_stop(ring *r) {
+void gate_stop(ring *r) {
     ring_gate *g = r->gate;
     if (!g) return;
     atomic_store(&g->stop, 1);
@@ -402,8 +399,12 @@ static void gate_stop(ring *r) {
     r->gate = NULL;
 }
 
+void gate_set_lobby(ring *r, gate_lobby_fn *serve, void *ctx) {
+    r->lobby = (gate_lobby){serve, ctx};
+}
+
 /* Listen on this node's address and start the gate. */
-static hr_status listen_start(ring *r, char *err, size_t errlen) {
+hr_status listen_start(ring *r, char *err, size_t errlen) {
     const ring_member *me = &r->rc.members[r->self];
     HR_CHECK(tcp_listen(me->host, me->port, &r->listen_fd, err, errlen));
     hr_status st = gate_start(r, err, errlen);
@@ -593,46 +594,6 @@ hr_status ring_form(ring *r, double secs, char *err, size_t errlen) {
     return HR_OK;
 }
 
-/* The threaded engine's workers: HETRING_RING_WORKERS (off, or 0 to MT_WORKERS_MAX), else
- * the cores this process may use, shared among the config's nodes with this node's host, less
- * the receiving and the sending thread; -1 (off: one thread runs every collective) when that
- * share is less than two cores. */
-static hr_status workers_of(ring *r) {
-    const char *env = getenv("HETRING_RING_WORKERS");
-    if (env && *env) {
-        char *end;
-        long w = strtol(env, &end, 10);
-        if (strcmp(env, "off") == 0) {
-            r->mt_workers = -1;
-            return HR_OK;
-        }
-        if (*end || end == env || w < 0 || w > MT_WORKERS_MAX)
-            return hr_fail(r->err, sizeof r->err, HR_ERR_CONFIG,
-                           "node %ld: HETRING_RING_WORKERS=%s: expected off or 0 to %d", r->self_id,
-                           env, MT_WORKERS_MAX);
-        r->mt_workers = (int)w;
-        return HR_OK;
-    }
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    cpu_set_t set;
-    if (sched_getaffinity(0, sizeof set, &set) == 0) cores = CPU_COUNT(&set);
-    int here = 0;
-    for (int i = 0; i < r->rc.n_members; i++)
-        here += strcmp(r->rc.members[i].host, r->rc.members[r->self].host) == 0;
-    long per = cores / (here > 0 ? here : 1);
-    /* with less than two cores a node's threads would only take turns: one thread runs it */
-    r->mt_workers = per < 2 ? -1 : per - 2 > MT_WORKERS_MAX ? MT_WORKERS_MAX : (int)(per - 2);
-    return HR_OK;
-}
-
-int ring_workers(const ring *r) {
-    return r->mt_workers;
-}
-
-uint64_t ring_threaded_runs(const ring *r) {
-    return r->mt_runs;
-}
-
 /* How collectives run, for the log. */
 static const char *engine_name(const ring *r, char *out, size_t n) {
     if (r->mt_workers < 0)
@@ -641,105 +602,4 @@ static const char *engine_name(const ring *r, char *out, size_t n) {
         snprintf(out, n, "threaded engine (sender + %d worker%s) above %d KiB", r->mt_workers,
                  r->mt_workers == 1 ? "" : "s", RING_MT_BYTES >> 10);
     return out;
-}
-
-static hr_status alloc_stage(ring *r) {
-    size_t cap = FRAME_HDR + r->seg_bytes + 64 + SEC_TAG;
-    if (cap < FRAME_HDR + FRAME_ABORT_MAX + SEC_TAG) cap = FRAME_HDR + FRAME_ABORT_MAX + SEC_TAG;
-    cap = (cap + 63) & ~(size_t)63;
-    r->tx_stage = aligned_alloc(64, cap);
-    r->rx_stage = aligned_alloc(64, cap);
-    if (!r->tx_stage || !r->rx_stage) return HR_ERR_NOMEM;
-    r->stage_cap = cap;
-    return HR_OK;
-}
-
-/* What ring_init and ring_open share: copy the config, load the keys, allocate the stages, the
- * schedule and the election state. */
-static hr_status ring_setup(ring *r, const ring_config *rc) {
-    memset(r, 0, sizeof *r);
-    r->listen_fd = r->succ_fd = r->pred_fd = -1;
-    r->succ = r->pred = -1;
-    for (int i = 0; i < 3; i++) r->tree_fd[i] = r->tree_peer[i] = -1;
-    r->suspect = -1;
-    r->rc = *rc;
-    if (rc->n_members < 1 || rc->n_members > RING_MAX_NODES)
-        return hr_fail(r->err, sizeof r->err, HR_ERR_INVAL, "a ring needs 1 to %d members, not %d",
-                       RING_MAX_NODES, rc->n_members);
-    r->self = ring_config_index(rc, rc->self_id);
-    if (r->self < 0)
-        return hr_fail(r->err, sizeof r->err, HR_ERR_INVAL, "node %ld is not a member",
-                       rc->self_id);
-    r->self_id = rc->self_id;
-    r->timeout = rc->timeout;
-    r->seg_bytes = rc->segment_bytes > 0 ? (size_t)rc->segment_bytes : RING_SEG_DEFAULT;
-    if (r->seg_bytes < 64) r->seg_bytes = 64;
-    HR_CHECK(workers_of(r));
-    HR_CHECK(sec_keys_load(&r->keys, &r->rc, r->err, sizeof r->err));
-    if (r->keys.mode == RING_SEC_NONE)
-        HR_WARN(SEC, "security = none: ring links are neither authenticated nor encrypted");
-    if (alloc_stage(r) != HR_OK || sched_alloc(r) != HR_OK || elect_alloc(r) != HR_OK)
-        return hr_fail(r->err, sizeof r->err, HR_ERR_NOMEM, "out of memory");
-    return HR_OK;
-}
-
-hr_status ring_init(ring *r, const ring_config *rc, char *err, size_t errlen) {
-    hr_status st;
-    HR_CHECK_GOTO(ring_setup(r, rc), st, fail);
-    r->view.epoch = 0;
-    r->view.n = rc->n_members;
-    for (int i = 0; i < rc->n_members; i++) r->view.ids[i] = rc->members[i].id;
-    if (rc->n_members > 1) HR_CHECK_GOTO(listen_start(r, r->err, sizeof r->err), st, fail);
-    HR_CHECK_GOTO(ring_form(r, r->rc.connect_timeout, r->err, sizeof r->err), st, fail);
-    elect_formed(r);
-    return HR_OK;
-fail:
-    if (err) snprintf(err, errlen, "%s", r->err);
-    return st;
-}
-
-hr_status ring_open(ring *r, const ring_config *rc, char *err, size_t errlen) {
-    hr_status st;
-    HR_CHECK_GOTO(ring_setup(r, rc), st, fail);
-    r->view = (ring_view){.epoch = 0, .n = 0};
-    r->rank = -1;
-    r->failed = HR_ERR_VIEW;
-    snprintf(r->err, sizeof r->err, "no view yet: call ring_elect");
-    if (rc->n_members > 1) HR_CHECK_GOTO(listen_start(r, r->err, sizeof r->err), st, fail);
-    return HR_OK;
-fail:
-    if (err) snprintf(err, errlen, "%s", r->err);
-    return st;
-}
-
-hr_status ring_reform(ring *r, const ring_view *v, char *err, size_t errlen) {
-    ring_close_links(r);
-    if (v->n < 1 || v->n > RING_MAX_NODES)
-        return hr_fail(err, errlen, HR_ERR_INVAL, "a view needs 1 to %d members", RING_MAX_NODES);
-    r->view = *v;
-    hr_status st = HR_OK;
-    if (v->n > 1 && r->listen_fd < 0) st = listen_start(r, r->err, sizeof r->err);
-    if (st == HR_OK) st = ring_form(r, r->rc.connect_timeout, r->err, sizeof r->err);
-    if (st == HR_OK) elect_formed(r);
-    if (st != HR_OK) {
-        r->failed = st;
-        if (err) snprintf(err, errlen, "%s", r->err);
-    }
-    return st;
-}
-
-void ring_free(ring *r) {
-    gate_stop(r); /* its threads read listen_fd, rc, keys and the election state */
-    mt_free(r);
-    elect_free(r);
-    ring_close_links(r);
-    tcp_close(&r->listen_fd);
-    sec_keys_free(&r->keys);
-    ring_config_wipe(&r->rc);
-    free(r->tx_stage);
-    free(r->rx_stage);
-    free(r->tmp);
-    sched_free(r);
-    r->tx_stage = r->rx_stage = NULL;
-    r->tmp = NULL;
 }

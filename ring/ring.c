@@ -1,29 +1,17 @@
 /*
- * ring.c: the ring's names and errors, and the collectives (see ring.h).
+ * ring.c: the ring's state as every file of ring/ sees it (ring_internal.h): the accessors of
+ * ring.h, a member's name for messages, the view's links and the shape of its tree.
  *
- * Every collective is compiled into a schedule (engine.c): the frames this node sends to its
- * successor (byte ranges of one buffer, each with the number of received frames it must wait
- * for) and the frames it receives from its predecessor (byte ranges, each added as floats or
- * copied); eng_run runs it. The other files of the ring: form.c (the gate, formation, ring_init
- * to ring_free), engine.c (schedules and the single-threaded engine), engine_mt.c (the threaded
- * engine), elect.c (elections and the lobby); ring_internal.h declares what they share.
- *
- * Invariants:
- *  - each segment of the all-reduce is reduced once, by the node that owns it in that step,
- *    and then copied unchanged, so all members end with the same bytes (I4);
- *  - a failed view stays failed: every collective returns its error (begin) until ring_reform
- *    forms a new one.
+ * The lowest file of the ring: the engines, the collectives, formation and elections call down
+ * into it, and it calls none of them.
  */
 #include "ring/ring_internal.h"
 
-#include "ring/frame.h"
 #include "ring/tcp.h"
 
 #include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 
-/* ================================================================ names and errors */
+/* ================================================================ names and accessors */
 
 void ring_node_str(const ring *r, long id, char *out, size_t n) {
     int i = ring_config_index(&r->rc, id);
@@ -41,12 +29,24 @@ void ring_set_step_timeout(ring *r, double secs) {
     r->coll_timeout = secs;
 }
 
+double ring_timeout(const ring *r) {
+    return r->coll_timeout > r->timeout ? r->coll_timeout : r->timeout;
+}
+
 int ring_rank(const ring *r) {
     return r->rank;
 }
 
+hr_status ring_status(const ring *r) {
+    return r->failed;
+}
+
 size_t ring_segment_bytes(const ring *r) {
     return r->seg_bytes;
+}
+
+long ring_tree_bytes(const ring *r) {
+    return r->rc.tree_bytes;
 }
 
 int ring_size(const ring *r) {
@@ -56,6 +56,20 @@ int ring_size(const ring *r) {
 const ring_view *ring_get_view(const ring *r) {
     return &r->view;
 }
+
+int ring_workers(const ring *r) {
+    return r->mt_workers;
+}
+
+uint64_t ring_threaded_runs(const ring *r) {
+    return r->mt_runs;
+}
+
+uint64_t ring_tree_runs(const ring *r) {
+    return r->tree_runs;
+}
+
+/* ================================================================ links */
 
 void ring_close_links(ring *r) {
     tcp_close(&r->succ_fd);
@@ -69,182 +83,8 @@ void ring_close_links(ring *r) {
     r->tree_on = 0;
 }
 
-/* ================================================================ collectives */
-
-static hr_status begin(ring *r) {
-    if (r->failed != HR_OK) return r->failed;
-    if (r->view.n > 1 && (r->succ_fd < 0 || r->pred_fd < 0)) {
-        snprintf(r->err, sizeof r->err, "the ring is not formed");
-        return HR_ERR_INVAL;
-    }
-    return HR_OK;
-}
-
-static hr_status finish(ring *r, hr_status st) {
-    r->seq++;
-    return st;
-}
-
-/* A local failure in the middle of a collective: the others are already sending, so the view
- * is failed and they are told. */
-hr_status ring_local_fail(ring *r, int coll, hr_status st, const char *what) {
-    char me[RING_STR + 64];
-    ring_node_str(r, r->self_id, me, sizeof me);
-    return eng_fail_view(r, NULL, coll, st, r->self_id, FROM_HERE, "%s: %s", me, what);
-}
-
-hr_status ring_fail_view(ring *r, hr_status st, const char *what) {
-    if (r->failed != HR_OK) return r->failed;
-    return ring_local_fail(r, FRAME_COLL_ALLREDUCE, st, what);
-}
-
-hr_status ring_allgatherv(ring *r, const void *mine, size_t my_bytes, void *all,
-                          const size_t *bytes_of) {
-    HR_CHECK(begin(r));
-    int n = r->view.n, k = r->rank;
-    size_t off[RING_MAX_NODES] = {0}, tot = 0;
-    for (int i = 0; i < n; i++) off[i] = tot, tot += bytes_of[i];
-    if (my_bytes != bytes_of[k]) {
-        snprintf(r->err, sizeof r->err, "all-gather: my_bytes %zu != bytes_of[%d] %zu", my_bytes, k,
-                 bytes_of[k]);
-        return HR_ERR_INVAL;
-    }
-    if (my_bytes && (const uint8_t *)all + off[k] != mine)
-        memmove((uint8_t *)all + off[k], mine, my_bytes);
-    if (n == 1) return finish(r, HR_OK);
-    if (tree_takes(r, tot, n - 1)) { /* the blocks OR'ed into a buffer that is zero elsewhere */
-        memset(all, 0, off[k]);
-        memset((uint8_t *)all + off[k] + my_bytes, 0, tot - off[k] - my_bytes);
-        return finish(r, tree_reduce(r, FRAME_COLL_ALLGATHER, all, tot, RX_OR));
-    }
-    int tx[RING_MAX_NODES], rx[RING_MAX_NODES];
-    uint8_t add[RING_MAX_NODES];
-    for (int s = 0; s < n - 1; s++) {
-        tx[s] = (k - s + n) % n;
-        rx[s] = (k - s - 1 + 2 * n) % n;
-        add[s] = 0;
-    }
-    sched_blocks b = {off, bytes_of};
-    if (sched_steps(r, &b, tx, rx, add, n - 1, 1) != HR_OK)
-        return finish(r, ring_local_fail(r, FRAME_COLL_ALLGATHER, HR_ERR_NOMEM, "out of memory"));
-    return finish(r, eng_run(r, FRAME_COLL_ALLGATHER, all));
-}
-
-hr_status ring_allgather(ring *r, const void *mine, void *all, size_t bytes_each) {
-    size_t sizes[RING_MAX_NODES];
-    for (int i = 0; i < r->view.n; i++) sizes[i] = bytes_each;
-    return ring_allgatherv(r, mine, bytes_each, all, sizes);
-}
-
-hr_status ring_barrier(ring *r) {
-    HR_CHECK(begin(r));
-    int n = r->view.n, k = r->rank;
-    if (n == 1) return finish(r, HR_OK);
-    uint8_t dummy = 0;
-    if (tree_takes(r, 0, n - 1))
-        return finish(r, tree_reduce(r, FRAME_COLL_BARRIER, &dummy, 0, RX_COPY));
-    size_t off[RING_MAX_NODES] = {0}, len[RING_MAX_NODES] = {0};
-    int tx[RING_MAX_NODES], rx[RING_MAX_NODES];
-    uint8_t add[RING_MAX_NODES] = {0};
-    for (int s = 0; s < n - 1; s++) {
-        tx[s] = (k - s + n) % n;
-        rx[s] = (k - s - 1 + 2 * n) % n;
-    }
-    sched_blocks b = {off, len};
-    if (sched_steps(r, &b, tx, rx, add, n - 1, 1) != HR_OK)
-        return finish(r, ring_local_fail(r, FRAME_COLL_BARRIER, HR_ERR_NOMEM, "out of memory"));
-    return finish(r, eng_run(r, FRAME_COLL_BARRIER, &dummy));
-}
-
-hr_status ring_broadcast(ring *r, void *buf, size_t bytes, int root) {
-    HR_CHECK(begin(r));
-    int n = r->view.n;
-    if (root < 0 || root >= n) {
-        snprintf(r->err, sizeof r->err, "broadcast: root rank %d out of range (0..%d)", root,
-                 n - 1);
-        return HR_ERR_INVAL;
-    }
-    if (n == 1) return finish(r, HR_OK);
-    if (tree_takes(r, bytes, n - 1)) { /* the root's bytes OR'ed with zeros everywhere else */
-        if (r->rank != root) memset(buf, 0, bytes);
-        return finish(r, tree_reduce(r, FRAME_COLL_BROADCAST, buf, bytes, RX_OR));
-    }
-    int rel = (r->rank - root + n) % n;
-    ring_sched *s = r->sched;
-    size_t ns = sched_nseg(bytes, r->seg_bytes);
-    if (sched_reserve(s, ns) != HR_OK)
-        return finish(r, ring_local_fail(r, FRAME_COLL_BROADCAST, HR_ERR_NOMEM, "out of memory"));
-    s->n_tx = rel == n - 1 ? 0 : ns;
-    s->n_rx = rel == 0 ? 0 : ns;
-    for (size_t i = 0; i < ns; i++) {
-        size_t lo = i * bytes / ns, hi = (i + 1) * bytes / ns;
-        s->tx_off[i] = s->rx_off[i] = lo;
-        s->tx_len[i] = s->rx_len[i] = hi - lo;
-        s->tx_need[i] = rel == 0 ? 0 : i + 1;
-        s->rx_add[i] = 0;
-    }
-    return finish(r, eng_run(r, FRAME_COLL_BROADCAST, buf));
-}
-
-/* Small all-reduce: gather every contribution, then add them in rank order. */
-static hr_status allreduce_small(ring *r, float *buf, size_t count) {
-    int n = r->view.n;
-    size_t bytes = count * sizeof(float), need = bytes * (size_t)n;
-    if (need > r->tmp_cap) {
-        float *t = realloc(r->tmp, need);
-        if (!t) return ring_local_fail(r, FRAME_COLL_ALLREDUCE, HR_ERR_NOMEM, "out of memory");
-        r->tmp = t;
-        r->tmp_cap = need;
-    }
-    int k = r->rank;
-    memcpy(r->tmp + (size_t)k * count, buf, bytes);
-    int tx[RING_MAX_NODES], rx[RING_MAX_NODES];
-    uint8_t add[RING_MAX_NODES] = {0};
-    size_t off[RING_MAX_NODES], len[RING_MAX_NODES];
-    for (int i = 0; i < n; i++) off[i] = (size_t)i * bytes, len[i] = bytes;
-    for (int s = 0; s < n - 1; s++) {
-        tx[s] = (k - s + n) % n;
-        rx[s] = (k - s - 1 + 2 * n) % n;
-    }
-    sched_blocks b = {off, len};
-    if (sched_steps(r, &b, tx, rx, add, n - 1, sizeof(float)) != HR_OK)
-        return ring_local_fail(r, FRAME_COLL_ALLREDUCE, HR_ERR_NOMEM, "out of memory");
-    HR_CHECK(eng_run(r, FRAME_COLL_ALLREDUCE, (uint8_t *)r->tmp));
-    memcpy(buf, r->tmp, bytes);
-    for (int i = 1; i < n; i++) eng_add_floats(buf, r->tmp + (size_t)i * count, count);
-    return HR_OK;
-}
-
-hr_status ring_allreduce(ring *r, float *buf, size_t count) {
-    HR_CHECK(begin(r));
-    int n = r->view.n, k = r->rank;
-    if (n == 1 || count == 0) return finish(r, HR_OK);
-    size_t bytes = count * sizeof(float);
-    int small = bytes <= RING_SMALL_BYTES || count < (size_t)n;
-    if (tree_takes(r, bytes, small ? n - 1 : 2 * (n - 1)))
-        return finish(r, tree_reduce(r, FRAME_COLL_ALLREDUCE, (uint8_t *)buf, bytes, RX_ADD));
-    if (small)
-        return finish(r, allreduce_small(r, buf, count));
-    size_t off[RING_MAX_NODES], len[RING_MAX_NODES];
-    for (int j = 0; j < n; j++) {
-        size_t lo = (size_t)j * count / (size_t)n, hi = (size_t)(j + 1) * count / (size_t)n;
-        off[j] = lo * sizeof(float);
-        len[j] = (hi - lo) * sizeof(float);
-    }
-    int tx[2 * RING_MAX_NODES], rx[2 * RING_MAX_NODES];
-    uint8_t add[2 * RING_MAX_NODES];
-    for (int s = 0; s < n - 1; s++) { /* reduce-scatter */
-        tx[s] = (k - s + n) % n;
-        rx[s] = (k - s - 1 + 2 * n) % n;
-        add[s] = 1;
-    }
-    for (int t = 0; t < n - 1; t++) { /* all-gather of the reduced chunks */
-        tx[n - 1 + t] = (k + 1 - t + n) % n;
-        rx[n - 1 + t] = (k - t + n) % n;
-        add[n - 1 + t] = 0;
-    }
-    sched_blocks b = {off, len};
-    if (sched_steps(r, &b, tx, rx, add, 2 * (n - 1), sizeof(float)) != HR_OK)
-        return finish(r, ring_local_fail(r, FRAME_COLL_ALLREDUCE, HR_ERR_NOMEM, "out of memory"));
-    return finish(r, eng_run(r, FRAME_COLL_ALLREDUCE, (uint8_t *)buf));
+void tree_links_of(int rank, int n, int out[3]) {
+    out[0] = rank > 0 ? (rank - 1) / 2 : -1;
+    out[1] = 2 * rank + 1 < n ? 2 * rank + 1 : -1;
+    out[2] = 2 * rank + 2 < n ? 2 * rank + 2 : -1;
 }

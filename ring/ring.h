@@ -34,16 +34,14 @@
 
 #include "base/hr_status.h"
 #include "ring/ring_config.h"
-#include "ring/sec.h"
 
 #include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
 
-/* Parts of a ring that only the ring's own files see: the accepting thread and its pending
- * connections (form.c), the schedule of a collective's frames (ring_internal.h). */
-typedef struct ring_gate ring_gate;
-typedef struct ring_sched ring_sched;
+/* A ring: its config's copy, its view, its links and their keys (ring/ring_internal.h). Users
+ * hold it by pointer, from ring_init or ring_open to ring_free. */
+typedef struct ring ring;
 
 /* A membership view. */
 typedef struct {
@@ -52,64 +50,27 @@ typedef struct {
     long ids[RING_MAX_NODES]; /* member ids in ring order */
 } ring_view;
 
-typedef struct ring {
-    ring_config rc;          /* this ring's own copy of its config; its PSK is wiped by ring_free */
-    int self;                /* this node's index in rc.members */
-    long self_id;            /* this node's id */
-    ring_view view;          /* current view */
-    int rank;                /* position of this node in view.ids */
-    int succ, pred;          /* rc.members indices of successor and predecessor; -1 when alone */
-    int listen_fd;           /* listening socket, kept across views */
-    ring_gate *gate;         /* thread that accepts on listen_fd until ring_free (form.c) */
-    int succ_fd;             /* connection to the successor (this node sends) */
-    int pred_fd;             /* connection from the predecessor (this node receives) */
-    sec_keys keys;           /* this node's secrets */
-    sec_chan succ_ch;        /* channel state of the successor link (tx used) */
-    sec_chan pred_ch;        /* channel state of the predecessor link (rx used) */
-    /* the view's binary tree over the ranks, for small all-reduces (ring/tree.c): link 0 to
-     * the parent, 1 and 2 to the children; fd -1 where there is none */
-    int tree_fd[3];
-    sec_chan tree_ch[3];  /* their channels (both directions used) */
-    int tree_peer[3];     /* rc.members index at the other end, or -1 */
-    int tree_on;          /* this view formed its tree (ring_tree_wanted) */
-    uint64_t seq;            /* sequence number of the next collective in this view */
-    size_t seg_bytes;        /* pipeline segment size */
-    double timeout;          /* seconds without progress before a peer counts as dead */
-    double coll_timeout;     /* a collective's deadline without progress if longer
-                              * (ring_set_step_timeout), else timeout applies */
-    uint8_t *tx_stage;       /* sealed outgoing frame: header | payload | tag */
-    uint8_t *rx_stage;       /* incoming frame: header | payload | tag */
-    size_t stage_cap;        /* bytes allocated for each stage */
-    float *tmp;              /* scratch for the small all-reduce (n * count floats) */
-    size_t tmp_cap;          /* bytes allocated for tmp */
-    ring_sched *sched;       /* schedule scratch (engine.c) */
-    struct ring_elastic *el; /* election state, shared with the gate's lobby (elect.c) */
-    struct ring_mt *mt;      /* threads of the threaded engine, started by the first large
-                              * collective (engine_mt.c), or NULL */
-    int mt_workers;          /* crypto and reduction workers of the threaded engine */
-    uint64_t mt_runs;        /* collectives the threaded engine ran */
-    uint64_t tree_runs;      /* collectives that went over the tree */
-    hr_status failed;        /* HR_OK, or the error that broke this view */
-    char err[HR_ERRLEN];     /* last detailed error */
-    const volatile sig_atomic_t *stop; /* ring_set_stop's flag, or NULL */
-    long suspect; /* the node the last failure was blamed on, for the election's
-                   * first probe (-1: none) */
-} ring;
-
-/* Form the ring for view epoch 0 (all members of `rc`, in their order) as node rc->self_id.
- * `rc` is copied: the caller may wipe and drop its own after the call. On failure `err` (and
- * ring_error) say which peer and why; ring_free is still needed. */
-hr_status ring_init(ring *r, const ring_config *rc, char *err, size_t errlen);
+/* Form the ring for view epoch 0 (all members of `rc`, in their order) as node rc->self_id,
+ * into *out. `rc` is copied: the caller may wipe and drop its own after the call. On failure
+ * `err` says which peer and why, *out is NULL and nothing is left to free. */
+hr_status ring_init(ring **out, const ring_config *rc, char *err, size_t errlen);
 
 /* Drop the current links and form the ring of view `v` (which must contain this node),
  * keeping the listening socket and the keys. Clears a failed state. */
 hr_status ring_reform(ring *r, const ring_view *v, char *err, size_t errlen);
 
 int ring_rank(const ring *r);
+/* HR_OK while the current view works, else the error that failed it: every collective returns
+ * it until ring_reform or ring_elect forms a new view. */
+hr_status ring_status(const ring *r);
 /* Let a collective wait up to `secs` without progress when that is longer than the config's
  * timeout (which stays the floor): the training loop sets it from its measured step times,
  * so a slow step is not taken for a dead peer. 0 restores the plain timeout. */
 void ring_set_step_timeout(ring *r, double secs);
+/* How long a collective may go without progress before a peer counts as dead: the config's
+ * timeout, or ring_set_step_timeout's when that is longer (the view's NCCL all-reduce waits as
+ * long). */
+double ring_timeout(const ring *r);
 /* Worker threads the threaded engine uses beside its sender (engine_mt.c):
  * HETRING_RING_WORKERS when set, else the cores this process may use, shared among the
  * config's nodes on this host, less two. */
@@ -120,6 +81,8 @@ uint64_t ring_threaded_runs(const ring *r);
 uint64_t ring_tree_runs(const ring *r);
 /* Pipeline segment size in bytes (segment_bytes, or the measured default). */
 size_t ring_segment_bytes(const ring *r);
+/* The largest collective that goes over the tree (the config's tree_bytes; 0: no tree). */
+long ring_tree_bytes(const ring *r);
 int ring_size(const ring *r);
 const ring_view *ring_get_view(const ring *r);
 
@@ -186,11 +149,11 @@ typedef struct {
 hr_status ring_elect(ring *r, const ring_lineage *mine, ring_agreement *out, char *err,
                      size_t errlen);
 
-/* Open a ring for elections: copy `rc`, load the keys, listen and start the gate (which answers
- * lobby calls from then on), form nothing yet: the view is {epoch 0, no members} and every
- * collective fails with HR_ERR_VIEW until ring_elect formed one. ring_free is still needed on
- * failure. */
-hr_status ring_open(ring *r, const ring_config *rc, char *err, size_t errlen);
+/* Open a ring for elections into *out: copy `rc`, load the keys, listen and start the gate
+ * (which answers lobby calls from then on), form nothing yet: the view is {epoch 0, no members}
+ * and every collective fails with HR_ERR_VIEW until ring_elect formed one. On failure `err`
+ * says why, *out is NULL and nothing is left to free. */
+hr_status ring_open(ring **out, const ring_config *rc, char *err, size_t errlen);
 
 /* A flag (a signal handler's) that ring_elect polls between probe rounds: once it is nonzero
  * an election gives up with HR_ERR_INTERRUPTED. NULL: none. */
@@ -202,8 +165,8 @@ int ring_join_requested(ring *r);
 
 /* The last detailed error ("" if none). */
 const char *ring_error(const ring *r);
-/* Close everything and wipe the keys (the config's PSK too); safe on a partly initialised
- * ring. */
+/* Close everything, wipe the keys (the config's PSK too) and free the ring; does nothing on
+ * NULL. */
 void ring_free(ring *r);
 
 #endif

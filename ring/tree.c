@@ -1,5 +1,5 @@
 /*
- * tree.c: small collectives over a binary tree (see ring_internal.h).
+ * tree.c: small collectives over a binary tree (see tree_internal.h).
  *
  * Every collective of the ring takes n - 1 hops at least (an all-reduce 2(n - 1), or n - 1 when
  * it gathers every contribution): at large n a small all-reduce, such as the stats and
@@ -29,20 +29,17 @@
  * silent on a tree link may be waiting on another one, so a blame for silence on a tree link
  * is provisional (engine.c, follow_blame) like a blame of a predecessor.
  */
-#include "ring/ring_internal.h"
+#include "ring/tree_internal.h"
 
+#include "ring/engine_internal.h"
+#include "ring/fail_internal.h"
 #include "ring/frame.h"
+#include "ring/ring_internal.h"
 
 #include <stdint.h>
 
 int tree_wanted(const ring *r, int n) {
     return r->rc.tree_bytes > 0 && n >= 4;
-}
-
-void tree_links_of(int rank, int n, int out[3]) {
-    out[0] = rank > 0 ? (rank - 1) / 2 : -1;
-    out[1] = 2 * rank + 1 < n ? 2 * rank + 1 : -1;
-    out[2] = 2 * rank + 2 < n ? 2 * rank + 2 : -1;
 }
 
 /* Depth of the tree of n ranks: the level of rank n - 1. */
@@ -62,8 +59,7 @@ int tree_takes(const ring *r, size_t bytes, int ring_hops) {
 static hr_status tree_step(ring *r, int coll, uint8_t *buf, size_t bytes, int link, int tx,
                            int add) {
     ring_sched *s = r->sched;
-    if (sched_reserve(s, 1) != HR_OK)
-        return ring_local_fail(r, coll, HR_ERR_NOMEM, "out of memory");
+    if (sched_reserve(s, 1) != HR_OK) return fail_local(r, coll, HR_ERR_NOMEM, "out of memory");
     s->tx_off[0] = s->rx_off[0] = 0;
     s->tx_len[0] = s->rx_len[0] = bytes;
     s->tx_need[0] = 0;
@@ -71,10 +67,6 @@ static hr_status tree_step(ring *r, int coll, uint8_t *buf, size_t bytes, int li
     s->n_tx = tx ? 1 : 0;
     s->n_rx = tx ? 0 : 1;
     return eng_run_links(r, coll, buf, tx ? link : FROM_SUCC, tx ? FROM_PRED : link);
-}
-
-uint64_t ring_tree_runs(const ring *r) {
-    return r->tree_runs;
 }
 
 hr_status tree_reduce(ring *r, int coll, uint8_t *buf, size_t bytes, int op) {

@@ -257,11 +257,11 @@ static int elastic_rounds(ring *r, float *buf, ring_lineage *me, long *rounds,
 }
 
 static int elastic_main(const ring_config *rcfg, const char *stopfile) {
-    ring r;
+    ring *r;
     char err[HR_ERRLEN];
     if (ring_open(&r, rcfg, err, sizeof err) != HR_OK) {
         fprintf(stderr, "node %ld: ring error in open: %s\n", g_id, err);
-        ring_free(&r);
+        ring_free(r);
         return 3;
     }
     float *buf = malloc((ELASTIC_COUNT + 2) * sizeof *buf);
@@ -271,13 +271,13 @@ static int elastic_main(const ring_config *rcfg, const char *stopfile) {
     int rc = 2;
     double end = hr_unix_s() + 120;
     while (buf && a && hr_unix_s() < end) {
-        if (ring_elect(&r, &me, a, err, sizeof err) != HR_OK) {
+        if (ring_elect(r, &me, a, err, sizeof err) != HR_OK) {
             printf("node %ld: elect failed: %s t=%.3f\n", g_id, err, hr_unix_s());
             continue;
         }
         /* the agreement's contract: this node's lineage at its rank; the donor is the lowest
          * rank of the highest (epoch, progress); in_sync when all equal the donor's */
-        int rank = ring_rank(&r), d = 0, sync = 1;
+        int rank = ring_rank(r), d = 0, sync = 1;
         for (int q = 0; q < a->view.n; q++) {
             const ring_lineage *l = &a->lineage[q], *b = &a->lineage[d];
             if (l->epoch > b->epoch || (l->epoch == b->epoch && l->progress > b->progress)) d = q;
@@ -297,8 +297,8 @@ static int elastic_main(const ring_config *rcfg, const char *stopfile) {
         int64_t p = a->lineage[a->donor].progress;
         me.epoch = a->view.epoch;
         me.progress = p < 0 ? 0 : p;
-        print_view(a, ring_rank(&r), me.progress);
-        rc = elastic_rounds(&r, buf, &me, &rounds, stopfile);
+        print_view(a, ring_rank(r), me.progress);
+        rc = elastic_rounds(r, buf, &me, &rounds, stopfile);
         if (rc == 1) break;
         if (rc == 4) {
             printf("node %ld: ok rounds %ld\n", g_id, rounds);
@@ -309,7 +309,7 @@ static int elastic_main(const ring_config *rcfg, const char *stopfile) {
     }
     free(buf);
     free(a);
-    ring_free(&r);
+    ring_free(r);
     return rc;
 }
 
@@ -364,7 +364,7 @@ int main(int argc, char **argv) {
         cfg_free(&c);
         return erc;
     }
-    ring r;
+    ring *r;
     int rc = 0;
     hr_status st = ring_init(&r, &rcfg, err, sizeof err);
     ring_config_wipe(&rcfg);
@@ -373,24 +373,24 @@ int main(int argc, char **argv) {
         rc = 3;
         goto out;
     }
-    printf("node %ld: ring formed, rank %d of %d\n", g_id, ring_rank(&r), ring_size(&r));
+    printf("node %ld: ring formed, rank %d of %d\n", g_id, ring_rank(r), ring_size(r));
     const char *mode = argv[3];
     if (strcmp(mode, "init") == 0) {
-        if (ring_barrier(&r) != HR_OK) rc = ring_fail(&r, "barrier");
+        if (ring_barrier(r) != HR_OK) rc = ring_fail(r, "barrier");
     } else if (strcmp(mode, "correct") == 0) {
-        for (int i = 4; i < argc && rc == 0; i++) rc = check_count(&r, (size_t)atoll(argv[i]));
+        for (int i = 4; i < argc && rc == 0; i++) rc = check_count(r, (size_t)atoll(argv[i]));
     } else if (strcmp(mode, "reform") == 0 && argc == 6) {
-        rc = leave_and_rejoin(&r, &c, atol(argv[4]), (size_t)atoll(argv[5]));
+        rc = leave_and_rejoin(r, &c, atol(argv[4]), (size_t)atoll(argv[5]));
     } else if (strcmp(mode, "loop") == 0 || strcmp(mode, "reduce") == 0) {
         size_t count = argc > 4 ? (size_t)atoll(argv[4]) : 1 << 20;
         long iters = strcmp(mode, "loop") == 0 ? -1 : (argc > 5 ? atol(argv[5]) : 1);
         float *buf = malloc(count * sizeof *buf);
         if (!buf) return 2;
-        int n = ring_size(&r);
+        int n = ring_size(r);
         for (long it = 0; iters < 0 || it < iters; it++) {
-            for (size_t i = 0; i < count; i++) buf[i] = (float)((i % 1000) + ring_rank(&r));
-            if (ring_allreduce(&r, buf, count) != HR_OK) {
-                rc = ring_fail(&r, "all-reduce");
+            for (size_t i = 0; i < count; i++) buf[i] = (float)((i % 1000) + ring_rank(r));
+            if (ring_allreduce(r, buf, count) != HR_OK) {
+                rc = ring_fail(r, "all-reduce");
                 break;
             }
             for (size_t i = 0; i < count; i++)
@@ -401,7 +401,7 @@ int main(int argc, char **argv) {
             if (rc) break;
             if (it == 0)
                 printf("node %ld: running, %llu collective(s) on the tree so far\n", g_id,
-                       (unsigned long long)ring_tree_runs(&r));
+                       (unsigned long long)ring_tree_runs(r));
         }
         free(buf);
     } else {
@@ -410,11 +410,11 @@ int main(int argc, char **argv) {
     }
     if (rc == 0) printf("node %ld: ok\n", g_id);
     printf("node %ld: %llu collective(s) on the threaded engine\n", g_id,
-           (unsigned long long)ring_threaded_runs(&r));
+           (unsigned long long)ring_threaded_runs(r));
     printf("node %ld: %llu collective(s) on the tree\n", g_id,
-           (unsigned long long)ring_tree_runs(&r));
+           (unsigned long long)ring_tree_runs(r));
 out:
-    ring_free(&r);
+    ring_free(r);
     cfg_free(&c);
     return rc;
 }

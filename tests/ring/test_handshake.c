@@ -801,7 +801,7 @@ static void ring_case(int role, fk_script script, const char *text, const char *
     ring_config rc;
     CHECK(app_ring_config(&c, cfg_node_index(&c, 0), &rc, err, sizeof err) == HR_OK,
           "ring config: %s", err);
-    ring r;
+    ring *r;
     hr_status st = ring_init(&r, &rc, err, sizeof err);
     ring_config_wipe(&rc);
     printf("%-44s -> %s: %s\n", what, hr_strerror(st), err);
@@ -810,7 +810,7 @@ static void ring_case(int role, fk_script script, const char *text, const char *
     CHECK(st != HR_OK, "%s: the ring formed", what);
     CHECK(strstr(err, addr) != NULL, "%s: '%s' does not name the address '%s'", what, err, addr);
     CHECK(strstr(err, text) != NULL, "%s: '%s' lacks '%s'", what, err, text);
-    ring_free(&r);
+    ring_free(r);
     pthread_join(th, NULL);
     if (role == INITIATOR) pthread_join(th2, NULL);
     close(fn.lfd);

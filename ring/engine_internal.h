@@ -1,0 +1,98 @@
+/*
+ * engine_internal.h: the schedule of a collective's frames and the engines that run it:
+ * engine.c (schedules, the single-threaded engine, the header check of a received frame) and
+ * engine_mt.c (the threaded engine). coll.c picks the engine, tree.c runs single-frame steps.
+ */
+#ifndef HR_ENGINE_INTERNAL_H
+#define HR_ENGINE_INTERNAL_H
+
+#include "ring/ring_internal.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Collectives receiving more than this run on the threaded engine (where it is on): below it
+ * the hand-offs between threads cost about what they save (bench/README.md, "All-reduce"). */
+#define RING_MT_BYTES (1 << 20)
+/* Most workers the threaded engine runs beside its sender (ring_workers). */
+#define MT_WORKERS_MAX 8
+
+/* ---------------------------------------------------------------- schedules (engine.c) */
+
+/* What a received frame does to its place: copy its bytes, add its floats, or OR its bytes
+ * (the tree's all-gather: blocks are disjoint and zero elsewhere). */
+enum { RX_COPY = 0, RX_ADD = 1, RX_OR = 2 };
+
+/* Per-call schedule of frames (r->sched). */
+struct ring_sched {
+    size_t *tx_off, *tx_len; /* byte range of the i-th frame sent */
+    size_t *tx_need;         /* frames that must have arrived before frame i is sent */
+    size_t *rx_off, *rx_len; /* byte range of the i-th frame received */
+    uint8_t *rx_add;         /* RX_COPY, RX_ADD or RX_OR (the threaded engine: copy, add) */
+    size_t n_tx, n_rx;       /* frames in each direction */
+    size_t cap;              /* entries allocated per array */
+};
+
+/* Allocate a ring's schedule scratch (r->sched, empty until a collective reserves room) for
+ * ring_init and ring_open; sched_free frees it (ring_free) and does nothing where there is none. */
+hr_status sched_alloc(ring *r);
+void sched_free(ring *r);
+
+/* Blocks of a ring step schedule: byte offset and length of each rank's block. */
+typedef struct {
+    const size_t *off, *len;
+} sched_blocks;
+
+/* Room for `n` frames each way in `s`. */
+hr_status sched_reserve(ring_sched *s, size_t n);
+
+/* Segments of at most `seg` bytes that `bytes` bytes are cut into (1 for none). */
+static inline size_t sched_nseg(size_t bytes, size_t seg) {
+    return bytes <= seg ? 1 : (bytes + seg - 1) / seg;
+}
+
+/* Build the schedule of a sequence of ring steps into r->sched (see engine.c). */
+hr_status sched_steps(ring *r, const sched_blocks *b, const int *tx_blk, const int *rx_blk,
+                      const uint8_t *add, int steps, size_t esz);
+
+/* ---------------------------------------------------------------- the engine (engine.c) */
+
+/* One collective in progress: where the schedule stands in each direction. */
+typedef struct {
+    const ring_sched *s; /* the schedule (r->sched) */
+    int coll;            /* FRAME_COLL_* of this collective */
+    int rx_link;         /* the link frames come from (FROM_PRED but on the tree) */
+    uint8_t *base;       /* the caller's buffer the schedule's offsets refer to */
+    int secure;          /* frames are sealed (auth or encrypt) */
+    size_t tag;          /* bytes of tag per frame: SEC_TAG or 0 */
+    size_t ti, ri;       /* next frame to send, next frame to receive */
+    txf t;               /* the outgoing frame in flight */
+    int tx_ready;        /* t holds frame ti, partly sent */
+    int rx_body;         /* 0: reading frame ri's header, 1: its payload and tag */
+    size_t rx_len;       /* payload bytes of frame ri on the wire (known once its header is in) */
+    size_t rx_got;       /* bytes of the current header or payload read so far */
+    size_t rx_want;      /* bytes the current header or payload has */
+    int progress;        /* something moved in this round */
+} eng;
+
+/* dst[i] += src[i] for the n floats of a frame: the reduction. */
+static inline void eng_add_floats(float *restrict dst, const float *restrict src, size_t n) {
+    for (size_t i = 0; i < n; i++) dst[i] += src[i];
+}
+
+/* Check the header of frame e->ri (in rx_stage) against the one expected. */
+hr_status eng_header(ring *r, eng *e);
+
+/* Run r->sched on the calling thread with its frames sent on link `tx` and received from link
+ * `rx` (FROM_SUCC and FROM_PRED round the ring; a tree link for the tree's single-frame steps). */
+hr_status eng_run_links(ring *r, int coll, uint8_t *base, int tx, int rx);
+
+/* ---------------------------------------------------------------- the threaded engine
+ * (engine_mt.c) */
+
+/* Run r->sched over `base` on the engine's threads, starting them on first use. */
+hr_status mt_run(ring *r, int coll, uint8_t *base);
+/* Stop the threaded engine's threads and free its staging (ring_free). */
+void mt_free(ring *r);
+
+#endif
