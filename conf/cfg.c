@@ -1,6 +1,7 @@
 /*
- * cfg.c: the configuration's life: defaults, nodes, loading and freeing, and the provenance of
- * each key (the line that set it).
+ * cfg.c: the configuration's life: defaults, nodes and freeing, and the provenance of each
+ * key (the line that set it). Loading a file, which calls up into parsing, the overrides and
+ * validation, is cfg_load.c's.
  */
 #include "conf/cfg_internal.h"
 
@@ -48,18 +49,6 @@ cfg_node *cfg_add_node(cfg *c, long id, int line) {
     n->id = id;
     n->line = line;
     return n;
-}
-
-hr_status cfg_load(cfg *c, const char *path, char *err, size_t errlen) {
-    hr_status st;
-    cfg_init(c);
-    HR_CHECK_GOTO(cfg_parse_file(c, path, err, errlen), st, fail);
-    HR_CHECK_GOTO(cfg_apply_env(c, err, errlen), st, fail);
-    HR_CHECK_GOTO(cfg_validate(c, err, errlen), st, fail);
-    return HR_OK;
-fail:
-    cfg_free(c);
-    return st;
 }
 
 int cfg_key_line(const cfg *c, int node_idx, const char *key) {
