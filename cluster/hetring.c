@@ -13,8 +13,8 @@
  *           (stats.h: CLUSTER_NODE_STATS floats per node, this node's slot filled,
  *           zeros elsewhere), the SUM all-reduce hands every node every slot, dist_decide
  *           checks the hashes and decides the next split (I4, I5, I6), and the buffers get
- *           sum / B back (I2). hetring run's buffer is used where it lies instead (app.grads,
- *           with room for the tail before it) and keeps the sums
+ *           sum / B back (I2). hetring run's trainer computes its gradient into that buffer
+ *           instead (app.n_grads, hr_lib_grads: no copy) and keeps the sums
  *   path    the gradient goes the way of the view's grad_path (grad_path.h: whole, buckets,
  *           nccl), chosen once per view (and with bucket_bytes = auto after every iteration,
  *           from the gathered machine facts); hetring_ready and hetring_step call through it
@@ -101,7 +101,8 @@ struct hetring {
     int n_members;          /* entries of gathered and member_ids: the last completed step's */
     int64_t *idx;           /* (B) this node's indices for the iteration fetched */
     float *buf;             /* (n_nodes * CLUSTER_NODE_STATS + n_grad) room for the tail,
-                             * then the gradients */
+                             * then the gradients: allocated at the first step, or at open
+                             * for an application that computes into it (app.n_grads) */
     size_t *counts;         /* (n_bufs) floats per buffer */
     size_t *off;            /* (n_bufs) each buffer's offset in grads */
     /* the gradient's path (grad_path.h; see the top of this file) */
@@ -502,6 +503,13 @@ int hr_lib_open(hetring **out, const hetring_options *o, const hetring_app *app,
     h->cb = o->cb;
     h->leave_at = o->leave_flag ? o->leave_flag : &h->leave;
     hr_status st = setup(h, o);
+    if (st == HR_OK && h->app.n_grads &&
+        !(h->buf = calloc((size_t)h->c->n_nodes * CLUSTER_NODE_STATS + h->app.n_grads,
+                          sizeof *h->buf))) {
+        snprintf(h->err, sizeof h->err, "out of memory for %zu floats of gradient",
+                 h->app.n_grads);
+        st = HR_ERR_NOMEM;
+    }
     if (st != HR_OK) {
         if (!h->err[0]) snprintf(h->err, sizeof h->err, "%s", hr_strerror(st));
         if (err && errlen) snprintf(err, errlen, "%s", h->err);
@@ -510,6 +518,10 @@ int hr_lib_open(hetring **out, const hetring_options *o, const hetring_app *app,
     }
     *out = h;
     return HETRING_OK;
+}
+
+float *hr_lib_grads(hetring *h) {
+    return h->app.n_grads ? h->buf + (size_t)h->c->n_nodes * CLUSTER_NODE_STATS : NULL;
 }
 
 int hetring_close(hetring *h) {
@@ -705,18 +717,23 @@ static int check_layout(hetring *h, const hetring_grads *g, const char *fn) {
         total += g->counts[i];
     }
     if (total == 0) return fail(h, HETRING_EINVAL, "%s: the buffers hold no floats", fn);
-    if (h->app.grads) /* in place: the buffers are consecutive pieces of app.grads */
+    if (h->app.n_grads) { /* in place: the buffers are consecutive pieces of hr_lib_grads */
+        if (total > h->app.n_grads)
+            return fail(h, HETRING_EINVAL, "%s: the buffers hold %zu floats, the gradient %zu",
+                        fn, total, h->app.n_grads);
         for (size_t i = 0, o = 0; i < (size_t)g->n_bufs; o += g->counts[i], i++)
-            if (g->counts[i] && g->bufs[i] != h->app.grads + o)
+            if (g->counts[i] && g->bufs[i] != hr_lib_grads(h) + o)
                 return fail(h, HETRING_EINVAL, "%s: buffer %zu is not in place", fn, i);
+    }
     if (h->x.n_bufs) return HETRING_OK;
     const size_t n = (size_t)g->n_bufs, tail = (size_t)h->c->n_nodes * CLUSTER_NODE_STATS;
     size_t *counts = malloc(sizeof *counts * n), *off = malloc(sizeof *off * n);
     int *bucket_of = malloc(sizeof *bucket_of * n);
     unsigned char *given = calloc(n, 1);
     float **ptrs = malloc(sizeof *ptrs * n);
-    float *buf = h->app.grads ? NULL : malloc(sizeof *buf * (tail + total));
-    if (!counts || !off || !bucket_of || !given || !ptrs || (!buf && !h->app.grads)) {
+    float *buf = h->app.n_grads ? h->buf : malloc(sizeof *buf * (tail + total));
+    if (!counts || !off || !bucket_of || !given || !ptrs || !buf) {
+        if (h->app.n_grads) buf = NULL; /* the handle's, from open */
         /* nothing adopted: the next call tries again with nothing leaked */
         free(counts), free(off), free(bucket_of), free(given), free(ptrs), free(buf);
         return fail(h, HETRING_ENOMEM, "out of memory for %zu floats of gradient", total);
@@ -726,7 +743,7 @@ static int check_layout(hetring *h, const hetring_grads *g, const char *fn) {
     memcpy(h->counts, g->counts, sizeof *h->counts * n);
     for (size_t i = 0, o = 0; i < n; o += g->counts[i], i++) h->off[i] = o;
     h->x.n_bufs = g->n_bufs, h->x.n_grad = total;
-    h->x.grads = h->app.grads ? h->app.grads : h->buf + tail;
+    h->x.grads = h->buf + tail;
     grad_xfer_plan(&h->x, h->counts, h->off, g->n_bufs, h->cc.bucket_bytes);
     round_reset(h);
     return HETRING_OK;
@@ -745,7 +762,7 @@ static void fault_share(const hetring *h, float *buf, size_t n) {
  * thread then owns it); with buckets on, the buckets it completes go out. In an NCCL view the
  * gradient is on the device and the host buffers hold none: only the loss is checked. */
 static int give(hetring *h, const hetring_grads *g, int i) {
-    if (g->counts[i] && !h->app.grads)
+    if (g->counts[i] && !h->app.n_grads)
         memcpy(h->x.grads + h->off[i], g->bufs[i], sizeof *h->x.grads * g->counts[i]);
     if (h->path->host_grads) {
         fault_share(h, h->x.grads + h->off[i], g->counts[i]);
@@ -912,7 +929,7 @@ static int step_exchange(hetring *h, const hetring_grads *g, double factor) {
  * stay, for the trainer's optimizer divides by B itself. */
 static void scale_back(hetring *h, const hetring_grads *g) {
     const float inv = 1.0f / (float)h->cc.global_batch;
-    for (int i = 0; !h->app.grads && i < g->n_bufs; i++) {
+    for (int i = 0; !h->app.n_grads && i < g->n_bufs; i++) {
         float *dst = g->bufs[i];
         const float *src = h->x.grads + h->off[i];
         for (size_t j = 0; j < g->counts[i]; j++) dst[j] = src[j] * inv;

@@ -7,9 +7,10 @@
  * and put_state, its slices come from hetring_next, its gradients through hetring_ready and
  * hetring_step); these extras only spare it work the public API would make it repeat:
  *  - the configuration it already loaded and checked, instead of reading the INI again;
- *  - its gradient buffer in place: the model's one contiguous buffer, with room for the stats
- *    tail before it, is all-reduced where it lies, and hetring_step leaves the SUMS there (the
- *    trainer's optimizer divides by B itself, as a one-node run does, so both round alike);
+ *  - its gradient computed in place: the model computes into the library's own buffer
+ *    (hr_lib_grads), which holds the stats tail before it, so it is all-reduced where it lies,
+ *    and hetring_step leaves the SUMS there (the trainer's optimizer divides by B itself, as a
+ *    one-node run does, so both round alike);
  *  - its gradient in device memory, for NCCL among GPU nodes;
  *  - a resumed checkpoint's split, the checkpoint written when the node leaves, the metrics
  *    file for view records, and a call once the port is bound (its "ready on" line);
@@ -27,11 +28,11 @@
 typedef struct {
     const cfg *c; /* the loaded, validated configuration (borrowed; o->conf is then unused) */
     int self;     /* this node's index in c->nodes */
-    /* Non-NULL: every step's gradient is this buffer, in place (hetring_grads.bufs must be
-     * consecutive pieces of it, from its start), preceded by c->n_nodes * CLUSTER_NODE_STATS floats
-     * (stats.h) the library may use; hetring_step leaves the sums over the cluster in it, not the
-     * mean. */
-    float *grads;
+    /* Non-zero: the gradient has n_grads floats and the application computes it in place, into
+     * hr_lib_grads (hetring_grads.bufs must be consecutive pieces of it, from its start);
+     * hetring_step leaves the sums over the cluster there, not the mean. Zero: the user's
+     * buffers are copied, as for any libhetring user. */
+    size_t n_grads;
     /* Non-NULL: the same gradient in device memory (n_params floats: the built-in trainer on a
      * GPU, or on the emulated one of the tests), so a view of GPU nodes may all-reduce it there
      * over NCCL (transport.h): the trainer then keeps it on the device for the iterations
@@ -50,6 +51,10 @@ typedef struct {
 /* hetring_open with the extras above. */
 int hr_lib_open(hetring **out, const hetring_options *o, const hetring_app *app, char *err,
                 size_t errlen);
+
+/* The buffer an application with app.n_grads computes its gradient into (n_grads floats,
+ * zeroed at open, the handle's until hetring_free); NULL without app.n_grads. */
+float *hr_lib_grads(hetring *h);
 
 /* The split of the next iteration, every member's batch in ring order: the first max into
  * out; returns the view's size. A checkpoint records it. */

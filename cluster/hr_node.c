@@ -288,16 +288,12 @@ hr_status hr_node_open(hr_node *n, const cfg *c, int self, trainer *t, const lon
     memset(n, 0, sizeof *n);
     n->t = t, n->c = c, n->self = self;
     n->on_listen = on_listen, n->listen_ctx = ctx;
-    if (t->m.grad_tail < (long)c->n_nodes * CLUSTER_NODE_STATS)
-        return hr_fail(err, errlen, HR_ERR_INVAL, "the trainer has no room for %d nodes' stats",
-                       c->n_nodes);
     const size_t nn = (size_t)c->n_nodes;
     n->members = calloc(nn, sizeof *n->members);
     n->stats = calloc(nn, sizeof *n->stats);
     n->split = calloc(nn, sizeof *n->split);
     if (!n->members || !n->stats || !n->split)
         return hr_fail(err, errlen, HR_ERR_NOMEM, "out of memory");
-    HR_CHECK(layer_buffers(n, err, errlen));
     hetring_options o;
     hetring_options_init(&o);
     o.n_samples = t->train.n;
@@ -308,7 +304,7 @@ hr_status hr_node_open(hr_node *n, const cfg *c, int self, trainer *t, const lon
         .user = n, .get_state = get_state, .put_state = put_state, .on_view = on_view};
     const hetring_app app = {.c = c,
                              .self = self,
-                             .grads = t->m.grads,
+                             .n_grads = (size_t)t->m.n_params,
                              .device_grads = train_device_grads(t), /* NULL on the CPU */
                              .start_split = start_split,
                              .save = save,
@@ -317,6 +313,11 @@ hr_status hr_node_open(hr_node *n, const cfg *c, int self, trainer *t, const lon
                              .probe = probe};
     int st = hr_lib_open(&n->h, &o, &app, err, errlen);
     if (st != HETRING_OK) return status_of(st);
+    /* the model computes its gradient into the library's buffer, after the stats tail: the
+     * iteration's all-reduce then needs no copy */
+    HR_CHECK(model_lend_grads(&t->m, hr_lib_grads(n->h), err, errlen));
+    n->lent = 1;
+    HR_CHECK(layer_buffers(n, err, errlen));
     announce_overlap(n);
     const train_peer peer = {
         .ctx = n, .slice = slice, .ready = ready, .exchange = exchange, .view = view};
@@ -330,6 +331,9 @@ const char *hr_node_ring_error(const hr_node *n) {
 
 void hr_node_close(hr_node *n) {
     if (!n) return;
+    char err[HR_ERRLEN];
+    if (n->lent && model_lend_grads(&n->t->m, NULL, err, sizeof err) != HR_OK)
+        HR_WARN(TRAIN, "%s", err); /* the trainer then has no gradient; train_run says so */
     hetring_free(n->h);
     free(n->bufs);
     free(n->counts);

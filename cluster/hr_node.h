@@ -39,6 +39,7 @@ typedef struct {
     hetring_batch batch;     /* the iteration fetched and not yet run */
     int have_batch;          /* batch is valid */
     int retry;               /* the last exchange ended in HETRING_RETRY */
+    int lent;                /* the model computes into the library's buffer (hr_lib_grads) */
     int n_bufs;              /* gradient buffers: one per layer with parameters */
     float **bufs;            /* (n_bufs) */
     size_t *counts;          /* (n_bufs) */

@@ -9,7 +9,6 @@
 #include "base/hr_log.h"
 #include "cluster/hr_fault.h"
 #include "cluster/nccl_path.h"
-#include "cluster/stats.h"
 
 #include <string.h>
 
@@ -88,7 +87,6 @@ void app_train_config(const cfg *c, int self_idx, train_config *out) {
     out->checkpoint_interval = c->checkpoint_interval;
     out->skip_nonfinite = c->nonfinite == CFG_NONFINITE_SKIP;
     out->origin = c->path;
-    out->grad_tail = (long)c->n_nodes * CLUSTER_NODE_STATS; /* the library's stats, in place */
     out->threads = c->nodes[self_idx].threads;
     const cfg_node *me = &c->nodes[self_idx];
     double delay_ms;

@@ -153,7 +153,7 @@ static hr_status emu_open(device *d, char *err, size_t errlen) {
     emu *e = calloc(1, sizeof *e);
     if (!e) return hr_fail(err, errlen, HR_ERR_NOMEM, "emu: out of memory");
     d->impl = e;
-    hr_status st = model_init(&e->dm, &m->spec, m->max_batch, 0, 0, err, errlen);
+    hr_status st = model_init(&e->dm, &m->spec, m->max_batch, 0, err, errlen);
     if (st != HR_OK) return st;
     e->dvel = calloc((size_t)m->n_params + 1, sizeof *e->dvel);
     e->dx = malloc(sizeof *e->dx * (size_t)(m->max_batch * m->in_size));

@@ -189,13 +189,11 @@ static hr_status model_plan(model *m, const model_spec *s, long *col, char *err,
     return HR_OK;
 }
 
-/* params, grads (with the caller's scratch before and tail after), the conv2d scratch (col
- * floats each) and each layer's activations for max_batch samples; in-place layers share the
+/* params, grads, the conv2d scratch (col floats each) and each layer's activations for max_batch samples; in-place layers share the
  * previous layer's. -1 when out of memory, leaving what was allocated for model_free. */
 static int model_alloc(model *m, long col) {
     m->params = calloc((size_t)m->n_params + 1, sizeof *m->params);
-    float *g = calloc((size_t)(m->grad_tail + m->n_params + m->grad_tail) + 1, sizeof *g);
-    m->grads = g ? g + m->grad_tail : NULL;
+    m->grads = calloc((size_t)m->n_params + 1, sizeof *m->grads);
     if (col) {
         m->col = malloc(sizeof *m->col * (size_t)col);
         m->dcol = malloc(sizeof *m->dcol * (size_t)col);
@@ -234,15 +232,14 @@ static void model_init_weights(model *m, uint64_t seed) {
     }
 }
 
-hr_status model_init(model *m, const model_spec *s, long max_batch, long grad_tail, uint64_t seed,
-                     char *err, size_t errlen) {
+hr_status model_init(model *m, const model_spec *s, long max_batch, uint64_t seed, char *err,
+                     size_t errlen) {
     memset(m, 0, sizeof *m);
     m->spec = *s;
     m->loss = s->loss;
     m->max_batch = max_batch;
-    m->grad_tail = grad_tail;
     m->in_size = (long)s->in_c * s->in_h * s->in_w;
-    if (s->n_layers < 1 || s->n_layers > MODEL_MAX_LAYERS || max_batch < 1 || grad_tail < 0)
+    if (s->n_layers < 1 || s->n_layers > MODEL_MAX_LAYERS || max_batch < 1)
         return hr_fail(err, errlen, HR_ERR_INVAL, "model: bad spec (%d layers, batch %ld)",
                        s->n_layers, max_batch);
     long col;
@@ -268,11 +265,25 @@ void model_free(model *m) {
         L->argmax = NULL;
     }
     free(m->params);
-    free(m->grads ? m->grads - m->grad_tail : NULL);
+    if (!m->grads_lent) free(m->grads);
     free(m->col);
     free(m->dcol);
     m->params = m->grads = m->col = m->dcol = NULL;
+    m->grads_lent = 0;
     m->n_layers = 0;
+}
+
+hr_status model_lend_grads(model *m, float *store, char *err, size_t errlen) {
+    const size_t bytes = sizeof *m->grads * (size_t)m->n_params;
+    const int lend = store != NULL;
+    float *to = lend ? store : calloc((size_t)m->n_params + 1, sizeof *to);
+    if (to != m->grads) {
+        if (to && m->grads) memcpy(to, m->grads, bytes);
+        if (!m->grads_lent) free(m->grads);
+    }
+    m->grads = to, m->grads_lent = lend;
+    if (!to) return hr_fail(err, errlen, HR_ERR_NOMEM, "model: out of memory for the gradient");
+    return HR_OK;
 }
 
 /* ================================================================ forward and backward */

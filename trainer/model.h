@@ -3,10 +3,9 @@
  *
  * A model is a list of layers plus a loss. All parameters live in ONE contiguous buffer
  * `params` (n_params floats) and all gradients in ONE buffer `grads`; each layer holds
- * offsets into both, so the ring can all-reduce `grads` in place. `grads` has
- * n_params + grad_tail floats, and grad_tail more before grads[0], grads[-grad_tail, 0): both
- * tails are the caller's. A cluster node's library puts every node's statistics before the
- * gradient, leading the buffer it all-reduces in place (cluster/hetring_app.h).
+ * offsets into both. The model allocates its own `grads`; a caller that wants the gradient
+ * computed where it will use it lends n_params floats of its own buffer (model_lend_grads), so
+ * that, say, an all-reduce of that buffer needs no copy.
  *
  * model_forward_backward writes gradient SUMS over the b samples it is given (not means;
  * DESIGN.md I2). Adding the sums of two slices gives the sum of the whole batch, up to
@@ -80,11 +79,10 @@ typedef struct {
     long in_size;      /* floats per input sample */
     long out_size;     /* classes (xent) or regression targets (mse) */
     long max_batch;    /* most samples per forward/backward */
-    long n_params;     /* floats in params (and the gradient part of grads) */
-    long grad_tail;    /* extra floats after the gradients, owned by the caller */
+    long n_params;     /* floats in params and in grads */
     float *params;     /* (n_params) */
-    float *grads;      /* (n_params + grad_tail) gradient sums, then the caller's tail;
-                          preceded by grad_tail floats of the caller's scratch */
+    float *grads;      /* (n_params) gradient sums: the model's own, or lent by the caller */
+    int grads_lent;    /* grads is the caller's (model_lend_grads): model_free leaves it */
     float *col, *dcol; /* conv2d scratch, (largest C*K*K*OH*OW) each */
     layer_prof prof;   /* sgemm time and flops, accumulated when profile is set */
     int profile;       /* accumulate prof */
@@ -103,13 +101,20 @@ hr_status model_spec_build(model_spec *s, const model_config *mc, int in_c, int 
 
 /* Build the model, allocate its buffers and initialise the weights from `seed`
  * (He-uniform for layers feeding a ReLU, 1/sqrt(fan_in) otherwise, biases zero). */
-hr_status model_init(model *m, const model_spec *s, long max_batch, long grad_tail, uint64_t seed,
-                     char *err, size_t errlen);
+hr_status model_init(model *m, const model_spec *s, long max_batch, uint64_t seed, char *err,
+                     size_t errlen);
 void model_free(model *m);
+
+/* Compute the gradient into `store` (n_params floats of the caller's, which it keeps until it
+ * takes them back) from now on: the model's own gradient buffer is freed, and the values it
+ * held are copied into store. model_lend_grads(m, NULL) takes the loan back before the caller
+ * frees store: the model allocates its own again (HR_ERR_NOMEM when it cannot, leaving grads
+ * NULL, which train_run refuses). */
+hr_status model_lend_grads(model *m, float *store, char *err, size_t errlen);
 
 /* Forward, loss and backward over b <= max_batch samples x (b, in_size) with integer
  * labels (xent) or float targets (b, out_size) (mse). Writes gradient sums into
- * grads[0, n_params); leaves the tail alone. */
+ * grads[0, n_params) and nothing around it. */
 hr_status model_forward_backward(model *m, const float *x, const int32_t *labels,
                                  const float *targets, long b, model_stats *st);
 

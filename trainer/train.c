@@ -57,7 +57,7 @@ hr_status train_init(trainer *t, const train_config *tc, char *err, size_t errle
     HR_CHECK_GOTO(data_loader_init(&t->dl, &t->train, c->seed, B, err, errlen), st, fail);
     t->ipe = data_loader_iters_per_epoch(&t->dl, B);
     t->total = c->iterations > 0 ? c->iterations : c->epochs * t->ipe;
-    HR_CHECK_GOTO(model_init(&t->m, &spec, B, c->grad_tail, c->seed, err, errlen), st, fail);
+    HR_CHECK_GOTO(model_init(&t->m, &spec, B, c->seed, err, errlen), st, fail);
     HR_CHECK_GOTO(opt_init(&t->opt, &c->opt, t->m.n_params, t->total, err, errlen), st, fail);
     opt_set_threads(&t->opt, (int)threads);
     t->dev.delay_s = c->device_delay_s;
@@ -662,6 +662,8 @@ hr_status train_run(trainer *t, const train_opts *o, train_result *res, char *er
     memset(res, 0, sizeof *res);
     res->emulated = t->conf.emulated;
     res->eval_loss = res->eval_accuracy = res->final_loss = NAN;
+    if (!t->m.grads) /* a loan taken back that could not be replaced (model_lend_grads) */
+        return hr_fail(err, errlen, HR_ERR_INVAL, "the model has no gradient buffer");
     int resumed;
     HR_CHECK(run_resume(t, &resumed, err, errlen));
     run_report rr;

@@ -66,9 +66,6 @@ typedef struct {
     train_stretch stretch;    /* this node's emulated slowdown, when it trains alone */
     int emulated;             /* some node of the cluster emulates a slowdown (labels the run) */
     const char *origin;       /* the config file, named in errors */
-    long grad_tail;           /* floats the caller keeps on each side of the gradient
-                               * (model.h's grad_tail): a cluster node's library puts every
-                               * node's stats before it */
     const device_ops *device; /* where the model computes (device.h); NULL: the CPU */
     int device_index;         /* cuda:N's N */
     double device_delay_s;    /* the emulated device's delay per operation (tests) */
@@ -165,7 +162,7 @@ typedef struct {
     train_config conf;    /* settings (strings borrowed); conf.global_batch is B */
     data_set train, eval; /* training and held-out sets */
     data_loader dl;       /* permutation and slices (I1) */
-    model m;              /* the model; m.grads has conf.grad_tail floats on each side */
+    model m;              /* the model (its gradient may be lent: model_lend_grads) */
     opt_sgd opt;          /* optimizer state; opt.vel and m.params are the device's host copy */
     device dev;           /* where the model computes; its host copy is current after
                            * train_sync_host (device.h) */

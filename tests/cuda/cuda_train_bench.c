@@ -68,7 +68,7 @@ int main(int argc, char **argv) {
     char err[HR_ERRLEN], desc[128], dev[256];
     model m;
     model_cuda mc;
-    if (model_init(&m, &s, B, 0, 1, err, sizeof err) != HR_OK ||
+    if (model_init(&m, &s, B, 1, err, sizeof err) != HR_OK ||
         model_cuda_init(&mc, &m, device, err, sizeof err) != HR_OK) {
         fprintf(stderr, "%s\n", err);
         return 1;

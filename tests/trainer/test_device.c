@@ -43,7 +43,7 @@ static void node_open(node *n, const device_ops *ops, double delay) {
     spec_cnn(&s);
     opt_config oc = {
         .lr = 0.05, .schedule = OPT_LR_CONSTANT, .momentum = 0.9, .weight_decay = 1e-3};
-    if (model_init(&n->m, &s, BATCH, 0, 42, err, sizeof err) != HR_OK ||
+    if (model_init(&n->m, &s, BATCH, 42, err, sizeof err) != HR_OK ||
         opt_init(&n->o, &oc, n->m.n_params, STEPS, err, sizeof err) != HR_OK) {
         fprintf(stderr, "set-up: %s\n", err);
         exit(2);

@@ -111,7 +111,13 @@ static double ref_loss(const model *m, const double *p, const float *x, const in
 static void gradcheck(const char *name, const model_spec *s, int B, long max_checked) {
     model m;
     char err[HR_ERRLEN];
-    CHECK(model_init(&m, s, B, 3, 42, err, sizeof err) == HR_OK, "%s", err);
+    CHECK(model_init(&m, s, B, 42, err, sizeof err) == HR_OK, "%s", err);
+    /* backward writes into a lent gradient buffer and nothing around it */
+    float *lent = malloc(sizeof *lent * (size_t)(m.n_params + 6));
+    for (long i = 0; i < m.n_params + 6; i++) lent[i] = 123.0f;
+    CHECK(model_lend_grads(&m, lent + 3, err, sizeof err) == HR_OK, "%s", err);
+    CHECK(m.grads == lent + 3 && lent[3] == 0.0f && lent[2 + m.n_params] == 0.0f,
+          "%s: the lent buffer does not hold the model's zeroed gradient", name);
     rng r;
     rng_init(&r, 7, 1, 0);
     /* non-zero biases so that ReLU and pooling see a mix of signs */
@@ -123,11 +129,12 @@ static void gradcheck(const char *name, const model_spec *s, int B, long max_che
     for (long i = 0; i < B * m.in_size; i++) x[i] = 2.0f * rng_uniform(&r) - 1.0f;
     for (long i = 0; i < B * m.out_size; i++) t[i] = 2.0f * rng_uniform(&r) - 1.0f;
     for (int b = 0; b < B; b++) y[b] = (int32_t)rng_below(&r, (uint64_t)m.out_size);
-    m.grads[m.n_params] = m.grads[m.n_params + 1] = m.grads[m.n_params + 2] = 123.0f;
 
     model_stats st;
     CHECK(model_forward_backward(&m, x, y, t, B, &st) == HR_OK, "forward_backward");
-    CHECK(m.grads[m.n_params + 2] == 123.0f, "%s: backward wrote into the caller's tail", name);
+    for (int k = 0; k < 3; k++)
+        CHECK(lent[k] == 123.0f && lent[3 + m.n_params + k] == 123.0f,
+              "%s: backward wrote around the lent gradient", name);
 
     double *p = malloc(sizeof *p * (size_t)m.n_params);
     for (long i = 0; i < m.n_params; i++) p[i] = m.params[i];
@@ -160,6 +167,12 @@ static void gradcheck(const char *name, const model_spec *s, int B, long max_che
           relmax);
     CHECK(nn > 0, "%s: all-zero gradient, the check would be vacuous", name);
     free(p), free(x), free(t), free(y);
+    /* taken back: the model's own buffer again, holding what the lent one held */
+    CHECK(model_lend_grads(&m, NULL, err, sizeof err) == HR_OK, "%s", err);
+    CHECK(m.grads != lent + 3 && !m.grads_lent &&
+              memcmp(m.grads, lent + 3, sizeof *lent * (size_t)m.n_params) == 0,
+          "%s: the gradient taken back differs from the lent one", name);
+    free(lent);
     model_free(&m);
 }
 

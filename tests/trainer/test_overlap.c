@@ -287,7 +287,7 @@ int main(int argc, char **argv) {
     model_spec s = mlp_spec();
     model m;
     char err[HR_ERRLEN];
-    CHECK(model_init(&m, &s, 8, 4, 7, err, sizeof err) == HR_OK, "%s", err);
+    CHECK(model_init(&m, &s, 8, 7, err, sizeof err) == HR_OK, "%s", err);
     test_plan(&m);
     test_hook(&m);
     model_free(&m);

@@ -11,6 +11,7 @@
  * local batch, the batch of one node) or a misapplied momentum or decay moves the result far
  * outside the tolerance.
  */
+#include "cluster/hetring_app.h"
 #include "tests/check.h"
 #include "tests/blas_main.h"
 #include "tests/trainer/util.h"
@@ -181,6 +182,8 @@ static void ring_node(int self, const cfg *c, void *arg) {
     test_node n;
     if (test_node_up(&n, c, self) != HR_OK)
         fprintf(stderr, "node %d: %s\n", self, n.err);
+    else if (!n.t.m.grads_lent || n.t.m.grads != hr_lib_grads(n.an.h))
+        fprintf(stderr, "node %d: the model does not compute into the library's buffer\n", self);
     else if ((outs[self].ok = run_steps(&n.t, &outs[self]))) {
         train_view v;
         train_view_of(&n.t, &v);
@@ -189,6 +192,11 @@ static void ring_node(int self, const cfg *c, void *arg) {
                     v.stats[0].b, v.n > 1 ? v.stats[1].b : -1);
             outs[self].ok = 0;
         }
+    }
+    hr_node_close(&n.an); /* the loan taken back before the library's buffer goes */
+    if (n.have_t && (n.t.m.grads_lent || !n.t.m.grads)) {
+        fprintf(stderr, "node %d: the model's gradient was not given back\n", self);
+        outs[self].ok = 0;
     }
     test_node_down(&n);
 }

@@ -1,6 +1,6 @@
 /*
- * test_state.c: the training state that moves to a joiner (train_state_*), and a trainer's
- * room for a cluster's stats tail.
+ * test_state.c: the training state that moves to a joiner (train_state_*), and a trainer
+ * set up for a cluster that trains alone until a peer plugs in.
  *
  *  - a blob packed after some steps and unpacked into a fresh trainer gives the same
  *    iteration, parameters, optimizer state and state hash, and the two trainers then take
@@ -8,9 +8,8 @@
  *  - a blob of another seed, batch or model, or a cut or padded one, is refused with the
  *    reason, and leaves the receiving trainer exactly as it was;
  *  - the state hash changes with the iteration, one parameter bit and one momentum bit;
- *  - a trainer that may join a cluster has room for every node's stats before its gradient.
+ *  - a trainer set up for a cluster of 4 is alone (rank 0 of 1, split {B}) without a peer.
  */
-#include "cluster/stats.h"
 #include "tests/check.h"
 #include "tests/blas_main.h"
 #include "tests/trainer/util.h"
@@ -130,17 +129,14 @@ static void test_refusal(void) {
     free(blob);
 }
 
-/* A trainer set up for a cluster of 4 (as `hetring run` converts the config) has room for 4
- * nodes' stats before its gradient (where the library puts the stats tail, in place), and
- * alone its split stays {B}. */
+/* A trainer set up for a cluster of 4 (as `hetring run` converts the config) knows nothing of
+ * the cluster until a peer plugs in: alone its view is rank 0 of one node, split {B}. */
 static void test_max_nodes(void) {
     cfg c;
     trainer t;
     ring_cfg(&c, dir, MLP("32", "7"), "", 4, test_port(), NULL);
     char err[HR_ERRLEN];
     CHECK(test_train_init(&t, &c, 0, err, sizeof err) == HR_OK, "train_init: %s", err);
-    CHECK(t.m.grad_tail >= 4 * CLUSTER_NODE_STATS, "room for %ld floats of stats, expected %d",
-          t.m.grad_tail, 4 * CLUSTER_NODE_STATS);
     train_view v;
     train_view_of(&t, &v);
     CHECK(v.rank == 0 && v.n == 1 && v.split[0] == 32, "one node does not get the whole batch");

@@ -40,10 +40,9 @@ static hr_status halloc(void **p, size_t bytes) {
 static hr_status init_buffers(model_cuda *mc) {
     const model *m = mc->m;
     size_t B = (size_t)m->max_batch, np = (size_t)m->n_params;
-    size_t ng = np + (size_t)m->grad_tail;
     CU_CHECK(cudaStreamCreateWithFlags(&mc->copy, cudaStreamNonBlocking));
     HR_CHECK(dalloc((void **)&mc->params, sizeof(float) * np));
-    HR_CHECK(dalloc((void **)&mc->grads, sizeof(float) * ng));
+    HR_CHECK(dalloc((void **)&mc->grads, sizeof(float) * np));
     HR_CHECK(dalloc((void **)&mc->vel, sizeof(float) * np));
     HR_CHECK(dalloc((void **)&mc->x, sizeof(float) * B * (size_t)m->in_size));
     HR_CHECK(dalloc((void **)&mc->labels, sizeof(int32_t) * B));
@@ -71,7 +70,7 @@ static hr_status init_buffers(model_cuda *mc) {
     HR_CHECK(halloc((void **)&mc->h_x, sizeof(float) * B * (size_t)m->in_size));
     HR_CHECK(halloc((void **)&mc->h_labels, sizeof(int32_t) * B));
     HR_CHECK(halloc((void **)&mc->h_targets, sizeof(float) * B * (size_t)m->out_size));
-    HR_CHECK(halloc((void **)&mc->h_grads, sizeof(float) * ng));
+    HR_CHECK(halloc((void **)&mc->h_grads, sizeof(float) * np));
     HR_CHECK(halloc((void **)&mc->h_stats, sizeof(double) * 2));
     for (; mc->n_events < mc->n_chunks; mc->n_events++)
         CU_CHECK(cudaEventCreateWithFlags(&mc->down[mc->n_events], cudaEventDisableTiming));
@@ -84,10 +83,10 @@ static hr_status init_buffers(model_cuda *mc) {
     mc->misc_events = 2;
     cudaStream_t s = mc->ctx.stream;
     CU_CHECK(cudaMemcpyAsync(mc->params, m->params, sizeof(float) * np, cudaMemcpyHostToDevice, s));
-    CU_CHECK(cudaMemsetAsync(mc->grads, 0, sizeof(float) * ng, s));
+    CU_CHECK(cudaMemsetAsync(mc->grads, 0, sizeof(float) * np, s));
     CU_CHECK(cudaMemsetAsync(mc->vel, 0, sizeof(float) * np, s));
     CU_CHECK(cudaStreamSynchronize(s));
-    memset(mc->h_grads, 0, sizeof(float) * ng);
+    memset(mc->h_grads, 0, sizeof(float) * np);
     return HR_OK;
 }
 
@@ -101,7 +100,7 @@ hr_status model_cuda_init(model_cuda *mc, const model *m, int device, char *err,
     mc->n_chunks = (int)((m->n_params + mc->chunk_floats - 1) / mc->chunk_floats);
     hr_status s = init_buffers(mc);
     if (s != HR_OK) {
-        size_t need = sizeof(float) * ((size_t)m->n_params * 3 + (size_t)m->grad_tail);
+        size_t need = sizeof(float) * (size_t)m->n_params * 3;
         model_cuda_free(mc);
         return hr_fail(err, errlen, s,
                        "cuda:%d: cannot set up the model (%ld params, batch %ld, %.1f MiB of "
@@ -421,10 +420,8 @@ static hr_status copy_sync(model_cuda *mc, void *dst, const void *src, size_t by
 /* Buffer b on the device, and its size in bytes. */
 static float *device_buf(model_cuda *mc, model_cuda_buf b, size_t *bytes) {
     const model *m = mc->m;
-    *bytes = sizeof(float) * (size_t)(b == MODEL_CUDA_TAIL ? m->grad_tail : m->n_params);
-    return b == MODEL_CUDA_PARAMS ? mc->params
-           : b == MODEL_CUDA_VEL  ? mc->vel
-                                  : mc->grads + m->n_params;
+    *bytes = sizeof(float) * (size_t)m->n_params;
+    return b == MODEL_CUDA_PARAMS ? mc->params : mc->vel;
 }
 
 hr_status model_cuda_to_device(model_cuda *mc, model_cuda_buf b, const float *host) {

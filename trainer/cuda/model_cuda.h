@@ -3,9 +3,8 @@
  *
  * The executor reuses the host model's geometry and offsets (model_layer w_off/b_off, shapes,
  * in-place ReLU/flatten) and keeps device copies of everything the iteration touches:
- * params (n_params), grads (n_params + grad_tail, the same layout as model.grads, so NCCL can
- * all-reduce it in place with the stats tail), the momentum buffer, and activations for
- * max_batch samples. Parameters and gradients stay resident; the host model's own buffers
+ * params (n_params), grads (n_params, the same layout as model.grads, so NCCL can all-reduce
+ * it in place), the momentum buffer, and activations for max_batch samples. Parameters and gradients stay resident; the host model's own buffers
  * are not touched after init.
  *
  * Batches reach the device through pinned staging buffers. For the TCP ring the gradient
@@ -44,7 +43,7 @@ typedef struct {
     cuda_ctx ctx;      /* device, compute stream, cuBLAS, conv workspace */
     cudaStream_t copy; /* gradient download/upload stream */
     float *params;     /* device (n_params) */
-    float *grads;      /* device (n_params + grad_tail) */
+    float *grads;      /* device (n_params) */
     float *vel;        /* device (n_params) momentum */
     float *x;          /* device (max_batch, in_size) input */
     int32_t *labels;   /* device (max_batch) */
@@ -56,7 +55,7 @@ typedef struct {
     float *h_x;                        /* pinned (max_batch, in_size) input staging */
     int32_t *h_labels;                 /* pinned (max_batch) */
     float *h_targets;                  /* pinned (max_batch, out_size) */
-    float *h_grads;    /* pinned (n_params + grad_tail) gradient staging for the TCP ring */
+    float *h_grads;    /* pinned (n_params) gradient staging for the TCP ring */
     double *h_stats;   /* pinned (2) */
     long chunk_floats; /* gradient chunk size */
     int n_chunks;      /* ceil(n_params / chunk_floats) */
@@ -98,8 +97,7 @@ float *model_cuda_host_input(model_cuda *mc);
 
 /* Stream each finished gradient chunk to the pinned host buffer during the backward pass. */
 void model_cuda_set_download(model_cuda *mc, int on);
-/* Pinned (n_params + grad_tail) host gradient buffer: the TCP ring can all-reduce it in
- * place; the caller writes its stats tail at [n_params, n_params + grad_tail). */
+/* Pinned (n_params) host gradient buffer, where download streams the gradient. */
 float *model_cuda_host_grads(model_cuda *mc);
 /* Chunk i covers host/device grads [i*chunk_floats, min((i+1)*chunk_floats, n_params)). */
 int model_cuda_grad_chunks(const model_cuda *mc);
@@ -126,8 +124,6 @@ hr_status model_cuda_grads_from_host(model_cuda *mc, const float *host);
 typedef enum {
     MODEL_CUDA_PARAMS, /* parameters (n_params): state transfer, checkpoints and the I4 hash */
     MODEL_CUDA_VEL,    /* momentum (n_params), for checkpoints (opt_sgd.vel on the CPU) */
-    MODEL_CUDA_TAIL,   /* grads tail [n_params, n_params + grad_tail): the stats slots that ride
-                        * along in an NCCL all-reduce of the device grads */
 } model_cuda_buf;
 
 /* Buffer b from host into the device, or from the device into host; both return once the copy
