@@ -477,6 +477,15 @@ hr_status dist_allreduce(dist *d, float *buf, size_t n) {
     return ring_allreduce(d->r, buf, n);
 }
 
+hr_status dist_allreduce_tree(dist *d, float *buf, size_t n) {
+    if (fault_at(d, "crash_comm", d->iter)) hr_fault_kill_after("the all-reduce", 0.002);
+    return ring_allreduce_tree(d->r, buf, n);
+}
+
+int dist_tree_takes(const dist *d, size_t n) {
+    return ring_tree_takes_allreduce(d->r, n);
+}
+
 int dist_on_nccl(const dist *d) {
     return d->np.on;
 }

@@ -156,6 +156,11 @@ hr_status dist_attach_state(dist *d, const dist_state *s, char *err, size_t errl
 
 /* A SUM all-reduce of n floats over the current view (the iteration's gradients and stats). */
 hr_status dist_allreduce(dist *d, float *buf, size_t n);
+/* The same over the view's tree, for a gradient path that chose it (dist_tree_takes). */
+hr_status dist_allreduce_tree(dist *d, float *buf, size_t n);
+/* Whether the view's tree takes an all-reduce of n floats (ring_tree_takes_allreduce): the
+ * same on every member. */
+int dist_tree_takes(const dist *d, size_t n);
 
 /* Whether the current view all-reduces the gradient over NCCL (nccl_path.h). */
 int dist_on_nccl(const dist *d);

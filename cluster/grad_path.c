@@ -1,5 +1,5 @@
 /*
- * grad_path.c: the gradient paths (whole, buckets, nccl) and the one function that chooses
+ * grad_path.c: the gradient paths (whole, tree, buckets, nccl) and the one function that chooses
  * among them (grad_path.h).
  */
 #include "cluster/grad_path.h"
@@ -23,6 +23,18 @@ const grad_path grad_path_whole = {.name = "whole",
                                    .overlaps = 0,
                                    .ready = whole_ready,
                                    .exchange = whole_exchange};
+
+/* ================================================================ tree */
+
+static hr_status tree_exchange(grad_xfer *x, float *head, size_t tail) {
+    return dist_allreduce_tree(x->d, head, tail + x->n_grad);
+}
+
+const grad_path grad_path_tree = {.name = "tree",
+                                  .host_grads = 1,
+                                  .overlaps = 0,
+                                  .ready = whole_ready,
+                                  .exchange = tree_exchange};
 
 /* ================================================================ buckets */
 
@@ -82,7 +94,8 @@ const grad_path *grad_path_choose(const grad_view *v, char *why, size_t len) {
     /* auto without facts (a view's first iteration) says no: "not gathered yet" */
     const int on = overlap_choose(v->bucket_bytes, v->n_buckets, v->facts, v->facts ? v->n : 0,
                                   why, len);
-    return on ? &grad_path_buckets : &grad_path_whole;
+    if (on) return &grad_path_buckets;
+    return v->tree ? &grad_path_tree : &grad_path_whole;
 }
 
 /* ================================================================ the plan */

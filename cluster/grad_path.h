@@ -7,11 +7,15 @@
  * current view, and never ask which one it is. Adding a path (a compressed one, say) is a new
  * table in grad_path.c and one line in grad_path_choose.
  *
- *   whole    one SUM all-reduce of the stats tail and the gradient after the compute (the ring
- *            itself takes its tree for a small one, ring.h)
+ *   whole    one SUM all-reduce of the stats tail and the gradient after the compute, round the
+ *            ring
+ *   tree     the same over the view's tree (ring.h), where the tree takes it: a view of 4 nodes
+ *            or more and a tail and gradient within tree_bytes (a small model at a large N,
+ *            where the ring's 2(N-1) hops cost more than the bytes)
  *   buckets  the bucket plan's buckets (overlap_plan), all-reduced by the communication thread
  *            during backward as their buffers come in, in plan order; the last one, buffer 0's,
- *            waits for the exchange and carries the tail just before it (overlap.h)
+ *            waits for the exchange and carries the tail just before it (overlap.h); a
+ *            bucket small enough takes the tree as every small collective of the ring does
  *   nccl     the device's gradient over the view's NCCL communicator, then the tail over the
  *            TCP ring (nccl_path.h); the host buffers hold no gradient
  *
@@ -47,7 +51,7 @@ typedef struct {
 } grad_xfer;
 
 typedef struct {
-    const char *name; /* "whole", "buckets", "nccl" */
+    const char *name; /* "whole", "tree", "buckets", "nccl" */
     int host_grads;   /* the host buffers hold the gradient (their finiteness is checked) */
     int overlaps;     /* buckets go out during the compute (what "overlap:" lines report) */
     /* Buffer i was handed over (its floats are in place in x->grads). */
@@ -57,7 +61,7 @@ typedef struct {
     hr_status (*exchange)(grad_xfer *x, float *head, size_t tail);
 } grad_path;
 
-extern const grad_path grad_path_whole, grad_path_buckets, grad_path_nccl;
+extern const grad_path grad_path_whole, grad_path_tree, grad_path_buckets, grad_path_nccl;
 
 /* What the choice depends on: the same on every member of a view. */
 typedef struct {
@@ -66,6 +70,7 @@ typedef struct {
     int n_buckets;             /* buckets of the plan */
     const overlap_fact *facts; /* (n) the members' machine facts, NULL before any gathered */
     int n;                     /* members of the view */
+    int tree;                  /* the view's tree takes the whole exchange (dist_tree_takes) */
 } grad_view;
 
 /* The path of view v; `why` (len bytes) says why buckets are or are not used. */

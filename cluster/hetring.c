@@ -15,7 +15,7 @@
  *           checks the hashes and decides the next split (I4, I5, I6), and the buffers get
  *           sum / B back (I2). hetring run's trainer computes its gradient into that buffer
  *           instead (app.n_grads, hr_lib_grads: no copy) and keeps the sums
- *   path    the gradient goes the way of the view's grad_path (grad_path.h: whole, buckets,
+ *   path    the gradient goes the way of the view's grad_path (grad_path.h: whole, tree, buckets,
  *           nccl), chosen once per view (and with bucket_bytes = auto after every iteration,
  *           from the gathered machine facts); hetring_ready and hetring_step call through it
  *   overlap hetring_ready copies a buffer as soon as the user finished it; with buckets on,
@@ -109,6 +109,7 @@ struct hetring {
     grad_xfer x;                     /* layout, bucket plan and communication thread */
     const grad_path *path;           /* this view's path, NULL until its first step */
     int told;                        /* path->overlaps last logged (-1: none) */
+    const grad_path *told_path;      /* the path last logged (NULL: none) */
     unsigned char *given;            /* (n_bufs) handed over this iteration */
     float **ptrs;                    /* (n_bufs) the buffers as this iteration's first ready gave */
     int n_given;                     /* buffers handed over this iteration (hetring_ready) */
@@ -684,11 +685,20 @@ static void choose_path(hetring *h, int gathered) {
                          .bucket_bytes = h->cc.bucket_bytes,
                          .n_buckets = h->x.n_buckets,
                          .facts = gathered ? h->facts : NULL,
-                         .n = h->size};
+                         .n = h->size,
+                         .tree = dist_tree_takes(&h->d, (size_t)h->size * CLUSTER_NODE_STATS +
+                                                            h->x.n_grad)};
     char why[192];
     h->path = grad_path_choose(&v, why, sizeof why);
     if (h->path != &grad_path_nccl && (gathered || h->cc.bucket_bytes != OVERLAP_AUTO))
         tell_choice(h, why);
+    if (h->rank == 0 && h->path != h->told_path) {
+        HR_INFO(TRAIN, "gradient path: %s%s", h->path->name,
+                h->path == &grad_path_tree ? " (the view's tree takes the stats and the "
+                                             "gradient: within tree_bytes, fewer hops)"
+                                           : "");
+        h->told_path = h->path;
+    }
 }
 
 /* A new iteration's hand-over: nothing given yet, on the view's path. */

@@ -183,15 +183,35 @@ static hr_status allreduce_small(ring *r, float *buf, size_t count) {
     return HR_OK;
 }
 
+/* An all-reduce of count floats goes round the ring in n - 1 hops (allreduce_small) or
+ * 2(n - 1) (reduce-scatter and all-gather). */
+static int allreduce_is_small(const ring *r, size_t count) {
+    return count * sizeof(float) <= RING_SMALL_BYTES || count < (size_t)r->view.n;
+}
+
+int ring_tree_takes_allreduce(const ring *r, size_t count) {
+    const int n = r->view.n;
+    if (n == 1 || count == 0) return 0;
+    return tree_takes(r, count * sizeof(float), allreduce_is_small(r, count) ? n - 1 : 2 * (n - 1));
+}
+
+hr_status ring_allreduce_tree(ring *r, float *buf, size_t count) {
+    HR_CHECK(begin(r));
+    if (!ring_tree_takes_allreduce(r, count)) /* the caller's choice disagrees with the view's */
+        return finish(r, fail_local(r, FRAME_COLL_ALLREDUCE, HR_ERR_INVAL,
+                                    "an all-reduce the tree does not take was sent to it"));
+    return finish(r, tree_reduce(r, FRAME_COLL_ALLREDUCE, (uint8_t *)buf, count * sizeof(float),
+                                 RX_ADD));
+}
+
 hr_status ring_allreduce(ring *r, float *buf, size_t count) {
     HR_CHECK(begin(r));
     int n = r->view.n, k = r->rank;
     if (n == 1 || count == 0) return finish(r, HR_OK);
-    size_t bytes = count * sizeof(float);
-    int small = bytes <= RING_SMALL_BYTES || count < (size_t)n;
-    if (tree_takes(r, bytes, small ? n - 1 : 2 * (n - 1)))
-        return finish(r, tree_reduce(r, FRAME_COLL_ALLREDUCE, (uint8_t *)buf, bytes, RX_ADD));
-    if (small)
+    if (ring_tree_takes_allreduce(r, count))
+        return finish(r, tree_reduce(r, FRAME_COLL_ALLREDUCE, (uint8_t *)buf, count * sizeof(float),
+                                     RX_ADD));
+    if (allreduce_is_small(r, count))
         return finish(r, allreduce_small(r, buf, count));
     size_t off[RING_MAX_NODES], len[RING_MAX_NODES];
     for (int j = 0; j < n; j++) {

@@ -86,8 +86,16 @@ long ring_tree_bytes(const ring *r);
 int ring_size(const ring *r);
 const ring_view *ring_get_view(const ring *r);
 
-/* In-place float32 sum over all members; any count, 0 included. */
+/* In-place float32 sum over all members; any count, 0 included. One small enough goes over
+ * the view's tree (ring_tree_takes_allreduce), every other one round the ring. */
 hr_status ring_allreduce(ring *r, float *buf, size_t count);
+/* Whether an all-reduce of count floats goes over the view's tree: the view has one (4 nodes
+ * or more, tree_bytes > 0), the message fits tree_bytes and one segment, and the tree's
+ * 2 * depth hops are fewer than the ring's. A fact of the view, the same on every member. */
+int ring_tree_takes_allreduce(const ring *r, size_t count);
+/* ring_allreduce over the tree, for a caller that chose it: an all-reduce the tree does not
+ * take fails the ring (a caller's bug, HR_ERR_INVAL). */
+hr_status ring_allreduce_tree(ring *r, float *buf, size_t count);
 /* Everyone's `bytes_each` bytes, in rank order, into `all` (n * bytes_each bytes). */
 hr_status ring_allgather(ring *r, const void *mine, void *all, size_t bytes_each);
 /* Variable sizes: rank k contributes bytes_of[k] bytes (my_bytes must equal bytes_of[rank]);

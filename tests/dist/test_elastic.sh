@@ -433,6 +433,9 @@ EOF
       grep -h "sent nothing\|left" "$tmp"/n*.log | head -2
       ! grep -qh "node 2 left\|sent nothing" "$tmp"/n*.log || fail "step_timeout = 10: a slow step was taken for a dead peer"
       ITERS=20 check_end 0 1 2 3
+      # the 784-16-10 gradient and the stats fit tree_bytes: four nodes all-reduce on the tree
+      grep -q "gradient path: tree" "$tmp/n0.log" ||
+        fail "four nodes of a small model: $(grep -h 'gradient path' "$tmp/n0.log" || echo 'no gradient path line')"
     else
       for id in 0 1 3; do wait "${pids[$id]}"; done
       kill -KILL "${pids[2]}" 2>/dev/null # it may still try to rejoin the finished run

@@ -13,11 +13,15 @@
  *    buckets only with a plan of two or more, two nodes or more, and a core to spare on every
  *    node, and names the node that has none; a node's threads are its machine's compute
  *    threads (0: every core) plus one communication thread per node;
+ *  - the gradient path (grad_path_choose) as a table of view facts -> path: nccl in an NCCL
+ *    view, buckets where overlap_choose says so, else the tree where it takes the exchange,
+ *    else whole;
  *  - the cluster's config gets auto by default with this node's facts, and the description
  *    of a node that may join a cluster names the plan of its layers (the library's choice
  *    itself is tested through hetring run in tests/dist/test_overlap_auto.sh).
  */
 #include "cluster/cluster_setup.h"
+#include "cluster/grad_path.h"
 #include "cluster/overlap.h"
 #include "tests/check.h"
 #include "tests/blas_main.h"
@@ -250,6 +254,34 @@ static void test_choose(void) {
     CHECK(strcmp(b, "1000 B") == 0, "1000 B: %s", b);
 }
 
+/* grad_path_choose, one pure function of the view: its table. */
+static void test_paths(void) {
+    const overlap_fact roomy = {0, 16, 8, 0}, roomy1 = {1, 16, 2, 0}, tight = {2, 2, 4, 0};
+    const overlap_fact two[2] = {roomy, roomy1}, mixed[2] = {roomy, tight};
+    const struct {
+        const char *name;
+        grad_view v;
+        const grad_path *want;
+    } cases[] = {
+        {"an NCCL view", {1, OVERLAP_AUTO, 2, two, 2, 1}, &grad_path_nccl},
+        {"an NCCL view, buckets set", {1, 1024, 2, two, 2, 0}, &grad_path_nccl},
+        {"buckets set, the tree would take it", {0, 1024, 2, NULL, 4, 1}, &grad_path_buckets},
+        {"auto, roomy nodes", {0, OVERLAP_AUTO, 2, two, 2, 0}, &grad_path_buckets},
+        {"auto, a tight node", {0, OVERLAP_AUTO, 2, mixed, 2, 0}, &grad_path_whole},
+        {"auto, a tight node, the tree takes it", {0, OVERLAP_AUTO, 2, mixed, 2, 1}, &grad_path_tree},
+        {"auto before facts, the tree takes it", {0, OVERLAP_AUTO, 1, NULL, 8, 1}, &grad_path_tree},
+        {"off, too big for the tree", {0, 0, 3, two, 2, 0}, &grad_path_whole},
+        {"off, the tree takes it", {0, 0, 3, two, 2, 1}, &grad_path_tree},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        char why[192] = "";
+        const grad_path *got = grad_path_choose(&cases[i].v, why, sizeof why);
+        printf("%-40s -> %s (%s)\n", cases[i].name, got->name, why);
+        CHECK(got == cases[i].want, "%s: chose %s, expected %s", cases[i].name, got->name,
+              cases[i].want->name);
+    }
+}
+
 /* The cluster's side of auto: the default reaches the cluster's config with this node's
  * facts, and the description (the dry run and the start line) says that one node trains
  * alone and that two nodes use the plan the library cuts from the layers (the library's
@@ -294,6 +326,7 @@ int main(int argc, char **argv) {
     test_worker();
     test_facts();
     test_choose();
+    test_paths();
     char dir[64];
     tmpdir(dir, sizeof dir);
     test_cluster_plan(dir);
