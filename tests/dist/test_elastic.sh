@@ -45,7 +45,8 @@
 #            then every node is back: the end checks below over every node's metrics, and the
 #            longest pause of training (the gap between consecutive iterations of a node that
 #            lived through it) is reported and must be at most the slowest resume after a
-#            kill (view records' elect_s) plus 1 s
+#            kill (view records' elect_s) plus 1 s; when it is not, every kill, restart and log
+#            line from half a second before the pause to half a second after it is printed
 # With EMU=ID:MS in the environment, node ID is a GPU node (device = cuda:0) whose GPU is the
 # host emulation of the test hooks (trainer/device.h), each device operation MS ms late: the
 # same scenarios then check that a GPU node keeps every invariant, killed and rejoined included.
@@ -475,7 +476,20 @@ churn)
     local k=0
     while [ -e "$tmp/m-$1.l$k.jsonl" ]; do k=$((k + 1)); done
     [ -e "$tmp/m-$1.jsonl" ] && mv "$tmp/m-$1.jsonl" "$tmp/m-$1.l$k.jsonl" && lives+=("$1.l$k")
+    echo "$1 start $(date +%T.%3N)" >> "$tmp/churn"
     start $1 HETRING_FAULT=sleep:*:0.004
+  }
+  # explain_pause AT SECONDS: the kills, restarts and log lines of every node from half a
+  # second before a pause to half a second after it, in time order (the logs' clock)
+  explain_pause() {
+    local from to
+    from=$(date -d "@$(awk -v a="$1" 'BEGIN { printf "%.3f", a - 0.5 }')" +%T.%3N)
+    to=$(date -d "@$(awk -v a="$1" -v p="$2" 'BEGIN { printf "%.3f", a + p + 0.5 }')" +%T.%3N)
+    echo "what happened from $from to $to:"
+    { awk -v f="$from" -v t="$to" '$3 >= f && $3 <= t { print $3 " (test) node " $1 " " $2 }' \
+      "$tmp/churn"
+      cat "$tmp"/n*.log | awk -v f="$from" -v t="$to" '$1 >= f && $1 <= t'; } |
+      sort -s -k1,1 | head -200
   }
   for id in 0 1 2 3 4 5 6 7; do back_at[$id]=0; done
   t_end=$(($(date +%s%N) / 1000000 + CHURN_S * 1000)) next_kill=0 kills=0
@@ -494,7 +508,7 @@ churn)
       v=${up[$((RANDOM % ${#up[@]}))]}
       kill -KILL "${pids[$v]}" 2>/dev/null
       wait "${pids[$v]}" 2>/dev/null
-      echo "$v kill" >> "$tmp/churn"
+      echo "$v kill $(date +%T.%3N)" >> "$tmp/churn"
       kills=$((kills + 1))
       back_at[$v]=$((now_ms + 1000 + RANDOM % 2001))
       next_kill=$((now_ms + 2000 + RANDOM % 3001))
@@ -504,7 +518,7 @@ churn)
   for id in 0 1 2 3 4 5 6 7; do # the last ones back
     [ "${back_at[$id]}" -gt 0 ] && relive $id
   done
-  echo "$kills kills, of nodes $(awk '{ printf "%s ", $1 }' "$tmp/churn")"
+  echo "$kills kills, of nodes $(awk '$2 == "kill" { printf "%s ", $1 }' "$tmp/churn")"
   finish_all 0 1 2 3 4 5 6 7
   check_end 0 1 2 3 4 5 6 7
   exactly_once 0 1 2 3 4 5 6 7 "${lives[@]}"
@@ -521,8 +535,10 @@ churn)
   done > "$tmp/pauses"
   read -r pid_ pause at_ < <(sort -k2,2 -g "$tmp/pauses" | tail -1)
   echo "longest pause of training: ${pause} s (node ${pid_}, at $at_); slowest resume after a kill: $slow s"
-  awk -v p="$pause" -v s="$slow" 'BEGIN { exit !(p <= s + 1) }' ||
+  awk -v p="$pause" -v s="$slow" 'BEGIN { exit !(p <= s + 1) }' || {
     fail "a node paused ${pause} s, more than the slowest resume ($slow s) plus 1 s"
+    explain_pause "$at_" "$pause"
+  }
   grep -h "starting without it" "$tmp"/n*.log | head -1
   ! grep -qh "starting without it" "$tmp"/n*.log || fail "a restarted node waited as at a cold start"
   ;;
