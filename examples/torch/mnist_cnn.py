@@ -14,6 +14,9 @@ SIGTERM makes a node leave the cluster at the next iteration boundary (the other
 without it; start it again and it rejoins with their state). --checkpoint FILE resumes from
 FILE when it exists and writes it when this node stops (at the end, or when it left).
 
+--device cuda (or cuda:N) puts this node's model and batches on a GPU; hetring stages its
+gradients through the host as float32, so GPU and CPU nodes can share one cluster.
+
 --mode ddp runs the same model, global batch and emulated slowdowns with PyTorch
 DistributedDataParallel over gloo instead (equal shares), for comparison (bench/torch_bench.sh).
 """
@@ -69,8 +72,9 @@ def make_model():
 
 
 def accuracy(model, x, y):
+    dev = next(model.parameters()).device
     with torch.no_grad():
-        return float((model(x).argmax(1) == y).float().mean())
+        return float((model(x.to(dev)).argmax(1) == y.to(dev)).float().mean())
 
 
 def node_settings(conf, node):
@@ -92,7 +96,7 @@ def node_settings(conf, node):
 def run_hetring(a, s, data):
     import hetring.torch as ht
     X, Y, Xt, Yt = data
-    model = make_model()
+    model = make_model().to(a.device)
     opt = torch.optim.SGD(model.parameters(), lr=s["lr"], momentum=s["momentum"])
     loss_fn = nn.CrossEntropyLoss()
 
@@ -107,7 +111,7 @@ def run_hetring(a, s, data):
     for idx in tr.batches():
         if t0 is None:
             t0 = time.perf_counter()  # the clock starts once the cluster formed
-        res = tr.step(loss_fn, (X[idx], Y[idx]))
+        res = tr.step(loss_fn, (X[idx].to(a.device), Y[idx].to(a.device)))
         if res is None:
             retries += 1
             continue
@@ -128,7 +132,7 @@ def run_hetring(a, s, data):
            "retries": retries, "wall_s": wall, "samples_per_s": done * s["B"] / max(wall, 1e-9),
            "accuracy": accuracy(model, Xt, Yt), "final_loss": res.loss if done else None,
            "comm_s": comm, "hash": ht.param_hash(list(model.parameters())), "losses": losses,
-           "emulated": s["emulated"]}
+           "emulated": s["emulated"], "device": str(next(model.parameters()).device)}
     tr.close()
     if a.save:
         torch.save(model.state_dict(), a.save)
@@ -146,7 +150,7 @@ def run_ddp(a, s, data):
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{a.ddp_port}", rank=rank,
                             world_size=world)
     torch.manual_seed(s["seed"])
-    model = make_model()
+    model = make_model().to(a.device)
     loss_fn = nn.CrossEntropyLoss()
     B, b = s["B"], s["B"] // world
     # a node `slowdown` times slower, as hetring emulates it: when its compute ends, it sleeps
@@ -172,7 +176,7 @@ def run_ddp(a, s, data):
         idx = perm[i * B + rank * b:i * B + (rank + 1) * b]
         opt.zero_grad()
         started[0] = clock()
-        loss = loss_fn(ddp(X[idx]), Y[idx])
+        loss = loss_fn(ddp(X[idx].to(a.device)), Y[idx].to(a.device))
         loss.backward()
         opt.step()
         if rank == 0 and it % 20 == 0:
@@ -185,6 +189,13 @@ def run_ddp(a, s, data):
     return out
 
 
+def device_arg(text):
+    try:
+        return torch.device(text)
+    except RuntimeError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a device (cpu, cuda or cuda:N)")
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--conf", required=True, help="the cluster's INI file")
@@ -195,6 +206,9 @@ def main():
     p.add_argument("--mode", choices=["hetring", "ddp"], default="hetring")
     p.add_argument("--ddp-port", type=int, default=29600)
     p.add_argument("--threads", type=int, default=1, help="torch threads of this node")
+    p.add_argument("--device", type=device_arg, default=torch.device("cpu"),
+                   help="where this node's model and batches live: cpu (default), cuda or "
+                        "cuda:N (hetring stages the gradients through the host as float32)")
     p.add_argument("--save", metavar="FILE", help="write the final state_dict (torch.save)")
     p.add_argument("--checkpoint", metavar="FILE",
                    help="resume from FILE when it exists; write it when this node stops")
@@ -203,6 +217,10 @@ def main():
                         "seconds, steadier where more processes share the cores than there are "
                         "(with --threads 1 only: other threads' work is not counted)")
     a = p.parse_args()
+    if a.device.type == "cuda" and not torch.cuda.is_available():
+        p.error(f"--device {a.device}: this PyTorch sees no CUDA device")
+    if a.device.type not in ("cpu", "cuda"):
+        p.error(f"--device {a.device}: only cpu and cuda devices are supported")
     torch.set_num_threads(a.threads)
     s = node_settings(a.conf, a.node)
     for kv in a.set:

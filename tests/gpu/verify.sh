@@ -33,12 +33,16 @@
 #   ctest-cuda              ctest -L cuda (a test that exits 77 counts as skip)
 #   sanitizer               compute-sanitizer memcheck, racecheck, synccheck and initcheck over
 #                           every BUILD/tests/cuda/test_cuda_* (--error-exitcode 1), one line per
-#                           tool and binary
+#                           tool and binary; racecheck with HR_CUDA_TEST_SMALL=1 (test_cuda_layers
+#                           leaves out its large shapes, whose cuDNN kernels racecheck runs for
+#                           minutes; the small shapes run the same kernels)
 #   gpu-vs-cpu              nodes on cuda:0 and cpu, MLP 784,64,10, B = 64, 40 iterations,
-#                           hash_interval = 1: both exit 0, the final loss is within 1e-3
-#                           (relative) of the same file run on two CPU nodes, and all four end
-#                           with one parameter hash and one last loss (CPU and GPU replicas are
-#                           bitwise equal, I4)
+#                           hash_interval = 1: both exit 0 with one parameter hash and one last
+#                           loss (the GPU and the CPU replica are bitwise equal, I4), and the
+#                           final loss is within 1e-3 (relative) of the same file run on two CPU
+#                           nodes. Across the two runs the bits may differ (the GPU node's own
+#                           gradient comes from cuBLAS: I3, not I4): the report says whether they
+#                           do and the first iteration whose loss differs
 #   gpu-shared-kill-rejoin  two nodes sharing cuda:0 and one CPU node (quorum 2); node 1 gets
 #                           SIGKILL mid-run and is started again; all end at the last iteration
 #                           with one parameter hash and one loss, and over every node's records
@@ -56,8 +60,9 @@
 #                           least 0.8x, mlp at least 1x: a miss is said, not failed)
 #   bench-mixed             hetring bench hetero --scenarios mixed (a short run); a build whose
 #                           bench does not know the scenario fails with the bench's message
-#   torch-cuda              examples/torch/mnist_cnn.py --device cuda on one node, when the
-#                           example has that flag (else skip)
+#   torch-cuda              examples/torch/mnist_cnn.py --device cuda:0 on one node, when the
+#                           example has that flag (else skip): exit 0, a RESULT line, and the
+#                           model's parameters were on cuda:0
 # Every node listens on 127.0.0.1, on ports below 32768 claimed through tests/ports.sh;
 # nothing is sent to any other address. Every process a check starts is killed when the check
 # ends, and the one in flight when the script is interrupted.
@@ -469,7 +474,7 @@ check_gpu_libs() {
   [ -z "$NODE_ERR" ] || bad+="the cpu node: $NODE_ERR; "
   for l in libcuda.so libcublas.so libcudnn.so; do
     [ "$l" = libcudnn.so ] && ! grep -q '^  cuDNN:' "$d/version.out" && continue # built without
-    cat "$d"/ld-gpu.* 2>/dev/null | grep -Eq "file=$l[^ ]* .*dynamically loaded" ||
+    cat "$d"/ld-gpu.* 2>/dev/null | grep -Eq "file=${l}[^ ]* .*dynamically loaded" ||
       bad+="the cuda:0 node did not load $l; "
   done
   loaded=$(grep -m1 -o 'cuda: loaded .*' "$d/n-gpu.log")
@@ -535,8 +540,11 @@ check_sanitizer() {
   for b in "${bins[@]}"; do
     for tool in memcheck racecheck synccheck initcheck; do
       log="$OUT/sanitizer/$tool-$(basename "$b").log"
-      (cd "$BUILD/tests/cuda" && exec timeout -k 3 $((CHECK_T - 10)) "$cs" --tool "$tool" \
-        --error-exitcode 1 "$b") > "$log" 2>&1 &
+      # racecheck runs cuDNN's large convolutions for minutes: the small shapes only there
+      (cd "$BUILD/tests/cuda" || exit 1
+       [ "$tool" = racecheck ] && export HR_CUDA_TEST_SMALL=1
+       exec timeout -k 3 $((CHECK_T - 10)) "$cs" --tool "$tool" --error-exitcode 1 "$b") \
+        > "$log" 2>&1 &
       pids+=("$!") names+=("$tool $(basename "$b")")
       BG+=("$!")
     done
@@ -597,15 +605,32 @@ check_gpu_vs_cpu() {
   fi
   r=$(rel_diff "$mixed" "$ref")
   add_line "final loss: $(dev 0)+cpu $mixed, cpu+cpu $ref, relative difference $r"
-  agree "$d" "$ITERS" g0 g1 c0 c1 # bitwise equal replicas (I4): one hash for both runs
-  add_line "final parameter hash ${HASH:-none} of $(dev 0)+cpu; ${AGREE_ERR:-the same on cpu+cpu}"
+  # Bitwise equal replicas (I4) within each run. Across the two runs the GPU node's own
+  # gradient comes from cuBLAS and nvcc's kernels, which sum and round in another order than
+  # OpenBLAS and the C compiler, so the runs agree up to the order of float summation (I3), not
+  # bit for bit: the cross-run hashes are reported, not required.
+  local h_mixed h_ref err=
+  agree "$d" "$ITERS" g0 g1
+  h_mixed=$HASH err+=${AGREE_ERR:+"$(dev 0)+cpu: $AGREE_ERR; "}
+  agree "$d" "$ITERS" c0 c1
+  h_ref=$HASH err+=${AGREE_ERR:+"cpu+cpu: $AGREE_ERR; "}
+  err=${err%; }
+  add_line "final parameter hash ${h_mixed:-none} on both nodes of $(dev 0)+cpu, ${h_ref:-none} on both of cpu+cpu ($(
+    [ "$h_mixed" = "$h_ref" ] && echo "the same bits" || echo "different bits: not required, see I3")); first iteration whose loss differs: $(first_diff "$d/m-g0.jsonl" "$d/m-c0.jsonl")"
   if ! awk -v r="$r" 'BEGIN { exit !(r <= 1e-3) }'; then
     result fail "final loss $mixed ($(dev 0)+cpu) vs $ref (cpu+cpu): relative difference $r > 1e-3"
-  elif [ -n "$AGREE_ERR" ]; then
-    result fail "$(dev 0)+cpu against cpu+cpu: $AGREE_ERR"
+  elif [ -n "$err" ]; then
+    result fail "$err"
   else
-    result pass "final loss $mixed ($(dev 0)+cpu) vs $ref (cpu+cpu): relative difference $r <= 1e-3; parameter hash $HASH on all four nodes"
+    result pass "final loss $mixed ($(dev 0)+cpu) vs $ref (cpu+cpu): relative difference $r <= 1e-3; within each run one parameter hash ($h_mixed, $h_ref)"
   fi
+}
+
+# first_diff A B: the first iteration whose loss differs between two metrics files, or "none"
+first_diff() {
+  paste -d' ' <(sed -n 's/^{"iter":\([0-9]*\),"epoch":[0-9]*,"loss":\([^,]*\),.*/\1 \2/p' "$1") \
+              <(sed -n 's/^{"iter":\([0-9]*\),"epoch":[0-9]*,"loss":\([^,]*\),.*/\1 \2/p' "$2") |
+    awk '$1 != $3 || $2 != $4 { print $1; f = 1; exit } END { if (!f) print "none" }'
 }
 
 check_gpu_shared_kill_rejoin() {
@@ -810,7 +835,7 @@ check_bench_mixed() {
 }
 
 check_torch_cuda() {
-  local ex=$SRC/examples/torch/mnist_cnn.py d=$OUT/torch-cuda lib rc
+  local ex=$SRC/examples/torch/mnist_cnn.py d=$OUT/torch-cuda lib rc on n pids=() h=() one
   if ! grep -qE "add_argument\\([\"']--device[\"']" "$ex" 2>/dev/null; then
     result skip "examples/torch has no --device flag"
     return
@@ -821,17 +846,53 @@ check_torch_cuda() {
   say "$HR gen-data --kind synthetic --out $d/data"
   run_to 60 "$HR" gen-data --kind synthetic --out "$d/data" --samples 2048 --eval-samples 256 ||
     { result fail "hetring gen-data failed"; return; }
+  export PYTHONPATH=$SRC/python${PYTHONPATH:+:$PYTHONPATH} HETRING_LIB=$lib
   ITERS=20 B=64 train_section | write_conf "$d/c.ini" "$BASE" 1 tcp "$(dev 0)"
-  say "python3 $ex --conf $d/c.ini --node 0 --data $d/data --device cuda"
-  PYTHONPATH=$SRC/python${PYTHONPATH:+:$PYTHONPATH} HETRING_LIB=$lib run_to $((CHECK_T - 20)) \
-    python3 "$ex" --conf "$d/c.ini" --node 0 --data "$d/data" --device cuda > "$d/run.out" 2>&1
+  say "python3 $ex --conf $d/c.ini --node 0 --data $d/data --device $(dev 0)"
+  run_to $((CHECK_T / 2 - 10)) \
+    python3 "$ex" --conf "$d/c.ini" --node 0 --data "$d/data" --device "$(dev 0)" > "$d/run.out" 2>&1
   rc=$?
   cat "$d/run.out"
-  if [ "$rc" = 0 ] && grep -q '^RESULT' "$d/run.out"; then
-    result pass "$(grep -m1 '^done:' "$d/run.out" || grep -m1 '^RESULT' "$d/run.out" | cut -c1-160)"
-  else
+  on=$(result_field device "$d/run.out")
+  if [ "$rc" != 0 ] || ! grep -q '^RESULT' "$d/run.out"; then
     result fail "exit $rc: $(grep -v '^ *$' "$d/run.out" | tail -1)"
+    return
+  elif [ "$on" != "$(dev 0)" ]; then
+    result fail "the model ran on '${on:-unknown}', not $(dev 0)"
+    return
   fi
+  one=$(grep -m1 '^done:' "$d/run.out")
+  # a GPU node and a CPU node in one cluster: float32 staging on one, in place on the other,
+  # and PyTorch's optimizer on each device; the replicas must end bitwise equal (I4)
+  ITERS=20 B=64 train_section | write_conf "$d/two.ini" $((BASE + 2)) 2 tcp "$(dev 0)" cpu
+  say "the same with node 0 on $(dev 0) and node 1 on cpu"
+  for n in 0 1; do
+    timeout -k 3 $((CHECK_T / 2 - 10)) python3 "$ex" --conf "$d/two.ini" --node "$n" \
+      --data "$d/data" --device "$([ "$n" = 0 ] && dev 0 || echo cpu)" > "$d/two-$n.out" 2>&1 &
+    pids+=("$!")
+    BG+=("$!")
+  done
+  for n in 0 1; do
+    wait "${pids[$n]}"
+    rc=$?
+    bg_done "${pids[$n]}"
+    echo "== node $n: exit $rc"
+    cat "$d/two-$n.out"
+    [ "$rc" = 0 ] || { result fail "two nodes: node $n exit $rc: $(grep -v '^ *$' "$d/two-$n.out" | tail -1)"; return; }
+    h[n]=$(result_field hash "$d/two-$n.out")
+  done
+  add_line "one node on $(dev 0): $one"
+  add_line "$(dev 0) + cpu: final parameter hash ${h[0]:-none} (node 0), ${h[1]:-none} (node 1)"
+  if [ -z "${h[0]}" ] || [ "${h[0]}" != "${h[1]}" ]; then
+    result fail "two nodes ($(dev 0) and cpu): parameter hashes ${h[0]:-none} and ${h[1]:-none} differ"
+  else
+    result pass "on $on: $one; with a cpu node: one parameter hash ${h[0]}"
+  fi
+}
+
+# result_field KEY FILE: a field of the RESULT line the examples print (strings and numbers)
+result_field() {
+  sed -n "s/^RESULT .*\"$1\": \"\\{0,1\\}\\([^\",}]*\\).*/\\1/p" "$2" | head -1
 }
 
 # ================================================================ one check, in its own process
