@@ -10,7 +10,16 @@ fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
 . "$(dirname "${BASH_SOURCE[0]}")/ports.sh"
 on_exit=
 tmp=$(mktemp -d)
-trap 'eval "$on_exit"; rm -rf "$tmp"; port_release' EXIT
+# keep_tmp: with HR_TEST_KEEP=DIR, a script that failed (a `fail`, or a non-zero exit) leaves
+# a copy of $tmp (node logs, metrics, cluster files) in DIR/SCRIPT-PID, for the failure that does
+# not repeat. First in every EXIT trap, so that it sees the script's exit status.
+keep_tmp() {
+    local rc=$?
+    [ -n "${HR_TEST_KEEP:-}" ] && { [ "$fails" != 0 ] || [ "$rc" != 0 ]; } || return 0
+    mkdir -p "$HR_TEST_KEEP" && cp -a "$tmp" "$HR_TEST_KEEP/$(basename "$0" .sh)-$$"
+    echo "kept $tmp as $HR_TEST_KEEP/$(basename "$0" .sh)-$$"
+}
+trap 'keep_tmp; eval "$on_exit"; rm -rf "$tmp"; port_release' EXIT
 port_block || exit 1 # base: 8 ports no other test holds
 
 # wait_for_line FILE REGEX TIMEOUT_S [COUNT]: until FILE holds COUNT (default 1) lines matching

@@ -77,7 +77,7 @@ EOF
 
 pids=()
 # every node still running when the script ends (a failed check, ctest's timeout) is killed
-trap 'kill -KILL "${pids[@]}" 2>/dev/null; rm -rf "$tmp"; port_release' EXIT
+trap 'keep_tmp; kill -KILL "${pids[@]}" 2>/dev/null; rm -rf "$tmp"; port_release' EXIT
 # start ID [ENV...]: node ID in the background (its pid in pids[ID], the hetring process
 # itself, so that signals reach it), its metrics appended to m-ID.jsonl
 # With PACE=1 every node sleeps 2 ms a step (the test fault sleep), so that however fast or

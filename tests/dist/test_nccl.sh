@@ -49,7 +49,7 @@ EOT
 }
 
 pids=()
-trap 'kill -KILL "${pids[@]}" 2>/dev/null; rm -rf "$tmp"; port_release' EXIT
+trap 'keep_tmp; kill -KILL "${pids[@]}" 2>/dev/null; rm -rf "$tmp"; port_release' EXIT
 # start NAME ID FAULTS: node ID of $tmp/NAME.ini in the background
 start() {
   HETRING_FAULT=$3 timeout 120 "$HR" run --conf "$tmp/$1.ini" --node "$2" --quiet \

@@ -123,7 +123,7 @@ start3() { # start3 ID: node ID of t3.ini, pinned to two cores, 300 iterations
   epid[$1]=$!
 }
 declare -a epid
-trap 'kill -KILL "${epid[@]}" 2>/dev/null; rm -rf "$tmp"; port_release' EXIT
+trap 'keep_tmp; kill -KILL "${epid[@]}" 2>/dev/null; rm -rf "$tmp"; port_release' EXIT
 for i in 0 1 2; do start3 $i; done
 wait_iter 2 30 && kill -KILL "${epid[2]}"
 wait "${epid[2]}" 2>/dev/null

@@ -22,7 +22,7 @@ majority=$((N / 2 + 1))
 
 holders=()
 pids=()
-trap 'kill -KILL "${pids[@]}" "${holders[@]}" 2>/dev/null; rm -rf "$tmp"; port_release' EXIT
+trap 'keep_tmp; kill -KILL "${pids[@]}" "${holders[@]}" 2>/dev/null; rm -rf "$tmp"; port_release' EXIT
 
 ip link set lo up
 ip link add hrbr0 type bridge && ip link add hrbr1 type bridge || {
