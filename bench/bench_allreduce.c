@@ -16,6 +16,7 @@
 #include "base/hr_time.h"
 #include "bench/bench.h"
 #include "bench/bench_util.h"
+#include "bench/netns.h"
 #include "cli/cli.h"
 #include "cluster/ring_setup.h"
 #include "conf/cfg.h"
@@ -108,160 +109,6 @@ static double measure_r(long port) {
     return bps / 8e9;
 }
 
-/* ================================================================ link rate */
-
-/* tc's rate units (iproute2 tc_util.c), matched without regard to case as tc does. */
-static const struct {
-    const char *unit;
-    double bits; /* bits per second of one unit */
-} rate_units[] = {
-    {"bit", 1},
-    {"kbit", 1e3},
-    {"kibit", 1024.0},
-    {"mbit", 1e6},
-    {"mibit", 1048576.0},
-    {"gbit", 1e9},
-    {"gibit", 1073741824.0},
-    {"tbit", 1e12},
-    {"tibit", 1099511627776.0},
-    {"bps", 8},
-    {"kbps", 8e3},
-    {"kibps", 8 * 1024.0},
-    {"mbps", 8e6},
-    {"mibps", 8 * 1048576.0},
-    {"gbps", 8e9},
-    {"gibps", 8 * 1073741824.0},
-    {"tbps", 8e12},
-    {"tibps", 8 * 1099511627776.0},
-};
-#define LINK_RATE_MIN 1e6  /* 1mbit: slower links make the largest sizes take hours */
-#define LINK_RATE_MAX 1e12 /* 1tbit */
-
-/* `text` in tc's rate syntax (a positive number and a unit) into bits per second. 0, or -1
- * with the reason in `why`. A bare number is refused: tc reads it as bits per second, which
- * is easily meant as bytes. */
-static int parse_link_rate(const char *text, double *bps, char *why, size_t whylen) {
-    char *end;
-    errno = 0;
-    double v = strtod(text, &end);
-    if (end == text || errno || !isfinite(v) || v <= 0 || text[0] == '+' || text[0] == '-')
-        return snprintf(why, whylen, "'%s' does not start with a positive number", text), -1;
-    if (!*end)
-        return snprintf(why, whylen, "'%s' has no unit (write e.g. %sgbit or %smbit)", text, text,
-                        text),
-               -1;
-    for (size_t i = 0; i < sizeof rate_units / sizeof *rate_units; i++)
-        if (strcasecmp(end, rate_units[i].unit) == 0) {
-            double r = v * rate_units[i].bits;
-            if (r < LINK_RATE_MIN || r > LINK_RATE_MAX)
-                return snprintf(why, whylen, "'%s' is %.4g bit/s, outside 1mbit to 1tbit", text, r),
-                       -1;
-            *bps = r;
-            return 0;
-        }
-    return snprintf(why, whylen,
-                    "'%s' has an unknown unit '%s' (expected bit, kbit, mbit, gbit, tbit, "
-                    "kibit, mibit, gibit, tibit, or bps, kbps, mbps, gbps, tbps in bytes per "
-                    "second)",
-                    text, end),
-           -1;
-}
-
-/* "10 Gbit/s", "500 Mbit/s", "1.5 Gbit/s" */
-static void rate_str(double bps, char *out, size_t n) {
-    if (bps >= 1e9)
-        snprintf(out, n, "%.4g Gbit/s", bps / 1e9);
-    else
-        snprintf(out, n, "%.4g Mbit/s", bps / 1e6);
-}
-
-/* ================================================================ namespaces */
-
-static char g_ns_prefix[32]; /* "hrbPID": namespaces to remove at exit; empty when none */
-static int g_ns_n;
-static int g_ns_owner = 1; /* this process made the namespaces and removes them */
-static int g_no_delay;     /* sch_netem was missing: links are rate-limited (tbf) without delay */
-
-static int sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int sh(const char *fmt, ...) {
-    char cmd[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(cmd, sizeof cmd, fmt, ap);
-    va_end(ap);
-    int rc = system(cmd);
-    if (rc != 0) HR_DEBUG(BENCH, "command failed (%d): %s", rc, cmd);
-    return rc;
-}
-
-static void netns_cleanup(void) {
-    if (!g_ns_prefix[0] || !g_ns_owner) return;
-    for (int i = 0; i < g_ns_n; i++) sh("ip netns del %s-%d 2>/dev/null", g_ns_prefix, i);
-    sh("ip netns del %s-br 2>/dev/null", g_ns_prefix);
-    g_ns_prefix[0] = 0;
-}
-
-static void on_signal(int sig) {
-    netns_cleanup();
-    signal(sig, SIG_DFL);
-    raise(sig);
-}
-
-/* Nodes at 10.77.0.(i+1)/24 in namespaces PREFIX-i, joined by a bridge in PREFIX-br; each node's
- * egress is shaped to `bps` bits per second with 200 us of delay. The token bucket of the
- * fallback holds 2.1 ms of traffic, 256 KiB at 1 Gbit/s, as it always did, and at least 16
- * KiB (several packets). */
-static int netns_setup(int n, double bps) {
-    snprintf(g_ns_prefix, sizeof g_ns_prefix, "hrb%d", (int)getpid() % 100000);
-    g_ns_n = n;
-    atexit(netns_cleanup);
-    signal(SIGINT, on_signal);
-    signal(SIGTERM, on_signal);
-    const char *p = g_ns_prefix;
-    if (sh("ip netns add %s-br && ip -n %s-br link add br0 type bridge && "
-           "ip -n %s-br link set br0 up",
-           p, p, p) != 0)
-        return -1;
-    for (int i = 0; i < n; i++) {
-        char ns[48], v[48], q[48];
-        snprintf(ns, sizeof ns, "%s-%d", p, i);
-        snprintf(v, sizeof v, "%sv%d", p, i);
-        snprintf(q, sizeof q, "%sp%d", p, i);
-        if (sh("ip netns add %s", ns) || sh("ip link add %s type veth peer name %s", v, q) ||
-            sh("ip link set %s netns %s", v, ns) || sh("ip link set %s netns %s-br", q, p) ||
-            sh("ip -n %s addr add 10.77.0.%d/24 dev %s", ns, i + 1, v) ||
-            sh("ip -n %s link set %s up", ns, v) || sh("ip -n %s link set lo up", ns) ||
-            sh("ip -n %s-br link set %s master br0 up", p, q))
-            return -1;
-        if (sh("ip netns exec %s tc qdisc add dev %s root netem delay 200us rate %.0fbit "
-               "limit 100000 2>/dev/null",
-               ns, v, bps) == 0)
-            continue;
-        /* without sch_netem: the rate alone, with a token bucket */
-        long burst = (long)(262144.0 * bps / 1e9);
-        if (burst < 16384) burst = 16384;
-        if (sh("ip netns exec %s tc qdisc add dev %s root tbf rate %.0fbit burst %ld latency 50ms",
-               ns, v, bps, burst) != 0) {
-            fprintf(stderr, "hetring bench: neither tc netem nor tbf is available here\n");
-            return -1;
-        }
-        g_no_delay = 1;
-    }
-    return 0;
-}
-
-static int netns_enter(int i) {
-    char path[96];
-    snprintf(path, sizeof path, "/var/run/netns/%s-%d", g_ns_prefix, i);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0 || setns(fd, CLONE_NEWNET) != 0) {
-        perror(path);
-        return -1;
-    }
-    close(fd);
-    return 0;
-}
-
 /* ================================================================ one node */
 
 typedef struct {
@@ -320,10 +167,10 @@ static void print_header(const ar_opts *o, ring *r, double r_gbs) {
     bench_print_blas(stdout, "# ");
     if (o->netns) {
         char rs[32];
-        rate_str(o->link_bps, rs, sizeof rs);
+        netns_rate_str(o->link_bps, rs, sizeof rs);
         printf("# link rate = %.4g GB/s (%s%s%s%s); target busbw >= 0.9 of it\n", o->link_bps / 8e9,
                rs, o->link_rate ? ", --link-rate " : "", o->link_rate ? o->link_rate : "",
-               g_no_delay ? "; tc netem is missing here, so tbf shapes the rate and the "
+               netns_no_delay() ? "; tc netem is missing here, so tbf shapes the rate and the "
                             "200 us delay is NOT emulated"
                           : ", netem delay 200 us");
     } else if (r_gbs > 0)
@@ -396,7 +243,7 @@ static void print_footer(const ar_opts *o, int n, double r_gbs, const sweep *s) 
                s->tree_max);
     if (o->netns) {
         char rs[32];
-        rate_str(o->link_bps, rs, sizeof rs);
+        netns_rate_str(o->link_bps, rs, sizeof rs);
         printf("# busbw at %zu B = %.3f GB/s = %.2f of the %s link\n", s->last_bytes, s->last_bus,
                s->last_bus / (o->link_bps / 8e9), rs);
     } else if (r_gbs > 0)
@@ -543,7 +390,7 @@ static int parse_opts(ar_opts *o, int argc, char **argv) {
         return cli_usage_error("bench allreduce",
                                "--link-rate shapes the links of --netns, which was not given; "
                                "add --netns (loopback has no rate to set)");
-    if (o->link_rate && parse_link_rate(o->link_rate, &o->link_bps, why, sizeof why) != 0)
+    if (o->link_rate && netns_parse_rate(o->link_rate, &o->link_bps, why, sizeof why) != 0)
         return cli_usage_error("bench allreduce", "--link-rate: %s", why);
     return -1;
 }
@@ -571,7 +418,7 @@ static int cluster_config(cfg *c, const ar_opts *o) {
         c->nodes[i].port = o->netns ? 47000 : o->port + i;
         c->nodes[i].device = -1;
         if (o->netns)
-            snprintf(c->nodes[i].host, sizeof c->nodes[i].host, "10.77.0.%d", i + 1);
+            netns_addr(i, c->nodes[i].host, sizeof c->nodes[i].host);
         else
             snprintf(c->nodes[i].host, sizeof c->nodes[i].host, "127.0.0.1");
     }
@@ -587,7 +434,7 @@ static int run_nodes(const ar_opts *o, cfg *c, double r_gbs) {
         pids[i] = fork();
         if (pids[i] == 0) {
             prctl(PR_SET_PDEATHSIG, SIGKILL);
-            g_ns_owner = 0; /* only the parent removes the namespaces */
+            netns_disown(); /* only the parent removes the namespaces */
             int nrc = run_node(o, c, i, r_gbs);
             fflush(stdout);
             _exit(nrc);
@@ -618,7 +465,8 @@ int bench_allreduce(int argc, char **argv) {
     if (!o.netns && r_gbs <= 0) r_gbs = measure_r(o.port + 100);
     cfg c;
     if (cluster_config(&c, &o) != 0) return CLI_FAIL;
-    if (o.netns && netns_setup(o.nodes, o.link_bps) != 0) {
+    if (o.netns) netns_cleanup_on_signals();
+    if (o.netns && netns_setup(o.nodes, o.link_bps, 200e-6) != 0) {
         fprintf(stderr, "hetring bench: could not create the network namespaces (needs root and "
                         "ip/tc); removed what was made\n");
         netns_cleanup();

@@ -22,6 +22,7 @@
 #include "base/hr_log.h"
 #include "bench/bench.h"
 #include "bench/bench_util.h"
+#include "bench/netns.h"
 #include "bench/plot.h"
 #include "cli/cli.h"
 #include "conf/cfg.h"
@@ -270,6 +271,11 @@ typedef struct {
     long port;           /* first of the HB_NODES + 1 ports the runs use (--port), 0: choose */
     char hetring[4096];  /* the hetring executable that runs the clusters */
     bench_python py;     /* where the DDP baseline's torch is (with --ddp) */
+    int netns;             /* run the nodes over shaped veth links in namespaces */
+    const char *link_rate; /* --link-rate as given, or NULL: 1gbit */
+    const char *link_delay; /* --link-delay as given, or NULL: 200us */
+    double link_bps;       /* the links' rate, bits per second (--netns) */
+    double link_delay_s;   /* the links' one-way delay, seconds (--netns) */
 } hetero_opts;
 
 /* How far the bench got: runs completed, failed and planned. */
@@ -295,6 +301,7 @@ static void usage(FILE *out) {
             "                            [--layers L] [--policies P,...] [--scenarios S,...]\n"
             "                            [--repeat K] [--ddp] [--python PATH] [--set S.K=V]...\n"
             "                            [--template FILE] [--port P]\n"
+            "                            [--netns [--link-rate RATE] [--link-delay D]]\n"
             "\n"
             "Run every scenario on %d local nodes for every policy and compare dynamic batching\n"
             "with static. Slowdowns are emulated by sleeping. Each run is `hetring local` on a\n"
@@ -321,8 +328,17 @@ static void usage(FILE *out) {
             "  --port P         the nodes listen on 127.0.0.1 ports P to P+%d and the DDP\n"
             "                   baseline meets on P+%d (default: %d free ports found at start)\n"
             "  --template FILE  cluster file with %d nodes the runs start from\n"
-            "                   (default %s/bench/hetero.ini)\n",
-            HB_NODES, pols, HB_NODES - 1, HB_NODES, HB_NODES + 1, HB_NODES, HR_SOURCE_DIR);
+            "                   (default %s/bench/hetero.ini)\n"
+            "  --netns          run every node in a network namespace of its own, on a veth\n"
+            "                   link to a bridge, its egress shaped with tc (made at the start,\n"
+            "                   removed at the end; needs root, ip and tc); nodes at\n"
+            "                   10.77.0.1-%d. Not with --ddp yet (DDP runs on loopback)\n"
+            "  --link-rate RATE with --netns: each link's rate in tc's syntax, a number and a\n"
+            "                   unit (default 1gbit; e.g. 10gbit, 500mbit)\n"
+            "  --link-delay D   with --netns: each link's one-way delay, a number and s, ms or\n"
+            "                   us (default 200us; 0 for none)\n",
+            HB_NODES, pols, HB_NODES - 1, HB_NODES, HB_NODES + 1, HB_NODES, HR_SOURCE_DIR,
+            HB_NODES);
 }
 
 /* Returns -1 to go on, else the exit status (after --help or a usage error). */
@@ -350,8 +366,26 @@ static int parse_opts(hetero_opts *o, int argc, char **argv, const char **pols,
         {.name = "set", .kind = BENCH_OPT_FN, .dst = &o->sets, .fn = bench_add_set},
         {.name = "template", .kind = BENCH_OPT_STR, .dst = &o->tmpl},
         {.name = "python", .kind = BENCH_OPT_STR, .dst = &o->python},
+        {.name = "netns", .kind = BENCH_OPT_FLAG, .dst = &o->netns},
+        {.name = "link-rate", .kind = BENCH_OPT_STR, .dst = &o->link_rate},
+        {.name = "link-delay", .kind = BENCH_OPT_STR, .dst = &o->link_delay},
         {0}};
-    return bench_parse_opts("hetero", opts, usage, argc, argv);
+    int rc = bench_parse_opts("hetero", opts, usage, argc, argv);
+    if (rc >= 0) return rc;
+    char why[256];
+    if ((o->link_rate || o->link_delay) && !o->netns)
+        return cli_usage_error("bench hetero",
+                               "%s shapes the links of --netns, which was not given; add --netns "
+                               "(loopback has no rate or delay to set)",
+                               o->link_rate ? "--link-rate" : "--link-delay");
+    if (o->link_rate && netns_parse_rate(o->link_rate, &o->link_bps, why, sizeof why) != 0)
+        return cli_usage_error("bench hetero", "--link-rate: %s", why);
+    if (o->link_delay && netns_parse_delay(o->link_delay, &o->link_delay_s, why, sizeof why) != 0)
+        return cli_usage_error("bench hetero", "--link-delay: %s", why);
+    if (o->netns && o->ddp)
+        return cli_usage_error("bench hetero", "--ddp with --netns is not supported yet: the DDP "
+                                               "baseline runs on loopback only; drop one of them");
+    return -1;
 }
 
 /* static always, then the policies `pols` names (all when NULL), in the config's order */
@@ -395,7 +429,17 @@ static hr_status set_run(cfg *c, const hetero_opts *o, const scenario *s, const 
     if (st == HR_OK) st = bench_cfg_set(c, err, errlen, "controller.policy=%s", policy);
     for (int k = 0; k < HB_NODES && st == HR_OK; k++) {
         long id = c->nodes[k].id;
+        if (o->netns && id != k)
+            return hr_fail(err, errlen, HR_ERR_CONFIG,
+                           "%s: --netns needs the nodes numbered 0-%d in order ([node.%ld] is "
+                           "number %d)",
+                           o->tmpl, HB_NODES - 1, id, k);
         st = bench_cfg_set(c, err, errlen, "node.%ld.port=%d", id, port + k);
+        if (st == HR_OK && o->netns) {
+            char addr[32];
+            netns_addr(k, addr, sizeof addr);
+            st = bench_cfg_set(c, err, errlen, "node.%ld.host=%s", id, addr);
+        }
         if (st == HR_OK)
             st = bench_cfg_set(c, err, errlen, "node.%ld.slowdown=%g", id, s->slowdown[k]);
         if (st == HR_OK && k == 1 && interf && interf[0])
@@ -442,6 +486,7 @@ static int run_one(const hetero_opts *o, const scenario *s, const char *policy, 
     char *argv[2 * BENCH_MAX_SETS + 12];
     int n = 0;
     argv[n++] = (char *)o->hetring, argv[n++] = "local", argv[n++] = "--conf", argv[n++] = conf;
+    if (o->netns) argv[n++] = "--netns", argv[n++] = (char *)netns_prefix();
     for (int i = 0; i < o->sets.n; i++) argv[n++] = "--set", argv[n++] = (char *)o->sets.v[i];
     argv[n++] = "--", argv[n++] = "--quiet", argv[n++] = "--metrics", argv[n++] = metrics;
     argv[n] = NULL;
@@ -538,6 +583,22 @@ typedef struct {
     int first_json; /* no JSON object written yet */
 } report;
 
+/* "loopback", or "veth in network namespaces, 1 Gbit/s, 200 us one-way delay (tc netem)" */
+static void links_str(const hetero_opts *o, char *out, size_t n) {
+    if (!o->netns) {
+        snprintf(out, n, "loopback (127.0.0.1), unshaped");
+        return;
+    }
+    char rs[32];
+    netns_rate_str(o->link_bps, rs, sizeof rs);
+    if (netns_no_delay())
+        snprintf(out, n, "veth in network namespaces, %s (tc tbf: netem is missing here, so the "
+                         "%.0f us delay is NOT emulated)", rs, o->link_delay_s * 1e6);
+    else
+        snprintf(out, n, "veth in network namespaces, %s, %.0f us one-way delay (tc netem)", rs,
+                 o->link_delay_s * 1e6);
+}
+
 static int report_open(report *r, const hetero_opts *o) {
     char path[1024];
     snprintf(path, sizeof path, "%s/report.md", o->out_dir);
@@ -563,6 +624,10 @@ static int report_open(report *r, const hetero_opts *o) {
            HB_NODES, o->layers, o->batch, o->iters, o->repeat);
     bench_print_blas(stdout, "# ");
     bench_print_blas(r->md, "");
+    char links[256];
+    links_str(o, links, sizeof links);
+    printf("# links: %s\n", links);
+    fprintf(r->md, "\nlinks: %s\n", links);
     fprintf(r->md, "\n");
     if (o->ddp) printf("# pytorch: %s\n", pydesc), fprintf(r->md, "pytorch: %s\n\n", pydesc);
     fprintf(r->md, "| scenario | policy | samples/s | speed-up vs static | ideal | efficiency | "
@@ -757,7 +822,9 @@ int bench_hetero(int argc, char **argv) {
                      .batch = 512,
                      .layers = "784,512,512,10",
                      .repeat = 1,
-                     .tmpl = HR_SOURCE_DIR "/bench/hetero.ini"};
+                     .tmpl = HR_SOURCE_DIR "/bench/hetero.ini",
+                     .link_bps = 1e9,
+                     .link_delay_s = 200e-6};
     const char *pols = NULL, *scens = NULL;
     int rc = parse_opts(&o, argc, argv, &pols, &scens);
     if (rc < 0) rc = select_policies(&o, pols);
@@ -785,6 +852,12 @@ int bench_hetero(int argc, char **argv) {
             device_cuda_check(0, why, sizeof why) != HR_OK)
             return cli_usage_error("bench hetero", "scenario %s needs cuda:0: %s",
                                    scenarios[s].name, why);
+    }
+    if (o.netns && netns_setup(HB_NODES, o.link_bps, o.link_delay_s) != 0) {
+        fprintf(stderr, "hetring bench hetero: could not create the network namespaces (needs "
+                        "root, ip and tc); removed what was made\n");
+        netns_cleanup();
+        return CLI_FAIL;
     }
     report rep;
     if (report_open(&rep, &o) != 0) return CLI_FAIL;

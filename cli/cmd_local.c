@@ -16,7 +16,8 @@ static void usage(FILE *out) {
     fprintf(
         out,
         "usage: hetring local --conf FILE [--set SECTION.KEY=VALUE]... [--grace S]\n"
-        "                     [--respawn S] [--compare-static] [-- RUN-OPTIONS...]\n"
+        "                     [--respawn S] [--compare-static] [--netns PREFIX]\n"
+        "                     [-- RUN-OPTIONS...]\n"
         "\n"
         "Start one `hetring run` child per [node.ID] of FILE on this machine (every host must\n"
         "be a local address). Each output line is prefixed with its node. No node outlives\n"
@@ -38,6 +39,10 @@ static void usage(FILE *out) {
         "                   another node runs or waits for its own restart\n"
         "  --compare-static run the cluster twice, first with static batches, then as\n"
         "                   configured, and report the measured speed-up\n"
+        "  --netns PREFIX   start node ID in the network namespace PREFIX-ID\n"
+        "                   (/var/run/netns/PREFIX-ID, made beforehand: `hetring bench hetero\n"
+        "                   --netns` makes them with shaped links); each host must then be an\n"
+        "                   address of its node's namespace. Needs the privilege to enter them\n"
         "  --help           this text\n"
         "\n"
         "Exit status: 0 when the last process of every node exited 0 (a node that died, was\n"
@@ -149,6 +154,17 @@ static int compare_static(const cfg *c, const cli_common *o, const char *exe,
     return rc;
 }
 
+/* --netns PREFIX: a name ip-netns takes, short enough for PREFIX-ID. */
+static int netns_prefix_ok(const char *p) {
+    size_t n = strlen(p);
+    if (n == 0 || n > 31) return 0;
+    for (size_t i = 0; i < n; i++)
+        if (!((p[i] >= 'a' && p[i] <= 'z') || (p[i] >= 'A' && p[i] <= 'Z') ||
+              (p[i] >= '0' && p[i] <= '9') || p[i] == '_' || p[i] == '-'))
+            return 0;
+    return 1;
+}
+
 /* --grace and --respawn: seconds in [0, 3600]. Returns 0, or CLI_USAGE after a message. */
 static int seconds_opt(const char *name, const char *arg, double *out) {
     char *end;
@@ -165,6 +181,7 @@ int cmd_local(int argc, char **argv) {
                                          {"grace", required_argument, 0, 'g'},
                                          {"respawn", required_argument, 0, 'r'},
                                          {"compare-static", no_argument, 0, 'c'},
+                                         {"netns", required_argument, 0, 'n'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     cli_common o = {0};
@@ -175,6 +192,12 @@ int cmd_local(int argc, char **argv) {
         if (ch == 'h') return usage(stdout), CLI_OK;
         if (ch == 'c') {
             compare = 1;
+        } else if (ch == 'n') {
+            if (!netns_prefix_ok(optarg))
+                return cli_usage_error("local", "--netns '%s' (expected 1-31 letters, digits, '_' "
+                                                "or '-')",
+                                       optarg);
+            how.netns = optarg;
         } else if (ch == 'g') {
             if (seconds_opt("grace", optarg, &how.grace_s)) return CLI_USAGE;
         } else if (ch == 'r') {

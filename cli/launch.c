@@ -16,6 +16,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
+#include <stdio.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -84,8 +86,17 @@ static char **child_environment(void) {
     return env;
 }
 
+/* The path of node id's network namespace under --netns (launch_opts.netns). */
+static void netns_path(const launch_opts *o, long id, char *out, size_t n) {
+    snprintf(out, n, "/var/run/netns/%s-%ld", o->netns, id);
+}
+
+/* Node id's child, in its network namespace where o->netns names one (the path built by the
+ * parent: the child of a process with threads only makes system calls). */
 static pid_t spawn(const launch_opts *o, long id, int out_fd, const sigset_t *old_mask,
                    char **envp) {
+    char ns[256] = "";
+    if (o->netns) netns_path(o, id, ns, sizeof ns);
     pid_t parent = getpid();
     pid_t pid = fork();
     if (pid != 0) return pid;
@@ -98,6 +109,14 @@ static pid_t spawn(const launch_opts *o, long id, int out_fd, const sigset_t *ol
     dup2(out_fd, STDOUT_FILENO);
     dup2(out_fd, STDERR_FILENO);
     close(out_fd);
+    if (ns[0]) {
+        int fd = open(ns, O_RDONLY | O_CLOEXEC);
+        if (fd < 0 || setns(fd, CLONE_NEWNET) != 0) {
+            fprintf(stderr, "cannot enter the network namespace %s: %s\n", ns, strerror(errno));
+            _exit(127);
+        }
+        close(fd);
+    }
     char idbuf[32];
     snprintf(idbuf, sizeof idbuf, "%ld", id);
     const char *argv[64] = {o->exe, "run", "--conf", o->conf, "--node", idbuf};
@@ -129,9 +148,21 @@ void launch_result_free(launch_result *res) {
     res->restarts = NULL;
 }
 
-/* Every node must be on an address of this machine. Returns 0, or 2 after saying which is not. */
-static int check_local(const cfg *c) {
-    for (int i = 0; i < c->n_nodes; i++)
+/* Every node must be on an address of this machine, or with --netns have its namespace (where
+ * its own `hetring run` checks that its host is local). Returns 0, or 2 after saying what is
+ * wrong. */
+static int check_local(const cfg *c, const launch_opts *o) {
+    for (int i = 0; i < c->n_nodes; i++) {
+        if (o->netns) {
+            char ns[256];
+            netns_path(o, c->nodes[i].id, ns, sizeof ns);
+            if (access(ns, R_OK) != 0) {
+                fprintf(stderr, "%s:%d: [node.%ld]: --netns %s: no network namespace %s (%s)\n",
+                        c->path, c->nodes[i].line, c->nodes[i].id, o->netns, ns, strerror(errno));
+                return 2;
+            }
+            continue;
+        }
         if (!node_id_host_is_local(c->nodes[i].host)) {
             fprintf(stderr,
                     "%s:%d: [node.%ld] host %s is not an address of this machine (expected every "
@@ -139,6 +170,7 @@ static int check_local(const cfg *c) {
                     c->path, c->nodes[i].line, c->nodes[i].id, c->nodes[i].host);
             return 2;
         }
+    }
     return 0;
 }
 
@@ -394,7 +426,7 @@ int launch_cluster(const cfg *c, const launch_opts *o, launch_result *res) {
     memset(res, 0, sizeof *res);
     res->failed_node = -1;
     int n = c->n_nodes;
-    if (check_local(c)) return 2;
+    if (check_local(c, o)) return 2;
     launcher l = {.o = o, .res = res, .n = n};
     l.ch = calloc((size_t)n, sizeof *l.ch);
     res->ids = calloc((size_t)n, sizeof *res->ids);

@@ -39,6 +39,8 @@ typedef struct {
                               * rejoin_timeout) before the launcher stops them; 0 = at once */
     double respawn_s;        /* seconds between a child's failure and its restart */
     int max_respawns;        /* restarts per node; 0 = a failed node stays down */
+    const char *netns;       /* node ID runs in the network namespace NETNS-ID
+                              * (/var/run/netns/NETNS-ID, made beforehand), or NULL */
 } launch_opts;
 
 typedef struct {
