@@ -41,6 +41,7 @@
 #define HB_NODES      4
 #define HB_MAX_ITERS  100000
 #define HB_MAX_REPEAT 15
+#define HB_MAX_HOOKS  8
 
 typedef struct {
     const char *name;          /* scenario id used in file names and the report */
@@ -48,19 +49,22 @@ typedef struct {
     double slowdown[HB_NODES]; /* per-node slowdown factor */
     const char *interference;  /* interference schedule for node 1 ("" for none) */
     int gpu;                   /* the node on cuda:0 (its real speed, no emulation), -1: none */
+    int asked;                 /* runs only when --scenarios names it */
 } scenario;
 
 /* The interference step happens at 40% and ends at 70% of the run (set in main). */
 static scenario scenarios[] = {
-    {"homogeneous", "4 equal nodes", {1, 1, 1, 1}, "", -1},
-    {"one-slow", "slowdowns 1,1,1,4", {1, 1, 1, 4}, "", -1},
-    {"graded", "slowdowns 1,2,4,8", {1, 2, 4, 8}, "", -1},
-    {"interference", "node 1 slowed 3x for the middle 30% of the run", {1, 1, 1, 1}, NULL, -1},
+    {"homogeneous", "4 equal nodes", {1, 1, 1, 1}, "", -1, 0},
+    {"one-slow", "slowdowns 1,1,1,4", {1, 1, 1, 4}, "", -1, 0},
+    {"graded", "slowdowns 1,2,4,8", {1, 2, 4, 8}, "", -1, 0},
+    {"interference", "node 1 slowed 3x for the middle 30% of the run", {1, 1, 1, 1}, NULL, -1, 0},
     {"mixed",
      "node 0 on cuda:0, nodes 1-3 on the CPU, all at their real speeds",
      {1, 1, 1, 1},
      "",
-     0},
+     0,
+     1},
+    {"demo", "the README's demo cluster: slowdowns 1,1.5,2,4", {1, 1.5, 2, 4}, "", -1, 1},
 };
 #define N_SCEN ((int)(sizeof scenarios / sizeof scenarios[0]))
 
@@ -86,6 +90,9 @@ typedef struct {
     double oscillation;   /* mean max relative batch move per interval, steady state */
     double imbalance;     /* median max/min compute time, steady state */
     double sync_ms;       /* median iteration time beyond the slowest node's compute, ms */
+    double compute_ms;    /* median compute time of the slowest node, ms */
+    double wait_ms;       /* median of the slowest node's compute minus the mean node's, ms:
+                           * what the others wait for it */
     int runs;             /* runs behind a median (median_result) */
     int ok;               /* the run completed */
 } run_result;
@@ -166,15 +173,20 @@ static void analyse(const run_log *l, long change, long steady_from, long global
         (double)(l->n - 1 - warm) * (double)global_batch / (l->wall[l->n - 1] - l->wall[warm]);
     /* what balancing cannot remove: the all-reduce, the update and the bookkeeping after the
      * slowest node has finished its compute */
-    double *sync = malloc(sizeof *sync * (size_t)l->n);
+    double *sync = malloc(sizeof *sync * (size_t)l->n), *comp = malloc(sizeof *comp * (size_t)l->n),
+           *wait = malloc(sizeof *wait * (size_t)l->n);
     long ns = 0;
     for (long i = warm + 1; i < l->n; i++) {
-        double mx = 0;
-        for (int k = 0; k < HB_NODES; k++) mx = fmax(mx, l->t[i][k]);
-        sync[ns++] = l->wall[i] - l->wall[i - 1] - mx;
+        double mx = 0, sum = 0;
+        for (int k = 0; k < HB_NODES; k++) mx = fmax(mx, l->t[i][k]), sum += l->t[i][k];
+        sync[ns] = l->wall[i] - l->wall[i - 1] - mx;
+        comp[ns] = mx;
+        wait[ns++] = mx - sum / HB_NODES;
     }
     r->sync_ms = 1e3 * bench_median(sync, (int)ns);
-    free(sync);
+    r->compute_ms = 1e3 * bench_median(comp, (int)ns);
+    r->wait_ms = 1e3 * bench_median(wait, (int)ns);
+    free(sync), free(comp), free(wait);
     /* adjustments from the change until the windowed compute times are within 10% */
     r->rebalance = -1;
     int adj = 0;
@@ -208,7 +220,7 @@ static void analyse(const run_log *l, long change, long steady_from, long global
  * with "never" (-1) ranked above every count. */
 static void median_result(const run_result *v, const run_result *st, int k, run_result *out) {
     double sps[HB_MAX_REPEAT], sp[HB_MAX_REPEAT], osc[HB_MAX_REPEAT], imb[HB_MAX_REPEAT],
-        rb[HB_MAX_REPEAT], syn[HB_MAX_REPEAT];
+        rb[HB_MAX_REPEAT], syn[HB_MAX_REPEAT], cmp[HB_MAX_REPEAT], wt[HB_MAX_REPEAT];
     int n = 0, ns = 0;
     for (int i = 0; i < k; i++) {
         if (!v[i].ok) continue;
@@ -216,6 +228,8 @@ static void median_result(const run_result *v, const run_result *st, int k, run_
         osc[n] = v[i].oscillation;
         imb[n] = v[i].imbalance;
         syn[n] = v[i].sync_ms;
+        cmp[n] = v[i].compute_ms;
+        wt[n] = v[i].wait_ms;
         rb[n] = v[i].rebalance < 0 ? INFINITY : v[i].rebalance;
         n++;
         if (st[i].ok) sp[ns++] = v[i].samples_per_s / st[i].samples_per_s;
@@ -229,6 +243,8 @@ static void median_result(const run_result *v, const run_result *st, int k, run_
     out->oscillation = bench_median(osc, n);
     out->imbalance = bench_median(imb, n);
     out->sync_ms = bench_median(syn, n);
+    out->compute_ms = bench_median(cmp, n);
+    out->wait_ms = bench_median(wt, n);
     double r = bench_median(rb, n);
     out->rebalance = isinf(r) ? -1 : r;
 }
@@ -276,6 +292,9 @@ typedef struct {
     const char *link_delay; /* --link-delay as given, or NULL: 200us */
     double link_bps;       /* the links' rate, bits per second (--netns) */
     double link_delay_s;   /* the links' one-way delay, seconds (--netns) */
+    const char *ddp_hooks; /* --ddp-hooks as given, or NULL: none */
+    int n_hooks;           /* DDP variants to run: none, fp16, bf16, powersgd:R */
+    char hook[HB_MAX_HOOKS][16];
 } hetero_opts;
 
 /* How far the bench got: runs completed, failed and planned. */
@@ -301,6 +320,7 @@ static void usage(FILE *out) {
             "                            [--layers L] [--policies P,...] [--scenarios S,...]\n"
             "                            [--repeat K] [--ddp] [--python PATH] [--set S.K=V]...\n"
             "                            [--template FILE] [--port P]\n"
+            "                            [--ddp-hooks H,...]\n"
             "                            [--netns [--link-rate RATE] [--link-delay D]]\n"
             "\n"
             "Run every scenario on %d local nodes for every policy and compare dynamic batching\n"
@@ -315,13 +335,18 @@ static void usage(FILE *out) {
             "  --batch B        global batch (default 512)\n"
             "  --layers L       MLP layers (default 784,512,512,10)\n"
             "  --policies P     subset of %s (static always runs)\n"
-            "  --scenarios S    subset of homogeneous,one-slow,graded,interference,mixed\n"
-            "                   (default all but mixed; mixed: node 0 on cuda:0, the others on\n"
-            "                   the CPU, real speeds, no emulation; needs a GPU)\n"
+            "  --scenarios S    subset of homogeneous,one-slow,graded,interference,mixed,demo\n"
+            "                   (default all but mixed and demo; mixed: node 0 on cuda:0, the\n"
+            "                   others on the CPU, real speeds, no emulation; needs a GPU;\n"
+            "                   demo: the README's demo cluster, slowdowns 1,1.5,2,4)\n"
             "  --repeat K       run every scenario and policy K times, interleaved, and report\n"
             "                   medians; speed-ups pair each run with static's run of the same\n"
             "                   round (default 1)\n"
             "  --ddp            also run the PyTorch DDP (gloo) baseline where torch is installed\n"
+            "                   (homogeneous, one-slow and demo)\n"
+            "  --ddp-hooks H    the DDP variants --ddp runs, a list of none (fp32), fp16, bf16\n"
+            "                   (DDP's compression hooks) and powersgd:R (DDP's PowerSGD hook at\n"
+            "                   rank R); default none; each is a row of its own\n"
             "  --python PATH    the Python with torch for --ddp (default: python3 on PATH, then\n"
             "                   /usr/bin/python3, the first that has torch)\n"
             "  --set S.K=V      override a key in every run (e.g. controller.interval=4)\n"
@@ -332,13 +357,38 @@ static void usage(FILE *out) {
             "  --netns          run every node in a network namespace of its own, on a veth\n"
             "                   link to a bridge, its egress shaped with tc (made at the start,\n"
             "                   removed at the end; needs root, ip and tc); nodes at\n"
-            "                   10.77.0.1-%d. Not with --ddp yet (DDP runs on loopback)\n"
+            "                   10.77.0.1-%d; --ddp runs there too\n"
             "  --link-rate RATE with --netns: each link's rate in tc's syntax, a number and a\n"
             "                   unit (default 1gbit; e.g. 10gbit, 500mbit)\n"
             "  --link-delay D   with --netns: each link's one-way delay, a number and s, ms or\n"
             "                   us (default 200us; 0 for none)\n",
             HB_NODES, pols, HB_NODES - 1, HB_NODES, HB_NODES + 1, HB_NODES, HR_SOURCE_DIR,
             HB_NODES);
+}
+
+/* --ddp-hooks: none, fp16, bf16 or powersgd:R (R in 1..64), comma-separated. -1 to go on,
+ * else the exit status of a usage error. */
+static int parse_hooks(hetero_opts *o, const char *list) {
+    o->n_hooks = 0;
+    for (const char *q = list;;) {
+        size_t len = strcspn(q, ",");
+        char h[32] = "";
+        if (len < sizeof h) memcpy(h, q, len), h[len] = 0;
+        char *end = NULL;
+        long r = strncmp(h, "powersgd:", 9) == 0 ? strtol(h + 9, &end, 10) : 0;
+        int ok = strcmp(h, "none") == 0 || strcmp(h, "fp16") == 0 || strcmp(h, "bf16") == 0 ||
+                 (end && end != h + 9 && !*end && r >= 1 && r <= 64);
+        if (!ok)
+            return cli_usage_error("bench hetero",
+                                   "--ddp-hooks: '%.*s' (expected none, fp16, bf16 or powersgd:R "
+                                   "with R in 1..64)",
+                                   (int)len, q);
+        if (o->n_hooks == HB_MAX_HOOKS)
+            return cli_usage_error("bench hetero", "--ddp-hooks: more than %d", HB_MAX_HOOKS);
+        snprintf(o->hook[o->n_hooks++], sizeof o->hook[0], "%s", h);
+        if (!q[len]) return -1;
+        q += len + 1;
+    }
 }
 
 /* Returns -1 to go on, else the exit status (after --help or a usage error). */
@@ -369,6 +419,7 @@ static int parse_opts(hetero_opts *o, int argc, char **argv, const char **pols,
         {.name = "netns", .kind = BENCH_OPT_FLAG, .dst = &o->netns},
         {.name = "link-rate", .kind = BENCH_OPT_STR, .dst = &o->link_rate},
         {.name = "link-delay", .kind = BENCH_OPT_STR, .dst = &o->link_delay},
+        {.name = "ddp-hooks", .kind = BENCH_OPT_STR, .dst = &o->ddp_hooks},
         {0}};
     int rc = bench_parse_opts("hetero", opts, usage, argc, argv);
     if (rc >= 0) return rc;
@@ -382,10 +433,10 @@ static int parse_opts(hetero_opts *o, int argc, char **argv, const char **pols,
         return cli_usage_error("bench hetero", "--link-rate: %s", why);
     if (o->link_delay && netns_parse_delay(o->link_delay, &o->link_delay_s, why, sizeof why) != 0)
         return cli_usage_error("bench hetero", "--link-delay: %s", why);
-    if (o->netns && o->ddp)
-        return cli_usage_error("bench hetero", "--ddp with --netns is not supported yet: the DDP "
-                                               "baseline runs on loopback only; drop one of them");
-    return -1;
+    if (o->ddp_hooks && !o->ddp)
+        return cli_usage_error("bench hetero", "--ddp-hooks picks the variants of --ddp, which was "
+                                               "not given; add --ddp");
+    return parse_hooks(o, o->ddp_hooks ? o->ddp_hooks : "none");
 }
 
 /* static always, then the policies `pols` names (all when NULL), in the config's order */
@@ -410,7 +461,7 @@ static int select_policies(hetero_opts *o, const char *pols) {
 static int select_scenarios(hetero_opts *o, const char *scens) {
     int any = 0;
     for (int s = 0; s < N_SCEN; s++)
-        any |= o->scen_on[s] = scens ? list_has(scens, scenarios[s].name) : scenarios[s].gpu < 0;
+        any |= o->scen_on[s] = scens ? list_has(scens, scenarios[s].name) : !scenarios[s].asked;
     if (!any) return cli_usage_error("bench hetero", "--scenarios names no known scenario");
     return -1;
 }
@@ -549,7 +600,8 @@ static void plot_scenario(const char *dir, const char *scen, const char *policy)
 
 /* PyTorch DDP baseline with the Python found at the start (o->py). Returns samples/s, or NAN
  * with `why` saying why not. */
-static double ddp_baseline(const hetero_opts *o, const scenario *s, char *why, size_t whylen) {
+static double ddp_baseline(const hetero_opts *o, const scenario *s, const char *hook, char *why,
+                           size_t whylen) {
     if (!o->py.path[0]) {
         snprintf(why, whylen, "%s", o->py.why);
         return NAN;
@@ -564,7 +616,8 @@ static double ddp_baseline(const hetero_opts *o, const scenario *s, char *why, s
     snprintf(port, sizeof port, "%ld", o->port + HB_NODES);
     char *argv[] = {(char *)o->py.path, script, "--nodes",     nodes, "--layers", (char *)o->layers,
                     "--batch",          batch,  "--slowdowns", slow,  "--iters",  iters,
-                    "--repeats",        "3",    "--port",      port,  NULL};
+                    "--repeats",        "3",    "--port",      port,  "--hook",   (char *)hook,
+                    o->netns ? "--netns" : NULL, (char *)netns_prefix(), NULL};
     char out[4096] = "", err[512] = "";
     int rc = bench_capture(argv, 1800, out, sizeof out, err, sizeof err);
     double v = NAN;
@@ -581,6 +634,7 @@ typedef struct {
     FILE *md;       /* report.md */
     FILE *js;       /* --json FILE, or NULL */
     int first_json; /* no JSON object written yet */
+    long batch;     /* the global batch, for the ceiling */
 } report;
 
 /* "loopback", or "veth in network namespaces, 1 Gbit/s, 200 us one-way delay (tc netem)" */
@@ -605,6 +659,7 @@ static int report_open(report *r, const hetero_opts *o) {
     r->md = fopen(path, "w");
     r->js = o->json ? fopen(o->json, "w") : NULL;
     r->first_json = 1;
+    r->batch = o->batch;
     if (!r->md || (o->json && !r->js)) {
         fprintf(stderr, "bench hetero: cannot write %s\n", !r->md ? path : o->json);
         if (r->md) fclose(r->md);
@@ -630,9 +685,15 @@ static int report_open(report *r, const hetero_opts *o) {
     fprintf(r->md, "\nlinks: %s\n", links);
     fprintf(r->md, "\n");
     if (o->ddp) printf("# pytorch: %s\n", pydesc), fprintf(r->md, "pytorch: %s\n\n", pydesc);
+    fprintf(r->md, "Where a step's time goes: *compute ms*, the slowest node's compute; *wait ms*, "
+                   "how much longer that is than the mean node's (what balancing can win); *sync "
+                   "ms*, the rest of the step after the slowest compute (the all-reduce on the "
+                   "wire, the update); *comm ceiling*, B / sync: the samples/s that communication "
+                   "leaves were compute free.\n\n");
     fprintf(r->md, "| scenario | policy | samples/s | speed-up vs static | ideal | efficiency | "
-                   "re-balance adjustments | oscillation | max/min compute | sync ms |\n"
-                   "|---|---|---|---|---|---|---|---|---|---|\n");
+                   "re-balance adjustments | oscillation | max/min compute | sync ms | compute ms "
+                   "| wait ms | comm ceiling (samples/s) |\n"
+                   "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     printf("%-13s %-13s %10s %8s %7s %6s %6s %7s %7s %7s\n", "scenario", "policy", "samples/s",
            "speedup", "ideal", "effic", "rebal", "oscill", "imbal", "sync");
     return 0;
@@ -644,7 +705,7 @@ static void report_row(report *rep, const char *scen, const char *pol, int is_st
         const char *what =
             bench_stopped() ? "no run completed before the stop" : "every run failed";
         printf("%-13s %-13s (%s)\n", scen, pol, what);
-        fprintf(rep->md, "| %s | %s | %s | | | | | | | |\n", scen, pol, what);
+        fprintf(rep->md, "| %s | %s | %s | | | | | | | | | | |\n", scen, pol, what);
         return;
     }
     char rb[32] = "-";
@@ -653,17 +714,22 @@ static void report_row(report *rep, const char *scen, const char *pol, int is_st
            r->samples_per_s, r->speedup, r->ideal, 100 * r->speedup / r->ideal, rb,
            100 * r->oscillation, r->imbalance, r->sync_ms);
     fflush(stdout);
-    fprintf(rep->md, "| %s | %s | %.0f | %.2fx | %.2fx | %.0f%% | %s | %.1f%% | %.2f | %.1f |\n",
+    fprintf(rep->md,
+            "| %s | %s | %.0f | %.2fx | %.2fx | %.0f%% | %s | %.1f%% | %.2f | %.1f | %.1f | %.1f "
+            "| %.0f |\n",
             scen, pol, r->samples_per_s, r->speedup, r->ideal, 100 * r->speedup / r->ideal, rb,
-            100 * r->oscillation, r->imbalance, r->sync_ms);
+            100 * r->oscillation, r->imbalance, r->sync_ms, r->compute_ms, r->wait_ms,
+            r->sync_ms > 0 ? 1e3 * (double)rep->batch / r->sync_ms : 0);
     if (!rep->js) return;
     fprintf(rep->js,
             "%s  {\"scenario\": \"%s\", \"policy\": \"%s\", \"samples_per_s\": %.1f, "
             "\"speedup_vs_static\": %.4f, \"ideal_speedup\": %.4f, "
             "\"rebalance_adjustments\": %s, \"oscillation\": %.5f, "
-            "\"imbalance\": %.4f, \"sync_ms\": %.3f, \"runs\": %d, \"emulated\": %s}",
+            "\"imbalance\": %.4f, \"sync_ms\": %.3f, \"compute_ms\": %.3f, \"wait_ms\": %.3f, "
+            "\"runs\": %d, \"emulated\": %s}",
             rep->first_json ? "" : ",\n", scen, pol, r->samples_per_s, r->speedup, r->ideal,
-            strcmp(rb, "-") ? rb : "null", r->oscillation, r->imbalance, r->sync_ms, r->runs,
+            strcmp(rb, "-") ? rb : "null", r->oscillation, r->imbalance, r->sync_ms, r->compute_ms,
+            r->wait_ms, r->runs,
             strcmp(scen, "mixed") ? "true" : "false");
     rep->first_json = 0;
 }
@@ -671,18 +737,33 @@ static void report_row(report *rep, const char *scen, const char *pol, int is_st
 /* The DDP row: PyTorch's rate against hetring's static and best dynamic ones. */
 static void report_ddp(report *rep, const hetero_opts *o, const scenario *sc, const run_result *res,
                        int best) {
-    char why[1400];
-    double ddp = ddp_baseline(o, sc, why, sizeof why);
-    if (bench_stopped()) return;
-    if (isnan(ddp)) {
-        printf("%-13s %-13s (PyTorch DDP not available: %s)\n", sc->name, "ddp-gloo", why);
-        return;
+    for (int h = 0; h < o->n_hooks && !bench_stopped(); h++) {
+        char why[1400], name[32];
+        snprintf(name, sizeof name, "ddp-gloo%s%s", strcmp(o->hook[h], "none") ? "-" : "",
+                 strcmp(o->hook[h], "none") ? o->hook[h] : "");
+        double ddp = ddp_baseline(o, sc, o->hook[h], why, sizeof why);
+        if (bench_stopped()) return;
+        if (isnan(ddp)) {
+            printf("%-13s %-13s (PyTorch DDP not available: %s)\n", sc->name, name, why);
+            fprintf(rep->md, "| %s | PyTorch DDP (gloo), hook %s | not available: %s | | | | | | "
+                             "| | | | |\n",
+                    sc->name, o->hook[h], why);
+            continue;
+        }
+        double mine = best > 0 ? res[best].samples_per_s : res[0].samples_per_s;
+        printf("%-13s %-13s %10.0f   hetring static %.2fx, best dynamic %.2fx of DDP\n", sc->name,
+               name, ddp, res[0].samples_per_s / ddp, mine / ddp);
+        fprintf(rep->md, "| %s | PyTorch DDP (gloo), hook %s | %.0f | %.2fx | | | | | | | | | |\n",
+                sc->name, o->hook[h], ddp, ddp / res[0].samples_per_s);
+        if (rep->js) {
+            fprintf(rep->js,
+                    "%s  {\"scenario\": \"%s\", \"policy\": \"%s\", \"samples_per_s\": %.1f, "
+                    "\"speedup_vs_static\": %.4f, \"best_hetring_over_this\": %.4f}",
+                    rep->first_json ? "" : ",\n", sc->name, name, ddp,
+                    ddp / res[0].samples_per_s, mine / ddp);
+            rep->first_json = 0;
+        }
     }
-    double mine = best > 0 ? res[best].samples_per_s : res[0].samples_per_s;
-    printf("%-13s %-13s %10.0f   hetring static %.2fx, best dynamic %.2fx of DDP\n", sc->name,
-           "ddp-gloo", ddp, res[0].samples_per_s / ddp, mine / ddp);
-    fprintf(rep->md, "| %s | PyTorch DDP (gloo) | %.0f | %.2fx | | | | | | |\n", sc->name, ddp,
-            ddp / res[0].samples_per_s);
 }
 
 static void report_close(report *rep, const hetero_opts *o, const progress *pr) {
@@ -812,7 +893,8 @@ static void run_scenario(const hetero_opts *o, const scenario *sc, report *rep, 
     }
     if (bench_stopped()) return;
     if (best > 0 && res[0].ok) plot_scenario(o->out_dir, sc->name, o->pol[best]);
-    if (o->ddp && (strcmp(sc->name, "homogeneous") == 0 || strcmp(sc->name, "one-slow") == 0))
+    if (o->ddp && (strcmp(sc->name, "homogeneous") == 0 || strcmp(sc->name, "one-slow") == 0 ||
+                   strcmp(sc->name, "demo") == 0))
         report_ddp(rep, o, sc, res, best);
 }
 

@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # test_hetero_netns.sh HETRING: `hetring bench hetero --netns` and `hetring local --netns`.
 #  - refused, exit 2, before anything runs: --link-rate or --link-delay without --netns, a rate
-#    or a delay that tc cannot take, --ddp with --netns, a --netns prefix that is no name, and
+#    or a delay that tc cannot take, --ddp-hooks without --ddp or naming no DDP hook, a --netns
+#    prefix that is no name, and
 #    (hetring local) a --netns whose namespace for a node does not exist, naming the node and
 #    the path (no root needed for this part);
 #  - with the privilege to make network namespaces: one short run over 100 Mbit/s links says
 #    so in its header and report, its nodes ran at 10.77.0.1-4 (in their namespaces), its
 #    throughput is what 100 Mbit/s allows (the MLP's 2.7 MB gradient is about 0.32 s of wire
-#    a step: at most 1,600 samples/s, where loopback gives several times that), and the
-#    namespaces are gone afterwards; without that privilege this part exits 77 (skipped).
+#    a step: at most 1,600 samples/s, where loopback gives several times that), DDP too where
+#    PyTorch is installed, and the namespaces are gone afterwards; without that privilege this
+#    part exits 77 (skipped).
 set -u
 HR=$1
 . "$(dirname "${BASH_SOURCE[0]}")/../harness.sh"
@@ -30,7 +32,10 @@ refused "--link-rate: '10' has no unit" "${H[@]}" --netns --link-rate 10
 refused "--link-delay: '5' needs a unit" "${H[@]}" --netns --link-delay 5
 refused "--link-delay: '2s' is over 1 s" "${H[@]}" --netns --link-delay 2s
 refused "--link-delay: ';ls' does not start with a number" "${H[@]}" --netns --link-delay ';ls'
-refused "--ddp with --netns is not supported yet" "${H[@]}" --netns --ddp
+refused "--ddp-hooks picks the variants of --ddp" "${H[@]}" --ddp-hooks none
+refused "--ddp-hooks: 'powersgd:0' (expected none, fp16, bf16 or powersgd:R" "${H[@]}" --ddp \
+    --ddp-hooks none,powersgd:0
+refused "--ddp-hooks: 'zip'" "${H[@]}" --ddp --ddp-hooks fp16,zip
 ls "$tmp/o" 2> /dev/null | grep -q . && fail "a refused bench wrote $tmp/o"
 conf=$(dirname "${BASH_SOURCE[0]}")/../../conf/examples/demo.ini
 refused "--netns 'a b' (expected 1-31 letters" local --conf "$conf" --netns 'a b'
@@ -46,8 +51,14 @@ if ! ip netns add "$ns" 2> /dev/null; then
 fi
 ip netns del "$ns"
 ip netns list | awk '{ print $1 }' | grep "^hrb" | sort > "$tmp/ns-before"
+# with PyTorch, DDP runs over the same links
+py=()
+for p in python3 /usr/bin/python3; do
+    command -v "$p" > /dev/null && "$p" -c "import torch" 2> /dev/null && { py=(--ddp --python "$(command -v "$p")"); break; }
+done
+[ ${#py[@]} = 0 ] && echo "no PyTorch here: the run leaves DDP out"
 timeout 200 "$HR" bench hetero --netns --link-rate 100mbit --link-delay 1ms --scenarios homogeneous \
-    --policies static --iters 20 --out "$tmp/run" --json "$tmp/j" > "$tmp/stdout" 2>&1 ||
+    --policies static --iters 20 --out "$tmp/run" --json "$tmp/j" "${py[@]}" > "$tmp/stdout" 2>&1 ||
     fail "the netns run exited $?: $(tail -3 "$tmp/stdout")"
 cat "$tmp/stdout"
 grep -q "^# links: veth in network namespaces, 100 Mbit/s" "$tmp/stdout" ||
@@ -63,6 +74,12 @@ sps=$(sed -n 's/.*"samples_per_s": \([0-9.]*\).*/\1/p' "$tmp/j" | head -1)
 echo "throughput over 100 Mbit/s links: ${sps:-none} samples/s (at most about 1,600 there)"
 awk -v s="${sps:-x}" 'BEGIN { exit !(s ~ /^[0-9.]+$/ && s > 0 && s <= 2000) }' ||
     fail "${sps:-no} samples/s: not what 100 Mbit/s links allow (the links are not shaped?)"
+if [ ${#py[@]} != 0 ]; then
+    ddp=$(sed -n 's/.*"policy": "ddp-gloo", "samples_per_s": \([0-9.]*\).*/\1/p' "$tmp/j")
+    echo "DDP over the same links: ${ddp:-none} samples/s"
+    awk -v s="${ddp:-x}" 'BEGIN { exit !(s ~ /^[0-9.]+$/ && s > 0 && s <= 2000) }' ||
+        fail "DDP: ${ddp:-no} samples/s: not a run over 100 Mbit/s links"
+fi
 ip netns list | awk '{ print $1 }' | grep "^hrb" | sort > "$tmp/ns-after"
 new=$(comm -13 "$tmp/ns-before" "$tmp/ns-after")
 [ -z "$new" ] || fail "the bench left namespaces behind: $new"
