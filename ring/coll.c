@@ -204,6 +204,60 @@ hr_status ring_allreduce_tree(ring *r, float *buf, size_t count) {
                                  RX_ADD));
 }
 
+/* The ring all-reduce's blocks: block j of count elements of esz bytes. */
+static void allreduce_blocks(int n, size_t count, size_t esz, size_t *off, size_t *len) {
+    for (int j = 0; j < n; j++) {
+        size_t lo = (size_t)j * count / (size_t)n, hi = (size_t)(j + 1) * count / (size_t)n;
+        off[j] = lo * esz;
+        len[j] = (hi - lo) * esz;
+    }
+}
+
+/* The ring all-reduce's steps: n - 1 of reduce-scatter (received frames reduced with `op`),
+ * then n - 1 of all-gather (copied). */
+static void allreduce_steps(int n, int k, uint8_t op, int *tx, int *rx, uint8_t *add) {
+    for (int s = 0; s < n - 1; s++) { /* reduce-scatter */
+        tx[s] = (k - s + n) % n;
+        rx[s] = (k - s - 1 + 2 * n) % n;
+        add[s] = op;
+    }
+    for (int t = 0; t < n - 1; t++) { /* all-gather of the reduced chunks */
+        tx[n - 1 + t] = (k + 1 - t + n) % n;
+        rx[n - 1 + t] = (k - t + n) % n;
+        add[n - 1 + t] = RX_COPY;
+    }
+}
+
+hr_status ring_allreduce_bf16(ring *r, float *buf, uint16_t *wire, float *dropped, size_t count) {
+    if (dropped) memset(dropped, 0, count * sizeof *dropped);
+    HR_CHECK(begin(r));
+    int n = r->view.n, k = r->rank;
+    if (n == 1 || count == 0) return finish(r, HR_OK);
+    if (ring_tree_takes_allreduce(r, count) || allreduce_is_small(r, count))
+        return ring_allreduce(r, buf, count); /* float32: latency, not bytes, rules there */
+    for (size_t i = 0; i < count; i++) wire[i] = eng_bf16(buf[i]);
+    size_t off[RING_MAX_NODES], len[RING_MAX_NODES];
+    allreduce_blocks(n, count, sizeof *wire, off, len);
+    int tx[2 * RING_MAX_NODES], rx[2 * RING_MAX_NODES];
+    uint8_t add[2 * RING_MAX_NODES];
+    allreduce_steps(n, k, RX_ADD_BF16, tx, rx, add);
+    sched_blocks b = {off, len};
+    if (sched_steps(r, &b, tx, rx, add, 2 * (n - 1), sizeof *wire) != HR_OK)
+        return finish(r, fail_local(r, FRAME_COLL_ALLREDUCE_BF16, HR_ERR_NOMEM, "out of memory"));
+    r->bf16_acc = buf;
+    hr_status st = run_sched(r, FRAME_COLL_ALLREDUCE_BF16, (uint8_t *)wire);
+    r->bf16_acc = NULL;
+    if (st != HR_OK) return finish(r, st);
+    /* buf holds, element by element, what this node rounded last: its own value for the block
+     * it sent first, the float32 sum of a block it passed on, the whole sum of the block it
+     * owns; each rounding's loss is dropped[i], and then every member takes the same bits */
+    for (size_t i = 0; i < count; i++) {
+        if (dropped) dropped[i] = buf[i] - eng_f32(eng_bf16(buf[i]));
+        buf[i] = eng_f32(wire[i]);
+    }
+    return finish(r, HR_OK);
+}
+
 hr_status ring_allreduce(ring *r, float *buf, size_t count) {
     HR_CHECK(begin(r));
     int n = r->view.n, k = r->rank;
@@ -214,23 +268,10 @@ hr_status ring_allreduce(ring *r, float *buf, size_t count) {
     if (allreduce_is_small(r, count))
         return finish(r, allreduce_small(r, buf, count));
     size_t off[RING_MAX_NODES], len[RING_MAX_NODES];
-    for (int j = 0; j < n; j++) {
-        size_t lo = (size_t)j * count / (size_t)n, hi = (size_t)(j + 1) * count / (size_t)n;
-        off[j] = lo * sizeof(float);
-        len[j] = (hi - lo) * sizeof(float);
-    }
+    allreduce_blocks(n, count, sizeof(float), off, len);
     int tx[2 * RING_MAX_NODES], rx[2 * RING_MAX_NODES];
     uint8_t add[2 * RING_MAX_NODES];
-    for (int s = 0; s < n - 1; s++) { /* reduce-scatter */
-        tx[s] = (k - s + n) % n;
-        rx[s] = (k - s - 1 + 2 * n) % n;
-        add[s] = 1;
-    }
-    for (int t = 0; t < n - 1; t++) { /* all-gather of the reduced chunks */
-        tx[n - 1 + t] = (k + 1 - t + n) % n;
-        rx[n - 1 + t] = (k - t + n) % n;
-        add[n - 1 + t] = 0;
-    }
+    allreduce_steps(n, k, RX_ADD, tx, rx, add);
     sched_blocks b = {off, len};
     if (sched_steps(r, &b, tx, rx, add, 2 * (n - 1), sizeof(float)) != HR_OK)
         return finish(r, fail_local(r, FRAME_COLL_ALLREDUCE, HR_ERR_NOMEM, "out of memory"));

@@ -247,6 +247,9 @@ static hr_status eng_apply(ring *r, eng *e) {
     }
     if (add == RX_ADD)
         eng_add_floats((float *)out, (const float *)pay, len / 4);
+    else if (add == RX_ADD_BF16)
+        eng_add_bf16((uint16_t *)out, r->bf16_acc + e->s->rx_off[e->ri] / 2,
+                     (const uint16_t *)pay, len / 2);
     else if (add == RX_OR)
         for (size_t i = 0; i < len; i++) out[i] |= pay[i];
     return HR_OK;

@@ -10,6 +10,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 /* Collectives receiving more than this run on the threaded engine (where it is on): below it
  * the hand-offs between threads cost about what they save (bench/README.md, "All-reduce"). */
@@ -19,16 +20,18 @@
 
 /* ---------------------------------------------------------------- schedules (engine.c) */
 
-/* What a received frame does to its place: copy its bytes, add its floats, or OR its bytes
- * (the tree's all-gather: blocks are disjoint and zero elsewhere). */
-enum { RX_COPY = 0, RX_ADD = 1, RX_OR = 2 };
+/* What a received frame does to its place: copy its bytes, add its floats, OR its bytes (the
+ * tree's all-gather: blocks are disjoint and zero elsewhere), or add its bf16 values to the
+ * float32 accumulator r->bf16_acc and put the rounded sums in its place (eng_add_bf16). */
+enum { RX_COPY = 0, RX_ADD = 1, RX_OR = 2, RX_ADD_BF16 = 3 };
 
 /* Per-call schedule of frames (r->sched). */
 struct ring_sched {
     size_t *tx_off, *tx_len; /* byte range of the i-th frame sent */
     size_t *tx_need;         /* frames that must have arrived before frame i is sent */
     size_t *rx_off, *rx_len; /* byte range of the i-th frame received */
-    uint8_t *rx_add;         /* RX_COPY, RX_ADD or RX_OR (the threaded engine: copy, add) */
+    uint8_t *rx_add;         /* RX_COPY, RX_ADD, RX_OR or RX_ADD_BF16 (the threaded engine:
+                              * no RX_OR) */
     size_t n_tx, n_rx;       /* frames in each direction */
     size_t cap;              /* entries allocated per array */
 };
@@ -78,6 +81,33 @@ typedef struct {
 /* dst[i] += src[i] for the n floats of a frame: the reduction. */
 static inline void eng_add_floats(float *restrict dst, const float *restrict src, size_t n) {
     for (size_t i = 0; i < n; i++) dst[i] += src[i];
+}
+
+/* float32 to bfloat16, rounded to nearest, ties to even (NaN stays NaN, quiet): integer
+ * arithmetic on the bits, so every machine rounds alike. */
+static inline uint16_t eng_bf16(float f) {
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u);
+    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+/* bfloat16 to float32 (exact). */
+static inline float eng_f32(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+/* A bf16 frame of the reduce-scatter: acc[i] += src[i] in float32, and dst[i], the place the
+ * next hop's frame is cut from, becomes acc[i] rounded to bf16. */
+static inline void eng_add_bf16(uint16_t *restrict dst, float *restrict acc,
+                                const uint16_t *restrict src, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        acc[i] += eng_f32(src[i]);
+        dst[i] = eng_bf16(acc[i]);
+    }
 }
 
 /* Check the header of frame e->ri (in rx_stage) against the one expected. */

@@ -144,7 +144,11 @@ static int mt_apply(ring_mt *m, size_t j, int *auth_failed) {
         }
         if (!mt_header_ok(m, j, f)) return -1;
     }
-    if (add) eng_add_floats((float *)out, (const float *)pay, len / 4);
+    if (add == RX_ADD_BF16)
+        eng_add_bf16((uint16_t *)out, r->bf16_acc + s->rx_off[j] / 2, (const uint16_t *)pay,
+                     len / 2);
+    else if (add)
+        eng_add_floats((float *)out, (const float *)pay, len / 4);
     return 0;
 }
 

@@ -34,6 +34,8 @@ const char *frame_coll_name(int coll) {
         return "broadcast";
     case FRAME_COLL_BARRIER:
         return "barrier";
+    case FRAME_COLL_ALLREDUCE_BF16:
+        return "bf16 all-reduce";
     default:
         return "unknown collective";
     }

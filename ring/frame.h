@@ -31,6 +31,7 @@ enum {
     FRAME_COLL_ALLGATHER = 2,
     FRAME_COLL_BROADCAST = 3,
     FRAME_COLL_BARRIER = 4,
+    FRAME_COLL_ALLREDUCE_BF16 = 5, /* ring_allreduce_bf16: bf16 on the wire */
 };
 
 typedef struct {

@@ -96,6 +96,15 @@ int ring_tree_takes_allreduce(const ring *r, size_t count);
 /* ring_allreduce over the tree, for a caller that chose it: an all-reduce the tree does not
  * take fails the ring (a caller's bug, HR_ERR_INVAL). */
 hr_status ring_allreduce_tree(ring *r, float *buf, size_t count);
+/* ring_allreduce with bfloat16 on the wire: half the bytes. The reduce-scatter adds each
+ * received bf16 partial sum to this node's float32 values and sends the sum rounded to bf16;
+ * the all-gather copies the owners' rounded sums unchanged, so every member ends with the same
+ * bits (I4): buf[i] becomes the bf16 sum widened to float32. What this node's roundings
+ * dropped goes to dropped[i] (count floats, or NULL): summed over the members it is the exact
+ * sum minus the result, so a caller that adds it to its next contribution loses nothing over
+ * time (error feedback). `wire` is count bf16 values of scratch. A count the ring would send
+ * as one small message or over the tree goes as ring_allreduce does, float32 (dropped: 0). */
+hr_status ring_allreduce_bf16(ring *r, float *buf, uint16_t *wire, float *dropped, size_t count);
 /* Everyone's `bytes_each` bytes, in rank order, into `all` (n * bytes_each bytes). */
 hr_status ring_allgather(ring *r, const void *mine, void *all, size_t bytes_each);
 /* Variable sizes: rank k contributes bytes_of[k] bytes (my_bytes must equal bytes_of[rank]);

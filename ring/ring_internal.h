@@ -75,6 +75,7 @@ struct ring {
     uint8_t *rx_stage;       /* incoming frame: header | payload | tag */
     size_t stage_cap;        /* bytes allocated for each stage */
     float *tmp;              /* scratch for the small all-reduce (n * count floats) */
+    float *bf16_acc;         /* the float32 sums of ring_allreduce_bf16 in progress, or NULL */
     size_t tmp_cap;          /* bytes allocated for tmp */
     ring_sched *sched;       /* schedule scratch (engine.c) */
     struct ring_elastic *el; /* election state, shared with the gate's lobby (elect.c) */

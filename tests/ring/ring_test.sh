@@ -131,6 +131,7 @@ correct | big)
         bad=0
         for i in $ids; do [ "${rc[$i]}" = 0 ] || bad=1; done
         echo "N=$n $mode counts [$counts]: $(awk "BEGIN{printf \"%.2f\", $(now) - $t0}") s"
+        grep -h 'bf16 all-reduce count [0-9]\{7,\}' "$tmp/out.0" | sed 's/^/    /'
         if [ $bad = 1 ]; then fail "N=$n: a node failed"; show $ids; fi
     done
     ;;
