@@ -52,6 +52,8 @@ typedef struct {
     size_t segment;        /* segment_bytes, 0 = default */
     size_t tree_bytes;     /* tree_bytes, SIZE_MAX = the default */
     long port;             /* first port */
+    const char *wire;      /* --wire as given: fp32 (default) or bf16 */
+    int bf16;              /* ring_allreduce_bf16: bf16 on the wire */
 } ar_opts;
 
 static void usage(FILE *out) {
@@ -60,7 +62,7 @@ static void usage(FILE *out) {
             "                               [-e|--max-bytes B] [-f|--step-factor F]\n"
             "                               [--iters K] [--warmup W] [--json FILE] [--netns]\n"
             "                               [--link-rate RATE] [--rate R] [--segment BYTES]\n"
-            "                               [--tree-bytes BYTES]\n"
+            "                               [--tree-bytes BYTES] [--wire fp32|bf16]\n"
             "                               [--port P]\n"
             "\n"
             "All-reduce bandwidth of N local nodes in the nccl-tests table format. -b, -e\n"
@@ -85,6 +87,10 @@ static void usage(FILE *out) {
             "  --segment BYTES        pipeline segment size (default: the ring's)\n"
             "  --tree-bytes BYTES     largest all-reduce over the tree of 4+ nodes (default:\n"
             "                         the ring's, 64K; 0: every all-reduce on the ring)\n"
+            "  --wire fp32|bf16       what goes on the wire: float32 (default), or bfloat16\n"
+            "                         (ring_allreduce_bf16: half the bytes, every sum rounded\n"
+            "                         to bf16); sizes, algbw and busbw count the float32 buffer\n"
+            "                         all-reduced, so a faster wire shows as more GB/s\n"
             "  --port P               first TCP port (default: random in 10000-32000)\n"
             "  -h, --help             this text\n");
 }
@@ -159,6 +165,9 @@ static void print_header(const ar_opts *o, ring *r, double r_gbs) {
            n, o->netns ? "in network namespaces (veth links)" : "on loopback",
            cfg_security_name(o->security), (long)ring_segment_bytes(r), ring_tree_bytes(r),
            o->iters, o->warmup);
+    if (o->bf16)
+        printf("# wire: bf16 (ring_allreduce_bf16: half the bytes, sums rounded to bf16); sizes "
+               "and GB/s count the float32 buffer\n");
     if (ring_workers(r) < 0)
         printf("# ring: one thread per collective\n");
     else
@@ -188,23 +197,35 @@ static void print_header(const ar_opts *o, ring *r, double r_gbs) {
 /* One size on this node: one checked all-reduce, the warm-up, the timed iterations. Returns
  * the slowest node's mean time and the wrong elements of all nodes in *out; -1 on a ring
  * error. */
-static int measure_size(ring *r, const ar_opts *o, float *buf, size_t count, node_result *out) {
+/* The all-reduce the bench times: float32, or with --wire bf16 bf16 on the wire (wire: count
+ * values of scratch). */
+static hr_status allreduce(ring *r, const ar_opts *o, float *buf, uint16_t *wire, size_t count) {
+    return o->bf16 ? ring_allreduce_bf16(r, buf, wire, NULL, count) : ring_allreduce(r, buf, count);
+}
+
+static int measure_size(ring *r, const ar_opts *o, float *buf, uint16_t *wire, size_t count,
+                        node_result *out) {
     int n = ring_size(r), k = ring_rank(r);
     size_t bytes = count * sizeof(float);
     double wrong = 0;
-    for (size_t i = 0; i < count; i++) buf[i] = (float)((i % 251) + (size_t)k);
-    if (ring_allreduce(r, buf, count) != HR_OK) return -1;
+    /* the checked run: integer sums, exact in float32; with bf16 small enough that every
+     * partial sum is exact in bf16 too (at most n (128 / n - 1) + n <= 256) */
+    const int span = o->bf16 ? (n < 128 ? 128 / n : 1) : 251, lift = o->bf16 ? 2 : n;
+    double base = 0;
+    for (int q = 0; q < n; q++) base += q % lift;
+    for (size_t i = 0; i < count; i++) buf[i] = (float)((int)(i % (size_t)span) + k % lift);
+    if (allreduce(r, o, buf, wire, count) != HR_OK) return -1;
     for (size_t i = 0; i < count; i++)
-        if (buf[i] != (float)(n * (int)(i % 251) + n * (n - 1) / 2)) wrong++;
+        if (buf[i] != (float)(n * (int)(i % (size_t)span) + base)) wrong++;
     int iters = bytes < (1u << 20) && o->iters < 200 ? 200 : o->iters;
     for (int w = 0; w < o->warmup; w++)
-        if (ring_allreduce(r, buf, count) != HR_OK) return -1;
+        if (allreduce(r, o, buf, wire, count) != HR_OK) return -1;
     if (ring_barrier(r) != HR_OK) return -1;
     uint64_t tree0 = ring_tree_runs(r);
     double t0 = hr_now();
     for (int it = 0; it < iters; it++) {
         if (it % 16 == 0) memset(buf, 0, bytes); /* keep the values finite */
-        if (ring_allreduce(r, buf, count) != HR_OK) return -1;
+        if (allreduce(r, o, buf, wire, count) != HR_OK) return -1;
     }
     node_result me = {(hr_now() - t0) / iters * 1e6, wrong, ring_tree_runs(r) > tree0},
                 all[CFG_MAX_NODES];
@@ -227,9 +248,10 @@ static double report_size(const ar_opts *o, int n, size_t bytes, node_result res
     if (js) {
         fprintf(js,
                 "{\"bytes\": %zu, \"time_us\": %.3f, \"algbw\": %.6f, \"busbw\": %.6f, "
-                "\"wrong\": %.0f, \"nodes\": %d, \"security\": \"%s\", \"algo\": \"%s\"",
+                "\"wrong\": %.0f, \"nodes\": %d, \"security\": \"%s\", \"algo\": \"%s\", "
+                "\"wire\": \"%s\"",
                 bytes, t, algbw, busbw, res.wrong, n, cfg_security_name(o->security),
-                res.tree ? "tree" : "ring");
+                res.tree ? "tree" : "ring", o->bf16 ? "bf16" : "fp32");
         if (o->netns) fprintf(js, ", \"link_rate_bps\": %.0f", o->link_bps);
         fputs("}\n", js);
     }
@@ -267,15 +289,17 @@ static int run_node(const ar_opts *o, cfg *c, int idx, double r_gbs) {
     int n = ring_size(r), k = ring_rank(r), rc = 0, ring_failed = 0;
     size_t maxc = o->max_bytes / sizeof(float);
     float *buf = malloc((maxc ? maxc : 1) * sizeof *buf);
+    uint16_t *wire = o->bf16 ? malloc((maxc ? maxc : 1) * sizeof *wire) : NULL;
     FILE *js = k == 0 ? open_json(o) : NULL;
     if (k == 0) print_header(o, r, r_gbs);
     sweep s = {0};
-    for (size_t bytes = o->min_bytes; bytes <= o->max_bytes && buf; bytes = next_size(o, bytes)) {
+    for (size_t bytes = o->min_bytes; bytes <= o->max_bytes && buf && (wire || !o->bf16);
+         bytes = next_size(o, bytes)) {
         size_t count = bytes / sizeof(float);
         if (count == 0) count = 1;
         bytes = count * sizeof(float);
         node_result res;
-        if (measure_size(r, o, buf, count, &res) != 0) {
+        if (measure_size(r, o, buf, wire, count, &res) != 0) {
             ring_failed = 1;
             break;
         }
@@ -291,6 +315,7 @@ static int run_node(const ar_opts *o, cfg *c, int idx, double r_gbs) {
     }
     if (js) fclose(js);
     free(buf);
+    free(wire);
     ring_free(r);
     return rc;
 }
@@ -365,6 +390,7 @@ static int parse_opts(ar_opts *o, int argc, char **argv) {
         {.name = "warmup", .kind = BENCH_OPT_LAX_INT, .dst = &o->warmup},
         {.name = "json", .kind = BENCH_OPT_STR, .dst = &o->json},
         {.name = "netns", .kind = BENCH_OPT_FLAG, .dst = &o->netns},
+        {.name = "wire", .kind = BENCH_OPT_STR, .dst = &o->wire},
         {.name = "link-rate", .kind = BENCH_OPT_STR, .dst = &o->link_rate},
         {.name = "rate", .kind = BENCH_OPT_LAX_REAL, .dst = &o->rate},
         {.name = "segment", .kind = BENCH_OPT_SIZE, .dst = &o->segment},
@@ -386,6 +412,9 @@ static int parse_opts(ar_opts *o, int argc, char **argv) {
                                o->tree_bytes);
     char why[256];
     o->link_bps = 1e9;
+    if (o->wire && strcmp(o->wire, "fp32") != 0 && strcmp(o->wire, "bf16") != 0)
+        return cli_usage_error("bench allreduce", "--wire '%s' (expected fp32 or bf16)", o->wire);
+    o->bf16 = o->wire && strcmp(o->wire, "bf16") == 0;
     if (o->link_rate && !o->netns)
         return cli_usage_error("bench allreduce",
                                "--link-rate shapes the links of --netns, which was not given; "

@@ -103,6 +103,16 @@ grep -q '^# Out of bounds values : 0 OK$' "$tmp/a.out" || fail "bench allreduce:
 grep -q "^# Avg bus bandwidth *: [0-9]" "$tmp/a.out" || fail "bench allreduce: no average line"
 grep -q '"algo": "ring"' "$tmp/a.json" && ! grep -q '"algo": "tree"' "$tmp/a.json" ||
     fail "bench allreduce: 2 nodes must say every size went round the ring"
+# --wire bf16, 3 nodes, 256 KiB to 4 MiB (round the ring on the bf16 wire from 64K floats on):
+# every sum exact (the checked values stay exact in bf16), and the header and JSON say bf16
+timeout 120 "$HR" bench allreduce --port "$base" --nodes 3 --wire bf16 -b 256K -e 4M -f 4 --iters 3 \
+    --rate 1 --json "$tmp/w.json" > "$tmp/w.out" 2>&1 || { fail "bench allreduce --wire bf16 exited $?"; cat "$tmp/w.out"; }
+grep -q "^# wire: bf16" "$tmp/w.out" || fail "bench allreduce --wire bf16: the header does not say bf16"
+[ "$(grep -c '"wire": "bf16"' "$tmp/w.json" 2>/dev/null)" = 3 ] &&
+    [ "$(grep -c '"wrong": 0,' "$tmp/w.json")" = 3 ] ||
+    fail "bench allreduce --wire bf16: expected 3 sizes, bf16, #wrong 0: $(cat "$tmp/w.json")"
+"$HR" bench allreduce --wire fp16 > /dev/null 2> "$tmp/w.err"
+[ $? = 2 ] && grep -q "expected fp32 or bf16" "$tmp/w.err" || fail "bench allreduce --wire fp16 was not refused"
 # 6 nodes: sizes up to --tree-bytes go over the tree (and say so), larger ones round the ring
 timeout 120 "$HR" bench allreduce --port "$base" --nodes 6 --min-bytes 1K --max-bytes 16K -f 4 --iters 5 \
     --rate 1 --tree-bytes 4K --json "$tmp/t.json" > "$tmp/t.out" 2>&1 || { fail "bench allreduce --tree-bytes exited $?"; cat "$tmp/t.out"; }
