@@ -56,7 +56,9 @@ while IFS= read -r line; do
         [ "$sp" = 1.0000 ] || fail "$what: speedup_vs_static '$sp', expected 1.0000"
         [ "$osc" = 0.00000 ] || fail "$what: oscillation '$osc', expected 0.00000"
     else
-        in_range "$sp" 0.1 10 || fail "$what: speedup_vs_static '$sp' not a number in [0.1, 10]"
+        # a positive number: how large depends on the machine's load (a static run slowed by
+        # other processes gave 13.9x in 24 iterations), which the bench reports, not bounds
+        in_range "$sp" 1e-6 1e6 || fail "$what: speedup_vs_static '$sp' not a positive number"
         in_range "$osc" 0 1 || fail "$what: oscillation '$osc' not a number in [0, 1]"
     fi
 done < <(grep '"scenario"' "$tmp/h.json" 2>/dev/null)
@@ -67,7 +69,7 @@ timeout 120 "$HR" bench hetero --port "$base" --out "$tmp/h1" --json "$tmp/h1.js
 s1=$(field "$(grep '"policy": "static"' "$tmp/h1.json")" samples_per_s)
 l1=$(grep '"policy": "model"' "$tmp/h1.json")
 s2=$(field "$l1" samples_per_s) sp=$(field "$l1" speedup_vs_static)
-in_range "$s1" 1 1e12 && in_range "$s2" 1 1e12 && in_range "$sp" 0.1 10 &&
+in_range "$s1" 1 1e12 && in_range "$s2" 1 1e12 && in_range "$sp" 1e-6 1e6 &&
     awk -v a="$s1" -v b="$s2" -v s="$sp" 'BEGIN { d = b / a - s; exit !(d < 2e-4 && d > -2e-4) }' ||
     fail "bench hetero --repeat 1: speedup_vs_static '$sp' is not model/static = $s2/$s1"
 for f in homogeneous-static.csv homogeneous-model.csv one-slow-model.csv report.md; do
