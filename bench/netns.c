@@ -111,8 +111,8 @@ void netns_rate_str(double bps, char *out, size_t n) {
 
 static char g_prefix[32]; /* "hrbPID": namespaces to remove at exit; empty when none */
 static int g_n;
-static int g_owner = 1;   /* this process made the namespaces and removes them */
-static int g_no_delay;    /* sch_netem was missing: links are rate-limited (tbf) without delay */
+static int g_owner = 1; /* this process made the namespaces and removes them */
+static int g_no_delay;  /* sch_netem was missing: links are rate-limited (tbf) without delay */
 
 static int sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static int sh(const char *fmt, ...) {
@@ -165,8 +165,8 @@ static int shape(const char *ns, const char *dev, double bps, double delay) {
         return 0;
     long burst = (long)(262144.0 * bps / 1e9);
     if (burst < 16384) burst = 16384;
-    if (sh("ip netns exec %s tc qdisc add dev %s root tbf rate %.0fbit burst %ld latency 50ms",
-           ns, dev, bps, burst) != 0) {
+    if (sh("ip netns exec %s tc qdisc add dev %s root tbf rate %.0fbit burst %ld latency 50ms", ns,
+           dev, bps, burst) != 0) {
         fprintf(stderr, "hetring bench: neither tc netem nor tbf is available here\n");
         return -1;
     }

@@ -176,14 +176,11 @@ static int seconds_opt(const char *name, const char *arg, double *out) {
 }
 
 int cmd_local(int argc, char **argv) {
-    static const struct option opts[] = {{"conf", required_argument, 0, 0},
-                                         {"set", required_argument, 0, 0},
-                                         {"grace", required_argument, 0, 'g'},
-                                         {"respawn", required_argument, 0, 'r'},
-                                         {"compare-static", no_argument, 0, 'c'},
-                                         {"netns", required_argument, 0, 'n'},
-                                         {"help", no_argument, 0, 'h'},
-                                         {0, 0, 0, 0}};
+    static const struct option opts[] = {
+        {"conf", required_argument, 0, 0},       {"set", required_argument, 0, 0},
+        {"grace", required_argument, 0, 'g'},    {"respawn", required_argument, 0, 'r'},
+        {"compare-static", no_argument, 0, 'c'}, {"netns", required_argument, 0, 'n'},
+        {"help", no_argument, 0, 'h'},           {0, 0, 0, 0}};
     cli_common o = {0};
     launch_opts how = {.grace_s = 5};
     int idx, ch, compare = 0;
@@ -194,8 +191,9 @@ int cmd_local(int argc, char **argv) {
             compare = 1;
         } else if (ch == 'n') {
             if (!netns_prefix_ok(optarg))
-                return cli_usage_error("local", "--netns '%s' (expected 1-31 letters, digits, '_' "
-                                                "or '-')",
+                return cli_usage_error("local",
+                                       "--netns '%s' (expected 1-31 letters, digits, '_' "
+                                       "or '-')",
                                        optarg);
             how.netns = optarg;
         } else if (ch == 'g') {

@@ -289,11 +289,9 @@ int main(int argc, char **argv) {
      * kernels (verify.sh's sanitizer check; ctest and the other tools run every shape) */
     const char *small_env = getenv("HR_CUDA_TEST_SMALL");
     int large = !(small_env && strcmp(small_env, "1") == 0);
-    if (!large)
-        printf("HR_CUDA_TEST_SMALL=1: the large shapes are left out\n");
+    if (!large) printf("HR_CUDA_TEST_SMALL=1: the large shapes are left out\n");
     test_linear(37, 129, 65);
-    if (large)
-        test_linear(512, 784, 512);
+    if (large) test_linear(512, 784, 512);
     test_linear(1, 3, 1);
     test_relu(100003);
     test_conv(5, 1, 28, 28, 6, 5, 1, 2);
@@ -310,8 +308,7 @@ int main(int argc, char **argv) {
     test_xent(300, 10);
     test_xent(7, 1000);
     test_mse(50, 3);
-    if (large)
-        test_mse(100000, 1);
+    if (large) test_mse(100000, 1);
 
     cuda_ctx_free(&ctx);
     return check_exit();
