@@ -180,8 +180,8 @@ static void print_header(const ar_opts *o, ring *r, double r_gbs) {
         printf("# link rate = %.4g GB/s (%s%s%s%s); target busbw >= 0.9 of it\n", o->link_bps / 8e9,
                rs, o->link_rate ? ", --link-rate " : "", o->link_rate ? o->link_rate : "",
                netns_no_delay() ? "; tc netem is missing here, so tbf shapes the rate and the "
-                            "200 us delay is NOT emulated"
-                          : ", netem delay 200 us");
+                                  "200 us delay is NOT emulated"
+                                : ", netem delay 200 us");
     } else if (r_gbs > 0)
         printf("# R = %.2f GB/s (one iperf3 TCP stream on loopback); R/N = %.2f GB/s\n", r_gbs,
                r_gbs / n);

@@ -280,20 +280,20 @@ typedef struct {
     long repeat;         /* runs of every scenario and policy; the report gives medians */
     int n_pol;           /* policies to run, static first */
     const char *pol[N_POL];
-    int scen_on[N_SCEN]; /* scenarios to run */
-    bench_sets sets;     /* --set overrides passed to every run */
-    const char *tmpl;    /* cluster file every run starts from */
-    const char *python;  /* --python PATH for the DDP baseline, or NULL (search) */
-    long port;           /* first of the HB_NODES + 1 ports the runs use (--port), 0: choose */
-    char hetring[4096];  /* the hetring executable that runs the clusters */
-    bench_python py;     /* where the DDP baseline's torch is (with --ddp) */
-    int netns;             /* run the nodes over shaped veth links in namespaces */
-    const char *link_rate; /* --link-rate as given, or NULL: 1gbit */
+    int scen_on[N_SCEN];    /* scenarios to run */
+    bench_sets sets;        /* --set overrides passed to every run */
+    const char *tmpl;       /* cluster file every run starts from */
+    const char *python;     /* --python PATH for the DDP baseline, or NULL (search) */
+    long port;              /* first of the HB_NODES + 1 ports the runs use (--port), 0: choose */
+    char hetring[4096];     /* the hetring executable that runs the clusters */
+    bench_python py;        /* where the DDP baseline's torch is (with --ddp) */
+    int netns;              /* run the nodes over shaped veth links in namespaces */
+    const char *link_rate;  /* --link-rate as given, or NULL: 1gbit */
     const char *link_delay; /* --link-delay as given, or NULL: 200us */
-    double link_bps;       /* the links' rate, bits per second (--netns) */
-    double link_delay_s;   /* the links' one-way delay, seconds (--netns) */
-    const char *ddp_hooks; /* --ddp-hooks as given, or NULL: none */
-    int n_hooks;           /* DDP variants to run: none, fp16, bf16, powersgd:R */
+    double link_bps;        /* the links' rate, bits per second (--netns) */
+    double link_delay_s;    /* the links' one-way delay, seconds (--netns) */
+    const char *ddp_hooks;  /* --ddp-hooks as given, or NULL: none */
+    int n_hooks;            /* DDP variants to run: none, fp16, bf16, powersgd:R */
     char hook[HB_MAX_HOOKS][16];
 } hetero_opts;
 
@@ -614,10 +614,27 @@ static double ddp_baseline(const hetero_opts *o, const scenario *s, const char *
              s->slowdown[3]);
     snprintf(iters, sizeof iters, "%ld", o->iters / 2);
     snprintf(port, sizeof port, "%ld", o->port + HB_NODES);
-    char *argv[] = {(char *)o->py.path, script, "--nodes",     nodes, "--layers", (char *)o->layers,
-                    "--batch",          batch,  "--slowdowns", slow,  "--iters",  iters,
-                    "--repeats",        "3",    "--port",      port,  "--hook",   (char *)hook,
-                    o->netns ? "--netns" : NULL, (char *)netns_prefix(), NULL};
+    char *argv[] = {(char *)o->py.path,
+                    script,
+                    "--nodes",
+                    nodes,
+                    "--layers",
+                    (char *)o->layers,
+                    "--batch",
+                    batch,
+                    "--slowdowns",
+                    slow,
+                    "--iters",
+                    iters,
+                    "--repeats",
+                    "3",
+                    "--port",
+                    port,
+                    "--hook",
+                    (char *)hook,
+                    o->netns ? "--netns" : NULL,
+                    (char *)netns_prefix(),
+                    NULL};
     char out[4096] = "", err[512] = "";
     int rc = bench_capture(argv, 1800, out, sizeof out, err, sizeof err);
     double v = NAN;
@@ -646,8 +663,10 @@ static void links_str(const hetero_opts *o, char *out, size_t n) {
     char rs[32];
     netns_rate_str(o->link_bps, rs, sizeof rs);
     if (netns_no_delay())
-        snprintf(out, n, "veth in network namespaces, %s (tc tbf: netem is missing here, so the "
-                         "%.0f us delay is NOT emulated)", rs, o->link_delay_s * 1e6);
+        snprintf(out, n,
+                 "veth in network namespaces, %s (tc tbf: netem is missing here, so the "
+                 "%.0f us delay is NOT emulated)",
+                 rs, o->link_delay_s * 1e6);
     else
         snprintf(out, n, "veth in network namespaces, %s, %.0f us one-way delay (tc netem)", rs,
                  o->link_delay_s * 1e6);
@@ -729,8 +748,7 @@ static void report_row(report *rep, const char *scen, const char *pol, int is_st
             "\"runs\": %d, \"emulated\": %s}",
             rep->first_json ? "" : ",\n", scen, pol, r->samples_per_s, r->speedup, r->ideal,
             strcmp(rb, "-") ? rb : "null", r->oscillation, r->imbalance, r->sync_ms, r->compute_ms,
-            r->wait_ms, r->runs,
-            strcmp(scen, "mixed") ? "true" : "false");
+            r->wait_ms, r->runs, strcmp(scen, "mixed") ? "true" : "false");
     rep->first_json = 0;
 }
 
@@ -745,8 +763,9 @@ static void report_ddp(report *rep, const hetero_opts *o, const scenario *sc, co
         if (bench_stopped()) return;
         if (isnan(ddp)) {
             printf("%-13s %-13s (PyTorch DDP not available: %s)\n", sc->name, name, why);
-            fprintf(rep->md, "| %s | PyTorch DDP (gloo), hook %s | not available: %s | | | | | | "
-                             "| | | | |\n",
+            fprintf(rep->md,
+                    "| %s | PyTorch DDP (gloo), hook %s | not available: %s | | | | | | "
+                    "| | | | |\n",
                     sc->name, o->hook[h], why);
             continue;
         }
@@ -759,8 +778,8 @@ static void report_ddp(report *rep, const hetero_opts *o, const scenario *sc, co
             fprintf(rep->js,
                     "%s  {\"scenario\": \"%s\", \"policy\": \"%s\", \"samples_per_s\": %.1f, "
                     "\"speedup_vs_static\": %.4f, \"best_hetring_over_this\": %.4f}",
-                    rep->first_json ? "" : ",\n", sc->name, name, ddp,
-                    ddp / res[0].samples_per_s, mine / ddp);
+                    rep->first_json ? "" : ",\n", sc->name, name, ddp, ddp / res[0].samples_per_s,
+                    mine / ddp);
             rep->first_json = 0;
         }
     }

@@ -44,6 +44,7 @@ void app_cluster_config(const cfg *c, int self_idx, cluster_config *out) {
     out->connect_timeout = c->connect_timeout;
     out->step_timeout = c->step_timeout;
     out->backend = c->backend;
+    out->wire = c->wire;
     out->security = c->security;
     snprintf(out->checkpoint, sizeof out->checkpoint, "%s", c->checkpoint);
 }

@@ -50,6 +50,7 @@ typedef struct {
     double connect_timeout;              /* [cluster] connect_timeout, seconds */
     double step_timeout;                 /* [cluster] step_timeout (times the slowest step), 0: off */
     int backend;                         /* cfg_backend */
+    int wire;                            /* cfg_wire: the gradient's format on the wire */
     int security;                        /* cfg_security, resolved */
     char checkpoint[CFG_PATH];           /* the checkpoint file written on leaving, "" for none */
 } cluster_config;

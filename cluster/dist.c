@@ -477,6 +477,11 @@ hr_status dist_allreduce(dist *d, float *buf, size_t n) {
     return ring_allreduce(d->r, buf, n);
 }
 
+hr_status dist_allreduce_bf16(dist *d, float *buf, uint16_t *wire, float *dropped, size_t n) {
+    if (fault_at(d, "crash_comm", d->iter)) hr_fault_kill_after("the all-reduce", 0.002);
+    return ring_allreduce_bf16(d->r, buf, wire, dropped, n);
+}
+
 hr_status dist_allreduce_tree(dist *d, float *buf, size_t n) {
     if (fault_at(d, "crash_comm", d->iter)) hr_fault_kill_after("the all-reduce", 0.002);
     return ring_allreduce_tree(d->r, buf, n);

@@ -156,6 +156,9 @@ hr_status dist_attach_state(dist *d, const dist_state *s, char *err, size_t errl
 
 /* A SUM all-reduce of n floats over the current view (the iteration's gradients and stats). */
 hr_status dist_allreduce(dist *d, float *buf, size_t n);
+/* The same with bf16 on the wire (ring_allreduce_bf16): every member gets the same bits, and
+ * what this node's roundings dropped goes to dropped (n floats). */
+hr_status dist_allreduce_bf16(dist *d, float *buf, uint16_t *wire, float *dropped, size_t n);
 /* The same over the view's tree, for a gradient path that chose it (dist_tree_takes). */
 hr_status dist_allreduce_tree(dist *d, float *buf, size_t n);
 /* Whether the view's tree takes an all-reduce of n floats (ring_tree_takes_allreduce): the

@@ -4,7 +4,10 @@
  */
 #include "cluster/grad_path.h"
 
+#include "conf/cfg.h"
+
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* ================================================================ whole */
@@ -84,12 +87,55 @@ const grad_path grad_path_nccl = {.name = "nccl",
                                   .ready = whole_ready,
                                   .exchange = nccl_exchange};
 
+/* ================================================================ bf16 */
+
+static hr_status bf16_exchange(grad_xfer *x, float *head, size_t tail) {
+    if (!x->residual) {
+        x->wire = malloc(x->n_grad * sizeof *x->wire);
+        x->residual = calloc(x->n_grad, sizeof *x->residual);
+        x->dropped = malloc(x->n_grad * sizeof *x->dropped);
+        if (!x->wire || !x->residual || !x->dropped) {
+            grad_xfer_free(x);
+            return HR_ERR_NOMEM;
+        }
+    }
+    x->pending = 0;
+    HR_CHECK(dist_allreduce(x->d, head, tail)); /* the stats, exact */
+    for (size_t i = 0; i < x->n_grad; i++) x->grads[i] += x->residual[i];
+    HR_CHECK(dist_allreduce_bf16(x->d, x->grads, x->wire, x->dropped, x->n_grad));
+    x->pending = 1;
+    return HR_OK;
+}
+
+const grad_path grad_path_bf16 = {.name = "bf16",
+                                  .host_grads = 1,
+                                  .overlaps = 0,
+                                  .ready = whole_ready,
+                                  .exchange = bf16_exchange};
+
+void grad_xfer_commit(grad_xfer *x) {
+    if (!x->pending) return;
+    float *t = x->residual;
+    x->residual = x->dropped, x->dropped = t;
+    x->pending = 0;
+}
+
+void grad_xfer_free(grad_xfer *x) {
+    free(x->wire), free(x->residual), free(x->dropped);
+    x->wire = NULL, x->residual = x->dropped = NULL;
+    x->pending = 0;
+}
+
 /* ================================================================ the choice */
 
 const grad_path *grad_path_choose(const grad_view *v, char *why, size_t len) {
     if (v->nccl) {
         snprintf(why, len, "the view's transport is NCCL");
         return &grad_path_nccl;
+    }
+    if (v->wire == CFG_WIRE_BF16) {
+        snprintf(why, len, "wire = bf16: the whole gradient after the compute, bf16 on the wire");
+        return &grad_path_bf16;
     }
     /* auto without facts (a view's first iteration) says no: "not gathered yet" */
     const int on = overlap_choose(v->bucket_bytes, v->n_buckets, v->facts, v->facts ? v->n : 0,

@@ -18,6 +18,12 @@
  *            bucket small enough takes the tree as every small collective of the ring does
  *   nccl     the device's gradient over the view's NCCL communicator, then the tail over the
  *            TCP ring (nccl_path.h); the host buffers hold no gradient
+ *   bf16     ([cluster] wire = bf16) the tail as float32, then the gradient with bf16 on the
+ *            wire (ring_allreduce_bf16), after the compute: half the bytes, the same bits on
+ *            every member. Error feedback: what this node's roundings dropped is added to its
+ *            next gradient. That residual is this node's own (not replicated state): it is
+ *            taken up only when the step is applied (grad_xfer_commit), so a failed or skipped
+ *            step leaves it as it was, and a node that starts (or restarts) begins with none
  *
  * The choice is one pure function of the view and the configuration (grad_view), the same on
  * every member, so every member calls the same collectives (I7). libhetring chooses at the
@@ -48,6 +54,11 @@ typedef struct {
     int missing[OVERLAP_MAX_JOBS];   /* buffers of each bucket not handed over yet */
     int next_bucket;                 /* buckets sent this iteration */
     overlap_worker ow;               /* the communication thread, started by the first bucket */
+    /* the bf16 path's (n_grad each, allocated by its first exchange) */
+    uint16_t *wire;  /* the bf16 values on the wire */
+    float *residual; /* what earlier roundings dropped, added to this step's gradient */
+    float *dropped;  /* what this step's roundings dropped: the residual once it is applied */
+    int pending;     /* dropped holds an exchanged step's, not yet committed */
 } grad_xfer;
 
 typedef struct {
@@ -61,7 +72,8 @@ typedef struct {
     hr_status (*exchange)(grad_xfer *x, float *head, size_t tail);
 } grad_path;
 
-extern const grad_path grad_path_whole, grad_path_tree, grad_path_buckets, grad_path_nccl;
+extern const grad_path grad_path_whole, grad_path_tree, grad_path_buckets, grad_path_nccl,
+    grad_path_bf16;
 
 /* What the choice depends on: the same on every member of a view. */
 typedef struct {
@@ -71,6 +83,7 @@ typedef struct {
     const overlap_fact *facts; /* (n) the members' machine facts, NULL before any gathered */
     int n;                     /* members of the view */
     int tree;                  /* the view's tree takes the whole exchange (dist_tree_takes) */
+    int wire;                  /* [cluster] wire: cfg_wire */
 } grad_view;
 
 /* The path of view v; `why` (len bytes) says why buckets are or are not used. */
@@ -85,5 +98,10 @@ void grad_xfer_reset(grad_xfer *x);
 /* Stop the communication thread (waiting for buckets in flight; the ring's deadlines bound
  * it). Safe to call again. */
 void grad_xfer_stop(grad_xfer *x);
+/* The step just exchanged is applied: the bf16 path's dropped part becomes the residual the
+ * next step adds (nothing for the other paths). */
+void grad_xfer_commit(grad_xfer *x);
+/* Free what the paths allocated (after grad_xfer_stop). */
+void grad_xfer_free(grad_xfer *x);
 
 #endif

@@ -537,6 +537,7 @@ int hetring_close(hetring *h) {
 void hetring_free(hetring *h) {
     if (!h) return;
     hetring_close(h);
+    grad_xfer_free(&h->x);
     if (h->have_dl) data_loader_free(&h->dl);
     if (h->have_cfg) cfg_free(&h->own);
     free(h->split);
@@ -687,7 +688,8 @@ static void choose_path(hetring *h, int gathered) {
                          .facts = gathered ? h->facts : NULL,
                          .n = h->size,
                          .tree = dist_tree_takes(&h->d, (size_t)h->size * CLUSTER_NODE_STATS +
-                                                            h->x.n_grad)};
+                                                            h->x.n_grad),
+                         .wire = h->cc.wire};
     char why[192];
     h->path = grad_path_choose(&v, why, sizeof why);
     if (h->path != &grad_path_nccl && (gathered || h->cc.bucket_bytes != OVERLAP_AUTO))
@@ -997,6 +999,7 @@ int hetring_step(hetring *h, const hetring_grads *g, hetring_result *res) {
                                 .t_comm = hr_now() - t0,
                                 .buckets = buckets,
                                 .early = early};
+    if (finite) grad_xfer_commit(&h->x); /* the bf16 path's residual, of an applied step */
     h->iter++; /* the commit, skipped or not: the samples count as used (I8) */
     h->boundary = 1;
     if (finite) return HETRING_OK;

@@ -78,7 +78,8 @@ static transport_kind choose(nccl_path *p, ring *r, const cluster_config *c, int
                                   .nccl = (all[k] & FACT_NCCL) != 0};
     }
     const transport_facts f = {
-        .backend = c->backend, .security = c->security, .n = v->n, .m = m, .gathered = gather};
+        .backend = c->backend, .wire = c->wire, .security = c->security, .n = v->n, .m = m,
+        .gathered = gather};
     return transport_choose(&f, why, len);
 }
 

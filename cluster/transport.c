@@ -17,6 +17,10 @@ static transport_kind by_config(const transport_facts *f, char *why, size_t len)
         snprintf(why, len, "backend = tcp");
         return TRANSPORT_TCP;
     }
+    if (f->wire == CFG_WIRE_BF16) {
+        snprintf(why, len, "wire = bf16: the bf16 wire is the TCP ring's");
+        return TRANSPORT_TCP;
+    }
     if (f->security != CFG_SEC_NONE) {
         snprintf(why, len,
                  "security = %s: NCCL's traffic is neither authenticated nor encrypted, so the "

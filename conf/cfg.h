@@ -33,6 +33,7 @@
 
 typedef enum { CFG_SEC_AUTO, CFG_SEC_NONE, CFG_SEC_AUTH, CFG_SEC_ENCRYPT } cfg_security;
 typedef enum { CFG_BACKEND_AUTO, CFG_BACKEND_TCP, CFG_BACKEND_NCCL } cfg_backend;
+typedef enum { CFG_WIRE_FP32, CFG_WIRE_BF16 } cfg_wire;
 typedef enum { CFG_MODEL_LINREG, CFG_MODEL_SOFTMAX, CFG_MODEL_MLP, CFG_MODEL_CNN } cfg_model;
 typedef enum {
     CFG_DATA_SYNTHETIC,            /* image-like classification set, 28x28x1, 10 classes */
@@ -86,6 +87,7 @@ typedef struct {
     double connect_timeout;  /* seconds to keep retrying connects at ring formation */
     double timeout;          /* seconds any blocking I/O may take before the peer is dead */
     int backend;             /* cfg_backend */
+    int wire;                /* cfg_wire: the gradient's format on the wire */
     long segment_bytes;      /* all-reduce pipeline segment; 0 picks the measured default */
     long tree_bytes;         /* largest all-reduce over the view's tree; 0 = ring only */
     double step_timeout;     /* collectives wait up to this x the slowest recent iteration */

@@ -136,6 +136,24 @@ static hr_status check_security(cfg *c, const char *f, char *err, size_t errlen)
     return HR_OK;
 }
 
+/* wire = bf16 is a gradient path of the TCP ring that takes the whole gradient after the
+ * compute: refused with NCCL and with buckets of a size of their own, which it would ignore. */
+static hr_status check_wire(const cfg *c, const char *f, char *err, size_t errlen) {
+    if (c->wire != CFG_WIRE_BF16) return HR_OK;
+    if (c->backend == CFG_BACKEND_NCCL)
+        return hr_fail(err, errlen, HR_ERR_CONFIG,
+                       "%s:%d: wire = bf16 with backend = nccl: the bf16 wire is the TCP ring's "
+                       "(expected backend = auto or tcp, or wire = fp32)",
+                       f, blame(c, "wire"));
+    if (c->bucket_bytes != CFG_AUTO && c->bucket_bytes > 0)
+        return hr_fail(err, errlen, HR_ERR_CONFIG,
+                       "%s:%d: wire = bf16 with bucket_bytes = %ld: the bf16 wire sends the whole "
+                       "gradient after the compute, without buckets (expected bucket_bytes = auto "
+                       "or 0, or wire = fp32)",
+                       f, blame(c, "wire"), c->bucket_bytes);
+    return HR_OK;
+}
+
 hr_status cfg_validate(cfg *c, char *err, size_t errlen) {
     const char *f = c->path[0] ? c->path : "<config>";
     HR_CHECK(check_nodes(c, f, err, errlen));
@@ -143,6 +161,7 @@ hr_status cfg_validate(cfg *c, char *err, size_t errlen) {
     HR_CHECK(check_batch_bounds(c, f, err, errlen));
     HR_CHECK(check_training(c, f, err, errlen));
     HR_CHECK(check_security(c, f, err, errlen));
+    HR_CHECK(check_wire(c, f, err, errlen));
     qsort(c->nodes, (size_t)c->n_nodes, sizeof *c->nodes, cmp_node_id); /* id order from here */
     return HR_OK;
 }

@@ -1,9 +1,10 @@
 /*
  * test_transport.c: the choice of a view's gradient transport (cluster/transport.h) as a table:
- * every combination of backend (auto, tcp, nccl), security (none, auth, encrypt), view size
- * (1, 3), the members (all GPU nodes with device gradients and NCCL; one CPU node; one libhetring
- * user with host buffers; one build without NCCL) and whether the members' facts are gathered,
- * each with the transport and the reason expected; and the start-up check of backend = nccl.
+ * every combination of backend (auto, tcp, nccl), wire (fp32, bf16), security (none, auth,
+ * encrypt), view size (1, 3), the members (all GPU nodes with device gradients and NCCL; one CPU
+ * node; one libhetring user with host buffers; one build without NCCL) and whether the members'
+ * facts are gathered, each with the transport and the reason expected; and the start-up check of
+ * backend = nccl.
  */
 #include "tests/check.h"
 #include "cluster/transport.h"
@@ -16,9 +17,11 @@ static const char *const member_names[] = {"all GPU", "node 7 CPU", "node 7 host
 
 /* The expectation, written apart from transport.c's order of rules: the kind and a piece of
  * the reason. */
-static transport_kind expect(int backend, int security, int n, int members, int gathered,
+static transport_kind expect(int backend, int wire, int security, int n, int members, int gathered,
                              const char **why) {
     if (backend == CFG_BACKEND_TCP) return *why = "backend = tcp", TRANSPORT_TCP;
+    if (wire == CFG_WIRE_BF16)
+        return *why = "wire = bf16: the bf16 wire is the TCP ring's", TRANSPORT_TCP;
     if (security == CFG_SEC_AUTH)
         return *why = "security = auth: NCCL's traffic is neither authenticated nor encrypted",
                TRANSPORT_TCP;
@@ -42,35 +45,40 @@ static void table(void) {
     static const int secs[] = {CFG_SEC_NONE, CFG_SEC_AUTH, CFG_SEC_ENCRYPT};
     int rows = 0;
     for (int b = 0; b < 3; b++)
-        for (int s = 0; s < 3; s++)
-            for (int n = 1; n <= 3; n += 2)
-                for (int mem = 0; mem < N_MEMBERS; mem++)
-                    for (int g = 0; g < 2; g++) {
-                        transport_member m[3] = {{.id = 3, .gpu = 1, .device_grads = 1, .nccl = 1},
-                                                 {.id = 7, .gpu = 1, .device_grads = 1, .nccl = 1},
-                                                 {.id = 9, .gpu = 1, .device_grads = 1, .nccl = 1}};
-                        transport_member *odd = &m[n > 1 ? 1 : 0];
-                        if (n == 1) odd->id = 7;
-                        if (mem == ONE_CPU) odd->gpu = 0;
-                        if (mem == ONE_HOST) odd->device_grads = 0;
-                        if (mem == ONE_NO_NCCL) odd->nccl = 0;
-                        const transport_facts f = {.backend = backends[b],
-                                                   .security = secs[s],
-                                                   .n = n,
-                                                   .m = m,
-                                                   .gathered = g};
-                        char why[256] = "";
-                        const char *want_why;
-                        transport_kind want = expect(backends[b], secs[s], n, mem, g, &want_why);
-                        transport_kind got = transport_choose(&f, why, sizeof why);
-                        CHECK(got == want && strstr(why, want_why),
-                              "backend %d, security %s, %d member(s), %s, gathered %d: %s (%s), "
-                              "expected %s (... %s ...)",
-                              backends[b], cfg_security_name(secs[s]), n, member_names[mem], g,
-                              transport_name(got), why, transport_name(want), want_why);
-                        CHECK(!(g && got == TRANSPORT_GATHER), "gathered facts decide");
-                        rows++;
-                    }
+        for (int w = CFG_WIRE_FP32; w <= CFG_WIRE_BF16; w++)
+            for (int s = 0; s < 3; s++)
+                for (int n = 1; n <= 3; n += 2)
+                    for (int mem = 0; mem < N_MEMBERS; mem++)
+                        for (int g = 0; g < 2; g++) {
+                            transport_member m[3] = {
+                                {.id = 3, .gpu = 1, .device_grads = 1, .nccl = 1},
+                                {.id = 7, .gpu = 1, .device_grads = 1, .nccl = 1},
+                                {.id = 9, .gpu = 1, .device_grads = 1, .nccl = 1}};
+                            transport_member *odd = &m[n > 1 ? 1 : 0];
+                            if (n == 1) odd->id = 7;
+                            if (mem == ONE_CPU) odd->gpu = 0;
+                            if (mem == ONE_HOST) odd->device_grads = 0;
+                            if (mem == ONE_NO_NCCL) odd->nccl = 0;
+                            const transport_facts f = {.backend = backends[b],
+                                                       .wire = w,
+                                                       .security = secs[s],
+                                                       .n = n,
+                                                       .m = m,
+                                                       .gathered = g};
+                            char why[256] = "";
+                            const char *want_why;
+                            transport_kind want =
+                                expect(backends[b], w, secs[s], n, mem, g, &want_why);
+                            transport_kind got = transport_choose(&f, why, sizeof why);
+                            CHECK(
+                                got == want && strstr(why, want_why),
+                                "backend %d, wire %d, security %s, %d member(s), %s, gathered %d: "
+                                "%s (%s), expected %s (... %s ...)",
+                                backends[b], w, cfg_security_name(secs[s]), n, member_names[mem], g,
+                                transport_name(got), why, transport_name(want), want_why);
+                            CHECK(!(g && got == TRANSPORT_GATHER), "gathered facts decide");
+                            rows++;
+                        }
     printf("%d combinations checked\n", rows);
 }
 

@@ -47,7 +47,9 @@
 #            lived through it) is reported and must be at most the slowest resume after a
 #            kill (view records' elect_s) plus 1 s; when it is not, every kill, restart and log
 #            line from half a second before the pause to half a second after it is printed
-# With EMU=ID:MS in the environment, node ID is a GPU node (device = cuda:0) whose GPU is the
+# With WIRE=bf16 the cluster's gradients go bf16 on the wire ([cluster] wire): the nodes must
+# say so, and the losses follow the one-node float32 run within 2% (window means, not the
+# iteration-by-iteration bound of float32). With EMU=ID:MS in the environment, node ID is a GPU node (device = cuda:0) whose GPU is the
 # host emulation of the test hooks (trainer/device.h), each device operation MS ms late: the
 # same scenarios then check that a GPU node keeps every invariant, killed and rejoined included.
 # Where a node is restarted while the others train (kill, phases, donor, twojoin, late), every
@@ -70,6 +72,9 @@ hash_interval = 5
 [controller]
 policy = proportional
 EOF
+  if [ -n "${WIRE:-}" ]; then # the gradient's wire format ([cluster] wire)
+    sed -i "/^\[cluster\]\$/a wire = $WIRE" "$1"
+  fi
   if [ -n "${EMU:-}" ] && [ "$2" -gt 1 ]; then # node ${EMU%%:*} is a GPU node
     sed -i "/^\[node\.${EMU%%:*}\]\$/a device = cuda:0" "$1"
   fi
@@ -159,6 +164,18 @@ follows_reference() {
     > "$tmp/one.log" 2>&1 || fail "the one-node reference run failed: $(tail -3 "$tmp/one.log")"
   losses "$tmp/one.jsonl" > "$tmp/one.l"
   for id in "$@"; do losses "$tmp/m-$id.jsonl"; done | LC_ALL=C sort -u -k1,1 > "$tmp/n.l"
+  # lossy: the means of 300-iteration windows within 2% (measured 0.13-0.64% over five kill
+  # runs: each run's splits round differently; the 1% target is the benchmark's, over runs)
+  if [ "${WIRE:-}" = bf16 ]; then
+    LC_ALL=C join "$tmp/one.l" "$tmp/n.l" | awk -v id="$*" -v n="$ITERS" '
+      { w = int($1 / 300); a[w] += $2; b[w] += $3; c++ }
+      END {
+        for (k in a) { r = (b[k] - a[k]) / a[k]; if (r < 0) r = -r; if (r > m) m = r }
+        printf "nodes %s (wire = bf16): %d iterations compared with the one-node float32 run, worst relative difference of 300-iteration mean losses %.3g\n", id, c, m
+        exit (c == n && m <= 0.02) ? 0 : 1
+      }' || fail "the losses of nodes $* leave the one-node trajectory by more than 2% (wire = bf16)"
+    return
+  fi
   LC_ALL=C join "$tmp/one.l" "$tmp/n.l" | awk -v id="$*" -v n="$ITERS" '
     { d = $2 - $3; if (d < 0) d = -d; r = d / ($2 < 0 ? -$2 : $2); c++
       if ($1 < 1000) { if (r > e) e = r } else if (r > w) w = r }
@@ -589,6 +606,10 @@ if [ -n "${EMU:-}" ]; then
   grep -h "device cuda:0 is emulated" "$tmp/n${EMU%%:*}.log" | head -1 | cut -c1-160
   grep -q "test hook: node ${EMU%%:*}'s device cuda:0 is emulated on the host" "$tmp/n${EMU%%:*}.log" ||
     fail "node ${EMU%%:*} does not say its cuda:0 is emulated"
+fi
+if [ -n "${WIRE:-}" ]; then
+  grep -h "gradient path: " "$tmp"/n*.log | sort -u | cut -c1-120
+  grep -qh "gradient path: $WIRE" "$tmp"/n*.log || fail "no node says its gradient path is $WIRE"
 fi
 if [ "${HETRING_ELECT:-}" = bounded ]; then
   for f in "$tmp"/n[0-9]*.log; do

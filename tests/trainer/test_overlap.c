@@ -263,15 +263,19 @@ static void test_paths(void) {
         grad_view v;
         const grad_path *want;
     } cases[] = {
-        {"an NCCL view", {1, OVERLAP_AUTO, 2, two, 2, 1}, &grad_path_nccl},
-        {"an NCCL view, buckets set", {1, 1024, 2, two, 2, 0}, &grad_path_nccl},
-        {"buckets set, the tree would take it", {0, 1024, 2, NULL, 4, 1}, &grad_path_buckets},
-        {"auto, roomy nodes", {0, OVERLAP_AUTO, 2, two, 2, 0}, &grad_path_buckets},
-        {"auto, a tight node", {0, OVERLAP_AUTO, 2, mixed, 2, 0}, &grad_path_whole},
-        {"auto, a tight node, the tree takes it", {0, OVERLAP_AUTO, 2, mixed, 2, 1}, &grad_path_tree},
-        {"auto before facts, the tree takes it", {0, OVERLAP_AUTO, 1, NULL, 8, 1}, &grad_path_tree},
-        {"off, too big for the tree", {0, 0, 3, two, 2, 0}, &grad_path_whole},
-        {"off, the tree takes it", {0, 0, 3, two, 2, 1}, &grad_path_tree},
+        {"an NCCL view", {1, OVERLAP_AUTO, 2, two, 2, 1, 0}, &grad_path_nccl},
+        {"an NCCL view, buckets set", {1, 1024, 2, two, 2, 0, 0}, &grad_path_nccl},
+        {"buckets set, the tree would take it", {0, 1024, 2, NULL, 4, 1, 0}, &grad_path_buckets},
+        {"auto, roomy nodes", {0, OVERLAP_AUTO, 2, two, 2, 0, 0}, &grad_path_buckets},
+        {"auto, a tight node", {0, OVERLAP_AUTO, 2, mixed, 2, 0, 0}, &grad_path_whole},
+        {"auto, a tight node, the tree takes it", {0, OVERLAP_AUTO, 2, mixed, 2, 1, 0}, &grad_path_tree},
+        {"auto before facts, the tree takes it", {0, OVERLAP_AUTO, 1, NULL, 8, 1, 0}, &grad_path_tree},
+        {"off, too big for the tree", {0, 0, 3, two, 2, 0, 0}, &grad_path_whole},
+        {"off, the tree takes it", {0, 0, 3, two, 2, 1, 0}, &grad_path_tree},
+        {"wire = bf16, auto, roomy nodes", {0, OVERLAP_AUTO, 2, two, 2, 0, 1}, &grad_path_bf16},
+        {"wire = bf16, the tree would take it", {0, OVERLAP_AUTO, 1, NULL, 8, 1, 1}, &grad_path_bf16},
+        {"wire = bf16, off", {0, 0, 3, two, 2, 0, 1}, &grad_path_bf16},
+        {"wire = bf16, an NCCL view", {1, OVERLAP_AUTO, 2, two, 2, 1, 1}, &grad_path_nccl},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         char why[192] = "";
