@@ -658,13 +658,15 @@ static int nonfinite_node(const char *ini, long id) {
     return check_exit();
 }
 
-static int nonfinite(const char *dir, int port) {
+/* Three nodes of a fresh cluster file, each node(ini, id) in a process of its own; every one
+ * must exit 0. */
+static int three_nodes(const char *dir, int port, int (*node)(const char *, long)) {
     const char *ini = write_ini(dir, 3, port, "");
     pid_t p[3];
     for (int k = 0; k < 3; k++) {
         fflush(stdout);
         if ((p[k] = fork()) == 0) {
-            int rc = nonfinite_node(ini, k);
+            int rc = node(ini, k);
             fflush(stdout);
             _exit(rc);
         }
@@ -675,6 +677,10 @@ static int nonfinite(const char *dir, int port) {
               "node %d failed", k);
     }
     return check_exit();
+}
+
+static int nonfinite(const char *dir, int port) {
+    return three_nodes(dir, port, nonfinite_node);
 }
 
 /* ================================================================ bf16 */
@@ -758,22 +764,7 @@ static int bf16_node(const char *ini, long id) {
 }
 
 static int bf16(const char *dir, int port) {
-    const char *ini = write_ini(dir, 3, port, "");
-    pid_t p[3];
-    for (int k = 0; k < 3; k++) {
-        fflush(stdout);
-        if ((p[k] = fork()) == 0) {
-            int rc = bf16_node(ini, k);
-            fflush(stdout);
-            _exit(rc);
-        }
-    }
-    for (int k = 0; k < 3; k++) {
-        int ws;
-        CHECK(waitpid(p[k], &ws, 0) == p[k] && WIFEXITED(ws) && WEXITSTATUS(ws) == 0,
-              "node %d failed", k);
-    }
-    return check_exit();
+    return three_nodes(dir, port, bf16_node);
 }
 
 static pid_t spawn(const node_args *a) {
