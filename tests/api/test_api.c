@@ -591,19 +591,26 @@ static void nonfinite_expect(hetring *h, long id, long iter, int st) {
           "node %ld: the message names neither iteration %ld nor the culprit: %s", id, iter, e);
 }
 
-static int nonfinite_node(const char *ini, long id) {
-    model m = {{0}, 0, 0, 0, 0, 0};
-    const char *sets[] = {"train.bucket_bytes=64",
-                          nonfinite_skip ? "train.nonfinite=skip" : "train.nonfinite=error", NULL};
+/* Node id of ini with the overrides `sets` and m's state callbacks; NULL after a failed CHECK. */
+static hetring *open_node(const char *ini, long id, const char **sets, model *m) {
     hetring_options o;
     hetring_options_init(&o);
     o.conf = ini, o.node_id = id, o.set = sets;
-    o.cb = (hetring_callbacks){.user = &m, .get_state = get_state, .put_state = put_state};
+    o.cb = (hetring_callbacks){.user = m, .get_state = get_state, .put_state = put_state};
     hetring *h;
     char err[512];
     int st = hetring_open(&h, &o, err, sizeof err);
     CHECK(st == HETRING_OK, "node %ld: open: %s", id, err);
-    if (st != HETRING_OK) return 1;
+    return st == HETRING_OK ? h : NULL;
+}
+
+static int nonfinite_node(const char *ini, long id) {
+    model m = {{0}, 0, 0, 0, 0, 0};
+    const char *sets[] = {"train.bucket_bytes=64",
+                          nonfinite_skip ? "train.nonfinite=skip" : "train.nonfinite=error", NULL};
+    hetring *h = open_node(ini, id, sets, &m);
+    if (!h) return 1;
+    int st;
     float g[D], count[SAMPLES];
     float *bufs[2] = {g, count};
     size_t counts[2] = {D, SAMPLES};
@@ -703,15 +710,9 @@ static float bf_v(int j) {
 static int bf16_node(const char *ini, long id) {
     model m = {{0}, 0, 0, 0, 0, 0};
     const char *sets[] = {"cluster.wire=bf16", "train.nonfinite=skip", NULL};
-    hetring_options o;
-    hetring_options_init(&o);
-    o.conf = ini, o.node_id = id, o.set = sets;
-    o.cb = (hetring_callbacks){.user = &m, .get_state = get_state, .put_state = put_state};
-    hetring *h;
-    char err[512];
-    int st = hetring_open(&h, &o, err, sizeof err);
-    CHECK(st == HETRING_OK, "node %ld: open: %s", id, err);
-    if (st != HETRING_OK) return 1;
+    hetring *h = open_node(ini, id, sets, &m);
+    if (!h) return 1;
+    int st;
     float *g = malloc(BF_N * sizeof *g);
     double *total = calloc(BF_N, sizeof *total);
     if (!g || !total) return 1;
