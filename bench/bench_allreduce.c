@@ -5,8 +5,7 @@
  * The bench forks N nodes on this machine, each forming the ring over 127.0.0.1 (or, with
  * --netns, over veth links in network namespaces it creates, shaped with tc to 1 Gbit/s, or the
  * --link-rate given, and 200 us of delay, and removes again when it ends, also on failure or
- * SIGINT/SIGTERM). The rate reaches tc as a whole number of bits per second that this file
- * formats, never as the user's text, since tc runs through the shell. For each
+ * SIGINT/SIGTERM; bench/netns.c, which hands tc numbers it formats, never the user's text). For each
  * size every node first runs one checked all-reduce (exact integer sums, counted in #wrong),
  * then warm-up and timed iterations; the time is the slowest node's mean per iteration.
  * R, the rate of one iperf3 TCP stream on loopback, is measured (or given with --rate) and
@@ -23,14 +22,11 @@
 #include "ring/ring.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <math.h>
-#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <time.h>
