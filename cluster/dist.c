@@ -431,9 +431,10 @@ static void report_view(dist *d, const ring_view *old, const view_start *vs, con
     char rec[sizeof d->pending];
     snprintf(rec, sizeof rec,
              "{\"event\":\"view\",\"epoch\":%llu,\"nodes\":[%s],\"iter\":%ld,\"left\":[%s],"
-             "\"joined\":[%s],\"state_bytes\":%zu,\"elect_s\":%.6f,\"t_unix\":%.6f,\"node\":%ld}\n",
-             (unsigned long long)v->epoch, members, iter, ls, js, vs->moved, took, hr_unix_s(),
-             d->cc->self_id);
+             "\"joined\":[%s],\"state_bytes\":%zu,\"elect_s\":%.6f,\"failed_views\":%d,"
+             "\"t_unix\":%.6f,\"node\":%ld}\n",
+             (unsigned long long)v->epoch, members, iter, ls, js, vs->moved, took,
+             vs->a.failed_views, hr_unix_s(), d->cc->self_id);
     FILE *metrics = d->st.metrics ? d->st.metrics(d->st.ctx) : NULL;
     if (metrics) {
         fputs(rec, metrics);

@@ -11,9 +11,14 @@
  *    election timed out or that the failure was blamed on, and at most timeout / 8: a stopped
  *    or cut-off peer slows the first round only); in a larger one, a bounded round (below);
  *    then, in this order:
- *     1. adopt: a peer FORMING or TRAINING a view that contains this node and whose epoch is
- *        above the highest epoch this node has seen gives the view (and its members'
- *        lineages); seen := that epoch, then form it;
+ *     1. adopt: a peer FORMING or TRAINING a view that contains this node, whose epoch is
+ *        above the highest epoch this node has seen and that was decided with this life of
+ *        this node gives the view (and its members' lineages); seen := that epoch, then form
+ *        it. A life is a process: each ring_open draws a random 64-bit life id, every probe
+ *        and reply carries it and a decided view records each member's. A node killed while a
+ *        view forms and started again within the same formation must not take its earlier
+ *        life's place: the view records that life's lineage (the state the process held), and
+ *        the donor rule would make the new process, which holds nothing of it, the donor;
  *     2. admit: a peer TRAINING a view without this node is asked (next round) to admit it;
  *     3. decide: S = this node and the peers that are ELECTING. When two consecutive rounds
  *        gave the same S, S has a quorum (min_nodes, default a majority of the config), this
@@ -60,24 +65,27 @@
  * (encrypt: header authenticated, payload encrypted; auth: both authenticated; none: plain):
  *   header: magic, version, type FRAME_LOBBY, coll LOBBY_REQ or LOBBY_REP,
  *           epoch SEC_EPOCH_LOBBY, seq 0, index 0, len (at most LOBBY_MAX)
- *   request (LOBBY_REQ_LEN = 64 bytes):
- *     0 version u8 (3) | 1 flags u8 (bit 0: admit me; bit 1: send your configuration text;
+ *   request (LOBBY_REQ_LEN = 72 bytes):
+ *     0 version u8 (4) | 1 flags u8 (bit 0: admit me; bit 1: send your configuration text;
  *     bit 2: I am electing, count me) | 2..7 zero | 8 the caller's configuration digest
- *     (32 bytes) | 40 seen u64 | 48 own lineage epoch u64 | 56 own progress i64
+ *     (32 bytes) | 40 seen u64 | 48 own lineage epoch u64 | 56 own progress i64 | 64 life u64
  *   reply to a configuration request: the text of rc.agree (at most RING_AGREE_MAX bytes)
- *   reply (LOBBY_REP_HDR + 24 n bytes):
- *     0 version u8 (3) | 1 state u8 (1 electing, 2 forming, 3 training; 0 idle) |
+ *   reply (LOBBY_REP_HDR + 32 n bytes):
+ *     0 version u8 (4) | 1 state u8 (1 electing, 2 forming, 3 training; 0 idle) |
  *     2 admitted u8 (the request's admit flag was honoured) | 3 zero u8 | 4 n u32 |
  *     8 seen u64 (highest epoch seen) | 16 view epoch u64 (forming/training: the view;
  *     otherwise the last view held) | 24 own lineage epoch u64 | 32 own progress i64 |
  *     40 agree u32 (nodes known to share this node's configuration, itself included: its
- *     electing set or view) | 44 zero u32 | 48 configuration digest (32 bytes) | then n members
- * (forming/training only, in ring order): id i64 | lineage epoch u64 | lineage progress i64 The
- * caller sends one request and reads one reply; the responder closes. Integers are little-endian.
+ *     electing set or view) | 44 zero u32 | 48 configuration digest (32 bytes) | 80 life u64 |
+ *     then n members (forming/training only, in ring order): id i64 | lineage epoch u64 |
+ *     lineage progress i64 | life u64 (the member's life the view was decided with)
+ * The caller sends one request and reads one reply; the responder closes. Integers are
+ * little-endian.
  */
 #include "ring/elect_internal.h"
 
 #include "base/hr_log.h"
+#include "base/hr_time.h"
 #include "ring/bytes.h"
 #include "ring/form_internal.h"
 #include "ring/frame.h"
@@ -94,14 +102,14 @@
 enum { EL_IDLE = 0, EL_ELECTING = 1, EL_FORMING = 2, EL_TRAINING = 3 };
 enum { LOBBY_REQ = 1, LOBBY_REP = 2 };
 
-#define LOBBY_VERSION  3
+#define LOBBY_VERSION  4
 #define LOBBY_ADMIT    0x01
 #define LOBBY_CONFIG   0x02
 #define LOBBY_ELECTING 0x04
 #define LOBBY_DIGEST   32
-#define LOBBY_REQ_LEN  (8 + LOBBY_DIGEST + 24)
-#define LOBBY_REP_HDR  (48 + LOBBY_DIGEST)
-#define LOBBY_MEMBER   24
+#define LOBBY_REQ_LEN  (8 + LOBBY_DIGEST + 32)
+#define LOBBY_REP_HDR  (48 + LOBBY_DIGEST + 8)
+#define LOBBY_MEMBER   32
 #define LOBBY_VIEW_MAX (LOBBY_REP_HDR + LOBBY_MEMBER * RING_MAX_NODES)
 #define LOBBY_MAX      (LOBBY_VIEW_MAX > RING_AGREE_MAX ? LOBBY_VIEW_MAX : RING_AGREE_MAX)
 #define ELECT_ROUND_S  0.05 /* pause between probe rounds */
@@ -148,6 +156,7 @@ typedef struct {
     double t;         /* tcp_now() of the call; 0: none since this node last formed a view */
     uint64_t seen;    /* its highest epoch seen */
     ring_lineage own; /* its lineage */
+    uint64_t life;    /* its life id */
     int differs;      /* its configuration digest differs from this node's */
 } elect_reg;
 
@@ -158,7 +167,10 @@ struct ring_elastic {
     uint64_t seen;                    /* highest view epoch seen, decided or adopted */
     ring_view view;                   /* FORMING/TRAINING: that view; else the last held */
     ring_lineage lin[RING_MAX_NODES]; /* lineages of view's members, by rank */
+    uint64_t lives[RING_MAX_NODES];   /* life ids of view's members, by rank */
     ring_lineage mine;                /* this node's, as the running election was given */
+    uint64_t life;                    /* this process's life id (random, nonzero; set once) */
+    double join_wait;                 /* test hook HETRING_TEST_JOIN_WAIT, seconds (set once) */
     int been_in_view;                 /* a view has formed here before */
     uint64_t held;                    /* epoch of the last view formed here (0: none) */
     double t_open;                    /* tcp_now() when the ring was opened (set once) */
@@ -207,6 +219,19 @@ hr_status elect_alloc(ring *r) {
     pthread_mutex_init(&el->mu, NULL);
     atomic_init(&el->join, 0);
     el->t_open = tcp_now();
+    if (sodium_init() < 0) {
+        free(el);
+        return HR_ERR_IO;
+    }
+    while (el->life == 0) randombytes_buf(&el->life, sizeof el->life);
+    const char *wait = getenv("HETRING_TEST_JOIN_WAIT");
+    if (wait && *wait) {
+        el->join_wait = atof(wait);
+        HR_WARN(RING,
+                "HETRING_TEST_JOIN_WAIT=%s: this node waits %.1f s before forming each view "
+                "that admits a node (a test hook)",
+                wait, el->join_wait);
+    }
     /* bounded elections above ELECT_FULL_N nodes; HETRING_ELECT=bounded|full chooses (tests) */
     const char *how = getenv("HETRING_ELECT");
     el->bounded = r->rc.n_members > ELECT_FULL_N;
@@ -238,6 +263,7 @@ void elect_formed(ring *r) {
     el->state = EL_TRAINING;
     el->view = r->view;
     memset(el->lin, 0, sizeof el->lin);
+    for (int i = 0; i < r->view.n; i++) el->lives[i] = r->view.ids[i] == r->self_id ? el->life : 0;
     if (r->view.epoch > el->seen) el->seen = r->view.epoch;
     el->been_in_view = 1;
     el->held = r->view.epoch;
@@ -320,11 +346,13 @@ static size_t reply_build(ring_elastic *el, int admitted, uint8_t *b) {
     le_put64(b + 32, (uint64_t)el->mine.progress);
     le_put32(b + 40, (uint32_t)(decided ? el->view.n : el->agree));
     memcpy(b + 48, el->digest, LOBBY_DIGEST);
+    le_put64(b + 48 + LOBBY_DIGEST, el->life);
     for (int i = 0; i < n; i++) {
         uint8_t *m = b + LOBBY_REP_HDR + (size_t)i * LOBBY_MEMBER;
         le_put64(m, (uint64_t)el->view.ids[i]);
         le_put64(m + 8, el->lin[i].epoch);
         le_put64(m + 16, (uint64_t)el->lin[i].progress);
+        le_put64(m + 24, el->lives[i]);
     }
     return LOBBY_REP_HDR + (size_t)n * LOBBY_MEMBER;
 }
@@ -365,6 +393,7 @@ static void elect_serve(void *ctx, int fd, sec_chan *ch, long peer, const char *
         el->reg[idx] = (elect_reg){.t = tcp_now(),
                                    .seen = le_get64(body + 40),
                                    .own = {le_get64(body + 48), (int64_t)le_get64(body + 56)},
+                                   .life = le_get64(body + 64),
                                    .differs = differs};
     if (admit && differs) {
         HR_DEBUG(RING, "node %ld (%s) asked to be admitted; its configuration differs", peer, addr);
@@ -401,7 +430,9 @@ typedef struct {
     uint64_t seen;                    /* its highest epoch seen */
     ring_view view;                   /* its view (n = 0 unless forming or training) */
     ring_lineage own;                 /* its own lineage */
+    uint64_t life;                    /* its life id */
     ring_lineage lin[RING_MAX_NODES]; /* its view members' lineages, by rank */
+    uint64_t lives[RING_MAX_NODES];   /* its view members' life ids, by rank */
     int differs;                      /* its configuration digest differs from this node's */
     int agree;                        /* nodes it knows to share its configuration */
     int probed;                       /* probed in this round (else ok comes from a call) */
@@ -430,11 +461,13 @@ static hr_status reply_parse(probe *p, const uint8_t *b, size_t len) {
     p->own.progress = (int64_t)le_get64(b + 32);
     p->differs = digest_differs(p->r->el, b + 48);
     p->agree = (int)le_get32(b + 40);
+    p->life = le_get64(b + 48 + LOBBY_DIGEST);
     for (uint32_t i = 0; i < n; i++) {
         const uint8_t *m = b + LOBBY_REP_HDR + (size_t)i * LOBBY_MEMBER;
         p->view.ids[i] = (long)le_get64(m);
         p->lin[i].epoch = le_get64(m + 8);
         p->lin[i].progress = (int64_t)le_get64(m + 16);
+        p->lives[i] = le_get64(m + 24);
         if (ring_config_index(rc, p->view.ids[i]) < 0 ||
             (i && p->view.ids[i] <= p->view.ids[i - 1]))
             return hr_fail(p->why, sizeof p->why, HR_ERR_PROTO,
@@ -473,6 +506,7 @@ static hr_status lobby_call(ring *r, int idx, int flags, double deadline, uint8_
         le_put64(req + 40, r->el->seen);
         le_put64(req + 48, r->el->mine.epoch);
         le_put64(req + 56, (uint64_t)r->el->mine.progress);
+        le_put64(req + 64, r->el->life);
         pthread_mutex_unlock(&r->el->mu);
         st = lobby_send(fd, &ch, LOBBY_REQ, req, sizeof req, deadline);
         if (st != HR_OK) snprintf(why, whylen, "lobby request not delivered");
@@ -551,9 +585,15 @@ static void set_state(ring_elastic *el, int state) {
     pthread_mutex_unlock(&el->mu);
 }
 
-/* Every member all-gathers a hash of (view, lineages): the ring is whole and all agree. */
-static hr_status confirm(ring *r, const ring_lineage *lin, char *err, size_t errlen) {
-    uint8_t h[32], all[RING_MAX_NODES][32], buf[24];
+/* Every member all-gathers a hash of (view, lineages, lives): the ring is whole and all
+ * agree. */
+static hr_status confirm(ring *r, const ring_lineage *lin, const uint64_t *lives, char *err,
+                         size_t errlen) {
+    if (lives[r->rank] != r->el->life) /* pick_adopt and decide make sure; kept as a guard */
+        return hr_fail(err, errlen, HR_ERR_VIEW,
+                       "view %llu was decided with an earlier life of this node",
+                       (unsigned long long)r->view.epoch);
+    uint8_t h[32], all[RING_MAX_NODES][32], buf[32];
     crypto_generichash_state s;
     crypto_generichash_init(&s, (const uint8_t *)"hetring-view-v1", 15, 32);
     le_put64(buf, r->view.epoch);
@@ -562,6 +602,7 @@ static hr_status confirm(ring *r, const ring_lineage *lin, char *err, size_t err
         le_put64(buf, (uint64_t)r->view.ids[i]);
         le_put64(buf + 8, lin[i].epoch);
         le_put64(buf + 16, (uint64_t)lin[i].progress);
+        le_put64(buf + 24, lives[i]);
         crypto_generichash_update(&s, buf, sizeof buf);
     }
     crypto_generichash_final(&s, h, 32);
@@ -595,10 +636,13 @@ static void agreement_fill(const ring *r, const ring_lineage *lin, uint64_t prev
 
 /* Take part in view `v` (decided here or adopted): raise `seen`, form its ring, confirm it.
  * On failure the node is electing again and the links are closed. */
-static hr_status install(ring *r, const ring_view *v, const ring_lineage *lin, const char *how,
-                         ring_agreement *out, char *err, size_t errlen) {
+static hr_status install(ring *r, const ring_view *v, const ring_lineage *lin,
+                         const uint64_t *lives, const char *how, ring_agreement *out, char *err,
+                         size_t errlen) {
     ring_elastic *el = r->el;
     pthread_mutex_lock(&el->mu);
+    int admits = 0; /* a member the last view held here lacks (for the test hook) */
+    for (int i = 0; el->held > 0 && i < v->n; i++) admits |= !view_has(&el->view, v->ids[i]);
     if (v->epoch <= el->seen) { /* never two views of one epoch */
         pthread_mutex_unlock(&el->mu);
         return hr_fail(err, errlen, HR_ERR_VIEW, "view %llu is not above epoch %llu seen here",
@@ -609,17 +653,23 @@ static hr_status install(ring *r, const ring_view *v, const ring_lineage *lin, c
     el->view = *v;
     memset(el->reg, 0, sizeof el->reg); /* the calls of this election are answered */
     memcpy(el->lin, lin, (size_t)v->n * sizeof *lin);
+    memcpy(el->lives, lives, (size_t)v->n * sizeof *lives);
     int been = el->been_in_view;
     pthread_mutex_unlock(&el->mu);
     char ids[RING_MAX_NODES * 8];
     ids_str(v->ids, v->n, ids, sizeof ids);
     HR_DEBUG(RING, "%s view %llu: nodes %s; forming", how, (unsigned long long)v->epoch, ids);
     r->view = *v;
+    if (el->join_wait > 0 && admits) {
+        HR_INFO(RING, "test hook: waiting %.1f s before forming view %llu", el->join_wait,
+                (unsigned long long)v->epoch);
+        hr_sleep(el->join_wait);
+    }
     /* after the first view: the timeout, and time for the slowest member to finish its probe
      * round and adopt the view */
     double secs = been ? r->timeout + 2 * probe_s(r, 0) : r->rc.connect_timeout;
     hr_status st = ring_form(r, secs, err, errlen);
-    if (st == HR_OK) st = confirm(r, lin, err, errlen);
+    if (st == HR_OK) st = confirm(r, lin, lives, err, errlen);
     if (st != HR_OK) {
         ring_close_links(r);
         r->failed = HR_ERR_VIEW;
@@ -658,6 +708,8 @@ typedef struct {
     int led;                    /* bounded: a lower id leads (lower_leads) */
     int lower_open;             /* bounded: a lower id is still to be tried */
     int sweep;                  /* bounded: the member index the next sweep starts at */
+    uint64_t stale_told;        /* the highest epoch said to be of an earlier life */
+    int failed;                 /* views that failed to form in this election */
     double next_sweep;          /* bounded: no sweep before then */
     double t0;                  /* tcp_now() when the election began */
     double s_since;             /* bounded: when the electing set last changed */
@@ -770,6 +822,7 @@ static void probe_bounded(ring *r, election *e) {
         p->seen = reg[i].seen;
         p->view.n = 0;
         p->own = reg[i].own;
+        p->life = reg[i].life;
         p->differs = reg[i].differs;
         p->agree = 0;
         p->why[0] = 0;
@@ -884,16 +937,36 @@ static int quorum_of(const ring_config *rc) {
     return q < 1 ? 1 : q > rc->n_members ? rc->n_members : q;
 }
 
-/* The peer whose view this node should adopt (forming or training, contains this node, epoch
- * above seen; the highest such epoch), or -1. */
-static int pick_adopt(ring *r, const election *e, uint64_t seen) {
+/* This node's rank in view `v`, or -1. */
+static int rank_in(const ring_view *v, long id) {
+    for (int i = 0; i < v->n; i++)
+        if (v->ids[i] == id) return i;
+    return -1;
+}
+
+/* The peer whose view this node should adopt (forming or training, contains this node as the
+ * life it is, epoch above seen; the highest such epoch), or -1. A view decided with an earlier
+ * life of this node is said once per epoch and left to fail. */
+static int pick_adopt(ring *r, election *e, uint64_t seen) {
     int best = -1;
     for (int i = 0; i < r->rc.n_members; i++) {
         const probe *p = &e->pr[i];
         if (i == r->self || !p->ok || p->differs ||
             (p->state != EL_FORMING && p->state != EL_TRAINING))
             continue;
-        if (!view_has(&p->view, r->self_id) || p->view.epoch <= seen) continue;
+        int k = rank_in(&p->view, r->self_id);
+        if (k < 0 || p->view.epoch <= seen) continue;
+        if (p->lives[k] != r->el->life) {
+            if (p->view.epoch > e->stale_told) {
+                e->stale_told = p->view.epoch;
+                HR_INFO(RING,
+                        "not adopting view %llu (node %ld %s it): it was decided with an earlier "
+                        "life of this node, whose state it records; waiting for the next",
+                        (unsigned long long)p->view.epoch, r->rc.members[i].id,
+                        state_name(p->state));
+            }
+            continue;
+        }
         if (best < 0 || p->view.epoch > e->pr[best].view.epoch) best = i;
     }
     return best;
@@ -969,7 +1042,8 @@ static int may_decide(ring *r, const election *e) {
 }
 
 /* The view the leader decides: S in ascending id, epoch 1 + the highest seen over S. */
-static void decide(ring *r, const election *e, uint64_t seen, ring_view *v, ring_lineage *lin) {
+static void decide(ring *r, const election *e, uint64_t seen, ring_view *v, ring_lineage *lin,
+                   uint64_t *lives) {
     uint64_t top = seen;
     v->n = 0;
     for (int i = 0; i < r->rc.n_members; i++) {
@@ -977,6 +1051,7 @@ static void decide(ring *r, const election *e, uint64_t seen, ring_view *v, ring
         const probe *p = &e->pr[i];
         if (i != r->self && p->seen > top) top = p->seen;
         v->ids[v->n] = r->rc.members[i].id;
+        lives[v->n] = i == r->self ? r->el->life : p->life;
         lin[v->n++] = i == r->self ? r->el->mine : p->own;
     }
     /* members[] is in ascending id (ring_config.h); sort anyway, lineages with their ids */
@@ -988,6 +1063,9 @@ static void decide(ring *r, const election *e, uint64_t seen, ring_view *v, ring
             ring_lineage l = lin[j];
             lin[j] = lin[j - 1];
             lin[j - 1] = l;
+            uint64_t f = lives[j];
+            lives[j] = lives[j - 1];
+            lives[j - 1] = f;
         }
     v->epoch = top + 1;
 }
@@ -1024,8 +1102,10 @@ static hr_status elect_round(ring *r, election *e, ring_agreement *out, char *er
     int a = pick_adopt(r, e, seen);
     if (a >= 0) {
         e->have_prev = 0;
-        if (install(r, &e->pr[a].view, e->pr[a].lin, "adopting", out, err, errlen) == HR_OK)
+        if (install(r, &e->pr[a].view, e->pr[a].lin, e->pr[a].lives, "adopting", out, err,
+                    errlen) == HR_OK)
             return HR_OK;
+        e->failed++;
         return HR_ERR_VIEW;
     }
     electing_set(r, e, seen);
@@ -1041,9 +1121,11 @@ static hr_status elect_round(ring *r, election *e, ring_agreement *out, char *er
     if (may_decide(r, e)) {
         ring_view v;
         ring_lineage lin[RING_MAX_NODES];
-        decide(r, e, seen, &v, lin);
+        uint64_t lives[RING_MAX_NODES];
+        decide(r, e, seen, &v, lin, lives);
         e->have_prev = 0;
-        if (install(r, &v, lin, "deciding", out, err, errlen) == HR_OK) return HR_OK;
+        if (install(r, &v, lin, lives, "deciding", out, err, errlen) == HR_OK) return HR_OK;
+        e->failed++;
         return HR_ERR_VIEW;
     }
     memcpy(e->prev_s, e->in_s, sizeof e->in_s);
@@ -1149,6 +1231,7 @@ hr_status ring_elect(ring *r, const ring_lineage *mine, ring_agreement *out, cha
             break;
         }
         st = elect_round(r, &e, out, why, sizeof why);
+        if (st == HR_OK) out->failed_views = e.failed;
         if (st == HR_OK || st == HR_ERR_CONFIG || tcp_now() - t0 >= limit) break;
         /* a bounded election's followers call the lowest ids less often as N grows */
         double pause = e.bounded && e.led ? follow_s(r) : ELECT_ROUND_S;

@@ -157,6 +157,8 @@ typedef struct {
     int in_sync;                          /* every member's lineage equals the donor's: no
                                            * state needs to move */
     uint64_t prev_epoch;                  /* the view this node held before, 0 at start */
+    int failed_views;                     /* views that failed to form in this election before
+                                           * this one (a member died or left while it formed) */
 } ring_agreement;
 
 /* Agree on the next view with every peer that can be reached, and form its ring; `mine` is

@@ -14,6 +14,12 @@
 #           the stopped node, though the nodes after it wait on each other and time out at
 #           about the same moment (issue 29: the one after the stopped node's successor named
 #           its own predecessor, alive and waiting, as dead)
+#   relife  4 nodes; SIGKILL node 3, then start it again: node 0 decides the view that admits it
+#           and (test hook HETRING_TEST_JOIN_WAIT) waits 3 s before forming it; node 0 is
+#           killed inside that wait and started again at once, while the others form the view.
+#           The new node 0 must not adopt the view decided with its earlier life (it records that
+#           life's lineage, and would make the new process the donor): it says so, the view
+#           fails, node 0's first view has it take another node's state, and all 4 go on
 #   scale   NODES nodes (default 40: a bounded election, ring/elect.c), started together: the
 #           first view of all forms within 20 s; SIGKILL node NODES/2: the survivors' view
 #           within 8 s, and its restart is admitted within 8 s; SIGKILL nodes 0 and 1 (both
@@ -54,12 +60,14 @@ chmod 600 "$tmp/psk"
 } > "$tmp/c.ini"
 stopfile=$tmp/stop
 
-# start ID: a node in the background; each start gets a log of its own (out.ID.K)
+# start ID [VAR=VALUE...]: a node in the background, with those variables in its environment;
+# each start gets a log of its own (out.ID.K)
 declare -A runs
 start() {
     local id=$1 k=${runs[$1]:-0}
+    shift
     runs[$id]=$((k + 1))
-    "$NODE" "$tmp/c.ini" "$id" elastic "$stopfile" 30 > "$tmp/out.$id.$k" 2>&1 &
+    env "$@" "$NODE" "$tmp/c.ini" "$id" elastic "$stopfile" 30 > "$tmp/out.$id.$k" 2>&1 &
     pids+=($!); pid[$id]=$!
     log[$id]=$tmp/out.$id.$k
 }
@@ -129,7 +137,11 @@ ids() {
 }
 all=$(ids 0 $((N - 1)))
 min_epoch=0
-for ((i = 0; i < N; i++)); do start $i; done
+for ((i = 0; i < N; i++)); do
+    # relife: debug lines say when a node adopts a view
+    if [ "$scenario" = relife ] && [ $i = 0 ]; then start 0 HETRING_TEST_JOIN_WAIT=3 HETRING_LOG=ring=debug
+    elif [ "$scenario" = relife ]; then start $i HETRING_LOG=ring=debug; else start $i; fi
+done
 t_start=$(now)
 wait_view "$all" 20 $(seq 0 $((N - 1))) || { fail "the first view of $N did not form within 20 s"; show; exit 1; }
 e0=$epoch
@@ -167,6 +179,37 @@ kill)
         fi
     else
         fail "no view of 1,2,3 within 10 s of the kill"
+    fi
+    stop_all 0 1 2 3
+    ;;
+relife)
+    kill -KILL "${pid[3]}"; wait "${pid[3]}" 2>/dev/null
+    min_epoch=$e0
+    wait_view 0,1,2 10 0 1 2 || { fail "no view of 0,1,2 within 10 s of the kill"; show; exit 1; }
+    e1=$epoch
+    wait_rounds 20 "$e1" 20 0 1 2 || fail "the survivors did not go on in view $e1"
+    start 3 HETRING_LOG=ring=debug
+    wait_for_line "${log[0]}" "test hook: waiting 3.0 s before forming view" 15 || { show; exit 1; }
+    e2=$(sed -n 's/.*test hook: waiting 3.0 s before forming view \([0-9]*\).*/\1/p' "${log[0]}" | tail -n 1)
+    # the others form it (their windows: 2.5 s, and connect_timeout for node 3, new) when node 0
+    # dies; its new life starts at once
+    for id in 1 2 3; do wait_for_line "${log[$id]}" "adopting view $e2: nodes 0,1,2,3; forming" 3 || { show; exit 1; }; done
+    kill -KILL "${pid[0]}"; wait "${pid[0]}" 2>/dev/null
+    start 0; t_start=$(now)
+    echo "node 0 killed while view $e2 (admitting node 3) formed, and started again"
+    wait_for_line "${log[0]}" "not adopting view $e2 .*earlier life of this node" 10 &&
+        grep -h "not adopting view $e2" "${log[0]}" | head -n 1 | sed 's/^/    /'
+    grep -q "view $e2 members" "${log[0]}" && fail "the new node 0 formed view $e2, its earlier life's"
+    min_epoch=$e2
+    if wait_view 0,1,2,3 15 0 1 2 3; then
+        echo "view $epoch (0,1,2,3) on all $(calc "$t_view - $t_start") s after node 0's restart"
+        first=$(grep -m1 "^node 0: view " "${log[0]}")
+        echo "    the new node 0's first view: $first"
+        [[ "$first" =~ rank\ 0\ donor\ [1-3]\ in_sync\ 0 ]] ||
+            fail "the new node 0 (no state) is not told to take another node's state in its first view"
+        wait_rounds 20 "$epoch" 20 0 1 2 3 || fail "the 4 did not go on in view $epoch"
+    else
+        fail "no view of 0,1,2,3 within 15 s of node 0's restart"
     fi
     stop_all 0 1 2 3
     ;;
