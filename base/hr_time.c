@@ -16,6 +16,12 @@ double hr_unix_s(void) {
     return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
+double hr_cpu_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
 void hr_sleep(double s) {
     if (s <= 0) return;
     struct timespec t = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};

@@ -12,6 +12,9 @@ double hr_now(void);
  * other processes' records (metrics files, view records, bench reports), never for durations. */
 double hr_unix_s(void);
 
+/* CPU seconds this process has used, all its threads (CLOCK_PROCESS_CPUTIME_ID). */
+double hr_cpu_s(void);
+
 /* Sleep `s` seconds (nothing when s <= 0), the whole time even when signals interrupt. */
 void hr_sleep(double s);
 

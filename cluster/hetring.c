@@ -109,6 +109,8 @@ struct hetring {
     grad_xfer x;                     /* layout, bucket plan and communication thread */
     const grad_path *path;           /* this view's path, NULL until its first step */
     int told;                        /* path->overlaps last logged (-1: none) */
+    int told_measured;               /* a choice from measured facts was logged in this view */
+    char told_why[384];              /* the reason last logged */
     const grad_path *told_path;      /* the path last logged (NULL: none) */
     unsigned char *given;            /* (n_bufs) handed over this iteration */
     float **ptrs;                    /* (n_bufs) the buffers as this iteration's first ready gave */
@@ -119,6 +121,8 @@ struct hetring {
     int n_bad;                       /* entries of bad_ids */
     long skipped;                    /* steps skipped as not finite ([train] nonfinite = skip) */
     overlap_fact *facts;             /* (c.n_nodes) the view's facts, gathered */
+    double comm_s, comm_cpu_s;       /* the last all-reduce after backward in this view: wall
+                                      * and process CPU seconds (0: none yet; overlap.h) */
     unsigned char *blob;             /* (blob_cap) the state blob this node packs */
     size_t blob_cap;                 /* bytes allocated for blob */
     size_t moved;                    /* state bytes sent or received in the last view change */
@@ -229,6 +233,8 @@ static hr_status st_set_comm(void *ctx, int rank, int size) {
     if (size < 1 || size > h->c->n_nodes || rank < 0 || rank >= size) return HR_ERR_INVAL;
     h->rank = rank, h->size = size;
     h->path = NULL; /* chosen again at the view's first step */
+    h->comm_s = h->comm_cpu_s = 0; /* measured again on the view's ring */
+    h->told_measured = 0;
     return HR_OK;
 }
 
@@ -667,10 +673,16 @@ int hetring_next(hetring *h, hetring_batch *out) {
 
 /* ================================================================ buckets */
 
-/* "overlap: ..." on rank 0 when whether buckets overlap differs from what was logged last. */
-static void tell_choice(hetring *h, const char *why) {
-    if (h->rank != 0 || h->path->overlaps == h->told) return;
-    char line[400];
+/* "overlap: ..." on rank 0 when whether buckets overlap differs from what was logged last, and
+ * once a view when the facts are first measured, if that changes the reason (an off that
+ * waited for the measurement says what it found). */
+static void tell_choice(hetring *h, const char *why, int measured) {
+    if (h->rank != 0) return;
+    const int first_measured = measured && !h->told_measured;
+    if (first_measured) h->told_measured = 1;
+    if (h->path->overlaps == h->told && (!first_measured || strcmp(why, h->told_why) == 0)) return;
+    snprintf(h->told_why, sizeof h->told_why, "%s", why);
+    char line[600];
     overlap_choice_str(h->cc.bucket_bytes, h->x.n_buckets, h->path->overlaps, why, line,
                        sizeof line);
     HR_INFO(TRAIN, "%s", line);
@@ -690,10 +702,10 @@ static void choose_path(hetring *h, int gathered) {
                          .tree = dist_tree_takes(&h->d, (size_t)h->size * CLUSTER_NODE_STATS +
                                                             h->x.n_grad),
                          .wire = h->cc.wire};
-    char why[192];
+    char why[384];
     h->path = grad_path_choose(&v, why, sizeof why);
     if (h->path != &grad_path_nccl && (gathered || h->cc.bucket_bytes != OVERLAP_AUTO))
-        tell_choice(h, why);
+        tell_choice(h, why, gathered && overlap_measured(h->facts, h->size));
     if (h->rank == 0 && h->path != h->told_path) {
         HR_INFO(TRAIN, "gradient path: %s%s", h->path->name,
                 h->path == &grad_path_tree ? " (the view's tree takes the stats and the "
@@ -869,6 +881,8 @@ static void pack_stats(hetring *h, const hetring_grads *g, double factor, float 
         mine.rec.loss = NAN; /* a test fault: this node's loss */
     if (!isfinite((float)mine.rec.loss)) h->share_bad |= DIST_FLAG_NONFINITE_LOSS;
     mine.machine.at_end = !h->readied; /* buckets overlap nothing in a loop without ready */
+    mine.machine.comm_s = h->comm_s;
+    mine.machine.comm_cpu_s = h->comm_cpu_s;
     h->readied = 0;
     dist_annotate(&h->d, h->iter, g->param_hash, h->share_bad, &mine);
     cluster_stats_pack(head, h->rank, h->size, &mine);
@@ -927,9 +941,12 @@ static int step_exchange(hetring *h, const hetring_grads *g, double factor) {
     float *head = h->x.grads - tail; /* the tail leads the last bucket */
     pack_stats(h, g, factor, head);
     h->fetched = 0;
+    const double t0 = hr_now(), c0 = hr_cpu_s();
     hr_status st = h->path->exchange(&h->x, head, tail);
     round_reset(h);
     if (st != HR_OK) return recover(h, st);
+    if (!h->path->overlaps) /* what overlap would hide, and what its thread would take */
+        h->comm_s = hr_now() - t0, h->comm_cpu_s = hr_cpu_s() - c0;
     cluster_stats_unpack(head, h->size, h->gathered);
     memcpy(h->member_ids, ring_get_view(h->d.r)->ids, sizeof *h->member_ids * (size_t)h->size);
     h->n_members = h->size;

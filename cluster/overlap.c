@@ -40,13 +40,19 @@ long overlap_cores(void) {
 }
 
 overlap_fact overlap_fact_of(long id, long cores, const long *threads, int n) {
-    overlap_fact f = {id, cores, 0, 0};
+    overlap_fact f = {.id = id, .cores = cores, .hosted = n};
     for (int k = 0; k < n; k++) f.demand += (threads[k] > 0 ? threads[k] : cores) + 1;
     return f;
 }
 
 int overlap_fact_spare(const overlap_fact *f) {
     return f->cores > 0 && f->cores >= f->demand;
+}
+
+int overlap_measured(const overlap_fact *facts, int n) {
+    for (int k = 0; k < n; k++)
+        if (!(facts[k].comm_s > 0)) return 0;
+    return facts != NULL && n > 0;
 }
 
 void overlap_bytes_str(long bytes, char *out, size_t n) {
@@ -58,9 +64,46 @@ void overlap_bytes_str(long bytes, char *out, size_t n) {
         snprintf(out, n, "%ld B", bytes);
 }
 
-/* auto with a plan of two buckets or more and two nodes or more: a core to spare on each. */
+/* auto where node `tight` has no core to spare: overlap when the all-reduce measured in this
+ * view waits on the wire (overlap.h). */
+static int choose_wire(const overlap_fact *facts, int n, int tight, char *why, size_t whylen) {
+    const overlap_fact *t = &facts[tight];
+    char lead[96];
+    snprintf(lead, sizeof lead, "auto: node %ld has no core to spare, %ld core%s for %ld threads",
+             t->id, t->cores, t->cores == 1 ? "" : "s", t->demand);
+    for (int k = 0; k < n; k++)
+        if (!overlap_fact_spare(&facts[k]) && facts[k].hosted > 1) {
+            snprintf(why, whylen, "%s; node %ld shares its host with %ld other node%s", lead,
+                     facts[k].id, facts[k].hosted - 1, facts[k].hosted == 2 ? "" : "s");
+            return 0;
+        }
+    int wire = 0, busy = 0, slow = 0; /* least wall time, most CPU, longest compute */
+    for (int k = 0; k < n; k++) {
+        const overlap_fact *f = &facts[k];
+        if (!(f->comm_s > 0)) {
+            snprintf(why, whylen, "%s; the all-reduce is not measured yet in this view", lead);
+            return 0;
+        }
+        if (f->comm_s < facts[wire].comm_s) wire = k;
+        if (f->comm_cpu_s > facts[busy].comm_cpu_s) busy = k;
+        if (f->compute_s > facts[slow].compute_s) slow = k;
+    }
+    const double w = facts[wire].comm_s, c = facts[busy].comm_cpu_s, s = facts[slow].compute_s;
+    const int on = w >= OVERLAP_WIRE_FRAC * s && c <= OVERLAP_CPU_FRAC * w;
+    snprintf(why, whylen,
+             "%s; the all-reduce took %.1f ms (node %ld, the least), %.1f ms of CPU at most "
+             "(node %ld), the compute %.1f ms at most (node %ld): %s",
+             lead, w * 1e3, facts[wire].id, c * 1e3, facts[busy].id, s * 1e3, facts[slow].id,
+             on                         ? "it waits on the wire, buckets hide it"
+             : c > OVERLAP_CPU_FRAC * w ? "it keeps a core busy, a thread would slow backward"
+                                        : "too short beside the compute to pay");
+    return on;
+}
+
+/* auto with a plan of two buckets or more and two nodes or more: a core to spare on each, or
+ * an all-reduce that waits on the wire. */
 static int choose_auto(const overlap_fact *facts, int n, char *why, size_t whylen) {
-    int fewest = 0;
+    int fewest = 0, tight = -1;
     for (int k = 0; k < n; k++) {
         const overlap_fact *f = &facts[k];
         if (f->at_end) {
@@ -70,13 +113,10 @@ static int choose_auto(const overlap_fact *facts, int n, char *why, size_t whyle
                      f->id);
             return 0;
         }
-        if (!overlap_fact_spare(f)) {
-            snprintf(why, whylen, "auto: node %ld has no core to spare, %ld core%s for %ld threads",
-                     f->id, f->cores, f->cores == 1 ? "" : "s", f->demand);
-            return 0;
-        }
+        if (!overlap_fact_spare(f) && tight < 0) tight = k;
         if (f->cores - f->demand < facts[fewest].cores - facts[fewest].demand) fewest = k;
     }
+    if (tight >= 0) return choose_wire(facts, n, tight, why, whylen);
     const overlap_fact *f = &facts[fewest];
     snprintf(why, whylen,
              "auto: every node has a core to spare; fewest: node %ld, %ld core%s for %ld threads",
@@ -118,7 +158,7 @@ void overlap_choice_str(long bucket_bytes, int n_buckets, int on, const char *wh
 
 void overlap_describe(long bucket_bytes, int n_buckets, int n_nodes, const overlap_fact *f,
                       char *out, size_t n) {
-    char why[192], size[32];
+    char why[384], size[32];
     if (n_nodes < 2) {
         snprintf(out, n, "overlap: off (one node trains alone)");
     } else if (bucket_bytes != OVERLAP_AUTO || n_buckets < 2) {

@@ -33,7 +33,10 @@
  *    first iteration of every view uses one all-reduce: no facts are gathered yet.
  * A node's fact: the cores its process may use, against the threads its machine runs while
  * overlapping: the compute threads of every node the configuration places on the same host
- * (its `host` written alike), plus one communication thread each.
+ * (its `host` written alike), plus one communication thread each; and, measured in the view,
+ * its last all-reduce after backward (wall and CPU time) beside its compute: where cores are
+ * short, buckets still pay when that all-reduce mostly waits on the wire (overlap_choose).
+ * A node measures only while it does not overlap, so a choice once on stays on for the view.
  */
 #ifndef HR_OVERLAP_H
 #define HR_OVERLAP_H
@@ -75,7 +78,18 @@ typedef struct {
     long at_end; /* 1: it hands its gradients over only once its compute is done (a libhetring
                   * loop that does not call hetring_ready), so buckets overlap nothing there;
                   * 0: bucket by bucket during backward (the built-in trainer) */
+    long hosted; /* nodes of the configuration on its host, itself included */
+    /* measured in this view (0: not yet): */
+    double comm_s;     /* wall seconds of its last all-reduce after backward (no overlap) */
+    double comm_cpu_s; /* CPU seconds its process spent meanwhile: what a communication thread
+                        * beside backward would take from the compute */
+    double compute_s;  /* seconds of its last compute */
 } overlap_fact;
+
+/* auto on a machine with no core to spare: buckets overlap when the all-reduce waits on the
+ * wire (see overlap_choose) */
+#define OVERLAP_WIRE_FRAC 0.1  /* the wire time is at least this share of the compute */
+#define OVERLAP_CPU_FRAC  0.25 /* and the CPU the all-reduce takes at most this share of it */
 
 /* Cores this process may run on: its CPU affinity (sched_getaffinity, else the online
  * cores), capped by a cgroup v2 CPU quota (/sys/fs/cgroup/cpu.max, rounded up). At least 1. */
@@ -92,12 +106,22 @@ int overlap_fact_spare(const overlap_fact *f);
 /* Whether the next iteration all-reduces its n_buckets buckets during backward, for the
  * setting bucket_bytes (OVERLAP_AUTO, 0 or bytes) and the facts of the n nodes of the view
  * (n = 0: none gathered yet). An explicit setting is obeyed; auto needs two buckets or more,
- * two nodes or more, and on every node a core to spare and gradients handed over during
- * backward (not at_end). `why` gets the reason ("auto: node 3
- * has no core to spare (2 cores for 4 threads)"). A pure function: every node that holds the
- * same facts decides the same. */
+ * two nodes or more, gradients handed over during backward (no node at_end), and either a
+ * core to spare on every node, or, where some node has none but has its host to itself (a
+ * node sharing its cores with another node waits in the all-reduce for that node's compute,
+ * not for a wire), an all-reduce measured in this view that mostly waits on the wire: its
+ * wall time W (the least of any node's: the others also waited for the slowest node's
+ * compute) at least OVERLAP_WIRE_FRAC of the longest compute, and the most CPU any node's
+ * process took meanwhile at most OVERLAP_CPU_FRAC of W. Then the communication thread mostly
+ * sleeps on its sockets: it takes little from backward and hides up to W (a slow link, a
+ * core-short machine). `why` gets the reason ("auto: node 3
+ * has no core to spare, 2 cores for 4 threads; ..."). A pure function: every node that holds
+ * the same facts decides the same. */
 int overlap_choose(long bucket_bytes, int n_buckets, const overlap_fact *facts, int n, char *why,
                    size_t whylen);
+
+/* Whether each of the n facts holds a measured all-reduce (comm_s > 0). */
+int overlap_measured(const overlap_fact *facts, int n);
 
 /* "1 MiB", "64 KiB" or "1000 B": a bucket size for messages. */
 void overlap_bytes_str(long bytes, char *out, size_t n);

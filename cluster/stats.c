@@ -17,14 +17,24 @@ void cluster_stats_pack(float *tail, int rank, int size, const cluster_stat *min
     slot[5] = (float)mine->machine.cores;
     slot[6] = (float)mine->machine.demand;
     slot[7] = (float)mine->machine.at_end;
-    memcpy(slot + 8, mine->extra, sizeof mine->extra);
+    slot[8] = (float)mine->machine.comm_s;
+    slot[9] = (float)mine->machine.comm_cpu_s;
+    slot[10] = (float)mine->machine.hosted;
+    memcpy(slot + 11, mine->extra, sizeof mine->extra);
 }
 
 void cluster_stats_unpack(const float *tail, int size, cluster_stat *out) {
     for (int k = 0; k < size; k++) {
         const float *slot = tail + (long)k * CLUSTER_NODE_STATS;
         out[k].rec = (train_stat){(long)slot[0], slot[1], slot[2], (long)slot[3]};
-        out[k].machine = (overlap_fact){(long)slot[4], (long)slot[5], (long)slot[6], (long)slot[7]};
-        memcpy(out[k].extra, slot + 8, sizeof out[k].extra);
+        out[k].machine = (overlap_fact){.id = (long)slot[4],
+                                        .cores = (long)slot[5],
+                                        .demand = (long)slot[6],
+                                        .at_end = (long)slot[7],
+                                        .comm_s = slot[8],
+                                        .comm_cpu_s = slot[9],
+                                        .compute_s = slot[1],
+                                        .hosted = (long)slot[10]};
+        memcpy(out[k].extra, slot + 11, sizeof out[k].extra);
     }
 }

@@ -11,8 +11,10 @@
  *    reports that failure once, and serves the next round normally;
  *  - bucket_bytes = auto (overlap_choose): an explicit setting is obeyed; auto uses the
  *    buckets only with a plan of two or more, two nodes or more, and a core to spare on every
- *    node, and names the node that has none; a node's threads are its machine's compute
- *    threads (0: every core) plus one communication thread per node;
+ *    node, or, where a node has none (it is named), an all-reduce measured in the view on every
+ *    node that waits on the wire (least wall time against the longest compute, most CPU
+ *    against that wall time); a node's threads are its machine's compute threads (0: every
+ *    core) plus one communication thread per node;
  *  - the gradient path (grad_path_choose) as a table of view facts -> path: nccl in an NCCL
  *    view, buckets where overlap_choose says so, else the tree where it takes the exchange,
  *    else whole;
@@ -30,6 +32,16 @@
 
 #include <stdlib.h>
 #include <string.h>
+
+/* A node's machine fact: id, cores, threads, hands over at the end, alone on its host; then
+ * what it measured in the view (all-reduce wall and CPU seconds, compute seconds: measured). */
+#define FACT(id_, cores_, demand_, at_end_)                                                        \
+    ((overlap_fact){                                                                               \
+        .id = (id_), .cores = (cores_), .demand = (demand_), .at_end = (at_end_), .hosted = 1})
+static overlap_fact measured(overlap_fact f, double comm_s, double cpu_s, double compute_s) {
+    f.comm_s = comm_s, f.comm_cpu_s = cpu_s, f.compute_s = compute_s;
+    return f;
+}
 
 static model_spec mlp_spec(void) {
     /* 8 -> 16 -> 4 -> 2: parameters at [0, 144), [144, 212), [212, 222) */
@@ -163,8 +175,8 @@ static void test_facts(void) {
     CHECK(f.id == 7 && f.cores == 16 && f.demand == 2 && overlap_fact_spare(&f),
           "one node, one thread, 16 cores: demand %ld", f.demand);
     f = overlap_fact_of(0, 2, four, 4); /* four nodes of hetero.ini on two cores */
-    CHECK(f.demand == 8 && !overlap_fact_spare(&f), "4 x 1 thread on 2 cores: demand %ld",
-          f.demand);
+    CHECK(f.demand == 8 && !overlap_fact_spare(&f) && f.hosted == 4,
+          "4 x 1 thread on 2 cores: demand %ld, hosted %ld", f.demand, f.hosted);
     f = overlap_fact_of(0, 16, four, 4); /* the same on 16 cores */
     CHECK(f.demand == 8 && overlap_fact_spare(&f), "4 x 1 thread on 16 cores: demand %ld",
           f.demand);
@@ -173,7 +185,7 @@ static void test_facts(void) {
           f.demand);
     f = overlap_fact_of(0, 2, one, 1); /* exactly one core for the communication thread */
     CHECK(overlap_fact_spare(&f), "1 thread on 2 cores must leave a core to spare");
-    overlap_fact unknown = {3, 0, 0, 0};
+    overlap_fact unknown = FACT(3, 0, 0, 0);
     CHECK(!overlap_fact_spare(&unknown), "a node whose cores are unknown has none to spare");
     CHECK(overlap_cores() >= 1, "overlap_cores %ld", overlap_cores());
 }
@@ -189,8 +201,23 @@ typedef struct {
 } choose_case;
 
 static void test_choose(void) {
-    const overlap_fact roomy = {0, 16, 8, 0}, roomy1 = {1, 16, 2, 0}, tight = {2, 2, 4, 0},
-                       exact = {3, 2, 2, 0}, unknown = {4, 0, 0, 0}, at_end = {5, 16, 2, 1};
+    const overlap_fact roomy = FACT(0, 16, 8, 0), roomy1 = FACT(1, 16, 2, 0),
+                       tight = FACT(2, 2, 4, 0), exact = FACT(3, 2, 2, 0),
+                       unknown = FACT(4, 0, 0, 0), at_end = FACT(5, 16, 2, 1);
+    /* four nodes on two cores (hetero.ini's, 8 threads), measured on a slow link: 30 ms of
+     * wire, 2-4 ms of CPU, 20-25 ms of compute; the fast nodes also waited for the slowest */
+    const overlap_fact w0 = measured(FACT(0, 2, 8, 0), 0.040, 0.002, 0.020),
+                       w1 = measured(FACT(1, 2, 8, 0), 0.030, 0.004, 0.025),
+                       w2 = measured(FACT(2, 2, 8, 0), 0.035, 0.003, 0.022);
+    /* the same on loopback: 3 ms of all-reduce, 2.5 of it CPU (copies and sums) */
+    const overlap_fact c0 = measured(FACT(0, 2, 8, 0), 0.004, 0.002, 0.020),
+                       c1 = measured(FACT(1, 2, 8, 0), 0.003, 0.0025, 0.025);
+    /* a fast link beside a long compute: 1 ms of wire, no CPU, 100 ms of compute */
+    const overlap_fact s0 = measured(FACT(0, 2, 8, 0), 0.001, 0.0001, 0.100),
+                       s1 = measured(FACT(1, 2, 8, 0), 0.002, 0.0001, 0.050);
+    const overlap_fact half = measured(FACT(1, 2, 8, 0), 0.030, 0.0, 0.025); /* no CPU */
+    overlap_fact shared = w1; /* w1 with two more nodes on its host */
+    shared.hosted = 3;
     const choose_case cases[] = {
         {"explicit 0", 0, 3, 2, {roomy, roomy1}, 0, "bucket_bytes = 0"},
         {"explicit 0, before facts", 0, 3, 0, {{0}}, 0, "bucket_bytes = 0"},
@@ -237,10 +264,65 @@ static void test_choose(void) {
         {"auto, no plan (one node config)", OVERLAP_AUTO, 0, 2, {roomy, roomy1}, 0, "fit one"},
         {"auto, facts not gathered", OVERLAP_AUTO, 2, 0, {{0}}, 0, "not gathered"},
         {"auto, a view of one node", OVERLAP_AUTO, 2, 1, {roomy}, 0, "one node"},
+        {"auto, tight, waits on the wire",
+         OVERLAP_AUTO,
+         2,
+         3,
+         {w0, w1, w2},
+         1,
+         "took 30.0 ms (node 1, the least), 4.0 ms of CPU at most (node 1), the compute 25.0 ms "
+         "at most (node 1): it waits on the wire"},
+        {"auto, tight, a roomy node among them",
+         OVERLAP_AUTO,
+         2,
+         3,
+         {roomy, w1, w2},
+         0,
+         "node 1 has no core to spare, 2 cores for 8 threads; the all-reduce is not measured"},
+        {"auto, tight, one node not measured", OVERLAP_AUTO, 2, 2, {w0, FACT(1, 2, 8, 0)}, 0,
+         "not measured yet"},
+        {"auto, tight, CPU-bound all-reduce",
+         OVERLAP_AUTO,
+         2,
+         2,
+         {c0, c1},
+         0,
+         "it keeps a core busy"},
+        {"auto, tight, the wire too short to pay",
+         OVERLAP_AUTO,
+         2,
+         2,
+         {s0, s1},
+         0,
+         "too short beside the compute"},
+        {"auto, tight, wire-bound but at_end",
+         OVERLAP_AUTO,
+         2,
+         3,
+         {w0, at_end, w2},
+         0,
+         "node 5 hands its gradients over only after"},
+        {"auto, tight, all-reduce with no CPU", OVERLAP_AUTO, 2, 2, {w0, half}, 1, "waits on the wire"},
+        {"auto, tight, a node shares its host",
+         OVERLAP_AUTO,
+         2,
+         3,
+         {w0, shared, w2},
+         0,
+         "node 0 has no core to spare, 2 cores for 8 threads; node 1 shares its host with 2 other "
+         "nodes"},
+        {"auto, a third of the all-reduce is CPU",
+         OVERLAP_AUTO,
+         2,
+         2,
+         {measured(FACT(0, 2, 8, 0), 0.030, 0.010, 0.02), w1},
+         0,
+         "it keeps a core busy"},
+        {"explicit 0 beats a wire-bound view", 0, 3, 2, {w0, w1}, 0, "bucket_bytes = 0"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         const choose_case *c = &cases[i];
-        char why[192] = "";
+        char why[384] = "";
         int got = overlap_choose(c->bucket_bytes, c->n_buckets, c->n ? c->facts : NULL, c->n, why,
                                  sizeof why);
         printf("%-40s -> %d (%s)\n", c->name, got, why);
@@ -256,8 +338,11 @@ static void test_choose(void) {
 
 /* grad_path_choose, one pure function of the view: its table. */
 static void test_paths(void) {
-    const overlap_fact roomy = {0, 16, 8, 0}, roomy1 = {1, 16, 2, 0}, tight = {2, 2, 4, 0};
-    const overlap_fact two[2] = {roomy, roomy1}, mixed[2] = {roomy, tight};
+    const overlap_fact roomy = FACT(0, 16, 8, 0), roomy1 = FACT(1, 16, 2, 0),
+                       tight = FACT(2, 2, 4, 0);
+    const overlap_fact two[2] = {roomy, roomy1}, mixed[2] = {roomy, tight},
+                       wired[2] = {measured(tight, 0.03, 0.001, 0.02),
+                                   measured(FACT(3, 2, 4, 0), 0.04, 0.001, 0.02)};
     const struct {
         const char *name;
         grad_view v;
@@ -269,6 +354,8 @@ static void test_paths(void) {
         {"auto, roomy nodes", {0, OVERLAP_AUTO, 2, two, 2, 0, 0}, &grad_path_buckets},
         {"auto, a tight node", {0, OVERLAP_AUTO, 2, mixed, 2, 0, 0}, &grad_path_whole},
         {"auto, a tight node, the tree takes it", {0, OVERLAP_AUTO, 2, mixed, 2, 1, 0}, &grad_path_tree},
+        {"auto, tight nodes, wire-bound", {0, OVERLAP_AUTO, 2, wired, 2, 0, 0}, &grad_path_buckets},
+        {"auto, tight, wire-bound, tree", {0, OVERLAP_AUTO, 2, wired, 2, 1, 0}, &grad_path_buckets},
         {"auto before facts, the tree takes it", {0, OVERLAP_AUTO, 1, NULL, 8, 1, 0}, &grad_path_tree},
         {"off, too big for the tree", {0, 0, 3, two, 2, 0, 0}, &grad_path_whole},
         {"off, the tree takes it", {0, 0, 3, two, 2, 1, 0}, &grad_path_tree},
@@ -278,7 +365,7 @@ static void test_paths(void) {
         {"wire = bf16, an NCCL view", {1, OVERLAP_AUTO, 2, two, 2, 1, 1}, &grad_path_nccl},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
-        char why[192] = "";
+        char why[384] = "";
         const grad_path *got = grad_path_choose(&cases[i].v, why, sizeof why);
         printf("%-40s -> %s (%s)\n", cases[i].name, got->name, why);
         CHECK(got == cases[i].want, "%s: chose %s, expected %s", cases[i].name, got->name,
