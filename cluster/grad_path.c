@@ -98,6 +98,10 @@ static hr_status bf16_exchange(grad_xfer *x, float *head, size_t tail) {
             grad_xfer_free(x);
             return HR_ERR_NOMEM;
         }
+        if (x->resume && x->n_resume == x->n_grad)
+            memcpy(x->residual, x->resume, x->n_grad * sizeof *x->residual);
+        free(x->resume);
+        x->resume = NULL;
     }
     x->pending = 0;
     HR_CHECK(dist_allreduce(x->d, head, tail)); /* the stats, exact */
@@ -120,9 +124,22 @@ void grad_xfer_commit(grad_xfer *x) {
     x->pending = 0;
 }
 
+const float *grad_xfer_residual(const grad_xfer *x) {
+    return x->residual ? x->residual : x->resume;
+}
+
+hr_status grad_xfer_resume(grad_xfer *x, const float *r, size_t n) {
+    float *c = malloc(n * sizeof *c + 1);
+    if (!c) return HR_ERR_NOMEM;
+    memcpy(c, r, n * sizeof *c);
+    free(x->resume);
+    x->resume = c, x->n_resume = n;
+    return HR_OK;
+}
+
 void grad_xfer_free(grad_xfer *x) {
-    free(x->wire), free(x->residual), free(x->dropped);
-    x->wire = NULL, x->residual = x->dropped = NULL;
+    free(x->wire), free(x->residual), free(x->dropped), free(x->resume);
+    x->wire = NULL, x->residual = x->dropped = x->resume = NULL;
     x->pending = 0;
 }
 

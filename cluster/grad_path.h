@@ -23,7 +23,9 @@
  *            every member. Error feedback: what this node's roundings dropped is added to its
  *            next gradient. That residual is this node's own (not replicated state): it is
  *            taken up only when the step is applied (grad_xfer_commit), so a failed or skipped
- *            step leaves it as it was, and a node that starts (or restarts) begins with none
+ *            step leaves it as it was; a node's checkpoint records it, and the node that wrote
+ *            it takes it up again when it resumes from it (grad_xfer_resume); a node that
+ *            starts otherwise (or restarts after a crash) begins with none
  *
  * The choice is one pure function of the view and the configuration (grad_view), the same on
  * every member, so every member calls the same collectives (I7). libhetring chooses at the
@@ -59,6 +61,8 @@ typedef struct {
     float *residual; /* what earlier roundings dropped, added to this step's gradient */
     float *dropped;  /* what this step's roundings dropped: the residual once it is applied */
     int pending;     /* dropped holds an exchanged step's, not yet committed */
+    float *resume;   /* a checkpoint's residual that the first bf16 exchange takes up, or NULL */
+    size_t n_resume; /* its floats */
 } grad_xfer;
 
 typedef struct {
@@ -101,6 +105,12 @@ void grad_xfer_stop(grad_xfer *x);
 /* The step just exchanged is applied: the bf16 path's dropped part becomes the residual the
  * next step adds (nothing for the other paths). */
 void grad_xfer_commit(grad_xfer *x);
+/* This node's residual as of the last applied step (what a checkpoint records; n_grad
+ * floats): the bf16 path's, a resumed one not taken up yet, or NULL. */
+const float *grad_xfer_residual(const grad_xfer *x);
+/* Take up a checkpoint's residual r (n floats, copied) at the first bf16 exchange, where it
+ * must be n_grad floats. HR_ERR_NOMEM when the copy cannot be made. */
+hr_status grad_xfer_resume(grad_xfer *x, const float *r, size_t n);
 /* Free what the paths allocated (after grad_xfer_stop). */
 void grad_xfer_free(grad_xfer *x);
 

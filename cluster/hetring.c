@@ -577,6 +577,16 @@ int hr_lib_split(const hetring *h, long *out, int max) {
     return h->size;
 }
 
+const float *hr_lib_residual(const hetring *h) {
+    return h ? grad_xfer_residual(&h->x) : NULL;
+}
+
+int hr_lib_resume_residual(hetring *h, const float *r, size_t n) {
+    if (!h || !r || !h->app.n_grads || n != h->app.n_grads || h->cc.wire != CFG_WIRE_BF16)
+        return HETRING_EINVAL;
+    return grad_xfer_resume(&h->x, r, n) == HR_OK ? HETRING_OK : HETRING_ENOMEM;
+}
+
 int hr_lib_on_device(const hetring *h) {
     return h && h->have_dist && dist_on_nccl(&h->d);
 }

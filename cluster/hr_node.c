@@ -68,6 +68,32 @@ static hr_status probe(void *user, long b, double *seconds) {
     return train_probe(n->t, b, seconds);
 }
 
+/* A resumed checkpoint's bf16 residual: this node's own is taken up again (its next bf16 step
+ * adds it), another node's is not (that node's roundings dropped it: taking it up here would
+ * count it twice). */
+static hr_status resume_residual(hr_node *n, char *err, size_t errlen) {
+    const trainer *t = n->t;
+    const long id = n->c->nodes[n->self].id;
+    if (!t->resumed_residual) return HR_OK;
+    if (t->resumed_node != id) {
+        HR_INFO(TRAIN,
+                "the checkpoint's bf16 residual is node %ld's, not this node's: starting "
+                "without one",
+                t->resumed_node);
+        return HR_OK;
+    }
+    if (n->c->wire != CFG_WIRE_BF16) {
+        HR_INFO(TRAIN, "the checkpoint holds a bf16 residual; [cluster] wire = fp32 has no use "
+                       "for it");
+        return HR_OK;
+    }
+    if (hr_lib_resume_residual(n->h, t->resumed_residual, (size_t)t->m.n_params) != HETRING_OK)
+        return hr_fail(err, errlen, HR_ERR_NOMEM, "the checkpoint's residual: out of memory");
+    HR_INFO(TRAIN, "resumed this node's bf16 residual from the checkpoint (%ld floats)",
+            t->m.n_params);
+    return HR_OK;
+}
+
 static hr_status save(void *user, char *err, size_t errlen) {
     hr_node *n = user;
     const char *ck = n->c->checkpoint;
@@ -181,7 +207,9 @@ static void view(void *ctx, train_view *v) {
     *v = (train_view){.rank = hetring_rank(n->h),
                       .n = hr_lib_split(n->h, n->split, n->c->n_nodes),
                       .split = n->split,
-                      .stats = n->stats};
+                      .stats = n->stats,
+                      .self_id = n->c->nodes[n->self].id,
+                      .residual = hr_lib_residual(n->h)};
 }
 
 /* ================================================================ train_run's hooks */
@@ -313,6 +341,7 @@ hr_status hr_node_open(hr_node *n, const cfg *c, int self, trainer *t, const lon
                              .probe = probe};
     int st = hr_lib_open(&n->h, &o, &app, err, errlen);
     if (st != HETRING_OK) return status_of(st);
+    HR_CHECK(resume_residual(n, err, errlen));
     /* the model computes its gradient into the library's buffer, after the stats tail: the
      * iteration's all-reduce then needs no copy */
     HR_CHECK(model_lend_grads(&t->m, hr_lib_grads(n->h), err, errlen));

@@ -4,7 +4,8 @@
  * Layout, little-endian as in memory on the supported machines:
  *   header: magic "HRCKPT\0\1" (8), version u32, crc32 u32 (of all bytes after this field),
  *           ckpt_meta (40), payload bytes u64
- *   payload: params f32[n], opt_state f32[n], split i64[n_nodes]
+ *   payload: params f32[n], opt_state f32[n], split i64[n_nodes], and in version 2 a residual
+ *            block, present or not: node i64, residual f32[n] (the payload's size says which)
  */
 #include "trainer/ckpt.h"
 #include "base/hr_log.h"
@@ -23,7 +24,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
-#define CKPT_VERSION 1u
+#define CKPT_VERSION 2u /* 1: no residual block; still read */
 static const char ckpt_magic[8] = {'H', 'R', 'C', 'K', 'P', 'T', 0, 1};
 
 typedef struct {
@@ -116,18 +117,23 @@ hr_status ckpt_prepare(const char *path, char *err, size_t errlen) {
 }
 
 hr_status ckpt_save(const char *path, const ckpt_meta *meta, const float *params,
-                    const float *opt_state, const int64_t *split, char *err, size_t errlen) {
+                    const float *opt_state, const int64_t *split, const ckpt_residual *res,
+                    char *err, size_t errlen) {
     ckpt_header h;
     memset(&h, 0, sizeof h);
     memcpy(h.magic, ckpt_magic, 8);
     h.version = CKPT_VERSION;
     h.meta = *meta;
     size_t np = sizeof(float) * meta->n_params, ns = sizeof(int64_t) * meta->n_nodes;
-    h.payload = 2 * np + ns;
+    const int has_res = res && res->data;
+    const size_t nr = has_res ? np : 0, nn = has_res ? sizeof res->node : 0;
+    h.payload = 2 * np + ns + nn + nr;
     uint32_t crc = crc_more(0, &h.meta, sizeof h - offsetof(ckpt_header, meta));
     crc = crc_more(crc, params, np);
     crc = crc_more(crc, opt_state, np);
-    h.crc = crc_more(crc, split, ns);
+    crc = crc_more(crc, split, ns);
+    if (has_res) crc = crc_more(crc_more(crc, &res->node, nn), res->data, nr);
+    h.crc = crc;
 
     char tmp[4200];
     tmp_name(tmp, sizeof tmp, path, (long)getpid());
@@ -136,7 +142,8 @@ hr_status ckpt_save(const char *path, const ckpt_meta *meta, const float *params
         return hr_fail(err, errlen, HR_ERR_IO, "checkpoint %s: cannot create %s (%s)", path, tmp,
                        strerror(errno));
     if (write_all(fd, &h, sizeof h) || write_all(fd, params, np) || write_all(fd, opt_state, np) ||
-        write_all(fd, split, ns) || fsync(fd)) {
+        write_all(fd, split, ns) || (has_res && write_all(fd, &res->node, nn)) ||
+        (has_res && write_all(fd, res->data, nr)) || fsync(fd)) {
         int e = errno;
         close(fd);
         unlink(tmp);
@@ -178,9 +185,9 @@ static hr_status read_header(FILE *f, const char *path, ckpt_header *h, char *er
     if (fread(h, 1, sizeof *h, f) != sizeof *h || memcmp(h->magic, ckpt_magic, 8) != 0)
         return hr_fail(err, errlen, HR_ERR_DATA,
                        "%s is not a hetring checkpoint (wrong magic or too short)", path);
-    if (h->version != CKPT_VERSION)
-        return hr_fail(err, errlen, HR_ERR_DATA, "checkpoint %s has version %u (expected %u)", path,
-                       h->version, CKPT_VERSION);
+    if (h->version != CKPT_VERSION && h->version != 1)
+        return hr_fail(err, errlen, HR_ERR_DATA, "checkpoint %s has version %u (expected 1 to %u)",
+                       path, h->version, CKPT_VERSION);
     const ckpt_meta *m = &h->meta;
     struct stat fs;
     if (fstat(fileno(f), &fs) != 0 || fs.st_size < (off_t)sizeof *h ||
@@ -191,7 +198,9 @@ static hr_status read_header(FILE *f, const char *path, ckpt_header *h, char *er
                        path, (unsigned long long)h->payload, (unsigned long long)m->n_params,
                        (long long)fs.st_size);
     size_t np = sizeof(float) * m->n_params, ns = sizeof(int64_t) * m->n_nodes;
-    if (m->n_nodes > 65536 || h->payload != 2 * np + ns)
+    const uint64_t with_res = 2 * np + ns + sizeof(int64_t) + np; /* version 2's residual block */
+    if (m->n_nodes > 65536 ||
+        (h->payload != 2 * np + ns && (h->version < 2 || h->payload != with_res)))
         return hr_fail(err, errlen, HR_ERR_DATA,
                        "checkpoint %s is corrupt: its header is inconsistent (payload %llu bytes)",
                        path, (unsigned long long)h->payload);
@@ -216,7 +225,7 @@ static hr_status same_run(const char *path, const ckpt_meta *m, const ckpt_meta 
 }
 
 hr_status ckpt_load(const char *path, ckpt_meta *expect, float *params, float *opt_state,
-                    int64_t *split, int max_nodes, char *err, size_t errlen) {
+                    int64_t *split, int max_nodes, ckpt_residual *res, char *err, size_t errlen) {
     FILE *f = fopen(path, "rb");
     if (!f)
         return hr_fail(err, errlen, HR_ERR_IO, "checkpoint %s: cannot open (%s)", path,
@@ -229,9 +238,11 @@ hr_status ckpt_load(const char *path, ckpt_meta *expect, float *params, float *o
     if (st != HR_OK) goto out;
     const ckpt_meta *m = &h.meta;
     size_t np = sizeof(float) * m->n_params, ns = sizeof(int64_t) * m->n_nodes;
+    const size_t nr = h.payload > 2 * np + ns ? np : 0; /* a residual block (read_header) */
+    int64_t node = -1;
     uint32_t crc = crc_more(0, &h.meta, sizeof h - offsetof(ckpt_header, meta));
     /* read into scratch first: the caller's buffers change only for a verified file */
-    buf = malloc(2 * np + 1);
+    buf = malloc(3 * np + 1);
     sp = malloc(ns + 1);
     if (!buf || !sp) {
         st = hr_fail(err, errlen, HR_ERR_NOMEM, "checkpoint %s: out of memory", path);
@@ -239,6 +250,12 @@ hr_status ckpt_load(const char *path, ckpt_meta *expect, float *params, float *o
     }
     HR_CHECK_GOTO(read_exact(f, buf, 2 * np, &crc, path, "parameters", err, errlen), st, out);
     HR_CHECK_GOTO(read_exact(f, sp, ns, &crc, path, "batch split", err, errlen), st, out);
+    if (nr) {
+        HR_CHECK_GOTO(read_exact(f, &node, sizeof node, &crc, path, "residual", err, errlen), st,
+                      out);
+        HR_CHECK_GOTO(read_exact(f, (char *)buf + 2 * np, nr, &crc, path, "residual", err, errlen),
+                      st, out);
+    }
     if (fgetc(f) != EOF) {
         st = hr_fail(err, errlen, HR_ERR_DATA,
                      "checkpoint %s is corrupt: bytes after the declared payload", path);
@@ -256,6 +273,10 @@ hr_status ckpt_load(const char *path, ckpt_meta *expect, float *params, float *o
     memcpy(params, buf, np);
     memcpy(opt_state, (char *)buf + np, np);
     if ((int)m->n_nodes <= max_nodes && m->n_nodes == expect->n_nodes) memcpy(split, sp, ns);
+    if (res) {
+        res->node = nr ? node : -1;
+        if (nr && res->data) memcpy(res->data, (char *)buf + 2 * np, nr);
+    }
     expect->iter = m->iter;
     expect->n_nodes = m->n_nodes;
 out:

@@ -2,10 +2,12 @@
  * ckpt.h: checkpoints of the training state.
  *
  * A checkpoint holds the iteration to run next, the parameters, the optimizer state and the
- * current batch split, behind a fixed header. It is written atomically: to a temporary file
- * in the same directory, fsync'ed, renamed over the target, then the directory is fsync'ed;
- * a crash leaves either the old or the new checkpoint (and a temporary file, which
- * ckpt_prepare removes when the next run starts). A CRC-32 over header and payload
+ * current batch split, behind a fixed header, and where the node that wrote it sends its
+ * gradient bf16 on the wire ([cluster] wire = bf16), that node's error-feedback residual with
+ * its id: the residual is the writer's own, so only the writer takes it up again. It is written
+ * atomically: to a temporary file in the same directory, fsync'ed, renamed over the target, then
+ * the directory is fsync'ed; a crash leaves either the old or the new checkpoint (and a temporary
+ * file, which ckpt_prepare removes when the next run starts). A CRC-32 over header and payload
  * detects corruption, and a checkpoint from another model, seed or batch is refused. The data
  * order needs no state: perm_e is a function of (seed, epoch) (I1), so resuming at iteration
  * i replays exactly what an uninterrupted run would have done.
@@ -33,15 +35,26 @@ typedef struct {
  * when not, or when `path` exists and is not a regular file). */
 hr_status ckpt_prepare(const char *path, char *err, size_t errlen);
 
-/* Write meta, params (n_params), opt_state (n_params) and split (n_nodes) to `path`. */
-hr_status ckpt_save(const char *path, const ckpt_meta *meta, const float *params,
-                    const float *opt_state, const int64_t *split, char *err, size_t errlen);
+/* A node's bf16 error-feedback residual: n_params floats, and the node they belong to. */
+typedef struct {
+    int64_t node; /* the id of the node whose roundings dropped it */
+    float *data;  /* n_params floats; NULL: no residual */
+} ckpt_residual;
 
-/* Read `path` into params, opt_state and split (each sized as in `expect`). Refuses a file
+/* Write meta, params (n_params), opt_state (n_params), split (n_nodes) and, when res is not
+ * NULL and res->data is set, the residual (n_params) to `path`. */
+hr_status ckpt_save(const char *path, const ckpt_meta *meta, const float *params,
+                    const float *opt_state, const int64_t *split, const ckpt_residual *res,
+                    char *err, size_t errlen);
+
+/* Read `path` into params, opt_state and split (each sized as in `expect`) and, when the file
+ * holds a residual and res is not NULL, into res->data (n_params floats, the caller's) with
+ * res->node; a file without one sets res->node to -1 and leaves res->data alone. Refuses a file
  * whose model, n_params, seed or global batch differ from `expect` (HR_ERR_MISMATCH), a bad
  * or truncated file (HR_ERR_DATA). On success expect->iter and expect->n_nodes hold the
- * file's values; a file with a different n_nodes leaves `split` alone. */
+ * file's values; a file with a different n_nodes leaves `split` alone. Version 1 files (before
+ * residuals) are read as files without one. */
 hr_status ckpt_load(const char *path, ckpt_meta *expect, float *params, float *opt_state,
-                    int64_t *split, int max_nodes, char *err, size_t errlen);
+                    int64_t *split, int max_nodes, ckpt_residual *res, char *err, size_t errlen);
 
 #endif

@@ -25,6 +25,7 @@
 
 hr_status train_init(trainer *t, const train_config *tc, char *err, size_t errlen) {
     memset(t, 0, sizeof *t);
+    t->resumed_node = -1;
     t->conf = *tc;
     const train_config *c = &t->conf;
     t->dl.perm = NULL;
@@ -89,7 +90,8 @@ void train_free(trainer *t) {
     free(t->x);
     free(t->y);
     free(t->t);
-    t->x = t->t = NULL;
+    free(t->resumed_residual);
+    t->x = t->t = t->resumed_residual = NULL;
     t->y = NULL;
 }
 
@@ -102,7 +104,7 @@ void train_view_of(const trainer *t, train_view *v) {
         t->peer.view(t->peer.ctx, v);
         return;
     }
-    *v = (train_view){.rank = 0, .n = 1, .split = &t->batch, .stats = &t->own};
+    *v = (train_view){.rank = 0, .n = 1, .split = &t->batch, .stats = &t->own, .self_id = -1};
 }
 
 int train_lead(const trainer *t) {
@@ -285,15 +287,23 @@ hr_status train_save(trainer *t, const char *path, char *err, size_t errlen) {
     train_view v;
     train_view_of(t, &v);
     ckpt_meta m = meta_of(t, v.n);
-    return ckpt_save(path, &m, t->m.params, t->opt.vel, (const int64_t *)v.split, err, errlen);
+    ckpt_residual res = {.node = v.self_id, .data = (float *)v.residual};
+    return ckpt_save(path, &m, t->m.params, t->opt.vel, (const int64_t *)v.split,
+                     v.residual ? &res : NULL, err, errlen);
 }
 
 hr_status train_load(trainer *t, const char *path, long *split, int n_nodes, int *recorded,
                      char *err, size_t errlen) {
     if (!split) n_nodes = 0;
     ckpt_meta m = meta_of(t, n_nodes); /* resumed before any view: a split of every node */
-    HR_CHECK(ckpt_load(path, &m, t->m.params, t->opt.vel, (int64_t *)split, n_nodes, err,
+    if (!t->resumed_residual &&
+        !(t->resumed_residual = malloc(sizeof(float) * (size_t)t->m.n_params + 1)))
+        return hr_fail(err, errlen, HR_ERR_NOMEM, "%s: out of memory", path);
+    ckpt_residual res = {.data = t->resumed_residual};
+    HR_CHECK(ckpt_load(path, &m, t->m.params, t->opt.vel, (int64_t *)split, n_nodes, &res, err,
                        errlen));
+    t->resumed_node = (long)res.node;
+    if (res.node < 0) free(t->resumed_residual), t->resumed_residual = NULL;
     t->iter = (long)m.iter;
     if (recorded) *recorded = split && m.n_nodes == (uint32_t)n_nodes; /* ckpt_load copied it */
     hr_status st = train_sync_device(t);

@@ -93,6 +93,9 @@ typedef struct {
     const long *split;       /* (n) samples per node of the next iteration, what a checkpoint
                               * records */
     const train_stat *stats; /* (n) every node's stats of the last iteration (b and t at least) */
+    long self_id;            /* this node's id (-1 alone) */
+    const float *residual;   /* (n_params) this node's bf16 error-feedback residual, what a
+                              * checkpoint records with self_id; NULL: none */
 } train_view;
 
 /* A peer: the distributed part of every iteration is run by the cluster node of
@@ -180,6 +183,9 @@ typedef struct {
     train_peer peer;  /* the distributed part, when has_peer (train_set_peer) */
     int has_peer;     /* peer is set: it runs the distributed part */
     int peer_buckets; /* all-reduces of the last exchange (the summary's) */
+    float *resumed_residual; /* (n_params) a resumed checkpoint's residual, for its node to take
+                              * up (hr_node_open), or NULL */
+    long resumed_node;       /* the node that residual is of (-1: none) */
 } trainer;
 
 /* Load the data, build the model and optimizer from tc. Sets the BLAS thread count from
@@ -248,10 +254,12 @@ hr_status train_step(trainer *t, train_iter *out);
 /* Loss and accuracy of the current parameters on the held-out split (all of it). */
 hr_status train_evaluate(trainer *t, double *loss, double *accuracy);
 
-/* Checkpoint the state (iteration, parameters, optimizer, the view's split) / resume from
- * one. A resumed checkpoint's split is not the trainer's: train_load writes it to `split`
- * (room for n_nodes entries; NULL: not wanted) when it records one of n_nodes nodes, and
- * says so in *recorded; the controller adopts it (hr_node_open hands it to the library). */
+/* Checkpoint the state (iteration, parameters, optimizer, the view's split and, where the
+ * view gives one, this node's bf16 residual with its id) / resume from one. A resumed
+ * checkpoint's split is not the trainer's: train_load writes it to `split` (room for n_nodes
+ * entries; NULL: not wanted) when it records one of n_nodes nodes, and says so in *recorded;
+ * the controller adopts it (hr_node_open hands it to the library). Its residual goes to
+ * t->resumed_residual and t->resumed_node, for hr_node_open too. */
 hr_status train_save(trainer *t, const char *path, char *err, size_t errlen);
 hr_status train_load(trainer *t, const char *path, long *split, int n_nodes, int *recorded,
                      char *err, size_t errlen);

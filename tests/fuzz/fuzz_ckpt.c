@@ -24,10 +24,11 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
 static void load(const uint8_t *data, size_t size) {
     const char *path = fuzz_file(0, data, size);
     ckpt_meta expect = FUZZ_CKPT_META;
-    float params[FUZZ_CKPT_PARAMS], opt[FUZZ_CKPT_PARAMS];
+    float params[FUZZ_CKPT_PARAMS], opt[FUZZ_CKPT_PARAMS], resid[FUZZ_CKPT_PARAMS];
     int64_t split[FUZZ_CKPT_MAX_NODES];
     char err[HR_ERRLEN];
-    (void)ckpt_load(path, &expect, params, opt, split, FUZZ_CKPT_MAX_NODES, err, sizeof err);
+    ckpt_residual res = {.data = resid};
+    (void)ckpt_load(path, &expect, params, opt, split, FUZZ_CKPT_MAX_NODES, &res, err, sizeof err);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {

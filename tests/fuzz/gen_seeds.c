@@ -116,10 +116,15 @@ int main(int argc, char **argv) {
     float params[FUZZ_CKPT_PARAMS], opt[FUZZ_CKPT_PARAMS];
     int64_t split[FUZZ_CKPT_MAX_NODES] = {10, 20, 30, 4};
     for (int i = 0; i < FUZZ_CKPT_PARAMS; i++) params[i] = 0.25f * (float)i, opt[i] = -1.0f;
-    if (ckpt_save(path, &m, params, opt, split, err, sizeof err) != HR_OK) die("ckpt", err);
+    if (ckpt_save(path, &m, params, opt, split, NULL, err, sizeof err) != HR_OK) die("ckpt", err);
     file_seed("ckpt", "run", path, 0, 0);
+    float resid[FUZZ_CKPT_PARAMS];
+    for (int i = 0; i < FUZZ_CKPT_PARAMS; i++) resid[i] = 1e-3f * (float)(i % 7) - 2e-3f;
+    ckpt_residual res = {.node = 3, .data = resid};
+    if (ckpt_save(path, &m, params, opt, split, &res, err, sizeof err) != HR_OK) die("ckpt", err);
+    file_seed("ckpt", "residual", path, 0, 0);
     m.n_nodes = 2, m.seed = 43;
-    if (ckpt_save(path, &m, params, opt, split, err, sizeof err) != HR_OK) die("ckpt", err);
+    if (ckpt_save(path, &m, params, opt, split, NULL, err, sizeof err) != HR_OK) die("ckpt", err);
     file_seed("ckpt", "other_run", path, 0, 0);
 
     data_set_free(&small), data_set_free(&mnist), data_set_free(&rgb);

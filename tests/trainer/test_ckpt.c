@@ -7,6 +7,10 @@
  *    error, leaves the previous checkpoint alone and no temporary file behind; the temporary
  *    file of a killed save is removed when the next run starts (ckpt_prepare);
  *  - an unwritable checkpoint (missing directory, a directory as the file) fails train_init;
+ *  - the bf16 residual block: saved with its node's id, read back bit for bit; a file without
+ *    one reads as node -1 and leaves the caller's buffer alone; a version 1 file (before the
+ *    block) still loads, one with a block declared version 1 does not, and a cut block is
+ *    refused with every buffer unchanged;
  *  - refusal: corrupt, truncated, padded or foreign-version files, and checkpoints of runs
  *    with another seed, global batch, model shape or model kind, are refused with a message
  *    that names the file and the reason, and leave every parameter, the whole optimizer state,
@@ -278,7 +282,8 @@ static void test_refusal(void) {
     /* another model kind with as many parameters: only the model field tells them apart */
     ckpt_meta m = {3, (uint64_t)n, 11, 100, CFG_MODEL_SOFTMAX, 1};
     int64_t split = 100;
-    CHECK(ckpt_save(bad, &m, t.m.params, t.opt.vel, &split, err, sizeof err) == HR_OK, "%s", err);
+    CHECK(ckpt_save(bad, &m, t.m.params, t.opt.vel, &split, NULL, err, sizeof err) == HR_OK, "%s",
+          err);
     other[1] = "model softmax with 25450 params";
     refused(&t, &s, bad, HR_ERR_MISMATCH, "other model", other);
 
@@ -313,8 +318,64 @@ static void test_unwritable(void) {
     }
 }
 
+static void test_residual(void) {
+    enum { N = 37 };
+    char with[96], without[96], err[HR_ERRLEN] = "";
+    snprintf(with, sizeof with, "%s/with.ckpt", dir);
+    snprintf(without, sizeof without, "%s/without.ckpt", dir);
+    float p[N], v[N], r[N], p2[N], v2[N], r2[N];
+    for (int i = 0; i < N; i++) p[i] = (float)i, v[i] = -(float)i, r[i] = 1e-4f * (float)(i - 9);
+    int64_t split[2] = {30, 70}, split2[2];
+    ckpt_meta m = {5, N, 11, 100, CFG_MODEL_MLP, 2}, got = m;
+    ckpt_residual res = {.node = 7, .data = r}, back = {.node = 99, .data = r2};
+    CHECK(ckpt_save(with, &m, p, v, split, &res, err, sizeof err) == HR_OK, "%s", err);
+    CHECK(ckpt_save(without, &m, p, v, split, NULL, err, sizeof err) == HR_OK, "%s", err);
+    memset(r2, 0, sizeof r2);
+    CHECK(ckpt_load(with, &got, p2, v2, split2, 2, &back, err, sizeof err) == HR_OK, "%s", err);
+    CHECK(back.node == 7 && memcmp(r, r2, sizeof r) == 0 && memcmp(p, p2, sizeof p) == 0 &&
+              memcmp(v, v2, sizeof v) == 0 && split2[1] == 70,
+          "the residual did not come back (node %lld)", (long long)back.node);
+    CHECK(ckpt_load(with, &got, p2, v2, split2, 2, NULL, err, sizeof err) == HR_OK,
+          "a caller that wants no residual: %s", err);
+    memset(r2, 0x5a, sizeof r2);
+    back.node = 99;
+    CHECK(ckpt_load(without, &got, p2, v2, split2, 2, &back, err, sizeof err) == HR_OK, "%s", err);
+    CHECK(back.node == -1 && r2[0] == r2[N - 1] && ((unsigned char *)r2)[0] == 0x5a,
+          "a file without a residual: node %lld, buffer changed", (long long)back.node);
+
+    long len;
+    char *b = slurp(without, &len);
+    CHECK(b != NULL, "read %s", without);
+    b[8] = 1; /* the version field (outside the checksum): a file from before the block */
+    spit(without, b, len);
+    back.node = 99;
+    CHECK(ckpt_load(without, &got, p2, v2, split2, 2, &back, err, sizeof err) == HR_OK,
+          "a version 1 file: %s", err);
+    CHECK(back.node == -1, "a version 1 file has no residual, node %lld", (long long)back.node);
+    free(b);
+    b = slurp(with, &len);
+    CHECK(b != NULL, "read %s", with);
+    b[8] = 1; /* version 1 declares no block: the payload then disagrees with the header */
+    spit(without, b, len);
+    CHECK(ckpt_load(without, &got, p2, v2, split2, 2, &back, err, sizeof err) == HR_ERR_DATA &&
+              strstr(err, "corrupt"),
+          "a version 1 file with a block: %s", err);
+    b[8] = 2;
+    spit(without, b, len - 4); /* the block cut short */
+    memcpy(p2, v, sizeof p2), memcpy(r2, v, sizeof r2);
+    CHECK(ckpt_load(without, &got, p2, v2, split2, 2, &back, err, sizeof err) == HR_ERR_DATA,
+          "a residual cut short: %s", err);
+    CHECK(memcmp(p2, v, sizeof p2) == 0 && memcmp(r2, v, sizeof r2) == 0,
+          "a refused file changed the caller's buffers");
+    printf(
+        "residual: saved with node 7 and read back; version 1 files read; bad ones refused (%s)\n",
+        err);
+    free(b);
+}
+
 int main(int argc, char **argv) {
     (void)argc;
-    static void (*const cases[])(void) = {test_atomic_save, test_refusal, test_unwritable, NULL};
+    static void (*const cases[])(void) = {test_atomic_save, test_refusal, test_unwritable,
+                                          test_residual, NULL};
     return tmpdir_main(argv, dir, sizeof dir, cases);
 }

@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# The bf16 wire's error-feedback residual in checkpoints ([cluster] wire = bf16, DESIGN.md's
+# bf16 path): three nodes, static batches (calibrate off: the split is the same in every run).
+#  1. the reference: 120 iterations in one run;
+#  2. the same job cut in two: 60 iterations, every node writing its checkpoint at the end
+#     (which records its residual, with its id), then the three resumed from their own
+#     checkpoints up to 120. Every node says it took its residual up again, and the three end
+#     with the reference's parameters, bit for bit: an iteration after the cut that lacked a
+#     node's residual would have sent another gradient;
+#  3. node 1 resumes from node 0's checkpoint (a copy: disks not shared): it must not take up
+#     node 0's residual (node 0's roundings dropped it, and node 0 takes it up itself), and says
+#     so; a float32 run resumed from a checkpoint with a residual says it has no use for it.
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+write_conf "$tmp/c.ini" 3 20 <<EOF
+wire = bf16
+$(mlp_train 784,64,10 2048 48 120)
+seed = 11
+hash_interval = 1
+[controller]
+policy = static
+calibrate = off
+EOF
+
+# run NAME ITERS [ARGS...]: the three nodes to the end, each with checkpoint $tmp/NAME.ID.ckpt
+run() {
+  local name=$1 iters=$2 id
+  shift 2
+  for id in 0 1 2; do
+    timeout 120 "$HR" run --conf "$tmp/c.ini" --node $id --quiet --set train.iterations="$iters" \
+      --set train.checkpoint="$tmp/$name.$id.ckpt" "$@" --metrics "$tmp/$name.m$id" \
+      > "$tmp/$name.$id.log" 2>&1 &
+    pid[$id]=$!
+  done
+  for id in 0 1 2; do
+    wait "${pid[$id]}" || fail "$name: node $id failed: $(tail -2 "$tmp/$name.$id.log")"
+  done
+}
+# hash NAME ID: node ID's last parameter hash in run NAME
+hash() { grep -ho '"param_hash":"[0-9a-f]*"' "$tmp/$1.m$2" | tail -1; }
+
+run ref 120
+grep -q "gradient path: bf16" "$tmp/ref.0.log" || fail "the reference does not send bf16: $(grep -h 'gradient path' "$tmp/ref.0.log")"
+ref=$(hash ref 0)
+echo "reference, 120 iterations in one run: $ref"
+
+run cut 60
+for id in 0 1 2; do
+  cp "$tmp/cut.$id.ckpt" "$tmp/res.$id.ckpt"
+  cp "$tmp/cut.$id.ckpt" "$tmp/keep.$id.ckpt"
+done
+run res 120
+for id in 0 1 2; do
+  grep -h "resumed from checkpoint\|bf16 residual" "$tmp/res.$id.log" | cut -c1-160
+  grep -q "resumed from checkpoint .* at iteration 60" "$tmp/res.$id.log" || fail "node $id did not resume at iteration 60"
+  grep -q "resumed this node's bf16 residual from the checkpoint" "$tmp/res.$id.log" ||
+    fail "node $id did not take its residual up again"
+  h=$(hash res $id)
+  echo "cut at 60 and resumed, node $id: $h"
+  [ -n "$h" ] && [ "$h" = "$ref" ] || fail "node $id ends with other parameters than the uninterrupted run ($h, $ref)"
+done
+
+# node 1 starts from node 0's checkpoint: not node 1's residual
+cp "$tmp/keep.0.ckpt" "$tmp/other.0.ckpt"
+cp "$tmp/keep.0.ckpt" "$tmp/other.1.ckpt"
+cp "$tmp/keep.2.ckpt" "$tmp/other.2.ckpt"
+run other 70
+grep -h "bf16 residual" "$tmp/other.1.log" | cut -c1-160
+grep -q "the checkpoint's bf16 residual is node 0's, not this node's: starting without one" "$tmp/other.1.log" ||
+  fail "node 1 took up node 0's residual, or did not say it left it"
+grep -q "resumed this node's bf16 residual" "$tmp/other.1.log" && fail "node 1 took up a residual"
+grep -q "resumed this node's bf16 residual" "$tmp/other.0.log" || fail "node 0 did not take its own residual up"
+
+# a float32 run has no use for it
+cp "$tmp/keep.0.ckpt" "$tmp/f32.0.ckpt"
+cp "$tmp/keep.1.ckpt" "$tmp/f32.1.ckpt"
+cp "$tmp/keep.2.ckpt" "$tmp/f32.2.ckpt"
+run f32 65 --set cluster.wire=fp32
+grep -q "the checkpoint holds a bf16 residual; \[cluster\] wire = fp32 has no use for it" "$tmp/f32.0.log" ||
+  fail "a float32 run does not say it leaves the residual: $(grep -h residual "$tmp/f32.0.log")"
+finish
