@@ -40,7 +40,9 @@
  * members first): that finds the training members a restarted lowest id asks for admission, and the
  * last view's members that are down. Only such a node decides, and only once S has been the same
  * for a follower's round (follow_s()) and every member of its last view is in S or down (or reg_s()
- * has passed), so that late noticers are not left out to join in a second change. Followers pause
+ * has passed), so that late noticers are not left out to join in a second change. A full
+ * election's leader likewise waits, up to min(reg_s(), timeout), for a member of its last view
+ * that answers it still trains that view. Followers pause
  * follow_s() between rounds, which keeps the calls at the two lowest ids near 1 / ELECT_CALL_S a
  * second whatever N. Safety does not rest on who leads: two nodes that both decide still need a
  * quorum each, and `seen` lets a node take part in one of their views only. Invariants:
@@ -1024,6 +1026,22 @@ static int prev_accounted(ring *r, const election *e) {
     return 1;
 }
 
+/* Full elections: whether a member of the last view this node held answered this round that it
+ * still trains that view: alive, and not yet aware of the change (a planned one, an admission,
+ * reaches each member at its next iteration boundary; on a loaded machine that is late). The
+ * leader waits for it up to min(reg_s(), timeout) into the election, so that it is not left
+ * out to be admitted in a second change, with a state transfer. */
+static int prev_training(ring *r, const election *e) {
+    for (int k = 0; k < e->prev.n; k++) {
+        int i = ring_config_index(&r->rc, e->prev.ids[k]);
+        if (i < 0 || i == r->self || e->in_s[i]) continue;
+        const probe *p = &e->pr[i];
+        if (p->ok && !p->differs && p->state == EL_TRAINING && p->view.epoch == e->prev.epoch)
+            return 1;
+    }
+    return 0;
+}
+
 /* Is this node the leader of a stable quorum, allowed to decide now? */
 static int may_decide(ring *r, const election *e) {
     int n = r->rc.n_members, lowest = -1;
@@ -1036,6 +1054,9 @@ static int may_decide(ring *r, const election *e) {
     if (e->bounded && (tcp_now() - e->s_since < follow_s(r) ||
                        (!prev_accounted(r, e) && tcp_now() - e->t0 < reg_s(r))))
         return 0;
+    /* full: a member still training the last view is on its way */
+    const double late_s = reg_s(r) < r->timeout ? reg_s(r) : r->timeout;
+    if (!e->bounded && prev_training(r, e) && tcp_now() - e->t0 < late_s) return 0;
     /* the first view waits for every node, but not for one whose configuration differs */
     return !cold_start(r, e) || e->n_s + e->n_differ == n ||
            tcp_now() - r->el->t_open >= r->rc.connect_timeout;
