@@ -87,7 +87,8 @@ def run(d, port, mode):
     for k in range(3):
         log = open(os.path.join(d, f"{mode}{k}.log"), "w+")
         p = subprocess.Popen([sys.executable, os.path.abspath(__file__), "worker", ini, str(k)],
-                             stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+                             stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                             env=dict(os.environ, TMPDIR=d))  # its pymp-* folders: removed with d
         ps.append((p, log))
     rs = []
     for k, (p, log) in enumerate(ps):

@@ -63,9 +63,12 @@ STARTED = []  # every worker started: killed (with its loader workers) when the 
 
 
 def start(ini, node, d, *extra, worker=WORKER):
+    """A worker process; its temporary files (PyTorch's pymp-* folders among them) go into the
+    test's folder d, removed at the end even when the worker was killed."""
     out = open(os.path.join(d, f"n{node}.{time.monotonic_ns()}.log"), "w+")
     p = subprocess.Popen([sys.executable, worker, ini, str(node), *extra], stdout=out,
-                         stderr=subprocess.STDOUT, start_new_session=True)
+                         stderr=subprocess.STDOUT, start_new_session=True,
+                         env=dict(os.environ, TMPDIR=d))
     p.log = out
     STARTED.append(p)
     return p
