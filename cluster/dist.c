@@ -388,6 +388,13 @@ static void view_diff(const dist *d, const ring_view *old, const view_start *vs,
                                                      * joiners are those without the view's state */
         for (int k = 0; k < a->view.n; k++)
             if (a->lineage[k].epoch != a->lineage[a->donor].epoch) joined[(*nj)++] = a->view.ids[k];
+    if (!at_start) /* in both views, but another process: its lineage is older than the view
+                    * this node held (a node killed and started again within one view change) */
+        for (int k = 0; k < a->view.n; k++)
+            for (int j = 0; j < old->n; j++)
+                if (old->ids[j] == a->view.ids[k] && a->lineage[k].epoch < old->epoch &&
+                    a->view.ids[k] != d->cc->self_id)
+                    joined[(*nj)++] = a->view.ids[k];
     if (!at_start && vs->moved && ring_rank(d->r) != a->donor && *nl == 0 && *nj == 0) {
         /* this node was left out and took the state: it is the one that rejoined */
         joined[0] = d->cc->self_id;

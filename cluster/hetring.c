@@ -123,6 +123,8 @@ struct hetring {
     overlap_fact *facts;             /* (c.n_nodes) the view's facts, gathered */
     double comm_s, comm_cpu_s;       /* the last all-reduce after backward in this view: wall
                                       * and process CPU seconds (0: none yet; overlap.h) */
+    int comm_n;                      /* all-reduces after backward timed in this view */
+    int path_final;                  /* the view's path was chosen from measured facts: kept */
     unsigned char *blob;             /* (blob_cap) the state blob this node packs */
     size_t blob_cap;                 /* bytes allocated for blob */
     size_t moved;                    /* state bytes sent or received in the last view change */
@@ -234,6 +236,7 @@ static hr_status st_set_comm(void *ctx, int rank, int size) {
     h->rank = rank, h->size = size;
     h->path = NULL; /* chosen again at the view's first step */
     h->comm_s = h->comm_cpu_s = 0; /* measured again on the view's ring */
+    h->comm_n = h->path_final = 0;
     h->told_measured = 0;
     return HR_OK;
 }
@@ -703,6 +706,7 @@ static void tell_choice(hetring *h, const char *why, int measured) {
  * last iteration when `gathered`. A bucket_bytes of its own is logged when the view's first
  * step chooses; auto, once the facts are in. */
 static void choose_path(hetring *h, int gathered) {
+    if (h->path && h->path_final) return;
     for (int k = 0; gathered && k < h->size; k++) h->facts[k] = h->gathered[k].machine;
     const grad_view v = {.nccl = dist_on_nccl(&h->d),
                          .bucket_bytes = h->cc.bucket_bytes,
@@ -714,8 +718,12 @@ static void choose_path(hetring *h, int gathered) {
                          .wire = h->cc.wire};
     char why[384];
     h->path = grad_path_choose(&v, why, sizeof why);
+    /* chosen once a view from measured facts: a node measures only without buckets, and a
+     * choice that followed each new measurement would go back and forth */
+    const int measured = gathered && overlap_measured(h->facts, h->size);
+    if (measured) h->path_final = 1;
     if (h->path != &grad_path_nccl && (gathered || h->cc.bucket_bytes != OVERLAP_AUTO))
-        tell_choice(h, why, gathered && overlap_measured(h->facts, h->size));
+        tell_choice(h, why, measured);
     if (h->rank == 0 && h->path != h->told_path) {
         HR_INFO(TRAIN, "gradient path: %s%s", h->path->name,
                 h->path == &grad_path_tree ? " (the view's tree takes the stats and the "
@@ -955,7 +963,9 @@ static int step_exchange(hetring *h, const hetring_grads *g, double factor) {
     hr_status st = h->path->exchange(&h->x, head, tail);
     round_reset(h);
     if (st != HR_OK) return recover(h, st);
-    if (!h->path->overlaps) /* what overlap would hide, and what its thread would take */
+    /* what overlap would hide, and what its thread would take; not the view's first all-reduce
+     * (new links, first touches) */
+    if (!h->path->overlaps && ++h->comm_n >= 2)
         h->comm_s = hr_now() - t0, h->comm_cpu_s = hr_cpu_s() - c0;
     cluster_stats_unpack(head, h->size, h->gathered);
     memcpy(h->member_ids, ring_get_view(h->d.r)->ids, sizeof *h->member_ids * (size_t)h->size);

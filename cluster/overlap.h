@@ -36,7 +36,8 @@
  * (its `host` written alike), plus one communication thread each; and, measured in the view,
  * its last all-reduce after backward (wall and CPU time) beside its compute: where cores are
  * short, buckets still pay when that all-reduce mostly waits on the wire (overlap_choose).
- * A node measures only while it does not overlap, so a choice once on stays on for the view.
+ * A node measures only while it does not overlap (and not the view's first all-reduce), so the
+ * library makes the choice once a view, from the first measured facts, and keeps it.
  */
 #ifndef HR_OVERLAP_H
 #define HR_OVERLAP_H

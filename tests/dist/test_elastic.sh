@@ -193,16 +193,20 @@ mark_logs() {
   local id
   for id in "$@"; do marked[$id]=$(wc -l < "$tmp/n$id.log"); done
 }
-# view_failed DEAD STEP IDS...: each of the nodes IDS logged (since mark_logs) that a view failed
-# before training in STEP (an extended regex of the failed step, "state transfer failed:
-# broadcast"), naming node DEAD
+# view_failed DEAD STEP IDS...: each of the nodes IDS logged (since mark_logs, within 20 s)
+# that a view failed before training in STEP (an extended regex of the failed step, "state
+# transfer failed: broadcast"), naming node DEAD
 view_failed() {
-  local dead=$1 step=$2 id line
+  local dead=$1 step=$2 id line t
   shift 2
   for id in "$@"; do
-    line=$(tail -n +$((${marked[$id]:-0} + 1)) "$tmp/n$id.log" |
-      grep -E -m1 "view ([0-9]+) failed before training \\($step #[0-9]+ \\(view epoch \\1\\): node $dead ")
-    [ -n "$line" ] || { fail "node $id did not log a view failed in '$step' on node $dead"; continue; }
+    for ((t = 0; t < 200; t++)); do # the line may still be on its way when the dead node is reaped
+      line=$(tail -n +$((${marked[$id]:-0} + 1)) "$tmp/n$id.log" |
+        grep -E -m1 "view ([0-9]+) failed before training \\($step #[0-9]+ \\(view epoch \\1\\): node $dead ")
+      [ -n "$line" ] && break
+      sleep 0.1
+    done
+    [ -n "$line" ] || { fail "node $id did not log a view failed in '$step' on node $dead within 20 s"; continue; }
     echo "node $id: ${line#*warn  }" | cut -c1-200
   done
 }
