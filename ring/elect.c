@@ -198,10 +198,15 @@ static const char *state_name(int s) {
     return s >= 0 && s <= EL_TRAINING ? names[s] : "?";
 }
 
-static int view_has(const ring_view *v, long id) {
+/* Node `id`'s rank in view `v`, or -1. */
+static int rank_in(const ring_view *v, long id) {
     for (int i = 0; i < v->n; i++)
-        if (v->ids[i] == id) return 1;
-    return 0;
+        if (v->ids[i] == id) return i;
+    return -1;
+}
+
+static int view_has(const ring_view *v, long id) {
+    return rank_in(v, id) >= 0;
 }
 
 /* "0,1,3" */
@@ -937,13 +942,6 @@ static void tell_difference(ring *r, election *e, int idx) {
 static int quorum_of(const ring_config *rc) {
     int q = rc->min_nodes > 0 ? rc->min_nodes : rc->n_members / 2 + 1;
     return q < 1 ? 1 : q > rc->n_members ? rc->n_members : q;
-}
-
-/* This node's rank in view `v`, or -1. */
-static int rank_in(const ring_view *v, long id) {
-    for (int i = 0; i < v->n; i++)
-        if (v->ids[i] == id) return i;
-    return -1;
 }
 
 /* The peer whose view this node should adopt (forming or training, contains this node as the
