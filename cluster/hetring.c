@@ -959,14 +959,14 @@ static int step_exchange(hetring *h, const hetring_grads *g, double factor) {
     float *head = h->x.grads - tail; /* the tail leads the last bucket */
     pack_stats(h, g, factor, head);
     h->fetched = 0;
-    const double t0 = hr_now(), c0 = hr_cpu_s();
+    /* what overlap would hide, and what its thread would take: timed only for bucket_bytes =
+     * auto, the one reader, and not the view's first all-reduce (new links, first touches) */
+    const int timed = h->cc.bucket_bytes == OVERLAP_AUTO && !h->path->overlaps;
+    const double t0 = timed ? hr_now() : 0, c0 = timed ? hr_cpu_s() : 0;
     hr_status st = h->path->exchange(&h->x, head, tail);
     round_reset(h);
     if (st != HR_OK) return recover(h, st);
-    /* what overlap would hide, and what its thread would take; not the view's first all-reduce
-     * (new links, first touches) */
-    if (!h->path->overlaps && ++h->comm_n >= 2)
-        h->comm_s = hr_now() - t0, h->comm_cpu_s = hr_cpu_s() - c0;
+    if (timed && ++h->comm_n >= 2) h->comm_s = hr_now() - t0, h->comm_cpu_s = hr_cpu_s() - c0;
     cluster_stats_unpack(head, h->size, h->gathered);
     memcpy(h->member_ids, ring_get_view(h->d.r)->ids, sizeof *h->member_ids * (size_t)h->size);
     h->n_members = h->size;
