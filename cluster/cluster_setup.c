@@ -45,6 +45,7 @@ void app_cluster_config(const cfg *c, int self_idx, cluster_config *out) {
     out->step_timeout = c->step_timeout;
     out->backend = c->backend;
     out->wire = c->wire;
+    out->powersgd_rank = (int)c->powersgd_rank;
     out->security = c->security;
     snprintf(out->checkpoint, sizeof out->checkpoint, "%s", c->checkpoint);
 }

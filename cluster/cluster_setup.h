@@ -51,6 +51,7 @@ typedef struct {
     double step_timeout;                 /* [cluster] step_timeout (times the slowest step), 0: off */
     int backend;                         /* cfg_backend */
     int wire;                            /* cfg_wire: the gradient's format on the wire */
+    int powersgd_rank;                   /* wire = powersgd: each matrix's rank */
     int security;                        /* cfg_security, resolved */
     char checkpoint[CFG_PATH];           /* the checkpoint file written on leaving, "" for none */
 } cluster_config;

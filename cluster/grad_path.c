@@ -6,9 +6,12 @@
 
 #include "conf/cfg.h"
 
+#include <assert.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+static_assert(PSGD_MAX_RANK == CFG_PSGD_RANK_MAX, "the configuration's rank bound is the path's");
 
 /* ================================================================ whole */
 
@@ -89,20 +92,27 @@ const grad_path grad_path_nccl = {.name = "nccl",
 
 /* ================================================================ bf16 */
 
-static hr_status bf16_exchange(grad_xfer *x, float *head, size_t tail) {
-    if (!x->residual) {
-        x->wire = malloc(x->n_grad * sizeof *x->wire);
-        x->residual = calloc(x->n_grad, sizeof *x->residual);
-        x->dropped = malloc(x->n_grad * sizeof *x->dropped);
-        if (!x->wire || !x->residual || !x->dropped) {
-            grad_xfer_free(x);
-            return HR_ERR_NOMEM;
-        }
-        if (x->resume && x->n_resume == x->n_grad)
-            memcpy(x->residual, x->resume, x->n_grad * sizeof *x->residual);
-        free(x->resume);
-        x->resume = NULL;
+/* The error feedback's buffers (residual, dropped: n_grad floats each), allocated by a lossy
+ * path's first exchange, which takes up a resumed checkpoint's residual. */
+static hr_status feedback_alloc(grad_xfer *x) {
+    if (x->residual) return HR_OK;
+    x->residual = calloc(x->n_grad, sizeof *x->residual);
+    x->dropped = calloc(x->n_grad, sizeof *x->dropped);
+    if (!x->residual || !x->dropped) {
+        free(x->residual), free(x->dropped);
+        x->residual = x->dropped = NULL;
+        return HR_ERR_NOMEM;
     }
+    if (x->resume && x->n_resume == x->n_grad)
+        memcpy(x->residual, x->resume, x->n_grad * sizeof *x->residual);
+    free(x->resume);
+    x->resume = NULL;
+    return HR_OK;
+}
+
+static hr_status bf16_exchange(grad_xfer *x, float *head, size_t tail) {
+    if (!x->wire && !(x->wire = malloc(x->n_grad * sizeof *x->wire))) return HR_ERR_NOMEM;
+    HR_CHECK(feedback_alloc(x));
     x->pending = 0;
     HR_CHECK(dist_allreduce(x->d, head, tail)); /* the stats, exact */
     for (size_t i = 0; i < x->n_grad; i++) x->grads[i] += x->residual[i];
@@ -117,10 +127,123 @@ const grad_path grad_path_bf16 = {.name = "bf16",
                                   .ready = whole_ready,
                                   .exchange = bf16_exchange};
 
+/* ================================================================ powersgd */
+
+/* The state's buffers, and a send buffer for a tail of `tail` floats. */
+static hr_status psgd_alloc(grad_xfer *x, size_t tail) {
+    grad_psgd *s = &x->psgd;
+    HR_CHECK(feedback_alloc(x));
+    if (!s->q) {
+        s->q = malloc(sizeof *s->q * (s->n_q + 1));
+        s->q_next = malloc(sizeof *s->q_next * (s->n_q + 1));
+        s->local = malloc(sizeof *s->local * (s->n_q + 1));
+        s->qt = malloc(sizeof *s->qt * (s->n_q + 1));
+        s->lt = malloc(sizeof *s->lt * (s->n_q + 1));
+        if (!s->q || !s->q_next || !s->local || !s->qt || !s->lt) return HR_ERR_NOMEM;
+    }
+    const size_t need = tail + s->n_plain + s->n_p;
+    if (need > s->send_cap) {
+        float *b = realloc(s->send, sizeof *b * need);
+        if (!b) return HR_ERR_NOMEM;
+        s->send = b, s->send_cap = need;
+    }
+    return HR_OK;
+}
+
+/* Q from the seed at a view's first step (every member of the view does the same). */
+static void psgd_start_view(grad_psgd *s, uint64_t epoch) {
+    if (s->q_ready && s->epoch == epoch) return;
+    for (int k = 0, at = 0; k < s->n_mats; at += (int)s->mats[k].cols * s->r, k++)
+        psgd_init_q(s->q + at, s->mats[k].cols, s->r, s->seed, epoch, k);
+    s->epoch = epoch, s->q_ready = 1;
+}
+
+/* The floats outside the matrices: from g to buf (out = 1) or back (out = 0), in order. */
+static size_t psgd_plain(const grad_psgd *s, float *g, size_t n_grad, float *buf, int out) {
+    size_t at = 0, o = 0;
+    for (int k = 0; k <= s->n_mats; k++) {
+        const size_t end = k < s->n_mats ? s->mats[k].off : n_grad;
+        const size_t n = end - at;
+        if (out) memcpy(buf + o, g + at, sizeof *g * n);
+        else memcpy(g + at, buf + o, sizeof *g * n);
+        o += n;
+        if (k < s->n_mats) at = end + s->mats[k].rows * s->mats[k].cols;
+    }
+    return o;
+}
+
+static hr_status powersgd_exchange(grad_xfer *x, float *head, size_t tail) {
+    grad_psgd *s = &x->psgd;
+    HR_CHECK(psgd_alloc(x, tail));
+    psgd_start_view(s, ring_get_view(x->d->r)->epoch);
+    x->pending = 0;
+    float *g = x->grads;
+    for (size_t i = 0; i < x->n_grad; i++) g[i] += x->residual[i];
+    /* the first sum: the stats tail, the plain floats, every P_k = M_k Q */
+    memcpy(s->send, head, sizeof *head * tail);
+    float *p = s->send + tail + psgd_plain(s, g, x->n_grad, s->send + tail, 1);
+    for (int k = 0, pa = 0, qa = 0; k < s->n_mats; k++) {
+        const psgd_mat *m = &s->mats[k];
+        psgd_project(g + m->off, m->rows, m->cols, s->q + qa, s->r, p + pa);
+        pa += (int)m->rows * s->r, qa += (int)m->cols * s->r;
+    }
+    HR_CHECK(dist_allreduce(x->d, s->send, tail + s->n_plain + s->n_p));
+    memcpy(head, s->send, sizeof *head * tail);
+    /* the second: every q_k = M_k^T P, P orthonormal (the same bits on every member) */
+    for (int k = 0, pa = 0, qa = 0; k < s->n_mats; k++) {
+        const psgd_mat *m = &s->mats[k];
+        psgd_orthonormalize(p + pa, m->rows, s->r);
+        psgd_back(g + m->off, m->rows, m->cols, p + pa, s->r, s->local + qa);
+        pa += (int)m->rows * s->r, qa += (int)m->cols * s->r;
+    }
+    memcpy(s->q_next, s->local, sizeof *s->q_next * s->n_q);
+    HR_CHECK(dist_allreduce(x->d, s->q_next, s->n_q));
+    /* the step: the plain sums, each P Q'^T; what this node's share lost, M_k - P q_k^T */
+    memset(x->dropped, 0, sizeof *x->dropped * x->n_grad); /* the plain floats lose nothing */
+    psgd_plain(s, g, x->n_grad, s->send + tail, 0);
+    for (int k = 0, pa = 0, qa = 0; k < s->n_mats; k++) {
+        const psgd_mat *m = &s->mats[k];
+        psgd_transpose(s->q_next + qa, m->cols, s->r, s->qt);
+        psgd_transpose(s->local + qa, m->cols, s->r, s->lt);
+        psgd_expand(p + pa, s->qt, m->rows, m->cols, s->r, g + m->off, s->lt, x->dropped + m->off,
+                    g + m->off);
+        pa += (int)m->rows * s->r, qa += (int)m->cols * s->r;
+    }
+    x->pending = 1;
+    return HR_OK;
+}
+
+const grad_path grad_path_powersgd = {.name = "powersgd",
+                                      .host_grads = 1,
+                                      .overlaps = 0,
+                                      .ready = whole_ready,
+                                      .exchange = powersgd_exchange};
+
+int grad_xfer_matrices(grad_xfer *x, const psgd_mat *mats, int n, int r, uint64_t seed) {
+    grad_psgd *s = &x->psgd;
+    free(s->mats);
+    s->mats = malloc(sizeof *s->mats * (size_t)(n + 1));
+    if (!s->mats) return -1;
+    s->r = r, s->seed = seed, s->n_mats = 0, s->n_p = s->n_q = 0, s->n_plain = x->n_grad;
+    for (int k = 0; k < n; k++) {
+        if (!psgd_worth(mats[k].rows, mats[k].cols, r)) continue;
+        s->mats[s->n_mats++] = mats[k];
+        s->n_p += mats[k].rows * (size_t)r, s->n_q += mats[k].cols * (size_t)r;
+        s->n_plain -= mats[k].rows * mats[k].cols;
+    }
+    return s->n_mats;
+}
+
+/* ================================================================ the residual */
+
 void grad_xfer_commit(grad_xfer *x) {
     if (!x->pending) return;
     float *t = x->residual;
     x->residual = x->dropped, x->dropped = t;
+    if (x->psgd.q_next) { /* powersgd: Q' of the applied step goes on as Q */
+        t = x->psgd.q;
+        x->psgd.q = x->psgd.q_next, x->psgd.q_next = t;
+    }
     x->pending = 0;
 }
 
@@ -141,6 +264,11 @@ void grad_xfer_free(grad_xfer *x) {
     free(x->wire), free(x->residual), free(x->dropped), free(x->resume);
     x->wire = NULL, x->residual = x->dropped = x->resume = NULL;
     x->pending = 0;
+    grad_psgd *s = &x->psgd;
+    free(s->q), free(s->q_next), free(s->local), free(s->qt), free(s->lt), free(s->send);
+    free(s->mats);
+    s->q = s->q_next = s->local = s->qt = s->lt = s->send = NULL, s->mats = NULL;
+    s->send_cap = 0, s->q_ready = 0, s->n_mats = 0;
 }
 
 /* ================================================================ the choice */
@@ -153,6 +281,11 @@ const grad_path *grad_path_choose(const grad_view *v, char *why, size_t len) {
     if (v->wire == CFG_WIRE_BF16) {
         snprintf(why, len, "wire = bf16: the whole gradient after the compute, bf16 on the wire");
         return &grad_path_bf16;
+    }
+    if (v->wire == CFG_WIRE_POWERSGD) {
+        snprintf(why, len, "wire = powersgd: the whole gradient after the compute, its matrices "
+                           "at low rank");
+        return &grad_path_powersgd;
     }
     /* auto without facts (a view's first iteration) says no: "not gathered yet" */
     const int on = overlap_choose(v->bucket_bytes, v->n_buckets, v->facts, v->facts ? v->n : 0,

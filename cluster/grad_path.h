@@ -26,6 +26,13 @@
  *            step leaves it as it was; a node's checkpoint records it, and the node that wrote
  *            it takes it up again when it resumes from it (grad_xfer_resume); a node that
  *            starts otherwise (or restarts after a crash) begins with none
+ *   powersgd ([cluster] wire = powersgd) the matrices the application declared
+ *            (hetring_matrices) at rank r, one power iteration a step (powersgd.h): the tail,
+ *            the floats outside the matrices and every P = M Q in one float32 sum, then every
+ *            Q' = M^T P in a second; P Q'^T is the step, the same bits on every member. Error
+ *            feedback as bf16's (the residual, its commit, checkpoint and resume); Q, the
+ *            same on every member, starts from the seed at each view's first step and goes
+ *            on from the last applied step's Q', so a joiner needs none sent
  *
  * The choice is one pure function of the view and the configuration (grad_view), the same on
  * every member, so every member calls the same collectives (I7). libhetring chooses at the
@@ -39,8 +46,29 @@
 #include "base/hr_status.h"
 #include "cluster/dist.h"
 #include "cluster/overlap.h"
+#include "cluster/powersgd.h"
 
 #include <stddef.h>
+
+/* The powersgd path's plan and state (set by grad_xfer_matrices; the rest by its first
+ * exchange). Q is replicated: every member holds the same bits, started from the seed at each
+ * view's first step and then the last applied step's Q'. */
+typedef struct {
+    int r;            /* rank, [cluster] powersgd_rank */
+    uint64_t seed;    /* Q's start: [train] seed */
+    psgd_mat *mats;   /* (n_mats) the matrices compressed, in offset order */
+    int n_mats;
+    size_t n_p, n_q;  /* floats of every matrix's P (rows x r) and Q (cols x r) */
+    size_t n_plain;   /* floats of the gradient outside them (all-reduced as float32) */
+    float *q;         /* (n_q) this view's Q */
+    float *q_next;    /* (n_q) the exchanged step's Q' (the sum): the next Q once applied */
+    float *local;     /* (n_q) this node's own q_k = M_k^T P, before the sum */
+    float *qt, *lt;   /* (n_q) one matrix's Q' and q_k transposed (r x cols), for the step */
+    float *send;      /* (send_cap) the first sum: the stats tail, plain floats, then P */
+    size_t send_cap;
+    uint64_t epoch;   /* the view Q belongs to */
+    int q_ready;      /* q holds a Q of view `epoch` */
+} grad_psgd;
 
 /* What the paths work on: the gradient's layout, its bucket plan and the communication
  * thread. One per node (libhetring's handle holds it). */
@@ -61,8 +89,9 @@ typedef struct {
     float *residual; /* what earlier roundings dropped, added to this step's gradient */
     float *dropped;  /* what this step's roundings dropped: the residual once it is applied */
     int pending;     /* dropped holds an exchanged step's, not yet committed */
-    float *resume;   /* a checkpoint's residual that the first bf16 exchange takes up, or NULL */
+    float *resume;   /* a checkpoint's residual that the first lossy exchange takes up, or NULL */
     size_t n_resume; /* its floats */
+    grad_psgd psgd;  /* the powersgd path's */
 } grad_xfer;
 
 typedef struct {
@@ -77,7 +106,7 @@ typedef struct {
 } grad_path;
 
 extern const grad_path grad_path_whole, grad_path_tree, grad_path_buckets, grad_path_nccl,
-    grad_path_bf16;
+    grad_path_bf16, grad_path_powersgd;
 
 /* What the choice depends on: the same on every member of a view. */
 typedef struct {
@@ -97,18 +126,22 @@ const grad_path *grad_path_choose(const grad_view *v, char *why, size_t len);
  * first step; x->bucket_of must hold n_bufs entries. */
 void grad_xfer_plan(grad_xfer *x, const size_t *counts, const size_t *off, int n_bufs,
                     long bucket_bytes);
+/* The powersgd path's matrices: mats (n, in offset order, within the gradient, copied) of
+ * which those worth compressing at rank r (psgd_worth) are kept; Q starts from seed. Returns
+ * the matrices kept (>= 0), or -1 when out of memory. */
+int grad_xfer_matrices(grad_xfer *x, const psgd_mat *mats, int n, int r, uint64_t seed);
 /* A new iteration: no buffer handed over yet. */
 void grad_xfer_reset(grad_xfer *x);
 /* Stop the communication thread (waiting for buckets in flight; the ring's deadlines bound
  * it). Safe to call again. */
 void grad_xfer_stop(grad_xfer *x);
-/* The step just exchanged is applied: the bf16 path's dropped part becomes the residual the
- * next step adds (nothing for the other paths). */
+/* The step just exchanged is applied: the bf16 and powersgd paths' dropped part becomes the
+ * residual the next step adds, and powersgd's Q' the next Q (nothing for the other paths). */
 void grad_xfer_commit(grad_xfer *x);
 /* This node's residual as of the last applied step (what a checkpoint records; n_grad
  * floats): the bf16 path's, a resumed one not taken up yet, or NULL. */
 const float *grad_xfer_residual(const grad_xfer *x);
-/* Take up a checkpoint's residual r (n floats, copied) at the first bf16 exchange, where it
+/* Take up a checkpoint's residual r (n floats, copied) at the first bf16 or powersgd exchange, where it
  * must be n_grad floats. HR_ERR_NOMEM when the copy cannot be made. */
 hr_status grad_xfer_resume(grad_xfer *x, const float *r, size_t n);
 /* Free what the paths allocated (after grad_xfer_stop). */

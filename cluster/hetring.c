@@ -105,6 +105,9 @@ struct hetring {
                              * for an application that computes into it (app.n_grads) */
     size_t *counts;         /* (n_bufs) floats per buffer */
     size_t *off;            /* (n_bufs) each buffer's offset in grads */
+    size_t *mat_shape;      /* (2 * n_mat) rows and cols of each buffer's leading matrix, as
+                             * hetring_matrices declared them (0 x 0: none), or NULL */
+    int n_mat;              /* buffers declared */
     /* the gradient's path (grad_path.h; see the top of this file) */
     grad_xfer x;                     /* layout, bucket plan and communication thread */
     const grad_path *path;           /* this view's path, NULL until its first step */
@@ -556,6 +559,7 @@ void hetring_free(hetring *h) {
     free(h->buf);
     free(h->counts);
     free(h->off);
+    free(h->mat_shape);
     free(h->x.bucket_of);
     free(h->given);
     free(h->ptrs);
@@ -585,7 +589,7 @@ const float *hr_lib_residual(const hetring *h) {
 }
 
 int hr_lib_resume_residual(hetring *h, const float *r, size_t n) {
-    if (!h || !r || !h->app.n_grads || n != h->app.n_grads || h->cc.wire != CFG_WIRE_BF16)
+    if (!h || !r || !h->app.n_grads || n != h->app.n_grads || h->cc.wire == CFG_WIRE_FP32)
         return HETRING_EINVAL;
     return grad_xfer_resume(&h->x, r, n) == HR_OK ? HETRING_OK : HETRING_ENOMEM;
 }
@@ -741,6 +745,50 @@ static void round_reset(hetring *h) {
     grad_xfer_reset(&h->x);
 }
 
+/* wire = powersgd needs the matrices declared (hetring_matrices), one shape per buffer, each
+ * within its buffer; checked before the first step fixes the layout. */
+static int check_matrices(hetring *h, const hetring_grads *g, const char *fn) {
+    if (h->cc.wire != CFG_WIRE_POWERSGD) return HETRING_OK;
+    if (!h->mat_shape)
+        return fail(h, HETRING_EINVAL,
+                    "%s: wire = powersgd compresses the gradient's matrices, and none was "
+                    "declared (call hetring_matrices before the first step, or set wire = fp32)",
+                    fn);
+    if (h->n_mat != g->n_bufs)
+        return fail(h, HETRING_EINVAL, "%s: %d buffers given, hetring_matrices declared %d", fn,
+                    g->n_bufs, h->n_mat);
+    for (int i = 0; i < g->n_bufs; i++) {
+        const size_t rows = h->mat_shape[2 * i], cols = h->mat_shape[2 * i + 1];
+        if (rows * cols > g->counts[i])
+            return fail(h, HETRING_EINVAL,
+                        "%s: buffer %d holds %zu floats, fewer than its declared %zu x %zu matrix",
+                        fn, i, g->counts[i], rows, cols);
+    }
+    return HETRING_OK;
+}
+
+/* The powersgd path's matrices, from the declared shapes and the fixed layout; rank 0 says
+ * what goes on the wire. */
+static int plan_matrices(hetring *h, const char *fn) {
+    psgd_mat *m = malloc(sizeof *m * (size_t)(h->x.n_bufs + 1));
+    if (!m) return fail(h, HETRING_ENOMEM, "%s: out of memory", fn);
+    int n = 0;
+    for (int i = 0; i < h->x.n_bufs; i++)
+        if (h->mat_shape[2 * i] && h->mat_shape[2 * i + 1])
+            m[n++] = (psgd_mat){h->off[i], h->mat_shape[2 * i], h->mat_shape[2 * i + 1]};
+    const int kept = grad_xfer_matrices(&h->x, m, n, h->cc.powersgd_rank, h->cc.seed);
+    free(m);
+    if (kept < 0) return fail(h, HETRING_ENOMEM, "%s: out of memory", fn);
+    const grad_psgd *s = &h->x.psgd;
+    const size_t sent = s->n_plain + s->n_p + s->n_q;
+    if (h->rank == 0)
+        HR_INFO(TRAIN,
+                "powersgd: %d of %d declared matrices at rank %d (the others would not halve); "
+                "%zu floats on the wire a step for %zu of gradient (%.1fx fewer)",
+                kept, n, s->r, sent, h->x.n_grad, (double)h->x.n_grad / (double)sent);
+    return HETRING_OK;
+}
+
 /* The buffers' layout: fixed by the first step (or hetring_ready), the same at every later
  * one. */
 static int check_layout(hetring *h, const hetring_grads *g, const char *fn) {
@@ -768,6 +816,8 @@ static int check_layout(hetring *h, const hetring_grads *g, const char *fn) {
                 return fail(h, HETRING_EINVAL, "%s: buffer %zu is not in place", fn, i);
     }
     if (h->x.n_bufs) return HETRING_OK;
+    const int mats_ok = check_matrices(h, g, fn);
+    if (mats_ok != HETRING_OK) return mats_ok;
     const size_t n = (size_t)g->n_bufs, tail = (size_t)h->c->n_nodes * CLUSTER_NODE_STATS;
     size_t *counts = malloc(sizeof *counts * n), *off = malloc(sizeof *off * n);
     int *bucket_of = malloc(sizeof *bucket_of * n);
@@ -788,7 +838,7 @@ static int check_layout(hetring *h, const hetring_grads *g, const char *fn) {
     h->x.grads = h->buf + tail;
     grad_xfer_plan(&h->x, h->counts, h->off, g->n_bufs, h->cc.bucket_bytes);
     round_reset(h);
-    return HETRING_OK;
+    return h->cc.wire == CFG_WIRE_POWERSGD ? plan_matrices(h, fn) : HETRING_OK;
 }
 
 /* Test faults: the first float of every buffer node NODE hands over at iteration ITER becomes
@@ -983,6 +1033,23 @@ static void scale_back(hetring *h, const hetring_grads *g) {
         const float *src = h->x.grads + h->off[i];
         for (size_t j = 0; j < g->counts[i]; j++) dst[j] = src[j] * inv;
     }
+}
+
+int hetring_matrices(hetring *h, const size_t *rows, const size_t *cols, int n_bufs) {
+    int us = usable(h);
+    if (us != HETRING_OK) return us;
+    if (!rows || !cols || n_bufs < 1)
+        return fail(h, HETRING_EINVAL, "hetring_matrices: no shapes given");
+    if (h->x.n_bufs)
+        return fail(h, HETRING_EINVAL,
+                    "hetring_matrices: the first step fixed the layout; declare the matrices "
+                    "before it");
+    size_t *shape = malloc(sizeof *shape * 2 * (size_t)n_bufs);
+    if (!shape) return fail(h, HETRING_ENOMEM, "hetring_matrices: out of memory");
+    for (int i = 0; i < n_bufs; i++) shape[2 * i] = rows[i], shape[2 * i + 1] = cols[i];
+    free(h->mat_shape);
+    h->mat_shape = shape, h->n_mat = n_bufs;
+    return HETRING_OK;
 }
 
 int hetring_step(hetring *h, const hetring_grads *g, hetring_result *res) {

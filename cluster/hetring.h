@@ -255,6 +255,15 @@ HETRING_API HETRING_RESULT int hetring_ready(hetring *h, const hetring_grads *g,
  * iteration, call hetring_next and compute it again. */
 HETRING_API HETRING_RESULT int hetring_allreduce(hetring *h, float *buf, size_t count);
 
+/* The matrices of your buffers, for [cluster] wire = powersgd (declaring them with another
+ * wire is harmless): buffer i's first rows[i] x cols[i] floats are a row-major matrix (a
+ * linear layer's weight, a convolution's reshaped to out_channels x the rest), 0 x 0 where it
+ * holds none; the floats after it (a bias) and the matrices too small to halve at
+ * powersgd_rank go as float32. n_bufs is hetring_grads.n_bufs. Call it before the first
+ * hetring_step or hetring_ready; with wire = powersgd that step fails without it. */
+HETRING_API HETRING_RESULT int hetring_matrices(hetring *h, const size_t *rows, const size_t *cols,
+                                                int n_bufs);
+
 /* All-reduce g's buffers over the cluster with the stats of this node, check the agreement
  * hashes, run the controller and return the mean gradient in g->bufs and the next split.
  * HETRING_RETRY: a node failed and the others formed a new view (your put_state may have

@@ -64,14 +64,14 @@ int hr_lib_split(const hetring *h, long *out, int max);
  * hetring_next, it holds for that iteration's hetring_step. */
 int hr_lib_on_device(const hetring *h);
 
-/* This node's bf16 error-feedback residual as of its last applied step (app.n_grads floats:
- * what its roundings dropped, added to its next gradient), or NULL where it has none (wire =
- * fp32, or no bf16 step and nothing resumed). A checkpoint records it. */
+/* This node's error-feedback residual as of its last applied step (app.n_grads floats: what
+ * its share lost on the bf16 or powersgd wire, added to its next gradient), or NULL where it
+ * has none (wire = fp32, or no lossy step and nothing resumed). A checkpoint records it. */
 const float *hr_lib_residual(const hetring *h);
 
 /* Take up this node's residual from its own checkpoint (n = app.n_grads floats) before the
- * first step; the first bf16 step adds it to its gradient. HETRING_EINVAL without app.n_grads
- * or with another n, or with wire = fp32. */
+ * first step; the first bf16 or powersgd step adds it to its gradient. HETRING_EINVAL without
+ * app.n_grads or with another n, or with wire = fp32. */
 int hr_lib_resume_residual(hetring *h, const float *r, size_t n);
 
 /* The ring's own account of its last failure ("" when none, or once the node left). */

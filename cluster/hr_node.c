@@ -68,29 +68,32 @@ static hr_status probe(void *user, long b, double *seconds) {
     return train_probe(n->t, b, seconds);
 }
 
-/* A resumed checkpoint's bf16 residual: this node's own is taken up again (its next bf16 step
- * adds it), another node's is not (that node's roundings dropped it: taking it up here would
- * count it twice). */
+/* A resumed checkpoint's error-feedback residual (the bf16 or powersgd wire's: what this node's
+ * share lost on the wire and has not yet sent): this node's own is taken up again (its next
+ * lossy step adds it, whichever of the two wires it runs now), another node's is not (taking
+ * it up here would count it twice). */
 static hr_status resume_residual(hr_node *n, char *err, size_t errlen) {
     const trainer *t = n->t;
     const long id = n->c->nodes[n->self].id;
     if (!t->resumed_residual) return HR_OK;
     if (t->resumed_node != id) {
         HR_INFO(TRAIN,
-                "the checkpoint's bf16 residual is node %ld's, not this node's: starting "
-                "without one",
+                "the checkpoint's error-feedback residual is node %ld's, not this node's: "
+                "starting without one",
                 t->resumed_node);
         return HR_OK;
     }
-    if (n->c->wire != CFG_WIRE_BF16) {
-        HR_INFO(TRAIN, "the checkpoint holds a bf16 residual; [cluster] wire = fp32 has no use "
-                       "for it");
+    if (n->c->wire == CFG_WIRE_FP32) {
+        HR_INFO(TRAIN, "the checkpoint holds an error-feedback residual; [cluster] wire = fp32 "
+                       "has no use for it");
         return HR_OK;
     }
     if (hr_lib_resume_residual(n->h, t->resumed_residual, (size_t)t->m.n_params) != HETRING_OK)
         return hr_fail(err, errlen, HR_ERR_NOMEM, "the checkpoint's residual: out of memory");
-    HR_INFO(TRAIN, "resumed this node's bf16 residual from the checkpoint (%ld floats)",
-            t->m.n_params);
+    HR_INFO(TRAIN,
+            "resumed this node's error-feedback residual from the checkpoint (%ld floats, wire "
+            "= %s)",
+            t->m.n_params, cfg_wire_name(n->c->wire));
     return HR_OK;
 }
 
@@ -292,6 +295,22 @@ static void announce_overlap(const hr_node *n) {
 
 /* ================================================================ open and close */
 
+/* Each piece's weight matrix (out x the rest: a linear layer's out x in, a convolution's
+ * filters x C*K*K), ahead of its bias, for the powersgd wire; 0 x 0 for a piece that is not
+ * one layer's. */
+static int declare_matrices(hr_node *n, const size_t *off, int k) {
+    const model *m = &n->t->m;
+    size_t rows[MODEL_MAX_LAYERS] = {0}, cols[MODEL_MAX_LAYERS] = {0};
+    for (int i = 0; i < k; i++)
+        for (int j = 0; j < m->n_layers; j++) {
+            const model_layer *L = &m->layers[j];
+            const long out = L->kind == LAYER_CONV2D ? L->g.OC : L->out_c;
+            if (!L->n_params || L->w_off != (long)off[i] || out < 1) continue;
+            rows[i] = (size_t)out, cols[i] = (size_t)((L->b_off - L->w_off) / out);
+        }
+    return hetring_matrices(n->h, rows, cols, k);
+}
+
 /* One buffer per layer with parameters, in the model's order: consecutive pieces of grads
  * (model_grad_pieces). */
 static hr_status layer_buffers(hr_node *n, char *err, size_t errlen) {
@@ -307,6 +326,9 @@ static hr_status layer_buffers(hr_node *n, char *err, size_t errlen) {
     memcpy(n->counts, count, sizeof *count * (size_t)k);
     memcpy(n->offs, off, sizeof *off * (size_t)k);
     n->n_bufs = k;
+    const int st = declare_matrices(n, off, k);
+    if (st != HETRING_OK)
+        return hr_fail(err, errlen, status_of(st), "%s", hetring_last_error(n->h));
     return HR_OK;
 }
 

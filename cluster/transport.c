@@ -17,8 +17,9 @@ static transport_kind by_config(const transport_facts *f, char *why, size_t len)
         snprintf(why, len, "backend = tcp");
         return TRANSPORT_TCP;
     }
-    if (f->wire == CFG_WIRE_BF16) {
-        snprintf(why, len, "wire = bf16: the bf16 wire is the TCP ring's");
+    if (f->wire != CFG_WIRE_FP32) {
+        snprintf(why, len, "wire = %s: the %s wire is the TCP ring's", cfg_wire_name(f->wire),
+                 cfg_wire_name(f->wire));
         return TRANSPORT_TCP;
     }
     if (f->security != CFG_SEC_NONE) {

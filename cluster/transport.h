@@ -38,7 +38,7 @@ typedef struct {
 
 typedef struct {
     int backend;               /* cfg_backend */
-    int wire;                  /* cfg_wire: bf16 is the TCP ring's */
+    int wire;                  /* cfg_wire: bf16 and powersgd are the TCP ring's */
     int security;              /* cfg_security, resolved (never AUTO) */
     int n;                     /* members of the view */
     const transport_member *m; /* (n) in ring order */

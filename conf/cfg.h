@@ -30,10 +30,11 @@
 #define CFG_KEYLEN        32   /* public keys and pre-shared keys, bytes */
 #define CFG_LINE_OVERRIDE (-1) /* key_line of a key the environment or --set set last */
 #define CFG_AUTO          (-1) /* a numeric key set to "auto": resolved where it is used */
+#define CFG_PSGD_RANK_MAX 64   /* powersgd_rank's bound (cluster/powersgd.h's PSGD_MAX_RANK) */
 
 typedef enum { CFG_SEC_AUTO, CFG_SEC_NONE, CFG_SEC_AUTH, CFG_SEC_ENCRYPT } cfg_security;
 typedef enum { CFG_BACKEND_AUTO, CFG_BACKEND_TCP, CFG_BACKEND_NCCL } cfg_backend;
-typedef enum { CFG_WIRE_FP32, CFG_WIRE_BF16 } cfg_wire;
+typedef enum { CFG_WIRE_FP32, CFG_WIRE_BF16, CFG_WIRE_POWERSGD } cfg_wire;
 typedef enum { CFG_MODEL_LINREG, CFG_MODEL_SOFTMAX, CFG_MODEL_MLP, CFG_MODEL_CNN } cfg_model;
 typedef enum {
     CFG_DATA_SYNTHETIC,            /* image-like classification set, 28x28x1, 10 classes */
@@ -88,6 +89,7 @@ typedef struct {
     double timeout;          /* seconds any blocking I/O may take before the peer is dead */
     int backend;             /* cfg_backend */
     int wire;                /* cfg_wire: the gradient's format on the wire */
+    long powersgd_rank;      /* wire = powersgd: the rank of each matrix's approximation */
     long segment_bytes;      /* all-reduce pipeline segment; 0 picks the measured default */
     long tree_bytes;         /* largest all-reduce over the view's tree; 0 = ring only */
     double step_timeout;     /* collectives wait up to this x the slowest recent iteration */
@@ -180,6 +182,7 @@ void cfg_print_reference(FILE *out);
 
 /* Names for enum values ("encrypt", "mlp", ...). */
 const char *cfg_security_name(int v);
+const char *cfg_wire_name(int v);
 const char *cfg_policy_name(int v);
 const char *cfg_model_name(int v);
 const char *cfg_dataset_name(int v);

@@ -79,6 +79,10 @@ const char *cfg_security_name(int v) {
     static const char *const names[] = {"auto", "none", "auth", "encrypt"};
     return NAME_OF(names, v);
 }
+const char *cfg_wire_name(int v) {
+    static const char *const names[] = {"fp32", "bf16", "powersgd"};
+    return NAME_OF(names, v);
+}
 const char *cfg_policy_name(int v) {
     static const char *const names[] = {"static", "proportional", "pid", "model", "epoch"};
     return NAME_OF(names, v);

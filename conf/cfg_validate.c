@@ -136,21 +136,23 @@ static hr_status check_security(cfg *c, const char *f, char *err, size_t errlen)
     return HR_OK;
 }
 
-/* wire = bf16 is a gradient path of the TCP ring that takes the whole gradient after the
- * compute: refused with NCCL and with buckets of a size of their own, which it would ignore. */
+/* wire = bf16 and powersgd are gradient paths of the TCP ring that take the whole gradient
+ * after the compute: refused with NCCL and with buckets of a size of their own, which they
+ * would ignore. */
 static hr_status check_wire(const cfg *c, const char *f, char *err, size_t errlen) {
-    if (c->wire != CFG_WIRE_BF16) return HR_OK;
+    if (c->wire == CFG_WIRE_FP32) return HR_OK;
+    const char *w = cfg_wire_name(c->wire);
     if (c->backend == CFG_BACKEND_NCCL)
         return hr_fail(err, errlen, HR_ERR_CONFIG,
-                       "%s:%d: wire = bf16 with backend = nccl: the bf16 wire is the TCP ring's "
+                       "%s:%d: wire = %s with backend = nccl: the %s wire is the TCP ring's "
                        "(expected backend = auto or tcp, or wire = fp32)",
-                       f, blame(c, "wire"));
+                       f, blame(c, "wire"), w, w);
     if (c->bucket_bytes != CFG_AUTO && c->bucket_bytes > 0)
         return hr_fail(err, errlen, HR_ERR_CONFIG,
-                       "%s:%d: wire = bf16 with bucket_bytes = %ld: the bf16 wire sends the whole "
+                       "%s:%d: wire = %s with bucket_bytes = %ld: the %s wire sends the whole "
                        "gradient after the compute, without buckets (expected bucket_bytes = auto "
                        "or 0, or wire = fp32)",
-                       f, blame(c, "wire"), c->bucket_bytes);
+                       f, blame(c, "wire"), w, c->bucket_bytes, w);
     return HR_OK;
 }
 

@@ -50,9 +50,9 @@ for id in 0 1 2; do
 done
 run res 120
 for id in 0 1 2; do
-  grep -h "resumed from checkpoint\|bf16 residual" "$tmp/res.$id.log" | cut -c1-160
+  grep -h "resumed from checkpoint\|error-feedback residual" "$tmp/res.$id.log" | cut -c1-160
   grep -q "resumed from checkpoint .* at iteration 60" "$tmp/res.$id.log" || fail "node $id did not resume at iteration 60"
-  grep -q "resumed this node's bf16 residual from the checkpoint" "$tmp/res.$id.log" ||
+  grep -q "resumed this node's error-feedback residual from the checkpoint" "$tmp/res.$id.log" ||
     fail "node $id did not take its residual up again"
   h=$(hash res $id)
   echo "cut at 60 and resumed, node $id: $h"
@@ -64,17 +64,17 @@ cp "$tmp/keep.0.ckpt" "$tmp/other.0.ckpt"
 cp "$tmp/keep.0.ckpt" "$tmp/other.1.ckpt"
 cp "$tmp/keep.2.ckpt" "$tmp/other.2.ckpt"
 run other 70
-grep -h "bf16 residual" "$tmp/other.1.log" | cut -c1-160
-grep -q "the checkpoint's bf16 residual is node 0's, not this node's: starting without one" "$tmp/other.1.log" ||
+grep -h "error-feedback residual" "$tmp/other.1.log" | cut -c1-160
+grep -q "the checkpoint's error-feedback residual is node 0's, not this node's: starting without one" "$tmp/other.1.log" ||
   fail "node 1 took up node 0's residual, or did not say it left it"
-grep -q "resumed this node's bf16 residual" "$tmp/other.1.log" && fail "node 1 took up a residual"
-grep -q "resumed this node's bf16 residual" "$tmp/other.0.log" || fail "node 0 did not take its own residual up"
+grep -q "resumed this node's error-feedback residual" "$tmp/other.1.log" && fail "node 1 took up a residual"
+grep -q "resumed this node's error-feedback residual" "$tmp/other.0.log" || fail "node 0 did not take its own residual up"
 
 # a float32 run has no use for it
 cp "$tmp/keep.0.ckpt" "$tmp/f32.0.ckpt"
 cp "$tmp/keep.1.ckpt" "$tmp/f32.1.ckpt"
 cp "$tmp/keep.2.ckpt" "$tmp/f32.2.ckpt"
 run f32 65 --set cluster.wire=fp32
-grep -q "the checkpoint holds a bf16 residual; \[cluster\] wire = fp32 has no use for it" "$tmp/f32.0.log" ||
+grep -q "the checkpoint holds an error-feedback residual; \[cluster\] wire = fp32 has no use for it" "$tmp/f32.0.log" ||
   fail "a float32 run does not say it leaves the residual: $(grep -h residual "$tmp/f32.0.log")"
 finish

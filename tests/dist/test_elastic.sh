@@ -49,9 +49,9 @@
 #            view fail to form: a node killed while a view forms, and back before the next one,
 #            leaves no trace in "left") plus 1 s; when it is not, every kill, restart and log
 #            line from half a second before the pause to half a second after it is printed
-# With WIRE=bf16 the cluster's gradients go bf16 on the wire ([cluster] wire): the nodes must
-# say so, and the losses follow the one-node float32 run within 2% (window means, not the
-# iteration-by-iteration bound of float32). With EMU=ID:MS in the environment, node ID is a GPU node (device = cuda:0) whose GPU is the
+# With WIRE=bf16 or powersgd the cluster's gradients go that way ([cluster] wire): the nodes
+# must say so, and the losses follow the one-node float32 run within the wire's bound (window
+# means, not the iteration-by-iteration bound of float32). With EMU=ID:MS in the environment, node ID is a GPU node (device = cuda:0) whose GPU is the
 # host emulation of the test hooks (trainer/device.h), each device operation MS ms late: the
 # same scenarios then check that a GPU node keeps every invariant, killed and rejoined included.
 # Where a node is restarted while the others train (kill, phases, donor, twojoin, late), every
@@ -166,16 +166,20 @@ follows_reference() {
     > "$tmp/one.log" 2>&1 || fail "the one-node reference run failed: $(tail -3 "$tmp/one.log")"
   losses "$tmp/one.jsonl" > "$tmp/one.l"
   for id in "$@"; do losses "$tmp/m-$id.jsonl"; done | LC_ALL=C sort -u -k1,1 > "$tmp/n.l"
-  # lossy: the means of 300-iteration windows within 2% (measured 0.13-0.64% over five kill
-  # runs: each run's splits round differently; the 1% target is the benchmark's, over runs)
-  if [ "${WIRE:-}" = bf16 ]; then
-    LC_ALL=C join "$tmp/one.l" "$tmp/n.l" | awk -v id="$*" -v n="$ITERS" '
-      { w = int($1 / 300); a[w] += $2; b[w] += $3; c++ }
+  # lossy: the means of 300-iteration windows within a bound: bf16 2% (measured 0.13-0.64%
+  # over five kill runs: each run's splits round differently; the 1% target is the
+  # benchmark's, over runs), powersgd at rank 4 15% (measured 4.2-5.7% over four runs; a
+  # rank-4 step of this 784x32 layer is a coarser gradient, and Q starts again at each view)
+  if [ -n "${WIRE:-}" ]; then
+    local bound=0.02
+    [ "$WIRE" = powersgd ] && bound=0.15
+    LC_ALL=C join "$tmp/one.l" "$tmp/n.l" | awk -v id="$*" -v n="$ITERS" -v w="$WIRE" -v bound=$bound '
+      { k = int($1 / 300); a[k] += $2; b[k] += $3; c++ }
       END {
         for (k in a) { r = (b[k] - a[k]) / a[k]; if (r < 0) r = -r; if (r > m) m = r }
-        printf "nodes %s (wire = bf16): %d iterations compared with the one-node float32 run, worst relative difference of 300-iteration mean losses %.3g\n", id, c, m
-        exit (c == n && m <= 0.02) ? 0 : 1
-      }' || fail "the losses of nodes $* leave the one-node trajectory by more than 2% (wire = bf16)"
+        printf "nodes %s (wire = %s): %d iterations compared with the one-node float32 run, worst relative difference of 300-iteration mean losses %.3g (bound %g)\n", id, w, c, m, bound
+        exit (c == n && m <= bound) ? 0 : 1
+      }' || fail "the losses of nodes $* leave the one-node trajectory by more than $bound (wire = $WIRE)"
     return
   fi
   LC_ALL=C join "$tmp/one.l" "$tmp/n.l" | awk -v id="$*" -v n="$ITERS" '

@@ -363,6 +363,10 @@ static void test_paths(void) {
         {"wire = bf16, the tree would take it", {0, OVERLAP_AUTO, 1, NULL, 8, 1, 1}, &grad_path_bf16},
         {"wire = bf16, off", {0, 0, 3, two, 2, 0, 1}, &grad_path_bf16},
         {"wire = bf16, an NCCL view", {1, OVERLAP_AUTO, 2, two, 2, 1, 1}, &grad_path_nccl},
+        {"wire = powersgd, auto, roomy nodes", {0, OVERLAP_AUTO, 2, two, 2, 0, 2},
+         &grad_path_powersgd},
+        {"wire = powersgd, the tree would take it", {0, OVERLAP_AUTO, 1, NULL, 8, 1, 2},
+         &grad_path_powersgd},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         char why[384] = "";

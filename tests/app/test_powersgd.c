@@ -1,0 +1,224 @@
+/*
+ * test_powersgd.c: the low-rank wire's arithmetic (cluster/powersgd.h).
+ *
+ *  - each product against a double-precision reference, and bit for bit against the plain
+ *    loops in the order powersgd.h states (this file is built with -ffp-contract=off as
+ *    powersgd.c is): a kernel that reorders its sums, or a BLAS, fails here;
+ *  - P's columns orthonormal after psgd_orthonormalize; a zero column stays zero, a NaN stays;
+ *  - a matrix of rank <= r comes back whole from one power iteration;
+ *  - the error feedback: two nodes' dropped parts plus the step are exactly their sum
+ *    (within float rounding);
+ *  - Q's start: the same bits for one (seed, epoch, matrix), another for another epoch;
+ *  - psgd_worth's rule (P and Q at most half the matrix).
+ * The kernels' times for a 784 x 512 matrix at rank 4 are printed, not checked (bench/ keeps
+ * speed targets).
+ */
+#include "check.h"
+#include "cluster/powersgd.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static float val(size_t i, size_t j, int salt) {
+    return sinf(0.731f * (float)i + 0.377f * (float)j + (float)salt) * 0.5f +
+           0.01f * (float)((i * 7 + j * 3 + (size_t)salt) % 11);
+}
+
+static void fill(float *m, size_t rows, size_t cols, int salt) {
+    for (size_t i = 0; i < rows; i++)
+        for (size_t j = 0; j < cols; j++) m[i * cols + j] = val(i, j, salt);
+}
+
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* The products against double references and the stated order, bit for bit. */
+static void products(void) {
+    enum { R = 37, C = 29, K = 3 };
+    float m[R * C], q[C * K], p[R * K], p2[R * K], back[C * K], back2[C * K];
+    fill(m, R, C, 1);
+    psgd_init_q(q, C, K, 7, 1, 0);
+    psgd_project(m, R, C, q, K, p);
+    double dref[R * K];
+    for (int i = 0; i < R; i++)
+        for (int k = 0; k < K; k++) {
+            double s = 0;
+            float f = 0.0f;
+            for (int j = 0; j < C; j++) s += (double)m[i * C + j] * q[j * K + k];
+            for (int j = 0; j < C; j++) f += m[i * C + j] * q[j * K + k];
+            dref[i * K + k] = s, p2[i * K + k] = f;
+        }
+    float fref[R * K];
+    for (int i = 0; i < R * K; i++) fref[i] = (float)dref[i];
+    CHECK_CLOSE(p, fref, R * K, 1e-5, "project against double");
+    CHECK(memcmp(p, p2, sizeof p) == 0, "project: not the bits of the sum over j in order");
+
+    psgd_orthonormalize(p, R, K);
+    psgd_back(m, R, C, p, K, back);
+    for (int j = 0; j < C; j++)
+        for (int k = 0; k < K; k++) {
+            float f = 0.0f;
+            for (int i = 0; i < R; i++) f += m[i * C + j] * p[i * K + k];
+            back2[j * K + k] = f;
+        }
+    CHECK(memcmp(back, back2, sizeof back) == 0, "back: not the bits of the sum over i in order");
+
+    float qt[K * C], out[R * C], out2[R * C];
+    psgd_transpose(back, C, K, qt);
+    for (int j = 0; j < C; j++)
+        for (int k = 0; k < K; k++)
+            CHECK(qt[k * C + j] == back[j * K + k], "transpose: (%d, %d) moved", j, k);
+    psgd_expand(p, qt, R, C, K, NULL, NULL, NULL, out);
+    double worst = 0;
+    for (int i = 0; i < R; i++)
+        for (int j = 0; j < C; j++) {
+            float f = 0.0f;
+            double d = 0;
+            for (int k = 0; k < K; k++) f += p[i * K + k] * back[j * K + k];
+            for (int k = 0; k < K; k++) d += (double)p[i * K + k] * back[j * K + k];
+            out2[i * C + j] = f;
+            worst = fmax(worst, fabs(d - out[i * C + j]));
+        }
+    CHECK(memcmp(out, out2, sizeof out) == 0, "expand: not the bits of the sum over k in order");
+    CHECK(worst < 1e-5, "expand: %.3g off the double product", worst);
+}
+
+/* Orthonormal columns; a zero column stays zero; a NaN stays. */
+static void orthonormal(void) {
+    enum { R = 50, K = 4 };
+    float p[R * K];
+    for (int i = 0; i < R; i++)
+        for (int k = 0; k < K; k++) p[i * K + k] = val((size_t)i, (size_t)k, 3) + (k == 2 ? 0 : 1);
+    psgd_orthonormalize(p, R, K);
+    double worst = 0;
+    for (int a = 0; a < K; a++)
+        for (int b = 0; b < K; b++) {
+            double d = 0;
+            for (int i = 0; i < R; i++) d += (double)p[i * K + a] * p[i * K + b];
+            worst = fmax(worst, fabs(d - (a == b)));
+        }
+    printf("orthonormal: P^T P within %.3g of I\n", worst);
+    CHECK(worst < 1e-5, "P^T P is %.3g off the identity", worst);
+
+    for (int i = 0; i < R; i++) p[i * K + 1] = 0.0f, p[i * K + 0] = (float)(i % 3);
+    psgd_orthonormalize(p, R, K);
+    int zero = 1, finite = 1;
+    for (int i = 0; i < R; i++) zero &= p[i * K + 1] == 0.0f;
+    for (int i = 0; i < R * K; i++) finite &= isfinite(p[i]);
+    CHECK(zero && finite, "a zero column: zero %d, every value finite %d", zero, finite);
+
+    for (int i = 0; i < R * K; i++) p[i] = 1.0f;
+    p[3 * K + 2] = NAN;
+    psgd_orthonormalize(p, R, K);
+    CHECK(isnan(p[0 * K + 2]), "a NaN in a column was hidden: %g", p[0 * K + 2]);
+}
+
+/* A matrix of rank 2 at rank 3: one power iteration gives it back. */
+static void low_rank_exact(void) {
+    enum { R = 40, C = 30, K = 3 };
+    float m[R * C], q[C * K], p[R * K], back[C * K], qt[K * C], out[R * C];
+    for (int i = 0; i < R; i++)
+        for (int j = 0; j < C; j++)
+            m[i * C + j] = val((size_t)i, 0, 1) * val(0, (size_t)j, 2) +
+                           0.5f * val((size_t)i, 1, 5) * val(1, (size_t)j, 4);
+    psgd_init_q(q, C, K, 3, 1, 0);
+    psgd_project(m, R, C, q, K, p);
+    psgd_orthonormalize(p, R, K);
+    psgd_back(m, R, C, p, K, back);
+    psgd_transpose(back, C, K, qt);
+    psgd_expand(p, qt, R, C, K, NULL, NULL, NULL, out);
+    CHECK_CLOSE(out, m, R * C, 1e-5, "rank 2 at rank 3");
+}
+
+/* Two nodes: M1 + M2 = step + dropped1 + dropped2. */
+static void feedback(void) {
+    enum { R = 33, C = 41, K = 2 };
+    float m1[R * C], m2[R * C], sum[R * C], q[C * K], p[R * K], p1[R * K], q1[C * K], q2[C * K];
+    float qs[C * K], qt[K * C], lt[K * C], d1[R * C], d2[R * C], out[R * C], want[R * C];
+    fill(m1, R, C, 1), fill(m2, R, C, 9);
+    for (int i = 0; i < R * C; i++) sum[i] = m1[i] + m2[i];
+    psgd_init_q(q, C, K, 5, 2, 1);
+    psgd_project(m1, R, C, q, K, p1);
+    psgd_project(m2, R, C, q, K, p);
+    for (int i = 0; i < R * K; i++) p[i] += p1[i]; /* the ring's sum */
+    psgd_orthonormalize(p, R, K);
+    psgd_back(m1, R, C, p, K, q1);
+    psgd_back(m2, R, C, p, K, q2);
+    for (int i = 0; i < C * K; i++) qs[i] = q1[i] + q2[i];
+    psgd_transpose(qs, C, K, qt);
+    psgd_transpose(q1, C, K, lt);
+    psgd_expand(p, qt, R, C, K, m1, lt, d1, out);
+    psgd_transpose(q2, C, K, lt);
+    psgd_expand(p, qt, R, C, K, m2, lt, d2, m2); /* in place, as the path does it */
+    for (int i = 0; i < R * C; i++) want[i] = out[i] + d1[i] + d2[i];
+    CHECK_CLOSE(want, sum, R * C, 1e-5, "step + dropped parts against the sum");
+    CHECK(memcmp(m2, out, sizeof out) == 0, "the step in place differs from the step");
+    double lost = 0;
+    for (int i = 0; i < R * C; i++) lost = fmax(lost, fabs(sum[i] - out[i]));
+    CHECK(lost > 1e-2, "rank 2 of a full matrix lost nothing (%.3g): the test is too easy", lost);
+}
+
+static void start_and_rule(void) {
+    float a[64], b[64], c[64];
+    psgd_init_q(a, 16, 4, 11, 3, 2);
+    psgd_init_q(b, 16, 4, 11, 3, 2);
+    psgd_init_q(c, 16, 4, 11, 4, 2);
+    int in_range = 1;
+    for (int i = 0; i < 64; i++) in_range &= a[i] >= -1.0f && a[i] < 1.0f;
+    CHECK(memcmp(a, b, sizeof a) == 0, "Q's start differs for one (seed, epoch, matrix)");
+    CHECK(memcmp(a, c, sizeof a) != 0, "Q's start is the same in another view");
+    CHECK(in_range, "Q's start outside [-1, 1)");
+    static const struct {
+        size_t rows, cols;
+        int r, worth;
+    } rule[] = {{784, 512, 4, 1},  {512, 10, 4, 1}, {6, 25, 4, 0},
+                {16, 16, 4, 1},    {15, 16, 4, 0},  {100, 100, 25, 1},
+                {100, 100, 26, 0}, {1, 1000, 1, 0}, {1000, 1, 1, 0}};
+    for (size_t i = 0; i < sizeof rule / sizeof rule[0]; i++)
+        CHECK(psgd_worth(rule[i].rows, rule[i].cols, rule[i].r) == rule[i].worth,
+              "psgd_worth(%zu, %zu, %d) is not %d", rule[i].rows, rule[i].cols, rule[i].r,
+              rule[i].worth);
+}
+
+/* The kernels' times on the demo MLP's first matrix (printed only). */
+static void timing(void) {
+    enum { R = 512, C = 784, K = 4 };
+    float *m = malloc(sizeof *m * R * C), *d = malloc(sizeof *d * R * C);
+    float q[C * K], p[R * K], back[C * K], qt[K * C];
+    if (!m || !d) return;
+    fill(m, R, C, 2);
+    psgd_init_q(q, C, K, 1, 1, 0);
+    double t[4] = {0};
+    for (int rep = 0; rep < 5; rep++) {
+        double t0 = now_s();
+        psgd_project(m, R, C, q, K, p);
+        double t1 = now_s();
+        psgd_orthonormalize(p, R, K);
+        psgd_back(m, R, C, p, K, back);
+        double t2 = now_s();
+        psgd_transpose(back, C, K, qt);
+        psgd_expand(p, qt, R, C, K, m, qt, d, m);
+        double t3 = now_s();
+        t[0] += t1 - t0, t[1] += t2 - t1, t[2] += t3 - t2;
+    }
+    printf("timing (512 x 784, rank 4, mean of 5): project %.2f ms, orthonormalize + back %.2f "
+           "ms, expand with feedback %.2f ms\n",
+           t[0] / 5e-3, t[1] / 5e-3, t[2] / 5e-3);
+    free(m), free(d);
+}
+
+int main(void) {
+    products();
+    orthonormal();
+    low_rank_exact();
+    feedback();
+    start_and_rule();
+    timing();
+    return check_exit();
+}
