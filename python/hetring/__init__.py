@@ -260,6 +260,28 @@ class Node:
         self._counts = (ctypes.c_size_t * n)(*[c for _, c in buffers])
         g.bufs, g.counts, g.n_bufs = self._bufs, self._counts, n
 
+    @property
+    def has_matrices(self):
+        """The library takes matrices (matrices()); a libhetring older than this package's
+        does not."""
+        return self._L.has_matrices
+
+    def matrices(self, shapes):
+        """The matrix at the start of each buffer, for [cluster] wire = powersgd: shapes[i] is
+        (rows, cols) of buffer i's first rows*cols floats, row-major (a weight's shape[0] and
+        the rest), or (0, 0) for a buffer without one (hetring.h, hetring_matrices). Call it
+        before the first step; with another wire it changes nothing."""
+        if not self._L.has_matrices:
+            raise Error(_lib.EINVAL, f"hetring: {self._L.path} has no hetring_matrices (a "
+                                     f"libhetring older than this package's)")
+        n = len(shapes)
+        rows = (ctypes.c_size_t * n)(*[int(r) for r, _ in shapes])
+        cols = (ctypes.c_size_t * n)(*[int(c) for _, c in shapes])
+        st = self._L.hetring_matrices(self._h, rows, cols, n)
+        self._reraise()
+        if st != _lib.OK:
+            self._fail(st)
+
     def ready(self, buffers, i):
         """Buffer i of `buffers` (the list step() is then given) holds its final sums: hand it
         over now. With buckets on, the library all-reduces it on its own thread while you

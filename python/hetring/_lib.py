@@ -181,5 +181,11 @@ def load():
         lib.hetring_nonfinite.argtypes = [h, ctypes.POINTER(ctypes.c_long), ctypes.c_int]
         lib.hetring_skipped.restype = ctypes.c_long
         lib.hetring_skipped.argtypes = [h]
+    # newer still: the matrices of the buffers ([cluster] wire = powersgd)
+    lib.has_matrices = hasattr(lib, "hetring_matrices")
+    if lib.has_matrices:
+        lib.hetring_matrices.restype = ctypes.c_int
+        lib.hetring_matrices.argtypes = [h, ctypes.POINTER(ctypes.c_size_t),
+                                         ctypes.POINTER(ctypes.c_size_t), ctypes.c_int]
     lib.path = path
     return lib

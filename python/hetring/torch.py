@@ -479,6 +479,7 @@ class Trainer:
                                  start_iter=start_iter,
                                  get_state=self._get_state,
                                  put_state=self._put, on_view=self._on_view)
+        self._declare_matrices()
         self._live = None  # this iteration's _Buffers while backward runs
         self._hooks = []
         self.done = start_iter  # iterations the model holds: what save() records
@@ -525,6 +526,19 @@ class Trainer:
         if any(p.dtype != torch.float32 or p.device.type != "cpu" for p in self.params):
             self.staged = torch.zeros(sum(p.numel() for p in self.params), dtype=torch.float32)
         self._cuda = any(p.device.type == "cuda" for p in self.params)
+
+    def _declare_matrices(self):
+        """Each parameter of two dimensions or more is a matrix of shape[0] rows (a linear
+        layer's out x in, a convolution's out_channels x the rest), for [cluster] wire =
+        powersgd; the buffers' changes are none. Harmless with another wire, and left out
+        with a libhetring too old to take it (which then refuses wire = powersgd itself)."""
+        if not getattr(self.node, "has_matrices", False):
+            return
+        shapes = [(p.shape[0], p.numel() // p.shape[0]) if p.dim() >= 2 and p.shape[0] else
+                  (0, 0) for p in self.params]
+        if self.carried is not None:
+            shapes.append((0, 0))
+        self.node.matrices(shapes)
 
     def _setup_buffers(self, buffers):
         """The model's buffers carried in the all-reduce, and the space for them."""

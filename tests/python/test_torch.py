@@ -26,6 +26,9 @@
                             the run ends with the uninterrupted run's parameters; Node.members
                             gives every iteration's batches (Trainer.save, resume=); a file
                             that is no checkpoint is refused
+    test_torch.py powersgd  split with [cluster] wire = powersgd at rank 2: the layer that
+                            halves goes low-rank, replicas bitwise equal, the loss falls, and
+                            the parameters differ from float32's (the wire took effect)
     test_torch.py leave     SIGTERM to node 2 (Trainer leave_on): it leaves at a boundary and
                             exits 0, the others finish as two without a retry; a child forked
                             after leave_on has the default SIGTERM handler (a loader worker
@@ -130,6 +133,37 @@ def split(d, port):
     check(diff <= 1e-4, f"3-node parameters differ from the 1-node run's by {diff}")
     check(rs[0]["last_loss"] < 0.6 * rs[0]["first_loss"], "the loss did not fall")
     check(all(r["iters"] == 30 for r in rs + [one]), "iterations")
+
+
+def powersgd(d, port):
+    """[cluster] wire = powersgd at rank 2 through hetring.torch, which declares each weight as
+    a matrix: the first layer's (32 x 20) goes at rank 2, the second's (4 x 32) would not
+    halve and goes as float32. The replicas stay bitwise equal, the loss falls, and the
+    parameters differ from the float32 1-node run's (the wire took effect) but not by much."""
+    psgd = ("--set", "cluster.wire=powersgd", "--set", "cluster.powersgd_rank=2")
+    one = result(start(write_ini(d, "one.ini", [1], port), 0, d))
+    ini = write_ini(d, "three.ini", [1, 2, 3], port + 1)
+    ps = [start(ini, k, d, *psgd) for k in range(3)]
+    rs = [result(p) for p in ps]
+    if not one or None in rs:
+        return check(False, "a run gave no result")
+    ps[0].log.seek(0)
+    log = ps[0].log.read()
+    check("gradient path: powersgd" in log and
+          "powersgd: 1 of 2 declared matrices at rank 2" in log,
+          "node 0 does not say it sends its one worthy matrix at rank 2:\n" +
+          "\n".join(line for line in log.splitlines() if "powersgd" in line or "path" in line))
+    hashes = {r["hash"] for r in rs}
+    check(len(hashes) == 1, f"the replicas differ: {hashes}")
+    diff = max_diff(one["params"], rs[0]["params"])
+    print(f"powersgd rank 2, 3 nodes vs the float32 1-node run after {one['iters']} iterations: "
+          f"final loss {rs[0]['last_loss']:.4f} vs {one['last_loss']:.4f}, max abs parameter "
+          f"difference {diff:.3g}")
+    check(rs[0]["last_loss"] < 0.6 * rs[0]["first_loss"], "the loss did not fall")
+    check(diff > 1e-4, f"the parameters are the float32 run's ({diff:.3g}): powersgd did not "
+                       "take effect")
+    check(rs[0]["last_loss"] < 2 * one["last_loss"] + 0.05,
+          f"the final loss {rs[0]['last_loss']:.4f} is far above float32's {one['last_loss']:.4f}")
 
 
 def workers(d, port):
@@ -306,7 +340,8 @@ def main():
     try:
         with tempfile.TemporaryDirectory(prefix="hetring-py.") as d:
             {"split": split, "dtype": dtype, "rejoin": rejoin, "workers": workers,
-             "overlap": overlap, "resume": resume, "leave": leave}[sys.argv[1]](d, port)
+             "overlap": overlap, "resume": resume, "leave": leave,
+             "powersgd": powersgd}[sys.argv[1]](d, port)
     finally:
         kill_all()
         os.rmdir(claim)
