@@ -75,7 +75,13 @@ def worker(rank, n, args, port, out_q):
             time.sleep((f - 1) * (time.perf_counter() - started[0]))
 
     net[0].weight.register_hook(stretch)
-    model = torch.nn.parallel.DistributedDataParallel(net)
+    if args.hook.startswith("powersgd:"):
+        # one bucket: the PowerSGD hook runs a chain of all-reduces per bucket, and with gloo
+        # two buckets' chains reach the ranks in different orders (a worker fails, "op.preamble
+        # .length <= op.nbytes"); DDP's first bucket is 1 MiB whatever bucket_cap_mb says
+        dist._DEFAULT_FIRST_BUCKET_BYTES = 1 << 40
+    model = torch.nn.parallel.DistributedDataParallel(
+        net, bucket_cap_mb=(1 << 20) if args.hook.startswith("powersgd:") else 25)
     try:
         register_hook(model, args.hook, args.powersgd_start)
     except Exception as e:  # e.g. a bf16 hook this torch refuses on the CPU
@@ -104,6 +110,21 @@ def worker(rank, n, args, port, out_q):
     if rank == 0:
         out_q.put(args.iters * args.batch / wall)
     dist.destroy_process_group()
+
+def wait_all(procs, limit):
+    """Join the workers; when one fails, or after `limit` seconds, stop the others at once: a
+    rank whose peer died waits in gloo's collective with no deadline of its own."""
+    end = time.monotonic() + limit
+    while any(p.is_alive() for p in procs):
+        if time.monotonic() > end or any(p.exitcode not in (None, 0) for p in procs):
+            for p in procs:
+                if p.is_alive():
+                    p.kill()
+            for p in procs:
+                p.join()
+            return
+        time.sleep(0.05)
+
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -141,7 +162,7 @@ def main():
         procs = [ctx.Process(target=worker, args=(k, args.nodes, args, args.port + r, q))
                  for k in range(args.nodes)]
         for p in procs: p.start()
-        for p in procs: p.join(timeout=600)
+        wait_all(procs, 600)
         got = q.get() if not q.empty() else None
         if isinstance(got, str):
             sys.exit(f"ddp_baseline: {got}")
