@@ -781,7 +781,13 @@ static int plan_matrices(hetring *h, const char *fn) {
     if (kept < 0) return fail(h, HETRING_ENOMEM, "%s: out of memory", fn);
     const grad_psgd *s = &h->x.psgd;
     const size_t sent = s->n_plain + s->n_p + s->n_q;
-    if (h->rank == 0)
+    if (h->rank == 0 && kept == 0)
+        HR_WARN(TRAIN,
+                "powersgd: none of the %d declared matrices would halve at rank %d (P and Q "
+                "at most half its floats): the whole gradient goes as float32; a lower "
+                "powersgd_rank compresses them",
+                n, s->r);
+    else if (h->rank == 0)
         HR_INFO(TRAIN,
                 "powersgd: %d of %d declared matrices at rank %d (the others would not halve); "
                 "%zu floats on the wire a step for %zu of gradient (%.1fx fewer)",
