@@ -588,6 +588,33 @@ const float *hr_lib_residual(const hetring *h) {
     return h ? grad_xfer_residual(&h->x) : NULL;
 }
 
+long hetring_residual(const hetring *h, float *out, size_t n) {
+    const float *r = h ? grad_xfer_residual(&h->x) : NULL;
+    if (!r) return 0;
+    const size_t have = h->x.residual ? h->x.n_grad : h->x.n_resume;
+    if (!out) return (long)have;
+    if (n != have) return -1;
+    memcpy(out, r, sizeof *out * n);
+    return (long)have;
+}
+
+int hetring_resume_residual(hetring *h, const float *r, size_t n) {
+    int us = usable(h);
+    if (us != HETRING_OK) return us;
+    if (!r || !n) return fail(h, HETRING_EINVAL, "hetring_resume_residual: no residual given");
+    if (h->cc.wire == CFG_WIRE_FP32)
+        return fail(h, HETRING_EINVAL,
+                    "hetring_resume_residual: [cluster] wire = fp32 loses nothing on the wire "
+                    "and has no use for a residual");
+    if (h->x.n_bufs)
+        return fail(h, HETRING_EINVAL,
+                    "hetring_resume_residual: the first step was taken; give the residual "
+                    "before it");
+    if (grad_xfer_resume(&h->x, r, n) != HR_OK)
+        return fail(h, HETRING_ENOMEM, "hetring_resume_residual: out of memory");
+    return HETRING_OK;
+}
+
 int hr_lib_resume_residual(hetring *h, const float *r, size_t n) {
     if (!h || !r || !h->app.n_grads || n != h->app.n_grads || h->cc.wire == CFG_WIRE_FP32)
         return HETRING_EINVAL;
@@ -813,6 +840,11 @@ static int check_layout(hetring *h, const hetring_grads *g, const char *fn) {
         total += g->counts[i];
     }
     if (total == 0) return fail(h, HETRING_EINVAL, "%s: the buffers hold no floats", fn);
+    if (!h->x.n_bufs && h->x.resume && h->x.n_resume != total)
+        return fail(h, HETRING_EINVAL,
+                    "%s: the resumed residual holds %zu floats, the buffers %zu (a checkpoint "
+                    "of another model?)",
+                    fn, h->x.n_resume, total);
     if (h->app.n_grads) { /* in place: the buffers are consecutive pieces of hr_lib_grads */
         if (total > h->app.n_grads)
             return fail(h, HETRING_EINVAL, "%s: the buffers hold %zu floats, the gradient %zu",

@@ -264,6 +264,19 @@ HETRING_API HETRING_RESULT int hetring_allreduce(hetring *h, float *buf, size_t 
 HETRING_API HETRING_RESULT int hetring_matrices(hetring *h, const size_t *rows, const size_t *cols,
                                                 int n_bufs);
 
+/* This node's error-feedback residual ([cluster] wire = bf16 or powersgd): what its share lost
+ * on the wire and has not sent yet, as of its last applied step, in the buffers' layout (the
+ * sum of their counts, in order), for your checkpoint. It is this node's own, not replicated
+ * state: record it with hetring_node_id, and give it back (hetring_resume_residual) only to
+ * the node that wrote it, or it is counted twice. Returns the floats it holds, 0 where there
+ * is none (wire = fp32, or no lossy step yet and nothing resumed), and copies them into out
+ * unless out is NULL; -1 (nothing copied) when n is not that count. */
+HETRING_API long hetring_residual(const hetring *h, float *out, size_t n);
+/* Take up this node's residual from your checkpoint (n floats, copied) before the first step,
+ * whose lossy all-reduce adds it. HETRING_EINVAL with wire = fp32 or after the first step; the
+ * first step fails when n is not the floats of its buffers. */
+HETRING_API HETRING_RESULT int hetring_resume_residual(hetring *h, const float *r, size_t n);
+
 /* All-reduce g's buffers over the cluster with the stats of this node, check the agreement
  * hashes, run the controller and return the mean gradient in g->bufs and the next split.
  * HETRING_RETRY: a node failed and the others formed a new view (your put_state may have

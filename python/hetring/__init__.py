@@ -19,6 +19,7 @@ global gradient or loss is not finite hetring.NonFinite ([train] nonfinite = err
 step() returns a Result whose .skipped is True: do not apply it).
 The library is found through HETRING_LIB, next to this package, or on the system path.
 """
+import array
 import ctypes
 import os
 
@@ -259,6 +260,38 @@ class Node:
         self._bufs = (ctypes.c_void_p * n)(*[a for a, _ in buffers])
         self._counts = (ctypes.c_size_t * n)(*[c for _, c in buffers])
         g.bufs, g.counts, g.n_bufs = self._bufs, self._counts, n
+
+    def residual(self):
+        """This node's error-feedback residual (wire = bf16 or powersgd) as an array.array of
+        float32, or None where it has none (hetring.h, hetring_residual): this node's own, for its
+        checkpoint; give it back with resume_residual() to this node only."""
+        if not self._L.has_residual:
+            return None
+        n = self._L.hetring_residual(self._h, None, 0)
+        if n <= 0:
+            return None
+        buf = (ctypes.c_float * n)()
+        if self._L.hetring_residual(self._h, buf, n) != n:
+            return None
+        return array.array("f", bytes(buf))
+
+    def resume_residual(self, values):
+        """Take up this node's residual from its checkpoint before the first step (hetring.h,
+        hetring_resume_residual); values: floats, as residual() gave them."""
+        if not self._L.has_residual:
+            raise Error(_lib.EINVAL, f"hetring: {self._L.path} has no hetring_resume_residual "
+                                     f"(a libhetring older than this package's)")
+        a = array.array("f", values)
+        buf = (ctypes.c_float * len(a)).from_buffer(a)
+        st = self._L.hetring_resume_residual(self._h, buf, len(a))
+        self._reraise()
+        if st != _lib.OK:
+            self._fail(st)
+
+    @property
+    def has_residual(self):
+        """The library hands out the residual (residual(), resume_residual())."""
+        return self._L.has_residual
 
     @property
     def has_matrices(self):

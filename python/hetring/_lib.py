@@ -187,5 +187,12 @@ def load():
         lib.hetring_matrices.restype = ctypes.c_int
         lib.hetring_matrices.argtypes = [h, ctypes.POINTER(ctypes.c_size_t),
                                          ctypes.POINTER(ctypes.c_size_t), ctypes.c_int]
+    # and the error-feedback residual, for checkpoints (wire = bf16 or powersgd)
+    lib.has_residual = hasattr(lib, "hetring_residual")
+    if lib.has_residual:
+        lib.hetring_residual.restype = ctypes.c_long
+        lib.hetring_residual.argtypes = [h, ctypes.c_void_p, ctypes.c_size_t]
+        lib.hetring_resume_residual.restype = ctypes.c_int
+        lib.hetring_resume_residual.argtypes = [h, ctypes.c_void_p, ctypes.c_size_t]
     lib.path = path
     return lib

@@ -480,6 +480,7 @@ class Trainer:
                                  get_state=self._get_state,
                                  put_state=self._put, on_view=self._on_view)
         self._declare_matrices()
+        self._resume_residual()
         self._live = None  # this iteration's _Buffers while backward runs
         self._hooks = []
         self.done = start_iter  # iterations the model holds: what save() records
@@ -594,14 +595,38 @@ class Trainer:
             raise ValueError(f"hetring.torch: {path} is not a checkpoint of Trainer.save")
         with torch.no_grad():
             load_state_bytes(self.model, self.optimizer, ck["state"], self.scheduler)
+        self._resumed_residual = ck.get("residual")  # taken up once the node is open
         return int(ck["iter"])
+
+    def _resume_residual(self):
+        """A checkpoint's error-feedback residual (wire = bf16 or powersgd): this node's own is
+        taken up again, another node's is not (it would be counted twice)."""
+        r, self._resumed_residual = getattr(self, "_resumed_residual", None), None
+        log = logging.getLogger("hetring.torch")
+        if r is None or not getattr(self.node, "has_residual", False):
+            return
+        if r["node"] != self.node.node_id:
+            log.info("hetring.torch: the checkpoint's error-feedback residual is node %d's, "
+                     "not this node's: starting without one", r["node"])
+            return
+        try:
+            self.node.resume_residual(r["values"])
+        except hetring.Error as e:
+            log.info("hetring.torch: the checkpoint's error-feedback residual is not taken up: "
+                     "%s", e)
+            return
+        log.info("hetring.torch: resumed this node's error-feedback residual from the "
+                 "checkpoint (%d floats)", len(r["values"]))
 
     def save(self, path):
         """The model, the optimizer and the iteration they are at, into path atomically (a
         temporary file in the same directory, fsync, rename): a crash leaves the old file."""
-        data = pickle.dumps({"format": _CKPT_FORMAT, "iter": self.done,
-                             "state": state_bytes(self.model, self.optimizer, self.scheduler)},
-                            protocol=4)
+        ck = {"format": _CKPT_FORMAT, "iter": self.done,
+              "state": state_bytes(self.model, self.optimizer, self.scheduler)}
+        res = self.node.residual() if getattr(self.node, "has_residual", False) else None
+        if res is not None:  # this node's own: only this node takes it up again (_load)
+            ck["residual"] = {"node": self.node.node_id, "values": res}
+        data = pickle.dumps(ck, protocol=4)
         tmp = f"{path}.tmp.{os.getpid()}"
         try:
             with open(tmp, "wb") as f:

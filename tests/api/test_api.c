@@ -180,6 +180,10 @@ static int misuse(const char *dir, int port) {
     gr.compute_s = 0.001;
     hetring_result r;
     CHECK(hetring_members(h, NULL, 0) == 0, "no members before the first step");
+    /* wire = fp32: no residual to give or take */
+    CHECK(hetring_resume_residual(h, g, D) == HETRING_EINVAL &&
+              strstr(hetring_last_error(h), "wire = fp32") && hetring_residual(h, NULL, 0) == 0,
+          "a residual with wire = fp32: %s", hetring_last_error(h));
     CHECK(hetring_step(h, &gr, &r) == HETRING_OK && r.iter == 0, "first step");
     hetring_member mb[2] = {{-1, -1, -1}, {-1, -1, -1}};
     CHECK(hetring_members(h, mb, 2) == 1 && mb[0].id == 0 && mb[0].batch == BATCH &&
@@ -806,6 +810,7 @@ static int powersgd_node(const char *ini, long id) {
     size_t too_many[2] = {PS_R + 1, 0};
     if (id == 1) CHECK(hetring_matrices(h, too_many, cols, 2) == HETRING_OK, "matrices");
     if (id == 2) CHECK(hetring_matrices(h, rows, cols, 2) == HETRING_OK, "matrices");
+    if (id == 2) CHECK(hetring_resume_residual(h, want, N - 1) == HETRING_OK, "resume");
     long applied = 0, skipped = 0, refused = 0;
     uint64_t hash = 0;
     int st;
@@ -819,11 +824,15 @@ static int powersgd_node(const char *ini, long id) {
         gr.param_hash = b.check_hash ? hash : 0;
         hetring_result r = {0};
         st = hetring_step(h, &gr, &r);
-        if (st == HETRING_EINVAL && refused++ == 0 && id < 2) { /* once, then declared right */
+        if (st == HETRING_EINVAL && refused++ == 0) { /* once, then declared right */
+            static const char *const why[] = {"hetring_matrices", "fewer than its declared 49 x 40",
+                                              "the resumed residual holds 2226 floats, the "
+                                              "buffers 2227"};
             const char *e = hetring_last_error(h);
-            CHECK(strstr(e, id == 0 ? "hetring_matrices" : "fewer than its declared 49 x 40"),
-                  "node %ld: the refusal does not say why: %s", id, e);
+            CHECK(strstr(e, why[id]), "node %ld: the refusal does not say why: %s", id, e);
             CHECK(hetring_matrices(h, rows, cols, 2) == HETRING_OK, "node %ld: matrices", id);
+            float zero[N] = {0};
+            if (id == 2) CHECK(hetring_resume_residual(h, zero, N) == HETRING_OK, "resume");
             st = hetring_step(h, &gr, &r);
         }
         if (st == HETRING_SKIPPED) {
@@ -848,7 +857,16 @@ static int powersgd_node(const char *ini, long id) {
     printf("node %ld: %ld steps applied, %ld skipped; the matrix totals within %.3g steps' worth "
            "of V of the exact ones, the float32 ones within %.3g; the last step alone %.3g off\n",
            id, applied, skipped, worst, plain, one);
-    CHECK(st == HETRING_DONE && applied == ITERS - 1 && skipped == 1 && refused == (id < 2),
+    /* the residual for a checkpoint: the buffers' floats, only into room of that size */
+    float *res = malloc(N * sizeof *res);
+    const long nres = hetring_residual(h, NULL, 0);
+    int finite = res && hetring_residual(h, res, N - 1) == -1 && hetring_residual(h, res, N) == N;
+    for (int k = 0; finite && k < N; k++) finite = isfinite(res[k]);
+    CHECK(nres == N && finite,
+          "node %ld: the residual holds %ld floats (expected %d), or its copy is wrong", id, nres,
+          N);
+    free(res);
+    CHECK(st == HETRING_DONE && applied == ITERS - 1 && skipped == 1 && refused == 1,
           "node %ld: ended with %d after %ld steps applied, %ld skipped, %ld refused: %s", id, st,
           applied, skipped, refused, hetring_last_error(h));
     /* with error feedback the totals' error is what the residuals hold, bounded (measured 2.71

@@ -29,6 +29,10 @@
     test_torch.py powersgd  split with [cluster] wire = powersgd at rank 2: the layer that
                             halves goes low-rank, replicas bitwise equal, the loss falls, and
                             the parameters differ from float32's (the wire took effect)
+    test_torch.py resume_bf16  every node's error-feedback residual (wire = bf16) in its own
+                            Trainer.save checkpoint: resumed from their own files the nodes end
+                            with the uninterrupted run's parameters bit for bit; node 2 from
+                            node 0's file leaves that residual, says so, and ends elsewhere
     test_torch.py leave     SIGTERM to node 2 (Trainer leave_on): it leaves at a boundary and
                             exits 0, the others finish as two without a retry; a child forked
                             after leave_on has the default SIGTERM handler (a loader worker
@@ -301,6 +305,43 @@ def resume(d, port):
     check("is not a checkpoint of Trainer.save" in p.log.read(), "the error names the file")
 
 
+def resume_bf16(d, port):
+    """The error-feedback residual in Trainer.save's checkpoints ([cluster] wire = bf16, static
+    batches): every node saves its own after 15 of 30 iterations, and a run resumed by every
+    node from its own file ends with the uninterrupted run's parameters, bit for bit (each
+    node took its residual up again, and says so); node 2 resumed from node 0's file leaves
+    that residual and says so, and the run then ends elsewhere (the residual carried weight)."""
+    # 12,804 floats: above what the ring sends as one small float32 message
+    sets = ("--set", "cluster.wire=bf16", "--set", "controller.policy=static", "--hidden", "512")
+    ini = write_ini(d, "resume.ini", [1, 1, 1], port)
+    ck = [os.path.join(d, f"ck{k}.pt") for k in range(3)]
+    full = [result(p) for p in [start(ini, k, d, *sets, "--save-at", "15", ck[k])
+                                for k in range(3)]]
+    ps = [start(ini, k, d, *sets, "--resume", ck[k]) for k in range(3)]
+    again = [result(p) for p in ps]
+    ps2 = [start(ini, k, d, *sets, "--resume", ck[0 if k == 2 else k]) for k in range(3)]
+    other = [result(p) for p in ps2]
+    if None in full + again + other:
+        return check(False, "a run gave no result")
+    logs = []
+    for p in ps + ps2:
+        p.log.seek(0)
+        logs.append(p.log.read())
+    took = [("resumed this node's error-feedback residual" in t) for t in logs]
+    print(f"resumed from their own checkpoints: residual taken up {took[:3]}, final hash "
+          f"{again[0]['hash']} against the uninterrupted {full[0]['hash']}; node 2 from node "
+          f"0's: taken up {took[5]}, final hash {other[0]['hash']}")
+    check(all(took[:3]), "a node did not take its residual up again")
+    check(len({r["hash"] for r in full + again}) == 1,
+          "the run resumed from its own checkpoints does not end with the uninterrupted run's "
+          "parameters")
+    check(not took[5] and "the checkpoint's error-feedback residual is node 0's, not this "
+          "node's" in logs[5], "node 2 took up node 0's residual, or did not say it left it")
+    check(other[0]["hash"] != full[0]["hash"],
+          "without node 2's residual the run ends where it did with it: the residual carried "
+          "nothing")
+
+
 def leave(d, port):
     """SIGTERM to node 2 (Trainer leave_on): it leaves at the next boundary, its batches() ends
     with .left set and it exits 0; nodes 0 and 1 finish the run as two without re-running an
@@ -341,7 +382,7 @@ def main():
         with tempfile.TemporaryDirectory(prefix="hetring-py.") as d:
             {"split": split, "dtype": dtype, "rejoin": rejoin, "workers": workers,
              "overlap": overlap, "resume": resume, "leave": leave,
-             "powersgd": powersgd}[sys.argv[1]](d, port)
+             "powersgd": powersgd, "resume_bf16": resume_bf16}[sys.argv[1]](d, port)
     finally:
         kill_all()
         os.rmdir(claim)

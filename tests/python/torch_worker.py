@@ -6,6 +6,7 @@ data trained through hetring.torch. Prints 'RESULT {json}' at the end.
 """
 import argparse
 import json
+import logging
 import os
 import signal
 import sys
@@ -27,6 +28,8 @@ p.add_argument("--workers", type=int, default=-1,
 p.add_argument("--dtype", default="float32", help="the model's and the data's dtype")
 p.add_argument("--set", action="append", default=[], help="an INI override, section.key=value")
 p.add_argument("--no-overlap", action="store_true", help="Trainer(overlap=False)")
+p.add_argument("--hidden", type=int, default=32,
+               help="the hidden layer's width (512: a gradient that the bf16 wire rounds)")
 p.add_argument("--save-at", nargs=2, metavar=("ITER", "FILE"),
                help="torch.save the model and optimizer after ITER iterations")
 p.add_argument("--resume", metavar="FILE", help="start from a --save-at file (Trainer resume=)")
@@ -34,6 +37,7 @@ p.add_argument("--term-at", type=int, default=-1,
                help="send this process SIGTERM in that iteration (Trainer leave_on=SIGTERM)")
 a = p.parse_args()
 
+logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")  # what hetring.torch says
 torch.manual_seed(1234 + a.node)  # differs per node: the first view's state transfer aligns them
 torch.set_num_threads(1)
 g = torch.Generator().manual_seed(5)
@@ -43,7 +47,8 @@ W = torch.randn(D, C, generator=g)
 Y = (X @ W).argmax(1)
 dtype = getattr(torch, a.dtype)
 X = X.to(dtype)
-model = torch.nn.Sequential(torch.nn.Linear(D, 32), torch.nn.ReLU(), torch.nn.Linear(32, C))
+model = torch.nn.Sequential(torch.nn.Linear(D, a.hidden), torch.nn.ReLU(),
+                            torch.nn.Linear(a.hidden, C))
 model = model.to(dtype)
 opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
 loss_fn = torch.nn.CrossEntropyLoss()
