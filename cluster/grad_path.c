@@ -153,8 +153,8 @@ static hr_status psgd_alloc(grad_xfer *x, size_t tail) {
 /* Q from the seed at a view's first step (every member of the view does the same). */
 static void psgd_start_view(grad_psgd *s, uint64_t epoch) {
     if (s->q_ready && s->epoch == epoch) return;
-    for (int k = 0, at = 0; k < s->n_mats; at += (int)s->mats[k].cols * s->r, k++)
-        psgd_init_q(s->q + at, s->mats[k].cols, s->r, s->seed, epoch, k);
+    for (int k = 0; k < s->n_mats; k++)
+        psgd_init_q(s->q + s->mats[k].q_at, s->mats[k].m.cols, s->r, s->seed, epoch, k);
     s->epoch = epoch, s->q_ready = 1;
 }
 
@@ -162,12 +162,12 @@ static void psgd_start_view(grad_psgd *s, uint64_t epoch) {
 static size_t psgd_plain(const grad_psgd *s, float *g, size_t n_grad, float *buf, int out) {
     size_t at = 0, o = 0;
     for (int k = 0; k <= s->n_mats; k++) {
-        const size_t end = k < s->n_mats ? s->mats[k].off : n_grad;
+        const size_t end = k < s->n_mats ? s->mats[k].m.off : n_grad;
         const size_t n = end - at;
         if (out) memcpy(buf + o, g + at, sizeof *g * n);
         else memcpy(g + at, buf + o, sizeof *g * n);
         o += n;
-        if (k < s->n_mats) at = end + s->mats[k].rows * s->mats[k].cols;
+        if (k < s->n_mats) at = end + s->mats[k].m.rows * s->mats[k].m.cols;
     }
     return o;
 }
@@ -182,32 +182,31 @@ static hr_status powersgd_exchange(grad_xfer *x, float *head, size_t tail) {
     /* the first sum: the stats tail, the plain floats, every P_k = M_k Q */
     memcpy(s->send, head, sizeof *head * tail);
     float *p = s->send + tail + psgd_plain(s, g, x->n_grad, s->send + tail, 1);
-    for (int k = 0, pa = 0, qa = 0; k < s->n_mats; k++) {
-        const psgd_mat *m = &s->mats[k];
-        psgd_project(g + m->off, m->rows, m->cols, s->q + qa, s->r, p + pa);
-        pa += (int)m->rows * s->r, qa += (int)m->cols * s->r;
+    for (int k = 0; k < s->n_mats; k++) {
+        const psgd_mat *m = &s->mats[k].m;
+        psgd_project(g + m->off, m->rows, m->cols, s->q + s->mats[k].q_at, s->r,
+                     p + s->mats[k].p_at);
     }
     HR_CHECK(dist_allreduce(x->d, s->send, tail + s->n_plain + s->n_p));
     memcpy(head, s->send, sizeof *head * tail);
     /* the second: every q_k = M_k^T P, P orthonormal (the same bits on every member) */
-    for (int k = 0, pa = 0, qa = 0; k < s->n_mats; k++) {
-        const psgd_mat *m = &s->mats[k];
-        psgd_orthonormalize(p + pa, m->rows, s->r);
-        psgd_back(g + m->off, m->rows, m->cols, p + pa, s->r, s->local + qa);
-        pa += (int)m->rows * s->r, qa += (int)m->cols * s->r;
+    for (int k = 0; k < s->n_mats; k++) {
+        const psgd_mat *m = &s->mats[k].m;
+        float *pk = p + s->mats[k].p_at;
+        psgd_orthonormalize(pk, m->rows, s->r);
+        psgd_back(g + m->off, m->rows, m->cols, pk, s->r, s->local + s->mats[k].q_at);
     }
     memcpy(s->q_next, s->local, sizeof *s->q_next * s->n_q);
     HR_CHECK(dist_allreduce(x->d, s->q_next, s->n_q));
     /* the step: the plain sums, each P Q'^T; what this node's share lost, M_k - P q_k^T */
     memset(x->dropped, 0, sizeof *x->dropped * x->n_grad); /* the plain floats lose nothing */
     psgd_plain(s, g, x->n_grad, s->send + tail, 0);
-    for (int k = 0, pa = 0, qa = 0; k < s->n_mats; k++) {
-        const psgd_mat *m = &s->mats[k];
-        psgd_transpose(s->q_next + qa, m->cols, s->r, s->qt);
-        psgd_transpose(s->local + qa, m->cols, s->r, s->lt);
-        psgd_expand(p + pa, s->qt, m->rows, m->cols, s->r, g + m->off, s->lt, x->dropped + m->off,
-                    g + m->off);
-        pa += (int)m->rows * s->r, qa += (int)m->cols * s->r;
+    for (int k = 0; k < s->n_mats; k++) {
+        const psgd_mat *m = &s->mats[k].m;
+        psgd_transpose(s->q_next + s->mats[k].q_at, m->cols, s->r, s->qt);
+        psgd_transpose(s->local + s->mats[k].q_at, m->cols, s->r, s->lt);
+        psgd_expand(p + s->mats[k].p_at, s->qt, m->rows, m->cols, s->r, g + m->off, s->lt,
+                    x->dropped + m->off, g + m->off);
     }
     x->pending = 1;
     return HR_OK;
@@ -227,7 +226,7 @@ int grad_xfer_matrices(grad_xfer *x, const psgd_mat *mats, int n, int r, uint64_
     s->r = r, s->seed = seed, s->n_mats = 0, s->n_p = s->n_q = 0, s->n_plain = x->n_grad;
     for (int k = 0; k < n; k++) {
         if (!psgd_worth(mats[k].rows, mats[k].cols, r)) continue;
-        s->mats[s->n_mats++] = mats[k];
+        s->mats[s->n_mats++] = (psgd_slot){mats[k], s->n_p, s->n_q};
         s->n_p += mats[k].rows * (size_t)r, s->n_q += mats[k].cols * (size_t)r;
         s->n_plain -= mats[k].rows * mats[k].cols;
     }

@@ -50,13 +50,20 @@
 
 #include <stddef.h>
 
+/* One compressed matrix of the powersgd path, and where its P and Q lie in the path's
+ * buffers (floats from their starts). */
+typedef struct {
+    psgd_mat m;          /* its place in the gradient and its shape */
+    size_t p_at, q_at;   /* its P (rows x r) in the P's, its Q (cols x r) in every Q buffer */
+} psgd_slot;
+
 /* The powersgd path's plan and state (set by grad_xfer_matrices; the rest by its first
  * exchange). Q is replicated: every member holds the same bits, started from the seed at each
  * view's first step and then the last applied step's Q'. */
 typedef struct {
     int r;            /* rank, [cluster] powersgd_rank */
     uint64_t seed;    /* Q's start: [train] seed */
-    psgd_mat *mats;   /* (n_mats) the matrices compressed, in offset order */
+    psgd_slot *mats;  /* (n_mats) the matrices compressed, in offset order */
     int n_mats;
     size_t n_p, n_q;  /* floats of every matrix's P (rows x r) and Q (cols x r) */
     size_t n_plain;   /* floats of the gradient outside them (all-reduced as float32) */
