@@ -786,7 +786,7 @@ static int check_matrices(hetring *h, const hetring_grads *g, const char *fn) {
                     g->n_bufs, h->n_mat);
     for (int i = 0; i < g->n_bufs; i++) {
         const size_t rows = h->mat_shape[2 * i], cols = h->mat_shape[2 * i + 1];
-        if (rows * cols > g->counts[i])
+        if (cols && rows > g->counts[i] / cols) /* rows * cols > counts, without overflow */
             return fail(h, HETRING_EINVAL,
                         "%s: buffer %d holds %zu floats, fewer than its declared %zu x %zu matrix",
                         fn, i, g->counts[i], rows, cols);
@@ -795,17 +795,24 @@ static int check_matrices(hetring *h, const hetring_grads *g, const char *fn) {
 }
 
 /* The powersgd path's matrices, from the declared shapes and the fixed layout; rank 0 says
- * what goes on the wire. */
+ * what goes on the wire. Out of memory ends the node: the layout is fixed, and a path without
+ * its plan would send everything as float32 without a word. */
 static int plan_matrices(hetring *h, const char *fn) {
     psgd_mat *m = malloc(sizeof *m * (size_t)(h->x.n_bufs + 1));
-    if (!m) return fail(h, HETRING_ENOMEM, "%s: out of memory", fn);
+    if (!m) {
+        snprintf(h->err, sizeof h->err, "%s: out of memory for the powersgd plan", fn);
+        return fatal(h, HR_ERR_NOMEM);
+    }
     int n = 0;
     for (int i = 0; i < h->x.n_bufs; i++)
         if (h->mat_shape[2 * i] && h->mat_shape[2 * i + 1])
             m[n++] = (psgd_mat){h->off[i], h->mat_shape[2 * i], h->mat_shape[2 * i + 1]};
     const int kept = grad_xfer_matrices(&h->x, m, n, h->cc.powersgd_rank, h->cc.seed);
     free(m);
-    if (kept < 0) return fail(h, HETRING_ENOMEM, "%s: out of memory", fn);
+    if (kept < 0) {
+        snprintf(h->err, sizeof h->err, "%s: out of memory for the powersgd plan", fn);
+        return fatal(h, HR_ERR_NOMEM);
+    }
     const grad_psgd *s = &h->x.psgd;
     const size_t sent = s->n_plain + s->n_p + s->n_q;
     if (h->rank == 0 && kept == 0)

@@ -807,7 +807,8 @@ static int powersgd_node(const char *ini, long id) {
         want[k] = k < PS_R * PS_C ? ps_v(k / PS_C, k % PS_C) : 0.25f + (float)(k % 13) * 0.5f;
     float *bufs[2] = {g, g + NM};
     size_t counts[2] = {NM, PS_V}, rows[2] = {PS_R, 0}, cols[2] = {PS_C, 0};
-    size_t too_many[2] = {PS_R + 1, 0};
+    /* rows x cols is 80 floats modulo 2^64: a size a wrapped product would take for small */
+    size_t too_many[2] = {SIZE_MAX / PS_C + 2, 0};
     if (id == 1) CHECK(hetring_matrices(h, too_many, cols, 2) == HETRING_OK, "matrices");
     if (id == 2) CHECK(hetring_matrices(h, rows, cols, 2) == HETRING_OK, "matrices");
     if (id == 2) CHECK(hetring_resume_residual(h, want, N - 1) == HETRING_OK, "resume");
@@ -825,9 +826,11 @@ static int powersgd_node(const char *ini, long id) {
         hetring_result r = {0};
         st = hetring_step(h, &gr, &r);
         if (st == HETRING_EINVAL && refused++ == 0) { /* once, then declared right */
-            static const char *const why[] = {"hetring_matrices", "fewer than its declared 49 x 40",
-                                              "the resumed residual holds 2226 floats, the "
-                                              "buffers 2227"};
+            char big[80];
+            snprintf(big, sizeof big, "fewer than its declared %zu x 40", SIZE_MAX / PS_C + 2);
+            const char *const why[] = {"hetring_matrices", big,
+                                       "the resumed residual holds 2226 floats, the "
+                                       "buffers 2227"};
             const char *e = hetring_last_error(h);
             CHECK(strstr(e, why[id]), "node %ld: the refusal does not say why: %s", id, e);
             CHECK(hetring_matrices(h, rows, cols, 2) == HETRING_OK, "node %ld: matrices", id);
