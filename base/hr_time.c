@@ -22,6 +22,12 @@ double hr_cpu_s(void) {
     return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
+double hr_thread_cpu_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
 void hr_sleep(double s) {
     if (s <= 0) return;
     struct timespec t = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};

@@ -15,6 +15,9 @@ double hr_unix_s(void);
 /* CPU seconds this process has used, all its threads (CLOCK_PROCESS_CPUTIME_ID). */
 double hr_cpu_s(void);
 
+/* CPU seconds the calling thread has used (CLOCK_THREAD_CPUTIME_ID). */
+double hr_thread_cpu_s(void);
+
 /* Sleep `s` seconds (nothing when s <= 0), the whole time even when signals interrupt. */
 void hr_sleep(double s);
 

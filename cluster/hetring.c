@@ -125,7 +125,8 @@ struct hetring {
     long skipped;                    /* steps skipped as not finite ([train] nonfinite = skip) */
     overlap_fact *facts;             /* (c.n_nodes) the view's facts, gathered */
     double comm_s, comm_cpu_s;       /* the last all-reduce after backward in this view: wall
-                                      * and process CPU seconds (0: none yet; overlap.h) */
+                                      * seconds, and CPU seconds of the threads that ran it (0:
+                                      * none yet; overlap.h) */
     int comm_n;                      /* all-reduces after backward timed in this view */
     int path_final;                  /* the view's path was chosen from measured facts: kept */
     unsigned char *blob;             /* (blob_cap) the state blob this node packs */
@@ -1045,6 +1046,14 @@ static int step_finite(hetring *h) {
     return 0;
 }
 
+/* CPU seconds of the threads an all-reduce after backward runs on: this one and the ring's
+ * engine threads. Not the process's: OpenBLAS's threads spin on for a while after each
+ * product, and counted they made every all-reduce look busy (bench/README.md, "Overlap where
+ * cores are short"). */
+static double comm_cpu_s(const hetring *h) {
+    return hr_thread_cpu_s() + ring_engine_cpu_s(h->d.r);
+}
+
 /* The iteration's all-reduce of this node's buffers and stats: every node's stats into
  * h->gathered. A failure elects a new view (HETRING_RETRY) or ends the node. */
 static int step_exchange(hetring *h, const hetring_grads *g, double factor) {
@@ -1057,11 +1066,11 @@ static int step_exchange(hetring *h, const hetring_grads *g, double factor) {
     /* what overlap would hide, and what its thread would take: timed only for bucket_bytes =
      * auto, the one reader, and not the view's first all-reduce (new links, first touches) */
     const int timed = h->cc.bucket_bytes == OVERLAP_AUTO && !h->path->overlaps;
-    const double t0 = timed ? hr_now() : 0, c0 = timed ? hr_cpu_s() : 0;
+    const double t0 = timed ? hr_now() : 0, c0 = timed ? comm_cpu_s(h) : 0;
     hr_status st = h->path->exchange(&h->x, head, tail);
     round_reset(h);
     if (st != HR_OK) return recover(h, st);
-    if (timed && ++h->comm_n >= 2) h->comm_s = hr_now() - t0, h->comm_cpu_s = hr_cpu_s() - c0;
+    if (timed && ++h->comm_n >= 2) h->comm_s = hr_now() - t0, h->comm_cpu_s = comm_cpu_s(h) - c0;
     cluster_stats_unpack(head, h->size, h->gathered);
     memcpy(h->member_ids, ring_get_view(h->d.r)->ids, sizeof *h->member_ids * (size_t)h->size);
     h->n_members = h->size;

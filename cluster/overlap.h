@@ -82,7 +82,7 @@ typedef struct {
     long hosted; /* nodes of the configuration on its host, itself included */
     /* measured in this view (0: not yet): */
     double comm_s;     /* wall seconds of its last all-reduce after backward (no overlap) */
-    double comm_cpu_s; /* CPU seconds its process spent meanwhile: what a communication thread
+    double comm_cpu_s; /* CPU seconds the threads that ran it spent: what a communication thread
                         * beside backward would take from the compute */
     double compute_s;  /* seconds of its last compute */
 } overlap_fact;

@@ -721,6 +721,22 @@ static hr_status mt_wait(ring *r, ring_mt *m, size_t j, const mt_rx *x, int slot
 }
 
 /* Run r->sched over `base` on the engine's threads (see this file's comment). */
+/* CPU seconds thread t has used (0 where its clock cannot be read). */
+static double thread_cpu_s(pthread_t t) {
+    clockid_t c;
+    struct timespec ts;
+    if (pthread_getcpuclockid(t, &c) != 0 || clock_gettime(c, &ts) != 0) return 0;
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+double ring_engine_cpu_s(const ring *r) { /* ring.h */
+    const ring_mt *m = r->mt;
+    if (!m || !m->started) return 0;
+    double s = thread_cpu_s(m->sender);
+    for (int w = 0; w < m->nworkers; w++) s += thread_cpu_s(m->workers[w]);
+    return s;
+}
+
 hr_status mt_run(ring *r, int coll, uint8_t *base) {
     if (mt_start(r) != HR_OK) return HR_ERR_NOMEM;
     ring_mt *m = r->mt;

@@ -184,6 +184,10 @@ int ring_join_requested(ring *r);
 
 /* The last detailed error ("" if none). */
 const char *ring_error(const ring *r);
+/* CPU seconds the ring's own communication threads (the threaded engine's) have used: with the
+ * calling thread's clock, what a collective costs in CPU, apart from other threads of the
+ * process (a BLAS's, spinning on after its products). 0 while they have not started. */
+double ring_engine_cpu_s(const ring *r);
 /* Close everything, wipe the keys (the config's PSK too) and free the ring; does nothing on
  * NULL. */
 void ring_free(ring *r);
