@@ -46,6 +46,7 @@ void app_cluster_config(const cfg *c, int self_idx, cluster_config *out) {
     out->backend = c->backend;
     out->wire = c->wire;
     out->powersgd_rank = (int)c->powersgd_rank;
+    out->wire_auto_gbit = c->wire_auto_gbit;
     out->security = c->security;
     snprintf(out->checkpoint, sizeof out->checkpoint, "%s", c->checkpoint);
 }

@@ -52,6 +52,7 @@ typedef struct {
     int backend;                         /* cfg_backend */
     int wire;                            /* cfg_wire: the gradient's format on the wire */
     int powersgd_rank;                   /* wire = powersgd: each matrix's rank */
+    double wire_auto_gbit;               /* wire = auto: powersgd below this bus rate */
     int security;                        /* cfg_security, resolved */
     char checkpoint[CFG_PATH];           /* the checkpoint file written on leaving, "" for none */
 } cluster_config;

@@ -272,6 +272,38 @@ void grad_xfer_free(grad_xfer *x) {
 
 /* ================================================================ the choice */
 
+int grad_wire_auto(const grad_view *v, char *why, size_t len) {
+    if (v->n < 2 || !v->facts || !overlap_measured(v->facts, v->n)) {
+        snprintf(why, len, "wire = auto: float32 until the view's all-reduce is measured");
+        return 0;
+    }
+    if (v->psgd_ratio < WIRE_AUTO_MIN_RATIO) {
+        snprintf(why, len,
+                 "wire = auto: float32; powersgd would send %.1fx fewer floats, less than %.0fx "
+                 "(no declared matrix, or too few that halve)",
+                 v->psgd_ratio, WIRE_AUTO_MIN_RATIO);
+        return 0;
+    }
+    int wire = 0, slow = 0;
+    for (int k = 1; k < v->n; k++) {
+        if (v->facts[k].comm_s < v->facts[wire].comm_s) wire = k;
+        if (v->facts[k].compute_s > v->facts[slow].compute_s) slow = k;
+    }
+    const double w = v->facts[wire].comm_s, s = v->facts[slow].compute_s;
+    const double gbit = 2.0 * (v->n - 1) / v->n * (double)v->bytes * 8 / w / 1e9;
+    const int big = (long)v->bytes >= WIRE_AUTO_MIN_BYTES, long_enough = w >= OVERLAP_WIRE_FRAC * s;
+    const int psgd = big && long_enough && gbit <= v->auto_gbit;
+    snprintf(why, len,
+             "wire = auto: %s; the all-reduce of %.2f MB took %.1f ms (node %ld, the least), %.2f "
+             "Gbit/s of bus bandwidth %s wire_auto_gbit = %g, against %.1f ms of compute at most "
+             "(node %ld)%s%s; powersgd sends %.1fx fewer floats",
+             psgd ? "powersgd" : "float32", (double)v->bytes / 1e6, 1e3 * w, v->facts[wire].id,
+             gbit, gbit <= v->auto_gbit ? "within" : "above", v->auto_gbit, 1e3 * s,
+             v->facts[slow].id, big ? "" : ", too small to be rate-bound",
+             long_enough ? "" : ", too short to matter", v->psgd_ratio);
+    return psgd;
+}
+
 const grad_path *grad_path_choose(const grad_view *v, char *why, size_t len) {
     if (v->nccl) {
         snprintf(why, len, "the view's transport is NCCL");
@@ -285,6 +317,12 @@ const grad_path *grad_path_choose(const grad_view *v, char *why, size_t len) {
         snprintf(why, len, "wire = powersgd: the whole gradient after the compute, its matrices "
                            "at low rank");
         return &grad_path_powersgd;
+    }
+    if (v->wire == CFG_WIRE_AUTO) {
+        if (grad_wire_auto(v, why, len)) return &grad_path_powersgd;
+        /* no buckets before the wire is chosen: they would leave the all-reduce unmeasured */
+        if (!v->facts || !overlap_measured(v->facts, v->n))
+            return v->tree ? &grad_path_tree : &grad_path_whole;
     }
     /* auto without facts (a view's first iteration) says no: "not gathered yet" */
     const int on = overlap_choose(v->bucket_bytes, v->n_buckets, v->facts, v->facts ? v->n : 0,

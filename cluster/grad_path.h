@@ -124,10 +124,28 @@ typedef struct {
     int n;                     /* members of the view */
     int tree;                  /* the view's tree takes the whole exchange (dist_tree_takes) */
     int wire;                  /* [cluster] wire: cfg_wire */
+    /* wire = auto's facts, besides the measured ones in facts: */
+    size_t bytes;              /* the float32 all-reduce's bytes (tail and gradient) */
+    double psgd_ratio;         /* those floats over what powersgd sends (0: no plan) */
+    double auto_gbit;          /* [cluster] wire_auto_gbit */
 } grad_view;
 
-/* The path of view v; `why` (len bytes) says why buckets are or are not used. */
+#define WIRE_AUTO_MIN_BYTES (1L << 20) /* auto: below, an all-reduce waits on latency, not rate */
+#define WIRE_AUTO_MIN_RATIO 4.0        /* auto: powersgd must send this many times fewer floats */
+
+/* The path of view v; `why` (len bytes) says why buckets are or are not used, or which wire
+ * auto chose. */
 const grad_path *grad_path_choose(const grad_view *v, char *why, size_t len);
+
+/* wire = auto's choice: 1 for powersgd where the view's float32 all-reduce, measured on every
+ * member (v->facts), moved at most v->auto_gbit Gbit/s of bus bandwidth (2(n-1)/n bytes over
+ * the least wall time of any member: the others also waited for the slowest compute), was
+ * WIRE_AUTO_MIN_BYTES or more (below, latency rules and fewer bytes save nothing), took at
+ * least OVERLAP_WIRE_FRAC of the longest compute, and powersgd sends WIRE_AUTO_MIN_RATIO
+ * times fewer floats; else 0 (float32, the whole, tree or buckets path as without it, but no
+ * buckets before the all-reduce is measured: with them it would not be). `why` says which and
+ * from what. A pure function of the gathered facts. */
+int grad_wire_auto(const grad_view *v, char *why, size_t len);
 
 /* The bucket plan of a layout of n_bufs buffers (counts[i] floats at off[i]), fixed by the
  * first step; x->bucket_of must hold n_bufs entries. */

@@ -734,6 +734,15 @@ static void tell_choice(hetring *h, const char *why, int measured) {
     h->told = h->path->overlaps;
 }
 
+/* The float32 all-reduce's floats over the powersgd path's (0 without a plan): what wire =
+ * auto weighs. */
+static double psgd_ratio(const hetring *h) {
+    const grad_psgd *s = &h->x.psgd;
+    const double tail = (double)h->size * CLUSTER_NODE_STATS;
+    if (!s->n_mats) return 0;
+    return (tail + (double)h->x.n_grad) / (tail + (double)(s->n_plain + s->n_p + s->n_q));
+}
+
 /* The path of the current view (grad_path_choose), from the members' machine facts of the
  * last iteration when `gathered`. A bucket_bytes of its own is logged when the view's first
  * step chooses; auto, once the facts are in. */
@@ -747,13 +756,22 @@ static void choose_path(hetring *h, int gathered) {
                          .n = h->size,
                          .tree = dist_tree_takes(&h->d, (size_t)h->size * CLUSTER_NODE_STATS +
                                                             h->x.n_grad),
-                         .wire = h->cc.wire};
+                         .wire = h->cc.wire,
+                         .bytes = sizeof(float) *
+                                  ((size_t)h->size * CLUSTER_NODE_STATS + h->x.n_grad),
+                         .psgd_ratio = psgd_ratio(h),
+                         .auto_gbit = h->cc.wire_auto_gbit};
     char why[384];
     h->path = grad_path_choose(&v, why, sizeof why);
     /* chosen once a view from measured facts: a node measures only without buckets, and a
      * choice that followed each new measurement would go back and forth */
     const int measured = gathered && overlap_measured(h->facts, h->size);
     if (measured) h->path_final = 1;
+    if (measured && h->cc.wire == CFG_WIRE_AUTO && h->rank == 0) { /* once a view */
+        char w[400];
+        grad_wire_auto(&v, w, sizeof w);
+        HR_INFO(TRAIN, "%s", w);
+    }
     if (h->path != &grad_path_nccl && (gathered || h->cc.bucket_bytes != OVERLAP_AUTO))
         tell_choice(h, why, measured);
     if (h->rank == 0 && h->path != h->told_path) {
@@ -763,6 +781,12 @@ static void choose_path(hetring *h, int gathered) {
                                            : "");
         h->told_path = h->path;
     }
+}
+
+/* Whether the path is chosen again from the members' measured facts (bucket_bytes = auto,
+ * wire = auto), which the all-reduce after backward then measures. */
+static int chooses_later(const hetring *h) {
+    return h->cc.bucket_bytes == OVERLAP_AUTO || h->cc.wire == CFG_WIRE_AUTO;
 }
 
 /* A new iteration's hand-over: nothing given yet, on the view's path. */
@@ -776,7 +800,8 @@ static void round_reset(hetring *h) {
 /* wire = powersgd needs the matrices declared (hetring_matrices), one shape per buffer, each
  * within its buffer; checked before the first step fixes the layout. */
 static int check_matrices(hetring *h, const hetring_grads *g, const char *fn) {
-    if (h->cc.wire != CFG_WIRE_POWERSGD) return HETRING_OK;
+    if (h->cc.wire != CFG_WIRE_POWERSGD && !(h->cc.wire == CFG_WIRE_AUTO && h->mat_shape))
+        return HETRING_OK; /* auto without matrices stays float32 */
     if (!h->mat_shape)
         return fail(h, HETRING_EINVAL,
                     "%s: wire = powersgd compresses the gradient's matrices, and none was "
@@ -884,7 +909,8 @@ static int check_layout(hetring *h, const hetring_grads *g, const char *fn) {
     h->x.grads = h->buf + tail;
     grad_xfer_plan(&h->x, h->counts, h->off, g->n_bufs, h->cc.bucket_bytes);
     round_reset(h);
-    return h->cc.wire == CFG_WIRE_POWERSGD ? plan_matrices(h, fn) : HETRING_OK;
+    const int psgd = h->cc.wire == CFG_WIRE_POWERSGD || (h->cc.wire == CFG_WIRE_AUTO && h->mat_shape);
+    return psgd ? plan_matrices(h, fn) : HETRING_OK;
 }
 
 /* Test faults: the first float of every buffer node NODE hands over at iteration ITER becomes
@@ -1065,7 +1091,7 @@ static int step_exchange(hetring *h, const hetring_grads *g, double factor) {
     h->fetched = 0;
     /* what overlap would hide, and what its thread would take: timed only for bucket_bytes =
      * auto, the one reader, and not the view's first all-reduce (new links, first touches) */
-    const int timed = h->cc.bucket_bytes == OVERLAP_AUTO && !h->path->overlaps;
+    const int timed = chooses_later(h) && !h->path->overlaps;
     const double t0 = timed ? hr_now() : 0, c0 = timed ? comm_cpu_s(h) : 0;
     hr_status st = h->path->exchange(&h->x, head, tail);
     round_reset(h);
@@ -1074,7 +1100,7 @@ static int step_exchange(hetring *h, const hetring_grads *g, double factor) {
     cluster_stats_unpack(head, h->size, h->gathered);
     memcpy(h->member_ids, ring_get_view(h->d.r)->ids, sizeof *h->member_ids * (size_t)h->size);
     h->n_members = h->size;
-    if (h->cc.bucket_bytes == OVERLAP_AUTO) choose_path(h, 1);
+    if (chooses_later(h)) choose_path(h, 1);
     return HETRING_OK;
 }
 

@@ -17,6 +17,10 @@ static transport_kind by_config(const transport_facts *f, char *why, size_t len)
         snprintf(why, len, "backend = tcp");
         return TRANSPORT_TCP;
     }
+    if (f->wire == CFG_WIRE_AUTO) {
+        snprintf(why, len, "wire = auto: it chooses among the TCP ring's wires");
+        return TRANSPORT_TCP;
+    }
     if (f->wire != CFG_WIRE_FP32) {
         snprintf(why, len, "wire = %s: the %s wire is the TCP ring's", cfg_wire_name(f->wire),
                  cfg_wire_name(f->wire));

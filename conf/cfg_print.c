@@ -80,7 +80,7 @@ const char *cfg_security_name(int v) {
     return NAME_OF(names, v);
 }
 const char *cfg_wire_name(int v) {
-    static const char *const names[] = {"fp32", "bf16", "powersgd"};
+    static const char *const names[] = {"fp32", "bf16", "powersgd", "auto"};
     return NAME_OF(names, v);
 }
 const char *cfg_policy_name(int v) {

@@ -37,14 +37,19 @@ const key_spec cfg_gkeys[] = {
      "seconds a node without a quorum keeps trying to rejoin before it gives up"},
     {"cluster", "backend", T_ENUM, G(backend), 0, 0, 0, "auto|tcp|nccl", "auto", 0,
      "gradient transport: auto uses NCCL for a view of GPU nodes with security = none, else tcp"},
-    {"cluster", "wire", T_ENUM, G(wire), 0, 0, 0, "fp32|bf16|powersgd", "fp32", 0,
+    {"cluster", "wire", T_ENUM, G(wire), 0, 0, 0, "fp32|bf16|powersgd|auto", "fp32", 0,
      "the gradient on the wire: fp32, or bf16 (half the bytes; each hop adds in float32 and "
      "sends bf16, every node gets the same bits, and what a node's rounding dropped is added "
      "to its next gradient), or powersgd (each gradient matrix at rank powersgd_rank, with the "
-     "same error feedback); bf16 and powersgd go round the TCP ring after the compute"},
+     "same error feedback), or auto (fp32 until the view's all-reduce is measured, then "
+     "powersgd where the link is slower than wire_auto_gbit); bf16, powersgd and auto go round "
+     "the TCP ring after the compute"},
     {"cluster", "powersgd_rank", T_INT, G(powersgd_rank), 0, 1, CFG_PSGD_RANK_MAX, NULL, "4", 0,
      "wire = powersgd: the rank r of each matrix's approximation (P, rows x r, and Q, cols x r, "
      "go on the wire instead of rows x cols floats); matrices it would not halve go as fp32"},
+    {"cluster", "wire_auto_gbit", T_DBL, G(wire_auto_gbit), 0, 1e-6, 1e6, NULL, "2", 0,
+     "wire = auto: powersgd where the view's measured all-reduce of 1 MiB or more moves less "
+     "than this many Gbit/s (bus bandwidth, as bench allreduce reports it)"},
     {"cluster", "segment_bytes", T_INT, G(segment_bytes), 0, 0, 1 << 30, NULL, "0", 0,
      "all-reduce pipeline segment in bytes; 0 uses the measured default"},
     {"cluster", "tree_bytes", T_INT, G(tree_bytes), 0, 0, 1 << 20, NULL, "65536", 0,

@@ -1,10 +1,10 @@
 /*
  * test_transport.c: the choice of a view's gradient transport (cluster/transport.h) as a table:
- * every combination of backend (auto, tcp, nccl), wire (fp32, bf16, powersgd), security (none,
- * auth, encrypt), view size (1, 3), the members (all GPU nodes with device gradients and NCCL; one
- * CPU node; one libhetring user with host buffers; one build without NCCL) and whether the members'
- * facts are gathered, each with the transport and the reason expected; and the start-up check of
- * backend = nccl.
+ * every combination of backend (auto, tcp, nccl), wire (fp32, bf16, powersgd, auto), security
+ * (none, auth, encrypt), view size (1, 3), the members (all GPU nodes with device gradients and
+ * NCCL; one CPU node; one libhetring user with host buffers; one build without NCCL) and whether
+ * the members' facts are gathered, each with the transport and the reason expected; and the
+ * start-up check of backend = nccl.
  */
 #include "tests/check.h"
 #include "cluster/transport.h"
@@ -24,6 +24,8 @@ static transport_kind expect(int backend, int wire, int security, int n, int mem
         return *why = "wire = bf16: the bf16 wire is the TCP ring's", TRANSPORT_TCP;
     if (wire == CFG_WIRE_POWERSGD)
         return *why = "wire = powersgd: the powersgd wire is the TCP ring's", TRANSPORT_TCP;
+    if (wire == CFG_WIRE_AUTO)
+        return *why = "wire = auto: it chooses among the TCP ring's wires", TRANSPORT_TCP;
     if (security == CFG_SEC_AUTH)
         return *why = "security = auth: NCCL's traffic is neither authenticated nor encrypted",
                TRANSPORT_TCP;
@@ -47,7 +49,7 @@ static void table(void) {
     static const int secs[] = {CFG_SEC_NONE, CFG_SEC_AUTH, CFG_SEC_ENCRYPT};
     int rows = 0;
     for (int b = 0; b < 3; b++)
-        for (int w = CFG_WIRE_FP32; w <= CFG_WIRE_POWERSGD; w++)
+        for (int w = CFG_WIRE_FP32; w <= CFG_WIRE_AUTO; w++)
             for (int s = 0; s < 3; s++)
                 for (int n = 1; n <= 3; n += 2)
                     for (int mem = 0; mem < N_MEMBERS; mem++)

@@ -342,31 +342,52 @@ static void test_paths(void) {
                        tight = FACT(2, 2, 4, 0);
     const overlap_fact two[2] = {roomy, roomy1}, mixed[2] = {roomy, tight},
                        wired[2] = {measured(tight, 0.03, 0.001, 0.02),
+                                   measured(FACT(3, 2, 4, 0), 0.04, 0.001, 0.02)},
+                       slowc[2] = {measured(tight, 0.03, 0.001, 0.4),
                                    measured(FACT(3, 2, 4, 0), 0.04, 0.001, 0.02)};
     const struct {
         const char *name;
         grad_view v;
         const grad_path *want;
     } cases[] = {
-        {"an NCCL view", {1, OVERLAP_AUTO, 2, two, 2, 1, 0}, &grad_path_nccl},
-        {"an NCCL view, buckets set", {1, 1024, 2, two, 2, 0, 0}, &grad_path_nccl},
-        {"buckets set, the tree would take it", {0, 1024, 2, NULL, 4, 1, 0}, &grad_path_buckets},
-        {"auto, roomy nodes", {0, OVERLAP_AUTO, 2, two, 2, 0, 0}, &grad_path_buckets},
-        {"auto, a tight node", {0, OVERLAP_AUTO, 2, mixed, 2, 0, 0}, &grad_path_whole},
-        {"auto, a tight node, the tree takes it", {0, OVERLAP_AUTO, 2, mixed, 2, 1, 0}, &grad_path_tree},
-        {"auto, tight nodes, wire-bound", {0, OVERLAP_AUTO, 2, wired, 2, 0, 0}, &grad_path_buckets},
-        {"auto, tight, wire-bound, tree", {0, OVERLAP_AUTO, 2, wired, 2, 1, 0}, &grad_path_buckets},
-        {"auto before facts, the tree takes it", {0, OVERLAP_AUTO, 1, NULL, 8, 1, 0}, &grad_path_tree},
-        {"off, too big for the tree", {0, 0, 3, two, 2, 0, 0}, &grad_path_whole},
-        {"off, the tree takes it", {0, 0, 3, two, 2, 1, 0}, &grad_path_tree},
-        {"wire = bf16, auto, roomy nodes", {0, OVERLAP_AUTO, 2, two, 2, 0, 1}, &grad_path_bf16},
-        {"wire = bf16, the tree would take it", {0, OVERLAP_AUTO, 1, NULL, 8, 1, 1}, &grad_path_bf16},
-        {"wire = bf16, off", {0, 0, 3, two, 2, 0, 1}, &grad_path_bf16},
-        {"wire = bf16, an NCCL view", {1, OVERLAP_AUTO, 2, two, 2, 1, 1}, &grad_path_nccl},
-        {"wire = powersgd, auto, roomy nodes", {0, OVERLAP_AUTO, 2, two, 2, 0, 2},
+        {"an NCCL view", {1, OVERLAP_AUTO, 2, two, 2, 1, 0, 0, 0, 0}, &grad_path_nccl},
+        {"an NCCL view, buckets set", {1, 1024, 2, two, 2, 0, 0, 0, 0, 0}, &grad_path_nccl},
+        {"buckets set, the tree would take it", {0, 1024, 2, NULL, 4, 1, 0, 0, 0, 0}, &grad_path_buckets},
+        {"auto, roomy nodes", {0, OVERLAP_AUTO, 2, two, 2, 0, 0, 0, 0, 0}, &grad_path_buckets},
+        {"auto, a tight node", {0, OVERLAP_AUTO, 2, mixed, 2, 0, 0, 0, 0, 0}, &grad_path_whole},
+        {"auto, a tight node, the tree takes it", {0, OVERLAP_AUTO, 2, mixed, 2, 1, 0, 0, 0, 0}, &grad_path_tree},
+        {"auto, tight nodes, wire-bound", {0, OVERLAP_AUTO, 2, wired, 2, 0, 0, 0, 0, 0}, &grad_path_buckets},
+        {"auto, tight, wire-bound, tree", {0, OVERLAP_AUTO, 2, wired, 2, 1, 0, 0, 0, 0}, &grad_path_buckets},
+        {"auto before facts, the tree takes it", {0, OVERLAP_AUTO, 1, NULL, 8, 1, 0, 0, 0, 0}, &grad_path_tree},
+        {"off, too big for the tree", {0, 0, 3, two, 2, 0, 0, 0, 0, 0}, &grad_path_whole},
+        {"off, the tree takes it", {0, 0, 3, two, 2, 1, 0, 0, 0, 0}, &grad_path_tree},
+        {"wire = bf16, auto, roomy nodes", {0, OVERLAP_AUTO, 2, two, 2, 0, 1, 0, 0, 0}, &grad_path_bf16},
+        {"wire = bf16, the tree would take it", {0, OVERLAP_AUTO, 1, NULL, 8, 1, 1, 0, 0, 0}, &grad_path_bf16},
+        {"wire = bf16, off", {0, 0, 3, two, 2, 0, 1, 0, 0, 0}, &grad_path_bf16},
+        {"wire = bf16, an NCCL view", {1, OVERLAP_AUTO, 2, two, 2, 1, 1, 0, 0, 0}, &grad_path_nccl},
+        {"wire = powersgd, auto, roomy nodes", {0, OVERLAP_AUTO, 2, two, 2, 0, 2, 0, 0, 0},
          &grad_path_powersgd},
-        {"wire = powersgd, the tree would take it", {0, OVERLAP_AUTO, 1, NULL, 8, 1, 2},
+        {"wire = powersgd, the tree would take it", {0, OVERLAP_AUTO, 1, NULL, 8, 1, 2, 0, 0, 0},
          &grad_path_powersgd},
+        /* wire = auto (3): 2.68 MB in 30 ms between two nodes is 0.71 Gbit/s of bus bandwidth */
+        {"wire = auto, a slow link", {0, 0, 3, wired, 2, 0, 3, 2680000, 54, 2}, &grad_path_powersgd},
+        {"wire = auto, a slow link, buckets auto", {0, OVERLAP_AUTO, 3, wired, 2, 0, 3, 2680000, 54, 2},
+         &grad_path_powersgd},
+        {"wire = auto, a link above wire_auto_gbit", {0, 0, 3, wired, 2, 0, 3, 2680000, 54, 0.5},
+         &grad_path_whole},
+        {"wire = auto, above, buckets auto and wire-bound",
+         {0, OVERLAP_AUTO, 3, wired, 2, 0, 3, 2680000, 54, 0.5}, &grad_path_buckets},
+        {"wire = auto, not measured yet", {0, 0, 3, NULL, 2, 0, 3, 2680000, 54, 2}, &grad_path_whole},
+        {"wire = auto, unmeasured facts", {0, 0, 3, two, 2, 1, 3, 2680000, 54, 2}, &grad_path_tree},
+        {"wire = auto, unmeasured facts of roomy nodes, buckets auto",
+         {0, OVERLAP_AUTO, 3, two, 2, 0, 3, 2680000, 54, 2}, &grad_path_whole},
+        {"wire = auto, below 1 MiB (latency)", {0, 0, 3, wired, 2, 0, 3, 400000, 54, 2},
+         &grad_path_whole},
+        {"wire = auto, powersgd would save little", {0, 0, 3, wired, 2, 0, 3, 2680000, 3.9, 2},
+         &grad_path_whole},
+        {"wire = auto, no plan", {0, 0, 3, wired, 2, 0, 3, 2680000, 0, 2}, &grad_path_whole},
+        {"wire = auto, the wire short beside the compute", {0, 0, 3, slowc, 2, 0, 3, 2680000, 54, 2},
+         &grad_path_whole},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         char why[384] = "";
@@ -374,6 +395,23 @@ static void test_paths(void) {
         printf("%-40s -> %s (%s)\n", cases[i].name, got->name, why);
         CHECK(got == cases[i].want, "%s: chose %s, expected %s", cases[i].name, got->name,
               cases[i].want->name);
+        /* wire = auto says why it keeps float32 or takes powersgd */
+        static const char *const auto_why[][2] = {
+            {"a slow link", "powersgd; the all-reduce of 2.68 MB took 30.0 ms"},
+            {"above wire_auto_gbit", "float32; the all-reduce of 2.68 MB took 30.0 ms (node 2, "
+                                     "the least), 0.71 Gbit/s of bus bandwidth above"},
+            {"not measured", "float32 until the view's all-reduce is measured"},
+            {"unmeasured facts", "float32 until the view's all-reduce is measured"},
+            {"below 1 MiB", "too small to be rate-bound"},
+            {"save little", "powersgd would send 3.9x fewer floats, less than 4x"},
+            {"no plan", "powersgd would send 0.0x fewer floats"},
+            {"short beside", "against 400.0 ms of compute at most (node 2), too short to matter"}};
+        for (size_t k = 0; cases[i].v.wire == CFG_WIRE_AUTO && k < 8; k++) {
+            if (!strstr(cases[i].name, auto_why[k][0])) continue;
+            grad_wire_auto(&cases[i].v, why, sizeof why);
+            CHECK(strstr(why, auto_why[k][1]), "%s: auto's reason '%s' lacks '%s'", cases[i].name,
+                  why, auto_why[k][1]);
+        }
     }
 }
 

@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# [cluster] wire = auto on a three-node loopback cluster (the MLP 784-512-512-10: 2.7 MB of
+# gradient, 54x fewer floats at rank 4). Loopback is fast, so wire_auto_gbit = 1e6 stands in
+# for a slow link: whatever the machine's load, the measured bus bandwidth is below it, and
+# auto must take powersgd once the view's float32 all-reduce is measured: rank 0 says so with
+# the figures it chose from, the gradient path goes from float32 (whole or tree) to powersgd
+# within the view, every node ends with the same parameters (I4) and records every
+# iteration once (I8), and the loss falls. Then a model with nothing to compress (784-16-10
+# at powersgd_rank = 64, which halves no matrix) stays float32 with the same wire_auto_gbit,
+# and says why. The rule itself is trainer.overlap's table.
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+ITERS=40
+B=64
+write_conf "$tmp/c.ini" 3 20 <<EOF
+wire = auto
+wire_auto_gbit = 1000000
+$(mlp_train 784,512,512,10 2048 "$B" "$ITERS")
+hash_interval = 1
+[controller]
+policy = static
+calibrate = off
+EOF
+
+# run NAME [ARGS...]: the three nodes to the end
+run() {
+  local name=$1 id
+  shift
+  for id in 0 1 2; do
+    timeout 120 "$HR" run --conf "$tmp/c.ini" --node $id --quiet "$@" \
+      --metrics "$tmp/$name.m$id" > "$tmp/$name.$id.log" 2>&1 &
+    pid[$id]=$!
+  done
+  for id in 0 1 2; do
+    wait "${pid[$id]}" || fail "$name: node $id failed: $(tail -2 "$tmp/$name.$id.log")"
+  done
+}
+
+run auto --set train.bucket_bytes=0 # chosen again for the wire alone
+grep -h "wire = auto\|gradient path" "$tmp/auto.0.log" | cut -c1-240
+grep -q "train: wire = auto: powersgd; the all-reduce of 2.68 MB took" "$tmp/auto.0.log" ||
+  fail "auto did not say it took powersgd"
+paths=$(grep -ho "gradient path: [a-z]*" "$tmp/auto.0.log" | tr '\n' ' ')
+case "$paths" in
+  "gradient path: whole gradient path: powersgd " | "gradient path: tree gradient path: powersgd ") ;;
+  *) fail "the paths were '$paths', expected float32 then powersgd" ;;
+esac
+hashes=$(for id in 0 1 2; do grep -ho '"param_hash":"[0-9a-f]*"' "$tmp/auto.m$id" | tail -1; done | sort -u | wc -l)
+[ "$hashes" = 1 ] || fail "the nodes end with $hashes different parameter hashes"
+records_exactly_once "nodes 0 1 2" "$tmp"/auto.m0 "$tmp"/auto.m1 "$tmp"/auto.m2
+first=$(grep -o '^{"iter":0,[^}]*"loss":[0-9.e-]*' "$tmp/auto.m0" | grep -o '[0-9.e-]*$')
+last=$(grep -o '^{"iter":39,[^}]*"loss":[0-9.e-]*' "$tmp/auto.m0" | grep -o '[0-9.e-]*$')
+echo "loss: iteration 0 $first, iteration 39 $last"
+awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < 0.8 * a) }' || fail "the loss did not fall"
+
+run none --set train.layers=784,16,10 --set cluster.powersgd_rank=64
+grep -q "wire = auto: float32; powersgd would send" "$tmp/none.0.log" ||
+  fail "with nothing to compress auto does not say it keeps float32: $(grep -h 'wire = auto' "$tmp/none.0.log")"
+grep -q "gradient path: powersgd" "$tmp/none.0.log" && fail "auto took powersgd with nothing to compress"
+finish
