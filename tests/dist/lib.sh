@@ -61,6 +61,22 @@ records_exactly_once() {
   records_check "$who" "$ITERS" "$B" "$@" || fail "$who broke exactly-once (I8)"
 }
 
+# run_nodes NAME ARGS...: `hetring run` of nodes 0, 1 and 2 of $tmp/c.ini at once with ARGS
+# (@ID@ in an argument becomes the node's id), 2 minutes each at most; metrics go to
+# $tmp/NAME.mID, logs to $tmp/NAME.ID.log, and a node that fails fails the test
+run_nodes() {
+  local name=$1 id pids=()
+  shift
+  for id in 0 1 2; do
+    timeout 120 "$HR" run --conf "$tmp/c.ini" --node $id --quiet "${@//@ID@/$id}" \
+      --metrics "$tmp/$name.m$id" > "$tmp/$name.$id.log" 2>&1 &
+    pids[$id]=$!
+  done
+  for id in 0 1 2; do
+    wait "${pids[$id]}" || fail "$name: node $id failed: $(tail -2 "$tmp/$name.$id.log")"
+  done
+}
+
 # finish: the failure count, and the exit status of the script; with HR_KEEP=DIR the
 # temporary files are copied there first, for a look at the logs
 finish() {

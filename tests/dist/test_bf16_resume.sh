@@ -23,17 +23,9 @@ EOF
 
 # run NAME ITERS [ARGS...]: the three nodes to the end, each with checkpoint $tmp/NAME.ID.ckpt
 run() {
-  local name=$1 iters=$2 id
+  local name=$1 iters=$2
   shift 2
-  for id in 0 1 2; do
-    timeout 120 "$HR" run --conf "$tmp/c.ini" --node $id --quiet --set train.iterations="$iters" \
-      --set train.checkpoint="$tmp/$name.$id.ckpt" "$@" --metrics "$tmp/$name.m$id" \
-      > "$tmp/$name.$id.log" 2>&1 &
-    pid[$id]=$!
-  done
-  for id in 0 1 2; do
-    wait "${pid[$id]}" || fail "$name: node $id failed: $(tail -2 "$tmp/$name.$id.log")"
-  done
+  run_nodes "$name" --set train.iterations="$iters" --set train.checkpoint="$tmp/$name.@ID@.ckpt" "$@"
 }
 # hash NAME ID: node ID's last parameter hash in run NAME
 hash() { grep -ho '"param_hash":"[0-9a-f]*"' "$tmp/$1.m$2" | tail -1; }

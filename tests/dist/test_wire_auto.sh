@@ -21,21 +21,7 @@ policy = static
 calibrate = off
 EOF
 
-# run NAME [ARGS...]: the three nodes to the end
-run() {
-  local name=$1 id
-  shift
-  for id in 0 1 2; do
-    timeout 120 "$HR" run --conf "$tmp/c.ini" --node $id --quiet "$@" \
-      --metrics "$tmp/$name.m$id" > "$tmp/$name.$id.log" 2>&1 &
-    pid[$id]=$!
-  done
-  for id in 0 1 2; do
-    wait "${pid[$id]}" || fail "$name: node $id failed: $(tail -2 "$tmp/$name.$id.log")"
-  done
-}
-
-run auto --set train.bucket_bytes=0 # chosen again for the wire alone
+run_nodes auto --set train.bucket_bytes=0 # chosen again for the wire alone
 grep -h "wire = auto\|gradient path" "$tmp/auto.0.log" | cut -c1-240
 grep -q "train: wire = auto: powersgd; the all-reduce of 2.68 MB took" "$tmp/auto.0.log" ||
   fail "auto did not say it took powersgd"
@@ -52,7 +38,7 @@ last=$(grep -o '^{"iter":39,[^}]*"loss":[0-9.e-]*' "$tmp/auto.m0" | grep -o '[0-
 echo "loss: iteration 0 $first, iteration 39 $last"
 awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < 0.8 * a) }' || fail "the loss did not fall"
 
-run none --set train.layers=784,16,10 --set cluster.powersgd_rank=64
+run_nodes none --set train.layers=784,16,10 --set cluster.powersgd_rank=64
 grep -q "wire = auto: float32; powersgd would send" "$tmp/none.0.log" ||
   fail "with nothing to compress auto does not say it keeps float32: $(grep -h 'wire = auto' "$tmp/none.0.log")"
 grep -q "gradient path: powersgd" "$tmp/none.0.log" && fail "auto took powersgd with nothing to compress"
