@@ -47,6 +47,7 @@ void app_cluster_config(const cfg *c, int self_idx, cluster_config *out) {
     out->wire = c->wire;
     out->powersgd_rank = (int)c->powersgd_rank;
     out->wire_auto_gbit = c->wire_auto_gbit;
+    out->link_probe = c->link_probe;
     out->security = c->security;
     snprintf(out->checkpoint, sizeof out->checkpoint, "%s", c->checkpoint);
 }

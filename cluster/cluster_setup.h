@@ -53,6 +53,8 @@ typedef struct {
     int wire;                            /* cfg_wire: the gradient's format on the wire */
     int powersgd_rank;                   /* wire = powersgd: each matrix's rank */
     double wire_auto_gbit;               /* wire = auto: powersgd below this bus rate */
+    int link_probe;                      /* time the links at each view's first step and tune
+                                          * the tree's cut-off and buckets (link_tune.h) */
     int security;                        /* cfg_security, resolved */
     char checkpoint[CFG_PATH];           /* the checkpoint file written on leaving, "" for none */
 } cluster_config;

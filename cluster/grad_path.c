@@ -337,6 +337,7 @@ void grad_xfer_plan(grad_xfer *x, const size_t *counts, const size_t *off, int n
                     long bucket_bytes) {
     const int nb = overlap_plan(counts, n_bufs, bucket_bytes, x->cuts);
     x->n_buckets = nb;
+    x->plan_bytes = bucket_bytes;
     x->n_bufs = n_bufs;
     for (int i = 0, j = nb - 1; i < n_bufs; i++) {
         while (j > 0 && (long)off[i] >= x->cuts[j]) j--;

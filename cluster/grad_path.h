@@ -86,6 +86,7 @@ typedef struct {
     float *device_grads;   /* the device's gradient (n_grad floats) for nccl, or NULL */
     int n_bufs;            /* buffers the gradient is handed over in */
     int n_buckets;         /* buckets of the plan */
+    long plan_bytes;       /* the bucket size it was cut with (OVERLAP_AUTO: the constant) */
     long cuts[OVERLAP_MAX_JOBS + 1]; /* bucket j = grads[cuts[j+1], cuts[j]) */
     int *bucket_of;                  /* (n_bufs) the bucket of each buffer, -1 for an empty one */
     int missing[OVERLAP_MAX_JOBS];   /* buffers of each bucket not handed over yet */

@@ -47,6 +47,7 @@
 #include "cluster/dist.h"
 #include "cluster/grad_path.h"
 #include "cluster/hr_fault.h"
+#include "cluster/link_tune.h"
 #include "cluster/node_id.h"
 #include "cluster/overlap.h"
 #include "cluster/ring_setup.h"
@@ -74,6 +75,14 @@ _Static_assert((int)HETRING_EUNSUPPORTED == (int)HR_ERR_UNSUPPORTED &&
 
 #define STATE_MAGIC 0x3173757268ull /* "hrus1" */
 #define STATE_HDR   6               /* magic, iter, B, samples, seed, user bytes */
+
+/* A view's link probe and tuning ([cluster] link_probe; link_tune.h). */
+enum {
+    LINK_DONE,  /* tuned, or nothing to do (link_probe = off, one member) */
+    LINK_PROBE, /* the view's first step probes: before its all-reduce, or after it on a path
+                 * with buckets (the ring is the communication thread's while they go out) */
+    LINK_TUNE   /* probed: the first step whose gathered facts all hold a probe tunes */
+};
 
 struct hetring {
     cfg own;                /* the configuration this handle loaded (without app->c) */
@@ -129,6 +138,8 @@ struct hetring {
                                       * none yet; overlap.h) */
     int comm_n;                      /* all-reduces after backward timed in this view */
     int path_final;                  /* the view's path was chosen from measured facts: kept */
+    int link_state;                  /* LINK_*: this view's link probe and tuning (link_tune.h) */
+    ring_link link;                  /* this node's probe of the view's links (0s: none yet) */
     unsigned char *blob;             /* (blob_cap) the state blob this node packs */
     size_t blob_cap;                 /* bytes allocated for blob */
     size_t moved;                    /* state bytes sent or received in the last view change */
@@ -234,6 +245,8 @@ static long st_iter(void *ctx) {
     return ((hetring *)ctx)->iter;
 }
 
+static void round_reset(hetring *h);
+
 static hr_status st_set_comm(void *ctx, int rank, int size) {
     hetring *h = ctx;
     if (size < 1 || size > h->c->n_nodes || rank < 0 || rank >= size) return HR_ERR_INVAL;
@@ -242,6 +255,13 @@ static hr_status st_set_comm(void *ctx, int rank, int size) {
     h->comm_s = h->comm_cpu_s = 0; /* measured again on the view's ring */
     h->comm_n = h->path_final = 0;
     h->told_measured = 0;
+    h->link = (ring_link){0, 0};
+    h->link_state = h->cc.link_probe && size > 1 ? LINK_PROBE : LINK_DONE;
+    /* every member of the new view starts from the constant plan (a joiner knows no other) */
+    if (h->x.n_bufs && h->x.plan_bytes != h->cc.bucket_bytes) {
+        grad_xfer_plan(&h->x, h->counts, h->off, h->x.n_bufs, h->cc.bucket_bytes);
+        round_reset(h);
+    }
     return HR_OK;
 }
 
@@ -728,7 +748,7 @@ static void tell_choice(hetring *h, const char *why, int measured) {
     if (h->path->overlaps == h->told && (!first_measured || strcmp(why, h->told_why) == 0)) return;
     snprintf(h->told_why, sizeof h->told_why, "%s", why);
     char line[600];
-    overlap_choice_str(h->cc.bucket_bytes, h->x.n_buckets, h->path->overlaps, why, line,
+    overlap_choice_str(h->x.plan_bytes, h->x.n_buckets, h->path->overlaps, why, line,
                        sizeof line);
     HR_INFO(TRAIN, "%s", line);
     h->told = h->path->overlaps;
@@ -1023,6 +1043,8 @@ static void pack_stats(hetring *h, const hetring_grads *g, double factor, float 
     mine.machine.at_end = !h->readied; /* buckets overlap nothing in a loop without ready */
     mine.machine.comm_s = h->comm_s;
     mine.machine.comm_cpu_s = h->comm_cpu_s;
+    mine.machine.alpha_s = h->link.alpha_s;
+    mine.machine.beta_s = h->link.beta_s;
     h->readied = 0;
     dist_annotate(&h->d, h->iter, g->param_hash, h->share_bad, &mine);
     cluster_stats_pack(head, h->rank, h->size, &mine);
@@ -1080,6 +1102,43 @@ static double comm_cpu_s(const hetring *h) {
     return hr_thread_cpu_s() + ring_engine_cpu_s(h->d.r);
 }
 
+/* This view's probe of its links, once (LINK_PROBE): a collective, at the same point on every
+ * member. An NCCL view's gradient does not take the TCP ring's tuning: none. */
+static hr_status probe_links(hetring *h) {
+    if (h->link_state != LINK_PROBE) return HR_OK;
+    if (dist_on_nccl(&h->d)) {
+        h->link_state = LINK_DONE;
+        return HR_OK;
+    }
+    HR_CHECK(ring_probe_links(h->d.r, &h->link));
+    h->link_state = LINK_TUNE;
+    return HR_OK;
+}
+
+/* Once every member's probe is gathered: the view's tree cut-off and, with bucket_bytes =
+ * auto, its bucket plan (link_tune, the same on every member, applied at the same point of
+ * the view's collectives: after the step's all-reduce), and the path again, which the cut
+ * may move off the tree. Logged once a view on rank 0. */
+static void tune_links(hetring *h) {
+    if (h->link_state != LINK_TUNE) return;
+    for (int k = 0; k < h->size; k++) h->facts[k] = h->gathered[k].machine;
+    link_choice c;
+    char why[384];
+    if (!link_tune(h->facts, h->size, ring_tree_bytes(h->d.r), h->cc.bucket_bytes,
+                   h->counts, h->x.n_bufs, &c, why,
+                   sizeof why))
+        return; /* a member without its probe yet (it probed after its all-reduce) */
+    h->link_state = LINK_DONE;
+    ring_set_tree_cut(h->d.r, c.tree_cut);
+    if (h->cc.bucket_bytes == OVERLAP_AUTO && c.bucket_bytes != h->x.plan_bytes) {
+        grad_xfer_plan(&h->x, h->counts, h->off, h->x.n_bufs, c.bucket_bytes);
+        round_reset(h);
+    }
+    if (h->rank == 0) HR_INFO(TRAIN, "%s", why);
+    h->path_final = 0;
+    if (!chooses_later(h)) choose_path(h, 1); /* else the caller chooses next */
+}
+
 /* The iteration's all-reduce of this node's buffers and stats: every node's stats into
  * h->gathered. A failure elects a new view (HETRING_RETRY) or ends the node. */
 static int step_exchange(hetring *h, const hetring_grads *g, double factor) {
@@ -1087,19 +1146,30 @@ static int step_exchange(hetring *h, const hetring_grads *g, double factor) {
         if (!h->given[i]) (void)give(h, g, i); /* a failed thread start shows in exchange */
     const size_t tail = (size_t)h->size * CLUSTER_NODE_STATS;
     float *head = h->x.grads - tail; /* the tail leads the last bucket */
-    pack_stats(h, g, factor, head);
     h->fetched = 0;
+    /* before the all-reduce, or after it on a path whose buckets may be out (the ring is the
+     * communication thread's then): a fact of the path, the same on every member, not of how
+     * far this node's buckets got */
+    hr_status st = h->path->overlaps ? HR_OK : probe_links(h);
+    if (st != HR_OK) {
+        round_reset(h);
+        return recover(h, st);
+    }
+    pack_stats(h, g, factor, head);
     /* what overlap would hide, and what its thread would take: timed only for bucket_bytes =
      * auto, the one reader, and not the view's first all-reduce (new links, first touches) */
     const int timed = chooses_later(h) && !h->path->overlaps;
     const double t0 = timed ? hr_now() : 0, c0 = timed ? comm_cpu_s(h) : 0;
-    hr_status st = h->path->exchange(&h->x, head, tail);
+    st = h->path->exchange(&h->x, head, tail);
+    const double t1 = timed ? hr_now() : 0, c1 = timed ? comm_cpu_s(h) : 0;
+    if (st == HR_OK) st = probe_links(h); /* the ring is idle now, whatever the path */
     round_reset(h);
     if (st != HR_OK) return recover(h, st);
-    if (timed && ++h->comm_n >= 2) h->comm_s = hr_now() - t0, h->comm_cpu_s = comm_cpu_s(h) - c0;
+    if (timed && ++h->comm_n >= 2) h->comm_s = t1 - t0, h->comm_cpu_s = c1 - c0;
     cluster_stats_unpack(head, h->size, h->gathered);
     memcpy(h->member_ids, ring_get_view(h->d.r)->ids, sizeof *h->member_ids * (size_t)h->size);
     h->n_members = h->size;
+    tune_links(h);
     if (chooses_later(h)) choose_path(h, 1);
     return HETRING_OK;
 }

@@ -85,6 +85,8 @@ typedef struct {
     double comm_cpu_s; /* CPU seconds the threads that ran it spent: what a communication thread
                         * beside backward would take from the compute */
     double compute_s;  /* seconds of its last compute */
+    double alpha_s;    /* its link probe of the view (ring_probe_links): a hop's latency */
+    double beta_s;     /* and a byte's time; 0: not probed */
 } overlap_fact;
 
 /* auto on a machine with no core to spare: buckets overlap when the all-reduce waits on the

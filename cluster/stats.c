@@ -20,7 +20,9 @@ void cluster_stats_pack(float *tail, int rank, int size, const cluster_stat *min
     slot[8] = (float)mine->machine.comm_s;
     slot[9] = (float)mine->machine.comm_cpu_s;
     slot[10] = (float)mine->machine.hosted;
-    memcpy(slot + 11, mine->extra, sizeof mine->extra);
+    slot[11] = (float)mine->machine.alpha_s;
+    slot[12] = (float)mine->machine.beta_s;
+    memcpy(slot + 13, mine->extra, sizeof mine->extra);
 }
 
 void cluster_stats_unpack(const float *tail, int size, cluster_stat *out) {
@@ -34,7 +36,9 @@ void cluster_stats_unpack(const float *tail, int size, cluster_stat *out) {
                                         .comm_s = slot[8],
                                         .comm_cpu_s = slot[9],
                                         .compute_s = slot[1],
-                                        .hosted = (long)slot[10]};
-        memcpy(out[k].extra, slot + 11, sizeof out[k].extra);
+                                        .hosted = (long)slot[10],
+                                        .alpha_s = slot[11],
+                                        .beta_s = slot[12]};
+        memcpy(out[k].extra, slot + 13, sizeof out[k].extra);
     }
 }

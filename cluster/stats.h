@@ -20,12 +20,12 @@
 /* One node's stats of one iteration, as every node gets them back. */
 typedef struct {
     train_stat rec;                  /* b, t, loss sum and correct predictions (train.h) */
-    overlap_fact machine;            /* its cores, its machine's threads and its last all-reduce
-                                      * (overlap.h; compute_s is rec.t) */
+    overlap_fact machine;            /* its cores, its machine's threads, its last all-reduce
+                                      * and its link probe (overlap.h; compute_s is rec.t) */
     float extra[CLUSTER_STAT_EXTRA]; /* the agreement hashes and flags (dist.h), carried as is */
 } cluster_stat;
 
-#define CLUSTER_NODE_STATS (11 + CLUSTER_STAT_EXTRA) /* floats per node in the stats tail */
+#define CLUSTER_NODE_STATS (13 + CLUSTER_STAT_EXTRA) /* floats per node in the stats tail */
 
 /* This node's stats into its slot of tail[0, size * CLUSTER_NODE_STATS), zeros elsewhere. */
 void cluster_stats_pack(float *tail, int rank, int size, const cluster_stat *mine);

@@ -93,6 +93,7 @@ typedef struct {
     double wire_auto_gbit;   /* wire = auto: powersgd on links measured slower (Gbit/s) */
     long segment_bytes;      /* all-reduce pipeline segment; 0 picks the measured default */
     long tree_bytes;         /* largest all-reduce over the view's tree; 0 = ring only */
+    int link_probe;          /* 1: each view times its links and tunes tree cut and buckets */
     double step_timeout;     /* collectives wait up to this x the slowest recent iteration */
     long min_nodes;          /* quorum a view needs; 0: a majority (cfg_quorum) */
     double rejoin_timeout;   /* seconds a node without a quorum keeps trying */

@@ -55,7 +55,12 @@ const key_spec cfg_gkeys[] = {
     {"cluster", "tree_bytes", T_INT, G(tree_bytes), 0, 0, 1 << 20, NULL, "65536", 0,
      "all-reduces of at most this many bytes (and one segment) go over a binary tree of extra "
      "links in views of 4 nodes or more, where its 2*depth hops are fewer than the ring's; "
-     "0: ring only"},
+     "0: ring only; with link_probe = on each view may take a lower cut-off from its links"},
+    {"cluster", "link_probe", T_ENUM, G(link_probe), 0, 0, 0, "off|on", "on", 0,
+     "on: at each view's first step the members time ring all-reduces of two sizes (a hop's "
+     "latency, a byte's time), gather the figures and choose the tree's cut-off (at most "
+     "tree_bytes) and, with bucket_bytes = auto, the bucket size, the same on every node, "
+     "logged once a view; off: tree_bytes and 1 MiB buckets as they are"},
 
     {"train", "model", T_ENUM, G(model), 0, 0, 0, "linreg|softmax|mlp|cnn", "mlp", 0,
      "model: cnn is LeNet-style for 28x28x1 inputs, VGG-style for 32x32x3"},
@@ -99,8 +104,9 @@ const key_spec cfg_gkeys[] = {
      "iterations between replica hash checks (all nodes must hold identical parameters)"},
     {"train", "bucket_bytes", T_AUTOINT, G(bucket_bytes), 0, 0, 1 << 30, NULL, "auto", 0,
      "gradient bucket: each is all-reduced as soon as backward has it, overlapping the rest "
-     "of backward; 0 all-reduces once after backward; auto: 1 MiB buckets when every node "
-     "has a core to spare for its communication thread, else 0"},
+     "of backward; 0 all-reduces once after backward; auto: buckets of 1 MiB (or the size "
+     "link_probe chooses) when every node has a core to spare for its communication thread "
+     "or the measured all-reduce mostly waits on the wire, else 0"},
     {"train", "nonfinite", T_ENUM, G(nonfinite), 0, 0, 0, "error|skip", "error", 0,
      "a step whose global gradient or loss is not finite (NaN, inf): error stops every node, "
      "naming the iteration and the nodes whose share was not finite; skip drops its update "

@@ -16,6 +16,8 @@
  */
 #include "ring/ring.h"
 
+#include "base/hr_time.h"
+
 #include "ring/engine_internal.h"
 #include "ring/fail_internal.h"
 #include "ring/frame.h"
@@ -276,4 +278,44 @@ hr_status ring_allreduce(ring *r, float *buf, size_t count) {
     if (sched_steps(r, &b, tx, rx, add, 2 * (n - 1), sizeof(float)) != HR_OK)
         return finish(r, fail_local(r, FRAME_COLL_ALLREDUCE, HR_ERR_NOMEM, "out of memory"));
     return finish(r, run_sched(r, FRAME_COLL_ALLREDUCE, (uint8_t *)buf));
+}
+
+/* ================================================================ link probe */
+
+/* The least wall time of RING_PROBE_REPS all-reduces of count floats of buf. */
+static hr_status probe_time(ring *r, float *buf, size_t count, double *least) {
+    *least = 0;
+    for (int i = 0; i < RING_PROBE_REPS; i++) {
+        const double t0 = hr_now();
+        HR_CHECK(ring_allreduce(r, buf, count));
+        const double t = hr_now() - t0;
+        if (i == 0 || t < *least) *least = t;
+    }
+    return HR_OK;
+}
+
+hr_status ring_probe_links(ring *r, ring_link *out) {
+    *out = (ring_link){0, 0};
+    const int n = r->view.n;
+    if (n < 2) return HR_OK;
+    const size_t small = RING_PROBE_SMALL / sizeof(float), large = RING_PROBE_LARGE / sizeof(float);
+    float *buf = calloc(large, sizeof *buf); /* zeros: the sums stay zero */
+    if (!buf) return HR_ERR_NOMEM;
+    const long cut = r->tree_cut;
+    r->tree_cut = 0; /* the ring's own hops, on every member alike */
+    double t_small = 0, t_large = 0;
+    hr_status st = ring_allreduce(r, buf, large); /* untimed: the members arrive at odd times */
+    if (st == HR_OK) st = probe_time(r, buf, small, &t_small);
+    if (st == HR_OK) st = probe_time(r, buf, large, &t_large);
+    r->tree_cut = cut;
+    free(buf);
+    if (st != HR_OK) return st;
+    /* T(S) = H alpha + c S beta: two sizes, two unknowns; noise can make either negative */
+    const double hops = 2.0 * (n - 1), c = 2.0 * (n - 1) / n;
+    double beta = (t_large - t_small) / (c * (double)(RING_PROBE_LARGE - RING_PROBE_SMALL));
+    if (!(beta > 1e-13)) beta = 1e-13; /* 80 Tbit/s: no link is faster */
+    double alpha = (t_small - c * (double)RING_PROBE_SMALL * beta) / hops;
+    if (!(alpha > 0)) alpha = 0;
+    *out = (ring_link){alpha, beta};
+    return HR_OK;
 }

@@ -579,6 +579,7 @@ hr_status ring_form(ring *r, double secs, char *err, size_t errlen) {
                      "no authenticated tree link from %s within %.1f s: %s", tw, secs, why);
     }
     r->tree_on = st == HR_OK && tree_wanted(r, n);
+    r->tree_cut = r->rc.tree_bytes;
     if (st != HR_OK) {
         ring_close_links(r);
         return st;

@@ -49,6 +49,14 @@ long ring_tree_bytes(const ring *r) {
     return r->rc.tree_bytes;
 }
 
+long ring_tree_cut(const ring *r) {
+    return r->tree_on ? r->tree_cut : 0;
+}
+
+void ring_set_tree_cut(ring *r, long bytes) {
+    r->tree_cut = bytes < 0 ? 0 : bytes > r->rc.tree_bytes ? r->rc.tree_bytes : bytes;
+}
+
 int ring_size(const ring *r) {
     return r->view.n;
 }

@@ -81,8 +81,32 @@ uint64_t ring_threaded_runs(const ring *r);
 uint64_t ring_tree_runs(const ring *r);
 /* Pipeline segment size in bytes (segment_bytes, or the measured default). */
 size_t ring_segment_bytes(const ring *r);
-/* The largest collective that goes over the tree (the config's tree_bytes; 0: no tree). */
+/* The config's tree_bytes: the largest collective any view's tree takes (0: no tree). */
 long ring_tree_bytes(const ring *r);
+/* The largest collective this view's tree takes now: tree_bytes, or the cut ring_set_tree_cut
+ * set in this view; 0 where the view has no tree. */
+long ring_tree_cut(const ring *r);
+/* This view's tree takes collectives of at most `bytes` (clamped to [0, tree_bytes]) from now
+ * on; a new view starts again from tree_bytes. Whether the tree takes a collective must be the
+ * same on every member, so every member sets the same cut at the same point of the view's
+ * collectives (libhetring: from the link probes every member gathered, link_tune.h). */
+void ring_set_tree_cut(ring *r, long bytes);
+
+/* What a ring all-reduce of S bytes costs in this view, as measured by ring_probe_links: about
+ * 2(n-1) * alpha + 2(n-1)/n * S * beta (alpha a hop's latency, beta a byte's time on the
+ * slowest link). */
+typedef struct {
+    double alpha_s; /* seconds of latency a hop */
+    double beta_s;  /* seconds a byte */
+} ring_link;
+#define RING_PROBE_SMALL (64L << 10) /* the probe's two sizes: above the small all-reduce's */
+#define RING_PROBE_LARGE (1L << 20)  /* single message, and not yet the threaded engine's */
+#define RING_PROBE_REPS  3           /* timed all-reduces of each size (the least counts) */
+/* Time RING_PROBE_REPS ring all-reduces of each size (after one untimed, which absorbs the
+ * members' different arrival) with the tree off meanwhile, and fit alpha and beta; a
+ * collective: every member calls it at the same point. A view of one member measures
+ * nothing (zeros). */
+hr_status ring_probe_links(ring *r, ring_link *out);
 int ring_size(const ring *r);
 const ring_view *ring_get_view(const ring *r);
 

@@ -66,6 +66,8 @@ struct ring {
     sec_chan tree_ch[3];  /* their channels (both directions used) */
     int tree_peer[3];     /* rc.members index at the other end, or -1 */
     int tree_on;          /* this view formed its tree (ring_tree_wanted) */
+    long tree_cut;        /* this view's largest all-reduce over it: rc.tree_bytes when the
+                           * view forms, then ring_set_tree_cut's */
     uint64_t seq;            /* sequence number of the next collective in this view */
     size_t seg_bytes;        /* pipeline segment size */
     double timeout;          /* seconds without progress before a peer counts as dead */

@@ -9,13 +9,14 @@
  * same handshake as the ring's (form.c). An all-reduce over the tree takes 2·depth hops,
  * depth = floor(log2 n): 14 at n = 128 against the ring's 254.
  *
- * The tree takes an all-reduce of at most tree_bytes (and one segment) where its hops are fewer
+ * The tree takes an all-reduce of at most the view's cut (tree_bytes, or less where the members
+ * set less: ring_set_tree_cut) and one segment, where its hops are fewer
  * than the ring's; larger ones stay on the ring, which moves 2(n - 1)/n of the bytes each way
  * per node against up to 3x at an inner node of the tree. All-gathers whose total is that
  * small, broadcasts and barriers go over it the same way, as an OR of the members' disjoint
  * blocks in a buffer that is zero elsewhere: 2·depth hops against the ring's n - 1. Every
- * member decides the same way from the view's size, the sizes and tree_bytes (which the
- * handshake checks is the same at both ends).
+ * member decides the same way from the view's size, the sizes and the cut (tree_bytes, which the
+ * handshake checks is the same at both ends, or what every member set at the same point).
  *
  * The all-reduce runs as single-frame steps on the engine (engine.c), each over one tree link,
  * so framing, verification, deadlines and the news of failures are the ring's own:
@@ -50,7 +51,7 @@ static int tree_depth(int n) {
 }
 
 int tree_takes(const ring *r, size_t bytes, int ring_hops) {
-    if (!r->tree_on || bytes > (size_t)r->rc.tree_bytes || bytes > r->seg_bytes) return 0;
+    if (!r->tree_on || bytes > (size_t)r->tree_cut || bytes > r->seg_bytes) return 0;
     return 2 * tree_depth(r->view.n) < ring_hops;
 }
 

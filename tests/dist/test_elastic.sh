@@ -233,6 +233,13 @@ kill)
   check_end 0 1 2 3
   exactly_once 0 1 3
   follows_reference 0 1 3
+  # every view probes its links once and tunes from every member's figures ([cluster]
+  # link_probe = on, the default), which its rank 0, node 0, logs: one line a view formed
+  formed=$(sed -n 's/.*ring formed: view epoch [0-9]*, rank [0-9]* of \([0-9]*\),.*/\1/p' "$tmp/n0.log" | tr '\n' ' ')
+  tuned=$(sed -n 's/.*train: links: .* the slowest of \([0-9]*\) members.*/\1/p' "$tmp/n0.log" | tr '\n' ' ')
+  grep -h "train: links:" "$tmp/n0.log" | cut -c1-200
+  [ "$formed" = "4 3 4 " ] && [ "$tuned" = "$formed" ] ||
+    fail "views formed of [$formed] members, links tuned in views of [$tuned] (one each expected)"
   ;;
 stop)
   # every node sleeps 2 ms a step (a test fault), so that however fast the machine, the

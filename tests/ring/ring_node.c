@@ -8,6 +8,10 @@
  *   ring_node CONF ID loop COUNT        all-reduce COUNT floats until an error ("running" once,
  *                                       after the first, with the tree's collectives so far)
  *   ring_node CONF ID reduce COUNT K    K all-reduces of COUNT floats, each checked
+ *   ring_node CONF ID probe COUNT       ring_probe_links (alpha >= 0, beta > 0 and finite, the
+ *                                       tree's cut as before it), then COUNT floats checked as
+ *                                       `correct` does with the cut set to 4 KiB (every node
+ *                                       alike), and again with it back at tree_bytes
  *   ring_node CONF ID init              form the ring, one barrier, exit
  *   ring_node CONF ID reform DROP COUNT  leave and rejoin: check COUNT in view epoch 0 (all
  *                                       nodes); the others re-form as epoch 1 without node
@@ -118,6 +122,29 @@ static int check_bf16(ring *r, size_t count) {
             return wrong("bf16 all-reduce", count, msg);
         }
     return 0;
+}
+
+static int check_count(ring *r, size_t count);
+
+/* The link probe, then COUNT floats with the tree's cut lowered to 4 KiB and back (probe mode). */
+static int probe_links(ring *r, size_t count) {
+    const long cut = ring_tree_cut(r);
+    ring_link l;
+    const double t0 = hr_now();
+    if (ring_probe_links(r, &l) != HR_OK) return ring_fail(r, "link probe");
+    printf("node %ld: probe: %.1f us a hop, %.3f ns a byte in %.1f ms; tree cut %ld before, %ld "
+           "after\n",
+           g_id, 1e6 * l.alpha_s, 1e9 * l.beta_s, 1e3 * (hr_now() - t0), cut, ring_tree_cut(r));
+    if (!(l.alpha_s >= 0) || !(l.beta_s > 0) || !isfinite(l.alpha_s) || !isfinite(l.beta_s))
+        return wrong("link probe", 0, "alpha or beta out of range");
+    if (ring_tree_cut(r) != cut) return wrong("link probe", 0, "the tree's cut not restored");
+    ring_set_tree_cut(r, 4096);
+    printf("node %ld: cut 4096\n", g_id);
+    int rc = check_count(r, count);
+    ring_set_tree_cut(r, 1L << 30); /* clamped to tree_bytes */
+    if (ring_tree_cut(r) != ring_tree_bytes(r)) return wrong("link probe", 0, "cut not clamped");
+    printf("node %ld: cut %ld\n", g_id, ring_tree_cut(r));
+    return rc ? rc : check_count(r, count);
 }
 
 static int check_count(ring *r, size_t count) {
@@ -444,6 +471,8 @@ int main(int argc, char **argv) {
         if (ring_barrier(r) != HR_OK) rc = ring_fail(r, "barrier");
     } else if (strcmp(mode, "correct") == 0) {
         for (int i = 4; i < argc && rc == 0; i++) rc = check_count(r, (size_t)atoll(argv[i]));
+    } else if (strcmp(mode, "probe") == 0 && argc == 5) {
+        rc = probe_links(r, (size_t)atoll(argv[4]));
     } else if (strcmp(mode, "reform") == 0 && argc == 6) {
         rc = leave_and_rejoin(r, &c, atol(argv[4]), (size_t)atoll(argv[5]));
     } else if (strcmp(mode, "loop") == 0 || strcmp(mode, "reduce") == 0) {

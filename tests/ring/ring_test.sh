@@ -8,6 +8,8 @@
 #             all-gathers, broadcasts and barriers too
 #   tree_tamper four nodes; the proxy sits on the tree link from node 0 to node 2 (no ring link
 #             joins them) and tampers with a frame: node 2 names that link, the others too
+#   probe     N = 6: the link probe measures and leaves the tree's cut as it was; a cut lowered
+#             to 4 KiB on every node sends 9000 floats round the ring, tree_bytes over the tree
 #   tree_death  N = 8, all-reduces on the tree; node 1 (an inner node of the tree) is killed,
 #             then in a second run stopped (SIGSTOP): every survivor names node 1
 #   peer_death  SIGKILL of one node mid all-reduce: every survivor names it within the timeout
@@ -171,6 +173,24 @@ tree)
         echo "N=$n $mode counts [$counts]: all-reduces on the ${want[*]}; $tot collectives on the tree"
         if [ $bad = 1 ]; then fail "N=$n: a node failed"; show $ids; fi
     done
+    ;;
+probe)
+    # 6 nodes: the link probe (ring_probe_links) measures a hop's latency and a byte's time and
+    # leaves the tree's cut as it was; with the cut lowered to 4 KiB on every node, 9000 floats
+    # (36 KB) go round the ring, and with it back at tree_bytes (64 KiB) over the tree, correct
+    # and the same bits on every node both times
+    newbase; TO=60 conf "$tmp/c.ini" 6
+    for ((i = 0; i < 6; i++)); do start $i "$tmp/c.ini" probe 9000; done
+    ids=$(seq 0 5)
+    finish $ids
+    for i in $ids; do
+        [ "${rc[$i]}" = 0 ] || { fail "node $i failed"; show $i; }
+        grep -q "^node $i: probe: .* tree cut 65536 before, 65536 after\$" "$tmp/out.$i" ||
+            fail "node $i: no probe line, or the cut moved: $(grep probe "$tmp/out.$i")"
+        [ "$(sed -n "s/^node $i: all-reduce count 9000: .* on the \([a-z]*\)\$/\1/p" "$tmp/out.$i" | tr '\n' ' ')" = "ring tree " ] ||
+            fail "node $i: 9000 floats went over: $(grep 'count 9000' "$tmp/out.$i" | tr '\n' ' ') (expected the ring at a 4 KiB cut, then the tree)"
+    done
+    grep -h "probe:" "$tmp/out.0"
     ;;
 tree_tamper)
     for what in ${TAMPER_WHAT:-flip flip-seq replay truncate}; do
