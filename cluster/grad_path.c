@@ -13,6 +13,8 @@
 
 static_assert(PSGD_MAX_RANK == CFG_PSGD_RANK_MAX, "the configuration's rank bound is the path's");
 
+static hr_status take_residual(grad_xfer *x, size_t lo, size_t hi);
+
 /* ================================================================ whole */
 
 static hr_status whole_ready(grad_xfer *x, int i) {
@@ -21,6 +23,7 @@ static hr_status whole_ready(grad_xfer *x, int i) {
 }
 
 static hr_status whole_exchange(grad_xfer *x, float *head, size_t tail) {
+    HR_CHECK(take_residual(x, 0, x->n_grad));
     return dist_allreduce(x->d, head, tail + x->n_grad);
 }
 
@@ -33,6 +36,7 @@ const grad_path grad_path_whole = {.name = "whole",
 /* ================================================================ tree */
 
 static hr_status tree_exchange(grad_xfer *x, float *head, size_t tail) {
+    HR_CHECK(take_residual(x, 0, x->n_grad));
     return dist_allreduce_tree(x->d, head, tail + x->n_grad);
 }
 
@@ -54,6 +58,7 @@ static hr_status send_complete(grad_xfer *x) {
     if (!x->ow.running) HR_CHECK(overlap_start(&x->ow, bucket_allreduce, x->d));
     while (x->next_bucket < x->n_buckets - 1 && x->missing[x->next_bucket] == 0) {
         const long lo = x->cuts[x->next_bucket + 1], hi = x->cuts[x->next_bucket];
+        HR_CHECK(take_residual(x, (size_t)lo, (size_t)hi));
         overlap_submit(&x->ow, x->grads + lo, (size_t)(hi - lo));
         x->next_bucket++;
     }
@@ -67,6 +72,11 @@ static hr_status buckets_ready(grad_xfer *x, int i) {
 
 static hr_status buckets_exchange(grad_xfer *x, float *head, size_t tail) {
     HR_CHECK(send_complete(x));
+    hr_status st = take_residual(x, 0, (size_t)x->cuts[x->n_buckets - 1]);
+    if (st != HR_OK) { /* the buckets out already end first */
+        (void)overlap_wait(&x->ow);
+        return st;
+    }
     overlap_submit(&x->ow, head, tail + (size_t)x->cuts[x->n_buckets - 1]);
     return overlap_wait(&x->ow);
 }
@@ -103,10 +113,20 @@ static hr_status feedback_alloc(grad_xfer *x) {
         x->residual = x->dropped = NULL;
         return HR_ERR_NOMEM;
     }
-    if (x->resume && x->n_resume == x->n_grad)
+    if (x->resume && x->n_resume == x->n_grad) {
         memcpy(x->residual, x->resume, x->n_grad * sizeof *x->residual);
+        x->live = 1;
+    }
     free(x->resume);
     x->resume = NULL;
+    return HR_OK;
+}
+
+static hr_status take_residual(grad_xfer *x, size_t lo, size_t hi) {
+    if (x->resume) HR_CHECK(feedback_alloc(x));
+    if (!x->live) return HR_OK;
+    for (size_t i = lo; i < hi; i++) x->grads[i] += x->residual[i];
+    x->flushed = 1;
     return HR_OK;
 }
 
@@ -236,7 +256,13 @@ int grad_xfer_matrices(grad_xfer *x, const psgd_mat *mats, int n, int r, uint64_
 /* ================================================================ the residual */
 
 void grad_xfer_commit(grad_xfer *x) {
+    if (x->flushed && !x->pending) { /* a float32 step sent it all */
+        memset(x->residual, 0, x->n_grad * sizeof *x->residual);
+        x->live = 0;
+    }
+    x->flushed = 0;
     if (!x->pending) return;
+    x->live = 1;
     float *t = x->residual;
     x->residual = x->dropped, x->dropped = t;
     if (x->psgd.q_next) { /* powersgd: Q' of the applied step goes on as Q */
@@ -262,7 +288,7 @@ hr_status grad_xfer_resume(grad_xfer *x, const float *r, size_t n) {
 void grad_xfer_free(grad_xfer *x) {
     free(x->wire), free(x->residual), free(x->dropped), free(x->resume);
     x->wire = NULL, x->residual = x->dropped = x->resume = NULL;
-    x->pending = 0;
+    x->pending = x->live = x->flushed = 0;
     grad_psgd *s = &x->psgd;
     free(s->q), free(s->q_next), free(s->local), free(s->qt), free(s->lt), free(s->send);
     free(s->mats);

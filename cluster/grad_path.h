@@ -8,7 +8,9 @@
  * table in grad_path.c and one line in grad_path_choose.
  *
  *   whole    one SUM all-reduce of the stats tail and the gradient after the compute, round the
- *            ring
+ *            ring. Like tree and buckets it sends float32, and with it whatever residual lossy
+ *            steps left (wire = auto between its lossy stretches, a resumed checkpoint's): it
+ *            joins the gradient as it goes out, and the applied step empties it
  *   tree     the same over the view's tree (ring.h), where the tree takes it: a view of 4 nodes
  *            or more and a tail and gradient within tree_bytes (a small model at a large N,
  *            where the ring's 2(N-1) hops cost more than the bytes)
@@ -97,6 +99,9 @@ typedef struct {
     float *residual; /* what earlier roundings dropped, added to this step's gradient */
     float *dropped;  /* what this step's roundings dropped: the residual once it is applied */
     int pending;     /* dropped holds an exchanged step's, not yet committed */
+    int live;        /* the residual may hold something not sent yet (a lossy step's, a
+                      * resumed one): a float32 path adds it to the gradient it sends */
+    int flushed;     /* a float32 path sent it this step: the commit empties it */
     float *resume;   /* a checkpoint's residual that the first lossy exchange takes up, or NULL */
     size_t n_resume; /* its floats */
     grad_psgd psgd;  /* the powersgd path's */
@@ -162,7 +167,8 @@ void grad_xfer_reset(grad_xfer *x);
  * it). Safe to call again. */
 void grad_xfer_stop(grad_xfer *x);
 /* The step just exchanged is applied: the bf16 and powersgd paths' dropped part becomes the
- * residual the next step adds, and powersgd's Q' the next Q (nothing for the other paths). */
+ * residual the next step adds, and powersgd's Q' the next Q; a float32 path that sent the
+ * residual empties it (a float32 step of wire = auto, or after a resumed one). */
 void grad_xfer_commit(grad_xfer *x);
 /* This node's residual as of the last applied step (what a checkpoint records; n_grad
  * floats): the bf16 path's, a resumed one not taken up yet, or NULL. */

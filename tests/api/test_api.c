@@ -890,6 +890,69 @@ static int powersgd(const char *dir, int port) {
     return three_nodes(dir, port, powersgd_node);
 }
 
+/* test_api auto_flush: [cluster] wire = auto on 3 nodes, with a rate no link goes below
+ * (wire_auto_gbit = 1e-6), so every step goes float32; node 2 resumes a residual R from its
+ * checkpoint. A float32 step loses nothing on the wire, so it sends what lossy steps left
+ * with it: the first step's mean is V + R / B on every node, the second V again, and node 2's
+ * residual is then empty. Without the flush R would wait for a lossy step that never comes. */
+static int auto_flush_node(const char *ini, long id) {
+    model m = {{0}, 0, 0, 0, 0, 0};
+    const char *sets[] = {"cluster.wire=auto", "cluster.wire_auto_gbit=1e-6", NULL};
+    hetring *h = open_node(ini, id, sets, &m);
+    if (!h) return 1;
+    enum { NM = PS_R * PS_C + PS_B, N = NM + PS_V };
+    float *g = malloc(N * sizeof *g), want[N], carry[N];
+    if (!g) return 1;
+    for (int k = 0; k < N; k++) {
+        want[k] = k < PS_R * PS_C ? ps_v(k / PS_C, k % PS_C) : 0.25f + (float)(k % 13) * 0.5f;
+        carry[k] = 0.5f + (float)(k % 5); /* node 2's resumed residual, in sums */
+    }
+    float *bufs[2] = {g, g + NM};
+    size_t counts[2] = {NM, PS_V}, rows[2] = {PS_R, 0}, cols[2] = {PS_C, 0};
+    CHECK(hetring_matrices(h, rows, cols, 2) == HETRING_OK, "matrices");
+    if (id == 2) CHECK(hetring_resume_residual(h, carry, N) == HETRING_OK, "resume");
+    double off[2] = {0, 0}; /* the first two steps' largest error against what they must be */
+    long steps = 0;
+    int st;
+    hetring_batch b;
+    while ((st = hetring_next(h, &b)) == HETRING_OK) {
+        hetring_grads gr = {.bufs = bufs, .counts = counts, .n_bufs = 2};
+        for (int k = 0; k < N; k++) g[k] = want[k] * (float)b.batch;
+        gr.compute_s = 1e-4;
+        gr.loss_sum = (double)b.batch;
+        hetring_result r = {0};
+        if ((st = hetring_step(h, &gr, &r)) != HETRING_OK) break;
+        for (int k = 0; steps < 2 && k < N; k++) {
+            const double must = want[k] + (steps == 0 ? carry[k] / (double)b.global_batch : 0);
+            off[steps] = fmax(off[steps], fabs(g[k] - must) / fabs(must));
+        }
+        steps++;
+    }
+    printf("node %ld: %ld steps; the first step %.3g off V + R / B, the second %.3g off V\n", id,
+           steps, off[0], off[1]);
+    CHECK(st == HETRING_DONE && steps == ITERS, "node %ld: ended with %d after %ld steps: %s", id,
+          st, steps, hetring_last_error(h));
+    CHECK(off[0] <= 1e-5,
+          "node %ld: the first step is %.3g off V + R / B: node 2's resumed "
+          "residual was not sent",
+          id, off[0]);
+    CHECK(off[1] <= 1e-5, "node %ld: the second step is %.3g off V: the residual went twice", id,
+          off[1]);
+    float *res = malloc(N * sizeof *res);
+    const long nres = hetring_residual(h, NULL, 0);
+    int zero = res && (nres == 0 || hetring_residual(h, res, (size_t)nres) == nres);
+    for (long k = 0; zero && k < nres; k++) zero = res[k] == 0.0f;
+    CHECK(zero && nres == (id == 2 ? N : 0),
+          "node %ld: the residual after the steps holds %ld floats, not all zero", id, nres);
+    free(res), free(g);
+    hetring_free(h);
+    return check_exit();
+}
+
+static int auto_flush(const char *dir, int port) {
+    return three_nodes(dir, port, auto_flush_node);
+}
+
 static pid_t spawn(const node_args *a) {
     fflush(stdout);
     pid_t p = fork();
@@ -979,7 +1042,7 @@ static int resume(const char *dir, int port) {
 int main(int argc, char **argv) {
     if (argc < 2) {
         fprintf(stderr, "usage: test_api misuse|text|ring|rejoin|leave|overlap|overlap_rejoin|plan|"
-                        "resume|leave_open|nonfinite|nonfinite_skip|bf16|powersgd\n");
+                        "resume|leave_open|nonfinite|nonfinite_skip|bf16|powersgd|auto_flush\n");
         return 2;
     }
     signal(SIGPIPE, SIG_IGN);
@@ -993,6 +1056,7 @@ int main(int argc, char **argv) {
     if (strcmp(argv[1], "nonfinite") == 0) rc = nonfinite(dir, port);
     if (strcmp(argv[1], "bf16") == 0) rc = bf16(dir, port);
     if (strcmp(argv[1], "powersgd") == 0) rc = powersgd(dir, port);
+    if (strcmp(argv[1], "auto_flush") == 0) rc = auto_flush(dir, port);
     if (strcmp(argv[1], "nonfinite_skip") == 0) nonfinite_skip = 1, rc = nonfinite(dir, port);
     if (strcmp(argv[1], "resume") == 0) rc = resume(dir, port);
     if (strcmp(argv[1], "leave_open") == 0) rc = leave_open(dir, port);
