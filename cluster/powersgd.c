@@ -1,6 +1,9 @@
 /*
  * powersgd.c: the low-rank path's arithmetic (powersgd.h). Built with -ffp-contract=off and
- * no BLAS: every sum runs in the order written here, on every machine.
+ * no BLAS: every sum runs in the order written here, on every machine. The products take the
+ * common ranks (1, 2, 4, 8) as constants, which lets the compiler turn the loop over k into one
+ * vector operation per element of M: the same sums in the same order, about twice as fast
+ * (app.powersgd checks the bits at each and prints the times).
  */
 #include "cluster/powersgd.h"
 
@@ -22,7 +25,19 @@ void psgd_init_q(float *q, size_t cols, int r, uint64_t seed, uint64_t epoch, in
     for (size_t i = 0; i < cols * (size_t)r; i++) q[i] = 2.0f * rng_uniform(&g) - 1.0f;
 }
 
-void psgd_project(const float *m, size_t rows, size_t cols, const float *q, int r, float *p) {
+/* The rank as a constant where it is a common one, so that the loop over k unrolls into one
+ * vector operation: the same sums, in the same order, as with r only known at run time. */
+#define PSGD_BY_RANK(call, r)                                                                      \
+    switch (r) {                                                                                   \
+    case 1: call(1); break;                                                                        \
+    case 2: call(2); break;                                                                        \
+    case 4: call(4); break;                                                                        \
+    case 8: call(8); break;                                                                        \
+    default: call(r); break;                                                                       \
+    }
+
+static inline void project_r(const float *m, size_t rows, size_t cols, const float *q, int r,
+                             float *p) {
     float acc[PSGD_MAX_RANK];
     for (size_t i = 0; i < rows; i++) {
         const float *mi = m + i * cols;
@@ -33,6 +48,12 @@ void psgd_project(const float *m, size_t rows, size_t cols, const float *q, int 
         }
         memcpy(p + i * (size_t)r, acc, sizeof *acc * (size_t)r);
     }
+}
+
+void psgd_project(const float *m, size_t rows, size_t cols, const float *q, int r, float *p) {
+#define PROJECT(R) project_r(m, rows, cols, q, R, p)
+    PSGD_BY_RANK(PROJECT, r)
+#undef PROJECT
 }
 
 static double col_norm(const float *p, size_t rows, int r, int c) {
@@ -66,7 +87,8 @@ void psgd_orthonormalize(float *p, size_t rows, int r) {
     }
 }
 
-void psgd_back(const float *m, size_t rows, size_t cols, const float *p, int r, float *q) {
+static inline void back_r(const float *m, size_t rows, size_t cols, const float *p, int r,
+                          float *q) {
     memset(q, 0, sizeof *q * cols * (size_t)r);
     for (size_t i = 0; i < rows; i++) {
         const float *mi = m + i * cols, *pi = p + i * (size_t)r;
@@ -76,6 +98,12 @@ void psgd_back(const float *m, size_t rows, size_t cols, const float *p, int r, 
             for (int k = 0; k < r; k++) qj[k] += v * pi[k];
         }
     }
+}
+
+void psgd_back(const float *m, size_t rows, size_t cols, const float *p, int r, float *q) {
+#define BACK(R) back_r(m, rows, cols, p, R, q)
+    PSGD_BY_RANK(BACK, r)
+#undef BACK
 }
 
 void psgd_transpose(const float *q, size_t cols, int r, float *qt) {

@@ -38,14 +38,16 @@ static double now_s(void) {
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-/* The products against double references and the stated order, bit for bit. */
-static void products(void) {
-    enum { R = 37, C = 29, K = 3 };
-    float m[R * C], q[C * K], p[R * K], p2[R * K], back[C * K], back2[C * K];
+/* The products at rank K against double references and the stated order, bit for bit (the
+ * kernels take the common ranks as constants: 1, 2, 4 and 8 are checked besides 3). */
+static void products(int K) {
+    enum { R = 37, C = 29, KM = 8 };
+    float m[R * C], q[C * KM], p[R * KM], p2[R * KM], back[C * KM], back2[C * KM];
+    printf("rank %d:\n", K);
     fill(m, R, C, 1);
     psgd_init_q(q, C, K, 7, 1, 0);
     psgd_project(m, R, C, q, K, p);
-    double dref[R * K];
+    double dref[R * KM];
     for (int i = 0; i < R; i++)
         for (int k = 0; k < K; k++) {
             double s = 0;
@@ -54,10 +56,13 @@ static void products(void) {
             for (int j = 0; j < C; j++) f += m[i * C + j] * q[j * K + k];
             dref[i * K + k] = s, p2[i * K + k] = f;
         }
-    float fref[R * K];
+    float fref[R * KM];
     for (int i = 0; i < R * K; i++) fref[i] = (float)dref[i];
     CHECK_CLOSE(p, fref, R * K, 1e-5, "project against double");
-    CHECK(memcmp(p, p2, sizeof p) == 0, "project: not the bits of the sum over j in order");
+    CHECK(memcmp(p, p2, sizeof *p * R * K) == 0,
+          "rank %d, project: not the bits of the sum over j "
+          "in order",
+          K);
 
     psgd_orthonormalize(p, R, K);
     psgd_back(m, R, C, p, K, back);
@@ -67,9 +72,12 @@ static void products(void) {
             for (int i = 0; i < R; i++) f += m[i * C + j] * p[i * K + k];
             back2[j * K + k] = f;
         }
-    CHECK(memcmp(back, back2, sizeof back) == 0, "back: not the bits of the sum over i in order");
+    CHECK(memcmp(back, back2, sizeof *back * C * K) == 0,
+          "rank %d, back: not the bits of the sum "
+          "over i in order",
+          K);
 
-    float qt[K * C], out[R * C], out2[R * C];
+    float qt[KM * C], out[R * C], out2[R * C];
     psgd_transpose(back, C, K, qt);
     for (int j = 0; j < C; j++)
         for (int k = 0; k < K; k++)
@@ -85,7 +93,10 @@ static void products(void) {
             out2[i * C + j] = f;
             worst = fmax(worst, fabs(d - out[i * C + j]));
         }
-    CHECK(memcmp(out, out2, sizeof out) == 0, "expand: not the bits of the sum over k in order");
+    CHECK(memcmp(out, out2, sizeof out) == 0,
+          "rank %d, expand: not the bits of the sum over k in "
+          "order",
+          K);
     CHECK(worst < 1e-5, "expand: %.3g off the double product", worst);
 }
 
@@ -214,7 +225,8 @@ static void timing(void) {
 }
 
 int main(void) {
-    products();
+    for (int k = 1; k <= 8; k++)
+        if (k <= 4 || k == 8) products(k);
     orthonormal();
     low_rank_exact();
     feedback();
