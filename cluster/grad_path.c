@@ -48,37 +48,81 @@ const grad_path grad_path_tree = {.name = "tree",
 
 /* ================================================================ buckets */
 
-/* The communication thread's all-reduce. */
+static hr_status bf16_alloc(grad_xfer *x);
+static void add_residual(grad_xfer *x, size_t lo, size_t hi);
+
+/* The communication thread's all-reduce: float32 (ctx: the dist). */
 static hr_status bucket_allreduce(void *ctx, float *buf, size_t n) {
     return dist_allreduce(ctx, buf, n);
 }
 
-/* Send every bucket before the last whose buffers are all in, in the plan's order. */
-static hr_status send_complete(grad_xfer *x) {
-    if (!x->ow.running) HR_CHECK(overlap_start(&x->ow, bucket_allreduce, x->d));
+/* With bf16 on the wire (ctx: the grad_xfer): a bucket of the gradient through
+ * ring_allreduce_bf16, its roundings into dropped at its offsets; the last job, which leads
+ * with the stats tail, sends the tail exact first, as bf16_exchange does. */
+static hr_status bucket_allreduce_bf16(void *ctx, float *buf, size_t n) {
+    grad_xfer *x = ctx;
+    if (buf < x->grads) {
+        const size_t tail = (size_t)(x->grads - buf);
+        HR_CHECK(dist_allreduce(x->d, buf, tail));
+        buf += tail, n -= tail;
+    }
+    const size_t lo = (size_t)(buf - x->grads);
+    return dist_allreduce_bf16(x->d, buf, x->wire + lo, x->dropped + lo, n);
+}
+
+/* What joins floats [lo, hi) before their bucket goes: with bf16 the residual earlier
+ * roundings dropped, else (float32) whatever residual lossy steps left (take_residual). */
+static hr_status bucket_prepare(grad_xfer *x, int bf16, size_t lo, size_t hi) {
+    if (!bf16) return take_residual(x, lo, hi);
+    add_residual(x, lo, hi);
+    return HR_OK;
+}
+
+/* Send every bucket before the last whose buffers are all in, in the plan's order, on the
+ * float32 worker or (bf16) the bf16 one. */
+static hr_status send_complete(grad_xfer *x, int bf16) {
+    overlap_worker *w = bf16 ? &x->ow_bf16 : &x->ow;
+    if (!w->running)
+        HR_CHECK(bf16 ? overlap_start(w, bucket_allreduce_bf16, x)
+                      : overlap_start(w, bucket_allreduce, x->d));
+    if (bf16) HR_CHECK(bf16_alloc(x));
     while (x->next_bucket < x->n_buckets - 1 && x->missing[x->next_bucket] == 0) {
         const long lo = x->cuts[x->next_bucket + 1], hi = x->cuts[x->next_bucket];
-        HR_CHECK(take_residual(x, (size_t)lo, (size_t)hi));
-        overlap_submit(&x->ow, x->grads + lo, (size_t)(hi - lo));
+        HR_CHECK(bucket_prepare(x, bf16, (size_t)lo, (size_t)hi));
+        overlap_submit(w, x->grads + lo, (size_t)(hi - lo));
         x->next_bucket++;
     }
     return HR_OK;
 }
 
-static hr_status buckets_ready(grad_xfer *x, int i) {
+static hr_status ready_bucket(grad_xfer *x, int i, int bf16) {
     if (x->bucket_of[i] >= 0) x->missing[x->bucket_of[i]]--;
-    return send_complete(x);
+    return send_complete(x, bf16);
+}
+
+/* The last bucket (buffer 0's) behind the tail, and the wait for every bucket. With bf16 the
+ * step's dropped part is whole (pending) once every bucket came back. */
+static hr_status exchange_buckets(grad_xfer *x, float *head, size_t tail, int bf16) {
+    overlap_worker *w = bf16 ? &x->ow_bf16 : &x->ow;
+    HR_CHECK(send_complete(x, bf16));
+    if (bf16) x->pending = 0;
+    hr_status st = bucket_prepare(x, bf16, 0, (size_t)x->cuts[x->n_buckets - 1]);
+    if (st != HR_OK) { /* the buckets out already end first */
+        (void)overlap_wait(w);
+        return st;
+    }
+    overlap_submit(w, head, tail + (size_t)x->cuts[x->n_buckets - 1]);
+    st = overlap_wait(w);
+    if (bf16 && st == HR_OK) x->pending = 1;
+    return st;
+}
+
+static hr_status buckets_ready(grad_xfer *x, int i) {
+    return ready_bucket(x, i, 0);
 }
 
 static hr_status buckets_exchange(grad_xfer *x, float *head, size_t tail) {
-    HR_CHECK(send_complete(x));
-    hr_status st = take_residual(x, 0, (size_t)x->cuts[x->n_buckets - 1]);
-    if (st != HR_OK) { /* the buckets out already end first */
-        (void)overlap_wait(&x->ow);
-        return st;
-    }
-    overlap_submit(&x->ow, head, tail + (size_t)x->cuts[x->n_buckets - 1]);
-    return overlap_wait(&x->ow);
+    return exchange_buckets(x, head, tail, 0);
 }
 
 const grad_path grad_path_buckets = {.name = "buckets",
@@ -86,6 +130,20 @@ const grad_path grad_path_buckets = {.name = "buckets",
                                      .overlaps = 1,
                                      .ready = buckets_ready,
                                      .exchange = buckets_exchange};
+
+static hr_status bf16_buckets_ready(grad_xfer *x, int i) {
+    return ready_bucket(x, i, 1);
+}
+
+static hr_status bf16_buckets_exchange(grad_xfer *x, float *head, size_t tail) {
+    return exchange_buckets(x, head, tail, 1);
+}
+
+const grad_path grad_path_bf16_buckets = {.name = "bf16 buckets",
+                                          .host_grads = 1,
+                                          .overlaps = 1,
+                                          .ready = bf16_buckets_ready,
+                                          .exchange = bf16_buckets_exchange};
 
 /* ================================================================ nccl */
 
@@ -130,12 +188,24 @@ static hr_status take_residual(grad_xfer *x, size_t lo, size_t hi) {
     return HR_OK;
 }
 
-static hr_status bf16_exchange(grad_xfer *x, float *head, size_t tail) {
+/* The bf16 wire's scratch and the error feedback's buffers. */
+static hr_status bf16_alloc(grad_xfer *x) {
     if (!x->wire && !(x->wire = malloc(x->n_grad * sizeof *x->wire))) return HR_ERR_NOMEM;
-    HR_CHECK(feedback_alloc(x));
+    return feedback_alloc(x);
+}
+
+/* The residual into floats [lo, hi) of the gradient a lossy path sends (nothing to add while
+ * it holds nothing). */
+static void add_residual(grad_xfer *x, size_t lo, size_t hi) {
+    if (!x->live) return;
+    for (size_t i = lo; i < hi; i++) x->grads[i] += x->residual[i];
+}
+
+static hr_status bf16_exchange(grad_xfer *x, float *head, size_t tail) {
+    HR_CHECK(bf16_alloc(x));
     x->pending = 0;
     HR_CHECK(dist_allreduce(x->d, head, tail)); /* the stats, exact */
-    for (size_t i = 0; i < x->n_grad; i++) x->grads[i] += x->residual[i];
+    add_residual(x, 0, x->n_grad);
     HR_CHECK(dist_allreduce_bf16(x->d, x->grads, x->wire, x->dropped, x->n_grad));
     x->pending = 1;
     return HR_OK;
@@ -335,9 +405,10 @@ const grad_path *grad_path_choose(const grad_view *v, char *why, size_t len) {
         snprintf(why, len, "the view's transport is NCCL");
         return &grad_path_nccl;
     }
-    if (v->wire == CFG_WIRE_BF16) {
-        snprintf(why, len, "wire = bf16: the whole gradient after the compute, bf16 on the wire");
-        return &grad_path_bf16;
+    if (v->wire == CFG_WIRE_BF16) { /* buckets as float32's, each with bf16 on the wire */
+        const int on = overlap_choose(v->bucket_bytes, v->n_buckets, v->facts,
+                                      v->facts ? v->n : 0, why, len);
+        return on ? &grad_path_bf16_buckets : &grad_path_bf16;
     }
     if (v->wire == CFG_WIRE_POWERSGD) {
         snprintf(why, len, "wire = powersgd: the whole gradient after the compute, its matrices "
@@ -380,4 +451,5 @@ void grad_xfer_reset(grad_xfer *x) {
 
 void grad_xfer_stop(grad_xfer *x) {
     overlap_stop(&x->ow);
+    overlap_stop(&x->ow_bf16);
 }

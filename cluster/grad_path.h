@@ -28,6 +28,11 @@
  *            step leaves it as it was; a node's checkpoint records it, and the node that wrote
  *            it takes it up again when it resumes from it (grad_xfer_resume); a node that
  *            starts otherwise (or restarts after a crash) begins with none
+ *   bf16 buckets  ([cluster] wire = bf16 where buckets overlap, as for float32) the buckets
+ *            of the plan, each all-reduced with bf16 on the wire by the communication thread
+ *            as its buffers come in, its residual added just before it goes and its roundings
+ *            kept at its offsets; the last one, buffer 0's, behind the tail sent exact; the
+ *            error feedback as bf16's
  *   powersgd ([cluster] wire = powersgd) the matrices the application declared
  *            (hetring_matrices) at rank r, one power iteration a step (powersgd.h): the tail,
  *            the floats outside the matrices and every P = M Q in one float32 sum, then every
@@ -94,6 +99,7 @@ typedef struct {
     int missing[OVERLAP_MAX_JOBS];   /* buffers of each bucket not handed over yet */
     int next_bucket;                 /* buckets sent this iteration */
     overlap_worker ow;               /* the communication thread, started by the first bucket */
+    overlap_worker ow_bf16;          /* the bf16 buckets' (bf16 buckets), likewise */
     /* the bf16 path's (n_grad each, allocated by its first exchange) */
     uint16_t *wire;  /* the bf16 values on the wire */
     float *residual; /* what earlier roundings dropped, added to this step's gradient */
@@ -119,7 +125,7 @@ typedef struct {
 } grad_path;
 
 extern const grad_path grad_path_whole, grad_path_tree, grad_path_buckets, grad_path_nccl,
-    grad_path_bf16, grad_path_powersgd;
+    grad_path_bf16, grad_path_bf16_buckets, grad_path_powersgd;
 
 /* What the choice depends on: the same on every member of a view. */
 typedef struct {

@@ -40,10 +40,11 @@ const key_spec cfg_gkeys[] = {
     {"cluster", "wire", T_ENUM, G(wire), 0, 0, 0, "fp32|bf16|powersgd|auto", "fp32", 0,
      "the gradient on the wire: fp32, or bf16 (half the bytes; each hop adds in float32 and "
      "sends bf16, every node gets the same bits, and what a node's rounding dropped is added "
-     "to its next gradient), or powersgd (each gradient matrix at rank powersgd_rank, with the "
-     "same error feedback), or auto (fp32 until the view's all-reduce is measured, then "
-     "powersgd where the link is slower than wire_auto_gbit); bf16, powersgd and auto go round "
-     "the TCP ring after the compute"},
+     "to its next gradient; in buckets during backward where bucket_bytes has them overlap), "
+     "or powersgd (each gradient matrix at rank powersgd_rank, with the same error feedback), "
+     "or auto (fp32 until the view's all-reduce is measured, then powersgd where the link is "
+     "slower than wire_auto_gbit); bf16, powersgd and auto go round the TCP ring, powersgd "
+     "after the compute"},
     {"cluster", "powersgd_rank", T_INT, G(powersgd_rank), 0, 1, CFG_PSGD_RANK_MAX, NULL, "4", 0,
      "wire = powersgd: the rank r of each matrix's approximation (P, rows x r, and Q, cols x r, "
      "go on the wire instead of rows x cols floats); matrices it would not halve go as fp32"},

@@ -136,9 +136,9 @@ static hr_status check_security(cfg *c, const char *f, char *err, size_t errlen)
     return HR_OK;
 }
 
-/* wire = bf16 and powersgd are gradient paths of the TCP ring that take the whole gradient
- * after the compute: refused with NCCL and with buckets of a size of their own, which they
- * would ignore. */
+/* wire = bf16, powersgd and auto are gradient paths of the TCP ring: refused with NCCL;
+ * powersgd and auto take the whole gradient after the compute, so buckets of a size of their
+ * own, which they would ignore, are refused too (bf16 sends such buckets, each in bf16). */
 static hr_status check_wire(const cfg *c, const char *f, char *err, size_t errlen) {
     if (c->wire == CFG_WIRE_FP32) return HR_OK;
     const char *w = cfg_wire_name(c->wire);
@@ -147,7 +147,7 @@ static hr_status check_wire(const cfg *c, const char *f, char *err, size_t errle
                        "%s:%d: wire = %s with backend = nccl: the %s wire is the TCP ring's "
                        "(expected backend = auto or tcp, or wire = fp32)",
                        f, blame(c, "wire"), w, w);
-    if (c->bucket_bytes != CFG_AUTO && c->bucket_bytes > 0)
+    if (c->bucket_bytes != CFG_AUTO && c->bucket_bytes > 0 && c->wire != CFG_WIRE_BF16)
         return hr_fail(err, errlen, HR_ERR_CONFIG,
                        "%s:%d: wire = %s with bucket_bytes = %ld: the %s wire sends the whole "
                        "gradient after the compute, without buckets (expected bucket_bytes = auto "

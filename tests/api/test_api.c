@@ -711,43 +711,55 @@ static float bf_v(int j) {
     return 1.0f / 3.0f + (float)(j % 97) * 0x1p-12f;
 }
 
+static int bf16_buckets; /* test_api bf16_buckets: four buffers, buckets of 64 bytes */
+
 static int bf16_node(const char *ini, long id) {
     model m = {{0}, 0, 0, 0, 0, 0};
-    const char *sets[] = {"cluster.wire=bf16", "train.nonfinite=skip", NULL};
+    const char *sets[] = {"cluster.wire=bf16", "train.nonfinite=skip",
+                          bf16_buckets ? "train.bucket_bytes=64" : NULL, NULL};
     hetring *h = open_node(ini, id, sets, &m);
     if (!h) return 1;
+    /* buckets of 40 KB each: above what the ring sends as one small message in float32 */
+    const int N = bf16_buckets ? 4 * 10000 : BF_N, Q = N / 4;
     int st;
-    float *g = malloc(BF_N * sizeof *g);
-    double *total = calloc(BF_N, sizeof *total);
+    float *g = malloc(N * sizeof *g);
+    double *total = calloc(N, sizeof *total);
     if (!g || !total) return 1;
-    float *bufs[1] = {g};
-    size_t counts[1] = {BF_N};
-    long applied = 0, skipped = 0;
+    float *bufs[4] = {g, g + Q, g + 2 * Q, g + 3 * Q};
+    size_t counts[4] = {Q, Q, Q, N - 3 * Q};
+    if (!bf16_buckets) counts[0] = N;
+    const int nb = bf16_buckets ? 4 : 1;
+    long applied = 0, skipped = 0, overlapped = 0;
     uint64_t hash = 0;
     hetring_batch b;
     while ((st = hetring_next(h, &b)) == HETRING_OK) {
-        hetring_grads gr = {.bufs = bufs, .counts = counts, .n_bufs = 1};
-        for (int j = 0; j < BF_N; j++) g[j] = bf_v(j) * (float)b.batch;
+        hetring_grads gr = {.bufs = bufs, .counts = counts, .n_bufs = nb};
+        for (int j = 0; j < N; j++) g[j] = bf_v(j) * (float)b.batch;
         if (b.iter == BF_INF && id == 1) g[5] = INFINITY;
         gr.compute_s = 1e-4;
         gr.loss_sum = (double)b.batch;
         gr.param_hash = b.check_hash ? hash : 0;
+        /* the buffers as backward finishes them, last first (node 2 leaves it to the step) */
+        for (int i = nb - 1; bf16_buckets && id != 2 && i >= 0; i--)
+            CHECK(hetring_ready(h, &gr, i) == HETRING_OK, "node %ld: ready %d: %s", id, i,
+                  hetring_last_error(h));
         hetring_result r = {0};
         st = hetring_step(h, &gr, &r);
+        overlapped += r.buckets > 1;
         if (st == HETRING_SKIPPED) {
             skipped++;
             continue;
         }
         if (st != HETRING_OK) break;
-        for (int j = 0; j < BF_N; j++) total[j] += g[j];
-        hash = hetring_hash(total, BF_N * sizeof *total, 0);
+        for (int j = 0; j < N; j++) total[j] += g[j];
+        hash = hetring_hash(total, N * sizeof *total, 0);
         applied++;
     }
     double worst = 0, mean_one = 0; /* the totals' error, and one step's, relative to v */
-    for (int j = 0; j < BF_N; j++) {
+    for (int j = 0; j < N; j++) {
         double want = (double)applied * bf_v(j), e = fabs(total[j] - want) / bf_v(j);
         if (!(e <= worst)) worst = e;
-        mean_one += fabs((double)g[j] - bf_v(j)) / bf_v(j) / BF_N;
+        mean_one += fabs((double)g[j] - bf_v(j)) / bf_v(j) / N;
     }
     printf("node %ld: %ld steps applied, %ld skipped; the totals within %.3g of the exact ones "
            "(relative to v); the last step alone %.3g off on average\n",
@@ -763,6 +775,8 @@ static int bf16_node(const char *ini, long id) {
           id, worst);
     CHECK(mean_one > 1e-5, "node %ld: the results are exact (%.3g): bf16 did not take effect", id,
           mean_one);
+    CHECK(bf16_buckets ? overlapped == applied + skipped : overlapped == 0,
+          "node %ld: %ld of %ld steps went in buckets", id, overlapped, applied + skipped);
     free(g), free(total);
     hetring_free(h);
     return check_exit();
@@ -1041,8 +1055,10 @@ static int resume(const char *dir, int port) {
 
 int main(int argc, char **argv) {
     if (argc < 2) {
-        fprintf(stderr, "usage: test_api misuse|text|ring|rejoin|leave|overlap|overlap_rejoin|plan|"
-                        "resume|leave_open|nonfinite|nonfinite_skip|bf16|powersgd|auto_flush\n");
+        fprintf(
+            stderr,
+            "usage: test_api misuse|text|ring|rejoin|leave|overlap|overlap_rejoin|plan|"
+            "resume|leave_open|nonfinite|nonfinite_skip|bf16|bf16_buckets|powersgd|auto_flush\n");
         return 2;
     }
     signal(SIGPIPE, SIG_IGN);
@@ -1055,6 +1071,7 @@ int main(int argc, char **argv) {
     if (strcmp(argv[1], "plan") == 0) rc = plan(dir, port);
     if (strcmp(argv[1], "nonfinite") == 0) rc = nonfinite(dir, port);
     if (strcmp(argv[1], "bf16") == 0) rc = bf16(dir, port);
+    if (strcmp(argv[1], "bf16_buckets") == 0) bf16_buckets = 1, rc = bf16(dir, port);
     if (strcmp(argv[1], "powersgd") == 0) rc = powersgd(dir, port);
     if (strcmp(argv[1], "auto_flush") == 0) rc = auto_flush(dir, port);
     if (strcmp(argv[1], "nonfinite_skip") == 0) nonfinite_skip = 1, rc = nonfinite(dir, port);
