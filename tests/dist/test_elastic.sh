@@ -49,6 +49,8 @@
 #            view fail to form: a node killed while a view forms, and back before the next one,
 #            leaves no trace in "left") plus 1 s; when it is not, every kill, restart and log
 #            line from half a second before the pause to half a second after it is printed
+# With BUCKETS=N the gradient goes in buckets of N bytes or more during backward ([train]
+# bucket_bytes; with WIRE=bf16 the nodes must say "bf16 buckets").
 # With WIRE=bf16 or powersgd the cluster's gradients go that way ([cluster] wire): the nodes
 # must say so, and the losses follow the one-node float32 run within the wire's bound (window
 # means, not the iteration-by-iteration bound of float32). With EMU=ID:MS in the environment, node ID is a GPU node (device = cuda:0) whose GPU is the
@@ -76,6 +78,9 @@ policy = proportional
 EOF
   if [ -n "${WIRE:-}" ]; then # the gradient's wire format ([cluster] wire)
     sed -i "/^\[cluster\]\$/a wire = $WIRE" "$1"
+  fi
+  if [ -n "${BUCKETS:-}" ]; then # buckets of this size during backward ([train] bucket_bytes)
+    sed -i "/^\[train\]\$/a bucket_bytes = $BUCKETS" "$1"
   fi
   if [ -n "${EMU:-}" ] && [ "$2" -gt 1 ]; then # node ${EMU%%:*} is a GPU node
     sed -i "/^\[node\.${EMU%%:*}\]\$/a device = cuda:0" "$1"
@@ -629,7 +634,8 @@ if [ -n "${EMU:-}" ]; then
 fi
 if [ -n "${WIRE:-}" ]; then
   grep -h "gradient path: " "$tmp"/n*.log | sort -u | cut -c1-120
-  grep -qh "gradient path: $WIRE" "$tmp"/n*.log || fail "no node says its gradient path is $WIRE"
+  want="$WIRE${BUCKETS:+ buckets}" # with BUCKETS, bf16 goes in buckets
+  grep -qhE "gradient path: $want( \(|\$)" "$tmp"/n*.log || fail "no node says its gradient path is $want"
 fi
 if [ "${HETRING_ELECT:-}" = bounded ]; then
   for f in "$tmp"/n[0-9]*.log; do
