@@ -240,11 +240,17 @@ static hr_status psgd_alloc(grad_xfer *x, size_t tail) {
     return HR_OK;
 }
 
-/* Q from the seed at a view's first step (every member of the view does the same). */
+/* Q from the seed at a view's first step (every member of the view does the same), or, at
+ * the first one after a resume, the checkpoint's (checked to fit by the plan). */
 static void psgd_start_view(grad_psgd *s, uint64_t epoch) {
     if (s->q_ready && s->epoch == epoch) return;
-    for (int k = 0; k < s->n_mats; k++)
-        psgd_init_q(s->q + s->mats[k].q_at, s->mats[k].m.cols, s->r, s->seed, epoch, k);
+    if (s->resume && s->n_resume == s->n_q)
+        memcpy(s->q, s->resume, sizeof *s->q * s->n_q);
+    else
+        for (int k = 0; k < s->n_mats; k++)
+            psgd_init_q(s->q + s->mats[k].q_at, s->mats[k].m.cols, s->r, s->seed, epoch, k);
+    free(s->resume);
+    s->resume = NULL;
     s->epoch = epoch, s->q_ready = 1;
 }
 
@@ -355,14 +361,36 @@ hr_status grad_xfer_resume(grad_xfer *x, const float *r, size_t n) {
     return HR_OK;
 }
 
+const float *grad_xfer_q(const grad_xfer *x, size_t *n) {
+    const grad_psgd *s = &x->psgd;
+    if (s->q_ready) return *n = s->n_q, s->q;
+    return *n = s->n_resume, s->resume;
+}
+
+hr_status grad_xfer_resume_q(grad_xfer *x, const float *q, size_t n) {
+    float *c = NULL;
+    if (n) {
+        if (!(c = malloc(n * sizeof *c))) return HR_ERR_NOMEM;
+        memcpy(c, q, n * sizeof *c);
+    }
+    free(x->psgd.resume);
+    x->psgd.resume = c, x->psgd.n_resume = n;
+    return HR_OK;
+}
+
+int grad_xfer_q_fits(const grad_xfer *x) {
+    return !x->psgd.resume || x->psgd.n_resume == x->psgd.n_q;
+}
+
 void grad_xfer_free(grad_xfer *x) {
     free(x->wire), free(x->residual), free(x->dropped), free(x->resume);
     x->wire = NULL, x->residual = x->dropped = x->resume = NULL;
     x->pending = x->live = x->flushed = 0;
     grad_psgd *s = &x->psgd;
     free(s->q), free(s->q_next), free(s->local), free(s->qt), free(s->lt), free(s->send);
-    free(s->mats);
+    free(s->mats), free(s->resume);
     s->q = s->q_next = s->local = s->qt = s->lt = s->send = NULL, s->mats = NULL;
+    s->resume = NULL;
     s->send_cap = 0, s->q_ready = 0, s->n_mats = 0;
 }
 

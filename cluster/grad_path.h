@@ -39,7 +39,10 @@
  *            Q' = M^T P in a second; P Q'^T is the step, the same bits on every member. Error
  *            feedback as bf16's (the residual, its commit, checkpoint and resume); Q, the
  *            same on every member, starts from the seed at each view's first step and goes
- *            on from the last applied step's Q', so a joiner needs none sent
+ *            on from the last applied step's Q', so a joiner needs none sent; a checkpoint
+ *            records it, and a node resuming one starts its first view from it instead, so a
+ *            job cut in two where every node resumes its own ends bit for bit where the
+ *            uninterrupted job does
  *
  * The choice is one pure function of the view and the configuration (grad_view), the same on
  * every member, so every member calls the same collectives (I7). libhetring chooses at the
@@ -82,6 +85,8 @@ typedef struct {
     size_t send_cap;
     uint64_t epoch;   /* the view Q belongs to */
     int q_ready;      /* q holds a Q of view `epoch` */
+    float *resume;    /* a checkpoint's Q, the first view's instead of the seed's, or NULL */
+    size_t n_resume;  /* its floats */
 } grad_psgd;
 
 /* What the paths work on: the gradient's layout, its bucket plan and the communication
@@ -182,6 +187,16 @@ const float *grad_xfer_residual(const grad_xfer *x);
 /* Take up a checkpoint's residual r (n floats, copied) at the first bf16 or powersgd exchange, where it
  * must be n_grad floats. HR_ERR_NOMEM when the copy cannot be made. */
 hr_status grad_xfer_resume(grad_xfer *x, const float *r, size_t n);
+/* The powersgd path's Q as of the last applied step (n_q floats into *n), what a checkpoint
+ * records beside the residual so that a resumed job goes on where it stopped; a resumed one not
+ * taken up yet; or NULL (no powersgd step yet). */
+const float *grad_xfer_q(const grad_xfer *x, size_t *n);
+/* Take up a checkpoint's Q (n floats, copied) at the first powersgd step, in place of the
+ * seed's; it must be the plan's n_q floats (grad_xfer_q_fits); n = 0 drops one. HR_ERR_NOMEM
+ * when the copy cannot be made. */
+hr_status grad_xfer_resume_q(grad_xfer *x, const float *q, size_t n);
+/* Whether a resumed Q (if any) is the size of the plan's Q. */
+int grad_xfer_q_fits(const grad_xfer *x);
 /* Free what the paths allocated (after grad_xfer_stop). */
 void grad_xfer_free(grad_xfer *x);
 

@@ -636,6 +636,37 @@ int hetring_resume_residual(hetring *h, const float *r, size_t n) {
     return HETRING_OK;
 }
 
+long hetring_powersgd_q(const hetring *h, float *out, size_t n) {
+    size_t have = 0;
+    const float *q = h ? grad_xfer_q(&h->x, &have) : NULL;
+    if (!q || !have) return 0;
+    if (!out) return (long)have;
+    if (n != have) return -1;
+    memcpy(out, q, sizeof *out * n);
+    return (long)have;
+}
+
+int hetring_resume_powersgd_q(hetring *h, const float *q, size_t n) {
+    int us = usable(h);
+    if (us != HETRING_OK) return us;
+    if (!q || !n) return fail(h, HETRING_EINVAL, "hetring_resume_powersgd_q: no Q given");
+    if (h->cc.wire != CFG_WIRE_POWERSGD && h->cc.wire != CFG_WIRE_AUTO)
+        return fail(h, HETRING_EINVAL,
+                    "hetring_resume_powersgd_q: [cluster] wire = %s has no low-rank Q",
+                    cfg_wire_name(h->cc.wire));
+    if (h->x.n_bufs)
+        return fail(h, HETRING_EINVAL,
+                    "hetring_resume_powersgd_q: the first step was taken; give Q before it");
+    if (grad_xfer_resume_q(&h->x, q, n) != HR_OK)
+        return fail(h, HETRING_ENOMEM, "hetring_resume_powersgd_q: out of memory");
+    return HETRING_OK;
+}
+
+const float *hr_lib_powersgd_q(const hetring *h, size_t *n) {
+    *n = 0;
+    return h ? grad_xfer_q(&h->x, n) : NULL;
+}
+
 int hr_lib_resume_residual(hetring *h, const float *r, size_t n) {
     if (!h || !r || !h->app.n_grads || n != h->app.n_grads || h->cc.wire == CFG_WIRE_FP32)
         return HETRING_EINVAL;
@@ -861,6 +892,13 @@ static int plan_matrices(hetring *h, const char *fn) {
     }
     const grad_psgd *s = &h->x.psgd;
     const size_t sent = s->n_plain + s->n_p + s->n_q;
+    if (!grad_xfer_q_fits(&h->x)) { /* the first view then starts Q from the seed */
+        HR_WARN(TRAIN,
+                "powersgd: the resumed Q holds %zu floats, this plan's %zu (another model or "
+                "powersgd_rank?): starting Q from the seed",
+                s->n_resume, s->n_q);
+        (void)grad_xfer_resume_q(&h->x, NULL, 0);
+    }
     if (h->rank == 0 && kept == 0)
         HR_WARN(TRAIN,
                 "powersgd: none of the %d declared matrices would halve at rank %d (P and Q "

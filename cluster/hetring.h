@@ -277,6 +277,21 @@ HETRING_API long hetring_residual(const hetring *h, float *out, size_t n);
  * first step fails when n is not the floats of its buffers. */
 HETRING_API HETRING_RESULT int hetring_resume_residual(hetring *h, const float *r, size_t n);
 
+/* The powersgd wire's Q ([cluster] wire = powersgd, or auto once it took powersgd): the
+ * low-rank basis every node holds alike, as of the last applied step, for your checkpoint
+ * beside the residual. Unlike the residual it is replicated state: every node's checkpoint of
+ * the same iteration holds the same Q. Returns its floats, 0 where there is none (no powersgd
+ * step yet, and nothing resumed), and copies them into out unless out is NULL; -1 (nothing
+ * copied) when n is not that count. */
+HETRING_API long hetring_powersgd_q(const hetring *h, float *out, size_t n);
+/* Start the first view's Q from your checkpoint (n floats, copied) instead of the seed, before
+ * the first step: with every node resuming its own checkpoint (residual and Q), a job cut in
+ * two ends bit for bit where the uninterrupted one does. Later views start Q from the seed on
+ * every member (a joiner needs none sent). HETRING_EINVAL with a wire other than powersgd or
+ * auto, or after the first step; a Q of another size than the plan's is dropped with a
+ * warning (Q starts from the seed). */
+HETRING_API HETRING_RESULT int hetring_resume_powersgd_q(hetring *h, const float *q, size_t n);
+
 /* All-reduce g's buffers over the cluster with the stats of this node, check the agreement
  * hashes, run the controller and return the mean gradient in g->bufs and the next split.
  * HETRING_RETRY: a node failed and the others formed a new view (your put_state may have

@@ -69,6 +69,9 @@ int hr_lib_on_device(const hetring *h);
  * has none (wire = fp32, or no lossy step and nothing resumed). A checkpoint records it. */
 const float *hr_lib_residual(const hetring *h);
 
+/* The powersgd wire's Q as of the last applied step (*n floats; NULL and 0 where there is
+ * none), for the checkpoint (hetring_powersgd_q without the copy). */
+const float *hr_lib_powersgd_q(const hetring *h, size_t *n);
 /* Take up this node's residual from its own checkpoint (n = app.n_grads floats) before the
  * first step; the first bf16 or powersgd step adds it to its gradient. HETRING_EINVAL without
  * app.n_grads or with another n, or with wire = fp32. */

@@ -97,6 +97,23 @@ static hr_status resume_residual(hr_node *n, char *err, size_t errlen) {
     return HR_OK;
 }
 
+/* A resumed checkpoint's powersgd Q: replicated state, the same in every node's checkpoint
+ * of an iteration, so taken up whoever wrote it; the first view starts from it. */
+static hr_status resume_q(hr_node *n, char *err, size_t errlen) {
+    const trainer *t = n->t;
+    if (!t->resumed_q) return HR_OK;
+    if (n->c->wire != CFG_WIRE_POWERSGD && n->c->wire != CFG_WIRE_AUTO) {
+        HR_INFO(TRAIN, "the checkpoint holds a powersgd Q; [cluster] wire = %s has no use for it",
+                cfg_wire_name(n->c->wire));
+        return HR_OK;
+    }
+    if (hetring_resume_powersgd_q(n->h, t->resumed_q, t->resumed_n_q) != HETRING_OK)
+        return hr_fail(err, errlen, HR_ERR_NOMEM, "the checkpoint's Q: %s",
+                       hetring_last_error(n->h));
+    HR_INFO(TRAIN, "resumed the powersgd Q from the checkpoint (%zu floats)", t->resumed_n_q);
+    return HR_OK;
+}
+
 static hr_status save(void *user, char *err, size_t errlen) {
     hr_node *n = user;
     const char *ck = n->c->checkpoint;
@@ -213,6 +230,7 @@ static void view(void *ctx, train_view *v) {
                       .stats = n->stats,
                       .self_id = n->c->nodes[n->self].id,
                       .residual = hr_lib_residual(n->h)};
+    v->q = v->residual ? hr_lib_powersgd_q(n->h, &v->n_q) : NULL;
 }
 
 /* ================================================================ train_run's hooks */
@@ -364,6 +382,7 @@ hr_status hr_node_open(hr_node *n, const cfg *c, int self, trainer *t, const lon
     int st = hr_lib_open(&n->h, &o, &app, err, errlen);
     if (st != HETRING_OK) return status_of(st);
     HR_CHECK(resume_residual(n, err, errlen));
+    HR_CHECK(resume_q(n, err, errlen));
     /* the model computes its gradient into the library's buffer, after the stats tail: the
      * iteration's all-reduce then needs no copy */
     HR_CHECK(model_lend_grads(&t->m, hr_lib_grads(n->h), err, errlen));

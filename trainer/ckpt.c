@@ -5,7 +5,9 @@
  *   header: magic "HRCKPT\0\1" (8), version u32, crc32 u32 (of all bytes after this field),
  *           ckpt_meta (40), payload bytes u64
  *   payload: params f32[n], opt_state f32[n], split i64[n_nodes], and in version 2 a residual
- *            block, present or not: node i64, residual f32[n] (the payload's size says which)
+ *            block, present or not: node i64, residual f32[n] (the payload's size says which),
+ *            and in version 3 after a residual block a Q block, present or not: n_q u64,
+ *            Q f32[n_q] (the powersgd wire's)
  */
 #include "trainer/ckpt.h"
 #include "base/hr_log.h"
@@ -24,7 +26,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
-#define CKPT_VERSION 2u /* 1: no residual block; still read */
+#define CKPT_VERSION 3u /* 1: no residual block, 2: no Q block; both still read */
 static const char ckpt_magic[8] = {'H', 'R', 'C', 'K', 'P', 'T', 0, 1};
 
 typedef struct {
@@ -125,14 +127,17 @@ hr_status ckpt_save(const char *path, const ckpt_meta *meta, const float *params
     h.version = CKPT_VERSION;
     h.meta = *meta;
     size_t np = sizeof(float) * meta->n_params, ns = sizeof(int64_t) * meta->n_nodes;
-    const int has_res = res && res->data;
+    const int has_res = res && res->data, has_q = has_res && res->q && res->n_q;
     const size_t nr = has_res ? np : 0, nn = has_res ? sizeof res->node : 0;
-    h.payload = 2 * np + ns + nn + nr;
+    const size_t nq = has_q ? sizeof(float) * (size_t)res->n_q : 0,
+                 nqn = has_q ? sizeof res->n_q : 0;
+    h.payload = 2 * np + ns + nn + nr + nqn + nq;
     uint32_t crc = crc_more(0, &h.meta, sizeof h - offsetof(ckpt_header, meta));
     crc = crc_more(crc, params, np);
     crc = crc_more(crc, opt_state, np);
     crc = crc_more(crc, split, ns);
     if (has_res) crc = crc_more(crc_more(crc, &res->node, nn), res->data, nr);
+    if (has_q) crc = crc_more(crc_more(crc, &res->n_q, nqn), res->q, nq);
     h.crc = crc;
 
     char tmp[4200];
@@ -143,7 +148,8 @@ hr_status ckpt_save(const char *path, const ckpt_meta *meta, const float *params
                        strerror(errno));
     if (write_all(fd, &h, sizeof h) || write_all(fd, params, np) || write_all(fd, opt_state, np) ||
         write_all(fd, split, ns) || (has_res && write_all(fd, &res->node, nn)) ||
-        (has_res && write_all(fd, res->data, nr)) || fsync(fd)) {
+        (has_res && write_all(fd, res->data, nr)) || (has_q && write_all(fd, &res->n_q, nqn)) ||
+        (has_q && write_all(fd, res->q, nq)) || fsync(fd)) {
         int e = errno;
         close(fd);
         unlink(tmp);
@@ -185,7 +191,7 @@ static hr_status read_header(FILE *f, const char *path, ckpt_header *h, char *er
     if (fread(h, 1, sizeof *h, f) != sizeof *h || memcmp(h->magic, ckpt_magic, 8) != 0)
         return hr_fail(err, errlen, HR_ERR_DATA,
                        "%s is not a hetring checkpoint (wrong magic or too short)", path);
-    if (h->version != CKPT_VERSION && h->version != 1)
+    if (h->version < 1 || h->version > CKPT_VERSION)
         return hr_fail(err, errlen, HR_ERR_DATA, "checkpoint %s has version %u (expected 1 to %u)",
                        path, h->version, CKPT_VERSION);
     const ckpt_meta *m = &h->meta;
@@ -199,8 +205,10 @@ static hr_status read_header(FILE *f, const char *path, ckpt_header *h, char *er
                        (long long)fs.st_size);
     size_t np = sizeof(float) * m->n_params, ns = sizeof(int64_t) * m->n_nodes;
     const uint64_t with_res = 2 * np + ns + sizeof(int64_t) + np; /* version 2's residual block */
+    const int q_block = h->version >= 3 && h->payload > with_res + sizeof(uint64_t) &&
+                        (h->payload - with_res - sizeof(uint64_t)) % sizeof(float) == 0;
     if (m->n_nodes > 65536 ||
-        (h->payload != 2 * np + ns && (h->version < 2 || h->payload != with_res)))
+        (h->payload != 2 * np + ns && (h->version < 2 || (h->payload != with_res && !q_block))))
         return hr_fail(err, errlen, HR_ERR_DATA,
                        "checkpoint %s is corrupt: its header is inconsistent (payload %llu bytes)",
                        path, (unsigned long long)h->payload);
@@ -233,12 +241,15 @@ hr_status ckpt_load(const char *path, ckpt_meta *expect, float *params, float *o
     hr_status st = HR_OK;
     ckpt_header h;
     int64_t *sp = NULL;
-    float *buf = NULL;
+    float *buf = NULL, *q = NULL;
     st = read_header(f, path, &h, err, errlen);
     if (st != HR_OK) goto out;
     const ckpt_meta *m = &h.meta;
     size_t np = sizeof(float) * m->n_params, ns = sizeof(int64_t) * m->n_nodes;
     const size_t nr = h.payload > 2 * np + ns ? np : 0; /* a residual block (read_header) */
+    const uint64_t with_res = 2 * np + ns + sizeof(int64_t) + np;
+    const size_t nq = h.payload > with_res ? (size_t)(h.payload - with_res - sizeof(uint64_t)) : 0;
+    uint64_t n_q = 0;
     int64_t node = -1;
     uint32_t crc = crc_more(0, &h.meta, sizeof h - offsetof(ckpt_header, meta));
     /* read into scratch first: the caller's buffers change only for a verified file */
@@ -255,6 +266,20 @@ hr_status ckpt_load(const char *path, ckpt_meta *expect, float *params, float *o
                       out);
         HR_CHECK_GOTO(read_exact(f, (char *)buf + 2 * np, nr, &crc, path, "residual", err, errlen),
                       st, out);
+    }
+    if (nq) { /* at most the file's size (read_header), allocated only for what it holds */
+        HR_CHECK_GOTO(read_exact(f, &n_q, sizeof n_q, &crc, path, "Q", err, errlen), st, out);
+        if (n_q != nq / sizeof(float)) {
+            st = hr_fail(err, errlen, HR_ERR_DATA,
+                         "checkpoint %s is corrupt: its Q says %llu floats, the payload holds %zu",
+                         path, (unsigned long long)n_q, nq / sizeof(float));
+            goto out;
+        }
+        if (!(q = malloc(nq))) {
+            st = hr_fail(err, errlen, HR_ERR_NOMEM, "checkpoint %s: out of memory", path);
+            goto out;
+        }
+        HR_CHECK_GOTO(read_exact(f, q, nq, &crc, path, "Q", err, errlen), st, out);
     }
     if (fgetc(f) != EOF) {
         st = hr_fail(err, errlen, HR_ERR_DATA,
@@ -276,12 +301,15 @@ hr_status ckpt_load(const char *path, ckpt_meta *expect, float *params, float *o
     if (res) {
         res->node = nr ? node : -1;
         if (nr && res->data) memcpy(res->data, (char *)buf + 2 * np, nr);
+        res->q = q, res->n_q = q ? n_q : 0;
+        q = NULL; /* the caller's now */
     }
     expect->iter = m->iter;
     expect->n_nodes = m->n_nodes;
 out:
     free(buf);
     free(sp);
+    free(q);
     fclose(f);
     return st;
 }

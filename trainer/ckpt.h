@@ -2,9 +2,10 @@
  * ckpt.h: checkpoints of the training state.
  *
  * A checkpoint holds the iteration to run next, the parameters, the optimizer state and the
- * current batch split, behind a fixed header, and where the node that wrote it sends its
- * gradient bf16 on the wire ([cluster] wire = bf16), that node's error-feedback residual with
- * its id: the residual is the writer's own, so only the writer takes it up again. It is written
+ * current batch split, behind a fixed header, and where the node that wrote it sends a lossy
+ * gradient ([cluster] wire = bf16 or powersgd), that node's error-feedback residual with its
+ * id: the residual is the writer's own, so only the writer takes it up again; with powersgd
+ * also Q, which is the same on every node and taken up by whoever resumes. It is written
  * atomically: to a temporary file in the same directory, fsync'ed, renamed over the target, then
  * the directory is fsync'ed; a crash leaves either the old or the new checkpoint (and a temporary
  * file, which ckpt_prepare removes when the next run starts). A CRC-32 over header and payload
@@ -35,25 +36,32 @@ typedef struct {
  * when not, or when `path` exists and is not a regular file). */
 hr_status ckpt_prepare(const char *path, char *err, size_t errlen);
 
-/* A node's bf16 error-feedback residual: n_params floats, and the node they belong to. */
+/* A node's error-feedback residual (the bf16 or powersgd wire's): n_params floats, and the
+ * node they belong to; with powersgd also its Q, replicated state (every node's checkpoint of
+ * an iteration holds the same), written only beside a residual. */
 typedef struct {
     int64_t node; /* the id of the node whose roundings dropped it */
     float *data;  /* n_params floats; NULL: no residual */
+    float *q;     /* n_q floats of Q; NULL: none (ckpt_load allocates it: the caller frees) */
+    uint64_t n_q;
 } ckpt_residual;
 
 /* Write meta, params (n_params), opt_state (n_params), split (n_nodes) and, when res is not
- * NULL and res->data is set, the residual (n_params) to `path`. */
+ * NULL and res->data is set, the residual (n_params) and, when res->q is set too, Q (n_q) to
+ * `path`. */
 hr_status ckpt_save(const char *path, const ckpt_meta *meta, const float *params,
                     const float *opt_state, const int64_t *split, const ckpt_residual *res,
                     char *err, size_t errlen);
 
 /* Read `path` into params, opt_state and split (each sized as in `expect`) and, when the file
  * holds a residual and res is not NULL, into res->data (n_params floats, the caller's) with
- * res->node; a file without one sets res->node to -1 and leaves res->data alone. Refuses a file
+ * res->node, and its Q (when it holds one) into res->q, allocated (the caller frees; NULL and
+ * n_q 0 without one); a file without a residual sets res->node to -1 and leaves res->data
+ * alone. Refuses a file
  * whose model, n_params, seed or global batch differ from `expect` (HR_ERR_MISMATCH), a bad
  * or truncated file (HR_ERR_DATA). On success expect->iter and expect->n_nodes hold the
  * file's values; a file with a different n_nodes leaves `split` alone. Version 1 files (before
- * residuals) are read as files without one. */
+ * residuals) are read as files without one, version 2 files (before Q) as files without Q. */
 hr_status ckpt_load(const char *path, ckpt_meta *expect, float *params, float *opt_state,
                     int64_t *split, int max_nodes, ckpt_residual *res, char *err, size_t errlen);
 

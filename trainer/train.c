@@ -90,8 +90,8 @@ void train_free(trainer *t) {
     free(t->x);
     free(t->y);
     free(t->t);
-    free(t->resumed_residual);
-    t->x = t->t = t->resumed_residual = NULL;
+    free(t->resumed_residual), free(t->resumed_q);
+    t->x = t->t = t->resumed_residual = t->resumed_q = NULL;
     t->y = NULL;
 }
 
@@ -287,7 +287,8 @@ hr_status train_save(trainer *t, const char *path, char *err, size_t errlen) {
     train_view v;
     train_view_of(t, &v);
     ckpt_meta m = meta_of(t, v.n);
-    ckpt_residual res = {.node = v.self_id, .data = (float *)v.residual};
+    ckpt_residual res = {
+        .node = v.self_id, .data = (float *)v.residual, .q = (float *)v.q, .n_q = v.n_q};
     return ckpt_save(path, &m, t->m.params, t->opt.vel, (const int64_t *)v.split,
                      v.residual ? &res : NULL, err, errlen);
 }
@@ -304,6 +305,8 @@ hr_status train_load(trainer *t, const char *path, long *split, int n_nodes, int
                        errlen));
     t->resumed_node = (long)res.node;
     if (res.node < 0) free(t->resumed_residual), t->resumed_residual = NULL;
+    free(t->resumed_q);
+    t->resumed_q = res.q, t->resumed_n_q = (size_t)res.n_q;
     t->iter = (long)m.iter;
     if (recorded) *recorded = split && m.n_nodes == (uint32_t)n_nodes; /* ckpt_load copied it */
     hr_status st = train_sync_device(t);

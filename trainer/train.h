@@ -96,6 +96,8 @@ typedef struct {
     long self_id;            /* this node's id (-1 alone) */
     const float *residual;   /* (n_params) this node's bf16 error-feedback residual, what a
                               * checkpoint records with self_id; NULL: none */
+    const float *q;          /* (n_q) the powersgd wire's Q, recorded beside it; NULL: none */
+    size_t n_q;
 } train_view;
 
 /* A peer: the distributed part of every iteration is run by the cluster node of
@@ -186,6 +188,8 @@ typedef struct {
     float *resumed_residual; /* (n_params) a resumed checkpoint's residual, for its node to take
                               * up (hr_node_open), or NULL */
     long resumed_node;       /* the node that residual is of (-1: none) */
+    float *resumed_q;        /* (resumed_n_q) a resumed checkpoint's powersgd Q, or NULL */
+    size_t resumed_n_q;
 } trainer;
 
 /* Load the data, build the model and optimizer from tc. Sets the BLAS thread count from
@@ -259,7 +263,7 @@ hr_status train_evaluate(trainer *t, double *loss, double *accuracy);
  * checkpoint's split is not the trainer's: train_load writes it to `split` (room for n_nodes
  * entries; NULL: not wanted) when it records one of n_nodes nodes, and says so in *recorded;
  * the controller adopts it (hr_node_open hands it to the library). Its residual goes to
- * t->resumed_residual and t->resumed_node, for hr_node_open too. */
+ * t->resumed_residual and t->resumed_node, its Q to t->resumed_q, for hr_node_open too. */
 hr_status train_save(trainer *t, const char *path, char *err, size_t errlen);
 hr_status train_load(trainer *t, const char *path, long *split, int n_nodes, int *recorded,
                      char *err, size_t errlen);

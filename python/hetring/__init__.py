@@ -288,6 +288,38 @@ class Node:
         if st != _lib.OK:
             self._fail(st)
 
+    def powersgd_q(self):
+        """The powersgd wire's Q as an array.array of float32, or None where there is none
+        (hetring.h, hetring_powersgd_q): replicated state, the same on every node, for the
+        checkpoint beside the residual."""
+        if not self._L.has_powersgd_q:
+            return None
+        n = self._L.hetring_powersgd_q(self._h, None, 0)
+        if n <= 0:
+            return None
+        buf = (ctypes.c_float * n)()
+        if self._L.hetring_powersgd_q(self._h, buf, n) != n:
+            return None
+        return array.array("f", bytes(buf))
+
+    def resume_powersgd_q(self, values):
+        """Start the first view's Q from a checkpoint's before the first step (hetring.h,
+        hetring_resume_powersgd_q); values: floats, as powersgd_q() gave them."""
+        if not self._L.has_powersgd_q:
+            raise Error(_lib.EINVAL, f"hetring: {self._L.path} has no hetring_resume_powersgd_q "
+                                     f"(a libhetring older than this package's)")
+        a = array.array("f", values)
+        buf = (ctypes.c_float * len(a)).from_buffer(a)
+        st = self._L.hetring_resume_powersgd_q(self._h, buf, len(a))
+        self._reraise()
+        if st != _lib.OK:
+            self._fail(st)
+
+    @property
+    def has_powersgd_q(self):
+        """The library hands out the powersgd Q (powersgd_q(), resume_powersgd_q())."""
+        return self._L.has_powersgd_q
+
     @property
     def has_residual(self):
         """The library hands out the residual (residual(), resume_residual())."""

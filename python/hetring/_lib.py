@@ -194,5 +194,12 @@ def load():
         lib.hetring_residual.argtypes = [h, ctypes.c_void_p, ctypes.c_size_t]
         lib.hetring_resume_residual.restype = ctypes.c_int
         lib.hetring_resume_residual.argtypes = [h, ctypes.c_void_p, ctypes.c_size_t]
+    # and the powersgd wire's Q, replicated state for checkpoints beside it
+    lib.has_powersgd_q = hasattr(lib, "hetring_powersgd_q")
+    if lib.has_powersgd_q:
+        lib.hetring_powersgd_q.restype = ctypes.c_long
+        lib.hetring_powersgd_q.argtypes = [h, ctypes.c_void_p, ctypes.c_size_t]
+        lib.hetring_resume_powersgd_q.restype = ctypes.c_int
+        lib.hetring_resume_powersgd_q.argtypes = [h, ctypes.c_void_p, ctypes.c_size_t]
     lib.path = path
     return lib

@@ -596,13 +596,23 @@ class Trainer:
         with torch.no_grad():
             load_state_bytes(self.model, self.optimizer, ck["state"], self.scheduler)
         self._resumed_residual = ck.get("residual")  # taken up once the node is open
+        self._resumed_q = ck.get("powersgd_q")
         return int(ck["iter"])
 
     def _resume_residual(self):
         """A checkpoint's error-feedback residual (wire = bf16 or powersgd): this node's own is
-        taken up again, another node's is not (it would be counted twice)."""
+        taken up again, another node's is not (it would be counted twice). Its powersgd Q is
+        replicated state: taken up whoever wrote it."""
         r, self._resumed_residual = getattr(self, "_resumed_residual", None), None
+        q, self._resumed_q = getattr(self, "_resumed_q", None), None
         log = logging.getLogger("hetring.torch")
+        if q is not None and getattr(self.node, "has_powersgd_q", False):
+            try:
+                self.node.resume_powersgd_q(q)
+                log.info("hetring.torch: resumed the powersgd Q from the checkpoint (%d floats)",
+                         len(q))
+            except hetring.Error as e:
+                log.info("hetring.torch: the checkpoint's powersgd Q is not taken up: %s", e)
         if r is None or not getattr(self.node, "has_residual", False):
             return
         if r["node"] != self.node.node_id:
@@ -626,6 +636,9 @@ class Trainer:
         res = self.node.residual() if getattr(self.node, "has_residual", False) else None
         if res is not None:  # this node's own: only this node takes it up again (_load)
             ck["residual"] = {"node": self.node.node_id, "values": res}
+            q = self.node.powersgd_q() if getattr(self.node, "has_powersgd_q", False) else None
+            if q is not None:  # replicated: any node takes it up again
+                ck["powersgd_q"] = q
         data = pickle.dumps(ck, protocol=4)
         tmp = f"{path}.tmp.{os.getpid()}"
         try:

@@ -184,6 +184,10 @@ static int misuse(const char *dir, int port) {
     CHECK(hetring_resume_residual(h, g, D) == HETRING_EINVAL &&
               strstr(hetring_last_error(h), "wire = fp32") && hetring_residual(h, NULL, 0) == 0,
           "a residual with wire = fp32: %s", hetring_last_error(h));
+    CHECK(hetring_resume_powersgd_q(h, g, D) == HETRING_EINVAL &&
+              strstr(hetring_last_error(h), "wire = fp32 has no low-rank Q") &&
+              hetring_powersgd_q(h, NULL, 0) == 0,
+          "a Q with wire = fp32: %s", hetring_last_error(h));
     CHECK(hetring_step(h, &gr, &r) == HETRING_OK && r.iter == 0, "first step");
     hetring_member mb[2] = {{-1, -1, -1}, {-1, -1, -1}};
     CHECK(hetring_members(h, mb, 2) == 1 && mb[0].id == 0 && mb[0].batch == BATCH &&
@@ -883,6 +887,15 @@ static int powersgd_node(const char *ini, long id) {
           "node %ld: the residual holds %ld floats (expected %d), or its copy is wrong", id, nres,
           N);
     free(res);
+    /* Q for a checkpoint: cols x r of the one matrix compressed */
+    float q[(PS_C)*2];
+    CHECK(hetring_powersgd_q(h, NULL, 0) == PS_C * 2 && hetring_powersgd_q(h, q, PS_C) == -1 &&
+              hetring_powersgd_q(h, q, PS_C * 2) == PS_C * 2,
+          "node %ld: Q holds %ld floats (expected %d)", id, hetring_powersgd_q(h, NULL, 0),
+          PS_C * 2);
+    CHECK(hetring_resume_powersgd_q(h, q, PS_C * 2) == HETRING_EINVAL &&
+              strstr(hetring_last_error(h), "give Q before it"),
+          "node %ld: Q resumed after the first step: %s", id, hetring_last_error(h));
     CHECK(st == HETRING_DONE && applied == ITERS - 1 && skipped == 1 && refused == 1,
           "node %ld: ended with %d after %ld steps applied, %ld skipped, %ld refused: %s", id, st,
           applied, skipped, refused, hetring_last_error(h));

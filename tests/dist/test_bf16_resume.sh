@@ -10,9 +10,13 @@
 #  3. node 1 resumes from node 0's checkpoint (a copy: disks not shared): it must not take up
 #     node 0's residual (node 0's roundings dropped it, and node 0 takes it up itself), and says
 #     so; a float32 run resumed from a checkpoint with a residual says it has no use for it.
+# With WIRE=powersgd the same for the low-rank wire, whose checkpoints also hold Q (replicated:
+# every node takes it up, whoever wrote it); without Q the resumed job would start Q from the
+# seed and end elsewhere than the uninterrupted one.
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+WIRE=${WIRE:-bf16}
 write_conf "$tmp/c.ini" 3 20 <<EOF
-wire = bf16
+wire = $WIRE
 $(mlp_train 784,64,10 2048 48 120)
 seed = 11
 hash_interval = 1
@@ -31,7 +35,7 @@ run() {
 hash() { grep -ho '"param_hash":"[0-9a-f]*"' "$tmp/$1.m$2" | tail -1; }
 
 run ref 120
-grep -q "gradient path: bf16" "$tmp/ref.0.log" || fail "the reference does not send bf16: $(grep -h 'gradient path' "$tmp/ref.0.log")"
+grep -q "gradient path: $WIRE" "$tmp/ref.0.log" || fail "the reference does not send $WIRE: $(grep -h 'gradient path' "$tmp/ref.0.log")"
 ref=$(hash ref 0)
 echo "reference, 120 iterations in one run: $ref"
 
@@ -46,6 +50,9 @@ for id in 0 1 2; do
   grep -q "resumed from checkpoint .* at iteration 60" "$tmp/res.$id.log" || fail "node $id did not resume at iteration 60"
   grep -q "resumed this node's error-feedback residual from the checkpoint" "$tmp/res.$id.log" ||
     fail "node $id did not take its residual up again"
+  if [ "$WIRE" = powersgd ]; then
+    grep -q "resumed the powersgd Q from the checkpoint" "$tmp/res.$id.log" || fail "node $id did not take Q up"
+  fi
   h=$(hash res $id)
   echo "cut at 60 and resumed, node $id: $h"
   [ -n "$h" ] && [ "$h" = "$ref" ] || fail "node $id ends with other parameters than the uninterrupted run ($h, $ref)"
@@ -61,6 +68,9 @@ grep -q "the checkpoint's error-feedback residual is node 0's, not this node's: 
   fail "node 1 took up node 0's residual, or did not say it left it"
 grep -q "resumed this node's error-feedback residual" "$tmp/other.1.log" && fail "node 1 took up a residual"
 grep -q "resumed this node's error-feedback residual" "$tmp/other.0.log" || fail "node 0 did not take its own residual up"
+if [ "$WIRE" = powersgd ]; then # Q is the same in every node's checkpoint: node 1 takes node 0's
+  grep -q "resumed the powersgd Q from the checkpoint" "$tmp/other.1.log" || fail "node 1 did not take Q up"
+fi
 
 # a float32 run has no use for it
 cp "$tmp/keep.0.ckpt" "$tmp/f32.0.ckpt"
@@ -69,4 +79,8 @@ cp "$tmp/keep.2.ckpt" "$tmp/f32.2.ckpt"
 run f32 65 --set cluster.wire=fp32
 grep -q "the checkpoint holds an error-feedback residual; \[cluster\] wire = fp32 has no use for it" "$tmp/f32.0.log" ||
   fail "a float32 run does not say it leaves the residual: $(grep -h residual "$tmp/f32.0.log")"
+if [ "$WIRE" = powersgd ]; then
+  grep -q "the checkpoint holds a powersgd Q; \[cluster\] wire = fp32 has no use for it" "$tmp/f32.0.log" ||
+    fail "a float32 run does not say it leaves Q"
+fi
 finish

@@ -29,6 +29,7 @@ static void load(const uint8_t *data, size_t size) {
     char err[HR_ERRLEN];
     ckpt_residual res = {.data = resid};
     (void)ckpt_load(path, &expect, params, opt, split, FUZZ_CKPT_MAX_NODES, &res, err, sizeof err);
+    free(res.q); /* a Q block's, allocated by ckpt_load */
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {

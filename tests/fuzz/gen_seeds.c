@@ -123,6 +123,10 @@ int main(int argc, char **argv) {
     ckpt_residual res = {.node = 3, .data = resid};
     if (ckpt_save(path, &m, params, opt, split, &res, err, sizeof err) != HR_OK) die("ckpt", err);
     file_seed("ckpt", "residual", path, 0, 0);
+    float q[6] = {0.5f, -0.25f, 1.0f, 0.0f, 2.0f, -1.5f};
+    res.q = q, res.n_q = 6;
+    if (ckpt_save(path, &m, params, opt, split, &res, err, sizeof err) != HR_OK) die("ckpt", err);
+    file_seed("ckpt", "residual_q", path, 0, 0);
     m.n_nodes = 2, m.seed = 43;
     if (ckpt_save(path, &m, params, opt, split, NULL, err, sizeof err) != HR_OK) die("ckpt", err);
     file_seed("ckpt", "other_run", path, 0, 0);

@@ -33,6 +33,8 @@
                             Trainer.save checkpoint: resumed from their own files the nodes end
                             with the uninterrupted run's parameters bit for bit; node 2 from
                             node 0's file leaves that residual, says so, and ends elsewhere
+    test_torch.py resume_powersgd  the same with wire = powersgd, whose checkpoints also hold
+                            Q (replicated: node 2 takes node 0's)
     test_torch.py leave     SIGTERM to node 2 (Trainer leave_on): it leaves at a boundary and
                             exits 0, the others finish as two without a retry; a child forked
                             after leave_on has the default SIGTERM handler (a loader worker
@@ -305,14 +307,17 @@ def resume(d, port):
     check("is not a checkpoint of Trainer.save" in p.log.read(), "the error names the file")
 
 
-def resume_bf16(d, port):
+def resume_bf16(d, port, wire="bf16"):
     """The error-feedback residual in Trainer.save's checkpoints ([cluster] wire = bf16, static
     batches): every node saves its own after 15 of 30 iterations, and a run resumed by every
     node from its own file ends with the uninterrupted run's parameters, bit for bit (each
     node took its residual up again, and says so); node 2 resumed from node 0's file leaves
-    that residual and says so, and the run then ends elsewhere (the residual carried weight)."""
+    that residual and says so, and the run then ends elsewhere (the residual carried weight).
+    With wire = powersgd (resume_powersgd) the files also hold Q, which every node takes up,
+    node 2 from node 0's file too (replicated state)."""
     # 12,804 floats: above what the ring sends as one small float32 message
-    sets = ("--set", "cluster.wire=bf16", "--set", "controller.policy=static", "--hidden", "512")
+    sets = ("--set", f"cluster.wire={wire}", "--set", "controller.policy=static", "--hidden",
+            "512")
     ini = write_ini(d, "resume.ini", [1, 1, 1], port)
     ck = [os.path.join(d, f"ck{k}.pt") for k in range(3)]
     full = [result(p) for p in [start(ini, k, d, *sets, "--save-at", "15", ck[k])
@@ -340,6 +345,15 @@ def resume_bf16(d, port):
     check(other[0]["hash"] != full[0]["hash"],
           "without node 2's residual the run ends where it did with it: the residual carried "
           "nothing")
+    if wire == "powersgd":
+        took_q = [("resumed the powersgd Q from the checkpoint" in t) for t in logs]
+        print(f"Q taken up: {took_q}")
+        check(all(took_q), "a node did not take Q up (node 2 from node 0's file included)")
+
+
+def resume_powersgd(d, port):
+    """resume_bf16 with wire = powersgd: the residual and Q in every checkpoint."""
+    resume_bf16(d, port, "powersgd")
 
 
 def leave(d, port):
@@ -382,7 +396,8 @@ def main():
         with tempfile.TemporaryDirectory(prefix="hetring-py.") as d:
             {"split": split, "dtype": dtype, "rejoin": rejoin, "workers": workers,
              "overlap": overlap, "resume": resume, "leave": leave,
-             "powersgd": powersgd, "resume_bf16": resume_bf16}[sys.argv[1]](d, port)
+             "powersgd": powersgd, "resume_bf16": resume_bf16,
+             "resume_powersgd": resume_powersgd}[sys.argv[1]](d, port)
     finally:
         kill_all()
         os.rmdir(claim)

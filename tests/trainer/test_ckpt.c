@@ -11,6 +11,8 @@
  *    one reads as node -1 and leaves the caller's buffer alone; a version 1 file (before the
  *    block) still loads, one with a block declared version 1 does not, and a cut block is
  *    refused with every buffer unchanged;
+ *  - the powersgd Q block after the residual: read back bit for bit; refused in a version 2
+ *    file and with a count that disagrees with the payload;
  *  - refusal: corrupt, truncated, padded or foreign-version files, and checkpoints of runs
  *    with another seed, global batch, model shape or model kind, are refused with a message
  *    that names the file and the reason, and leave every parameter, the whole optimizer state,
@@ -250,9 +252,10 @@ static void test_refusal(void) {
         snprintf(what, sizeof what, "byte %ld flipped", flips[k]);
         refused(&t, &s, bad, HR_ERR_DATA, what, (const char *const[]){"corrupt", NULL});
     }
-    bytes[8] ^= 1; /* the version field, outside the checksum */
+    const char version = bytes[8];
+    bytes[8] = 0x7f; /* the version field, outside the checksum: a version from the future */
     spit(bad, bytes, len);
-    bytes[8] ^= 1;
+    bytes[8] = version;
     refused(&t, &s, bad, HR_ERR_DATA, "other version", (const char *const[]){"version", NULL});
     const long cuts[] = {0, 30, 64 + 4 * n, len - 1};
     for (size_t k = 0; k < sizeof cuts / sizeof cuts[0]; k++) {
@@ -373,9 +376,58 @@ static void test_residual(void) {
     free(b);
 }
 
+/* The powersgd Q block: after the residual, read back bit for bit into a buffer ckpt_load
+ * allocates; a version 2 file (before the block) with one is refused, one without still loads
+ * with no Q; a Q whose count disagrees with the payload is refused, and a refused file changes
+ * nothing of the caller's. */
+static void test_q(void) {
+    enum { N = 11, NQ = 6 };
+    char path[96], err[HR_ERRLEN] = "";
+    snprintf(path, sizeof path, "%s/q.ckpt", dir);
+    float p[N], v[N], r[N], q[NQ], p2[N], v2[N], r2[N];
+    for (int i = 0; i < N; i++) p[i] = (float)i, v[i] = 0.5f * (float)i, r[i] = 1e-3f * (float)i;
+    for (int i = 0; i < NQ; i++) q[i] = 1.0f / (float)(i + 1);
+    int64_t split[2] = {50, 50}, split2[2];
+    ckpt_meta m = {9, N, 11, 100, CFG_MODEL_MLP, 2}, got = m;
+    ckpt_residual res = {.node = 4, .data = r, .q = q, .n_q = NQ}, back = {.data = r2};
+    CHECK(ckpt_save(path, &m, p, v, split, &res, err, sizeof err) == HR_OK, "%s", err);
+    CHECK(ckpt_load(path, &got, p2, v2, split2, 2, &back, err, sizeof err) == HR_OK, "%s", err);
+    CHECK(back.node == 4 && back.q && back.n_q == NQ && memcmp(back.q, q, sizeof q) == 0 &&
+              memcmp(r, r2, sizeof r) == 0,
+          "Q did not come back (%llu floats)", (unsigned long long)back.n_q);
+    free(back.q);
+    long len;
+    char *b = slurp(path, &len);
+    CHECK(b != NULL, "read %s", path);
+    b[8] = 2; /* version 2 knew no Q block: the payload then disagrees with the header */
+    spit(path, b, len);
+    back.q = NULL;
+    CHECK(ckpt_load(path, &got, p2, v2, split2, 2, &back, err, sizeof err) == HR_ERR_DATA &&
+              strstr(err, "corrupt") && !back.q,
+          "a version 2 file with a Q block: %s", err);
+    b[8] = 3;
+    const long at = len - (long)sizeof q - 8; /* n_q, outside nothing: the checksum covers it */
+    b[at] = NQ + 1;
+    spit(path, b, len);
+    memcpy(p2, v, sizeof p2);
+    CHECK(ckpt_load(path, &got, p2, v2, split2, 2, &back, err, sizeof err) == HR_ERR_DATA &&
+              strstr(err, "its Q says 7 floats") && !back.q && memcmp(p2, v, sizeof p2) == 0,
+          "a Q count that disagrees with the payload: %s", err);
+    free(b);
+    res.q = NULL; /* without Q: none comes back */
+    CHECK(ckpt_save(path, &m, p, v, split, &res, err, sizeof err) == HR_OK, "%s", err);
+    back.q = q, back.n_q = 99;
+    CHECK(ckpt_load(path, &got, p2, v2, split2, 2, &back, err, sizeof err) == HR_OK && !back.q &&
+              back.n_q == 0 && back.node == 4,
+          "a file without Q: %s", err);
+    printf("Q: saved beside the residual and read back; a version 2 file with it and a wrong "
+           "count refused (%s)\n",
+           err);
+}
+
 int main(int argc, char **argv) {
     (void)argc;
     static void (*const cases[])(void) = {test_atomic_save, test_refusal, test_unwritable,
-                                          test_residual, NULL};
+                                          test_residual,    test_q,       NULL};
     return tmpdir_main(argv, dir, sizeof dir, cases);
 }
