@@ -609,14 +609,19 @@ const float *hr_lib_residual(const hetring *h) {
     return h ? grad_xfer_residual(&h->x) : NULL;
 }
 
-long hetring_residual(const hetring *h, float *out, size_t n) {
-    const float *r = h ? grad_xfer_residual(&h->x) : NULL;
-    if (!r) return 0;
-    const size_t have = h->x.residual ? h->x.n_grad : h->x.n_resume;
+/* hetring_residual's and hetring_powersgd_q's contract: `have` floats at src (0 without
+ * any), their count, copied into out unless out is NULL; -1 when n is not that count. */
+static long copy_out(const float *src, size_t have, float *out, size_t n) {
+    if (!src || !have) return 0;
     if (!out) return (long)have;
     if (n != have) return -1;
-    memcpy(out, r, sizeof *out * n);
+    memcpy(out, src, sizeof *out * n);
     return (long)have;
+}
+
+long hetring_residual(const hetring *h, float *out, size_t n) {
+    const float *r = h ? grad_xfer_residual(&h->x) : NULL;
+    return copy_out(r, r ? (h->x.residual ? h->x.n_grad : h->x.n_resume) : 0, out, n);
 }
 
 int hetring_resume_residual(hetring *h, const float *r, size_t n) {
@@ -639,11 +644,7 @@ int hetring_resume_residual(hetring *h, const float *r, size_t n) {
 long hetring_powersgd_q(const hetring *h, float *out, size_t n) {
     size_t have = 0;
     const float *q = h ? grad_xfer_q(&h->x, &have) : NULL;
-    if (!q || !have) return 0;
-    if (!out) return (long)have;
-    if (n != have) return -1;
-    memcpy(out, q, sizeof *out * n);
-    return (long)have;
+    return copy_out(q, have, out, n);
 }
 
 int hetring_resume_powersgd_q(hetring *h, const float *q, size_t n) {

@@ -261,19 +261,33 @@ class Node:
         self._counts = (ctypes.c_size_t * n)(*[c for _, c in buffers])
         g.bufs, g.counts, g.n_bufs = self._bufs, self._counts, n
 
+    def _floats_out(self, fn):
+        """The floats a hetring_residual-like call hands out, as an array.array of float32,
+        or None where there are none."""
+        n = fn(self._h, None, 0)
+        if n <= 0:
+            return None
+        buf = (ctypes.c_float * n)()
+        if fn(self._h, buf, n) != n:
+            return None
+        return array.array("f", bytes(buf))
+
+    def _floats_in(self, fn, values):
+        """values (floats) to a hetring_resume_residual-like call; its failure raised."""
+        a = array.array("f", values)
+        buf = (ctypes.c_float * len(a)).from_buffer(a)
+        st = fn(self._h, buf, len(a))
+        self._reraise()
+        if st != _lib.OK:
+            self._fail(st)
+
     def residual(self):
         """This node's error-feedback residual (wire = bf16 or powersgd) as an array.array of
         float32, or None where it has none (hetring.h, hetring_residual): this node's own, for its
         checkpoint; give it back with resume_residual() to this node only."""
         if not self._L.has_residual:
             return None
-        n = self._L.hetring_residual(self._h, None, 0)
-        if n <= 0:
-            return None
-        buf = (ctypes.c_float * n)()
-        if self._L.hetring_residual(self._h, buf, n) != n:
-            return None
-        return array.array("f", bytes(buf))
+        return self._floats_out(self._L.hetring_residual)
 
     def resume_residual(self, values):
         """Take up this node's residual from its checkpoint before the first step (hetring.h,
@@ -281,12 +295,7 @@ class Node:
         if not self._L.has_residual:
             raise Error(_lib.EINVAL, f"hetring: {self._L.path} has no hetring_resume_residual "
                                      f"(a libhetring older than this package's)")
-        a = array.array("f", values)
-        buf = (ctypes.c_float * len(a)).from_buffer(a)
-        st = self._L.hetring_resume_residual(self._h, buf, len(a))
-        self._reraise()
-        if st != _lib.OK:
-            self._fail(st)
+        self._floats_in(self._L.hetring_resume_residual, values)
 
     def powersgd_q(self):
         """The powersgd wire's Q as an array.array of float32, or None where there is none
@@ -294,13 +303,7 @@ class Node:
         checkpoint beside the residual."""
         if not self._L.has_powersgd_q:
             return None
-        n = self._L.hetring_powersgd_q(self._h, None, 0)
-        if n <= 0:
-            return None
-        buf = (ctypes.c_float * n)()
-        if self._L.hetring_powersgd_q(self._h, buf, n) != n:
-            return None
-        return array.array("f", bytes(buf))
+        return self._floats_out(self._L.hetring_powersgd_q)
 
     def resume_powersgd_q(self, values):
         """Start the first view's Q from a checkpoint's before the first step (hetring.h,
@@ -308,12 +311,7 @@ class Node:
         if not self._L.has_powersgd_q:
             raise Error(_lib.EINVAL, f"hetring: {self._L.path} has no hetring_resume_powersgd_q "
                                      f"(a libhetring older than this package's)")
-        a = array.array("f", values)
-        buf = (ctypes.c_float * len(a)).from_buffer(a)
-        st = self._L.hetring_resume_powersgd_q(self._h, buf, len(a))
-        self._reraise()
-        if st != _lib.OK:
-            self._fail(st)
+        self._floats_in(self._L.hetring_resume_powersgd_q, values)
 
     @property
     def has_powersgd_q(self):
