@@ -183,7 +183,7 @@ static hr_status feedback_alloc(grad_xfer *x) {
 static hr_status take_residual(grad_xfer *x, size_t lo, size_t hi) {
     if (x->resume) HR_CHECK(feedback_alloc(x));
     if (!x->live) return HR_OK;
-    for (size_t i = lo; i < hi; i++) x->grads[i] += x->residual[i];
+    add_residual(x, lo, hi);
     x->flushed = 1;
     return HR_OK;
 }

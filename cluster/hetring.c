@@ -1163,9 +1163,8 @@ static void tune_links(hetring *h) {
     for (int k = 0; k < h->size; k++) h->facts[k] = h->gathered[k].machine;
     link_choice c;
     char why[384];
-    if (!link_tune(h->facts, h->size, ring_tree_bytes(h->d.r), h->cc.bucket_bytes,
-                   h->counts, h->x.n_bufs, &c, why,
-                   sizeof why))
+    if (!link_tune(h->facts, h->size, ring_tree_bytes(h->d.r), h->cc.bucket_bytes, h->counts,
+                   h->x.n_bufs, &c, why, sizeof why))
         return; /* a member without its probe yet (it probed after its all-reduce) */
     h->link_state = LINK_DONE;
     ring_set_tree_cut(h->d.r, c.tree_cut);
