@@ -10,12 +10,16 @@ Four variants of one job, each 4 local processes on loopback, equal batches, no 
     hr-psgd    hetring.torch, [cluster] wire = powersgd, powersgd_rank = R
 
 The model is an MLP (default 784-512-512-10) trained with SGD and momentum on a synthetic
-set labelled by a random teacher MLP (learnable, not separable at once), global batch B. Each
+set labelled by a random teacher MLP (learnable, not separable at once), global batch B; with
+--model resnet18, torchvision's ResNet-18 on 32x32x3 images (a class template plus noise, as
+examples/torch/resnet.py makes them; BatchNorm as each system keeps it by default: DDP
+broadcasts rank 0's buffers, hetring.torch averages them). Each
 variant's mean training loss over windows of its iterations and its held-out loss and accuracy
 are printed as a table, and the loss each compressed variant adds over its own float32 run:
 what the issue compares ("PowerSGD within what DDP's PowerSGD hook loses").
 
-    powersgd_loss.py [--iters N] [--batch B] [--rank R] [--layers L] [--port P] [--json FILE]
+    powersgd_loss.py [--iters N] [--batch B] [--rank R] [--layers L] [--model mlp|resnet18]
+                     [--lr LR] [--port P] [--json FILE]
 """
 import argparse
 import json
@@ -41,6 +45,29 @@ def data(layers, seed=11):
     return x[:N_TRAIN], y[:N_TRAIN], x[N_TRAIN:], y[N_TRAIN:]
 
 
+def images(n=2400, n_eval=500, seed=5, classes=10):
+    """resnet.py's synthetic set: a class template plus noise, the same in every process."""
+    import torch
+    g = torch.Generator().manual_seed(seed)
+    y = torch.randint(0, classes, (n + n_eval,), generator=g)
+    templates = torch.randn(classes, 3, 32, 32, generator=g)
+    x = 0.5 * templates[y] + torch.randn(n + n_eval, 3, 32, 32, generator=g)
+    return x[:n], y[:n], x[n:], y[n:]
+
+
+def setup(a):
+    """The data and a fresh model (the same initial weights in every process)."""
+    import torch
+    if a.model == "resnet18":
+        import torchvision
+        x, y, xt, yt = images()
+        torch.manual_seed(1)
+        return x, y, xt, yt, torchvision.models.resnet18(num_classes=10)
+    layers = [int(s) for s in a.layers.split(",")]
+    x, y, xt, yt = data(layers)
+    return x, y, xt, yt, mlp(layers)
+
+
 def mlp(layers):
     import torch
     torch.manual_seed(1)
@@ -54,6 +81,7 @@ def mlp(layers):
 
 def held_out(model, xt, yt):
     import torch
+    model.eval()
     with torch.no_grad():
         out = model(xt)
         return (torch.nn.functional.cross_entropy(out, yt).item(),
@@ -66,9 +94,8 @@ def ddp_worker(rank, n, a, variant, q):
     torch.set_num_threads(1)
     os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(a.port)
     dist.init_process_group("gloo", rank=rank, world_size=n)
-    layers = [int(s) for s in a.layers.split(",")]
-    x, y, xt, yt = data(layers)
-    net = mlp(layers)
+    x, y, xt, yt, net = setup(a)
+    n_train = len(x)
     psgd = variant == "ddp-psgd"
     if psgd:  # one bucket: gloo needs the hook's chained all-reduces in one order (ddp_baseline.py)
         dist._DEFAULT_FIRST_BUCKET_BYTES = 1 << 40
@@ -81,12 +108,12 @@ def ddp_worker(rank, n, a, variant, q):
     opt = torch.optim.SGD(model.parameters(), lr=a.lr, momentum=0.9)
     b = a.batch // n
     g = torch.Generator().manual_seed(3)
-    perm = torch.randperm(N_TRAIN, generator=g)
+    perm = torch.randperm(n_train, generator=g)
     losses = []
-    per_epoch = N_TRAIN // a.batch
+    per_epoch = n_train // a.batch
     for it in range(a.iters):
         if it and it % per_epoch == 0:
-            perm = torch.randperm(N_TRAIN, generator=g)
+            perm = torch.randperm(n_train, generator=g)
         idx = perm[(it % per_epoch) * a.batch + rank * b:(it % per_epoch) * a.batch + (rank + 1) * b]
         opt.zero_grad()
         loss = torch.nn.functional.cross_entropy(model(x[idx]), y[idx])
@@ -104,11 +131,9 @@ def hr_worker(rank, n, a, variant, q, ini):
     import torch
     import hetring.torch as ht
     torch.set_num_threads(1)
-    layers = [int(s) for s in a.layers.split(",")]
-    x, y, xt, yt = data(layers)
-    model = mlp(layers)
+    x, y, xt, yt, model = setup(a)
     opt = torch.optim.SGD(model.parameters(), lr=a.lr, momentum=0.9)
-    tr = ht.Trainer(ini, model, opt, node_id=rank, n_samples=N_TRAIN, overlap=False)
+    tr = ht.Trainer(ini, model, opt, node_id=rank, n_samples=len(x), overlap=False)
     losses = []
     lossf = torch.nn.CrossEntropyLoss()
     for idx in tr.batches():
@@ -126,7 +151,7 @@ def write_ini(d, a, variant):
     wire = "wire = powersgd\npowersgd_rank = %d\n" % a.rank if variant == "hr-psgd" else ""
     with open(path, "w") as f:
         f.write(f"[cluster]\nsecurity = none\n{wire}[train]\nglobal_batch = {a.batch}\n"
-                f"iterations = {a.iters}\nseed = 3\nsamples = {N_TRAIN}\n"
+                f"iterations = {a.iters}\nseed = 3\nsamples = {2400 if a.model == 'resnet18' else N_TRAIN}\n"
                 f"[controller]\npolicy = static\n")
         for k in range(4):
             f.write(f"[node.{k}]\nhost = 127.0.0.1\nport = {a.port + 10 + k}\n")
@@ -161,6 +186,7 @@ def main():
     ap.add_argument("--rank", type=int, default=4)
     ap.add_argument("--lr", type=float, default=0.05)
     ap.add_argument("--layers", default="784,512,512,10")
+    ap.add_argument("--model", default="mlp", choices=["mlp", "resnet18"])
     ap.add_argument("--port", type=int, default=29650)
     ap.add_argument("--json", help="also write the results here")
     a = ap.parse_args()
@@ -172,7 +198,8 @@ def main():
                   file=sys.stderr)
     w = max(1, a.iters // 5)
     cuts = list(range(0, a.iters, w))
-    print(f"# MLP {a.layers}, B = {a.batch}, {a.iters} iterations, 4 processes, PowerSGD rank "
+    name = "ResNet-18" if a.model == "resnet18" else f"MLP {a.layers}"
+    print(f"# {name}, B = {a.batch}, {a.iters} iterations, 4 processes, PowerSGD rank "
           f"{a.rank}: mean training loss per window, held-out loss and accuracy")
     print("| variant | " + " | ".join(f"{c}-{min(c + w, a.iters) - 1}" for c in cuts) +
           " | held-out loss | accuracy |")
