@@ -79,6 +79,6 @@ rc=$?
 [ $rc = 1 ] || fail "I5: local exited $rc, expected 1"
 n=$(grep -c "decision check failed at iteration 6: node 2's batch-size controller decided differently" "$tmp/i5.log")
 echo "I5: $n node(s) reported the decision mismatch"
-[ "$n" -ge 1 ] || fail "I5: $n of 3 nodes gave the clear decision error: $(tail -8 "$tmp/i5.log")"
+[ "$n" -ge 1 ] || fail "I5: $n of 3 nodes gave the clear decision error (the fault: $(grep -h "test fault" "$tmp/i5.log" || echo 'never fired')): $(tail -8 "$tmp/i5.log")"
 stopped i5 6 1
 finish
