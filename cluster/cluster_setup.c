@@ -2,6 +2,7 @@
  * cluster_setup.c: cfg -> cluster_config (see cluster_setup.h).
  */
 #include "cluster/cluster_setup.h"
+#include "cluster/powersgd.h"
 #include "cluster/trainer_setup.h"
 
 #include <stdio.h>
@@ -28,6 +29,9 @@ void app_cluster_config(const cfg *c, int self_idx, cluster_config *out) {
     out->epochs = c->epochs;
     out->bucket_bytes = c->bucket_bytes == CFG_AUTO ? OVERLAP_AUTO : c->bucket_bytes;
     out->machine = machine_of(c, self_idx);
+    const long threads =
+        c->nodes[self_idx].threads > 0 ? c->nodes[self_idx].threads : out->machine.cores;
+    out->threads = threads < PSGD_MAX_THREADS ? (int)threads : PSGD_MAX_THREADS;
     app_train_stretch(c, self_idx, &out->stretch);
     out->max_nodes = c->n_nodes;
     out->skip_nonfinite = c->nonfinite == CFG_NONFINITE_SKIP;

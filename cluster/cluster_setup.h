@@ -52,6 +52,8 @@ typedef struct {
     int backend;                         /* cfg_backend */
     int wire;                            /* cfg_wire: the gradient's format on the wire */
     int powersgd_rank;                   /* wire = powersgd: each matrix's rank */
+    int threads;                         /* [node] threads, 0 resolved to the cores this process
+                                          * may use: the low-rank products split over them */
     double wire_auto_gbit;               /* wire = auto: powersgd below this bus rate */
     int link_probe;                      /* time the links at each view's first step and tune
                                           * the tree's cut-off and buckets (link_tune.h) */

@@ -281,7 +281,7 @@ static hr_status powersgd_exchange(grad_xfer *x, float *head, size_t tail) {
     for (int k = 0; k < s->n_mats; k++) {
         const psgd_mat *m = &s->mats[k].m;
         psgd_project(g + m->off, m->rows, m->cols, s->q + s->mats[k].q_at, s->r,
-                     p + s->mats[k].p_at);
+                     p + s->mats[k].p_at, s->threads);
     }
     HR_CHECK(dist_allreduce(x->d, s->send, tail + s->n_plain + s->n_p));
     memcpy(head, s->send, sizeof *head * tail);
@@ -290,7 +290,7 @@ static hr_status powersgd_exchange(grad_xfer *x, float *head, size_t tail) {
         const psgd_mat *m = &s->mats[k].m;
         float *pk = p + s->mats[k].p_at;
         psgd_orthonormalize(pk, m->rows, s->r);
-        psgd_back(g + m->off, m->rows, m->cols, pk, s->r, s->local + s->mats[k].q_at);
+        psgd_back(g + m->off, m->rows, m->cols, pk, s->r, s->local + s->mats[k].q_at, s->threads);
     }
     memcpy(s->q_next, s->local, sizeof *s->q_next * s->n_q);
     HR_CHECK(dist_allreduce(x->d, s->q_next, s->n_q));
@@ -302,7 +302,7 @@ static hr_status powersgd_exchange(grad_xfer *x, float *head, size_t tail) {
         psgd_transpose(s->q_next + s->mats[k].q_at, m->cols, s->r, s->qt);
         psgd_transpose(s->local + s->mats[k].q_at, m->cols, s->r, s->lt);
         psgd_expand(p + s->mats[k].p_at, s->qt, m->rows, m->cols, s->r, g + m->off, s->lt,
-                    x->dropped + m->off, g + m->off);
+                    x->dropped + m->off, g + m->off, s->threads);
     }
     x->pending = 1;
     return HR_OK;
@@ -314,12 +314,14 @@ const grad_path grad_path_powersgd = {.name = "powersgd",
                                       .ready = whole_ready,
                                       .exchange = powersgd_exchange};
 
-int grad_xfer_matrices(grad_xfer *x, const psgd_mat *mats, int n, int r, uint64_t seed) {
+int grad_xfer_matrices(grad_xfer *x, const psgd_mat *mats, int n, int r, uint64_t seed,
+                       int threads) {
     grad_psgd *s = &x->psgd;
     free(s->mats);
     s->mats = malloc(sizeof *s->mats * (size_t)(n + 1));
     if (!s->mats) return -1;
-    s->r = r, s->seed = seed, s->n_mats = 0, s->n_p = s->n_q = 0, s->n_plain = x->n_grad;
+    s->r = r, s->seed = seed, s->threads = threads, s->n_mats = 0, s->n_p = s->n_q = 0;
+    s->n_plain = x->n_grad;
     for (int k = 0; k < n; k++) {
         if (!psgd_worth(mats[k].rows, mats[k].cols, r)) continue;
         s->mats[s->n_mats++] = (psgd_slot){mats[k], s->n_p, s->n_q};

@@ -72,6 +72,8 @@ typedef struct {
  * view's first step and then the last applied step's Q'. */
 typedef struct {
     int r;            /* rank, [cluster] powersgd_rank */
+    int threads;      /* threads the products split over: the node's compute threads, idle
+                       * while the path exchanges (it sends after the compute) */
     uint64_t seed;    /* Q's start: [train] seed */
     psgd_slot *mats;  /* (n_mats) the matrices compressed, in offset order */
     int n_mats;
@@ -169,9 +171,11 @@ int grad_wire_auto(const grad_view *v, char *why, size_t len);
 void grad_xfer_plan(grad_xfer *x, const size_t *counts, const size_t *off, int n_bufs,
                     long bucket_bytes);
 /* The powersgd path's matrices: mats (n, in offset order, within the gradient, copied) of
- * which those worth compressing at rank r (psgd_worth) are kept; Q starts from seed. Returns
- * the matrices kept (>= 0), or -1 when out of memory. */
-int grad_xfer_matrices(grad_xfer *x, const psgd_mat *mats, int n, int r, uint64_t seed);
+ * which those worth compressing at rank r (psgd_worth) are kept; Q starts from seed; the
+ * products split over `threads` threads (powersgd.h). Returns the matrices kept (>= 0), or -1
+ * when out of memory. */
+int grad_xfer_matrices(grad_xfer *x, const psgd_mat *mats, int n, int r, uint64_t seed,
+                       int threads);
 /* A new iteration: no buffer handed over yet. */
 void grad_xfer_reset(grad_xfer *x);
 /* Stop the communication thread (waiting for buckets in flight; the ring's deadlines bound

@@ -885,7 +885,8 @@ static int plan_matrices(hetring *h, const char *fn) {
     for (int i = 0; i < h->x.n_bufs; i++)
         if (h->mat_shape[2 * i] && h->mat_shape[2 * i + 1])
             m[n++] = (psgd_mat){h->off[i], h->mat_shape[2 * i], h->mat_shape[2 * i + 1]};
-    const int kept = grad_xfer_matrices(&h->x, m, n, h->cc.powersgd_rank, h->cc.seed);
+    const int kept =
+        grad_xfer_matrices(&h->x, m, n, h->cc.powersgd_rank, h->cc.seed, h->cc.threads);
     free(m);
     if (kept < 0) {
         snprintf(h->err, sizeof h->err, "%s: out of memory for the powersgd plan", fn);

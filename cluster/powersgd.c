@@ -10,9 +10,10 @@
 #include "trainer/rng.h"
 
 #include <math.h>
+#include <pthread.h>
+#include <string.h>
 
 #define PSGD_GONE 1e-4 /* a column left with at most this share of its norm is dropped */
-#include <string.h>
 
 int psgd_worth(size_t rows, size_t cols, int r) {
     if (r < 1 || rows < 2 || cols < 2) return 0;
@@ -36,10 +37,62 @@ void psgd_init_q(float *q, size_t cols, int r, uint64_t seed, uint64_t epoch, in
     default: call(r); break;                                                                       \
     }
 
-static inline void project_r(const float *m, size_t rows, size_t cols, const float *q, int r,
-                             float *p) {
+/* One product's arguments, and the rows (or, for back, the columns) [lo, hi) a thread takes. */
+typedef struct {
+    const float *m, *a, *lt; /* M; Q (project), P (back) or P (expand); expand's lt */
+    const float *qt;         /* expand's Q'^T */
+    float *out, *dropped;    /* the product; expand's error feedback */
+    size_t rows, cols, lo, hi;
+    int r;
+    void (*part)(const void *job); /* the kernel of [lo, hi) */
+} psgd_job;
+
+static void *job_main(void *arg) {
+    const psgd_job *j = arg;
+    j->part(j);
+    return NULL;
+}
+
+/* Run job over [0, n) in `threads` contiguous parts (at most one per min_part items), the
+ * caller taking the first; a part whose thread cannot start runs here after the first. Every
+ * output element is one part's alone and is computed as the serial loop computes it, so the
+ * bits do not depend on the number of threads. */
+static void run_parts(const psgd_job *job, size_t n, size_t min_part, int threads) {
+    size_t most = min_part ? n / min_part : n;
+    int nt = threads < 1 ? 1 : threads > PSGD_MAX_THREADS ? PSGD_MAX_THREADS : threads;
+    if ((size_t)nt > most) nt = most > 1 ? (int)most : 1;
+    psgd_job part[PSGD_MAX_THREADS];
+    pthread_t th[PSGD_MAX_THREADS];
+    int started[PSGD_MAX_THREADS] = {0};
+    for (int k = 0; k < nt; k++) {
+        part[k] = *job;
+        part[k].lo = n * (size_t)k / (size_t)nt;
+        part[k].hi = n * (size_t)(k + 1) / (size_t)nt;
+    }
+    for (int k = 1; k < nt; k++) started[k] = pthread_create(&th[k], NULL, job_main, &part[k]) == 0;
+    job->part(&part[0]);
+    for (int k = 1; k < nt; k++) {
+        if (started[k])
+            pthread_join(th[k], NULL);
+        else
+            job->part(&part[k]);
+    }
+}
+
+/* Multiply-adds a thread's part takes at the least: starting a thread costs tens of
+ * microseconds, a part about a hundred. */
+#define PSGD_PART_MACS (1u << 18)
+
+/* The rows (or columns) of a part: at least PSGD_PART_MACS multiply-adds of `per_item`. */
+static size_t min_part(size_t per_item) {
+    return per_item >= PSGD_PART_MACS ? 1 : (PSGD_PART_MACS + per_item - 1) / per_item;
+}
+
+/* p's rows [lo, hi) of m q. */
+static inline void project_r(const float *m, size_t lo, size_t hi, size_t cols, const float *q,
+                             int r, float *p) {
     float acc[PSGD_MAX_RANK];
-    for (size_t i = 0; i < rows; i++) {
+    for (size_t i = lo; i < hi; i++) {
         const float *mi = m + i * cols;
         for (int k = 0; k < r; k++) acc[k] = 0.0f;
         for (size_t j = 0; j < cols; j++) {
@@ -50,10 +103,18 @@ static inline void project_r(const float *m, size_t rows, size_t cols, const flo
     }
 }
 
-void psgd_project(const float *m, size_t rows, size_t cols, const float *q, int r, float *p) {
-#define PROJECT(R) project_r(m, rows, cols, q, R, p)
-    PSGD_BY_RANK(PROJECT, r)
+static void project_part(const void *arg) {
+    const psgd_job *j = arg;
+#define PROJECT(R) project_r(j->m, j->lo, j->hi, j->cols, j->a, R, j->out)
+    PSGD_BY_RANK(PROJECT, j->r)
 #undef PROJECT
+}
+
+void psgd_project(const float *m, size_t rows, size_t cols, const float *q, int r, float *p,
+                  int threads) {
+    const psgd_job job = {
+        .m = m, .a = q, .out = p, .rows = rows, .cols = cols, .r = r, .part = project_part};
+    run_parts(&job, rows, min_part(cols * (size_t)r), threads);
 }
 
 static double col_norm(const float *p, size_t rows, int r, int c) {
@@ -87,12 +148,14 @@ void psgd_orthonormalize(float *p, size_t rows, int r) {
     }
 }
 
-static inline void back_r(const float *m, size_t rows, size_t cols, const float *p, int r,
-                          float *q) {
-    memset(q, 0, sizeof *q * cols * (size_t)r);
+/* q's rows [lo, hi) (columns of m) of m^T p: each a sum over m's rows in order, the part
+ * of the columns it reads from each row. */
+static inline void back_r(const float *m, size_t rows, size_t cols, size_t lo, size_t hi,
+                          const float *p, int r, float *q) {
+    memset(q + lo * (size_t)r, 0, sizeof *q * (hi - lo) * (size_t)r);
     for (size_t i = 0; i < rows; i++) {
         const float *mi = m + i * cols, *pi = p + i * (size_t)r;
-        for (size_t j = 0; j < cols; j++) {
+        for (size_t j = lo; j < hi; j++) {
             const float v = mi[j];
             float *qj = q + j * (size_t)r;
             for (int k = 0; k < r; k++) qj[k] += v * pi[k];
@@ -100,10 +163,18 @@ static inline void back_r(const float *m, size_t rows, size_t cols, const float 
     }
 }
 
-void psgd_back(const float *m, size_t rows, size_t cols, const float *p, int r, float *q) {
-#define BACK(R) back_r(m, rows, cols, p, R, q)
-    PSGD_BY_RANK(BACK, r)
+static void back_part(const void *arg) {
+    const psgd_job *j = arg;
+#define BACK(R) back_r(j->m, j->rows, j->cols, j->lo, j->hi, j->a, R, j->out)
+    PSGD_BY_RANK(BACK, j->r)
 #undef BACK
+}
+
+void psgd_back(const float *m, size_t rows, size_t cols, const float *p, int r, float *q,
+               int threads) {
+    const psgd_job job = {
+        .m = m, .a = p, .out = q, .rows = rows, .cols = cols, .r = r, .part = back_part};
+    run_parts(&job, cols, min_part(rows * (size_t)r), threads);
 }
 
 void psgd_transpose(const float *q, size_t cols, int r, float *qt) {
@@ -121,16 +192,32 @@ static void row_of(const float *p, const float *qt, size_t cols, int r, float *r
     }
 }
 
-void psgd_expand(const float *p, const float *qt, size_t rows, size_t cols, int r, const float *m,
-                 const float *lt, float *dropped, float *out) {
-    for (size_t i = 0; i < rows; i++) {
-        const float *pi = p + i * (size_t)r;
-        if (lt) { /* first, while m's row is whole (out may be m) */
-            float *d = dropped + i * cols;
-            const float *mi = m + i * cols;
-            row_of(pi, lt, cols, r, d);
-            for (size_t j = 0; j < cols; j++) d[j] = mi[j] - d[j];
+static void expand_part(const void *arg) {
+    const psgd_job *j = arg;
+    const size_t cols = j->cols;
+    for (size_t i = j->lo; i < j->hi; i++) {
+        const float *pi = j->a + i * (size_t)j->r;
+        if (j->lt) { /* first, while m's row is whole (out may be m) */
+            float *d = j->dropped + i * cols;
+            const float *mi = j->m + i * cols;
+            row_of(pi, j->lt, cols, j->r, d);
+            for (size_t c = 0; c < cols; c++) d[c] = mi[c] - d[c];
         }
-        row_of(pi, qt, cols, r, out + i * cols);
+        row_of(pi, j->qt, cols, j->r, j->out + i * cols);
     }
+}
+
+void psgd_expand(const float *p, const float *qt, size_t rows, size_t cols, int r, const float *m,
+                 const float *lt, float *dropped, float *out, int threads) {
+    const psgd_job job = {.m = m,
+                          .a = p,
+                          .lt = lt,
+                          .qt = qt,
+                          .out = out,
+                          .dropped = dropped,
+                          .rows = rows,
+                          .cols = cols,
+                          .r = r,
+                          .part = expand_part};
+    run_parts(&job, rows, min_part(cols * (size_t)r * (lt ? 2 : 1)), threads);
 }

@@ -22,8 +22,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define PSGD_MAX_RANK   64 /* [cluster] powersgd_rank's bound (conf/cfg.h: CFG_PSGD_RANK_MAX) */
-#define PSGD_MIN_FACTOR 2  /* a matrix is compressed only where it shrinks at least this much */
+#define PSGD_MAX_RANK    64 /* [cluster] powersgd_rank's bound (conf/cfg.h: CFG_PSGD_RANK_MAX) */
+#define PSGD_MIN_FACTOR  2  /* a matrix is compressed only where it shrinks at least this much */
+#define PSGD_MAX_THREADS 64 /* threads a product is split over at most */
 
 /* A matrix of the gradient: grads[off, off + rows*cols), row-major. */
 typedef struct {
@@ -39,8 +40,14 @@ int psgd_worth(size_t rows, size_t cols, int r);
  * index), the same bits on every member. */
 void psgd_init_q(float *q, size_t cols, int r, uint64_t seed, uint64_t epoch, int index);
 
+/* The products below split their work over `threads` threads (the caller's among them; at
+ * most PSGD_MAX_THREADS, and fewer where a part would be too small to pay for its thread; 1
+ * or less: the caller's alone). Each thread computes whole output elements (rows of p and of
+ * out, rows of q), each in the order the serial loop takes: the bits never depend on it. */
+
 /* p (rows x r) = m (rows x cols) q (cols x r). */
-void psgd_project(const float *m, size_t rows, size_t cols, const float *q, int r, float *p);
+void psgd_project(const float *m, size_t rows, size_t cols, const float *q, int r, float *p,
+                  int threads);
 
 /* Gram-Schmidt on p's r columns (rows x r, row-major), in column order: each column minus its
  * projections on the earlier ones, then divided by its norm; a column with no norm left, or
@@ -49,7 +56,8 @@ void psgd_project(const float *m, size_t rows, size_t cols, const float *q, int 
 void psgd_orthonormalize(float *p, size_t rows, int r);
 
 /* q (cols x r) = m^T (cols x rows) p (rows x r). */
-void psgd_back(const float *m, size_t rows, size_t cols, const float *p, int r, float *q);
+void psgd_back(const float *m, size_t rows, size_t cols, const float *p, int r, float *q,
+               int threads);
 
 /* qt (r x cols) = q^T, q (cols x r): psgd_expand's operands. */
 void psgd_transpose(const float *q, size_t cols, int r, float *qt);
@@ -58,6 +66,6 @@ void psgd_transpose(const float *q, size_t cols, int r, float *qt);
  * (r x cols, or NULL), also dropped = m - p lt, this node's error feedback (m may be out: a
  * row of m is read before its out is written). */
 void psgd_expand(const float *p, const float *qt, size_t rows, size_t cols, int r, const float *m,
-                 const float *lt, float *dropped, float *out);
+                 const float *lt, float *dropped, float *out, int threads);
 
 #endif

@@ -917,6 +917,57 @@ static int powersgd(const char *dir, int port) {
     return three_nodes(dir, port, powersgd_node);
 }
 
+/* test_api powersgd_threads: wire = powersgd at rank 2 on 3 nodes on 1, 2 and 3 threads
+ * ([node] threads), one PT_R x PT_C matrix: big enough for each product to split over 2 or 3
+ * threads (powersgd.h). The products' bits do not depend on the threads, so the three nodes'
+ * steps are the same bits: the replica hash covers the totals of every step (I4), and a split
+ * that loses or repeats a part fails it. */
+#define PT_R 600
+#define PT_C 520
+
+static int powersgd_threads_node(const char *ini, long id) {
+    model m = {{0}, 0, 0, 0, 0, 0};
+    const char *sets[] = {"cluster.wire=powersgd", "cluster.powersgd_rank=2", "node.1.threads=2",
+                          "node.2.threads=3", NULL};
+    hetring *h = open_node(ini, id, sets, &m);
+    if (!h) return 1;
+    enum { N = PT_R * PT_C };
+    float *g = malloc(N * sizeof *g);
+    double *total = calloc(N, sizeof *total);
+    if (!g || !total) return 1;
+    float *bufs[1] = {g};
+    size_t counts[1] = {N}, rows[1] = {PT_R}, cols[1] = {PT_C};
+    CHECK(hetring_matrices(h, rows, cols, 1) == HETRING_OK, "matrices");
+    long applied = 0;
+    uint64_t hash = 0;
+    int st;
+    hetring_batch b;
+    while ((st = hetring_next(h, &b)) == HETRING_OK) {
+        hetring_grads gr = {.bufs = bufs, .counts = counts, .n_bufs = 1};
+        for (int k = 0; k < N; k++) /* another matrix on every node, full rank */
+            g[k] = ps_v(k / PT_C + (int)id, k % PT_C) * (float)b.batch;
+        gr.compute_s = 1e-4;
+        gr.loss_sum = (double)b.batch;
+        gr.param_hash = b.check_hash ? hash : 0;
+        hetring_result r = {0};
+        if ((st = hetring_step(h, &gr, &r)) != HETRING_OK) break;
+        for (int k = 0; k < N; k++) total[k] += g[k];
+        hash = hetring_hash(total, N * sizeof *total, 0);
+        applied++;
+    }
+    printf("node %ld on %ld thread(s): %ld steps applied, totals' hash %016llx\n", id, id + 1,
+           applied, (unsigned long long)hash);
+    CHECK(st == HETRING_DONE && applied == ITERS, "node %ld: ended with %d after %ld steps: %s", id,
+          st, applied, hetring_last_error(h));
+    free(g), free(total);
+    hetring_free(h);
+    return check_exit();
+}
+
+static int powersgd_threads(const char *dir, int port) {
+    return three_nodes(dir, port, powersgd_threads_node);
+}
+
 /* test_api auto_flush: [cluster] wire = auto on 3 nodes, with a rate no link goes below
  * (wire_auto_gbit = 1e-6), so every step goes float32; node 2 resumes a residual R from its
  * checkpoint. A float32 step loses nothing on the wire, so it sends what lossy steps left
@@ -1071,7 +1122,8 @@ int main(int argc, char **argv) {
         fprintf(
             stderr,
             "usage: test_api misuse|text|ring|rejoin|leave|overlap|overlap_rejoin|plan|"
-            "resume|leave_open|nonfinite|nonfinite_skip|bf16|bf16_buckets|powersgd|auto_flush\n");
+            "resume|leave_open|nonfinite|nonfinite_skip|bf16|bf16_buckets|powersgd|"
+            "powersgd_threads|auto_flush\n");
         return 2;
     }
     signal(SIGPIPE, SIG_IGN);
@@ -1086,6 +1138,7 @@ int main(int argc, char **argv) {
     if (strcmp(argv[1], "bf16") == 0) rc = bf16(dir, port);
     if (strcmp(argv[1], "bf16_buckets") == 0) bf16_buckets = 1, rc = bf16(dir, port);
     if (strcmp(argv[1], "powersgd") == 0) rc = powersgd(dir, port);
+    if (strcmp(argv[1], "powersgd_threads") == 0) rc = powersgd_threads(dir, port);
     if (strcmp(argv[1], "auto_flush") == 0) rc = auto_flush(dir, port);
     if (strcmp(argv[1], "nonfinite_skip") == 0) nonfinite_skip = 1, rc = nonfinite(dir, port);
     if (strcmp(argv[1], "resume") == 0) rc = resume(dir, port);

@@ -9,9 +9,10 @@
  *  - the error feedback: two nodes' dropped parts plus the step are exactly their sum
  *    (within float rounding);
  *  - Q's start: the same bits for one (seed, epoch, matrix), another for another epoch;
- *  - psgd_worth's rule (P and Q at most half the matrix).
- * The kernels' times for a 784 x 512 matrix at rank 4 are printed, not checked (bench/ keeps
- * speed targets).
+ *  - psgd_worth's rule (P and Q at most half the matrix);
+ *  - the products split over 2-64 threads give the bits of one thread.
+ * The kernels' times for a 784 x 512 matrix at rank 4, on one thread and two, are printed, not
+ * checked (bench/ keeps speed targets).
  */
 #include "check.h"
 #include "cluster/powersgd.h"
@@ -46,7 +47,7 @@ static void products(int K) {
     printf("rank %d:\n", K);
     fill(m, R, C, 1);
     psgd_init_q(q, C, K, 7, 1, 0);
-    psgd_project(m, R, C, q, K, p);
+    psgd_project(m, R, C, q, K, p, 1);
     double dref[R * KM];
     for (int i = 0; i < R; i++)
         for (int k = 0; k < K; k++) {
@@ -65,7 +66,7 @@ static void products(int K) {
           K);
 
     psgd_orthonormalize(p, R, K);
-    psgd_back(m, R, C, p, K, back);
+    psgd_back(m, R, C, p, K, back, 1);
     for (int j = 0; j < C; j++)
         for (int k = 0; k < K; k++) {
             float f = 0.0f;
@@ -82,7 +83,7 @@ static void products(int K) {
     for (int j = 0; j < C; j++)
         for (int k = 0; k < K; k++)
             CHECK(qt[k * C + j] == back[j * K + k], "transpose: (%d, %d) moved", j, k);
-    psgd_expand(p, qt, R, C, K, NULL, NULL, NULL, out);
+    psgd_expand(p, qt, R, C, K, NULL, NULL, NULL, out, 1);
     double worst = 0;
     for (int i = 0; i < R; i++)
         for (int j = 0; j < C; j++) {
@@ -139,11 +140,11 @@ static void low_rank_exact(void) {
             m[i * C + j] = val((size_t)i, 0, 1) * val(0, (size_t)j, 2) +
                            0.5f * val((size_t)i, 1, 5) * val(1, (size_t)j, 4);
     psgd_init_q(q, C, K, 3, 1, 0);
-    psgd_project(m, R, C, q, K, p);
+    psgd_project(m, R, C, q, K, p, 1);
     psgd_orthonormalize(p, R, K);
-    psgd_back(m, R, C, p, K, back);
+    psgd_back(m, R, C, p, K, back, 1);
     psgd_transpose(back, C, K, qt);
-    psgd_expand(p, qt, R, C, K, NULL, NULL, NULL, out);
+    psgd_expand(p, qt, R, C, K, NULL, NULL, NULL, out, 1);
     CHECK_CLOSE(out, m, R * C, 1e-5, "rank 2 at rank 3");
 }
 
@@ -155,18 +156,18 @@ static void feedback(void) {
     fill(m1, R, C, 1), fill(m2, R, C, 9);
     for (int i = 0; i < R * C; i++) sum[i] = m1[i] + m2[i];
     psgd_init_q(q, C, K, 5, 2, 1);
-    psgd_project(m1, R, C, q, K, p1);
-    psgd_project(m2, R, C, q, K, p);
+    psgd_project(m1, R, C, q, K, p1, 1);
+    psgd_project(m2, R, C, q, K, p, 1);
     for (int i = 0; i < R * K; i++) p[i] += p1[i]; /* the ring's sum */
     psgd_orthonormalize(p, R, K);
-    psgd_back(m1, R, C, p, K, q1);
-    psgd_back(m2, R, C, p, K, q2);
+    psgd_back(m1, R, C, p, K, q1, 1);
+    psgd_back(m2, R, C, p, K, q2, 1);
     for (int i = 0; i < C * K; i++) qs[i] = q1[i] + q2[i];
     psgd_transpose(qs, C, K, qt);
     psgd_transpose(q1, C, K, lt);
-    psgd_expand(p, qt, R, C, K, m1, lt, d1, out);
+    psgd_expand(p, qt, R, C, K, m1, lt, d1, out, 1);
     psgd_transpose(q2, C, K, lt);
-    psgd_expand(p, qt, R, C, K, m2, lt, d2, m2); /* in place, as the path does it */
+    psgd_expand(p, qt, R, C, K, m2, lt, d2, m2, 1); /* in place, as the path does it */
     for (int i = 0; i < R * C; i++) want[i] = out[i] + d1[i] + d2[i];
     CHECK_CLOSE(want, sum, R * C, 1e-5, "step + dropped parts against the sum");
     CHECK(memcmp(m2, out, sizeof out) == 0, "the step in place differs from the step");
@@ -197,8 +198,41 @@ static void start_and_rule(void) {
               rule[i].worth);
 }
 
-/* The kernels' times on the demo MLP's first matrix (printed only). */
-static void timing(void) {
+/* The products split over threads give the bits of one thread: each thread's outputs whole
+ * and in the serial order (a part boundary that skips a row fails here: the outputs start as
+ * NaNs, so that one left unwritten shows). The matrix is big enough for every
+ * product to take 16 parts and more; 64 asks for more parts than a product makes. */
+static void threads_same_bits(int K) {
+    enum { R = 1000, C = 1300, KM = 4 };
+    static float m[R * C], m2[R * C], d1[R * C], d2[R * C], o1[R * C];
+    static float q[C * KM], p1[R * KM], p2[R * KM], b1[C * KM], b2[C * KM], qt[KM * C];
+    static const int counts[] = {2, 3, 5, 16, 64};
+    fill(m, R, C, 3);
+    psgd_init_q(q, C, K, 9, 1, 0);
+    psgd_project(m, R, C, q, K, p1, 1);
+    psgd_orthonormalize(p1, R, K);
+    psgd_back(m, R, C, p1, K, b1, 1);
+    psgd_transpose(b1, C, K, qt);
+    psgd_expand(p1, qt, R, C, K, m, qt, d1, o1, 1);
+    for (size_t t = 0; t < sizeof counts / sizeof counts[0]; t++) {
+        const int nt = counts[t];
+        memset(p2, 0xff, sizeof p2), memset(b2, 0xff, sizeof b2), memset(d2, 0xff, sizeof d2);
+        psgd_project(m, R, C, q, K, p2, nt);
+        psgd_orthonormalize(p2, R, K);
+        CHECK(memcmp(p1, p2, sizeof *p1 * R * (size_t)K) == 0,
+              "rank %d: project on %d threads differs from one thread", K, nt);
+        psgd_back(m, R, C, p1, K, b2, nt);
+        CHECK(memcmp(b1, b2, sizeof *b1 * C * (size_t)K) == 0,
+              "rank %d: back on %d threads differs from one thread", K, nt);
+        memcpy(m2, m, sizeof m);
+        psgd_expand(p1, qt, R, C, K, m2, qt, d2, m2, nt); /* in place, as the path does it */
+        CHECK(memcmp(o1, m2, sizeof o1) == 0 && memcmp(d1, d2, sizeof d1) == 0,
+              "rank %d: expand on %d threads differs from one thread", K, nt);
+    }
+}
+
+/* The kernels' times on the demo MLP's first matrix, on one thread and on two (printed only). */
+static void timing(int threads) {
     enum { R = 512, C = 784, K = 4 };
     float *m = malloc(sizeof *m * R * C), *d = malloc(sizeof *d * R * C);
     float q[C * K], p[R * K], back[C * K], qt[K * C];
@@ -208,19 +242,19 @@ static void timing(void) {
     double t[4] = {0};
     for (int rep = 0; rep < 5; rep++) {
         double t0 = now_s();
-        psgd_project(m, R, C, q, K, p);
+        psgd_project(m, R, C, q, K, p, threads);
         double t1 = now_s();
         psgd_orthonormalize(p, R, K);
-        psgd_back(m, R, C, p, K, back);
+        psgd_back(m, R, C, p, K, back, threads);
         double t2 = now_s();
         psgd_transpose(back, C, K, qt);
-        psgd_expand(p, qt, R, C, K, m, qt, d, m);
+        psgd_expand(p, qt, R, C, K, m, qt, d, m, threads);
         double t3 = now_s();
         t[0] += t1 - t0, t[1] += t2 - t1, t[2] += t3 - t2;
     }
-    printf("timing (512 x 784, rank 4, mean of 5): project %.2f ms, orthonormalize + back %.2f "
-           "ms, expand with feedback %.2f ms\n",
-           t[0] / 5e-3, t[1] / 5e-3, t[2] / 5e-3);
+    printf("timing (512 x 784, rank 4, mean of 5, %d thread(s)): project %.2f ms, "
+           "orthonormalize + back %.2f ms, expand with feedback %.2f ms\n",
+           threads, t[0] / 5e-3, t[1] / 5e-3, t[2] / 5e-3);
     free(m), free(d);
 }
 
@@ -231,6 +265,9 @@ int main(void) {
     low_rank_exact();
     feedback();
     start_and_rule();
-    timing();
+    threads_same_bits(4);
+    threads_same_bits(3);
+    timing(1);
+    timing(2);
     return check_exit();
 }
