@@ -15,6 +15,7 @@ static const bench_suite suites[] = {
     {"allreduce", "ring all-reduce bandwidth and latency, nccl-tests table", bench_allreduce},
     {"elastic", "a node killed or stopped mid-run and brought back: detection, resume, join",
      bench_elastic},
+    {"powersgd", "the low-rank wire's products per matrix on one thread and several", bench_psgd},
 };
 #define N_SUITES ((int)(sizeof suites / sizeof suites[0]))
 

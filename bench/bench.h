@@ -20,5 +20,6 @@ int bench_hetero(int argc, char **argv);
 int bench_allreduce(int argc, char **argv);
 int bench_train(int argc, char **argv);
 int bench_elastic(int argc, char **argv);
+int bench_psgd(int argc, char **argv);
 
 #endif

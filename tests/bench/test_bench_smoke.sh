@@ -9,6 +9,8 @@
 #                   table, checked positively: a missing field fails), JSON per size
 #                   and the path each size took (2 nodes: the ring; 6 nodes with
 #                   --tree-bytes 4K: 1 and 4 KiB over the tree, 16 KiB round the ring)
+#   bench powersgd  two shapes on 1 and 3 threads: a row each, with the bits of one thread;
+#                   bad shapes, thread counts and ranks refused
 #   hetring bench   is listed by hetring --help and runs the hetring-bench next to hetring;
 #                   without one it says so and exits 2; each hetero run's cluster file is one
 #                   hetring config accepts
@@ -125,6 +127,19 @@ grep -q "tree_bytes 4096 B" "$tmp/t.out" || fail "bench allreduce --tree-bytes: 
 "$HR" bench allreduce --tree-bytes 2M > "$tmp/t2.out" 2>&1
 rc=$?
 [ $rc = 2 ] && grep -q "tree-bytes: at most 1M" "$tmp/t2.out" || fail "bench allreduce --tree-bytes 2M: exit $rc, $(cat "$tmp/t2.out")"
+
+# bench powersgd: a row per shape and thread count, each with the bits of one thread; a bad
+# shape or thread count is a usage error. Shapes big enough for 3 threads to split them.
+timeout 120 "$HR" bench powersgd --shapes 300x1000,1000x300 --threads 1,3 --repeat 1 > "$tmp/p.out" 2>&1 ||
+    { fail "bench powersgd exited $?"; cat "$tmp/p.out"; }
+[ "$(grep -cE '^ *[0-9]+ x [0-9]+ +4 +[13] .* same$' "$tmp/p.out")" = 4 ] ||
+    fail "bench powersgd: expected 4 rows with the same bits: $(cat "$tmp/p.out")"
+for bad in "--shapes 10x" "--shapes 1x5" "--threads 0" "--threads 65" "--rank 65"; do
+    # shellcheck disable=SC2086
+    "$HR" bench powersgd $bad > /dev/null 2> "$tmp/p.err"
+    rc=$?
+    [ $rc = 2 ] && grep -q -- "${bad%% *} '" "$tmp/p.err" || fail "bench powersgd $bad: exit $rc, $(cat "$tmp/p.err")"
+done
 
 cat "$tmp/h.out"
 echo "$fails failure(s)"
