@@ -2,7 +2,8 @@
 # test_examples.sh HETRING CMAKE BUILD-DIR SOURCE-DIR c|torch [PYTHON]: the examples as a user
 # builds and runs them, for a few iterations.
 #   c      cmake --install into a temporary prefix, examples/c built there with its Makefile
-#          (pkg-config) and with its CMakeLists.txt (find_package), run on 3 local nodes
+#          (pkg-config) and with its CMakeLists.txt (find_package), run on 3 local nodes; in a
+#          sanitizer build with its sanitizer (HR_EXAMPLE_SANITIZE), as the library needs
 #   torch  examples/torch/mnist_cnn.py on 4 local nodes on data from `hetring gen-data`: every
 #          node ends with the same parameters, node 0's progress shows the 4 batches, and a
 #          second run of 12 iterations resumes each node's --checkpoint of 8 (exit 77 when
@@ -24,8 +25,12 @@ c)
     done
     cp -r "$SRC/examples/c" "$tmp/c"
     export PKG_CONFIG_PATH=$P/lib/pkgconfig LD_LIBRARY_PATH=$P/lib
-    make -s -C "$tmp/c" model > "$tmp/make.log" 2>&1 || fail "make (pkg-config): $(cat "$tmp/make.log")"
-    "$CMAKE" -S "$tmp/c" -B "$tmp/cbuild" -DCMAKE_PREFIX_PATH="$P" > "$tmp/cmake.log" 2>&1 &&
+    # HR_EXAMPLE_SANITIZE: the sanitizer of a sanitizer build, whose library needs it
+    san=${HR_EXAMPLE_SANITIZE:-}
+    CFLAGS="-O2 -Wall -Wextra $san" LDFLAGS="$san" make -s -C "$tmp/c" model > "$tmp/make.log" 2>&1 ||
+        fail "make (pkg-config): $(cat "$tmp/make.log")"
+    "$CMAKE" -S "$tmp/c" -B "$tmp/cbuild" -DCMAKE_PREFIX_PATH="$P" -DCMAKE_C_FLAGS="$san" \
+        -DCMAKE_EXE_LINKER_FLAGS="$san" > "$tmp/cmake.log" 2>&1 &&
         "$CMAKE" --build "$tmp/cbuild" > "$tmp/cmake.log" 2>&1 ||
         fail "the CMake build (find_package(hetring)): $(tail -20 "$tmp/cmake.log")"
     pids=()
