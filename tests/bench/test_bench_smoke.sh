@@ -11,6 +11,7 @@
 #                   --tree-bytes 4K: 1 and 4 KiB over the tree, 16 KiB round the ring)
 #   bench powersgd  two shapes on 1 and 3 threads: a row each, with the bits of one thread;
 #                   bad shapes, thread counts and ranks refused
+#   slow_links.sh   its kernels part writes the summary with that table; a bad part refused
 #   hetring bench   is listed by hetring --help and runs the hetring-bench next to hetring;
 #                   without one it says so and exits 2; each hetero run's cluster file is one
 #                   hetring config accepts
@@ -140,6 +141,18 @@ for bad in "--shapes 10x" "--shapes 1x5" "--threads 0" "--threads 65" "--rank 65
     rc=$?
     [ $rc = 2 ] && grep -q -- "${bad%% *} '" "$tmp/p.err" || fail "bench powersgd $bad: exit $rc, $(cat "$tmp/p.err")"
 done
+
+# bench/slow_links.sh, its kernels part (the others need root and namespaces): a summary with
+# the bench powersgd table; an unknown part is a usage error
+SL=$(dirname "$0")/../../bench/slow_links.sh
+timeout 120 bash "$SL" "$tmp/sl" --hetring "$HR" --only kernels > "$tmp/sl.out" 2>&1 ||
+    fail "slow_links.sh --only kernels exited $?: $(tail -5 "$tmp/sl.out")"
+[ "$(grep -cE '^ *[0-9]+ x [0-9]+ +4 +[0-9]+ .* same$' "$tmp/sl/summary.md" 2>/dev/null)" -ge 3 ] &&
+    ! grep -q "failed" "$tmp/sl/summary.md" ||
+    fail "slow_links.sh: no bench powersgd table in the summary: $(cat "$tmp/sl/summary.md" 2>/dev/null)"
+bash "$SL" "$tmp/sl2" --hetring "$HR" --only links > /dev/null 2> "$tmp/sl.err"
+rc=$?
+[ $rc = 2 ] && grep -q -- "--only 'links'" "$tmp/sl.err" || fail "slow_links.sh --only links: exit $rc, $(cat "$tmp/sl.err")"
 
 cat "$tmp/h.out"
 echo "$fails failure(s)"
