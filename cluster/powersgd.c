@@ -3,7 +3,9 @@
  * no BLAS: every sum runs in the order written here, on every machine. The products take the
  * common ranks (1, 2, 4, 8) as constants, which lets the compiler turn the loop over k into one
  * vector operation per element of M: the same sums in the same order, about twice as fast
- * (app.powersgd checks the bits at each and prints the times).
+ * (app.powersgd checks the bits at each and prints the times). Each product splits over the
+ * threads it is given (run_parts): a thread computes whole output elements, each in the
+ * serial loop's order, so the bits do not depend on how many (app.powersgd checks 2-64).
  */
 #include "cluster/powersgd.h"
 
