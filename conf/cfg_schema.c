@@ -147,7 +147,7 @@ const key_spec cfg_nkeys[] = {
     {"node", "device", T_DEVICE, N(device), 0, 0, 0, NULL, "cpu", 0,
      "cpu, or cuda:N: the GPU this node trains on (refused at start where there is none)"},
     {"node", "threads", T_INT, N(threads), 0, 0, 1024, NULL, "1", 0,
-     "compute threads: BLAS's, and wire = powersgd's products; 0 uses every core"},
+     "compute threads: BLAS's, and wire = powersgd's products (at most 64); 0 uses every core"},
     {"node", "capacity", T_DBL, N(capacity), 0, 1e-6, BIG, NULL, "1", 0,
      "relative speed (cores, FLOPS) for the first batch split when it is not measured "
      "([controller] calibrate)"},
