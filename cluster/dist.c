@@ -112,6 +112,23 @@ __attribute__((format(printf, 1, 2))) static hr_status mismatch(const char *fmt,
     return HR_ERR_MISMATCH;
 }
 
+/* A test fault: one sample of this node's split moves from the first member holding more than
+ * one to the next member, so that its decision differs from everyone else's whatever the
+ * controller decided (a member may hold a single sample: a slow first calibration gives it
+ * that). It cannot fire only where every member holds one sample, and says so. */
+static void corrupt_decision(long *split, int size, long iter) {
+    for (int k = 0; size > 1 && k < size; k++)
+        if (split[k] > 1) {
+            HR_WARN(TRAIN, "test fault: corrupting this node's decision at iteration %ld", iter);
+            split[k]--, split[(k + 1) % size]++;
+            return;
+        }
+    HR_WARN(TRAIN,
+            "test fault: cannot corrupt the decision at iteration %ld: no member holds more "
+            "than one sample",
+            iter);
+}
+
 hr_status dist_decide(dist *d, long iter, const cluster_stat *stats, int size, long *split) {
     long bad, ref;
     const int check_params = dist_wants_hash(d, iter);
@@ -145,12 +162,7 @@ hr_status dist_decide(dist *d, long iter, const cluster_stat *stats, int size, l
     }
     int epoch_ended = (iter + 1) % d->ipe == 0;
     HR_CHECK(ctrl_decide(&d->ctl, iter, epoch_ended, split, NULL));
-    double at;
-    if (hr_fault_get("decision", d->cc->self_id, -1, &at) && (long)at == iter &&
-        size > 1 && split[0] > 1) {
-        HR_WARN(TRAIN, "test fault: corrupting this node's decision at iteration %ld", iter);
-        split[0]--, split[1]++;
-    }
+    if (fault_at(d, "decision", iter)) corrupt_decision(split, size, iter);
     d->dhash = ctrl_hash(&d->ctl, split);
     return HR_OK;
 }
