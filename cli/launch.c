@@ -311,11 +311,19 @@ static void on_failure(launcher *l, int i, const char *what) {
 }
 
 /* Note the exit of child `i`. Once the launcher is stopping, or the quorum is lost, exits are
- * only recorded. */
+ * only recorded. A node that exits 0 has finished (or left): when fewer than a quorum are left
+ * running, they get what a lost quorum gives them (rejoin_timeout and the grace) to finish too,
+ * and are stopped after it, so that a node which cannot end (stopped, hung) never holds the
+ * launcher. */
 static void on_exit_status(launcher *l, int i, int status) {
     int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
     l->res->exit_code[i] = code;
-    if (code == 0 || l->kill_at || l->res->quorum_lost) return;
+    if (l->kill_at || l->res->quorum_lost) return;
+    if (code == 0) {
+        if (l->alive > 0 && l->alive < l->res->quorum && !l->pending && !l->stop_at)
+            l->stop_at = hr_now() + l->o->quorum_wait_s + l->o->grace_s;
+        return;
+    }
     char what[128];
     if (WIFSIGNALED(status))
         snprintf(what, sizeof what, "node %ld was killed by SIG%s", l->res->ids[i],

@@ -15,6 +15,8 @@
  *                  a node is still leaving when the restart falls due
  *   after_the_end  a node is not restarted once the others have finished (whether it died
  *                  after them or its delay ran out after them)
+ *   finished       the others finished, fewer than a quorum run: those get rejoin_timeout
+ *                  and the grace to end, and one that cannot (stopped) is stopped then
  * The launcher's log (stderr) is captured into a file per case and searched for its lines.
  */
 #include "base/hr_time.h"
@@ -350,6 +352,35 @@ static void test_after_the_end(void) {
     }
 }
 
+/* Nodes that finished (exit 0) leave fewer than a quorum running: those get quorum_wait_s and
+ * the grace to finish too. One that finishes in time is never signalled (`finished`); one that
+ * cannot (stopped) is stopped then (`finished_stopped`), and never holds the launcher. */
+static void test_finished(void) {
+    const char *plan[2][3] = {{"ok:0.2", "ok:0.2", "ok:0.7"}, {"ok:0.2", "ok:0.2", "stop"}};
+    for (int k = 0; k < 2; k++) {
+        scene s;
+        scene_init(&s, k ? "finished_stopped" : "finished", 3, plan[k]);
+        launch_opts o = {.quorum_wait_s = 0.6, .grace_s = 0.6};
+        launch_result r;
+        double took;
+        char sig[64];
+        int rc = scene_run(&s, &o, &r, &took);
+        signals_of(&s, 2, sig, sizeof sig);
+        CHECK(rc == 0 && !r.timed_out && !r.quorum_lost, "rc %d timed_out %d quorum_lost %d", rc,
+              r.timed_out, r.quorum_lost);
+        if (k == 0) {
+            CHECK(!sig[0], "node 2 finished in time, yet got '%s'", sig);
+        } else {
+            CHECK(strcmp(sig, "TERM ") == 0, "node 2 should have been stopped: '%s'", sig);
+            CHECK(took > 1.2 && took < 4, "stopped 1.2 s after the others ended at 0.2 s: %.2f s",
+                  took);
+            CHECK_LOG(&s, "1 node(s) still running without a quorum; stopping them");
+        }
+        launch_result_free(&r);
+        scene_free(&s);
+    }
+}
+
 int main(void) {
     snprintf(g_tmp, sizeof g_tmp, "/tmp/hetring-test-launch-XXXXXX");
     if (!mkdtemp(g_tmp)) return perror("mkdtemp"), 1;
@@ -362,6 +393,7 @@ int main(void) {
     test_below_quorum();
     test_interrupt();
     test_after_the_end();
+    test_finished();
     if (!check_failures_) {
         char cmd[300];
         snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_tmp);
