@@ -320,8 +320,7 @@ static hr_status eng_wait(ring *r, eng *e, double last) {
     if (!p[0].events) p[0].fd = -1;
     if (!p[1].events) p[1].fd = -1;
     const double limit = r->coll_timeout > r->timeout ? r->coll_timeout : r->timeout;
-    double left = last + limit - tcp_now();
-    int rc = left > 0 ? poll(p, 2, (int)(left * 1000) + 1) : 0;
+    int rc = last + limit > tcp_now() ? poll(p, 2, tcp_poll_ms(last + limit)) : 0;
     if (rc < 0 && errno == EINTR) return HR_OK;
     link_pos pp = eng_pos(r, e);
     if (rc == 0 && tcp_now() >= last + limit) {

@@ -31,7 +31,7 @@ double tcp_now(void) {
     return hr_now();
 }
 
-static int ms_left(double deadline) {
+int tcp_poll_ms(double deadline) {
     double left = deadline - tcp_now();
     if (left <= 0) return 0;
     if (left > 3600) return 3600 * 1000;
@@ -101,7 +101,7 @@ hr_status tcp_listen(const char *host, long port, int *out_fd, char *err, size_t
 hr_status tcp_wait(int fd, short events, double deadline) {
     for (;;) {
         struct pollfd p = {.fd = fd, .events = events};
-        int rc = poll(&p, 1, ms_left(deadline));
+        int rc = poll(&p, 1, tcp_poll_ms(deadline));
         if (rc > 0) return HR_OK;
         if (rc == 0) {
             if (tcp_now() >= deadline) return HR_ERR_TIMEOUT;

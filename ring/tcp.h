@@ -16,6 +16,10 @@
 /* Seconds on the monotonic clock. */
 double tcp_now(void);
 
+/* poll()'s timeout for waiting until `deadline`: 0 once it has passed, at most an hour (a
+ * longer wait is several polls; a far deadline never overflows to a negative, endless one). */
+int tcp_poll_ms(double deadline);
+
 /* Listen on host:port (SO_REUSEADDR, non-blocking). */
 hr_status tcp_listen(const char *host, long port, int *out_fd, char *err, size_t errlen);
 

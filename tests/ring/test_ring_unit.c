@@ -1,6 +1,6 @@
 /*
  * test_ring_unit.c: frame headers, frame sealing (both AEADs, auth and encrypt), tamper and
- * replay detection, and key files.
+ * replay detection, key files, and poll's timeout for a deadline.
  *
  * Usage: test_ring_unit            frames, XChaCha20-Poly1305 sealing, key files
  *        test_ring_unit aes256gcm  AES-256-GCM sealing only; exits 77 (ctest's skip) on a CPU
@@ -8,6 +8,7 @@
  */
 #include "ring/frame.h"
 #include "ring/sec.h"
+#include "ring/tcp.h"
 #include "tests/check.h"
 
 #include <signal.h>
@@ -139,6 +140,20 @@ static void test_key_files(void) {
     rmdir(dir);
 }
 
+/* A deadline far away (a step deadline of step_timeout = 1e6 times a slow step) is an hour of
+ * poll, not an overflow to a negative timeout, which poll takes as "wait for ever"; one that
+ * has passed is 0; one near is its milliseconds, rounded up. */
+static void test_poll_ms(void) {
+    double now = tcp_now();
+    CHECK(tcp_poll_ms(now + 1e7) == 3600 * 1000, "a deadline 1e7 s away: %d ms",
+          tcp_poll_ms(now + 1e7));
+    CHECK(tcp_poll_ms(now + 3e9) == 3600 * 1000, "a deadline 3e9 s away: %d ms",
+          tcp_poll_ms(now + 3e9));
+    CHECK(tcp_poll_ms(now - 1) == 0, "a past deadline: %d ms", tcp_poll_ms(now - 1));
+    int ms = tcp_poll_ms(tcp_now() + 0.5);
+    CHECK(ms > 450 && ms <= 501, "half a second: %d ms", ms);
+}
+
 int main(int argc, char **argv) {
     if (sodium_init() < 0) return 1;
     if (argc > 1) {
@@ -158,5 +173,6 @@ int main(int argc, char **argv) {
     test_seal(RING_SEC_AUTH, SEC_AEAD_XCHACHA20);
     test_seal(RING_SEC_ENCRYPT, SEC_AEAD_XCHACHA20);
     test_key_files();
+    test_poll_ms();
     return check_exit();
 }
