@@ -16,6 +16,7 @@
  */
 #include "ring/ring.h"
 
+#include "base/hr_log.h"
 #include "base/hr_time.h"
 
 #include "ring/engine_internal.h"
@@ -51,14 +52,20 @@ static hr_status finish(ring *r, hr_status st) {
 
 /* Run r->sched over `base`: small collectives on the calling thread alone (engine.c; a hand-off
  * between threads would cost more than it saves), large ones on the threaded engine
- * (engine_mt.c) unless it is off. */
+ * (engine_mt.c) unless it is off. An engine that cannot start (no memory or threads) is
+ * turned off for good: the frames are the same either way, so the neighbours never notice. */
 static hr_status run_sched(ring *r, int coll, uint8_t *base) {
     const ring_sched *s = r->sched;
     size_t rx_bytes = 0;
     for (size_t i = 0; i < s->n_rx && rx_bytes <= RING_MT_BYTES; i++) rx_bytes += s->rx_len[i];
     if (rx_bytes > RING_MT_BYTES && r->mt_workers >= 0) {
-        r->mt_runs++;
-        return mt_run(r, coll, base);
+        if (mt_start(r) == HR_OK) {
+            r->mt_runs++;
+            return mt_run(r, coll, base);
+        }
+        HR_WARN(RING, "the threaded engine could not start (out of memory or threads): the "
+                      "collectives run on the calling thread from now on");
+        r->mt_workers = -1;
     }
     return eng_run_links(r, coll, base, FROM_SUCC, FROM_PRED);
 }

@@ -120,7 +120,10 @@ hr_status eng_run_links(ring *r, int coll, uint8_t *base, int tx, int rx);
 /* ---------------------------------------------------------------- the threaded engine
  * (engine_mt.c) */
 
-/* Run r->sched over `base` on the engine's threads, starting them on first use. */
+/* Start the engine's threads and staging, once (HR_OK when they run already); HR_ERR_NOMEM
+ * when memory or a thread could not be had, leaving nothing behind. */
+hr_status mt_start(ring *r);
+/* Run r->sched over `base` on the engine's threads (mt_start first). */
 hr_status mt_run(ring *r, int coll, uint8_t *base);
 /* Stop the threaded engine's threads and free its staging (ring_free). */
 void mt_free(ring *r);

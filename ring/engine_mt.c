@@ -351,7 +351,7 @@ void mt_free(ring *r) {
 }
 
 /* Start the threaded engine's threads and staging on first use. */
-static hr_status mt_start(ring *r) {
+hr_status mt_start(ring *r) { /* engine_internal.h */
     if (r->mt) return HR_OK;
     ring_mt *m = calloc(1, sizeof *m);
     if (!m) return HR_ERR_NOMEM;
@@ -704,11 +704,13 @@ static mt_seen mt_look(ring_mt *m, int moved) {
  * HR_OK to go on, or the failure reported. */
 static hr_status mt_wait(ring *r, ring_mt *m, size_t j, const mt_rx *x, int slot_free,
                          const mt_seen *v, double limit) {
-    struct pollfd p[3] = {{.fd = r->pred_fd, .events = slot_free ? POLLIN : 0},
-                          {.fd = r->succ_fd, .events = v->tx_state == TX_RUN ? POLLIN : 0},
+    /* a link not waited on is left out: poll reports a hang-up or error without being asked,
+     * which would wake this loop at once, again and again, with nothing to do */
+    struct pollfd p[3] = {{.fd = slot_free ? r->pred_fd : -1, .events = POLLIN},
+                          {.fd = v->tx_state == TX_RUN ? r->succ_fd : -1, .events = POLLIN},
                           {.fd = m->wake[0], .events = POLLIN}};
-    double last = v->last, left = last + limit - tcp_now();
-    int rc = left > 0 ? poll(p, 3, (int)(left * 1000) + 1) : 0;
+    double last = v->last;
+    int rc = last + limit > tcp_now() ? poll(p, 3, tcp_poll_ms(last + limit)) : 0;
     if (rc < 0 && errno != EINTR) rc = 0;
     if (p[2].revents & POLLIN) mt_drain(m);
     if (rc > 0 && (p[1].revents & (POLLIN | POLLHUP | POLLERR)))
@@ -738,7 +740,8 @@ double ring_engine_cpu_s(const ring *r) { /* ring.h */
 }
 
 hr_status mt_run(ring *r, int coll, uint8_t *base) {
-    if (mt_start(r) != HR_OK) return HR_ERR_NOMEM;
+    if (mt_start(r) != HR_OK)
+        return fail_local(r, coll, HR_ERR_NOMEM, "the threaded engine could not start");
     ring_mt *m = r->mt;
     const ring_sched *s = r->sched;
     if (mt_need_sent(m, s) != 0) return fail_local(r, coll, HR_ERR_NOMEM, "out of memory");

@@ -20,6 +20,9 @@
 #   strangers   idle and garbage connections from a node without the key, at formation and
 #               during a run: the ring forms and runs on, they are closed and named
 #   workers     HETRING_RING_WORKERS: a bad value stops the node with a message naming it
+#   mt_nomem    two nodes on the threaded engine, one of them without the address space for its
+#               staging: it says so and runs the collectives on its own thread, and both
+#               nodes' results check (the frames are the same either way)
 # With HETRING_RING_WORKERS=N in the environment (the *.mt tests), every node must log that
 # large collectives run on the threaded engine with N workers.
 # MODE is none, auth (cluster PSK) or encrypt (identity keys). Ports come in claimed blocks of 8
@@ -47,6 +50,7 @@ conf() {
     {
         printf '[cluster]\nname = ringtest\nconnect_timeout = %s\ntimeout = %s\n' "${CT:-20}" "${TO:-10}"
         security_lines "$mode"
+        [ -n "${SEG:-}" ] && printf 'segment_bytes = %s\n' "$SEG"
         printf '[train]\niterations = 1\n'
         for ((i = 0; i < n; i++)); do
             printf '[node.%d]\nhost = 127.0.0.1\nport = %d\n' $i $((base + i))
@@ -447,6 +451,28 @@ workers)
             { fail "HETRING_RING_WORKERS=$good: the node failed"; sed 's/^/    /' "$tmp/out.w"; }
     done
     grep -q "threaded engine (sender + 3 workers)" "$tmp/out.w" || fail "3 workers not in the log"
+    ;;
+mt_nomem)
+    # 128 MiB segments: the ring's own two stages take 256 MiB at the start, the threaded
+    # engine's eight (no workers: four slots each way) another 1 GiB when the first large
+    # all-reduce starts it. Node 0 gets 900 MiB of address space: enough for the first, not
+    # the second. (A sanitizer reserves terabytes of address space up front: skipped there.)
+    if ldd "$NODE" 2>/dev/null | grep -q 'lib[at]san'; then
+        echo "SKIP: a sanitizer build cannot run under an address-space limit"; exit 77
+    fi
+    newbase; SEG=134217728 conf "$tmp/c.ini" 2
+    (ulimit -v 921600; HETRING_RING_WORKERS=0 exec "$NODE" "$tmp/c.ini" 0 correct 1000003) \
+        > "$tmp/out.0" 2>&1 &
+    pids+=($!); pid[0]=$!
+    HETRING_RING_WORKERS=0 start 1 "$tmp/c.ini" correct 1000003
+    finish 0 1
+    [ "${rc[0]}" = 0 ] && [ "${rc[1]}" = 0 ] || { fail "a node failed: ${rc[0]} ${rc[1]}"; show 0 1; }
+    grep -q "the threaded engine could not start (out of memory or threads): the collectives run on the calling thread" "$tmp/out.0" &&
+        grep -q "node 0: 0 collective(s) on the threaded engine" "$tmp/out.0" ||
+        { fail "node 0 did not fall back to its own thread"; show 0; }
+    grep -q "node 1: [1-9][0-9]* collective(s) on the threaded engine" "$tmp/out.1" ||
+        { fail "node 1 did not run the threaded engine"; show 1; }
+    grep -h "threaded engine" "$tmp/out.0" "$tmp/out.1" | sed 's/^/    /'
     ;;
 *) echo "unknown scenario $scenario"; exit 2 ;;
 esac
