@@ -9,7 +9,8 @@
  *  - a child that fails (non-zero exit or a signal) stops the others only when fewer than the
  *    quorum (`min_nodes`) are left running and no restart is pending; otherwise they go on.
  *    Below the quorum the nodes pause and give up by themselves after their rejoin_timeout:
- *    the launcher stops those still running `quorum_wait_s` plus `grace_s` later;
+ *    the launcher stops those still running `quorum_wait_s` plus `grace_s` later. So too when
+ *    children that exited 0 (finished, or left) leave fewer than the quorum running;
  *  - with `max_respawns` > 0 a failed child is started again with the same command line after
  *    `respawn_s`, at most `max_respawns` times per node, and only while another node is running
  *    or waiting for its own restart (a node that fails after the others finished stays down);
