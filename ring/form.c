@@ -139,6 +139,13 @@ static void gate_cut(gate_slot *s, const char *why) {
     if (s->fd >= 0) shutdown(s->fd, SHUT_RDWR);
 }
 
+/* Whether handshake parameters a and b ask for the same links: one view epoch, one expected
+ * predecessor and tree parent. */
+static int same_links(const sec_hs_params *a, const sec_hs_params *b) {
+    return a->epoch == b->epoch && a->expect_id == b->expect_id && a->tree == b->tree &&
+           a->expect_tree_id == b->expect_tree_id;
+}
+
 static void *gate_hs_main(void *arg) {
     gate_slot *s = arg;
     ring_gate *g = s->g;
@@ -165,12 +172,15 @@ static void *gate_hs_main(void *arg) {
     pthread_mutex_lock(&g->mu);
     const char *cut = s->cut;
     int tree = s->who_is.tree, *slot = tree ? &g->tfd : &g->fd;
-    int take = st == HR_OK && !cut && g->forming && *slot < 0;
+    /* a handshake begun for a view whose formation has ended since (another may be forming
+     * now) is no link of the formation open now: its peer made it for the old view */
+    const int wanted = g->forming && same_links(&s->p, &g->p);
+    const int take = st == HR_OK && !cut && wanted && *slot < 0;
     if (take) {
         *slot = fd;
         *(tree ? &g->tch : &g->ch) = s->ch;
         pthread_cond_broadcast(&g->cv);
-    } else if (st != HR_OK && !cut && g->forming) {
+    } else if (st != HR_OK && !cut && wanted) {
         g->st = st;
         snprintf(g->err, sizeof g->err, "rejected a connection from %s: %.380s", s->peer, why);
     }
@@ -189,6 +199,11 @@ static void *gate_hs_main(void *arg) {
     else if (st != HR_OK)
         gate_log(g, "rejected a connection from %s (expected predecessor %s): %s", s->peer, s->who,
                  why);
+    else if (!wanted)
+        HR_DEBUG(SEC,
+                 "closed a connection from %s: made for view epoch %llu, whose formation "
+                 "has ended",
+                 s->peer, (unsigned long long)s->p.epoch);
     else
         gate_log(g, "closed a connection from %s: %s %s is connected already", s->peer,
                  tree ? "the tree parent of" : "predecessor", tree ? "this node" : s->who);
@@ -418,8 +433,7 @@ hr_status listen_start(ring *r, char *err, size_t errlen) {
  * before ring_form got here, and the error must still say why. */
 static void gate_open(ring_gate *g, const sec_hs_params *p, const char *who) {
     pthread_mutex_lock(&g->mu);
-    int open = g->forming && g->p.epoch == p->epoch && g->p.expect_id == p->expect_id &&
-               g->p.tree == p->tree && g->p.expect_tree_id == p->expect_tree_id;
+    int open = g->forming && same_links(&g->p, p);
     g->forming = 1;
     g->p = *p;
     snprintf(g->who, sizeof g->who, "%s", who);
