@@ -59,12 +59,14 @@ int cli_common_opt(cli_common *o, const char *name, const char *arg) {
 
 hr_status cli_check_supported(const cfg *c, char *err, size_t errlen) {
     /* backend = nccl: security none, NCCL in this build (or the test fake armed for a node of
-     * the file), every node a GPU node (transport.h) */
+     * the file), every node a GPU node; and no buckets where every view goes over NCCL
+     * (transport.h) */
     int fake = 0;
     double arg;
     for (int k = 0; k < c->n_nodes && hr_fault_fake_nccl(); k++)
         fake |= hr_fault_get("fake_nccl", c->nodes[k].id, 0, &arg);
     HR_CHECK(transport_check_config(c, nccl_path_real() != NULL || fake, err, errlen));
+    HR_CHECK(transport_check_buckets(c, nccl_path_real() != NULL || fake, err, errlen));
     return HR_OK; /* a node's device is checked where it runs (app_check_device) */
 }
 

@@ -58,4 +58,12 @@ const char *transport_name(transport_kind k);
  * for auto and tcp. */
 hr_status transport_check_config(const cfg *c, int have_nccl, char *err, size_t errlen);
 
+/* Start-up check of [train] bucket_bytes = N (N > 0) for the built-in trainer (whose gradients
+ * stay on the device) with backend = auto: where the file makes every view of two or more
+ * NCCL's (wire = fp32, security = none, every node a GPU node) and the build has NCCL
+ * (have_nccl), the gradient goes whole after the compute and the buckets would be ignored:
+ * HR_ERR_CONFIG naming the file, the key's line and what to set. HR_OK otherwise. (backend =
+ * nccl with buckets is refused by cfg_validate, whatever the build.) */
+hr_status transport_check_buckets(const cfg *c, int have_nccl, char *err, size_t errlen);
+
 #endif

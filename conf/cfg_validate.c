@@ -1,10 +1,12 @@
 /*
  * cfg_validate.c: the checks across keys that a single value cannot make (peers, quorum, batch
- * bounds, something to train, keys for the security asked for), each failing with
- * "FILE:LINE: what (expected)" at the line of the key to change.
+ * bounds, something to train, keys for the security asked for, and no key given that the rest
+ * would leave unused), each failing with "FILE:LINE: what (expected)" at the line of the key to
+ * change.
  */
 #include "conf/cfg_internal.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -18,6 +20,11 @@ static int cmp_node_id(const void *a, const void *b) {
 static int blame(const cfg *c, const char *key) {
     int l = cfg_key_line(c, -1, key);
     return l > 0 ? l : 1;
+}
+
+/* A global key was given (in the file, the environment or --set), not left at its default. */
+static int given(const cfg *c, const char *key) {
+    return cfg_key_line(c, -1, key) != 0;
 }
 
 /* Each check below returns HR_OK or fails with "FILE:LINE: what (expected)", `f` the file. */
@@ -102,12 +109,74 @@ static hr_status check_training(const cfg *c, const char *f, char *err, size_t e
         return hr_fail(err, errlen, HR_ERR_CONFIG,
                        "%s:%d: the mlp needs layers (expected e.g. layers = 784,256,10)", f,
                        blame(c, "layers"));
+    if (!c->checkpoint[0] && c->checkpoint_interval > 0 && given(c, "checkpoint_interval"))
+        return hr_fail(err, errlen, HR_ERR_CONFIG,
+                       "%s:%d: checkpoint_interval = %ld, but no checkpoint is configured, so none "
+                       "would be written (expected checkpoint = FILE, or no checkpoint_interval)",
+                       f, blame(c, "checkpoint_interval"), c->checkpoint_interval);
+    return HR_OK;
+}
+
+/* The first key configured of those security = none would leave unused: its name in *key, its
+ * line in *line (the node's, for a pubkey; 1 where an override set it), else 0. */
+static int unused_keys(const cfg *c, const char **key, int *line, long *node) {
+    static const char *const keys[] = {"key_file", "psk_file", "psk"};
+    const int set[] = {c->key_file[0] != 0, c->psk_file[0] != 0, c->has_psk};
+    *node = -1;
+    for (int i = 0; i < 3; i++)
+        if (set[i]) return *key = keys[i], *line = blame(c, keys[i]), 1;
+    for (int i = 0; i < c->n_nodes; i++)
+        if (c->nodes[i].has_pubkey) {
+            int l = cfg_key_line(c, i, "pubkey");
+            *key = "pubkey", *node = c->nodes[i].id, *line = l > 0 ? l : c->nodes[i].line;
+            return 1;
+        }
+    return 0;
+}
+
+/* The keys that are given are used: none of them with security = none (the user meant the
+ * links to be protected), not both a psk and a psk_file (one would be dropped), and no pubkey
+ * without a key_file (without an identity of its own a node authenticates by the PSK alone). */
+static hr_status check_keys_used(const cfg *c, const char *f, char *err, size_t errlen) {
+    const char *key;
+    int line;
+    long node;
+    if (c->security == CFG_SEC_NONE && unused_keys(c, &key, &line, &node)) {
+        char sec[48] = "";
+        if (node >= 0) snprintf(sec, sizeof sec, "[node.%ld] ", node);
+        return hr_fail(err, errlen, HR_ERR_CONFIG,
+                       "%s:%d: %s%s is configured, but security = none leaves every link "
+                       "unauthenticated and unencrypted (expected security = auto, auth or "
+                       "encrypt to use the keys, or no keys with security = none)",
+                       f, line, sec, key);
+    }
+    if (c->has_psk && c->psk_file[0]) {
+        line = cfg_key_line(c, -1, "psk_file") > 0 ? blame(c, "psk_file") : blame(c, "psk");
+        return hr_fail(err, errlen, HR_ERR_CONFIG,
+                       "%s:%d: psk_file and psk are both given%s, and only one pre-shared key "
+                       "can be used (expected one of them)",
+                       f, line,
+                       cfg_key_line(c, -1, "psk") == CFG_LINE_OVERRIDE
+                           ? " (psk by the environment, HETRING_CLUSTER_PSK, or --set)"
+                           : "");
+    }
+    if (c->key_file[0]) return HR_OK;
+    for (int i = 0; i < c->n_nodes; i++)
+        if (c->nodes[i].has_pubkey) {
+            int l = cfg_key_line(c, i, "pubkey");
+            return hr_fail(err, errlen, HR_ERR_CONFIG,
+                           "%s:%d: [node.%ld] pubkey is set, but no key_file gives the nodes "
+                           "identities, so no pubkey is checked (expected key_file = "
+                           "node{id}.key with the pubkeys, or no pubkeys)",
+                           f, l > 0 ? l : c->nodes[i].line, c->nodes[i].id);
+        }
     return HR_OK;
 }
 
 /* Security has the keys it needs. The default is encrypt when keys are configured, never a
  * silent none: this is where security = auto resolves. */
 static hr_status check_security(cfg *c, const char *f, char *err, size_t errlen) {
+    HR_CHECK(check_keys_used(c, f, err, errlen));
     int have_identity = c->key_file[0] != 0;
     int have_psk = c->psk_file[0] != 0 || c->has_psk;
     if (c->security == CFG_SEC_AUTO) {
@@ -156,6 +225,34 @@ static hr_status check_wire(const cfg *c, const char *f, char *err, size_t errle
     return HR_OK;
 }
 
+/* backend = nccl all-reduces the whole gradient after the compute (cluster/grad_path.c's NCCL
+ * path), so buckets of a size of their own, which it would ignore, are refused. backend = auto
+ * goes the same way only where the build has NCCL: cli_check_supported refuses it there. */
+static hr_status check_nccl_buckets(const cfg *c, const char *f, char *err, size_t errlen) {
+    if (c->backend != CFG_BACKEND_NCCL || c->bucket_bytes == CFG_AUTO || c->bucket_bytes <= 0)
+        return HR_OK;
+    return hr_fail(err, errlen, HR_ERR_CONFIG,
+                   "%s:%d: bucket_bytes = %ld with backend = nccl: NCCL all-reduces the whole "
+                   "gradient after the compute, without buckets (expected bucket_bytes = auto or "
+                   "0, or backend = tcp for buckets on the TCP ring)",
+                   f, blame(c, "bucket_bytes"), c->bucket_bytes);
+}
+
+/* policy = epoch decides at the end of each epoch from the epoch's totals: no interval, no
+ * smoothed times. */
+static hr_status check_controller(const cfg *c, const char *f, char *err, size_t errlen) {
+    static const char *const unused[] = {"interval", "smoothing"};
+    if (c->policy != CFG_POLICY_EPOCH) return HR_OK;
+    for (int i = 0; i < 2; i++)
+        if (given(c, unused[i]))
+            return hr_fail(err, errlen, HR_ERR_CONFIG,
+                           "%s:%d: %s is set, but policy = epoch decides once per epoch from the "
+                           "epoch's totals and does not use it (expected no %s with policy = "
+                           "epoch, or policy = proportional, pid or model)",
+                           f, blame(c, unused[i]), unused[i], unused[i]);
+    return HR_OK;
+}
+
 hr_status cfg_validate(cfg *c, char *err, size_t errlen) {
     const char *f = c->path[0] ? c->path : "<config>";
     HR_CHECK(check_nodes(c, f, err, errlen));
@@ -164,6 +261,8 @@ hr_status cfg_validate(cfg *c, char *err, size_t errlen) {
     HR_CHECK(check_training(c, f, err, errlen));
     HR_CHECK(check_security(c, f, err, errlen));
     HR_CHECK(check_wire(c, f, err, errlen));
+    HR_CHECK(check_nccl_buckets(c, f, err, errlen));
+    HR_CHECK(check_controller(c, f, err, errlen));
     qsort(c->nodes, (size_t)c->n_nodes, sizeof *c->nodes, cmp_node_id); /* id order from here */
     return HR_OK;
 }

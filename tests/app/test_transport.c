@@ -4,7 +4,7 @@
  * (none, auth, encrypt), view size (1, 3), the members (all GPU nodes with device gradients and
  * NCCL; one CPU node; one libhetring user with host buffers; one build without NCCL) and whether
  * the members' facts are gathered, each with the transport and the reason expected; and the
- * start-up check of backend = nccl.
+ * start-up checks of backend = nccl and of buckets where every view goes over NCCL.
  */
 #include "tests/check.h"
 #include "cluster/transport.h"
@@ -119,8 +119,43 @@ static void startup(void) {
           "a CPU node: %s", err);
 }
 
+/* bucket_bytes = N with backend = auto is refused only where every view goes over NCCL: every
+ * node a GPU node, security none, wire fp32 and NCCL in the build. */
+static void buckets(void) {
+    cfg c;
+    memset(&c, 0, sizeof c);
+    cfg_node nodes[2];
+    memset(nodes, 0, sizeof nodes);
+    nodes[0].id = 0, nodes[0].device = 0;
+    nodes[1].id = 4, nodes[1].device = 1;
+    c.nodes = nodes, c.n_nodes = 2;
+    snprintf(c.path, sizeof c.path, "x.ini");
+    c.backend = CFG_BACKEND_AUTO, c.security = CFG_SEC_NONE, c.wire = CFG_WIRE_FP32;
+    c.bucket_bytes = 65536;
+    char err[512];
+    CHECK(transport_check_buckets(&c, 1, err, sizeof err) == HR_ERR_CONFIG &&
+              strstr(err, "x.ini:1: bucket_bytes = 65536") && strstr(err, "without buckets"),
+          "buckets over NCCL: %s", err);
+    printf("%s\n", err);
+    CHECK(transport_check_buckets(&c, 0, err, sizeof err) == HR_OK, "no NCCL: buckets on TCP");
+    c.bucket_bytes = 0;
+    CHECK(transport_check_buckets(&c, 1, err, sizeof err) == HR_OK, "bucket_bytes = 0");
+    c.bucket_bytes = CFG_AUTO;
+    CHECK(transport_check_buckets(&c, 1, err, sizeof err) == HR_OK, "bucket_bytes = auto");
+    c.bucket_bytes = 65536;
+    c.backend = CFG_BACKEND_TCP;
+    CHECK(transport_check_buckets(&c, 1, err, sizeof err) == HR_OK, "backend = tcp");
+    c.backend = CFG_BACKEND_AUTO, c.security = CFG_SEC_ENCRYPT;
+    CHECK(transport_check_buckets(&c, 1, err, sizeof err) == HR_OK, "security: TCP");
+    c.security = CFG_SEC_NONE, c.wire = CFG_WIRE_BF16;
+    CHECK(transport_check_buckets(&c, 1, err, sizeof err) == HR_OK, "wire = bf16: TCP");
+    c.wire = CFG_WIRE_FP32, nodes[1].device = -1;
+    CHECK(transport_check_buckets(&c, 1, err, sizeof err) == HR_OK, "a CPU node: TCP");
+}
+
 int main(void) {
     table();
     startup();
+    buckets();
     return check_exit();
 }

@@ -237,6 +237,28 @@ static void test_overrides(const char *tmp) {
     unsetenv("HETRING_NODE_5_SLOWDOWN");
 }
 
+/* Keys given are keys used, whoever gave them: HETRING_CLUSTER_PSK beside the file's psk_file,
+ * and security = none from --set over a file with keys, are refused at the file's key. */
+static void test_keys_used(const char *tmp) {
+    char err[HR_ERRLEN] = "";
+    cfg c;
+    write_file(tmp, "[cluster]\npsk_file = c.psk\n[node.0]\nhost = 127.0.0.1\nport = 7001\n");
+    setenv("HETRING_CLUSTER_PSK",
+           "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff", 1);
+    CHECK(cfg_load(&c, tmp, err, sizeof err) == HR_ERR_CONFIG, "env psk beside psk_file accepted");
+    CHECK(strstr(err, ":2: psk_file and psk are both given") && strstr(err, "HETRING_CLUSTER_PSK"),
+          "got: %s", err);
+    unsetenv("HETRING_CLUSTER_PSK");
+    CHECK(cfg_load(&c, tmp, err, sizeof err) == HR_OK, "%s", err);
+    cfg_free(&c);
+    cfg_init(&c);
+    CHECK(cfg_parse_file(&c, tmp, err, sizeof err) == HR_OK, "%s", err);
+    CHECK(cfg_set(&c, "cluster.security=none", err, sizeof err) == HR_OK, "%s", err);
+    CHECK(cfg_validate(&c, err, sizeof err) == HR_ERR_CONFIG, "--set security=none with keys");
+    CHECK(strstr(err, ":2: psk_file is configured, but security = none"), "got: %s", err);
+    cfg_free(&c);
+}
+
 /* Values are read whole and as written: a NUL byte is refused (it would cut the value), numbers
  * are decimal (no octal, no hex), and long lines are read (a line over the limit is refused
  * with its file:line). */
@@ -340,6 +362,7 @@ int main(void) {
     unlink(g_tmp);
     unlink(g_tmp_src);
     test_overrides(tmp);
+    test_keys_used(tmp);
     test_input_holes(tmp);
     unlink(tmp);
     test_paths();
