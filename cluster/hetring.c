@@ -389,6 +389,32 @@ void hetring_options_init(hetring_options *o) {
     o->sync_first = 1;
 }
 
+/* A user's file gives no [train] key that only the built-in trainer reads: the model, its data,
+ * the optimizer, the evaluations and the checkpoints are the user's program's, so such a key
+ * would be ignored. (samples is the default of hetring_options.n_samples.) */
+static hr_status check_library_keys(const cfg *c, char *err, size_t errlen) {
+    static const char *const trainer_only[] = {
+        "model",    "layers",       "dataset",       "data_dir",   "eval_samples",
+        "lr",       "lr_schedule",  "lr_step",       "lr_gamma",   "warmup",
+        "momentum", "weight_decay", "eval_interval", "checkpoint", "checkpoint_interval"};
+    for (size_t i = 0; i < sizeof trainer_only / sizeof *trainer_only; i++) {
+        const int line = cfg_key_line(c, -1, trainer_only[i]);
+        if (line == 0) continue;
+        char at[48];
+        if (line > 0)
+            snprintf(at, sizeof at, ":%d", line);
+        else
+            snprintf(at, sizeof at, " (set by the environment or an override)");
+        return hr_fail(err, errlen, HR_ERR_CONFIG,
+                       "%s%s: [train] %s is set, but libhetring does not use it: your own code "
+                       "trains the model, with its own data, optimizer, evaluation and checkpoints "
+                       "(expected no %s in a file for hetring_open; `hetring run` is the built-in "
+                       "trainer that reads it)",
+                       c->path[0] ? c->path : "<config>", at, trainer_only[i], trainer_only[i]);
+    }
+    return HR_OK;
+}
+
 static hr_status load_config(hetring *h, const hetring_options *o) {
     char *e = h->err;
     const size_t n = sizeof h->err;
@@ -406,6 +432,7 @@ static hr_status load_config(hetring *h, const hetring_options *o) {
     HR_CHECK(cfg_apply_env(&h->own, e, n));
     for (const char *const *s = o->set; s && *s; s++) HR_CHECK(cfg_set(&h->own, *s, e, n));
     HR_CHECK(cfg_validate(&h->own, e, n));
+    HR_CHECK(check_library_keys(&h->own, e, n));
     char id[32];
     if (o->node_id >= 0) snprintf(id, sizeof id, "%ld", o->node_id);
     return node_id_resolve(&h->own, o->node_id >= 0 ? id : NULL, &h->self, e, n);

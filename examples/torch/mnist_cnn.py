@@ -77,15 +77,16 @@ def accuracy(model, x, y):
         return float((model(x.to(dev)).argmax(1) == y.to(dev)).float().mean())
 
 
-def node_settings(conf, node):
-    """[train] and this node's slowdown, read from the cluster file as hetring reads them."""
+def node_settings(conf, node, a):
+    """[train] and this node's slowdown, read from the cluster file as hetring reads them, and
+    the optimizer's settings from the command line (the library refuses [train] lr)."""
     ini = configparser.ConfigParser(inline_comment_prefixes=(";", "#"))
     ini.read(conf)
     tr = ini["train"]
     ids = sorted(int(s.split(".", 1)[1]) for s in ini.sections() if s.startswith("node."))
     return {"B": int(tr.get("global_batch")), "iterations": int(tr.get("iterations")),
-            "seed": int(tr.get("seed", "1")), "lr": float(tr.get("lr", "0.05")),
-            "momentum": float(tr.get("momentum", "0.9")), "nodes": ids,
+            "seed": int(tr.get("seed", "1")), "lr": a.lr,
+            "momentum": a.momentum, "nodes": ids,
             "slowdown": float(ini[f"node.{node}"].get("slowdown", "1")),
             "emulated": any(float(ini[f"node.{k}"].get("slowdown", "1")) != 1 for k in ids)}
 
@@ -205,6 +206,8 @@ def main():
                    help="override a key of the INI (hetring mode)")
     p.add_argument("--mode", choices=["hetring", "ddp"], default="hetring")
     p.add_argument("--ddp-port", type=int, default=29600)
+    p.add_argument("--lr", type=float, default=0.05, help="SGD learning rate")
+    p.add_argument("--momentum", type=float, default=0.9, help="SGD momentum")
     p.add_argument("--threads", type=int, default=1, help="torch threads of this node")
     p.add_argument("--device", type=device_arg, default=torch.device("cpu"),
                    help="where this node's model and batches live: cpu (default), cuda or "
@@ -222,7 +225,7 @@ def main():
     if a.device.type not in ("cpu", "cuda"):
         p.error(f"--device {a.device}: only cpu and cuda devices are supported")
     torch.set_num_threads(a.threads)
-    s = node_settings(a.conf, a.node)
+    s = node_settings(a.conf, a.node, a)
     for kv in a.set:
         k, v = kv.split("=", 1)
         if k == "train.iterations":

@@ -308,7 +308,8 @@ static int plan(const char *dir, int port) {
 /* ================================================================ the INI in memory */
 
 /* hetring_options.conf_text: a 1-node cluster from text runs as from a file; exactly one of
- * conf and conf_text; an error in the text names "conf_text" and its line. */
+ * conf and conf_text; an error in the text names "conf_text" and its line, a key only the
+ * built-in trainer reads included. */
 static int text(const char *dir, int port) {
     char ini[1024], err[512];
     snprintf(ini, sizeof ini,
@@ -330,6 +331,19 @@ static int text(const char *dir, int port) {
     CHECK(strstr(err, "conf_text:4") != NULL && strstr(err, "sampels") != NULL,
           "names the text's line and the key: %s", err);
     printf("misspelt key: %s\n", err);
+    /* a [train] key only the built-in trainer reads would be ignored: refused, at its line */
+    char lr[1024];
+    snprintf(lr, sizeof lr,
+             "[cluster]\nsecurity = none\n[train]\nsamples = %d\nlr = 0.1\nglobal_batch = %d\n"
+             "[node.0]\nhost = 127.0.0.1\nport = %d\n",
+             SAMPLES, BATCH, port);
+    o.conf_text = lr;
+    st = hetring_open(&h, &o, err, sizeof err);
+    CHECK(st == HETRING_ECONFIG && !h, "[train] lr: %d (%s)", st, err);
+    CHECK(strstr(err, "conf_text:5: [train] lr is set, but libhetring does not use it") &&
+              strstr(err, "hetring run"),
+          "names the line and the key, and says why: %s", err);
+    printf("trainer-only key: %s\n", err);
     /* backend = nccl from a user's loop: host buffers cannot go over NCCL, and the library
      * says so at open instead of training over TCP (a build without NCCL says that first) */
     char nccl[1024];

@@ -50,6 +50,16 @@ def test_import():
     except hetring.Error as e:
         print(f"mapping with a misspelt key: {e}")
         check(e.status == 2 and "conf_text:4" in str(e) and "sampels" in str(e), f"{e}")
+    # a [train] key only the built-in trainer reads would be ignored: refused, at its line
+    conf = {"cluster": {"security": "none"}, "train": {"momentum": 0.5},
+            "nodes": [{"host": "127.0.0.1", "port": 1}]}
+    try:
+        hetring.Node(conf, node_id=0)
+        check(False, "a mapping with [train] momentum opened")
+    except hetring.Error as e:
+        print(f"mapping with a trainer-only key: {e}")
+        check(e.status == 2 and "conf_text:4: [train] momentum is set, but libhetring does not "
+              "use it" in str(e), f"{e}")
     for bad in ({"train": {"layers": None}}, {"train": {"seed": "1\n[x]"}}, {"train": 3}):
         try:
             hetring.ini_text(bad)
