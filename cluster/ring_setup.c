@@ -38,11 +38,14 @@ int app_expand_id(char *out, size_t len, const char *pattern, long id) {
 }
 
 /* Whether key `key` of `section` ("[train]") must be the same on every node: everything that
- * decides what is computed and how the nodes talk, not local paths, deadlines, cadences or
- * emulation settings. */
+ * decides what is computed and how the nodes talk (the gradient's wire and its choice, and
+ * whether the members time their links together at a view's first step included), not local
+ * paths, deadlines (step_timeout among them: each node waits as long as it is told), cadences
+ * or emulation settings. */
 static int must_agree(const char *section, const char *key) {
-    static const char *const cluster[] = {"name",      "security",   "backend",
-                                          "segment_bytes", "tree_bytes", "min_nodes"};
+    static const char *const cluster[] = {"name",           "security",  "backend", "segment_bytes",
+                                          "tree_bytes",     "min_nodes", "wire",    "powersgd_rank",
+                                          "wire_auto_gbit", "link_probe"};
     static const char *const train_local[] = {"data_dir", "checkpoint", "checkpoint_interval",
                                               "eval_interval"};
     static const char *const node[] = {"host", "port", "capacity", "pubkey"};

@@ -1,6 +1,7 @@
 /*
- * test_agree.c: the text of what must agree between nodes (app_agree_text) is the same when
- * several threads of one process build it at once, as libhetring's nodes may.
+ * test_agree.c: the text of what must agree between nodes (app_agree_text) holds the wire's
+ * keys and no deadline, and is the same when several threads of one process build it at once,
+ * as libhetring's nodes may.
  */
 #include "cluster/ring_setup.h"
 #include "tests/check.h"
@@ -38,6 +39,14 @@ int main(void) {
     want_len = app_agree_text(&conf, want, sizeof want);
     CHECK(want_len > 0 && strstr(want, "[cluster]\n") && strstr(want, "security = "),
           "the text: %.*s", (int)want_len, want);
+    /* the gradient's wire and the link probe shape what every member sends: they must agree;
+     * deadlines are each node's own */
+    static const char *const agree[] = {
+        "\nwire = ", "\npowersgd_rank = ", "\nwire_auto_gbit = ", "\nlink_probe = "};
+    for (int i = 0; i < 4; i++)
+        CHECK(want_len > 0 && strstr(want, agree[i]), "'%s' is not compared: %.*s", agree[i] + 1,
+              (int)want_len, want);
+    CHECK(!strstr(want, "timeout = "), "a deadline is compared: %.*s", (int)want_len, want);
     pthread_t th[THREADS];
     for (long t = 0; t < THREADS; t++)
         CHECK(pthread_create(&th[t], NULL, build, (void *)t) == 0, "thread");
