@@ -17,6 +17,7 @@
 #include "trainer/ckpt.h"
 #include "trainer/train.h"
 
+#include <ctype.h>
 #include <getopt.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -105,6 +106,11 @@ static int dry_trainer(const cfg *c, int self) {
         /* "FILE: [train] KEY ..." (a model that does not fit the data) names its key; anything
          * else is about the data files */
         size_t pl = strlen(c->path);
+        if (strncmp(err, c->path, pl) == 0 && err[pl] == ':' &&
+            isdigit((unsigned char)err[pl + 1])) {
+            fprintf(stderr, "%s\n", err); /* "FILE:LINE: ..." names its key already */
+            return bad + 1;
+        }
         if (strncmp(err, c->path, pl) == 0 && strncmp(err + pl, ": [train] ", 10) == 0 &&
             sscanf(err + pl + 10, "%31[a-z_]", key) == 1)
             return bad + problem(c, -1, key, "%s", err + pl + 10 + strlen(key) + 1);

@@ -2,6 +2,7 @@
  * cluster_setup.c: cfg -> cluster_config (see cluster_setup.h).
  */
 #include "cluster/cluster_setup.h"
+#include "base/hr_cores.h"
 #include "cluster/powersgd.h"
 #include "cluster/trainer_setup.h"
 
@@ -18,7 +19,7 @@ static overlap_fact machine_of(const cfg *c, int self_idx) {
     const cfg_node *me = &c->nodes[self_idx];
     for (int k = 0; k < c->n_nodes && n < CFG_MAX_NODES; k++)
         if (strcmp(c->nodes[k].host, me->host) == 0) threads[n++] = c->nodes[k].threads;
-    return overlap_fact_of(me->id, overlap_cores(), threads, n);
+    return overlap_fact_of(me->id, hr_cores(), threads, n);
 }
 
 void app_cluster_config(const cfg *c, int self_idx, cluster_config *out) {

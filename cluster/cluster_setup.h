@@ -65,7 +65,7 @@ typedef struct {
 int cluster_node_index(const cluster_config *cc, long id);
 
 /* Fill `out` for node c->nodes[self_idx]; its machine fact counts the cores this process may
- * use now (overlap_cores). */
+ * use now (hr_cores). */
 void app_cluster_config(const cfg *c, int self_idx, cluster_config *out);
 
 #endif

@@ -4,40 +4,11 @@
  */
 #include "cluster/overlap.h"
 
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 /* ================================================================ choosing */
-
-/* The cgroup v2 CPU quota in whole cores, rounded up, or 0 when there is none ("max") or no
- * cgroup v2 file to read (a container sees its own cgroup at the root). */
-static long quota_cores(void) {
-    FILE *f = fopen("/sys/fs/cgroup/cpu.max", "r");
-    if (!f) return 0;
-    char quota[32] = "";
-    long period = 0;
-    int got = fscanf(f, "%31s %ld", quota, &period);
-    fclose(f);
-    long q;
-    char *end;
-    if (got != 2 || period <= 0 || strcmp(quota, "max") == 0) return 0;
-    q = strtol(quota, &end, 10);
-    if (*end || q <= 0) return 0;
-    return (q + period - 1) / period;
-}
-
-long overlap_cores(void) {
-    long cores = 0;
-    cpu_set_t set;
-    if (sched_getaffinity(0, sizeof set, &set) == 0) cores = CPU_COUNT(&set);
-    if (cores <= 0) cores = sysconf(_SC_NPROCESSORS_ONLN);
-    long q = quota_cores();
-    if (q > 0 && q < cores) cores = q;
-    return cores > 0 ? cores : 1;
-}
 
 overlap_fact overlap_fact_of(long id, long cores, const long *threads, int n) {
     overlap_fact f = {.id = id, .cores = cores, .hosted = n};

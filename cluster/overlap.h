@@ -73,7 +73,7 @@ typedef struct {
 /* What one node tells the others about its machine (its slot of the stats tail, stats.h). */
 typedef struct {
     long id;     /* the node's id, to name it */
-    long cores;  /* cores its process may run on (overlap_cores); 0: unknown */
+    long cores;  /* cores its process may run on (hr_cores); 0: unknown */
     long demand; /* threads its machine runs while overlapping: every co-located node's
                   * compute threads, plus one communication thread per node */
     long at_end; /* 1: it hands its gradients over only once its compute is done (a libhetring
@@ -93,10 +93,6 @@ typedef struct {
  * wire (see overlap_choose) */
 #define OVERLAP_WIRE_FRAC 0.1  /* the wire time is at least this share of the compute */
 #define OVERLAP_CPU_FRAC  0.25 /* and the CPU the all-reduce takes at most this share of it */
-
-/* Cores this process may run on: its CPU affinity (sched_getaffinity, else the online
- * cores), capped by a cgroup v2 CPU quota (/sys/fs/cgroup/cpu.max, rounded up). At least 1. */
-long overlap_cores(void);
 
 /* The fact of node `id` whose process has `cores` cores, on a machine the configuration
  * shares among n nodes with compute threads threads[0, n) (this node's included; 0 means

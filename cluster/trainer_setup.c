@@ -49,6 +49,7 @@ static void data_config_of(const cfg *c, data_config *out) {
                          .dir = c->data_dir,
                          .samples = c->samples,
                          .eval_samples = c->eval_samples,
+                         .eval_line = cfg_key_line(c, -1, "eval_samples"),
                          .csv_regression = c->model == CFG_MODEL_LINREG,
                          .name = cfg_dataset_name(c->dataset),
                          .origin = c->path};
@@ -88,6 +89,8 @@ void app_train_config(const cfg *c, int self_idx, train_config *out) {
     out->skip_nonfinite = c->nonfinite == CFG_NONFINITE_SKIP;
     out->origin = c->path;
     out->threads = c->nodes[self_idx].threads;
+    out->node_id = c->nodes[self_idx].id;
+    out->threads_line = cfg_key_line(c, self_idx, "threads");
     const cfg_node *me = &c->nodes[self_idx];
     double delay_ms;
     if (me->device >= 0) out->device = device_cuda_ops, out->device_index = (int)me->device;

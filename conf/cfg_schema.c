@@ -75,7 +75,10 @@ const key_spec cfg_gkeys[] = {
     {"train", "samples", T_INT, G(samples), 0, 1, 1e9, NULL, "60000", 0,
      "synthetic training set size"},
     {"train", "eval_samples", T_INT, G(eval_samples), 0, 0, 1e9, NULL, "10000", 0,
-     "held-out set size (synthetic sets)"},
+     "held-out set size: a synthetic set's; a held-out file's (mnist, cifar10, a CSV "
+     "directory's test.csv) first eval_samples when given (more than it holds is an error), "
+     "else all of it; one CSV file's last rows, at most a fifth of them (the default is cut to "
+     "that)"},
     {"train", "global_batch", T_INT, G(global_batch), 0, 1, 1e8, NULL, "512", 0,
      "B, samples per iteration over all nodes; fixed, so the learning rate never changes"},
     {"train", "lr", T_DBL, G(lr), 0, 0, 100, NULL, "0.05", 0, "base learning rate"},
@@ -147,7 +150,8 @@ const key_spec cfg_nkeys[] = {
     {"node", "device", T_DEVICE, N(device), 0, 0, 0, NULL, "cpu", 0,
      "cpu, or cuda:N: the GPU this node trains on (refused at start where there is none)"},
     {"node", "threads", T_INT, N(threads), 0, 0, 1024, NULL, "1", 0,
-     "compute threads: BLAS's, and wire = powersgd's products (at most 64); 0 uses every core"},
+     "compute threads: BLAS's (more than OpenBLAS's build runs is an error at start), and wire = "
+     "powersgd's products (at most 64); 0 uses every core this process may run on"},
     {"node", "capacity", T_DBL, N(capacity), 0, 1e-6, BIG, NULL, "1", 0,
      "relative speed (cores, FLOPS) for the first batch split when it is not measured "
      "([controller] calibrate)"},

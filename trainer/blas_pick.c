@@ -14,6 +14,7 @@
  * environment, from its constructor on.
  */
 #include "trainer/blas_pick.h"
+#include "base/hr_cores.h"
 #include "base/hr_log.h"
 
 #include <cblas.h>
@@ -403,19 +404,42 @@ void blas_pick_log(void) {
 /* ================================================================ threads */
 
 static pthread_mutex_t threads_lock = PTHREAD_MUTEX_INITIALIZER;
-static long threads_set; /* the count given to OpenBLAS, 0 before the first call */
+static long threads_set; /* the count OpenBLAS runs since the first call, 0 before it */
+
+/* OpenBLAS's build-time cap on its threads, "MAX_THREADS=N" of openblas_get_config, into out
+ * ("" when it does not say). */
+static void openblas_max_threads(char *out, size_t len) {
+    str_fn config = str_sym("openblas_get_config");
+    const char *c = config ? config() : NULL, *m = c ? strstr(c, "MAX_THREADS=") : NULL;
+    snprintf(out, len, "%.*s", m ? (int)strcspn(m, " ") : 0, m ? m : "");
+}
 
 hr_status blas_set_threads(long threads, char *err, size_t errlen) {
-    if (threads <= 0) threads = sysconf(_SC_NPROCESSORS_ONLN);
-    if (threads <= 0) threads = 1;
+    const int every = threads <= 0;
+    if (every) threads = hr_cores();
     pthread_mutex_lock(&threads_lock);
-    long was = threads_set;
+    long was = threads_set, got = threads;
     if (!was) {
-        threads_set = threads;
         openblas_set_num_threads((int)threads);
+        got = openblas_get_num_threads(); /* what it runs: it caps the count it is given */
+        threads_set = got > 0 ? got : 1;
     }
     pthread_mutex_unlock(&threads_lock);
-    if (!was || was == threads) return HR_OK;
+    if (!was && got < threads && every) { /* "every core": as many as this OpenBLAS runs */
+        HR_INFO(TRAIN, "threads = 0: OpenBLAS runs %ld of this process's %ld cores", got, threads);
+        return HR_OK;
+    }
+    if (!was && got >= threads) return HR_OK;
+    if (!was) {
+        char cap[48];
+        openblas_max_threads(cap, sizeof cap);
+        snprintf(err, errlen,
+                 "OpenBLAS runs %ld thread(s), not the %ld asked for%s%s (expected threads = "
+                 "%ld or fewer, or 0 for as many as it runs)",
+                 got, threads, cap[0] ? ": its build's maximum, " : "", cap, got);
+        return HR_ERR_CONFIG;
+    }
+    if (was == threads) return HR_OK;
     snprintf(err, errlen,
              "BLAS threads: this process already runs OpenBLAS on %ld thread(s) and cannot "
              "change to %ld (one thread count per process)",

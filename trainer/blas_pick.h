@@ -91,13 +91,16 @@ hr_status blas_pick_init(char *err, size_t errlen);
  * stronger one than OpenBLAS's pick that it may not switch to; else NULL. */
 const char *blas_pick_advice(void);
 
-/* Give OpenBLAS `threads` threads (0: every online core), once per process and before any
- * thread of ours exists: OpenBLAS resizes its pool in the call. A later call with the same
+/* Give OpenBLAS `threads` threads (0: every core this process may use, hr_cores), once per
+ * process and before any thread of ours exists: OpenBLAS resizes its pool in the call. Fewer
+ * than asked (OpenBLAS caps the count at its build's MAX_THREADS, and a single-threaded build
+ * runs one) is refused with a message that says what it runs, except for 0, which takes what
+ * it runs. A later call with the same
  * count does nothing; one with another count is refused (HR_ERR_CONFIG with a message), since
  * the process would otherwise run on a count it did not ask for. */
 hr_status blas_set_threads(long threads, char *err, size_t errlen);
 
-/* The count blas_set_threads gave OpenBLAS; 0 before the first call. */
+/* The count OpenBLAS runs since blas_set_threads; 0 before the first call. */
 long blas_threads(void);
 
 /* Log at debug level, once per process, what blas_pick_init chose and why. blas_pick_init

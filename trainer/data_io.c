@@ -557,6 +557,48 @@ static hr_status check_eval_shape(const data_set *train, const data_set *eval,
                    eval_file, eval->h, eval->w, eval->c, train_file, train->h, train->w, train->c);
 }
 
+/* "FILE:LINE" of eval_samples, or the file and who set it, for messages. */
+static void eval_at(const data_config *c, char *out, size_t n) {
+    if (c->eval_line > 0)
+        snprintf(out, n, "%s:%d", c->origin, c->eval_line);
+    else
+        snprintf(out, n, "%s (eval_samples set by the environment or --set)", c->origin);
+}
+
+/* A held-out file's set cut to its first eval_samples when the key was given; more than it
+ * holds is refused, naming `file`. */
+static hr_status take_eval(data_set *eval, const data_config *c, const char *file, char *err,
+                           size_t errlen) {
+    if (c->eval_line == 0 || c->eval_samples == eval->n) return HR_OK;
+    char at[600];
+    eval_at(c, at, sizeof at);
+    if (c->eval_samples > eval->n)
+        return hr_fail(err, errlen, HR_ERR_CONFIG,
+                       "%s: eval_samples = %ld, but the held-out set %s holds %ld samples "
+                       "(expected eval_samples <= %ld, or no eval_samples to evaluate on all of "
+                       "them)",
+                       at, c->eval_samples, file, eval->n, eval->n);
+    eval->n = c->eval_samples; /* its first samples; the buffers keep their size */
+    return HR_OK;
+}
+
+/* One CSV file: its last rows are held out, eval_samples of them; a fifth of the file at most,
+ * an error when the key asks for more. */
+static hr_status split_csv(data_set *train, data_set *eval, const data_config *c, const char *file,
+                           char *err, size_t errlen) {
+    long cap = train->n / 5, k = c->eval_samples < cap ? c->eval_samples : cap;
+    if (c->eval_line != 0 && c->eval_samples > cap) {
+        char at[600];
+        eval_at(c, at, sizeof at);
+        return hr_fail(err, errlen, HR_ERR_CONFIG,
+                       "%s: eval_samples = %ld, but %s has %ld rows and at most a fifth of them, "
+                       "%ld, are held out (expected eval_samples <= %ld, or a directory with "
+                       "train.csv and test.csv)",
+                       at, c->eval_samples, file, train->n, cap, cap);
+    }
+    return data_split_tail(train, eval, k, err, errlen);
+}
+
 hr_status data_load(data_set *train, data_set *eval, const data_config *c, uint64_t seed, char *err,
                     size_t errlen) {
     memset(train, 0, sizeof *train);
@@ -581,6 +623,7 @@ hr_status data_load(data_set *train, data_set *eval, const data_config *c, uint6
         pick(a, sizeof a, dir, "t10k-images-idx3-ubyte");
         pick(b, sizeof b, dir, "t10k-labels-idx1-ubyte");
         HR_CHECK_GOTO(data_load_idx(eval, a, b, err, errlen), st, fail);
+        HR_CHECK_GOTO(take_eval(eval, c, a, err, errlen), st, fail);
     } else if (kind == DATA_CIFAR10) {
         char names[5][DATA_PATH];
         const char *files[5];
@@ -596,6 +639,7 @@ hr_status data_load(data_set *train, data_set *eval, const data_config *c, uint6
         snprintf(a, sizeof a, "%s/test_batch.bin", dir);
         files[0] = a;
         HR_CHECK_GOTO(data_load_cifar(eval, files, 1, err, errlen), st, fail);
+        HR_CHECK_GOTO(take_eval(eval, c, a, err, errlen), st, fail);
     } else if (kind == DATA_CSV) {
         int regression = c->csv_regression;
         if (is_dir(dir)) {
@@ -603,10 +647,10 @@ hr_status data_load(data_set *train, data_set *eval, const data_config *c, uint6
             snprintf(a, sizeof a, "%s/test.csv", dir);
             HR_CHECK_GOTO(data_load_csv(train, ta, regression, err, errlen), st, fail);
             HR_CHECK_GOTO(data_load_csv(eval, a, regression, err, errlen), st, fail);
+            HR_CHECK_GOTO(take_eval(eval, c, a, err, errlen), st, fail);
         } else {
             HR_CHECK_GOTO(data_load_csv(train, dir, regression, err, errlen), st, fail);
-            long k = c->eval_samples < train->n / 5 ? c->eval_samples : train->n / 5;
-            HR_CHECK_GOTO(data_split_tail(train, eval, k, err, errlen), st, fail);
+            HR_CHECK_GOTO(split_csv(train, eval, c, dir, err, errlen), st, fail);
         }
         if (!regression) { /* one class count for both splits */
             int k = train->n_classes > eval->n_classes ? train->n_classes : eval->n_classes;

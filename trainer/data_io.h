@@ -17,7 +17,12 @@ typedef struct {
     data_kind kind;     /* which set */
     const char *dir;    /* directory of the files, or the CSV file (borrowed); "" for none */
     long samples;       /* synthetic: training samples */
-    long eval_samples;  /* synthetic: held-out samples; CSV file: at most this many held out */
+    long eval_samples;  /* held-out samples: synthetic, the set's size; a held-out file (mnist,
+                         * cifar10, a CSV directory), its first eval_samples when eval_line
+                         * says the key was given (more than the file holds is an error), else
+                         * all of it; one CSV file, the last eval_samples rows (given: at most a
+                         * fifth of the file, else capped there) */
+    int eval_line;      /* line of eval_samples in origin: > 0; -1 set by an override; 0 unset */
     int csv_regression; /* CSV: the first column is a regression target, not a class label */
     const char *name;   /* the dataset's name in messages, e.g. "mnist" (borrowed) */
     const char *origin; /* the config file named in errors (borrowed) */

@@ -264,6 +264,54 @@ static void test_eval_shape(void) {
     }
 }
 
+/* eval_samples given with a held-out file takes its first eval_samples, and more than it holds
+ * is refused at the key's line; not given, the whole file. One CSV file holds out its last rows:
+ * given, at most a fifth of them (more is refused), else the default is cut to a fifth. */
+static void test_eval_samples(void) {
+    char err[HR_ERRLEN], sub[128], eval_file[192], csv[192];
+    snprintf(sub, sizeof sub, "%s/mnist-eval", dir);
+    CHECK(mkdir(sub, 0700) == 0, "mkdir %s", sub);
+    snprintf(eval_file, sizeof eval_file, "%s/t10k-images-idx3-ubyte", sub);
+    write_idx_of_size(sub, "train", 28, 40);
+    write_idx_of_size(sub, "t10k", 28, 7);
+    data_config dc = {
+        .kind = DATA_MNIST, .dir = sub, .name = "mnist", .origin = "t.ini", .eval_samples = 10000};
+    data_set tr, ev;
+    CHECK(data_load(&tr, &ev, &dc, 1, err, sizeof err) == HR_OK && ev.n == 7,
+          "not given: the whole held-out file, %ld samples (%s)", ev.n, err);
+    data_set_free(&tr), data_set_free(&ev);
+    dc.eval_line = 3, dc.eval_samples = 5;
+    CHECK(data_load(&tr, &ev, &dc, 1, err, sizeof err) == HR_OK && ev.n == 5 && tr.n == 40,
+          "given: its first 5, got %ld (%s)", ev.n, err);
+    data_set_free(&tr), data_set_free(&ev);
+    dc.eval_samples = 9;
+    hr_status st = data_load(&tr, &ev, &dc, 1, err, sizeof err);
+    CHECK(st == HR_ERR_CONFIG && strstr(err, "t.ini:3: eval_samples = 9") &&
+              strstr(err, eval_file) && strstr(err, "holds 7 samples"),
+          "more than the file holds: %d (%s)", st, err);
+    printf("refused as expected: %s\n", err);
+    data_set_free(&tr), data_set_free(&ev);
+
+    snprintf(csv, sizeof csv, "%s/ten.csv", dir);
+    write_bytes(csv, "1,0.5\n0,0.25\n1,1\n0,0\n1,0.5\n0,0.25\n1,1\n0,0\n1,0.5\n0,0.75\n", 55);
+    data_config cc = {
+        .kind = DATA_CSV, .dir = csv, .name = "csv", .origin = "t.ini", .eval_samples = 10000};
+    CHECK(data_load(&tr, &ev, &cc, 1, err, sizeof err) == HR_OK && ev.n == 2 && tr.n == 8,
+          "one CSV, not given: a fifth held out, got %ld and %ld (%s)", tr.n, ev.n, err);
+    data_set_free(&tr), data_set_free(&ev);
+    cc.eval_line = -1, cc.eval_samples = 2;
+    CHECK(data_load(&tr, &ev, &cc, 1, err, sizeof err) == HR_OK && ev.n == 2 && tr.n == 8,
+          "one CSV, given 2: %ld and %ld (%s)", tr.n, ev.n, err);
+    data_set_free(&tr), data_set_free(&ev);
+    cc.eval_samples = 3;
+    st = data_load(&tr, &ev, &cc, 1, err, sizeof err);
+    CHECK(st == HR_ERR_CONFIG && strstr(err, "t.ini (eval_samples set by the environment") &&
+              strstr(err, "eval_samples = 3") && strstr(err, "has 10 rows"),
+          "one CSV, more than a fifth: %d (%s)", st, err);
+    printf("refused as expected: %s\n", err);
+    data_set_free(&tr), data_set_free(&ev);
+}
+
 int main(void) {
     tmpdir(dir, sizeof dir);
     test_synthetic();
@@ -271,6 +319,7 @@ int main(void) {
     test_round_trips();
     test_bad_files();
     test_eval_shape();
+    test_eval_samples();
     rm_rf(dir);
     return check_exit();
 }

@@ -22,6 +22,7 @@
  *    of a node that may join a cluster names the plan of its layers (the library's choice
  *    itself is tested through hetring run in tests/dist/test_overlap_auto.sh).
  */
+#include "base/hr_cores.h"
 #include "cluster/cluster_setup.h"
 #include "cluster/grad_path.h"
 #include "cluster/overlap.h"
@@ -187,7 +188,7 @@ static void test_facts(void) {
     CHECK(overlap_fact_spare(&f), "1 thread on 2 cores must leave a core to spare");
     overlap_fact unknown = FACT(3, 0, 0, 0);
     CHECK(!overlap_fact_spare(&unknown), "a node whose cores are unknown has none to spare");
-    CHECK(overlap_cores() >= 1, "overlap_cores %ld", overlap_cores());
+    CHECK(hr_cores() >= 1, "hr_cores %ld", hr_cores());
 }
 
 typedef struct {
@@ -434,7 +435,7 @@ static void test_cluster_plan(const char *dir) {
     cluster_config cc;
     app_cluster_config(&c, 0, &cc);
     CHECK(cc.bucket_bytes == OVERLAP_AUTO, "auto reaches the cluster as %ld", cc.bucket_bytes);
-    CHECK(cc.machine.id == 0 && cc.machine.cores == overlap_cores() && cc.machine.demand == 2,
+    CHECK(cc.machine.id == 0 && cc.machine.cores == hr_cores() && cc.machine.demand == 2,
           "one node of one thread: %ld cores for %ld threads", cc.machine.cores, cc.machine.demand);
     trainer t;
     char err[HR_ERRLEN], line[400];
