@@ -12,6 +12,7 @@
  */
 #include "ring/ring.h"
 
+#include "base/hr_cores.h"
 #include "base/hr_log.h"
 #include "ring/elect_internal.h"
 #include "ring/engine_internal.h"
@@ -20,7 +21,6 @@
 #include "ring/ring_internal.h"
 #include "ring/tcp.h"
 
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,9 +49,7 @@ static hr_status workers_of(ring *r) {
         r->mt_workers = (int)w;
         return HR_OK;
     }
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    cpu_set_t set;
-    if (sched_getaffinity(0, sizeof set, &set) == 0) cores = CPU_COUNT(&set);
+    long cores = hr_cores();
     int here = 0;
     for (int i = 0; i < r->rc.n_members; i++)
         here += strcmp(r->rc.members[i].host, r->rc.members[r->self].host) == 0;
