@@ -389,9 +389,10 @@ void hetring_options_init(hetring_options *o) {
     o->sync_first = 1;
 }
 
-/* A user's file gives no [train] key that only the built-in trainer reads: the model, its data,
- * the optimizer, the evaluations and the checkpoints are the user's program's, so such a key
- * would be ignored. (samples is the default of hetring_options.n_samples.) */
+/* A user's file gives no [train] key that only the built-in trainer reads, and no node a
+ * device: the model, its device, its data, the optimizer, the evaluations and the checkpoints
+ * are the user's program's, so such a key would be ignored. (samples is the default of
+ * hetring_options.n_samples.) */
 static hr_status check_library_keys(const cfg *c, char *err, size_t errlen) {
     static const char *const trainer_only[] = {
         "model",    "layers",       "dataset",       "data_dir",   "eval_samples",
@@ -411,6 +412,16 @@ static hr_status check_library_keys(const cfg *c, char *err, size_t errlen) {
                        "(expected no %s in a file for hetring_open; `hetring run` is the built-in "
                        "trainer that reads it)",
                        c->path[0] ? c->path : "<config>", at, trainer_only[i], trainer_only[i]);
+    }
+    for (int k = 0; k < c->n_nodes; k++) { /* the user's code places its model */
+        const int line = cfg_key_line(c, k, "device");
+        if (c->nodes[k].device < 0 || line == 0) continue;
+        return hr_fail(err, errlen, HR_ERR_CONFIG,
+                       "%s:%d: [node.%ld] device = cuda:%ld, but libhetring does not place your "
+                       "model: your own code chooses its device (expected no device in a file "
+                       "for hetring_open; `hetring run` is the built-in trainer that uses it)",
+                       c->path[0] ? c->path : "<config>", line > 0 ? line : c->nodes[k].line,
+                       c->nodes[k].id, c->nodes[k].device);
     }
     return HR_OK;
 }
@@ -432,7 +443,6 @@ static hr_status load_config(hetring *h, const hetring_options *o) {
     HR_CHECK(cfg_apply_env(&h->own, e, n));
     for (const char *const *s = o->set; s && *s; s++) HR_CHECK(cfg_set(&h->own, *s, e, n));
     HR_CHECK(cfg_validate(&h->own, e, n));
-    HR_CHECK(check_library_keys(&h->own, e, n));
     char id[32];
     if (o->node_id >= 0) snprintf(id, sizeof id, "%ld", o->node_id);
     return node_id_resolve(&h->own, o->node_id >= 0 ? id : NULL, &h->self, e, n);
@@ -477,6 +487,7 @@ static hr_status setup(hetring *h, const hetring_options *o) {
     const size_t n = sizeof h->err;
     HR_CHECK(load_config(h, o));
     HR_CHECK(check_backend(h));
+    if (!h->app.c) HR_CHECK(check_library_keys(h->c, e, n)); /* after backend = nccl's reason */
     const cfg *c = h->c;
     hr_log_set_node((int)c->nodes[h->self].id);
     if (!h->app.c) HR_CHECK(describe_blas(e, n));

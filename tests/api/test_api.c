@@ -344,6 +344,17 @@ static int text(const char *dir, int port) {
               strstr(err, "hetring run"),
           "names the line and the key, and says why: %s", err);
     printf("trainer-only key: %s\n", err);
+    /* so is a node's device: the user's code places its model */
+    snprintf(lr, sizeof lr,
+             "[cluster]\nsecurity = none\n[train]\nsamples = %d\nglobal_batch = %d\n"
+             "[node.0]\nhost = 127.0.0.1\nport = %d\ndevice = cuda:0\n",
+             SAMPLES, BATCH, port);
+    st = hetring_open(&h, &o, err, sizeof err);
+    CHECK(st == HETRING_ECONFIG && !h, "[node.0] device: %d (%s)", st, err);
+    CHECK(strstr(err, "conf_text:9: [node.0] device = cuda:0, but libhetring does not place") &&
+              strstr(err, "hetring run"),
+          "names the line and the key, and says why: %s", err);
+    printf("device: %s\n", err);
     /* backend = nccl from a user's loop: host buffers cannot go over NCCL, and the library
      * says so at open instead of training over TCP (a build without NCCL says that first) */
     char nccl[1024];
