@@ -86,17 +86,22 @@ static void table(void) {
     printf("%d combinations checked\n", rows);
 }
 
+/* A cluster x.ini of nodes 0 and 4 on GPUs 0 and 1, every other field zero. */
+static void two_gpu_nodes(cfg *c, cfg_node nodes[2]) {
+    memset(c, 0, sizeof *c);
+    memset(nodes, 0, 2 * sizeof *nodes);
+    nodes[0].id = 0, nodes[0].device = 0;
+    nodes[1].id = 4, nodes[1].device = 1;
+    c->nodes = nodes, c->n_nodes = 2;
+    snprintf(c->path, sizeof c->path, "x.ini");
+}
+
 /* backend = nccl at start-up: both keys named with security, the build named without NCCL, the
  * node named with a CPU node; auto and tcp always pass. */
 static void startup(void) {
     cfg c;
-    memset(&c, 0, sizeof c);
     cfg_node nodes[2];
-    memset(nodes, 0, sizeof nodes);
-    nodes[0].id = 0, nodes[0].device = 0;
-    nodes[1].id = 4, nodes[1].device = 1;
-    c.nodes = nodes, c.n_nodes = 2;
-    snprintf(c.path, sizeof c.path, "x.ini");
+    two_gpu_nodes(&c, nodes);
     char err[512];
     c.security = CFG_SEC_ENCRYPT;
     c.backend = CFG_BACKEND_AUTO;
@@ -123,13 +128,8 @@ static void startup(void) {
  * node a GPU node, security none, wire fp32 and NCCL in the build. */
 static void buckets(void) {
     cfg c;
-    memset(&c, 0, sizeof c);
     cfg_node nodes[2];
-    memset(nodes, 0, sizeof nodes);
-    nodes[0].id = 0, nodes[0].device = 0;
-    nodes[1].id = 4, nodes[1].device = 1;
-    c.nodes = nodes, c.n_nodes = 2;
-    snprintf(c.path, sizeof c.path, "x.ini");
+    two_gpu_nodes(&c, nodes);
     c.backend = CFG_BACKEND_AUTO, c.security = CFG_SEC_NONE, c.wire = CFG_WIRE_FP32;
     c.bucket_bytes = 65536;
     char err[512];
