@@ -62,6 +62,11 @@ static hr_status resolve(const char *host, long port, int passive, struct addrin
     char ps[16];
     snprintf(ps, sizeof ps, "%ld", port);
     int rc = getaddrinfo(host, ps, &hints, res);
+    /* a resolver that is busy or out of reach now may answer the next try: a peer's address is
+     * then as a peer that does not answer yet (HR_ERR_PEER, retried to the caller's deadline) */
+    if (rc == EAI_AGAIN && !passive)
+        return hr_fail(err, errlen, HR_ERR_PEER, "cannot resolve %s for now: %s", host,
+                       gai_strerror(rc));
     if (rc != 0)
         return hr_fail(err, errlen, HR_ERR_CONFIG, "cannot resolve %s: %s", host, gai_strerror(rc));
     return HR_OK;

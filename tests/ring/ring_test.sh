@@ -20,6 +20,8 @@
 #   strangers   idle and garbage connections from a node without the key, at formation and
 #               during a run: the ring forms and runs on, they are closed and named
 #   workers     HETRING_RING_WORKERS: a bad value stops the node with a message naming it
+#   dns_again   node 0's first lookups of its peers' addresses fail for now (EAI_AGAIN, an
+#               LD_PRELOAD shim given as the fourth argument): it retries and the ring forms
 #   mt_nomem    two nodes on the threaded engine, one of them without the address space for its
 #               staging: it says so and runs the collectives on its own thread, and both
 #               nodes' results check (the frames are the same either way)
@@ -451,6 +453,20 @@ workers)
             { fail "HETRING_RING_WORKERS=$good: the node failed"; sed 's/^/    /' "$tmp/out.w"; }
     done
     grep -q "threaded engine (sender + 3 workers)" "$tmp/out.w" || fail "3 workers not in the log"
+    ;;
+dns_again)
+    # a sanitizer must come first among the libraries a process loads: skipped there
+    if ldd "$NODE" 2>/dev/null | grep -q 'lib[at]san'; then
+        echo "SKIP: a sanitizer build cannot take an LD_PRELOAD shim"; exit 77
+    fi
+    newbase; conf "$tmp/c.ini" 3
+    for i in 1 2; do start $i "$tmp/c.ini" correct 1000; done
+    LD_PRELOAD=$PROXY GAI_AGAIN_COUNT=5 start 0 "$tmp/c.ini" correct 1000
+    finish 0 1 2
+    for i in 0 1 2; do [ "${rc[$i]}" = 0 ] || { fail "node $i exited ${rc[$i]}"; show $i; }; done
+    n=$(grep -c "^gai_again: lookup [0-9]* of 127.0.0.1 failed with EAI_AGAIN" "$tmp/out.0")
+    [ "$n" = 5 ] || { fail "the shim failed $n lookups of node 0's, not 5"; show 0; }
+    echo "node 0's first $n lookups failed for now; the ring formed and ran"
     ;;
 mt_nomem)
     # 128 MiB segments: the ring's own two stages take 256 MiB at the start, the threaded
