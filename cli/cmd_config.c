@@ -46,18 +46,19 @@ static void usage(FILE *out) {
             "  --help             this text\n");
 }
 
-/* "FILE:LINE: KEY" for a value of the cluster (node_idx -1) or of a node, or where an override
- * set it, so that a problem points at the text to change. */
+/* "FILE:LINE: KEY" for a value of the cluster (node_idx -1) or of a node, or the override that
+ * set it ("--set train.checkpoint", "environment HETRING_NODE_1_PORT"), so that a problem points
+ * at the text to change; a default is named as one. */
 static void where(const cfg *c, int node_idx, const char *key, char *out, size_t n) {
-    int line = cfg_key_line(c, node_idx, key);
-    char sec[48] = "";
+    char sec[48] = "", at[CFG_PATH + 64];
     if (node_idx >= 0) snprintf(sec, sizeof sec, "[node.%ld] ", c->nodes[node_idx].id);
-    if (line > 0)
-        snprintf(out, n, "%s:%d: %s%s", c->path, line, sec, key);
-    else if (line == CFG_LINE_OVERRIDE)
-        snprintf(out, n, "%s: %s%s (set by the environment or --set)", c->path, sec, key);
-    else
+    const int line = cfg_key_line(c, node_idx, key);
+    if (line == 0)
         snprintf(out, n, "%s: %s%s (default)", c->path, sec, key);
+    else if (line > 0)
+        snprintf(out, n, "%s: %s%s", cfg_where(c, node_idx, key, at, sizeof at), sec, key);
+    else /* the override names the key itself */
+        cfg_where(c, node_idx, key, out, n);
 }
 
 /* One problem of the dry run: "WHERE: what". Returns 1, to be counted. */

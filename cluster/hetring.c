@@ -398,30 +398,25 @@ static hr_status check_library_keys(const cfg *c, char *err, size_t errlen) {
         "model",    "layers",       "dataset",       "data_dir",   "eval_samples",
         "lr",       "lr_schedule",  "lr_step",       "lr_gamma",   "warmup",
         "momentum", "weight_decay", "eval_interval", "checkpoint", "checkpoint_interval"};
+    char at[CFG_PATH + 64];
     for (size_t i = 0; i < sizeof trainer_only / sizeof *trainer_only; i++) {
-        const int line = cfg_key_line(c, -1, trainer_only[i]);
-        if (line == 0) continue;
-        char at[48];
-        if (line > 0)
-            snprintf(at, sizeof at, ":%d", line);
-        else
-            snprintf(at, sizeof at, " (set by the environment or an override)");
+        if (cfg_key_line(c, -1, trainer_only[i]) == 0) continue;
         return hr_fail(err, errlen, HR_ERR_CONFIG,
-                       "%s%s: [train] %s is set, but libhetring does not use it: your own code "
+                       "%s: [train] %s is set, but libhetring does not use it: your own code "
                        "trains the model, with its own data, optimizer, evaluation and checkpoints "
                        "(expected no %s in a file for hetring_open; `hetring run` is the built-in "
                        "trainer that reads it)",
-                       c->path[0] ? c->path : "<config>", at, trainer_only[i], trainer_only[i]);
+                       cfg_where(c, -1, trainer_only[i], at, sizeof at), trainer_only[i],
+                       trainer_only[i]);
     }
     for (int k = 0; k < c->n_nodes; k++) { /* the user's code places its model */
-        const int line = cfg_key_line(c, k, "device");
-        if (c->nodes[k].device < 0 || line == 0) continue;
+        if (c->nodes[k].device < 0 || cfg_key_line(c, k, "device") == 0) continue;
         return hr_fail(err, errlen, HR_ERR_CONFIG,
-                       "%s:%d: [node.%ld] device = cuda:%ld, but libhetring does not place your "
+                       "%s: [node.%ld] device = cuda:%ld, but libhetring does not place your "
                        "model: your own code chooses its device (expected no device in a file "
                        "for hetring_open; `hetring run` is the built-in trainer that uses it)",
-                       c->path[0] ? c->path : "<config>", line > 0 ? line : c->nodes[k].line,
-                       c->nodes[k].id, c->nodes[k].device);
+                       cfg_where(c, k, "device", at, sizeof at), c->nodes[k].id,
+                       c->nodes[k].device);
     }
     return HR_OK;
 }

@@ -97,12 +97,12 @@ hr_status transport_check_buckets(const cfg *c, int have_nccl, char *err, size_t
         return HR_OK;
     for (int k = 0; k < c->n_nodes; k++)
         if (c->nodes[k].device < 0) return HR_OK;
-    int line = cfg_key_line(c, -1, "bucket_bytes");
+    char at[CFG_PATH + 64];
     return hr_fail(err, errlen, HR_ERR_CONFIG,
-                   "%s:%d: bucket_bytes = %ld, but every node is a GPU node with backend = auto, "
+                   "%s: bucket_bytes = %ld, but every node is a GPU node with backend = auto, "
                    "security = none and wire = fp32, so with NCCL in this build the views "
                    "all-reduce over NCCL, the whole gradient after the compute, without buckets "
                    "(expected bucket_bytes = auto or 0, or backend = tcp for buckets on the TCP "
                    "ring)",
-                   c->path, line > 0 ? line : 1, c->bucket_bytes);
+                   cfg_where(c, -1, "bucket_bytes", at, sizeof at), c->bucket_bytes);
 }

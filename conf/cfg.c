@@ -62,3 +62,25 @@ int cfg_key_line(const cfg *c, int node_idx, const char *key) {
         return 0;
     return c->nodes[node_idx].key_line[idx];
 }
+
+const char *cfg_where(const cfg *c, int node_idx, const char *key, char *out, size_t n) {
+    const int line = cfg_key_line(c, node_idx, key);
+    const cfg_node *nd = node_idx >= 0 && node_idx < c->n_nodes ? &c->nodes[node_idx] : NULL;
+    const char *section = "node";
+    for (int i = 0; i < cfg_n_gkeys && !nd; i++)
+        if (strcmp(cfg_gkeys[i].key, key) == 0) section = cfg_gkeys[i].section;
+    char env[128];
+    if (line == CFG_LINE_SET && nd)
+        snprintf(out, n, "--set node.%ld.%s", nd->id, key);
+    else if (line == CFG_LINE_SET)
+        snprintf(out, n, "--set %s.%s", section, key);
+    else if (line == CFG_LINE_ENV)
+        snprintf(out, n, "environment %s",
+                 cfg_env_name(section, nd ? nd->id : -1, key, env, sizeof env));
+    else
+        snprintf(out, n, "%s:%d", c->path[0] ? c->path : "<config>",
+                 line > 0 ? line
+                 : nd     ? nd->line
+                          : 1);
+    return out;
+}

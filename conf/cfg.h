@@ -28,7 +28,8 @@
 #define CFG_MAX_PHASES    32  /* interference schedule entries per node */
 #define CFG_MAX_NODES     256
 #define CFG_KEYLEN        32   /* public keys and pre-shared keys, bytes */
-#define CFG_LINE_OVERRIDE (-1) /* key_line of a key the environment or --set set last */
+#define CFG_LINE_ENV      (-1) /* key_line of a key the environment set last */
+#define CFG_LINE_SET      (-2) /* key_line of a key --set (cfg_set) set last */
 #define CFG_AUTO          (-1) /* a numeric key set to "auto": resolved where it is used */
 #define CFG_PSGD_RANK_MAX 64   /* powersgd_rank's bound (cluster/powersgd.h's PSGD_MAX_RANK) */
 
@@ -74,7 +75,7 @@ typedef struct {
     cfg_phase interference[CFG_MAX_PHASES]; /* emulated speed changes, ascending iter */
     int n_interference;                     /* entries used in interference[] */
     int line;                               /* line of the [node.ID] header */
-    int key_line[16]; /* line each node key was set on, 0 if unset, CFG_LINE_OVERRIDE */
+    int key_line[16]; /* line each node key was set on, 0 if unset, or CFG_LINE_ENV/_SET */
 } cfg_node;
 
 typedef struct {
@@ -143,7 +144,7 @@ typedef struct {
     /* provenance */
     char path[CFG_PATH]; /* file the config came from */
     int key_line[64];    /* line each global key was set on (schema order), 0 if unset */
-                         /* or CFG_LINE_OVERRIDE when the environment or --set set it last */
+                         /* or CFG_LINE_ENV or CFG_LINE_SET when an override set it last */
     int n_lines;         /* lines in the file */
 } cfg;
 
@@ -167,9 +168,14 @@ hr_status cfg_validate(cfg *c, char *err, size_t errlen);
 long cfg_quorum(const cfg *c);
 
 /* Line of the file that set `key` of the cluster (node_idx -1) or of c->nodes[node_idx]: > 0,
- * or 0 when it has its default, or CFG_LINE_OVERRIDE when an override set it. For messages
- * that blame a value: "FILE:LINE: key: ...". */
+ * or 0 when it has its default, or CFG_LINE_ENV or CFG_LINE_SET when an override set it. */
 int cfg_key_line(const cfg *c, int node_idx, const char *key);
+
+/* Where `key` of the cluster (node_idx -1) or of c->nodes[node_idx] got its value, for a
+ * message that blames it ("WHERE: what (expected)"): "FILE:LINE" when the file set it, the
+ * override that did ("--set train.lr", "environment HETRING_NODE_2_THREADS"), and for a
+ * default the line to add it at: the node's [node.ID] header, or line 1 for the cluster's. */
+const char *cfg_where(const cfg *c, int node_idx, const char *key, char *out, size_t n);
 
 /* Index of node `id` in c->nodes, or -1. */
 int cfg_node_index(const cfg *c, long id);

@@ -49,6 +49,10 @@ extern const int cfg_n_nkeys;
 const key_spec *cfg_find_key(const key_spec *keys, int n, const char *section, const char *key,
                              int *idx);
 
+/* The environment variable that overrides `key` of `section` (node_id -1) or of node
+ * `node_id`: HETRING_TRAIN_LR, HETRING_NODE_2_THREADS. Returns `out`. (cfg_override.c) */
+const char *cfg_env_name(const char *section, long node_id, const char *key, char *out, size_t n);
+
 /* ================================================================ values (cfg_value.c) */
 
 /* What key `k` expects, for messages and the reference file. */

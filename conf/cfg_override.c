@@ -1,7 +1,8 @@
 /*
  * cfg_override.c: the overrides that apply after the file: the environment
  * (HETRING_<SECTION>_<KEY>, HETRING_NODE_<ID>_<KEY>) and the command line (cfg_set). A value set
- * by either has CFG_LINE_OVERRIDE as its line, so that nothing blames the file for it.
+ * by either has CFG_LINE_ENV or CFG_LINE_SET as its line, so that nothing blames the file for
+ * it (cfg_where names the override instead).
  */
 #include "conf/cfg_internal.h"
 
@@ -12,7 +13,7 @@
 
 extern char **environ;
 
-static void env_name(const char *section, long node_id, const char *key, char *out, size_t n) {
+const char *cfg_env_name(const char *section, long node_id, const char *key, char *out, size_t n) {
     size_t o;
     if (node_id >= 0)
         o = (size_t)snprintf(out, n, "HETRING_NODE_%ld_", node_id);
@@ -20,39 +21,40 @@ static void env_name(const char *section, long node_id, const char *key, char *o
         o = (size_t)snprintf(out, n, "HETRING_%s_", section);
     snprintf(out + o, n - o, "%s", key);
     for (char *p = out; *p; p++) *p = (char)toupper((unsigned char)*p);
+    return out;
 }
 
-/* Set key `k` of `base` (c, or one of its nodes) from an override; its line becomes
- * CFG_LINE_OVERRIDE, so that nothing blames the file for the value. */
-static hr_status apply_one(cfg *c, const key_spec *k, void *base, const char *src, const char *val,
-                           char *err, size_t errlen) {
+/* Set key `k` of `base` (c, or one of its nodes) from an override; its line becomes `by`
+ * (CFG_LINE_ENV or CFG_LINE_SET), so that nothing blames the file for the value. */
+static hr_status apply_one(cfg *c, const key_spec *k, void *base, int by, const char *src,
+                           const char *val, char *err, size_t errlen) {
     char why[512], cwd[PATH_MAX];
     cfg_current_dir(cwd, sizeof cwd); /* a relative path in an override is the user's own */
     if (cfg_value_set(k, base, val, cwd, why, sizeof why))
         return hr_fail(err, errlen, HR_ERR_CONFIG, "%s: %s", src, why);
     if (base == (void *)c)
-        c->key_line[k - cfg_gkeys] = CFG_LINE_OVERRIDE;
+        c->key_line[k - cfg_gkeys] = by;
     else
-        ((cfg_node *)base)->key_line[k - cfg_nkeys] = CFG_LINE_OVERRIDE;
+        ((cfg_node *)base)->key_line[k - cfg_nkeys] = by;
     return HR_OK;
 }
 
 hr_status cfg_apply_env(cfg *c, char *err, size_t errlen) {
     char name[128], src[160];
     for (int i = 0; i < cfg_n_gkeys; i++) {
-        env_name(cfg_gkeys[i].section, -1, cfg_gkeys[i].key, name, sizeof name);
+        cfg_env_name(cfg_gkeys[i].section, -1, cfg_gkeys[i].key, name, sizeof name);
         const char *v = getenv(name);
         if (!v) continue;
         snprintf(src, sizeof src, "environment %s", name);
-        HR_CHECK(apply_one(c, &cfg_gkeys[i], c, src, v, err, errlen));
+        HR_CHECK(apply_one(c, &cfg_gkeys[i], c, CFG_LINE_ENV, src, v, err, errlen));
     }
     for (int j = 0; j < c->n_nodes; j++)
         for (int i = 0; i < cfg_n_nkeys; i++) {
-            env_name("node", c->nodes[j].id, cfg_nkeys[i].key, name, sizeof name);
+            cfg_env_name("node", c->nodes[j].id, cfg_nkeys[i].key, name, sizeof name);
             const char *v = getenv(name);
             if (!v) continue;
             snprintf(src, sizeof src, "environment %s", name);
-            HR_CHECK(apply_one(c, &cfg_nkeys[i], &c->nodes[j], src, v, err, errlen));
+            HR_CHECK(apply_one(c, &cfg_nkeys[i], &c->nodes[j], CFG_LINE_ENV, src, v, err, errlen));
         }
     /* A misspelt override must not be silently ignored. */
     for (char **e = environ; *e; e++) {
@@ -67,12 +69,12 @@ hr_status cfg_apply_env(cfg *c, char *err, size_t errlen) {
             if (strncmp(s, prefixes[p], strlen(prefixes[p])) == 0) ours = 1;
         if (!ours) continue;
         for (int i = 0; i < cfg_n_gkeys && !known; i++) {
-            env_name(cfg_gkeys[i].section, -1, cfg_gkeys[i].key, name, sizeof name);
+            cfg_env_name(cfg_gkeys[i].section, -1, cfg_gkeys[i].key, name, sizeof name);
             known = strlen(name) == len && strncmp(name, s, len) == 0;
         }
         for (int j = 0; j < c->n_nodes && !known; j++)
             for (int i = 0; i < cfg_n_nkeys && !known; i++) {
-                env_name("node", c->nodes[j].id, cfg_nkeys[i].key, name, sizeof name);
+                cfg_env_name("node", c->nodes[j].id, cfg_nkeys[i].key, name, sizeof name);
                 known = strlen(name) == len && strncmp(name, s, len) == 0;
             }
         if (!known)
@@ -119,5 +121,5 @@ hr_status cfg_set(cfg *c, const char *assignment, char *err, size_t errlen) {
                        "--set %s: unknown key '%s' in [%s] (expected a key of reference.ini)",
                        assignment, key, section);
     void *base = node_id >= 0 ? (void *)&c->nodes[cfg_node_index(c, node_id)] : (void *)c;
-    return apply_one(c, k, base, src, eq + 1, err, errlen);
+    return apply_one(c, k, base, CFG_LINE_SET, src, eq + 1, err, errlen);
 }

@@ -16,11 +16,9 @@ static int cmp_node_id(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-/* Line to blame for a global key: where it was set, else line 1. */
-static int blame(const cfg *c, const char *key) {
-    int l = cfg_key_line(c, -1, key);
-    return l > 0 ? l : 1;
-}
+/* Where a global key got its value, for "WHERE: what (expected)": "FILE:LINE", or the override
+ * that set it (cfg_where). The buffer lives to the end of the enclosing block. */
+#define AT(c, key) cfg_where((c), -1, (key), (char[CFG_PATH + 64]){0}, CFG_PATH + 64)
 
 /* A global key was given (in the file, the environment or --set), not left at its default. */
 static int given(const cfg *c, const char *key) {
@@ -60,13 +58,13 @@ static hr_status check_nodes(const cfg *c, const char *f, char *err, size_t errl
 }
 
 /* min_nodes is a majority, so two sides of a partition can never both train. */
-static hr_status check_quorum(const cfg *c, const char *f, char *err, size_t errlen) {
+static hr_status check_quorum(const cfg *c, char *err, size_t errlen) {
     long majority = c->n_nodes / 2 + 1;
     if (c->min_nodes != 0 && (c->min_nodes < majority || c->min_nodes > c->n_nodes))
         return hr_fail(err, errlen, HR_ERR_CONFIG,
-                       "%s:%d: min_nodes = %ld with %d nodes (expected 0 for a majority, or %ld "
+                       "%s: min_nodes = %ld with %d nodes (expected 0 for a majority, or %ld "
                        "to %d: a smaller quorum would let both sides of a split train)",
-                       f, blame(c, "min_nodes"), c->min_nodes, c->n_nodes, majority, c->n_nodes);
+                       AT(c, "min_nodes"), c->min_nodes, c->n_nodes, majority, c->n_nodes);
     return HR_OK;
 }
 
@@ -76,59 +74,59 @@ long cfg_quorum(const cfg *c) {
 
 /* min_batch and max_batch leave room for a split of global_batch over the nodes, from every
  * node down to a quorum (the smallest view that trains). */
-static hr_status check_batch_bounds(const cfg *c, const char *f, char *err, size_t errlen) {
+static hr_status check_batch_bounds(const cfg *c, char *err, size_t errlen) {
     long nn = c->n_nodes, nq = cfg_quorum(c);
     if (c->global_batch < nn * c->min_batch)
         return hr_fail(err, errlen, HR_ERR_CONFIG,
-                       "%s:%d: global_batch = %ld is smaller than %ld nodes x min_batch %ld = %ld "
+                       "%s: global_batch = %ld is smaller than %ld nodes x min_batch %ld = %ld "
                        "(expected global_batch >= %ld)",
-                       f, blame(c, "global_batch"), c->global_batch, nn, c->min_batch,
-                       nn * c->min_batch, nn * c->min_batch);
+                       AT(c, "global_batch"), c->global_batch, nn, c->min_batch, nn * c->min_batch,
+                       nn * c->min_batch);
     if (c->max_batch && c->max_batch < c->min_batch)
         return hr_fail(err, errlen, HR_ERR_CONFIG,
-                       "%s:%d: max_batch = %ld is below min_batch = %ld (expected max_batch >= "
+                       "%s: max_batch = %ld is below min_batch = %ld (expected max_batch >= "
                        "min_batch, or 0 for no limit)",
-                       f, blame(c, "max_batch"), c->max_batch, c->min_batch);
+                       AT(c, "max_batch"), c->max_batch, c->min_batch);
     if (c->max_batch && c->max_batch * nq < c->global_batch)
         return hr_fail(err, errlen, HR_ERR_CONFIG,
-                       "%s:%d: max_batch = %ld with %ld nodes cannot cover global_batch = %ld "
+                       "%s: max_batch = %ld with %ld nodes cannot cover global_batch = %ld "
                        "(expected max_batch >= %ld%s)",
-                       f, blame(c, "max_batch"), c->max_batch, nq, c->global_batch,
+                       AT(c, "max_batch"), c->max_batch, nq, c->global_batch,
                        (c->global_batch + nq - 1) / nq,
                        nq < nn ? ": a view may shrink to the quorum, min_nodes" : "");
     return HR_OK;
 }
 
 /* There is something to train, and the mlp has its layers. */
-static hr_status check_training(const cfg *c, const char *f, char *err, size_t errlen) {
+static hr_status check_training(const cfg *c, char *err, size_t errlen) {
     if (c->epochs == 0 && c->iterations == 0)
         return hr_fail(err, errlen, HR_ERR_CONFIG,
-                       "%s:%d: nothing to train (expected epochs >= 1 or iterations >= 1)", f,
-                       blame(c, cfg_key_line(c, -1, "iterations") ? "iterations" : "epochs"));
+                       "%s: nothing to train (expected epochs >= 1 or iterations >= 1)",
+                       AT(c, cfg_key_line(c, -1, "iterations") ? "iterations" : "epochs"));
     if (c->model == CFG_MODEL_MLP && c->n_layers < 2)
         return hr_fail(err, errlen, HR_ERR_CONFIG,
-                       "%s:%d: the mlp needs layers (expected e.g. layers = 784,256,10)", f,
-                       blame(c, "layers"));
+                       "%s: the mlp needs layers (expected e.g. layers = 784,256,10)",
+                       AT(c, "layers"));
     if (!c->checkpoint[0] && c->checkpoint_interval > 0 && given(c, "checkpoint_interval"))
         return hr_fail(err, errlen, HR_ERR_CONFIG,
-                       "%s:%d: checkpoint_interval = %ld, but no checkpoint is configured, so none "
+                       "%s: checkpoint_interval = %ld, but no checkpoint is configured, so none "
                        "would be written (expected checkpoint = FILE, or no checkpoint_interval)",
-                       f, blame(c, "checkpoint_interval"), c->checkpoint_interval);
+                       AT(c, "checkpoint_interval"), c->checkpoint_interval);
     return HR_OK;
 }
 
 /* The first key configured of those security = none would leave unused: its name in *key, its
- * line in *line (the node's, for a pubkey; 1 where an override set it), else 0. */
-static int unused_keys(const cfg *c, const char **key, int *line, long *node) {
+ * node's id in *node (-1 for a key of the cluster) and where it was set in `at` (cfg_where),
+ * else 0. */
+static int unused_keys(const cfg *c, const char **key, long *node, char *at, size_t n) {
     static const char *const keys[] = {"key_file", "psk_file", "psk"};
     const int set[] = {c->key_file[0] != 0, c->psk_file[0] != 0, c->has_psk};
     *node = -1;
     for (int i = 0; i < 3; i++)
-        if (set[i]) return *key = keys[i], *line = blame(c, keys[i]), 1;
+        if (set[i]) return *key = keys[i], cfg_where(c, -1, keys[i], at, n), 1;
     for (int i = 0; i < c->n_nodes; i++)
         if (c->nodes[i].has_pubkey) {
-            int l = cfg_key_line(c, i, "pubkey");
-            *key = "pubkey", *node = c->nodes[i].id, *line = l > 0 ? l : c->nodes[i].line;
+            *key = "pubkey", *node = c->nodes[i].id, cfg_where(c, i, "pubkey", at, n);
             return 1;
         }
     return 0;
@@ -137,63 +135,60 @@ static int unused_keys(const cfg *c, const char **key, int *line, long *node) {
 /* The keys that are given are used: none of them with security = none (the user meant the
  * links to be protected), not both a psk and a psk_file (one would be dropped), and no pubkey
  * without a key_file (without an identity of its own a node authenticates by the PSK alone). */
-static hr_status check_keys_used(const cfg *c, const char *f, char *err, size_t errlen) {
+static hr_status check_keys_used(const cfg *c, char *err, size_t errlen) {
     const char *key;
-    int line;
+    char at[CFG_PATH + 64];
     long node;
-    if (c->security == CFG_SEC_NONE && unused_keys(c, &key, &line, &node)) {
+    if (c->security == CFG_SEC_NONE && unused_keys(c, &key, &node, at, sizeof at)) {
         char sec[48] = "";
         if (node >= 0) snprintf(sec, sizeof sec, "[node.%ld] ", node);
         return hr_fail(err, errlen, HR_ERR_CONFIG,
-                       "%s:%d: %s%s is configured, but security = none leaves every link "
+                       "%s: %s%s is configured, but security = none leaves every link "
                        "unauthenticated and unencrypted (expected security = auto, auth or "
                        "encrypt to use the keys, or no keys with security = none)",
-                       f, line, sec, key);
+                       at, sec, key);
     }
     if (c->has_psk && c->psk_file[0]) {
-        line = cfg_key_line(c, -1, "psk_file") > 0 ? blame(c, "psk_file") : blame(c, "psk");
+        const int psk_by_override = cfg_key_line(c, -1, "psk") < 0;
         return hr_fail(err, errlen, HR_ERR_CONFIG,
-                       "%s:%d: psk_file and psk are both given%s, and only one pre-shared key "
+                       "%s: psk_file and psk are both given%s%s%s, and only one pre-shared key "
                        "can be used (expected one of them)",
-                       f, line,
-                       cfg_key_line(c, -1, "psk") == CFG_LINE_OVERRIDE
-                           ? " (psk by the environment, HETRING_CLUSTER_PSK, or --set)"
-                           : "");
+                       AT(c, cfg_key_line(c, -1, "psk_file") > 0 ? "psk_file" : "psk"),
+                       psk_by_override ? " (psk by " : "", psk_by_override ? AT(c, "psk") : "",
+                       psk_by_override ? ")" : "");
     }
     if (c->key_file[0]) return HR_OK;
     for (int i = 0; i < c->n_nodes; i++)
-        if (c->nodes[i].has_pubkey) {
-            int l = cfg_key_line(c, i, "pubkey");
+        if (c->nodes[i].has_pubkey)
             return hr_fail(err, errlen, HR_ERR_CONFIG,
-                           "%s:%d: [node.%ld] pubkey is set, but no key_file gives the nodes "
+                           "%s: [node.%ld] pubkey is set, but no key_file gives the nodes "
                            "identities, so no pubkey is checked (expected key_file = "
                            "node{id}.key with the pubkeys, or no pubkeys)",
-                           f, l > 0 ? l : c->nodes[i].line, c->nodes[i].id);
-        }
+                           cfg_where(c, i, "pubkey", at, sizeof at), c->nodes[i].id);
     return HR_OK;
 }
 
 /* Security has the keys it needs. The default is encrypt when keys are configured, never a
  * silent none: this is where security = auto resolves. */
 static hr_status check_security(cfg *c, const char *f, char *err, size_t errlen) {
-    HR_CHECK(check_keys_used(c, f, err, errlen));
+    HR_CHECK(check_keys_used(c, err, errlen));
     int have_identity = c->key_file[0] != 0;
     int have_psk = c->psk_file[0] != 0 || c->has_psk;
     if (c->security == CFG_SEC_AUTO) {
         if (!have_identity && !have_psk)
             return hr_fail(err, errlen, HR_ERR_CONFIG,
-                           "%s:%d: security is not set and no keys are configured (expected "
+                           "%s: security is not set and no keys are configured (expected "
                            "security = none for unprotected links, or key_file with a pubkey per "
                            "node, or psk_file)",
-                           f, blame(c, "security"));
+                           AT(c, "security"));
         c->security = CFG_SEC_ENCRYPT;
     }
     if (c->security == CFG_SEC_NONE) return HR_OK;
     if (!have_identity && !have_psk)
         return hr_fail(err, errlen, HR_ERR_CONFIG,
-                       "%s:%d: security = %s needs keys (expected key_file with a pubkey per "
+                       "%s: security = %s needs keys (expected key_file with a pubkey per "
                        "node, or psk_file)",
-                       f, blame(c, "security"), cfg_security_name(c->security));
+                       AT(c, "security"), cfg_security_name(c->security));
     if (have_identity && !have_psk)
         for (int i = 0; i < c->n_nodes; i++)
             if (!c->nodes[i].has_pubkey)
@@ -208,61 +203,61 @@ static hr_status check_security(cfg *c, const char *f, char *err, size_t errlen)
 /* wire = bf16, powersgd and auto are gradient paths of the TCP ring: refused with NCCL;
  * powersgd and auto take the whole gradient after the compute, so buckets of a size of their
  * own, which they would ignore, are refused too (bf16 sends such buckets, each in bf16). */
-static hr_status check_wire(const cfg *c, const char *f, char *err, size_t errlen) {
+static hr_status check_wire(const cfg *c, char *err, size_t errlen) {
     if (c->wire == CFG_WIRE_FP32) return HR_OK;
     const char *w = cfg_wire_name(c->wire);
     if (c->backend == CFG_BACKEND_NCCL)
         return hr_fail(err, errlen, HR_ERR_CONFIG,
-                       "%s:%d: wire = %s with backend = nccl: the %s wire is the TCP ring's "
+                       "%s: wire = %s with backend = nccl: the %s wire is the TCP ring's "
                        "(expected backend = auto or tcp, or wire = fp32)",
-                       f, blame(c, "wire"), w, w);
+                       AT(c, "wire"), w, w);
     if (c->bucket_bytes != CFG_AUTO && c->bucket_bytes > 0 && c->wire != CFG_WIRE_BF16)
         return hr_fail(err, errlen, HR_ERR_CONFIG,
-                       "%s:%d: wire = %s with bucket_bytes = %ld: the %s wire sends the whole "
+                       "%s: wire = %s with bucket_bytes = %ld: the %s wire sends the whole "
                        "gradient after the compute, without buckets (expected bucket_bytes = auto "
                        "or 0, or wire = fp32)",
-                       f, blame(c, "wire"), w, c->bucket_bytes, w);
+                       AT(c, "wire"), w, c->bucket_bytes, w);
     return HR_OK;
 }
 
 /* backend = nccl all-reduces the whole gradient after the compute (cluster/grad_path.c's NCCL
  * path), so buckets of a size of their own, which it would ignore, are refused. backend = auto
  * goes the same way only where the build has NCCL: cli_check_supported refuses it there. */
-static hr_status check_nccl_buckets(const cfg *c, const char *f, char *err, size_t errlen) {
+static hr_status check_nccl_buckets(const cfg *c, char *err, size_t errlen) {
     if (c->backend != CFG_BACKEND_NCCL || c->bucket_bytes == CFG_AUTO || c->bucket_bytes <= 0)
         return HR_OK;
     return hr_fail(err, errlen, HR_ERR_CONFIG,
-                   "%s:%d: bucket_bytes = %ld with backend = nccl: NCCL all-reduces the whole "
+                   "%s: bucket_bytes = %ld with backend = nccl: NCCL all-reduces the whole "
                    "gradient after the compute, without buckets (expected bucket_bytes = auto or "
                    "0, or backend = tcp for buckets on the TCP ring)",
-                   f, blame(c, "bucket_bytes"), c->bucket_bytes);
+                   AT(c, "bucket_bytes"), c->bucket_bytes);
 }
 
 /* policy = epoch decides at the end of each epoch from the epoch's totals: no interval, no
  * smoothed times. */
-static hr_status check_controller(const cfg *c, const char *f, char *err, size_t errlen) {
+static hr_status check_controller(const cfg *c, char *err, size_t errlen) {
     static const char *const unused[] = {"interval", "smoothing"};
     if (c->policy != CFG_POLICY_EPOCH) return HR_OK;
     for (int i = 0; i < 2; i++)
         if (given(c, unused[i]))
             return hr_fail(err, errlen, HR_ERR_CONFIG,
-                           "%s:%d: %s is set, but policy = epoch decides once per epoch from the "
+                           "%s: %s is set, but policy = epoch decides once per epoch from the "
                            "epoch's totals and does not use it (expected no %s with policy = "
                            "epoch, or policy = proportional, pid or model)",
-                           f, blame(c, unused[i]), unused[i], unused[i]);
+                           AT(c, unused[i]), unused[i], unused[i]);
     return HR_OK;
 }
 
 hr_status cfg_validate(cfg *c, char *err, size_t errlen) {
     const char *f = c->path[0] ? c->path : "<config>";
     HR_CHECK(check_nodes(c, f, err, errlen));
-    HR_CHECK(check_quorum(c, f, err, errlen));
-    HR_CHECK(check_batch_bounds(c, f, err, errlen));
-    HR_CHECK(check_training(c, f, err, errlen));
+    HR_CHECK(check_quorum(c, err, errlen));
+    HR_CHECK(check_batch_bounds(c, err, errlen));
+    HR_CHECK(check_training(c, err, errlen));
     HR_CHECK(check_security(c, f, err, errlen));
-    HR_CHECK(check_wire(c, f, err, errlen));
-    HR_CHECK(check_nccl_buckets(c, f, err, errlen));
-    HR_CHECK(check_controller(c, f, err, errlen));
+    HR_CHECK(check_wire(c, err, errlen));
+    HR_CHECK(check_nccl_buckets(c, err, errlen));
+    HR_CHECK(check_controller(c, err, errlen));
     qsort(c->nodes, (size_t)c->n_nodes, sizeof *c->nodes, cmp_node_id); /* id order from here */
     return HR_OK;
 }

@@ -99,7 +99,7 @@ dry_run 0
 # an override is relative to the working directory, and is named as an override
 (cd "$tmp/elsewhere" && "$HR" config --conf ../cluster/c.ini --node 1 \
     --set train.checkpoint=nodir/run.ckpt) > "$tmp/out" 2>&1
-has "c.ini: checkpoint (set by the environment or --set): checkpoint $tmp/elsewhere/nodir/run.ckpt"
+has "--set train.checkpoint: checkpoint $tmp/elsewhere/nodir/run.ckpt"
 
 [ $fails = 0 ] && echo "config dry run: ok"
 exit $((fails > 0))

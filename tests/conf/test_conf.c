@@ -259,6 +259,46 @@ static void test_keys_used(const char *tmp) {
     cfg_free(&c);
 }
 
+/* A value an override set is blamed on that override, never on a line of the file that does
+ * not hold it: "--set train.global_batch: ...", "environment HETRING_TRAIN_GLOBAL_BATCH: ...",
+ * "--set node.5.pubkey: ..."; a value of the file keeps its FILE:LINE. */
+static int starts_with(const char *s, const char *prefix) {
+    return strncmp(s, prefix, strlen(prefix)) == 0;
+}
+
+static void test_override_blame(const char *tmp) {
+    char err[HR_ERRLEN] = "";
+    cfg c;
+    write_file(tmp, two_nodes); /* global_batch and min_batch (1) at their defaults */
+    cfg_init(&c);
+    CHECK(cfg_parse_file(&c, tmp, err, sizeof err) == HR_OK, "%s", err);
+    CHECK(cfg_set(&c, "train.global_batch=1", err, sizeof err) == HR_OK, "%s", err);
+    CHECK(cfg_validate(&c, err, sizeof err) == HR_ERR_CONFIG, "global_batch 1 accepted");
+    CHECK(starts_with(err, "--set train.global_batch: global_batch = 1 is smaller than 2 nodes"),
+          "got: %s", err);
+    cfg_free(&c);
+    setenv("HETRING_TRAIN_GLOBAL_BATCH", "1", 1);
+    CHECK(cfg_load(&c, tmp, err, sizeof err) == HR_ERR_CONFIG, "env global_batch 1 accepted");
+    CHECK(starts_with(err, "environment HETRING_TRAIN_GLOBAL_BATCH: global_batch = 1 is smaller"),
+          "got: %s", err);
+    unsetenv("HETRING_TRAIN_GLOBAL_BATCH");
+    cfg_init(&c);
+    CHECK(cfg_parse_file(&c, tmp, err, sizeof err) == HR_OK, "%s", err);
+    CHECK(cfg_set(&c,
+                  "node.5.pubkey="
+                  "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff",
+                  err, sizeof err) == HR_OK,
+          "%s", err);
+    CHECK(cfg_validate(&c, err, sizeof err) == HR_ERR_CONFIG, "pubkey with security none");
+    CHECK(starts_with(err, "--set node.5.pubkey: [node.5] pubkey is configured"), "got: %s", err);
+    cfg_free(&c);
+    write_file(tmp, "[cluster]\nsecurity = none\n[train]\nglobal_batch = 1\n"
+                    "[node.0]\nhost = 127.0.0.1\nport = 7001\n[node.1]\nhost = 127.0.0.1\n"
+                    "port = 7002\n");
+    CHECK(cfg_load(&c, tmp, err, sizeof err) == HR_ERR_CONFIG, "file global_batch 1 accepted");
+    CHECK(starts_with(err, tmp) && strstr(err, ":4: global_batch = 1 is smaller"), "got: %s", err);
+}
+
 /* Values are read whole and as written: a NUL byte is refused (it would cut the value), numbers
  * are decimal (no octal, no hex), and long lines are read (a line over the limit is refused
  * with its file:line). */
@@ -363,6 +403,7 @@ int main(void) {
     unlink(g_tmp_src);
     test_overrides(tmp);
     test_keys_used(tmp);
+    test_override_blame(tmp);
     test_input_holes(tmp);
     unlink(tmp);
     test_paths();
