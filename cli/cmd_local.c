@@ -36,9 +36,10 @@ static void usage(FILE *out) {
         "  --set S.K=V      override one key, for every node\n"
         "  --grace S        seconds between SIGTERM and SIGKILL when stopping nodes (default 5)\n"
         "  --respawn S      restart a node that died (killed or a non-zero exit, not one that\n"
-        "                   exited 0) S seconds later with the same command line, so that it\n"
-        "                   rejoins the cluster; at most %d times per node, and only while\n"
-        "                   another node runs or waits for its own restart\n"
+        "                   exited 0, nor one that refused its configuration with 2) S seconds\n"
+        "                   later with the same command line, so that it rejoins the cluster;\n"
+        "                   at most %d times per node, and only while another node runs or\n"
+        "                   waits for its own restart\n"
         "  --compare-static run the cluster twice, first with static batches, then as\n"
         "                   configured, and report the measured speed-up\n"
         "  --netns PREFIX   start node ID in the network namespace PREFIX-ID\n"
@@ -50,7 +51,8 @@ static void usage(FILE *out) {
         "Exit status: 0 when the last process of every node exited 0 (a node that died, was\n"
         "restarted and then finished counts as a success; one that stayed down does not, even\n"
         "if the others finished without it); 1 when a node's last process failed, the quorum\n"
-        "was lost or the run was interrupted; 2 for a usage or configuration error.\n",
+        "was lost or the run was interrupted; 2 for a usage or configuration error, this\n"
+        "command's or the nodes' (every node that failed exited 2, refusing the file).\n",
         LAUNCH_MAX_RESPAWNS);
 }
 
@@ -63,9 +65,15 @@ static void describe_exit(char *buf, size_t n, int code) {
         snprintf(buf, n, "exit status %d", code);
 }
 
-/* Why the run failed, after launch_cluster returned 1 (not for an interruption). */
+/* Why the run failed, after launch_cluster returned 1 (not for an interruption), or 2 with the
+ * nodes' refusal of the configuration. */
 static void report_failure(const launch_result *res) {
-    if (res->quorum_lost)
+    if (res->refused)
+        fprintf(stderr,
+                "hetring local: the configuration was refused (exit status %d): each "
+                "node that refused it said why above\n",
+                LAUNCH_EXIT_REFUSED);
+    else if (res->quorum_lost)
         fprintf(stderr,
                 "hetring local: fewer than %ld node(s) (the quorum) were left running; the "
                 "others gave up or were stopped\n",
@@ -96,7 +104,7 @@ static int launch_once(const cfg *c, const cli_common *o, const char *exe, const
     lo.exe = exe, lo.conf = o->conf, lo.args = args, lo.out = stdout;
     launch_result res;
     int rc = launch_cluster(c, &lo, &res);
-    if (rc == 1 && !res.interrupted) report_failure(&res);
+    if ((rc == 1 && !res.interrupted) || res.refused) report_failure(&res);
     if (res.interrupted) rc = -1;
     launch_result_free(&res);
     return rc;

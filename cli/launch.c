@@ -31,6 +31,7 @@ typedef struct {
     pid_t pid;         /* 0 once reaped */
     int fd;            /* read end of the output pipe, -1 at EOF */
     double respawn_at; /* hr_now() at which this failed node starts again; 0 = none pending */
+    int stopped;       /* the launcher signalled this process to stop: its exit is not its own */
     char buf[8192];    /* partial line not yet written */
     size_t len;        /* bytes in buf */
 } child;
@@ -130,7 +131,7 @@ static pid_t spawn(const launch_opts *o, long id, int out_fd, const sigset_t *ol
 
 static void signal_all(child *ch, int n, int sig) {
     for (int i = 0; i < n; i++)
-        if (ch[i].pid > 0) kill(ch[i].pid, sig);
+        if (ch[i].pid > 0) kill(ch[i].pid, sig), ch[i].stopped = 1;
 }
 
 static const char *signame(int sig) {
@@ -226,6 +227,7 @@ static int start_child(launcher *l, int i) {
     fcntl(p[0], F_SETFL, O_NONBLOCK);
     ch->pid = pid;
     ch->fd = p[0];
+    ch->stopped = 0;
     l->alive++;
     return 0;
 }
@@ -266,7 +268,12 @@ static int may_respawn(const launcher *l, int i, char *why, size_t n) {
     long id = l->res->ids[i];
     why[0] = 0;
     if (l->o->max_respawns <= 0) return 0;
-    if (l->res->restarts[i] >= l->o->max_respawns)
+    if (l->res->exit_code[i] == LAUNCH_EXIT_REFUSED)
+        snprintf(why, n,
+                 "not restarting node %ld: it refused its configuration (exit status %d) and "
+                 "would again",
+                 id, LAUNCH_EXIT_REFUSED);
+    else if (l->res->restarts[i] >= l->o->max_respawns)
         snprintf(why, n, "node %ld was restarted %d time(s), the most allowed; it stays down", id,
                  l->res->restarts[i]);
     else if (!others_active(l, i))
@@ -423,11 +430,21 @@ static void watch(launcher *l, struct pollfd *pfd) {
     }
 }
 
-/* The outcome: 0 when the last process of every node exited 0 and nothing stopped the run. */
-static int outcome(const launch_result *res) {
-    for (int i = 0; i < res->n; i++)
-        if (res->exit_code[i] != 0) return 1;
-    return res->interrupted || res->timed_out || res->quorum_lost ? 1 : 0;
+/* The outcome: 0 when the last process of every node exited 0 and nothing stopped the run; 2
+ * when the nodes that failed by themselves (not stopped by the launcher) all refused the
+ * configuration (res->refused). */
+static int outcome(const launcher *l) {
+    launch_result *res = l->res;
+    int failed = 0, own = 0, refused = 0;
+    for (int i = 0; i < res->n; i++) {
+        if (res->exit_code[i] == 0) continue;
+        failed++;
+        own += !l->ch[i].stopped;
+        refused += !l->ch[i].stopped && res->exit_code[i] == LAUNCH_EXIT_REFUSED;
+    }
+    res->refused = refused > 0 && refused == own && !res->interrupted && !res->timed_out;
+    if (res->refused) return 2;
+    return failed || res->interrupted || res->timed_out || res->quorum_lost ? 1 : 0;
 }
 
 int launch_cluster(const cfg *c, const launch_opts *o, launch_result *res) {
@@ -466,6 +483,7 @@ int launch_cluster(const cfg *c, const launch_opts *o, launch_result *res) {
     struct pollfd *pfd = calloc((size_t)n + 1, sizeof *pfd);
     watch(&l, pfd);
     free(pfd);
+    if (!rc) rc = outcome(&l);
     for (int i = 0; i < n; i++)
         if (l.ch[i].fd >= 0) close(l.ch[i].fd);
     free(l.ch);
@@ -473,5 +491,5 @@ int launch_cluster(const cfg *c, const launch_opts *o, launch_result *res) {
     close(l.sfd);
     signal(SIGPIPE, old_pipe);
     sigprocmask(SIG_SETMASK, &l.old_mask, NULL);
-    return rc ? rc : outcome(res);
+    return rc;
 }

@@ -14,6 +14,7 @@
  *  - with `max_respawns` > 0 a failed child is started again with the same command line after
  *    `respawn_s`, at most `max_respawns` times per node, and only while another node is running
  *    or waiting for its own restart (a node that fails after the others finished stays down);
+ *    never one that exited LAUNCH_EXIT_REFUSED (it refused its configuration);
  *  - no child outlives the launcher: children are started with PR_SET_PDEATHSIG, so even a
  *    SIGKILL of the launcher takes them down.
  */
@@ -26,6 +27,9 @@
 
 /* Restarts per node that `hetring local --respawn` allows. */
 #define LAUNCH_MAX_RESPAWNS 5
+/* The exit status of a node that refused its command line or configuration (hetring run's
+ * usage or configuration error): the same command would refuse again, so it is not restarted. */
+#define LAUNCH_EXIT_REFUSED 2
 
 typedef struct {
     const char *exe;         /* hetring executable to run for each node */
@@ -55,12 +59,15 @@ typedef struct {
                       * (or ended by themselves) */
     int interrupted; /* a SIGINT or SIGTERM reached the launcher */
     int timed_out;   /* deadline_s passed */
+    int refused;     /* every node that failed exited LAUNCH_EXIT_REFUSED, and nothing else
+                      * stopped the run: the configuration was refused, each node said why */
 } launch_result;
 
 /* Run every node of `c` and wait for all of them. Returns 0 when the last process of every node
  * exited 0 (a node that failed and whose restart then exited 0 counts as a success) and the run
- * was neither interrupted, timed out nor stopped for want of a quorum; else 1 with `res` saying
- * why; 2 when the setup failed (message on stderr). `res` must be freed. */
+ * was neither interrupted, timed out nor stopped for want of a quorum; 2 when the setup failed
+ * (message on stderr) or the nodes refused the configuration (res->refused); else 1 with `res`
+ * saying why. `res` must be freed. */
 int launch_cluster(const cfg *c, const launch_opts *o, launch_result *res);
 void launch_result_free(launch_result *res);
 
