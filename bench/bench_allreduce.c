@@ -5,8 +5,8 @@
  * The bench forks N nodes on this machine, each forming the ring over 127.0.0.1 (or, with
  * --netns, over veth links in network namespaces it creates, shaped with tc to 1 Gbit/s, or the
  * --link-rate given, and 200 us of delay, and removes again when it ends, also on failure or
- * SIGINT/SIGTERM; bench/netns.c, which hands tc numbers it formats, never the user's text). For each
- * size every node first runs one checked all-reduce (exact integer sums, counted in #wrong),
+ * SIGINT/SIGTERM; bench/netns.c, which hands tc numbers it formats, never the user's text). For
+ * each size every node first runs one checked all-reduce (exact integer sums, counted in #wrong),
  * then warm-up and timed iterations; the time is the slowest node's mean per iteration.
  * R, the rate of one iperf3 TCP stream on loopback, is measured (or given with --rate) and
  * printed next to the table, because on one machine busbw <= R/N.
@@ -31,6 +31,8 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+
+#define AR_MAX (1L << 30) /* the largest size: every node holds its buffers in this process */
 
 typedef struct {
     int nodes;             /* N */
@@ -68,7 +70,7 @@ static void usage(FILE *out) {
             "  --security MODE        none, auth or encrypt (default none; auth and encrypt\n"
             "                         use a random cluster pre-shared key)\n"
             "  -b, --min-bytes A      smallest size (default 8); K, M, G suffixes (x1024)\n"
-            "  -e, --max-bytes B      largest size (default 64M); K, M, G suffixes\n"
+            "  -e, --max-bytes B      largest size (default 64M; at most 1G); K, M, G suffixes\n"
             "  -f, --step-factor F    each size is the last one times F (default 2; 2..1024)\n"
             "  --iters K              timed iterations per size (default 20; 200 below 1 MiB)\n"
             "  --warmup W             untimed iterations per size (default 3)\n"
@@ -377,21 +379,25 @@ static int parse_opts(ar_opts *o, int argc, char **argv) {
     srand((unsigned)(getpid() ^ time(NULL)));
     o->port = 10000 + rand() % 22000; /* below the ephemeral range (32768+) */
     const bench_opt opts[] = {
-        {.name = "nodes", .kind = BENCH_OPT_LAX_INT, .dst = &o->nodes},
+        {.name = "nodes", .kind = BENCH_OPT_INT, .dst = &o->nodes, .lo = 1, .hi = 64},
         {.name = "security", .kind = BENCH_OPT_FN, .dst = &o->security, .fn = opt_security},
-        {.name = "min-bytes", .kind = BENCH_OPT_SIZE, .dst = &o->min_bytes},
-        {.name = "max-bytes", .kind = BENCH_OPT_SIZE, .dst = &o->max_bytes},
+        {.name = "min-bytes", .kind = BENCH_OPT_SIZE, .dst = &o->min_bytes, .lo = 1, .hi = AR_MAX},
+        {.name = "max-bytes", .kind = BENCH_OPT_SIZE, .dst = &o->max_bytes, .lo = 1, .hi = AR_MAX},
         {.name = "step-factor", .kind = BENCH_OPT_LONG, .dst = &o->factor, .lo = 2, .hi = 1024},
-        {.name = "iters", .kind = BENCH_OPT_LAX_INT, .dst = &o->iters},
-        {.name = "warmup", .kind = BENCH_OPT_LAX_INT, .dst = &o->warmup},
+        {.name = "iters", .kind = BENCH_OPT_INT, .dst = &o->iters, .lo = 1, .hi = 1000000},
+        {.name = "warmup", .kind = BENCH_OPT_INT, .dst = &o->warmup, .lo = 0, .hi = 1000000},
         {.name = "json", .kind = BENCH_OPT_STR, .dst = &o->json},
         {.name = "netns", .kind = BENCH_OPT_FLAG, .dst = &o->netns},
         {.name = "wire", .kind = BENCH_OPT_STR, .dst = &o->wire},
         {.name = "link-rate", .kind = BENCH_OPT_STR, .dst = &o->link_rate},
-        {.name = "rate", .kind = BENCH_OPT_LAX_REAL, .dst = &o->rate},
-        {.name = "segment", .kind = BENCH_OPT_SIZE, .dst = &o->segment},
-        {.name = "tree-bytes", .kind = BENCH_OPT_SIZE, .dst = &o->tree_bytes},
-        {.name = "port", .kind = BENCH_OPT_LAX_LONG, .dst = &o->port},
+        {.name = "rate", .kind = BENCH_OPT_REAL, .dst = &o->rate},
+        {.name = "segment", .kind = BENCH_OPT_SIZE, .dst = &o->segment, .lo = 0, .hi = 1L << 30},
+        {.name = "tree-bytes",
+         .kind = BENCH_OPT_SIZE,
+         .dst = &o->tree_bytes,
+         .lo = 0,
+         .hi = 1L << 20},
+        {.name = "port", .kind = BENCH_OPT_LONG, .dst = &o->port, .lo = 1024, .hi = 65535},
         {0}};
     char **args = malloc((2 * (size_t)argc + 1) * sizeof *args);
     if (!args) return CLI_FAIL;
@@ -399,13 +405,18 @@ static int parse_opts(ar_opts *o, int argc, char **argv) {
     int rc = bench_parse_opts("allreduce", opts, usage, nargs, args);
     free(args); /* the values point into argv, which outlives the run */
     if (rc >= 0) return rc;
-    if (o->nodes < 1 || o->nodes > 64 || o->iters < 1 || o->min_bytes < 1 ||
-        o->max_bytes < o->min_bytes)
+    if (o->max_bytes < o->min_bytes)
         return cli_usage_error("bench allreduce",
-                               "need 1 <= nodes <= 64, iters >= 1, 1 <= min-bytes <= max-bytes");
-    if (o->tree_bytes != SIZE_MAX && o->tree_bytes > (1u << 20))
-        return cli_usage_error("bench allreduce", "--tree-bytes: at most 1M (1048576), not %zu",
-                               o->tree_bytes);
+                               "--min-bytes %zu, --max-bytes %zu (expected min-bytes <= max-bytes)",
+                               o->min_bytes, o->max_bytes);
+    if (!(o->rate >= 0 && o->rate <= 1e4))
+        return cli_usage_error("bench allreduce",
+                               "--rate %g (expected 0..10000 GB/s; 0 measures it)", o->rate);
+    if (!o->netns && o->port + o->nodes - 1 > 65535)
+        return cli_usage_error("bench allreduce",
+                               "--port %ld with %d nodes (expected at most %d: node i listens on "
+                               "port + i)",
+                               o->port, o->nodes, 65536 - o->nodes);
     char why[256];
     o->link_bps = 1e9;
     if (o->wire && strcmp(o->wire, "fp32") != 0 && strcmp(o->wire, "bf16") != 0)

@@ -460,11 +460,30 @@ static int select_policies(hetero_opts *o, const char *pols) {
     return -1;
 }
 
+/* the scenarios `scens` names, each a known one (all but the asked-for ones when NULL) */
 static int select_scenarios(hetero_opts *o, const char *scens) {
+    char names[256] = "";
+    for (int s = 0; s < N_SCEN; s++)
+        snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", s ? ", " : "",
+                 scenarios[s].name);
+    for (const char *q = scens; q && *q;) {
+        size_t len = strcspn(q, ",");
+        int known = 0;
+        for (int s = 0; s < N_SCEN; s++)
+            known |= strlen(scenarios[s].name) == len && strncmp(q, scenarios[s].name, len) == 0;
+        if (!known)
+            return cli_usage_error("bench hetero",
+                                   "unknown scenario '%.*s' in --scenarios "
+                                   "(expected some of %s)",
+                                   (int)len, q, names);
+        q += len + (q[len] == ',');
+    }
     int any = 0;
     for (int s = 0; s < N_SCEN; s++)
         any |= o->scen_on[s] = scens ? list_has(scens, scenarios[s].name) : !scenarios[s].asked;
-    if (!any) return cli_usage_error("bench hetero", "--scenarios names no known scenario");
+    if (!any)
+        return cli_usage_error("bench hetero",
+                               "--scenarios names no scenario (expected some of %s)", names);
     return -1;
 }
 

@@ -92,17 +92,21 @@ double bench_median(double *v, int n) {
 
 /* ================================================================ options */
 
+/* "bench SUITE: --NAME 'ARG' (expected WHAT)" on stderr; returns -1. */
+static int bad_value(const char *suite, const char *name, const char *arg, const char *what) {
+    char cmd[64];
+    snprintf(cmd, sizeof cmd, "bench %s", suite);
+    cli_usage_error(cmd, "--%s '%s' (expected %s)", name, arg, what);
+    return -1;
+}
+
 int bench_long_opt(const char *suite, const char *name, const char *arg, long lo, long hi,
                    long *out) {
-    char *end;
+    char *end, what[64];
     errno = 0;
     long v = strtol(arg, &end, 10);
-    if (end == arg || *end || errno || v < lo || v > hi) {
-        char cmd[64];
-        snprintf(cmd, sizeof cmd, "bench %s", suite);
-        cli_usage_error(cmd, "--%s '%s' (expected %ld..%ld)", name, arg, lo, hi);
-        return -1;
-    }
+    snprintf(what, sizeof what, "%ld..%ld", lo, hi);
+    if (end == arg || *end || errno || v < lo || v > hi) return bad_value(suite, name, arg, what);
     *out = v;
     return 0;
 }
@@ -119,13 +123,18 @@ int bench_add_set(const char *suite, const char *arg, void *dst) {
     return 0;
 }
 
-static size_t parse_size(const char *s) {
-    char *end;
-    double v = strtod(s, &end);
-    if (*end == 'K' || *end == 'k') v *= 1024;
-    if (*end == 'M' || *end == 'm') v *= 1024 * 1024;
-    if (*end == 'G' || *end == 'g') v *= 1024.0 * 1024 * 1024;
-    return v < 0 ? 0 : (size_t)v;
+/* A size in bytes: a number >= 0 and an optional K, M or G (powers of 1024), in [lo, hi]. */
+static int size_opt(const char *suite, const bench_opt *o, const char *arg) {
+    char *end, what[96];
+    errno = 0;
+    double v = strtod(arg, &end);
+    const char *units = "kKmMgG", *u = *end ? strchr(units, *end) : NULL;
+    if (u) v *= (double)(1L << (10 * (1 + (u - units) / 2))), end++;
+    snprintf(what, sizeof what, "a size of %ld..%ld bytes, K, M or G for x1024", o->lo, o->hi);
+    if (end == arg || *end || errno || !(v >= (double)o->lo && v <= (double)o->hi))
+        return bad_value(suite, o->name, arg, what);
+    *(size_t *)o->dst = (size_t)v;
+    return 0;
 }
 
 /* Store the value of option `o`; 0, or -1 after a usage error was printed. */
@@ -139,18 +148,21 @@ static int store_opt(const char *suite, const bench_opt *o, const char *arg) {
         return 0;
     case BENCH_OPT_LONG:
         return bench_long_opt(suite, o->name, arg, o->lo, o->hi, o->dst);
-    case BENCH_OPT_LAX_INT:
-        *(int *)o->dst = atoi(arg);
+    case BENCH_OPT_INT: {
+        long v;
+        if (bench_long_opt(suite, o->name, arg, o->lo, o->hi, &v) != 0) return -1;
+        *(int *)o->dst = (int)v;
         return 0;
-    case BENCH_OPT_LAX_LONG:
-        *(long *)o->dst = atol(arg);
+    }
+    case BENCH_OPT_REAL: {
+        char *end;
+        double v = strtod(arg, &end);
+        if (end == arg || *end || !isfinite(v)) return bad_value(suite, o->name, arg, "a number");
+        *(double *)o->dst = v;
         return 0;
-    case BENCH_OPT_LAX_REAL:
-        *(double *)o->dst = atof(arg);
-        return 0;
+    }
     case BENCH_OPT_SIZE:
-        *(size_t *)o->dst = parse_size(arg);
-        return 0;
+        return size_opt(suite, o, arg);
     case BENCH_OPT_FN:
         return o->fn(suite, arg, o->dst);
     }

@@ -27,17 +27,16 @@ double bench_median(double *v, int n);
 int bench_long_opt(const char *suite, const char *name, const char *arg, long lo, long hi,
                    long *out);
 
-/* How bench_parse_opts stores an option's value at `dst`. The lax kinds convert the way the C
- * library does (garbage reads as 0) and leave range checks to the suite. */
+/* How bench_parse_opts stores an option's value at `dst`. A value that is not whole (trailing
+ * characters, no digits) or out of range is a usage error naming the option. */
 typedef enum {
-    BENCH_OPT_FLAG,     /* no value; int = 1 */
-    BENCH_OPT_STR,      /* const char * = the argument */
-    BENCH_OPT_LONG,     /* long in [lo, hi], checked by bench_long_opt */
-    BENCH_OPT_LAX_INT,  /* int, atoi */
-    BENCH_OPT_LAX_LONG, /* long, atol */
-    BENCH_OPT_LAX_REAL, /* double, atof */
-    BENCH_OPT_SIZE,     /* size_t bytes, K, M, G suffixes (powers of 1024); lax, negative = 0 */
-    BENCH_OPT_FN,       /* fn(suite, argument, dst) */
+    BENCH_OPT_FLAG, /* no value; int = 1 */
+    BENCH_OPT_STR,  /* const char * = the argument */
+    BENCH_OPT_LONG, /* long in [lo, hi], checked by bench_long_opt */
+    BENCH_OPT_INT,  /* int in [lo, hi], the same way */
+    BENCH_OPT_REAL, /* double, a finite number; its range is the suite's to check */
+    BENCH_OPT_SIZE, /* size_t bytes in [lo, hi]: a number >= 0, then K, M or G (x1024) */
+    BENCH_OPT_FN,   /* fn(suite, argument, dst) */
 } bench_opt_kind;
 
 /* One --NAME option of a suite; a table of them ends with {NULL}. */
@@ -45,7 +44,7 @@ typedef struct {
     const char *name;    /* without the dashes */
     bench_opt_kind kind; /* how the value is read */
     void *dst;           /* where it goes (the type the kind names) */
-    long lo, hi;         /* BENCH_OPT_LONG: the accepted range */
+    long lo, hi;         /* BENCH_OPT_LONG, _INT and _SIZE: the accepted range */
     int (*fn)(const char *suite, const char *arg, void *dst); /* BENCH_OPT_FN: 0, or -1 after
                                                                  printing a usage error */
 } bench_opt;

@@ -8,7 +8,9 @@
 #   bench allreduce 2 nodes, small sizes: every size correct (#wrong 0 in the JSON and in the
 #                   table, checked positively: a missing field fails), JSON per size
 #                   and the path each size took (2 nodes: the ring; 6 nodes with
-#                   --tree-bytes 4K: 1 and 4 KiB over the tree, 16 KiB round the ring)
+#                   --tree-bytes 4K: 1 and 4 KiB over the tree, 16 KiB round the ring);
+#                   values out of range or not whole refused, naming the option; so is an
+#                   unknown scenario of bench hetero beside a known one
 #   bench powersgd  two shapes on 1 and 3 threads: a row each, with the bits of one thread;
 #                   bad shapes, thread counts and ranks refused
 #   slow_links.sh   its kernels part writes the summary with that table; a bad part refused
@@ -125,9 +127,26 @@ timeout 120 "$HR" bench allreduce --port "$base" --nodes 6 --min-bytes 1K --max-
     fail "bench allreduce --nodes 6 --tree-bytes 4K: paths $(grep -o '"algo": "[a-z]*"' "$tmp/t.json" | tr '\n' ' ')"
 grep -q "^# sizes up to 4096 B went over the tree" "$tmp/t.out" || fail "bench allreduce --tree-bytes: no tree line"
 grep -q "tree_bytes 4096 B" "$tmp/t.out" || fail "bench allreduce --tree-bytes: the header does not say tree_bytes 4096 B"
-"$HR" bench allreduce --tree-bytes 2M > "$tmp/t2.out" 2>&1
+# a value out of range, or not whole, is refused naming the option and what it takes
+for bad in "--tree-bytes 2M" "--nodes 3x" "--nodes 65" "-b 1Q" "--max-bytes 2G" "--iters 0" \
+    "--warmup -1" "--port 70000" "--rate abc"; do
+    # shellcheck disable=SC2086
+    "$HR" bench allreduce $bad > /dev/null 2> "$tmp/t2.err"
+    rc=$?
+    v=${bad#* }
+    [ $rc = 2 ] && grep -q -- "'$v' (expected " "$tmp/t2.err" || fail "bench allreduce $bad: exit $rc, $(cat "$tmp/t2.err")"
+done
+"$HR" bench allreduce --tree-bytes 2M 2> "$tmp/t2.err" >/dev/null
+grep -q -- "--tree-bytes '2M' (expected a size of 0..1048576 bytes" "$tmp/t2.err" ||
+    fail "bench allreduce --tree-bytes 2M: $(cat "$tmp/t2.err")"
+"$HR" bench allreduce --port 65535 --nodes 3 2> "$tmp/t2.err" >/dev/null
 rc=$?
-[ $rc = 2 ] && grep -q "tree-bytes: at most 1M" "$tmp/t2.out" || fail "bench allreduce --tree-bytes 2M: exit $rc, $(cat "$tmp/t2.out")"
+[ $rc = 2 ] && grep -q "expected at most 65533: node i listens on port + i" "$tmp/t2.err" ||
+    fail "bench allreduce --port 65535 --nodes 3: exit $rc, $(cat "$tmp/t2.err")"
+"$HR" bench hetero --scenarios demo,nope 2> "$tmp/t2.err" >/dev/null
+rc=$?
+[ $rc = 2 ] && grep -q "unknown scenario 'nope' in --scenarios (expected some of homogeneous," "$tmp/t2.err" ||
+    fail "bench hetero --scenarios demo,nope: exit $rc, $(cat "$tmp/t2.err")"
 
 # bench powersgd: a row per shape and thread count, each with the bits of one thread; a bad
 # shape or thread count is a usage error. Shapes big enough for 3 threads to split them.
