@@ -72,7 +72,7 @@ size_t app_agree_text(const cfg *c, char *out, size_t cap) {
     size_t len = 0, o = 0;
     FILE *f = open_memstream(&buf, &len);
     if (!f) return 0;
-    cfg_print(c, f);
+    cfg_print_values(c, f);
     if (fclose(f) != 0 || !buf) {
         free(buf);
         return 0;

@@ -183,8 +183,13 @@ int cfg_node_index(const cfg *c, long id);
 /* Write the effective configuration as INI. It reads back as the same configuration, with two
  * exceptions: the header comment names the file, and an inline psk prints as "<redacted>",
  * which the parser refuses with a message saying so (give the key again, or use psk_file or
- * HETRING_CLUSTER_PSK). Unset optional keys (psk, pubkey) print as comments, ";psk =". */
+ * HETRING_CLUSTER_PSK). Unset optional keys (psk, pubkey) print as comments, ";psk =", and so
+ * does a key never given, with its default (or what it resolved to: security = auto),
+ * ";interval = 4": it reads back as not given (with policy = epoch a given interval is
+ * refused; a given eval_samples cuts a held-out file). */
 void cfg_print(const cfg *c, FILE *out);
+/* The same with every key as "key = value", defaults too: for comparing configurations. */
+void cfg_print_values(const cfg *c, FILE *out);
 /* Write the reference file: every key, its default, its range and what it does. */
 void cfg_print_reference(FILE *out);
 

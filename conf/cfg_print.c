@@ -6,8 +6,13 @@
 
 #include <string.h>
 
+/* The keys of `section` in `keys` (n rows) of `base`, each "key = value". With `lines` (the
+ * base's key_line), a key that was never given prints as a comment, ";key = value" (its
+ * default, or what the default resolved to, as security = auto does): read back, it is still
+ * not given, which some checks and the held-out set's size tell apart from the same value
+ * given (cfg_validate.c, eval_samples). */
 static void print_section(const key_spec *keys, int n, const char *section, const void *base,
-                          FILE *out) {
+                          const int *lines, FILE *out) {
     char val[1024];
     for (int i = 0; i < n; i++) {
         if (strcmp(keys[i].section, section) != 0) continue;
@@ -16,22 +21,35 @@ static void print_section(const key_spec *keys, int n, const char *section, cons
             continue;
         }
         cfg_value_format(&keys[i], base, val, sizeof val);
-        fprintf(out, "%s = %s\n", keys[i].key, val);
+        fprintf(out, "%s%s = %s\n", lines && lines[i] == 0 ? ";" : "", keys[i].key, val);
+    }
+}
+
+/* cfg_print and cfg_print_values: keys never given as comments, or every key as a value. */
+static void print_config(const cfg *c, FILE *out, int not_given_as_comments) {
+    static const char *const sections[] = {"cluster", "train", "controller"};
+    fprintf(out, "; effective configuration of %s (defaults, file, environment, command line)\n",
+            c->path);
+    if (not_given_as_comments)
+        fprintf(out, "; a key in a comment, ;key = value, was not given: it has its default\n");
+    for (int s = 0; s < 3; s++) {
+        fprintf(out, "\n[%s]\n", sections[s]);
+        print_section(cfg_gkeys, cfg_n_gkeys, sections[s], c,
+                      not_given_as_comments ? c->key_line : NULL, out);
+    }
+    for (int i = 0; i < c->n_nodes; i++) {
+        fprintf(out, "\n[node.%ld]\n", c->nodes[i].id);
+        print_section(cfg_nkeys, cfg_n_nkeys, "node", &c->nodes[i],
+                      not_given_as_comments ? c->nodes[i].key_line : NULL, out);
     }
 }
 
 void cfg_print(const cfg *c, FILE *out) {
-    static const char *const sections[] = {"cluster", "train", "controller"};
-    fprintf(out, "; effective configuration of %s (defaults, file, environment, command line)\n",
-            c->path);
-    for (int s = 0; s < 3; s++) {
-        fprintf(out, "\n[%s]\n", sections[s]);
-        print_section(cfg_gkeys, cfg_n_gkeys, sections[s], c, out);
-    }
-    for (int i = 0; i < c->n_nodes; i++) {
-        fprintf(out, "\n[node.%ld]\n", c->nodes[i].id);
-        print_section(cfg_nkeys, cfg_n_nkeys, "node", &c->nodes[i], out);
-    }
+    print_config(c, out, 1);
+}
+
+void cfg_print_values(const cfg *c, FILE *out) {
+    print_config(c, out, 0);
 }
 
 void cfg_print_reference(FILE *out) {

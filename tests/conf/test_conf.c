@@ -116,9 +116,24 @@ static void test_good_files(void) {
 static char g_tmp[64];     /* scratch file for the printed configuration */
 static char g_tmp_src[64]; /* scratch file for a configuration written here */
 
+/* Whether each key of `c` was given (in the file or by an override) or has its default. */
+static void given_keys(const cfg *c, char *out, size_t n) {
+    static const char *const keys[] = {
+        "name",   "security",   "interval", "smoothing",   "eval_samples", "checkpoint_interval",
+        "policy", "iterations", "epochs",   "bucket_bytes"};
+    size_t o = 0;
+    for (size_t i = 0; i < sizeof keys / sizeof *keys && o < n; i++)
+        o += (size_t)snprintf(out + o, n - o, "%s%s ", cfg_key_line(c, -1, keys[i]) ? "+" : "-",
+                              keys[i]);
+    for (int k = 0; k < c->n_nodes && o < n; k++)
+        o += (size_t)snprintf(out + o, n - o, "%sthreads.%d ",
+                              cfg_key_line(c, k, "threads") ? "+" : "-", k);
+}
+
 /* Load `path`, print it, load the print and print again: the two prints must be equal but for
- * their first line, which names the file. With an inline psk the print says <redacted>, and
- * reading it back must fail on that line, saying so, rather than load some other key. */
+ * their first line, which names the file, and each key given in one must be given in the other
+ * (a key at its default prints as a comment). With an inline psk the print says <redacted>,
+ * and reading it back must fail on that line, saying so, rather than load some other key. */
 static void check_round_trip(const char *path, const char *unused) {
     (void)unused;
     char err[HR_ERRLEN] = "";
@@ -140,6 +155,10 @@ static void check_round_trip(const char *path, const char *unused) {
         CHECK(a && b && strcmp(a, b) == 0, "%s: printed twice, differs:\n%s\n----\n%s", path, first,
               second ? second : "");
         free(second);
+        char was[512] = "", now[512] = "";
+        given_keys(&c, was, sizeof was);
+        if (st == HR_OK) given_keys(&back, now, sizeof now);
+        CHECK(strcmp(was, now) == 0, "%s: keys given, then read back: %s / %s", path, was, now);
     }
     cfg_free(&back);
     cfg_free(&c);
