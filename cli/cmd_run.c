@@ -251,6 +251,11 @@ int cmd_run(int argc, char **argv) {
         app_expand_id(metrics, sizeof metrics, to.metrics_path, me->id);
         to.metrics_path = metrics;
     }
+    if (train_check_outputs(&to, err, sizeof err) != HR_OK) {
+        fprintf(stderr, "hetring run: node %ld: %s\n", me->id, err);
+        cfg_free(&c);
+        return CLI_USAGE;
+    }
     if (c.n_nodes > 1) {
         rc = train_cluster(&c, self, &to);
         cfg_free(&c);

@@ -15,10 +15,12 @@
 
 #include <assert.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 /* ================================================================ init and free */
@@ -534,6 +536,33 @@ static hr_status run_resume(trainer *t, int *resumed, char *err, size_t errlen) 
     HR_CHECK(train_load(t, ckpt, NULL, 0, NULL, err, errlen));
     HR_INFO(TRAIN, "resumed from checkpoint %s at iteration %ld", ckpt, t->iter);
     *resumed = 1;
+    return HR_OK;
+}
+
+/* One output file of the run, --`option` `path`: see train_check_outputs. */
+static hr_status check_output(const char *option, const char *path, char *err, size_t errlen) {
+    struct stat sb;
+    const char *why = NULL;
+    if (stat(path, &sb) == 0) {
+        if (!S_ISREG(sb.st_mode))
+            why = "not a regular file";
+        else if (access(path, W_OK) != 0)
+            why = strerror(errno);
+    } else {
+        int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+        if (fd < 0) why = strerror(errno);
+        if (fd >= 0) close(fd), unlink(path);
+    }
+    if (!why) return HR_OK;
+    return hr_fail(err, errlen, HR_ERR_CONFIG,
+                   "--%s %s: cannot write it (%s); checked before training (expected a file in "
+                   "an existing directory this process may write to)",
+                   option, path, why);
+}
+
+hr_status train_check_outputs(const train_opts *o, char *err, size_t errlen) {
+    if (o->metrics_path) HR_CHECK(check_output("metrics", o->metrics_path, err, errlen));
+    if (o->summary_path) HR_CHECK(check_output("summary", o->summary_path, err, errlen));
     return HR_OK;
 }
 

@@ -297,6 +297,12 @@ typedef struct {
     void *member_ctx;
 } train_opts;
 
+/* The files train_run will write (o->metrics_path, o->summary_path), checked before anything
+ * runs: each must be a regular file this process may write, or a new one its directory takes
+ * (created and removed again), so that a run never trains to find out at its first record or
+ * at its end. HR_ERR_CONFIG naming the option and the file otherwise. */
+hr_status train_check_outputs(const train_opts *o, char *err, size_t errlen);
+
 typedef struct {
     long iterations;      /* iterations run by this call */
     long samples;         /* samples processed by the cluster in those iterations */

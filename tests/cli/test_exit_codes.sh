@@ -68,6 +68,14 @@ sed -i 's/^security = none$/security = auth\npsk = 00112233445566778899001122334
 msg=$("$HR" config --conf "$tmp/nccl.ini" --node 0 2>&1 >/dev/null); rc=$?
 [ $rc = 2 ] && echo "$msg" | grep -q "nccl.ini: \[cluster\] backend = nccl with \[cluster\] security = auth" \
     || { echo "FAIL: backend = nccl with security = auth exited $rc: $msg"; fails=$((fails+1)); }
+# the files --metrics and --summary name are checked before anything listens or trains: a
+# directory that does not exist, a directory given for the file (two nodes: without the check,
+# node 0 would wait for node 1, and the timeout fails the case)
+for opt in "--metrics $tmp/nodir/m.jsonl" "--summary $tmp"; do
+    msg=$(timeout 20 "$HR" run --conf "$tmp/gpu.ini" --node 0 $opt 2>&1 >/dev/null); rc=$?
+    [ $rc = 2 ] && echo "$msg" | grep -q -- "${opt%% *} ${opt#* }: cannot write it (.*); checked before training" \
+        || { echo "FAIL: run $opt exited $rc: $msg"; fails=$((fails+1)); }
+done
 # held-out MNIST images of another size than the training images: refused at start, naming the
 # file (they overflowed the heap in the evaluation)
 "$HR" gen-data --kind synthetic --out "$tmp/mnist" --samples 200 --eval-samples 20 >/dev/null 2>&1
