@@ -386,7 +386,7 @@ static int parse_opts(ar_opts *o, int argc, char **argv) {
         {.name = "step-factor", .kind = BENCH_OPT_LONG, .dst = &o->factor, .lo = 2, .hi = 1024},
         {.name = "iters", .kind = BENCH_OPT_INT, .dst = &o->iters, .lo = 1, .hi = 1000000},
         {.name = "warmup", .kind = BENCH_OPT_INT, .dst = &o->warmup, .lo = 0, .hi = 1000000},
-        {.name = "json", .kind = BENCH_OPT_STR, .dst = &o->json},
+        {.name = "json", .kind = BENCH_OPT_OUT, .dst = &o->json},
         {.name = "netns", .kind = BENCH_OPT_FLAG, .dst = &o->netns},
         {.name = "wire", .kind = BENCH_OPT_STR, .dst = &o->wire},
         {.name = "link-rate", .kind = BENCH_OPT_STR, .dst = &o->link_rate},

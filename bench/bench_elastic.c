@@ -125,7 +125,7 @@ static int parse_opts(elastic_opts *o, int argc, char **argv) {
         {.name = "rejoin-after", .kind = BENCH_OPT_REAL, .dst = &o->rejoin_after},
         {.name = "iters", .kind = BENCH_OPT_LONG, .dst = &o->iters, .lo = 8, .hi = 1000000},
         {.name = "runs", .kind = BENCH_OPT_LONG, .dst = &o->runs, .lo = 1, .hi = EB_MAX_RUNS},
-        {.name = "json", .kind = BENCH_OPT_STR, .dst = &o->json},
+        {.name = "json", .kind = BENCH_OPT_OUT, .dst = &o->json},
         {.name = "out", .kind = BENCH_OPT_STR, .dst = &o->out_dir},
         {.name = "conf", .kind = BENCH_OPT_STR, .dst = &o->tmpl},
         {.name = "set", .kind = BENCH_OPT_FN, .dst = &o->sets, .fn = bench_add_set},

@@ -398,7 +398,7 @@ static int parse_opts(hetero_opts *o, int argc, char **argv, const char **pols,
                       const char **scens) {
     const bench_opt opts[] = {
         {.name = "out", .kind = BENCH_OPT_STR, .dst = &o->out_dir},
-        {.name = "json", .kind = BENCH_OPT_STR, .dst = &o->json},
+        {.name = "json", .kind = BENCH_OPT_OUT, .dst = &o->json},
         {.name = "iters", .kind = BENCH_OPT_LONG, .dst = &o->iters, .lo = 20, .hi = HB_MAX_ITERS},
         {.name = "batch",
          .kind = BENCH_OPT_LONG,

@@ -126,7 +126,7 @@ static int parse_opts(tb_opts *o, int argc, char **argv) {
         {.name = "threads", .kind = BENCH_OPT_LONG, .dst = &o->threads, .lo = 0, .hi = 1024},
         {.name = "iters", .kind = BENCH_OPT_LONG, .dst = &o->iters, .lo = 1, .hi = 1L << 30},
         {.name = "repeat", .kind = BENCH_OPT_LONG, .dst = &o->repeat, .lo = 1, .hi = 100},
-        {.name = "json", .kind = BENCH_OPT_STR, .dst = &o->json},
+        {.name = "json", .kind = BENCH_OPT_OUT, .dst = &o->json},
         {.name = "no-torch", .kind = BENCH_OPT_FLAG, .dst = &o->no_torch},
         {.name = "python", .kind = BENCH_OPT_STR, .dst = &o->python},
         {0}};

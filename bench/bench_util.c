@@ -1,5 +1,6 @@
 /* bench_util.c: see bench_util.h. */
 #include "bench/bench_util.h"
+#include "base/hr_file.h"
 #include "base/hr_time.h"
 #include "cli/cli.h"
 #include "trainer/blas_pick.h"
@@ -143,6 +144,18 @@ static int store_opt(const char *suite, const bench_opt *o, const char *arg) {
     case BENCH_OPT_FLAG:
         *(int *)o->dst = 1;
         return 0;
+    case BENCH_OPT_OUT: {
+        char why[128], what[256];
+        if (hr_file_writable(arg, why, sizeof why) != 0) {
+            snprintf(what, sizeof what,
+                     "a file in an existing directory this process may write "
+                     "to; this one: %s",
+                     why);
+            return bad_value(suite, o->name, arg, what);
+        }
+        *(const char **)o->dst = arg;
+        return 0;
+    }
     case BENCH_OPT_STR:
         *(const char **)o->dst = arg;
         return 0;

@@ -32,6 +32,7 @@ int bench_long_opt(const char *suite, const char *name, const char *arg, long lo
 typedef enum {
     BENCH_OPT_FLAG, /* no value; int = 1 */
     BENCH_OPT_STR,  /* const char * = the argument */
+    BENCH_OPT_OUT,  /* the same, a file the suite writes: checked now (hr_file_writable) */
     BENCH_OPT_LONG, /* long in [lo, hi], checked by bench_long_opt */
     BENCH_OPT_INT,  /* int in [lo, hi], the same way */
     BENCH_OPT_REAL, /* double, a finite number; its range is the suite's to check */

@@ -8,6 +8,7 @@
  */
 #include "trainer/train.h"
 
+#include "base/hr_file.h"
 #include "base/hr_log.h"
 #include "base/hr_time.h"
 #include "trainer/blas_pick.h"
@@ -15,12 +16,10 @@
 
 #include <assert.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 /* ================================================================ init and free */
@@ -541,19 +540,8 @@ static hr_status run_resume(trainer *t, int *resumed, char *err, size_t errlen) 
 
 /* One output file of the run, --`option` `path`: see train_check_outputs. */
 static hr_status check_output(const char *option, const char *path, char *err, size_t errlen) {
-    struct stat sb;
-    const char *why = NULL;
-    if (stat(path, &sb) == 0) {
-        if (!S_ISREG(sb.st_mode))
-            why = "not a regular file";
-        else if (access(path, W_OK) != 0)
-            why = strerror(errno);
-    } else {
-        int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-        if (fd < 0) why = strerror(errno);
-        if (fd >= 0) close(fd), unlink(path);
-    }
-    if (!why) return HR_OK;
+    char why[128];
+    if (hr_file_writable(path, why, sizeof why) == 0) return HR_OK;
     return hr_fail(err, errlen, HR_ERR_CONFIG,
                    "--%s %s: cannot write it (%s); checked before training (expected a file in "
                    "an existing directory this process may write to)",

@@ -11,7 +11,8 @@
 #                   and the path each size took (2 nodes: the ring; 6 nodes with
 #                   --tree-bytes 4K: 1 and 4 KiB over the tree, 16 KiB round the ring);
 #                   values out of range or not whole refused, naming the option; so is an
-#                   unknown scenario of bench hetero beside a known one
+#                   unknown scenario of bench hetero beside a known one, and in every suite a
+#                   --json file that cannot be written
 #   bench powersgd  two shapes on 1 and 3 threads: a row each, with the bits of one thread;
 #                   bad shapes, thread counts and ranks refused
 #   slow_links.sh   its kernels part writes the summary with that table; a bad part refused
@@ -143,6 +144,13 @@ done
 "$HR" bench allreduce --tree-bytes 2M 2> "$tmp/t2.err" >/dev/null
 grep -q -- "--tree-bytes '2M' (expected a size of 0..1048576 bytes" "$tmp/t2.err" ||
     fail "bench allreduce --tree-bytes 2M: $(cat "$tmp/t2.err")"
+# a --json file that cannot be written is refused before the suite runs, in every suite
+for suite in allreduce train hetero elastic; do
+    timeout 20 "$HR" bench $suite --json "$tmp/nodir/r.json" > /dev/null 2> "$tmp/t2.err"
+    rc=$?
+    [ $rc = 2 ] && grep -q -- "--json '$tmp/nodir/r.json' (expected a file in an existing directory" "$tmp/t2.err" ||
+        fail "bench $suite --json in a missing directory: exit $rc, $(cat "$tmp/t2.err")"
+done
 "$HR" bench allreduce --port 65535 --nodes 3 2> "$tmp/t2.err" >/dev/null
 rc=$?
 [ $rc = 2 ] && grep -q "expected at most 65533: node i listens on port + i" "$tmp/t2.err" ||
