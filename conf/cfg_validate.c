@@ -97,12 +97,22 @@ static hr_status check_batch_bounds(const cfg *c, char *err, size_t errlen) {
     return HR_OK;
 }
 
-/* There is something to train, and the mlp has its layers. */
+/* There is something to train (a synthetic set fills at least one batch), and the mlp has its
+ * layers. */
 static hr_status check_training(const cfg *c, char *err, size_t errlen) {
     if (c->epochs == 0 && c->iterations == 0)
         return hr_fail(err, errlen, HR_ERR_CONFIG,
                        "%s: nothing to train (expected epochs >= 1 or iterations >= 1)",
                        AT(c, cfg_key_line(c, -1, "iterations") ? "iterations" : "epochs"));
+    const int synthetic = c->dataset == CFG_DATA_SYNTHETIC ||
+                          c->dataset == CFG_DATA_SYNTHETIC_RGB ||
+                          c->dataset == CFG_DATA_SYNTHETIC_REGRESSION;
+    if (synthetic && c->samples < c->global_batch)
+        return hr_fail(err, errlen, HR_ERR_CONFIG,
+                       "%s: samples = %ld, fewer than global_batch = %ld: the synthetic training "
+                       "set would not fill one iteration (expected samples >= global_batch)",
+                       AT(c, given(c, "samples") ? "samples" : "global_batch"), c->samples,
+                       c->global_batch);
     if (c->model == CFG_MODEL_MLP && c->n_layers < 2)
         return hr_fail(err, errlen, HR_ERR_CONFIG,
                        "%s: the mlp needs layers (expected e.g. layers = 784,256,10)",
