@@ -443,16 +443,16 @@ static int parse_opts(hetero_opts *o, int argc, char **argv, const char **pols,
 
 /* static always, then the policies `pols` names (all when NULL), in the config's order */
 static int select_policies(hetero_opts *o, const char *pols) {
-    for (const char *q = pols; q && *q;) {
-        size_t len = strcspn(q, ",");
-        int known = 0;
-        for (int p = 0; p < N_POL && strcmp(cfg_policy_name(p), "?") != 0; p++)
-            known |= strlen(cfg_policy_name(p)) == len && strncmp(q, cfg_policy_name(p), len) == 0;
-        if (!known)
-            return cli_usage_error("bench hetero", "unknown policy '%.*s' in --policies", (int)len,
-                                   q);
-        q += len + (q[len] == ',');
-    }
+    const char *names[N_POL], *bad;
+    char all[256];
+    int np = 0;
+    size_t len;
+    while (np < N_POL && strcmp(cfg_policy_name(np), "?") != 0)
+        names[np] = cfg_policy_name(np), np++;
+    if ((bad = list_unknown(pols, names, np, &len, all, sizeof all)))
+        return cli_usage_error("bench hetero",
+                               "unknown policy '%.*s' in --policies (expected some of %s)",
+                               (int)len, bad, all);
     o->pol[o->n_pol++] = cfg_policy_name(CFG_POLICY_STATIC);
     for (int p = 0; p < N_POL && strcmp(cfg_policy_name(p), "?") != 0; p++)
         if (p != CFG_POLICY_STATIC && (!pols || list_has(pols, cfg_policy_name(p))))
@@ -462,28 +462,20 @@ static int select_policies(hetero_opts *o, const char *pols) {
 
 /* the scenarios `scens` names, each a known one (all but the asked-for ones when NULL) */
 static int select_scenarios(hetero_opts *o, const char *scens) {
-    char names[256] = "";
-    for (int s = 0; s < N_SCEN; s++)
-        snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", s ? ", " : "",
-                 scenarios[s].name);
-    for (const char *q = scens; q && *q;) {
-        size_t len = strcspn(q, ",");
-        int known = 0;
-        for (int s = 0; s < N_SCEN; s++)
-            known |= strlen(scenarios[s].name) == len && strncmp(q, scenarios[s].name, len) == 0;
-        if (!known)
-            return cli_usage_error("bench hetero",
-                                   "unknown scenario '%.*s' in --scenarios "
-                                   "(expected some of %s)",
-                                   (int)len, q, names);
-        q += len + (q[len] == ',');
-    }
+    const char *names[N_SCEN], *bad;
+    char all[256];
+    size_t len;
+    for (int s = 0; s < N_SCEN; s++) names[s] = scenarios[s].name;
+    if ((bad = list_unknown(scens, names, N_SCEN, &len, all, sizeof all)))
+        return cli_usage_error("bench hetero",
+                               "unknown scenario '%.*s' in --scenarios (expected some of %s)",
+                               (int)len, bad, all);
     int any = 0;
     for (int s = 0; s < N_SCEN; s++)
         any |= o->scen_on[s] = scens ? list_has(scens, scenarios[s].name) : !scenarios[s].asked;
     if (!any)
         return cli_usage_error("bench hetero",
-                               "--scenarios names no scenario (expected some of %s)", names);
+                               "--scenarios names no scenario (expected some of %s)", all);
     return -1;
 }
 

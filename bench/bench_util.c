@@ -80,6 +80,24 @@ int list_has(const char *list, const char *item) {
     return 0;
 }
 
+const char *list_unknown(const char *list, const char *const *names, int n, size_t *len,
+                         char *joined, size_t joined_len) {
+    if (joined) joined[0] = 0;
+    for (int i = 0; joined && i < n; i++) {
+        size_t at = strlen(joined);
+        snprintf(joined + at, joined_len - at, "%s%s", i ? ", " : "", names[i]);
+    }
+    for (const char *q = list; q && *q;) {
+        size_t l = strcspn(q, ",");
+        int known = 0;
+        for (int i = 0; i < n && !known; i++)
+            known = strlen(names[i]) == l && strncmp(q, names[i], l) == 0;
+        if (!known) return *len = l, q;
+        q += l + (q[l] == ',');
+    }
+    return NULL;
+}
+
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);

@@ -19,6 +19,11 @@ int json_number(const char *line, const char *key, double *out);
 int json_array(const char *line, const char *key, double *out, int max);
 /* Is `item` one of the comma-separated entries of `list`? */
 int list_has(const char *list, const char *item);
+/* The first entry of the comma-separated `list` (NULL: none) that is none of names[0, n), its
+ * length in *len; NULL when every entry is one of them. With `joined`, names[0, n) joined by
+ * ", " there, for the message that lists them. */
+const char *list_unknown(const char *list, const char *const *names, int n, size_t *len,
+                         char *joined, size_t joined_len);
 /* Median of v[0..n) (sorts v in place); NAN for n = 0. */
 double bench_median(double *v, int n);
 
