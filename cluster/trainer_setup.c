@@ -49,10 +49,11 @@ static void data_config_of(const cfg *c, data_config *out) {
                          .dir = c->data_dir,
                          .samples = c->samples,
                          .eval_samples = c->eval_samples,
-                         .eval_line = cfg_key_line(c, -1, "eval_samples"),
                          .csv_regression = c->model == CFG_MODEL_LINREG,
                          .name = cfg_dataset_name(c->dataset),
                          .origin = c->path};
+    if (cfg_key_line(c, -1, "eval_samples") != 0) /* given: a held-out file is cut to it */
+        cfg_where(c, -1, "eval_samples", out->eval_at, sizeof out->eval_at);
 }
 
 static void opt_config_of(const cfg *c, opt_config *out) {
@@ -90,7 +91,7 @@ void app_train_config(const cfg *c, int self_idx, train_config *out) {
     out->origin = c->path;
     out->threads = c->nodes[self_idx].threads;
     out->node_id = c->nodes[self_idx].id;
-    out->threads_line = cfg_key_line(c, self_idx, "threads");
+    cfg_where(c, self_idx, "threads", out->threads_at, sizeof out->threads_at);
     const cfg_node *me = &c->nodes[self_idx];
     double delay_ms;
     if (me->device >= 0) out->device = device_cuda_ops, out->device_index = (int)me->device;

@@ -557,27 +557,17 @@ static hr_status check_eval_shape(const data_set *train, const data_set *eval,
                    eval_file, eval->h, eval->w, eval->c, train_file, train->h, train->w, train->c);
 }
 
-/* "FILE:LINE" of eval_samples, or the file and who set it, for messages. */
-static void eval_at(const data_config *c, char *out, size_t n) {
-    if (c->eval_line > 0)
-        snprintf(out, n, "%s:%d", c->origin, c->eval_line);
-    else
-        snprintf(out, n, "%s (eval_samples set by the environment or --set)", c->origin);
-}
-
 /* A held-out file's set cut to its first eval_samples when the key was given; more than it
  * holds is refused, naming `file`. */
 static hr_status take_eval(data_set *eval, const data_config *c, const char *file, char *err,
                            size_t errlen) {
-    if (c->eval_line == 0 || c->eval_samples == eval->n) return HR_OK;
-    char at[600];
-    eval_at(c, at, sizeof at);
+    if (!c->eval_at[0] || c->eval_samples == eval->n) return HR_OK;
     if (c->eval_samples > eval->n)
         return hr_fail(err, errlen, HR_ERR_CONFIG,
                        "%s: eval_samples = %ld, but the held-out set %s holds %ld samples "
                        "(expected eval_samples <= %ld, or no eval_samples to evaluate on all of "
                        "them)",
-                       at, c->eval_samples, file, eval->n, eval->n);
+                       c->eval_at, c->eval_samples, file, eval->n, eval->n);
     eval->n = c->eval_samples; /* its first samples; the buffers keep their size */
     return HR_OK;
 }
@@ -587,15 +577,12 @@ static hr_status take_eval(data_set *eval, const data_config *c, const char *fil
 static hr_status split_csv(data_set *train, data_set *eval, const data_config *c, const char *file,
                            char *err, size_t errlen) {
     long cap = train->n / 5, k = c->eval_samples < cap ? c->eval_samples : cap;
-    if (c->eval_line != 0 && c->eval_samples > cap) {
-        char at[600];
-        eval_at(c, at, sizeof at);
+    if (c->eval_at[0] && c->eval_samples > cap)
         return hr_fail(err, errlen, HR_ERR_CONFIG,
                        "%s: eval_samples = %ld, but %s has %ld rows and at most a fifth of them, "
                        "%ld, are held out (expected eval_samples <= %ld, or a directory with "
                        "train.csv and test.csv)",
-                       at, c->eval_samples, file, train->n, cap, cap);
-    }
+                       c->eval_at, c->eval_samples, file, train->n, cap, cap);
     return data_split_tail(train, eval, k, err, errlen);
 }
 

@@ -12,17 +12,21 @@
 
 #include <stdint.h>
 
+/* Room for where a key was given: "FILE:LINE", or the override that set it. */
+#define DATA_WHERE_LEN 640
+
 /* The dataset settings ([train] dataset, data_dir, samples, eval_samples of the config). */
 typedef struct {
-    data_kind kind;     /* which set */
-    const char *dir;    /* directory of the files, or the CSV file (borrowed); "" for none */
-    long samples;       /* synthetic: training samples */
-    long eval_samples;  /* held-out samples: synthetic, the set's size; a held-out file (mnist,
-                         * cifar10, a CSV directory), its first eval_samples when eval_line
-                         * says the key was given (more than the file holds is an error), else
-                         * all of it; one CSV file, the last eval_samples rows (given: at most a
-                         * fifth of the file, else capped there) */
-    int eval_line;      /* line of eval_samples in origin: > 0; -1 set by an override; 0 unset */
+    data_kind kind;    /* which set */
+    const char *dir;   /* directory of the files, or the CSV file (borrowed); "" for none */
+    long samples;      /* synthetic: training samples */
+    long eval_samples; /* held-out samples: synthetic, the set's size; a held-out file (mnist,
+                        * cifar10, a CSV directory), its first eval_samples when eval_at
+                        * says the key was given (more than the file holds is an error), else
+                        * all of it; one CSV file, the last eval_samples rows (given: at most a
+                        * fifth of the file, else capped there) */
+    char eval_at[DATA_WHERE_LEN]; /* where eval_samples was given ("FILE:LINE", or the override
+                                   * that set it: cfg_where), for messages; "": its default */
     int csv_regression; /* CSV: the first column is a regression target, not a class label */
     const char *name;   /* the dataset's name in messages, e.g. "mnist" (borrowed) */
     const char *origin; /* the config file named in errors (borrowed) */

@@ -35,13 +35,9 @@ hr_status train_init(trainer *t, const train_config *tc, char *err, size_t errle
      * now, not at the first save */
     if (c->checkpoint && c->checkpoint[0]) HR_CHECK(ckpt_prepare(c->checkpoint, err, errlen));
     char why[HR_ERRLEN];
-    if (blas_set_threads(c->threads, why, sizeof why) != HR_OK) {
-        char line[32] = "";
-        if (c->threads_line > 0) snprintf(line, sizeof line, ":%d", c->threads_line);
-        return hr_fail(err, errlen, HR_ERR_CONFIG, "%s%s: [node.%ld] threads = %ld%s: %s",
-                       c->origin, line, c->node_id, c->threads,
-                       c->threads_line < 0 ? " (set by the environment or --set)" : "", why);
-    }
+    if (blas_set_threads(c->threads, why, sizeof why) != HR_OK)
+        return hr_fail(err, errlen, HR_ERR_CONFIG, "%s: [node.%ld] threads = %ld: %s",
+                       c->threads_at, c->node_id, c->threads, why);
     long threads = blas_threads();
     blas_pick_log();
 

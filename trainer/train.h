@@ -63,8 +63,9 @@ typedef struct {
     const char *checkpoint;   /* checkpoint file; NULL or "": none */
     long checkpoint_interval; /* iterations between checkpoints; 0: at the end only */
     long threads;             /* BLAS threads of this node; 0: all cores */
-    long node_id;             /* this node's id and the line of its threads key in origin (> 0; */
-    int threads_line;         /* -1 an override, 0 unset): where a refused count is named */
+    long node_id;             /* this node's id */
+    /* where its threads key was set ("FILE:LINE", or the override: cfg_where), for messages */
+    char threads_at[DATA_WHERE_LEN];
     train_stretch stretch;    /* this node's emulated slowdown, when it trains alone */
     int emulated;             /* some node of the cluster emulates a slowdown (labels the run) */
     const char *origin;       /* the config file, named in errors */

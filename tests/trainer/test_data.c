@@ -280,7 +280,7 @@ static void test_eval_samples(void) {
     CHECK(data_load(&tr, &ev, &dc, 1, err, sizeof err) == HR_OK && ev.n == 7,
           "not given: the whole held-out file, %ld samples (%s)", ev.n, err);
     data_set_free(&tr), data_set_free(&ev);
-    dc.eval_line = 3, dc.eval_samples = 5;
+    snprintf(dc.eval_at, sizeof dc.eval_at, "t.ini:3"), dc.eval_samples = 5;
     CHECK(data_load(&tr, &ev, &dc, 1, err, sizeof err) == HR_OK && ev.n == 5 && tr.n == 40,
           "given: its first 5, got %ld (%s)", ev.n, err);
     data_set_free(&tr), data_set_free(&ev);
@@ -299,14 +299,14 @@ static void test_eval_samples(void) {
     CHECK(data_load(&tr, &ev, &cc, 1, err, sizeof err) == HR_OK && ev.n == 2 && tr.n == 8,
           "one CSV, not given: a fifth held out, got %ld and %ld (%s)", tr.n, ev.n, err);
     data_set_free(&tr), data_set_free(&ev);
-    cc.eval_line = -1, cc.eval_samples = 2;
+    snprintf(cc.eval_at, sizeof cc.eval_at, "--set train.eval_samples"), cc.eval_samples = 2;
     CHECK(data_load(&tr, &ev, &cc, 1, err, sizeof err) == HR_OK && ev.n == 2 && tr.n == 8,
           "one CSV, given 2: %ld and %ld (%s)", tr.n, ev.n, err);
     data_set_free(&tr), data_set_free(&ev);
     cc.eval_samples = 3;
     st = data_load(&tr, &ev, &cc, 1, err, sizeof err);
-    CHECK(st == HR_ERR_CONFIG && strstr(err, "t.ini (eval_samples set by the environment") &&
-              strstr(err, "eval_samples = 3") && strstr(err, "has 10 rows"),
+    CHECK(st == HR_ERR_CONFIG && strstr(err, "--set train.eval_samples: eval_samples = 3") &&
+              strstr(err, "has 10 rows"),
           "one CSV, more than a fifth: %d (%s)", st, err);
     printf("refused as expected: %s\n", err);
     data_set_free(&tr), data_set_free(&ev);
