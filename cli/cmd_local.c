@@ -21,7 +21,8 @@ static void usage(FILE *out) {
         "\n"
         "Start one `hetring run` child per [node.ID] of FILE on this machine (every host must\n"
         "be a local address). Each output line is prefixed with its node. No node outlives\n"
-        "this command. Options after -- are passed to every `hetring run`.\n"
+        "this command. Options after -- are passed to every `hetring run` (a --metrics FILE\n"
+        "needs {id} in it, which becomes each node's id, so that each writes its own).\n"
         "\n"
         "When a node dies (killed, or a non-zero exit) the others go on as long as a quorum\n"
         "of them still runs ([cluster] min_nodes, default a majority: floor(N/2)+1 of the N\n"
@@ -185,6 +186,26 @@ static int seconds_opt(const char *name, const char *arg, double *out) {
     return 0;
 }
 
+/* The run options after "--" that every node gets: a --metrics file must have {id} in it, or
+ * the nodes, all on this machine, would write one file at once (their lines interleaved).
+ * Returns 0, or CLI_USAGE after a message. */
+static int check_run_args(const cfg *c, char **tail, int n_tail) {
+    for (int i = 0; i < n_tail && c->n_nodes > 1; i++) {
+        const char *file = NULL;
+        if (strcmp(tail[i], "--metrics") == 0 && i + 1 < n_tail)
+            file = tail[i + 1];
+        else if (strncmp(tail[i], "--metrics=", 10) == 0)
+            file = tail[i] + 10;
+        if (file && !strstr(file, "{id}"))
+            return cli_usage_error("local",
+                                   "--metrics %s: the %d nodes would all write this one file "
+                                   "(expected {id} in it, which becomes each node's id: e.g. "
+                                   "m-{id}.jsonl)",
+                                   file, c->n_nodes);
+    }
+    return 0;
+}
+
 int cmd_local(int argc, char **argv) {
     static const struct option opts[] = {
         {"conf", required_argument, 0, 0},       {"set", required_argument, 0, 0},
@@ -218,6 +239,10 @@ int cmd_local(int argc, char **argv) {
     cfg c;
     int rc = cli_load_config(&c, &o, "local");
     if (rc) return rc;
+    if ((rc = check_run_args(&c, argv + optind, argc - optind))) {
+        cfg_free(&c);
+        return rc;
+    }
     for (int k = 0; k < c.n_nodes; k++) { /* every node runs here: every device must be here */
         char err[HR_ERRLEN];
         if (app_check_device(&c, k, err, sizeof err) != HR_OK) {

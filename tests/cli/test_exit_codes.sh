@@ -76,6 +76,13 @@ for opt in "--metrics $tmp/nodir/m.jsonl" "--summary $tmp"; do
     [ $rc = 2 ] && echo "$msg" | grep -q -- "${opt%% *} ${opt#* }: cannot write it (.*); checked before training" \
         || { echo "FAIL: run $opt exited $rc: $msg"; fails=$((fails+1)); }
 done
+# hetring local hands its run options to every node: a --metrics file without {id} would be one
+# file that all of them write at once (their lines interleaved), so it is refused before any starts
+for opt in "--metrics $tmp/m.jsonl" "--metrics=$tmp/m.jsonl"; do
+    msg=$(timeout 20 "$HR" local --conf "$SRC/conf/examples/demo.ini" -- $opt 2>&1 >/dev/null); rc=$?
+    [ $rc = 2 ] && echo "$msg" | grep -q -- "--metrics $tmp/m.jsonl: the 4 nodes would all write this one file" \
+        && [ ! -e "$tmp/m.jsonl" ] || { echo "FAIL: local -- $opt exited $rc: $msg"; fails=$((fails+1)); }
+done
 # held-out MNIST images of another size than the training images: refused at start, naming the
 # file (they overflowed the heap in the evaluation)
 "$HR" gen-data --kind synthetic --out "$tmp/mnist" --samples 200 --eval-samples 20 >/dev/null 2>&1
