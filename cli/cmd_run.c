@@ -59,6 +59,16 @@ static void announce(const cfg *c, int self, int listening) {
             me->slowdown > 1 || me->n_interference ? ", emulated slowdown" : "");
 }
 
+/* "held-out accuracy 0.9123" (or mse) for the closing line, or why there is none. */
+static const char *held_out(const trainer *t, const train_result *res, char *out, size_t n) {
+    if (t->eval.n == 0)
+        snprintf(out, n, "no held-out samples to evaluate on");
+    else
+        snprintf(out, n, "held-out %s %.4g", t->y ? "accuracy" : "mse",
+                 t->y ? res->eval_accuracy : res->eval_loss);
+    return out;
+}
+
 /* Train on this node alone. */
 static int train_one(const cfg *c, int self, const train_opts *to) {
     trainer t;
@@ -78,12 +88,11 @@ static int train_one(const cfg *c, int self, const train_opts *to) {
         train_free(&t);
         return CLI_FAIL;
     }
+    char ho[96];
     HR_INFO(TRAIN,
-            "done: %ld iterations, %ld samples in %.2f s (%.0f samples/s), final loss %.4f, "
-            "held-out %s %.4g%s",
+            "done: %ld iterations, %ld samples in %.2f s (%.0f samples/s), final loss %.4f, %s%s",
             res.iterations, res.samples, res.wall_s, res.samples_per_s, res.final_loss,
-            t.y ? "accuracy" : "mse", t.y ? res.eval_accuracy : res.eval_loss,
-            res.emulated ? " (emulated heterogeneity)" : "");
+            held_out(&t, &res, ho, sizeof ho), res.emulated ? " (emulated heterogeneity)" : "");
     train_free(&t);
     return CLI_OK;
 }
@@ -172,13 +181,15 @@ static int train_cluster(const cfg *c, int self, const train_opts *opts) {
     if (st != HR_OK) goto fail;
     if (res.left)
         HR_INFO(TRAIN, "node %ld left the cluster at iteration %ld", c->nodes[self].id, t.iter);
-    else if (train_lead(&t))
+    else if (train_lead(&t)) {
+        char ho[96];
         HR_INFO(TRAIN,
                 "done: %ld iterations, %ld samples in %.2f s (%.0f samples/s), final loss %.4f, "
-                "held-out %s %.4g, policy %s%s",
+                "%s, policy %s%s",
                 res.iterations, res.samples, res.wall_s, res.samples_per_s, res.final_loss,
-                t.y ? "accuracy" : "mse", t.y ? res.eval_accuracy : res.eval_loss,
-                cfg_policy_name(c->policy), res.emulated ? " (emulated heterogeneity)" : "");
+                held_out(&t, &res, ho, sizeof ho), cfg_policy_name(c->policy),
+                res.emulated ? " (emulated heterogeneity)" : "");
+    }
     rc = CLI_OK;
 fail:
     if (rc != CLI_OK) {

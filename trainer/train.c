@@ -649,7 +649,7 @@ static hr_status run_iteration(trainer *t, const train_opts *o, run_report *rr, 
     const int last = t->iter == t->total;
     int evaluated = 0;
     double el = NAN, ea = NAN;
-    if (rank0 && (last || due(t->iter, c->eval_interval))) {
+    if (rank0 && t->eval.n > 0 && (last || due(t->iter, c->eval_interval))) {
         HR_CHECK(train_evaluate(t, &el, &ea));
         evaluated = 1;
         res->eval_loss = el, res->eval_accuracy = ea;
@@ -727,7 +727,7 @@ hr_status train_run(trainer *t, const train_opts *o, train_result *res, char *er
     res->wall_s = hr_now() - rr.start;
     res->samples = (t->iter - first) * train_global_batch(t);
     res->samples_per_s = res->wall_s > 0 ? (double)res->samples / res->wall_s : 0;
-    if (res->iterations == 0 && train_lead(t)) /* resumed at the end: report the model */
+    if (res->iterations == 0 && train_lead(t) && t->eval.n > 0) /* resumed at the end */
         HR_CHECK_GOTO(train_evaluate(t, &res->eval_loss, &res->eval_accuracy), st, fail);
     HR_CHECK_GOTO(train_sync_host(t), st, fail); /* the end record's hash, the caller's model */
     if (rr.metrics) {

@@ -76,5 +76,14 @@ for i in 0 1; do
     grep -q "every node must hold identical parameters" "$tmp/l$i" ||
         fail "node $i: the mismatch is not explained: $(tail -3 "$tmp/l$i")"
 done
+# no held-out samples (eval_samples = 0): no evaluation, no "nan" anywhere, and the last line
+# says so (the progress and the done line showed "eval acc nan%" and "held-out accuracy nan")
+sed -e 's/^eval_samples = 100$/eval_samples = 0/' -e '/^\[node.1\]$/,$d' "$tmp/c.ini" > "$tmp/e0.ini"
+timeout 60 "$HR" run --conf "$tmp/e0.ini" --set train.eval_interval=4 > "$tmp/e0" 2>&1; rc=$?
+[ $rc = 0 ] || fail "eval_samples = 0: exited $rc: $(tail -3 "$tmp/e0")"
+grep -qi "nan" "$tmp/e0" && fail "eval_samples = 0: a nan was printed: $(grep -i nan "$tmp/e0")"
+grep -Eq "eval (acc|mse)" "$tmp/e0" && fail "eval_samples = 0: an evaluation was printed: $(grep -E "eval (acc|mse)" "$tmp/e0")"
+tail -1 "$tmp/e0" | grep -q "train: done: 12 iterations, .*, no held-out samples to evaluate on" ||
+    fail "eval_samples = 0: last line: $(tail -1 "$tmp/e0")"
 [ $fails = 0 ] && echo "run messages: ok"
 exit $((fails > 0))
