@@ -71,8 +71,8 @@ static void describe_exit(char *buf, size_t n, int code) {
 static void report_failure(const launch_result *res) {
     if (res->refused)
         fprintf(stderr,
-                "hetring local: the configuration was refused (exit status %d): each "
-                "node that refused it said why above\n",
+                "hetring local: the command line or configuration was refused (exit status %d): "
+                "each node that refused it said why above\n",
                 LAUNCH_EXIT_REFUSED);
     else if (res->quorum_lost)
         fprintf(stderr,
@@ -186,17 +186,27 @@ static int seconds_opt(const char *name, const char *arg, double *out) {
     return 0;
 }
 
+/* The value of run option --`name` at tail[i] ("--NAME V" or "--NAME=V"), or NULL. */
+static const char *run_opt(char **tail, int n_tail, int i, const char *name) {
+    size_t n = strlen(name);
+    if (strncmp(tail[i], "--", 2) != 0 || strncmp(tail[i] + 2, name, n) != 0) return NULL;
+    if (tail[i][2 + n] == '=') return tail[i] + 3 + n;
+    return tail[i][2 + n] == 0 && i + 1 < n_tail ? tail[i + 1] : NULL;
+}
+
 /* The run options after "--" that every node gets: a --metrics file must have {id} in it, or
- * the nodes, all on this machine, would write one file at once (their lines interleaved).
- * Returns 0, or CLI_USAGE after a message. */
-static int check_run_args(const cfg *c, char **tail, int n_tail) {
-    for (int i = 0; i < n_tail && c->n_nodes > 1; i++) {
-        const char *file = NULL;
-        if (strcmp(tail[i], "--metrics") == 0 && i + 1 < n_tail)
-            file = tail[i + 1];
-        else if (strncmp(tail[i], "--metrics=", 10) == 0)
-            file = tail[i] + 10;
-        if (file && !strstr(file, "{id}"))
+ * the nodes, all on this machine, would write one file at once (their lines interleaved); and
+ * --compare-static writes each run's summary itself, where it reads the rates from, so it takes
+ * no --summary. Returns 0, or CLI_USAGE after a message. */
+static int check_run_args(const cfg *c, char **tail, int n_tail, int compare) {
+    for (int i = 0; i < n_tail; i++) {
+        const char *file = run_opt(tail, n_tail, i, "metrics");
+        if (compare && run_opt(tail, n_tail, i, "summary"))
+            return cli_usage_error("local",
+                                   "--summary with --compare-static: the comparison writes each "
+                                   "run's summary itself and reads the rates from them (expected "
+                                   "no --summary, or no --compare-static)");
+        if (file && c->n_nodes > 1 && !strstr(file, "{id}"))
             return cli_usage_error("local",
                                    "--metrics %s: the %d nodes would all write this one file "
                                    "(expected {id} in it, which becomes each node's id: e.g. "
@@ -239,7 +249,7 @@ int cmd_local(int argc, char **argv) {
     cfg c;
     int rc = cli_load_config(&c, &o, "local");
     if (rc) return rc;
-    if ((rc = check_run_args(&c, argv + optind, argc - optind))) {
+    if ((rc = check_run_args(&c, argv + optind, argc - optind, compare))) {
         cfg_free(&c);
         return rc;
     }

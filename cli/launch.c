@@ -270,8 +270,8 @@ static int may_respawn(const launcher *l, int i, char *why, size_t n) {
     if (l->o->max_respawns <= 0) return 0;
     if (l->res->exit_code[i] == LAUNCH_EXIT_REFUSED)
         snprintf(why, n,
-                 "not restarting node %ld: it refused its configuration (exit status %d) and "
-                 "would again",
+                 "not restarting node %ld: it refused its command line or configuration (exit "
+                 "status %d) and would again",
                  id, LAUNCH_EXIT_REFUSED);
     else if (l->res->restarts[i] >= l->o->max_respawns)
         snprintf(why, n, "node %ld was restarted %d time(s), the most allowed; it stays down", id,

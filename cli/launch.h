@@ -14,7 +14,7 @@
  *  - with `max_respawns` > 0 a failed child is started again with the same command line after
  *    `respawn_s`, at most `max_respawns` times per node, and only while another node is running
  *    or waiting for its own restart (a node that fails after the others finished stays down);
- *    never one that exited LAUNCH_EXIT_REFUSED (it refused its configuration);
+ *    never one that exited LAUNCH_EXIT_REFUSED (it refused its command line or configuration);
  *  - no child outlives the launcher: children are started with PR_SET_PDEATHSIG, so even a
  *    SIGKILL of the launcher takes them down.
  */

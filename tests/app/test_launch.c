@@ -402,7 +402,8 @@ static void test_refused(void) {
           r.restarts[1]);
     CHECK(r.exit_code[0] == 0 && r.exit_code[2] == 0, "the others went on: exits %d %d",
           r.exit_code[0], r.exit_code[2]);
-    CHECK_LOG(&s, "not restarting node 1: it refused its configuration (exit status 2)");
+    CHECK_LOG(&s, "not restarting node 1: it refused its command line or configuration (exit "
+                  "status 2)");
     launch_result_free(&r);
     scene_free(&s);
 

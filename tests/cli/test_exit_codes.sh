@@ -83,6 +83,12 @@ for opt in "--metrics $tmp/m.jsonl" "--metrics=$tmp/m.jsonl"; do
     [ $rc = 2 ] && echo "$msg" | grep -q -- "--metrics $tmp/m.jsonl: the 4 nodes would all write this one file" \
         && [ ! -e "$tmp/m.jsonl" ] || { echo "FAIL: local -- $opt exited $rc: $msg"; fails=$((fails+1)); }
 done
+# --compare-static writes each run's summary itself and reads its rates from them: a --summary
+# among the run options would take its place (the comparison then found no summary), so it is
+# refused before any node starts
+msg=$(timeout 20 "$HR" local --conf "$SRC/conf/examples/demo.ini" --compare-static -- --summary "$tmp/s.json" 2>&1 >/dev/null); rc=$?
+[ $rc = 2 ] && echo "$msg" | grep -q -- "--summary with --compare-static: the comparison writes each run's summary itself" ||
+    { echo "FAIL: local --compare-static -- --summary exited $rc: $msg"; fails=$((fails+1)); }
 # held-out MNIST images of another size than the training images: refused at start, naming the
 # file (they overflowed the heap in the evaluation)
 "$HR" gen-data --kind synthetic --out "$tmp/mnist" --samples 200 --eval-samples 20 >/dev/null 2>&1
