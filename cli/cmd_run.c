@@ -69,6 +69,27 @@ static const char *held_out(const trainer *t, const train_result *res, char *out
     return out;
 }
 
+/* The closing line of a run: its rate, last loss and held-out result, with the controller's
+ * `policy` in a cluster run (NULL alone). A run resumed from a state at or past [train]
+ * iterations trained nothing: it says so, where a rate of 0 and a last loss of nan said it
+ * obliquely. */
+static void say_done(const trainer *t, const train_result *res, const char *policy) {
+    char ho[96], pol[48] = "";
+    held_out(t, res, ho, sizeof ho);
+    if (policy) snprintf(pol, sizeof pol, ", policy %s", policy);
+    if (res->iterations == 0)
+        HR_INFO(TRAIN,
+                "done: nothing left to train (resumed at iteration %ld, [train] iterations = %ld); "
+                "%s",
+                t->iter, t->total, ho);
+    else
+        HR_INFO(TRAIN,
+                "done: %ld iterations, %ld samples in %.2f s (%.0f samples/s), final loss %.4f, "
+                "%s%s%s",
+                res->iterations, res->samples, res->wall_s, res->samples_per_s, res->final_loss, ho,
+                pol, res->emulated ? " (emulated heterogeneity)" : "");
+}
+
 /* Train on this node alone. */
 static int train_one(const cfg *c, int self, const train_opts *to) {
     trainer t;
@@ -88,11 +109,7 @@ static int train_one(const cfg *c, int self, const train_opts *to) {
         train_free(&t);
         return CLI_FAIL;
     }
-    char ho[96];
-    HR_INFO(TRAIN,
-            "done: %ld iterations, %ld samples in %.2f s (%.0f samples/s), final loss %.4f, %s%s",
-            res.iterations, res.samples, res.wall_s, res.samples_per_s, res.final_loss,
-            held_out(&t, &res, ho, sizeof ho), res.emulated ? " (emulated heterogeneity)" : "");
+    say_done(&t, &res, NULL);
     train_free(&t);
     return CLI_OK;
 }
@@ -181,15 +198,8 @@ static int train_cluster(const cfg *c, int self, const train_opts *opts) {
     if (st != HR_OK) goto fail;
     if (res.left)
         HR_INFO(TRAIN, "node %ld left the cluster at iteration %ld", c->nodes[self].id, t.iter);
-    else if (train_lead(&t)) {
-        char ho[96];
-        HR_INFO(TRAIN,
-                "done: %ld iterations, %ld samples in %.2f s (%.0f samples/s), final loss %.4f, "
-                "%s, policy %s%s",
-                res.iterations, res.samples, res.wall_s, res.samples_per_s, res.final_loss,
-                held_out(&t, &res, ho, sizeof ho), cfg_policy_name(c->policy),
-                res.emulated ? " (emulated heterogeneity)" : "");
-    }
+    else if (train_lead(&t))
+        say_done(&t, &res, cfg_policy_name(c->policy));
     rc = CLI_OK;
 fail:
     if (rc != CLI_OK) {

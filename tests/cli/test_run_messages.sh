@@ -2,7 +2,8 @@
 # What hetring run tells a user: "ready on HOST:PORT" only once the port is bound (a busy port
 # gives an error naming the address, and no ready line), the security = none warning once per
 # node, per-node progress columns labelled, no internal invariant tags (I4, I5, I6), and a last
-# line that carries the reason of a failure rather than a bare status.
+# line that carries the reason of a failure rather than a bare status, or that there was nothing
+# left to train.
 # HR, fail, $tmp and the port block `base` from the shared setup; the trap also stops the
 # process holding a port, if any
 . "$(dirname "${BASH_SOURCE[0]}")/../dist/lib.sh"
@@ -28,10 +29,11 @@ port = $base
 host = 127.0.0.1
 port = $((base + 1))
 INI
-# pair FAULT: both nodes, logs in $tmp/l0 and $tmp/l1, exit codes in rc0 rc1
+# pair FAULT [CONF]: both nodes, logs in $tmp/l0 and $tmp/l1, exit codes in rc0 rc1
 pair() {
-    HETRING_FAULT=$1 timeout 60 "$HR" run --conf "$tmp/c.ini" --node 1 > "$tmp/l1" 2>&1 & local p1=$!
-    HETRING_FAULT=$1 timeout 60 "$HR" run --conf "$tmp/c.ini" --node 0 > "$tmp/l0" 2>&1; rc0=$?
+    local conf=${2:-$tmp/c.ini}
+    HETRING_FAULT=$1 timeout 60 "$HR" run --conf "$conf" --node 1 > "$tmp/l1" 2>&1 & local p1=$!
+    HETRING_FAULT=$1 timeout 60 "$HR" run --conf "$conf" --node 0 > "$tmp/l0" 2>&1; rc0=$?
     wait $p1; rc1=$?
 }
 
@@ -85,5 +87,22 @@ grep -qi "nan" "$tmp/e0" && fail "eval_samples = 0: a nan was printed: $(grep -i
 grep -Eq "eval (acc|mse)" "$tmp/e0" && fail "eval_samples = 0: an evaluation was printed: $(grep -E "eval (acc|mse)" "$tmp/e0")"
 tail -1 "$tmp/e0" | grep -q "train: done: 12 iterations, .*, no held-out samples to evaluate on" ||
     fail "eval_samples = 0: last line: $(tail -1 "$tmp/e0")"
+# resumed at or past the end: nothing is trained, and the last line says so, alone and in a
+# cluster (it said "done: 0 iterations, 0 samples ... (0 samples/s), final loss nan")
+sed -e "s|^iterations = 12$|iterations = 12\ncheckpoint = $tmp/ck.bin|" "$tmp/c.ini" > "$tmp/ck.ini"
+sed -e '/^\[node.1\]$/,$d' "$tmp/ck.ini" > "$tmp/ck1.ini"
+timeout 60 "$HR" run --conf "$tmp/ck1.ini" > "$tmp/ck" 2>&1 || fail "checkpointed run: $(tail -3 "$tmp/ck")"
+for past in 12 8; do
+    timeout 60 "$HR" run --conf "$tmp/ck1.ini" --set train.iterations=$past > "$tmp/ck" 2>&1 ||
+        fail "resumed at 12 of $past: exited $?: $(tail -3 "$tmp/ck")"
+    grep -qi "nan" "$tmp/ck" && fail "resumed at 12 of $past: a nan was printed: $(grep -i nan "$tmp/ck")"
+    tail -1 "$tmp/ck" | grep -q "train: done: nothing left to train (resumed at iteration 12, \[train\] iterations = $past); held-out accuracy" ||
+        fail "resumed at 12 of $past: last line: $(tail -1 "$tmp/ck")"
+done
+pair "" "$tmp/ck.ini"
+[ $rc0 = 0 ] && [ $rc1 = 0 ] || fail "cluster resumed at the end exited $rc0/$rc1: $(tail -3 "$tmp/l0")"
+grep -qi "nan" "$tmp/l0" && fail "cluster resumed at the end: a nan was printed: $(grep -i nan "$tmp/l0")"
+tail -1 "$tmp/l0" | grep -q "train: done: nothing left to train (resumed at iteration 12, \[train\] iterations = 12); held-out accuracy" ||
+    fail "cluster resumed at the end: last line: $(tail -1 "$tmp/l0")"
 [ $fails = 0 ] && echo "run messages: ok"
 exit $((fails > 0))
