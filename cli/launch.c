@@ -29,6 +29,7 @@
 
 typedef struct {
     pid_t pid;         /* 0 once reaped */
+    pid_t pgid;        /* its process group (the pid it started with), kept after the reap */
     int fd;            /* read end of the output pipe, -1 at EOF */
     double respawn_at; /* hr_now() at which this failed node starts again; 0 = none pending */
     int stopped;       /* the launcher signalled this process to stop: its exit is not its own */
@@ -100,6 +101,7 @@ static pid_t spawn(const launch_opts *o, long id, int out_fd, const sigset_t *ol
     if (o->netns) netns_path(o, id, ns, sizeof ns);
     pid_t parent = getpid();
     pid_t pid = fork();
+    if (pid > 0) setpgid(pid, pid); /* as the child does: the group exists before either goes on */
     if (pid != 0) return pid;
     /* child */
     prctl(PR_SET_PDEATHSIG, SIGKILL);
@@ -132,6 +134,16 @@ static pid_t spawn(const launch_opts *o, long id, int out_fd, const sigset_t *ol
 static void signal_all(child *ch, int n, int sig) {
     for (int i = 0; i < n; i++)
         if (ch[i].pid > 0) kill(ch[i].pid, sig), ch[i].stopped = 1;
+}
+
+/* SIGKILL to every child still running and to its whole process group, also after the child
+ * itself was reaped while its output pipe stays open: whatever a node left behind dies with
+ * it, and none of it holds the launcher by holding the pipe. */
+static void kill_all(child *ch, int n) {
+    for (int i = 0; i < n; i++) {
+        if (ch[i].pid > 0) kill(ch[i].pid, SIGKILL), ch[i].stopped = 1;
+        if ((ch[i].pid > 0 || ch[i].fd >= 0) && ch[i].pgid > 0) kill(-ch[i].pgid, SIGKILL);
+    }
 }
 
 static const char *signame(int sig) {
@@ -188,6 +200,7 @@ typedef struct {
     char **envp;        /* the children's environment (child_environment) */
     double start;       /* hr_now() when every child was started */
     double kill_at;     /* hr_now() after which survivors get SIGKILL; 0 while none is due */
+    double killed;      /* hr_now() when they got it (kill_all); 0 = not yet */
     double stop_at;     /* hr_now() at which nodes left without a quorum get SIGTERM; 0 = none */
 } launcher;
 
@@ -225,7 +238,7 @@ static int start_child(launcher *l, int i) {
         return -1;
     }
     fcntl(p[0], F_SETFL, O_NONBLOCK);
-    ch->pid = pid;
+    ch->pid = ch->pgid = pid;
     ch->fd = p[0];
     ch->stopped = 0;
     l->alive++;
@@ -387,11 +400,18 @@ static void enforce_deadlines(launcher *l, double t) {
         HR_ERROR(CLI, "%d node(s) still running without a quorum; stopping them", l->alive);
         stop_all(l, SIGTERM, t);
     }
-    if (l->kill_at && t > l->kill_at && l->alive > 0) {
-        HR_WARN(CLI, "%d node(s) still running after %.0f s; killing them", l->alive,
-                l->o->grace_s);
-        signal_all(l->ch, l->n, SIGKILL);
-        l->kill_at = t + 3600;
+    if (l->kill_at && t > l->kill_at && !l->killed) {
+        int open_fds = 0;
+        for (int i = 0; i < l->n; i++) open_fds += l->ch[i].fd >= 0;
+        if (l->alive > 0)
+            HR_WARN(CLI, "%d node(s) still running after %g s; killing them", l->alive,
+                    l->o->grace_s);
+        else if (open_fds > 0)
+            HR_WARN(CLI,
+                    "processes that %d node(s) left behind still hold their output after "
+                    "%g s; killing them",
+                    open_fds, l->o->grace_s);
+        if (l->alive > 0 || open_fds > 0) kill_all(l->ch, l->n), l->killed = t;
     }
 }
 
@@ -425,8 +445,8 @@ static void watch(launcher *l, struct pollfd *pfd) {
         open_fds = 0;
         for (int i = 0; i < l->n; i++) open_fds += l->ch[i].fd >= 0;
         enforce_deadlines(l, t);
-        if (l->alive == 0 && l->pending == 0 && open_fds > 0 && l->kill_at && t > l->kill_at)
-            break; /* stray writers */
+        if (l->alive == 0 && l->pending == 0 && open_fds > 0 && l->killed && t > l->killed + 1)
+            break; /* a writer outside every node's process group */
     }
 }
 

@@ -5,7 +5,8 @@
  *  - each child's stdout and stderr lines are prefixed with "nodeID | ";
  *  - SIGINT and SIGTERM to the launcher reach every child as SIGTERM (a node checkpoints and
  *    leaves at an iteration boundary), followed by SIGCONT so that a stopped node acts on it;
- *    after `grace_s` the ones still running get SIGKILL, and no node is restarted any more;
+ *    after `grace_s` the ones still running get SIGKILL, with their process groups (each child
+ *    leads one, so whatever it started dies with it), and no node is restarted any more;
  *  - a child that fails (non-zero exit or a signal) stops the others only when fewer than the
  *    quorum (`min_nodes`) are left running and no restart is pending; otherwise they go on.
  *    Below the quorum the nodes pause and give up by themselves after their rejoin_timeout:

@@ -4,10 +4,16 @@
 #
 # FAKE_DIR is a directory for the node's records; FAKE_PLAN_<ID> lists one action per start of
 # node ID (the last repeats): ok:S (sleep S seconds, exit 0), exit:N (exit N at once), kill:S
-# (sleep S, then SIGKILL itself), hang (sleep until a signal), stop (SIGSTOP itself, then hang).
+# (sleep S, then SIGKILL itself), hang (sleep until a signal), stop (SIGSTOP itself, then hang),
+# orphan (leave a process behind in its process group that ignores SIGTERM and holds the output
+# pipe for 60 s, then hang).
 # Every start appends its pid to $FAKE_DIR/count.ID. SIGTERM and SIGINT are answered the way a
 # node that checkpoints and leaves answers them: the signal's name goes to $FAKE_DIR/sig.ID and
-# the node exits 0, FAKE_LEAVE_<ID> seconds later (default 0: at once).
+# the node exits 0, FAKE_LEAVE_<ID> seconds later (default 0: at once). Once it answers them, it
+# appends its pid to $FAKE_DIR/ready.ID (orphan: the process it leaves, to orphan.ID); with
+# FAKE_AFTER_<ID>="FILE ..." it then waits (at most 20 s) until each $FAKE_DIR/FILE is there
+# before its action, so that a test can order the nodes' steps however slowly a loaded machine
+# starts them (FAKE_AFTER_0="ready.2": node 0 acts once node 2 answers signals).
 id=$5
 dir=${FAKE_DIR:?}
 echo $$ >> "$dir/count.$id" # the launcher made $$ a process group: the test's clean-up kills it
@@ -20,13 +26,19 @@ sp=
 leave_var=FAKE_LEAVE_$id
 leave() {
     echo "$1" >> "$dir/sig.$id"
-    [ -n "$sp" ] && kill "$sp" 2>/dev/null
+    # the background sleeps, also one whose $! was not yet taken when the signal came
+    kill $(jobs -p) 2>/dev/null
     sleep "${!leave_var:-0}"
     exit 0
 }
 trap 'leave TERM' TERM
 trap 'leave INT' INT
-nap() { sleep "$1" & sp=$!; wait "$sp"; sp=; }
+echo $$ >> "$dir/ready.$id"
+nap() { sleep "$1" & wait $!; }
+after_var=FAKE_AFTER_$id
+for f in ${!after_var:-}; do
+    for _ in $(seq 200); do [ -s "$dir/$f" ] && break; sleep 0.1; done
+done
 echo "fake node $id start $n: $action"
 case $action in
     ok:*) nap "${action#ok:}"; exit 0 ;;
@@ -34,6 +46,11 @@ case $action in
     kill:*) nap "${action#kill:}"; kill -KILL $$ ;;
     hang) nap 60; exit 0 ;;
     stop) kill -STOP $$; nap 60; exit 0 ;;
+    orphan)
+        (trap '' TERM INT; exec sleep 60) &
+        echo $! >> "$dir/orphan.$id"
+        disown
+        nap 60; exit 0 ;;
 esac
 echo "fake node $id: unknown action '$action'" >&2
 exit 99
