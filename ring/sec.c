@@ -536,21 +536,37 @@ static hr_status hs_refuse(hs_state *h, hr_status st) {
     return st;
 }
 
-/* Initiator: send this end's hello, then read the responder's. */
-static hr_status hs_hellos_initiator(hs_state *h) {
-    hr_status st = tcp_send_all(h->fd, h->mine, SEC_HELLO, h->deadline);
-    if (st == HR_OK) st = tcp_recv_all(h->fd, h->theirs, SEC_HELLO, h->deadline);
+/* Read the other end's hello, its magic first: something that is not a hetring node (an HTTP
+ * probe, a port scanner, TLS) is told apart as soon as it sends 4 bytes, with what they were,
+ * rather than as a timeout when it sends fewer than a hello and waits. */
+static hr_status hs_recv_hello(hs_state *h) {
+    hr_status st = tcp_recv_all(h->fd, h->theirs, 4, h->deadline);
+    if (st == HR_OK && le_get32(h->theirs) != HS_MAGIC) {
+        char began[20] = "", *q = began;
+        for (int i = 0; i < 4; i++) {
+            uint8_t c = h->theirs[i];
+            q += c >= 32 && c < 127 && c != '"' && c != '\\' ? sprintf(q, "%c", c)
+                                                             : sprintf(q, "\\x%02x", c);
+        }
+        return hr_fail(h->why, sizeof h->why, HR_ERR_PROTO,
+                       "not a hetring peer (bad handshake magic: it began with \"%s\")", began);
+    }
+    if (st == HR_OK) st = tcp_recv_all(h->fd, h->theirs + 4, SEC_HELLO - 4, h->deadline);
     if (st != HR_OK) return hs_io(h, st);
     hello_parse(h->theirs, &h->o);
     return HR_OK;
 }
 
+/* Initiator: send this end's hello, then read the responder's. */
+static hr_status hs_hellos_initiator(hs_state *h) {
+    hr_status st = tcp_send_all(h->fd, h->mine, SEC_HELLO, h->deadline);
+    return st == HR_OK ? hs_recv_hello(h) : hs_io(h, st);
+}
+
 /* Responder: read the initiator's hello first; a lobby call is answered with a lobby hello
  * addressed to the caller (the transcript covers it like any hello). */
 static hr_status hs_hellos_responder(hs_state *h) {
-    hr_status st = tcp_recv_all(h->fd, h->theirs, SEC_HELLO, h->deadline);
-    if (st != HR_OK) return hs_io(h, st);
-    hello_parse(h->theirs, &h->o);
+    HR_CHECK(hs_recv_hello(h));
     if (hello_lobby(&h->o, h->p, ROLE_INITIATOR)) {
         le_put64(h->mine + 8, SEC_EPOCH_LOBBY);
         le_put64(h->mine + 24, (uint64_t)h->o.from);
@@ -558,7 +574,7 @@ static hr_status hs_hellos_responder(hs_state *h) {
         h->mine[37] = SEC_LINK_TREE;
         le_put64(h->mine + 24, (uint64_t)h->p->expect_tree_id);
     }
-    st = tcp_send_all(h->fd, h->mine, SEC_HELLO, h->deadline);
+    hr_status st = tcp_send_all(h->fd, h->mine, SEC_HELLO, h->deadline);
     return st == HR_OK ? HR_OK : hs_io(h, st);
 }
 

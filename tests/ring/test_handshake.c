@@ -54,6 +54,7 @@ typedef enum {
     FK_OVERSIZE,         /* a message header announcing 5000 bytes */
     FK_RESERVED,         /* a proof whose reserved header bytes are set */
     FK_GARBAGE,          /* random bytes for a hello */
+    FK_HTTP,             /* an HTTP request (18 bytes) for a hello, then silence */
     FK_ZERO_EPH,         /* an all-zero ephemeral key */
     FK_REFUSE,           /* responder: refuses the initiator ("go away") */
     FK_REPLAY,           /* sends a hello and proof recorded from an earlier session */
@@ -212,6 +213,12 @@ static int fk_send_hello(fake *f, uint8_t mine[HELLO], const uint8_t pk[32]) {
     if (f->script == FK_GARBAGE) {
         randombytes_buf(mine, HELLO);
         return fk_send(f->fd, mine, HELLO);
+    }
+    if (f->script == FK_HTTP) {
+        (void)fk_send(f->fd, "GET / HTTP/1.0\r\n\r\n", 18);
+        uint8_t sink[64];
+        (void)fk_recv(f->fd, sink, sizeof sink);
+        return -1;
     }
     if (f->script == FK_REPLAY)
         memcpy(mine, f->rec_hello, HELLO);
@@ -509,6 +516,9 @@ static void test_cheats(realnode *r, int role, const char *tag) {
     CASE("addressed to another node", f.to = 2, HR_ERR_PROTO, "it wanted node 2");
     CASE("wrong role", f.wrong_role = 1, HR_ERR_PROTO, "unexpected handshake role");
     CASE("not a hetring hello", f.script = FK_GARBAGE, HR_ERR_PROTO, "not a hetring peer");
+    /* told at once, not as a timeout: a 3 s deadline would fail the status */
+    CASE("an HTTP request, then silence", f.script = FK_HTTP, HR_ERR_PROTO,
+         "not a hetring peer (bad handshake magic: it began with \"GET \")");
     CASE("invalid ephemeral key", f.script = FK_ZERO_EPH, HR_ERR_AUTH, "invalid ephemeral key");
     CASE("truncated hello", f.script = FK_CUT_HELLO, HR_ERR_PEER, "connection lost");
     CASE("stalled hello", f.script = FK_STALL_HELLO, HR_ERR_TIMEOUT, "timed out");
