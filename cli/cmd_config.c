@@ -75,17 +75,28 @@ __attribute__((format(printf, 4, 5))) static int problem(const cfg *c, int node_
     return 1;
 }
 
-/* The key files the ring reads at start, read the same way (regular files, mode 0600, a key). */
+/* The key files the ring reads at start, read the same way (regular files, mode 0600, a key),
+ * and the node's identity key against the pubkey pinned for it, as sec_keys_load checks it. */
 static int dry_keys(const cfg *c, int self) {
     char path[CFG_PATH], err[HR_ERRLEN];
     uint8_t key[32];
     int bad = 0;
     if (c->security == CFG_SEC_NONE) return 0;
     if (c->key_file[0]) {
+        uint8_t pk[32];
+        char hex[65];
         if (app_expand_id(path, sizeof path, c->key_file, c->nodes[self].id) != 0)
             bad += problem(c, -1, "key_file", "too long once {id} is replaced");
         else if (sec_read_key_file(path, key, err, sizeof err) != HR_OK)
             bad += problem(c, -1, "key_file", "%s", err);
+        else if (sec_identity_public(key, pk),
+                 !c->nodes[self].has_pubkey || memcmp(pk, c->nodes[self].pubkey, 32) != 0) {
+            sodium_bin2hex(hex, sizeof hex, pk, 32);
+            bad += problem(c, self, "pubkey",
+                           "%s the public key of %s (that is %s); fix the pubkey or use the "
+                           "right key file",
+                           c->nodes[self].has_pubkey ? "is not" : "is not set to", path, hex);
+        }
     }
     if (c->psk_file[0] && sec_read_key_file(c->psk_file, key, err, sizeof err) != HR_OK)
         bad += problem(c, -1, "psk_file", "%s", err);

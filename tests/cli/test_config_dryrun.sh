@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # hetring config --node ID is a dry run of that node: relative paths in the file are relative to
 # the file's directory (not the working directory), and each missing key file, data file,
-# checkpoint directory or busy port is reported as FILE:LINE: KEY with exit status 1; a node that
-# would start passes with exit status 0.
+# checkpoint directory or busy port, and a pinned pubkey that is not the key file's, is reported
+# as FILE:LINE: KEY with exit status 1; a node that would start passes with exit status 0.
 # HR, fail, $tmp and the port block `base` from the shared setup; the trap also stops the
 # process holding a port, if any
 . "$(dirname "${BASH_SOURCE[0]}")/../dist/lib.sh"
@@ -81,6 +81,13 @@ chmod 644 "$tmp/cluster/keys/node1.key"
 dry_run 1
 has "c.ini:3: key_file: $tmp/cluster/keys/node1.key: key file is readable by group or others"
 chmod 600 "$tmp/cluster/keys/node1.key"
+
+# another node's pubkey pinned for node 1: refused by its line, as the node refuses it at start
+# (the dry run passed it, and the node then exited 2)
+write_ini 784,16,10 "$pub1" "$pub0"
+dry_run 1
+has "c.ini:19: [node.1] pubkey: is not the public key of $tmp/cluster/keys/node1.key (that is $pub1)"
+write_ini 784,16,10 "$pub0" "$pub1"
 
 # the node's port in use: named with its line, and released again after the dry run
 python3 -c 'import socket,sys,time
