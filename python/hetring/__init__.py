@@ -232,6 +232,8 @@ class Node:
             raise e
 
     def _fail(self, st):
+        if not self._h:
+            raise Error(st, "hetring: this node was closed (Node.close()); open another Node")
         msg = self.last_error() or self._L.hetring_strerror(st).decode()
         if st == _lib.LEFT:
             raise Left(st, msg)
@@ -254,7 +256,28 @@ class Node:
         b.indices = c.indices[:c.batch] if c.batch else []
         return b
 
+    @staticmethod
+    def _check_buffers(buffers):
+        """buffers must be a non-empty list of (address, float32 count) pairs: refuse anything
+        else by name, where ctypes said only "cannot unpack non-iterable ..." (a numpy array
+        or a tensor passed as it is) or let a null address through."""
+        how = ("expected a list of (address, float32 count) pairs, e.g. "
+               "[(t.data_ptr(), t.numel())] for a float32 tensor t")
+        if not isinstance(buffers, (list, tuple)):
+            raise TypeError(f"hetring: buffers is a {type(buffers).__name__}; {how}")
+        if len(buffers) == 0:
+            raise ValueError(f"hetring: buffers is empty; {how}")
+        for i, b in enumerate(buffers):
+            ok = isinstance(b, (tuple, list)) and len(b) == 2 and \
+                all(isinstance(x, int) and not isinstance(x, bool) for x in b)
+            if not ok:
+                raise TypeError(f"hetring: buffers[{i}] is {type(b).__name__} {b!r:.60}; {how}")
+            if b[0] <= 0 or b[1] < 0:
+                raise ValueError(f"hetring: buffers[{i}] = ({b[0]}, {b[1]}): the address must "
+                                 f"be above 0 and the count 0 or more; {how}")
+
     def _set_buffers(self, buffers):
+        self._check_buffers(buffers)
         n = len(buffers)
         g = self._grads
         self._bufs = (ctypes.c_void_p * n)(*[a for a, _ in buffers])

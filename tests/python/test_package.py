@@ -1,5 +1,6 @@
 """test_package.py: the hetring package without PyTorch: it imports, reports its version and
 the loaded library's (refusing a library of another minor version), turns a library failure into hetring.Error with the status and message,
+refuses step() buffers that are not (address, count) pairs and says when a node was closed,
 and installs with pip (into a temporary directory, from a copy of python/).
 
     test_package.py import | pip
@@ -60,12 +61,50 @@ def test_import():
         print(f"mapping with a trainer-only key: {e}")
         check(e.status == 2 and "conf_text:4: [train] momentum is set, but libhetring does not "
               "use it" in str(e), f"{e}")
+    test_buffers()
     for bad in ({"train": {"layers": None}}, {"train": {"seed": "1\n[x]"}}, {"train": 3}):
         try:
             hetring.ini_text(bad)
             check(False, f"ini_text accepted {bad}")
         except ValueError as e:
             print(f"ini_text refuses {bad}: {e}")
+
+
+def test_buffers():
+    """step() takes a list of (address, float32 count) pairs: anything else is refused by name
+    before the library sees it (a float32 array passed as it is raised "cannot unpack
+    non-iterable numpy.float32 object"; a null address reached the library); a closed node
+    says so (it said "invalid argument")."""
+    import array
+    import hetring
+    conf = {"cluster": {"security": "none"}, "train": {"global_batch": 8, "iterations": 2},
+            "nodes": [{"host": "127.0.0.1", "port": 1}]}
+    node = hetring.Node(conf, node_id=0, n_samples=64)
+    g = array.array("f", [1.0] * 4)
+    addr = g.buffer_info()[0]
+    check(node.next() is not None, "no first batch")
+    for bad, kind, text in ((g, TypeError, "buffers is a array"),
+                            ([g], TypeError, "buffers[0] is array"),
+                            ([], ValueError, "buffers is empty"),
+                            ([(addr, 4, 1)], TypeError, "buffers[0] is tuple"),
+                            ([(addr, 4.0)], TypeError, "buffers[0] is tuple"),
+                            ([(0, 4)], ValueError, "buffers[0] = (0, 4): the address")):
+        try:
+            node.step(bad, 0.01, 1.0)
+            check(False, f"step() took {bad!r:.40}")
+        except kind as e:
+            print(f"step({bad!r:.30}): {type(e).__name__}: {e}")
+            check(str(e).startswith("hetring: " + text) and "(address, float32 count)" in str(e),
+                  f"the error: {e}")
+    res = node.step([(addr, 4)], 0.01, 1.0)  # the same iteration, now with a valid list
+    check(res is not None and list(g) == [1 / 8] * 4, f"a valid step (sums / B = 8): {list(g)}")
+    node.close()
+    try:
+        node.next()
+        check(False, "a closed node gave a batch")
+    except hetring.Error as e:
+        print(f"closed: {e}")
+        check("this node was closed" in str(e), f"the error: {e}")
 
 
 def test_pip(src):
