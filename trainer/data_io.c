@@ -13,6 +13,7 @@
 #include "base/hr_log.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -370,7 +371,8 @@ static hr_status csv_shape(data_set *ds, long cols, int regression, float **row,
     return HR_OK;
 }
 
-/* The cols fields of data line p into row; a class label must be an integer 0..65535. */
+/* The cols fields of data line p into row, each a finite number; a class label must be an
+ * integer 0..65535. */
 static hr_status csv_parse_row(char *p, float *row, long cols, int regression, const char *path,
                                long lineno, char *err, size_t errlen) {
     for (long j = 0; j < cols; j++) {
@@ -384,6 +386,13 @@ static hr_status csv_parse_row(char *p, float *row, long cols, int regression, c
             int w = stop ? (int)(stop - p) : (int)strcspn(p, "\r\n");
             return hr_fail(err, errlen, HR_ERR_DATA, "%s:%ld: column %ld: bad number '%.*s'", path,
                            lineno, j + 1, w > 40 ? 40 : w, p);
+        }
+        if (!isfinite(row[j])) { /* strtof takes nan and inf: they would reach the gradient */
+            int w = (int)strcspn(p, ", \t\r\n");
+            return hr_fail(err, errlen, HR_ERR_DATA,
+                           "%s:%ld: column %ld: '%.*s' is not a finite number (expected every "
+                           "value finite; drop or fill in the missing ones)",
+                           path, lineno, j + 1, w > 40 ? 40 : w, p);
         }
         p = *end == ',' ? end + 1 : end;
     }

@@ -214,7 +214,7 @@ static void test_bad_files(void) {
     write_bytes(cf, rec, 3 * 3073);
     expect_error(data_load_cifar(&in, files, 1, err, sizeof err), err, cf, "out of range");
 
-    /* CSV: bad number, ragged rows, bad label */
+    /* CSV: bad number, ragged rows, bad label, a value that is not finite */
     char csv[128];
     snprintf(csv, sizeof csv, "%s/bad.csv", dir);
     write_bytes(csv, "1,0.5,0.25\n0,abc,1\n", 19);
@@ -224,6 +224,17 @@ static void test_bad_files(void) {
     expect_error(data_load_csv(&in, csv, 0, err, sizeof err), err, csv, "size mismatch");
     write_bytes(csv, "1.5,0.5,0.25\n", 13);
     expect_error(data_load_csv(&in, csv, 0, err, sizeof err), err, csv, "out of range");
+    /* strtof reads these: a feature, and a regression target, that is not finite */
+    const char *nonfinite[] = {"1,0.5,0.25\n0,nan,1\n", "1,0.5,0.25\n0,1,-inf\n",
+                               "1,0.5,0.25\n0,1,+inf\n", "2.5,1,1\nInfinity,1,1\n"};
+    const char *which[] = {":2: column 2: 'nan' is", ":2: column 3: '-inf' is",
+                           ":2: column 3: '+inf' is", ":2: column 1: 'Infinity' is"};
+    for (int k = 0; k < 4; k++) {
+        write_bytes(csv, nonfinite[k], strlen(nonfinite[k]));
+        expect_error(data_load_csv(&in, csv, k == 3, err, sizeof err), err, csv,
+                     "not a finite number");
+        CHECK(strstr(err, which[k]) != NULL, "CSV error must name line and column: %s", err);
+    }
     free(good_img), free(rec);
     data_set_free(&tr), data_set_free(&ev), data_set_free(&rt), data_set_free(&re);
 }
