@@ -70,10 +70,9 @@ int hr_log_configure(const char *spec, char *err, int errlen) {
     return 0;
 }
 
-void hr_log_init_from_env(void) {
+int hr_log_init_from_env(char *err, int errlen) {
     const char *spec = getenv("HETRING_LOG");
-    char err[256];
-    if (spec && hr_log_configure(spec, err, sizeof err)) hr_log(HR_SUB_CLI, HR_LOG_WARN, "%s", err);
+    return spec ? hr_log_configure(spec, err, errlen) : 0;
 }
 
 void hr_log_set_node(int node_id) {

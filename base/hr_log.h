@@ -4,7 +4,8 @@
  * HETRING_LOG is a comma-separated list of LEVEL or SUBSYS=LEVEL items, for example
  * "info", "debug" or "warn,ring=trace,ctrl=debug". Levels: error, warn, info, debug, trace.
  * Subsystems: conf, ring, sec, ctrl, train, data, cli, bench, cuda. Every line carries the
- * node id once hr_log_set_node() has been called. The log settings are the project's only
+ * node id once hr_log_set_node() has been called. A bad HETRING_LOG is an error at start-up
+ * (hetring exits 2; hetring_open returns HETRING_ECONFIG). The log settings are the project's only
  * global state; they are written once at start-up, before any thread exists.
  */
 #ifndef HR_LOG_H
@@ -29,8 +30,10 @@ typedef enum {
 
 /* Parse a HETRING_LOG-style spec. Returns 0, or -1 with a message in err for a bad spec. */
 int hr_log_configure(const char *spec, char *err, int errlen);
-/* Read HETRING_LOG from the environment; a bad value is reported and ignored. */
-void hr_log_init_from_env(void);
+/* Read HETRING_LOG from the environment. Returns 0, or -1 with a message in err for a bad value
+ * (the settings are then left as they were): a log setting the caller cannot honour is refused,
+ * not warned about and dropped. */
+int hr_log_init_from_env(char *err, int errlen);
 void hr_log_set_node(int node_id);
 int hr_log_enabled(hr_log_sub sub, hr_log_level lvl);
 

@@ -25,7 +25,7 @@ int cli_usage_error(const char *cmd, const char *fmt, ...) {
 int cli_main_start(char **argv, const char *prog) {
     char err[HR_ERRLEN];
     hr_status blas = blas_pick_main(argv, err, sizeof err); /* may run this program again */
-    hr_log_init_from_env();
+    if (blas == HR_OK && hr_log_init_from_env(err, sizeof err) != 0) blas = HR_ERR_CONFIG;
     if (blas == HR_OK) return CLI_OK;
     fprintf(stderr, "%s: %s\n", prog, err);
     return CLI_USAGE;

@@ -563,7 +563,11 @@ int hr_lib_open(hetring **out, const hetring_options *o, const hetring_app *app,
             snprintf(err, errlen, "hetring_open: get_state and put_state go together");
         return HETRING_EINVAL;
     }
-    if (!app) hr_log_init_from_env(); /* the application set its log up itself */
+    char log_err[256]; /* with `app`, the application (hetring run) set its log up itself */
+    if (!app && hr_log_init_from_env(log_err, sizeof log_err) != 0) {
+        if (err && errlen) snprintf(err, errlen, "%s", log_err);
+        return HETRING_ECONFIG;
+    }
     hetring *h = calloc(1, sizeof *h);
     if (!h) return HETRING_ENOMEM;
     if (app) h->app = *app;

@@ -62,6 +62,17 @@ def test_import():
         check(e.status == 2 and "conf_text:4: [train] momentum is set, but libhetring does not "
               "use it" in str(e), f"{e}")
     test_buffers()
+    # a log setting the library cannot honour is refused by hetring_open (it was dropped)
+    os.environ["HETRING_LOG"] = "ring=loud"
+    try:
+        hetring.Node({"cluster": {"security": "none"}, "nodes": [{"host": "127.0.0.1", "port": 1}]},
+                     node_id=0)
+        check(False, "a bad HETRING_LOG was accepted")
+    except hetring.Error as e:
+        print(f"bad HETRING_LOG: {e}")
+        check(e.status == 2 and "HETRING_LOG: bad item 'ring=loud'" in str(e), f"{e}")
+    finally:
+        del os.environ["HETRING_LOG"]
     for bad in ({"train": {"layers": None}}, {"train": {"seed": "1\n[x]"}}, {"train": 3}):
         try:
             hetring.ini_text(bad)

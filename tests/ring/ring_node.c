@@ -406,7 +406,11 @@ static int elastic_main(const ring_config *rcfg, const char *stopfile) {
 }
 
 int main(int argc, char **argv) {
-    hr_log_init_from_env();
+    char log_err[256];
+    if (hr_log_init_from_env(log_err, sizeof log_err) != 0) {
+        fprintf(stderr, "%s\n", log_err);
+        return 2;
+    }
     if (argc == 3 && strcmp(argv[1], "keygen") == 0) {
         uint8_t seed[32], pk[32];
         char err[HR_ERRLEN], hex[65];
