@@ -168,6 +168,18 @@ static int on_key(void *user, const char *section, const char *name, const char 
                     name, section, lines[idx]);
         return 0;
     }
+    for (const char *h = strchr(value, '#'); h; h = strchr(h + 1, '#'))
+        if (h > value && isspace((unsigned char)h[-1])) {
+            /* inih ends a value at ';' only: "host = 10.0.0.2 # rack 2" would be the host */
+            const char *end = h, *note = h + 1;
+            while (end > value && isspace((unsigned char)end[-1])) end--;
+            while (isspace((unsigned char)*note)) note++;
+            parse_error(ps,
+                        "%s = '%s': a '#' after the value is read as part of it (expected a "
+                        "comment after a value to start with ';', as '%.*s ; %s')",
+                        name, value, (int)(end - value), value, note);
+            return 0;
+        }
     char why[512];
     void *base = ps->section == 1 ? (void *)ps->node : (void *)ps->c;
     if (cfg_value_set(k, base, value, ps->dir, why, sizeof why)) {
