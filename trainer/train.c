@@ -514,6 +514,8 @@ typedef struct {
     FILE *out;                /* progress lines or the bar */
     FILE *metrics;            /* one JSON object per iteration, or NULL */
     const char *metrics_path; /* its name, for the error when closing it fails */
+    long metrics_lost;        /* the iteration whose record could not be written first; -1 none */
+    int metrics_errno;        /* why */
     int mode;                 /* TRAIN_PROGRESS_*: shown only while this node is rank 0 */
     const train_opts *o;      /* the options (hooks), or NULL */
     long every;               /* lines mode: a line every `every` iterations */
@@ -557,6 +559,7 @@ static hr_status report_open(run_report *rr, const trainer *t, const train_opts 
     rr->out = o && o->out ? o->out : stdout;
     rr->o = o;
     rr->metrics_path = o ? o->metrics_path : NULL;
+    rr->metrics_lost = -1;
     if (rr->metrics_path && !(rr->metrics = fopen(rr->metrics_path, resumed ? "a" : "w")))
         return hr_fail(err, errlen, HR_ERR_IO, "%s: cannot create metrics file (%s)",
                        rr->metrics_path, strerror(errno));
@@ -567,13 +570,22 @@ static hr_status report_open(run_report *rr, const trainer *t, const train_opts 
     return HR_OK;
 }
 
-/* Close the metrics file; a failed close means lost records. */
+/* Close the metrics file. Records that could not be written (a full disk) fail the run here,
+ * at its end: training went on, as the records are not what it exists for. */
 static hr_status report_close(run_report *rr, char *err, size_t errlen) {
     FILE *f = rr->metrics;
     rr->metrics = NULL;
-    if (f && fclose(f) != 0)
-        return hr_fail(err, errlen, HR_ERR_IO, "%s: write failed", rr->metrics_path);
-    return HR_OK;
+    if (!f) return HR_OK;
+    int bad = ferror(f), e = rr->metrics_errno;
+    if (fclose(f) != 0 && !bad) bad = 1, e = errno;
+    if (!bad) return HR_OK;
+    if (rr->metrics_lost >= 0)
+        return hr_fail(err, errlen, HR_ERR_IO,
+                       "%s: write failed (%s): the records from iteration %ld on are missing or "
+                       "cut short",
+                       rr->metrics_path, strerror(e), rr->metrics_lost);
+    return hr_fail(err, errlen, HR_ERR_IO, "%s: write failed (%s)", rr->metrics_path,
+                   strerror(e ? e : EIO));
 }
 
 /* Rank 0 says what it trains, on how many nodes, and how the gradients travel. */
@@ -594,7 +606,17 @@ static void report_iteration(run_report *rr, const trainer *t, const train_iter 
                              double ea, int evaluated) {
     const int last = t->iter == t->total, bar = rr->mode == TRAIN_PROGRESS_BAR;
     double now = hr_now();
-    if (rr->metrics) write_metrics(rr->metrics, t, rr->o, r, now - rr->start, el, ea, evaluated);
+    if (rr->metrics) {
+        errno = 0;
+        write_metrics(rr->metrics, t, rr->o, r, now - rr->start, el, ea, evaluated);
+        if (rr->metrics_lost < 0 && ferror(rr->metrics)) { /* said once, when it happens */
+            rr->metrics_lost = r->iter, rr->metrics_errno = errno ? errno : EIO;
+            HR_WARN(TRAIN,
+                    "%s: cannot write the record of iteration %ld (%s); training goes on, and "
+                    "the run ends with this error",
+                    rr->metrics_path, r->iter, strerror(rr->metrics_errno));
+        }
+    }
     if (rr->mode == TRAIN_PROGRESS_NONE || !train_lead(t)) return;
     if (!(bar ? (now - rr->last_print > 0.1 || last || evaluated)
               : (t->iter % rr->every == 0 || last || evaluated)))

@@ -3,7 +3,7 @@
 # gives an error naming the address, and no ready line), the security = none warning once per
 # node, per-node progress columns labelled, no internal invariant tags (I4, I5, I6), and a last
 # line that carries the reason of a failure rather than a bare status, or that there was nothing
-# left to train.
+# left to train; metrics that could not be written fail the run.
 # HR, fail, $tmp and the port block `base` from the shared setup; the trap also stops the
 # process holding a port, if any
 . "$(dirname "${BASH_SOURCE[0]}")/../dist/lib.sh"
@@ -104,5 +104,17 @@ pair "" "$tmp/ck.ini"
 grep -qi "nan" "$tmp/l0" && fail "cluster resumed at the end: a nan was printed: $(grep -i nan "$tmp/l0")"
 tail -1 "$tmp/l0" | grep -q "train: done: nothing left to train (resumed at iteration 12, \[train\] iterations = 12); held-out accuracy" ||
     fail "cluster resumed at the end: last line: $(tail -1 "$tmp/l0")"
+# metrics that cannot be written (a file size limit stands in for a full disk): said once when
+# it happens, training goes on, and the run ends 1 naming the file and the first lost record
+# (the run exited 0, the file cut short mid-record)
+sed -e '/^\[node.1\]$/,$d' "$tmp/c.ini" > "$tmp/m1.ini"
+(ulimit -f 4; trap '' XFSZ; exec timeout 60 "$HR" run --conf "$tmp/m1.ini" \
+    --set train.iterations=100 --metrics "$tmp/m.jsonl") 2>&1 | cat > "$tmp/mf"
+rc=${PIPESTATUS[0]}
+[ "$rc" = 1 ] || fail "metrics past the size limit: exited $rc: $(tail -2 "$tmp/mf")"
+n=$(grep -c "m.jsonl: cannot write the record of iteration [0-9]* (File too large); training goes on" "$tmp/mf")
+[ "$n" = 1 ] || fail "metrics past the size limit: $n warnings: $(grep -i metrics "$tmp/mf")"
+tail -1 "$tmp/mf" | grep -Eq "m.jsonl: write failed \(File too large\): the records from iteration [0-9]+ on are missing or cut short$" ||
+    fail "metrics past the size limit: last line: $(tail -1 "$tmp/mf")"
 [ $fails = 0 ] && echo "run messages: ok"
 exit $((fails > 0))
