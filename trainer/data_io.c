@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #include <zlib.h>
 
 /* ================================================================ helpers */
@@ -82,17 +83,26 @@ static hr_status write_full(gzFile f, const void *buf, size_t n, const char *pat
     while (done < n) {
         unsigned chunk = n - done > (1u << 30) ? (1u << 30) : (unsigned)(n - done);
         int w = gzwrite(f, (const char *)buf + done, chunk);
-        if (w <= 0) return hr_fail(err, errlen, HR_ERR_IO, "%s: write failed", path);
+        if (w <= 0) {
+            int zerr;
+            const char *why = gzerror(f, &zerr);
+            return hr_fail(err, errlen, HR_ERR_IO, "%s: write failed (%s)", path,
+                           zerr == Z_ERRNO ? strerror(errno) : why);
+        }
         done += (size_t)w;
     }
     return HR_OK;
 }
 
-static hr_status close_write(gzFile f, const char *path, char *err, size_t errlen) {
-    if (gzclose(f) != Z_OK)
-        return hr_fail(err, errlen, HR_ERR_IO, "%s: write failed on close (%s)", path,
-                       strerror(errno));
-    return HR_OK;
+/* Close f after writing it (st: how the writing went). A file that could not be written whole
+ * (a full disk) is removed: what is left is never a cut-short data set that a later run
+ * reads. */
+static hr_status close_write(gzFile f, const char *path, hr_status st, char *err, size_t errlen) {
+    if (gzclose(f) != Z_OK && st == HR_OK)
+        st = hr_fail(err, errlen, HR_ERR_IO, "%s: write failed on close (%s)", path,
+                     strerror(errno));
+    if (st != HR_OK) unlink(path);
+    return st;
 }
 
 /* ================================================================ MNIST IDX */
@@ -234,8 +244,7 @@ hr_status data_write_idx(const data_set *ds, const char *images, const char *lab
     put_be32(h + 8, (uint32_t)ds->h), put_be32(h + 12, (uint32_t)ds->w);
     st = write_full(f, h, 16, images, err, errlen);
     if (st == HR_OK) st = write_full(f, ds->x8, (size_t)(ds->n * ds->d), images, err, errlen);
-    hr_status cs = close_write(f, images, err, errlen);
-    HR_CHECK(st != HR_OK ? st : cs);
+    HR_CHECK(close_write(f, images, st, err, errlen));
     if (!(f = open_write(labels, gz, err, errlen, &st))) return st;
     put_be32(h, 0x00000801), put_be32(h + 4, (uint32_t)ds->n);
     st = write_full(f, h, 8, labels, err, errlen);
@@ -243,8 +252,7 @@ hr_status data_write_idx(const data_set *ds, const char *images, const char *lab
         uint8_t v = (uint8_t)ds->y[i];
         st = write_full(f, &v, 1, labels, err, errlen);
     }
-    cs = close_write(f, labels, err, errlen);
-    return st != HR_OK ? st : cs;
+    return close_write(f, labels, st, err, errlen);
 }
 
 /* ================================================================ CIFAR-10 binary */
@@ -334,8 +342,7 @@ hr_status data_write_cifar(const data_set *ds, long first, long n, const char *p
         if (st == HR_OK)
             st = write_full(f, ds->x8 + i * CIFAR_PIXELS, CIFAR_PIXELS, path, err, errlen);
     }
-    hr_status cs = close_write(f, path, err, errlen);
-    return st != HR_OK ? st : cs;
+    return close_write(f, path, st, err, errlen);
 }
 
 /* ================================================================ CSV */
@@ -503,8 +510,12 @@ hr_status data_write_csv(const data_set *ds, const char *path, char *err, size_t
                     ds->xf ? (double)ds->xf[i * ds->d + j] : (double)ds->x8[i * ds->d + j] / 255.0);
         fputc('\n', f);
     }
-    if (ferror(f) | (fclose(f) != 0))
-        return hr_fail(err, errlen, HR_ERR_IO, "%s: write failed (%s)", path, strerror(errno));
+    if (ferror(f) | (fclose(f) != 0)) {
+        hr_status st =
+            hr_fail(err, errlen, HR_ERR_IO, "%s: write failed (%s)", path, strerror(errno));
+        unlink(path); /* as close_write: no cut-short data set is left */
+        return st;
+    }
     return HR_OK;
 }
 

@@ -7,7 +7,10 @@
 #include "trainer/data.h"
 #include "trainer/data_io.h"
 
+#include <errno.h>
+#include <signal.h>
 #include <stdint.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <zlib.h>
 
@@ -159,6 +162,42 @@ static void test_round_trips(void) {
               memcmp(in.t, tr.t, sizeof(float) * 40) == 0,
           "CSV round trip changed the data");
     data_set_free(&in), data_set_free(&tr), data_set_free(&ev);
+}
+
+/* A writer that cannot write its whole file (a full disk; here a file size limit of 64 KiB, with
+ * SIGXFSZ ignored so that writes fail with EFBIG) fails with the reason and leaves no file: a
+ * cut-short data set was left where a later run would read it. */
+static void test_write_full_disk(void) {
+    char err[HR_ERRLEN], a[128], b[128];
+    data_set tr, ev, rgb, rev, reg, gev;
+    CHECK(data_synthetic(&tr, &ev, DATA_SYNTHETIC, 300, 10, 2, err, sizeof err) == HR_OK, "%s",
+          err);
+    CHECK(data_synthetic(&rgb, &rev, DATA_SYNTHETIC_RGB, 50, 5, 2, err, sizeof err) == HR_OK, "%s",
+          err);
+    CHECK(data_synthetic(&reg, &gev, DATA_SYNTHETIC_REGRESSION, 2000, 5, 2, err, sizeof err) ==
+              HR_OK,
+          "%s", err);
+    struct rlimit old, lim = {64 * 1024, 64 * 1024};
+    getrlimit(RLIMIT_FSIZE, &old);
+    if (old.rlim_max != RLIM_INFINITY && old.rlim_max < lim.rlim_max) lim = old;
+    void (*old_xfsz)(int) = signal(SIGXFSZ, SIG_IGN);
+    CHECK(setrlimit(RLIMIT_FSIZE, &lim) == 0, "setrlimit: %s", strerror(errno));
+    for (int k = 0; k < 4; k++) {
+        snprintf(a, sizeof a, "%s/full%d", dir, k);
+        snprintf(b, sizeof b, "%s/full%d.labels", dir, k);
+        hr_status st = k < 2    ? data_write_idx(&tr, a, b, k, err, sizeof err)
+                       : k == 2 ? data_write_cifar(&rgb, 0, 50, a, err, sizeof err)
+                                : data_write_csv(&reg, a, err, sizeof err);
+        struct stat sb;
+        printf("full disk, writer %d: %s\n", k, err);
+        CHECK(st == HR_ERR_IO && strstr(err, "write failed (File too large)") != NULL,
+              "writer %d: status %d, '%s'", k, st, err);
+        CHECK(stat(a, &sb) != 0, "writer %d left %s (%ld bytes)", k, a, (long)sb.st_size);
+    }
+    setrlimit(RLIMIT_FSIZE, &old);
+    signal(SIGXFSZ, old_xfsz);
+    data_set_free(&tr), data_set_free(&ev), data_set_free(&rgb), data_set_free(&rev);
+    data_set_free(&reg), data_set_free(&gev);
 }
 
 static void test_bad_files(void) {
@@ -328,6 +367,7 @@ int main(void) {
     test_synthetic();
     test_permutation_and_slices();
     test_round_trips();
+    test_write_full_disk();
     test_bad_files();
     test_eval_shape();
     test_eval_samples();
