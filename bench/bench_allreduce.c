@@ -311,7 +311,7 @@ static int run_node(const ar_opts *o, cfg *c, int idx, double r_gbs) {
     } else if (k == 0 && s.sizes) {
         print_footer(o, n, r_gbs, &s);
     }
-    if (js) fclose(js);
+    if (bench_close(js, o->json) != 0) rc = 1;
     free(buf);
     free(wire);
     ring_free(r);

@@ -445,8 +445,7 @@ static double write_csv(const char *dir, const elastic_opts *o, const em_node *x
         }
         fprintf(f, "\n");
     }
-    fclose(f);
-    return 0;
+    return bench_close(f, path);
 }
 
 static void write_event(const char *dir, const char *name, double t, double max_sps, long B) {
@@ -455,7 +454,7 @@ static void write_event(const char *dir, const char *name, double t, double max_
     FILE *f = fopen(path, "w");
     if (!f) return;
     fprintf(f, "t,samples_per_s,batch\n%.4f,0,0\n%.4f,%.1f,%ld\n", t, t, max_sps, B);
-    fclose(f);
+    bench_close(f, path);
 }
 
 /* elastic.png: samples/s and every node's batch against time, the events marked. */
@@ -641,7 +640,7 @@ static int write_json(const elastic_opts *o, const run_report *rr, double ref) {
         fprintf(f, "%s\n", i + 1 < o->runs ? "," : "");
     }
     fprintf(f, "]\n");
-    return fclose(f) == 0 ? 0 : -1;
+    return bench_close(f, o->json);
 }
 
 int bench_elastic(int argc, char **argv) {

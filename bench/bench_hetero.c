@@ -579,7 +579,7 @@ static void write_csv(const char *dir, const char *scen, const char *policy, con
         for (int k = 0; k < HB_NODES; k++) fprintf(f, ",%.6f", l->t[i][k]);
         fprintf(f, ",%d\n", l->changed[i]);
     }
-    fclose(f);
+    bench_close(f, path);
 }
 
 /* PNGs from the CSV (columns iter, wall_s, loss, b0.., t0.., changed): batch sizes and compute
@@ -798,7 +798,8 @@ static void report_ddp(report *rep, const hetero_opts *o, const scenario *sc, co
     }
 }
 
-static void report_close(report *rep, const hetero_opts *o, const progress *pr) {
+/* Finish report.md and --json; -1 when either could not be written whole (said). */
+static int report_close(report *rep, const hetero_opts *o, const progress *pr) {
     if (bench_stopped())
         fprintf(rep->md,
                 "\n**Stopped by signal %d** (%s) after %d of %d runs; the table holds the runs "
@@ -812,12 +813,13 @@ static void report_close(report *rep, const hetero_opts *o, const progress *pr) 
             "(all-reduce, update, bookkeeping): balancing cannot remove it, and the ideal leaves "
             "it out. Plots: SCENARIO-batch.png, SCENARIO-time.png, SCENARIO-loss.png.\n",
             BAL_WINDOW);
-    fclose(rep->md);
-    if (rep->js) {
-        fprintf(rep->js, "\n]\n");
-        fclose(rep->js);
-    }
+    char path[1024];
+    snprintf(path, sizeof path, "%s/report.md", o->out_dir);
+    int rc = bench_close(rep->md, path);
+    if (rep->js) fprintf(rep->js, "\n]\n");
+    if (bench_close(rep->js, o->json) != 0) rc = -1;
     printf("report: %s/report.md\n", o->out_dir);
+    return rc;
 }
 
 /* ================================================================ scenarios */
@@ -979,9 +981,9 @@ int bench_hetero(int argc, char **argv) {
     for (int s = 0; s < N_SCEN; s++) pr.total += o.scen_on[s] * o.n_pol * (int)o.repeat;
     for (int s = 0; s < N_SCEN && !bench_stopped(); s++)
         if (o.scen_on[s]) run_scenario(&o, &scenarios[s], &rep, &pr);
-    report_close(&rep, &o, &pr);
+    int lost = report_close(&rep, &o, &pr) != 0;
     int sig = bench_stopped();
-    if (!sig) return pr.failed ? CLI_FAIL : CLI_OK;
+    if (!sig) return pr.failed || lost ? CLI_FAIL : CLI_OK;
     const char *name = sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : strsignal(sig);
     printf("bench hetero: stopped by %s after %d of %d runs (%d failed); the table above holds "
            "the runs completed before it\n",

@@ -207,8 +207,7 @@ static int write_json(const tb_opts *o, const tb_speed *m, double flops, double 
     if (tr > 0)
         fprintf(f, ",\"pytorch_samples_per_s\":%.1f,\"speedup_vs_pytorch\":%.3f", tr, m->rate / tr);
     fprintf(f, "}\n");
-    fclose(f);
-    return 0;
+    return bench_close(f, o->json);
 }
 
 int bench_train(int argc, char **argv) {

@@ -264,6 +264,16 @@ hr_status bench_cfg_set(cfg *c, char *err, size_t errlen, const char *fmt, ...) 
     return cfg_set(c, assignment, err, errlen);
 }
 
+int bench_close(FILE *f, const char *path) {
+    if (!f) return 0;
+    int bad = ferror(f), e = errno;
+    if (fclose(f) != 0 && !bad) bad = 1, e = errno;
+    if (!bad) return 0;
+    fprintf(stderr, "hetring bench: %s: write failed (%s); it is incomplete\n", path,
+            strerror(e ? e : EIO));
+    return -1;
+}
+
 int bench_write_cfg(const cfg *c, const char *path, const char *comment) {
     char *text = NULL;
     size_t len = 0;
@@ -282,7 +292,7 @@ int bench_write_cfg(const cfg *c, const char *path, const char *comment) {
         if (n < 3 || strncmp(end - 3, " = ", 3) != 0) fprintf(f, "%.*s\n", n, line);
     }
     free(text);
-    return fclose(f) == 0 ? 0 : -1;
+    return bench_close(f, path);
 }
 
 /* ================================================================ child processes */

@@ -78,6 +78,11 @@ typedef struct {
  * BENCH_MAX_SETS. */
 int bench_add_set(const char *suite, const char *arg, void *dst);
 
+/* Close `f`, written as `path`: 0, or -1 after a message naming the file when any write to it
+ * failed (a full disk), so that a result cut short is never taken for a whole one. NULL closes
+ * nothing (0). */
+int bench_close(FILE *f, const char *path);
+
 /* Apply one printf-formatted SECTION.KEY=VALUE to `c` (cfg_set, the same assignments as
  * --set). */
 hr_status bench_cfg_set(cfg *c, char *err, size_t errlen, const char *fmt, ...)

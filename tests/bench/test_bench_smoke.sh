@@ -12,7 +12,8 @@
 #                   --tree-bytes 4K: 1 and 4 KiB over the tree, 16 KiB round the ring);
 #                   values out of range or not whole refused, naming the option; so is an
 #                   unknown scenario of bench hetero beside a known one, and in every suite a
-#                   --json file that cannot be written
+#                   --json file that cannot be written, before the run or, cut short by a
+#                   file size limit, after it
 #   bench powersgd  two shapes on 1 and 3 threads: a row each, with the bits of one thread;
 #                   bad shapes, thread counts and ranks refused
 #   slow_links.sh   its kernels part writes the summary with that table; a bad part refused
@@ -115,6 +116,13 @@ grep -q '^# Out of bounds values : 0 OK$' "$tmp/a.out" || fail "bench allreduce:
 grep -q "^# Avg bus bandwidth *: [0-9]" "$tmp/a.out" || fail "bench allreduce: no average line"
 grep -q '"algo": "ring"' "$tmp/a.json" && ! grep -q '"algo": "tree"' "$tmp/a.json" ||
     fail "bench allreduce: 2 nodes must say every size went round the ring"
+# a --json that cannot be written whole (a 1 KiB file size limit stands in for a full disk) fails
+# the run, naming the file (it exited 0 with the JSON cut short)
+(ulimit -f 1; trap '' XFSZ; exec timeout 120 "$HR" bench allreduce --port "$base" --nodes 2 \
+    --min-bytes 4 --max-bytes 64K --iters 5 --rate 1 --json "$tmp/cut.json") 2>&1 | cat > "$tmp/cut.out"
+rc=${PIPESTATUS[0]}
+[ "$rc" = 1 ] && grep -q "^hetring bench: $tmp/cut.json: write failed (File too large); it is incomplete$" "$tmp/cut.out" ||
+    fail "bench allreduce --json past the size limit: exited $rc: $(grep -v '^ ' "$tmp/cut.out" | tail -4)"
 # --wire bf16, 3 nodes, 256 KiB to 4 MiB (round the ring on the bf16 wire from 64K floats on):
 # every sum exact (the checked values stay exact in bf16), and the header and JSON say bf16
 timeout 120 "$HR" bench allreduce --port "$base" --nodes 3 --wire bf16 -b 256K -e 4M -f 4 --iters 3 \
