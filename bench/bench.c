@@ -31,9 +31,10 @@ int main(int argc, char **argv) {
     if (rc != CLI_OK) return rc;
     if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
         usage(argc < 2 ? stderr : stdout);
-        return argc < 2 ? CLI_USAGE : CLI_OK;
+        return cli_main_end(argc < 2 ? CLI_USAGE : CLI_OK, "hetring bench");
     }
     for (int i = 0; i < N_SUITES; i++)
-        if (strcmp(suites[i].name, argv[1]) == 0) return suites[i].fn(argc - 1, argv + 1);
+        if (strcmp(suites[i].name, argv[1]) == 0)
+            return cli_main_end(suites[i].fn(argc - 1, argv + 1), "hetring bench");
     return cli_main_unknown("hetring bench", "suite", argv[1], usage);
 }

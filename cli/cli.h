@@ -59,6 +59,10 @@ int cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format
  * program again (trainer/blas_pick.h), then read the log settings from the environment.
  * CLI_OK, or CLI_USAGE after "<prog>: <why>" on stderr. */
 int cli_main_start(char **argv, const char *prog);
+/* The exit status of a command that returned `rc`: a write error on standard output (a full
+ * disk) makes a success 1, with a message from `prog`, as the output it promised was lost
+ * (`hetring config > file` exited 0 with the file cut short). */
+int cli_main_end(int rc, const char *prog);
 
 /* A main's word that names none of its commands: "<prog>: unknown <what> 'WORD'", a blank line
  * and the usage on stderr. Returns CLI_USAGE. */

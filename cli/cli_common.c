@@ -7,6 +7,7 @@
 #include "cluster/transport.h"
 #include "trainer/blas_pick.h"
 
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -29,6 +30,14 @@ int cli_main_start(char **argv, const char *prog) {
     if (blas == HR_OK) return CLI_OK;
     fprintf(stderr, "%s: %s\n", prog, err);
     return CLI_USAGE;
+}
+
+int cli_main_end(int rc, const char *prog) {
+    errno = 0;
+    if (fflush(stdout) == 0 && !ferror(stdout)) return rc;
+    fprintf(stderr, "%s: cannot write standard output (%s)\n", prog,
+            errno ? strerror(errno) : "an earlier write failed");
+    return rc == CLI_OK ? CLI_FAIL : rc;
 }
 
 int cli_main_unknown(const char *prog, const char *what, const char *word, void (*usage)(FILE *)) {

@@ -99,9 +99,10 @@ int main(int argc, char **argv) {
         usage(stderr);
         return CLI_USAGE;
     }
-    if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) return cmd_help(1, argv);
-    if (strcmp(argv[1], "--version") == 0) return cmd_version(1, argv);
+    if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)
+        return cli_main_end(cmd_help(1, argv), "hetring");
+    if (strcmp(argv[1], "--version") == 0) return cli_main_end(cmd_version(1, argv), "hetring");
     const cli_command *c = find(argv[1]);
     if (!c) return cli_main_unknown("hetring", "command", argv[1], usage);
-    return c->fn(argc - 1, argv + 1);
+    return cli_main_end(c->fn(argc - 1, argv + 1), "hetring");
 }

@@ -41,6 +41,19 @@ done
 for spec in '' debug 'warn,ring=debug,CTRL=Trace'; do
     expect 0 env HETRING_LOG="$spec" "$HR" config --conf "$SRC/conf/examples/demo.ini"
 done
+# standard output that cannot be written (a full disk: /dev/full) fails the command, saying so
+# (config --reference > file exited 0 with the file cut short); a failure keeps its own status
+if [ -w /dev/full ]; then
+    for args in "config --reference" "config --conf $SRC/conf/examples/demo.ini" "version" "bench --help"; do
+        # shellcheck disable=SC2086
+        msg=$("$HR" $args 2>&1 >/dev/full); rc=$?
+        case "$rc:$msg" in
+            "1:hetring"*": cannot write standard output (No space left on device)") echo "ok: '$args' > /dev/full -> 1" ;;
+            *) echo "FAIL: '$args' > /dev/full: exited $rc: '$msg'"; fails=$((fails+1)) ;;
+        esac
+    done
+    expect 2 sh -c "'$HR' config --conf '$tmp/missing.ini' > /dev/full"
+fi
 # every help line names a command that answers --help
 for c in $("$HR" help | awk '/^Commands:/{on=1;next} on && /^  [a-z]/{print $1}'); do
     expect 0 "$HR" "$c" --help
