@@ -8,11 +8,14 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <ini.h>
 #include <limits.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #define CFG_MAX_LINE 16384 /* characters of an INI line, its end of line not counted */
 
@@ -214,10 +217,19 @@ static hr_status parse_stream(cfg *c, FILE *f, const char *path, const char *dir
 
 hr_status cfg_parse_file(cfg *c, const char *path, char *err, size_t errlen) {
     snprintf(c->path, sizeof c->path, "%s", path);
-    FILE *f = fopen(path, "r");
-    if (!f)
+    /* opened without blocking: a FIFO that no one writes reads as empty rather than holding the
+     * node for ever in open; a pipe with a writer (--conf <(...)) still reads whole */
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    struct stat sb;
+    if (fd >= 0 && fstat(fd, &sb) == 0 && S_ISDIR(sb.st_mode)) close(fd), fd = -1, errno = EISDIR;
+    if (fd >= 0) fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+    FILE *f = fd >= 0 ? fdopen(fd, "r") : NULL;
+    if (!f) {
+        int e = errno;
+        if (fd >= 0) close(fd);
         return hr_fail(err, errlen, HR_ERR_IO, "%s: cannot open: %s (expected a readable INI file)",
-                       path, strerror(errno));
+                       path, strerror(e));
+    }
     char dir[PATH_MAX];
     cfg_dir_of(path, dir, sizeof dir);
     hr_status st = parse_stream(c, f, path, dir, err, errlen);

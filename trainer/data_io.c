@@ -13,6 +13,7 @@
 #include "base/hr_log.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,11 +24,30 @@
 
 /* ================================================================ helpers */
 
+/* Open data file `path` for reading, gzipped or not. Only a regular file is taken: a FIFO (or a
+ * device) would block the node for ever in open or read, so it is opened without blocking and
+ * refused by what it is. */
 static gzFile open_read(const char *path, char *err, size_t errlen, hr_status *st) {
-    gzFile f = gzopen(path, "rb");
-    if (!f)
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    struct stat sb;
+    if (fd < 0) {
+        *st = hr_fail(err, errlen, HR_ERR_IO, "%s: cannot open (%s)", path, strerror(errno));
+        return NULL;
+    }
+    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+        close(fd);
+        *st = hr_fail(err, errlen, HR_ERR_DATA, "%s: not a regular file (expected a data file)",
+                      path);
+        return NULL;
+    }
+    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+    errno = 0;
+    gzFile f = gzdopen(fd, "rb");
+    if (!f) {
+        close(fd);
         *st = hr_fail(err, errlen, HR_ERR_IO, "%s: cannot open (%s)", path,
                       errno ? strerror(errno) : "out of memory");
+    }
     return f;
 }
 

@@ -320,7 +320,7 @@ static void test_override_blame(const char *tmp) {
 
 /* Values are read whole and as written: a NUL byte is refused (it would cut the value), numbers
  * are decimal (no octal, no hex), and long lines are read (a line over the limit is refused
- * with its file:line). */
+ * with its file:line); the file is never waited on, nor a directory read. */
 static void test_input_holes(const char *tmp) {
     char err[HR_ERRLEN] = "";
     cfg c;
@@ -359,6 +359,21 @@ static void test_input_holes(const char *tmp) {
     fclose(f);
     CHECK(cfg_load(&c, tmp, err, sizeof err) == HR_ERR_CONFIG, "a 100000-character line accepted");
     CHECK(strstr(err, ":7: line is too long (expected at most "), "got: %s", err);
+    cfg_free(&c);
+
+    /* a FIFO that no one writes is read as empty, not waited on for ever in open (a 5 s alarm
+     * ends the test if it is); a directory is refused by what it is */
+    char fifo[300];
+    snprintf(fifo, sizeof fifo, "%s.fifo", tmp);
+    CHECK(mkfifo(fifo, 0600) == 0, "mkfifo %s", fifo);
+    alarm(5);
+    CHECK(cfg_load(&c, fifo, err, sizeof err) == HR_ERR_CONFIG, "a FIFO with no writer: %s", err);
+    alarm(0);
+    CHECK(strstr(err, "the peer list is empty"), "got: %s", err);
+    cfg_free(&c);
+    unlink(fifo);
+    CHECK(cfg_load(&c, "/tmp", err, sizeof err) == HR_ERR_IO, "a directory as the INI file");
+    CHECK(strstr(err, "/tmp: cannot open: Is a directory"), "got: %s", err);
     cfg_free(&c);
 }
 

@@ -253,6 +253,19 @@ static void test_bad_files(void) {
     write_bytes(cf, rec, 3 * 3073);
     expect_error(data_load_cifar(&in, files, 1, err, sizeof err), err, cf, "out of range");
 
+    /* a data file that is a FIFO (no one writes it) is refused, not waited on for ever (a 5 s
+     * alarm ends the test if it is), for every loader */
+    char fifo[128];
+    snprintf(fifo, sizeof fifo, "%s/fifo", dir);
+    CHECK(mkfifo(fifo, 0600) == 0, "mkfifo");
+    alarm(5);
+    const char *fifos[1] = {fifo};
+    expect_error(data_load_idx(&in, fifo, lab, err, sizeof err), err, fifo, "not a regular file");
+    expect_error(data_load_cifar(&in, fifos, 1, err, sizeof err), err, fifo, "not a regular file");
+    expect_error(data_load_csv(&in, fifo, 0, err, sizeof err), err, fifo, "not a regular file");
+    alarm(0);
+    unlink(fifo);
+
     /* CSV: bad number, ragged rows, bad label, a value that is not finite */
     char csv[128];
     snprintf(csv, sizeof csv, "%s/bad.csv", dir);
