@@ -157,6 +157,20 @@ hr_status dist_decide(dist *d, long iter, const cluster_stat *stats, int size, l
         d->gathered[k] = (ctrl_stat){.t = stats[k].rec.t, .b = stats[k].rec.b};
     hr_status st = ctrl_observe(&d->ctl, iter, d->gathered);
     if (st != HR_OK) {
+        const ring_view *v = ring_get_view(d->r);
+        for (int k = 0; k < size; k++) {
+            double t = d->gathered[k].t;
+            if (!(t >= CTRL_T_MIN && t <= CTRL_T_MAX))
+                HR_ERROR(CTRL,
+                         "iteration %ld: node %ld reported a compute time of %g s for %ld "
+                         "sample(s), outside [%g, %g] s; the controller cannot use it",
+                         iter, v->ids[k], t, d->gathered[k].b, CTRL_T_MIN, CTRL_T_MAX);
+            else if (d->gathered[k].b != d->ctl.b[k])
+                HR_ERROR(CTRL,
+                         "iteration %ld: node %ld computed %ld sample(s), where the split gave it "
+                         "%ld",
+                         iter, v->ids[k], d->gathered[k].b, d->ctl.b[k]);
+        }
         HR_ERROR(CTRL, "iteration %ld: the controller rejected the gathered stats", iter);
         return st;
     }

@@ -1290,9 +1290,12 @@ int hetring_step(hetring *h, const hetring_grads *g, hetring_result *res) {
         if (h->given[i] && g->bufs[i] != h->ptrs[i])
             return fail(h, HETRING_EINVAL,
                         "hetring_step: buffer %d is not the one hetring_ready was given", i);
-    if (!(g->compute_s >= 0) || !isfinite(g->compute_s))
-        return fail(h, HETRING_EINVAL, "hetring_step: compute_s must be finite and >= 0, not %g",
-                    g->compute_s);
+    if (!(g->compute_s >= CTRL_T_MIN && g->compute_s <= CTRL_T_MAX))
+        return fail(h, HETRING_EINVAL,
+                    "hetring_step: compute_s must be the seconds this node's compute took, above "
+                    "0 and at most %g, not %g (time it with a fine clock, e.g. "
+                    "time.perf_counter())",
+                    CTRL_T_MAX, g->compute_s);
     h->err[0] = 0;
     const double factor = train_stretch_factor(&h->cc.stretch, h->iter);
     hr_sleep((factor - 1) * g->compute_s); /* an emulated slow node (labelled as such) */
@@ -1303,10 +1306,10 @@ int hetring_step(hetring *h, const hetring_grads *g, hetring_result *res) {
     memcpy(h->next, h->split, sizeof *h->next * (size_t)h->size);
     hr_status st = dist_decide(&h->d, h->iter, h->gathered, h->size, h->next);
     if (st != HR_OK) {
-        snprintf(h->err, sizeof h->err,
-                 "iteration %ld: the nodes disagree (%s; the log names "
-                 "them)",
-                 h->iter, hr_strerror(st));
+        snprintf(h->err, sizeof h->err, "iteration %ld: %s", h->iter,
+                 st == HR_ERR_MISMATCH
+                     ? "the nodes disagree (the log names them); stopped"
+                     : "the controller refused the gathered timings (the log names the node)");
         return fatal(h, st);
     }
     const int finite = step_finite(h);

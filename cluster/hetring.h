@@ -188,7 +188,7 @@ typedef struct {
     float *const *bufs;   /* (n_bufs) float32 buffers, overwritten with the mean over B */
     const size_t *counts; /* (n_bufs) floats in each; the same on every node and iteration */
     int n_bufs;           /* >= 1 */
-    double compute_s;     /* seconds this node spent computing them (not waiting) */
+    double compute_s;     /* seconds this node spent computing them (not waiting), above 0 */
     double loss_sum;      /* sum of the per-sample losses of the batch (0 if none) */
     long correct;         /* correct predictions in the batch (classification; else 0) */
     uint64_t param_hash;  /* with hetring_batch.check_hash: hetring_hash of your parameters */

@@ -825,7 +825,8 @@ class Trainer:
         self._live = None
         if self._cuda:
             torch.cuda.synchronize()  # the compute time includes the kernels still queued
-        compute_s = max(0.0, self.clock() - t0 - self._comm_s)
+        # above 0 (a coarse clock can read 0), as hetring_step requires
+        compute_s = max(1e-9, self.clock() - t0 - self._comm_s)
         self._live = live
         for k in range(len(self.params)):
             if not live.given[k]:

@@ -177,6 +177,13 @@ static int misuse(const char *dir, int port) {
     CHECK(hetring_step(h, &gr, NULL) == HETRING_EINVAL, "no buffers: EINVAL");
     gr.n_bufs = 2, gr.compute_s = NAN;
     CHECK(hetring_step(h, &gr, NULL) == HETRING_EINVAL, "NaN compute time: EINVAL");
+    /* 0 s (a coarse clock, or none) is refused here, by this node, and the node goes on: the
+     * controller refused it on every node, which stopped as "the nodes disagree" */
+    gr.compute_s = 0;
+    CHECK(hetring_step(h, &gr, NULL) == HETRING_EINVAL &&
+              strstr(hetring_last_error(h), "compute_s must be the seconds this node's compute "
+                                            "took, above 0"),
+          "0 s compute time: %s", hetring_last_error(h));
     gr.compute_s = 0.001;
     hetring_result r;
     CHECK(hetring_members(h, NULL, 0) == 0, "no members before the first step");
