@@ -48,6 +48,9 @@ extern const int cfg_n_nkeys;
 /* The key `key` of `section` in `keys` (n rows), its index in *idx; NULL when there is none. */
 const key_spec *cfg_find_key(const key_spec *keys, int n, const char *section, const char *key,
                              int *idx);
+/* The keys of `section` in `keys` (n rows) as "a, b, c" into out (len bytes), for the message
+ * about a key that is not one of them. */
+void cfg_list_keys(const key_spec *keys, int n, const char *section, char *out, size_t len);
 
 /* The environment variable that overrides `key` of `section` (node_id -1) or of node
  * `node_id`: HETRING_TRAIN_LR, HETRING_NODE_2_THREADS. Returns `out`. (cfg_override.c) */

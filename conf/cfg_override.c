@@ -116,10 +116,21 @@ hr_status cfg_set(cfg *c, const char *assignment, char *err, size_t errlen) {
     int idx;
     const key_spec *k = node_id >= 0 ? cfg_find_key(cfg_nkeys, cfg_n_nkeys, "node", key, &idx)
                                      : cfg_find_key(cfg_gkeys, cfg_n_gkeys, section, key, &idx);
-    if (!k)
+    if (!k && node_id < 0 && strcmp(section, "cluster") != 0 && strcmp(section, "train") != 0 &&
+        strcmp(section, "controller") != 0)
         return hr_fail(err, errlen, HR_ERR_CONFIG,
-                       "--set %s: unknown key '%s' in [%s] (expected a key of reference.ini)",
-                       assignment, key, section);
+                       "--set %s: unknown section '%s' (expected cluster, train, controller or "
+                       "node.ID)",
+                       assignment, section);
+    if (!k) {
+        char list[1024];
+        cfg_list_keys(node_id >= 0 ? cfg_nkeys : cfg_gkeys,
+                      node_id >= 0 ? cfg_n_nkeys : cfg_n_gkeys, node_id >= 0 ? "node" : section,
+                      list, sizeof list);
+        return hr_fail(err, errlen, HR_ERR_CONFIG,
+                       "--set %s: unknown key '%s' in [%s] (expected one of %s)", assignment, key,
+                       node_id >= 0 ? "node.ID" : section, list);
+    }
     void *base = node_id >= 0 ? (void *)&c->nodes[cfg_node_index(c, node_id)] : (void *)c;
     return apply_one(c, k, base, CFG_LINE_SET, src, eq + 1, err, errlen);
 }

@@ -139,14 +139,6 @@ static char *read_line(char *str, int num, void *stream) {
     return ps->failed ? NULL : str;
 }
 
-static void list_keys(const key_spec *keys, int n, const char *section, char *out, size_t len) {
-    size_t o = 0;
-    out[0] = 0;
-    for (int i = 0; i < n && o < len; i++)
-        if (strcmp(keys[i].section, section) == 0)
-            o += (size_t)snprintf(out + o, len - o, "%s%s", o ? ", " : "", keys[i].key);
-}
-
 static int on_key(void *user, const char *section, const char *name, const char *value) {
     parse_state *ps = user;
     if (ps->failed) return 0;
@@ -161,7 +153,7 @@ static int on_key(void *user, const char *section, const char *name, const char 
     const key_spec *k = cfg_find_key(keys, n, sec, name, &idx);
     if (!k) {
         char list[1024];
-        list_keys(keys, n, sec, list, sizeof list);
+        cfg_list_keys(keys, n, sec, list, sizeof list);
         parse_error(ps, "unknown key '%s' in [%s] (expected one of %s)", name, section, list);
         return 0;
     }

@@ -167,6 +167,14 @@ const int cfg_n_nkeys = (int)(sizeof cfg_nkeys / sizeof cfg_nkeys[0]);
 _Static_assert(sizeof cfg_gkeys / sizeof cfg_gkeys[0] <= 64, "cfg.key_line is too small");
 _Static_assert(sizeof cfg_nkeys / sizeof cfg_nkeys[0] <= 16, "cfg_node.key_line is too small");
 
+void cfg_list_keys(const key_spec *keys, int n, const char *section, char *out, size_t len) {
+    size_t o = 0;
+    out[0] = 0;
+    for (int i = 0; i < n && o < len; i++)
+        if (strcmp(keys[i].section, section) == 0)
+            o += (size_t)snprintf(out + o, len - o, "%s%s", o ? ", " : "", keys[i].key);
+}
+
 const key_spec *cfg_find_key(const key_spec *keys, int n, const char *section, const char *key,
                              int *idx) {
     for (int i = 0; i < n; i++)

@@ -175,6 +175,10 @@ class Node:
             o.conf = os.fsencode(conf)
         o.node_id = -1 if node_id is None else int(node_id)
         o.n_samples = int(n_samples)
+        if isinstance(overrides, (str, bytes)) or \
+                not all(isinstance(s, (str, bytes)) for s in overrides):
+            raise TypeError(f"hetring: overrides is {overrides!r:.60}; expected a list of "
+                            f"'section.key=value' strings, e.g. ['train.lr=0.1']")
         sets = [os.fsencode(s) for s in overrides] + [None]
         self._sets = (ctypes.c_char_p * len(sets))(*sets)
         o.set = self._sets

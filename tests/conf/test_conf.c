@@ -238,7 +238,14 @@ static void test_overrides(const char *tmp) {
     CHECK(cfg_set(&c, "node.5.slowdown=2", err, sizeof err) == HR_OK, "%s", err);
     CHECK(c.nodes[1].slowdown == 2, "--set node slowdown: %g", c.nodes[1].slowdown);
     CHECK(cfg_set(&c, "train.nope=1", err, sizeof err) == HR_ERR_CONFIG, "unknown --set key");
-    CHECK(strstr(err, "unknown key 'nope'"), "%s", err);
+    CHECK(strstr(err, "unknown key 'nope' in [train] (expected one of model, layers,"), "%s", err);
+    CHECK(cfg_set(&c, "node.5.prt=1", err, sizeof err) == HR_ERR_CONFIG, "unknown node key");
+    CHECK(strstr(err, "unknown key 'prt' in [node.ID] (expected one of host, port,"), "%s", err);
+    /* a section that does not exist is named as one (it was "unknown key 'lr' in [trian]") */
+    CHECK(cfg_set(&c, "trian.lr=1", err, sizeof err) == HR_ERR_CONFIG, "unknown --set section");
+    CHECK(strcmp(err, "--set trian.lr=1: unknown section 'trian' (expected cluster, train, "
+                      "controller or node.ID)") == 0,
+          "%s", err);
     CHECK(cfg_set(&c, "node.9.slowdown=2", err, sizeof err) == HR_ERR_CONFIG, "unknown node");
     cfg_free(&c);
     /* a malformed override names its variable */

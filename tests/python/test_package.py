@@ -62,6 +62,16 @@ def test_import():
         check(e.status == 2 and "conf_text:4: [train] momentum is set, but libhetring does not "
               "use it" in str(e), f"{e}")
     test_buffers()
+    # overrides is a list of strings: one string alone was read letter by letter ("--set t:
+    # malformed"), and a number failed inside os.fsencode
+    for bad in ("train.iterations=5", [5]):
+        try:
+            hetring.Node({"cluster": {"security": "none"},
+                          "nodes": [{"host": "127.0.0.1", "port": 1}]}, node_id=0, overrides=bad)
+            check(False, f"overrides={bad!r} was taken")
+        except TypeError as e:
+            print(f"overrides={bad!r}: {e}")
+            check("expected a list of 'section.key=value' strings" in str(e), f"{e}")
     # a log setting the library cannot honour is refused by hetring_open (it was dropped)
     os.environ["HETRING_LOG"] = "ring=loud"
     try:
