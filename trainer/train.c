@@ -683,11 +683,16 @@ static hr_status run_iteration(trainer *t, const train_opts *o, run_report *rr, 
 }
 
 /* The summary JSON (keys iterations, samples, wall_s, samples_per_s, final_loss, eval_accuracy,
- * emulated, ...), with the fields of the tag hook. */
+ * emulated, ...), with the fields of the tag hook. Written whole or not at all: into
+ * PATH.tmp.PID, renamed over PATH once complete, so a full disk never leaves half a JSON
+ * object where a reader expects one. */
 static hr_status write_summary(const trainer *t, const train_result *r, const train_opts *o,
                                const char *path, char *err, size_t errlen) {
-    FILE *f = fopen(path, "w");
-    if (!f) return hr_fail(err, errlen, HR_ERR_IO, "%s: cannot create (%s)", path, strerror(errno));
+    char tmp[4200];
+    if (snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid()) >= (int)sizeof tmp)
+        return hr_fail(err, errlen, HR_ERR_IO, "%s: name too long", path);
+    FILE *f = fopen(tmp, "w");
+    if (!f) return hr_fail(err, errlen, HR_ERR_IO, "%s: cannot create (%s)", tmp, strerror(errno));
     char desc[160];
     model_describe(&t->m, desc, sizeof desc);
     fprintf(f, "{\n  \"iterations\": %ld,\n  \"samples\": %ld,\n", r->iterations, r->samples);
@@ -705,9 +710,13 @@ static hr_status write_summary(const trainer *t, const train_result *r, const tr
     fprintf(f, "  \"final_iteration\": %ld", t->iter);
     if (o && o->tag) o->tag(o->member_ctx, t, f, 1);
     fputs("\n}\n", f);
-    if (ferror(f) | (fclose(f) != 0))
-        return hr_fail(err, errlen, HR_ERR_IO, "%s: write failed", path);
-    return HR_OK;
+    int bad = ferror(f), e = errno;
+    if (fclose(f) != 0 && !bad) bad = 1, e = errno;
+    if (!bad && rename(tmp, path) != 0) bad = 1, e = errno;
+    if (!bad) return HR_OK;
+    unlink(tmp);
+    return hr_fail(err, errlen, HR_ERR_IO, "%s: write failed (%s); it was not written", path,
+                   strerror(e ? e : EIO));
 }
 
 hr_status train_run(trainer *t, const train_opts *o, train_result *res, char *err, size_t errlen) {

@@ -116,5 +116,15 @@ n=$(grep -c "m.jsonl: cannot write the record of iteration [0-9]* (File too larg
 [ "$n" = 1 ] || fail "metrics past the size limit: $n warnings: $(grep -i metrics "$tmp/mf")"
 tail -1 "$tmp/mf" | grep -Eq "m.jsonl: write failed \(File too large\): the records from iteration [0-9]+ on are missing or cut short$" ||
     fail "metrics past the size limit: last line: $(tail -1 "$tmp/mf")"
+# a summary that cannot be written leaves the one before it as it was, and no part of its own
+# (it emptied the old one: fopen truncated it before the write failed)
+echo '{"old": 1}' > "$tmp/s.json"
+(ulimit -f 0; trap '' XFSZ; exec timeout 60 "$HR" run --conf "$tmp/m1.ini" --summary "$tmp/s.json") \
+    2>&1 | cat > "$tmp/sf"
+rc=${PIPESTATUS[0]}
+[ "$rc" = 1 ] && tail -1 "$tmp/sf" | grep -q "s.json: write failed (File too large); it was not written$" ||
+    fail "summary past the size limit: exited $rc: $(tail -1 "$tmp/sf")"
+[ "$(cat "$tmp/s.json")" = '{"old": 1}' ] || fail "summary past the size limit: the old one became '$(head -c 80 "$tmp/s.json")'"
+ls "$tmp" | grep -q 's.json.tmp' && fail "summary past the size limit: left $(ls "$tmp" | grep s.json.tmp)"
 [ $fails = 0 ] && echo "run messages: ok"
 exit $((fails > 0))
