@@ -10,6 +10,7 @@
 #include "base/hr_log.h"
 #include "cli/cli.h"
 #include "cluster/hr_node.h"
+#include "cluster/node_id.h"
 #include "cluster/ring_setup.h"
 #include "cluster/trainer_setup.h"
 #include "ring/sec.h"
@@ -147,6 +148,8 @@ static int dry_port(const cfg *c, int self) {
     char err[HR_ERRLEN];
     int fd = -1;
     if (c->n_nodes < 2) return 0; /* one node trains alone and listens on nothing */
+    if (node_id_check_reachable(c, self, err, sizeof err) != HR_OK)
+        return fprintf(stderr, "%s\n", err), 1;
     if (tcp_listen(me->host, me->port, &fd, err, sizeof err) != HR_OK)
         return problem(c, self, "port", "%s (is another node or program using it?)", err);
     tcp_close(&fd);

@@ -513,6 +513,7 @@ static hr_status setup(hetring *h, const hetring_options *o) {
     h->iter = o->start_iter; /* the election takes the state of the member furthest along */
     h->size = 1, h->split[0] = B;
     ring_config rc;
+    HR_CHECK(node_id_check_reachable(c, h->self, e, n));
     HR_CHECK(app_ring_config(c, h->self, &rc, e, n));
     hr_status st = dist_init(&h->d, &h->cc, &rc, e, n);
     ring_config_wipe(&rc); /* the ring keeps its own copy of the PSK */

@@ -11,6 +11,19 @@
 #include <string.h>
 #include <sys/socket.h>
 
+/* Is the address of `a` a loopback one (all of 127/8, or ::1)? */
+static int is_loopback(const struct addrinfo *a) {
+    if (a->ai_family == AF_INET) {
+        const struct sockaddr_in *s = (const void *)a->ai_addr;
+        return (ntohl(s->sin_addr.s_addr) >> 24) == 127;
+    }
+    if (a->ai_family == AF_INET6) {
+        const struct sockaddr_in6 *s = (const void *)a->ai_addr;
+        return IN6_IS_ADDR_LOOPBACK(&s->sin6_addr);
+    }
+    return 0;
+}
+
 int node_id_host_is_local(const char *host) {
     struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM};
     struct addrinfo *res = NULL;
@@ -19,13 +32,7 @@ int node_id_host_is_local(const char *host) {
     struct ifaddrs *ifs = NULL;
     if (getifaddrs(&ifs) != 0) ifs = NULL;
     for (struct addrinfo *a = res; a && !local; a = a->ai_next) {
-        if (a->ai_family == AF_INET) {
-            const struct sockaddr_in *s = (const void *)a->ai_addr;
-            if ((ntohl(s->sin_addr.s_addr) >> 24) == 127) local = 1; /* all of 127/8 is ours */
-        } else if (a->ai_family == AF_INET6) {
-            const struct sockaddr_in6 *s = (const void *)a->ai_addr;
-            if (IN6_IS_ADDR_LOOPBACK(&s->sin6_addr)) local = 1;
-        }
+        local = is_loopback(a);
         for (struct ifaddrs *i = ifs; i && !local; i = i->ifa_next) {
             if (!i->ifa_addr || i->ifa_addr->sa_family != a->ai_family) continue;
             if (a->ai_family == AF_INET)
@@ -40,6 +47,35 @@ int node_id_host_is_local(const char *host) {
     if (ifs) freeifaddrs(ifs);
     freeaddrinfo(res);
     return local;
+}
+
+/* Whether every address `host` resolves to is a loopback one; the first goes to addr. */
+static int loopback_only(const char *host, char *addr, size_t n) {
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM};
+    struct addrinfo *res = NULL;
+    if (getaddrinfo(host, NULL, &hints, &res) != 0) return 0; /* the listener says why */
+    int loop = 1;
+    for (struct addrinfo *a = res; a; a = a->ai_next) loop &= is_loopback(a);
+    if (getnameinfo(res->ai_addr, res->ai_addrlen, addr, (socklen_t)n, NULL, 0, NI_NUMERICHOST))
+        snprintf(addr, n, "?");
+    freeaddrinfo(res);
+    return loop;
+}
+
+hr_status node_id_check_reachable(const cfg *c, int self, char *err, size_t errlen) {
+    char addr[NI_MAXHOST], at[CFG_PATH + 64];
+    const cfg_node *me = &c->nodes[self];
+    if (c->n_nodes < 2 || !loopback_only(me->host, addr, sizeof addr)) return HR_OK;
+    for (int k = 0; k < c->n_nodes; k++)
+        if (k != self && !node_id_host_is_local(c->nodes[k].host))
+            return hr_fail(err, errlen, HR_ERR_CONFIG,
+                           "%s: [node.%ld] host = %s is %s on this machine, a loopback address: "
+                           "node %ld (%s), on another machine, could never connect to it "
+                           "(expected an address of this machine that the others reach; a host "
+                           "name that /etc/hosts maps to 127.0.1.1 does this)",
+                           cfg_where(c, self, "host", at, sizeof at), me->id, me->host, addr,
+                           c->nodes[k].id, c->nodes[k].host);
+    return HR_OK;
 }
 
 static void list_candidates(const cfg *c, const int *which, char *out, size_t n) {

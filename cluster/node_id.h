@@ -22,4 +22,11 @@ hr_status node_id_resolve(const cfg *c, const char *cli_id, int *out_idx, char *
 /* Is `host` (name or numeric) an address of this machine? */
 int node_id_host_is_local(const char *host);
 
+/* Node c->nodes[self] listens on its host's address: when that is loopback only here (a host
+ * name that /etc/hosts maps to 127.0.1.1, or localhost) while another node is on another
+ * machine, that node could never connect to it, and the ring would wait out connect_timeout
+ * and rejoin_timeout. Returns HR_ERR_CONFIG then, `err` naming the host's FILE:LINE, the
+ * address and the other node; else HR_OK. A node alone listens on nothing: HR_OK. */
+hr_status node_id_check_reachable(const cfg *c, int self, char *err, size_t errlen);
+
 #endif

@@ -60,6 +60,28 @@ static void test_local(void) {
 
 /* MPICH's PMI_RANK and torchrun's RANK are ranks too, after the others; each launcher's world
  * size must be the node count, and a mismatch names the variable and both numbers. */
+/* A loopback host beside a node on another machine is refused (hetring_open and the dry run
+ * call this before the ring binds or connects); beside local nodes, or alone, it is fine. */
+static void test_reachable(const char *tmp) {
+    char err[HR_ERRLEN] = "";
+    cfg c;
+    write_file(tmp, two_nodes); /* node 0 on 127.0.0.1, node 5 on 192.0.2.1 */
+    CHECK(cfg_load(&c, tmp, err, sizeof err) == HR_OK, "%s", err);
+    CHECK(node_id_check_reachable(&c, 0, err, sizeof err) == HR_ERR_CONFIG, "loopback beside a "
+                                                                            "remote node passed");
+    CHECK(strstr(err, ":6: [node.0] host = 127.0.0.1 is 127.0.0.1 on this machine, a loopback "
+                      "address: node 5 (192.0.2.1), on another machine"),
+          "got: %s", err);
+    CHECK(node_id_check_reachable(&c, 1, err, sizeof err) == HR_OK, "node 5 is not loopback: %s",
+          err);
+    cfg_free(&c);
+    write_file(tmp, "[cluster]\nsecurity = none\n[node.0]\nhost = localhost\nport = 7001\n"
+                    "[node.1]\nhost = 127.0.0.2\nport = 7001\n");
+    CHECK(cfg_load(&c, tmp, err, sizeof err) == HR_OK, "%s", err);
+    CHECK(node_id_check_reachable(&c, 0, err, sizeof err) == HR_OK, "all on this machine: %s", err);
+    cfg_free(&c);
+}
+
 static void test_launchers(const char *tmp) {
     char err[HR_ERRLEN] = "";
     cfg c;
@@ -118,6 +140,7 @@ int main(void) {
     close(fd);
     test_resolve(tmp);
     test_local();
+    test_reachable(tmp);
     test_launchers(tmp);
     unlink(tmp);
     return check_exit();

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # hetring config --node ID is a dry run of that node: relative paths in the file are relative to
 # the file's directory (not the working directory), and each missing key file, data file,
-# checkpoint directory or busy port, and a pinned pubkey that is not the key file's, is reported
+# checkpoint directory or busy port, a pinned pubkey that is not the key file's, and a loopback
+# host beside a node on another machine, is reported
 # as FILE:LINE: KEY with exit status 1; a node that would start passes with exit status 0.
 # HR, fail, $tmp and the port block `base` from the shared setup; the trap also stops the
 # process holding a port, if any
@@ -102,6 +103,18 @@ dry_run 1
 has "c.ini:18: [node.1] port: cannot listen on 127.0.0.1:$((base + 1))"
 kill "$holder"; wait "$holder" 2>/dev/null; holder=
 dry_run 0
+
+# a node whose host is loopback here while another node is elsewhere could never be reached:
+# refused by its line (the dry run binds, never connects: no traffic leaves loopback)
+printf '[cluster]\nsecurity = none\n[node.0]\nhost = localhost\nport = %d\n[node.1]\nhost = 192.0.2.1\nport = %d\n' \
+    "$base" $((base + 1)) > "$tmp/lb.ini"
+timeout 20 "$HR" config --conf "$tmp/lb.ini" --node 0 > "$tmp/out" 2>&1
+rc=$?
+[ $rc = 1 ] || fail "loopback host beside a remote node: exited $rc"
+has "lb.ini:4: [node.0] host = localhost is 127.0.0.1 on this machine, a loopback address: node 1 (192.0.2.1), on another machine, could never connect to it"
+sed -i 's/192.0.2.1/127.0.0.1/' "$tmp/lb.ini"
+timeout 20 "$HR" config --conf "$tmp/lb.ini" --node 0 > "$tmp/out" 2>&1 ||
+    fail "localhost beside 127.0.0.1 (both on this machine) refused: $(cat "$tmp/out")"
 
 # an override is relative to the working directory, and is named as an override
 (cd "$tmp/elsewhere" && "$HR" config --conf ../cluster/c.ini --node 1 \
