@@ -95,15 +95,13 @@ hr_status sec_read_key_file(const char *path, uint8_t out[32], char *err, size_t
     return s;
 }
 
-hr_status sec_write_key_file(const char *path, const uint8_t key[32], const char *comment,
-                             int force, char *err, size_t errlen) {
-    int fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC | (force ? O_TRUNC : O_EXCL), 0600);
-    if (fd < 0)
-        return hr_fail(err, errlen, HR_ERR_IO, "%s: cannot create key file: %s%s", path,
-                       strerror(errno), errno == EEXIST ? " (use --force to replace it)" : "");
+/* Write the key's text to the open file fd; closes fd. */
+static hr_status write_key_text(int fd, const char *path, const uint8_t key[32],
+                                const char *comment, char *err, size_t errlen) {
     if (fchmod(fd, 0600) != 0) {
+        int e = errno;
         close(fd);
-        return hr_fail(err, errlen, HR_ERR_IO, "%s: chmod 600: %s", path, strerror(errno));
+        return hr_fail(err, errlen, HR_ERR_IO, "%s: chmod 600: %s", path, strerror(e));
     }
     char text[256];
     char hex[65];
@@ -114,11 +112,42 @@ hr_status sec_write_key_file(const char *path, const uint8_t key[32], const char
     sodium_memzero(text, sizeof text);
     sodium_memzero(hex, sizeof hex);
     if (w != len || fsync(fd) != 0) {
+        if (w == len) e = errno;
         close(fd);
-        return hr_fail(err, errlen, HR_ERR_IO, "%s: write: %s", path, strerror(w < 0 ? e : EIO));
+        return hr_fail(err, errlen, HR_ERR_IO, "%s: write: %s", path,
+                       strerror(w < 0 || w == len ? e : EIO));
     }
     if (close(fd) != 0) return hr_fail(err, errlen, HR_ERR_IO, "%s: close failed", path);
     return HR_OK;
+}
+
+hr_status sec_write_key_file(const char *path, const uint8_t key[32], const char *comment,
+                             int force, char *err, size_t errlen) {
+    struct stat sb;
+    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode))
+        return hr_fail(err, errlen, HR_ERR_IO,
+                       "%s: is a directory (expected a file name for the key, e.g. "
+                       "%s/node0.key)",
+                       path, path);
+    /* without --force: created here or not at all (O_EXCL), and removed again if it could not
+     * be written whole; with it: written beside and renamed over PATH, so the key it replaces
+     * stays until the new one is complete (a full disk never leaves a node without either) */
+    char tmp[4200];
+    const char *target = path;
+    if (force) {
+        if (snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid()) >= (int)sizeof tmp)
+            return hr_fail(err, errlen, HR_ERR_IO, "%s: name too long", path);
+        target = tmp;
+    }
+    int fd = open(target, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return hr_fail(err, errlen, HR_ERR_IO, "%s: cannot create key file: %s%s", target,
+                       strerror(errno), errno == EEXIST ? " (use --force to replace it)" : "");
+    hr_status st = write_key_text(fd, path, key, comment, err, errlen);
+    if (st == HR_OK && force && rename(tmp, path) != 0)
+        st = hr_fail(err, errlen, HR_ERR_IO, "%s: cannot replace it: %s", path, strerror(errno));
+    if (st != HR_OK) unlink(target);
+    return st;
 }
 
 void sec_identity_public(const uint8_t seed[32], uint8_t pk[32]) {

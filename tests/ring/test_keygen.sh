@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # hetring keygen: mode 0600, a 64-hex public key on stdout that the config accepts as pubkey,
-# no overwrite without --force, and PSK files.
+# no overwrite without --force, PSK files, and a key that cannot be written whole leaves none
+# (and --force the key it would replace).
 set -u
 HR=$1
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
@@ -20,5 +21,20 @@ printf '[cluster]\nsecurity = encrypt\nkey_file = %s\n[train]\niterations = 1\n[
     "$tmp/n{id}.key" "$pub" > "$tmp/c.ini"
 "$HR" config --conf "$tmp/c.ini" >/dev/null 2>"$tmp/err" || fail "config rejects the printed pubkey: $(cat "$tmp/err")"
 "$HR" keygen 2>/dev/null; [ $? = 2 ] || fail "keygen without --out is not a usage error"
+# a key that cannot be written (a file size limit of 0 stands in for a full disk): --force keeps
+# the key it would replace (it was truncated to nothing first), and a new file is not left
+# half written; both say why. A directory is named as one (it said "File exists").
+cp "$tmp/n0.key" "$tmp/n0.before"
+msg=$( (ulimit -f 0; trap '' XFSZ; exec "$HR" keygen --out "$tmp/n0.key" --force) 2>&1 >/dev/null)
+[ $? = 1 ] && [ "$msg" = "hetring keygen: $tmp/n0.key: write: File too large" ] ||
+    fail "keygen --force past the size limit: '$msg'"
+cmp -s "$tmp/n0.key" "$tmp/n0.before" || fail "keygen --force that failed changed the key it replaces"
+msg=$( (ulimit -f 0; trap '' XFSZ; exec "$HR" keygen --out "$tmp/n9.key") 2>&1 >/dev/null)
+[ -e "$tmp/n9.key" ] && fail "a key that could not be written was left: $(wc -c < "$tmp/n9.key") bytes"
+ls "$tmp" | grep -q '\.tmp\.' && fail "a temporary key file was left: $(ls "$tmp")"
+mkdir "$tmp/dir"
+msg=$("$HR" keygen --out "$tmp/dir" --force 2>&1 >/dev/null)
+[ "$msg" = "hetring keygen: $tmp/dir: is a directory (expected a file name for the key, e.g. $tmp/dir/node0.key)" ] ||
+    fail "keygen into a directory: '$msg'"
 echo "$fails failure(s)"
 [ "$fails" = 0 ]
