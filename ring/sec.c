@@ -141,7 +141,7 @@ hr_status sec_write_key_file(const char *path, const uint8_t key[32], const char
     }
     int fd = open(target, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
     if (fd < 0)
-        return hr_fail(err, errlen, HR_ERR_IO, "%s: cannot create key file: %s%s", target,
+        return hr_fail(err, errlen, HR_ERR_IO, "%s: cannot create key file: %s%s", path,
                        strerror(errno), errno == EEXIST ? " (use --force to replace it)" : "");
     hr_status st = write_key_text(fd, path, key, comment, err, errlen);
     if (st == HR_OK && force && rename(tmp, path) != 0)
