@@ -3,8 +3,9 @@
 # usage: test_calibrate.sh HETRING
 #   on   3 nodes with equal capacity hints, node 2 emulating a 4x slower machine (slowdown), a
 #        proportional controller that makes no decision in the run: iteration 0 already gives
-#        node 2 well under a third of B (its measured share is about 1/9), every node logs the
-#        measured times and the same split, and the split sums to B (I6)
+#        node 2 well under a third of B (its measured share is about 1/9) and each other node
+#        more, every node logs the measured times and the same split, and the split sums to B
+#        (I6)
 #   off  the same cluster with calibrate = off starts from the hints: B/3 each
 #   kill node 2 (the slow one) is killed and restarted: every view node 0 installs is measured,
 #        the one node 2 rejoins included
@@ -51,7 +52,12 @@ s=$(split on 0)
 echo "calibrate = on: iteration 0 split $s"
 IFS=, read -r b0 b1 b2 <<< "$s"
 [ -n "$b2" ] && [ $((b0 + b1 + b2)) = $B ] || fail "on: split '$s' does not sum to $B"
-[ -n "$b2" ] && [ "$b2" -lt $((B / 5)) ] && [ "$b0" -gt $((B / 3)) ] ||
+# node 2 under a fifth, each of the others more than it, the two of them more than two thirds
+# together. Not node 0 above a third alone: the three nodes time their passes at once on this
+# machine's cores, so one of the two equal nodes can measure slower than the other (the
+# ThreadSanitizer pass once gave 30,48,12: node 0 starved, 1.6x node 1's time)
+[ -n "$b2" ] && [ "$b2" -lt $((B / 5)) ] && [ "$b2" -lt "$b0" ] && [ "$b2" -lt "$b1" ] &&
+  [ $((b0 + b1)) -gt $((2 * B / 3)) ] ||
   fail "on: the 4x slower node 2 got $b2 of $B in iteration 0 ($s): the split was not measured"
 for id in 0 1 2; do
   grep -q "first split of view 1 from measured speed" "$tmp/on-$id.log" ||
