@@ -305,7 +305,7 @@ static void dir_init(sec_dir *d, int mode, int aead, const uint8_t key[32]) {
  * 24 to i64 | 32 seg u32 | 36 aes u8 | 37 link u8 | 40 tree_bytes u32 | 64 ephemeral pk (32) |
  * 96 name hash (32) | 128 name prefix (64, for messages). */
 typedef struct {
-    uint32_t magic, seg, tree_bytes;
+    uint32_t seg, tree_bytes;
     int version, role, mode, aes, link;
     uint64_t epoch;
     long from, to;
@@ -333,7 +333,6 @@ static void hello_build(uint8_t h[SEC_HELLO], const sec_hs_params *p, int role,
 }
 
 static void hello_parse(const uint8_t h[SEC_HELLO], hello *o) {
-    o->magic = le_get32(h);
     o->version = h[4] | (h[5] << 8);
     o->role = h[6];
     o->mode = h[7];
@@ -352,10 +351,9 @@ static void hello_parse(const uint8_t h[SEC_HELLO], hello *o) {
         if (*q < 32 || *q > 126) *q = '?';
 }
 
-/* Is the other end a hetring node speaking this protocol version? */
+/* Does the other end speak this protocol version? (Its magic was checked as it arrived,
+ * hs_recv_hello.) */
 static hr_status hello_speaks(const hello *o, char *why, size_t whylen) {
-    if (o->magic != HS_MAGIC)
-        return hr_fail(why, whylen, HR_ERR_PROTO, "not a hetring peer (bad handshake magic)");
     if (o->version != HS_VERSION)
         return hr_fail(why, whylen, HR_ERR_PROTO, "protocol version %d, this node speaks %d",
                        o->version, HS_VERSION);
