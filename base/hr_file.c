@@ -28,3 +28,52 @@ int hr_file_writable(const char *path, char *why, size_t n) {
     unlink(probe);
     return 0;
 }
+
+int hr_file_tmp_name(char *out, size_t n, const char *path) {
+    if (snprintf(out, n, "%s.tmp.%ld", path, (long)getpid()) < (int)n) return 0;
+    errno = ENAMETOOLONG;
+    return -1;
+}
+
+int hr_file_replace(const char *tmp, const char *path) {
+    if (rename(tmp, path) != 0) {
+        int e = errno;
+        unlink(tmp);
+        return e;
+    }
+    /* the directory holds the rename: sync it, so a crash keeps the new file or the old one */
+    char dir[4200];
+    const char *slash = strrchr(path, '/');
+    if (!slash)
+        snprintf(dir, sizeof dir, ".");
+    else if (slash == path)
+        snprintf(dir, sizeof dir, "/");
+    else
+        snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
+    int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd >= 0) {
+        fsync(dfd);
+        close(dfd);
+    }
+    return 0;
+}
+
+int hr_file_close(FILE *f, int kept) {
+    int bad = ferror(f);
+    int e = bad ? kept : 0;
+    if (fclose(f) != 0 && !e) bad = 1, e = errno;
+    return bad ? (e ? e : EIO) : 0;
+}
+
+int hr_file_open_read(const char *path, struct stat *sb) {
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+    if (fd < 0) return -1;
+    if (fstat(fd, sb) != 0) {
+        int e = errno;
+        close(fd);
+        errno = e;
+        return -1;
+    }
+    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+    return fd;
+}

@@ -1,17 +1,40 @@
 /*
- * hr_file.h: whether this process may write a file it is asked to write later, checked before
- * a run starts (a node's --metrics and --summary, a bench's --json), so that a run never does
- * its work to find out at its first record or at its end.
+ * hr_file.h: the file handling every writer and reader of the project shares, so that each
+ * keeps the same promises: a run checks before it starts that it may write the files it will
+ * write later (a node's --metrics and --summary, a bench's --json); a file that replaces another
+ * is written beside it and renamed over it, so a full disk keeps the old one; a write error is
+ * never lost between the stream and its close; and a FIFO or device given where a file belongs
+ * never holds a node for ever in open().
  */
 #ifndef HR_FILE_H
 #define HR_FILE_H
 
+#include <stdio.h>
 #include <stddef.h>
+#include <sys/stat.h>
 
 /* 0 when `path` is a regular file this process may write, or names a new file its directory
  * takes (a probe file of this process's own, PATH.probe.PID, created and removed again); else
  * -1 with the reason in `why` ("not a regular file", or strerror's). Processes may check one
  * path at the same time. */
 int hr_file_writable(const char *path, char *why, size_t n);
+
+/* The name a file is written under before it replaces `path`: PATH.tmp.PID, of this process
+ * alone. 0, or -1 (errno ENAMETOOLONG) when it does not fit in `n` bytes. */
+int hr_file_tmp_name(char *out, size_t n, const char *path);
+
+/* Rename `tmp` (written and closed) over `path` and make the rename durable (the directory is
+ * synced). 0, or an errno value, with `tmp` removed. */
+int hr_file_replace(const char *tmp, const char *path);
+
+/* Close a stream that was written to. 0 when everything written reached the file; else an errno
+ * value: `kept` where a write failed (pass errno as the writes left it, or the value kept when
+ * the first one failed), else fclose's, else EIO. The stream is closed either way. */
+int hr_file_close(FILE *f, int kept);
+
+/* Open `path` for reading without waiting in open() (a FIFO no one writes, a device) and fill
+ * `sb` with what it is; the descriptor returned blocks again, as reads expect. The caller
+ * decides which kinds of file it takes. -1 with errno on failure. */
+int hr_file_open_read(const char *path, struct stat *sb);
 
 #endif

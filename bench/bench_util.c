@@ -266,11 +266,9 @@ hr_status bench_cfg_set(cfg *c, char *err, size_t errlen, const char *fmt, ...) 
 
 int bench_close(FILE *f, const char *path) {
     if (!f) return 0;
-    int bad = ferror(f), e = errno;
-    if (fclose(f) != 0 && !bad) bad = 1, e = errno;
-    if (!bad) return 0;
-    fprintf(stderr, "hetring bench: %s: write failed (%s); it is incomplete\n", path,
-            strerror(e ? e : EIO));
+    int e = hr_file_close(f, errno);
+    if (!e) return 0;
+    fprintf(stderr, "hetring bench: %s: write failed (%s); it is incomplete\n", path, strerror(e));
     return -1;
 }
 

@@ -62,7 +62,10 @@ int plot_render(const char *script, const plot_spec *plots, int n, const char *l
     fprintf(f, "set datafile separator ','\nset terminal pngcairo size 900,300 font ',9'\n"
                "set key outside right\nset grid\n");
     for (int i = 0; i < n; i++) write_plot(f, &plots[i]);
-    fclose(f);
+    if (bench_close(f, script) != 0) {
+        HR_WARN(BENCH, "plots skipped (%s)", script);
+        return -1;
+    }
     char *argv[] = {"gnuplot", (char *)script, NULL};
     if (bench_spawn(argv, log, 1, 60) != 0) {
         HR_WARN(BENCH, "gnuplot failed or is missing; plots skipped (%s)", script);

@@ -5,6 +5,7 @@
  * header's line.
  */
 #include "conf/cfg_internal.h"
+#include "base/hr_file.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -211,10 +212,9 @@ hr_status cfg_parse_file(cfg *c, const char *path, char *err, size_t errlen) {
     snprintf(c->path, sizeof c->path, "%s", path);
     /* opened without blocking: a FIFO that no one writes reads as empty rather than holding the
      * node for ever in open; a pipe with a writer (--conf <(...)) still reads whole */
-    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
     struct stat sb;
-    if (fd >= 0 && fstat(fd, &sb) == 0 && S_ISDIR(sb.st_mode)) close(fd), fd = -1, errno = EISDIR;
-    if (fd >= 0) fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+    int fd = hr_file_open_read(path, &sb);
+    if (fd >= 0 && S_ISDIR(sb.st_mode)) close(fd), fd = -1, errno = EISDIR;
     FILE *f = fd >= 0 ? fdopen(fd, "r") : NULL;
     if (!f) {
         int e = errno;

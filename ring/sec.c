@@ -7,6 +7,7 @@
  */
 #include "ring/sec.h"
 
+#include "base/hr_file.h"
 #include "base/hr_log.h"
 #include "ring/bytes.h"
 #include "ring/frame.h"
@@ -38,18 +39,12 @@ static int hex_key(const char hex[64], uint8_t out[32]) {
 }
 
 hr_status sec_read_key_file(const char *path, uint8_t out[32], char *err, size_t errlen) {
-    /* O_NONBLOCK: opening a FIFO must not wait for a writer; only regular files are read */
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+    /* opening a FIFO must not wait for a writer; only regular files are read */
+    struct stat st;
+    int fd = hr_file_open_read(path, &st);
     if (fd < 0)
         return hr_fail(err, errlen, HR_ERR_CONFIG, "%s: cannot open key file: %s", path,
                        strerror(errno));
-    struct stat st;
-    if (fstat(fd, &st) != 0) {
-        int e = errno;
-        close(fd);
-        return hr_fail(err, errlen, HR_ERR_CONFIG, "%s: cannot open key file: %s", path,
-                       strerror(e));
-    }
     if (!S_ISREG(st.st_mode)) {
         close(fd);
         return hr_fail(err, errlen, HR_ERR_CONFIG,
@@ -135,7 +130,7 @@ hr_status sec_write_key_file(const char *path, const uint8_t key[32], const char
     char tmp[4200];
     const char *target = path;
     if (force) {
-        if (snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid()) >= (int)sizeof tmp)
+        if (hr_file_tmp_name(tmp, sizeof tmp, path) != 0)
             return hr_fail(err, errlen, HR_ERR_IO, "%s: name too long", path);
         target = tmp;
     }
@@ -144,10 +139,13 @@ hr_status sec_write_key_file(const char *path, const uint8_t key[32], const char
         return hr_fail(err, errlen, HR_ERR_IO, "%s: cannot create key file: %s%s", path,
                        strerror(errno), errno == EEXIST ? " (use --force to replace it)" : "");
     hr_status st = write_key_text(fd, path, key, comment, err, errlen);
-    if (st == HR_OK && force && rename(tmp, path) != 0)
-        st = hr_fail(err, errlen, HR_ERR_IO, "%s: cannot replace it: %s", path, strerror(errno));
-    if (st != HR_OK) unlink(target);
-    return st;
+    if (st != HR_OK) {
+        unlink(target);
+        return st;
+    }
+    int e = force ? hr_file_replace(tmp, path) : 0;
+    if (e) return hr_fail(err, errlen, HR_ERR_IO, "%s: cannot replace it: %s", path, strerror(e));
+    return HR_OK;
 }
 
 void sec_identity_public(const uint8_t seed[32], uint8_t pk[32]) {

@@ -10,6 +10,7 @@
  *            Q f32[n_q] (the powersgd wire's)
  */
 #include "trainer/ckpt.h"
+#include "base/hr_file.h"
 #include "base/hr_log.h"
 #include "trainer/model.h"
 
@@ -58,12 +59,7 @@ static int write_all(int fd, const void *p, size_t n) {
     return 0;
 }
 
-/* The temporary file a save by process `pid` writes before renaming it to `path`. */
-static void tmp_name(char *out, size_t n, const char *path, long pid) {
-    snprintf(out, n, "%s.tmp.%ld", path, pid);
-}
-
-/* The process id in `name` when it is `base`.tmp.PID, else 0. */
+/* The process id in `name` when it is `base`.tmp.PID (hr_file_tmp_name's), else 0. */
 static long tmp_pid(const char *name, const char *base) {
     size_t bl = strlen(base);
     if (strncmp(name, base, bl) != 0 || strncmp(name + bl, ".tmp.", 5) != 0) return 0;
@@ -106,8 +102,9 @@ hr_status ckpt_prepare(const char *path, char *err, size_t errlen) {
                        path, path);
     remove_stale_tmp(path);
     char tmp[4200];
-    tmp_name(tmp, sizeof tmp, path, (long)getpid());
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    int fd = hr_file_tmp_name(tmp, sizeof tmp, path) == 0
+                 ? open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644)
+                 : -1;
     if (fd < 0)
         return hr_fail(err, errlen, HR_ERR_IO,
                        "checkpoint %s: cannot create %s (%s); checked before training (expected "
@@ -141,8 +138,9 @@ hr_status ckpt_save(const char *path, const ckpt_meta *meta, const float *params
     h.crc = crc;
 
     char tmp[4200];
-    tmp_name(tmp, sizeof tmp, path, (long)getpid());
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    int fd = hr_file_tmp_name(tmp, sizeof tmp, path) == 0
+                 ? open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644)
+                 : -1;
     if (fd < 0)
         return hr_fail(err, errlen, HR_ERR_IO, "checkpoint %s: cannot create %s (%s)", path, tmp,
                        strerror(errno));
@@ -156,19 +154,11 @@ hr_status ckpt_save(const char *path, const ckpt_meta *meta, const float *params
         return hr_fail(err, errlen, HR_ERR_IO, "checkpoint %s: write failed (%s)", path,
                        strerror(e));
     }
-    if (close(fd) || rename(tmp, path)) {
-        int e = errno;
-        unlink(tmp);
+    int e = close(fd) != 0 ? errno : 0;
+    if (e) unlink(tmp);
+    if (e || (e = hr_file_replace(tmp, path)) != 0)
         return hr_fail(err, errlen, HR_ERR_IO, "checkpoint %s: cannot rename into place (%s)", path,
                        strerror(e));
-    }
-    char dir[4200];
-    snprintf(dir, sizeof dir, "%s", path);
-    int dfd = open(dirname(dir), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dfd >= 0) { /* make the rename durable */
-        fsync(dfd);
-        close(dfd);
-    }
     return HR_OK;
 }
 

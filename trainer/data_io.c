@@ -10,6 +10,7 @@
  */
 #include "trainer/data_io.h"
 
+#include "base/hr_file.h"
 #include "base/hr_log.h"
 
 #include <errno.h>
@@ -28,19 +29,18 @@
  * device) would block the node for ever in open or read, so it is opened without blocking and
  * refused by what it is. */
 static gzFile open_read(const char *path, char *err, size_t errlen, hr_status *st) {
-    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
     struct stat sb;
+    int fd = hr_file_open_read(path, &sb);
     if (fd < 0) {
         *st = hr_fail(err, errlen, HR_ERR_IO, "%s: cannot open (%s)", path, strerror(errno));
         return NULL;
     }
-    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+    if (!S_ISREG(sb.st_mode)) {
         close(fd);
         *st = hr_fail(err, errlen, HR_ERR_DATA, "%s: not a regular file (expected a data file)",
                       path);
         return NULL;
     }
-    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
     errno = 0;
     gzFile f = gzdopen(fd, "rb");
     if (!f) {
@@ -530,13 +530,10 @@ hr_status data_write_csv(const data_set *ds, const char *path, char *err, size_t
                     ds->xf ? (double)ds->xf[i * ds->d + j] : (double)ds->x8[i * ds->d + j] / 255.0);
         fputc('\n', f);
     }
-    if (ferror(f) | (fclose(f) != 0)) {
-        hr_status st =
-            hr_fail(err, errlen, HR_ERR_IO, "%s: write failed (%s)", path, strerror(errno));
-        unlink(path); /* as close_write: no cut-short data set is left */
-        return st;
-    }
-    return HR_OK;
+    int e = hr_file_close(f, errno);
+    if (!e) return HR_OK;
+    unlink(path); /* as close_write: no cut-short data set is left */
+    return hr_fail(err, errlen, HR_ERR_IO, "%s: write failed (%s)", path, strerror(e));
 }
 
 hr_status data_split_tail(data_set *all, data_set *tail, long k, char *err, size_t errlen) {

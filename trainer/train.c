@@ -576,16 +576,15 @@ static hr_status report_close(run_report *rr, char *err, size_t errlen) {
     FILE *f = rr->metrics;
     rr->metrics = NULL;
     if (!f) return HR_OK;
-    int bad = ferror(f), e = rr->metrics_errno;
-    if (fclose(f) != 0 && !bad) bad = 1, e = errno;
-    if (!bad) return HR_OK;
+    int e = hr_file_close(f, rr->metrics_errno);
+    if (!e) return HR_OK;
     if (rr->metrics_lost >= 0)
         return hr_fail(err, errlen, HR_ERR_IO,
                        "%s: write failed (%s): the records from iteration %ld on are missing or "
                        "cut short",
                        rr->metrics_path, strerror(e), rr->metrics_lost);
     return hr_fail(err, errlen, HR_ERR_IO, "%s: write failed (%s)", rr->metrics_path,
-                   strerror(e ? e : EIO));
+                   strerror(e));
 }
 
 /* Rank 0 says what it trains, on how many nodes, and how the gradients travel. */
@@ -689,7 +688,7 @@ static hr_status run_iteration(trainer *t, const train_opts *o, run_report *rr, 
 static hr_status write_summary(const trainer *t, const train_result *r, const train_opts *o,
                                const char *path, char *err, size_t errlen) {
     char tmp[4200];
-    if (snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid()) >= (int)sizeof tmp)
+    if (hr_file_tmp_name(tmp, sizeof tmp, path) != 0)
         return hr_fail(err, errlen, HR_ERR_IO, "%s: name too long", path);
     FILE *f = fopen(tmp, "w");
     if (!f) return hr_fail(err, errlen, HR_ERR_IO, "%s: cannot create (%s)", tmp, strerror(errno));
@@ -710,13 +709,11 @@ static hr_status write_summary(const trainer *t, const train_result *r, const tr
     fprintf(f, "  \"final_iteration\": %ld", t->iter);
     if (o && o->tag) o->tag(o->member_ctx, t, f, 1);
     fputs("\n}\n", f);
-    int bad = ferror(f), e = errno;
-    if (fclose(f) != 0 && !bad) bad = 1, e = errno;
-    if (!bad && rename(tmp, path) != 0) bad = 1, e = errno;
-    if (!bad) return HR_OK;
-    unlink(tmp);
+    int e = hr_file_close(f, errno);
+    if (e) unlink(tmp);
+    if (!e && (e = hr_file_replace(tmp, path)) == 0) return HR_OK;
     return hr_fail(err, errlen, HR_ERR_IO, "%s: write failed (%s); it was not written", path,
-                   strerror(e ? e : EIO));
+                   strerror(e));
 }
 
 hr_status train_run(trainer *t, const train_opts *o, train_result *res, char *err, size_t errlen) {

@@ -1,18 +1,27 @@
 /*
- * test_file.c: base/hr_file's check that this process may write a file (hetring run's --metrics
- * and --summary, a bench's --json):
+ * test_file.c: base/hr_file, the file handling every reader and writer shares: the check that
+ * this process may write a file (hetring run's --metrics and --summary, a bench's --json):
  *   cases      a new file in an existing directory, an existing regular file: yes, and nothing
  *              is left behind; a missing directory, a directory: no, with the reason
  *   together   8 processes check one new path 300 times each, at once (hetring local gives every
  *              node the same --summary): none may see another's probe and refuse
+ *   replace    a file written under hr_file_tmp_name's name replaces the old one whole; a rename
+ *              that fails leaves the old file and no temporary one; a name too long is refused
+ *   close      a write error that the stream kept is returned when it is closed (/dev/full), with
+ *              the errno the caller kept; a stream written whole closes with 0
+ *   open_read  a FIFO that no one writes opens at once and says what it is; the descriptor reads
+ *              blocking again; a missing file is -1 with errno
  */
 #include "base/hr_file.h"
 #include "tests/check.h"
 
 #include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -22,6 +31,100 @@ static int entries(const char *dir) {
     for (struct dirent *e; d && (e = readdir(d));) n += e->d_name[0] != '.';
     if (d) closedir(d);
     return n;
+}
+
+static void write_text(const char *path, const char *text) {
+    FILE *f = fopen(path, "w");
+    if (f) fputs(text, f), fclose(f);
+}
+
+static int holds(const char *path, const char *text) {
+    char buf[64] = {0};
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    return n == strlen(text) && memcmp(buf, text, n) == 0;
+}
+
+static void test_replace(const char *dir) {
+    char path[256], tmp[300], expect[300];
+    snprintf(path, sizeof path, "%s/r.json", dir);
+    write_text(path, "old");
+    CHECK(hr_file_tmp_name(tmp, sizeof tmp, path) == 0, "tmp name");
+    snprintf(expect, sizeof expect, "%s.tmp.%ld", path, (long)getpid());
+    CHECK(strcmp(tmp, expect) == 0, "tmp name '%s' (expected '%s')", tmp, expect);
+    write_text(tmp, "new");
+    CHECK(hr_file_replace(tmp, path) == 0, "replace: %s", strerror(errno));
+    CHECK(holds(path, "new"), "the new file did not replace the old one");
+    CHECK(access(tmp, F_OK) != 0, "the temporary file is left after a replace");
+
+    char bad[300];
+    snprintf(bad, sizeof bad, "%s/nodir/r.json", dir);
+    write_text(tmp, "newer");
+    CHECK(hr_file_replace(tmp, bad) == ENOENT, "a rename into a missing directory");
+    CHECK(access(tmp, F_OK) != 0, "a failed rename left its temporary file");
+    CHECK(holds(path, "new"), "a failed rename touched the file it would not replace");
+    unlink(path);
+
+    char small[8];
+    errno = 0;
+    CHECK(hr_file_tmp_name(small, sizeof small, path) == -1 && errno == ENAMETOOLONG,
+          "a temporary name that does not fit is refused");
+}
+
+static void test_close(const char *dir) {
+    FILE *f = fopen("/dev/full", "w");
+    if (f) {
+        setvbuf(f, NULL, _IONBF, 0);
+        fputs("lost", f);
+        int kept = errno;
+        CHECK(hr_file_close(f, kept) == ENOSPC, "a write to /dev/full closes with ENOSPC");
+    }
+    f = fopen("/dev/full", "w");
+    if (f) {
+        fputs("lost", f); /* buffered: the error comes at fclose */
+        CHECK(hr_file_close(f, 0) == ENOSPC, "a buffered write to /dev/full fails at close");
+    }
+    f = fopen("/dev/full", "w");
+    if (f) {
+        setvbuf(f, NULL, _IONBF, 0);
+        fputs("lost", f);
+        CHECK(hr_file_close(f, 0) == EIO, "an error no one kept closes with EIO");
+    }
+    char path[256];
+    snprintf(path, sizeof path, "%s/c.txt", dir);
+    f = fopen(path, "w");
+    if (f) {
+        fputs("kept", f);
+        CHECK(hr_file_close(f, EPERM) == 0, "a stream written whole closes with 0");
+    }
+    CHECK(holds(path, "kept"), "the closed stream's text is not in its file");
+    unlink(path);
+}
+
+static void test_open_read(const char *dir) {
+    char fifo[256];
+    snprintf(fifo, sizeof fifo, "%s/fifo", dir);
+    CHECK(mkfifo(fifo, 0600) == 0, "mkfifo: %s", strerror(errno));
+    struct stat sb;
+    int fd = hr_file_open_read(fifo, &sb); /* would wait for a writer for ever if it blocked */
+    CHECK(fd >= 0 && S_ISFIFO(sb.st_mode), "a FIFO no one writes: fd %d", fd);
+    if (fd >= 0) {
+        CHECK(!(fcntl(fd, F_GETFL) & O_NONBLOCK), "the descriptor is left non-blocking");
+        close(fd);
+    }
+    unlink(fifo);
+    char path[256];
+    snprintf(path, sizeof path, "%s/missing", dir);
+    errno = 0;
+    CHECK(hr_file_open_read(path, &sb) == -1 && errno == ENOENT, "a missing file");
+    snprintf(path, sizeof path, "%s/plain", dir);
+    write_text(path, "x");
+    fd = hr_file_open_read(path, &sb);
+    CHECK(fd >= 0 && S_ISREG(sb.st_mode) && sb.st_size == 1, "a regular file");
+    if (fd >= 0) close(fd);
+    unlink(path);
 }
 
 int main(void) {
@@ -60,6 +163,11 @@ int main(void) {
           PROCS);
     unlink(path);
     CHECK(entries(dir) == 0, "the checks left %d file(s) behind", entries(dir));
+
+    test_replace(dir);
+    test_close(dir);
+    test_open_read(dir);
+    CHECK(entries(dir) == 0, "the cases left %d file(s) behind", entries(dir));
     char rm[300];
     snprintf(rm, sizeof rm, "rm -rf '%s'", dir);
     if (system(rm) != 0) fprintf(stderr, "could not remove %s\n", dir);
