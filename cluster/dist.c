@@ -229,8 +229,9 @@ static hr_status calibrate(dist *d, const ring_view *v, int recorded, double *ca
     if (recorded || !c->calibrate) return HR_OK;
     double mine = 0, all[RING_MAX_NODES], t = 0;
     long b = B / v->n > 0 ? B / v->n : 1;
-    /* the others wait in the all-gather while a member times three passes, which take longer
-     * than a step: the deadline of a first step (pace() sets the step's again afterwards) */
+    /* the others wait in the all-gather while a member times its passes (TRAIN_PROBE_S of them
+     * at least), which take longer than a step: the deadline of a first step (pace() sets the
+     * step's again afterwards) */
     ring_set_step_timeout(d->r, c->step_timeout > 0 ? c->connect_timeout : 0);
     if (d->st.probe && d->st.probe(d->st.ctx, b, &t) == HR_OK && t > 0 && isfinite(t))
         mine = t / (double)b;

@@ -247,8 +247,13 @@ double train_stretch_factor(const train_stretch *s, long iter);
 
 /* Time forward and backward over the first b samples of iteration t->iter's batch (b at most
  * B), as the iteration would run them on this node's device, its emulated stretch included:
- * one untimed pass, then the fastest of two, in *seconds. Changes no state (parameters,
- * momentum, iteration); the gradient buffer is overwritten. */
+ * one untimed pass, then the fastest of the timed ones, in *seconds. Passes are timed for
+ * TRAIN_PROBE_S at least (two at least; TRAIN_PROBE_PASSES bounds them should the clock stand
+ * still), so that a short pass that a busy machine preempted (a time slice is several of them)
+ * does not set the node's speed. Changes no state (parameters, momentum, iteration); the
+ * gradient buffer is overwritten. */
+#define TRAIN_PROBE_S 0.05
+#define TRAIN_PROBE_PASSES 10000
 hr_status train_probe(trainer *t, long b, double *seconds);
 
 /* Run iteration t->iter and advance: alone, the whole batch; with a peer, its slice. A step

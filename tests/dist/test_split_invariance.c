@@ -126,8 +126,9 @@ int main(int argc, char **argv) {
            bsplit[0][1], bsplit[0][2], bsplit[n3 - 1][0], bsplit[n3 - 1][1], bsplit[n3 - 1][2]);
     CHECK(moved, "the controller never changed the split");
     /* The emulated slowdowns reach the controller: the first split follows the speeds measured
-     * at the view's start (calibrate: the best of two timed passes per node, which a descheduled
-     * pass cannot spoil), so the fast node starts with the larger batch. Where the split goes
+     * at the view's start (calibrate: the fastest of the passes each node times for 50 ms, which
+     * a descheduled pass cannot spoil; trainer.probe), so the fast node starts with the larger
+     * batch. Where the split goes
      * after that is the proportional policy's to decide, and on sub-millisecond steps it need
      * not favour the fast node: its adaptive b_max (Tyagi & Sharma) caps a node whose
      * throughput fell when its batch grew. A run beside the full suite showed it: node 0 took
