@@ -6,6 +6,7 @@
  * Such a node joins a running job by itself, and SIGTERM or SIGINT make it leave at the next
  * iteration boundary the members agree on, with a checkpoint (a second signal kills it).
  */
+#include "base/hr_addr.h"
 #include "base/hr_log.h"
 #include "cli/cli.h"
 #include "cluster/hr_node.h"
@@ -52,8 +53,8 @@ static void usage(FILE *out) {
 /* "node ID of N ready", with the address it listens on when `listening`. */
 static void announce(const cfg *c, int self, int listening) {
     const cfg_node *me = &c->nodes[self];
-    char on[CFG_STR + 32] = "";
-    if (listening) snprintf(on, sizeof on, " on %s:%ld", me->host, me->port);
+    char on[HR_ADDR_LEN + 8] = "", a[HR_ADDR_LEN];
+    if (listening) snprintf(on, sizeof on, " on %s", hr_addr(a, sizeof a, me->host, me->port));
     HR_INFO(CLI, "node %ld of %d ready%s (%s, %ld thread(s)%s)", me->id, c->n_nodes, on,
             me->device < 0 ? "cpu" : "cuda", me->threads,
             me->slowdown > 1 || me->n_interference ? ", emulated slowdown" : "");

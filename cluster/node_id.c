@@ -2,6 +2,7 @@
  * node_id.c: which node of the cluster file this process is (see node_id.h).
  */
 #include "cluster/node_id.h"
+#include "base/hr_addr.h"
 
 #include <ifaddrs.h>
 #include <netdb.h>
@@ -82,9 +83,11 @@ static void list_candidates(const cfg *c, const int *which, char *out, size_t n)
     size_t o = 0;
     out[0] = 0;
     for (int i = 0; i < c->n_nodes && o < n; i++)
-        if (!which || which[i])
-            o += (size_t)snprintf(out + o, n - o, "%s%ld (%s:%ld)", o ? ", " : "", c->nodes[i].id,
-                                  c->nodes[i].host, c->nodes[i].port);
+        if (!which || which[i]) {
+            char a[HR_ADDR_LEN];
+            o += (size_t)snprintf(out + o, n - o, "%s%ld (%s)", o ? ", " : "", c->nodes[i].id,
+                                  hr_addr(a, sizeof a, c->nodes[i].host, c->nodes[i].port));
+        }
 }
 
 /* A launcher's rank, with the world size it launched; the size must be the node count. */

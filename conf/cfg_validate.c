@@ -5,6 +5,7 @@
  * change.
  */
 #include "conf/cfg_internal.h"
+#include "base/hr_addr.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -49,10 +50,11 @@ static hr_status check_nodes(const cfg *c, const char *f, char *err, size_t errl
         for (int j = 0; j < i; j++)
             if (c->nodes[j].port == n->port && strcasecmp(c->nodes[j].host, n->host) == 0)
                 return hr_fail(err, errlen, HR_ERR_CONFIG,
-                               "%s:%d: [node.%ld] uses %s:%ld, already used by [node.%ld] at line "
+                               "%s:%d: [node.%ld] uses %s, already used by [node.%ld] at line "
                                "%d (expected a distinct host:port per node)",
-                               f, n->line, n->id, n->host, n->port, c->nodes[j].id,
-                               c->nodes[j].line);
+                               f, n->line, n->id,
+                               hr_addr((char[HR_ADDR_LEN]){0}, HR_ADDR_LEN, n->host, n->port),
+                               c->nodes[j].id, c->nodes[j].line);
     }
     return HR_OK;
 }

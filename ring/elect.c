@@ -85,6 +85,7 @@
  * little-endian.
  */
 #include "ring/elect_internal.h"
+#include "base/hr_addr.h"
 
 #include "base/hr_log.h"
 #include "base/hr_time.h"
@@ -1158,12 +1159,14 @@ static hr_status elect_round(ring *r, election *e, ring_agreement *out, char *er
                 const probe *p = &e->pr[i];
                 const ring_member *m = &r->rc.members[i];
                 if (i == r->self || e->in_s[i] || (p->ok && p->differs)) continue;
+                char addr[HR_ADDR_LEN];
+                hr_addr(addr, sizeof addr, m->host, m->port);
                 if (left > 0)
-                    HR_INFO(RING, "waiting for node %ld (%s:%ld): %.200s; %s in %.0f s more", m->id,
-                            m->host, m->port, p->ok ? state_name(p->state) : p->why,
+                    HR_INFO(RING, "waiting for node %ld (%s): %.200s; %s in %.0f s more", m->id,
+                            addr, p->ok ? state_name(p->state) : p->why,
                             e->n_s >= e->quorum ? "starting without it" : "retrying", left);
                 else
-                    HR_INFO(RING, "node %ld (%s:%ld) is not here (%.200s)", m->id, m->host, m->port,
+                    HR_INFO(RING, "node %ld (%s) is not here (%.200s)", m->id, addr,
                             p->ok ? state_name(p->state) : p->why);
             }
         int lead = -1; /* bounded: the quorum is the leader's to count */

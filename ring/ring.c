@@ -6,6 +6,7 @@
  * into it, and it calls none of them.
  */
 #include "ring/ring_internal.h"
+#include "base/hr_addr.h"
 
 #include "ring/tcp.h"
 
@@ -17,8 +18,11 @@ void ring_node_str(const ring *r, long id, char *out, size_t n) {
     int i = ring_config_index(&r->rc, id);
     if (i < 0)
         snprintf(out, n, "node %ld", id);
-    else
-        snprintf(out, n, "node %ld (%s:%ld)", id, r->rc.members[i].host, r->rc.members[i].port);
+    else {
+        char a[HR_ADDR_LEN];
+        snprintf(out, n, "node %ld (%s)", id,
+                 hr_addr(a, sizeof a, r->rc.members[i].host, r->rc.members[i].port));
+    }
 }
 
 const char *ring_error(const ring *r) {

@@ -5,6 +5,7 @@
  * no call here can block past the deadline it was given.
  */
 #include "ring/tcp.h"
+#include "base/hr_addr.h"
 #include "base/hr_time.h"
 
 #include <arpa/inet.h>
@@ -96,8 +97,8 @@ hr_status tcp_listen(const char *host, long port, int *out_fd, char *err, size_t
     }
     freeaddrinfo(res);
     if (fd < 0)
-        return hr_fail(err, errlen, HR_ERR_IO, "cannot listen on %s:%ld: %s", host, port,
-                       strerror(e));
+        return hr_fail(err, errlen, HR_ERR_IO, "cannot listen on %s: %s",
+                       hr_addr((char[HR_ADDR_LEN]){0}, HR_ADDR_LEN, host, port), strerror(e));
     fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
     *out_fd = fd;
     return HR_OK;
@@ -177,7 +178,7 @@ hr_status tcp_accept(int lfd, double deadline, int *out_fd, char *peer, size_t p
                 inet_ntop(AF_INET6, &s->sin6_addr, h, sizeof h);
                 p = ntohs(s->sin6_port);
             }
-            if (peer) snprintf(peer, peerlen, "%s:%d", h, p);
+            if (peer) hr_addr(peer, peerlen, h, p);
             *out_fd = fd;
             return HR_OK;
         }
