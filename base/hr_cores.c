@@ -1,10 +1,11 @@
 /*
- * hr_cores.c: the cores this process may run on (see hr_cores.h).
+ * hr_cores.c: the cores and the memory this process may use (see hr_cores.h).
  */
 #include "base/hr_cores.h"
 
 #include <sched.h>
 #include <stdio.h>
+#include <sys/resource.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -34,4 +35,23 @@ long hr_cores(void) {
     long q = quota_cores();
     if (q > 0 && q < cores) cores = q;
     return cores > 0 ? cores : 1;
+}
+
+double hr_memory_bytes(void) {
+    double bytes = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
+    FILE *f = fopen("/sys/fs/cgroup/memory.max", "r");
+    if (f) {
+        char limit[32] = "";
+        if (fscanf(f, "%31s", limit) == 1 && strcmp(limit, "max") != 0) {
+            char *end;
+            double v = strtod(limit, &end);
+            if (!*end && v > 0 && (bytes <= 0 || v < bytes)) bytes = v;
+        }
+        fclose(f);
+    }
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_AS, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
+        (bytes <= 0 || (double)rl.rlim_cur < bytes))
+        bytes = (double)rl.rlim_cur;
+    return bytes;
 }

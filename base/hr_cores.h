@@ -1,6 +1,7 @@
 /*
- * hr_cores.h: how many cores this process may run on, the one count behind every "0 means every
- * core" ([node] threads for BLAS and the low-rank products, bucket_bytes = auto's machine fact).
+ * hr_cores.h: what of the machine this process may use: how many cores, the one count behind
+ * every "0 means every core" ([node] threads for BLAS and the low-rank products, bucket_bytes =
+ * auto's machine fact), and how much memory, which a model must fit at start.
  */
 #ifndef HR_CORES_H
 #define HR_CORES_H
@@ -8,5 +9,10 @@
 /* Cores this process may run on: its CPU affinity (sched_getaffinity, else the online cores),
  * capped by a cgroup v2 CPU quota (/sys/fs/cgroup/cpu.max, rounded up). At least 1. */
 long hr_cores(void);
+
+/* Bytes of memory this process may use: the machine's physical memory, capped by a cgroup v2
+ * memory limit (/sys/fs/cgroup/memory.max) and by its address-space limit (RLIMIT_AS, ulimit
+ * -v). Swap is not counted: a model that lives in it does not train. */
+double hr_memory_bytes(void);
 
 #endif

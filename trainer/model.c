@@ -232,6 +232,24 @@ static void model_init_weights(model *m, uint64_t seed) {
     }
 }
 
+hr_status model_footprint(const model_spec *s, long max_batch, double *bytes, long *n_params,
+                          char *err, size_t errlen) {
+    model *m = calloc(1, sizeof *m);
+    if (!m) return hr_fail(err, errlen, HR_ERR_NOMEM, "model: out of memory");
+    long col = 0;
+    hr_status st = model_plan(m, s, &col, err, errlen);
+    double floats = 2.0 * ((double)m->n_params + 1) + 2.0 * (double)col;
+    for (int i = 0; st == HR_OK && i < m->n_layers; i++) {
+        const model_layer *L = &m->layers[i];
+        double n = (double)max_batch * (double)L->out_size;
+        if (!L->inplace) floats += 2 * n + (L->kind == LAYER_MAXPOOL ? n : 0);
+    }
+    *bytes = 4.0 * floats; /* float and int32_t alike */
+    *n_params = m->n_params;
+    free(m);
+    return st;
+}
+
 hr_status model_init(model *m, const model_spec *s, long max_batch, uint64_t seed, char *err,
                      size_t errlen) {
     memset(m, 0, sizeof *m);
@@ -245,8 +263,13 @@ hr_status model_init(model *m, const model_spec *s, long max_batch, uint64_t see
     long col;
     HR_CHECK(model_plan(m, s, &col, err, errlen));
     if (model_alloc(m, col) != 0) {
+        double bytes = 0;
+        long n = 0;
         model_free(m);
-        return hr_fail(err, errlen, HR_ERR_NOMEM, "model: out of memory (batch %ld)", max_batch);
+        if (model_footprint(s, max_batch, &bytes, &n, err, errlen) != HR_OK) bytes = 0;
+        return hr_fail(err, errlen, HR_ERR_NOMEM,
+                       "model: out of memory (%ld parameters at a batch of %ld need %.3g GB)", n,
+                       max_batch, bytes / 1e9);
     }
     model_init_weights(m, seed);
     return HR_OK;

@@ -99,6 +99,12 @@ typedef struct {
 hr_status model_spec_build(model_spec *s, const model_config *mc, int in_c, int in_h, int in_w,
                            int outputs, char *err, size_t errlen);
 
+/* The host memory model_init allocates for spec s at max_batch (parameters and gradients, the
+ * conv2d scratch, every layer's activations) in *bytes, and the parameter count in *n_params.
+ * Allocates nothing of that size. */
+hr_status model_footprint(const model_spec *s, long max_batch, double *bytes, long *n_params,
+                          char *err, size_t errlen);
+
 /* Build the model, allocate its buffers and initialise the weights from `seed`
  * (He-uniform for layers feeding a ReLU, 1/sqrt(fan_in) otherwise, biases zero). */
 hr_status model_init(model *m, const model_spec *s, long max_batch, uint64_t seed, char *err,

@@ -8,6 +8,7 @@
  */
 #include "trainer/train.h"
 
+#include "base/hr_cores.h"
 #include "base/hr_file.h"
 #include "base/hr_log.h"
 #include "base/hr_time.h"
@@ -23,6 +24,30 @@
 #include <unistd.h>
 
 /* ================================================================ init and free */
+
+/* A model this process cannot hold (its parameters, gradients and momentum, the activations of
+ * global_batch samples, beyond the memory it may use) is refused at start, naming the keys; it
+ * failed at its first allocation, or, where the kernel lends more than it has, the node was
+ * killed while it trained. */
+static hr_status fits_memory(const train_config *c, const model_spec *spec, long B, long d,
+                             char *err, size_t errlen) {
+    double bytes = 0, have = hr_memory_bytes();
+    long n = 0;
+    HR_CHECK(model_footprint(spec, B, &bytes, &n, err, errlen));
+    bytes += 4.0 * ((double)n + 1) + 4.0 * (double)B * (double)d; /* momentum, the batch */
+    if (have <= 0 || bytes <= have) return HR_OK;
+    char what[MODEL_MAX_WIDTHS * 21 + 64]; /* the key to change first: the widths, or the batch */
+    int at = snprintf(what, sizeof what, "global_batch %ld (model = %s)", B, c->model.name);
+    if (c->model.kind == MODEL_MLP)
+        for (int i = at = 0; i < c->model.n_layers; i++)
+            at += snprintf(what + at, sizeof what - (size_t)at, "%s%ld", i ? "," : "layers ",
+                           c->model.layers[i]);
+    return hr_fail(err, errlen, HR_ERR_CONFIG,
+                   "%s: [train] %s needs %.3g GB of memory at a batch of %ld (%ld parameters, "
+                   "their gradients and momentum, and the activations), more than the %.3g GB "
+                   "this process may use here (expected a smaller model or global_batch)",
+                   c->origin, what, bytes / 1e9, B, n, have / 1e9);
+}
 
 hr_status train_init(trainer *t, const train_config *tc, char *err, size_t errlen) {
     memset(t, 0, sizeof *t);
@@ -59,6 +84,7 @@ hr_status train_init(trainer *t, const train_config *tc, char *err, size_t errle
     HR_CHECK_GOTO(data_loader_init(&t->dl, &t->train, c->seed, B, err, errlen), st, fail);
     t->ipe = data_loader_iters_per_epoch(&t->dl, B);
     t->total = c->iterations > 0 ? c->iterations : c->epochs * t->ipe;
+    HR_CHECK_GOTO(fits_memory(c, &spec, B, t->train.d, err, errlen), st, fail);
     HR_CHECK_GOTO(model_init(&t->m, &spec, B, c->seed, err, errlen), st, fail);
     HR_CHECK_GOTO(opt_init(&t->opt, &c->opt, t->m.n_params, t->total, err, errlen), st, fail);
     opt_set_threads(&t->opt, (int)threads);
