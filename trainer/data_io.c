@@ -10,6 +10,7 @@
  */
 #include "trainer/data_io.h"
 
+#include "base/hr_cores.h"
 #include "base/hr_file.h"
 #include "base/hr_log.h"
 
@@ -629,8 +630,23 @@ hr_status data_load(data_set *train, data_set *eval, const data_config *c, uint6
     memset(eval, 0, sizeof *eval);
     const char *dir = c->dir ? c->dir : "";
     data_kind kind = c->kind;
-    if (kind == DATA_SYNTHETIC || kind == DATA_SYNTHETIC_RGB || kind == DATA_SYNTHETIC_REGRESSION)
+    if (kind == DATA_SYNTHETIC || kind == DATA_SYNTHETIC_RGB || kind == DATA_SYNTHETIC_REGRESSION) {
+        /* a set this process cannot hold is refused, naming the key, rather than written page
+         * by page until the kernel kills the node (bytes a sample: its pixels and label, or its
+         * float features and target) */
+        const double per = kind == DATA_SYNTHETIC_REGRESSION ? 4.0 * (DATA_REGRESSION_FEATURES + 1)
+                           : kind == DATA_SYNTHETIC          ? 28 * 28 + 4
+                                                             : 3 * 32 * 32 + 4;
+        const double bytes = per * (double)(c->samples + c->eval_samples), have = hr_memory_bytes();
+        if (have > 0 && bytes > have)
+            return hr_fail(err, errlen, HR_ERR_CONFIG,
+                           "%s: [train] samples %ld (and eval_samples %ld) of %s data need %.3g GB "
+                           "of memory, more than the %.3g GB this process may use here (expected "
+                           "fewer samples)",
+                           c->origin, c->samples, c->eval_samples, c->name, bytes / 1e9,
+                           have / 1e9);
         return data_synthetic(train, eval, kind, c->samples, c->eval_samples, seed, err, errlen);
+    }
     if (!dir[0])
         return hr_fail(err, errlen, HR_ERR_CONFIG,
                        "%s: dataset = %s needs [train] data_dir (expected the directory of the "

@@ -127,17 +127,22 @@ rc=${PIPESTATUS[0]}
     fail "summary past the size limit: exited $rc: $(tail -1 "$tmp/sf")"
 [ "$(cat "$tmp/s.json")" = '{"old": 1}' ] || fail "summary past the size limit: the old one became '$(head -c 80 "$tmp/s.json")'"
 ls "$tmp" | grep -q 's.json.tmp' && fail "summary past the size limit: left $(ls "$tmp" | grep s.json.tmp)"
-# a model the process cannot hold is refused at start, naming the key (exit 2), where it failed
-# as "model: out of memory (batch 64)" (exit 1), or, where the kernel lends more memory than it
-# has, the node was killed while it trained. An address-space limit of 4 GB stands in for a
-# small machine: 784,30000,30000,10 needs about 11 GB. Not checked where a small model cannot
-# start under that limit (a sanitizer's build reserves more)
+# a model (or a synthetic set) the process cannot hold is refused at start, naming the key (exit
+# 2), where it failed as "model: out of memory (batch 64)" (exit 1), or, where the kernel lends
+# more memory than it has, the node was killed while it trained. An address-space limit of 4 GB
+# stands in for a small machine: 784,30000,30000,10 needs about 11 GB. Not checked where a small
+# model cannot start under that limit (a sanitizer's build reserves more)
 if (ulimit -v 4000000; timeout 60 "$HR" config --conf "$tmp/c.ini" --node 0 > /dev/null 2>&1); then
     (ulimit -v 4000000; exec timeout 60 "$HR" run --conf "$tmp/c.ini" --node 0 \
         --set train.layers=784,30000,30000,10) > "$tmp/mem" 2>&1; rc=$?
     [ $rc = 2 ] || fail "a model beyond memory: exited $rc, expected 2: $(tail -1 "$tmp/mem")"
     tail -1 "$tmp/mem" | grep -Eq "^hetring run: node 0: .*c.ini: \[train\] layers 784,30000,30000,10 needs 1[01]\.[0-9] GB of memory at a batch of 64 \(923880010 parameters.*more than the 4\.1 GB this process may use here \(expected a smaller model or global_batch\)$" ||
         fail "a model beyond memory: last line: $(tail -1 "$tmp/mem")"
+    # the same for a synthetic set: 6,000,000 samples of 788 bytes (it was written page by page)
+    (ulimit -v 4000000; exec timeout 60 "$HR" run --conf "$tmp/c.ini" --node 0 \
+        --set train.samples=6000000) > "$tmp/mem" 2>&1; rc=$?
+    [ $rc = 2 ] && tail -1 "$tmp/mem" | grep -Eq "c.ini: \[train\] samples 6000000 \(and eval_samples 100\) of synthetic data need 4\.73 GB of memory, more than the 4\.1 GB this process may use here \(expected fewer samples\)$" ||
+        fail "a data set beyond memory: exited $rc: $(tail -1 "$tmp/mem")"
 else
     echo "memory case not run: a small model does not start under ulimit -v 4000000 here"
 fi
