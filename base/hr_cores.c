@@ -39,7 +39,8 @@ long hr_cores(void) {
 
 double hr_memory_bytes(void) {
     double bytes = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
-    FILE *f = fopen("/sys/fs/cgroup/memory.max", "r");
+    FILE *f = fopen("/sys/fs/cgroup/memory.max", "r"); /* cgroup v2; else v1's */
+    if (!f) f = fopen("/sys/fs/cgroup/memory/memory.limit_in_bytes", "r");
     if (f) {
         char limit[32] = "";
         if (fscanf(f, "%31s", limit) == 1 && strcmp(limit, "max") != 0) {

@@ -10,9 +10,10 @@
  * capped by a cgroup v2 CPU quota (/sys/fs/cgroup/cpu.max, rounded up). At least 1. */
 long hr_cores(void);
 
-/* Bytes of memory this process may use: the machine's physical memory, capped by a cgroup v2
- * memory limit (/sys/fs/cgroup/memory.max) and by its address-space limit (RLIMIT_AS, ulimit
- * -v). Swap is not counted: a model that lives in it does not train. */
+/* Bytes of memory this process may use: the machine's physical memory, capped by a cgroup
+ * memory limit (v2's /sys/fs/cgroup/memory.max, else v1's memory.limit_in_bytes) and by its
+ * address-space limit (RLIMIT_AS, ulimit -v). Swap is not counted: a model that lives in it
+ * does not train. */
 double hr_memory_bytes(void);
 
 #endif
