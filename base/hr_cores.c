@@ -10,11 +10,25 @@
 #include <string.h>
 #include <unistd.h>
 
-/* The cgroup v2 CPU quota in whole cores, rounded up, or 0 when there is none ("max") or no
- * cgroup v2 file to read (a container sees its own cgroup at the root). */
+/* One number from file `path`, or 0 when it cannot be read. */
+static long read_long(const char *path) {
+    FILE *f = fopen(path, "r");
+    long v = 0;
+    if (f && fscanf(f, "%ld", &v) != 1) v = 0;
+    if (f) fclose(f);
+    return v;
+}
+
+/* The cgroup's CPU quota in whole cores, rounded up, or 0 when there is none or no cgroup file
+ * to read (a container sees its own cgroup at the root): v2's cpu.max ("max" or QUOTA PERIOD),
+ * else v1's cpu.cfs_quota_us (-1 for none) over cpu.cfs_period_us. */
 static long quota_cores(void) {
     FILE *f = fopen("/sys/fs/cgroup/cpu.max", "r");
-    if (!f) return 0;
+    if (!f) {
+        long q = read_long("/sys/fs/cgroup/cpu/cpu.cfs_quota_us"),
+             p = read_long("/sys/fs/cgroup/cpu/cpu.cfs_period_us");
+        return q > 0 && p > 0 ? (q + p - 1) / p : 0;
+    }
     char quota[32] = "";
     long period = 0;
     int got = fscanf(f, "%31s %ld", quota, &period);

@@ -7,7 +7,8 @@
 #define HR_CORES_H
 
 /* Cores this process may run on: its CPU affinity (sched_getaffinity, else the online cores),
- * capped by a cgroup v2 CPU quota (/sys/fs/cgroup/cpu.max, rounded up). At least 1. */
+ * capped by a cgroup CPU quota (v2's /sys/fs/cgroup/cpu.max, else v1's cpu.cfs_quota_us over
+ * cpu.cfs_period_us; rounded up). At least 1. */
 long hr_cores(void);
 
 /* Bytes of memory this process may use: the machine's physical memory, capped by a cgroup
