@@ -7,6 +7,7 @@
  * iteration boundary the members agree on, with a checkpoint (a second signal kills it).
  */
 #include "base/hr_addr.h"
+#include "base/hr_cores.h"
 #include "base/hr_log.h"
 #include "cli/cli.h"
 #include "cluster/hr_node.h"
@@ -55,8 +56,9 @@ static void announce(const cfg *c, int self, int listening) {
     const cfg_node *me = &c->nodes[self];
     char on[HR_ADDR_LEN + 8] = "", a[HR_ADDR_LEN];
     if (listening) snprintf(on, sizeof on, " on %s", hr_addr(a, sizeof a, me->host, me->port));
-    HR_INFO(CLI, "node %ld of %d ready%s (%s, %ld thread(s)%s)", me->id, c->n_nodes, on,
-            me->device < 0 ? "cpu" : "cuda", me->threads,
+    HR_INFO(CLI, "node %ld of %d ready%s (%s, %ld thread(s)%s%s)", me->id, c->n_nodes, on,
+            me->device < 0 ? "cpu" : "cuda", me->threads ? me->threads : hr_cores(),
+            me->threads ? "" : ": threads = 0, every core it may use",
             me->slowdown > 1 || me->n_interference ? ", emulated slowdown" : "");
 }
 
