@@ -51,7 +51,7 @@ long hr_cores(void) {
     return cores > 0 ? cores : 1;
 }
 
-double hr_memory_bytes(void) {
+double hr_memory_shared(void) {
     double bytes = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
     FILE *f = fopen("/sys/fs/cgroup/memory.max", "r"); /* cgroup v2; else v1's */
     if (!f) f = fopen("/sys/fs/cgroup/memory/memory.limit_in_bytes", "r");
@@ -64,6 +64,11 @@ double hr_memory_bytes(void) {
         }
         fclose(f);
     }
+    return bytes;
+}
+
+double hr_memory_bytes(void) {
+    double bytes = hr_memory_shared();
     struct rlimit rl;
     if (getrlimit(RLIMIT_AS, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
         (bytes <= 0 || (double)rl.rlim_cur < bytes))

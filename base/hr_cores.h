@@ -11,10 +11,13 @@
  * cpu.cfs_period_us; rounded up). At least 1. */
 long hr_cores(void);
 
-/* Bytes of memory this process may use: the machine's physical memory, capped by a cgroup
- * memory limit (v2's /sys/fs/cgroup/memory.max, else v1's memory.limit_in_bytes) and by its
- * address-space limit (RLIMIT_AS, ulimit -v). Swap is not counted: a model that lives in it
- * does not train. */
+/* Bytes of memory the processes of this cgroup may use together: the machine's physical memory,
+ * capped by a cgroup memory limit (v2's /sys/fs/cgroup/memory.max, else v1's
+ * memory.limit_in_bytes). Swap is not counted: a model that lives in it does not train. */
+double hr_memory_shared(void);
+
+/* Bytes of memory this process may use: hr_memory_shared, capped by its own address-space
+ * limit (RLIMIT_AS, ulimit -v). */
 double hr_memory_bytes(void);
 
 #endif

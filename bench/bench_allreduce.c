@@ -11,6 +11,7 @@
  * R, the rate of one iperf3 TCP stream on loopback, is measured (or given with --rate) and
  * printed next to the table, because on one machine busbw <= R/N.
  */
+#include "base/hr_cores.h"
 #include "base/hr_log.h"
 #include "base/hr_time.h"
 #include "bench/bench.h"
@@ -412,6 +413,17 @@ static int parse_opts(ar_opts *o, int argc, char **argv) {
     if (!(o->rate >= 0 && o->rate <= 1e4))
         return cli_usage_error("bench allreduce",
                                "--rate %g (expected 0..10000 GB/s; 0 measures it)", o->rate);
+    /* each node holds the largest message (and its bf16 copy): nodes that the machine cannot
+     * hold together are refused here, not killed by the kernel part way through the sweep (one
+     * that its own ulimit -v cannot hold fails at its allocation) */
+    const double need = (double)o->nodes * (double)o->max_bytes * (o->bf16 ? 1.5 : 1.0),
+                 have = hr_memory_shared();
+    if (have > 0 && need > have)
+        return cli_usage_error("bench allreduce",
+                               "--nodes %d with --max-bytes %zu need at least %.3g GB of memory, "
+                               "more than the %.3g GB of this machine (expected fewer "
+                               "nodes or a smaller --max-bytes)",
+                               o->nodes, o->max_bytes, need / 1e9, have / 1e9);
     if (!o->netns && o->port + o->nodes - 1 > 65535)
         return cli_usage_error("bench allreduce",
                                "--port %ld with %d nodes (expected at most %d: node i listens on "

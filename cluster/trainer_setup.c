@@ -11,6 +11,7 @@
 #include "cluster/nccl_path.h"
 
 #include <string.h>
+#include <strings.h>
 
 _Static_assert((int)MODEL_LINREG == (int)CFG_MODEL_LINREG &&
                    (int)MODEL_SOFTMAX == (int)CFG_MODEL_SOFTMAX &&
@@ -91,6 +92,8 @@ void app_train_config(const cfg *c, int self_idx, train_config *out) {
     out->origin = c->path;
     out->threads = c->nodes[self_idx].threads;
     out->node_id = c->nodes[self_idx].id;
+    for (int k = 0; k < c->n_nodes; k++) /* the same host, as written: one machine for sure */
+        out->host_nodes += strcasecmp(c->nodes[k].host, c->nodes[self_idx].host) == 0;
     cfg_where(c, self_idx, "threads", out->threads_at, sizeof out->threads_at);
     const cfg_node *me = &c->nodes[self_idx];
     double delay_ms;

@@ -26,16 +26,24 @@
 /* ================================================================ init and free */
 
 /* A model this process cannot hold (its parameters, gradients and momentum, the activations of
- * global_batch samples, beyond the memory it may use) is refused at start, naming the keys; it
- * failed at its first allocation, or, where the kernel lends more than it has, the node was
- * killed while it trained. */
+ * global_batch samples, beyond the memory it may use), or that the nodes at its host cannot
+ * hold together, is refused at start, naming the keys; it failed at its first allocation, or,
+ * where the kernel lends more than it has, the nodes were killed while they trained. */
 static hr_status fits_memory(const train_config *c, const model_spec *spec, long B, long d,
                              char *err, size_t errlen) {
-    double bytes = 0, have = hr_memory_bytes();
+    double bytes = 0, have = hr_memory_bytes(), shared = hr_memory_shared();
     long n = 0;
+    const int k = c->host_nodes > 1 ? c->host_nodes : 1;
     HR_CHECK(model_footprint(spec, B, &bytes, &n, err, errlen));
     bytes += 4.0 * ((double)n + 1) + 4.0 * (double)B * (double)d; /* momentum, the batch */
-    if (have <= 0 || bytes <= have) return HR_OK;
+    char nodes[96] = ""; /* the nodes at this host together, when they are what does not fit */
+    if ((have <= 0 || bytes <= have) && k > 1 && shared > 0 && k * bytes > shared) {
+        snprintf(nodes, sizeof nodes, "; the %d nodes at this node's host need %.3g GB together", k,
+                 k * bytes / 1e9);
+        have = shared;
+    } else if (have <= 0 || bytes <= have) {
+        return HR_OK;
+    }
     char what[MODEL_MAX_WIDTHS * 21 + 64]; /* the key to change first: the widths, or the batch */
     int at = snprintf(what, sizeof what, "global_batch %ld (model = %s)", B, c->model.name);
     if (c->model.kind == MODEL_MLP)
@@ -44,9 +52,11 @@ static hr_status fits_memory(const train_config *c, const model_spec *spec, long
                            c->model.layers[i]);
     return hr_fail(err, errlen, HR_ERR_CONFIG,
                    "%s: [train] %s needs %.3g GB of memory at a batch of %ld (%ld parameters, "
-                   "their gradients and momentum, and the activations), more than the %.3g GB "
-                   "this process may use here (expected a smaller model or global_batch)",
-                   c->origin, what, bytes / 1e9, B, n, have / 1e9);
+                   "their gradients and momentum, and the activations)%s, more than the %.3g GB "
+                   "%s (expected a smaller model or global_batch%s)",
+                   c->origin, what, bytes / 1e9, B, n, nodes, have / 1e9,
+                   nodes[0] ? "of this machine" : "this process may use here",
+                   nodes[0] ? ", or fewer nodes on this machine" : "");
 }
 
 hr_status train_init(trainer *t, const train_config *tc, char *err, size_t errlen) {

@@ -5,7 +5,8 @@
 # files of a cgroup limited to half a core and 1 GB, first as cgroup v1 writes them
 # (cpu.cfs_quota_us, cpu.cfs_period_us, memory.limit_in_bytes), then as v2 (cpu.max,
 # memory.max): threads = 0 gives 1 thread, and a model that needs 2.0 GB is refused, naming the
-# 1 GB. Without the limits (the machine's own files) the same model starts. Skipped (77) where
+# 1 GB; one of 0.392 GB trains alone, and is refused for four nodes at one host (1.57 GB); and
+# bench allreduce refuses four nodes of 512 MiB messages (2.15 GB). Without the limits (the machine's own files) the same model starts. Skipped (77) where
 # this process may not make a mount namespace.
 HR=${1:?usage: test_limits.sh HETRING}
 unshare -m true 2>/dev/null || { echo "skipped: no mount namespace here (unshare -m)"; exit 77; }
@@ -27,6 +28,8 @@ host = 127.0.0.1
 port = 1
 threads = 0
 INI
+# four nodes at one host: each fits the 1 GB alone (0.392 GB), not together
+{ sed '/^\[node.0\]/,$d' "$tmp/c.ini"; for k in 0 1 2 3; do printf '[node.%d]\nhost = 127.0.0.1\nport = %d\n' $k $((1 + k)); done; } > "$tmp/c4.ini"
 # in_cgroup VERSION: the script on stdin (with HR and tmp) run where /sys/fs/cgroup holds that
 # version's files
 in_cgroup() {
@@ -45,11 +48,21 @@ for v in v1 v2; do
   in_cgroup $v > "$tmp/$v.out" 2>&1 <<'SH'
 timeout 60 "$HR" run --conf "$tmp/c.ini" --quiet 2>&1 | grep "ready"
 timeout 60 "$HR" run --conf "$tmp/c.ini" --set train.layers=784,200000,10 2>&1 | tail -1
+timeout 60 "$HR" run --conf "$tmp/c.ini" --set train.layers=784,40000,10 --quiet 2>&1 | tail -1
+timeout 60 "$HR" config --conf "$tmp/c4.ini" --node 0 --set train.layers=784,40000,10 2>&1 | grep "needs"
+! "$HR" bench --help > /dev/null 2>&1 || timeout 60 "$HR" bench allreduce --nodes 4 -e 512M 2>&1 | tail -1
 SH
   grep -q "node 0 of 1 ready (cpu, 1 thread(s): threads = 0, every core it may use)" "$tmp/$v.out" ||
     fail "$v: half a core did not give 1 thread: $(cat "$tmp/$v.out")"
   grep -q "layers 784,200000,10 needs 1.96 GB of memory at a batch of 32 .* more than the 1 GB this process may use here" "$tmp/$v.out" ||
     fail "$v: the 1 GB limit did not refuse the model: $(tail -1 "$tmp/$v.out")"
+  grep -q "done: 2 iterations" "$tmp/$v.out" || fail "$v: a 0.392 GB model did not train alone"
+  grep -q "784,40000,10 needs 0.392 GB of memory at a batch of 32 (.*); the 4 nodes at this node's host need 1.57 GB together, more than the 1 GB of this machine (expected a smaller model or global_batch, or fewer nodes on this machine)" "$tmp/$v.out" ||
+    fail "$v: four nodes of 0.392 GB at one host were not refused: $(grep needs "$tmp/$v.out")"
+  if "$HR" bench --help > /dev/null 2>&1; then
+    grep -q "^hetring bench allreduce: --nodes 4 with --max-bytes 536870912 need at least 2.15 GB of memory, more than the 1 GB of this machine (expected fewer nodes or a smaller --max-bytes)$" "$tmp/$v.out" ||
+      fail "$v: bench allreduce of 4 x 512 MiB was not refused: $(grep allreduce "$tmp/$v.out")"
+  fi
 done
 # the same model starts where the machine's own limits allow it (it needs 2.0 GB)
 if awk '/MemTotal/ { exit !($2 > 4000000) }' /proc/meminfo; then
