@@ -36,27 +36,31 @@ static hr_status fits_memory(const train_config *c, const model_spec *spec, long
     const int k = c->host_nodes > 1 ? c->host_nodes : 1;
     HR_CHECK(model_footprint(spec, B, &bytes, &n, err, errlen));
     bytes += 4.0 * ((double)n + 1) + 4.0 * (double)B * (double)d; /* momentum, the batch */
-    char nodes[96] = ""; /* the nodes at this host together, when they are what does not fit */
-    if ((have <= 0 || bytes <= have) && k > 1 && shared > 0 && k * bytes > shared) {
-        snprintf(nodes, sizeof nodes, "; the %d nodes at this node's host need %.3g GB together", k,
-                 k * bytes / 1e9);
-        have = shared;
-    } else if (have <= 0 || bytes <= have) {
-        return HR_OK;
-    }
+    /* this process cannot hold it, or the nodes at its host cannot together */
+    const int alone = have > 0 && bytes > have;
+    const int together = !alone && k > 1 && shared > 0 && k * bytes > shared;
+    if (!alone && !together) return HR_OK;
     char what[MODEL_MAX_WIDTHS * 21 + 64]; /* the key to change first: the widths, or the batch */
     int at = snprintf(what, sizeof what, "global_batch %ld (model = %s)", B, c->model.name);
     if (c->model.kind == MODEL_MLP)
         for (int i = at = 0; i < c->model.n_layers; i++)
             at += snprintf(what + at, sizeof what - (size_t)at, "%s%ld", i ? "," : "layers ",
                            c->model.layers[i]);
+    char need[200];
+    snprintf(need, sizeof need,
+             "needs %.3g GB of memory at a batch of %ld (%ld parameters, their gradients and "
+             "momentum, and the activations)",
+             bytes / 1e9, B, n);
+    if (alone)
+        return hr_fail(err, errlen, HR_ERR_CONFIG,
+                       "%s: [train] %s %s, more than the %.3g GB this process may use here "
+                       "(expected a smaller model or global_batch)",
+                       c->origin, what, need, have / 1e9);
     return hr_fail(err, errlen, HR_ERR_CONFIG,
-                   "%s: [train] %s needs %.3g GB of memory at a batch of %ld (%ld parameters, "
-                   "their gradients and momentum, and the activations)%s, more than the %.3g GB "
-                   "%s (expected a smaller model or global_batch%s)",
-                   c->origin, what, bytes / 1e9, B, n, nodes, have / 1e9,
-                   nodes[0] ? "of this machine" : "this process may use here",
-                   nodes[0] ? ", or fewer nodes on this machine" : "");
+                   "%s: [train] %s %s; the %d nodes at this node's host need %.3g GB together, "
+                   "more than the %.3g GB of this machine (expected a smaller model or "
+                   "global_batch, or fewer nodes on this machine)",
+                   c->origin, what, need, k, k * bytes / 1e9, shared / 1e9);
 }
 
 hr_status train_init(trainer *t, const train_config *tc, char *err, size_t errlen) {
