@@ -9,6 +9,7 @@
  * The files hold exactly the samples that dataset = synthetic* generates from the same seed,
  * so a run on the files follows the same trajectory as a run on the generator.
  */
+#include "base/hr_cores.h"
 #include "cli/cli.h"
 #include "trainer/data_io.h"
 
@@ -167,6 +168,14 @@ int cmd_gen_data(int argc, char **argv) {
                                "--kind '%s' (expected synthetic, synthetic-rgb or "
                                "synthetic-regression)",
                                g.kind);
+    const double bytes = data_synthetic_bytes(kinds[k].kind, g.n + g.n_eval),
+                 have = hr_memory_bytes();
+    if (have > 0 && bytes > have)
+        return cli_usage_error("gen-data",
+                               "--samples %ld (and --eval-samples %ld) of %s data need %.3g GB of "
+                               "memory, more than the %.3g GB this process may use here (expected "
+                               "fewer samples)",
+                               g.n, g.n_eval, g.kind, bytes / 1e9, have / 1e9);
     if (mkdir(g.dir, 0755) != 0 && errno != EEXIST) {
         fprintf(stderr, "hetring gen-data: cannot create %s (%s)\n", g.dir, strerror(errno));
         return CLI_FAIL;

@@ -152,6 +152,13 @@ static hr_status synth_regression(data_set *ds, uint64_t seed, uint64_t stream, 
     return HR_OK;
 }
 
+double data_synthetic_bytes(data_kind kind, long n) {
+    const double per = kind == DATA_SYNTHETIC_REGRESSION ? 4.0 * (DATA_REGRESSION_FEATURES + 1)
+                       : kind == DATA_SYNTHETIC_RGB      ? 3 * 32 * 32 + 4
+                                                         : 28 * 28 + 4;
+    return per * (double)n;
+}
+
 hr_status data_synthetic(data_set *train, data_set *eval, data_kind kind, long n, long n_eval,
                          uint64_t seed, char *err, size_t errlen) {
     memset(train, 0, sizeof *train);

@@ -50,6 +50,11 @@ typedef struct {
 
 void data_set_free(data_set *ds);
 
+/* The bytes data_synthetic holds for n samples of `kind` (each one's pixels and label, or its
+ * float features and target), so that a set the process cannot hold is refused by its key
+ * before it is written page by page until the kernel kills the process. */
+double data_synthetic_bytes(data_kind kind, long n);
+
 /* Synthetic sets (kind is DATA_SYNTHETIC, _RGB or _REGRESSION): n training and n_eval
  * held-out samples from `seed`. */
 hr_status data_synthetic(data_set *train, data_set *eval, data_kind kind, long n, long n_eval,

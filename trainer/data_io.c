@@ -632,12 +632,9 @@ hr_status data_load(data_set *train, data_set *eval, const data_config *c, uint6
     data_kind kind = c->kind;
     if (kind == DATA_SYNTHETIC || kind == DATA_SYNTHETIC_RGB || kind == DATA_SYNTHETIC_REGRESSION) {
         /* a set this process cannot hold is refused, naming the key, rather than written page
-         * by page until the kernel kills the node (bytes a sample: its pixels and label, or its
-         * float features and target) */
-        const double per = kind == DATA_SYNTHETIC_REGRESSION ? 4.0 * (DATA_REGRESSION_FEATURES + 1)
-                           : kind == DATA_SYNTHETIC          ? 28 * 28 + 4
-                                                             : 3 * 32 * 32 + 4;
-        const double bytes = per * (double)(c->samples + c->eval_samples), have = hr_memory_bytes();
+         * by page until the kernel kills the node */
+        const double bytes = data_synthetic_bytes(kind, c->samples + c->eval_samples),
+                     have = hr_memory_bytes();
         if (have > 0 && bytes > have)
             return hr_fail(err, errlen, HR_ERR_CONFIG,
                            "%s: [train] samples %ld (and eval_samples %ld) of %s data need %.3g GB "

@@ -139,10 +139,16 @@ if (ulimit -v 4000000; timeout 60 "$HR" config --conf "$tmp/c.ini" --node 0 > /d
     tail -1 "$tmp/mem" | grep -Eq "^hetring run: node 0: .*c.ini: \[train\] layers 784,30000,30000,10 needs 1[01]\.[0-9] GB of memory at a batch of 64 \(923880010 parameters.*more than the 4\.1 GB this process may use here \(expected a smaller model or global_batch\)$" ||
         fail "a model beyond memory: last line: $(tail -1 "$tmp/mem")"
     # the same for a synthetic set: 6,000,000 samples of 788 bytes (it was written page by page)
+    # in hetring run
     (ulimit -v 4000000; exec timeout 60 "$HR" run --conf "$tmp/c.ini" --node 0 \
         --set train.samples=6000000) > "$tmp/mem" 2>&1; rc=$?
     [ $rc = 2 ] && tail -1 "$tmp/mem" | grep -Eq "c.ini: \[train\] samples 6000000 \(and eval_samples 100\) of synthetic data need 4\.73 GB of memory, more than the 4\.1 GB this process may use here \(expected fewer samples\)$" ||
         fail "a data set beyond memory: exited $rc: $(tail -1 "$tmp/mem")"
+    # and gen-data, before it makes the directory
+    (ulimit -v 4000000; exec timeout 60 "$HR" gen-data --kind synthetic --out "$tmp/gd" \
+        --samples 6000000) > "$tmp/mem" 2>&1; rc=$?
+    [ $rc = 2 ] && [ ! -e "$tmp/gd" ] && grep -q "^hetring gen-data: --samples 6000000 (and --eval-samples 10000) of synthetic data need 4.74 GB of memory, more than the 4.1 GB this process may use here (expected fewer samples)$" "$tmp/mem" ||
+        fail "gen-data beyond memory: exited $rc: $(tail -1 "$tmp/mem")"
 else
     echo "memory case not run: a small model does not start under ulimit -v 4000000 here"
 fi
