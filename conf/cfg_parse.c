@@ -9,7 +9,6 @@
 
 #include <ctype.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <ini.h>
 #include <limits.h>
 #include <stdarg.h>

@@ -155,8 +155,11 @@ hr_status ckpt_save(const char *path, const ckpt_meta *meta, const float *params
                        strerror(e));
     }
     int e = close(fd) != 0 ? errno : 0;
-    if (e) unlink(tmp);
-    if (e || (e = hr_file_replace(tmp, path)) != 0)
+    if (e)
+        unlink(tmp);
+    else
+        e = hr_file_replace(tmp, path); /* removes tmp itself when it fails */
+    if (e)
         return hr_fail(err, errlen, HR_ERR_IO, "checkpoint %s: cannot rename into place (%s)", path,
                        strerror(e));
     return HR_OK;

@@ -15,7 +15,6 @@
 #include "base/hr_log.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
