@@ -19,4 +19,12 @@ static inline const char *hr_addr(char *out, size_t n, const char *host, long po
     return out;
 }
 
+/* Whether two addresses as hr_addr writes them have the same host: the same bytes up to the
+ * colon before the port (127.0.0.1:9 and 127.0.0.12:9 do not; [::1]:9 and [::1]:10 do). */
+static inline int hr_addr_same_host(const char *a, const char *b) {
+    const char *ca = strrchr(a, ':'), *cb = strrchr(b, ':');
+    size_t la = ca ? (size_t)(ca - a) : strlen(a), lb = cb ? (size_t)(cb - b) : strlen(b);
+    return la == lb && memcmp(a, b, la) == 0;
+}
+
 #endif

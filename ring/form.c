@@ -12,6 +12,7 @@
  */
 #include "ring/form_internal.h"
 
+#include "base/hr_addr.h"
 #include "base/hr_log.h"
 #include "base/hr_time.h"
 #include "ring/engine_internal.h"
@@ -243,13 +244,11 @@ static int gate_victim(ring_gate *g) {
     for (int i = 0; i < GATE_SLOTS; i++) {
         gate_slot *s = &g->slots[i];
         if (!s->used || s->done || s->cut || !gate_evictable(s, now)) continue;
-        size_t hl = strcspn(s->peer, "]") + 1, colon = (size_t)(strrchr(s->peer, ':') - s->peer);
-        hl = hl < colon ? hl : colon;
         int n = 0;
         for (int j = 0; j < GATE_SLOTS; j++) {
             gate_slot *o = &g->slots[j];
             if (o->used && !o->done && !o->cut && gate_evictable(o, now) &&
-                strncmp(o->peer, s->peer, hl) == 0)
+                hr_addr_same_host(o->peer, s->peer))
                 n++;
         }
         if (n > best_n || (n == best_n && s->t0 < g->slots[best].t0)) best = i, best_n = n;

@@ -1,11 +1,13 @@
 /*
  * test_ring_unit.c: frame headers, frame sealing (both AEADs, auth and encrypt), tamper and
- * replay detection, key files, and poll's timeout for a deadline.
+ * replay detection, key files, poll's timeout for a deadline, and the host part of an address
+ * (the gate's eviction counts pending connections per host).
  *
  * Usage: test_ring_unit            frames, XChaCha20-Poly1305 sealing, key files
  *        test_ring_unit aes256gcm  AES-256-GCM sealing only; exits 77 (ctest's skip) on a CPU
  *                                  without AES-NI, so a skip is never reported as a pass
  */
+#include "base/hr_addr.h"
 #include "ring/frame.h"
 #include "ring/sec.h"
 #include "ring/tcp.h"
@@ -154,6 +156,23 @@ static void test_poll_ms(void) {
     CHECK(ms > 450 && ms <= 501, "half a second: %d ms", ms);
 }
 
+/* The gate evicts from the host with the most pending connections (ring/form.c, gate_victim):
+ * a host whose address another's begins with must not count as that one, or a flood from
+ * 127.0.0.12 counts the predecessor at 127.0.0.1 as one of its own and evicts it. */
+static void test_same_host(void) {
+    char a[HR_ADDR_LEN], b[HR_ADDR_LEN];
+    CHECK(hr_addr_same_host("127.0.0.1:40000", "127.0.0.1:50001"), "one host, two ports");
+    CHECK(!hr_addr_same_host("127.0.0.1:40000", "127.0.0.12:50001"), "127.0.0.1 is not 127.0.0.12");
+    CHECK(!hr_addr_same_host("127.0.0.12:50001", "127.0.0.1:40000"), "nor the other way round");
+    CHECK(!hr_addr_same_host("10.0.0.1:1", "10.0.0.10:1"), "10.0.0.1 is not 10.0.0.10");
+    hr_addr(a, sizeof a, "::1", 29400), hr_addr(b, sizeof b, "::1", 29401);
+    CHECK(hr_addr_same_host(a, b), "[::1] with two ports: %s %s", a, b);
+    hr_addr(b, sizeof b, "::12", 29400);
+    CHECK(!hr_addr_same_host(a, b), "[::1] is not [::12]");
+    hr_addr(b, sizeof b, "::1:2", 29400);
+    CHECK(!hr_addr_same_host(a, b), "[::1] is not [::1:2]: %s %s", a, b);
+}
+
 int main(int argc, char **argv) {
     if (sodium_init() < 0) return 1;
     if (argc > 1) {
@@ -174,5 +193,6 @@ int main(int argc, char **argv) {
     test_seal(RING_SEC_ENCRYPT, SEC_AEAD_XCHACHA20);
     test_key_files();
     test_poll_ms();
+    test_same_host();
     return check_exit();
 }
