@@ -239,8 +239,8 @@ static hr_status eng_apply(ring *r, eng *e) {
         frame_decode(r->rx_stage, &h);
         uint8_t *dst = add || h.type != FRAME_DATA ? pay : out;
         if (sec_open(&ring_link_ch(r, e->rx_link)->rx, r->rx_stage, len, dst) != 0) {
-            char f[32];
-            snprintf(f, sizeof f, " %zu", e->ri);
+            char f[256];
+            fail_frame_name(f, sizeof f, e->ri, r->rx_stage, e->s->rx_len[e->ri]);
             return fail_link_auth(r, &e->t, e->coll, e->rx_link, f);
         }
         HR_CHECK(eng_header(r, e));

@@ -462,8 +462,8 @@ static hr_status mt_bad_frame(ring *r, ring_mt *m, size_t j, const uint8_t *f, s
     mt_counters(r, m, j + 1);
     eng e = mt_eng(m, j);
     if (auth_failed) {
-        char fr[32];
-        snprintf(fr, sizeof fr, " %zu", j);
+        char fr[256];
+        fail_frame_name(fr, sizeof fr, j, f, m->s->rx_len[j]);
         return fail_link_auth(r, &e.t, e.coll, FROM_PRED, fr);
     }
     size_t n = FRAME_HDR + len;

@@ -163,6 +163,20 @@ hr_status fail_link_auth(ring *r, txf *t, int coll, int from, const char *frame)
                      from != FROM_SUCC ? "connection dropped, " : "");
 }
 
+const char *fail_frame_name(char *out, size_t n, size_t j, const uint8_t *hdr, size_t want) {
+    frame_hdr h;
+    frame_decode(hdr, &h);
+    if (h.type == FRAME_DATA && h.len != want)
+        snprintf(out, n,
+                 " %zu, or the nodes disagree on the size of this collective: its header, not "
+                 "verified, says %u bytes where %zu were expected; do they run the same config, "
+                 "model and bucket_bytes?",
+                 j, h.len, want);
+    else
+        snprintf(out, n, " %zu", j);
+    return out;
+}
+
 /* An abort frame's payload: culprit id i64 | status u32 | reporter id i64 | text. */
 typedef struct {
     long culprit, reporter;

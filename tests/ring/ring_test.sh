@@ -19,6 +19,9 @@
 #   reform      one node leaves (view epoch 1) and rejoins (epoch 2) without any restart
 #   strangers   idle and garbage connections from a node without the key, at formation and
 #               during a run: the ring forms and runs on, they are closed and named
+#   size_mismatch  two nodes all-reduce a different number of floats (a small collective and a
+#               large one): both stop with a ring error that says the nodes may disagree on the
+#               size, also the one whose frame, longer than expected, failed verification
 #   workers     HETRING_RING_WORKERS: a bad value stops the node with a message naming it
 #   dns_again   node 0's first lookups of its peers' addresses fail for now (EAI_AGAIN, an
 #               LD_PRELOAD shim given as the fourth argument): it retries and the ring forms
@@ -437,6 +440,21 @@ strangers)
     a0=$(sed -n 's/^connected //p' "$tmp/s.0")
     grep -q "connection from $a0[: ]" "$tmp/out.0" || fail "node 0 did not name the idle connection $a0"
     grep -m 1 "connection from" "$tmp/out.0" "$tmp/out.1" | sed 's/^/    /'
+    ;;
+size_mismatch)
+    for pair in "1000 1001" "1000000 1000001"; do
+        set -- $pair
+        newbase; TO=10 conf "$tmp/c.ini" 2
+        start 0 "$tmp/c.ini" reduce "$1" 1; start 1 "$tmp/c.ini" reduce "$2" 1
+        finish 0 1
+        for i in 0 1; do
+            [ "${rc[$i]}" = 3 ] || { fail "$1 against $2 floats: node $i exited ${rc[$i]}, expected 3"; show $i; }
+            grep -q "ring error.*disagree on the size" "$tmp/out.$i" ||
+                { fail "$1 against $2 floats: node $i did not say the sizes may differ"; show $i; }
+        done
+        grep -h "ring error" "$tmp/out.0" "$tmp/out.1" | cut -c1-300 | sed 's/^/    /'
+    done
+    check_engine
     ;;
 workers)
     # a value the engine cannot honour stops the node at start-up, naming the variable
