@@ -350,6 +350,10 @@ void grad_xfer_commit(grad_xfer *x) {
     x->pending = 0;
 }
 
+void grad_xfer_discard(grad_xfer *x) {
+    x->pending = x->flushed = 0;
+}
+
 const float *grad_xfer_residual(const grad_xfer *x) {
     return x->residual ? x->residual : x->resume;
 }

@@ -185,6 +185,10 @@ void grad_xfer_stop(grad_xfer *x);
  * residual the next step adds, and powersgd's Q' the next Q; a float32 path that sent the
  * residual empties it (a float32 step of wire = auto, or after a resumed one). */
 void grad_xfer_commit(grad_xfer *x);
+/* The step was not applied (skipped as not finite, or its view failed and the iteration runs
+ * again, perhaps on another path): what its exchange dropped, and powersgd's Q', are thrown
+ * away, and the residual it added to its gradient stays the residual. */
+void grad_xfer_discard(grad_xfer *x);
 /* This node's residual as of the last applied step (what a checkpoint records; n_grad
  * floats): the bf16 path's, a resumed one not taken up yet, or NULL. */
 const float *grad_xfer_residual(const grad_xfer *x);

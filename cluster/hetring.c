@@ -1076,6 +1076,7 @@ int hetring_ready(hetring *h, const hetring_grads *g, int i) {
 /* The all-reduce failed: a new view, and the iteration again (or the end of this node). */
 static int recover(hetring *h, hr_status st) {
     h->moved = 0;
+    grad_xfer_discard(&h->x); /* the iteration runs again */
     st = dist_recover(&h->d, st, h->err, sizeof h->err);
     if (st == HR_ERR_INTERRUPTED) return left(h);
     if (st != HR_OK) return fatal(h, st);
@@ -1117,6 +1118,8 @@ static void pack_stats(hetring *h, const hetring_grads *g, double factor, float 
     double at;
     if (hr_fault_get("nan_loss", hetring_node_id(h), -1, &at) && (long)at == h->iter)
         mine.rec.loss = NAN; /* a test fault: this node's loss */
+    if (hr_fault_get("leave", hetring_node_id(h), -1, &at) && (long)at == h->iter)
+        *h->leave_at = 1; /* a test fault: a leave asked for in this iteration, as by SIGTERM */
     if (!isfinite((float)mine.rec.loss)) h->share_bad |= DIST_FLAG_NONFINITE_LOSS;
     mine.machine.at_end = !h->readied; /* buckets overlap nothing in a loop without ready */
     mine.machine.comm_s = h->comm_s;
@@ -1333,7 +1336,10 @@ int hetring_step(hetring *h, const hetring_grads *g, hetring_result *res) {
                                 .t_comm = hr_now() - t0,
                                 .buckets = buckets,
                                 .early = early};
-    if (finite) grad_xfer_commit(&h->x); /* the bf16 path's residual, of an applied step */
+    if (finite) /* the lossy paths' residual, of an applied step */
+        grad_xfer_commit(&h->x);
+    else
+        grad_xfer_discard(&h->x);
     h->iter++; /* the commit, skipped or not: the samples count as used (I8) */
     h->boundary = 1;
     if (finite) return HETRING_OK;
