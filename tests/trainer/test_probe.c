@@ -99,6 +99,7 @@ static void test_probe(void) {
           "preempted pass set the node's speed",
           stormed * 1e3, stormed / calm, calm * 1e3);
     train_free(&t);
+    cfg_free(&c);
 }
 
 int main(int argc, char **argv) {
