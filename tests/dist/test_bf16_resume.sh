@@ -10,6 +10,10 @@
 #  3. node 1 resumes from node 0's checkpoint (a copy: disks not shared): it must not take up
 #     node 0's residual (node 0's roundings dropped it, and node 0 takes it up itself), and says
 #     so; a float32 run resumed from a checkpoint with a residual says it has no use for it.
+#  4. the nodes write a checkpoint every 10 iterations and all crash (SIGKILL) at iteration 25;
+#     started again they resume from their checkpoints of iteration 20, which hold no residual:
+#     each node went on past them and sent it in iteration 20's step, so taking it up again
+#     would count it twice (as it would for one node restarted while the others go on)
 # With WIRE=powersgd the same for the low-rank wire, whose checkpoints also hold Q (replicated:
 # every node takes it up, whoever wrote it); without Q the resumed job would start Q from the
 # seed and end elsewhere than the uninterrupted one.
@@ -71,6 +75,27 @@ grep -q "resumed this node's error-feedback residual" "$tmp/other.0.log" || fail
 if [ "$WIRE" = powersgd ]; then # Q is the same in every node's checkpoint: node 1 takes node 0's
   grep -q "resumed the powersgd Q from the checkpoint" "$tmp/other.1.log" || fail "node 1 did not take Q up"
 fi
+
+# periodic checkpoints, then a crash of every node at iteration 25: no residual is taken up
+pids=()
+for id in 0 1 2; do
+  HETRING_FAULT='crash:*:25' timeout 120 "$HR" run --conf "$tmp/c.ini" --node $id --quiet \
+    --set train.iterations=40 --set train.checkpoint="$tmp/per.$id.ckpt" \
+    --set train.checkpoint_interval=10 --metrics "$tmp/per.m$id" > "$tmp/per.$id.log" 2>&1 &
+  pids[$id]=$!
+done
+for id in 0 1 2; do
+  wait "${pids[$id]}"
+  rc=$?
+  [ "$rc" = 137 ] || fail "periodic: node $id exited $rc, expected to crash (137): $(tail -2 "$tmp/per.$id.log")"
+done
+run per 40 --set train.checkpoint_interval=10
+for id in 0 1 2; do
+  grep -h "resumed from checkpoint\|error-feedback residual\|powersgd Q" "$tmp/per.$id.log" | cut -c1-160
+  grep -q "resumed from checkpoint .* at iteration 20" "$tmp/per.$id.log" || fail "periodic: node $id did not resume at iteration 20"
+  grep -q "resumed this node's error-feedback residual" "$tmp/per.$id.log" &&
+    fail "periodic: node $id took up a residual that its first life sent in iteration 20"
+done
 
 # a float32 run has no use for it
 cp "$tmp/keep.0.ckpt" "$tmp/f32.0.ckpt"
