@@ -2,7 +2,10 @@
  * tcp.c: TCP sockets with deadlines (see tcp.h).
  *
  * Invariant: every loop that waits goes through poll() with the time left to its deadline, so
- * no call here can block past the deadline it was given.
+ * no call here can block past the deadline it was given. A peer's host name is looked up on a
+ * thread of its own (getaddrinfo has no deadline: a resolver out of reach holds it for its own
+ * timeouts, seconds times attempts times servers), which the caller waits for until its
+ * deadline; a numeric address needs no lookup.
  */
 #include "ring/tcp.h"
 #include "base/hr_addr.h"
@@ -15,7 +18,9 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <time.h>
@@ -56,21 +61,167 @@ void tcp_tune(int fd) {
     if (fl >= 0) fcntl(fd, F_SETFL, fl | O_NONBLOCK);
 }
 
+/* getaddrinfo's answer as a status: a resolver that is busy or out of reach now may answer the
+ * next try, so a peer's address is then as a peer that does not answer yet (HR_ERR_PEER,
+ * retried to the caller's deadline); a name that does not resolve is HR_ERR_CONFIG. */
+static hr_status gai_status(int rc, const char *host, int passive, char *err, size_t errlen) {
+    if (rc == 0) return HR_OK;
+    if (rc == EAI_AGAIN && !passive)
+        return hr_fail(err, errlen, HR_ERR_PEER, "cannot resolve %s for now: %s", host,
+                       gai_strerror(rc));
+    return hr_fail(err, errlen, HR_ERR_CONFIG, "cannot resolve %s: %s", host, gai_strerror(rc));
+}
+
 static hr_status resolve(const char *host, long port, int passive, struct addrinfo **res, char *err,
                          size_t errlen) {
     struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM};
     if (passive) hints.ai_flags = AI_PASSIVE;
     char ps[16];
     snprintf(ps, sizeof ps, "%ld", port);
-    int rc = getaddrinfo(host, ps, &hints, res);
-    /* a resolver that is busy or out of reach now may answer the next try: a peer's address is
-     * then as a peer that does not answer yet (HR_ERR_PEER, retried to the caller's deadline) */
-    if (rc == EAI_AGAIN && !passive)
-        return hr_fail(err, errlen, HR_ERR_PEER, "cannot resolve %s for now: %s", host,
-                       gai_strerror(rc));
-    if (rc != 0)
-        return hr_fail(err, errlen, HR_ERR_CONFIG, "cannot resolve %s: %s", host, gai_strerror(rc));
-    return HR_OK;
+    return gai_status(getaddrinfo(host, ps, &hints, res), host, passive, err, errlen);
+}
+
+/* ---------------------------------------------------------------- a lookup with a deadline */
+
+#define LOOKUP_ADDRS 8 /* addresses of one name tried, in the resolver's order */
+
+typedef struct {
+    int n;
+    struct {
+        int family, socktype, protocol;
+        socklen_t len;
+        struct sockaddr_storage addr;
+    } a[LOOKUP_ADDRS];
+} addr_list;
+
+/* One getaddrinfo on its own thread. Callers that want the same host and port while it runs
+ * wait on it rather than start another, so a resolver that hangs holds one thread per
+ * address, however often a node retries. Freed by the last of the thread and its waiters. */
+typedef struct lookup {
+    struct lookup *next; /* lookups still running */
+    char host[256], port[16];
+    int refs; /* the thread, and each caller waiting */
+    int done, rc;
+    struct addrinfo *res;
+} lookup;
+
+static pthread_mutex_t lookup_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t lookup_cv;
+static pthread_once_t lookup_once = PTHREAD_ONCE_INIT;
+static lookup *lookups; /* running, under lookup_mu */
+
+static void lookup_init(void) {
+    pthread_condattr_t a;
+    pthread_condattr_init(&a);
+    pthread_condattr_setclock(&a, CLOCK_MONOTONIC); /* tcp_now's clock */
+    pthread_cond_init(&lookup_cv, &a);
+    pthread_condattr_destroy(&a);
+}
+
+/* Drop one reference to l. Under lookup_mu. */
+static void lookup_put(lookup *l) {
+    if (--l->refs > 0) return;
+    if (l->res) freeaddrinfo(l->res);
+    free(l);
+}
+
+static void *lookup_thread(void *arg) {
+    lookup *l = arg;
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *res = NULL;
+    int rc = getaddrinfo(l->host, l->port, &hints, &res);
+    pthread_mutex_lock(&lookup_mu);
+    l->rc = rc, l->res = rc == 0 ? res : NULL, l->done = 1;
+    for (lookup **p = &lookups; *p; p = &(*p)->next)
+        if (*p == l) {
+            *p = l->next;
+            break;
+        }
+    pthread_cond_broadcast(&lookup_cv);
+    lookup_put(l);
+    pthread_mutex_unlock(&lookup_mu);
+    return NULL;
+}
+
+static void addr_list_add(addr_list *out, const struct addrinfo *res) {
+    for (const struct addrinfo *a = res; a && out->n < LOOKUP_ADDRS; a = a->ai_next) {
+        if (a->ai_addrlen > sizeof out->a[0].addr) continue;
+        out->a[out->n].family = a->ai_family, out->a[out->n].socktype = a->ai_socktype;
+        out->a[out->n].protocol = a->ai_protocol, out->a[out->n].len = a->ai_addrlen;
+        memcpy(&out->a[out->n].addr, a->ai_addr, a->ai_addrlen);
+        out->n++;
+    }
+}
+
+/* The addresses of host:port by `deadline`: at once for a numeric address, else from a lookup
+ * thread (HR_ERR_TIMEOUT when it has not answered by then; it goes on, and a later call for
+ * the same address waits on it). */
+static hr_status resolve_by(const char *host, long port, double deadline, addr_list *out, char *err,
+                            size_t errlen) {
+    char ps[16];
+    snprintf(ps, sizeof ps, "%ld", port);
+    out->n = 0;
+    struct sockaddr_in *v4 = (struct sockaddr_in *)&out->a[0].addr;
+    struct sockaddr_in6 *v6 = (struct sockaddr_in6 *)&out->a[0].addr;
+    memset(&out->a[0], 0, sizeof out->a[0]);
+    out->a[0].socktype = SOCK_STREAM;
+    if (inet_pton(AF_INET, host, &v4->sin_addr) == 1) { /* no lookup */
+        v4->sin_family = AF_INET, v4->sin_port = htons((uint16_t)port);
+        out->a[0].family = AF_INET, out->a[0].len = sizeof *v4, out->n = 1;
+        return HR_OK;
+    }
+    if (inet_pton(AF_INET6, host, &v6->sin6_addr) == 1) {
+        v6->sin6_family = AF_INET6, v6->sin6_port = htons((uint16_t)port);
+        out->a[0].family = AF_INET6, out->a[0].len = sizeof *v6, out->n = 1;
+        return HR_OK;
+    }
+    if (strlen(host) >= sizeof((lookup *)0)->host)
+        return hr_fail(err, errlen, HR_ERR_CONFIG, "cannot resolve %.64s...: name too long", host);
+    pthread_once(&lookup_once, lookup_init);
+    pthread_mutex_lock(&lookup_mu);
+    lookup *l = lookups;
+    while (l && (strcmp(l->host, host) != 0 || strcmp(l->port, ps) != 0)) l = l->next;
+    if (!l) {
+        l = calloc(1, sizeof *l);
+        pthread_attr_t a;
+        pthread_t th;
+        int e = l ? pthread_attr_init(&a) : ENOMEM;
+        if (l && e == 0) {
+            snprintf(l->host, sizeof l->host, "%s", host);
+            snprintf(l->port, sizeof l->port, "%s", ps);
+            l->refs = 1; /* the thread's */
+            pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+            e = pthread_create(&th, &a, lookup_thread, l);
+            pthread_attr_destroy(&a);
+        }
+        if (e != 0) {
+            pthread_mutex_unlock(&lookup_mu);
+            free(l);
+            return hr_fail(err, errlen, HR_ERR_PEER, "cannot look up %s now: %s", host,
+                           strerror(e));
+        }
+        l->next = lookups, lookups = l;
+    }
+    l->refs++;
+    while (!l->done) {
+        double left = deadline - tcp_now();
+        if (left <= 0) break;
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        if (left > 3600) left = 3600;
+        long long ns = (long long)ts.tv_nsec + (long long)(left * 1e9);
+        ts.tv_sec += (time_t)(ns / 1000000000LL), ts.tv_nsec = (long)(ns % 1000000000LL);
+        pthread_cond_timedwait(&lookup_cv, &lookup_mu, &ts);
+    }
+    const int done = l->done, rc = l->rc;
+    if (done && rc == 0) addr_list_add(out, l->res);
+    lookup_put(l);
+    pthread_mutex_unlock(&lookup_mu);
+    if (!done)
+        return hr_fail(err, errlen, HR_ERR_TIMEOUT,
+                       "looking up %s took longer than the time left (is the resolver slow or out "
+                       "of reach?)",
+                       host);
+    return gai_status(rc, host, 0, err, errlen);
 }
 
 hr_status tcp_listen(const char *host, long port, int *out_fd, char *err, size_t errlen) {
@@ -119,19 +270,19 @@ hr_status tcp_wait(int fd, short events, double deadline) {
 
 hr_status tcp_connect(const char *host, long port, double deadline, int *out_fd, char *err,
                       size_t errlen) {
-    struct addrinfo *res = NULL;
+    addr_list al;
     *out_fd = -1;
-    HR_CHECK(resolve(host, port, 0, &res, err, errlen));
+    HR_CHECK(resolve_by(host, port, deadline, &al, err, errlen));
     hr_status st = HR_ERR_PEER;
     int e = ECONNREFUSED;
-    for (struct addrinfo *a = res; a; a = a->ai_next) {
-        int fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+    for (int i = 0; i < al.n; i++) {
+        int fd = socket(al.a[i].family, al.a[i].socktype | SOCK_CLOEXEC, al.a[i].protocol);
         if (fd < 0) {
             e = errno;
             continue;
         }
         tcp_tune(fd);
-        int rc = connect(fd, a->ai_addr, a->ai_addrlen);
+        int rc = connect(fd, (const struct sockaddr *)&al.a[i].addr, al.a[i].len);
         if (rc != 0 && errno == EINPROGRESS) {
             hr_status w = tcp_wait(fd, POLLOUT, deadline);
             if (w != HR_OK) {
@@ -147,14 +298,12 @@ hr_status tcp_connect(const char *host, long port, double deadline, int *out_fd,
             e = errno;
         }
         if (rc == 0) {
-            freeaddrinfo(res);
             *out_fd = fd;
             return HR_OK;
         }
         close(fd);
         st = HR_ERR_PEER;
     }
-    freeaddrinfo(res);
     return hr_fail(err, errlen, st, "%s", strerror(e));
 }
 

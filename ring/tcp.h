@@ -23,9 +23,12 @@ int tcp_poll_ms(double deadline);
 /* Listen on host:port (SO_REUSEADDR, non-blocking). */
 hr_status tcp_listen(const char *host, long port, int *out_fd, char *err, size_t errlen);
 
-/* One connection attempt to host:port, finished by `deadline`. ECONNREFUSED and friends, and a
- * resolver's temporary failure (EAI_AGAIN), give HR_ERR_PEER, so that callers can retry; a
- * name that does not resolve is HR_ERR_CONFIG. The socket is tuned (tcp_tune). */
+/* One connection attempt to host:port, finished by `deadline`, the name lookup included (a
+ * host name is looked up on a thread of its own; a lookup that has not answered by then gives
+ * HR_ERR_TIMEOUT, and the next attempt for that address waits on the same lookup). ECONNREFUSED
+ * and friends, and a resolver's temporary failure (EAI_AGAIN), give HR_ERR_PEER, so that
+ * callers can retry; a name that does not resolve is HR_ERR_CONFIG. The socket is tuned
+ * (tcp_tune). */
 hr_status tcp_connect(const char *host, long port, double deadline, int *out_fd, char *err,
                       size_t errlen);
 

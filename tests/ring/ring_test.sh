@@ -23,8 +23,10 @@
 #               large one): both stop with a ring error that says the nodes may disagree on the
 #               size, also the one whose frame, longer than expected, failed verification
 #   workers     HETRING_RING_WORKERS: a bad value stops the node with a message naming it
-#   dns_again   node 0's first lookups of its peers' addresses fail for now (EAI_AGAIN, an
-#               LD_PRELOAD shim given as the fourth argument): it retries and the ring forms
+#   dns_again   node 0's first lookups of its peers' names fail for now (EAI_AGAIN, an
+#               LD_PRELOAD shim given as the fourth argument): it retries and the ring forms;
+#               and a resolver that answers only after 30 s holds no connection attempt past
+#               its deadline
 #   mt_nomem    two nodes on the threaded engine, one of them without the address space for its
 #               staging: it says so and runs the collectives on its own thread, and both
 #               nodes' results check (the frames are the same either way)
@@ -477,14 +479,33 @@ dns_again)
     if ldd "$NODE" 2>/dev/null | grep -q 'lib[at]san'; then
         echo "SKIP: a sanitizer build cannot take an LD_PRELOAD shim"; exit 77
     fi
+    # the peers by name (a numeric address is never looked up): localhost, where it is loopback
+    getent hosts localhost | grep -qE '^(127\.|::1 )' ||
+        { echo "SKIP: localhost does not resolve to a loopback address here"; exit 77; }
     newbase; conf "$tmp/c.ini" 3
+    sed -i 's/^host = 127.0.0.1$/host = localhost/' "$tmp/c.ini"
     for i in 1 2; do start $i "$tmp/c.ini" correct 1000; done
     LD_PRELOAD=$PROXY GAI_AGAIN_COUNT=5 start 0 "$tmp/c.ini" correct 1000
     finish 0 1 2
     for i in 0 1 2; do [ "${rc[$i]}" = 0 ] || { fail "node $i exited ${rc[$i]}"; show $i; }; done
-    n=$(grep -c "^gai_again: lookup [0-9]* of 127.0.0.1 failed with EAI_AGAIN" "$tmp/out.0")
+    n=$(grep -c "^gai_again: lookup [0-9]* of localhost failed with EAI_AGAIN" "$tmp/out.0")
     [ "$n" = 5 ] || { fail "the shim failed $n lookups of node 0's, not 5"; show 0; }
     echo "node 0's first $n lookups failed for now; the ring formed and ran"
+    # a resolver that takes 30 s an answer: node 0's lookups of its successor wait no longer
+    # than its deadlines, so with its peers down it gives up at connect_timeout (3 s) as it
+    # would without a lookup, and says the lookup is what took the time
+    newbase; CT=3 TO=2 conf "$tmp/c.ini" 3
+    sed -i 's/^host = 127.0.0.1$/host = localhost/' "$tmp/c.ini"
+    t0=$(now)
+    LD_PRELOAD=$PROXY GAI_SLOW_S=30 start 0 "$tmp/c.ini" init
+    finish 0
+    el=$(awk "BEGIN{printf \"%.1f\", $(now) - $t0}")
+    grep -h "ring error\|gai_again" "$tmp/out.0" | head -3 | cut -c1-240 | sed 's/^/    /'
+    echo "with a 30 s resolver and no peers, node 0 exited ${rc[0]} after $el s (connect_timeout 3 s)"
+    [ "${rc[0]}" != 0 ] || fail "slow resolver: node 0 formed a ring without its peers"
+    awk "BEGIN{exit !($el < 12)}" || { fail "slow resolver: node 0 took $el s to give up"; show 0; }
+    grep -q "looking up localhost took longer than the time left" "$tmp/out.0" ||
+        { fail "slow resolver: node 0 did not say the lookup took the time"; show 0; }
     ;;
 mt_nomem)
     # 128 MiB segments: the ring's own two stages take 256 MiB at the start, the threaded
