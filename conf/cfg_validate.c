@@ -1,8 +1,8 @@
 /*
  * cfg_validate.c: the checks across keys that a single value cannot make (peers, quorum, batch
  * bounds, something to train, keys for the security asked for, and no key given that the rest
- * would leave unused), each failing with "FILE:LINE: what (expected)" at the line of the key to
- * change.
+ * would leave unused: check_security, check_controller, check_unused), each failing with
+ * "FILE:LINE: what (expected)" at the line of the key to change.
  */
 #include "conf/cfg_internal.h"
 #include "base/hr_addr.h"
@@ -260,6 +260,82 @@ static hr_status check_controller(const cfg *c, char *err, size_t errlen) {
     return HR_OK;
 }
 
+/* A key given another value than its default that the rest of the configuration does not use:
+ * `unused` says so (c the configuration, d the defaults), `by` names the key that leaves it
+ * unused, `by_value` gives that key's value, and `expected` says what would use it. A key set
+ * to its default changes nothing either way (reference.ini gives every key), and keys of one
+ * controller policy are left alone: bench hetero runs every policy on one file. */
+typedef struct {
+    const char *key, *by;
+    int (*unused)(const cfg *c, const cfg *d);
+    const char *(*by_value)(const cfg *c);
+    const char *expected;
+} unused_rule;
+
+static int step_unused(const cfg *c, const cfg *d) {
+    return c->lr_schedule != CFG_LR_STEP && c->lr_step != d->lr_step;
+}
+static int gamma_unused(const cfg *c, const cfg *d) {
+    return c->lr_schedule != CFG_LR_STEP && c->lr_gamma != d->lr_gamma;
+}
+static int layers_unused(const cfg *c, const cfg *d) {
+    return c->model != CFG_MODEL_MLP &&
+           (c->n_layers != d->n_layers ||
+            memcmp(c->layers, d->layers, sizeof *c->layers * (size_t)c->n_layers) != 0);
+}
+static int data_dir_unused(const cfg *c, const cfg *d) {
+    const int synthetic = c->dataset == CFG_DATA_SYNTHETIC ||
+                          c->dataset == CFG_DATA_SYNTHETIC_RGB ||
+                          c->dataset == CFG_DATA_SYNTHETIC_REGRESSION;
+    return synthetic && strcmp(c->data_dir, d->data_dir) != 0;
+}
+static int rank_unused(const cfg *c, const cfg *d) {
+    return c->wire != CFG_WIRE_POWERSGD && c->wire != CFG_WIRE_AUTO &&
+           c->powersgd_rank != d->powersgd_rank;
+}
+static int gbit_unused(const cfg *c, const cfg *d) {
+    return c->wire != CFG_WIRE_AUTO && c->wire_auto_gbit != d->wire_auto_gbit;
+}
+static const char *lr_schedule_value(const cfg *c) {
+    return c->lr_schedule == CFG_LR_COSINE ? "cosine" : "constant";
+}
+static const char *model_value(const cfg *c) {
+    return cfg_model_name(c->model);
+}
+static const char *dataset_value(const cfg *c) {
+    return cfg_dataset_name(c->dataset);
+}
+static const char *wire_value(const cfg *c) {
+    return cfg_wire_name(c->wire);
+}
+
+static const unused_rule unused_rules[] = {
+    {"lr_step", "lr_schedule", step_unused, lr_schedule_value, "lr_schedule = step, or no lr_step"},
+    {"lr_gamma", "lr_schedule", gamma_unused, lr_schedule_value,
+     "lr_schedule = step, or no lr_gamma"},
+    {"layers", "model", layers_unused, model_value, "model = mlp, or no layers"},
+    {"data_dir", "dataset", data_dir_unused, dataset_value,
+     "dataset = mnist, cifar10 or csv, or no data_dir"},
+    {"powersgd_rank", "wire", rank_unused, wire_value,
+     "wire = powersgd or auto, or no powersgd_rank"},
+    {"wire_auto_gbit", "wire", gbit_unused, wire_value, "wire = auto, or no wire_auto_gbit"},
+};
+
+static hr_status check_unused(const cfg *c, char *err, size_t errlen) {
+    cfg d;
+    cfg_init(&d);
+    hr_status st = HR_OK;
+    for (size_t i = 0; st == HR_OK && i < sizeof unused_rules / sizeof *unused_rules; i++) {
+        const unused_rule *u = &unused_rules[i];
+        if (given(c, u->key) && u->unused(c, &d))
+            st = hr_fail(err, errlen, HR_ERR_CONFIG,
+                         "%s: %s is set, but %s = %s does not use it (expected %s)", AT(c, u->key),
+                         u->key, u->by, u->by_value(c), u->expected);
+    }
+    cfg_free(&d);
+    return st;
+}
+
 hr_status cfg_validate(cfg *c, char *err, size_t errlen) {
     const char *f = c->path[0] ? c->path : "<config>";
     HR_CHECK(check_nodes(c, f, err, errlen));
@@ -270,6 +346,7 @@ hr_status cfg_validate(cfg *c, char *err, size_t errlen) {
     HR_CHECK(check_wire(c, err, errlen));
     HR_CHECK(check_nccl_buckets(c, err, errlen));
     HR_CHECK(check_controller(c, err, errlen));
+    HR_CHECK(check_unused(c, err, errlen));
     qsort(c->nodes, (size_t)c->n_nodes, sizeof *c->nodes, cmp_node_id); /* id order from here */
     return HR_OK;
 }

@@ -394,7 +394,8 @@ static void test_paths(void) {
     CHECK(mkdir(sub, 0700) == 0, "mkdir %s", sub);
     snprintf(ini, sizeof ini, "%s/c.ini", sub);
     write_file(ini, "[cluster]\nsecurity = encrypt\nkey_file = keys/node{id}.key\n"
-                    "psk_file = ./../c.psk\n[train]\ndata_dir = data\ncheckpoint = /abs/run.ckpt\n"
+                    "psk_file = ./../c.psk\n[train]\ndataset = mnist\ndata_dir = data\n"
+                    "checkpoint = /abs/run.ckpt\n"
                     "[node.0]\nhost = 127.0.0.1\nport = 7001\npubkey = "
                     "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff\n");
     CHECK(chdir(dir) == 0, "chdir %s", dir); /* the file is conf/c.ini from here */
