@@ -4,7 +4,8 @@
  * A one-node cluster trains alone, without a ring; a cluster of several nodes forms
  * the ring and trains with the replicated controller setting every node's batch (dist.h).
  * Such a node joins a running job by itself, and SIGTERM or SIGINT make it leave at the next
- * iteration boundary the members agree on, with a checkpoint (a second signal kills it).
+ * iteration boundary the members agree on, with a checkpoint (a second signal kills it); a node
+ * alone stops at its next boundary the same way.
  */
 #include "base/hr_addr.h"
 #include "base/hr_cores.h"
@@ -48,7 +49,8 @@ static void usage(FILE *out) {
             "view and go on while a quorum ([cluster] min_nodes) remains; a node started while\n"
             "the others train joins them and receives the state. SIGTERM or SIGINT make this\n"
             "node leave after an iteration the others agree on, writing its checkpoint; a\n"
-            "second one stops it at once.\n");
+            "node alone stops after the iteration in progress, writing its checkpoint. Either\n"
+            "exits 0; a second signal stops it at once.\n");
 }
 
 /* "node ID of N ready", with the address it listens on when `listening`. */
@@ -93,35 +95,10 @@ static void say_done(const trainer *t, const train_result *res, const char *poli
                 pol, res->emulated ? " (emulated heterogeneity)" : "");
 }
 
-/* Train on this node alone. */
-static int train_one(const cfg *c, int self, const train_opts *to) {
-    trainer t;
-    train_result res;
-    char err[HR_ERRLEN] = "";
-    train_config tc;
-    app_train_config(c, self, &tc);
-    announce(c, self, 0); /* one node listens on nothing */
-    hr_status st = train_init(&t, &tc, err, sizeof err);
-    if (st != HR_OK) {
-        fprintf(stderr, "hetring run: %s\n", err[0] ? err : hr_strerror(st));
-        return st == HR_ERR_CONFIG ? CLI_USAGE : CLI_FAIL;
-    }
-    st = train_run(&t, to, &res, err, sizeof err);
-    if (st != HR_OK) {
-        fprintf(stderr, "hetring run: %s\n", err[0] ? err : hr_strerror(st));
-        train_free(&t);
-        return CLI_FAIL;
-    }
-    say_done(&t, &res, NULL);
-    train_free(&t);
-    return CLI_OK;
-}
-
-static volatile sig_atomic_t leave_requested;
+static volatile sig_atomic_t leave_requested; /* the signal that asked to leave; 0: none */
 
 static void on_leave_signal(int sig) {
-    (void)sig;
-    leave_requested = 1;
+    leave_requested = sig;
 }
 
 /* SIGTERM (a scheduler's pre-emption) and SIGINT ask this node to leave cleanly; the second
@@ -134,6 +111,53 @@ static void catch_leave_signals(void) {
     sigemptyset(&sa.sa_mask);
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGINT, &sa, NULL);
+}
+
+/* Alone, a leave signal stops the run after the iteration in progress, as a cluster node leaves
+ * at a boundary: with its checkpoint when one is configured (one is already written after the
+ * last iteration, which ends the run anyway). */
+static hr_status stop_if_asked(void *ctx, trainer *t, char *err, size_t errlen) {
+    const cfg *c = ctx;
+    if (!leave_requested || t->iter >= t->total) return HR_OK;
+    if (c->checkpoint[0]) HR_CHECK(train_save(t, c->checkpoint, err, errlen));
+    const char *sig = sigabbrev_np(leave_requested);
+    HR_INFO(TRAIN, "stopping at iteration %ld on SIG%s%s%s", t->iter, sig ? sig : "?",
+            c->checkpoint[0] ? "; checkpoint written to " : " (no checkpoint configured)",
+            c->checkpoint);
+    return HR_ERR_INTERRUPTED;
+}
+
+/* Train on this node alone; SIGTERM or SIGINT stop it at the next iteration boundary with its
+ * checkpoint (exit 0, as a cluster node that leaves). */
+static int train_one(const cfg *c, int self, const train_opts *to) {
+    trainer t;
+    train_result res;
+    char err[HR_ERRLEN] = "";
+    train_config tc;
+    app_train_config(c, self, &tc);
+    announce(c, self, 0); /* one node listens on nothing */
+    hr_status st = train_init(&t, &tc, err, sizeof err);
+    if (st != HR_OK) {
+        fprintf(stderr, "hetring run: %s\n", err[0] ? err : hr_strerror(st));
+        return st == HR_ERR_CONFIG ? CLI_USAGE : CLI_FAIL;
+    }
+    train_opts o = *to;
+    o.after_iter = stop_if_asked;
+    o.member_ctx = (void *)c;
+    catch_leave_signals();
+    st = train_run(&t, &o, &res, err, sizeof err);
+    if (st != HR_OK) {
+        fprintf(stderr, "hetring run: %s\n", err[0] ? err : hr_strerror(st));
+        train_free(&t);
+        return CLI_FAIL;
+    }
+    if (res.left)
+        HR_INFO(TRAIN, "node %ld stopped at iteration %ld of %ld", c->nodes[self].id, t.iter,
+                t.total);
+    else
+        say_done(&t, &res, NULL);
+    train_free(&t);
+    return CLI_OK;
 }
 
 /* The reason a cluster run failed, for its last line. train_run's own fallback says only

@@ -3,7 +3,8 @@
 # gives an error naming the address, and no ready line), the security = none warning once per
 # node, per-node progress columns labelled, no internal invariant tags (I4, I5, I6), and a last
 # line that carries the reason of a failure rather than a bare status, or that there was nothing
-# left to train; metrics that could not be written fail the run; a model beyond the process's
+# left to train; a node alone stops on SIGTERM or SIGINT with its checkpoint, as a node of a
+# cluster leaves; metrics that could not be written fail the run; a model beyond the process's
 # memory is refused at start; an IPv6 address is written [HOST]:PORT.
 # HR, fail, $tmp and the port block `base` from the shared setup; the trap also stops the
 # process holding a port, if any
@@ -105,6 +106,25 @@ pair "" "$tmp/ck.ini"
 grep -qi "nan" "$tmp/l0" && fail "cluster resumed at the end: a nan was printed: $(grep -i nan "$tmp/l0")"
 tail -1 "$tmp/l0" | grep -q "train: done: nothing left to train (resumed at iteration 12, \[train\] iterations = 12); held-out accuracy" ||
     fail "cluster resumed at the end: last line: $(tail -1 "$tmp/l0")"
+# one node alone leaves on SIGTERM or SIGINT as a cluster node does: it stops after the iteration
+# in progress, writes its checkpoint, says so and exits 0, and a second run resumes there (the
+# signal killed it, exit 143, with no checkpoint written)
+for sig in TERM INT; do
+    rm -f "$tmp/sig.ckpt" "$tmp/sig.jsonl"
+    timeout 60 "$HR" run --conf "$tmp/ck1.ini" --quiet --set train.iterations=100000 \
+        --set "train.checkpoint=$tmp/sig.ckpt" --metrics "$tmp/sig.jsonl" > "$tmp/sig" 2>&1 & p=$!
+    wait_for_line "$tmp/sig.jsonl" '^\{"iter":3,' 30
+    kill -$sig $p; wait $p; rc=$?
+    [ $rc = 0 ] || fail "SIG$sig alone: exited $rc: $(tail -2 "$tmp/sig")"
+    stop=$(grep -o "train: stopping at iteration [0-9]* on SIG$sig; checkpoint written to $tmp/sig.ckpt$" "$tmp/sig" | grep -o '[0-9][0-9]*' | head -1)
+    [ -n "$stop" ] && [ -s "$tmp/sig.ckpt" ] || fail "SIG$sig alone: no checkpoint said or written: $(tail -2 "$tmp/sig")"
+    tail -1 "$tmp/sig" | grep -q "train: node 0 stopped at iteration $stop of 100000$" ||
+        fail "SIG$sig alone: last line: $(tail -1 "$tmp/sig")"
+    timeout 60 "$HR" run --conf "$tmp/ck1.ini" --quiet --set train.iterations=$((stop + 2)) \
+        --set "train.checkpoint=$tmp/sig.ckpt" > "$tmp/sig2" 2>&1 &&
+        grep -q "resumed from checkpoint $tmp/sig.ckpt at iteration $stop$" "$tmp/sig2" ||
+        fail "SIG$sig alone: the next run did not resume at $stop: $(tail -2 "$tmp/sig2")"
+done
 # metrics that cannot be written (a file size limit stands in for a full disk): said once when
 # it happens, training goes on, and the run ends 1 naming the file and the first lost record
 # (the run exited 0, the file cut short mid-record)
