@@ -42,7 +42,9 @@ static void usage(FILE *out) {
         "                   at most %d times per node, and only while another node runs or\n"
         "                   waits for its own restart\n"
         "  --compare-static run the cluster twice, first with static batches, then as\n"
-        "                   configured, and report the measured speed-up\n"
+        "                   configured, and report the measured speed-up; both runs start\n"
+        "                   from scratch, without [train] checkpoint (neither reads nor\n"
+        "                   writes it), and take no --summary or --metrics\n"
         "  --netns PREFIX   start node ID in the network namespace PREFIX-ID\n"
         "                   (/var/run/netns/PREFIX-ID, made beforehand: `hetring bench hetero\n"
         "                   --netns` makes them with shaped links); each host must then be an\n"
@@ -94,12 +96,13 @@ static void report_failure(const launch_result *res) {
 /* Launch every node once. `extra` are additional run arguments (NULL-terminated). */
 static int launch_once(const cfg *c, const cli_common *o, const char *exe, const launch_opts *how,
                        char **tail, int n_tail, const char *const *extra) {
-    /* every child gets the same --set overrides, then `extra`, then whatever followed "--" */
+    /* every child gets the same --set overrides, then whatever followed "--", then `extra`,
+     * which come last so that they win over a --set of the same key among the run options */
     const char *args[2 * CLI_MAX_SETS + 80];
     int na = 0, cap = (int)(sizeof args / sizeof args[0]) - 1;
     for (int i = 0; i < o->n_sets; i++) args[na++] = "--set", args[na++] = o->sets[i];
-    for (int i = 0; extra && extra[i] && na < cap; i++) args[na++] = extra[i];
     for (int i = 0; i < n_tail && na < cap; i++) args[na++] = tail[i];
+    for (int i = 0; extra && extra[i] && na < cap; i++) args[na++] = extra[i];
     args[na] = NULL;
     launch_opts lo = *how;
     lo.exe = exe, lo.conf = o->conf, lo.args = args, lo.out = stdout;
@@ -111,7 +114,7 @@ static int launch_once(const cfg *c, const cli_common *o, const char *exe, const
     return rc;
 }
 
-/* samples_per_s from a run summary, or -1. */
+/* samples_per_s from a run summary, or -1 when there is none to read. */
 static double summary_rate(const char *path) {
     FILE *f = fopen(path, "r");
     if (!f) return -1;
@@ -124,7 +127,22 @@ static double summary_rate(const char *path) {
     return strtod(p + 1, NULL);
 }
 
-/* Run the cluster with the static policy, then as configured, and report the speed-up. */
+/* Whether pass `name`'s rate r (summary_rate of `path`) can be compared; says why not. */
+static int rate_ok(const char *name, const char *path, double r) {
+    if (r > 0) return 1;
+    if (r < 0)
+        fprintf(stderr, "hetring local: the %s run wrote no summary that could be read (%s)\n",
+                name, path);
+    else
+        fprintf(stderr, "hetring local: the %s run trained nothing (samples_per_s %g in %s)\n",
+                name, r, path);
+    return 0;
+}
+
+/* Run the cluster with the static policy, then as configured, and report the speed-up. Neither
+ * pass reads or writes the user's checkpoint: the first would leave it at the end, where the
+ * second, resumed from it, would train nothing (and a checkpoint the user had would be
+ * overwritten by a static run's state), so both start from scratch without one. */
 static int compare_static(const cfg *c, const cli_common *o, const char *exe,
                           const launch_opts *how, char **tail, int n_tail) {
     char dir[] = "/tmp/hetring-local-XXXXXX";
@@ -136,8 +154,13 @@ static int compare_static(const cfg *c, const cli_common *o, const char *exe,
     char s_static[PATH_MAX], s_dyn[PATH_MAX];
     snprintf(s_static, sizeof s_static, "%s/static.json", dir);
     snprintf(s_dyn, sizeof s_dyn, "%s/dynamic.json", dir);
-    const char *run1[] = {"--set", "controller.policy=static", "--summary", s_static, NULL};
-    const char *run2[] = {"--summary", s_dyn, NULL};
+    const char *run1[] = {
+        "--set", "train.checkpoint=",        "--set",     "train.checkpoint_interval=0",
+        "--set", "controller.policy=static", "--summary", s_static,
+        NULL};
+    const char *run2[] = {
+        "--set", "train.checkpoint=", "--set", "train.checkpoint_interval=0", "--summary", s_dyn,
+        NULL};
     printf("== 1/2: static batches (the plain BSP baseline) ==\n");
     fflush(stdout);
     int rc = launch_once(c, o, exe, how, tail, n_tail, run1);
@@ -147,7 +170,7 @@ static int compare_static(const cfg *c, const cli_common *o, const char *exe,
         rc = launch_once(c, o, exe, how, tail, n_tail, run2);
     }
     double r1 = summary_rate(s_static), r2 = summary_rate(s_dyn);
-    if (rc == 0 && r1 > 0 && r2 > 0) {
+    if (rc == 0 && rate_ok("static", s_static, r1) && rate_ok("dynamic", s_dyn, r2)) {
         int emulated = 0;
         for (int i = 0; i < c->n_nodes; i++)
             emulated |= c->nodes[i].slowdown > 1 || c->nodes[i].n_interference > 0;
@@ -156,7 +179,6 @@ static int compare_static(const cfg *c, const cli_common *o, const char *exe,
                r1, cfg_policy_name(c->policy), r2, r2 / r1,
                emulated ? "; node speeds emulated with slowdown" : "");
     } else if (rc == 0) {
-        fprintf(stderr, "hetring local: the runs left no summary to compare\n");
         rc = CLI_FAIL;
     }
     unlink(s_static);
@@ -197,7 +219,8 @@ static const char *run_opt(char **tail, int n_tail, int i, const char *name) {
 /* The run options after "--" that every node gets: a --metrics file must have {id} in it, or
  * the nodes, all on this machine, would write one file at once (their lines interleaved); and
  * --compare-static writes each run's summary itself, where it reads the rates from, so it takes
- * no --summary. Returns 0, or CLI_USAGE after a message. */
+ * no --summary, nor a --metrics, which its second run would write over the first's. Returns 0,
+ * or CLI_USAGE after a message. */
 static int check_run_args(const cfg *c, char **tail, int n_tail, int compare) {
     for (int i = 0; i < n_tail; i++) {
         const char *file = run_opt(tail, n_tail, i, "metrics");
@@ -206,6 +229,11 @@ static int check_run_args(const cfg *c, char **tail, int n_tail, int compare) {
                                    "--summary with --compare-static: the comparison writes each "
                                    "run's summary itself and reads the rates from them (expected "
                                    "no --summary, or no --compare-static)");
+        if (compare && file)
+            return cli_usage_error("local",
+                                   "--metrics with --compare-static: the two runs would write the "
+                                   "same files, the second over the first (expected no "
+                                   "--metrics, or no --compare-static)");
         if (file && c->n_nodes > 1 && !strstr(file, "{id}"))
             return cli_usage_error("local",
                                    "--metrics %s: the %d nodes would all write this one file "

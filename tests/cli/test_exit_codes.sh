@@ -116,6 +116,10 @@ done
 msg=$(timeout 20 "$HR" local --conf "$SRC/conf/examples/demo.ini" --compare-static -- --summary "$tmp/s.json" 2>&1 >/dev/null); rc=$?
 [ $rc = 2 ] && echo "$msg" | grep -q -- "--summary with --compare-static: the comparison writes each run's summary itself" ||
     { echo "FAIL: local --compare-static -- --summary exited $rc: $msg"; fails=$((fails+1)); }
+# nor a --metrics file: the second run would write over the first's
+msg=$(timeout 20 "$HR" local --conf "$SRC/conf/examples/demo.ini" --compare-static -- --metrics "$tmp/m{id}.jsonl" 2>&1 >/dev/null); rc=$?
+[ $rc = 2 ] && echo "$msg" | grep -q -- "--metrics with --compare-static: the two runs would write the same files, the second over the first" ||
+    { echo "FAIL: local --compare-static -- --metrics exited $rc: $msg"; fails=$((fails+1)); }
 # held-out MNIST images of another size than the training images: refused at start, naming the
 # file (they overflowed the heap in the evaluation)
 "$HR" gen-data --kind synthetic --out "$tmp/mnist" --samples 200 --eval-samples 20 >/dev/null 2>&1

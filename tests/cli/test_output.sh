@@ -6,7 +6,8 @@
 #   HETRING_LOG info (default) hides debug lines, debug and trace show them, warn hides info,
 #              warn,ring=debug shows ring's debug and info but no other subsystem's info;
 #              every log line of node k carries [nk]
-#   local      --compare-static prints both rates and "speed-up over static: R.RRx", R their ratio
+#   local      --compare-static prints both rates and "speed-up over static: R.RRx", R their ratio;
+#              it neither resumes from nor writes the user's [train] checkpoint
 # Node 1 starts once node 0 has logged its first line and 0.3 s more, so node 0's first connects
 # to it are refused and retried: that retry is the ring debug line the level tests look for.
 set -u
@@ -143,6 +144,21 @@ if [ -n "$r1" ] && [ -n "$r2" ] && [ -n "$sp" ]; then
 else
     fail "local --compare-static: missing rate or speed-up line (static '$r1', model '$r2', speed-up '$sp'): $(cat "$tmp/cmp.out")"
 fi
+
+# 6. --compare-static neither reads nor writes the user's [train] checkpoint: with one at the end
+# of the run, both passes still train from scratch, and the file keeps its bytes (the static pass
+# resumed from it and trained nothing, then wrote it; the command ended "the runs left no summary
+# to compare", exit 1). checkpoint_interval = 5 must not make "no checkpoint" a refused setting
+ck=(--set "train.checkpoint=$tmp/user.ckpt" --set train.checkpoint_interval=5)
+timeout 60 "$HR" local --conf "$tmp/none.ini" "${ck[@]}" -- --quiet > "$tmp/ck.out" 2>&1 && [ -s "$tmp/user.ckpt" ] ||
+    fail "local with a checkpoint exited $?: $(tail -3 "$tmp/ck.out")"
+sum=$(md5sum < "$tmp/user.ckpt")
+timeout 60 "$HR" local --conf "$tmp/none.ini" "${ck[@]}" --compare-static -- --quiet > "$tmp/cmpck.out" 2>&1 ||
+    fail "local --compare-static with a checkpoint exited $?: $(tail -3 "$tmp/cmpck.out")"
+grep -q "resumed from checkpoint" "$tmp/cmpck.out" && fail "local --compare-static resumed: $(grep -m1 resumed "$tmp/cmpck.out")"
+grep -Eq '^speed-up over static: [0-9]+\.[0-9][0-9]x \(measured\)$' "$tmp/cmpck.out" ||
+    fail "local --compare-static with a checkpoint: no speed-up: $(tail -3 "$tmp/cmpck.out")"
+[ "$(md5sum < "$tmp/user.ckpt")" = "$sum" ] || fail "local --compare-static changed the user's checkpoint"
 
 echo "$fails failure(s)"
 [ "$fails" = 0 ]
