@@ -97,17 +97,24 @@ static void report_failure(const launch_result *res) {
 static int launch_once(const cfg *c, const cli_common *o, const char *exe, const launch_opts *how,
                        char **tail, int n_tail, const char *const *extra) {
     /* every child gets the same --set overrides, then whatever followed "--", then `extra`,
-     * which come last so that they win over a --set of the same key among the run options */
-    const char *args[2 * CLI_MAX_SETS + 80];
-    int na = 0, cap = (int)(sizeof args / sizeof args[0]) - 1;
+     * which come last so that they win over a --set of the same key among the run options;
+     * sized from their count, so that none is dropped */
+    int n_extra = 0, na = 0;
+    while (extra && extra[n_extra]) n_extra++;
+    const char **args = malloc(sizeof *args * (size_t)(2 * o->n_sets + n_tail + n_extra + 1));
+    if (!args) {
+        fprintf(stderr, "hetring local: out of memory\n");
+        return CLI_FAIL;
+    }
     for (int i = 0; i < o->n_sets; i++) args[na++] = "--set", args[na++] = o->sets[i];
-    for (int i = 0; i < n_tail && na < cap; i++) args[na++] = tail[i];
-    for (int i = 0; extra && extra[i] && na < cap; i++) args[na++] = extra[i];
+    for (int i = 0; i < n_tail; i++) args[na++] = tail[i];
+    for (int i = 0; i < n_extra; i++) args[na++] = extra[i];
     args[na] = NULL;
     launch_opts lo = *how;
     lo.exe = exe, lo.conf = o->conf, lo.args = args, lo.out = stdout;
     launch_result res;
     int rc = launch_cluster(c, &lo, &res);
+    free(args);
     if ((rc == 1 && !res.interrupted) || res.refused) report_failure(&res);
     if (res.interrupted) rc = -1;
     launch_result_free(&res);

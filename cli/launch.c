@@ -93,10 +93,27 @@ static void netns_path(const launch_opts *o, long id, char *out, size_t n) {
     snprintf(out, n, "/var/run/netns/%s-%ld", o->netns, id);
 }
 
+/* The children's command line, "EXE run --conf FILE --node ID ARGS...", sized from the count of
+ * o->args and built before any fork, with the slot CHILD_ARGV_ID for each child's id. NULL when
+ * out of memory; free with free() alone (the strings are o's). */
+#define CHILD_ARGV_ID 5
+static const char **child_argv(const launch_opts *o) {
+    size_t n = 0, k = 0;
+    while (o->args && o->args[n]) n++;
+    const char **argv = malloc((n + CHILD_ARGV_ID + 2) * sizeof *argv);
+    if (!argv) return NULL;
+    argv[k++] = o->exe, argv[k++] = "run", argv[k++] = "--conf", argv[k++] = o->conf;
+    argv[k++] = "--node", argv[k++] = NULL; /* CHILD_ARGV_ID: the child's own id */
+    for (size_t i = 0; i < n; i++) argv[k++] = o->args[i];
+    argv[k] = NULL;
+    return argv;
+}
+
 /* Node id's child, in its network namespace where o->netns names one (the path built by the
- * parent: the child of a process with threads only makes system calls). */
+ * parent: the child of a process with threads only makes system calls). `argv` is child_argv's;
+ * the child fills in its id in its own copy. */
 static pid_t spawn(const launch_opts *o, long id, int out_fd, const sigset_t *old_mask,
-                   char **envp) {
+                   const char **argv, char **envp) {
     char ns[256] = "";
     if (o->netns) netns_path(o, id, ns, sizeof ns);
     pid_t parent = getpid();
@@ -122,10 +139,7 @@ static pid_t spawn(const launch_opts *o, long id, int out_fd, const sigset_t *ol
     }
     char idbuf[32];
     snprintf(idbuf, sizeof idbuf, "%ld", id);
-    const char *argv[64] = {o->exe, "run", "--conf", o->conf, "--node", idbuf};
-    int argc = 6;
-    for (int i = 0; o->args && o->args[i] && argc < 63; i++) argv[argc++] = o->args[i];
-    argv[argc] = NULL;
+    argv[CHILD_ARGV_ID] = idbuf;
     execve(o->exe, (char *const *)argv, envp);
     fprintf(stderr, "cannot execute %s: %s\n", o->exe, strerror(errno));
     _exit(127);
@@ -198,6 +212,7 @@ typedef struct {
     int sfd;            /* signalfd for SIGINT, SIGTERM and SIGCHLD */
     sigset_t old_mask;  /* the caller's signal mask, which children get back */
     char **envp;        /* the children's environment (child_environment) */
+    const char **argv;  /* the children's command line (child_argv) */
     double start;       /* hr_now() when every child was started */
     double kill_at;     /* hr_now() after which survivors get SIGKILL; 0 while none is due */
     double killed;      /* hr_now() when they got it (kill_all); 0 = not yet */
@@ -230,7 +245,7 @@ static int start_child(launcher *l, int i) {
         HR_ERROR(CLI, "cannot start node %ld: pipe: %s", l->res->ids[i], strerror(errno));
         return -1;
     }
-    pid_t pid = spawn(l->o, l->res->ids[i], p[1], &l->old_mask, l->envp);
+    pid_t pid = spawn(l->o, l->res->ids[i], p[1], &l->old_mask, l->argv, l->envp);
     close(p[1]);
     if (pid < 0) {
         close(p[0]);
@@ -478,9 +493,11 @@ int launch_cluster(const cfg *c, const launch_opts *o, launch_result *res) {
     res->exit_code = calloc((size_t)n, sizeof *res->exit_code);
     res->restarts = calloc((size_t)n, sizeof *res->restarts);
     l.envp = child_environment();
-    if (!l.ch || !res->ids || !res->exit_code || !res->restarts || !l.envp) {
+    l.argv = child_argv(o);
+    if (!l.ch || !res->ids || !res->exit_code || !res->restarts || !l.envp || !l.argv) {
         free(l.ch);
         free(l.envp);
+        free(l.argv);
         launch_result_free(res);
         fprintf(stderr, "hetring local: out of memory\n");
         return 2;
@@ -508,6 +525,7 @@ int launch_cluster(const cfg *c, const launch_opts *o, launch_result *res) {
         if (l.ch[i].fd >= 0) close(l.ch[i].fd);
     free(l.ch);
     free(l.envp);
+    free(l.argv);
     close(l.sfd);
     signal(SIGPIPE, old_pipe);
     sigprocmask(SIG_SETMASK, &l.old_mask, NULL);

@@ -120,6 +120,17 @@ msg=$(timeout 20 "$HR" local --conf "$SRC/conf/examples/demo.ini" --compare-stat
 msg=$(timeout 20 "$HR" local --conf "$SRC/conf/examples/demo.ini" --compare-static -- --metrics "$tmp/m{id}.jsonl" 2>&1 >/dev/null); rc=$?
 [ $rc = 2 ] && echo "$msg" | grep -q -- "--metrics with --compare-static: the two runs would write the same files, the second over the first" ||
     { echo "FAIL: local --compare-static -- --metrics exited $rc: $msg"; fails=$((fails+1)); }
+# every argument reaches the nodes: 64 --set (the most allowed) and 121 run options after "--",
+# the --summary last (the launcher kept 63 arguments of a child's command line, so that 28 --set
+# options dropped the --summary after them, and the run exited 0 without writing it; and local
+# itself kept 208)
+printf '[cluster]\nsecurity = none\n[train]\nlayers = 784,8,10\nsamples = 256\neval_samples = 32\nglobal_batch = 32\niterations = 2\n[node.0]\nhost = 127.0.0.1\nport = 7001\n' > "$tmp/one.ini"
+sets=() quiets=()
+for _ in $(seq 64); do sets+=(--set train.lr=0.05); done
+for _ in $(seq 120); do quiets+=(--quiet); done
+msg=$(timeout 60 "$HR" local --conf "$tmp/one.ini" "${sets[@]}" -- "${quiets[@]}" --summary="$tmp/many.json" 2>&1); rc=$?
+[ $rc = 0 ] && [ -s "$tmp/many.json" ] ||
+    { echo "FAIL: local with 64 --set and 121 run options exited $rc, summary $(ls "$tmp/many.json" 2>&1): $msg"; fails=$((fails+1)); }
 # held-out MNIST images of another size than the training images: refused at start, naming the
 # file (they overflowed the heap in the evaluation)
 "$HR" gen-data --kind synthetic --out "$tmp/mnist" --samples 200 --eval-samples 20 >/dev/null 2>&1
