@@ -71,6 +71,11 @@ int cli_main_unknown(const char *prog, const char *what, const char *word, void 
 /* Absolute path of the running executable (for re-executing nodes). */
 int cli_self_exe(char *buf, size_t len);
 
+/* The option table of `hetring run` (getopt_long's; {0} at the end), which `hetring local`
+ * parses its run options with, so that it finds an option as the node will, abbreviated too. */
+struct option;
+const struct option *cmd_run_options(void);
+
 int cmd_run(int argc, char **argv);
 int cmd_local(int argc, char **argv);
 int cmd_config(int argc, char **argv);

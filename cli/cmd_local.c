@@ -215,40 +215,47 @@ static int seconds_opt(const char *name, const char *arg, double *out) {
     return 0;
 }
 
-/* The value of run option --`name` at tail[i] ("--NAME V" or "--NAME=V"), or NULL. */
-static const char *run_opt(char **tail, int n_tail, int i, const char *name) {
-    size_t n = strlen(name);
-    if (strncmp(tail[i], "--", 2) != 0 || strncmp(tail[i] + 2, name, n) != 0) return NULL;
-    if (tail[i][2 + n] == '=') return tail[i] + 3 + n;
-    return tail[i][2 + n] == 0 && i + 1 < n_tail ? tail[i + 1] : NULL;
-}
-
 /* The run options after "--" that every node gets: a --metrics file must have {id} in it, or
  * the nodes, all on this machine, would write one file at once (their lines interleaved); and
  * --compare-static writes each run's summary itself, where it reads the rates from, so it takes
- * no --summary, nor a --metrics, which its second run would write over the first's. Returns 0,
- * or CLI_USAGE after a message. */
+ * no --summary, nor a --metrics, which its second run would write over the first's. The options
+ * are found as `hetring run` finds them, by getopt_long over its own table (cmd_run_options), so
+ * that an abbreviation it takes (--metr F, --summ=F) is found too; what it would refuse is left
+ * to it. Returns 0, or CLI_USAGE after a message. */
 static int check_run_args(const cfg *c, char **tail, int n_tail, int compare) {
-    for (int i = 0; i < n_tail; i++) {
-        const char *file = run_opt(tail, n_tail, i, "metrics");
-        if (compare && run_opt(tail, n_tail, i, "summary"))
-            return cli_usage_error("local",
-                                   "--summary with --compare-static: the comparison writes each "
-                                   "run's summary itself and reads the rates from them (expected "
-                                   "no --summary, or no --compare-static)");
-        if (compare && file)
-            return cli_usage_error("local",
-                                   "--metrics with --compare-static: the two runs would write the "
-                                   "same files, the second over the first (expected no "
-                                   "--metrics, or no --compare-static)");
-        if (file && c->n_nodes > 1 && !strstr(file, "{id}"))
-            return cli_usage_error("local",
-                                   "--metrics %s: the %d nodes would all write this one file "
-                                   "(expected {id} in it, which becomes each node's id: e.g. "
-                                   "m-{id}.jsonl)",
-                                   file, c->n_nodes);
+    char **argv = malloc(sizeof *argv * (size_t)(n_tail + 2)); /* getopt_long permutes it */
+    if (!argv) {
+        fprintf(stderr, "hetring local: out of memory\n");
+        return CLI_FAIL;
     }
-    return 0;
+    argv[0] = "run";
+    memcpy(argv + 1, tail, sizeof *argv * (size_t)n_tail);
+    argv[n_tail + 1] = NULL;
+    const struct option *opts = cmd_run_options();
+    int ch, idx, rc = 0, opterr_was = opterr, optind_was = optind; /* cmd_local's own parse */
+    opterr = 0, optind = 0; /* 0: getopt starts afresh on this argv */
+    while (!rc && (ch = getopt_long(n_tail + 1, argv, "h", opts, &idx)) != -1) {
+        const char *name = ch == 0 ? opts[idx].name : "";
+        if (compare && strcmp(name, "summary") == 0)
+            rc = cli_usage_error("local",
+                                 "--summary with --compare-static: the comparison writes each "
+                                 "run's summary itself and reads the rates from them (expected "
+                                 "no --summary, or no --compare-static)");
+        else if (compare && strcmp(name, "metrics") == 0)
+            rc = cli_usage_error("local",
+                                 "--metrics with --compare-static: the two runs would write the "
+                                 "same files, the second over the first (expected no "
+                                 "--metrics, or no --compare-static)");
+        else if (strcmp(name, "metrics") == 0 && c->n_nodes > 1 && !strstr(optarg, "{id}"))
+            rc = cli_usage_error("local",
+                                 "--metrics %s: the %d nodes would all write this one file "
+                                 "(expected {id} in it, which becomes each node's id: e.g. "
+                                 "m-{id}.jsonl)",
+                                 optarg, c->n_nodes);
+    }
+    opterr = opterr_was, optind = optind_was;
+    free(argv);
+    return rc;
 }
 
 int cmd_local(int argc, char **argv) {
@@ -281,10 +288,12 @@ int cmd_local(int argc, char **argv) {
             return usage(stderr), CLI_USAGE;
         }
     }
+    char **tail = argv + optind; /* the run options after "--" */
+    const int n_tail = argc - optind;
     cfg c;
     int rc = cli_load_config(&c, &o, "local");
     if (rc) return rc;
-    if ((rc = check_run_args(&c, argv + optind, argc - optind, compare))) {
+    if ((rc = check_run_args(&c, tail, n_tail, compare))) {
         cfg_free(&c);
         return rc;
     }
@@ -305,9 +314,9 @@ int cmd_local(int argc, char **argv) {
     how.min_nodes = cfg_quorum(&c); /* the nodes' own quorum: below it they stop training too */
     how.quorum_wait_s = c.rejoin_timeout; /* and wait this long for it before giving up */
     if (compare)
-        rc = compare_static(&c, &o, exe, &how, argv + optind, argc - optind);
+        rc = compare_static(&c, &o, exe, &how, tail, n_tail);
     else
-        rc = launch_once(&c, &o, exe, &how, argv + optind, argc - optind, NULL);
+        rc = launch_once(&c, &o, exe, &how, tail, n_tail, NULL);
     cfg_free(&c);
     return rc == 2 ? CLI_USAGE : rc < 0 ? CLI_FAIL : rc;
 }

@@ -253,12 +253,19 @@ static void fault_at_iter(void *ctx, long iter, int members) {
     hr_fault_pace(f->id, members, f->configured);
 }
 
+/* hetring run's options; hetring local finds the run options it checks with the same table */
+static const struct option run_options[] = {
+    {"conf", required_argument, 0, 0},    {"node", required_argument, 0, 0},
+    {"set", required_argument, 0, 0},     {"metrics", required_argument, 0, 0},
+    {"summary", required_argument, 0, 0}, {"quiet", no_argument, 0, 0},
+    {"help", no_argument, 0, 'h'},        {0, 0, 0, 0}};
+
+const struct option *cmd_run_options(void) {
+    return run_options;
+}
+
 int cmd_run(int argc, char **argv) {
-    static const struct option opts[] = {
-        {"conf", required_argument, 0, 0},    {"node", required_argument, 0, 0},
-        {"set", required_argument, 0, 0},     {"metrics", required_argument, 0, 0},
-        {"summary", required_argument, 0, 0}, {"quiet", no_argument, 0, 0},
-        {"help", no_argument, 0, 'h'},        {0, 0, 0, 0}};
+    const struct option *opts = run_options;
     cli_common o = {0};
     train_opts to = {.progress = TRAIN_PROGRESS_AUTO};
     int idx, ch;

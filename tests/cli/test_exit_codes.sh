@@ -104,8 +104,9 @@ for opt in "--metrics $tmp/nodir/m.jsonl" "--summary $tmp"; do
         || { echo "FAIL: run $opt exited $rc: $msg"; fails=$((fails+1)); }
 done
 # hetring local hands its run options to every node: a --metrics file without {id} would be one
-# file that all of them write at once (their lines interleaved), so it is refused before any starts
-for opt in "--metrics $tmp/m.jsonl" "--metrics=$tmp/m.jsonl"; do
+# file that all of them write at once (their lines interleaved), so it is refused before any
+# starts; also abbreviated, as hetring run (getopt_long) takes it (--metr slipped past the check)
+for opt in "--metrics $tmp/m.jsonl" "--metrics=$tmp/m.jsonl" "--metr $tmp/m.jsonl" "--m=$tmp/m.jsonl"; do
     msg=$(timeout 20 "$HR" local --conf "$SRC/conf/examples/demo.ini" -- $opt 2>&1 >/dev/null); rc=$?
     [ $rc = 2 ] && echo "$msg" | grep -q -- "--metrics $tmp/m.jsonl: the 4 nodes would all write this one file" \
         && [ ! -e "$tmp/m.jsonl" ] || { echo "FAIL: local -- $opt exited $rc: $msg"; fails=$((fails+1)); }
@@ -113,13 +114,17 @@ done
 # --compare-static writes each run's summary itself and reads its rates from them: a --summary
 # among the run options would take its place (the comparison then found no summary), so it is
 # refused before any node starts
-msg=$(timeout 20 "$HR" local --conf "$SRC/conf/examples/demo.ini" --compare-static -- --summary "$tmp/s.json" 2>&1 >/dev/null); rc=$?
-[ $rc = 2 ] && echo "$msg" | grep -q -- "--summary with --compare-static: the comparison writes each run's summary itself" ||
-    { echo "FAIL: local --compare-static -- --summary exited $rc: $msg"; fails=$((fails+1)); }
+for opt in "--summary $tmp/s.json" "--summ $tmp/s.json" "--su=$tmp/s.json"; do
+    msg=$(timeout 20 "$HR" local --conf "$SRC/conf/examples/demo.ini" --compare-static -- $opt 2>&1 >/dev/null); rc=$?
+    [ $rc = 2 ] && echo "$msg" | grep -q -- "--summary with --compare-static: the comparison writes each run's summary itself" ||
+        { echo "FAIL: local --compare-static -- $opt exited $rc: $msg"; fails=$((fails+1)); }
+done
 # nor a --metrics file: the second run would write over the first's
-msg=$(timeout 20 "$HR" local --conf "$SRC/conf/examples/demo.ini" --compare-static -- --metrics "$tmp/m{id}.jsonl" 2>&1 >/dev/null); rc=$?
-[ $rc = 2 ] && echo "$msg" | grep -q -- "--metrics with --compare-static: the two runs would write the same files, the second over the first" ||
-    { echo "FAIL: local --compare-static -- --metrics exited $rc: $msg"; fails=$((fails+1)); }
+for opt in "--metrics $tmp/m{id}.jsonl" "--metr=$tmp/m{id}.jsonl"; do
+    msg=$(timeout 20 "$HR" local --conf "$SRC/conf/examples/demo.ini" --compare-static -- $opt 2>&1 >/dev/null); rc=$?
+    [ $rc = 2 ] && echo "$msg" | grep -q -- "--metrics with --compare-static: the two runs would write the same files, the second over the first" ||
+        { echo "FAIL: local --compare-static -- $opt exited $rc: $msg"; fails=$((fails+1)); }
+done
 # every argument reaches the nodes: 64 --set (the most allowed) and 121 run options after "--",
 # the --summary last (the launcher kept 63 arguments of a child's command line, so that 28 --set
 # options dropped the --summary after them, and the run exited 0 without writing it; and local
