@@ -7,7 +7,9 @@
  * synthetic-regression -> CSV: train.csv, test.csv (target first, then the features)
  *
  * The files hold exactly the samples that dataset = synthetic* generates from the same seed,
- * so a run on the files follows the same trajectory as a run on the generator.
+ * so a run on the files follows the same trajectory as a run on the generator. A file may hold
+ * no sample (--eval-samples 0; --samples below 5 leaves CIFAR batches empty): the loaders take
+ * it as an empty set, and refuse only a training set with no sample at all.
  */
 #include "base/hr_cores.h"
 #include "cli/cli.h"
@@ -30,7 +32,8 @@ static void usage(FILE *out) {
                  "                     synthetic-regression (CSV)\n"
                  "  --out DIR          output directory (created if missing)\n"
                  "  --samples N        training samples (default 60000)\n"
-                 "  --eval-samples M   held-out samples (default 10000)\n"
+                 "  --eval-samples M   held-out samples (default 10000); with 0 the held-out\n"
+                 "                     file is empty, which the loaders take as no held-out set\n"
                  "  --seed S           generator seed, as [train] seed (default 1)\n"
                  "  --gzip             gzip the IDX files\n"
                  "  --help             this text\n");

@@ -298,15 +298,7 @@ hr_status data_load_cifar(data_set *ds, const char *const *files, int n_files, c
                 gzclose(f);
                 goto fail;
             }
-            if (r == 0) {
-                if (k == 0) {
-                    st = hr_fail(err, errlen, HR_ERR_DATA, "%s: empty (expected %d-byte records)",
-                                 files[fi], CIFAR_RECORD);
-                    gzclose(f);
-                    goto fail;
-                }
-                break;
-            }
+            if (r == 0) break; /* an empty file holds no records (data_load wants training ones) */
             if (r < CIFAR_RECORD) {
                 st = hr_fail(err, errlen, HR_ERR_DATA,
                              "%s: size mismatch: truncated record %ld (%ld of %d bytes; the file "
@@ -497,11 +489,6 @@ hr_status data_load_csv(data_set *ds, const char *path, int regression, char *er
         st = read_error(f, path, err, errlen);
         goto fail;
     }
-    if (ds->n == 0) {
-        st = hr_fail(err, errlen, HR_ERR_DATA, "%s: no samples (expected lines of label,features)",
-                     path);
-        goto fail;
-    }
     if (!regression && ds->n_classes < 2) ds->n_classes = 2;
     free(line);
     free(row);
@@ -609,6 +596,16 @@ static hr_status take_eval(data_set *eval, const data_config *c, const char *fil
     return HR_OK;
 }
 
+/* The training set holds samples; a held-out set may be empty (as eval_samples = 0 makes it),
+ * in every format. `what` names the training files. */
+static hr_status check_train(const data_set *train, const char *what, char *err, size_t errlen) {
+    if (train->n > 0) return HR_OK;
+    return hr_fail(err, errlen, HR_ERR_DATA,
+                   "%s: no training samples (expected at least one; only the held-out set may be "
+                   "empty)",
+                   what);
+}
+
 /* One CSV file: its last rows are held out, eval_samples of them; a fifth of the file at most,
  * an error when the key asks for more. */
 static hr_status split_csv(data_set *train, data_set *eval, const data_config *c, const char *file,
@@ -656,6 +653,7 @@ hr_status data_load(data_set *train, data_set *eval, const data_config *c, uint6
         pick(ta, sizeof ta, dir, "train-images-idx3-ubyte");
         pick(b, sizeof b, dir, "train-labels-idx1-ubyte");
         HR_CHECK_GOTO(data_load_idx(train, ta, b, err, errlen), st, fail);
+        HR_CHECK_GOTO(check_train(train, ta, err, errlen), st, fail);
         pick(a, sizeof a, dir, "t10k-images-idx3-ubyte");
         pick(b, sizeof b, dir, "t10k-labels-idx1-ubyte");
         HR_CHECK_GOTO(data_load_idx(eval, a, b, err, errlen), st, fail);
@@ -671,7 +669,11 @@ hr_status data_load(data_set *train, data_set *eval, const data_config *c, uint6
             nf++;
         }
         HR_CHECK_GOTO(data_load_cifar(train, files, nf, err, errlen), st, fail);
-        snprintf(ta, sizeof ta, "%s", files[0]);
+        if (nf > 1)
+            snprintf(ta, sizeof ta, "%s/data_batch_1.bin .. data_batch_%d.bin", dir, nf);
+        else
+            snprintf(ta, sizeof ta, "%s", files[0]);
+        HR_CHECK_GOTO(check_train(train, ta, err, errlen), st, fail);
         snprintf(a, sizeof a, "%s/test_batch.bin", dir);
         files[0] = a;
         HR_CHECK_GOTO(data_load_cifar(eval, files, 1, err, errlen), st, fail);
@@ -682,10 +684,12 @@ hr_status data_load(data_set *train, data_set *eval, const data_config *c, uint6
             snprintf(ta, sizeof ta, "%s/train.csv", dir);
             snprintf(a, sizeof a, "%s/test.csv", dir);
             HR_CHECK_GOTO(data_load_csv(train, ta, regression, err, errlen), st, fail);
+            HR_CHECK_GOTO(check_train(train, ta, err, errlen), st, fail);
             HR_CHECK_GOTO(data_load_csv(eval, a, regression, err, errlen), st, fail);
             HR_CHECK_GOTO(take_eval(eval, c, a, err, errlen), st, fail);
         } else {
             HR_CHECK_GOTO(data_load_csv(train, dir, regression, err, errlen), st, fail);
+            HR_CHECK_GOTO(check_train(train, dir, err, errlen), st, fail);
             HR_CHECK_GOTO(split_csv(train, eval, c, dir, err, errlen), st, fail);
         }
         if (!regression) { /* one class count for both splits */

@@ -32,7 +32,8 @@ typedef struct {
     const char *origin; /* the config file named in errors (borrowed) */
 } data_config;
 
-/* The training and held-out sets that dc asks for; synthetic sets are made from `seed`. */
+/* The training and held-out sets that dc asks for; synthetic sets are made from `seed`. The
+ * training set must hold samples; the held-out set may be empty, in every format. */
 hr_status data_load(data_set *train, data_set *eval, const data_config *dc, uint64_t seed,
                     char *err, size_t errlen);
 
@@ -41,6 +42,8 @@ hr_status data_load_idx(data_set *ds, const char *images, const char *labels, ch
                         size_t errlen);
 hr_status data_write_idx(const data_set *ds, const char *images, const char *labels, int gz,
                          char *err, size_t errlen);
+/* The loaders below take a file that holds no samples (an IDX header of 0 items, an empty
+ * CIFAR-10 batch or CSV file) as an empty set: `hetring gen-data` writes such files. */
 /* CIFAR-10 binary: records of 1 label byte and 3072 pixel bytes (R, G, B planes of 32x32). */
 hr_status data_load_cifar(data_set *ds, const char *const *files, int n_files, char *err,
                           size_t errlen);

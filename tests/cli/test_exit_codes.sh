@@ -136,6 +136,20 @@ for _ in $(seq 120); do quiets+=(--quiet); done
 msg=$(timeout 60 "$HR" local --conf "$tmp/one.ini" "${sets[@]}" -- "${quiets[@]}" --summary="$tmp/many.json" 2>&1); rc=$?
 [ $rc = 0 ] && [ -s "$tmp/many.json" ] ||
     { echo "FAIL: local with 64 --set and 121 run options exited $rc, summary $(ls "$tmp/many.json" 2>&1): $msg"; fails=$((fails+1)); }
+# what gen-data writes, a run loads, in every format: no held-out samples (--eval-samples 0), and
+# 3 samples over CIFAR's five training batches, two of them empty (the empty test_batch.bin,
+# test.csv and batches were refused as "empty" or "no samples")
+for kind in synthetic:mnist:softmax synthetic-rgb:cifar10:softmax synthetic-regression:csv:linreg; do
+    IFS=: read -r k ds model <<< "$kind"
+    for counts in "--samples 40 --eval-samples 0" "--samples 3 --eval-samples 2"; do
+        rm -rf "$tmp/gd"
+        "$HR" gen-data --kind "$k" --out "$tmp/gd" $counts > /dev/null 2>&1 || { echo "FAIL: gen-data --kind $k $counts"; fails=$((fails+1)); }
+        printf '[cluster]\nsecurity = none\n[train]\ndataset = %s\nmodel = %s\ndata_dir = %s\nglobal_batch = 2\niterations = 2\n[node.0]\nhost = 127.0.0.1\nport = 7001\n' \
+            "$ds" "$model" "$tmp/gd" > "$tmp/gd.ini"
+        msg=$(timeout 30 "$HR" run --conf "$tmp/gd.ini" --quiet 2>&1); rc=$?
+        [ $rc = 0 ] || { echo "FAIL: run on gen-data --kind $k $counts exited $rc: $(echo "$msg" | tail -1)"; fails=$((fails+1)); }
+    done
+done
 # held-out MNIST images of another size than the training images: refused at start, naming the
 # file (they overflowed the heap in the evaluation)
 "$HR" gen-data --kind synthetic --out "$tmp/mnist" --samples 200 --eval-samples 20 >/dev/null 2>&1

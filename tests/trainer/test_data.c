@@ -375,6 +375,66 @@ static void test_eval_samples(void) {
     data_set_free(&tr), data_set_free(&ev);
 }
 
+/* Files that hold no samples, as `hetring gen-data` writes them (--eval-samples 0; --samples 3
+ * over five CIFAR batches), load in every format: an empty held-out set, an empty training batch
+ * beside others that hold samples. Only a training set with no sample at all is refused, naming
+ * its files (an empty CIFAR batch or CSV file was refused as "empty" or "no samples", the
+ * held-out ones too, where an MNIST header of 0 images loaded). */
+static void test_empty_files(void) {
+    char err[HR_ERRLEN], sub[128], a[192];
+    data_set tr, ev, rgb, rgb_ev, reg, reg_ev;
+    CHECK(data_synthetic(&rgb, &rgb_ev, DATA_SYNTHETIC_RGB, 3, 0, 2, err, sizeof err) == HR_OK,
+          "%s", err);
+    snprintf(sub, sizeof sub, "%s/cifar-empty", dir);
+    CHECK(mkdir(sub, 0700) == 0, "mkdir %s", sub);
+    for (int k = 0; k < 5; k++) { /* gen-data's split of 3 samples: 0, 1, 0, 1, 1 */
+        snprintf(a, sizeof a, "%s/data_batch_%d.bin", sub, k + 1);
+        long from = 3L * k / 5, to = 3L * (k + 1) / 5;
+        CHECK(data_write_cifar(&rgb, from, to - from, a, err, sizeof err) == HR_OK, "%s", err);
+    }
+    snprintf(a, sizeof a, "%s/test_batch.bin", sub);
+    CHECK(data_write_cifar(&rgb_ev, 0, 0, a, err, sizeof err) == HR_OK, "%s", err);
+    data_config dc = {.kind = DATA_CIFAR10, .dir = sub, .name = "cifar10", .origin = "t.ini"};
+    CHECK(data_load(&tr, &ev, &dc, 1, err, sizeof err) == HR_OK && tr.n == 3 && ev.n == 0,
+          "CIFAR with empty batches: %ld and %ld samples (%s)", tr.n, ev.n, err);
+    data_set_free(&tr), data_set_free(&ev);
+    for (int k = 0; k < 5; k++) { /* every training batch empty */
+        snprintf(a, sizeof a, "%s/data_batch_%d.bin", sub, k + 1);
+        write_bytes(a, "", 0);
+    }
+    snprintf(a, sizeof a, "%s/data_batch_1.bin .. data_batch_5.bin", sub);
+    expect_error(data_load(&tr, &ev, &dc, 1, err, sizeof err), err, a, "no training samples");
+
+    CHECK(data_synthetic(&reg, &reg_ev, DATA_SYNTHETIC_REGRESSION, 10, 0, 2, err, sizeof err) ==
+              HR_OK,
+          "%s", err);
+    snprintf(sub, sizeof sub, "%s/csv-empty", dir);
+    CHECK(mkdir(sub, 0700) == 0, "mkdir %s", sub);
+    snprintf(a, sizeof a, "%s/train.csv", sub);
+    CHECK(data_write_csv(&reg, a, err, sizeof err) == HR_OK, "%s", err);
+    snprintf(a, sizeof a, "%s/test.csv", sub);
+    CHECK(data_write_csv(&reg_ev, a, err, sizeof err) == HR_OK, "%s", err);
+    data_config cc = {
+        .kind = DATA_CSV, .dir = sub, .name = "csv", .origin = "t.ini", .csv_regression = 1};
+    CHECK(data_load(&tr, &ev, &cc, 1, err, sizeof err) == HR_OK && tr.n == 10 && ev.n == 0,
+          "CSV with an empty test.csv: %ld and %ld samples (%s)", tr.n, ev.n, err);
+    data_set_free(&tr), data_set_free(&ev);
+    snprintf(a, sizeof a, "%s/train.csv", sub);
+    write_bytes(a, "# no rows\n", 10);
+    expect_error(data_load(&tr, &ev, &cc, 1, err, sizeof err), err, a, "no training samples");
+    cc.dir = a; /* one file, its last rows held out */
+    expect_error(data_load(&tr, &ev, &cc, 1, err, sizeof err), err, a, "no training samples");
+
+    snprintf(sub, sizeof sub, "%s/mnist-empty", dir);
+    CHECK(mkdir(sub, 0700) == 0, "mkdir %s", sub);
+    write_idx_of_size(sub, "train", 28, 0);
+    write_idx_of_size(sub, "t10k", 28, 0);
+    snprintf(a, sizeof a, "%s/train-images-idx3-ubyte", sub);
+    data_config mc = {.kind = DATA_MNIST, .dir = sub, .name = "mnist", .origin = "t.ini"};
+    expect_error(data_load(&tr, &ev, &mc, 1, err, sizeof err), err, a, "no training samples");
+    data_set_free(&rgb), data_set_free(&rgb_ev), data_set_free(&reg), data_set_free(&reg_ev);
+}
+
 int main(void) {
     tmpdir(dir, sizeof dir);
     test_synthetic();
@@ -384,6 +444,7 @@ int main(void) {
     test_bad_files();
     test_eval_shape();
     test_eval_samples();
+    test_empty_files();
     rm_rf(dir);
     return check_exit();
 }
