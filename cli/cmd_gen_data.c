@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 static void usage(FILE *out) {
     fprintf(out, "usage: hetring gen-data --kind KIND --out DIR [--samples N] [--eval-samples M]\n"
@@ -35,7 +36,8 @@ static void usage(FILE *out) {
                  "  --eval-samples M   held-out samples (default 10000); with 0 the held-out\n"
                  "                     file is empty, which the loaders take as no held-out set\n"
                  "  --seed S           generator seed, as [train] seed (default 1)\n"
-                 "  --gzip             gzip the IDX files\n"
+                 "  --gzip             gzip the IDX files (and remove plain ones of the same\n"
+                 "                     name; without --gzip, gzipped ones)\n"
                  "  --help             this text\n");
 }
 
@@ -107,17 +109,32 @@ static int parse_args(int argc, char **argv, gen_opts *g) {
     return -1;
 }
 
+/* The other variant of IDX file DIR/NAME that a gen-data with (or without) --gzip wrote,
+ * removed: the loader refuses a directory that holds both NAME and NAME.gz. */
+static hr_status remove_other(const gen_opts *g, const char *name, char *err, size_t errlen) {
+    char p[4200];
+    snprintf(p, sizeof p, "%s/%s%s", g->dir, name, g->gz ? "" : ".gz");
+    if (unlink(p) == 0 || errno == ENOENT) return HR_OK;
+    return hr_fail(err, errlen, HR_ERR_IO,
+                   "%s: cannot remove it (%s), and the loader refuses it beside the file just "
+                   "written",
+                   p, strerror(errno));
+}
+
 /* synthetic: MNIST IDX files, training then t10k. */
 static hr_status write_idx(const gen_opts *g, const data_set *tr, const data_set *ev, char *err,
                            size_t errlen) {
+    static const char *const names[4] = {"train-images-idx3-ubyte", "train-labels-idx1-ubyte",
+                                         "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"};
     const char *z = g->gz ? ".gz" : "";
     char a[4200], b[4200];
-    snprintf(a, sizeof a, "%s/train-images-idx3-ubyte%s", g->dir, z);
-    snprintf(b, sizeof b, "%s/train-labels-idx1-ubyte%s", g->dir, z);
-    hr_status st = data_write_idx(tr, a, b, g->gz, err, errlen);
-    snprintf(a, sizeof a, "%s/t10k-images-idx3-ubyte%s", g->dir, z);
-    snprintf(b, sizeof b, "%s/t10k-labels-idx1-ubyte%s", g->dir, z);
-    if (st == HR_OK) st = data_write_idx(ev, a, b, g->gz, err, errlen);
+    hr_status st = HR_OK;
+    for (int k = 0; k < 2 && st == HR_OK; k++) {
+        snprintf(a, sizeof a, "%s/%s%s", g->dir, names[2 * k], z);
+        snprintf(b, sizeof b, "%s/%s%s", g->dir, names[2 * k + 1], z);
+        st = data_write_idx(k ? ev : tr, a, b, g->gz, err, errlen);
+    }
+    for (int k = 0; k < 4 && st == HR_OK; k++) st = remove_other(g, names[k], err, errlen);
     return st;
 }
 

@@ -560,11 +560,23 @@ static int exists(const char *p) {
     return stat(p, &sb) == 0;
 }
 
-/* DIR/NAME or DIR/NAME.gz, whichever exists (NAME when neither, for the error message). */
-static void pick(char *out, size_t len, const char *dir, const char *name) {
-    snprintf(out, len, "%s/%s.gz", dir, name);
-    if (exists(out)) return;
+/* DIR/NAME or DIR/NAME.gz, whichever exists (NAME when neither, for the error message). Both
+ * is refused, naming both: they may hold different sets (one left from an earlier gen-data with
+ * or without --gzip), and the images and labels are picked each on its own. */
+static hr_status pick(char *out, size_t len, const char *dir, const char *name, char *err,
+                      size_t errlen) {
+    char gz[DATA_PATH];
+    snprintf(gz, sizeof gz, "%s/%s.gz", dir, name);
     snprintf(out, len, "%s/%s", dir, name);
+    if (!exists(gz)) return HR_OK;
+    if (exists(out))
+        return hr_fail(err, errlen, HR_ERR_DATA,
+                       "%s and %s both exist, and either may be the data set meant (expected one "
+                       "of them: remove the other, e.g. a stale copy that hetring gen-data wrote "
+                       "with or without --gzip)",
+                       out, gz);
+    snprintf(out, len, "%s", gz);
+    return HR_OK;
 }
 
 /* The model is built for the training set's sample shape, and the held-out set is gathered
@@ -650,12 +662,12 @@ hr_status data_load(data_set *train, data_set *eval, const data_config *c, uint6
     snprintf(ta, sizeof ta, "%s", dir);
     snprintf(a, sizeof a, "%s", dir);
     if (kind == DATA_MNIST) {
-        pick(ta, sizeof ta, dir, "train-images-idx3-ubyte");
-        pick(b, sizeof b, dir, "train-labels-idx1-ubyte");
+        HR_CHECK_GOTO(pick(ta, sizeof ta, dir, "train-images-idx3-ubyte", err, errlen), st, fail);
+        HR_CHECK_GOTO(pick(b, sizeof b, dir, "train-labels-idx1-ubyte", err, errlen), st, fail);
         HR_CHECK_GOTO(data_load_idx(train, ta, b, err, errlen), st, fail);
         HR_CHECK_GOTO(check_train(train, ta, err, errlen), st, fail);
-        pick(a, sizeof a, dir, "t10k-images-idx3-ubyte");
-        pick(b, sizeof b, dir, "t10k-labels-idx1-ubyte");
+        HR_CHECK_GOTO(pick(a, sizeof a, dir, "t10k-images-idx3-ubyte", err, errlen), st, fail);
+        HR_CHECK_GOTO(pick(b, sizeof b, dir, "t10k-labels-idx1-ubyte", err, errlen), st, fail);
         HR_CHECK_GOTO(data_load_idx(eval, a, b, err, errlen), st, fail);
         HR_CHECK_GOTO(take_eval(eval, c, a, err, errlen), st, fail);
     } else if (kind == DATA_CIFAR10) {

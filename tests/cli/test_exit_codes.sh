@@ -150,6 +150,21 @@ for kind in synthetic:mnist:softmax synthetic-rgb:cifar10:softmax synthetic-regr
         [ $rc = 0 ] || { echo "FAIL: run on gen-data --kind $k $counts exited $rc: $(echo "$msg" | tail -1)"; fails=$((fails+1)); }
     done
 done
+# gen-data with, then without --gzip (and back) leaves one variant of each IDX file, which a run
+# loads (both stayed, and the loader took the stale .gz ones)
+printf '[cluster]\nsecurity = none\n[train]\ndataset = mnist\nmodel = softmax\ndata_dir = %s\nglobal_batch = 2\niterations = 2\n[node.0]\nhost = 127.0.0.1\nport = 7001\n' \
+    "$tmp/gz" > "$tmp/gz.ini"
+for gzip in --gzip "" --gzip; do
+    "$HR" gen-data --kind synthetic --out "$tmp/gz" --samples 30 --eval-samples 5 $gzip > /dev/null 2>&1 || { echo "FAIL: gen-data $gzip"; fails=$((fails+1)); }
+    n=$(ls "$tmp/gz" | grep -c '\.gz$'); want=$([ -n "$gzip" ] && echo 4 || echo 0)
+    [ "$n" = "$want" ] && [ "$(ls "$tmp/gz" | wc -l)" = 4 ] || { echo "FAIL: gen-data '$gzip' left $(ls "$tmp/gz" | tr '\n' ' ')"; fails=$((fails+1)); }
+    msg=$(timeout 30 "$HR" run --conf "$tmp/gz.ini" --quiet 2>&1) || { echo "FAIL: run after gen-data '$gzip': $(echo "$msg" | tail -1)"; fails=$((fails+1)); }
+done
+# both variants (copied in by hand): refused, naming both
+cp "$tmp/gz/train-images-idx3-ubyte.gz" "$tmp/gz/t.gz" && gunzip -c "$tmp/gz/t.gz" > "$tmp/gz/train-images-idx3-ubyte" && rm "$tmp/gz/t.gz"
+msg=$(timeout 30 "$HR" run --conf "$tmp/gz.ini" --quiet 2>&1); rc=$?
+[ $rc = 1 ] && echo "$msg" | grep -q "gz/train-images-idx3-ubyte and .*gz/train-images-idx3-ubyte.gz both exist" ||
+    { echo "FAIL: both train-images variants: exited $rc: $(echo "$msg" | tail -1)"; fails=$((fails+1)); }
 # held-out MNIST images of another size than the training images: refused at start, naming the
 # file (they overflowed the heap in the evaluation)
 "$HR" gen-data --kind synthetic --out "$tmp/mnist" --samples 200 --eval-samples 20 >/dev/null 2>&1
