@@ -391,16 +391,24 @@ static hr_status csv_shape(data_set *ds, long cols, int regression, float **row,
 }
 
 /* The cols fields of data line p into row, each a finite number; a class label must be an
- * integer 0..65535. */
+ * integer 0..65535. A value too small for a float32 (1e-40, 1e-300: strtof's ERANGE on
+ * underflow) is taken as strtof rounds it, to a subnormal or 0; one too large is refused. */
 static hr_status csv_parse_row(char *p, float *row, long cols, int regression, const char *path,
                                long lineno, char *err, size_t errlen) {
     for (long j = 0; j < cols; j++) {
         char *end;
         errno = 0;
         row[j] = strtof(p, &end);
+        const int overflow = errno == ERANGE && isinf(row[j]);
         while (*end == ' ' || *end == '\t' || *end == '\r' || *end == '\n') end++;
-        if (end == p || errno == ERANGE || (*end != ',' && *end != 0) ||
-            (j + 1 < cols && *end != ',')) {
+        if (overflow) {
+            int w = (int)strcspn(p, ", \t\r\n");
+            return hr_fail(err, errlen, HR_ERR_DATA,
+                           "%s:%ld: column %ld: '%.*s' is beyond float32's range (expected "
+                           "values of magnitude below 3.4e38)",
+                           path, lineno, j + 1, w > 40 ? 40 : w, p);
+        }
+        if (end == p || (*end != ',' && *end != 0) || (j + 1 < cols && *end != ',')) {
             char *stop = strchr(p, ',');
             int w = stop ? (int)(stop - p) : (int)strcspn(p, "\r\n");
             return hr_fail(err, errlen, HR_ERR_DATA, "%s:%ld: column %ld: bad number '%.*s'", path,

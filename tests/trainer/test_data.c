@@ -287,6 +287,23 @@ static void test_bad_files(void) {
                      "not a finite number");
         CHECK(strstr(err, which[k]) != NULL, "CSV error must name line and column: %s", err);
     }
+    /* a value below float32's range is read as strtof rounds it, to 0 or a subnormal (it was
+     * refused as a bad number: strtof's ERANGE); one above it is refused as beyond the range,
+     * naming line and column */
+    write_bytes(csv, "1,1e-40,1e-300\n0,-1e-50,0.5\n", 28);
+    CHECK(data_load_csv(&in, csv, 0, err, sizeof err) == HR_OK && in.n == 2, "underflow: %s", err);
+    CHECK(in.n == 2 && in.xf[0] > 0 && in.xf[0] < 1e-39f && in.xf[1] == 0 && in.xf[2] == 0 &&
+              in.xf[3] == 0.5f,
+          "underflow: read %g %g %g %g", in.n == 2 ? in.xf[0] : 0., in.n == 2 ? in.xf[1] : 0.,
+          in.n == 2 ? in.xf[2] : 0., in.n == 2 ? in.xf[3] : 0.);
+    data_set_free(&in);
+    const char *huge[] = {"1,0.5,0.25\n0,1e39,1\n", "2.5,1,1\n-1e300,1,1\n"};
+    const char *where[] = {":2: column 2: '1e39' is beyond float32's range",
+                           ":2: column 1: '-1e300' is beyond float32's range"};
+    for (int k = 0; k < 2; k++) {
+        write_bytes(csv, huge[k], strlen(huge[k]));
+        expect_error(data_load_csv(&in, csv, k == 1, err, sizeof err), err, csv, where[k]);
+    }
     free(good_img), free(rec);
     data_set_free(&tr), data_set_free(&ev), data_set_free(&rt), data_set_free(&re);
 }
