@@ -148,6 +148,7 @@ struct hetring {
     int view_changed;                /* a view change since the last hetring_next */
     int closed;                      /* hetring_close ran */
     int left;                        /* this node left the cluster */
+    int ended;                       /* the view agreed on the run's end (end_of_run) */
     hr_status failed;                /* a failure that ended the node (later calls return it) */
     volatile sig_atomic_t leave;     /* hetring_leave: leave at the next boundary */
     volatile sig_atomic_t *leave_at; /* the flag polled: &leave, or the options' leave_flag */
@@ -766,6 +767,37 @@ static int left(hetring *h) {
     return HETRING_LEFT;
 }
 
+/* The run's end, agreed with the view before HETRING_DONE: a barrier. A member whose last
+ * all-reduce failed runs it again in a new view, and that view needs this node, the furthest
+ * along, to take the state from: had it gone at once, the others could be left below the quorum,
+ * or run the last step again with another split and end on other parameters. A failed barrier
+ * is recovered from as a failed step is (the view that forms takes this node's state); where no
+ * view forms, this node's own iterations are still done, and it says so. */
+static int end_of_run(hetring *h) {
+    while (!h->ended && h->iter >= h->total) {
+        hr_status st = ring_barrier(h->d.r);
+        if (st == HR_OK) {
+            h->ended = 1;
+            break;
+        }
+        h->moved = 0;
+        st = dist_recover(&h->d, st, h->err, sizeof h->err);
+        if (st == HR_ERR_INTERRUPTED) return left(h);
+        if (st != HR_OK) {
+            HR_WARN(RING,
+                    "the run's end was not agreed with the other nodes (%s); this node's %ld "
+                    "iterations are done",
+                    h->err, h->total);
+            h->err[0] = 0;
+            h->ended = 1;
+            break;
+        }
+        h->view_changed = 1;
+        report_view(h);
+    }
+    return h->iter >= h->total ? HETRING_DONE : HETRING_OK;
+}
+
 int hetring_next(hetring *h, hetring_batch *out) {
     int us = usable(h);
     if (us != HETRING_OK) return us;
@@ -785,7 +817,8 @@ int hetring_next(hetring *h, hetring_batch *out) {
         if (st != HR_OK) return fatal(h, st);
         if (changed) h->view_changed = 1, report_view(h);
     }
-    if (h->iter >= h->total) return HETRING_DONE;
+    if (h->iter >= h->total && end_of_run(h) == HETRING_DONE) return HETRING_DONE;
+    if (h->left) return HETRING_LEFT;
     const long start = data_slice_start(h->split, h->rank);
     const long B = h->cc.global_batch, b = h->split[h->rank], it = h->iter % h->ipe;
     const uint32_t *p = data_loader_perm(&h->dl, h->iter / h->ipe) + it * B + start;
@@ -1243,6 +1276,10 @@ static int step_exchange(hetring *h, const hetring_grads *g, double factor) {
     st = h->path->exchange(&h->x, head, tail);
     const double t1 = timed ? hr_now() : 0, c1 = timed ? comm_cpu_s(h) : 0;
     if (st == HR_OK) st = probe_links(h); /* the ring is idle now, whatever the path */
+    double at;
+    if (st == HR_OK && hr_fault_get("fail_view", hetring_node_id(h), -1, &at) &&
+        (long)at == h->iter) /* a test fault: this node's links fail once its all-reduce is in */
+        st = ring_fail_view(h->d.r, HR_ERR_IO, "test fault: the view failed after the all-reduce");
     round_reset(h);
     if (st != HR_OK) return recover(h, st);
     if (timed && ++h->comm_n >= 2) h->comm_s = t1 - t0, h->comm_cpu_s = c1 - c0;

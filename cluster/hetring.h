@@ -234,7 +234,8 @@ HETRING_API HETRING_RESULT int hetring_open(hetring **out, const hetring_options
 
 /* The next iteration's slice for this node. Runs any view change the last iteration asked
  * for first (a node joining or leaving). HETRING_DONE when the INI's iterations (or epochs)
- * are done, HETRING_LEFT once hetring_leave took effect. */
+ * are done and the view agreed on that (a barrier: a member whose last step failed takes this
+ * node's state in a new view first), HETRING_LEFT once hetring_leave took effect. */
 HETRING_API HETRING_RESULT int hetring_next(hetring *h, hetring_batch *out);
 
 /* Buffer i of g holds its final gradient sums for this iteration: the library copies it now,

@@ -21,7 +21,9 @@
  * for [train] nonfinite (cluster/hetring.c): nan_grad (the first float of every buffer the node
  * hands over at iteration ARG becomes NaN), big_grad (3e38 instead: finite, but two nodes' sum
  * is not) and nan_loss (its loss sum of iteration ARG is NaN); and leave (the node asks to leave
- * in iteration ARG, as SIGTERM would, so it leaves at the boundary after it). Hooks exist
+ * in iteration ARG, as SIGTERM would, so it leaves at the boundary after it) and fail_view (its
+ * all-reduce of iteration ARG completes, then it fails the view, as links that break just then
+ * would: the others may have applied the step, this node has not). Hooks exist
  * only in builds configured with -DHETRING_TEST_HOOKS=ON (the default, so that ctest can use them);
  * elsewhere hr_fault_get always reports "no fault".
  */

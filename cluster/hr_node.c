@@ -242,24 +242,26 @@ static hr_status failed(hr_node *n, hr_status st, char *err, size_t errlen) {
     return st;
 }
 
-/* train_step failed: a view change the library made is a retry of the iteration. */
-static hr_status on_fail(void *ctx, trainer *t, hr_status st, char *err, size_t errlen) {
-    hr_node *n = ctx;
-    (void)t;
-    n->have_batch = 0;
-    if (n->retry) {
-        n->retry = 0;
-        return HR_OK;
-    }
-    return st == HR_ERR_INTERRUPTED ? st : failed(n, st, err, errlen);
-}
-
-/* After an iteration: fetch the next, which runs any view change a member asked for. */
+/* After an iteration: fetch the next, which runs any view change a member asked for (and after
+ * the last, the library's agreement on the run's end). */
 static hr_status after_iter(void *ctx, trainer *t, char *err, size_t errlen) {
     hr_node *n = ctx;
     (void)t;
     hr_status st = fetch(n);
     return st == HR_OK || st == HR_ERR_INTERRUPTED ? st : failed(n, st, err, errlen);
+}
+
+/* train_step failed: a view change the library made is a retry of the iteration; where the new
+ * view's state is the run's end (the others applied the last step), that end is agreed on as
+ * after a last iteration of this node's own. */
+static hr_status on_fail(void *ctx, trainer *t, hr_status st, char *err, size_t errlen) {
+    hr_node *n = ctx;
+    n->have_batch = 0;
+    if (n->retry) {
+        n->retry = 0;
+        return t->iter >= t->total ? after_iter(ctx, t, err, errlen) : HR_OK;
+    }
+    return st == HR_ERR_INTERRUPTED ? st : failed(n, st, err, errlen);
 }
 
 /* Every metrics record and the summary: who wrote it and in which view. */

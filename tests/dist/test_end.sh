@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# The run's end is agreed (cluster/hetring.c, end_of_run). Node 1's all-reduce of the last
+# iteration completes, then its view fails (test fault fail_view:1:LAST), so nodes 0 and 2
+# applied the last step and node 1 did not. Nodes 0 and 2 must not leave at once: node 1 alone
+# is below the quorum (2 of 3) and would wait out rejoin_timeout and fail. They recover with it,
+# the view takes their state (iteration LAST + 1), and all three end at once, after one view
+# change, on the same parameters, each iteration recorded once. The same fault one iteration earlier is an ordinary
+# failed step: node 1 takes the state and all go on.
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+ITERS=12
+B=48
+write_conf "$tmp/c.ini" 3 5 <<EOF2
+rejoin_timeout = 30
+$(mlp_train 784,32,10 2048 "$B" "$ITERS")
+hash_interval = 1
+[controller]
+policy = static
+calibrate = off
+EOF2
+
+for at in $((ITERS - 1)) $((ITERS - 2)); do
+  t0=$(date +%s.%N)
+  HETRING_FAULT=fail_view:1:$at run_nodes "at$at"
+  el=$(awk "BEGIN{printf \"%.1f\", $(date +%s.%N) - $t0}")
+  for id in 0 1 2; do
+    grep -h "failed\|took\|the state\|done:" "$tmp/at$at.$id.log" | cut -c1-200 | sed "s/^/    /" | tail -3
+  done
+  hashes=$(for id in 0 1 2; do grep -ho '"param_hash":"[0-9a-f]*"' "$tmp/at$at.m$id" | tail -1; done | sort -u | wc -l)
+  echo "fault after iteration $at's all-reduce: 3 nodes done in $el s, $hashes final parameter hash(es)"
+  [ "$hashes" = 1 ] || fail "at $at: the nodes end with $hashes different parameter hashes"
+  grep -q "test fault: the view failed" "$tmp/at$at.1.log" || fail "at $at: the fault did not fire"
+  for id in 0 2; do # one view change: node 1, given the state of the end, agrees on it there
+    n=$(grep -c "agreeing on a new view" "$tmp/at$at.$id.log")
+    [ "$n" = 1 ] || fail "at $at: node $id agreed on $n new views, expected 1"
+  done
+  awk "BEGIN{exit !($el < 20)}" || fail "at $at: the run took $el s to end (rejoin_timeout 30 s)"
+  records_exactly_once "at $at, nodes 0 1 2" "$tmp/at$at.m0" "$tmp/at$at.m1" "$tmp/at$at.m2"
+done
+finish
