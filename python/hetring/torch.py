@@ -681,11 +681,13 @@ class Trainer:
     def _buffers(self):
         """This iteration's buffers, fixed before backward: every .grad exists and is
         contiguous; the library reads each .grad in place (float32 on the CPU) or its view of
-        `staged`."""
+        `staged`. Contiguous also where the parameter is not (a transposed weight): the library
+        reads memory order, which must be the logical order on every node, whether its .grad
+        was made here (a node that joined) or kept from an earlier iteration."""
         targets, off = [], 0
         for p in self.params:
             if p.grad is None:
-                p.grad = torch.zeros_like(p)
+                p.grad = torch.zeros_like(p, memory_format=torch.contiguous_format)
             elif not p.grad.is_contiguous():
                 p.grad = p.grad.contiguous()
             if self.staged is None:
