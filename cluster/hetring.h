@@ -102,7 +102,9 @@ typedef enum {
     HETRING_RETRY = 100,       /* the view changed during hetring_step: the iteration's
                                 * gradients were dropped; call hetring_next and compute again */
     HETRING_DONE = 101,        /* hetring_next: the run's iterations are done */
-    HETRING_LEFT = 102,        /* hetring_next: this node left the cluster (hetring_leave) */
+    HETRING_LEFT = 102,        /* hetring_next: this node left the cluster (hetring_leave);
+                                * hetring_step, hetring_allreduce: it left in the view change
+                                * after a failure (see hetring_step) */
     HETRING_ECLOSED = 103,     /* the handle was closed (hetring_close) */
     HETRING_SKIPPED = 104      /* hetring_step with [train] nonfinite = skip: the step's global
                                 * gradient or loss was not finite. The iteration is done (the
@@ -253,7 +255,7 @@ HETRING_API HETRING_RESULT int hetring_ready(hetring *h, const hetring_grads *g,
  * ring once buffers are handed over: HETRING_EINVAL); every member must make the same calls,
  * with the same counts, in the same order. buf gets the sum over the members (no division).
  * HETRING_RETRY: a node failed and the others formed a new view, as for hetring_step: drop the
- * iteration, call hetring_next and compute it again. */
+ * iteration, call hetring_next and compute it again. HETRING_LEFT: as for hetring_step. */
 HETRING_API HETRING_RESULT int hetring_allreduce(hetring *h, float *buf, size_t count);
 
 /* The matrices of your buffers, for [cluster] wire = powersgd (declaring them with another
@@ -297,6 +299,10 @@ HETRING_API HETRING_RESULT int hetring_resume_powersgd_q(hetring *h, const float
  * hashes, run the controller and return the mean gradient in g->bufs and the next split.
  * HETRING_RETRY: a node failed and the others formed a new view (your put_state may have
  * run): call hetring_next and compute the iteration again. res may be NULL.
+ * HETRING_LEFT: a node failed while a leave was asked for (hetring_leave, or the options'
+ * leave_flag, before or during the election that follows the failure): this node left in
+ * that view change instead of joining the new view; the iteration is dropped (apply nothing)
+ * and every later call returns HETRING_LEFT, as after hetring_next's.
  * A share (g's buffers, g->loss_sum) or a sum that is not finite: HETRING_SKIPPED with
  * [train] nonfinite = skip (g->bufs then hold the mean, not finite: do not apply it), else
  * HETRING_ENONFINITE, which ends the node as every error does. */

@@ -389,7 +389,8 @@ class Node:
         between next() and step() and before any ready() of the iteration (hetring.h,
         hetring_allreduce): every member makes the same calls in the same order. Returns
         False when the view changed during the call: drop the iteration and fetch next()
-        again, as when step() returns None."""
+        again, as when step() returns None; raises Left where this node left instead, as
+        step() does."""
         if not self._L.has_allreduce:
             raise Error(_lib.EINVAL, f"hetring: {self._L.path} has no hetring_allreduce (a "
                                      f"libhetring older than this package's)")
@@ -405,7 +406,8 @@ class Node:
         """All-reduce buffers (a list of (address, float32 count)) in place to the global mean.
 
         Returns a Result, or None when the view changed during the call: fetch next() again
-        and compute the iteration again.
+        and compute the iteration again. Raises Left where a leave() was pending when a node
+        failed during the call: this node left in the view change (nothing to apply).
         """
         if buffers is not self._given:
             self._set_buffers(buffers)

@@ -795,7 +795,9 @@ class Trainer:
         Returns the hetring Result (loss and accuracy over the global batch, this node's
         next batch size, its compute and communication seconds), or None when the view
         changed during the all-reduce: the iteration must run again (batches() gives its new
-        indices), and nothing was applied.
+        indices), and nothing was applied. None too when this node left instead (a leave()
+        or a leave_on signal was pending when a node failed in this iteration): nothing was
+        applied, .left is True and batches() ends.
 
         A global gradient or loss that is not finite (a NaN or an inf in any node's share, or
         a sum that overflows) raises hetring.NonFinite on every node ([train] nonfinite =
@@ -813,7 +815,7 @@ class Trainer:
         # the buffers
         h = state_hash(self.model, self.buffer_mode != "off") if b.check_hash else 0
         self._snap = [(t, t.detach().clone()) for t in self.model.buffers()]
-        self._comm_s, self._view_changed = 0.0, False
+        self._comm_s, self._view_changed, self._left_now = 0.0, False, False
         t0 = self.clock()
         live = self._live = self._buffers()
         try:
@@ -823,6 +825,8 @@ class Trainer:
             if not self._view_changed:
                 raise
             self._restore()
+            if self._left_now:
+                self.left = True  # this node left instead (batches() ends)
             return None  # a collective of sync BN saw the view change: the iteration again
         self._live = None
         if self._cuda:
@@ -841,6 +845,12 @@ class Trainer:
         except hetring.NonFinite:
             self._restore()  # nothing of the iteration is applied on any node
             raise
+        except hetring.Left:
+            # a leave was pending when a node failed in the all-reduce: this node left in the
+            # view change instead of running the iteration again; nothing of it is applied
+            self._restore()
+            self.left = True
+            return None
         except hetring.Error as e:
             if e.status != hetring._lib.EMISMATCH or not b.check_hash:
                 raise
@@ -1056,7 +1066,11 @@ class Trainer:
         t is elsewhere); a view change drops the iteration."""
         t0 = self.clock()
         host = t if t.device.type == "cpu" and t.is_contiguous() else t.cpu().contiguous()
-        ok = self.node.allreduce(host.data_ptr(), host.numel())
+        try:
+            ok = self.node.allreduce(host.data_ptr(), host.numel())
+        except hetring.Left:  # a leave was pending when a node failed: this node left
+            self._view_changed = self._left_now = True
+            raise _ViewChanged("this node left during a SyncBatchNorm all-reduce") from None
         if ok and host is not t:
             t.copy_(host)
         self._comm_s += self.clock() - t0

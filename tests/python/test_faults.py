@@ -5,6 +5,11 @@
                              before the Trainer, node 1 none (as a node that joins): both
                              all-reduce in the same element order, and the replica hash
                              (every iteration) finds them equal to the end
+    test_faults.py left      3 nodes (BatchNorm); in iteration 3 node 0 asks to leave and node
+                             1 dies: node 0 leaves in the view change that follows the failed
+                             all-reduce, and its step returns None (no hetring.Left),
+                             batches() ends, .left is True, and its model and buffers are those
+                             of iteration 2, the state node 2 committed
     test_faults.py worker CONF NODE MODE   one node of those (prints RESULT {json})
 Exit 77 when PyTorch is missing.
 """
@@ -23,11 +28,11 @@ import torch  # noqa: E402
 ITERS = 8
 
 
-def write_ini(d, port, name, n, iters=ITERS, extra=""):
+def write_ini(d, port, name, n, iters=ITERS, extra="", rejoin=20):
     path = os.path.join(d, f"{name}.ini")
     with open(path, "w") as f:
         f.write("[cluster]\nsecurity = none\nconnect_timeout = 20\ntimeout = 10\n"
-                "rejoin_timeout = 20\n"
+                f"rejoin_timeout = {rejoin}\n"
                 f"[train]\nsamples = 256\nglobal_batch = 32\niterations = {iters}\nseed = 3\n"
                 f"hash_interval = 1\n{extra}")
         for k in range(n):
@@ -66,7 +71,45 @@ def worker_layout(conf, node):
     return out
 
 
-WORKERS = {"layout": worker_layout}
+def bn_model():
+    torch.manual_seed(2)
+    return torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.BatchNorm1d(8), torch.nn.ReLU(),
+                               torch.nn.Linear(8, 4))
+
+
+LEAVE_AT = 3
+
+
+def worker_left(conf, node):
+    """Node 0 asks to leave in iteration LEAVE_AT, in which node 1 dies (before its step)."""
+    import hetring.torch as ht
+    model = bn_model()
+    X, Y = data()
+    tr = ht.Trainer(conf, model, torch.optim.SGD(model.parameters(), lr=0.1), node_id=node,
+                    n_samples=256)
+    out = {"iters": [], "none": [], "error": None, "hashes": {}}
+    try:
+        for idx in tr.batches():
+            it = tr.batch.iter
+            if it == LEAVE_AT and node == 1:
+                os._exit(3)
+            if it == LEAVE_AT and node == 0:
+                tr.leave()       # as SIGTERM with leave_on does
+                time.sleep(0.5)  # node 1 is gone by the time this node's all-reduce runs
+            res = tr.step(torch.nn.functional.cross_entropy, (X[idx], Y[idx]))
+            if res is None:
+                out["none"].append(it)
+                continue
+            out["iters"].append(res.iter)
+            out["hashes"][res.iter] = ht.state_hash(model)
+    except Exception as e:  # noqa: BLE001  (reported by the test)
+        out["error"] = f"{type(e).__name__}: {e}"
+    out["left"], out["done"], out["hash"] = tr.left, tr.done, ht.state_hash(model)
+    tr.close()
+    return out
+
+
+WORKERS = {"layout": worker_layout, "left": worker_left}
 
 
 def worker(conf, node, mode):
@@ -75,8 +118,9 @@ def worker(conf, node, mode):
     return 0
 
 
-def run(d, ini, n, mode, timeout=120):
-    """n worker processes of mode on ini: their results (None for one that gave none)."""
+def run(d, ini, n, mode, timeout=120, rcs=None):
+    """n worker processes of mode on ini: their results (None for one that gave none); rcs:
+    the exit statuses expected where not 0, by node."""
     ps = []
     for k in range(n):
         log = open(os.path.join(d, f"{mode}{k}.log"), "w+")
@@ -93,16 +137,17 @@ def run(d, ini, n, mode, timeout=120):
             rc = "a timeout"
         log.seek(0)
         text = log.read()
-        check(rc == 0, f"{mode}: node {k} exited {rc}:\n{text[-3000:]}")
+        want = (rcs or {}).get(k, 0)
+        check(rc == want, f"{mode}: node {k} exited {rc}, expected {want}:\n{text[-3000:]}")
         line = [x for x in text.splitlines() if x.startswith("RESULT ")]
-        rs.append(json.loads(line[-1][7:]) if line else None)
-    check(all(rs), f"{mode}: a node printed no result")
+        rs.append(json.loads(line[-1][7:]) if line else None if want == 0 else {})
+    check(all(r is not None for r in rs), f"{mode}: a node printed no result")
     return rs
 
 
 def layout(d, port):
     rs = run(d, write_ini(d, port, "layout", 2), 2, "layout")
-    if not all(rs):
+    if None in rs:
         return
     for k, r in enumerate(rs):
         print(f"layout: node {k}: iterations {r['iters']}, error {r['error']}")
@@ -111,13 +156,33 @@ def layout(d, port):
     check(rs[0]["hash"] == rs[1]["hash"], "layout: the replicas differ")
 
 
+def left(d, port):
+    # node 2, alone after that, waits for a quorum until rejoin_timeout and stops
+    rs = run(d, write_ini(d, port, "left", 3, iters=12, rejoin=3), 3, "left", rcs={1: 3})
+    if None in rs:
+        return
+    r0, r2 = rs[0], rs[2]
+    print(f"left: node 0: iterations {r0['iters']}, step None in {r0['none']}, left "
+          f"{r0['left']}, done {r0['done']}, error {r0['error']}; node 2: {r2['iters']}, "
+          f"{r2['error']}")
+    want = list(range(LEAVE_AT))
+    check(r0["error"] is None, f"left: node 0 raised {r0['error']}")
+    check(r0["iters"] == want and r0["none"] == [LEAVE_AT] and r0["left"],
+          f"left: node 0 ran {r0['iters']}, step None in {r0['none']}, left {r0['left']}")
+    check(r0["done"] == LEAVE_AT, f"left: node 0's Trainer.done {r0['done']}")
+    last = str(LEAVE_AT - 1)
+    check(r0["hash"] == r0["hashes"].get(last) == r2["hashes"].get(last),
+          "left: node 0 does not hold the state of the last committed iteration (its buffers "
+          "kept what the dropped iteration's forward did to them?)")
+
+
 def main():
     if sys.argv[1] == "worker":
         return worker(sys.argv[2], int(sys.argv[3]), sys.argv[4])
     port, claim = port_block()
     try:
         with tempfile.TemporaryDirectory(prefix="hetring-py.") as d:
-            {"layout": layout}[sys.argv[1]](d, port)
+            {"layout": layout, "left": left}[sys.argv[1]](d, port)
     finally:
         os.rmdir(claim)
     return finish()
