@@ -403,12 +403,14 @@ def convert_sync_batchnorm(model):
 class _Buffers:
     """One iteration's gradient memory as the library reads it."""
 
-    __slots__ = ("targets", "bufs", "given")
+    __slots__ = ("targets", "bufs", "given", "carry_due", "handed")
 
     def __init__(self, targets):
         self.targets = targets
         self.bufs = [(t.data_ptr(), t.numel()) for t in targets]
-        self.given = [False] * len(targets)
+        self.given = [False] * len(targets)  # collected (the buffers' changes: computed)
+        self.carry_due = False  # the buffers' changes wait for the first hook to hand them over
+        self.handed = False     # something went to the library (ready): no taking it back
 
 
 class Sampler(torch.utils.data.Sampler):
@@ -469,6 +471,7 @@ class Trainer:
         _check_state(self.model)
         self._setup_buffers(buffers)
         self._comm_s = 0.0  # seconds this iteration spent in collectives of its own (sync BN)
+        self._collectives = 0  # the collectives of its own this iteration took part in
         self._empty = None  # an empty batch of the input's shape, for an empty share (sync BN)
         self._snap = None   # the buffers as the iteration found them, while it runs
         self.views = []
@@ -715,6 +718,10 @@ class Trainer:
         if live is None or live.given[k]:  # a backward outside step(), or a second call
             return
         self._collect(k)
+        live.handed = True  # before the calls: one that raises may have handed it over
+        if live.carry_due:  # the buffers' changes first: they lead the first bucket
+            live.carry_due = False
+            self.node.ready(live.bufs, len(live.bufs) - 1)
         self.node.ready(live.bufs, k)
 
     def _get_state(self):
@@ -799,6 +806,13 @@ class Trainer:
         or a leave_on signal was pending when a node failed in this iteration): nothing was
         applied, .left is True and batches() ends.
 
+        An exception in forward, loss_fn or backward puts the buffers back as the iteration
+        found them and is raised as it is; nothing of the iteration reached the others, and
+        batches() gives the same iteration again (a loop that catches it may go on). Once
+        backward's hooks handed gradients over (overlap) or a SyncBatchNorm all-reduce ran,
+        the iteration can no longer run again: the node is closed, so that the others go on
+        without it at once, and a RuntimeError says so.
+
         A global gradient or loss that is not finite (a NaN or an inf in any node's share, or
         a sum that overflows) raises hetring.NonFinite on every node ([train] nonfinite =
         error, the default; .iter and .nodes say where), or with nonfinite = skip returns the
@@ -816,18 +830,21 @@ class Trainer:
         h = state_hash(self.model, self.buffer_mode != "off") if b.check_hash else 0
         self._snap = [(t, t.detach().clone()) for t in self.model.buffers()]
         self._comm_s, self._view_changed, self._left_now = 0.0, False, False
+        self._collectives = 0
         t0 = self.clock()
         live = self._live = self._buffers()
         try:
             loss_sum, correct = self._compute(loss_fn, batch, b, live)
-        except Exception:
+        except BaseException as e:
             self._live = None
-            if not self._view_changed:
-                raise
-            self._restore()
-            if self._left_now:
-                self.left = True  # this node left instead (batches() ends)
-            return None  # a collective of sync BN saw the view change: the iteration again
+            self._restore()  # the buffers as the iteration found them, whatever happened
+            if self._view_changed:
+                if self._left_now:
+                    self.left = True  # this node left instead (batches() ends)
+                return None  # a collective of sync BN saw the view change: the iteration again
+            if live.handed or self._collectives:
+                raise self._abandon(b, e)
+            raise  # nothing reached the ring: batches() gives this iteration again
         self._live = None
         if self._cuda:
             torch.cuda.synchronize()  # the compute time includes the kernels still queued
@@ -880,6 +897,25 @@ class Trainer:
         self.done = res.iter + 1
         return res
 
+    def _abandon(self, b, e):
+        """An exception in forward, loss_fn or backward after this node handed gradients over
+        (hetring_ready) or took part in a collective of the iteration: the others hold its
+        part and wait for the rest, which it cannot take back or give. Its node is closed, so
+        that they form a view without it at once, and the error says so (e itself where it
+        is no Exception, a KeyboardInterrupt)."""
+        self.node.close()
+        if not isinstance(e, Exception):
+            return e
+        what = ("handed gradients to the all-reduce" if self._collectives == 0 else
+                "taken part in a SyncBatchNorm all-reduce")
+        err = RuntimeError(
+            f"hetring.torch: iteration {b.iter}: {type(e).__name__} raised after this node had "
+            f"{what} of the iteration, which it can neither take back nor finish: this node "
+            f"left the cluster (its node is closed; the others go on without it; a new "
+            f"Trainer joins again): {e}")
+        err.__cause__ = e
+        return err
+
     def _compute(self, loss_fn, batch, b, live):
         """Forward and backward of this node's share; (loss sum, correct predictions). With
         synchronised BatchNorm an empty share runs them on an empty batch, to take part in
@@ -916,7 +952,9 @@ class Trainer:
     def _carry(self, b, live, hand_over=True):
         """What forward did to the buffers, into `carried` with its weight: b x (new - old)
         ("average"; 0 for an empty share), B x (new - old) on the lowest member ("lowest");
-        handed over at once with overlap on (the buffers are final before backward).
+        with overlap on, handed over by the first backward hook (the buffers are final
+        before backward; not at once, so that an exception in loss_fn or before the first
+        gradient leaves nothing with the library and the iteration can run again).
 
         An element whose bits forward left alone carries 0, whatever it holds (inf, NaN). A
         change float32 cannot carry as a number (an inf or NaN in the old or the new value, a
@@ -968,8 +1006,7 @@ class Trainer:
             pieces[:_PIECES].copy_(x)
             pieces[_PIECES:].copy_(x * x)
         live.given[-1] = True
-        if hand_over and self._hooks:
-            self.node.ready(live.bufs, len(live.bufs) - 1)
+        live.carry_due = hand_over and bool(self._hooks)
 
     def _uncarried(self, b):
         """The buffers whose changes cannot be taken after the all-reduce (flags and pieces
@@ -1065,6 +1102,7 @@ class Trainer:
         """A SyncBatchNorm's all-reduce of a float32 tensor, in place (through a CPU copy when
         t is elsewhere); a view change drops the iteration."""
         t0 = self.clock()
+        self._collectives += 1  # the others take part in it: no running the iteration again
         host = t if t.device.type == "cpu" and t.is_contiguous() else t.cpu().contiguous()
         try:
             ok = self.node.allreduce(host.data_ptr(), host.numel())

@@ -10,6 +10,16 @@
                              all-reduce, and its step returns None (no hetring.Left),
                              batches() ends, .left is True, and its model and buffers are those
                              of iteration 2, the state node 2 committed
+    test_faults.py exception one node (BatchNorm), overlap on and off: loss_fn, then forward
+                             after the BatchNorm, raises once in iteration 2; the loop catches
+                             it and goes on: the iteration runs again and the run ends with the
+                             state of a run without the exception (buffers and
+                             num_batches_tracked included)
+    test_faults.py abandon   3 nodes, overlap on: a hook in node 0's backward raises after
+                             gradients were handed over in iteration 3: node 0's step raises a
+                             RuntimeError saying its node is closed, and nodes 1 and 2, though
+                             node 0's process goes on for 11 s, run the iteration again at
+                             once (well within [cluster] timeout = 10 s) and finish as two
     test_faults.py worker CONF NODE MODE   one node of those (prints RESULT {json})
 Exit 77 when PyTorch is missing.
 """
@@ -109,7 +119,112 @@ def worker_left(conf, node):
     return out
 
 
-WORKERS = {"layout": worker_layout, "left": worker_left}
+class Raiser(torch.nn.Module):
+    """The identity, but raises once when armed (a bad batch in forward)."""
+
+    def __init__(self):
+        super().__init__()
+        self.armed = False
+
+    def forward(self, x):
+        if self.armed:
+            self.armed = False
+            raise ValueError("a bad batch in forward")
+        return x
+
+
+FAIL_AT = 2
+
+
+def train_one(conf, overlap, where):
+    """One node over ITERS iterations; where ("loss", "forward" or None) raises once in
+    iteration FAIL_AT, caught by the loop, which goes on. (state hash, num_batches_tracked,
+    iterations that raised, Trainer.done)."""
+    import hetring.torch as ht
+    model = bn_model()
+    model.append(Raiser())
+    X, Y = data()
+    tr = ht.Trainer(conf, model, torch.optim.SGD(model.parameters(), lr=0.1), node_id=0,
+                    n_samples=256, overlap=overlap)
+    armed, raised = [False], []
+
+    def loss_fn(out, y):
+        if armed[0]:
+            armed[0] = False
+            raise ValueError("a bad batch in loss_fn")
+        return torch.nn.functional.cross_entropy(out, y)
+    try:
+        for idx in tr.batches():
+            if tr.batch.iter == FAIL_AT and not raised:
+                armed[0] = where == "loss"
+                model[-1].armed = where == "forward"
+            try:
+                tr.step(loss_fn, (X[idx], Y[idx]))
+            except ValueError:
+                raised.append(tr.done)
+        return ht.state_hash(model), int(model[1].num_batches_tracked), raised, tr.done
+    finally:
+        tr.close()
+
+
+def exception(d, port):
+    for k, overlap in enumerate((True, False)):
+        conf = write_ini(d, port + 3 * k, f"clean{k}", 1)
+        want, _, _, _ = train_one(conf, overlap, None)
+        for j, where in enumerate(("loss", "forward")):
+            conf = write_ini(d, port + 3 * k + 1 + j, f"{where}{k}", 1)
+            try:
+                h, nbt, raised, done = train_one(conf, overlap, where)
+            except Exception as e:  # noqa: BLE001  (the check)
+                check(False, f"exception: overlap={overlap}, {where}: the run stopped: {e!r}")
+                continue
+            print(f"exception: overlap={overlap}, raised in {where} in iteration {raised}: "
+                  f"done {done}, num_batches_tracked {nbt}, state "
+                  f"{'equal to' if h == want else 'DIFFERENT from'} the clean run's")
+            check(raised == [FAIL_AT] and done == ITERS and nbt == ITERS,
+                  f"exception: overlap={overlap}, {where}: raised in {raised}, done {done}, "
+                  f"num_batches_tracked {nbt}, expected {ITERS}")
+            check(h == want, f"exception: overlap={overlap}, {where}: the state differs from "
+                             f"the run's without the exception")
+
+
+ABANDON_AT = 3
+
+
+def worker_abandon(conf, node):
+    """Node 0's backward raises in iteration ABANDON_AT from a hook on the first layer's
+    weight, after the hooks of the last layer handed its gradients over."""
+    import hetring.torch as ht
+    model = bn_model()
+    X, Y = data()
+    tr = ht.Trainer(conf, model, torch.optim.SGD(model.parameters(), lr=0.1), node_id=node,
+                    n_samples=256)
+    out = {"iters": [], "none": [], "error": None, "retry_s": None}
+
+    def hook(g):
+        if tr.batch is None and tr.done == ABANDON_AT and node == 0:
+            raise ValueError("a hook of the user's failed")
+        return g
+    model[0].weight.register_hook(hook)
+    try:
+        for idx in tr.batches():
+            it, t0 = tr.batch.iter, time.monotonic()
+            res = tr.step(torch.nn.functional.cross_entropy, (X[idx], Y[idx]))
+            if res is None:
+                out["none"].append(it)
+                out["retry_s"] = time.monotonic() - t0
+                continue
+            out["iters"].append(res.iter)
+    except Exception as e:  # noqa: BLE001  (reported by the test)
+        out["error"] = f"{type(e).__name__}: {e}"
+        if node == 0:
+            time.sleep(11)  # the process goes on (the user's code): its node must not wait
+    out["hash"] = ht.state_hash(model)
+    tr.close()
+    return out
+
+
+WORKERS = {"layout": worker_layout, "left": worker_left, "abandon": worker_abandon}
 
 
 def worker(conf, node, mode):
@@ -176,13 +291,35 @@ def left(d, port):
           "kept what the dropped iteration's forward did to them?)")
 
 
+def abandon(d, port):
+    rs = run(d, write_ini(d, port, "abandon", 3, iters=10), 3, "abandon")
+    if None in rs:
+        return
+    for k, r in enumerate(rs):
+        print(f"abandon: node {k}: iterations {r['iters']}, step None in {r['none']} "
+              f"({r['retry_s'] and round(r['retry_s'], 2)} s), error {r['error']}")
+    e = rs[0]["error"] or ""
+    check(e.startswith("RuntimeError: hetring.torch: iteration 3: ValueError raised after this "
+                       "node had handed gradients") and "its node is closed" in e,
+          f"abandon: node 0's error: {e}")
+    check(rs[0]["iters"] == list(range(ABANDON_AT)), f"abandon: node 0 ran {rs[0]['iters']}")
+    for k in (1, 2):
+        r = rs[k]
+        check(r["error"] is None and r["iters"] == list(range(10)) and
+              r["none"] == [ABANDON_AT] and r["retry_s"] < 6,
+              f"abandon: node {k}: {r['error']}, iterations {r['iters']}, step None in "
+              f"{r['none']} after {r['retry_s']} s")
+    check(rs[1]["hash"] == rs[2]["hash"], "abandon: nodes 1 and 2 differ")
+
+
 def main():
     if sys.argv[1] == "worker":
         return worker(sys.argv[2], int(sys.argv[3]), sys.argv[4])
     port, claim = port_block()
     try:
         with tempfile.TemporaryDirectory(prefix="hetring-py.") as d:
-            {"layout": layout, "left": left}[sys.argv[1]](d, port)
+            {"layout": layout, "left": left, "exception": exception,
+             "abandon": abandon}[sys.argv[1]](d, port)
     finally:
         os.rmdir(claim)
     return finish()
