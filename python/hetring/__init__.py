@@ -191,13 +191,17 @@ class Node:
         o.cb.get_state, o.cb.put_state, o.cb.on_view = self._cbs
         err = ctypes.create_string_buffer(1024)
         st = L.hetring_open(ctypes.byref(self._h), ctypes.byref(o), err, len(err))
-        self._reraise()
-        if st != _lib.OK:
-            raise Error(st, f"hetring: {err.value.decode(errors='replace')}")
-        self._batch = _lib.Batch()
-        self._res = _lib.Result()
-        self._grads = _lib.Grads()
-        self._given = None  # the buffers list of this iteration's ready() calls
+        try:
+            self._reraise()  # a callback's exception: open may have succeeded all the same
+            if st != _lib.OK:
+                raise Error(st, f"hetring: {err.value.decode(errors='replace')}")
+            self._batch = _lib.Batch()
+            self._res = _lib.Result()
+            self._grads = _lib.Grads()
+            self._given = None  # the buffers list of this iteration's ready() calls
+        except BaseException:
+            self.close()  # the node leaves now, not when a garbage collection finds it
+            raise
 
     # -------------------------------------------------------------- callbacks
     def _cb_get(self, user, data, nbytes):

@@ -451,9 +451,10 @@ class Trainer:
     resume: a file that save() wrote: when it exists, the model and optimizer start from it
     (and start_iter is its iteration); when it does not, the run starts afresh.
     leave_on: signals (e.g. (signal.SIGTERM,)) whose arrival makes this node leave at the next
-    boundary, as leave() does; the handlers are installed here (main thread only) and the
-    previous ones put back by close(). A forked child (a loader worker) that receives one
-    ends as it would have without them.
+    boundary, as leave() does; the handlers are installed here (main thread only), before the
+    node opens (a signal that cannot be caught raises ValueError with no node open), and the
+    previous ones put back by close(). A forked child (a loader worker) that receives one ends
+    as it would have without them. A Trainer that fails to be made closes what it opened.
     """
 
     def __init__(self, conf, model, optimizer, node_id=None, n_samples=0, overrides=(),
@@ -477,24 +478,36 @@ class Trainer:
         self.views = []
         self._user_view = on_view
         self.batch = None  # the hetring.Batch being computed
+        self._live = None  # this iteration's _Buffers while backward runs
+        self._hooks, self._signals = [], {}
+        self.node = None
+        self._leave_asked = False  # a leave (a leave_on signal) before the node was open
+        try:
+            # the signals first: one that cannot be caught is refused before a node opens
+            self._install_signals(leave_on)
+            self._open(conf, node_id, n_samples, overrides, sync_first, start_iter, overlap)
+        except BaseException:
+            self.close()  # no node, port or handler outlives a Trainer that failed
+            raise
+
+    def _open(self, conf, node_id, n_samples, overrides, sync_first, start_iter, overlap):
+        """The node, then what needs it."""
         self.node = hetring.Node(conf, node_id=node_id, n_samples=n_samples,
                                  overrides=overrides, sync_first=sync_first,
                                  start_iter=start_iter,
                                  get_state=self._get_state,
                                  put_state=self._put, on_view=self._on_view)
+        if self._leave_asked:
+            self.node.leave()
         self._declare_matrices()
         self._resume_residual()
-        self._live = None  # this iteration's _Buffers while backward runs
-        self._hooks = []
         self.done = start_iter  # iterations the model holds: what save() records
         self.left = False       # this node left the cluster (leave(), leave_on)
         self.skipped = 0        # steps skipped as not finite ([train] nonfinite = skip)
-        self._signals = {}
         for m in self.sync_bn:
             m._comm = self._allreduce
         if overlap:
             self._install_hooks()
-        self._install_signals(leave_on)
 
     def _prepare_model(self, model, buffers, sync_bn, overlap):
         """Check the arguments about the model, convert its BatchNorm layers where asked, keep
@@ -578,7 +591,13 @@ class Trainer:
                 t.leave()
 
         for sig in leave_on:
-            self._signals[sig] = signal.signal(sig, on_signal)
+            try:
+                self._signals[sig] = signal.signal(sig, on_signal)
+            except (OSError, ValueError, TypeError) as e:  # SIGKILL, not a signal, a thread
+                raise ValueError(f"hetring.torch: leave_on: no handler can be installed for "
+                                 f"{sig!r} ({e}); leave_on takes signals that can be caught "
+                                 f"(signal.SIGTERM, SIGINT, SIGUSR1, ...), and only in the "
+                                 f"main thread") from None
         if leave_on:
             # a forked child (a loader worker) gets the default handlers back at once: the
             # Python-level one would run only when its main thread runs Python again, which a
@@ -658,7 +677,9 @@ class Trainer:
     def leave(self):
         """Leave the cluster at the next iteration boundary the members agree on: batches()
         then ends and .left is True. Safe from a signal handler."""
-        self.node.leave()
+        self._leave_asked = True
+        if self.node is not None:
+            self.node.leave()
 
     def _install_hooks(self):
         """A hook per parameter that runs once backward has accumulated its gradient:
@@ -1123,4 +1144,5 @@ class Trainer:
         for _, handle in self._hooks:
             handle.remove()
         self._hooks = []
-        self.node.close()
+        if self.node is not None:
+            self.node.close()

@@ -20,6 +20,12 @@
                              RuntimeError saying its node is closed, and nodes 1 and 2, though
                              node 0's process goes on for 11 s, run the iteration again at
                              once (well within [cluster] timeout = 10 s) and finish as two
+    test_faults.py ctor      a Trainer or a Node that fails to be made holds nothing (with the
+                             garbage collector off): leave_on with SIGKILL is refused before a
+                             node opens, a failure after the node opened (an on_view callback
+                             of Node, a step of Trainer's setup) frees its handle at once
+                             (hetring_open's and hetring_free's calls counted); the SIGTERM
+                             handler is the one from before
     test_faults.py worker CONF NODE MODE   one node of those (prints RESULT {json})
 Exit 77 when PyTorch is missing.
 """
@@ -312,6 +318,84 @@ def abandon(d, port):
     check(rs[1]["hash"] == rs[2]["hash"], "abandon: nodes 1 and 2 differ")
 
 
+class Handles:
+    """The libhetring handles open (n): hetring_open's successes less hetring_free's calls;
+    opens: hetring_open's calls."""
+
+    def __init__(self, L):
+        self.n, self.opens, self.L = 0, 0, L
+        self.real = L.hetring_open, L.hetring_free
+
+        def opened(out, *a):
+            self.opens += 1
+            st = self.real[0](out, *a)
+            self.n += st == 0
+            return st
+
+        def freed(h):
+            self.n -= 1
+            return self.real[1](h)
+        L.hetring_open, L.hetring_free = opened, freed
+
+    def restore(self):
+        self.L.hetring_open, self.L.hetring_free = self.real
+
+
+def ctor(d, port):
+    import gc
+    import signal
+    import hetring
+    import hetring.torch as ht
+    gc.disable()  # what failed is closed by the code, not found later by a collection
+    conf = write_ini(d, port, "ctor", 1)
+    live = Handles(hetring._lib_handle())
+    model = bn_model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+
+    def marker(*_):
+        pass
+    signal.signal(signal.SIGTERM, marker)
+    tr = ht.Trainer(conf, model, opt, node_id=0, n_samples=256, leave_on=(signal.SIGTERM,))
+    check(live.n == 1, f"ctor: {live.n} handles open with a Trainer made: the count is wrong")
+    tr.close()
+    check(live.n == 0 and signal.getsignal(signal.SIGTERM) is marker,
+          f"ctor: a Trainer closed holds {live.n} handles, or the SIGTERM handler")
+
+    def fails(what, make, kind, text):
+        try:
+            make()
+            check(False, f"ctor: {what}: made")
+        except kind as e:
+            print(f"ctor: {what}: {type(e).__name__}: {e}")
+            check(text in str(e), f"ctor: {what}: {e!r}")
+        check(live.n == 0, f"ctor: {what}: {live.n} handle(s) still open")
+        check(signal.getsignal(signal.SIGTERM) is marker,
+              f"ctor: {what}: the SIGTERM handler is {signal.getsignal(signal.SIGTERM)}")
+    opens = live.opens
+    fails("leave_on=(SIGTERM, SIGKILL)",
+          lambda: ht.Trainer(conf, model, opt, node_id=0, n_samples=256,
+                             leave_on=(signal.SIGTERM, signal.SIGKILL)), ValueError,
+          "no handler can be installed for <Signals.SIGKILL: 9>")
+    check(live.opens == opens, "ctor: leave_on with SIGKILL opened a node before it failed")
+
+    def view(_v):
+        raise KeyError("on_view failed")
+    fails("Node(on_view raising)", lambda: hetring.Node(conf, node_id=0, n_samples=256,
+                                                         on_view=view), KeyError, "on_view")
+
+    def hooks(_self):
+        raise RuntimeError("the hooks failed")
+    real, ht.Trainer._install_hooks = ht.Trainer._install_hooks, hooks
+    try:
+        fails("Trainer(_install_hooks raising)",
+              lambda: ht.Trainer(conf, model, opt, node_id=0, n_samples=256,
+                                 leave_on=(signal.SIGTERM,)), RuntimeError, "hooks failed")
+    finally:
+        ht.Trainer._install_hooks = real
+        live.restore()
+        gc.enable()
+
+
 def main():
     if sys.argv[1] == "worker":
         return worker(sys.argv[2], int(sys.argv[3]), sys.argv[4])
@@ -319,7 +403,7 @@ def main():
     try:
         with tempfile.TemporaryDirectory(prefix="hetring-py.") as d:
             {"layout": layout, "left": left, "exception": exception,
-             "abandon": abandon}[sys.argv[1]](d, port)
+             "abandon": abandon, "ctor": ctor}[sys.argv[1]](d, port)
     finally:
         os.rmdir(claim)
     return finish()
