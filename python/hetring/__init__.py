@@ -268,7 +268,8 @@ class Node:
     def _check_buffers(buffers):
         """buffers must be a non-empty list of (address, float32 count) pairs: refuse anything
         else by name, where ctypes said only "cannot unpack non-iterable ..." (a numpy array
-        or a tensor passed as it is) or let a null address through."""
+        or a tensor passed as it is) or let a null address through. Address 0 goes with a
+        count of 0 (an empty tensor's data_ptr()), as the library takes it."""
         how = ("expected a list of (address, float32 count) pairs, e.g. "
                "[(t.data_ptr(), t.numel())] for a float32 tensor t")
         if not isinstance(buffers, (list, tuple)):
@@ -280,9 +281,10 @@ class Node:
                 all(isinstance(x, int) and not isinstance(x, bool) for x in b)
             if not ok:
                 raise TypeError(f"hetring: buffers[{i}] is {type(b).__name__} {b!r:.60}; {how}")
-            if b[0] <= 0 or b[1] < 0:
+            if b[0] < 0 or b[1] < 0 or (b[0] == 0 and b[1] > 0):
                 raise ValueError(f"hetring: buffers[{i}] = ({b[0]}, {b[1]}): the address must "
-                                 f"be above 0 and the count 0 or more; {how}")
+                                 f"be above 0 (0 only with a count of 0) and the count 0 or "
+                                 f"more; {how}")
 
     def _set_buffers(self, buffers):
         self._check_buffers(buffers)

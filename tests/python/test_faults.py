@@ -26,6 +26,8 @@
                              of Node, a step of Trainer's setup) frees its handle at once
                              (hetring_open's and hetring_free's calls counted); the SIGTERM
                              handler is the one from before
+    test_faults.py empty     one node trains a model that holds an empty parameter (numel 0,
+                             its .grad at address 0), overlap on and off
     test_faults.py worker CONF NODE MODE   one node of those (prints RESULT {json})
 Exit 77 when PyTorch is missing.
 """
@@ -396,6 +398,36 @@ def ctor(d, port):
         gc.enable()
 
 
+class WithEmpty(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(6, 4)
+        self.extra = torch.nn.Parameter(torch.zeros(0, 6))  # a layer sized 0 by a setting
+
+    def forward(self, x):
+        return self.lin(x) + self.extra.sum()
+
+
+def empty(d, port):
+    import hetring.torch as ht
+    X, Y = data()
+    for k, overlap in enumerate((False, True)):
+        torch.manual_seed(1)
+        model = WithEmpty()
+        tr = ht.Trainer(write_ini(d, port + k, f"empty{k}", 1, iters=3), model,
+                        torch.optim.SGD(model.parameters(), lr=0.1), node_id=0, n_samples=256,
+                        overlap=overlap)
+        try:
+            iters = [tr.step(torch.nn.functional.cross_entropy, (X[idx], Y[idx])).iter
+                     for idx in tr.batches()]
+            print(f"empty: overlap={overlap}: iterations {iters}")
+            check(iters == [0, 1, 2], f"empty: overlap={overlap}: iterations {iters}")
+        except Exception as e:  # noqa: BLE001  (the check)
+            check(False, f"empty: overlap={overlap}: {e!r}")
+        finally:
+            tr.close()
+
+
 def main():
     if sys.argv[1] == "worker":
         return worker(sys.argv[2], int(sys.argv[3]), sys.argv[4])
@@ -403,7 +435,7 @@ def main():
     try:
         with tempfile.TemporaryDirectory(prefix="hetring-py.") as d:
             {"layout": layout, "left": left, "exception": exception,
-             "abandon": abandon, "ctor": ctor}[sys.argv[1]](d, port)
+             "abandon": abandon, "ctor": ctor, "empty": empty}[sys.argv[1]](d, port)
     finally:
         os.rmdir(claim)
     return finish()

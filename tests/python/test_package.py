@@ -1,6 +1,7 @@
 """test_package.py: the hetring package without PyTorch: it imports, reports its version and
 the loaded library's (refusing a library of another minor version), turns a library failure into hetring.Error with the status and message,
-refuses step() buffers that are not (address, count) pairs and says when a node was closed,
+refuses step() buffers that are not (address, count) pairs (address 0 only with a count of 0)
+and says when a node was closed,
 and installs with pip (into a temporary directory, from a copy of python/).
 
     test_package.py import | pip
@@ -109,7 +110,10 @@ def test_buffers():
                             ([], ValueError, "buffers is empty"),
                             ([(addr, 4, 1)], TypeError, "buffers[0] is tuple"),
                             ([(addr, 4.0)], TypeError, "buffers[0] is tuple"),
-                            ([(0, 4)], ValueError, "buffers[0] = (0, 4): the address")):
+                            ([(0, 4)], ValueError, "buffers[0] = (0, 4): the address"),
+                            ([(addr, 4), (-8, 0)], ValueError,
+                             "buffers[1] = (-8, 0): the address"),
+                            ([(addr, -1)], ValueError, "buffers[0] = (" + str(addr) + ", -1)")):
         try:
             node.step(bad, 0.01, 1.0)
             check(False, f"step() took {bad!r:.40}")
@@ -117,7 +121,9 @@ def test_buffers():
             print(f"step({bad!r:.30}): {type(e).__name__}: {e}")
             check(str(e).startswith("hetring: " + text) and "(address, float32 count)" in str(e),
                   f"the error: {e}")
-    res = node.step([(addr, 4)], 0.01, 1.0)  # the same iteration, now with a valid list
+    # the same iteration, now with a valid list: an empty buffer (an empty tensor's data_ptr()
+    # is 0) beside the floats, as the library takes it
+    res = node.step([(addr, 4), (0, 0)], 0.01, 1.0)
     check(res is not None and list(g) == [1 / 8] * 4, f"a valid step (sums / B = 8): {list(g)}")
     node.close()
     try:
