@@ -21,6 +21,7 @@ The library is found through HETRING_LIB, next to this package, or on the system
 """
 import array
 import ctypes
+import operator
 import os
 
 from . import _lib
@@ -89,8 +90,25 @@ def library_version():
     return _lib_handle().hetring_version().decode()
 
 
+def _check_memory(call, address, n, unit):
+    """The memory a raw-address call hands the library: n (in unit) must be 0 or more (the
+    library takes a size_t, where -1 reads as 2^64 - 1) at an address above 0, or 0 with n 0.
+    Refused here by name: the library would read or write n of them, or take them for none.
+    Returns (address, n) as ints (numpy's integers taken, floats not)."""
+    try:
+        a, n = operator.index(0 if address is None else address), operator.index(n)
+    except TypeError:
+        raise TypeError(f"hetring: {call}(address={address!r:.40}, {unit}={n!r:.40}): expected "
+                        f"integers (t.data_ptr(), t.numel())") from None
+    if n < 0 or a < 0 or (a == 0 and n > 0):
+        raise ValueError(f"hetring: {call}(address={a}, {unit}={n}): {unit} must be 0 or more, "
+                         f"at an address above 0 (0 only with {unit} 0)")
+    return a, n
+
+
 def hash_bytes(address, nbytes, seed=0):
     """hetring_hash of nbytes at address (chain buffers through seed)."""
+    address, nbytes = _check_memory("hash_bytes", address, nbytes, "nbytes")
     return _lib_handle().hetring_hash(ctypes.c_void_p(address), nbytes, seed)
 
 
@@ -371,6 +389,10 @@ class Node:
             raise Error(_lib.EINVAL, f"hetring: {self._L.path} has no hetring_matrices (a "
                                      f"libhetring older than this package's)")
         n = len(shapes)
+        bad = [(i, s) for i, s in enumerate(shapes) if int(s[0]) < 0 or int(s[1]) < 0]
+        if bad:  # a size_t: -1 would read as 2^64 - 1
+            raise ValueError(f"hetring: matrices: shapes[{bad[0][0]}] = {tuple(bad[0][1])}: "
+                             f"rows and cols must be 0 or more")
         rows = (ctypes.c_size_t * n)(*[int(r) for r, _ in shapes])
         cols = (ctypes.c_size_t * n)(*[int(c) for _, c in shapes])
         st = self._L.hetring_matrices(self._h, rows, cols, n)
@@ -400,7 +422,8 @@ class Node:
         if not self._L.has_allreduce:
             raise Error(_lib.EINVAL, f"hetring: {self._L.path} has no hetring_allreduce (a "
                                      f"libhetring older than this package's)")
-        st = self._L.hetring_allreduce(self._h, ctypes.c_void_p(address), int(count))
+        address, count = _check_memory("Node.allreduce", address, count, "count")
+        st = self._L.hetring_allreduce(self._h, ctypes.c_void_p(address), count)
         self._reraise()
         if st == _lib.RETRY:
             return False

@@ -1,7 +1,8 @@
 """test_package.py: the hetring package without PyTorch: it imports, reports its version and
 the loaded library's (refusing a library of another minor version), turns a library failure into hetring.Error with the status and message,
 refuses step() buffers that are not (address, count) pairs (address 0 only with a count of 0)
-and says when a node was closed,
+and raw-address calls given a negative size or address 0 with a size, and says when a node
+was closed,
 and installs with pip (into a temporary directory, from a copy of python/).
 
     test_package.py import | pip
@@ -121,6 +122,21 @@ def test_buffers():
             print(f"step({bad!r:.30}): {type(e).__name__}: {e}")
             check(str(e).startswith("hetring: " + text) and "(address, float32 count)" in str(e),
                   f"the error: {e}")
+    # the raw-address calls refuse a negative size (the library takes a size_t: -1 is 2^64 - 1;
+    # hash_bytes(addr, -1) crashed, allreduce(addr, -1) was taken) and address 0 with a size
+    for call, text in ((lambda: node.allreduce(addr, -1), "Node.allreduce(address="),
+                       (lambda: node.allreduce(0, 4), "Node.allreduce(address=0, count=4)"),
+                       (lambda: node.matrices([(2, 2), (-1, 4)]), "matrices: shapes[1]"),
+                       (lambda: hetring.hash_bytes(0, 4), "hash_bytes(address=0, nbytes=4)"),
+                       (lambda: hetring.hash_bytes(addr, -1), "hash_bytes(address=")):
+        try:
+            call()
+            check(False, f"{text} was taken")
+        except ValueError as e:
+            print(f"refused: {e}")
+            check(str(e).startswith("hetring: " + text) and "0 or more" in str(e), f"{e}")
+    check(node.allreduce(addr, 4) and list(g) == [1.0] * 4, f"allreduce on 1 node: {list(g)}")
+    check(hetring.hash_bytes(addr, 0) == hetring.hash_bytes(0, 0), "hash of 0 bytes")
     # the same iteration, now with a valid list: an empty buffer (an empty tensor's data_ptr()
     # is 0) beside the floats, as the library takes it
     res = node.step([(addr, 4), (0, 0)], 0.01, 1.0)
