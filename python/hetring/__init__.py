@@ -174,10 +174,14 @@ class Node:
     sync_first: the first view sends the lowest member's state to every member.
     start_iter: the iteration your state is at when you resumed your own checkpoint (0: a new
     run); the first view takes the state of the node furthest along.
+    leave_flag: None, or a ctypes.c_int of yours (hetring.h, leave_flag) that leave() sets
+    too: setting it nonzero, from any thread and even while a call of this node blocks (open
+    waiting for its peers, an election waiting for a quorum), makes the node leave as leave()
+    does; open then raises Left. Keep it as long as the node.
     """
 
     def __init__(self, conf, node_id=None, n_samples=0, overrides=(), get_state=None,
-                 put_state=None, on_view=None, sync_first=True, start_iter=0):
+                 put_state=None, on_view=None, sync_first=True, start_iter=0, leave_flag=None):
         L = _lib_handle()
         self._L = L
         self._h = ctypes.c_void_p()
@@ -202,6 +206,12 @@ class Node:
         o.set = self._sets
         o.sync_first = 1 if sync_first else 0
         o.start_iter = int(start_iter)
+        self._leave_flag = leave_flag  # the library polls it until close
+        if leave_flag is not None:
+            if not isinstance(leave_flag, ctypes.c_int):
+                raise TypeError(f"hetring: leave_flag is {type(leave_flag).__name__}; expected "
+                                f"a ctypes.c_int (a sig_atomic_t)")
+            o.leave_flag = ctypes.addressof(leave_flag)
         # the callbacks live as long as the node: the library calls them until close
         self._cbs = (_lib.GET_STATE(self._cb_get) if get_state else _lib.GET_STATE(),
                      _lib.PUT_STATE(self._cb_put) if put_state else _lib.PUT_STATE(),
@@ -211,6 +221,8 @@ class Node:
         st = L.hetring_open(ctypes.byref(self._h), ctypes.byref(o), err, len(err))
         try:
             self._reraise()  # a callback's exception: open may have succeeded all the same
+            if st == _lib.LEFT:  # leave_flag set while open waited for its peers
+                raise Left(st, f"hetring: {err.value.decode(errors='replace')}")
             if st != _lib.OK:
                 raise Error(st, f"hetring: {err.value.decode(errors='replace')}")
             self._batch = _lib.Batch()

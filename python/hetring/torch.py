@@ -85,6 +85,7 @@ library uses buckets ([train] bucket_bytes: auto where every node has a core to 
 size) the last layers' gradients are all-reduced while backward computes the first ones, as
 DDP does.
 """
+import ctypes
 import hashlib
 import logging
 import multiprocessing
@@ -92,6 +93,7 @@ import os
 import pickle
 import signal
 import stat
+import threading
 import time
 import weakref
 
@@ -244,13 +246,67 @@ _worker_dataset = None  # a loader worker's copy of the dataset
 
 
 def _default_signals(ref):
-    """In a forked child: the default handlers for the signals a Trainer turned into leave()."""
+    """In a forked child: the default handlers for the signals a Trainer turned into leave(),
+    and no wakeup fd (the parent's watcher reads its pipe)."""
     t = ref()
     for sig in (t._signals if t is not None else ()):
         try:
             signal.signal(sig, signal.SIG_DFL)
         except ValueError:  # forked from a thread other than the main one: none to reset
             pass
+    if t is not None and t._watcher is not None:
+        try:
+            signal.set_wakeup_fd(-1)
+        except ValueError:
+            pass
+
+
+class _SignalWatcher:
+    """Sets a node's leave flag (hetring.h, leave_flag) the moment one of `sigs` arrives, also
+    while the main thread is blocked in the library (open waiting for its peers, an election
+    waiting for a quorum), where Python runs a signal's handler only once the call returns.
+    Python's own C-level handler writes each signal's number to the wakeup fd at once; this
+    thread reads them and passes them on to the wakeup fd there was before (asyncio's)."""
+
+    def __init__(self, sigs, flag):
+        self.sigs, self.flag = frozenset(int(s) for s in sigs), flag
+        self.r, self.w = os.pipe()
+        os.set_blocking(self.w, False)  # as set_wakeup_fd requires
+        try:
+            self.old = signal.set_wakeup_fd(self.w)
+        except BaseException:
+            os.close(self.r)
+            os.close(self.w)
+            raise
+        self.thread = threading.Thread(target=self._run, name="hetring.torch leave_on",
+                                       daemon=True)
+        self.thread.start()
+
+    def _run(self):
+        while True:
+            try:
+                got = os.read(self.r, 64)
+            except OSError:
+                return
+            if not got or 0 in got:  # close()'s stop byte (no signal is 0)
+                return
+            if any(n in self.sigs for n in got):
+                self.flag.value = 1
+            if self.old >= 0:
+                try:
+                    os.write(self.old, got)
+                except OSError:
+                    pass
+
+    def close(self):
+        """The wakeup fd there was before back (main thread), the thread ended."""
+        now = signal.set_wakeup_fd(self.old)
+        if now != self.w:  # another took it since: theirs stays
+            signal.set_wakeup_fd(now)
+        os.write(self.w, b"\0")
+        self.thread.join(5)
+        os.close(self.r)
+        os.close(self.w)
 
 
 def _worker_init(dataset):
@@ -453,8 +509,13 @@ class Trainer:
     leave_on: signals (e.g. (signal.SIGTERM,)) whose arrival makes this node leave at the next
     boundary, as leave() does; the handlers are installed here (main thread only), before the
     node opens (a signal that cannot be caught raises ValueError with no node open), and the
-    previous ones put back by close(). A forked child (a loader worker) that receives one ends
-    as it would have without them. A Trainer that fails to be made closes what it opened.
+    previous ones put back by close(). One takes effect at once, also while the main thread is
+    blocked in the library, where Python's handlers wait for the call to return: a thread woken
+    through signal.set_wakeup_fd sets the node's leave flag (the wakeup fd there was before
+    gets every signal passed on), so an election waiting for a quorum ends (step() returns
+    None, .left is True), and so does the node's open waiting for its peers (Trainer() raises
+    hetring.Left). A forked child (a loader worker) that receives one ends as it would have
+    without them. A Trainer that fails to be made closes what it opened.
     """
 
     def __init__(self, conf, model, optimizer, node_id=None, n_samples=0, overrides=(),
@@ -481,7 +542,9 @@ class Trainer:
         self._live = None  # this iteration's _Buffers while backward runs
         self._hooks, self._signals = [], {}
         self.node = None
-        self._leave_asked = False  # a leave (a leave_on signal) before the node was open
+        # hetring.h leave_flag: leave() and the leave_on watcher set it, also before the node
+        # opens and while a call of it blocks
+        self._leave_flag, self._watcher = ctypes.c_int(0), None
         try:
             # the signals first: one that cannot be caught is refused before a node opens
             self._install_signals(leave_on)
@@ -496,9 +559,8 @@ class Trainer:
                                  overrides=overrides, sync_first=sync_first,
                                  start_iter=start_iter,
                                  get_state=self._get_state,
-                                 put_state=self._put, on_view=self._on_view)
-        if self._leave_asked:
-            self.node.leave()
+                                 put_state=self._put, on_view=self._on_view,
+                                 leave_flag=self._leave_flag)
         self._declare_matrices()
         self._resume_residual()
         self.done = start_iter  # iterations the model holds: what save() records
@@ -604,6 +666,9 @@ class Trainer:
             # child blocked on a lock it inherited from the fork never does, and Pool.terminate
             # would then wait for it forever
             os.register_at_fork(after_in_child=lambda: _default_signals(me))
+            # and a leave_on signal also takes effect while the main thread is blocked in the
+            # library, where the handlers above wait for the call to return
+            self._watcher = _SignalWatcher(self._signals, self._leave_flag)
 
     def _load(self, path):
         """Adopt a file of save(); its iteration."""
@@ -676,8 +741,8 @@ class Trainer:
 
     def leave(self):
         """Leave the cluster at the next iteration boundary the members agree on: batches()
-        then ends and .left is True. Safe from a signal handler."""
-        self._leave_asked = True
+        then ends and .left is True. Safe from a signal handler and from any thread."""
+        self._leave_flag.value = 1  # the node's flag: before it opens too
         if self.node is not None:
             self.node.leave()
 
@@ -1141,6 +1206,9 @@ class Trainer:
         for sig, old in self._signals.items():
             signal.signal(sig, old)
         self._signals = {}
+        if self._watcher is not None:
+            self._watcher.close()
+            self._watcher = None
         for _, handle in self._hooks:
             handle.remove()
         self._hooks = []

@@ -28,6 +28,12 @@
                              handler is the one from before
     test_faults.py empty     one node trains a model that holds an empty parameter (numel 0,
                              its .grad at address 0), overlap on and off
+    test_faults.py sigterm   SIGTERM (leave_on) while the library blocks: node 0 of 3, whose
+                             peers both died, waits in an election for a quorum (rejoin_timeout
+                             25 s): it leaves within 6 s of the signal, its step returning
+                             None and its loop ending with .left; node 0 of 2, alone, waits in
+                             Trainer() for its peer (connect_timeout 20 s): Trainer() raises
+                             hetring.Left within 6 s of the signal
     test_faults.py worker CONF NODE MODE   one node of those (prints RESULT {json})
 Exit 77 when PyTorch is missing.
 """
@@ -232,7 +238,38 @@ def worker_abandon(conf, node):
     return out
 
 
-WORKERS = {"layout": worker_layout, "left": worker_left, "abandon": worker_abandon}
+def worker_sigterm(conf, node):
+    """leave_on=(SIGTERM,); nodes 1 and 2 die in iteration 3 (node 0 then waits for a quorum).
+    Node 0 of a cluster whose other node never starts waits in Trainer()."""
+    import signal
+    import hetring
+    import hetring.torch as ht
+    model = bn_model()
+    X, Y = data()
+    out = {"iters": [], "none": [], "error": None, "left": None}
+    print("OPENING", flush=True)
+    try:
+        tr = ht.Trainer(conf, model, torch.optim.SGD(model.parameters(), lr=0.1), node_id=node,
+                        n_samples=256, leave_on=(signal.SIGTERM,))
+    except hetring.Left as e:
+        out["error"] = f"Left: {e}"
+        return out
+    try:
+        for idx in tr.batches():
+            it = tr.batch.iter
+            if it == 3 and node > 0:
+                os._exit(3)
+            res = tr.step(torch.nn.functional.cross_entropy, (X[idx], Y[idx]))
+            (out["none"] if res is None else out["iters"]).append(it)
+    except Exception as e:  # noqa: BLE001  (reported by the test)
+        out["error"] = f"{type(e).__name__}: {e}"
+    out["left"] = tr.left
+    tr.close()
+    return out
+
+
+WORKERS = {"layout": worker_layout, "left": worker_left, "abandon": worker_abandon,
+           "sigterm": worker_sigterm}
 
 
 def worker(conf, node, mode):
@@ -428,6 +465,62 @@ def empty(d, port):
             tr.close()
 
 
+def sigterm(d, port):
+    import signal
+
+    def start(ini, k, name):
+        log = open(os.path.join(d, f"{name}{k}.log"), "w+")
+        p = subprocess.Popen([sys.executable, os.path.abspath(__file__), "worker", ini, str(k),
+                              "sigterm"], stdout=log, stderr=subprocess.STDOUT,
+                             start_new_session=True, env=dict(os.environ, TMPDIR=d))
+        p.log = log
+        return p
+
+    def term_and_wait(p, what):
+        """SIGTERM to p; its result and the seconds it took to end after it."""
+        t0 = time.monotonic()
+        p.send_signal(signal.SIGTERM)
+        try:
+            rc = p.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            rc = "a timeout"
+        took = time.monotonic() - t0
+        p.log.seek(0)
+        text = p.log.read()
+        check(rc == 0, f"sigterm: {what}: node 0 exited {rc}:\n{text[-3000:]}")
+        line = [x for x in text.splitlines() if x.startswith("RESULT ")]
+        return (json.loads(line[-1][7:]) if line else None), took
+
+    ini = write_ini(d, port, "sigterm", 3, iters=40, rejoin=25)
+    ps = [start(ini, k, "sigterm") for k in range(3)]
+    for k in (1, 2):
+        try:
+            check(ps[k].wait(timeout=60) == 3, f"sigterm: node {k} did not die in iteration 3")
+        except subprocess.TimeoutExpired:
+            ps[k].kill()
+            check(False, f"sigterm: node {k} did not end")
+    time.sleep(2)  # node 0 waits in the election that follows the failed all-reduce
+    r, took = term_and_wait(ps[0], "in an election")
+    print(f"sigterm: in an election: node 0 ended {took:.1f} s after SIGTERM: {r}")
+    check(r is not None and r["error"] is None and r["left"] and r["iters"] == [0, 1, 2] and
+          r["none"] == [3], f"sigterm: in an election: node 0: {r}")
+    check(took < 6, f"sigterm: in an election: node 0 ended {took:.1f} s after SIGTERM")
+
+    p = start(write_ini(d, port + 3, "alone", 2), 0, "alone")
+    for _ in range(300):  # Trainer() is called: its handlers are installed within a second
+        p.log.seek(0)
+        if "OPENING" in p.log.read() or p.poll() is not None:
+            break
+        time.sleep(0.1)
+    time.sleep(1)
+    r, took = term_and_wait(p, "in Trainer()")
+    print(f"sigterm: in Trainer(): it raised {took:.1f} s after SIGTERM: {r and r['error']}")
+    check(r is not None and (r["error"] or "").startswith("Left: "),
+          f"sigterm: in Trainer(): {r}")
+    check(took < 6, f"sigterm: in Trainer(): node 0 ended {took:.1f} s after SIGTERM")
+
+
 def main():
     if sys.argv[1] == "worker":
         return worker(sys.argv[2], int(sys.argv[3]), sys.argv[4])
@@ -435,7 +528,8 @@ def main():
     try:
         with tempfile.TemporaryDirectory(prefix="hetring-py.") as d:
             {"layout": layout, "left": left, "exception": exception,
-             "abandon": abandon, "ctor": ctor, "empty": empty}[sys.argv[1]](d, port)
+             "abandon": abandon, "ctor": ctor, "empty": empty,
+             "sigterm": sigterm}[sys.argv[1]](d, port)
     finally:
         os.rmdir(claim)
     return finish()
