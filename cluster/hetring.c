@@ -149,6 +149,7 @@ struct hetring {
     int closed;                      /* hetring_close ran */
     int left;                        /* this node left the cluster */
     int ended;                       /* the view agreed on the run's end (end_of_run) */
+    long start_iter;                 /* hetring_options.start_iter: where the user's state is */
     hr_status failed;                /* a failure that ended the node (later calls return it) */
     volatile sig_atomic_t leave;     /* hetring_leave: leave at the next boundary */
     volatile sig_atomic_t *leave_at; /* the flag polled: &leave, or the options' leave_flag */
@@ -511,7 +512,7 @@ static hr_status setup(hetring *h, const hetring_options *o) {
         return hr_fail(e, n, HR_ERR_INVAL,
                        "hetring_open: start_iter %ld is outside the run's iterations 0..%ld",
                        o->start_iter, h->total);
-    h->iter = o->start_iter; /* the election takes the state of the member furthest along */
+    h->iter = h->start_iter = o->start_iter; /* the election takes the furthest member's state */
     h->size = 1, h->split[0] = B;
     ring_config rc;
     HR_CHECK(node_id_check_reachable(c, h->self, e, n));
@@ -663,6 +664,20 @@ long hetring_residual(const hetring *h, float *out, size_t n) {
     return copy_out(r, r ? (h->x.residual ? h->x.n_grad : h->x.n_resume) : 0, out, n);
 }
 
+/* A checkpoint's residual or Q is of the iteration the user resumed (start_iter). Where the
+ * first view's state is further along, steps after the checkpoint were applied: a residual
+ * this node had sent in them (it crashed after the checkpoint) or that they went without (it
+ * left), and a Q they moved on from; either way it is not taken up (HETRING_SKIPPED), so a
+ * residual is never counted twice. */
+static int past_checkpoint(hetring *h, const char *fn, const char *what) {
+    if (h->iter == h->start_iter) return 0;
+    snprintf(h->err, sizeof h->err,
+             "%s: the cluster is at iteration %ld, past the checkpoint's %ld: the steps since "
+             "were applied with or without this %s, so it is not taken up",
+             fn, h->iter, h->start_iter, what);
+    return 1;
+}
+
 int hetring_resume_residual(hetring *h, const float *r, size_t n) {
     int us = usable(h);
     if (us != HETRING_OK) return us;
@@ -675,6 +690,7 @@ int hetring_resume_residual(hetring *h, const float *r, size_t n) {
         return fail(h, HETRING_EINVAL,
                     "hetring_resume_residual: the first step was taken; give the residual "
                     "before it");
+    if (past_checkpoint(h, "hetring_resume_residual", "node's residual")) return HETRING_SKIPPED;
     if (grad_xfer_resume(&h->x, r, n) != HR_OK)
         return fail(h, HETRING_ENOMEM, "hetring_resume_residual: out of memory");
     return HETRING_OK;
@@ -697,6 +713,7 @@ int hetring_resume_powersgd_q(hetring *h, const float *q, size_t n) {
     if (h->x.n_bufs)
         return fail(h, HETRING_EINVAL,
                     "hetring_resume_powersgd_q: the first step was taken; give Q before it");
+    if (past_checkpoint(h, "hetring_resume_powersgd_q", "Q")) return HETRING_SKIPPED;
     if (grad_xfer_resume_q(&h->x, q, n) != HR_OK)
         return fail(h, HETRING_ENOMEM, "hetring_resume_powersgd_q: out of memory");
     return HETRING_OK;
@@ -710,6 +727,7 @@ const float *hr_lib_powersgd_q(const hetring *h, size_t *n) {
 int hr_lib_resume_residual(hetring *h, const float *r, size_t n) {
     if (!h || !r || !h->app.n_grads || n != h->app.n_grads || h->cc.wire == CFG_WIRE_FP32)
         return HETRING_EINVAL;
+    if (past_checkpoint(h, "the checkpoint's residual", "node's residual")) return HETRING_SKIPPED;
     return grad_xfer_resume(&h->x, r, n) == HR_OK ? HETRING_OK : HETRING_ENOMEM;
 }
 

@@ -110,7 +110,9 @@ typedef enum {
                                 * gradient or loss was not finite. The iteration is done (the
                                 * cursor moved on, its samples count as used, res is filled,
                                 * the same on every node) but its gradient must not be applied:
-                                * skip your optimizer step and call hetring_next */
+                                * skip your optimizer step and call hetring_next; and
+                                * hetring_resume_residual / _powersgd_q: not taken up, the
+                                * cluster is past the checkpoint */
 } hetring_status;
 
 /* A membership view, as the on_view callback sees it. */
@@ -277,7 +279,10 @@ HETRING_API HETRING_RESULT int hetring_matrices(hetring *h, const size_t *rows, 
 HETRING_API long hetring_residual(const hetring *h, float *out, size_t n);
 /* Take up this node's residual from your checkpoint (n floats, copied) before the first step,
  * whose lossy all-reduce adds it. HETRING_EINVAL with wire = fp32 or after the first step; the
- * first step fails when n is not the floats of its buffers. */
+ * first step fails when n is not the floats of its buffers. HETRING_SKIPPED, nothing taken up,
+ * when the first view's state is past your checkpoint's iteration (start_iter): the steps
+ * since were applied, with this residual (this node sent it, then crashed) or without it (it
+ * left), so taking it up could count it twice; hetring_last_error says so. */
 HETRING_API HETRING_RESULT int hetring_resume_residual(hetring *h, const float *r, size_t n);
 
 /* The powersgd wire's Q ([cluster] wire = powersgd, or auto once it took powersgd): the
@@ -291,7 +296,8 @@ HETRING_API long hetring_powersgd_q(const hetring *h, float *out, size_t n);
  * the first step: with every node resuming its own checkpoint (residual and Q), a job cut in
  * two ends bit for bit where the uninterrupted one does. Later views start Q from the seed on
  * every member (a joiner needs none sent). HETRING_EINVAL with a wire other than powersgd or
- * auto, or after the first step; a Q of another size than the plan's is dropped with a
+ * auto, or after the first step; HETRING_SKIPPED as for the residual, when the first view's
+ * state is past the checkpoint; a Q of another size than the plan's is dropped with a
  * warning (Q starts from the seed). */
 HETRING_API HETRING_RESULT int hetring_resume_powersgd_q(hetring *h, const float *q, size_t n);
 

@@ -88,7 +88,12 @@ static hr_status resume_residual(hr_node *n, char *err, size_t errlen) {
                        "has no use for it");
         return HR_OK;
     }
-    if (hr_lib_resume_residual(n->h, t->resumed_residual, (size_t)t->m.n_params) != HETRING_OK)
+    int st = hr_lib_resume_residual(n->h, t->resumed_residual, (size_t)t->m.n_params);
+    if (st == HETRING_SKIPPED) {
+        HR_INFO(TRAIN, "%s", hetring_last_error(n->h));
+        return HR_OK;
+    }
+    if (st != HETRING_OK)
         return hr_fail(err, errlen, HR_ERR_NOMEM, "the checkpoint's residual: out of memory");
     HR_INFO(TRAIN,
             "resumed this node's error-feedback residual from the checkpoint (%ld floats, wire "
@@ -107,7 +112,12 @@ static hr_status resume_q(hr_node *n, char *err, size_t errlen) {
                 cfg_wire_name(n->c->wire));
         return HR_OK;
     }
-    if (hetring_resume_powersgd_q(n->h, t->resumed_q, t->resumed_n_q) != HETRING_OK)
+    int st = hetring_resume_powersgd_q(n->h, t->resumed_q, t->resumed_n_q);
+    if (st == HETRING_SKIPPED) {
+        HR_INFO(TRAIN, "%s", hetring_last_error(n->h));
+        return HR_OK;
+    }
+    if (st != HETRING_OK)
         return hr_fail(err, errlen, HR_ERR_NOMEM, "the checkpoint's Q: %s",
                        hetring_last_error(n->h));
     HR_INFO(TRAIN, "resumed the powersgd Q from the checkpoint (%zu floats)", t->resumed_n_q);

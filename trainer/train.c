@@ -320,8 +320,7 @@ hr_status train_sync_device(trainer *t) {
     return device_push(&t->dev);
 }
 
-/* The checkpoint at `path`; with `residual` this node's residual and Q too (train_save). */
-static hr_status save(trainer *t, const char *path, int residual, char *err, size_t errlen) {
+hr_status train_save(trainer *t, const char *path, char *err, size_t errlen) {
     hr_status st = train_sync_host(t);
     if (st != HR_OK)
         return hr_fail(err, errlen, st,
@@ -334,11 +333,7 @@ static hr_status save(trainer *t, const char *path, int residual, char *err, siz
     ckpt_residual res = {
         .node = v.self_id, .data = (float *)v.residual, .q = (float *)v.q, .n_q = v.n_q};
     return ckpt_save(path, &m, t->m.params, t->opt.vel, (const int64_t *)v.split,
-                     residual && v.residual ? &res : NULL, err, errlen);
-}
-
-hr_status train_save(trainer *t, const char *path, char *err, size_t errlen) {
-    return save(t, path, 1, err, errlen);
+                     v.residual ? &res : NULL, err, errlen);
 }
 
 hr_status train_load(trainer *t, const char *path, long *split, int n_nodes, int *recorded,
@@ -724,7 +719,7 @@ static hr_status run_iteration(trainer *t, const train_opts *o, run_report *rr, 
     }
     report_iteration(rr, t, &r, el, ea, evaluated);
     if (c->checkpoint && c->checkpoint[0] && (last || due(t->iter, c->checkpoint_interval)))
-        HR_CHECK(save(t, c->checkpoint, last, err, errlen)); /* a residual at the end alone */
+        HR_CHECK(train_save(t, c->checkpoint, err, errlen));
     return HR_OK;
 }
 

@@ -269,11 +269,7 @@ hr_status train_step(trainer *t, train_iter *out);
 hr_status train_evaluate(trainer *t, double *loss, double *accuracy);
 
 /* Checkpoint the state (iteration, parameters, optimizer, the view's split and, where the
- * view gives one, this node's error-feedback residual with its id, and powersgd's Q) / resume
- * from one. train_save is for a node that trains no further (it leaves, or the run ends): its
- * residual is what it has not sent, so it records it. The run's periodic checkpoints
- * ([train] checkpoint_interval) record none: the node goes on and sends it in its next lossy
- * step, so a node restarted from one after a crash would send it twice. A resumed
+ * view gives one, this node's bf16 residual with its id) / resume from one. A resumed
  * checkpoint's split is not the trainer's: train_load writes it to `split` (room for n_nodes
  * entries; NULL: not wanted) when it records one of n_nodes nodes, and says so in *recorded;
  * the controller adopts it (hr_node_open hands it to the library). Its residual goes to

@@ -11,9 +11,10 @@
 #     node 0's residual (node 0's roundings dropped it, and node 0 takes it up itself), and says
 #     so; a float32 run resumed from a checkpoint with a residual says it has no use for it.
 #  4. the nodes write a checkpoint every 10 iterations and all crash (SIGKILL) at iteration 25;
-#     started again they resume from their checkpoints of iteration 20, which hold no residual:
-#     each node went on past them and sent it in iteration 20's step, so taking it up again
-#     would count it twice (as it would for one node restarted while the others go on)
+#     started again, the cluster resumes at 20 and each node takes its residual of iteration 20
+#     up again (nothing after it was applied); then node 2 alone crashes at 25 while the others
+#     go on: restarted from its checkpoint of 20, it joins a cluster past 20, which applied
+#     the step that held that residual, and it must not take it up (it would count twice)
 # With WIRE=powersgd the same for the low-rank wire, whose checkpoints also hold Q (replicated:
 # every node takes it up, whoever wrote it); without Q the resumed job would start Q from the
 # seed and end elsewhere than the uninterrupted one.
@@ -76,7 +77,8 @@ if [ "$WIRE" = powersgd ]; then # Q is the same in every node's checkpoint: node
   grep -q "resumed the powersgd Q from the checkpoint" "$tmp/other.1.log" || fail "node 1 did not take Q up"
 fi
 
-# periodic checkpoints, then a crash of every node at iteration 25: no residual is taken up
+# periodic checkpoints, then a crash of every node at iteration 25: the cluster resumes at 20,
+# and every node takes its residual of 20 up again
 pids=()
 for id in 0 1 2; do
   HETRING_FAULT='crash:*:25' timeout 120 "$HR" run --conf "$tmp/c.ini" --node $id --quiet \
@@ -91,11 +93,37 @@ for id in 0 1 2; do
 done
 run per 40 --set train.checkpoint_interval=10
 for id in 0 1 2; do
-  grep -h "resumed from checkpoint\|error-feedback residual\|powersgd Q" "$tmp/per.$id.log" | cut -c1-160
+  grep -h "resumed from checkpoint\|error-feedback residual\|powersgd Q" "$tmp/per.$id.log" | cut -c1-200
   grep -q "resumed from checkpoint .* at iteration 20" "$tmp/per.$id.log" || fail "periodic: node $id did not resume at iteration 20"
-  grep -q "resumed this node's error-feedback residual" "$tmp/per.$id.log" &&
-    fail "periodic: node $id took up a residual that its first life sent in iteration 20"
+  grep -q "resumed this node's error-feedback residual" "$tmp/per.$id.log" ||
+    fail "periodic: node $id did not take its residual of iteration 20 up again"
 done
+
+# node 2 alone crashes at 25 (its checkpoint of 20 holds its residual) and is started again
+# while nodes 0 and 1 go on (slowed, so that they are still running): it joins past 20
+pids=()
+for id in 0 1 2; do
+  f=sleep:*:0.05
+  [ $id = 2 ] && f=$f,crash:2:25
+  HETRING_FAULT=$f timeout 120 "$HR" run --conf "$tmp/c.ini" --node $id --quiet \
+    --set train.iterations=80 --set train.checkpoint="$tmp/one.$id.ckpt" \
+    --set train.checkpoint_interval=10 --metrics "$tmp/one.m$id" > "$tmp/one.$id.log" 2>&1 &
+  pids[$id]=$!
+done
+wait "${pids[2]}"
+HETRING_FAULT=sleep:*:0.05 timeout 120 "$HR" run --conf "$tmp/c.ini" --node 2 --quiet \
+  --set train.iterations=80 --set train.checkpoint="$tmp/one.2.ckpt" \
+  --set train.checkpoint_interval=10 --metrics "$tmp/one.m2b" > "$tmp/one.2b.log" 2>&1 &
+pids[3]=$!
+for k in 0 1 3; do wait "${pids[$k]}" || fail "one crash: a node failed (wait $k)"; done
+grep -h "resumed from checkpoint\|error-feedback residual\|powersgd Q\|not taken up" "$tmp/one.2b.log" | cut -c1-240
+grep -q "resumed from checkpoint .* at iteration 20" "$tmp/one.2b.log" || fail "one crash: node 2 did not resume at 20"
+grep -q "the cluster is at iteration [0-9]*, past the checkpoint's 20: .* so it is not taken up" "$tmp/one.2b.log" ||
+  fail "one crash: node 2 did not say it leaves the residual of iteration 20"
+grep -q "resumed this node's error-feedback residual" "$tmp/one.2b.log" &&
+  fail "one crash: node 2 took up a residual that its first life sent after iteration 20"
+hashes=$(for f in one.m0 one.m1 one.m2b; do grep -ho '"param_hash":"[0-9a-f]*"' "$tmp/$f" | tail -1; done | sort -u | wc -l)
+[ "$hashes" = 1 ] || fail "one crash: the nodes end with $hashes parameter hashes"
 
 # a float32 run has no use for it
 cp "$tmp/keep.0.ckpt" "$tmp/f32.0.ckpt"
