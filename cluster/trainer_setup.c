@@ -55,6 +55,8 @@ static void data_config_of(const cfg *c, data_config *out) {
                          .origin = c->path};
     if (cfg_key_line(c, -1, "eval_samples") != 0) /* given: a held-out file is cut to it */
         cfg_where(c, -1, "eval_samples", out->eval_at, sizeof out->eval_at);
+    if (cfg_key_line(c, -1, "samples") != 0) /* given: the training files are cut to it */
+        cfg_where(c, -1, "samples", out->samples_at, sizeof out->samples_at);
 }
 
 static void opt_config_of(const cfg *c, opt_config *out) {

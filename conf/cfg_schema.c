@@ -73,7 +73,8 @@ const key_spec cfg_gkeys[] = {
     {"train", "data_dir", T_PATH, G(data_dir), CFG_PATH, 0, 0, NULL, "", 0,
      "directory of mnist/cifar10 files, or the CSV file"},
     {"train", "samples", T_INT, G(samples), 0, 1, 1e9, NULL, "60000", 0,
-     "synthetic training set size"},
+     "training set size: a synthetic set's; the training files' (mnist, cifar10, csv) first "
+     "samples when given (more than they hold is an error), else all of them"},
     {"train", "eval_samples", T_INT, G(eval_samples), 0, 0, 1e9, NULL, "10000", 0,
      "held-out set size: a synthetic set's; a held-out file's (mnist, cifar10, a CSV "
      "directory's test.csv) first eval_samples when given (more than it holds is an error), "

@@ -626,6 +626,20 @@ static hr_status check_train(const data_set *train, const char *what, char *err,
                    what);
 }
 
+/* The training set cut to its first samples when the key was given; more than it holds is
+ * refused, naming `what`, its files. */
+static hr_status take_train(data_set *train, const data_config *c, const char *what, char *err,
+                            size_t errlen) {
+    if (!c->samples_at[0] || c->samples == train->n) return HR_OK;
+    if (c->samples > train->n)
+        return hr_fail(err, errlen, HR_ERR_CONFIG,
+                       "%s: samples = %ld, but the training set %s holds %ld samples (expected "
+                       "samples <= %ld, or no samples to train on all of them)",
+                       c->samples_at, c->samples, what, train->n, train->n);
+    train->n = c->samples; /* its first samples; the buffers keep their size */
+    return HR_OK;
+}
+
 /* One CSV file: its last rows are held out, eval_samples of them; a fifth of the file at most,
  * an error when the key asks for more. */
 static hr_status split_csv(data_set *train, data_set *eval, const data_config *c, const char *file,
@@ -674,6 +688,7 @@ hr_status data_load(data_set *train, data_set *eval, const data_config *c, uint6
         HR_CHECK_GOTO(pick(b, sizeof b, dir, "train-labels-idx1-ubyte", err, errlen), st, fail);
         HR_CHECK_GOTO(data_load_idx(train, ta, b, err, errlen), st, fail);
         HR_CHECK_GOTO(check_train(train, ta, err, errlen), st, fail);
+        HR_CHECK_GOTO(take_train(train, c, ta, err, errlen), st, fail);
         HR_CHECK_GOTO(pick(a, sizeof a, dir, "t10k-images-idx3-ubyte", err, errlen), st, fail);
         HR_CHECK_GOTO(pick(b, sizeof b, dir, "t10k-labels-idx1-ubyte", err, errlen), st, fail);
         HR_CHECK_GOTO(data_load_idx(eval, a, b, err, errlen), st, fail);
@@ -694,6 +709,7 @@ hr_status data_load(data_set *train, data_set *eval, const data_config *c, uint6
         else
             snprintf(ta, sizeof ta, "%s", files[0]);
         HR_CHECK_GOTO(check_train(train, ta, err, errlen), st, fail);
+        HR_CHECK_GOTO(take_train(train, c, ta, err, errlen), st, fail);
         snprintf(a, sizeof a, "%s/test_batch.bin", dir);
         files[0] = a;
         HR_CHECK_GOTO(data_load_cifar(eval, files, 1, err, errlen), st, fail);
@@ -705,12 +721,14 @@ hr_status data_load(data_set *train, data_set *eval, const data_config *c, uint6
             snprintf(a, sizeof a, "%s/test.csv", dir);
             HR_CHECK_GOTO(data_load_csv(train, ta, regression, err, errlen), st, fail);
             HR_CHECK_GOTO(check_train(train, ta, err, errlen), st, fail);
+            HR_CHECK_GOTO(take_train(train, c, ta, err, errlen), st, fail);
             HR_CHECK_GOTO(data_load_csv(eval, a, regression, err, errlen), st, fail);
             HR_CHECK_GOTO(take_eval(eval, c, a, err, errlen), st, fail);
         } else {
             HR_CHECK_GOTO(data_load_csv(train, dir, regression, err, errlen), st, fail);
             HR_CHECK_GOTO(check_train(train, dir, err, errlen), st, fail);
             HR_CHECK_GOTO(split_csv(train, eval, c, dir, err, errlen), st, fail);
+            HR_CHECK_GOTO(take_train(train, c, dir, err, errlen), st, fail);
         }
         if (!regression) { /* one class count for both splits */
             int k = train->n_classes > eval->n_classes ? train->n_classes : eval->n_classes;

@@ -19,7 +19,9 @@
 typedef struct {
     data_kind kind;    /* which set */
     const char *dir;   /* directory of the files, or the CSV file (borrowed); "" for none */
-    long samples;      /* synthetic: training samples */
+    long samples;      /* training samples: synthetic, the set's size; the training files,
+                        * their first samples when samples_at says the key was given (more
+                        * than they hold is an error), else all of them */
     long eval_samples; /* held-out samples: synthetic, the set's size; a held-out file (mnist,
                         * cifar10, a CSV directory), its first eval_samples when eval_at
                         * says the key was given (more than the file holds is an error), else
@@ -27,6 +29,7 @@ typedef struct {
                         * fifth of the file, else capped there) */
     char eval_at[DATA_WHERE_LEN]; /* where eval_samples was given ("FILE:LINE", or the override
                                    * that set it: cfg_where), for messages; "": its default */
+    char samples_at[DATA_WHERE_LEN]; /* the same for samples */
     int csv_regression; /* CSV: the first column is a regression target, not a class label */
     const char *name;   /* the dataset's name in messages, e.g. "mnist" (borrowed) */
     const char *origin; /* the config file named in errors (borrowed) */

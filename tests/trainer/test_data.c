@@ -392,6 +392,50 @@ static void test_eval_samples(void) {
     data_set_free(&tr), data_set_free(&ev);
 }
 
+/* samples given with training files takes their first samples (it was read and ignored: a
+ * user who asked for 30 trained on all 40), and more than they hold is refused at the key's
+ * line; not given, all of them. One CSV file: its first samples after the held-out rows. */
+static void test_train_samples(void) {
+    char err[HR_ERRLEN], sub[128], csv[192];
+    snprintf(sub, sizeof sub, "%s/mnist-train", dir);
+    CHECK(mkdir(sub, 0700) == 0, "mkdir %s", sub);
+    write_idx_of_size(sub, "train", 28, 40);
+    write_idx_of_size(sub, "t10k", 28, 7);
+    data_config dc = {.kind = DATA_MNIST, .dir = sub, .name = "mnist", .origin = "t.ini",
+                      .samples = 60000, .eval_samples = 10000};
+    data_set tr, ev;
+    CHECK(data_load(&tr, &ev, &dc, 1, err, sizeof err) == HR_OK && tr.n == 40,
+          "not given: every training sample, %ld (%s)", tr.n, err);
+    data_set_free(&tr), data_set_free(&ev);
+    snprintf(dc.samples_at, sizeof dc.samples_at, "t.ini:4"), dc.samples = 30;
+    CHECK(data_load(&tr, &ev, &dc, 1, err, sizeof err) == HR_OK && tr.n == 30 && ev.n == 7,
+          "given: the first 30, got %ld and %ld held out (%s)", tr.n, ev.n, err);
+    data_set_free(&tr), data_set_free(&ev);
+    dc.samples = 41;
+    hr_status st = data_load(&tr, &ev, &dc, 1, err, sizeof err);
+    CHECK(st == HR_ERR_CONFIG && strstr(err, "t.ini:4: samples = 41") &&
+              strstr(err, "holds 40 samples"),
+          "more than the files hold: %d (%s)", st, err);
+    printf("refused as expected: %s\n", err);
+    data_set_free(&tr), data_set_free(&ev);
+
+    snprintf(csv, sizeof csv, "%s/ten-train.csv", dir);
+    write_bytes(csv, "1,0.5\n0,0.25\n1,1\n0,0\n1,0.5\n0,0.25\n1,1\n0,0\n1,0.5\n0,0.75\n", 55);
+    data_config cc = {.kind = DATA_CSV, .dir = csv, .name = "csv", .origin = "t.ini",
+                      .samples = 5, .eval_samples = 10000};
+    snprintf(cc.samples_at, sizeof cc.samples_at, "--set train.samples");
+    CHECK(data_load(&tr, &ev, &cc, 1, err, sizeof err) == HR_OK && tr.n == 5 && ev.n == 2 &&
+              tr.y[4] == 1 && ev.y[1] == 0,
+          "one CSV, samples 5: %ld and %ld held out (%s)", tr.n, ev.n, err);
+    data_set_free(&tr), data_set_free(&ev);
+    cc.samples = 9; /* 10 rows, 2 held out */
+    st = data_load(&tr, &ev, &cc, 1, err, sizeof err);
+    CHECK(st == HR_ERR_CONFIG && strstr(err, "--set train.samples: samples = 9") &&
+              strstr(err, "holds 8 samples"),
+          "one CSV, more than its training rows: %d (%s)", st, err);
+    data_set_free(&tr), data_set_free(&ev);
+}
+
 /* Files that hold no samples, as `hetring gen-data` writes them (--eval-samples 0; --samples 3
  * over five CIFAR batches), load in every format: an empty held-out set, an empty training batch
  * beside others that hold samples. Only a training set with no sample at all is refused, naming
@@ -487,6 +531,7 @@ int main(void) {
     test_bad_files();
     test_eval_shape();
     test_eval_samples();
+    test_train_samples();
     test_empty_files();
     test_gz_and_plain();
     rm_rf(dir);
