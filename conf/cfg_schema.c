@@ -52,7 +52,7 @@ const key_spec cfg_gkeys[] = {
      "wire = auto: powersgd where the view's measured all-reduce of 1 MiB or more moves less "
      "than this many Gbit/s (bus bandwidth, as bench allreduce reports it)"},
     {"cluster", "segment_bytes", T_INT, G(segment_bytes), 0, 0, 1 << 30, NULL, "0", 0,
-     "all-reduce pipeline segment in bytes; 0 uses the measured default"},
+     "all-reduce pipeline segment in bytes, 64 at least; 0 uses the measured default"},
     {"cluster", "tree_bytes", T_INT, G(tree_bytes), 0, 0, 1 << 20, NULL, "65536", 0,
      "all-reduces of at most this many bytes (and one segment) go over a binary tree of extra "
      "links in views of 4 nodes or more, where its 2*depth hops are fewer than the ring's; "

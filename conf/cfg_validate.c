@@ -245,6 +245,16 @@ static hr_status check_nccl_buckets(const cfg *c, char *err, size_t errlen) {
                    AT(c, "bucket_bytes"), c->bucket_bytes);
 }
 
+/* segment_bytes: 0 (the measured default), or a segment of 64 bytes at least, which the ring
+ * would otherwise raise it to. */
+static hr_status check_segment(const cfg *c, char *err, size_t errlen) {
+    if (c->segment_bytes == 0 || c->segment_bytes >= 64) return HR_OK;
+    return hr_fail(err, errlen, HR_ERR_CONFIG,
+                   "%s: segment_bytes = %ld is below 64 bytes, the smallest pipeline segment "
+                   "(expected 0 for the measured default, or 64 to 1073741824)",
+                   AT(c, "segment_bytes"), c->segment_bytes);
+}
+
 /* policy = epoch decides at the end of each epoch from the epoch's totals: no interval, no
  * smoothed times. */
 static hr_status check_controller(const cfg *c, char *err, size_t errlen) {
@@ -345,6 +355,7 @@ hr_status cfg_validate(cfg *c, char *err, size_t errlen) {
     HR_CHECK(check_security(c, f, err, errlen));
     HR_CHECK(check_wire(c, err, errlen));
     HR_CHECK(check_nccl_buckets(c, err, errlen));
+    HR_CHECK(check_segment(c, err, errlen));
     HR_CHECK(check_controller(c, err, errlen));
     HR_CHECK(check_unused(c, err, errlen));
     qsort(c->nodes, (size_t)c->n_nodes, sizeof *c->nodes, cmp_node_id); /* id order from here */
