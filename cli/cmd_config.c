@@ -181,6 +181,9 @@ int cmd_config(int argc, char **argv) {
             return usage(stderr), CLI_USAGE;
     }
     if (optind < argc) return cli_usage_error("config", "unexpected argument '%s'", argv[optind]);
+    if (reference && (o.conf || o.n_sets || o.node))
+        return cli_usage_error("config", "--reference prints every key's default and range, and "
+                                         "takes no --conf, --set or --node");
     if (reference) {
         cfg_print_reference(stdout);
         return CLI_OK;

@@ -20,6 +20,7 @@ int cmd_version(int argc, char **argv) {
                "HETRING_BLAS_CORETYPE=auto|off|NAME chooses the kernels (README, BLAS kernels).\n");
         return CLI_OK;
     }
+    if (argc > 1) return cli_usage_error("version", "unexpected argument '%s'", argv[1]);
     printf("hetring %s\n", HR_VERSION);
     char blas[512];
     blas_pick_describe(blas, sizeof blas); /* main chose the kernels */

@@ -18,6 +18,10 @@ expect 0 "$HR" help
 expect 0 "$HR" --help
 expect 0 "$HR" version
 for c in run local config version help; do expect 0 "$HR" "$c" --help; done
+expect 2 "$HR" version extra # a stray argument is refused, as by every other command
+for a in "--conf $SRC/conf/examples/demo.ini" "--set train.lr=0.1" "--node 0"; do
+    expect 2 "$HR" config --reference $a # the defaults, not a file's: the option would be ignored
+done
 expect 0 "$HR" help run
 expect 2 "$HR" help no-such-command
 expect 2 "$HR" run
