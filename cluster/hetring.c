@@ -598,8 +598,15 @@ float *hr_lib_grads(hetring *h) {
     return h->app.n_grads ? h->buf + (size_t)h->c->n_nodes * CLUSTER_NODE_STATS : NULL;
 }
 
+static int end_of_run(hetring *h);
+
 int hetring_close(hetring *h) {
     if (!h) return HETRING_EINVAL;
+    /* a loop that stopped on its own count after the last step, without the hetring_next that
+     * says DONE: the others wait on this node to agree on the end (end_of_run), so it does */
+    if (!h->closed && !h->left && h->failed == HR_OK && h->have_dist && h->iter >= h->total &&
+        !h->ended)
+        (void)end_of_run(h);
     grad_xfer_stop(&h->x); /* waits for buckets still in flight (the ring's deadlines bound it) */
     if (h->have_dist) dist_free(&h->d);
     h->have_dist = 0;

@@ -350,7 +350,9 @@ HETRING_API const char *hetring_last_error(const hetring *h);
 HETRING_API uint64_t hetring_hash(const void *data, size_t bytes, uint64_t seed);
 
 /* Leave the ring: the other nodes see this node fail. Later calls on h return HETRING_ECLOSED;
- * h stays valid until hetring_free. Closing twice is harmless. */
+ * h stays valid until hetring_free. Closing twice is harmless. A node whose last step is done
+ * but whose hetring_next has not said HETRING_DONE agrees on the run's end first, as that call
+ * would (the others wait on it there). */
 HETRING_API int hetring_close(hetring *h);
 
 /* Close if needed and release h (NULL is fine). */

@@ -41,6 +41,9 @@
  *                     HETRING_SKIPPED on every node with its culprits (1; 2; none), the
  *                     cursor goes on (every iteration run once), 37 steps are applied and the
  *                     replicas' hashes agree
+ *   test_api end_close  node 2 stops on its own count after the last step and closes: its
+ *                     hetring_close agrees on the run's end with nodes 0 and 1, which end in
+ *                     the view they began in
  *   test_api plan     one node, 200 buffers: bucket_bytes = 4 asks for a bucket per buffer,
  *                     and the plan grows its buckets to stay within the communication
  *                     thread's job table (every buffer still comes back as sum / B);
@@ -76,6 +79,7 @@ typedef struct {
     size_t received; /* state bytes of the last view change */
     int left2;       /* views that reported node 2 gone (hetring_view.left) */
     int joined2;     /* views that reported node 2 admitted (hetring_view.joined) */
+    int views;       /* on_view calls */
 } model;
 
 static int get_state(void *user, const void **data, size_t *bytes) {
@@ -94,6 +98,7 @@ static int put_state(void *user, const void *data, size_t bytes) {
 
 static void on_view(void *user, const hetring_view *v) {
     model *m = user;
+    m->views++;
     m->received = v->state_bytes;
     for (int k = 0; k < v->n_left; k++) m->left2 += v->left[k] == 2;
     for (int k = 0; k < v->n_joined; k++) m->joined2 += v->joined[k] == 2;
@@ -146,7 +151,7 @@ static int misuse(const char *dir, int port) {
     st = hetring_open(&h, &o, err, sizeof err);
     CHECK(st == HETRING_ECONFIG, "global_batch = 0: %d (%s)", st, err);
     o.set = NULL;
-    model m = {{0}, 0, 0, 0, 0, 0};
+    model m = {{0}, 0, 0, 0, 0, 0, 0};
     o.cb = (hetring_callbacks){.user = &m, .get_state = get_state};
     CHECK(hetring_open(&h, &o, err, sizeof err) == HETRING_EINVAL, "get_state without put_state");
     o.cb.put_state = put_state;
@@ -442,7 +447,7 @@ static float x_of(long i, int j) {
 }
 
 static int run_node(const node_args *a) {
-    model m = {{0}, 0, 0, 0, 0, 0};
+    model m = {{0}, 0, 0, 0, 0, 0, 0};
     hetring_options o;
     hetring_options_init(&o);
     o.conf = a->ini, o.node_id = a->id;
@@ -645,7 +650,7 @@ static hetring *open_node(const char *ini, long id, const char **sets, model *m)
 }
 
 static int nonfinite_node(const char *ini, long id) {
-    model m = {{0}, 0, 0, 0, 0, 0};
+    model m = {{0}, 0, 0, 0, 0, 0, 0};
     const char *sets[] = {"train.bucket_bytes=64",
                           nonfinite_skip ? "train.nonfinite=skip" : "train.nonfinite=error", NULL};
     hetring *h = open_node(ini, id, sets, &m);
@@ -730,6 +735,52 @@ static int nonfinite(const char *dir, int port) {
     return three_nodes(dir, port, nonfinite_node);
 }
 
+/* ================================================================ the run's end */
+
+/* test_api end_close: node 2's loop stops on its own count after the last step and closes the
+ * handle, without the hetring_next that would say HETRING_DONE. Nodes 0 and 1 agree on the end
+ * with the view before their hetring_next says DONE (a barrier): hetring_close runs node 2's
+ * part of it, so they end in the view they began in. Had node 2 left at once, their barrier
+ * would fail and they would elect a view of two first. */
+static int end_close_node(const char *ini, long id) {
+    model m = {{0}, 0, 0, 0, 0, 0, 0};
+    hetring_options o;
+    hetring_options_init(&o);
+    o.conf = ini, o.node_id = id;
+    o.cb = (hetring_callbacks){
+        .user = &m, .get_state = get_state, .put_state = put_state, .on_view = on_view};
+    hetring *h;
+    char err[512];
+    if (hetring_open(&h, &o, err, sizeof err) != HETRING_OK) {
+        CHECK(0, "node %ld: open: %s", id, err);
+        return 1;
+    }
+    float g[D];
+    float *bufs[1] = {g};
+    size_t counts[1] = {D};
+    int st = HETRING_OK;
+    long steps = 0;
+    hetring_batch b;
+    while (id == 2 ? steps < ITERS : (st = hetring_next(h, &b)) == HETRING_OK) {
+        if (id == 2 && (st = hetring_next(h, &b)) != HETRING_OK) break;
+        for (int j = 0; j < D; j++) g[j] = (float)b.batch;
+        hetring_grads gr = {.bufs = bufs, .counts = counts, .n_bufs = 1, .compute_s = 1e-4};
+        st = hetring_step(h, &gr, NULL);
+        if (st == HETRING_OK) steps++;
+        else if (st != HETRING_RETRY) break;
+    }
+    printf("node %ld: %ld steps, %d view(s), ended with %d\n", id, steps, m.views, st);
+    CHECK(steps == ITERS && st == (id == 2 ? HETRING_OK : HETRING_DONE),
+          "node %ld: %ld steps, ended with %d: %s", id, steps, st, hetring_last_error(h));
+    hetring_free(h); /* node 2: after its last step, without the hetring_next that says DONE */
+    CHECK(m.views == 1, "node %ld: %d views: the end was not agreed in the first", id, m.views);
+    return check_exit();
+}
+
+static int end_close(const char *dir, int port) {
+    return three_nodes(dir, port, end_close_node);
+}
+
 /* ================================================================ bf16 */
 
 /* test_api bf16: [cluster] wire = bf16 on 3 nodes. Every node hands over v[j] times its share
@@ -750,7 +801,7 @@ static float bf_v(int j) {
 static int bf16_buckets; /* test_api bf16_buckets: four buffers, buckets of 64 bytes */
 
 static int bf16_node(const char *ini, long id) {
-    model m = {{0}, 0, 0, 0, 0, 0};
+    model m = {{0}, 0, 0, 0, 0, 0, 0};
     const char *sets[] = {"cluster.wire=bf16", "train.nonfinite=skip",
                           bf16_buckets ? "train.bucket_bytes=64" : NULL, NULL};
     hetring *h = open_node(ini, id, sets, &m);
@@ -844,7 +895,7 @@ static float ps_v(int i, int j) {
 }
 
 static int powersgd_node(const char *ini, long id) {
-    model m = {{0}, 0, 0, 0, 0, 0};
+    model m = {{0}, 0, 0, 0, 0, 0, 0};
     const char *sets[] = {"cluster.wire=powersgd", "cluster.powersgd_rank=2",
                           "train.nonfinite=skip", NULL};
     hetring *h = open_node(ini, id, sets, &m);
@@ -958,7 +1009,7 @@ static int powersgd(const char *dir, int port) {
 #define PT_C 520
 
 static int powersgd_threads_node(const char *ini, long id) {
-    model m = {{0}, 0, 0, 0, 0, 0};
+    model m = {{0}, 0, 0, 0, 0, 0, 0};
     const char *sets[] = {"cluster.wire=powersgd", "cluster.powersgd_rank=2", "node.1.threads=2",
                           "node.2.threads=3", NULL};
     hetring *h = open_node(ini, id, sets, &m);
@@ -1006,7 +1057,7 @@ static int powersgd_threads(const char *dir, int port) {
  * with it: the first step's mean is V + R / B on every node, the second V again, and node 2's
  * residual is then empty. Without the flush R would wait for a lossy step that never comes. */
 static int auto_flush_node(const char *ini, long id) {
-    model m = {{0}, 0, 0, 0, 0, 0};
+    model m = {{0}, 0, 0, 0, 0, 0, 0};
     const char *sets[] = {"cluster.wire=auto", "cluster.wire_auto_gbit=1e-6", NULL};
     hetring *h = open_node(ini, id, sets, &m);
     if (!h) return 1;
@@ -1167,6 +1218,7 @@ int main(int argc, char **argv) {
     if (strcmp(argv[1], "text") == 0) rc = text(dir, port);
     if (strcmp(argv[1], "plan") == 0) rc = plan(dir, port);
     if (strcmp(argv[1], "nonfinite") == 0) rc = nonfinite(dir, port);
+    if (strcmp(argv[1], "end_close") == 0) rc = end_close(dir, port);
     if (strcmp(argv[1], "bf16") == 0) rc = bf16(dir, port);
     if (strcmp(argv[1], "bf16_buckets") == 0) bf16_buckets = 1, rc = bf16(dir, port);
     if (strcmp(argv[1], "powersgd") == 0) rc = powersgd(dir, port);
