@@ -555,6 +555,9 @@ class Trainer:
 
     def _open(self, conf, node_id, n_samples, overrides, sync_first, start_iter, overlap):
         """The node, then what needs it."""
+        # iterations the model holds, what save() records: the first view (_on_view, while the
+        # node opens) moves it on to the state it starts from
+        self.done = start_iter
         self.node = hetring.Node(conf, node_id=node_id, n_samples=n_samples,
                                  overrides=overrides, sync_first=sync_first,
                                  start_iter=start_iter,
@@ -563,7 +566,6 @@ class Trainer:
                                  leave_flag=self._leave_flag)
         self._declare_matrices()
         self._resume_residual()
-        self.done = start_iter  # iterations the model holds: what save() records
         self.left = False       # this node left the cluster (leave(), leave_on)
         self.skipped = 0        # steps skipped as not finite ([train] nonfinite = skip)
         for m in self.sync_bn:

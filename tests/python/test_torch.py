@@ -292,6 +292,9 @@ def resume(d, port):
     check(all(r["first"] == 15 and r["iters"] == 15 for r in again),
           f"resumed runs began at {[r['first'] for r in again]}, ran {[r['iters'] for r in again]}")
     check(got["iter"] == 15 and got["state_bytes"] > 1000, f"node 2's first view {got}")
+    check(all(r["done_at_open"] == 15 for r in again),
+          f"Trainer.done once open: {[r['done_at_open'] for r in again]} (node 2 received the "
+          f"state of iteration 15)")
     check(len({r["hash"] for r in again}) == 1, "the resumed replicas differ")
     check(diff <= 1e-4, f"the resumed run's parameters differ from the full run's by {diff}")
     ms = full[0]["members"] + again[1]["members"]

@@ -54,6 +54,7 @@ opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
 loss_fn = torch.nn.CrossEntropyLoss()
 tr = ht.Trainer(a.conf, model, opt, node_id=a.node, n_samples=N, overrides=a.set,
                 overlap=not a.no_overlap, resume=a.resume, leave_on=(signal.SIGTERM,))
+done_at_open = tr.done  # the first view's iteration: a node that received the state is there
 # a forked child (as a loader worker is) has the default SIGTERM handler, not leave_on's
 pid = os.fork()
 if pid == 0:
@@ -111,6 +112,7 @@ out = {"node": a.node, "iters": iters, "retries": retries, "first_loss": losses[
        "dtype": str(flat.dtype).split(".")[-1], "staged": tr.staged is not None,
        "buckets": buckets, "early": early, "members": members, "first": first,
        "global_batch": tr.node.global_batch, "left": tr.left, "done": tr.done,
+       "done_at_open": done_at_open,
        "fork_default": fork_default}
 tr.close()
 print("RESULT " + json.dumps(out))
