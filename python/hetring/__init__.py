@@ -354,7 +354,9 @@ class Node:
 
     def resume_residual(self, values):
         """Take up this node's residual from its checkpoint before the first step (hetring.h,
-        hetring_resume_residual); values: floats, as residual() gave them."""
+        hetring_resume_residual); values: floats, as residual() gave them. Raises Error with
+        status SKIPPED, nothing taken up, where the cluster is past the checkpoint's iteration
+        (start_iter): the steps since were applied with or without it."""
         if not self._L.has_residual:
             raise Error(_lib.EINVAL, f"hetring: {self._L.path} has no hetring_resume_residual "
                                      f"(a libhetring older than this package's)")
