@@ -792,37 +792,6 @@ static int left(hetring *h) {
     return HETRING_LEFT;
 }
 
-/* The run's end, agreed with the view before HETRING_DONE: a barrier. A member whose last
- * all-reduce failed runs it again in a new view, and that view needs this node, the furthest
- * along, to take the state from: had it gone at once, the others could be left below the quorum,
- * or run the last step again with another split and end on other parameters. A failed barrier
- * is recovered from as a failed step is (the view that forms takes this node's state); where no
- * view forms, this node's own iterations are still done, and it says so. */
-static int end_of_run(hetring *h) {
-    while (!h->ended && h->iter >= h->total) {
-        hr_status st = ring_barrier(h->d.r);
-        if (st == HR_OK) {
-            h->ended = 1;
-            break;
-        }
-        h->moved = 0;
-        st = dist_recover(&h->d, st, h->err, sizeof h->err);
-        if (st == HR_ERR_INTERRUPTED) return left(h);
-        if (st != HR_OK) {
-            HR_WARN(RING,
-                    "the run's end was not agreed with the other nodes (%s); this node's %ld "
-                    "iterations are done",
-                    h->err, h->total);
-            h->err[0] = 0;
-            h->ended = 1;
-            break;
-        }
-        h->view_changed = 1;
-        report_view(h);
-    }
-    return h->iter >= h->total ? HETRING_DONE : HETRING_OK;
-}
-
 int hetring_next(hetring *h, hetring_batch *out) {
     int us = usable(h);
     if (us != HETRING_OK) return us;
@@ -1131,17 +1100,52 @@ int hetring_ready(hetring *h, const hetring_grads *g, int i) {
     return give(h, g, i);
 }
 
-/* The all-reduce failed: a new view, and the iteration again (or the end of this node). */
-static int recover(hetring *h, hr_status st) {
+/* A collective of the view failed with st: agree on a new view with the others (dist_recover:
+ * its state may move this node on), HR_OK once it formed. */
+static hr_status reform(hetring *h, hr_status st) {
     h->moved = 0;
     grad_xfer_discard(&h->x); /* the iteration runs again */
     st = dist_recover(&h->d, st, h->err, sizeof h->err);
-    if (st == HR_ERR_INTERRUPTED) return left(h);
-    if (st != HR_OK) return fatal(h, st);
+    if (st != HR_OK) return st;
     h->view_changed = 1;
     report_view(h);
+    return HR_OK;
+}
+
+/* The all-reduce failed: a new view, and the iteration again (or the end of this node). */
+static int recover(hetring *h, hr_status st) {
+    st = reform(h, st);
+    if (st == HR_ERR_INTERRUPTED) return left(h);
+    if (st != HR_OK) return fatal(h, st);
     snprintf(h->err, sizeof h->err, "iteration %ld: the view changed; run it again", h->iter);
     return HETRING_RETRY;
+}
+
+/* The run's end, agreed with the view before HETRING_DONE: a barrier. A member whose last
+ * all-reduce failed runs it again in a new view, and that view needs this node, the furthest
+ * along, to take the state from: had it gone at once, the others could be left below the quorum,
+ * or run the last step again with another split and end on other parameters. A failed barrier
+ * is recovered from as a failed step is (the view that forms takes this node's state); where no
+ * view forms, this node's own iterations are still done, and it says so. */
+static int end_of_run(hetring *h) {
+    while (!h->ended && h->iter >= h->total) {
+        hr_status st = ring_barrier(h->d.r);
+        if (st == HR_OK) {
+            h->ended = 1;
+            break;
+        }
+        st = reform(h, st); /* then the barrier again, in the new view */
+        if (st == HR_ERR_INTERRUPTED) return left(h);
+        if (st != HR_OK) {
+            HR_WARN(RING,
+                    "the run's end was not agreed with the other nodes (%s); this node's %ld "
+                    "iterations are done",
+                    h->err, h->total);
+            h->err[0] = 0;
+            h->ended = 1;
+        }
+    }
+    return h->iter >= h->total ? HETRING_DONE : HETRING_OK;
 }
 
 /* A collective of the user's own inside an iteration (hetring.h). */
