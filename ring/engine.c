@@ -221,7 +221,7 @@ static hr_status eng_frame_len(ring *r, eng *e) {
     size_t want = e->s->rx_len[e->ri];
     frame_decode(r->rx_stage, &h);
     if (h.type == FRAME_ABORT && h.len > FRAME_ABORT_MAX)
-        return fail_link_auth(r, &e->t, e->coll, e->rx_link, "");
+        return fail_link_auth(r, &e->t, e->coll, e->rx_link, "", "");
     e->rx_len = h.type == FRAME_ABORT || h.len < want ? h.len : want;
     return HR_OK;
 }
@@ -239,9 +239,10 @@ static hr_status eng_apply(ring *r, eng *e) {
         frame_decode(r->rx_stage, &h);
         uint8_t *dst = add || h.type != FRAME_DATA ? pay : out;
         if (sec_open(&ring_link_ch(r, e->rx_link)->rx, r->rx_stage, len, dst) != 0) {
-            char f[256];
-            fail_frame_name(f, sizeof f, e->ri, r->rx_stage, e->s->rx_len[e->ri]);
-            return fail_link_auth(r, &e->t, e->coll, e->rx_link, f);
+            char f[32], hint[256];
+            snprintf(f, sizeof f, " %zu", e->ri);
+            fail_size_hint(hint, sizeof hint, r->rx_stage, e->s->rx_len[e->ri]);
+            return fail_link_auth(r, &e->t, e->coll, e->rx_link, f, hint);
         }
         HR_CHECK(eng_header(r, e));
     }

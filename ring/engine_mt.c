@@ -462,9 +462,10 @@ static hr_status mt_bad_frame(ring *r, ring_mt *m, size_t j, const uint8_t *f, s
     mt_counters(r, m, j + 1);
     eng e = mt_eng(m, j);
     if (auth_failed) {
-        char fr[256];
-        fail_frame_name(fr, sizeof fr, j, f, m->s->rx_len[j]);
-        return fail_link_auth(r, &e.t, e.coll, FROM_PRED, fr);
+        char fr[32], hint[256];
+        snprintf(fr, sizeof fr, " %zu", j);
+        fail_size_hint(hint, sizeof hint, f, m->s->rx_len[j]);
+        return fail_link_auth(r, &e.t, e.coll, FROM_PRED, fr, hint);
     }
     size_t n = FRAME_HDR + len;
     if (n > r->stage_cap - 1) n = r->stage_cap - 1;
@@ -547,7 +548,7 @@ static hr_status mt_recv(ring *r, ring_mt *m, size_t j, mt_rx *x, int *whole, in
                 mt_quiesce(m);
                 mt_counters(r, m, j);
                 eng e = mt_eng(m, j);
-                return fail_link_auth(r, &e.t, e.coll, FROM_PRED, "");
+                return fail_link_auth(r, &e.t, e.coll, FROM_PRED, "", "");
             }
             x->len = h.type == FRAME_ABORT || h.len < want ? h.len : want;
         } else {

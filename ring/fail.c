@@ -152,28 +152,28 @@ hr_status fail_view(ring *r, txf *t, int coll, hr_status st, long culprit, int f
 }
 
 /* A frame on the link `from` failed authentication (or, unverified, cannot be a genuine one). */
-hr_status fail_link_auth(ring *r, txf *t, int coll, int from, const char *frame) {
+hr_status fail_link_auth(ring *r, txf *t, int coll, int from, const char *frame, const char *hint) {
     char pw[RING_STR + 64];
     long nid = ring_link_id(r, from);
     ring_node_str(r, nid, pw, sizeof pw);
     return fail_view(r, t, coll, HR_ERR_AUTH, nid, from,
-                     "authentication failed on the %slink from %s (tampered or corrupted frame%s); "
-                     "%sframe unused",
-                     from >= FROM_TREE ? "tree " : "", pw, frame,
+                     "authentication failed on the %slink from %s (tampered or corrupted "
+                     "frame%s)%s; %sframe unused",
+                     from >= FROM_TREE ? "tree " : "", pw, frame, hint,
                      from != FROM_SUCC ? "connection dropped, " : "");
 }
 
-const char *fail_frame_name(char *out, size_t n, size_t j, const uint8_t *hdr, size_t want) {
+const char *fail_size_hint(char *out, size_t n, const uint8_t *hdr, size_t want) {
     frame_hdr h;
     frame_decode(hdr, &h);
     if (h.type == FRAME_DATA && h.len != want)
         snprintf(out, n,
-                 " %zu, or the nodes disagree on the size of this collective: its header, not "
-                 "verified, says %u bytes where %zu were expected; do they run the same config, "
-                 "model and bucket_bytes?",
-                 j, h.len, want);
+                 "; its header, not verified, gives %u bytes where %zu were expected: unless it "
+                 "was tampered with, the nodes disagree on the size of this collective (another "
+                 "model or bucket_bytes?)",
+                 h.len, want);
     else
-        snprintf(out, n, " %zu", j);
+        out[0] = 0;
     return out;
 }
 
@@ -361,13 +361,13 @@ hr_status fail_on_abort(ring *r, txf *t, int coll, const uint8_t *raw, int from)
     size_t tag = r->keys.mode != RING_SEC_NONE ? SEC_TAG : 0;
     frame_hdr h;
     frame_decode(raw, &h);
-    if (h.len > FRAME_ABORT_MAX && tag) return fail_link_auth(r, t, coll, from, "");
+    if (h.len > FRAME_ABORT_MAX && tag) return fail_link_auth(r, t, coll, from, "", "");
     if (h.len > FRAME_ABORT_MAX) return fail_abort_report(r, t, coll, NULL, h.len, from);
     uint8_t f[FRAME_HDR + FRAME_ABORT_MAX + SEC_TAG], body[FRAME_ABORT_MAX + 1];
     memcpy(f, raw, FRAME_HDR);
     if (tcp_recv_all(fd, f + FRAME_HDR, h.len + tag, tcp_now() + r->timeout) != HR_OK)
         return fail_view(r, t, coll, HR_ERR_PEER, nid, from, "%s closed the connection", pw);
-    if (tag && sec_open(d, f, h.len, body) != 0) return fail_link_auth(r, t, coll, from, "");
+    if (tag && sec_open(d, f, h.len, body) != 0) return fail_link_auth(r, t, coll, from, "", "");
     if (!tag) memcpy(body, f + FRAME_HDR, h.len);
     if (h.magic != FRAME_MAGIC || h.version != FRAME_VERSION || h.type != FRAME_ABORT ||
         h.epoch != r->view.epoch)

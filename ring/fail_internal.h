@@ -15,13 +15,15 @@
  * the neighbours. Returns `st`. */
 hr_status fail_view(ring *r, txf *t, int coll, hr_status st, long culprit, int from,
                     const char *fmt, ...) __attribute__((format(printf, 7, 8)));
-/* A frame on the link `from` failed authentication (or, unverified, cannot be a genuine one). */
-hr_status fail_link_auth(ring *r, txf *t, int coll, int from, const char *frame);
-/* How fail_link_auth names data frame `j`, whose header `hdr` (not verified) came where a frame of
- * `want` payload bytes was expected: " J", and where the header gives another length, that the
+/* A frame on the link `from` failed authentication (or, unverified, cannot be a genuine one).
+ * `frame` names it (" 3", or ""), `hint` ("" or "; ...") follows the verdict. */
+hr_status fail_link_auth(ring *r, txf *t, int coll, int from, const char *frame, const char *hint);
+/* fail_link_auth's hint for a data frame whose header `hdr` (not verified) came where one of
+ * `want` payload bytes was expected: "", or where the header gives another length, that the
  * nodes may disagree on the collective's size (an honest longer frame fails verification too,
- * as only `want` bytes of it are read). Returns out. */
-const char *fail_frame_name(char *out, size_t n, size_t j, const uint8_t *hdr, size_t want);
+ * as only `want` bytes of it are read). The length is said to be unverified: no field of a
+ * frame that failed is taken as a fact. Returns out. */
+const char *fail_size_hint(char *out, size_t n, const uint8_t *hdr, size_t want);
 /* The node on link `from` moved nothing for `limit` seconds (sent nothing, or with `tx`
  * accepted nothing), its incoming stream standing at `pp` (NULL: a frame boundary): blame it,
  * unless its own abort, within a short wait, names the node it was waiting on. */
