@@ -601,19 +601,26 @@ static hr_status check_eval_shape(const data_set *train, const data_set *eval,
                    eval_file, eval->h, eval->w, eval->c, train_file, train->h, train->w, train->c);
 }
 
-/* A held-out file's set cut to its first eval_samples when the key was given; more than it
- * holds is refused, naming `file`. */
+/* Set `s` (`set`: "training" or "held-out", its files `file`, which the run would `use`) cut to
+ * its first n samples when the key (`key`, given at `at`; "" not given) asks for them; more than
+ * it holds is refused. */
+static hr_status take_first(data_set *s, const char *set, const char *use, const char *file,
+                            const char *key, long n, const char *at, char *err, size_t errlen) {
+    if (!at[0] || n == s->n) return HR_OK;
+    if (n > s->n)
+        return hr_fail(err, errlen, HR_ERR_CONFIG,
+                       "%s: %s = %ld, but the %s set %s holds %ld samples (expected %s <= %ld, or "
+                       "no %s to %s all of them)",
+                       at, key, n, set, file, s->n, key, s->n, key, use);
+    s->n = n; /* its first samples; the buffers keep their size */
+    return HR_OK;
+}
+
+/* A held-out file's set cut to its first eval_samples when the key was given. */
 static hr_status take_eval(data_set *eval, const data_config *c, const char *file, char *err,
                            size_t errlen) {
-    if (!c->eval_at[0] || c->eval_samples == eval->n) return HR_OK;
-    if (c->eval_samples > eval->n)
-        return hr_fail(err, errlen, HR_ERR_CONFIG,
-                       "%s: eval_samples = %ld, but the held-out set %s holds %ld samples "
-                       "(expected eval_samples <= %ld, or no eval_samples to evaluate on all of "
-                       "them)",
-                       c->eval_at, c->eval_samples, file, eval->n, eval->n);
-    eval->n = c->eval_samples; /* its first samples; the buffers keep their size */
-    return HR_OK;
+    return take_first(eval, "held-out", "evaluate on", file, "eval_samples", c->eval_samples,
+                      c->eval_at, err, errlen);
 }
 
 /* The training set holds samples; a held-out set may be empty (as eval_samples = 0 makes it),
@@ -626,18 +633,11 @@ static hr_status check_train(const data_set *train, const char *what, char *err,
                    what);
 }
 
-/* The training set cut to its first samples when the key was given; more than it holds is
- * refused, naming `what`, its files. */
+/* The training set (its files `what`) cut to its first samples when the key was given. */
 static hr_status take_train(data_set *train, const data_config *c, const char *what, char *err,
                             size_t errlen) {
-    if (!c->samples_at[0] || c->samples == train->n) return HR_OK;
-    if (c->samples > train->n)
-        return hr_fail(err, errlen, HR_ERR_CONFIG,
-                       "%s: samples = %ld, but the training set %s holds %ld samples (expected "
-                       "samples <= %ld, or no samples to train on all of them)",
-                       c->samples_at, c->samples, what, train->n, train->n);
-    train->n = c->samples; /* its first samples; the buffers keep their size */
-    return HR_OK;
+    return take_first(train, "training", "train on", what, "samples", c->samples, c->samples_at,
+                      err, errlen);
 }
 
 /* One CSV file: its last rows are held out, eval_samples of them; a fifth of the file at most,
