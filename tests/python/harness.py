@@ -2,11 +2,14 @@
 
 check(cond, msg) counts a failure and goes on; finish() prints the count and gives the exit
 status; need_torch() exits 77 (a skip) where PyTorch is missing; port_block() claims a block of
-8 ports as tests/ports.sh does.
+8 ports as tests/ports.sh does; run_case(cases, worker) is a script's main: its worker, or the
+case its first argument names, timed.
 """
 import os
 import random
 import sys
+import tempfile
+import time
 
 failures = 0
 
@@ -47,3 +50,21 @@ def port_block():
         except FileExistsError:
             continue
     raise RuntimeError("no free block of ports")
+
+
+def run_case(cases, worker):
+    """A script's entry: `worker` with the arguments after "worker" (a node the case started),
+    or cases[argv[1]](dir, port) in a temporary directory with a claimed block of ports, then
+    finish(), with the case's time. Returns the exit status."""
+    if sys.argv[1] == "worker":
+        return worker(*sys.argv[2:])
+    t0 = time.monotonic()
+    port, claim = port_block()
+    try:
+        with tempfile.TemporaryDirectory(prefix="hetring-py.") as d:
+            cases[sys.argv[1]](d, port)
+    finally:
+        os.rmdir(claim)
+    rc = finish()
+    print(f"{sys.argv[1]}: {time.monotonic() - t0:.1f} s")
+    return rc

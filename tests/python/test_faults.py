@@ -41,10 +41,9 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 import time
 
-from harness import check, finish, need_torch, port_block
+from harness import check, need_torch, run_case
 
 need_torch()
 import torch  # noqa: E402
@@ -521,23 +520,7 @@ def sigterm(d, port):
     check(took < 6, f"sigterm: in Trainer(): node 0 ended {took:.1f} s after SIGTERM")
 
 
-def main():
-    if sys.argv[1] == "worker":
-        return worker(sys.argv[2], int(sys.argv[3]), sys.argv[4])
-    port, claim = port_block()
-    try:
-        with tempfile.TemporaryDirectory(prefix="hetring-py.") as d:
-            {"layout": layout, "left": left, "exception": exception,
-             "abandon": abandon, "ctor": ctor, "empty": empty,
-             "sigterm": sigterm}[sys.argv[1]](d, port)
-    finally:
-        os.rmdir(claim)
-    return finish()
-
-
 if __name__ == "__main__":
-    t0 = time.monotonic()
-    rc = main()
-    if sys.argv[1] != "worker":
-        print(f"{sys.argv[1]}: {time.monotonic() - t0:.1f} s")
-    sys.exit(rc)
+    sys.exit(run_case({"layout": layout, "left": left, "exception": exception,
+                       "abandon": abandon, "ctor": ctor, "empty": empty, "sigterm": sigterm},
+                      lambda conf, node, what: worker(conf, int(node), what)))

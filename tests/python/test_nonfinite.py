@@ -17,10 +17,8 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
-import time
 
-from harness import check, finish, need_torch, port_block
+from harness import check, need_torch, run_case
 
 need_torch()
 import torch  # noqa: E402
@@ -141,21 +139,6 @@ def skip_case(d, port):
     check(len({r["final_hash"] for r in rs}) == 1, "skip: the replicas differ")
 
 
-def main():
-    if sys.argv[1] == "worker":
-        return worker(sys.argv[2], int(sys.argv[3]))
-    port, claim = port_block()
-    try:
-        with tempfile.TemporaryDirectory(prefix="hetring-py.") as d:
-            {"error": error_case, "skip": skip_case}[sys.argv[1]](d, port)
-    finally:
-        os.rmdir(claim)
-    return finish()
-
-
 if __name__ == "__main__":
-    t0 = time.monotonic()
-    rc = main()
-    if sys.argv[1] != "worker":
-        print(f"{sys.argv[1]}: {time.monotonic() - t0:.1f} s")
-    sys.exit(rc)
+    sys.exit(run_case({"error": error_case, "skip": skip_case},
+                      lambda conf, node: worker(conf, int(node))))
