@@ -87,6 +87,7 @@ DDP does.
 """
 import ctypes
 import hashlib
+import io
 import logging
 import multiprocessing
 import os
@@ -95,6 +96,7 @@ import signal
 import stat
 import threading
 import time
+import types
 import weakref
 
 import torch
@@ -158,23 +160,63 @@ def _check_state(model):
                                  f"buffers it can)")
 
 
-def _pack(v):
+_METHOD, _WEAKMETHOD = "hetring.torch method", "hetring.torch weakmethod"
+
+
+def _pack(v, owner=None):
+    """v with every tensor in it, also inside lists, tuples and dicts, as its bytes: pickle
+    would write a tensor's storage by its address, different on every node. With owner (a
+    scheduler), its own methods (OneCycleLR's anneal_func, CyclicLR's WeakMethod) by name: they
+    would pickle the scheduler itself, optimizer and parameters with it, or not at all."""
     if torch.is_tensor(v):
         t = v.detach().cpu().contiguous()
         raw = t.view(_AS_INT[t.dtype]) if t.dtype in _AS_INT else t
         return ("tensor", str(t.dtype).split(".")[-1], tuple(t.shape), raw.numpy().tobytes())
+    if type(v) is list:
+        return [_pack(x, owner) for x in v]
+    if type(v) is tuple:
+        return tuple(_pack(x, owner) for x in v)
+    if type(v) is dict:
+        return {k: _pack(x, owner) for k, x in v.items()}
+    if owner is not None:
+        if isinstance(v, weakref.WeakMethod):
+            m = v()
+            if m is not None and m.__self__ is owner:
+                return (_WEAKMETHOD, m.__func__.__name__)
+        elif isinstance(v, types.MethodType) and v.__self__ is owner:
+            return (_METHOD, v.__func__.__name__)
     return v
 
 
-def _unpack(v):
-    if isinstance(v, tuple) and len(v) == 4 and v[0] == "tensor":
-        _, dtype, shape, data = v
-        dt = getattr(torch, dtype)
-        if not data:
-            return torch.zeros(shape, dtype=dt)
-        raw = torch.frombuffer(bytearray(data), dtype=_AS_INT.get(dt, dt))
-        return raw.view(dt).reshape(shape).clone()
+def _unpack(v, owner=None):
+    if type(v) is tuple:
+        if len(v) == 4 and v[0] == "tensor":
+            _, dtype, shape, data = v
+            dt = getattr(torch, dtype)
+            if not data:
+                return torch.zeros(shape, dtype=dt)
+            raw = torch.frombuffer(bytearray(data), dtype=_AS_INT.get(dt, dt))
+            return raw.view(dt).reshape(shape).clone()
+        if len(v) == 2 and v[0] in (_METHOD, _WEAKMETHOD) and owner is not None:
+            m = getattr(owner, v[1])
+            return m if v[0] == _METHOD else weakref.WeakMethod(m)
+        return tuple(_unpack(x, owner) for x in v)
+    if type(v) is list:
+        return [_unpack(x, owner) for x in v]
+    if type(v) is dict:
+        return {k: _unpack(x, owner) for k, x in v.items()}
     return v
+
+
+def _dumps(obj):
+    """pickle's bytes of obj without its memo: the same bytes for equal values however the
+    objects in it are shared (one string twice, or two equal strings), which differs between
+    a node that built its state and one that received it."""
+    f = io.BytesIO()
+    p = pickle.Pickler(f, protocol=4)
+    p.fast = True
+    p.dump(obj)
+    return f.getvalue()
 
 
 def _extra_buffers(model):
@@ -191,13 +233,13 @@ def state_bytes(model, optimizer=None, scheduler=None):
     if optimizer is not None:
         sd = optimizer.state_dict()
         o = ([(k, [(n, _pack(v)) for n, v in s.items()]) for k, s in sd["state"].items()],
-             sd["param_groups"])
+             _pack(sd["param_groups"]))
     extra = [(n, _pack(t)) for n, t in _extra_buffers(model)]
     if scheduler is None and not extra:
-        return pickle.dumps((m, o), protocol=4)
-    sc = (sorted((k, _pack(v)) for k, v in scheduler.state_dict().items())
+        return _dumps((m, o))
+    sc = (sorted((k, _pack(v, scheduler)) for k, v in scheduler.state_dict().items())
           if scheduler is not None else None)
-    return pickle.dumps((m, o, sc, extra), protocol=4)
+    return _dumps((m, o, sc, extra))
 
 
 def load_state_bytes(model, optimizer, data, scheduler=None):
@@ -207,9 +249,9 @@ def load_state_bytes(model, optimizer, data, scheduler=None):
     if optimizer is not None and o is not None:
         st, groups = o
         optimizer.load_state_dict({"state": {k: {n: _unpack(v) for n, v in s} for k, s in st},
-                                   "param_groups": groups})
+                                   "param_groups": _unpack(groups)})
     if scheduler is not None and rest and rest[0] is not None:
-        scheduler.load_state_dict({k: _unpack(v) for k, v in rest[0]})
+        scheduler.load_state_dict({k: _unpack(v, scheduler) for k, v in rest[0]})
     named = dict(model.named_buffers())
     for n, v in rest[1] if len(rest) > 1 else ():
         with torch.no_grad():
@@ -532,6 +574,14 @@ class Trainer:
         self._setup_params()
         _check_state(self.model)
         self._setup_buffers(buffers)
+        try:  # what a joining node, the replica check and save() need: refused before it opens
+            state_bytes(self.model, self.optimizer, self.scheduler)
+        except Exception as e:  # noqa: BLE001  (pickle raises several kinds)
+            raise ValueError(f"hetring.torch: the training state cannot be pickled, which a "
+                             f"joining node, the state check and save() need: "
+                             f"{type(e).__name__}: {e} (the model's, optimizer's and "
+                             f"scheduler's state_dict() may hold tensors, numbers, strings, "
+                             f"module-level functions and containers of them)") from e
         self._comm_s = 0.0  # seconds this iteration spent in collectives of its own (sync BN)
         self._collectives = 0  # the collectives of its own this iteration took part in
         self._empty = None  # an empty batch of the input's shape, for an empty share (sync BN)

@@ -34,6 +34,11 @@
                              None and its loop ending with .left; node 0 of 2, alone, waits in
                              Trainer() for its peer (connect_timeout 20 s): Trainer() raises
                              hetring.Left within 6 s of the signal
+    test_faults.py state     state_bytes packs a state received as its sender did (tensors in
+                             lists of the optimizer's state, a string shared by two parameter
+                             groups or two equal strings, OneCycleLR's and CyclicLR's methods of
+                             their own); a state that cannot be pickled is refused before a
+                             node opens; 2 nodes with each of those schedulers train to the end
     test_faults.py worker CONF NODE MODE   one node of those (prints RESULT {json})
 Exit 77 when PyTorch is missing.
 """
@@ -267,8 +272,39 @@ def worker_sigterm(conf, node):
     return out
 
 
+def scheduler_for(kind, opt):
+    if kind == "onecycle":  # torch 1.x keeps anneal_func, a method of the scheduler
+        return torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=0.2, total_steps=100)
+    return torch.optim.lr_scheduler.CyclicLR(opt, 0.01, 0.1)  # a WeakMethod in torch 2.x
+
+
+def worker_sched(conf, node, kind):
+    """2 nodes whose scheduler's state_dict holds one of its own methods; the first view
+    sends node 0's state to node 1 and checks the state's hash on both."""
+    import hetring.torch as ht
+    torch.manual_seed(1)
+    lin = torch.nn.Linear(6, 4)
+    opt = torch.optim.SGD(lin.parameters(), lr=0.1, momentum=0.9)
+    X, Y = data()
+    out = {"iters": [], "error": None}
+    try:
+        tr = ht.Trainer(conf, lin, opt, node_id=node, n_samples=256,
+                        scheduler=scheduler_for(kind, opt))
+        for idx in tr.batches():
+            res = tr.step(torch.nn.functional.cross_entropy, (X[idx], Y[idx]))
+            if res is not None:
+                out["iters"].append(res.iter)
+        tr.close()
+    except Exception as e:  # noqa: BLE001  (reported by the test)
+        out["error"] = f"{type(e).__name__}: {e}"
+    out["hash"] = ht.state_hash(lin)
+    return out
+
+
 WORKERS = {"layout": worker_layout, "left": worker_left, "abandon": worker_abandon,
-           "sigterm": worker_sigterm}
+           "sigterm": worker_sigterm,
+           "onecycle": lambda c, n: worker_sched(c, n, "onecycle"),
+           "cyclic": lambda c, n: worker_sched(c, n, "cyclic")}
 
 
 def worker(conf, node, mode):
@@ -520,7 +556,87 @@ def sigterm(d, port):
     check(took < 6, f"sigterm: in Trainer(): node 0 ended {took:.1f} s after SIGTERM")
 
 
+class Hist(torch.optim.SGD):
+    """SGD that also keeps a list of tensors in each parameter's state (as LBFGS does)."""
+
+    def step(self, closure=None):
+        super().step(closure)
+        for g in self.param_groups:
+            for p in g["params"]:
+                self.state[p].setdefault("hist", []).append(p.detach().clone())
+
+
+def state(d, port):
+    """state_bytes gives the same bytes for the same state, whoever built it: a state
+    received (load_state_bytes) packs as the sender's did, with tensors inside lists of the
+    optimizer's state, an object shared or not, a scheduler holding its own methods; a
+    Trainer whose state cannot be pickled is refused before its node opens; two nodes with
+    those schedulers pass the state check of their first view and train to the end."""
+    import hetring
+    import hetring.torch as ht
+
+    def trained(opt_kind, kind=None, shared=True):
+        torch.manual_seed(1)
+        lin = torch.nn.Linear(6, 4)
+        tag = "head"  # one object in both groups, or two equal strings
+        opt = opt_kind([{"params": [lin.weight], "tag": tag},
+                        {"params": [lin.bias], "tag": tag if shared else "".join(["he", "ad"])}],
+                       lr=0.1, momentum=0.9)
+        sched = scheduler_for(kind, opt) if kind else None
+        X, Y = data()
+        for k in range(0, 24, 8):
+            torch.nn.functional.cross_entropy(lin(X[k:k + 8]), Y[k:k + 8]).backward()
+            opt.step()
+            opt.zero_grad()
+            if sched:
+                sched.step()
+        return lin, opt, sched
+
+    for what, opt_kind, kind in (("SGD", torch.optim.SGD, None), ("Hist", Hist, None),
+                                 ("OneCycleLR", torch.optim.SGD, "onecycle"),
+                                 ("CyclicLR", torch.optim.SGD, "cyclic")):
+        try:
+            a = ht.state_bytes(*trained(opt_kind, kind))
+            lin, opt, sched = trained(opt_kind, kind)
+            torch.nn.init.zeros_(lin.weight)
+            ht.load_state_bytes(lin, opt, a, sched)
+            b = ht.state_bytes(lin, opt, sched)
+            print(f"state: {what}: {len(a)} bytes packed, {len(b)} after a transfer")
+            check(a == b, f"state: {what}: a received state packs to other bytes than the "
+                          f"sender's ({len(a)}, {len(b)})")
+        except Exception as e:  # noqa: BLE001
+            check(False, f"state: {what}: {type(e).__name__}: {e}")
+    one, two = ht.state_bytes(*trained(torch.optim.SGD)), ht.state_bytes(
+        *trained(torch.optim.SGD, shared=False))
+    check(one == two, "state: a string shared by two parameter groups packs to other bytes "
+                      "than two equal strings")
+
+    live = Handles(hetring._lib_handle())
+    try:
+        lin = torch.nn.Linear(6, 4)
+        opt = torch.optim.SGD([{"params": lin.parameters(), "fn": lambda x: x}], lr=0.1)
+        ht.Trainer(write_ini(d, port, "state", 1), lin, opt, node_id=0, n_samples=256)
+        check(False, "state: a Trainer whose optimizer holds a lambda was made")
+    except ValueError as e:
+        print(f"state: a lambda in a parameter group: {e}")
+        check("cannot be pickled" in str(e), f"state: {e}")
+    finally:
+        live.restore()
+    check(live.opens == 0, "state: the Trainer that cannot pickle its state opened a node")
+
+    for kind in ("onecycle", "cyclic"):
+        rs = run(d, write_ini(d, port + 1, kind, 2, iters=6), 2, kind)
+        if None in rs:
+            continue
+        for k, r in enumerate(rs):
+            print(f"state: {kind}: node {k}: iterations {r['iters']}, error {r['error']}")
+            check(r["error"] is None and r["iters"] == list(range(6)),
+                  f"state: {kind}: node {k}: {r['error']}, iterations {r['iters']}")
+        check(rs[0]["hash"] == rs[1]["hash"], f"state: {kind}: the replicas differ")
+
+
 if __name__ == "__main__":
     sys.exit(run_case({"layout": layout, "left": left, "exception": exception,
-                       "abandon": abandon, "ctor": ctor, "empty": empty, "sigterm": sigterm},
+                       "abandon": abandon, "ctor": ctor, "empty": empty, "sigterm": sigterm,
+                       "state": state},
                       lambda conf, node, what: worker(conf, int(node), what)))
