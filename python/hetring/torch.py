@@ -287,31 +287,15 @@ def state_hash(model, buffers=True):
 _worker_dataset = None  # a loader worker's copy of the dataset
 
 
-def _default_signals(ref):
-    """In a forked child: the default handlers for the signals a Trainer turned into leave(),
-    and no wakeup fd (the parent's watcher reads its pipe)."""
-    t = ref()
-    for sig in (t._signals if t is not None else ()):
-        try:
-            signal.signal(sig, signal.SIG_DFL)
-        except ValueError:  # forked from a thread other than the main one: none to reset
-            pass
-    if t is not None and t._watcher is not None:
-        try:
-            signal.set_wakeup_fd(-1)
-        except ValueError:
-            pass
-
-
 class _SignalWatcher:
-    """Sets a node's leave flag (hetring.h, leave_flag) the moment one of `sigs` arrives, also
-    while the main thread is blocked in the library (open waiting for its peers, an election
-    waiting for a quorum), where Python runs a signal's handler only once the call returns.
-    Python's own C-level handler writes each signal's number to the wakeup fd at once; this
-    thread reads them and passes them on to the wakeup fd there was before (asyncio's)."""
+    """Sets the leave flag (hetring.h, leave_flag) of every Trainer that named a signal the
+    moment it arrives, also while the main thread is blocked in the library (open waiting for
+    its peers, an election waiting for a quorum), where Python runs a signal's handler only
+    once the call returns. Python's own C-level handler writes each signal's number to the
+    wakeup fd at once; this thread reads them and passes them on to the wakeup fd there was
+    before (asyncio's). One for the process, however many Trainers name signals."""
 
-    def __init__(self, sigs, flag):
-        self.sigs, self.flag = frozenset(int(s) for s in sigs), flag
+    def __init__(self):
         self.r, self.w = os.pipe()
         os.set_blocking(self.w, False)  # as set_wakeup_fd requires
         try:
@@ -332,8 +316,9 @@ class _SignalWatcher:
                 return
             if not got or 0 in got:  # close()'s stop byte (no signal is 0)
                 return
-            if any(n in self.sigs for n in got):
-                self.flag.value = 1
+            for _, sigs, flag in _leave_on.trainers:
+                if any(n in sigs for n in got):
+                    flag.value = 1
             if self.old >= 0:
                 try:
                     os.write(self.old, got)
@@ -349,6 +334,107 @@ class _SignalWatcher:
         self.thread.join(5)
         os.close(self.r)
         os.close(self.w)
+
+
+class _LeaveOn:
+    """The process's leave_on signals, shared by every open Trainer that names one: one
+    handler per signal, which makes each Trainer that named it leave; one watcher; one fork
+    hook. A signal's handler from before comes back when the last Trainer that named it
+    closes (unless another was installed since). trainers is replaced, never changed in
+    place: the handler and the watcher read it without the lock, which the main thread may
+    hold when a signal's handler runs."""
+    lock = threading.Lock()
+    trainers = ()  # (weakref to the Trainer, its signal numbers, its leave flag)
+    saved = {}     # signal number -> its handler before hetring.torch's
+    watcher = None
+    pid = None     # the process that installed them
+    hooked = False
+
+    @staticmethod
+    def handler(sig, _frame):
+        if os.getpid() != _leave_on.pid:  # a forked child (a loader worker) ends as it would
+            signal.signal(sig, signal.SIG_DFL)
+            os.kill(os.getpid(), sig)
+            return
+        for ref, sigs, _ in _leave_on.trainers:
+            t = ref()
+            if t is not None and sig in sigs:
+                t.leave()
+
+    @classmethod
+    def add(cls, t, leave_on):
+        """t's signals: handlers for those no Trainer named yet (refused, with nothing
+        changed, for one that cannot be caught), then the watcher and the fork hook."""
+        with cls.lock:
+            new = []
+
+            def undo():
+                for n in new:
+                    signal.signal(n, cls.saved.pop(n))
+            try:
+                for sig in leave_on:
+                    if int(sig) not in cls.saved and int(sig) not in new:
+                        cls.saved[int(sig)] = signal.signal(sig, cls.handler)
+                        new.append(int(sig))
+            except (OSError, ValueError, TypeError) as e:  # SIGKILL, not a signal, a thread
+                undo()
+                raise ValueError(f"hetring.torch: leave_on: no handler can be installed for "
+                                 f"{sig!r} ({e}); leave_on takes signals that can be caught "
+                                 f"(signal.SIGTERM, SIGINT, SIGUSR1, ...), and only in the "
+                                 f"main thread") from None
+            try:
+                if cls.watcher is None:
+                    cls.watcher = _SignalWatcher()
+            except BaseException:
+                undo()
+                raise
+            cls.pid = os.getpid()
+            cls.trainers = tuple(e for e in cls.trainers if e[0]() is not None) + (
+                (weakref.ref(t), frozenset(int(s) for s in leave_on), t._leave_flag),)
+            if not cls.hooked:
+                # a forked child (a loader worker) gets the default handlers back at once: the
+                # Python-level one would run only when its main thread runs Python again,
+                # which a child blocked on a lock it inherited from the fork never does, and
+                # Pool.terminate would then wait for it forever
+                os.register_at_fork(after_in_child=cls.after_fork)
+                cls.hooked = True
+
+    @classmethod
+    def remove(cls, t):
+        """t's signals given up: the handlers from before back for those no other open
+        Trainer names, the watcher ended with the last Trainer."""
+        with cls.lock:
+            if not any(e[0]() is t for e in cls.trainers):
+                return
+            cls.trainers = tuple(e for e in cls.trainers if e[0]() not in (t, None))
+            named = set().union(*(sigs for _, sigs, _ in cls.trainers))
+            for sig in [s for s in cls.saved if s not in named]:
+                old = cls.saved.pop(sig)
+                if signal.getsignal(sig) is cls.handler:  # another's since: theirs stays
+                    signal.signal(sig, old)
+            if not cls.trainers and cls.watcher is not None:
+                cls.watcher.close()
+                cls.watcher = None
+
+    @classmethod
+    def after_fork(cls):
+        """In a forked child: the default handlers for the signals Trainers named, no wakeup
+        fd (the parent's watcher reads its pipe), and none of the parent's Trainers."""
+        for sig in cls.saved:
+            try:
+                signal.signal(sig, signal.SIG_DFL)
+            except ValueError:  # forked from a thread other than the main one: none to reset
+                pass
+        if cls.watcher is not None:
+            try:
+                signal.set_wakeup_fd(-1)
+            except ValueError:
+                pass
+        cls.lock = threading.Lock()  # another thread of the parent may have held it
+        cls.trainers, cls.saved, cls.watcher = (), {}, None
+
+
+_leave_on = _LeaveOn
 
 
 def _worker_init(dataset):
@@ -551,7 +637,9 @@ class Trainer:
     leave_on: signals (e.g. (signal.SIGTERM,)) whose arrival makes this node leave at the next
     boundary, as leave() does; the handlers are installed here (main thread only), before the
     node opens (a signal that cannot be caught raises ValueError with no node open), and the
-    previous ones put back by close(). One takes effect at once, also while the main thread is
+    previous ones put back when the last open Trainer that names the signal closes (Trainers
+    in one process share the signals: one makes every Trainer that names it leave). One
+    takes effect at once, also while the main thread is
     blocked in the library, where Python's handlers wait for the call to return: a thread woken
     through signal.set_wakeup_fd sets the node's leave flag (the wakeup fd there was before
     gets every signal passed on), so an election waiting for a quorum ends (step() returns
@@ -590,11 +678,11 @@ class Trainer:
         self._user_view = on_view
         self.batch = None  # the hetring.Batch being computed
         self._live = None  # this iteration's _Buffers while backward runs
-        self._hooks, self._signals = [], {}
+        self._hooks = []
         self.node = None
         # hetring.h leave_flag: leave() and the leave_on watcher set it, also before the node
         # opens and while a call of it blocks
-        self._leave_flag, self._watcher = ctypes.c_int(0), None
+        self._leave_flag = ctypes.c_int(0)
         try:
             # the signals first: one that cannot be caught is refused before a node opens
             self._install_signals(leave_on)
@@ -691,36 +779,10 @@ class Trainer:
                 "keeps its own, and evaluations and checkpoints depend on the node")
 
     def _install_signals(self, leave_on):
-        """Handlers that make this node leave when one of leave_on arrives (kept to be put
-        back by close())."""
-        me, owner = weakref.ref(self), os.getpid()
-
-        def on_signal(sig, _frame):
-            if os.getpid() != owner:  # a forked child (a loader worker) ends as it would have
-                signal.signal(sig, signal.SIG_DFL)
-                os.kill(os.getpid(), sig)
-                return
-            t = me()
-            if t is not None:
-                t.leave()
-
-        for sig in leave_on:
-            try:
-                self._signals[sig] = signal.signal(sig, on_signal)
-            except (OSError, ValueError, TypeError) as e:  # SIGKILL, not a signal, a thread
-                raise ValueError(f"hetring.torch: leave_on: no handler can be installed for "
-                                 f"{sig!r} ({e}); leave_on takes signals that can be caught "
-                                 f"(signal.SIGTERM, SIGINT, SIGUSR1, ...), and only in the "
-                                 f"main thread") from None
+        """Make this node leave when one of leave_on arrives (_LeaveOn), also while a call of
+        the library blocks; close() gives them up."""
         if leave_on:
-            # a forked child (a loader worker) gets the default handlers back at once: the
-            # Python-level one would run only when its main thread runs Python again, which a
-            # child blocked on a lock it inherited from the fork never does, and Pool.terminate
-            # would then wait for it forever
-            os.register_at_fork(after_in_child=lambda: _default_signals(me))
-            # and a leave_on signal also takes effect while the main thread is blocked in the
-            # library, where the handlers above wait for the call to return
-            self._watcher = _SignalWatcher(self._signals, self._leave_flag)
+            _leave_on.add(self, tuple(leave_on))
 
     def _load(self, path):
         """Adopt a file of save(); its iteration."""
@@ -1255,12 +1317,7 @@ class Trainer:
             raise _ViewChanged("the view changed during a SyncBatchNorm all-reduce")
 
     def close(self):
-        for sig, old in self._signals.items():
-            signal.signal(sig, old)
-        self._signals = {}
-        if self._watcher is not None:
-            self._watcher.close()
-            self._watcher = None
+        _leave_on.remove(self)
         for _, handle in self._hooks:
             handle.remove()
         self._hooks = []

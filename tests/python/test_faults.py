@@ -39,6 +39,11 @@
                              groups or two equal strings, OneCycleLR's and CyclicLR's methods of
                              their own); a state that cannot be pickled is refused before a
                              node opens; 2 nodes with each of those schedulers train to the end
+    test_faults.py signals   two Trainers with leave_on=(SIGUSR1,) in one process: closing
+                             the first leaves the signal with the second, which it makes
+                             leave; nothing is written to the closed pipe's descriptors, now
+                             other files; the last close gives back the handler and wakeup fd
+                             from before; five Trainers add one fork hook
     test_faults.py worker CONF NODE MODE   one node of those (prints RESULT {json})
 Exit 77 when PyTorch is missing.
 """
@@ -635,8 +640,67 @@ def state(d, port):
         check(rs[0]["hash"] == rs[1]["hash"], f"state: {kind}: the replicas differ")
 
 
+def signals(d, port):
+    """Trainers with leave_on in one process share its signals: closing the first of two
+    leaves SIGUSR1 with the second, which the signal still makes leave; the watcher writes to
+    no file descriptor it closed; the last close gives back the handler and the wakeup fd
+    there were before; five Trainers add one fork hook."""
+    import signal
+    import hetring.torch as ht
+    hooks, real = [], os.register_at_fork
+
+    def counted(**kw):
+        hooks.append(kw)
+        real(**kw)
+    os.register_at_fork = counted
+    try:
+        def make(k):
+            model = torch.nn.Linear(6, 4)
+            return ht.Trainer(write_ini(d, port + k, f"signals{k}", 1), model,
+                              torch.optim.SGD(model.parameters(), lr=0.1), node_id=0,
+                              n_samples=256, leave_on=(signal.SIGUSR1,))
+        before, wake = signal.getsignal(signal.SIGUSR1), signal.set_wakeup_fd(-1)
+        signal.set_wakeup_fd(wake)
+        a, b = make(0), make(1)
+        a.close()
+        if signal.getsignal(signal.SIGUSR1) is before:  # SIGUSR1 would end this process
+            check(False, "signals: closing the first of two Trainers gave SIGUSR1's handler "
+                         "back while the second is open")
+            b.close()
+            return
+        other = [os.path.join(d, f"other{k}") for k in range(2)]  # the numbers a's pipe had
+        fds = [os.open(f, os.O_WRONLY | os.O_CREAT) for f in other]
+        os.kill(os.getpid(), signal.SIGUSR1)
+        for _ in range(100):
+            if b._leave_flag.value:
+                break
+            time.sleep(0.02)
+        check(b._leave_flag.value == 1, "signals: SIGUSR1 did not make the second Trainer leave")
+        time.sleep(0.2)  # the watcher has read the signal's byte and passed it on
+        b.close()
+        for fd in fds:
+            os.close(fd)
+        sizes = [os.path.getsize(f) for f in other]
+        print(f"signals: after SIGUSR1, files opened on the numbers of a closed pipe hold "
+              f"{sizes} bytes")
+        check(sizes == [0, 0], f"signals: the watcher wrote {sizes} bytes to descriptors it "
+                               f"had closed, now other files")
+        now = signal.set_wakeup_fd(-1)
+        signal.set_wakeup_fd(now)
+        check(signal.getsignal(signal.SIGUSR1) is before and now == wake,
+              f"signals: after the last close SIGUSR1's handler is "
+              f"{signal.getsignal(signal.SIGUSR1)} (was {before}), the wakeup fd {now} (was "
+              f"{wake})")
+        for k in range(3):
+            make(2 + k).close()
+        print(f"signals: {len(hooks)} fork hook(s) for 5 Trainers")
+        check(len(hooks) == 1, f"signals: {len(hooks)} fork hooks for 5 Trainers")
+    finally:
+        os.register_at_fork = real
+
+
 if __name__ == "__main__":
     sys.exit(run_case({"layout": layout, "left": left, "exception": exception,
                        "abandon": abandon, "ctor": ctor, "empty": empty, "sigterm": sigterm,
-                       "state": state},
+                       "state": state, "signals": signals},
                       lambda conf, node, what: worker(conf, int(node), what)))
