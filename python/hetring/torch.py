@@ -744,7 +744,8 @@ class Trainer:
         self.staged = None
         if any(p.dtype != torch.float32 or p.device.type != "cpu" for p in self.params):
             self.staged = torch.zeros(sum(p.numel() for p in self.params), dtype=torch.float32)
-        self._cuda = any(p.device.type == "cuda" for p in self.params)
+        # the GPUs the parameters are on (a model split over several), each synchronised
+        self._cuda = sorted({p.device for p in self.params if p.device.type == "cuda"}, key=str)
 
     def _declare_matrices(self):
         """Each parameter of two dimensions or more is a matrix of shape[0] rows (a linear
@@ -1046,8 +1047,8 @@ class Trainer:
                 raise self._abandon(b, e)
             raise  # nothing reached the ring: batches() gives this iteration again
         self._live = None
-        if self._cuda:
-            torch.cuda.synchronize()  # the compute time includes the kernels still queued
+        for dev in self._cuda:  # the compute time includes the kernels still queued
+            torch.cuda.synchronize(dev)
         # above 0 (a coarse clock can read 0), as hetring_step requires
         compute_s = max(1e-9, self.clock() - t0 - self._comm_s)
         self._live = live
