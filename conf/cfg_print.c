@@ -21,7 +21,8 @@ static void print_section(const key_spec *keys, int n, const char *section, cons
             continue;
         }
         cfg_value_format(&keys[i], base, val, sizeof val);
-        fprintf(out, "%s%s = %s\n", lines && lines[i] == 0 ? ";" : "", keys[i].key, val);
+        fprintf(out, "%s%s =%s%s\n", lines && lines[i] == 0 ? ";" : "", keys[i].key,
+                val[0] ? " " : "", val);
     }
 }
 
@@ -79,7 +80,7 @@ void cfg_print_reference(FILE *out) {
                 fprintf(out, "; this file sets none so that it runs as is on loopback\n"
                              "security = none\n");
             else if (keys[i].def)
-                fprintf(out, "%s = %s\n", keys[i].key, keys[i].def);
+                fprintf(out, "%s =%s%s\n", keys[i].key, keys[i].def[0] ? " " : "", keys[i].def);
             else if (strcmp(keys[i].key, "host") == 0)
                 fprintf(out, "host = 127.0.0.1\n");
             else if (strcmp(keys[i].key, "port") == 0)
