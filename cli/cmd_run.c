@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 static void usage(FILE *out) {
@@ -50,7 +51,7 @@ static void usage(FILE *out) {
             "the others train joins them and receives the state. SIGTERM or SIGINT make this\n"
             "node leave after an iteration the others agree on, writing its checkpoint; a\n"
             "node alone stops after the iteration in progress, writing its checkpoint. Either\n"
-            "exits 0; a second signal stops it at once.\n");
+            "exits 0; a second signal, half a second or more later, stops it at once.\n");
 }
 
 /* "node ID of N ready", with the address it listens on when `listening`. */
@@ -96,18 +97,36 @@ static void say_done(const trainer *t, const train_result *res, const char *poli
 }
 
 static volatile sig_atomic_t leave_requested; /* the signal that asked to leave; 0: none */
+static struct timespec leave_asked_at;          /* when it came (CLOCK_MONOTONIC) */
+
+/* A signal within LEAVE_SAME_S of the first is the same request delivered twice: timeout(1),
+ * for one, sends its signal to the node and to the node's process group. */
+#define LEAVE_SAME_S 0.5
 
 static void on_leave_signal(int sig) {
-    leave_requested = sig;
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now); /* async-signal-safe */
+    if (!leave_requested) {
+        leave_asked_at = now;
+        leave_requested = sig;
+        return;
+    }
+    const double since = (double)(now.tv_sec - leave_asked_at.tv_sec) +
+                         (double)(now.tv_nsec - leave_asked_at.tv_nsec) * 1e-9;
+    if (since < LEAVE_SAME_S) return;
+    /* a second request: the default action, once this handler returns (the signal is blocked
+     * while it runs) */
+    signal(sig, SIG_DFL);
+    raise(sig);
 }
 
-/* SIGTERM (a scheduler's pre-emption) and SIGINT ask this node to leave cleanly; the second
- * one takes the default action. */
+/* SIGTERM (a scheduler's pre-emption) and SIGINT ask this node to leave cleanly; a second one,
+ * LEAVE_SAME_S or more after the first, takes the default action. */
 static void catch_leave_signals(void) {
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_leave_signal;
-    sa.sa_flags = SA_RESETHAND | SA_RESTART;
+    sa.sa_flags = SA_RESTART;
     sigemptyset(&sa.sa_mask);
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGINT, &sa, NULL);
@@ -207,6 +226,8 @@ static int train_cluster(const cfg *c, int self, const train_opts *opts) {
     memset(&n, 0, sizeof n);
     train_config tc;
     app_train_config(c, self, &tc);
+    catch_leave_signals(); /* first: a signal while the data loads or the first election runs
+                            * stops the node before it joins */
     hr_status st = train_init(&t, &tc, err, sizeof err);
     if (st != HR_OK) goto fail;
     have_trainer = 1;
@@ -215,10 +236,17 @@ static int train_cluster(const cfg *c, int self, const train_opts *opts) {
         if (st != HR_OK) goto fail;
         HR_INFO(TRAIN, "resumed from checkpoint %s at iteration %ld", c->checkpoint, t.iter);
     }
-    catch_leave_signals(); /* first: a signal also ends the first election */
     listen_ctx lc = {c, self};
     st = hr_node_open(&n, c, self, &t, recorded ? split : NULL, &leave_requested, on_listen, &lc,
                       err, sizeof err);
+    if (st == HR_ERR_INTERRUPTED && leave_requested) { /* asked to leave before it joined */
+        const char *sig = sigabbrev_np(leave_requested);
+        HR_INFO(TRAIN, "node %ld stopped on SIG%s before it joined the cluster (nothing trained, "
+                       "no checkpoint written)",
+                c->nodes[self].id, sig ? sig : "?");
+        rc = CLI_OK;
+        goto fail;
+    }
     if (st != HR_OK) goto fail;
     hr_node_hooks(&n, to);
     st = train_run(&t, to, &res, err, sizeof err);

@@ -4,7 +4,8 @@
 # node, per-node progress columns labelled, no internal invariant tags (I4, I5, I6), and a last
 # line that carries the reason of a failure rather than a bare status, or that there was nothing
 # left to train; a node alone stops on SIGTERM or SIGINT with its checkpoint, as a node of a
-# cluster leaves; metrics that could not be written fail the run; a model beyond the process's
+# cluster leaves, and a node of a cluster asked to leave before it joined stops with exit 0;
+# metrics that could not be written fail the run; a model beyond the process's
 # memory is refused at start; an IPv6 address is written [HOST]:PORT.
 # HR, fail, $tmp and the port block `base` from the shared setup; the trap also stops the
 # process holding a port, if any
@@ -124,6 +125,50 @@ for sig in TERM INT; do
         --set "train.checkpoint=$tmp/sig.ckpt" > "$tmp/sig2" 2>&1 &&
         grep -q "resumed from checkpoint $tmp/sig.ckpt at iteration $stop$" "$tmp/sig2" ||
         fail "SIG$sig alone: the next run did not resume at $stop: $(tail -2 "$tmp/sig2")"
+done
+# a node of a cluster asked to leave before it joined (while its data loads, while the first
+# election waits for its peer, which never starts) stops at once, says so and exits 0: the
+# handler is in place before the data loads (its bit in /proc's SigCgt), and the first election
+# ends on the signal
+caught() { # PID SIGNUM: the process has a handler for the signal
+    local mask
+    mask=$(awk '/^SigCgt:/ {print $2}' "/proc/$1/status" 2>/dev/null) || return 1
+    [ -n "$mask" ] && (((0x$mask >> ($2 - 1)) & 1))
+}
+child() { # PID: its child (hetring under timeout), once there is one
+    local c
+    for _ in $(seq 200); do
+        c=$(pgrep -P "$1" | head -1) && [ -n "$c" ] && { echo "$c"; return; }
+        sleep 0.05
+    done
+}
+for when in load election; do
+    samples=2000
+    [ $when = load ] && samples=60000 # seconds of synthetic data to make
+    timeout 60 "$HR" run --conf "$tmp/c.ini" --node 0 --set train.samples=$samples \
+        > "$tmp/early" 2>&1 & p=$!
+    hp=$(child $p)
+    for _ in $(seq 300); do caught "$hp" 15 && break; sleep 0.05; done
+    [ $when = election ] && wait_for_line "$tmp/early" "waiting for a quorum" 30
+    grep -q "ready on" "$tmp/early" && [ $when = load ] && fail "SIGTERM $when: the data had loaded already"
+    kill -TERM "$hp"; wait $p; rc=$?
+    [ $rc = 0 ] || fail "SIGTERM in the $when: exited $rc: $(tail -2 "$tmp/early")"
+    tail -1 "$tmp/early" | grep -q "train: node 0 stopped on SIGTERM before it joined the cluster (nothing trained, no checkpoint written)$" ||
+        fail "SIGTERM in the $when: last line: $(tail -1 "$tmp/early")"
+done
+# one request sent twice at once (as timeout(1) sends it to the node and its process group; here
+# 0.05 s apart, so that the node handles the first before the second comes) is one request: the
+# node, loading its data for 1-2 s, stops once it has; a second one 0.6 s after the first stops
+# it at once (143)
+for gap in 0.05 0.6; do
+    timeout 60 "$HR" run --conf "$tmp/c.ini" --node 0 --set train.samples=120000 \
+        > "$tmp/early" 2>&1 & p=$!
+    hp=$(child $p)
+    for _ in $(seq 300); do caught "$hp" 15 && break; sleep 0.05; done
+    kill -TERM "$hp"; sleep $gap; kill -TERM "$hp"; wait $p; rc=$?
+    want=0
+    [ $gap = 0.6 ] && want=143
+    [ $rc = $want ] || fail "SIGTERM, then again $gap s later, while the data loads: exited $rc, not $want: $(tail -1 "$tmp/early")"
 done
 # metrics that cannot be written (a file size limit stands in for a full disk): said once when
 # it happens, training goes on, and the run ends 1 naming the file and the first lost record
