@@ -97,7 +97,7 @@ static void say_done(const trainer *t, const train_result *res, const char *poli
 }
 
 static volatile sig_atomic_t leave_requested; /* the signal that asked to leave; 0: none */
-static struct timespec leave_asked_at;          /* when it came (CLOCK_MONOTONIC) */
+static struct timespec leave_asked_at;        /* when it came (CLOCK_MONOTONIC) */
 
 /* A signal within LEAVE_SAME_S of the first is the same request delivered twice: timeout(1),
  * for one, sends its signal to the node and to the node's process group. */
@@ -241,8 +241,9 @@ static int train_cluster(const cfg *c, int self, const train_opts *opts) {
                       err, sizeof err);
     if (st == HR_ERR_INTERRUPTED && leave_requested) { /* asked to leave before it joined */
         const char *sig = sigabbrev_np(leave_requested);
-        HR_INFO(TRAIN, "node %ld stopped on SIG%s before it joined the cluster (nothing trained, "
-                       "no checkpoint written)",
+        HR_INFO(TRAIN,
+                "node %ld stopped on SIG%s before it joined the cluster (nothing trained, "
+                "no checkpoint written)",
                 c->nodes[self].id, sig ? sig : "?");
         rc = CLI_OK;
         goto fail;
