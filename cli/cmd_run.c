@@ -127,7 +127,9 @@ static void catch_leave_signals(void) {
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_leave_signal;
     sa.sa_flags = SA_RESTART;
-    sigemptyset(&sa.sa_mask);
+    sigemptyset(&sa.sa_mask); /* each blocks the other while the handler runs */
+    sigaddset(&sa.sa_mask, SIGTERM);
+    sigaddset(&sa.sa_mask, SIGINT);
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGINT, &sa, NULL);
 }
