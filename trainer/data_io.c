@@ -51,14 +51,23 @@ static gzFile open_read(const char *path, char *err, size_t errlen, hr_status *s
     return f;
 }
 
-/* Read exactly n bytes; returns the number read (< n at end of file), or -1 on an error. */
+/* Whether f's gzip stream ended before its end (the file was cut short): gzread then returns
+ * the bytes it has, without an error, and only gzerror says Z_BUF_ERROR. */
+static int cut_short(gzFile f) {
+    int zerr;
+    gzerror(f, &zerr);
+    return zerr == Z_BUF_ERROR;
+}
+
+/* Read exactly n bytes; returns the number read (< n at end of file), or -1 on an error,
+ * a gzip stream that ends early included (read_error says which). */
 static long read_full(gzFile f, void *buf, size_t n) {
     size_t got = 0;
     while (got < n) {
         unsigned chunk = n - got > (1u << 30) ? (1u << 30) : (unsigned)(n - got);
         int r = gzread(f, (char *)buf + got, chunk);
         if (r < 0) return -1;
-        if (r == 0) break;
+        if (r == 0) return cut_short(f) ? -1 : (long)got;
         got += (size_t)r;
     }
     return (long)got;
@@ -67,17 +76,23 @@ static long read_full(gzFile f, void *buf, size_t n) {
 static hr_status read_error(gzFile f, const char *path, char *err, size_t errlen) {
     int zerr;
     const char *m = gzerror(f, &zerr);
+    if (zerr == Z_BUF_ERROR)
+        return hr_fail(err, errlen, HR_ERR_DATA,
+                       "%s: truncated: the file ends inside its gzip stream, so the end of its "
+                       "data is missing (expected the whole file: copy or fetch it again)",
+                       path);
     return hr_fail(err, errlen, HR_ERR_IO, "%s: read error (%s)", path,
                    zerr == Z_ERRNO ? strerror(errno) : m);
 }
 
-/* Bytes left after the expected payload (0 when the file ends there). */
+/* Bytes left after the expected payload (0 when the file ends there), or -1 on a read error,
+ * a gzip stream that ends early included. */
 static long trailing(gzFile f) {
     char buf[4096];
     long n = 0;
     int r;
     while ((r = gzread(f, buf, sizeof buf)) > 0) n += r;
-    return n;
+    return r < 0 || cut_short(f) ? -1 : n;
 }
 
 static uint32_t be32(const uint8_t *p) {
@@ -187,6 +202,7 @@ static hr_status idx_read_images(data_set *ds, gzFile f, const char *path, char 
                        "the file holds only %ld bytes of them",
                        path, n, rows, cols, bytes, r);
     long extra = trailing(f);
+    if (extra < 0) return read_error(f, path, err, errlen);
     if (extra)
         return hr_fail(err, errlen, HR_ERR_DATA,
                        "%s: size mismatch: %ld bytes after the %ld images the header declares",
@@ -218,6 +234,7 @@ static hr_status idx_read_labels(data_set *ds, gzFile f, const char *path, const
                        "%s: truncated: the header declares %ld labels but the file holds %ld", path,
                        n, r);
     long extra = trailing(f);
+    if (extra < 0) return read_error(f, path, err, errlen);
     if (extra)
         return hr_fail(err, errlen, HR_ERR_DATA,
                        "%s: size mismatch: %ld bytes after the %ld labels the header declares",
@@ -493,7 +510,7 @@ hr_status data_load_csv(data_set *ds, const char *path, int regression, char *er
         if (csv_append(ds, row, regression, &cap) != 0) goto nomem;
     }
     if (got < 0) goto nomem;
-    if (!gzeof(f)) {
+    if (!gzeof(f) || cut_short(f)) {
         st = read_error(f, path, err, errlen);
         goto fail;
     }

@@ -522,6 +522,66 @@ static void test_gz_and_plain(void) {
     }
 }
 
+/* Write data[0, len) to `path` gzipped, and cut the file where the compressed stream holds
+ * exactly data[0, keep): a download or a copy that stopped early. zlib's gzread returns such a
+ * stream's bytes without an error (gzerror says Z_BUF_ERROR), so a loader that does not ask
+ * took what was there: every record of a CIFAR or CSV file up to the cut, or, cut after the
+ * last byte (keep = len, the gzip trailer and its CRC lost), an IDX file unverified. */
+static void write_gz_cut(const char *path, const void *data, size_t len, size_t keep) {
+    gzFile f = gzopen(path, "wb6");
+    CHECK(f != NULL, "gzopen %s", path);
+    if (!f) return;
+    gzwrite(f, data, (unsigned)keep);
+    gzflush(f, Z_SYNC_FLUSH); /* data[0, keep) is whole in the stream up to here */
+    long cut = (long)gzoffset(f);
+    if (len > keep) gzwrite(f, (const char *)data + keep, (unsigned)(len - keep));
+    CHECK(gzclose(f) == Z_OK, "gzclose %s", path);
+    CHECK(cut > 0 && truncate(path, cut) == 0, "cut %s at %ld", path, cut);
+}
+
+/* Every loader refuses a gzipped file whose stream ends early, as "truncated", naming it. */
+static void test_gz_cut_short(void) {
+    char err[HR_ERRLEN], img[128], lab[128], cut[160];
+    data_set tr, ev, in;
+    CHECK(data_synthetic(&tr, &ev, DATA_SYNTHETIC, 20, 1, 2, err, sizeof err) == HR_OK, "%s", err);
+    snprintf(img, sizeof img, "%s/cut-images", dir);
+    snprintf(lab, sizeof lab, "%s/cut-labels", dir);
+    CHECK(data_write_idx(&tr, img, lab, 0, err, sizeof err) == HR_OK, "%s", err);
+    uint8_t *buf = malloc(20 * 784 + 64);
+    long ni = read_bytes(img, buf, 20 * 784 + 64);
+    CHECK(ni == 16 + 20 * 784, "IDX size %ld", ni);
+    snprintf(cut, sizeof cut, "%s.gz", img);
+    write_gz_cut(cut, buf, (size_t)ni, (size_t)ni); /* every byte, no trailer */
+    expect_error(data_load_idx(&in, cut, lab, err, sizeof err), err, cut, "truncated");
+    data_set_free(&tr), data_set_free(&ev);
+
+    /* CIFAR: two of three records */
+    CHECK(data_synthetic(&tr, &ev, DATA_SYNTHETIC_RGB, 3, 1, 2, err, sizeof err) == HR_OK, "%s",
+          err);
+    snprintf(img, sizeof img, "%s/cut-cifar.bin", dir);
+    CHECK(data_write_cifar(&tr, 0, 3, img, err, sizeof err) == HR_OK, "%s", err);
+    uint8_t *rec = malloc(3 * 3073);
+    CHECK(read_bytes(img, rec, 3 * 3073) == 3 * 3073, "cifar size");
+    snprintf(cut, sizeof cut, "%s.gz", img);
+    write_gz_cut(cut, rec, 3 * 3073, 2 * 3073);
+    const char *files[1] = {cut};
+    expect_error(data_load_cifar(&in, files, 1, err, sizeof err), err, cut, "truncated");
+    data_set_free(&tr), data_set_free(&ev);
+
+    /* CSV: the first two of four rows, cut at a line's end */
+    const char csv[] = "1,0.5,0.25\n0,1,2\n1,3,4\n0,5,6\n";
+    snprintf(cut, sizeof cut, "%s/cut.csv.gz", dir);
+    write_gz_cut(cut, csv, strlen(csv), strlen("1,0.5,0.25\n0,1,2\n"));
+    expect_error(data_load_csv(&in, cut, 0, err, sizeof err), err, cut, "truncated");
+    /* the whole stream still loads */
+    gzFile whole = gzopen(cut, "wb6");
+    CHECK(whole && gzwrite(whole, csv, (unsigned)strlen(csv)) > 0 && gzclose(whole) == Z_OK,
+          "gz %s", cut);
+    CHECK(data_load_csv(&in, cut, 0, err, sizeof err) == HR_OK && in.n == 4, "whole gz: %s", err);
+    data_set_free(&in);
+    free(buf), free(rec);
+}
+
 int main(void) {
     tmpdir(dir, sizeof dir);
     test_synthetic();
@@ -534,6 +594,7 @@ int main(void) {
     test_train_samples();
     test_empty_files();
     test_gz_and_plain();
+    test_gz_cut_short();
     rm_rf(dir);
     return check_exit();
 }
