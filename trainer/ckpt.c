@@ -3,7 +3,8 @@
  *
  * Layout, little-endian as in memory on the supported machines:
  *   header: magic "HRCKPT\0\1" (8), version u32, crc32 u32 (of all bytes after this field),
- *           ckpt_meta (40), payload bytes u64
+ *           ckpt_meta (48; before version 4 its first 40 bytes, without n_samples), payload
+ *           bytes u64
  *   payload: params f32[n], opt_state f32[n], split i64[n_nodes], and in version 2 a residual
  *            block, present or not: node i64, residual f32[n] (the payload's size says which),
  *            and in version 3 after a residual block a Q block, present or not: n_q u64,
@@ -27,7 +28,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
-#define CKPT_VERSION 3u /* 1: no residual block, 2: no Q block; both still read */
+#define CKPT_VERSION 4u /* 1: no residual block, 2: no Q block, 3: no n_samples; all still read */
 static const char ckpt_magic[8] = {'H', 'R', 'C', 'K', 'P', 'T', 0, 1};
 
 typedef struct {
@@ -37,6 +38,13 @@ typedef struct {
     ckpt_meta meta;
     uint64_t payload;
 } ckpt_header;
+_Static_assert(sizeof(ckpt_header) == 72 && offsetof(ckpt_meta, n_samples) == 40,
+               "the header as the file holds it, with no padding");
+
+/* Bytes of ckpt_meta a file of `version` holds: n_samples came with version 4. */
+static size_t meta_bytes(uint32_t version) {
+    return version >= 4 ? sizeof(ckpt_meta) : offsetof(ckpt_meta, n_samples);
+}
 
 static uint32_t crc_more(uint32_t crc, const void *p, size_t n) {
     const unsigned char *b = p;
@@ -179,18 +187,25 @@ static hr_status read_exact(FILE *f, void *p, size_t n, uint32_t *crc, const cha
 
 /* Read and check the header of an open checkpoint: magic, version, and a payload that is what
  * the file holds and that its counts add up to, before anything is allocated for it (a corrupt
- * count never asks for more memory than the file's size). */
+ * count never asks for more memory than the file's size). A header before version 4 reads with
+ * n_samples 0. */
 static hr_status read_header(FILE *f, const char *path, ckpt_header *h, char *err, size_t errlen) {
-    if (fread(h, 1, sizeof *h, f) != sizeof *h || memcmp(h->magic, ckpt_magic, 8) != 0)
+    const size_t pre = offsetof(ckpt_header, meta);
+    memset(h, 0, sizeof *h);
+    if (fread(h, 1, pre, f) != pre || memcmp(h->magic, ckpt_magic, 8) != 0)
         return hr_fail(err, errlen, HR_ERR_DATA,
                        "%s is not a hetring checkpoint (wrong magic or too short)", path);
     if (h->version < 1 || h->version > CKPT_VERSION)
         return hr_fail(err, errlen, HR_ERR_DATA, "checkpoint %s has version %u (expected 1 to %u)",
                        path, h->version, CKPT_VERSION);
+    const size_t mb = meta_bytes(h->version), hb = pre + mb + sizeof h->payload;
+    if (fread(&h->meta, 1, mb, f) != mb || fread(&h->payload, 1, sizeof h->payload, f) != 8)
+        return hr_fail(err, errlen, HR_ERR_DATA,
+                       "%s is not a hetring checkpoint (wrong magic or too short)", path);
     const ckpt_meta *m = &h->meta;
     struct stat fs;
-    if (fstat(fileno(f), &fs) != 0 || fs.st_size < (off_t)sizeof *h ||
-        h->payload != (uint64_t)fs.st_size - sizeof *h || m->n_params > h->payload / 8)
+    if (fstat(fileno(f), &fs) != 0 || fs.st_size < (off_t)hb ||
+        h->payload != (uint64_t)fs.st_size - hb || m->n_params > h->payload / 8)
         return hr_fail(err, errlen, HR_ERR_DATA,
                        "checkpoint %s is corrupt: its header declares %llu bytes of payload and "
                        "%llu parameters, the file holds %lld bytes",
@@ -209,9 +224,17 @@ static hr_status read_header(FILE *f, const char *path, ckpt_header *h, char *er
 }
 
 /* Whether the checkpoint's run (m) is this one (expect): the same model, parameter count, seed
- * and global batch. */
+ * and global batch, and the same training-set size where both say it. */
 static hr_status same_run(const char *path, const ckpt_meta *m, const ckpt_meta *expect, char *err,
                           size_t errlen) {
+    if (m->n_samples && expect->n_samples && m->n_samples != expect->n_samples)
+        return hr_fail(err, errlen, HR_ERR_MISMATCH,
+                       "checkpoint %s belongs to another run (trained on %llu samples; this run "
+                       "has %llu): every epoch's order depends on the count, so resuming would "
+                       "use some samples twice and skip others (expected the same dataset and "
+                       "[train] samples, or point [train] checkpoint elsewhere)",
+                       path, (unsigned long long)m->n_samples,
+                       (unsigned long long)expect->n_samples);
     if (m->model == expect->model && m->n_params == expect->n_params && m->seed == expect->seed &&
         m->global_batch == expect->global_batch)
         return HR_OK;
@@ -244,7 +267,8 @@ hr_status ckpt_load(const char *path, ckpt_meta *expect, float *params, float *o
     const size_t nq = h.payload > with_res ? (size_t)(h.payload - with_res - sizeof(uint64_t)) : 0;
     uint64_t n_q = 0;
     int64_t node = -1;
-    uint32_t crc = crc_more(0, &h.meta, sizeof h - offsetof(ckpt_header, meta));
+    /* the header's bytes after the checksum field, as the file holds them */
+    uint32_t crc = crc_more(crc_more(0, &h.meta, meta_bytes(h.version)), &h.payload, 8);
     /* read into scratch first: the caller's buffers change only for a verified file */
     buf = malloc(3 * np + 1);
     sp = malloc(ns + 1);

@@ -9,9 +9,10 @@
  * atomically: to a temporary file in the same directory, fsync'ed, renamed over the target, then
  * the directory is fsync'ed; a crash leaves either the old or the new checkpoint (and a temporary
  * file, which ckpt_prepare removes when the next run starts). A CRC-32 over header and payload
- * detects corruption, and a checkpoint from another model, seed or batch is refused. The data
- * order needs no state: perm_e is a function of (seed, epoch) (I1), so resuming at iteration
- * i replays exactly what an uninterrupted run would have done.
+ * detects corruption, and a checkpoint from another model, seed, batch or training-set size is
+ * refused. The data order needs no state: perm_e is a function of (seed, epoch) over the n
+ * training samples (I1), so resuming at iteration i replays exactly what an uninterrupted run
+ * would have done.
  */
 #ifndef HR_CKPT_H
 #define HR_CKPT_H
@@ -28,6 +29,8 @@ typedef struct {
     uint64_t global_batch; /* B */
     uint32_t model;        /* model_kind (model.h), which shares cfg_model's values */
     uint32_t n_nodes;      /* entries of the batch split */
+    uint64_t n_samples;    /* training samples, which every epoch's order depends on (I1); 0:
+                            * not recorded (files before version 4) or, expected, not checked */
 } ckpt_meta;
 
 /* Get `path` ready before a run writes it: remove the temporary files `path`.tmp.PID that saves
@@ -58,10 +61,12 @@ hr_status ckpt_save(const char *path, const ckpt_meta *meta, const float *params
  * res->node, and its Q (when it holds one) into res->q, allocated (the caller frees; NULL and
  * n_q 0 without one); a file without a residual sets res->node to -1 and leaves res->data
  * alone. Refuses a file
- * whose model, n_params, seed or global batch differ from `expect` (HR_ERR_MISMATCH), a bad
+ * whose model, n_params, seed, global batch or (where both give it) n_samples differ from
+ * `expect` (HR_ERR_MISMATCH), a bad
  * or truncated file (HR_ERR_DATA). On success expect->iter and expect->n_nodes hold the
  * file's values; a file with a different n_nodes leaves `split` alone. Version 1 files (before
- * residuals) are read as files without one, version 2 files (before Q) as files without Q. */
+ * residuals) are read as files without one, version 2 files (before Q) as files without Q,
+ * and files before version 4 with n_samples 0. */
 hr_status ckpt_load(const char *path, ckpt_meta *expect, float *params, float *opt_state,
                     int64_t *split, int max_nodes, ckpt_residual *res, char *err, size_t errlen);
 

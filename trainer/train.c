@@ -308,7 +308,8 @@ static ckpt_meta meta_of(const trainer *t, int n_nodes) {
                    t->conf.seed,
                    (uint64_t)train_global_batch(t),
                    (uint32_t)t->conf.model.kind,
-                   (uint32_t)n_nodes};
+                   (uint32_t)n_nodes,
+                   (uint64_t)t->train.n};
     return m;
 }
 

@@ -14,7 +14,8 @@
  *  - the powersgd Q block after the residual: read back bit for bit; refused in a version 2
  *    file and with a count that disagrees with the payload;
  *  - refusal: corrupt, truncated, padded or foreign-version files, and checkpoints of runs
- *    with another seed, global batch, model shape or model kind, are refused with a message
+ *    with another seed, global batch, model shape, model kind or training-set size, are
+ *    refused (a version 3 file, which records no size, still loads) with a message
  *    that names the file and the reason, and leave every parameter, the whole optimizer state,
  *    the iteration and the split of the trainer exactly as they were.
  */
@@ -28,6 +29,7 @@
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <zlib.h>
 
 static char dir[64];
 
@@ -219,6 +221,17 @@ static void foreign(const char *train, const char *path) {
     cfg_free(&c);
 }
 
+/* Rewrite checkpoint bytes b (*len of them, as ckpt_save writes them now, version 4) as a file
+ * of an older `version` holds them: no n_samples in the header (bytes 56-63), the checksum over
+ * the bytes after its field computed again. The payload is left as it is. */
+static void as_version(char *b, long *len, char version) {
+    memmove(b + 56, b + 64, (size_t)(*len - 64));
+    *len -= 8;
+    b[8] = version;
+    uint32_t crc = (uint32_t)crc32(0, (const Bytef *)b + 16, (uInt)(*len - 16));
+    memcpy(b + 12, &crc, 4);
+}
+
 static void test_refusal(void) {
     cfg c;
     trainer t;
@@ -240,9 +253,9 @@ static void test_refusal(void) {
     snapshot s;
     snap(&s, &t);
 
-    /* damaged files; the header is 64 bytes, the payload params, momentum, split */
+    /* damaged files; the header is 72 bytes, the payload params, momentum, split */
     const long n = t.m.n_params;
-    const long flips[] = {12,     20, 30, 40, 56, 64 + 8, 64 + 4 * (n - 1), 64 + 4 * (2 * n - 1),
+    const long flips[] = {12,     20, 30, 40, 56, 72 + 8, 72 + 4 * (n - 1), 72 + 4 * (2 * n - 1),
                           len - 1};
     for (size_t k = 0; k < sizeof flips / sizeof flips[0]; k++) {
         bytes[flips[k]] ^= 0x10;
@@ -257,7 +270,7 @@ static void test_refusal(void) {
     spit(bad, bytes, len);
     bytes[8] = version;
     refused(&t, &s, bad, HR_ERR_DATA, "other version", (const char *const[]){"version", NULL});
-    const long cuts[] = {0, 30, 64 + 4 * n, len - 1};
+    const long cuts[] = {0, 30, 72 + 4 * n, len - 1};
     for (size_t k = 0; k < sizeof cuts / sizeof cuts[0]; k++) {
         spit(bad, bytes, cuts[k]);
         char what[64];
@@ -282,8 +295,15 @@ static void test_refusal(void) {
     foreign(MLP("784,16,10", "100", "11"), bad);
     other[1] = "12730 params";
     refused(&t, &s, bad, HR_ERR_MISMATCH, "other shape", other);
+    /* another training-set size: every epoch's order differs (it resumed, and used some samples
+     * of the epoch twice and others never) */
+    foreign("model = mlp\nlayers = 784,32,10\nsamples = 3000\neval_samples = 100\n"
+            "global_batch = 100\nlr = 0.05\nmomentum = 0.9\niterations = 40\nseed = 11",
+            bad);
+    other[1] = "trained on 3000 samples; this run has 2000";
+    refused(&t, &s, bad, HR_ERR_MISMATCH, "other samples", other);
     /* another model kind with as many parameters: only the model field tells them apart */
-    ckpt_meta m = {3, (uint64_t)n, 11, 100, CFG_MODEL_SOFTMAX, 1};
+    ckpt_meta m = {3, (uint64_t)n, 11, 100, CFG_MODEL_SOFTMAX, 1, 0};
     int64_t split = 100;
     CHECK(ckpt_save(bad, &m, t.m.params, t.opt.vel, &split, NULL, err, sizeof err) == HR_OK, "%s",
           err);
@@ -294,6 +314,12 @@ static void test_refusal(void) {
     CHECK(train_load(&t, good, NULL, 0, NULL, err, sizeof err) == HR_OK, "%s", err);
     CHECK(t.iter == 2 && memcmp(s.params, t.m.params, sizeof(float) * (size_t)n) != 0,
           "the good checkpoint did not restore iteration 2 (now %ld)", t.iter);
+    /* and as a version 3 file, which records no sample count */
+    as_version(bytes, &len, 3);
+    spit(bad, bytes, len);
+    t.iter = 0;
+    CHECK(train_load(&t, bad, NULL, 0, NULL, err, sizeof err) == HR_OK && t.iter == 2,
+          "a version 3 checkpoint: %s", err);
     free(bytes);
     free(s.params);
     free(s.vel);
@@ -329,7 +355,7 @@ static void test_residual(void) {
     float p[N], v[N], r[N], p2[N], v2[N], r2[N];
     for (int i = 0; i < N; i++) p[i] = (float)i, v[i] = -(float)i, r[i] = 1e-4f * (float)(i - 9);
     int64_t split[2] = {30, 70}, split2[2];
-    ckpt_meta m = {5, N, 11, 100, CFG_MODEL_MLP, 2}, got = m;
+    ckpt_meta m = {5, N, 11, 100, CFG_MODEL_MLP, 2, 0}, got = m;
     ckpt_residual res = {.node = 7, .data = r}, back = {.node = 99, .data = r2};
     CHECK(ckpt_save(with, &m, p, v, split, &res, err, sizeof err) == HR_OK, "%s", err);
     CHECK(ckpt_save(without, &m, p, v, split, NULL, err, sizeof err) == HR_OK, "%s", err);
@@ -349,7 +375,7 @@ static void test_residual(void) {
     long len;
     char *b = slurp(without, &len);
     CHECK(b != NULL, "read %s", without);
-    b[8] = 1; /* the version field (outside the checksum): a file from before the block */
+    as_version(b, &len, 1); /* a file from before the block */
     spit(without, b, len);
     back.node = 99;
     CHECK(ckpt_load(without, &got, p2, v2, split2, 2, &back, err, sizeof err) == HR_OK,
@@ -358,7 +384,7 @@ static void test_residual(void) {
     free(b);
     b = slurp(with, &len);
     CHECK(b != NULL, "read %s", with);
-    b[8] = 1; /* version 1 declares no block: the payload then disagrees with the header */
+    as_version(b, &len, 1); /* version 1 declares no block: the payload then disagrees */
     spit(without, b, len);
     CHECK(ckpt_load(without, &got, p2, v2, split2, 2, &back, err, sizeof err) == HR_ERR_DATA &&
               strstr(err, "corrupt"),
@@ -388,7 +414,7 @@ static void test_q(void) {
     for (int i = 0; i < N; i++) p[i] = (float)i, v[i] = 0.5f * (float)i, r[i] = 1e-3f * (float)i;
     for (int i = 0; i < NQ; i++) q[i] = 1.0f / (float)(i + 1);
     int64_t split[2] = {50, 50}, split2[2];
-    ckpt_meta m = {9, N, 11, 100, CFG_MODEL_MLP, 2}, got = m;
+    ckpt_meta m = {9, N, 11, 100, CFG_MODEL_MLP, 2, 0}, got = m;
     ckpt_residual res = {.node = 4, .data = r, .q = q, .n_q = NQ}, back = {.data = r2};
     CHECK(ckpt_save(path, &m, p, v, split, &res, err, sizeof err) == HR_OK, "%s", err);
     CHECK(ckpt_load(path, &got, p2, v2, split2, 2, &back, err, sizeof err) == HR_OK, "%s", err);
@@ -399,13 +425,16 @@ static void test_q(void) {
     long len;
     char *b = slurp(path, &len);
     CHECK(b != NULL, "read %s", path);
-    b[8] = 2; /* version 2 knew no Q block: the payload then disagrees with the header */
-    spit(path, b, len);
+    char *old = malloc((size_t)len);
+    long old_len = len;
+    memcpy(old, b, (size_t)len);
+    as_version(old, &old_len, 2); /* version 2 knew no Q block: the payload then disagrees */
+    spit(path, old, old_len);
+    free(old);
     back.q = NULL;
     CHECK(ckpt_load(path, &got, p2, v2, split2, 2, &back, err, sizeof err) == HR_ERR_DATA &&
               strstr(err, "corrupt") && !back.q,
           "a version 2 file with a Q block: %s", err);
-    b[8] = 3;
     const long at = len - (long)sizeof q - 8; /* n_q, outside nothing: the checksum covers it */
     b[at] = NQ + 1;
     spit(path, b, len);
