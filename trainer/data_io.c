@@ -720,6 +720,15 @@ hr_status data_load(data_set *train, data_set *eval, const data_config *c, uint6
             files[nf] = names[nf];
             nf++;
         }
+        for (int i = nf + 2; i <= 5; i++) { /* a later batch after the missing one: a gap */
+            snprintf(b, sizeof b, "%s/data_batch_%d.bin", dir, i);
+            if (!exists(b)) continue;
+            st = hr_fail(err, errlen, HR_ERR_DATA,
+                         "%s is missing, but %s exists (expected data_batch_1.bin, "
+                         "data_batch_2.bin, ... with none left out: is the copy incomplete?)",
+                         names[nf], b);
+            goto fail;
+        }
         HR_CHECK_GOTO(data_load_cifar(train, files, nf, err, errlen), st, fail);
         if (nf > 1)
             snprintf(ta, sizeof ta, "%s/data_batch_1.bin .. data_batch_%d.bin", dir, nf);
