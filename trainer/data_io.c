@@ -491,6 +491,7 @@ hr_status data_load_csv(data_set *ds, const char *path, int regression, char *er
     while ((got = csv_read_line(f, &line, &cap_line)) > 0) {
         lineno++;
         char *p = line;
+        if (lineno == 1 && strncmp(p, "\xef\xbb\xbf", 3) == 0) p += 3; /* a UTF-8 byte order mark */
         while (*p == ' ' || *p == '\t') p++;
         if (*p == '\n' || *p == '\r' || *p == 0 || *p == '#') continue;
         long nf = 1;

@@ -297,6 +297,16 @@ static void test_bad_files(void) {
           "underflow: read %g %g %g %g", in.n == 2 ? in.xf[0] : 0., in.n == 2 ? in.xf[1] : 0.,
           in.n == 2 ? in.xf[2] : 0., in.n == 2 ? in.xf[3] : 0.);
     data_set_free(&in);
+    /* a UTF-8 byte order mark before the first line (a spreadsheet's "CSV UTF-8" export) is no
+     * data: the file loads (it was refused as "bad number '1'", the mark being invisible) */
+    write_bytes(csv,
+                "\xef\xbb\xbf"
+                "1,0.5,0.25\n0,1,2\n",
+                20);
+    CHECK(data_load_csv(&in, csv, 0, err, sizeof err) == HR_OK && in.n == 2 && in.y[0] == 1 &&
+              in.xf[0] == 0.5f,
+          "a CSV file with a byte order mark: %s", err);
+    data_set_free(&in);
     const char *huge[] = {"1,0.5,0.25\n0,1e39,1\n", "2.5,1,1\n-1e300,1,1\n"};
     const char *where[] = {":2: column 2: '1e39' is beyond float32's range",
                            ":2: column 1: '-1e300' is beyond float32's range"};
