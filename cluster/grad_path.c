@@ -198,6 +198,7 @@ static hr_status bf16_alloc(grad_xfer *x) {
  * it holds nothing). */
 static void add_residual(grad_xfer *x, size_t lo, size_t hi) {
     if (!x->live) return;
+    x->out = 1;
     for (size_t i = lo; i < hi; i++) x->grads[i] += x->residual[i];
 }
 
@@ -274,6 +275,7 @@ static hr_status powersgd_exchange(grad_xfer *x, float *head, size_t tail) {
     psgd_start_view(s, ring_get_view(x->d->r)->epoch);
     x->pending = 0;
     float *g = x->grads;
+    x->out |= x->live;
     for (size_t i = 0; i < x->n_grad; i++) g[i] += x->residual[i];
     /* the first sum: the stats tail, the plain floats, every P_k = M_k Q */
     memcpy(s->send, head, sizeof *head * tail);
@@ -338,7 +340,7 @@ void grad_xfer_commit(grad_xfer *x) {
         memset(x->residual, 0, x->n_grad * sizeof *x->residual);
         x->live = 0;
     }
-    x->flushed = 0;
+    x->flushed = x->out = x->unsettled = 0;
     if (!x->pending) return;
     x->live = 1;
     float *t = x->residual;
@@ -351,7 +353,24 @@ void grad_xfer_commit(grad_xfer *x) {
 }
 
 void grad_xfer_discard(grad_xfer *x) {
-    x->pending = x->flushed = 0;
+    x->pending = x->flushed = x->out = x->unsettled = 0;
+}
+
+void grad_xfer_failed(grad_xfer *x) {
+    const int u = x->pending ? 2 : x->out ? 1 : 0;
+    grad_xfer_discard(x);
+    x->unsettled = u;
+}
+
+void grad_xfer_passed(grad_xfer *x) {
+    if (x->unsettled == 2) { /* dropped holds what the applied step's roundings lost */
+        x->pending = 1;
+        grad_xfer_commit(x);
+    } else if (x->unsettled == 1) { /* sent, and its roundings unknown here */
+        memset(x->residual, 0, x->n_grad * sizeof *x->residual);
+        x->live = 0;
+    }
+    x->unsettled = 0;
 }
 
 const float *grad_xfer_residual(const grad_xfer *x) {

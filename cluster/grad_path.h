@@ -115,6 +115,10 @@ typedef struct {
     int live;        /* the residual may hold something not sent yet (a lossy step's, a
                       * resumed one): a float32 path adds it to the gradient it sends */
     int flushed;     /* a float32 path sent it this step: the commit empties it */
+    int out;         /* this step's exchange added the residual to the gradient it sent */
+    int unsettled;   /* the exchange of the step whose view failed: 2 completed here (dropped
+                      * holds its part), 1 sent the residual but did not complete, 0 neither or
+                      * settled (grad_xfer_passed) */
     float *resume;   /* a checkpoint's residual that the first lossy exchange takes up, or NULL */
     size_t n_resume; /* its floats */
     grad_psgd psgd;  /* the powersgd path's */
@@ -189,6 +193,14 @@ void grad_xfer_commit(grad_xfer *x);
  * again, perhaps on another path): what its exchange dropped, and powersgd's Q', are thrown
  * away, and the residual it added to its gradient stays the residual. */
 void grad_xfer_discard(grad_xfer *x);
+/* The step's view failed: discarded as above, but the others may have applied it (with this
+ * node's share, and the residual the share carried); grad_xfer_passed settles it if so. */
+void grad_xfer_failed(grad_xfer *x);
+/* The view's state this node took is past the step whose view failed last (grad_xfer_failed,
+ * and no step exchanged since): the others applied it. What its exchange dropped becomes the
+ * residual, as its commit would have made it (or, where the exchange did not complete here,
+ * the residual it sent is emptied: one step's roundings are lost, none counted twice). */
+void grad_xfer_passed(grad_xfer *x);
 /* This node's residual as of the last applied step (what a checkpoint records; n_grad
  * floats): the bf16 path's, a resumed one not taken up yet, or NULL. */
 const float *grad_xfer_residual(const grad_xfer *x);

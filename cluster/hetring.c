@@ -331,12 +331,14 @@ static hr_status st_unpack(void *ctx, const void *blob, size_t bytes, char *err,
                        "the %ld of the run",
                        (unsigned long long)hdr[1], h->total);
     const size_t ub = bytes - sizeof hdr;
+    const int past = (long)hdr[1] > h->iter; /* the step this node's exchange failed was applied */
     if (h->cb.put_state &&
         h->cb.put_state(h->cb.user, (const unsigned char *)blob + sizeof hdr, ub) != 0)
         return hr_fail(err, errlen, HR_ERR_DATA,
                        "the put_state callback refused the state received (%zu bytes)", ub);
     h->iter = (long)hdr[1];
     h->moved = bytes;
+    if (past) grad_xfer_passed(&h->x);
     return HR_OK;
 }
 
@@ -1104,7 +1106,7 @@ int hetring_ready(hetring *h, const hetring_grads *g, int i) {
  * its state may move this node on), HR_OK once it formed. */
 static hr_status reform(hetring *h, hr_status st) {
     h->moved = 0;
-    grad_xfer_discard(&h->x); /* the iteration runs again */
+    grad_xfer_failed(&h->x); /* the iteration runs again, unless the others applied it */
     st = dist_recover(&h->d, st, h->err, sizeof h->err);
     if (st != HR_OK) return st;
     h->view_changed = 1;

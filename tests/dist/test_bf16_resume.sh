@@ -7,6 +7,9 @@
 #     checkpoints up to 120. Every node says it took its residual up again, and the three end
 #     with the reference's parameters, bit for bit: an iteration after the cut that lacked a
 #     node's residual would have sent another gradient;
+#     The same 60 iterations with node 1's view failing after its all-reduce of iteration 30
+#     (the others applied it, node 1 takes their state) end there too: node 1's residual is
+#     that step's, not the one its share already carried;
 #  3. node 1 resumes from node 0's checkpoint (a copy: disks not shared): it must not take up
 #     node 0's residual (node 0's roundings dropped it, and node 0 takes it up itself), and says
 #     so; a float32 run resumed from a checkpoint with a residual says it has no use for it.
@@ -48,6 +51,26 @@ run cut 60
 for id in 0 1 2; do
   cp "$tmp/cut.$id.ckpt" "$tmp/res.$id.ckpt"
   cp "$tmp/cut.$id.ckpt" "$tmp/keep.$id.ckpt"
+done
+
+# node 1's view fails once its all-reduce of iteration 30 is in (test fault fail_view): nodes 0
+# and 2 applied the step, with node 1's share and the residual that share carried, and node 1
+# takes their state at 31. Its residual is then what that step's roundings dropped, as in the
+# run without the fault, not the one its share already carried (that would count it twice), so
+# with bf16 the run ends on the 60-iteration run's parameters, bit for bit (powersgd starts Q
+# again at the new view: only the replicas' agreement)
+HETRING_FAULT=fail_view:1:30 run fv 60
+grep -q "test fault: the view failed" "$tmp/fv.1.log" || fail "fail_view: the fault did not fire"
+echo "60 iterations without the fault: $(hash cut 0)"
+for id in 0 1 2; do
+  h=$(hash fv $id)
+  echo "view failed after node 1's all-reduce of 30, node $id: $h"
+  if [ "$WIRE" = bf16 ]; then
+    [ -n "$h" ] && [ "$h" = "$(hash cut 0)" ] ||
+      fail "fail_view: node $id ends with other parameters than the run without the fault ($h, $(hash cut 0))"
+  else
+    [ -n "$h" ] && [ "$h" = "$(hash fv 0)" ] || fail "fail_view: node $id ends with other parameters than node 0"
+  fi
 done
 run res 120
 for id in 0 1 2; do
