@@ -3,6 +3,7 @@
  */
 #include "cluster/link_tune.h"
 
+#include <math.h>
 #include <stdio.h>
 
 /* floor(log2 n): the depth of the tree of n ranks (ring/tree.c) */
@@ -32,9 +33,17 @@ int link_tune(const overlap_fact *facts, int n, long tree_bytes, long bucket_byt
               const size_t *counts, int n_bufs, link_choice *out, char *why, size_t len) {
     int a = 0, b = 0;
     for (int k = 0; k < n; k++) {
-        if (!(facts[k].beta_s > 0)) {
+        const double al = facts[k].alpha_s, be = facts[k].beta_s;
+        if (be == 0) {
             snprintf(why, len, "links: node %ld has no probe; tree_bytes and buckets as set",
                      facts[k].id);
+            return 0;
+        }
+        if (!(be > 0) || !isfinite(be) || !(al >= 0) || !isfinite(al)) { /* none the model takes */
+            snprintf(why, len,
+                     "links: node %ld's probe is not usable (%g s a hop, %g s a byte); tree_bytes "
+                     "and buckets as set",
+                     facts[k].id, al, be);
             return 0;
         }
         if (facts[k].alpha_s > facts[a].alpha_s) a = k;

@@ -40,7 +40,8 @@ typedef struct {
 /* The choice for a view of n members whose facts hold their probes, with the configuration's
  * tree_bytes and bucket_bytes (OVERLAP_AUTO: chosen here; else kept, as set) and the
  * gradient's layout (counts of n_bufs buffers, in floats). Returns 0 and chooses nothing when
- * some member has no probe (beta_s = 0), else 1; `why` (len bytes) gets one line for the log:
+ * some member has no probe (beta_s = 0) or one the model cannot take (alpha_s or beta_s not
+ * finite, a negative alpha_s), else 1; `why` (len bytes) gets one line for the log:
  * "links: ...". A pure function. */
 int link_tune(const overlap_fact *facts, int n, long tree_bytes, long bucket_bytes,
               const size_t *counts, int n_bufs, link_choice *out, char *why, size_t len);

@@ -5,13 +5,15 @@
  * The expected figures are worked out by hand from the model link_tune.h states, so a changed
  * divisor, hop count or clamp fails a row; besides the table:
  *  - the slowest member's figures count (the largest alpha and beta, each named);
- *  - a member without a probe chooses nothing, and says which;
+ *  - a member without a probe, or with figures the model cannot take (NaN, inf, a negative
+ *    alpha), chooses nothing, and says which;
  *  - the bucket size halves while the plan would have one bucket, and never goes below the
  *    minimum.
  */
 #include "check.h"
 #include "cluster/link_tune.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -111,6 +113,24 @@ static void members(void) {
           "chose without node 13");
     CHECK(c.tree_cut == -7, "the choice was written without every probe");
     CHECK(strstr(why, "node 13 has no probe") != NULL, "why: %s", why);
+    /* figures the model cannot take (not finite, a negative latency), wherever they sit among
+     * the members, choose nothing either: the same on every member, and never a cut outside
+     * [0, tree_bytes] */
+    const double bad[][2] = {{NAN, 0.8e-9}, {50e-6, INFINITY}, {INFINITY, INFINITY},
+                             {-1, 0.8e-9},  {50e-6, NAN},      {50e-6, -1e-9}};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        for (int at = 0; at < 4; at++) {
+            fill(f, 4, 50e-6, 0.8e-9);
+            f[at].alpha_s = bad[i][0], f[at].beta_s = bad[i][1];
+            c.tree_cut = -7;
+            const int ok = link_tune(f, 4, 65536, OVERLAP_AUTO, mlp, 3, &c, why, sizeof why);
+            CHECK(ok == 0 && c.tree_cut == -7,
+                  "alpha %g, beta %g at node %d: chose (%d), tree cut %ld: %s", bad[i][0],
+                  bad[i][1], 10 + at, ok, c.tree_cut, why);
+            char want[64];
+            snprintf(want, sizeof want, "node %d's probe is not usable", 10 + at);
+            CHECK(strstr(why, want) != NULL, "why: %s", why);
+        }
 }
 
 int main(void) {
