@@ -268,8 +268,19 @@ static hr_status start_controller(dist *d, int use_recorded, const double *cap, 
     d->have_ctrl = 0;
     const long B = c->global_batch;
     hr_status st = ctrl_init(&d->ctl, &c->ctrl, v->n, B, cap, NULL);
-    if (st == HR_OK && use_recorded && (st = ctrl_set_split(&d->ctl, d->st.recorded)) != HR_OK)
-        ctrl_free(&d->ctl);
+    if (st == HR_OK && use_recorded && ctrl_set_split(&d->ctl, d->st.recorded) != HR_OK) {
+        /* the same on every member: the split is the checkpoint's, the bounds the file's */
+        char split[512];
+        int at = 0;
+        for (int k = 0; k < v->n && at < (int)sizeof split; k++)
+            at += snprintf(split + at, sizeof split - (size_t)at, "%s%ld", k ? "," : "",
+                           d->st.recorded[k]);
+        HR_WARN(TRAIN,
+                "view %llu: the checkpoint's split (%s) is outside [controller] min_batch = %ld, "
+                "max_batch = %ld now; the first split comes from the capacity hints",
+                (unsigned long long)v->epoch, split, c->ctrl.min_batch,
+                c->ctrl.max_batch ? c->ctrl.max_batch : B);
+    }
     if (st != HR_OK)
         return hr_fail(err, errlen, st,
                        "%s: the [controller] settings do not fit %d nodes and global_batch = %ld",

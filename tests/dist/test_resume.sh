@@ -102,4 +102,18 @@ set -- $splits
 [ $# = 2 ] || fail "node 0 recorded iteration 6 $# times, expected twice (run, rerun)"
 [ "${1:-}" != 20,20,20 ] || fail "the split had not moved by iteration 6: the check proves nothing"
 [ "${1:-}" = "${2:-}" ] || fail "the rerun trained iteration 6 with ${2:-none}, not the recorded ${1:-none}"
+
+# A recorded split that the [controller] bounds of the rerun no longer allow (min_batch = 20 of
+# global_batch = 60 leaves 20,20,20 alone) is set aside with a warning: the run resumes at the
+# checkpoint's iteration 12 from the capacity hints, rather than stopping every node
+last=$(grep '^{"iter":11,' "$tmp/dyn-0.jsonl" | tail -1 | sed 's/.*"b":\[\([0-9,]*\)\].*/\1/')
+[ "$last" != 20,20,20 ] || fail "the split at iteration 11 is 20,20,20: the check proves nothing"
+timeout 60 "$HR" local --conf "$tmp/dyn.ini" -- --quiet --set node.2.slowdown=4 \
+  --set controller.min_batch=20 --set train.iterations=14 --metrics "$tmp/dyn-{id}.jsonl" \
+  > "$tmp/dyn-bounds.log" 2>&1 || fail "the rerun with min_batch = 20 failed: $(tail -3 "$tmp/dyn-bounds.log")"
+n=$(grep -c "the checkpoint's split ([0-9,]*) is outside \[controller\] min_batch = 20, max_batch = 60 now; the first split comes from the capacity hints" "$tmp/dyn-bounds.log")
+[ "$n" -ge 1 ] || fail "the rerun with min_batch = 20 did not say why it set the split aside: $(grep -i split "$tmp/dyn-bounds.log" | head -3)"
+got=$(grep '^{"iter":12,' "$tmp/dyn-0.jsonl" | tail -1 | sed 's/.*"b":\[\([0-9,]*\)\].*/\1/')
+echo "recorded split $last under min_batch = 20: iteration 12 trained with ${got:-none}"
+[ "$got" = 20,20,20 ] || fail "the rerun with min_batch = 20 trained iteration 12 with ${got:-none}"
 finish
