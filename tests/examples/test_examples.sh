@@ -24,7 +24,10 @@ c)
         [ -e "$P/$f" ] || fail "$f was not installed"
     done
     cp -r "$SRC/examples/c" "$tmp/c"
-    export PKG_CONFIG_PATH=$P/lib/pkgconfig LD_LIBRARY_PATH=$P/lib
+    # no LD_LIBRARY_PATH: as a user's shell, the program built by the Makefile finds the library
+    # of a prefix outside the loader's search by the rpath it records
+    export PKG_CONFIG_PATH=$P/lib/pkgconfig
+    unset LD_LIBRARY_PATH
     # HR_EXAMPLE_SANITIZE: the sanitizer of a sanitizer build, whose library needs it
     san=${HR_EXAMPLE_SANITIZE:-}
     CFLAGS="-O2 -Wall -Wextra $san" LDFLAGS="$san" make -s -C "$tmp/c" model > "$tmp/make.log" 2>&1 ||
