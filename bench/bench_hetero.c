@@ -905,6 +905,45 @@ static void run_rounds(const hetero_opts *o, const scenario *sc, scenario_plan *
         }
 }
 
+/* Before any run: the first scenario's static run file, with the --set overrides, checked
+ * as `hetring config --node` checks a node (its data against the model, its port), so that a
+ * --template, --layers or --set that every run would refuse stops the bench at once, naming
+ * the problem (exit 2), rather than failing each run into its log. The node checked is on the
+ * CPU; with --netns only the file is checked (its hosts are in namespaces not made yet). */
+static int check_runs(const hetero_opts *o) {
+    int s = 0;
+    while (!o->scen_on[s]) s++;
+    const scenario *sc = &scenarios[s];
+    char conf[1024], node[24];
+    snprintf(conf, sizeof conf, "%s/%s-%s.ini", o->out_dir, sc->name, o->pol[0]);
+    if (write_config(conf, o, sc, o->pol[0], "", (int)o->port) != 0) return CLI_USAGE;
+    cfg c;
+    char err[HR_ERRLEN];
+    cfg_init(&c);
+    if (cfg_parse_file(&c, conf, err, sizeof err) != HR_OK) {
+        fprintf(stderr, "hetring bench hetero: %s\n", err);
+        cfg_free(&c);
+        return CLI_USAGE;
+    }
+    snprintf(node, sizeof node, "%ld", c.nodes[sc->gpu == 0 ? 1 : 0].id);
+    cfg_free(&c);
+    /* hetring config prints the configuration on stdout: only its problems (stderr) matter */
+    char *argv[2 * BENCH_MAX_SETS + 12];
+    int n = 0;
+    argv[n++] = "sh", argv[n++] = "-c", argv[n++] = "exec \"$0\" \"$@\" > /dev/null";
+    argv[n++] = (char *)o->hetring, argv[n++] = "config", argv[n++] = "--conf", argv[n++] = conf;
+    for (int i = 0; i < o->sets.n; i++) argv[n++] = "--set", argv[n++] = (char *)o->sets.v[i];
+    if (!o->netns) argv[n++] = "--node", argv[n++] = node;
+    argv[n] = NULL;
+    int rc = bench_spawn(argv, NULL, 0, 60);
+    if (rc == 0 || rc == BENCH_STOPPED) return rc == 0 ? -1 : 128 + bench_stopped();
+    fprintf(stderr,
+            "hetring bench hetero: the runs' cluster file (%s, from --template %s and the "
+            "options) is refused as above; nothing was run\n",
+            conf, o->tmpl);
+    return CLI_USAGE;
+}
+
 /* Run one scenario and report it: medians over the rounds, speed-ups paired within a round,
  * plots of the fastest dynamic policy. After a stop, the runs completed so far are reported
  * and nothing more is run. */
@@ -969,6 +1008,7 @@ int bench_hetero(int argc, char **argv) {
             return cli_usage_error("bench hetero", "scenario %s needs cuda:0: %s",
                                    scenarios[s].name, why);
     }
+    if ((rc = check_runs(&o)) >= 0) return rc;
     if (o.netns && netns_setup(HB_NODES, o.link_bps, o.link_delay_s) != 0) {
         fprintf(stderr, "hetring bench hetero: could not create the network namespaces (needs "
                         "root, ip and tc); removed what was made\n");

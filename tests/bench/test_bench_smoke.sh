@@ -17,6 +17,8 @@
 #   bench powersgd  two shapes on 1 and 3 threads: a row each, with the bits of one thread;
 #                   bad shapes, thread counts and ranks refused
 #   slow_links.sh   its kernels part writes the summary with that table; a bad part refused
+#                   a --template, --layers or --set that every hetero run would refuse is
+#                   refused once, before any run (exit 2)
 #   hetring bench   is listed by hetring --help and runs the hetring-bench next to hetring;
 #                   without one it says so and exits 2; each hetero run's cluster file is one
 #                   hetring config accepts
@@ -167,6 +169,20 @@ rc=$?
 rc=$?
 [ $rc = 2 ] && grep -q "unknown scenario 'nope' in --scenarios (expected some of homogeneous," "$tmp/t2.err" ||
     fail "bench hetero --scenarios demo,nope: exit $rc, $(cat "$tmp/t2.err")"
+# what every run of bench hetero would refuse (a template it cannot read, layers the data does
+# not fit, an unknown --set key) is refused before any run, once, exit 2, naming the problem;
+# it ran every scenario and policy, each failing into its log, and exited 1
+for bad in "--template $tmp/nope.ini|$tmp/nope.ini: cannot open" \
+    "--layers 5,10|layers: starts with 5, but the synthetic inputs have 784 features" \
+    "--set train.nope=1|unknown key 'nope' in \[train\]"; do
+    # shellcheck disable=SC2086
+    timeout 60 "$HR" bench hetero --port "$base" --out "$tmp/hbad" --iters 20 ${bad%%|*} > "$tmp/t2.out" 2> "$tmp/t2.err"
+    rc=$?
+    [ $rc = 2 ] && grep -q -- "${bad#*|}" "$tmp/t2.err" && [ "$(grep -c -- "${bad#*|}" "$tmp/t2.err")" = 1 ] &&
+        ! grep -q "^scenario" "$tmp/t2.out" && ! ls "$tmp"/hbad/*.log > /dev/null 2>&1 ||
+        fail "bench hetero ${bad%%|*}: exit $rc, $(head -c 600 "$tmp/t2.err")"
+    rm -rf "$tmp/hbad"
+done
 
 # bench powersgd: a row per shape and thread count, each with the bits of one thread; a bad
 # shape or thread count is a usage error. Shapes big enough for 3 threads to split them.
