@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/mount.h>
 #include <unistd.h>
 
 /* ================================================================ rates and delays */
@@ -126,10 +127,27 @@ static int sh(const char *fmt, ...) {
     return rc;
 }
 
+/* What `ip netns del NAME` does, without starting it: a command started here, from a signal
+ * handler, could be killed by the same signal sent again to the process group (`timeout`
+ * signals the bench, then its group), leaving the namespace behind. The veth links go with
+ * their namespaces. */
+static void netns_del(const char *name) {
+    char path[96];
+    snprintf(path, sizeof path, "/var/run/netns/%s", name);
+    umount2(path, MNT_DETACH); /* system calls only: this runs in a signal handler too */
+    unlink(path);
+}
+
 void netns_cleanup(void) {
     if (!g_prefix[0] || !g_owner) return;
-    for (int i = 0; i < g_n; i++) sh("ip netns del %s-%d 2>/dev/null", g_prefix, i);
-    sh("ip netns del %s-br 2>/dev/null", g_prefix);
+    char name[48];
+    for (int i = 0; i <= g_n; i++) {
+        if (i < g_n)
+            snprintf(name, sizeof name, "%s-%d", g_prefix, i);
+        else
+            snprintf(name, sizeof name, "%s-br", g_prefix);
+        netns_del(name);
+    }
     g_prefix[0] = 0;
 }
 

@@ -5,7 +5,9 @@
 #    it makes any namespace (no root needed for this part);
 #  - with the privilege to make network namespaces, a run with --link-rate 100mbit prints the
 #    rate in its header and JSON, and its busbw stays under 100 Mbit/s (the 1 Gbit/s default
-#    would allow ten times that); without that privilege this part exits 77 (skipped).
+#    would allow ten times that); without that privilege this part exits 77 (skipped);
+#  - stopped by SIGINT or SIGTERM as `timeout` sends them (the bench, then its process group),
+#    it exits 130 or 143 and leaves none of its namespaces behind.
 set -u
 HR=$1
 tmp=$(mktemp -d)
@@ -55,6 +57,29 @@ bus=$(sed -n 's/.*"busbw": \([0-9.]*\).*/\1/p' "$tmp/j")
 echo "busbw at 2 MiB: $bus GB/s over a 0.0125 GB/s link"
 awk -v b="${bus:-x}" 'BEGIN { exit !(b ~ /^[0-9.]+$/ && b > 0.003 && b <= 0.0125 * 1.1) }' ||
     fail "busbw $bus GB/s is not within (0.003, 0.01375] GB/s: the links do not run at 100 Mbit/s"
+# a run stopped as `timeout -s SIG` stops it (SIG to the bench, then to its process group, in
+# which the bench's own cleanup may have started a command) exits 128 + SIG and leaves none of
+# its namespaces hrbPID-*: runs left one where the group's signal killed the `ip netns del`
+# of the bench's cleanup
+for gap in 0 0.005 0.02; do # between the two signals: the bench's cleanup is under way
+    for sig in INT TERM; do
+        setsid "$HR" bench allreduce --netns --nodes 2 -b 16M -e 16M --iters 200 --rate 1 \
+            > "$tmp/stop" 2>&1 &
+        pid=$!
+        for _ in $(seq 100); do grep -q "^# *size" "$tmp/stop" && break; sleep 0.1; done
+        sleep 0.3
+        kill -"$sig" "$pid"
+        sleep "$gap"
+        kill -"$sig" -- -"$pid" 2> /dev/null
+        wait "$pid"
+        rc=$?
+        want=$((128 + $(kill -l "$sig")))
+        left=$(ip netns list | awk -v p="hrb$((pid % 100000))-" 'index($1, p) == 1 { print $1 }' | tr '\n' ' ')
+        [ "$rc" = "$want" ] && [ -z "$left" ] ||
+            fail "bench allreduce --netns stopped by SIG$sig: exit $rc (expected $want), namespaces left: '$left'"
+        for n in $left; do ip netns del "$n"; done
+    done
+done
 ip netns list | grep -q "^hrb" && echo "note: namespaces named hrb* exist (another bench running?)"
 echo "$fails failure(s)"
 [ "$fails" = 0 ]
