@@ -34,9 +34,11 @@ while getopts "r:i:o:c:d" opt; do
     r) reps=$OPTARG ;;
     i) iters=$OPTARG ;;
     o) out=$OPTARG ;;
-    *) echo "usage: $0 [-r REPS] [-i ITERATIONS] [-o OUT]" >&2; exit 2 ;;
+    *) echo "usage: $0 [-r REPS] [-i ITERATIONS] [-o OUT] [-c wall|cpu] [-d]" >&2; exit 2 ;;
     esac
 done
+command -v "$HETRING" > /dev/null ||
+    { echo "$0: hetring not found ('$HETRING'): set HETRING=PATH/hetring or put it on PATH" >&2; exit 2; }
 mkdir -p "$out"
 conf=$here/examples/torch/cluster.ini
 [ -d "$out/data" ] || "$HETRING" gen-data --kind synthetic --out "$out/data" --samples 12000 \

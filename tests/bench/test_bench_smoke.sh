@@ -17,6 +17,8 @@
 #   bench powersgd  two shapes on 1 and 3 threads: a row each, with the bits of one thread;
 #                   bad shapes, thread counts and ranks refused
 #   slow_links.sh   its kernels part writes the summary with that table; a bad part refused
+#   elastic_scale.sh, start_cost.sh, torch_bench.sh: --help, and a hetring that cannot run
+#                   refused at once (exit 2)
 #                   a --template, --layers or --set that every hetero run would refuse is
 #                   refused once, before any run (exit 2)
 #   hetring bench   is listed by hetring --help and runs the hetring-bench next to hetring;
@@ -208,6 +210,23 @@ timeout 120 bash "$SL" "$tmp/sl" --hetring "$HR" --only kernels > "$tmp/sl.out" 
 bash "$SL" "$tmp/sl2" --hetring "$HR" --only links > /dev/null 2> "$tmp/sl.err"
 rc=$?
 [ $rc = 2 ] && grep -q -- "--only 'links'" "$tmp/sl.err" || fail "slow_links.sh --only links: exit $rc, $(cat "$tmp/sl.err")"
+
+# the measuring scripts that take the hetring to measure: --help is their usage (exit 0); no
+# hetring, or one that is not an executable file, is refused at once (exit 2, naming it)
+# rather than started N times and waited for (elastic_scale.sh polled 150 s a cluster)
+for sc in elastic_scale start_cost; do
+    S=$(dirname "$0")/../../bench/$sc.sh
+    timeout 20 bash "$S" --help > "$tmp/sc.out" 2>&1 && grep -q "^usage: $sc.sh HETRING" "$tmp/sc.out" ||
+        fail "$sc.sh --help: $(head -3 "$tmp/sc.out")"
+    timeout 20 bash "$S" "$tmp/nohetring" > "$tmp/sc.out" 2>&1
+    rc=$?
+    [ $rc = 2 ] && grep -q "'$tmp/nohetring' is not an executable file" "$tmp/sc.out" ||
+        fail "$sc.sh with no hetring: exit $rc, $(head -3 "$tmp/sc.out")"
+done
+HETRING=$tmp/nohetring timeout 20 bash "$(dirname "$0")/../../bench/torch_bench.sh" -o "$tmp/tb" > "$tmp/sc.out" 2>&1
+rc=$?
+[ $rc = 2 ] && grep -q "hetring not found ('$tmp/nohetring')" "$tmp/sc.out" ||
+    fail "torch_bench.sh with HETRING=$tmp/nohetring: exit $rc, $(head -3 "$tmp/sc.out")"
 
 cat "$tmp/h.out"
 echo "$fails failure(s)"
