@@ -105,7 +105,13 @@ static int fault_opt(elastic_opts *o, const char *name, const char *arg) {
         cli_usage_error("bench elastic", "--%s '%s' (expected ID@ITER, ITER >= 1)", name, arg);
         return -1;
     }
-    o->target = id, o->fault_iter = it, o->kill = strcmp(name, "kill") == 0;
+    int kill = strcmp(name, "kill") == 0;
+    if (o->fault_iter >= 0 && kill != o->kill) {
+        cli_usage_error("bench elastic",
+                        "--kill and --stop: a run has one fault; give one of them");
+        return -1;
+    }
+    o->target = id, o->fault_iter = it, o->kill = kill;
     return 0;
 }
 static int kill_opt(const char *suite, const char *arg, void *dst) {
@@ -138,7 +144,7 @@ static int parse_opts(elastic_opts *o, int argc, char **argv) {
         {0}};
     int rc = bench_parse_opts("elastic", opts, usage, argc, argv);
     if (rc >= 0) return rc;
-    if (o->rejoin_after == -1) o->rejoin_after = o->kill ? 3 : 5;
+    if (isnan(o->rejoin_after)) o->rejoin_after = o->kill ? 3 : 5; /* not given */
     if (!(o->rejoin_after >= 0 && o->rejoin_after <= 3600))
         return cli_usage_error("bench elastic", "--rejoin-after %g (expected 0..3600 seconds)",
                                o->rejoin_after);
@@ -648,7 +654,7 @@ int bench_elastic(int argc, char **argv) {
                       .kill = 1,
                       .target = 2,
                       .fault_iter = -1,
-                      .rejoin_after = -1,
+                      .rejoin_after = NAN,
                       .iters = 1000,
                       .runs = 5,
                       .deadline = 600,

@@ -69,6 +69,15 @@ done
 [ $rc = 2 ] && grep -q "past --iters" "$tmp/bad.out" || fail "--kill 2@100 of 100 iterations: exit $rc, $(cat "$tmp/bad.out")"
 "$HR" bench elastic --kill 2 > "$tmp/bad2.out" 2>&1; rc=$?
 [ $rc = 2 ] && grep -q "expected ID@ITER" "$tmp/bad2.out" || fail "--kill 2: exit $rc, $(cat "$tmp/bad2.out")"
+# --kill with --stop is refused (the last one given was run, silently), and so is a negative
+# --rejoin-after, -1 too (it stood for the default)
+for bad in "--kill 1@5 --stop 1@5|--kill and --stop: a run has one fault" \
+    "--rejoin-after -1|--rejoin-after -1 (expected 0..3600 seconds)"; do
+    # shellcheck disable=SC2086
+    timeout 30 "$HR" bench elastic --iters 8 --runs 1 --out "$tmp/bad3" ${bad%%|*} > "$tmp/bad3.out" 2>&1
+    rc=$?
+    [ $rc = 2 ] && grep -q -- "${bad#*|}" "$tmp/bad3.out" || fail "${bad%%|*}: exit $rc, $(head -3 "$tmp/bad3.out")"
+done
 
 # with HR_KEEP=DIR the runs' files are copied there first, for a look at a failure
 [ -n "${HR_KEEP:-}" ] && rm -rf "$HR_KEEP" && cp -r "$tmp" "$HR_KEEP"
