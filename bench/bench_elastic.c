@@ -427,9 +427,9 @@ static void load_nodes(const elastic_opts *o, const char *dir, em_node *nodes) {
  * each: a vertical line at the event for both plots (columns t, samples/s, batch). */
 static double write_csv(const char *dir, const elastic_opts *o, const em_node *x, double t0,
                         double *max_sps) {
-    char path[1024];
+    char path[1024], tmp[1100];
     snprintf(path, sizeof path, "%s/elastic.csv", dir);
-    FILE *f = fopen(path, "w");
+    FILE *f = bench_open_out(path, tmp, sizeof tmp);
     if (!f) return -1;
     fprintf(f, "t,samples_per_s");
     for (int k = 0; k < o->nodes; k++) fprintf(f, ",b%ld", o->ids[k]);
@@ -451,16 +451,16 @@ static double write_csv(const char *dir, const elastic_opts *o, const em_node *x
         }
         fprintf(f, "\n");
     }
-    return bench_close(f, path);
+    return bench_commit(f, tmp, path);
 }
 
 static void write_event(const char *dir, const char *name, double t, double max_sps, long B) {
-    char path[1024];
+    char path[1024], tmp[1100];
     snprintf(path, sizeof path, "%s/%s.csv", dir, name);
-    FILE *f = fopen(path, "w");
+    FILE *f = bench_open_out(path, tmp, sizeof tmp);
     if (!f) return;
     fprintf(f, "t,samples_per_s,batch\n%.4f,0,0\n%.4f,%.1f,%ld\n", t, t, max_sps, B);
-    bench_close(f, path);
+    bench_commit(f, tmp, path);
 }
 
 /* elastic.png: samples/s and every node's batch against time, the events marked. */

@@ -565,9 +565,9 @@ static int run_one(const hetero_opts *o, const scenario *s, const char *policy, 
 }
 
 static void write_csv(const char *dir, const char *scen, const char *policy, const run_log *l) {
-    char path[1024];
+    char path[1024], tmp[1100];
     snprintf(path, sizeof path, "%s/%s-%s.csv", dir, scen, policy);
-    FILE *f = fopen(path, "w");
+    FILE *f = bench_open_out(path, tmp, sizeof tmp);
     if (!f) return;
     fprintf(f, "iter,wall_s,loss");
     for (int k = 0; k < HB_NODES; k++) fprintf(f, ",b%d", k);
@@ -579,7 +579,7 @@ static void write_csv(const char *dir, const char *scen, const char *policy, con
         for (int k = 0; k < HB_NODES; k++) fprintf(f, ",%.6f", l->t[i][k]);
         fprintf(f, ",%d\n", l->changed[i]);
     }
-    bench_close(f, path);
+    bench_commit(f, tmp, path);
 }
 
 /* PNGs from the CSV (columns iter, wall_s, loss, b0.., t0.., changed): batch sizes and compute

@@ -272,6 +272,21 @@ int bench_close(FILE *f, const char *path) {
     return -1;
 }
 
+FILE *bench_open_out(const char *path, char *tmp, size_t n) {
+    FILE *f = hr_file_tmp_name(tmp, n, path) == 0 ? fopen(tmp, "w") : NULL;
+    if (!f) fprintf(stderr, "hetring bench: cannot write %s: %s\n", path, strerror(errno));
+    return f;
+}
+
+int bench_commit(FILE *f, const char *tmp, const char *path) {
+    int e = hr_file_close(f, errno);
+    if (e) unlink(tmp);
+    if (!e) e = hr_file_replace(tmp, path);
+    if (!e) return 0;
+    fprintf(stderr, "hetring bench: %s: write failed (%s); not written\n", path, strerror(e));
+    return -1;
+}
+
 int bench_write_cfg(const cfg *c, const char *path, const char *comment) {
     char *text = NULL;
     size_t len = 0;

@@ -36,7 +36,9 @@ void plot_add(plot_spec *p, const char *csv, int x, int y, double scale, const c
     __attribute__((format(printf, 6, 7)));
 
 /* Write plots[0..n) as the gnuplot script `script` and run gnuplot on it, its stderr appended
- * to `log`. Returns 0 when every PNG was drawn, -1 after a warning otherwise. */
+ * to `log`. Each PNG is drawn beside its name and renamed over it once gnuplot succeeded, so a
+ * PNG is whole or as it was. A series' CSV that cannot be read is named in a warning and
+ * nothing is drawn. Returns 0 when every PNG was drawn, -1 after a warning otherwise. */
 int plot_render(const char *script, const plot_spec *plots, int n, const char *log);
 
 #endif

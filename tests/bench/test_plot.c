@@ -1,0 +1,136 @@
+/*
+ * test_plot.c: bench/plot.c's promises on a PNG that exists from an earlier run ("old"):
+ *   missing input  a series' CSV that cannot be read: -1, nothing drawn, the old PNG kept
+ *                  (gnuplot left it empty) and no temporary file
+ *   gnuplot fails  a CSV with no data: -1, the old PNG kept, no temporary file
+ *   drawn          a CSV with data: 0, the PNG replaced by a whole one, no temporary file
+ * The last two need gnuplot; without it they are skipped (and say so).
+ *   CSV            bench_open_out/bench_commit, as the benches write the CSVs the plots read: a
+ *                  write cut short (a 4 KiB file size limit for a full disk) fails and keeps
+ *                  the old file whole, with no temporary file; a whole write replaces it
+ */
+#include "bench/bench_util.h"
+#include "bench/plot.h"
+#include "tests/check.h"
+
+#include <dirent.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <sys/resource.h>
+
+static char g_dir[64];
+
+static void put(const char *name, const char *text) {
+    char path[128];
+    snprintf(path, sizeof path, "%s/%s", g_dir, name);
+    FILE *f = fopen(path, "w");
+    if (f) fputs(text, f), fclose(f);
+}
+
+/* the first 8 bytes of dir/name ("" when absent), and its size */
+static long head(const char *name, char *out) {
+    char path[128];
+    snprintf(path, sizeof path, "%s/%s", g_dir, name);
+    memset(out, 0, 9);
+    FILE *f = fopen(path, "rb");
+    if (!f) return -1;
+    size_t n = fread(out, 1, 8, f);
+    fseek(f, 0, SEEK_END);
+    long size = ftell(f);
+    fclose(f);
+    return n ? size : 0;
+}
+
+/* files of the directory whose name holds ".tmp." */
+static int temporaries(void) {
+    DIR *d = opendir(g_dir);
+    int n = 0;
+    for (struct dirent *e; d && (e = readdir(d));) n += strstr(e->d_name, ".tmp.") != NULL;
+    if (d) closedir(d);
+    return n;
+}
+
+static int render(const char *csv) {
+    static plot_spec p;
+    char path[128], script[128], log[128];
+    memset(&p, 0, sizeof p);
+    snprintf(p.png, sizeof p.png, "%s/a.png", g_dir);
+    snprintf(p.title, sizeof p.title, "test");
+    snprintf(path, sizeof path, "%s/%s", g_dir, csv);
+    plot_add(&p, path, 1, 2, 1, "y");
+    snprintf(script, sizeof script, "%s/a.gp", g_dir);
+    snprintf(log, sizeof log, "%s/gnuplot.log", g_dir);
+    return plot_render(script, &p, 1, log);
+}
+
+int main(void) {
+    char buf[9];
+    snprintf(g_dir, sizeof g_dir, "/tmp/hetring-test-plot-XXXXXX");
+    if (!mkdtemp(g_dir)) return perror("mkdtemp"), 1;
+    put("a.png", "old png");
+
+    int rc = render("missing.csv");
+    long size = head("a.png", buf);
+    CHECK(rc == -1, "missing input: plot_render returned %d", rc);
+    CHECK(size == 7 && strcmp(buf, "old png") == 0,
+          "missing input: a.png was replaced (%ld bytes, '%s')", size, buf);
+    CHECK(temporaries() == 0, "missing input: %d temporary file(s) left", temporaries());
+
+    int gnuplot = system("command -v gnuplot > /dev/null 2>&1") == 0;
+    if (gnuplot) {
+        put("empty.csv", "x,y\n");
+        rc = render("empty.csv");
+        size = head("a.png", buf);
+        CHECK(rc == -1, "no data: plot_render returned %d", rc);
+        CHECK(size == 7 && strcmp(buf, "old png") == 0,
+              "no data: a.png was replaced (%ld bytes, '%s')", size, buf);
+        CHECK(temporaries() == 0, "no data: %d temporary file(s) left", temporaries());
+
+        put("data.csv", "x,y\n0,1\n1,3\n2,2\n");
+        rc = render("data.csv");
+        size = head("a.png", buf);
+        CHECK(rc == 0, "data: plot_render returned %d", rc);
+        CHECK(size > 100 && memcmp(buf, "\x89PNG", 4) == 0, "data: a.png is no PNG (%ld bytes)",
+              size);
+        CHECK(temporaries() == 0, "data: %d temporary file(s) left", temporaries());
+    } else {
+        printf("gnuplot not found: the cases that draw were skipped\n");
+    }
+    /* CSV: 20000 rows do not fit under a 4 KiB limit; 10 do */
+    char csv[128], tmp[160];
+    snprintf(csv, sizeof csv, "%s/a.csv", g_dir);
+    put("a.csv", "old csv");
+    struct rlimit old_lim, lim;
+    getrlimit(RLIMIT_FSIZE, &old_lim);
+    lim = old_lim, lim.rlim_cur = 4096;
+    signal(SIGXFSZ, SIG_IGN);
+    setrlimit(RLIMIT_FSIZE, &lim);
+    for (int rows = 20000; rows >= 10; rows /= 2000) {
+        FILE *f = bench_open_out(csv, tmp, sizeof tmp);
+        CHECK(f != NULL, "csv: bench_open_out failed");
+        if (!f) break;
+        for (int i = 0; i < rows; i++) fprintf(f, "%d,%d\n", i, 2 * i);
+        rc = bench_commit(f, tmp, csv);
+        size = head("a.csv", buf);
+        if (rows > 10) {
+            CHECK(rc == -1, "csv cut short: bench_commit returned %d", rc);
+            CHECK(size == 7 && strcmp(buf, "old csv") == 0,
+                  "csv cut short: a.csv was replaced (%ld bytes, '%s')", size, buf);
+        } else {
+            CHECK(rc == 0 && size > 7 && strncmp(buf, "0,0\n", 4) == 0,
+                  "csv: a whole write did not replace a.csv (%d, %ld bytes)", rc, size);
+        }
+        CHECK(temporaries() == 0, "csv: %d temporary file(s) left", temporaries());
+    }
+    setrlimit(RLIMIT_FSIZE, &old_lim);
+
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);
+    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", g_dir);
+    if (check_failures_) return 1;
+    printf("ok\n");
+    return 0;
+}
