@@ -8,6 +8,18 @@
 
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
+
+const char *bench_own_file(const char *rel, char *buf, size_t len) {
+    char exe[4096];
+    if (cli_self_exe(exe, sizeof exe) == 0 && strrchr(exe, '/')) {
+        *strrchr(exe, '/') = 0;
+        snprintf(buf, len, "%s/../share/hetring/bench/%s", exe, rel);
+        if (access(buf, R_OK) == 0) return buf;
+    }
+    snprintf(buf, len, "%s/bench/%s", HR_SOURCE_DIR, rel);
+    return buf;
+}
 
 static const bench_suite suites[] = {
     {"hetero", "dynamic batching against static on emulated heterogeneous clusters", bench_hetero},

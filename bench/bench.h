@@ -8,12 +8,20 @@
 #ifndef HR_BENCH_H
 #define HR_BENCH_H
 
+#include <stddef.h>
+
 /* A benchmark suite of hetring-bench. */
 typedef struct {
     const char *name;
     const char *summary;
     int (*fn)(int argc, char **argv);
 } bench_suite;
+
+/* The path of the bench's own file `rel` (hetero.ini, torch_mlp.py, py/ddp_baseline.py) in
+ * buf[0..len): beside an installed hetring-bench (BIN/../share/hetring/bench/REL, where
+ * `cmake --install` puts them) when it is there, else in the source tree this executable was
+ * built from (which a build tree uses; it need not exist any more). The path is returned. */
+const char *bench_own_file(const char *rel, char *buf, size_t len);
 
 /* The suites. */
 int bench_hetero(int argc, char **argv);

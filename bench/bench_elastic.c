@@ -60,6 +60,7 @@ typedef struct {
 /* ================================================================ options */
 
 static void usage(FILE *out) {
+    char tmpl[4200];
     fprintf(
         out,
         "usage: hetring bench elastic [--nodes N] [--kill ID@ITER | --stop ID@ITER]\n"
@@ -86,14 +87,14 @@ static void usage(FILE *out) {
         "  --json FILE       one object per run\n"
         "  --out DIR         cluster file, node logs, metrics, CSV and PNG (default\n"
         "                    bench-elastic)\n"
-        "  --conf FILE       template cluster file (default %s/bench/hetero.ini)\n"
+        "  --conf FILE       template cluster file (default %s)\n"
         "  --set S.K=V       override a key of the run's file, after the bench's own\n"
         "                    (cluster.timeout=2, cluster.rejoin_timeout=60, ports, iterations)\n"
         "  --deadline S      seconds one run may take before every node is killed\n"
         "                    (default 600)\n"
         "  --port P          node k listens on 127.0.0.1 port P+k (default: free ports found\n"
         "                    at start)\n",
-        EB_MAX_NODES, EB_MAX_RUNS, HR_SOURCE_DIR);
+        EB_MAX_NODES, EB_MAX_RUNS, bench_own_file("hetero.ini", tmpl, sizeof tmpl));
 }
 
 /* ID@ITER into o->target and o->fault_iter. */
@@ -650,6 +651,7 @@ static int write_json(const elastic_opts *o, const run_report *rr, double ref) {
 }
 
 int bench_elastic(int argc, char **argv) {
+    static char tmpl[4200];
     elastic_opts o = {.nodes = 4,
                       .kill = 1,
                       .target = 2,
@@ -659,7 +661,7 @@ int bench_elastic(int argc, char **argv) {
                       .runs = 5,
                       .deadline = 600,
                       .out_dir = "bench-elastic",
-                      .tmpl = HR_SOURCE_DIR "/bench/hetero.ini"};
+                      .tmpl = bench_own_file("hetero.ini", tmpl, sizeof tmpl)};
     int rc = parse_opts(&o, argc, argv);
     if (rc >= 0) return rc;
     rc = bench_prepare_runs("elastic", o.hetring, sizeof o.hetring, o.out_dir);

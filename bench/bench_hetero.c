@@ -313,6 +313,7 @@ static void policy_list(char *out, size_t n) {
 }
 
 static void usage(FILE *out) {
+    char tmpl[4200];
     char pols[256];
     policy_list(pols, sizeof pols);
     fprintf(out,
@@ -355,7 +356,7 @@ static void usage(FILE *out) {
             "  --port P         the nodes listen on 127.0.0.1 ports P to P+%d and the DDP\n"
             "                   baseline meets on P+%d (default: %d free ports found at start)\n"
             "  --template FILE  cluster file with %d nodes the runs start from\n"
-            "                   (default %s/bench/hetero.ini)\n"
+            "                   (default %s)\n"
             "  --netns          run every node in a network namespace of its own, on a veth\n"
             "                   link to a bridge, its egress shaped with tc (made at the start,\n"
             "                   removed at the end; needs root, ip and tc); nodes at\n"
@@ -364,8 +365,8 @@ static void usage(FILE *out) {
             "                   unit (default 1gbit; e.g. 10gbit, 500mbit)\n"
             "  --link-delay D   with --netns: each link's one-way delay, a number and s, ms or\n"
             "                   us (default 200us; 0 for none)\n",
-            HB_NODES, pols, HB_NODES - 1, HB_NODES, HB_NODES + 1, HB_NODES, HR_SOURCE_DIR,
-            HB_NODES);
+            HB_NODES, pols, HB_NODES - 1, HB_NODES, HB_NODES + 1, HB_NODES,
+            bench_own_file("hetero.ini", tmpl, sizeof tmpl), HB_NODES);
 }
 
 /* --ddp-hooks: none, fp16, bf16 or powersgd:R (R in 1..64), comma-separated. -1 to go on,
@@ -620,7 +621,7 @@ static double ddp_baseline(const hetero_opts *o, const scenario *s, const char *
         return NAN;
     }
     char script[1100], nodes[16], batch[32], slow[128], iters[32], port[24];
-    snprintf(script, sizeof script, "%s/bench/py/ddp_baseline.py", HR_SOURCE_DIR);
+    bench_own_file("py/ddp_baseline.py", script, sizeof script);
     snprintf(nodes, sizeof nodes, "%d", HB_NODES);
     snprintf(batch, sizeof batch, "%ld", o->batch);
     snprintf(slow, sizeof slow, "%g,%g,%g,%g", s->slowdown[0], s->slowdown[1], s->slowdown[2],
@@ -972,12 +973,13 @@ static void run_scenario(const hetero_opts *o, const scenario *sc, report *rep, 
 }
 
 int bench_hetero(int argc, char **argv) {
+    static char tmpl[4200];
     hetero_opts o = {.out_dir = "bench-out",
                      .iters = 300,
                      .batch = 512,
                      .layers = "784,512,512,10",
                      .repeat = 1,
-                     .tmpl = HR_SOURCE_DIR "/bench/hetero.ini",
+                     .tmpl = bench_own_file("hetero.ini", tmpl, sizeof tmpl),
                      .link_bps = 1e9,
                      .link_delay_s = 200e-6};
     const char *pols = NULL, *scens = NULL;

@@ -70,12 +70,11 @@ static double upper_median(double *v, long n) {
     return v[n / 2];
 }
 
-/* bench/torch_mlp.py: in the source tree (HR_SOURCE_DIR), else next to the build tree. Returns
- * 0, or -1 with `buf` empty. */
+/* bench/torch_mlp.py: installed beside hetring-bench, or in the source tree (bench_own_file),
+ * else next to the build tree. Returns 0, or -1 with `buf` empty. */
 static int torch_script(char *buf, size_t len) {
     char exe[1024];
-    snprintf(buf, len, "%s/bench/torch_mlp.py", HR_SOURCE_DIR);
-    if (access(buf, R_OK) == 0) return 0;
+    if (access(bench_own_file("torch_mlp.py", buf, len), R_OK) == 0) return 0;
     if (cli_self_exe(exe, sizeof exe) == 0) {
         char *slash = strrchr(exe, '/');
         if (slash) *slash = 0;
