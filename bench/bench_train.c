@@ -122,7 +122,7 @@ static int parse_opts(tb_opts *o, int argc, char **argv) {
         {.name = "model", .kind = BENCH_OPT_STR, .dst = &o->model},
         {.name = "layers", .kind = BENCH_OPT_STR, .dst = &o->layers},
         {.name = "batch", .kind = BENCH_OPT_LONG, .dst = &o->batch, .lo = 1, .hi = 1L << 24},
-        {.name = "threads", .kind = BENCH_OPT_LONG, .dst = &o->threads, .lo = 0, .hi = 1024},
+        {.name = "threads", .kind = BENCH_OPT_LONG, .dst = &o->threads, .lo = 1, .hi = 1024},
         {.name = "iters", .kind = BENCH_OPT_LONG, .dst = &o->iters, .lo = 1, .hi = 1L << 30},
         {.name = "repeat", .kind = BENCH_OPT_LONG, .dst = &o->repeat, .lo = 1, .hi = 100},
         {.name = "json", .kind = BENCH_OPT_OUT, .dst = &o->json},

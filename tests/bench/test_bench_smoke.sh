@@ -186,6 +186,13 @@ for bad in "--template $tmp/nope.ini|$tmp/nope.ini: cannot open" \
     rm -rf "$tmp/hbad"
 done
 
+# bench train --threads 0 is refused: it ran hetring on every core while PyTorch's side, handed
+# the 0, failed ('set_num_threads expects a positive integer'), and the header said 0 threads
+"$HR" bench train --threads 0 --no-torch > /dev/null 2> "$tmp/t2.err"
+rc=$?
+[ $rc = 2 ] && grep -q -- "--threads '0' (expected 1..1024)" "$tmp/t2.err" ||
+    fail "bench train --threads 0: exit $rc, $(cat "$tmp/t2.err")"
+
 # bench powersgd: a row per shape and thread count, each with the bits of one thread; a bad
 # shape or thread count is a usage error. Shapes big enough for 3 threads to split them.
 timeout 120 "$HR" bench powersgd --shapes 300x1000,1000x300 --threads 1,3 --repeat 1 > "$tmp/p.out" 2>&1 ||
