@@ -88,7 +88,11 @@ static hr_status send_complete(grad_xfer *x, int bf16) {
     if (bf16) HR_CHECK(bf16_alloc(x));
     while (x->next_bucket < x->n_buckets - 1 && x->missing[x->next_bucket] == 0) {
         const long lo = x->cuts[x->next_bucket + 1], hi = x->cuts[x->next_bucket];
-        HR_CHECK(bucket_prepare(x, bf16, (size_t)lo, (size_t)hi));
+        hr_status st = bucket_prepare(x, bf16, (size_t)lo, (size_t)hi);
+        if (st != HR_OK) { /* the buckets out already end first: the ring is the caller's next */
+            (void)overlap_wait(w);
+            return st;
+        }
         overlap_submit(w, x->grads + lo, (size_t)(hi - lo));
         x->next_bucket++;
     }
