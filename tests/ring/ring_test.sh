@@ -27,6 +27,8 @@
 #               LD_PRELOAD shim given as the fourth argument): it retries and the ring forms;
 #               and a resolver that answers only after 30 s holds no connection attempt past
 #               its deadline
+#   poll_enomem node 0's poll() fails with ENOMEM (a shim, the fourth argument) while its peer
+#               is stopped: it gives up at its timeout, on either engine
 #   mt_nomem    two nodes on the threaded engine, one of them without the address space for its
 #               staging: it says so and runs the collectives on its own thread, and both
 #               nodes' results check (the frames are the same either way)
@@ -255,6 +257,30 @@ tree_death)
                 fail "SIG$sig: node $i does not name node 1: $(grep 'ring error' "$tmp/out.$i")"
             grep "ring error" "$tmp/out.$i" | sed 's/^/    /'
         done
+    done
+    ;;
+poll_enomem)
+    # poll() fails with ENOMEM on node 0 once the file exists, while its peer is stopped
+    # (SIGSTOP) in the middle of the all-reduces: node 0 still gives up at its deadline
+    # (timeout 2 s) naming the peer, on the calling thread's engine and on the threaded one
+    for workers in off 1; do
+        newbase; TO=2 conf "$tmp/c.ini" 2
+        rm -f "$tmp/poll_fail"
+        HETRING_RING_WORKERS=$workers start 1 "$tmp/c.ini" loop 100000
+        HETRING_RING_WORKERS=$workers POLL_FAIL_FILE="$tmp/poll_fail" LD_PRELOAD=$PROXY \
+            start 0 "$tmp/c.ini" loop 100000
+        running 2 20
+        touch "$tmp/poll_fail"; kill -STOP "${pid[1]}"; t0=$(now)
+        for _ in $(seq 200); do kill -0 "${pid[0]}" 2>/dev/null || break; sleep 0.1; done
+        el=$(awk "BEGIN{printf \"%.1f\", $(now) - $t0}")
+        kill -KILL "${pid[0]}" "${pid[1]}" 2>/dev/null
+        finish 0 1
+        grep -q "^poll_fail: poll() fails with ENOMEM" "$tmp/out.0" ||
+            fail "workers $workers: node 0's poll() never failed: the check proves nothing"
+        echo "workers $workers: node 0 exited ${rc[0]} $el s after its poll() began to fail (timeout 2 s)"
+        [ "${rc[0]}" = 3 ] || { fail "workers $workers: node 0 exited ${rc[0]}, expected 3 (ring error)"; show 0; }
+        awk "BEGIN{exit !($el < 8)}" || fail "workers $workers: node 0 took $el s (timeout 2 s)"
+        grep "ring error" "$tmp/out.0" | sed 's/^/    /'
     done
     ;;
 peer_death)
