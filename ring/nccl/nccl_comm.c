@@ -187,6 +187,9 @@ hr_status nccl_allreduce(nccl_comm *c, float *dev_buf, size_t count, double time
         if (e == cudaSuccess) break;
         if (e != cudaErrorNotReady)
             return fail(c, HR_ERR_CUDA, "%s: %s", what, cudaGetErrorString(e));
+        /* the runtime keeps "not ready" as this thread's last error: clear it, or the next
+         * kernel launch check (cudaGetLastError, the SGD step's) reports it as a failure */
+        (void)cudaGetLastError();
         int busy = 0;
         hr_status s = comm_state(c, what, &busy);
         if (s == HR_OK)

@@ -348,7 +348,10 @@ int model_cuda_grad_chunk_ready(model_cuda *mc, int i) {
     if (i < 0 || i >= mc->n_chunks || !mc->downloading) return -1;
     cudaError_t e = cudaEventQuery(mc->down[i]);
     if (e == cudaSuccess) return 1;
-    if (e == cudaErrorNotReady) return 0;
+    if (e == cudaErrorNotReady) {
+        (void)cudaGetLastError(); /* kept as the last error: the next launch check would see it */
+        return 0;
+    }
     HR_ERROR(CUDA, "gradient chunk %d: %s", i, cudaGetErrorString(e));
     return -1;
 }
