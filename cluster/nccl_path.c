@@ -13,7 +13,7 @@
 
 #define WHY_BYTES 200 /* a member's init error, as all-gathered */
 
-/* A member's facts on the wire: bit 0 device gradients, bit 1 NCCL. */
+/* A member's facts on the wire: bit 0 device gradients, bit 1 NCCL runs here (can_nccl). */
 enum { FACT_DEVICE_GRADS = 1, FACT_NCCL = 2 };
 
 /* What rank 0 broadcasts: whether it made an id, and the id. */
@@ -59,6 +59,19 @@ static void tell(nccl_path *p, const ring *r, const cluster_config *c, transport
     p->told = (int)k;
 }
 
+/* Whether this process can run NCCL: an implementation, and its library loads (once per
+ * process; said once where it does not). A member that could not would fail its init at once
+ * while the others wait in theirs for it until connect_timeout, in every view. */
+static int can_nccl(const nccl_path *p) {
+    char why[HR_ERRLEN];
+    if (!p->ops) return 0;
+    if (p->ops->load(why, sizeof why) == HR_OK) return 1;
+    static int said;
+    if (!__atomic_exchange_n(&said, 1, __ATOMIC_RELAXED))
+        HR_WARN(RING, "NCCL cannot be used here, so views with this node stay on TCP: %s", why);
+    return 0;
+}
+
 /* The members' facts: the INI's for everyone, the members' own when `gathered`. */
 static transport_kind choose(nccl_path *p, ring *r, const cluster_config *c, int gather, char *why,
                              size_t len, hr_status *st) {
@@ -67,7 +80,7 @@ static transport_kind choose(nccl_path *p, ring *r, const cluster_config *c, int
     uint32_t all[RING_MAX_NODES] = {0};
     *st = HR_OK;
     if (gather) {
-        uint32_t mine = (p->device_grads ? FACT_DEVICE_GRADS : 0) | (p->ops ? FACT_NCCL : 0);
+        uint32_t mine = (p->device_grads ? FACT_DEVICE_GRADS : 0) | (can_nccl(p) ? FACT_NCCL : 0);
         if ((*st = ring_allgather(r, &mine, all, sizeof mine)) != HR_OK) return TRANSPORT_TCP;
     }
     for (int k = 0; k < v->n; k++) {

@@ -19,6 +19,11 @@
 #   error     node 1's NCCL all-reduce fails at iteration 15: every node aborts, a new view
 #             forms with a new id and iteration 15 runs again; exactly once (I8), and the end
 #             is bitwise the TCP run's
+#   noload    backend = auto, node 2's NCCL cannot be loaded (its build's real NCCL under an
+#             empty HETRING_CUDA_LIBS; in a build without NCCL it has none): the members' facts
+#             say so, the view goes over TCP without a unique id or an init on any member (a
+#             member whose init fails at once leaves the others waiting in theirs until
+#             connect_timeout), and rank 0 names node 2
 #   startup   backend = nccl with security = encrypt (exit 2, both keys named), with a CPU node
 #             (exit 2), in a build without NCCL (exit 2, when this build has none); auto with a
 #             CPU member trains over TCP and rank 0 says why
@@ -198,6 +203,23 @@ error)
   exactly_once e 1
   exactly_once e 2
   same_end e tcp 0 1 2
+  ;;
+noload)
+  conf "$tmp/nl.ini" auto
+  mkdir -p "$tmp/none"
+  start nl 0 "$GPU"; start nl 1 "$GPU"
+  HETRING_CUDA_LIBS=$tmp/none start nl 2 "emu_device:*:0.2" # no fake: the build's own NCCL
+  for id in 0 1 2; do wait "${pids[$id]}" || fail "node $id failed: $(tail -3 "$tmp/nl-$id.log")"; done
+  grep -h "gradients over\|NCCL init failed\|NCCL cannot be used" "$tmp"/nl-*.log
+  grep -q "view 1: gradients over tcp (node 2" "$tmp/nl-0.log" ||
+    fail "rank 0 did not say the view stays on TCP because of node 2"
+  grep -q "fake nccl: \(unique id\|init\)" "$tmp"/nl-*.log &&
+    fail "a view with a node that cannot load NCCL made an id or initialised NCCL"
+  grep -q "NCCL init failed" "$tmp"/nl-*.log && fail "NCCL was tried on node 2, which cannot load it"
+  if "$HR" version | grep -q '^cuda: yes'; then
+    grep -q "NCCL cannot be used here, so views with this node stay on TCP: .*HETRING_CUDA_LIBS" \
+      "$tmp/nl-2.log" || fail "node 2 did not say why it cannot run NCCL"
+  fi
   ;;
 startup)
   conf "$tmp/enc.ini" nccl
