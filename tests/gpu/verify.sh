@@ -69,7 +69,10 @@
 #
 # Without a GPU (no nvidia-smi, or `nvidia-smi -L` lists none) every check is skip, the
 # headline is "no GPU: skipped", and the exit status is 0 (ctest gpu.verify_dryrun runs that).
-# Otherwise the exit status is 1 when a check failed, else 0; 2 for a usage error.
+# Otherwise the exit status is 1 when a check failed, else 0; 2 for a usage error. There, a
+# CUDA test or binary that exits 77 (it saw no CUDA device: a driver older than the build's
+# CUDA, say) fails its check (ctest-cuda, sanitizer, nccl-1rank), naming hetring version's
+# driver line; only the stand-in mode reports it skip.
 #
 # Environment, for testing this script itself: HR_VERIFY_NO_GPU=1 takes the no-GPU path on any
 # machine; HR_VERIFY_STANDIN=cpu runs every check on a machine without a GPU with cpu in place of
@@ -173,6 +176,19 @@ need_build() {
     result fail "no $HR (the build check failed or was not run)"
     return 1
   fi
+}
+
+# On a machine whose nvidia-smi lists a GPU, a CUDA test that exits 77 (it saw no device) is a
+# failure, never a skip: the usual cause is a driver too old for this build's CUDA.
+no_device_hint() {
+  local drv said
+  drv=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null | head -1)
+  said=$("$HR" version 2>&1 | grep -m1 '^  CUDA driver:' | sed 's/^ *//')
+  echo "driver ${drv:-unknown}, too old for this build's CUDA? hetring version: ${said:-no driver line}"
+}
+# skipped_names CTEST_OUT: the tests ctest reported skipped, space-separated
+skipped_names() {
+  sed -n 's/.*Test *#[0-9]*: \([^ ]*\) .*Skipped.*/\1/p' "$1" | paste -sd' ' -
 }
 
 # dev N: the device string of cuda:N (cpu in the stand-in mode)
@@ -508,6 +524,8 @@ check_ctest_cuda() {
     result fail "ctest timed out ($p passed so far)"
   elif [ "$rc" != 0 ]; then
     result fail "$p passed, $s skipped, failed: ${f:-$(tail -1 "$OUT/ctest-cuda/ctest.out")}"
+  elif [ "$s" -gt 0 ] && [ "$STANDIN" != cpu ]; then
+    result fail "$s cuda test(s) skipped (exit 77: no CUDA device seen) on a machine whose nvidia-smi lists $NGPU GPU(s): $(skipped_names "$OUT/ctest-cuda/ctest.out"); $(no_device_hint)"
   elif [ "$p" = 0 ] && [ "$s" -gt 0 ]; then
     result skip "all $s cuda tests skipped (exit 77: no CUDA device seen)"
   else
@@ -570,6 +588,8 @@ check_sanitizer() {
   all=$(paste -sd';' "$RES/sanitizer.lines" | sed 's/;/; /g')
   if [ "$bad" -gt 0 ]; then
     result fail "$bad of $n tool/binary pairs failed: $all"
+  elif [ "$skipped" -gt 0 ] && [ "$STANDIN" != cpu ]; then
+    result fail "$skipped of $n tool/binary pairs skipped (no CUDA device seen) on a machine whose nvidia-smi lists $NGPU GPU(s); $(no_device_hint): $all"
   elif [ "$skipped" = "$n" ]; then
     result skip "every pair skipped (no CUDA device): $all"
   else
@@ -724,7 +744,8 @@ check_nccl_1rank() {
     rc=$?
     case $rc in
       0) one=pass ;;
-      77) one="skip (no CUDA device)" ;;
+      77) one="skip (no CUDA device)"
+          [ "$STANDIN" = cpu ] || one="fail (exit 77: no CUDA device seen, but nvidia-smi lists $NGPU; $(no_device_hint))" ;;
       124|137) one="fail (timed out)" ;;
       *) one="fail (exit $rc)" ;;
     esac
@@ -962,6 +983,7 @@ else
 fi
 GPU_NAME=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
 [ "$STANDIN" = cpu ] && GPU_WHY="" GPU_NAME="none (STAND-IN: cpu for every cuda:N)"
+export NGPU # a check that finds no CUDA device where nvidia-smi lists one fails
 
 # ---------------------------------------------------------------- the report
 
