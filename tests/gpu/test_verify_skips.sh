@@ -2,6 +2,8 @@
 # test_verify_skips.sh: on a machine whose nvidia-smi lists a GPU, a CUDA test of verify.sh that
 # exits 77 (it saw no CUDA device: typically a driver older than the build's CUDA) fails its
 # check; it must not pass beside tests that ran, nor count as a skip (ctest gpu.verify_skips).
+# And a build given with --build but configured at another path fails the build check, naming
+# both paths (its ctest files name the old ones).
 # Runs anywhere: a stand-in nvidia-smi lists one GPU, and a stand-in build folder holds a
 # `hetring`, one cuda test that passes and one that exits 77 (ctest -L cuda), a test_cuda_* and
 # a test_nccl_single that exit 77, and a stand-in compute-sanitizer that runs its binary.
@@ -69,5 +71,13 @@ if "cuda.nodevice" not in st["ctest-cuda"][1]:
     ok = False
 sys.exit(0 if ok else 1)
 PY
+# a build carried to another path than it was configured in: the build check says so
+printf 'CMAKE_CACHEFILE_DIR:INTERNAL=/elsewhere/build\nCMAKE_HOME_DIRECTORY:INTERNAL=/elsewhere\n' \
+  > "$build/CMakeCache.txt"
+PATH=$bin:$PATH bash "$verify" "$tmp/out2" --build "$build" --only build > "$tmp/stdout2" 2>&1
+rc=$?
+cat "$tmp/stdout2"
+[ $rc = 1 ] && grep -q "fail.*configured as /elsewhere/build from the source /elsewhere" "$tmp/stdout2" ||
+  fail "a build configured elsewhere: verify.sh exited $rc without naming the paths"
 echo "$fails failure(s)"
 [ "$fails" = 0 ]

@@ -419,6 +419,16 @@ check_build() {
   local t missing="" b rc
   if [ "$BUILD_GIVEN" = 1 ]; then
     say "checking the build in $BUILD"
+    # ctest and the CMake files name the folders the build was configured in: a build carried
+    # to another path runs none of its tests ("Could not find executable")
+    local was src
+    was=$(sed -n 's/^CMAKE_CACHEFILE_DIR:INTERNAL=//p' "$BUILD/CMakeCache.txt")
+    src=$(sed -n 's/^CMAKE_HOME_DIRECTORY:INTERNAL=//p' "$BUILD/CMakeCache.txt")
+    if { [ -n "$was" ] && [ "$(readlink -m "$was")" != "$BUILD" ]; } ||
+      { [ -n "$src" ] && [ "$(readlink -m "$src")" != "$(readlink -m "$SRC")" ]; }; then
+      result fail "$BUILD was configured as $was from the source $src (here $SRC): ctest and the CMake files name those paths, so carry the build and the source to them, or run without --build"
+      return
+    fi
     [ -x "$HR" ] || missing+=" hetring"
     for t in test_cuda_layers test_cuda_model test_cuda_sgd test_nccl_single cuda_train_bench; do
       [ -x "$BUILD/tests/cuda/$t" ] || missing+=" tests/cuda/$t"
