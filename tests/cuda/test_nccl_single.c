@@ -33,6 +33,9 @@ int main(void) {
     CHECK_CLOSE(r, h, (long)n, 0.0, "nccl all-reduce, 1 rank");
     CHECK(nccl_allreduce(&c, d, 0, 1.0) == HR_OK, "empty all-reduce");
     for (int i = 0; i < 20; i++) CHECK(nccl_allreduce(&c, d, 17, 5.0) == HR_OK, "small #%d", i);
+    cudaError_t left = cudaGetLastError(); /* what the next kernel launch check would read */
+    CHECK(left == cudaSuccess, "the all-reduces' polls left \"%s\" as the last CUDA error",
+          cudaGetErrorString(left));
     nccl_comm_free(&c);
 
     /* abort: later calls fail cleanly, free stays safe */
