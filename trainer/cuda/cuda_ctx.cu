@@ -52,7 +52,7 @@ extern "C" double cuda_device_capacity(int device, char *name, size_t namelen) {
         if (cudaGetDeviceProperties(&p, device) == cudaSuccess)
             snprintf(name, namelen, "%s", p.name);
         else
-            name[0] = 0;
+            name[0] = 0, cudaGetLastError(); /* a launch check must not read it later */
     }
     return (double)sms * khz * 1e3 * 2.0 * fp32_lanes_per_sm(major, minor);
 }
