@@ -58,7 +58,10 @@ transport_kind transport_choose(const transport_facts *f, char *why, size_t len)
             return TRANSPORT_TCP;
         }
         if (!f->m[i].nccl) {
-            snprintf(why, len, "node %ld's build has no NCCL", f->m[i].id);
+            snprintf(why, len,
+                     "node %ld cannot run NCCL (its build has none, or libnccl.so.2 does "
+                     "not load there)",
+                     f->m[i].id);
             return TRANSPORT_TCP;
         }
     }

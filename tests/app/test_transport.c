@@ -37,7 +37,10 @@ static transport_kind expect(int backend, int wire, int security, int n, int mem
     if (!gathered) return *why = "gather the members' facts", TRANSPORT_GATHER;
     if (members == ONE_HOST)
         return *why = "node 7 hands its gradients over in host buffers", TRANSPORT_TCP;
-    if (members == ONE_NO_NCCL) return *why = "node 7's build has no NCCL", TRANSPORT_TCP;
+    if (members == ONE_NO_NCCL)
+        return *why = "node 7 cannot run NCCL (its build has none, or libnccl.so.2 does not load "
+                      "there)",
+               TRANSPORT_TCP;
     *why = backend == CFG_BACKEND_NCCL ? "with its gradients on the device (backend = nccl)"
                                        : "every member is a GPU node with its gradients on the "
                                          "device";
