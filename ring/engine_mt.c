@@ -662,11 +662,15 @@ static hr_status mt_take(ring *r, ring_mt *m, size_t *j, mt_rx *x, int *slot_fre
 }
 
 /* Nothing moved for `limit` while frame j is received as `x`: blame the successor that took no
- * data (`tx_blocked`), else the predecessor's silence, as the single-threaded engine does. */
-static hr_status mt_timeout(ring *r, ring_mt *m, size_t j, const mt_rx *x, int tx_blocked,
-                            double limit) {
+ * data (`tx_blocked`), else the predecessor's silence, as the single-threaded engine does. The
+ * sender's flag is read once it stopped: a sender blocked on a full link stops from that wait
+ * with the flag set, while a snapshot from before the wait may predate the link filling up. */
+static hr_status mt_timeout(ring *r, ring_mt *m, size_t j, const mt_rx *x, double limit) {
     char who[RING_STR + 64];
     mt_quiesce(m);
+    pthread_mutex_lock(&m->mu);
+    const int tx_blocked = m->tx_blocked;
+    pthread_mutex_unlock(&m->mu);
     mt_counters(r, m, j);
     eng e = mt_eng(m, j);
     long id = ring_id_of(r, tx_blocked ? r->succ : r->pred);
@@ -680,10 +684,10 @@ static hr_status mt_timeout(ring *r, ring_mt *m, size_t j, const mt_rx *x, int t
 
 /* What the receiver sees of the collective after a round (under mu, in mt_look). */
 typedef struct {
-    int tx_state, tx_errno, tx_blocked; /* the sender's */
-    int bad;                            /* a received frame failed */
-    int done;                           /* every frame applied and sent */
-    double last;                        /* time of the last progress */
+    int tx_state, tx_errno; /* the sender's */
+    int bad;                /* a received frame failed */
+    int done;               /* every frame applied and sent */
+    double last;            /* time of the last progress */
 } mt_seen;
 
 /* Look at the collective after a round in which this thread `moved` bytes or not. */
@@ -691,7 +695,6 @@ static mt_seen mt_look(ring_mt *m, int moved) {
     pthread_mutex_lock(&m->mu);
     mt_seen v = {.tx_state = m->tx_state,
                  .tx_errno = m->tx_errno,
-                 .tx_blocked = m->tx_blocked,
                  .bad = m->have_bad,
                  .done = m->applied == m->s->n_rx && m->tx_state == TX_DONE};
     if (moved) m->last = tcp_now();
@@ -719,7 +722,7 @@ static hr_status mt_wait(ring *r, ring_mt *m, size_t j, const mt_rx *x, int slot
     pthread_mutex_lock(&m->mu);
     last = m->last;
     pthread_mutex_unlock(&m->mu);
-    if (rc == 0 && tcp_now() >= last + limit) return mt_timeout(r, m, j, x, v->tx_blocked, limit);
+    if (rc == 0 && tcp_now() >= last + limit) return mt_timeout(r, m, j, x, limit);
     return HR_OK;
 }
 
