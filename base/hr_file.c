@@ -77,3 +77,25 @@ int hr_file_open_read(const char *path, struct stat *sb) {
     fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
     return fd;
 }
+
+int hr_file_mkdirs(const char *path, mode_t mode) {
+    char buf[4096];
+    size_t len = strlen(path);
+    if (len == 0) return errno = ENOENT, -1;
+    if (len >= sizeof buf) return errno = ENAMETOOLONG, -1;
+    memcpy(buf, path, len + 1);
+    /* each parent in turn from the root down; one that exists is not made again (a read-only
+     * parent of a writable directory), one another process made meanwhile is fine */
+    for (char *p = buf + 1;; p++) {
+        if (*p != '/' && *p != 0) continue;
+        char c = *p;
+        *p = 0;
+        struct stat sb;
+        if (stat(buf, &sb) != 0 && (mkdir(buf, mode) != 0 || stat(buf, &sb) != 0)) {
+            if (errno != EEXIST || stat(buf, &sb) != 0) return -1; /* EEXIST: made meanwhile */
+        }
+        if (!S_ISDIR(sb.st_mode)) return errno = ENOTDIR, -1;
+        *p = c;
+        if (c == 0) return 0;
+    }
+}

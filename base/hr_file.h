@@ -37,4 +37,8 @@ int hr_file_close(FILE *f, int kept);
  * decides which kinds of file it takes. -1 with errno on failure. */
 int hr_file_open_read(const char *path, struct stat *sb);
 
+/* Create directory `path` and its missing parents with `mode`, as mkdir -p: 0 when it exists
+ * as a directory afterwards, else -1 with errno (ENOTDIR where a part is not a directory). */
+int hr_file_mkdirs(const char *path, mode_t mode);
+
 #endif

@@ -12,6 +12,7 @@
  * it as an empty set, and refuse only a training set with no sample at all.
  */
 #include "base/hr_cores.h"
+#include "base/hr_file.h"
 #include "cli/cli.h"
 #include "trainer/data_io.h"
 
@@ -31,7 +32,7 @@ static void usage(FILE *out) {
                  "\n"
                  "  --kind KIND        synthetic (MNIST IDX), synthetic-rgb (CIFAR-10 binary) or\n"
                  "                     synthetic-regression (CSV)\n"
-                 "  --out DIR          output directory (created if missing)\n"
+                 "  --out DIR          output directory, made with any missing parents\n"
                  "  --samples N        training samples (default 60000)\n"
                  "  --eval-samples M   held-out samples (default 10000); with 0 the held-out\n"
                  "                     file is empty, which the loaders take as no held-out set\n"
@@ -196,7 +197,7 @@ int cmd_gen_data(int argc, char **argv) {
                                "memory, more than the %.3g GB this process may use here (expected "
                                "fewer samples)",
                                g.n, g.n_eval, g.kind, bytes / 1e9, have / 1e9);
-    if (mkdir(g.dir, 0755) != 0 && errno != EEXIST) {
+    if (hr_file_mkdirs(g.dir, 0755) != 0) {
         fprintf(stderr, "hetring gen-data: cannot create %s (%s)\n", g.dir, strerror(errno));
         return CLI_FAIL;
     }

@@ -169,6 +169,15 @@ cp "$tmp/gz/train-images-idx3-ubyte.gz" "$tmp/gz/t.gz" && gunzip -c "$tmp/gz/t.g
 msg=$(timeout 30 "$HR" run --conf "$tmp/gz.ini" --quiet 2>&1); rc=$?
 [ $rc = 1 ] && echo "$msg" | grep -q "gz/train-images-idx3-ubyte and .*gz/train-images-idx3-ubyte.gz both exist" ||
     { echo "FAIL: both train-images variants: exited $rc: $(echo "$msg" | tail -1)"; fails=$((fails+1)); }
+# --out with missing parents: made, as mkdir -p (refused, "No such file or directory"); a parent
+# that is a file: refused, naming it (exit 1)
+msg=$(timeout 30 "$HR" gen-data --kind synthetic --out "$tmp/p1/p2/p3" --samples 10 --eval-samples 0 2>&1); rc=$?
+[ $rc = 0 ] && [ -s "$tmp/p1/p2/p3/train-images-idx3-ubyte" ] ||
+    { echo "FAIL: gen-data into missing parents exited $rc: $msg"; fails=$((fails+1)); }
+: > "$tmp/pfile"
+msg=$(timeout 30 "$HR" gen-data --kind synthetic --out "$tmp/pfile/d" --samples 10 2>&1); rc=$?
+[ $rc = 1 ] && echo "$msg" | grep -q "cannot create .*pfile/d (Not a directory)" ||
+    { echo "FAIL: gen-data under a file exited $rc: $msg"; fails=$((fails+1)); }
 # held-out MNIST images of another size than the training images: refused at start, naming the
 # file (they overflowed the heap in the evaluation)
 "$HR" gen-data --kind synthetic --out "$tmp/mnist" --samples 200 --eval-samples 20 >/dev/null 2>&1
