@@ -50,7 +50,7 @@ typedef struct {
     double rate;           /* R in GB/s; 0 = measure with iperf3 */
     size_t segment;        /* segment_bytes, 0 = default */
     size_t tree_bytes;     /* tree_bytes, SIZE_MAX = the default */
-    long port;             /* first port */
+    long port;             /* first port (node i: port + i); with --netns every node's port */
     const char *wire;      /* --wire as given: fp32 (default) or bf16 */
     int bf16;              /* ring_allreduce_bf16: bf16 on the wire */
 } ar_opts;
@@ -90,7 +90,9 @@ static void usage(FILE *out) {
             "                         (ring_allreduce_bf16: half the bytes, every sum rounded\n"
             "                         to bf16); sizes, algbw and busbw count the float32 buffer\n"
             "                         all-reduced, so a faster wire shows as more GB/s\n"
-            "  --port P               first TCP port (default: random in 10000-32000)\n"
+            "  --port P               node i listens on 127.0.0.1 port P+i (default: N free\n"
+            "                         ports found at start); with --netns every node listens\n"
+            "                         on port P in its own namespace (default 47000)\n"
             "  -h, --help             this text\n");
 }
 
@@ -159,11 +161,15 @@ static FILE *open_json(const ar_opts *o) {
 /* The nccl-tests header: the run, R or the link rate, the column names. */
 static void print_header(const ar_opts *o, ring *r, double r_gbs) {
     int n = ring_size(r);
+    char where[96];
+    if (o->netns)
+        snprintf(where, sizeof where, "in network namespaces (veth links), port %ld", o->port);
+    else
+        snprintf(where, sizeof where, "on loopback, ports %ld-%ld", o->port, o->port + n - 1);
     printf("# hetring bench allreduce: %d nodes %s, security %s, segment %ld B, tree_bytes %ld B, "
            "%d iterations (at least 200 below 1 MiB), %d warm-up\n",
-           n, o->netns ? "in network namespaces (veth links)" : "on loopback",
-           cfg_security_name(o->security), (long)ring_segment_bytes(r), ring_tree_bytes(r),
-           o->iters, o->warmup);
+           n, where, cfg_security_name(o->security), (long)ring_segment_bytes(r),
+           ring_tree_bytes(r), o->iters, o->warmup);
     if (o->bf16)
         printf("# wire: bf16 (ring_allreduce_bf16: half the bytes, sums rounded to bf16); sizes "
                "and GB/s count the float32 buffer\n");
@@ -377,8 +383,6 @@ static int parse_opts(ar_opts *o, int argc, char **argv) {
                    .iters = 20,
                    .warmup = 3,
                    .tree_bytes = SIZE_MAX};
-    srand((unsigned)(getpid() ^ time(NULL)));
-    o->port = 10000 + rand() % 22000; /* below the ephemeral range (32768+) */
     const bench_opt opts[] = {
         {.name = "nodes", .kind = BENCH_OPT_INT, .dst = &o->nodes, .lo = 1, .hi = 64},
         {.name = "security", .kind = BENCH_OPT_FN, .dst = &o->security, .fn = opt_security},
@@ -440,6 +444,13 @@ static int parse_opts(ar_opts *o, int argc, char **argv) {
                                "add --netns (loopback has no rate to set)");
     if (o->link_rate && netns_parse_rate(o->link_rate, &o->link_bps, why, sizeof why) != 0)
         return cli_usage_error("bench allreduce", "--link-rate: %s", why);
+    if (o->port == 0 && o->netns) o->port = 47000; /* the namespaces are the bench's own */
+    if (o->port == 0 && (o->port = bench_free_ports(o->nodes)) < 0)
+        return fprintf(stderr,
+                       "hetring bench allreduce: no %d free ports on 127.0.0.1 in 10000-30799; "
+                       "give --port P\n",
+                       o->nodes),
+               CLI_FAIL;
     return -1;
 }
 
@@ -463,7 +474,7 @@ static int cluster_config(cfg *c, const ar_opts *o) {
     c->n_nodes = o->nodes;
     for (int i = 0; i < o->nodes; i++) {
         c->nodes[i].id = i;
-        c->nodes[i].port = o->netns ? 47000 : o->port + i;
+        c->nodes[i].port = (int)(o->netns ? o->port : o->port + i);
         c->nodes[i].device = -1;
         if (o->netns)
             netns_addr(i, c->nodes[i].host, sizeof c->nodes[i].host);
