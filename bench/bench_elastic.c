@@ -8,7 +8,9 @@
  * with PR_SET_PDEATHSIG), watches the target's metrics file, sends the signal once it shows the
  * fault iteration, and after --rejoin-after seconds starts the node again (kill) or sends
  * SIGCONT (stop). Every run has a deadline; past it every node is killed, and no node outlives
- * the bench. The measures are computed by elastic_metrics.c from the files alone; the
+ * the bench. SIGINT or SIGTERM stops the bench as it stops bench hetero (bench_stop_on_signals):
+ * the run in progress is killed and reaped, the runs completed so far are reported, and it
+ * exits 130 or 143. The measures are computed by elastic_metrics.c from the files alone; the
  * reference is one uninterrupted run of the same file (same seed and B).
  */
 #include "base/hr_log.h"
@@ -73,7 +75,9 @@ static void usage(FILE *out) {
         "(JSON) and as medians (table): detection, resume and join times, state moved,\n"
         "samples missing or duplicated in the epochs the fault touched, whether the replicas\n"
         "ended identical, throughput before the fault and at the end, and the final loss\n"
-        "against an uninterrupted reference run of the same file.\n"
+        "against an uninterrupted reference run of the same file. SIGINT or SIGTERM stops\n"
+        "the bench: the run in progress is stopped, the runs completed so far are reported,\n"
+        "and it exits 130 or 143.\n"
         "\n"
         "  --nodes N         nodes, 2..%d and at most the template's (default 4)\n"
         "  --kill ID@ITER    SIGKILL node ID at iteration ITER, then start it again\n"
@@ -359,9 +363,18 @@ static void watch_last(run_state *s) {
     s->ended_early = 1;
 }
 
+/* SIGKILL every node still running (SIGCONT for a stopped one) and reap it. */
+static void kill_nodes(run_state *s) {
+    for (int k = 0; k < s->o->nodes; k++)
+        if (s->p[k].pid > 0) kill(s->p[k].pid, SIGKILL), kill(s->p[k].pid, SIGCONT);
+    for (int k = 0; k < s->o->nodes; k++)
+        if (s->p[k].pid > 0) waitpid(s->p[k].pid, NULL, 0), s->p[k].pid = 0;
+}
+
 /* Run the cluster once in directory `dir` (with the fault when `with_fault`) until every node
  * has exited or the deadline passed; no node is left running. Returns 0 when every node's last
- * process exited 0 (and the fault happened, when asked for), else -1 after saying why. */
+ * process exited 0 (and the fault happened, when asked for), BENCH_STOPPED when a signal
+ * stopped the bench (the nodes killed and reaped), else -1 after saying why. */
 static int run_cluster(run_state *s, const elastic_opts *o, const char *dir, int with_fault) {
     memset(s, 0, sizeof *s);
     s->o = o;
@@ -383,15 +396,13 @@ static int run_cluster(run_state *s, const elastic_opts *o, const char *dir, int
     const struct timespec tick = {0, 10 * 1000 * 1000};
     while (running(s) > 0 || (with_fault && s->faulted == 1)) {
         nanosleep(&tick, NULL);
+        if (bench_stopped()) return kill_nodes(s), BENCH_STOPPED;
         reap(s);
         drive_fault(s, with_fault);
         watch_last(s);
         if (hr_now() > until) {
             s->timed_out = 1;
-            for (int k = 0; k < o->nodes; k++)
-                if (s->p[k].pid > 0) kill(s->p[k].pid, SIGKILL);
-            for (int k = 0; k < o->nodes; k++)
-                if (s->p[k].pid > 0) waitpid(s->p[k].pid, NULL, 0), s->p[k].pid = 0;
+            kill_nodes(s);
             break;
         }
     }
@@ -598,13 +609,16 @@ static void print_medians(const run_report *rr, int n, double ref) {
 
 /* ================================================================ main */
 
-/* One faulted run in OUT/runK: run, analyse, plot (the last run's plot is kept). */
+/* One faulted run in OUT/runK: run, analyse, plot (the last run's plot is kept). 0, -1 when it
+ * failed, BENCH_STOPPED when a signal stopped it. */
 static int faulted_run(const elastic_opts *o, int i, run_report *rr) {
     char dir[512];
     snprintf(dir, sizeof dir, "%s/run%d", o->out_dir, i + 1);
     run_state s;
     printf("run %d/%ld: %s\n", i + 1, o->runs, dir);
-    rr->ok = run_cluster(&s, o, dir, 1) == 0;
+    int rc = run_cluster(&s, o, dir, 1);
+    if (rc == BENCH_STOPPED) return BENCH_STOPPED;
+    rr->ok = rc == 0;
     em_node nodes[EB_MAX_NODES];
     load_nodes(o, dir, nodes);
     em_fault f = {.kill = o->kill,
@@ -634,7 +648,8 @@ static double reference_run(const elastic_opts *o) {
     return loss;
 }
 
-static int write_json(const elastic_opts *o, const run_report *rr, double ref) {
+/* The first n runs (those completed) as a JSON array. */
+static int write_json(const elastic_opts *o, const run_report *rr, int n, double ref) {
     if (!o->json) return 0;
     FILE *f = fopen(o->json, "w");
     if (!f) {
@@ -642,9 +657,9 @@ static int write_json(const elastic_opts *o, const run_report *rr, double ref) {
         return -1;
     }
     fprintf(f, "[\n");
-    for (int i = 0; i < o->runs; i++) {
+    for (int i = 0; i < n; i++) {
         json_run(f, o, i + 1, &rr[i], ref);
-        fprintf(f, "%s\n", i + 1 < o->runs ? "," : "");
+        fprintf(f, "%s\n", i + 1 < n ? "," : "");
     }
     fprintf(f, "]\n");
     return bench_close(f, o->json);
@@ -671,15 +686,22 @@ int bench_elastic(int argc, char **argv) {
            "iterations, B = %ld; cluster file %s\n",
            o.nodes, o.kill ? "SIGKILL" : "SIGSTOP", o.target, o.fault_iter, o.rejoin_after, o.iters,
            o.B, o.conf);
+    bench_stop_on_signals();
     double ref = reference_run(&o);
     run_report rr[EB_MAX_RUNS];
     memset(rr, 0, sizeof rr);
-    int failures = isnan(ref);
-    for (int i = 0; i < o.runs; i++) failures += faulted_run(&o, i, &rr[i]) != 0;
-    printf("\nevent %s, medians over %ld run(s):\n", o.kill ? "kill" : "stop", o.runs);
+    int failed = 0, done = 0;
+    for (; done < o.runs && !bench_stopped(); done++) {
+        int run_rc = faulted_run(&o, done, &rr[done]);
+        if (run_rc == BENCH_STOPPED) break;
+        failed += run_rc != 0;
+    }
+    printf("\nevent %s, medians over %d run(s):\n", o.kill ? "kill" : "stop", done);
     print_header();
-    for (int i = 0; i < o.runs; i++) print_run(i, &rr[i], ref);
-    print_medians(rr, (int)o.runs, ref);
-    if (write_json(&o, rr, ref) != 0) failures++;
-    return failures ? CLI_FAIL : CLI_OK;
+    for (int i = 0; i < done; i++) print_run(i, &rr[i], ref);
+    print_medians(rr, done, ref);
+    int lost = write_json(&o, rr, done, ref) != 0;
+    int stopped = bench_stop_status("elastic", done, (int)o.runs, failed);
+    if (stopped >= 0) return stopped;
+    return failed || lost || isnan(ref) ? CLI_FAIL : CLI_OK;
 }

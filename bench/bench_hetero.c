@@ -1024,12 +1024,7 @@ int bench_hetero(int argc, char **argv) {
     for (int s = 0; s < N_SCEN && !bench_stopped(); s++)
         if (o.scen_on[s]) run_scenario(&o, &scenarios[s], &rep, &pr);
     int lost = report_close(&rep, &o, &pr) != 0;
-    int sig = bench_stopped();
-    if (!sig) return pr.failed || lost ? CLI_FAIL : CLI_OK;
-    const char *name = sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : strsignal(sig);
-    printf("bench hetero: stopped by %s after %d of %d runs (%d failed); the table above holds "
-           "the runs completed before it\n",
-           name, pr.done, pr.total, pr.failed);
-    fprintf(stderr, "hetring bench hetero: stopped by %s\n", name);
-    return 128 + sig;
+    int stopped = bench_stop_status("hetero", pr.done, pr.total, pr.failed);
+    if (stopped >= 0) return stopped;
+    return pr.failed || lost ? CLI_FAIL : CLI_OK;
 }

@@ -330,6 +330,18 @@ int bench_stopped(void) {
     return (int)stop_signal;
 }
 
+int bench_stop_status(const char *suite, int done, int total, int failed) {
+    int sig = (int)stop_signal;
+    if (!sig) return -1;
+    const char *name = sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : strsignal(sig);
+    printf("bench %s: stopped by %s after %d of %d runs (%d failed); the table above holds "
+           "the runs completed before it\n",
+           suite, name, done, total, failed);
+    fflush(stdout);
+    fprintf(stderr, "hetring bench %s: stopped by %s\n", suite, name);
+    return 128 + sig;
+}
+
 /* In the child: output to out_fd and err_fd (-1 keeps the bench's), a process group of its own
  * when asked, SIGTERM when the bench dies, the default SIGINT and SIGTERM actions back. */
 static void child_exec(char *const argv[], int out_fd, int err_fd, int own_group) {

@@ -135,6 +135,10 @@ int bench_capture(char *const argv[], double deadline_s, char *out, size_t outle
 void bench_stop_on_signals(void);
 /* The signal that asked the bench to stop, or 0. */
 int bench_stopped(void);
+/* The end of a suite's report: when a signal stopped the bench, "bench SUITE: stopped by SIGINT
+ * after DONE of TOTAL runs (FAILED failed); the table above holds the runs completed before it"
+ * on stdout (and the stop on stderr), and 128 + the signal to exit with; else -1. */
+int bench_stop_status(const char *suite, int done, int total, int failed);
 
 /* ================================================================ headers */
 
