@@ -7,18 +7,26 @@
 #
 # Needs: hetring (HETRING, else on PATH), python3 with torch and the hetring package
 # (pip install ./python, or PYTHONPATH=python) and libhetring (installed, or HETRING_LIB).
+# The data and the nodes' logs go to a temporary directory removed at exit; WORK=DIR puts them
+# in DIR instead and keeps them (a later run reuses DIR's data).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 HETRING=${HETRING:-hetring}
 PYTHON=${PYTHON:-python3}
 iters=${1:-120}
+pids=()
+work=
+cleanup() {
+    for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+    [ -n "${WORK:-}" ] || [ -z "$work" ] || rm -rf "$work"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
 work=${WORK:-$(mktemp -d /tmp/hetring-torch.XXXXXX)}
 mkdir -p "$work"
 [ -d "$work/data" ] || "$HETRING" gen-data --kind synthetic --out "$work/data" --samples 12000 \
     --eval-samples 2000 >/dev/null
-pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; }
-trap cleanup EXIT
 
 # run POLICY: the 4 nodes with [controller] policy = POLICY; node 0's RESULT line on stdout
 run() {
@@ -37,7 +45,7 @@ run() {
 
 field() { "$PYTHON" -c "import json,sys; print(json.loads(sys.argv[1])['$2'])" "$1"; }
 
-echo "4 nodes, slowdowns 1, 1.5, 2, 4 (emulated), $iters iterations of B = 256; data in $work"
+echo "4 nodes, slowdowns 1, 1.5, 2, 4 (emulated), $iters iterations of B = 256${WORK:+; data and logs in $work}"
 static=$(run static)
 echo "static:  $(field "$static" wall_s | cut -c1-5) s, accuracy $(field "$static" accuracy | cut -c1-6)"
 dynamic=$(run model)

@@ -8,6 +8,9 @@
 #          node ends with the same parameters, node 0's progress shows the 4 batches, and a
 #          second run of 12 iterations resumes each node's --checkpoint of 8 (exit 77 when
 #          PYTHON has no torch)
+#   run-sh examples/torch/run.sh with a fake PYTHON whose nodes print a RESULT at once: the
+#          temporary directory of its data and logs is gone after it, and its output does not
+#          name it; with WORK=DIR, DIR keeps the data and logs and the output names it
 set -u
 HR=$1 CMAKE=$2 BUILD=$3 SRC=$4 WHAT=$5 PY=${6:-python3}
 . "$SRC/tests/harness.sh"
@@ -80,6 +83,32 @@ torch)
     run 12
     its=$(grep -h '^RESULT' "$tmp"/n*.log | sed 's/.*"iterations": \([0-9]*\).*/\1/' | sort -u)
     [ "$its" = 4 ] || fail "the resumed run ran '$its' iterations per node, not 4"
+    ;;
+run-sh)
+    # the fake: a node records its --data and prints its RESULT; anything else is PY's
+    cat > "$tmp/python" << EOS
+#!/bin/sh
+case "\$1" in
+*mnist_cnn.py)
+    while [ \$# -gt 0 ]; do [ "\$1" = --data ] && echo "\$2" >> "$tmp/data-dirs"; shift; done
+    echo 'RESULT {"wall_s": 2.0, "accuracy": 0.5}'
+    exit 0 ;;
+esac
+exec "$PY" "\$@"
+EOS
+    chmod +x "$tmp/python"
+    out=$(HETRING=$HR PYTHON=$tmp/python timeout 120 bash "$SRC/examples/torch/run.sh" 3 2>&1) ||
+        fail "run.sh exited $?: $out"
+    work=$(dirname "$(head -1 "$tmp/data-dirs" 2> /dev/null)")
+    echo "$out" | head -1
+    case $work in /tmp/hetring-torch.*) ;; *) fail "run.sh's nodes got --data in '$work'" ;; esac
+    [ ! -e "$work" ] || { fail "run.sh left $work behind ($(du -sh "$work" | cut -f1))"; rm -rf "$work"; }
+    echo "$out" | grep -q "$work\|logs in" && fail "run.sh names a directory it removed: $out"
+    echo "$out" | grep -q "^speed-up of dynamic batching over static: 1.00x" || fail "run.sh printed no speed-up: $out"
+    out=$(WORK=$tmp/keep HETRING=$HR PYTHON=$tmp/python timeout 120 bash "$SRC/examples/torch/run.sh" 3 2>&1) ||
+        fail "run.sh with WORK exited $?: $out"
+    [ -s "$tmp/keep/static.0.log" ] && [ -d "$tmp/keep/data" ] || fail "WORK=$tmp/keep does not hold the data and logs: $(ls "$tmp/keep")"
+    echo "$out" | grep -q "data and logs in $tmp/keep" || fail "run.sh with WORK does not say where the logs are: $out"
     ;;
 *) echo "unknown example $WHAT"; exit 2 ;;
 esac
