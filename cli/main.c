@@ -52,8 +52,8 @@ static const cli_command commands[] = {
     {"gen-data", "write a synthetic dataset as MNIST IDX, CIFAR-10 or CSV files", cmd_gen_data,
      NULL},
     {"keygen", "write a node identity key (or a cluster pre-shared key)", cmd_keygen, NULL},
-    {"bench", "benchmarks: all-reduce bandwidth, training speed, heterogeneous scenarios",
-     cmd_bench, bench_available},
+    {"bench", "benchmark suites: allreduce, train, hetero, elastic, powersgd", cmd_bench,
+     bench_available},
     {"version", "print the version and build features", cmd_version, NULL},
     {"help", "help on a command", cmd_help, NULL},
 };

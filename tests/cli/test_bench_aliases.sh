@@ -39,4 +39,11 @@ for opt in $(grep -o -- '--[a-z-]*' "$tmp/help" | sort -u); do
     "$HR" bench allreduce "$opt" x --help > /dev/null 2> "$tmp/err"
     ! grep -q "unrecognized option" "$tmp/err" || fail "usage lists $opt, which the parser refuses"
 done
+# hetring --help's line for bench names every suite hetring bench --help lists (it named three)
+line=$("$HR" --help | grep '^  bench ')
+suites=$("$HR" bench --help | awk '/^Suites:/ { on = 1; next } on && /^  [a-z]/ { print $1 }')
+[ -n "$suites" ] || fail "hetring bench --help lists no suite"
+for s in $suites; do
+    grep -qw -- "$s" <<< "$line" || fail "hetring --help does not name the bench suite $s: '$line'"
+done
 [ $fails = 0 ] && echo "PASS" || { echo "$fails failure(s)"; exit 1; }
