@@ -9,7 +9,8 @@
  * each size every node first runs one checked all-reduce (exact integer sums, counted in #wrong),
  * then warm-up and timed iterations; the time is the slowest node's mean per iteration.
  * R, the rate of one iperf3 TCP stream on loopback, is measured (or given with --rate) and
- * printed next to the table, because on one machine busbw <= R/N.
+ * printed next to the table, because on one machine busbw <= R/N; the iperf3 server it starts
+ * is killed once the client is done, and by SIGINT or SIGTERM while it runs.
  */
 #include "base/hr_cores.h"
 #include "base/hr_log.h"
@@ -23,6 +24,7 @@
 #include "ring/ring.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -98,18 +100,61 @@ static void usage(FILE *out) {
 
 /* ================================================================ R, by iperf3 */
 
+#define R_NO_IPERF (-1.0) /* measure_r: iperf3 is not installed */
+
+/* The iperf3 server while R is measured, 0 otherwise: a signal that ends the bench then ends it
+ * too (and PR_SET_PDEATHSIG, should the bench die otherwise), as it would wait for ever for a
+ * client that never comes. */
+static volatile pid_t iperf_server;
+
+static void kill_server_and_die(int sig) {
+    if (iperf_server > 0) kill(iperf_server, SIGKILL);
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+/* `iperf3 -s -1` on 127.0.0.1:port, its output dropped; its pid, or -1. */
+static pid_t start_server(const char *iperf, long port) {
+    char p[24];
+    snprintf(p, sizeof p, "%ld", port);
+    pid_t pid = fork();
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        int fd = open("/dev/null", O_WRONLY);
+        if (fd < 0 || dup2(fd, 1) < 0 || dup2(fd, 2) < 0) _exit(127);
+        execl(iperf, "iperf3", "-s", "-1", "-p", p, "-B", "127.0.0.1", (char *)NULL);
+        _exit(127);
+    }
+    return pid;
+}
+
+/* R in GB/s: one iperf3 TCP stream on loopback for 3 s; 0 when it failed, R_NO_IPERF when
+ * there is no iperf3 in PATH. The server is gone when it returns, or when a signal ends the
+ * bench meanwhile. */
 static double measure_r(long port) {
-    char cmd[256];
-    snprintf(cmd, sizeof cmd,
-             "iperf3 -s -1 -p %ld -B 127.0.0.1 >/dev/null 2>&1 & sleep 0.5; "
-             "iperf3 -c 127.0.0.1 -p %ld -t 3 -J 2>/dev/null; wait",
-             port, port);
-    FILE *p = popen(cmd, "r");
-    if (!p) return 0;
+    char iperf[1024], p[24];
+    if (bench_in_path("iperf3", iperf, sizeof iperf) != 0) return R_NO_IPERF;
+    snprintf(p, sizeof p, "%ld", port);
+    struct sigaction sa = {.sa_handler = kill_server_and_die}, old_int, old_term;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, &old_int);
+    sigaction(SIGTERM, &sa, &old_term);
+    fflush(stdout);
+    fflush(stderr);
+    iperf_server = start_server(iperf, port);
     static char buf[1 << 16];
-    size_t n = fread(buf, 1, sizeof buf - 1, p);
-    buf[n] = 0;
-    pclose(p);
+    buf[0] = 0;
+    if (iperf_server > 0) {
+        const struct timespec wait_listen = {0, 500 * 1000 * 1000};
+        nanosleep(&wait_listen, NULL);
+        char *client[] = {iperf, "-c", "127.0.0.1", "-p", p, "-t", "3", "-J", NULL};
+        bench_capture(client, 20, buf, sizeof buf, NULL, 0);
+        kill(iperf_server, SIGKILL); /* gone by now unless no client reached it */
+        waitpid(iperf_server, NULL, 0);
+    }
+    iperf_server = 0;
+    sigaction(SIGINT, &old_int, NULL);
+    sigaction(SIGTERM, &old_term, NULL);
     char *s = strstr(buf, "\"sum_received\"");
     double bps = 0;
     if (!s || json_number(s, "bits_per_second", &bps) != 0) return 0;
@@ -190,6 +235,8 @@ static void print_header(const ar_opts *o, ring *r, double r_gbs) {
     } else if (r_gbs > 0)
         printf("# R = %.2f GB/s (one iperf3 TCP stream on loopback); R/N = %.2f GB/s\n", r_gbs,
                r_gbs / n);
+    else if (r_gbs == R_NO_IPERF)
+        printf("# R unknown (iperf3 is not installed; install it or give --rate)\n");
     else
         printf("# R unknown (iperf3 failed; give --rate)\n");
     printf("#\n# %10s %12s %8s %6s %11s %8s %8s %7s\n", "size", "count", "type", "redop", "time",

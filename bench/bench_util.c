@@ -511,17 +511,17 @@ static int probe_python(const char *path, bench_python *py, char *said, size_t l
     return -1;
 }
 
-/* The first executable `python3` in PATH, or "". */
-static void python_in_path(char *buf, size_t len) {
+int bench_in_path(const char *name, char *buf, size_t len) {
     const char *path = getenv("PATH");
     buf[0] = 0;
     for (const char *p = path ? path : ""; *p;) {
         size_t n = strcspn(p, ":");
-        snprintf(buf, len, "%.*s/python3", (int)n, n ? p : ".");
-        if (access(buf, X_OK) == 0) return;
+        snprintf(buf, len, "%.*s/%s", (int)n, n ? p : ".", name);
+        if (access(buf, X_OK) == 0) return 0;
         p += n + (p[n] == ':');
     }
     buf[0] = 0;
+    return -1;
 }
 
 int bench_find_python(const char *given, bench_python *py) {
@@ -536,7 +536,7 @@ int bench_find_python(const char *given, bench_python *py) {
         return probe_python(given, py, py->why, sizeof py->why);
     }
     char on_path[1024];
-    python_in_path(on_path, sizeof on_path);
+    bench_in_path("python3", on_path, sizeof on_path);
     const char *cands[] = {on_path, "/usr/bin/python3"};
     const char *hows[] = {"python3 on PATH", "after python3 on PATH"};
     size_t used = 0;

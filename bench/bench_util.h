@@ -149,6 +149,9 @@ void bench_print_blas(FILE *out, const char *prefix);
  * 127.0.0.1 just now (a bench's local nodes then bind them), or -1 when 200 tries found none. */
 int bench_free_ports(int n);
 
+/* The first executable `name` in PATH into buf: 0, or -1 (buf "") when there is none. */
+int bench_in_path(const char *name, char *buf, size_t len);
+
 /* Where the PyTorch baselines come from. */
 typedef struct {
     char path[1024]; /* the interpreter that has torch, or "" */

@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# test_allreduce_iperf.sh HETRING: R, the iperf3 rate of `hetring bench allreduce`.
+#  - without iperf3 in PATH the header says iperf3 is not installed (it said "iperf3 failed");
+#  - with a fake iperf3 whose client fails at once, the bench goes on ("iperf3 failed") rather
+#    than waiting for ever on the server no client reached;
+#  - SIGTERM or SIGINT while the (fake) client runs: the bench exits 143 or 130 and its iperf3
+#    server is gone (it was left running, waiting for a client).
+set -u
+HR=$1
+. "$(dirname "$0")/../harness.sh" # the nodes take base.. (--port)
+on_exit='for f in "$tmp"/*.pids; do for p in $(cat "$f"); do kill -KILL "$p" 2>/dev/null; done; done'
+TIMEOUT=$(command -v timeout)
+# alive PID: running, not a zombie (a killed child of the bench waits for pid 1 to reap it)
+alive() { local st; st=$(ps -o stat= -p "$1") && [ "${st#Z}" = "$st" ]; }
+run() { "$TIMEOUT" 60 "$HR" bench allreduce --port "$base" --nodes 2 -b 1K -e 1K --iters 1 --warmup 0 "$@"; }
+
+mkdir -p "$tmp/none"
+PATH=$tmp/none run > "$tmp/none.out" 2>&1 || fail "without iperf3: exit $?: $(tail -2 "$tmp/none.out")"
+grep -q '^# R unknown (iperf3 is not installed; install it or give --rate)$' "$tmp/none.out" ||
+    fail "without iperf3: $(grep '^# R' "$tmp/none.out")"
+
+mkdir -p "$tmp/fake"
+cat > "$tmp/fake/iperf3" << EOS
+#!/bin/sh
+case " \$* " in
+*" -s "*) echo \$\$ > "$tmp/server.pid"; echo \$\$ >> "$tmp/all.pids"; exec sleep 300 ;;
+*" -c "*) echo \$\$ > "$tmp/client.pid"; echo \$\$ >> "$tmp/all.pids"; [ -e "$tmp/client-fails" ] && exit 1; exec sleep 300 ;;
+esac
+exit 2
+EOS
+chmod +x "$tmp/fake/iperf3"
+: > "$tmp/client-fails"
+start=$SECONDS
+PATH=$tmp/fake:$PATH run > "$tmp/failed.out" 2>&1 || fail "iperf3 failing: exit $?: $(tail -2 "$tmp/failed.out")"
+grep -q '^# R unknown (iperf3 failed; give --rate)$' "$tmp/failed.out" ||
+    fail "iperf3 failing: $(grep '^# R' "$tmp/failed.out")"
+server=$(cat "$tmp/server.pid" 2> /dev/null)
+[ -n "$server" ] && ! alive "$server" || fail "iperf3 failing: the server ${server:-?} is left running"
+echo "client failing: done in $((SECONDS - start)) s"
+rm -f "$tmp/client-fails"
+
+for sig in TERM INT; do
+    rm -f "$tmp/server.pid" "$tmp/client.pid"
+    PATH=$tmp/fake:$PATH "$HR" bench allreduce --port "$base" --nodes 2 -b 1K -e 1K > "$tmp/$sig.out" 2>&1 &
+    bench=$!
+    for _ in $(seq 100); do [ -s "$tmp/client.pid" ] && break; sleep 0.1; done
+    server=$(cat "$tmp/server.pid" 2> /dev/null)
+    [ -n "$server" ] || fail "SIG$sig: no iperf3 server started"
+    kill -"$sig" "$bench"
+    for _ in $(seq 100); do kill -0 "$bench" 2> /dev/null || break; sleep 0.1; done
+    kill -KILL "$bench" 2> /dev/null && fail "SIG$sig: the bench still ran 10 s after the signal"
+    wait "$bench"
+    rc=$?
+    [ "$rc" = $((128 + $(kill -l "$sig"))) ] || fail "SIG$sig: exit $rc"
+    sleep 0.2 # the client's death signal
+    [ -n "$server" ] && alive "$server" && fail "SIG$sig: the iperf3 server $server is left running"
+    client=$(cat "$tmp/client.pid" 2> /dev/null)
+    [ -n "$client" ] && alive "$client" && fail "SIG$sig: the iperf3 client $client is left running"
+done
+echo "$fails failure(s)"
+[ "$fails" = 0 ]
