@@ -16,15 +16,9 @@
 # usage: elastic_scale.sh HETRING [--nodes "16 64 128"] [--runs 3] [--port 20000]
 #                          [--json FILE] [--keep DIR] [--tree-bytes B]
 set -u
-# the comment above is the usage; a HETRING that cannot run is refused at once (each node's
-# start failed and every wait ran to its end: minutes before the script said anything)
-usage() { sed -n '2,/^set -u/p' "$0" | sed -e '$d' -e 's/^# \{0,1\}//'; }
-case ${1:-} in
--h | --help) usage; exit 0 ;;
-"") usage >&2; exit 2 ;;
-esac
+. "$(dirname "$0")/script_args.sh"
+script_hetring "$@" # the comment above is the usage
 HR=$1
-[ -f "$HR" ] && [ -x "$HR" ] || { echo "$(basename "$0"): '$HR' is not an executable file (the hetring to measure; --help)" >&2; exit 2; }
 shift
 NODES="16 64 128" RUNS=3 PORT=20000 JSON="" KEEP="" TREE=""
 while [ $# -gt 0 ]; do

@@ -6,15 +6,9 @@
 # ENV... are put in the environment of every start (e.g. HETRING_CUDA_LIBS=/nonexistent).
 # usage: start_cost.sh HETRING [--runs 31] [--port 29950] [ENV=VALUE...]
 set -u
-# the comment above is the usage; a HETRING that cannot run is refused at once (each node's
-# start failed and every wait ran to its end: minutes before the script said anything)
-usage() { sed -n '2,/^set -u/p' "$0" | sed -e '$d' -e 's/^# \{0,1\}//'; }
-case ${1:-} in
--h | --help) usage; exit 0 ;;
-"") usage >&2; exit 2 ;;
-esac
+. "$(dirname "$0")/script_args.sh"
+script_hetring "$@" # the comment above is the usage
 HR=$1
-[ -f "$HR" ] && [ -x "$HR" ] || { echo "$(basename "$0"): '$HR' is not an executable file (the hetring to measure; --help)" >&2; exit 2; }
 shift
 RUNS=31 PORT=29950 ENVS=()
 while [ $# -gt 0 ]; do
