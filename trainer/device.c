@@ -7,6 +7,7 @@
 #include "trainer/cuda/device_cuda.h"
 #endif
 
+#include <stdio.h>
 #include <string.h>
 
 /* ================================================================ cpu */
@@ -58,7 +59,7 @@ const device_ops *const device_cuda_ops = NULL;
 
 hr_status device_cuda_check(int index, char *err, size_t errlen) {
 #ifdef HR_HAVE_CUDA
-    char why[256] = "";
+    char why[HR_ERRLEN] = "";
     int n = device_cuda_count(why, sizeof why);
     if (n < 0)
         return hr_fail(err, errlen, HR_ERR_CONFIG,
@@ -68,10 +69,13 @@ hr_status device_cuda_check(int index, char *err, size_t errlen) {
     if (n == 0)
         return hr_fail(err, errlen, HR_ERR_CONFIG, "this machine has no usable CUDA device (%s)",
                        why);
-    if (index < 0 || index >= n)
+    if (index < 0 || index >= n) {
+        char last[32] = ""; /* " to cuda:N-1", with N the count */
+        if (n > 1) snprintf(last, sizeof last, " to cuda:%d", n - 1);
         return hr_fail(err, errlen, HR_ERR_CONFIG,
                        "cuda:%d is out of range: this machine has %d CUDA device%s (cuda:0%s)",
-                       index, n, n == 1 ? "" : "s", n == 1 ? "" : " to cuda:N-1");
+                       index, n, n == 1 ? "" : "s", last);
+    }
     return HR_OK;
 #else
     return hr_fail(err, errlen, HR_ERR_CONFIG,
