@@ -58,6 +58,21 @@ int hr_file_replace(const char *tmp, const char *path) {
     return 0;
 }
 
+FILE *hr_file_create(const char *path, char *tmp, size_t n) {
+    if (hr_file_tmp_name(tmp, n, path) == 0) return fopen(tmp, "w");
+    tmp[0] = 0; /* no name: errno is ENAMETOOLONG */
+    return NULL;
+}
+
+int hr_file_commit(FILE *f, int kept, const char *tmp, const char *path) {
+    int e = hr_file_close(f, kept);
+    if (e) {
+        unlink(tmp);
+        return e;
+    }
+    return hr_file_replace(tmp, path);
+}
+
 int hr_file_close(FILE *f, int kept) {
     int bad = ferror(f);
     int e = bad ? kept : 0;

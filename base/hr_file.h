@@ -27,6 +27,13 @@ int hr_file_tmp_name(char *out, size_t n, const char *path);
  * synced). 0, or an errno value, with `tmp` removed. */
 int hr_file_replace(const char *tmp, const char *path);
 
+/* A stream that replaces `path` whole or not at all. hr_file_create opens PATH.tmp.PID for
+ * writing, its name in tmp[0..n); NULL with errno when it cannot (tmp empty when the name does
+ * not fit: ENAMETOOLONG). hr_file_commit closes it (hr_file_close, with `kept`) and renames
+ * it over `path` (hr_file_replace): 0, or an errno value, with the temporary file removed. */
+FILE *hr_file_create(const char *path, char *tmp, size_t n);
+int hr_file_commit(FILE *f, int kept, const char *tmp, const char *path);
+
 /* Close a stream that was written to. 0 when everything written reached the file; else an errno
  * value: `kept` where a write failed (pass errno as the writes left it, or the value kept when
  * the first one failed), else fclose's, else EIO. The stream is closed either way. */

@@ -273,15 +273,13 @@ int bench_close(FILE *f, const char *path) {
 }
 
 FILE *bench_open_out(const char *path, char *tmp, size_t n) {
-    FILE *f = hr_file_tmp_name(tmp, n, path) == 0 ? fopen(tmp, "w") : NULL;
+    FILE *f = hr_file_create(path, tmp, n);
     if (!f) fprintf(stderr, "hetring bench: cannot write %s: %s\n", path, strerror(errno));
     return f;
 }
 
 int bench_commit(FILE *f, const char *tmp, const char *path) {
-    int e = hr_file_close(f, errno);
-    if (e) unlink(tmp);
-    if (!e) e = hr_file_replace(tmp, path);
+    int e = hr_file_commit(f, errno, tmp, path);
     if (!e) return 0;
     fprintf(stderr, "hetring bench: %s: write failed (%s); not written\n", path, strerror(e));
     return -1;

@@ -731,9 +731,8 @@ static hr_status run_iteration(trainer *t, const train_opts *o, run_report *rr, 
 static hr_status write_summary(const trainer *t, const train_result *r, const train_opts *o,
                                const char *path, char *err, size_t errlen) {
     char tmp[4200];
-    if (hr_file_tmp_name(tmp, sizeof tmp, path) != 0)
-        return hr_fail(err, errlen, HR_ERR_IO, "%s: name too long", path);
-    FILE *f = fopen(tmp, "w");
+    FILE *f = hr_file_create(path, tmp, sizeof tmp);
+    if (!f && !tmp[0]) return hr_fail(err, errlen, HR_ERR_IO, "%s: name too long", path);
     if (!f) return hr_fail(err, errlen, HR_ERR_IO, "%s: cannot create (%s)", tmp, strerror(errno));
     char desc[160];
     model_describe(&t->m, desc, sizeof desc);
@@ -752,9 +751,8 @@ static hr_status write_summary(const trainer *t, const train_result *r, const tr
     fprintf(f, "  \"final_iteration\": %ld", t->iter);
     if (o && o->tag) o->tag(o->member_ctx, t, f, 1);
     fputs("\n}\n", f);
-    int e = hr_file_close(f, errno);
-    if (e) unlink(tmp);
-    if (!e && (e = hr_file_replace(tmp, path)) == 0) return HR_OK;
+    int e = hr_file_commit(f, errno, tmp, path);
+    if (!e) return HR_OK;
     return hr_fail(err, errlen, HR_ERR_IO, "%s: write failed (%s); it was not written", path,
                    strerror(e));
 }

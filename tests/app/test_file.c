@@ -73,6 +73,38 @@ static void test_replace(const char *dir) {
           "a temporary name that does not fit is refused");
 }
 
+/* hr_file_create and hr_file_commit: a stream written whole replaces the old file; one whose
+ * write failed leaves the old file and no temporary one; a name that does not fit opens nothing
+ * and says so. */
+static void test_create_commit(const char *dir) {
+    char path[256], tmp[300];
+    snprintf(path, sizeof path, "%s/c.csv", dir);
+    write_text(path, "old");
+    FILE *f = hr_file_create(path, tmp, sizeof tmp);
+    CHECK(f != NULL, "create: %s", strerror(errno));
+    if (!f) return;
+    fputs("new", f);
+    CHECK(holds(path, "old"), "the old file changed before the commit");
+    CHECK(hr_file_commit(f, 0, tmp, path) == 0, "commit: %s", strerror(errno));
+    CHECK(holds(path, "new") && access(tmp, F_OK) != 0, "the commit did not replace the file");
+
+    f = hr_file_create(path, tmp, sizeof tmp);
+    CHECK(f != NULL, "create again: %s", strerror(errno));
+    if (!f) return;
+    fputs("partial", f); /* buffered: the close's flush fails, as on a full disk */
+    close(fileno(f));
+    CHECK(hr_file_commit(f, 0, tmp, path) != 0, "a failed write was committed");
+    CHECK(holds(path, "new") && access(tmp, F_OK) != 0,
+          "a failed write replaced the file or left its temporary one");
+    unlink(path);
+
+    char small[8] = "x";
+    errno = 0;
+    CHECK(hr_file_create(path, small, sizeof small) == NULL && errno == ENAMETOOLONG &&
+              small[0] == 0,
+          "a temporary name that does not fit opened a file");
+}
+
 static void test_close(const char *dir) {
     FILE *f = fopen("/dev/full", "w");
     if (f) {
@@ -165,6 +197,7 @@ int main(void) {
     CHECK(entries(dir) == 0, "the checks left %d file(s) behind", entries(dir));
 
     test_replace(dir);
+    test_create_commit(dir);
     test_close(dir);
     test_open_read(dir);
     CHECK(entries(dir) == 0, "the cases left %d file(s) behind", entries(dir));
