@@ -44,6 +44,7 @@
  *                 that epoch.
  */
 #include "ctrl/ctrl.h"
+#include "base/hr_detmath.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -365,7 +366,7 @@ hr_status ctrl_observe(ctrl *c, long iter, const ctrl_stat *stats) {
             /* model: a jump far beyond the noise at an unchanged batch is a change of speed
              * (interference starting or stopping), not the oscillation that step-halving
              * damps, so the node's next steps are full again */
-            double jump = fabs(log(t / c->h1[k]));
+            double jump = fabs(hr_det_log(t / c->h1[k]));
             double big = fmax(CTRL_JUMP_Z * sqrt(noise_var(c, k)), CTRL_JUMP_MIN);
             if (c->cfg.policy == CTRL_MODEL && c->nrd[k] >= 2 && jump > big) {
                 c->step[k] = 1;

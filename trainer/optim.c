@@ -2,6 +2,7 @@
  * optim.c: SGD with momentum and weight decay (see optim.h).
  */
 #include "trainer/optim.h"
+#include "base/hr_detmath.h"
 #include "trainer/ew.h"
 
 #include <math.h>
@@ -32,12 +33,12 @@ double opt_lr(const opt_sgd *o, long iter) {
     long t = iter - o->warmup;
     switch (o->schedule) {
     case OPT_LR_STEP:
-        return o->lr * pow(o->gamma, (double)(t / o->step));
+        return o->lr * hr_det_powi(o->gamma, t / o->step);
     case OPT_LR_COSINE: {
         long span = o->total - o->warmup;
         if (span <= 0) return o->lr;
         double f = (double)(t < span ? t : span) / (double)span;
-        return 0.5 * o->lr * (1.0 + cos(3.14159265358979323846 * f));
+        return 0.5 * o->lr * (1.0 + hr_det_cospi(f));
     }
     default:
         return o->lr;

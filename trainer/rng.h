@@ -8,6 +8,8 @@
 #ifndef HR_RNG_H
 #define HR_RNG_H
 
+#include "base/hr_detmath.h"
+
 #include <math.h>
 #include <stdint.h>
 
@@ -42,11 +44,11 @@ static inline uint64_t rng_below(rng *r, uint64_t n) {
     return (uint64_t)(((unsigned __int128)rng_next(r) * n) >> 64);
 }
 
-/* Standard normal (Box-Muller, one value per call; deterministic, not fast). */
+/* Standard normal (Box-Muller, one value per call; the same bits on every CPU, not fast). */
 static inline double rng_normal(rng *r) {
     double u1 = ((double)(rng_next(r) >> 11) + 0.5) * (1.0 / 9007199254740992.0);
     double u2 = (double)(rng_next(r) >> 11) * (1.0 / 9007199254740992.0);
-    return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+    return sqrt(-2.0 * hr_det_log(u1)) * hr_det_cospi(2.0 * u2);
 }
 
 #endif
