@@ -12,6 +12,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#define CLI_UNREAD_MAX 16 /* [controller] keys the static pass of --compare-static sets back */
+
 static void usage(FILE *out) {
     fprintf(
         out,
@@ -44,7 +46,8 @@ static void usage(FILE *out) {
         "  --compare-static run the cluster twice, first with static batches, then as\n"
         "                   configured, and report the measured speed-up; both runs start\n"
         "                   from scratch, without [train] checkpoint (neither reads nor\n"
-        "                   writes it), and take no --summary or --metrics\n"
+        "                   writes it), and take no --summary or --metrics; the static\n"
+        "                   run leaves out the [controller] keys static does not read\n"
         "  --netns PREFIX   start node ID in the network namespace PREFIX-ID\n"
         "                   (/var/run/netns/PREFIX-ID, made beforehand: `hetring bench hetero\n"
         "                   --netns` makes them with shaped links); each host must then be an\n"
@@ -146,6 +149,25 @@ static int rate_ok(const char *name, const char *path, double r) {
     return 0;
 }
 
+/* The keys of the configured policy that static does not read, given another value than their
+ * default (cfg_policy_unused), which the config module would refuse under static: the static
+ * pass sets them back to their defaults, as "--set controller.KEY=DEFAULT" into args (NULL
+ * after the last; sets holds their text), and says so once. */
+static void static_unread(const cfg *c, const char **args, char sets[][96]) {
+    const char *keys[CLI_UNREAD_MAX];
+    int n = cfg_policy_unused(c, CFG_POLICY_STATIC, keys, CLI_UNREAD_MAX), na = 0;
+    for (int i = 0; i < n; i++) {
+        char at[PATH_MAX + 64];
+        snprintf(sets[i], sizeof sets[i], "controller.%s=%s", keys[i], cfg_key_default(keys[i]));
+        args[na++] = "--set", args[na++] = sets[i];
+        fprintf(stderr,
+                "hetring local: the static pass leaves out controller.%s (%s), which static does "
+                "not read\n",
+                keys[i], cfg_where(c, -1, keys[i], at, sizeof at));
+    }
+    args[na] = NULL;
+}
+
 /* Run the cluster with the static policy, then as configured, and report the speed-up. Neither
  * pass reads or writes the user's checkpoint: the first would leave it at the end, where the
  * second, resumed from it, would train nothing (and a checkpoint the user had would be
@@ -161,10 +183,11 @@ static int compare_static(const cfg *c, const cli_common *o, const char *exe,
     char s_static[PATH_MAX], s_dyn[PATH_MAX];
     snprintf(s_static, sizeof s_static, "%s/static.json", dir);
     snprintf(s_dyn, sizeof s_dyn, "%s/dynamic.json", dir);
-    const char *run1[] = {
+    const char *run1[8 + 2 * CLI_UNREAD_MAX + 1] = {
         "--set", "train.checkpoint=",        "--set",     "train.checkpoint_interval=0",
-        "--set", "controller.policy=static", "--summary", s_static,
-        NULL};
+        "--set", "controller.policy=static", "--summary", s_static};
+    char unread[CLI_UNREAD_MAX][96];
+    static_unread(c, run1 + 8, unread);
     const char *run2[] = {
         "--set", "train.checkpoint=", "--set", "train.checkpoint_interval=0", "--summary", s_dyn,
         NULL};

@@ -33,6 +33,24 @@ void cfg_free(cfg *c) {
     c->has_psk = 0;
 }
 
+hr_status cfg_reset(cfg *c, const char *key) {
+    char why[256];
+    for (int i = 0; i < cfg_n_gkeys; i++)
+        if (strcmp(cfg_gkeys[i].key, key) == 0 && cfg_gkeys[i].def) {
+            if (cfg_value_set(&cfg_gkeys[i], c, cfg_gkeys[i].def, NULL, why, sizeof why) != 0)
+                abort(); /* a bad default in the schema, as in apply_defaults */
+            c->key_line[i] = 0;
+            return HR_OK;
+        }
+    return HR_ERR_CONFIG;
+}
+
+const char *cfg_key_default(const char *key) {
+    for (int i = 0; i < cfg_n_gkeys; i++)
+        if (strcmp(cfg_gkeys[i].key, key) == 0) return cfg_gkeys[i].def;
+    return NULL;
+}
+
 int cfg_node_index(const cfg *c, long id) {
     for (int i = 0; i < c->n_nodes; i++)
         if (c->nodes[i].id == id) return i;

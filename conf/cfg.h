@@ -167,6 +167,24 @@ hr_status cfg_validate(cfg *c, char *err, size_t errlen);
 /* Members a view needs to train: min_nodes, or a majority of the nodes when it is 0. */
 long cfg_quorum(const cfg *c);
 
+/* Whether controller policy `policy` (cfg_policy) reads [controller] `key`: 0 for a key that
+ * only other policies read (ki and kd are pid's, forgetting is model's; static reads none of
+ * interval, deadband, gain, smoothing, rate_limit and calibrate, and epoch neither interval nor
+ * smoothing), else 1, as for every key of another section. */
+int cfg_policy_uses(int policy, const char *key);
+/* The [controller] keys `c` gives (file, environment or --set) another value than their
+ * default that `policy` does not read, which cfg_validate refuses under that policy: their
+ * names into keys[] (at most max), in schema order; returns how many. A caller that runs one
+ * configuration under several policies puts them back to their defaults for such a policy
+ * (cfg_reset, or --set KEY=cfg_key_default(KEY)). */
+int cfg_policy_unused(const cfg *c, int policy, const char **keys, int max);
+/* Put key `key` of the cluster ("ki") back to its default, as if it was never given (it
+ * prints as a comment). Returns HR_ERR_CONFIG, changing nothing, for a key that is not one or
+ * has no default (psk). */
+hr_status cfg_reset(cfg *c, const char *key);
+/* The default of key `key` of the cluster as INI text ("0.05"), or NULL: none, or no such key. */
+const char *cfg_key_default(const char *key);
+
 /* Line of the file that set `key` of the cluster (node_idx -1) or of c->nodes[node_idx]: > 0,
  * or 0 when it has its default, or CFG_LINE_ENV or CFG_LINE_SET when an override set it. */
 int cfg_key_line(const cfg *c, int node_idx, const char *key);
@@ -185,8 +203,7 @@ int cfg_node_index(const cfg *c, long id);
  * which the parser refuses with a message saying so (give the key again, or use psk_file or
  * HETRING_CLUSTER_PSK). Unset optional keys (psk, pubkey) print as comments, ";psk =", and so
  * does a key never given, with its default (or what it resolved to: security = auto),
- * ";interval = 4": it reads back as not given (with policy = epoch a given interval is
- * refused; a given eval_samples cuts a held-out file). */
+ * ";interval = 4": it reads back as not given (a given eval_samples cuts a held-out file). */
 void cfg_print(const cfg *c, FILE *out);
 /* The same with every key as "key = value", defaults too: for comparing configurations. */
 void cfg_print_values(const cfg *c, FILE *out);

@@ -118,13 +118,15 @@ const key_spec cfg_gkeys[] = {
      "(its samples count as used) and counts it in the metrics"},
 
     {"controller", "policy", T_ENUM, G(policy), 0, 0, 0, "static|proportional|pid|model|epoch",
-     "model", 0, "batch-size controller; static is the plain BSP baseline"},
+     "model", 0,
+     "batch-size controller; static is the plain BSP baseline. A key below that the policy does "
+     "not use, given another value than its default, is refused"},
     {"controller", "interval", T_INT, G(interval), 0, 1, 1e6, NULL, "4", 0,
-     "iterations between batch-size decisions"},
+     "proportional, pid, model: iterations between batch-size decisions"},
     {"controller", "deadband", T_DBL, G(deadband), 0, 0, 1, NULL, "0.05", 0,
-     "no change unless some node's batch would move by more than this fraction"},
+     "all but static: no change unless some node's batch would move by more than this fraction"},
     {"controller", "gain", T_DBL, G(gain), 0, 0.01, 2, NULL, "1", 0,
-     "proportional gain; 1 moves straight to the balanced split"},
+     "all but static: proportional gain; 1 moves straight to the balanced split"},
     {"controller", "ki", T_DBL, G(ki), 0, 0, 10, NULL, "0.05", 0, "pid: integral gain"},
     {"controller", "kd", T_DBL, G(kd), 0, 0, 10, NULL, "0", 0, "pid: derivative gain"},
     {"controller", "min_batch", T_INT, G(min_batch), 0, 1, 1e8, NULL, "1", 0,
@@ -132,14 +134,14 @@ const key_spec cfg_gkeys[] = {
     {"controller", "max_batch", T_INT, G(max_batch), 0, 0, 1e8, NULL, "0", 0,
      "largest batch a node is given; 0 means global_batch"},
     {"controller", "smoothing", T_DBL, G(smoothing), 0, 0.001, 1, NULL, "0.3", 0,
-     "EWMA weight of the newest compute-time sample"},
+     "proportional, pid, model: EWMA weight of the newest compute-time sample"},
     {"controller", "rate_limit", T_DBL, G(rate_limit), 0, 0.01, 100, NULL, "1", 0,
-     "largest relative change of one node's batch per decision"},
+     "all but static: largest relative change of one node's batch per decision"},
     {"controller", "forgetting", T_DBL, G(forgetting), 0, 0.5, 1, NULL, "0.9", 0,
-     "model policy: recursive-least-squares forgetting factor"},
+     "model: recursive-least-squares forgetting factor"},
     {"controller", "calibrate", T_ENUM, G(calibrate), 0, 0, 0, "off|on", "on", 0,
-     "when a view forms, every node times a few passes and the first split follows the "
-     "measured speeds; off (or a node that cannot time itself): the capacity hints"},
+     "all but static: when a view forms, every node times a few passes and the first split "
+     "follows the measured speeds; off (or a node that cannot time itself): the capacity hints"},
 };
 const int cfg_n_gkeys = (int)(sizeof cfg_gkeys / sizeof cfg_gkeys[0]);
 

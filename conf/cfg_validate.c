@@ -255,26 +255,93 @@ static hr_status check_segment(const cfg *c, char *err, size_t errlen) {
                    AT(c, "segment_bytes"), c->segment_bytes);
 }
 
-/* policy = epoch decides at the end of each epoch from the epoch's totals: no interval, no
- * smoothed times. */
+/* ================================================================ the keys of a policy */
+
+#define POL(p) (1u << CFG_POLICY_##p)
+#define DECIDE (POL(PROPORTIONAL) | POL(PID) | POL(MODEL) | POL(EPOCH))
+
+/* The [controller] keys that some policy leaves unused, and the policies that use each, as
+ * ctrl/ctrl.c reads them (and cluster/cluster_setup.c calibrate): static never decides, so of
+ * all these it uses none (its bounds, min_batch and max_batch, which every policy uses, still
+ * hold a resumed checkpoint's split); epoch decides at each epoch's end from the epoch's totals,
+ * with no interval and no smoothed times; ki and kd are pid's terms, forgetting model's fit. */
+static const struct {
+    const char *key;
+    unsigned users; /* bit p set: policy p (cfg_policy) reads the key */
+} policy_keys[] = {
+    {"interval", POL(PROPORTIONAL) | POL(PID) | POL(MODEL)},
+    {"deadband", DECIDE},
+    {"gain", DECIDE},
+    {"ki", POL(PID)},
+    {"kd", POL(PID)},
+    {"smoothing", POL(PROPORTIONAL) | POL(PID) | POL(MODEL)},
+    {"rate_limit", DECIDE},
+    {"forgetting", POL(MODEL)},
+    {"calibrate", DECIDE},
+};
+enum { N_POLICY_KEYS = sizeof policy_keys / sizeof *policy_keys };
+
+int cfg_policy_uses(int policy, const char *key) {
+    if (policy < CFG_POLICY_STATIC || policy > CFG_POLICY_EPOCH) return 1;
+    for (int i = 0; i < N_POLICY_KEYS; i++)
+        if (strcmp(policy_keys[i].key, key) == 0) return (policy_keys[i].users >> policy) & 1;
+    return 1;
+}
+
+/* Whether global key `key` of c holds another value than its default in d. */
+static int off_default(const cfg *c, const cfg *d, const char *key) {
+    int idx;
+    const key_spec *k = cfg_find_key(cfg_gkeys, cfg_n_gkeys, "controller", key, &idx);
+    char a[256], b[256];
+    cfg_value_format(k, c, a, sizeof a);
+    cfg_value_format(k, d, b, sizeof b);
+    return strcmp(a, b) != 0;
+}
+
+int cfg_policy_unused(const cfg *c, int policy, const char **keys, int max) {
+    cfg d;
+    cfg_init(&d);
+    int n = 0;
+    for (int i = 0; i < N_POLICY_KEYS && n < max; i++)
+        if (!((policy_keys[i].users >> policy) & 1) && given(c, policy_keys[i].key) &&
+            off_default(c, &d, policy_keys[i].key))
+            keys[n++] = policy_keys[i].key;
+    cfg_free(&d);
+    return n;
+}
+
+/* "policy = pid", "policy = proportional, pid or model": the policies that use key i. */
+static void policy_users(int i, char *out, size_t n) {
+    const char *names[CFG_POLICY_EPOCH + 1];
+    int m = 0;
+    for (int p = CFG_POLICY_STATIC; p <= CFG_POLICY_EPOCH; p++)
+        if ((policy_keys[i].users >> p) & 1) names[m++] = cfg_policy_name(p);
+    size_t o = (size_t)snprintf(out, n, "policy = %s", names[0]);
+    for (int j = 1; j < m && o < n; j++)
+        o += (size_t)snprintf(out + o, n - o, "%s%s", j == m - 1 ? " or " : ", ", names[j]);
+}
+
+/* A [controller] key given another value than its default that the policy does not use (a
+ * key at its default changes nothing either way: reference.ini gives every key). `hetring local
+ * --compare-static` and `bench hetero`, which run one file under several policies, set such a
+ * key back to its default for a policy that does not use it (cfg_policy_unused). */
 static hr_status check_controller(const cfg *c, char *err, size_t errlen) {
-    static const char *const unused[] = {"interval", "smoothing"};
-    if (c->policy != CFG_POLICY_EPOCH) return HR_OK;
-    for (int i = 0; i < 2; i++)
-        if (given(c, unused[i]))
-            return hr_fail(err, errlen, HR_ERR_CONFIG,
-                           "%s: %s is set, but policy = epoch decides once per epoch from the "
-                           "epoch's totals and does not use it (expected no %s with policy = "
-                           "epoch, or policy = proportional, pid or model)",
-                           AT(c, unused[i]), unused[i], unused[i]);
-    return HR_OK;
+    const char *key;
+    if (cfg_policy_unused(c, c->policy, &key, 1) == 0) return HR_OK;
+    int i = 0;
+    while (strcmp(policy_keys[i].key, key) != 0) i++;
+    char users[128];
+    policy_users(i, users, sizeof users);
+    return hr_fail(err, errlen, HR_ERR_CONFIG,
+                   "%s: %s is set, but policy = %s does not use it (expected %s, or no %s)",
+                   AT(c, key), key, cfg_policy_name(c->policy), users, key);
 }
 
 /* A key given another value than its default that the rest of the configuration does not use:
  * `unused` says so (c the configuration, d the defaults), `by` names the key that leaves it
  * unused, `by_value` gives that key's value, and `expected` says what would use it. A key set
- * to its default changes nothing either way (reference.ini gives every key), and keys of one
- * controller policy are left alone: bench hetero runs every policy on one file. */
+ * to its default changes nothing either way (reference.ini gives every key). The keys of one
+ * controller policy are check_controller's. */
 typedef struct {
     const char *key, *by;
     int (*unused)(const cfg *c, const cfg *d);

@@ -7,6 +7,8 @@
 #              warn,ring=debug shows ring's debug and info but no other subsystem's info;
 #              every log line of node k carries [nk]
 #   local      --compare-static prints both rates and "speed-up over static: R.RRx", R their ratio;
+#              the file's interval = 2, which static does not read (and would refuse), is
+#              left out of the static pass, which says so once;
 #              it neither resumes from nor writes the user's [train] checkpoint
 # Node 1 starts once node 0 has logged its first line and 0.3 s more, so node 0's first connects
 # to it are refused and retried: that retry is the ring debug line the level tests look for.
@@ -144,6 +146,10 @@ if [ -n "$r1" ] && [ -n "$r2" ] && [ -n "$sp" ]; then
 else
     fail "local --compare-static: missing rate or speed-up line (static '$r1', model '$r2', speed-up '$sp'): $(cat "$tmp/cmp.out")"
 fi
+ln=$(grep -n '^interval = 2$' "$tmp/none.ini" | cut -d: -f1)
+said="hetring local: the static pass leaves out controller.interval ($tmp/none.ini:$ln), which static does not read"
+[ "$(grep -cxF "$said" "$tmp/cmp.out")" = 1 ] ||
+    fail "local --compare-static: not said once that the static pass leaves out interval: $(grep -m2 'leaves out' "$tmp/cmp.out")"
 
 # 6. --compare-static neither reads nor writes the user's [train] checkpoint: with one at the end
 # of the run, both passes still train from scratch, and the file keeps its bytes (the static pass

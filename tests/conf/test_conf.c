@@ -325,6 +325,80 @@ static void test_override_blame(const char *tmp) {
     CHECK(starts_with(err, tmp) && strstr(err, ":4: global_batch = 1 is smaller"), "got: %s", err);
 }
 
+/* A [controller] key that the policy does not read, given another value than its default, is
+ * refused wherever it was given, naming the policies that read it; at its default it is not
+ * (reference.ini gives every key), and cfg_policy_unused lists what cfg_reset puts back, after
+ * which the configuration runs under that policy. */
+static void test_policy_keys(const char *tmp) {
+    char err[HR_ERRLEN] = "";
+    cfg c;
+    write_file(tmp, "[cluster]\nsecurity = none\n[controller]\npolicy = pid\nki = 0.3\n"
+                    "kd = 0\n[node.0]\nhost = 127.0.0.1\nport = 7001\n");
+    CHECK(cfg_load(&c, tmp, err, sizeof err) == HR_OK, "pid's own ki refused: %s", err);
+    cfg_free(&c);
+    cfg_init(&c);
+    CHECK(cfg_parse_file(&c, tmp, err, sizeof err) == HR_OK, "%s", err);
+    CHECK(cfg_set(&c, "controller.policy=model", err, sizeof err) == HR_OK, "%s", err);
+    CHECK(cfg_validate(&c, err, sizeof err) == HR_ERR_CONFIG, "ki = 0.3 under model accepted");
+    CHECK(starts_with(err, tmp) && strstr(err, ":5: ki is set, but policy = model does not use it "
+                                               "(expected policy = pid, or no ki)"),
+          "got: %s", err);
+    const char *keys[8];
+    CHECK(cfg_policy_unused(&c, CFG_POLICY_MODEL, keys, 8) == 1 && strcmp(keys[0], "ki") == 0,
+          "model's unused keys: not just ki (kd = 0 is its default)");
+    CHECK(cfg_reset(&c, "ki") == HR_OK && c.ki == 0.05 && cfg_key_line(&c, -1, "ki") == 0,
+          "ki not put back: %g, line %d", c.ki, cfg_key_line(&c, -1, "ki"));
+    CHECK(strcmp(cfg_key_default("ki"), "0.05") == 0 && cfg_reset(&c, "nope") == HR_ERR_CONFIG &&
+              cfg_reset(&c, "psk") == HR_ERR_CONFIG,
+          "cfg_key_default, cfg_reset of no key or of a key without a default");
+    CHECK(cfg_validate(&c, err, sizeof err) == HR_OK, "after cfg_reset: %s", err);
+    cfg_free(&c);
+    /* an override is named as the place; static reads no key but its bounds */
+    cfg_init(&c);
+    CHECK(cfg_parse_file(&c, tmp, err, sizeof err) == HR_OK, "%s", err);
+    CHECK(cfg_set(&c, "controller.policy=static", err, sizeof err) == HR_OK &&
+              cfg_set(&c, "controller.ki=0.05", err, sizeof err) == HR_OK &&
+              cfg_set(&c, "controller.rate_limit=0.5", err, sizeof err) == HR_OK &&
+              cfg_set(&c, "controller.min_batch=2", err, sizeof err) == HR_OK,
+          "%s", err);
+    CHECK(cfg_validate(&c, err, sizeof err) == HR_ERR_CONFIG, "rate_limit under static accepted");
+    CHECK(strcmp(err, "--set controller.rate_limit: rate_limit is set, but policy = static does "
+                      "not use it (expected policy = proportional, pid, model or epoch, or no "
+                      "rate_limit)") == 0,
+          "got: %s", err);
+    cfg_free(&c);
+    /* reference.ini, which gives every key at its default, runs under every policy */
+    char path[1024];
+    snprintf(path, sizeof path, "%s/reference.ini", EXAMPLES_DIR);
+    for (int p = CFG_POLICY_STATIC; p <= CFG_POLICY_EPOCH; p++) {
+        char set[64];
+        cfg_init(&c);
+        snprintf(set, sizeof set, "controller.policy=%s", cfg_policy_name(p));
+        CHECK(cfg_parse_file(&c, path, err, sizeof err) == HR_OK &&
+                  cfg_set(&c, set, err, sizeof err) == HR_OK &&
+                  cfg_validate(&c, err, sizeof err) == HR_OK,
+              "reference.ini with %s: %s", set, err);
+        cfg_free(&c);
+    }
+    /* what each policy reads (ctrl/ctrl.c, calibrate: cluster/cluster_setup.c) */
+    static const struct {
+        int policy;
+        const char *key;
+        int uses;
+    } uses[] = {{CFG_POLICY_STATIC, "gain", 0},      {CFG_POLICY_STATIC, "calibrate", 0},
+                {CFG_POLICY_STATIC, "min_batch", 1}, {CFG_POLICY_STATIC, "max_batch", 1},
+                {CFG_POLICY_EPOCH, "interval", 0},   {CFG_POLICY_EPOCH, "smoothing", 0},
+                {CFG_POLICY_EPOCH, "deadband", 1},   {CFG_POLICY_EPOCH, "rate_limit", 1},
+                {CFG_POLICY_PID, "ki", 1},           {CFG_POLICY_PID, "forgetting", 0},
+                {CFG_POLICY_MODEL, "kd", 0},         {CFG_POLICY_MODEL, "forgetting", 1},
+                {CFG_POLICY_PROPORTIONAL, "ki", 0},  {CFG_POLICY_PROPORTIONAL, "interval", 1},
+                {CFG_POLICY_PROPORTIONAL, "lr", 1}};
+    for (size_t i = 0; i < sizeof uses / sizeof *uses; i++)
+        CHECK(cfg_policy_uses(uses[i].policy, uses[i].key) == uses[i].uses,
+              "cfg_policy_uses(%s, %s) != %d", cfg_policy_name(uses[i].policy), uses[i].key,
+              uses[i].uses);
+}
+
 /* Values are read whole and as written: a NUL byte is refused (it would cut the value), numbers
  * are decimal (no octal, no hex), and long lines are read (a line over the limit is refused
  * with its file:line); the file is never waited on, nor a directory read. */
@@ -446,6 +520,7 @@ int main(void) {
     test_overrides(tmp);
     test_keys_used(tmp);
     test_override_blame(tmp);
+    test_policy_keys(tmp);
     test_input_holes(tmp);
     unlink(tmp);
     test_paths();

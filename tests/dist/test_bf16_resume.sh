@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The bf16 wire's error-feedback residual in checkpoints ([cluster] wire = bf16, DESIGN.md's
-# bf16 path): three nodes, static batches (calibrate off: the split is the same in every run).
+# bf16 path): three nodes, static batches (B/N each: the split is the same in every run).
 #  1. the reference: 120 iterations in one run;
 #  2. the same job cut in two: 60 iterations, every node writing its checkpoint at the end
 #     (which records its residual, with its id), then the three resumed from their own
@@ -30,7 +30,6 @@ seed = 11
 hash_interval = 1
 [controller]
 policy = static
-calibrate = off
 EOF
 
 # run NAME ITERS [ARGS...]: the three nodes to the end, each with checkpoint $tmp/NAME.ID.ckpt

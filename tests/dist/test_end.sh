@@ -15,7 +15,6 @@ $(mlp_train 784,32,10 2048 "$B" "$ITERS")
 hash_interval = 1
 [controller]
 policy = static
-calibrate = off
 EOF2
 
 for at in $((ITERS - 1)) $((ITERS - 2)); do

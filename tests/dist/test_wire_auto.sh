@@ -19,7 +19,6 @@ $(mlp_train 784,512,512,10 2048 "$B" "$ITERS")
 hash_interval = 1
 [controller]
 policy = static
-calibrate = off
 EOF
 
 run_nodes auto --set train.bucket_bytes=0 # chosen again for the wire alone

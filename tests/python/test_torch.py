@@ -56,13 +56,14 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 WORKER = os.path.join(HERE, "torch_worker.py")
 
 
-def write_ini(d, name, slowdowns, port, iters=30):
+def write_ini(d, name, slowdowns, port, iters=30,
+              controller="policy = proportional\ninterval = 1"):
     path = os.path.join(d, name)
     with open(path, "w") as f:
         f.write("[cluster]\nsecurity = none\nconnect_timeout = 20\ntimeout = 10\n"
                 "rejoin_timeout = 30\n[train]\nsamples = 512\nglobal_batch = 32\n"
                 f"iterations = {iters}\nseed = 3\nhash_interval = 5\n[controller]\n"
-                "policy = proportional\ninterval = 1\nmin_batch = 2\n")
+                f"{controller}\nmin_batch = 2\n")
         for k, s in enumerate(slowdowns):
             f.write(f"[node.{k}]\nhost = 127.0.0.1\nport = {port + k}\nslowdown = {s}\n")
     return path
@@ -319,9 +320,8 @@ def resume_bf16(d, port, wire="bf16"):
     With wire = powersgd (resume_powersgd) the files also hold Q, which every node takes up,
     node 2 from node 0's file too (replicated state)."""
     # 12,804 floats: above what the ring sends as one small float32 message
-    sets = ("--set", f"cluster.wire={wire}", "--set", "controller.policy=static", "--hidden",
-            "512")
-    ini = write_ini(d, "resume.ini", [1, 1, 1], port)
+    sets = ("--set", f"cluster.wire={wire}", "--hidden", "512")
+    ini = write_ini(d, "resume.ini", [1, 1, 1], port, controller="policy = static")
     ck = [os.path.join(d, f"ck{k}.pt") for k in range(3)]
     full = [result(p) for p in [start(ini, k, d, *sets, "--save-at", "15", ck[k])
                                 for k in range(3)]]
