@@ -110,13 +110,13 @@ static int fault_opt(elastic_opts *o, const char *name, const char *arg) {
         cli_usage_error("bench elastic", "--%s '%s' (expected ID@ITER, ITER >= 1)", name, arg);
         return -1;
     }
-    int kill = strcmp(name, "kill") == 0;
-    if (o->fault_iter >= 0 && kill != o->kill) {
+    int is_kill = strcmp(name, "kill") == 0;
+    if (o->fault_iter >= 0 && is_kill != o->kill) {
         cli_usage_error("bench elastic",
                         "--kill and --stop: a run has one fault; give one of them");
         return -1;
     }
-    o->target = id, o->fault_iter = it, o->kill = kill;
+    o->target = id, o->fault_iter = it, o->kill = is_kill;
     return 0;
 }
 static int kill_opt(const char *suite, const char *arg, void *dst) {

@@ -1003,17 +1003,15 @@ static int check_runs(const hetero_opts *o) {
     }
     snprintf(node, sizeof node, "%ld", c.nodes[sc->gpu == 0 ? 1 : 0].id);
     cfg_free(&c);
-    /* hetring config prints the configuration on stdout: only its problems (stderr) matter */
     char *argv[2 * BENCH_MAX_SETS + 12];
     int n = 0;
-    argv[n++] = "sh", argv[n++] = "-c", argv[n++] = "exec \"$0\" \"$@\" > /dev/null";
     argv[n++] = (char *)o->hetring, argv[n++] = "config", argv[n++] = "--conf", argv[n++] = conf;
     for (int i = 0; i < o->sets.n; i++)
         if (!unread_set(o->sets.v[i], policy_id(o->pol[0])))
             argv[n++] = "--set", argv[n++] = (char *)o->sets.v[i];
     if (!o->netns) argv[n++] = "--node", argv[n++] = node;
     argv[n] = NULL;
-    int rc = bench_spawn(argv, NULL, 0, 60);
+    int rc = bench_spawn_quiet(argv, 60); /* the configuration it prints does not matter */
     if (rc == 0 || rc == BENCH_STOPPED) return rc == 0 ? -1 : 128 + bench_stopped();
     fprintf(stderr,
             "hetring bench hetero: the runs' cluster file (%s, from --template %s and the "

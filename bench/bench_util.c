@@ -419,6 +419,14 @@ int bench_spawn(char *const argv[], const char *log, int append, double deadline
     return rc;
 }
 
+int bench_spawn_quiet(char *const argv[], double deadline_s) {
+    int fd = open("/dev/null", O_WRONLY | O_CLOEXEC);
+    if (fd < 0) return -1;
+    int rc = run_child(argv, fd, -1, 0, deadline_s);
+    close(fd);
+    return rc;
+}
+
 /* An unlinked temporary file; -1 when none could be made. */
 static int temp_fd(void) {
     const char *dir = getenv("TMPDIR");
@@ -458,8 +466,8 @@ int bench_capture(char *const argv[], double deadline_s, char *out, size_t outle
 
 /* ================================================================ headers */
 
-/* Can this process listen on 127.0.0.1:port right now? */
-static int port_free(int port) {
+int bench_port_free(int port) {
+    if (port < 1 || port > 65535) return 0;
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     if (fd < 0) return 0;
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
@@ -474,7 +482,7 @@ int bench_free_ports(int n) {
     if (!seeded) srand((unsigned)time(NULL) ^ (unsigned)getpid() * 2654435761u), seeded = 1;
     for (int tries = 0; tries < 200; tries++) {
         int base = 10000 + (rand() % 2600) * 8, k = 0;
-        while (k < n && port_free(base + k)) k++;
+        while (k < n && bench_port_free(base + k)) k++;
         if (k == n) return base;
     }
     return -1;

@@ -122,6 +122,10 @@ int bench_prepare_runs(const char *suite, char *hetring, size_t len, const char 
  * later) and was reaped, or was never started. */
 int bench_spawn(char *const argv[], const char *log, int append, double deadline_s);
 
+/* bench_spawn with the child's stdout thrown away (/dev/null) and its stderr the bench's own:
+ * for a check whose complaints alone matter (`hetring config` prints the configuration). */
+int bench_spawn_quiet(char *const argv[], double deadline_s);
+
 /* bench_spawn for a helper whose output the bench reads (a Python baseline): the child runs in
  * a process group of its own, which SIGTERM and SIGKILL reach as a whole (multiprocessing
  * workers included); its stdout lands in out[0..outlen) and the last line of its stderr in
@@ -145,6 +149,8 @@ int bench_stop_status(const char *suite, int done, int total, int failed);
 /* "PREFIXblas: OpenBLAS 0.3.21 (...), kernels SkylakeX (...)" and a newline: the BLAS library
  * and the kernels every bench header names (blas_pick_describe). */
 void bench_print_blas(FILE *out, const char *prefix);
+/* Whether this process could listen on 127.0.0.1:port (1-65535) right now. */
+int bench_port_free(int port);
 /* The first of `n` consecutive ports in 10000-30799 that this process could listen on at
  * 127.0.0.1 just now (a bench's local nodes then bind them), or -1 when 200 tries found none. */
 int bench_free_ports(int n);

@@ -110,8 +110,14 @@ void netns_rate_str(double bps, char *out, size_t n) {
 
 /* ================================================================ namespaces */
 
+#define NETNS_MAX 64 /* node namespaces at most: bench allreduce's --nodes bound */
+
 static char g_prefix[32]; /* "hrbPID": namespaces to remove at exit; empty when none */
-static int g_n;
+static int g_n;           /* node namespaces, PREFIX-0..g_n-1 */
+/* /var/run/netns/NAME of each namespace, the nodes' then the bridge's (PREFIX-br): what
+ * netns_cleanup removes, written before g_prefix is set, so that the cleanup formats nothing
+ * in a signal handler (snprintf is not async-signal-safe) */
+static char g_path[NETNS_MAX + 1][64];
 static int g_owner = 1; /* this process made the namespaces and removes them */
 static int g_no_delay;  /* sch_netem was missing: links are rate-limited (tbf) without delay */
 
@@ -127,26 +133,16 @@ static int sh(const char *fmt, ...) {
     return rc;
 }
 
-/* What `ip netns del NAME` does, without starting it: a command started here, from a signal
- * handler, could be killed by the same signal sent again to the process group (`timeout`
- * signals the bench, then its group), leaving the namespace behind. The veth links go with
- * their namespaces. */
-static void netns_del(const char *name) {
-    char path[96];
-    snprintf(path, sizeof path, "/var/run/netns/%s", name);
-    umount2(path, MNT_DETACH); /* system calls only: this runs in a signal handler too */
-    unlink(path);
-}
-
+/* What `ip netns del NAME` does for every namespace, without starting it: a command started
+ * here, from a signal handler, could be killed by the same signal sent again to the process
+ * group (`timeout` signals the bench, then its group), leaving the namespace behind. System
+ * calls on the paths written beforehand only: this runs in a signal handler too. The veth links
+ * go with their namespaces. */
 void netns_cleanup(void) {
     if (!g_prefix[0] || !g_owner) return;
-    char name[48];
     for (int i = 0; i <= g_n; i++) {
-        if (i < g_n)
-            snprintf(name, sizeof name, "%s-%d", g_prefix, i);
-        else
-            snprintf(name, sizeof name, "%s-br", g_prefix);
-        netns_del(name);
+        umount2(g_path[i], MNT_DETACH);
+        unlink(g_path[i]);
     }
     g_prefix[0] = 0;
 }
@@ -198,10 +194,17 @@ void netns_cleanup_on_signals(void) {
 }
 
 int netns_setup(int n, double bps, double delay) {
-    snprintf(g_prefix, sizeof g_prefix, "hrb%d", (int)getpid() % 100000);
+    if (n < 1 || n > NETNS_MAX) {
+        fprintf(stderr, "hetring bench: %d network namespaces (expected 1 to %d)\n", n, NETNS_MAX);
+        return -1;
+    }
+    char p[sizeof g_prefix];
+    snprintf(p, sizeof p, "hrb%d", (int)getpid() % 100000);
+    for (int i = 0; i < n; i++) snprintf(g_path[i], sizeof g_path[i], "/var/run/netns/%s-%d", p, i);
+    snprintf(g_path[n], sizeof g_path[n], "/var/run/netns/%s-br", p);
     g_n = n;
+    memcpy(g_prefix, p, sizeof g_prefix); /* from here on a signal removes them */
     atexit(netns_cleanup);
-    const char *p = g_prefix;
     if (sh("ip netns add %s-br && ip -n %s-br link add br0 type bridge && "
            "ip -n %s-br link set br0 up",
            p, p, p) != 0)
@@ -223,8 +226,7 @@ int netns_setup(int n, double bps, double delay) {
 }
 
 int netns_enter(int i) {
-    char path[96];
-    snprintf(path, sizeof path, "/var/run/netns/%s-%d", g_prefix, i);
+    const char *path = i >= 0 && i < g_n ? g_path[i] : "/var/run/netns/(none)";
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0 || setns(fd, CLONE_NEWNET) != 0) {
         perror(path);
