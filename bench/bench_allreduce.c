@@ -92,15 +92,18 @@ static void usage(FILE *out) {
             "                         (ring_allreduce_bf16: half the bytes, every sum rounded\n"
             "                         to bf16); sizes, algbw and busbw count the float32 buffer\n"
             "                         all-reduced, so a faster wire shows as more GB/s\n"
-            "  --port P               node i listens on 127.0.0.1 port P+i (default: N free\n"
-            "                         ports found at start); with --netns every node listens\n"
-            "                         on port P in its own namespace (default 47000)\n"
+            "  --port P               node i listens on 127.0.0.1 port P+i, and iperf3's server\n"
+            "                         on P+N, or on another free port when that one is taken\n"
+            "                         (default: N+1 free ports found at start); with --netns\n"
+            "                         every node listens on port P in its own namespace\n"
+            "                         (default 47000)\n"
             "  -h, --help             this text\n");
 }
 
 /* ================================================================ R, by iperf3 */
 
 #define R_NO_IPERF (-1.0) /* measure_r: iperf3 is not installed */
+#define R_NO_PORT  (-2.0) /* measure_r: no free port for its server */
 
 /* The iperf3 server while R is measured, 0 otherwise: a signal that ends the bench then ends it
  * too (and PR_SET_PDEATHSIG, should the bench die otherwise), as it would wait for ever for a
@@ -128,12 +131,21 @@ static pid_t start_server(const char *iperf, long port) {
     return pid;
 }
 
-/* R in GB/s: one iperf3 TCP stream on loopback for 3 s; 0 when it failed, R_NO_IPERF when
- * there is no iperf3 in PATH. The server is gone when it returns, or when a signal ends the
- * bench meanwhile. */
+/* R in GB/s: one iperf3 TCP stream on loopback for 3 s, its server on `port` (the one after the
+ * nodes'), or on another free port when that one is taken (saying so); 0 when it failed,
+ * R_NO_IPERF when there is no iperf3 in PATH, R_NO_PORT when no port is free. The server is
+ * gone when it returns, or when a signal ends the bench meanwhile. */
 static double measure_r(long port) {
     char iperf[1024], p[24];
     if (bench_in_path("iperf3", iperf, sizeof iperf) != 0) return R_NO_IPERF;
+    if (!bench_port_free((int)port)) {
+        long taken = port;
+        if ((port = bench_free_ports(1)) < 0) return R_NO_PORT;
+        fprintf(stderr,
+                "hetring bench allreduce: port %ld for the iperf3 server is taken; it listens "
+                "on %ld\n",
+                taken, port);
+    }
     snprintf(p, sizeof p, "%ld", port);
     struct sigaction sa = {.sa_handler = kill_server_and_die}, old_int, old_term;
     sigemptyset(&sa.sa_mask);
@@ -237,6 +249,8 @@ static void print_header(const ar_opts *o, ring *r, double r_gbs) {
                r_gbs / n);
     else if (r_gbs == R_NO_IPERF)
         printf("# R unknown (iperf3 is not installed; install it or give --rate)\n");
+    else if (r_gbs == R_NO_PORT)
+        printf("# R unknown (no free port for the iperf3 server; give --rate)\n");
     else
         printf("# R unknown (iperf3 failed; give --rate)\n");
     printf("#\n# %10s %12s %8s %6s %11s %8s %8s %7s\n", "size", "count", "type", "redop", "time",
@@ -492,11 +506,12 @@ static int parse_opts(ar_opts *o, int argc, char **argv) {
     if (o->link_rate && netns_parse_rate(o->link_rate, &o->link_bps, why, sizeof why) != 0)
         return cli_usage_error("bench allreduce", "--link-rate: %s", why);
     if (o->port == 0 && o->netns) o->port = 47000; /* the namespaces are the bench's own */
-    if (o->port == 0 && (o->port = bench_free_ports(o->nodes)) < 0)
+    /* the nodes' ports and the iperf3 server's after them (measure_r) */
+    if (o->port == 0 && (o->port = bench_free_ports(o->nodes + 1)) < 0)
         return fprintf(stderr,
                        "hetring bench allreduce: no %d free ports on 127.0.0.1 in 10000-30799; "
                        "give --port P\n",
-                       o->nodes),
+                       o->nodes + 1),
                CLI_FAIL;
     return -1;
 }
@@ -568,7 +583,7 @@ int bench_allreduce(int argc, char **argv) {
     int rc = parse_opts(&o, argc, argv);
     if (rc >= 0) return rc;
     double r_gbs = o.rate;
-    if (!o.netns && r_gbs <= 0) r_gbs = measure_r(o.port + 100);
+    if (!o.netns && r_gbs <= 0) r_gbs = measure_r(o.port + o.nodes);
     cfg c;
     if (cluster_config(&c, &o) != 0) return CLI_FAIL;
     if (o.netns) netns_cleanup_on_signals();

@@ -4,7 +4,10 @@
 #  - with a fake iperf3 whose client fails at once, the bench goes on ("iperf3 failed") rather
 #    than waiting for ever on the server no client reached;
 #  - SIGTERM or SIGINT while the (fake) client runs: the bench exits 143 or 130 and its iperf3
-#    server is gone (it was left running, waiting for a client).
+#    server is gone (it was left running, waiting for a client);
+#  - the server listens on the port after the nodes' (base+2), checked free: with that port
+#    taken it listens on another free one, which the client is given, and the bench says so
+#    (it took base+100 unchecked, and the client met whatever listened there).
 set -u
 HR=$1
 . "$(dirname "$0")/../harness.sh" # the nodes take base.. (--port)
@@ -23,8 +26,14 @@ mkdir -p "$tmp/fake"
 cat > "$tmp/fake/iperf3" << EOS
 #!/bin/sh
 case " \$* " in
-*" -s "*) echo \$\$ > "$tmp/server.pid"; echo \$\$ >> "$tmp/all.pids"; exec sleep 300 ;;
-*" -c "*) echo \$\$ > "$tmp/client.pid"; echo \$\$ >> "$tmp/all.pids"; [ -e "$tmp/client-fails" ] && exit 1; exec sleep 300 ;;
+*" -s "*) echo \$\$ > "$tmp/server.pid"; echo \$\$ >> "$tmp/all.pids"; port=server; ;;
+*" -c "*) echo \$\$ > "$tmp/client.pid"; echo \$\$ >> "$tmp/all.pids"; port=client; ;;
+*) exit 2 ;;
+esac
+while [ \$# -gt 1 ]; do [ "\$1" = -p ] && echo "\$2" > "$tmp/\$port.port"; shift; done
+case \$port in
+server) exec sleep 300 ;;
+client) [ -e "$tmp/client-fails" ] && exit 1; exec sleep 300 ;;
 esac
 exit 2
 EOS
@@ -37,6 +46,23 @@ grep -q '^# R unknown (iperf3 failed; give --rate)$' "$tmp/failed.out" ||
 server=$(cat "$tmp/server.pid" 2> /dev/null)
 [ -n "$server" ] && ! alive "$server" || fail "iperf3 failing: the server ${server:-?} is left running"
 echo "client failing: done in $((SECONDS - start)) s"
+[ "$(cat "$tmp/server.port" 2> /dev/null)" = $((base + 2)) ] && [ "$(cat "$tmp/client.port" 2> /dev/null)" = $((base + 2)) ] ||
+    fail "iperf3 on port $(cat "$tmp/server.port" 2> /dev/null), its client on $(cat "$tmp/client.port" 2> /dev/null), expected $((base + 2)) (after the nodes')"
+# the port after the nodes' taken: the server listens on another, free one, and the bench says so
+/usr/bin/python3 -c 'import socket, sys, time
+s = socket.socket(); s.bind(("127.0.0.1", int(sys.argv[1]))); s.listen(1)
+open(sys.argv[2], "w").close(); time.sleep(60)' $((base + 2)) "$tmp/held" &
+holder=$!
+on_exit="kill $holder 2>/dev/null; $on_exit"
+for _ in $(seq 100); do [ -e "$tmp/held" ] && break; sleep 0.1; done
+rm -f "$tmp/server.port" "$tmp/client.port"
+PATH=$tmp/fake:$PATH run > "$tmp/taken.out" 2>&1 || fail "iperf3 port taken: exit $?: $(tail -2 "$tmp/taken.out")"
+sp=$(cat "$tmp/server.port" 2> /dev/null)
+[ -n "$sp" ] && [ "$sp" != $((base + 2)) ] && [ "$(cat "$tmp/client.port" 2> /dev/null)" = "$sp" ] &&
+    grep -qxF "hetring bench allreduce: port $((base + 2)) for the iperf3 server is taken; it listens on $sp" "$tmp/taken.out" ||
+    fail "iperf3 port taken: server on '$sp', client on '$(cat "$tmp/client.port" 2> /dev/null)': $(grep iperf3 "$tmp/taken.out")"
+kill "$holder" 2> /dev/null
+wait "$holder" 2> /dev/null
 rm -f "$tmp/client-fails"
 
 for sig in TERM INT; do
