@@ -16,8 +16,18 @@ PYTHON=${PYTHON:-python3}
 iters=${1:-120}
 pids=()
 work=
+# The nodes of the run in progress get SIGTERM, and SIGKILL 10 s later, before their logs'
+# directory goes. (run runs in this shell, not in $(...), so that a signal finds its nodes and
+# is not held until the run ends: bash takes a trapped signal as soon as `wait` is interrupted.)
 cleanup() {
     for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+    for _ in $(seq 100); do
+        local left=0
+        for p in "${pids[@]}"; do kill -0 "$p" 2>/dev/null && left=1; done
+        [ $left = 1 ] || break
+        sleep 0.1
+    done
+    for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
     [ -n "${WORK:-}" ] || [ -z "$work" ] || rm -rf "$work"
 }
 trap cleanup EXIT
@@ -28,7 +38,7 @@ mkdir -p "$work"
 [ -d "$work/data" ] || "$HETRING" gen-data --kind synthetic --out "$work/data" --samples 12000 \
     --eval-samples 2000 >/dev/null
 
-# run POLICY: the 4 nodes with [controller] policy = POLICY; node 0's RESULT line on stdout
+# run POLICY: the 4 nodes with [controller] policy = POLICY; node 0's RESULT line into $result
 run() {
     pids=()
     for k in 0 1 2 3; do
@@ -40,15 +50,17 @@ run() {
     for p in "${pids[@]}"; do wait "$p" || rc=1; done
     pids=()
     [ $rc = 0 ] || { tail -20 "$work"/"$1".*.log >&2; return 1; }
-    grep -h '^RESULT' "$work/$1.0.log" | cut -c8-
+    result=$(grep -h '^RESULT' "$work/$1.0.log" | cut -c8-)
 }
 
 field() { "$PYTHON" -c "import json,sys; print(json.loads(sys.argv[1])['$2'])" "$1"; }
 
 echo "4 nodes, slowdowns 1, 1.5, 2, 4 (emulated), $iters iterations of B = 256${WORK:+; data and logs in $work}"
-static=$(run static)
+run static
+static=$result
 echo "static:  $(field "$static" wall_s | cut -c1-5) s, accuracy $(field "$static" accuracy | cut -c1-6)"
-dynamic=$(run model)
+run model
+dynamic=$result
 echo "dynamic: $(field "$dynamic" wall_s | cut -c1-5) s, accuracy $(field "$dynamic" accuracy | cut -c1-6)"
 "$PYTHON" -c "import json,sys; s,d=(json.loads(x) for x in sys.argv[1:]); \
 print(f\"speed-up of dynamic batching over static: {s['wall_s']/d['wall_s']:.2f}x; \

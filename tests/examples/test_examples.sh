@@ -10,7 +10,9 @@
 #          PYTHON has no torch)
 #   run-sh examples/torch/run.sh with a fake PYTHON whose nodes print a RESULT at once: the
 #          temporary directory of its data and logs is gone after it, and its output does not
-#          name it; with WORK=DIR, DIR keeps the data and logs and the output names it
+#          name it; with WORK=DIR, DIR keeps the data and logs and the output names it;
+#          SIGTERM to the script alone, its nodes running: it exits 143 without waiting for
+#          them, its nodes gone and its directory removed (it waited for the policy's run)
 set -u
 HR=$1 CMAKE=$2 BUILD=$3 SRC=$4 WHAT=$5 PY=${6:-python3}
 . "$SRC/tests/harness.sh"
@@ -91,6 +93,7 @@ run-sh)
 case "\$1" in
 *mnist_cnn.py)
     while [ \$# -gt 0 ]; do [ "\$1" = --data ] && echo "\$2" >> "$tmp/data-dirs"; shift; done
+    [ -e "$tmp/hang" ] && { echo \$\$ >> "$tmp/node-pids"; exec sleep 300; }
     echo 'RESULT {"wall_s": 2.0, "accuracy": 0.5}'
     exit 0 ;;
 esac
@@ -109,6 +112,30 @@ EOS
         fail "run.sh with WORK exited $?: $out"
     [ -s "$tmp/keep/static.0.log" ] && [ -d "$tmp/keep/data" ] || fail "WORK=$tmp/keep does not hold the data and logs: $(ls "$tmp/keep")"
     echo "$out" | grep -q "data and logs in $tmp/keep" || fail "run.sh with WORK does not say where the logs are: $out"
+    # SIGTERM to the script alone while its 4 nodes run (a fake that sleeps 300 s)
+    : > "$tmp/hang"
+    rm -f "$tmp/data-dirs"
+    # (no timeout: it would signal the script's whole process group; the waits below are bounded)
+    HETRING=$HR PYTHON=$tmp/python bash "$SRC/examples/torch/run.sh" 3 > "$tmp/term.out" 2>&1 &
+    script=$!
+    on_exit="kill -KILL \$(cat '$tmp/node-pids' 2> /dev/null) 2> /dev/null; $on_exit"
+    for _ in $(seq 600); do [ "$(wc -l 2> /dev/null < "$tmp/node-pids")" = 4 ] && break; sleep 0.1; done
+    [ "$(wc -l 2> /dev/null < "$tmp/node-pids")" = 4 ] || fail "run.sh started no 4 nodes: $(cat "$tmp/term.out")"
+    kill -TERM "$script"
+    for _ in $(seq 300); do kill -0 "$script" 2> /dev/null || break; sleep 0.1; done
+    if kill -0 "$script" 2> /dev/null; then
+        fail "run.sh still ran 30 s after SIGTERM (its nodes sleep 300 s)"
+        kill -KILL "$script"
+    fi
+    wait "$script"
+    rc=$?
+    [ $rc = 143 ] || fail "run.sh exited $rc after SIGTERM, not 143: $(cat "$tmp/term.out")"
+    for p in $(cat "$tmp/node-pids"); do
+        st=$(ps -o stat= -p "$p") && [ "${st#Z}" = "$st" ] && fail "run.sh left node $p running after SIGTERM"
+    done
+    work=$(dirname "$(head -1 "$tmp/data-dirs" 2> /dev/null)")
+    case $work in /tmp/hetring-torch.*) ;; *) fail "run.sh's nodes got --data in '$work'" ;; esac
+    [ ! -e "$work" ] || { fail "run.sh left $work behind after SIGTERM"; rm -rf "$work"; }
     ;;
 *) echo "unknown example $WHAT"; exit 2 ;;
 esac
