@@ -3,8 +3,8 @@
  *
  * Layout, little-endian as in memory on the supported machines:
  *   header: magic "HRCKPT\0\1" (8), version u32, crc32 u32 (of all bytes after this field),
- *           ckpt_meta (48; before version 4 its first 40 bytes, without n_samples), payload
- *           bytes u64
+ *           ckpt_meta (696; before version 5 its first 48 bytes, without the shape, and before
+ *           version 4 its first 40, without n_samples), payload bytes u64
  *   payload: params f32[n], opt_state f32[n], split i64[n_nodes], and in version 2 a residual
  *            block, present or not: node i64, residual f32[n] (the payload's size says which),
  *            and in version 3 after a residual block a Q block, present or not: n_q u64,
@@ -28,7 +28,8 @@
 #include <unistd.h>
 #include <zlib.h>
 
-#define CKPT_VERSION 4u /* 1: no residual block, 2: no Q block, 3: no n_samples; all still read */
+/* 1: no residual block, 2: no Q block, 3: no n_samples, 4: no shape; all still read */
+#define CKPT_VERSION 5u
 static const char ckpt_magic[8] = {'H', 'R', 'C', 'K', 'P', 'T', 0, 1};
 
 typedef struct {
@@ -38,12 +39,17 @@ typedef struct {
     ckpt_meta meta;
     uint64_t payload;
 } ckpt_header;
-_Static_assert(sizeof(ckpt_header) == 72 && offsetof(ckpt_meta, n_samples) == 40,
+_Static_assert(sizeof(ckpt_header) == 720 && offsetof(ckpt_meta, n_samples) == 40 &&
+                   offsetof(ckpt_meta, n_shape) == 48 && sizeof(ckpt_meta) == 696,
                "the header as the file holds it, with no padding");
+_Static_assert(CKPT_MAX_SHAPE >= MODEL_MAX_LAYERS, "every model's shape must fit a checkpoint");
 
-/* Bytes of ckpt_meta a file of `version` holds: n_samples came with version 4. */
+/* Bytes of ckpt_meta a file of `version` holds: n_samples came with version 4, the shape with
+ * version 5. */
 static size_t meta_bytes(uint32_t version) {
-    return version >= 4 ? sizeof(ckpt_meta) : offsetof(ckpt_meta, n_samples);
+    return version >= 5   ? sizeof(ckpt_meta)
+           : version == 4 ? offsetof(ckpt_meta, n_shape)
+                          : offsetof(ckpt_meta, n_samples);
 }
 
 static uint32_t crc_more(uint32_t crc, const void *p, size_t n) {
@@ -215,7 +221,7 @@ static hr_status read_header(FILE *f, const char *path, ckpt_header *h, char *er
     const uint64_t with_res = 2 * np + ns + sizeof(int64_t) + np; /* version 2's residual block */
     const int q_block = h->version >= 3 && h->payload > with_res + sizeof(uint64_t) &&
                         (h->payload - with_res - sizeof(uint64_t)) % sizeof(float) == 0;
-    if (m->n_nodes > 65536 ||
+    if (m->n_nodes > 65536 || m->n_shape > CKPT_MAX_SHAPE ||
         (h->payload != 2 * np + ns && (h->version < 2 || (h->payload != with_res && !q_block))))
         return hr_fail(err, errlen, HR_ERR_DATA,
                        "checkpoint %s is corrupt: its header is inconsistent (payload %llu bytes)",
@@ -223,8 +229,31 @@ static hr_status read_header(FILE *f, const char *path, ckpt_header *h, char *er
     return HR_OK;
 }
 
+/* A shape as its widths where each layer takes the last one's outputs ("784-512-512-10": an
+ * mlp, softmax or linreg), else as its weight matrices ("16x75, 32x400, 10x800": a cnn's). */
+static void shape_str(const ckpt_meta *m, char *out, size_t n) {
+    int chain = 1;
+    for (uint32_t i = 1; i < m->n_shape; i++) chain &= m->shape[i][1] == m->shape[i - 1][0];
+    size_t o = 0;
+    out[0] = 0;
+    for (uint32_t i = 0; i < m->n_shape && o < n; i++) {
+        const unsigned long long rows = m->shape[i][0], cols = m->shape[i][1];
+        const int w = !chain ? snprintf(out + o, n - o, "%s%llux%llu", i ? ", " : "", rows, cols)
+                      : i    ? snprintf(out + o, n - o, "-%llu", rows)
+                             : snprintf(out + o, n - o, "%llu-%llu", cols, rows);
+        o += w > 0 ? (size_t)w : 0;
+    }
+}
+
+/* Whether both record a shape and the shapes differ. */
+static int other_shape(const ckpt_meta *m, const ckpt_meta *expect) {
+    if (!m->n_shape || !expect->n_shape) return 0;
+    return m->n_shape != expect->n_shape ||
+           memcmp(m->shape, expect->shape, sizeof m->shape[0] * m->n_shape) != 0;
+}
+
 /* Whether the checkpoint's run (m) is this one (expect): the same model, parameter count, seed
- * and global batch, and the same training-set size where both say it. */
+ * and global batch, and the same training-set size and model shape where both say them. */
 static hr_status same_run(const char *path, const ckpt_meta *m, const ckpt_meta *expect, char *err,
                           size_t errlen) {
     if (m->n_samples && expect->n_samples && m->n_samples != expect->n_samples)
@@ -235,9 +264,19 @@ static hr_status same_run(const char *path, const ckpt_meta *m, const ckpt_meta 
                        "[train] samples, or point [train] checkpoint elsewhere)",
                        path, (unsigned long long)m->n_samples,
                        (unsigned long long)expect->n_samples);
-    if (m->model == expect->model && m->n_params == expect->n_params && m->seed == expect->seed &&
-        m->global_batch == expect->global_batch)
-        return HR_OK;
+    const int same = m->model == expect->model && m->n_params == expect->n_params &&
+                     m->seed == expect->seed && m->global_batch == expect->global_batch;
+    if (same && other_shape(m, expect)) { /* as many parameters, in other layers */
+        char was[CKPT_MAX_SHAPE * 44], is[CKPT_MAX_SHAPE * 44];
+        shape_str(m, was, sizeof was), shape_str(expect, is, sizeof is);
+        return hr_fail(err, errlen, HR_ERR_MISMATCH,
+                       "checkpoint %s belongs to another run: its model is %s %s, this run's %s "
+                       "%s, with as many parameters (%llu) in other layers (expected the same "
+                       "[train] layers, or point [train] checkpoint elsewhere)",
+                       path, model_kind_name((int)m->model), was,
+                       model_kind_name((int)expect->model), is, (unsigned long long)m->n_params);
+    }
+    if (same) return HR_OK;
     return hr_fail(err, errlen, HR_ERR_MISMATCH,
                    "checkpoint %s belongs to another run (model %s with %llu params, seed "
                    "%llu, global_batch %llu; this run has model %s with %llu params, seed "

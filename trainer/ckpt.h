@@ -9,10 +9,10 @@
  * atomically: to a temporary file in the same directory, fsync'ed, renamed over the target, then
  * the directory is fsync'ed; a crash leaves either the old or the new checkpoint (and a temporary
  * file, which ckpt_prepare removes when the next run starts). A CRC-32 over header and payload
- * detects corruption, and a checkpoint from another model, seed, batch or training-set size is
- * refused. The data order needs no state: perm_e is a function of (seed, epoch) over the n
- * training samples (I1), so resuming at iteration i replays exactly what an uninterrupted run
- * would have done.
+ * detects corruption, and a checkpoint from another model (kind, or shape: the layers' widths,
+ * even with as many parameters), seed, batch or training-set size is refused. The data order needs
+ * no state: perm_e is a function of (seed, epoch) over the n training samples (I1), so resuming at
+ * iteration i replays exactly what an uninterrupted run would have done.
  */
 #ifndef HR_CKPT_H
 #define HR_CKPT_H
@@ -20,6 +20,8 @@
 #include "base/hr_status.h"
 
 #include <stdint.h>
+
+#define CKPT_MAX_SHAPE 40 /* layers with parameters a checkpoint records (MODEL_MAX_LAYERS) */
 
 /* What identifies the run a checkpoint belongs to, and where it stands. */
 typedef struct {
@@ -31,6 +33,11 @@ typedef struct {
     uint32_t n_nodes;      /* entries of the batch split */
     uint64_t n_samples;    /* training samples, which every epoch's order depends on (I1); 0:
                             * not recorded (files before version 4) or, expected, not checked */
+    uint32_t n_shape;      /* entries of shape: the model's layers with parameters, in order; 0:
+                            * not recorded (files before version 5) or, expected, not checked */
+    uint32_t reserved;     /* 0 */
+    uint64_t shape[CKPT_MAX_SHAPE][2]; /* each such layer's weight matrix, rows (outputs) x
+                                        * cols (inputs per output), its bias `rows` floats */
 } ckpt_meta;
 
 /* Get `path` ready before a run writes it: remove the temporary files `path`.tmp.PID that saves
@@ -61,12 +68,12 @@ hr_status ckpt_save(const char *path, const ckpt_meta *meta, const float *params
  * res->node, and its Q (when it holds one) into res->q, allocated (the caller frees; NULL and
  * n_q 0 without one); a file without a residual sets res->node to -1 and leaves res->data
  * alone. Refuses a file
- * whose model, n_params, seed, global batch or (where both give it) n_samples differ from
- * `expect` (HR_ERR_MISMATCH), a bad
- * or truncated file (HR_ERR_DATA). On success expect->iter and expect->n_nodes hold the
+ * whose model, n_params, seed, global batch or (where both give them) n_samples or shape
+ * differ from `expect` (HR_ERR_MISMATCH; a shape's message names both, e.g. 784-512-512-10),
+ * a bad or truncated file (HR_ERR_DATA). On success expect->iter and expect->n_nodes hold the
  * file's values; a file with a different n_nodes leaves `split` alone. Version 1 files (before
  * residuals) are read as files without one, version 2 files (before Q) as files without Q,
- * and files before version 4 with n_samples 0. */
+ * files before version 4 with n_samples 0 and files before version 5 with no shape. */
 hr_status ckpt_load(const char *path, ckpt_meta *expect, float *params, float *opt_state,
                     int64_t *split, int max_nodes, ckpt_residual *res, char *err, size_t errlen);
 

@@ -302,14 +302,24 @@ hr_status train_evaluate(trainer *t, double *loss, double *accuracy) {
 
 /* ================================================================ checkpoints */
 
+/* What identifies this run in its checkpoints, with the model's shape: each layer with
+ * parameters as its weight matrix, outputs x inputs per output (a convolution's filters x
+ * C*K*K), so that a model of other widths with as many parameters is told apart. */
 static ckpt_meta meta_of(const trainer *t, int n_nodes) {
-    ckpt_meta m = {(uint64_t)t->iter,
-                   (uint64_t)t->m.n_params,
-                   t->conf.seed,
-                   (uint64_t)train_global_batch(t),
-                   (uint32_t)t->conf.model.kind,
-                   (uint32_t)n_nodes,
-                   (uint64_t)t->train.n};
+    ckpt_meta m = {.iter = (uint64_t)t->iter,
+                   .n_params = (uint64_t)t->m.n_params,
+                   .seed = t->conf.seed,
+                   .global_batch = (uint64_t)train_global_batch(t),
+                   .model = (uint32_t)t->conf.model.kind,
+                   .n_nodes = (uint32_t)n_nodes,
+                   .n_samples = (uint64_t)t->train.n};
+    for (int i = 0; i < t->m.n_layers && m.n_shape < CKPT_MAX_SHAPE; i++) {
+        const model_layer *L = &t->m.layers[i];
+        const long rows = L->kind == LAYER_CONV2D ? L->g.OC : L->out_c;
+        if (!L->n_params || rows < 1) continue;
+        m.shape[m.n_shape][0] = (uint64_t)rows;
+        m.shape[m.n_shape++][1] = (uint64_t)((L->b_off - L->w_off) / rows);
+    }
     return m;
 }
 

@@ -147,9 +147,11 @@ int main(int argc, char **argv) {
     float *v = malloc(sizeof *v * n_params);
     int64_t split[3];
     char err[HR_ERRLEN] = "";
-    ckpt_meta m = {0, (uint64_t)n_params, 11, 96, 2, 1, 0};
+    ckpt_meta m = {
+        .n_params = (uint64_t)n_params, .seed = 11, .global_batch = 96, .model = 2, .n_nodes = 1};
     CHECK(ckpt_load(ck1, &m, p1, v, split, 3, NULL, err, sizeof err) == HR_OK, "%s", err);
-    m = (ckpt_meta){0, (uint64_t)n_params, 11, 96, 2, 3, 0};
+    m = (ckpt_meta){
+        .n_params = (uint64_t)n_params, .seed = 11, .global_batch = 96, .model = 2, .n_nodes = 3};
     CHECK(ckpt_load(ck3, &m, p3, v, split, 3, NULL, err, sizeof err) == HR_OK, "%s", err);
     long nonfinite = 0;
     for (long i = 0; i < n_params; i++) nonfinite += !isfinite(p1[i]) + !isfinite(p3[i]);

@@ -130,6 +130,10 @@ int main(int argc, char **argv) {
     m.n_nodes = 2, m.seed = 43;
     if (ckpt_save(path, &m, params, opt, split, NULL, err, sizeof err) != HR_OK) die("ckpt", err);
     file_seed("ckpt", "other_run", path, 0, 0);
+    m = FUZZ_CKPT_META; /* an MLP 4-8 of as many parameters: refused for its shape */
+    m.n_shape = 1, m.shape[0][0] = 8, m.shape[1][0] = m.shape[1][1] = 0;
+    if (ckpt_save(path, &m, params, opt, split, NULL, err, sizeof err) != HR_OK) die("ckpt", err);
+    file_seed("ckpt", "other_layers", path, 0, 0);
 
     data_set_free(&small), data_set_free(&mnist), data_set_free(&rgb);
     data_set_free(&tr), data_set_free(&ev);

@@ -14,10 +14,12 @@
  *  - the powersgd Q block after the residual: read back bit for bit; refused in a version 2
  *    file and with a count that disagrees with the payload;
  *  - refusal: corrupt, truncated, padded or foreign-version files, and checkpoints of runs
- *    with another seed, global batch, model shape, model kind or training-set size, are
- *    refused (a version 3 file, which records no size, still loads) with a message
- *    that names the file and the reason, and leave every parameter, the whole optimizer state,
- *    the iteration and the split of the trainer exactly as they were.
+ *    with another seed, global batch, parameter count, model kind, training-set size or model
+ *    shape (an mlp of other widths with as many parameters, 784-31-20-15-10 against 784-32-10,
+ *    the message naming both) are refused (a version 3 file, which records no size, and a
+ *    version 4 file, which records no shape, still load) with a message that names the file
+ *    and the reason, and leave every parameter, the whole optimizer state, the iteration and
+ *    the split of the trainer exactly as they were.
  */
 #include "tests/check.h"
 #include "tests/blas_main.h"
@@ -221,12 +223,18 @@ static void foreign(const char *train, const char *path) {
     cfg_free(&c);
 }
 
-/* Rewrite checkpoint bytes b (*len of them, as ckpt_save writes them now, version 4) as a file
- * of an older `version` holds them: no n_samples in the header (bytes 56-63), the checksum over
- * the bytes after its field computed again. The payload is left as it is. */
+/* The header's bytes, as ckpt_save writes it now (version 5): magic, version and checksum (16),
+ * ckpt_meta (696: n_samples at 40, the shape from 48), payload size (8). */
+#define HEADER 720
+
+/* Rewrite checkpoint bytes b (*len of them, as ckpt_save writes them now) as a file of an older
+ * `version` holds them: no shape in the header before version 5 (bytes 64-711), no n_samples
+ * before version 4 (bytes 56-63), the checksum over the bytes after its field computed again.
+ * The payload is left as it is. */
 static void as_version(char *b, long *len, char version) {
-    memmove(b + 56, b + 64, (size_t)(*len - 64));
-    *len -= 8;
+    const long from = version >= 4 ? 64 : 56, to = 16 + 696;
+    memmove(b + from, b + to, (size_t)(*len - to));
+    *len -= to - from;
     b[8] = version;
     uint32_t crc = (uint32_t)crc32(0, (const Bytef *)b + 16, (uInt)(*len - 16));
     memcpy(b + 12, &crc, 4);
@@ -253,9 +261,18 @@ static void test_refusal(void) {
     snapshot s;
     snap(&s, &t);
 
-    /* damaged files; the header is 72 bytes, the payload params, momentum, split */
+    /* damaged files; the header is HEADER bytes, the payload params, momentum, split */
     const long n = t.m.n_params;
-    const long flips[] = {12,     20, 30, 40, 56, 72 + 8, 72 + 4 * (n - 1), 72 + 4 * (2 * n - 1),
+    const long flips[] = {12,
+                          20,
+                          30,
+                          40,
+                          56,
+                          64,
+                          64 + 16,
+                          HEADER + 8,
+                          HEADER + 4 * (n - 1),
+                          HEADER + 4 * (2 * n - 1),
                           len - 1};
     for (size_t k = 0; k < sizeof flips / sizeof flips[0]; k++) {
         bytes[flips[k]] ^= 0x10;
@@ -270,7 +287,7 @@ static void test_refusal(void) {
     spit(bad, bytes, len);
     bytes[8] = version;
     refused(&t, &s, bad, HR_ERR_DATA, "other version", (const char *const[]){"version", NULL});
-    const long cuts[] = {0, 30, 72 + 4 * n, len - 1};
+    const long cuts[] = {0, 30, 400, HEADER + 4 * n, len - 1};
     for (size_t k = 0; k < sizeof cuts / sizeof cuts[0]; k++) {
         spit(bad, bytes, cuts[k]);
         char what[64];
@@ -302,8 +319,18 @@ static void test_refusal(void) {
             bad);
     other[1] = "trained on 3000 samples; this run has 2000";
     refused(&t, &s, bad, HR_ERR_MISMATCH, "other samples", other);
+    /* an mlp of other widths with as many parameters (25450): only the shape tells them apart */
+    foreign(MLP("784,31,20,15,10", "100", "11"), bad);
+    refused(&t, &s, bad, HR_ERR_MISMATCH, "other layers",
+            (const char *const[]){"belongs to another run", "mlp 784-31-20-15-10",
+                                  "this run's mlp 784-32-10", "25450", NULL});
     /* another model kind with as many parameters: only the model field tells them apart */
-    ckpt_meta m = {3, (uint64_t)n, 11, 100, CFG_MODEL_SOFTMAX, 1, 0};
+    ckpt_meta m = {.iter = 3,
+                   .n_params = (uint64_t)n,
+                   .seed = 11,
+                   .global_batch = 100,
+                   .model = CFG_MODEL_SOFTMAX,
+                   .n_nodes = 1};
     int64_t split = 100;
     CHECK(ckpt_save(bad, &m, t.m.params, t.opt.vel, &split, NULL, err, sizeof err) == HR_OK, "%s",
           err);
@@ -314,7 +341,17 @@ static void test_refusal(void) {
     CHECK(train_load(&t, good, NULL, 0, NULL, err, sizeof err) == HR_OK, "%s", err);
     CHECK(t.iter == 2 && memcmp(s.params, t.m.params, sizeof(float) * (size_t)n) != 0,
           "the good checkpoint did not restore iteration 2 (now %ld)", t.iter);
-    /* and as a version 3 file, which records no sample count */
+    /* as a version 4 file, which records no shape, and a version 3 file, which records no
+     * sample count either */
+    char *b4 = malloc((size_t)len);
+    long len4 = len;
+    memcpy(b4, bytes, (size_t)len);
+    as_version(b4, &len4, 4);
+    spit(bad, b4, len4);
+    free(b4);
+    t.iter = 0;
+    CHECK(train_load(&t, bad, NULL, 0, NULL, err, sizeof err) == HR_OK && t.iter == 2,
+          "a version 4 checkpoint: %s", err);
     as_version(bytes, &len, 3);
     spit(bad, bytes, len);
     t.iter = 0;
@@ -355,7 +392,13 @@ static void test_residual(void) {
     float p[N], v[N], r[N], p2[N], v2[N], r2[N];
     for (int i = 0; i < N; i++) p[i] = (float)i, v[i] = -(float)i, r[i] = 1e-4f * (float)(i - 9);
     int64_t split[2] = {30, 70}, split2[2];
-    ckpt_meta m = {5, N, 11, 100, CFG_MODEL_MLP, 2, 0}, got = m;
+    ckpt_meta m = {.iter = 5,
+                   .n_params = N,
+                   .seed = 11,
+                   .global_batch = 100,
+                   .model = CFG_MODEL_MLP,
+                   .n_nodes = 2},
+              got = m;
     ckpt_residual res = {.node = 7, .data = r}, back = {.node = 99, .data = r2};
     CHECK(ckpt_save(with, &m, p, v, split, &res, err, sizeof err) == HR_OK, "%s", err);
     CHECK(ckpt_save(without, &m, p, v, split, NULL, err, sizeof err) == HR_OK, "%s", err);
@@ -414,7 +457,13 @@ static void test_q(void) {
     for (int i = 0; i < N; i++) p[i] = (float)i, v[i] = 0.5f * (float)i, r[i] = 1e-3f * (float)i;
     for (int i = 0; i < NQ; i++) q[i] = 1.0f / (float)(i + 1);
     int64_t split[2] = {50, 50}, split2[2];
-    ckpt_meta m = {9, N, 11, 100, CFG_MODEL_MLP, 2, 0}, got = m;
+    ckpt_meta m = {.iter = 9,
+                   .n_params = N,
+                   .seed = 11,
+                   .global_batch = 100,
+                   .model = CFG_MODEL_MLP,
+                   .n_nodes = 2},
+              got = m;
     ckpt_residual res = {.node = 4, .data = r, .q = q, .n_q = NQ}, back = {.data = r2};
     CHECK(ckpt_save(path, &m, p, v, split, &res, err, sizeof err) == HR_OK, "%s", err);
     CHECK(ckpt_load(path, &got, p2, v2, split2, 2, &back, err, sizeof err) == HR_OK, "%s", err);
@@ -454,9 +503,38 @@ static void test_q(void) {
            err);
 }
 
+/* Shapes that are not a chain of widths (a cnn's weight matrices) are named matrix by matrix;
+ * a file of the same shape loads, and one whose expected shape is not given is not checked. */
+static void test_shape(void) {
+    enum { N = 50 }; /* 4x6 + 4, then 2x10 + 2 or 1x21 + 1 */
+    char path[96], err[HR_ERRLEN] = "";
+    snprintf(path, sizeof path, "%s/shape.ckpt", dir);
+    float p[N] = {0}, v[N] = {0};
+    int64_t split[1] = {100};
+    ckpt_meta m = {.iter = 3,
+                   .n_params = N,
+                   .seed = 11,
+                   .global_batch = 100,
+                   .model = CFG_MODEL_CNN,
+                   .n_nodes = 1,
+                   .n_shape = 2,
+                   .shape = {{4, 6}, {2, 10}}};
+    CHECK(ckpt_save(path, &m, p, v, split, NULL, err, sizeof err) == HR_OK, "%s", err);
+    ckpt_meta got = m;
+    CHECK(ckpt_load(path, &got, p, v, split, 1, NULL, err, sizeof err) == HR_OK, "same: %s", err);
+    got = m, got.n_shape = 0;
+    CHECK(ckpt_load(path, &got, p, v, split, 1, NULL, err, sizeof err) == HR_OK, "unchecked: %s",
+          err);
+    got = m, got.shape[1][0] = 1, got.shape[1][1] = 21;
+    CHECK(ckpt_load(path, &got, p, v, split, 1, NULL, err, sizeof err) == HR_ERR_MISMATCH &&
+              strstr(err, "cnn 4x6, 2x10, this run's cnn 4x6, 1x21"),
+          "another shape of as many parameters: %s", err);
+    printf("other matrices refused: %s\n", err);
+}
+
 int main(int argc, char **argv) {
     (void)argc;
-    static void (*const cases[])(void) = {test_atomic_save, test_refusal, test_unwritable,
-                                          test_residual,    test_q,       NULL};
+    static void (*const cases[])(void) = {
+        test_atomic_save, test_refusal, test_unwritable, test_residual, test_q, test_shape, NULL};
     return tmpdir_main(argv, dir, sizeof dir, cases);
 }
