@@ -11,6 +11,7 @@
 
 #include "trainer/rng.h"
 
+#include <float.h>
 #include <math.h>
 #include <pthread.h>
 #include <string.h>
@@ -194,6 +195,21 @@ static void row_of(const float *p, const float *qt, size_t cols, int r, float *r
     }
 }
 
+/* A dropped row d = mi - pi lt whose float arithmetic overflowed where mi is finite (gradients
+ * near FLT_MAX: the difference of two values near it, or a partial sum over k): those elements
+ * again in double, kept within [-FLT_MAX, FLT_MAX]. The residual then stays finite, so one
+ * such step does not make every later one non-finite; what lies beyond float's range is lost.
+ * Elements that did not overflow keep the bits of the float expression. */
+static void dropped_in_range(const float *pi, const float *lt, size_t cols, int r, const float *mi,
+                             float *d) {
+    for (size_t c = 0; c < cols; c++) {
+        if (isfinite(d[c]) || !isfinite(mi[c])) continue;
+        double v = mi[c];
+        for (int k = 0; k < r; k++) v -= (double)pi[k] * (double)lt[(size_t)k * cols + c];
+        d[c] = v > FLT_MAX ? FLT_MAX : v < -FLT_MAX ? -FLT_MAX : (float)v; /* NaN stays */
+    }
+}
+
 static void expand_part(const void *arg) {
     const psgd_job *j = arg;
     const size_t cols = j->cols;
@@ -203,7 +219,12 @@ static void expand_part(const void *arg) {
             float *d = j->dropped + i * cols;
             const float *mi = j->m + i * cols;
             row_of(pi, j->lt, cols, j->r, d);
-            for (size_t c = 0; c < cols; c++) d[c] = mi[c] - d[c];
+            int over = 0;
+            for (size_t c = 0; c < cols; c++) {
+                d[c] = mi[c] - d[c];
+                over |= !isfinite(d[c]);
+            }
+            if (over) dropped_in_range(pi, j->lt, cols, j->r, mi, d);
         }
         row_of(pi, j->qt, cols, j->r, j->out + i * cols);
     }

@@ -64,7 +64,9 @@ void psgd_transpose(const float *q, size_t cols, int r, float *qt);
 
 /* out (rows x cols) = p (rows x r) qt (r x cols), each element's sum over k in order; with lt
  * (r x cols, or NULL), also dropped = m - p lt, this node's error feedback (m may be out: a
- * row of m is read before its out is written). */
+ * row of m is read before its out is written). Where that float expression overflows while m
+ * is finite (gradients near FLT_MAX), the element is computed again in double and kept within
+ * [-FLT_MAX, FLT_MAX], so the residual stays finite; every other element keeps its bits. */
 void psgd_expand(const float *p, const float *qt, size_t rows, size_t cols, int r, const float *m,
                  const float *lt, float *dropped, float *out, int threads);
 

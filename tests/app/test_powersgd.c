@@ -7,7 +7,9 @@
  *  - P's columns orthonormal after psgd_orthonormalize; a zero column stays zero, a NaN stays;
  *  - a matrix of rank <= r comes back whole from one power iteration;
  *  - the error feedback: two nodes' dropped parts plus the step are exactly their sum
- *    (within float rounding);
+ *    (within float rounding); with gradients near FLT_MAX (3.3e38 and -3e38) and a finite
+ *    step, a dropped part whose float difference overflows stays finite (FLT_MAX), and every
+ *    other element keeps the bits of m - p lt;
  *  - Q's start: the same bits for one (seed, epoch, matrix), another for another epoch;
  *  - psgd_worth's rule (P and Q at most half the matrix);
  *  - the products split over 2-64 threads give the bits of one thread.
@@ -17,6 +19,7 @@
 #include "check.h"
 #include "cluster/powersgd.h"
 
+#include <float.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -176,6 +179,56 @@ static void feedback(void) {
     CHECK(lost > 1e-2, "rank 2 of a full matrix lost nothing (%.3g): the test is too easy", lost);
 }
 
+/* Gradients near FLT_MAX: node 1's column 0 holds 3.3e38 and -3e38, and Q keeps P off that
+ * column (its row 0 is 0), so P Q'^T, the step, is finite (column 0 about -5.6e37 and
+ * -1.2e38), while node 1's 3.3e38 - P q_1^T overflows in float: the dropped part must stay
+ * finite, FLT_MAX where the exact value is beyond it, for a residual of inf would make every
+ * later step non-finite. Every other element keeps the bits of the float expression m - p lt. */
+static void feedback_near_max(void) {
+    enum { R = 2, C = 5, K = 1 };
+    const float m1[R * C] = {3.3e38f, 0.6f, 0.6f, 0.3f, -0.1f, -3e38f, 0.8f, 0.8f, 0.4f, 0.2f};
+    const float q[C * K] = {0.0f, 1.0f, 1.0f, 0.0f, 0.0f};
+    float m2[R * C], p[R * K], p1[R * K], q1[C * K], q2[C * K], qs[C * K], qt[K * C];
+    float lt[K * C], d1[R * C], d2[R * C], out[R * C];
+    fill(m2, R, C, 4);
+    psgd_project(m1, R, C, q, K, p1, 1);
+    psgd_project(m2, R, C, q, K, p, 1);
+    for (int i = 0; i < R * K; i++) p[i] += p1[i];
+    psgd_orthonormalize(p, R, K);
+    psgd_back(m1, R, C, p, K, q1, 1);
+    psgd_back(m2, R, C, p, K, q2, 1);
+    for (int i = 0; i < C * K; i++) qs[i] = q1[i] + q2[i];
+    psgd_transpose(qs, C, K, qt);
+    psgd_transpose(q1, C, K, lt);
+    psgd_expand(p, qt, R, C, K, m1, lt, d1, out, 2);
+    psgd_transpose(q2, C, K, lt);
+    psgd_expand(p, qt, R, C, K, m2, lt, d2, m2, 1);
+    int step_finite = 1, finite = 1, same = 1, over = 0;
+    psgd_transpose(q1, C, K, lt);
+    for (int i = 0; i < R * C; i++) {
+        step_finite &= isfinite(out[i]) && isfinite(m2[i]);
+        finite &= isfinite(d1[i]) && isfinite(d2[i]);
+        float f = 0.0f; /* the float expression, as before the overflow check */
+        for (int k = 0; k < K; k++) f += p[i / C * K + k] * lt[k * C + i % C];
+        f = m1[i] - f;
+        if (!isfinite(f)) {
+            over++;
+            double exact = m1[i];
+            for (int k = 0; k < K; k++) exact -= (double)p[i / C * K + k] * lt[k * C + i % C];
+            CHECK(exact > FLT_MAX && d1[i] == FLT_MAX, "element %d: %g beyond float, kept as %g", i,
+                  exact, d1[i]);
+        } else {
+            same &= memcmp(&f, &d1[i], sizeof f) == 0;
+        }
+    }
+    printf("near FLT_MAX: P (%g, %g), step column 0 (%g, %g), node 1's dropped (%g, %g)\n", p[0],
+           p[1], out[0], out[C], d1[0], d1[C]);
+    CHECK(over == 1, "%d elements overflowed in float, expected 1: the test lost its point", over);
+    CHECK(step_finite, "the step is not finite: the test lost its point");
+    CHECK(finite, "a dropped part is not finite (node 1's %g, %g)", d1[0], d1[C]);
+    CHECK(same, "an element that did not overflow lost the bits of m - p lt");
+}
+
 static void start_and_rule(void) {
     float a[64], b[64], c[64];
     psgd_init_q(a, 16, 4, 11, 3, 2);
@@ -264,6 +317,7 @@ int main(void) {
     orthonormal();
     low_rank_exact();
     feedback();
+    feedback_near_max();
     start_and_rule();
     threads_same_bits(4);
     threads_same_bits(3);
