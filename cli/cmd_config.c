@@ -111,10 +111,12 @@ static int dry_trainer(const cfg *c, int self) {
     train_config tc;
     trainer t;
     int bad = 0;
-    if (c->checkpoint[0] && ckpt_prepare(c->checkpoint, err, sizeof err) != HR_OK)
-        bad += problem(c, -1, "checkpoint", "%s", err);
     app_train_config(c, self, &tc);
-    tc.checkpoint = NULL; /* checked above, to name its key */
+    char ckpt[sizeof tc.checkpoint]; /* this node's: "{id}" replaced */
+    memcpy(ckpt, tc.checkpoint, sizeof ckpt);
+    if (ckpt[0] && ckpt_prepare(ckpt, err, sizeof err) != HR_OK)
+        bad += problem(c, -1, "checkpoint", "%s", err);
+    tc.checkpoint[0] = 0; /* checked above, to name its key */
     if (train_init(&t, &tc, err, sizeof err) != HR_OK) {
         /* "FILE: [train] KEY ..." (a model that does not fit the data) names its key; anything
          * else is about the data files */
@@ -130,8 +132,8 @@ static int dry_trainer(const cfg *c, int self) {
         return bad +
                problem(c, -1, c->dataset >= CFG_DATA_MNIST ? "data_dir" : "dataset", "%s", err);
     }
-    if (!bad && c->checkpoint[0] && access(c->checkpoint, F_OK) == 0 &&
-        train_load(&t, c->checkpoint, NULL, 0, NULL, err, sizeof err) != HR_OK)
+    if (!bad && ckpt[0] && access(ckpt, F_OK) == 0 &&
+        train_load(&t, ckpt, NULL, 0, NULL, err, sizeof err) != HR_OK)
         bad += problem(c, -1, "checkpoint", "%s", err);
     printf("; data: %ld training and %ld held-out samples of %dx%dx%d\n", t.train.n, t.eval.n,
            t.train.h, t.train.w, t.train.c);

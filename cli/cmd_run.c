@@ -138,13 +138,13 @@ static void catch_leave_signals(void) {
  * at a boundary: with its checkpoint when one is configured (one is already written after the
  * last iteration, which ends the run anyway). */
 static hr_status stop_if_asked(void *ctx, trainer *t, char *err, size_t errlen) {
-    const cfg *c = ctx;
+    (void)ctx;
     if (!leave_requested || t->iter >= t->total) return HR_OK;
-    if (c->checkpoint[0]) HR_CHECK(train_save(t, c->checkpoint, err, errlen));
+    const char *ck = t->conf.checkpoint; /* this node's: "{id}" replaced */
+    if (ck[0]) HR_CHECK(train_save(t, ck, err, errlen));
     const char *sig = sigabbrev_np(leave_requested);
     HR_INFO(TRAIN, "stopping at iteration %ld on SIG%s%s%s", t->iter, sig ? sig : "?",
-            c->checkpoint[0] ? "; checkpoint written to " : " (no checkpoint configured)",
-            c->checkpoint);
+            ck[0] ? "; checkpoint written to " : " (no checkpoint configured)", ck);
     return HR_ERR_INTERRUPTED;
 }
 
@@ -233,10 +233,11 @@ static int train_cluster(const cfg *c, int self, const train_opts *opts) {
     hr_status st = train_init(&t, &tc, err, sizeof err);
     if (st != HR_OK) goto fail;
     have_trainer = 1;
-    if (c->checkpoint[0] && access(c->checkpoint, F_OK) == 0) {
-        st = train_load(&t, c->checkpoint, split, c->n_nodes, &recorded, err, sizeof err);
+    const char *ck = t.conf.checkpoint; /* this node's: "{id}" replaced */
+    if (ck[0] && access(ck, F_OK) == 0) {
+        st = train_load(&t, ck, split, c->n_nodes, &recorded, err, sizeof err);
         if (st != HR_OK) goto fail;
-        HR_INFO(TRAIN, "resumed from checkpoint %s at iteration %ld", c->checkpoint, t.iter);
+        HR_INFO(TRAIN, "resumed from checkpoint %s at iteration %ld", ck, t.iter);
     }
     listen_ctx lc = {c, self};
     st = hr_node_open(&n, c, self, &t, recorded ? split : NULL, &leave_requested, on_listen, &lc,

@@ -54,7 +54,7 @@ void app_cluster_config(const cfg *c, int self_idx, cluster_config *out) {
     out->wire_auto_gbit = c->wire_auto_gbit;
     out->link_probe = c->link_probe;
     out->security = c->security;
-    snprintf(out->checkpoint, sizeof out->checkpoint, "%s", c->checkpoint);
+    app_checkpoint_path(c, self_idx, out->checkpoint, sizeof out->checkpoint);
 }
 
 int cluster_node_index(const cluster_config *cc, long id) {

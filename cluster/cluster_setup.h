@@ -58,7 +58,8 @@ typedef struct {
     int link_probe;                      /* time the links at each view's first step and tune
                                           * the tree's cut-off and buckets (link_tune.h) */
     int security;                        /* cfg_security, resolved */
-    char checkpoint[CFG_PATH];           /* the checkpoint file written on leaving, "" for none */
+    char checkpoint[CFG_PATH];           /* this node's checkpoint file ("{id}" replaced), written on
+                                          * leaving; "" for none */
 } cluster_config;
 
 /* The index in cc->nodes of node `id`, or -1. */

@@ -8,6 +8,7 @@
 #include "cluster/dist.h"
 #include "cluster/hetring_app.h"
 #include "cluster/stats.h"
+#include "cluster/trainer_setup.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -126,7 +127,7 @@ static hr_status resume_q(hr_node *n, char *err, size_t errlen) {
 
 static hr_status save(void *user, char *err, size_t errlen) {
     hr_node *n = user;
-    const char *ck = n->c->checkpoint;
+    const char *ck = n->t->conf.checkpoint; /* this node's: "{id}" replaced */
     return ck[0] ? train_save(n->t, ck, err, errlen) : HR_OK;
 }
 
@@ -393,6 +394,16 @@ hr_status hr_node_open(hr_node *n, const cfg *c, int self, trainer *t, const lon
                              .probe = probe};
     int st = hr_lib_open(&n->h, &o, &app, err, errlen);
     if (st != HETRING_OK) return status_of(st);
+    if (app_checkpoint_shared(c, self)) {
+        char at[CFG_PATH + 64];
+        HR_WARN(TRAIN,
+                "%s: checkpoint = %s has no {id}, and the other nodes of host %s write that "
+                "file too: it keeps the last writer's error-feedback residual (wire = %s) alone, "
+                "and the others resume without theirs, losing one step's roundings each "
+                "(expected {id} in the path, which becomes each node's id)",
+                cfg_where(c, -1, "checkpoint", at, sizeof at), c->checkpoint, c->nodes[self].host,
+                cfg_wire_name(c->wire));
+    }
     HR_CHECK(resume_residual(n, err, errlen));
     HR_CHECK(resume_q(n, err, errlen));
     /* the model computes its gradient into the library's buffer, after the stats tail: the

@@ -9,6 +9,7 @@
 #include "base/hr_log.h"
 #include "cluster/hr_fault.h"
 #include "cluster/nccl_path.h"
+#include "cluster/ring_setup.h"
 
 #include <string.h>
 #include <strings.h>
@@ -34,6 +35,7 @@ _Static_assert((int)CTRL_STATIC == (int)CFG_POLICY_STATIC &&
                "ctrl_policy must share cfg_policy's values");
 _Static_assert(CFG_MAX_LAYERS <= MODEL_MAX_WIDTHS, "every [train] layers list must fit");
 _Static_assert(CFG_MAX_PHASES <= TRAIN_MAX_PHASES, "every interference schedule must fit");
+_Static_assert(CFG_PATH <= TRAIN_PATH, "every node's checkpoint path must fit a train_config");
 
 static void model_config_of(const cfg *c, model_config *out) {
     memset(out, 0, sizeof *out);
@@ -88,7 +90,7 @@ void app_train_config(const cfg *c, int self_idx, train_config *out) {
     out->iterations = c->iterations;
     out->epochs = c->epochs;
     out->eval_interval = c->eval_interval;
-    out->checkpoint = c->checkpoint;
+    app_checkpoint_path(c, self_idx, out->checkpoint, sizeof out->checkpoint);
     out->checkpoint_interval = c->checkpoint_interval;
     out->skip_nonfinite = c->nonfinite == CFG_NONFINITE_SKIP;
     out->origin = c->path;
@@ -108,6 +110,18 @@ void app_train_config(const cfg *c, int self_idx, train_config *out) {
     app_train_stretch(c, self_idx, &out->stretch);
     for (int k = 0; k < c->n_nodes; k++)
         if (c->nodes[k].slowdown != 1.0 || c->nodes[k].n_interference) out->emulated = 1;
+}
+
+void app_checkpoint_path(const cfg *c, int self_idx, char *out, size_t n) {
+    if (app_expand_id(out, n, c->checkpoint, c->nodes[self_idx].id) != 0)
+        out[0] = 0; /* never: cfg_load refused a path that does not fit once expanded */
+}
+
+int app_checkpoint_shared(const cfg *c, int self_idx) {
+    if (!c->checkpoint[0] || strstr(c->checkpoint, "{id}") || c->wire == CFG_WIRE_FP32) return 0;
+    for (int k = 0; k < c->n_nodes; k++)
+        if (k != self_idx && strcasecmp(c->nodes[k].host, c->nodes[self_idx].host) == 0) return 1;
+    return 0;
 }
 
 /* backend = nccl: every view of this node runs NCCL, so its library must load (with auto a view

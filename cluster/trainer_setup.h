@@ -16,8 +16,21 @@
 
 /* Fill `out` for node c->nodes[self_idx]: the [train] section, the node's threads, device,
  * slowdown and interference schedule, and whether any node of the cluster emulates a slowdown.
- * Strings in `out` point into c, which must outlive every trainer built from it. */
+ * Strings in `out` point into c, which must outlive every trainer built from it; the
+ * checkpoint path is out's own (app_checkpoint_path). */
 void app_train_config(const cfg *c, int self_idx, train_config *out);
+
+/* Node c->nodes[self_idx]'s checkpoint file: [train] checkpoint with every "{id}" replaced by
+ * the node's id (as --metrics FILE's), so that nodes sharing a disk each keep their own and
+ * with it their own error-feedback residual; "" for none. The configuration's check makes sure
+ * that it fits CFG_PATH bytes for every node (n must be at least that). */
+void app_checkpoint_path(const cfg *c, int self_idx, char *out, size_t n);
+
+/* Whether node c->nodes[self_idx] writes the same checkpoint file as another node of its host
+ * (no "{id}" in [train] checkpoint, and a `host` written alike) while its wire keeps an
+ * error-feedback residual (bf16, powersgd, auto): the last writer's residual is then the only
+ * one kept, and the other nodes resume without theirs. */
+int app_checkpoint_shared(const cfg *c, int self_idx);
 
 /* Whether node c->nodes[self_idx]'s device can be used here: `device = cpu` always; `device =
  * cuda:N` when this build has CUDA and this machine has device N (device_cuda_check), or when

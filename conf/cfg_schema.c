@@ -102,7 +102,9 @@ const key_spec cfg_gkeys[] = {
     {"train", "seed", T_U64, G(seed), 0, 0, 0, NULL, "1", 0,
      "seeds the data, the per-epoch permutations and the initial weights"},
     {"train", "checkpoint", T_PATH, G(checkpoint), CFG_PATH, 0, 0, NULL, "", 0,
-     "checkpoint file, written atomically; resumed from when it exists; empty = none"},
+     "checkpoint file, written atomically; resumed from when it exists; {id} becomes the "
+     "node id, so that nodes sharing a disk each keep their own (and their own error-feedback "
+     "residual with wire = bf16, powersgd or auto); empty = none"},
     {"train", "checkpoint_interval", T_INT, G(checkpoint_interval), 0, 0, BIG, NULL, "0", 0,
      "iterations between checkpoints; 0 writes one at the end only"},
     {"train", "hash_interval", T_INT, G(hash_interval), 0, 1, BIG, NULL, "10", 0,

@@ -119,6 +119,19 @@ static hr_status check_training(const cfg *c, char *err, size_t errlen) {
         return hr_fail(err, errlen, HR_ERR_CONFIG,
                        "%s: the mlp needs layers (expected e.g. layers = 784,256,10)",
                        AT(c, "layers"));
+    for (int i = 0; i < c->n_nodes; i++) { /* each node's file, "{id}" replaced, fits */
+        size_t len = 0;
+        for (const char *p = c->checkpoint; *p;)
+            if (strncmp(p, "{id}", 4) == 0)
+                len += (size_t)snprintf(NULL, 0, "%ld", c->nodes[i].id), p += 4;
+            else
+                len++, p++;
+        if (len >= CFG_PATH)
+            return hr_fail(err, errlen, HR_ERR_CONFIG,
+                           "%s: checkpoint with {id} replaced by %ld is %zu characters long "
+                           "(expected at most %d)",
+                           AT(c, "checkpoint"), c->nodes[i].id, len, CFG_PATH - 1);
+    }
     if (!c->checkpoint[0] && c->checkpoint_interval > 0 && given(c, "checkpoint_interval"))
         return hr_fail(err, errlen, HR_ERR_CONFIG,
                        "%s: checkpoint_interval = %ld, but no checkpoint is configured, so none "

@@ -72,7 +72,7 @@ hr_status train_init(trainer *t, const train_config *tc, char *err, size_t errle
     hr_status st = HR_OK;
     /* every node writes the checkpoint (nodes need not share a disk): find an unwritable place
      * now, not at the first save */
-    if (c->checkpoint && c->checkpoint[0]) HR_CHECK(ckpt_prepare(c->checkpoint, err, errlen));
+    if (c->checkpoint[0]) HR_CHECK(ckpt_prepare(c->checkpoint, err, errlen));
     char why[HR_ERRLEN];
     if (blas_set_threads(c->threads, why, sizeof why) != HR_OK)
         return hr_fail(err, errlen, HR_ERR_CONFIG, "%s: [node.%ld] threads = %ld: %s",
@@ -580,7 +580,7 @@ typedef struct {
 /* Resume from conf.checkpoint when it exists and train_load has not resumed t already;
  * *resumed says whether the run continues an earlier one. */
 static hr_status run_resume(trainer *t, int *resumed, char *err, size_t errlen) {
-    const char *ckpt = t->conf.checkpoint ? t->conf.checkpoint : "";
+    const char *ckpt = t->conf.checkpoint;
     *resumed = t->iter > 0;
     if (*resumed || !ckpt[0] || !exists(ckpt)) return HR_OK;
     HR_CHECK(train_load(t, ckpt, NULL, 0, NULL, err, errlen));
@@ -729,7 +729,7 @@ static hr_status run_iteration(trainer *t, const train_opts *o, run_report *rr, 
         res->eval_loss = el, res->eval_accuracy = ea;
     }
     report_iteration(rr, t, &r, el, ea, evaluated);
-    if (c->checkpoint && c->checkpoint[0] && (last || due(t->iter, c->checkpoint_interval)))
+    if (c->checkpoint[0] && (last || due(t->iter, c->checkpoint_interval)))
         HR_CHECK(train_save(t, c->checkpoint, err, errlen));
     return HR_OK;
 }

@@ -46,6 +46,8 @@ typedef struct {
     int n_phases;                         /* entries used in phases[] */
 } train_stretch;
 
+#define TRAIN_PATH 512 /* a checkpoint path's bytes, its NUL included */
+
 /* What one node's training is built from: the [train] section and this node's emulation
  * settings, converted from the INI config once by the cluster (cluster/trainer_setup.h).
  * Strings are borrowed and must outlive the trainer. */
@@ -60,7 +62,7 @@ typedef struct {
     long iterations;          /* iterations of the run; 0: `epochs` passes over the data */
     long epochs;              /* passes over the data when iterations is 0 */
     long eval_interval;       /* iterations between evaluations; 0: at the end only */
-    const char *checkpoint;   /* checkpoint file; NULL or "": none */
+    char checkpoint[TRAIN_PATH]; /* this node's checkpoint file; "": none */
     long checkpoint_interval; /* iterations between checkpoints; 0: at the end only */
     long threads;             /* BLAS threads of this node; 0: all cores */
     long node_id;             /* this node's id */

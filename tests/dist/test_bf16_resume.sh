@@ -3,7 +3,7 @@
 # bf16 path): three nodes, static batches (B/N each: the split is the same in every run).
 #  1. the reference: 120 iterations in one run;
 #  2. the same job cut in two: 60 iterations, every node writing its checkpoint at the end
-#     (which records its residual, with its id), then the three resumed from their own
+#     (which records its residual, with its id) to its own file ({id} in the path), then the three resumed from their own
 #     checkpoints up to 120. Every node says it took its residual up again, and the three end
 #     with the reference's parameters, bit for bit: an iteration after the cut that lacked a
 #     node's residual would have sent another gradient;
@@ -13,7 +13,9 @@
 #  3. node 1 resumes from node 0's checkpoint (a copy: disks not shared): it must not take up
 #     node 0's residual (node 0's roundings dropped it, and node 0 takes it up itself), and says
 #     so; a float32 run resumed from a checkpoint with a residual says it has no use for it.
-#  4. the nodes write a checkpoint every 10 iterations and all crash (SIGKILL) at iteration 25;
+#  4. the three nodes share one file (no {id} in [train] checkpoint): each warns at start, and
+#     resumed, one of them (the last writer) takes its residual up, the other two none;
+#  5. the nodes write a checkpoint every 10 iterations and all crash (SIGKILL) at iteration 25;
 #     started again, the cluster resumes at 20 and each node takes its residual of iteration 20
 #     up again (nothing after it was applied); then node 2 alone crashes at 25 while the others
 #     go on: restarted from its checkpoint of 20, it joins a cluster past 20, which applied
@@ -33,10 +35,11 @@ policy = static
 EOF
 
 # run NAME ITERS [ARGS...]: the three nodes to the end, each with checkpoint $tmp/NAME.ID.ckpt
+# ({id} in [train] checkpoint becomes the node's id)
 run() {
   local name=$1 iters=$2
   shift 2
-  run_nodes "$name" --set train.iterations="$iters" --set train.checkpoint="$tmp/$name.@ID@.ckpt" "$@"
+  run_nodes "$name" --set train.iterations="$iters" --set train.checkpoint="$tmp/$name.{id}.ckpt" "$@"
 }
 # hash NAME ID: node ID's last parameter hash in run NAME
 hash() { grep -ho '"param_hash":"[0-9a-f]*"' "$tmp/$1.m$2" | tail -1; }
@@ -146,6 +149,20 @@ grep -q "resumed this node's error-feedback residual" "$tmp/one.2b.log" &&
   fail "one crash: node 2 took up a residual that its first life sent after iteration 20"
 hashes=$(for f in one.m0 one.m1 one.m2b; do grep -ho '"param_hash":"[0-9a-f]*"' "$tmp/$f" | tail -1; done | sort -u | wc -l)
 [ "$hashes" = 1 ] || fail "one crash: the nodes end with $hashes parameter hashes"
+
+# one file for the three nodes of this host (no {id}): each says at start that it keeps one
+# node's residual alone; resumed from it, exactly one node takes its residual up again and the
+# other two say that it is another node's and start without one (nothing counted twice)
+run_nodes shared --set train.iterations=30 --set train.checkpoint="$tmp/shared.ckpt"
+for id in 0 1 2; do
+  grep -q "checkpoint = .*/shared.ckpt has no {id}, and the other nodes of host 127.0.0.1 write that file too" \
+    "$tmp/shared.$id.log" || fail "shared file: node $id did not warn: $(grep -h 'has no {id}' "$tmp/shared.$id.log")"
+done
+run_nodes shared2 --set train.iterations=35 --set train.checkpoint="$tmp/shared.ckpt"
+took=$(grep -l "resumed this node's error-feedback residual" "$tmp"/shared2.?.log | wc -l)
+others=$(grep -l "error-feedback residual is node [0-9]*'s, not this node's: starting without one" "$tmp"/shared2.?.log | wc -l)
+echo "shared file, resumed: $took node(s) took their residual up, $others started without one"
+[ "$took" = 1 ] && [ "$others" = 2 ] || fail "shared file: $took node(s) took a residual up, $others left another's (expected 1 and 2)"
 
 # a float32 run has no use for it
 cp "$tmp/keep.0.ckpt" "$tmp/f32.0.ckpt"

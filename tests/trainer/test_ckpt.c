@@ -19,10 +19,14 @@
  *    the message naming both) are refused (a version 3 file, which records no size, and a
  *    version 4 file, which records no shape, still load) with a message that names the file
  *    and the reason, and leave every parameter, the whole optimizer state, the iteration and
- *    the split of the trainer exactly as they were.
+ *    the split of the trainer exactly as they were;
+ *  - each node's file: "{id}" in [train] checkpoint becomes the node's id (trainer and cluster
+ *    configs alike), and a path without it is shared by the nodes of one host, which matters
+ *    only where the wire keeps a residual (app_checkpoint_shared).
  */
 #include "tests/check.h"
 #include "tests/blas_main.h"
+#include "cluster/cluster_setup.h"
 #include "tests/trainer/util.h"
 #include "trainer/ckpt.h"
 
@@ -532,9 +536,60 @@ static void test_shape(void) {
     printf("other matrices refused: %s\n", err);
 }
 
+/* Load a cluster of nodes 0 and 1 on 127.0.0.1 and node 2 on 127.0.0.2 with `lines` in [cluster]
+ * and checkpoint = `ckpt`. */
+static void three_nodes(cfg *c, const char *lines, const char *ckpt) {
+    char path[600];
+    FILE *f = cfg_create(dir, "three.ini", path, sizeof path);
+    fprintf(f,
+            "[cluster]\nsecurity = none\n%s\n[train]\niterations = 2\ncheckpoint = %s\n"
+            "[node.0]\nhost = 127.0.0.1\nport = 7001\n[node.1]\nhost = 127.0.0.1\nport = 7002\n"
+            "[node.2]\nhost = 127.0.0.2\nport = 7003\n",
+            lines, ckpt);
+    cfg_close_load(c, f, path);
+}
+
+/* Each node's checkpoint file: "{id}" in [train] checkpoint becomes its id, in the trainer's
+ * config and the cluster's (written on leaving) alike; and which nodes share one file while
+ * their wire keeps a residual (the nodes of one host, without {id}, with bf16, powersgd or
+ * auto; not with fp32, whose nodes write the same bytes). */
+static void test_node_path(void) {
+    cfg c;
+    char want[600];
+    three_nodes(&c, "wire = bf16", "run-{id}.ckpt");
+    for (int k = 0; k < 3; k++) {
+        train_config tc;
+        cluster_config cc;
+        app_train_config(&c, k, &tc);
+        app_cluster_config(&c, k, &cc);
+        snprintf(want, sizeof want, "%s/run-%d.ckpt", dir, k);
+        CHECK(strcmp(tc.checkpoint, want) == 0 && strcmp(cc.checkpoint, want) == 0,
+              "node %d's checkpoint: %s and %s, expected %s", k, tc.checkpoint, cc.checkpoint,
+              want);
+        CHECK(!app_checkpoint_shared(&c, k), "node %d: a file with {id} is shared", k);
+    }
+    cfg_free(&c);
+    static const struct {
+        const char *wire;
+        int shared[3];
+    } cases[] = {{"wire = bf16", {1, 1, 0}},
+                 {"wire = powersgd", {1, 1, 0}},
+                 {"wire = auto", {1, 1, 0}},
+                 {"wire = fp32", {0, 0, 0}}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        three_nodes(&c, cases[i].wire, "run.ckpt");
+        for (int k = 0; k < 3; k++)
+            CHECK(app_checkpoint_shared(&c, k) == cases[i].shared[k],
+                  "%s, no {id}: node %d shares its file %d, expected %d", cases[i].wire, k,
+                  app_checkpoint_shared(&c, k), cases[i].shared[k]);
+        cfg_free(&c);
+    }
+}
+
 int main(int argc, char **argv) {
     (void)argc;
-    static void (*const cases[])(void) = {
-        test_atomic_save, test_refusal, test_unwritable, test_residual, test_q, test_shape, NULL};
+    static void (*const cases[])(void) = {test_atomic_save, test_refusal, test_unwritable,
+                                          test_residual,    test_q,       test_shape,
+                                          test_node_path,   NULL};
     return tmpdir_main(argv, dir, sizeof dir, cases);
 }
