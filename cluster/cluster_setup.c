@@ -36,6 +36,7 @@ void app_cluster_config(const cfg *c, int self_idx, cluster_config *out) {
     app_train_stretch(c, self_idx, &out->stretch);
     out->max_nodes = c->n_nodes;
     out->skip_nonfinite = c->nonfinite == CFG_NONFINITE_SKIP;
+    out->skip_limit = c->nonfinite_limit;
     snprintf(out->path, sizeof out->path, "%s", c->path);
     out->self_id = c->nodes[self_idx].id;
     out->self_device = c->nodes[self_idx].device >= 0 ? (int)c->nodes[self_idx].device : -1;

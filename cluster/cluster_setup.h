@@ -38,6 +38,8 @@ typedef struct {
     int max_nodes;         /* nodes of the configuration: the most a view can have */
     int skip_nonfinite;    /* a step whose global gradient or loss is not finite: 1 skips it
                             * (HETRING_SKIPPED), 0 stops every node (HETRING_ENONFINITE) */
+    long skip_limit;       /* skip_nonfinite: every node stops at the step that would be this
+                            * many skipped in a row in one view (0: never) */
     /* what the views need of the file */
     char path[CFG_PATH];                 /* the file, for messages */
     long self_id;                        /* this node's id */

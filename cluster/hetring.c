@@ -132,6 +132,8 @@ struct hetring {
     long *bad_ids;                   /* (c.n_nodes) culprits of the last step not finite */
     int n_bad;                       /* entries of bad_ids */
     long skipped;                    /* steps skipped as not finite ([train] nonfinite = skip) */
+    long skip_run;                   /* steps skipped in a row in this view, just before the
+                                      * next: the same on every member (cc.skip_limit) */
     overlap_fact *facts;             /* (c.n_nodes) the view's facts, gathered */
     double comm_s, comm_cpu_s;       /* the last all-reduce after backward in this view: wall
                                       * seconds, and CPU seconds of the threads that ran it (0:
@@ -811,7 +813,7 @@ int hetring_next(hetring *h, hetring_batch *out) {
         hr_status st = dist_boundary(&h->d, &changed, h->err, sizeof h->err);
         if (st == HR_ERR_INTERRUPTED) return left(h);
         if (st != HR_OK) return fatal(h, st);
-        if (changed) h->view_changed = 1, report_view(h);
+        if (changed) h->view_changed = 1, h->skip_run = 0, report_view(h);
     }
     if (h->iter >= h->total && end_of_run(h) == HETRING_DONE) return HETRING_DONE;
     if (h->left) return HETRING_LEFT;
@@ -1110,6 +1112,7 @@ static hr_status reform(hetring *h, hr_status st) {
     st = dist_recover(&h->d, st, h->err, sizeof h->err);
     if (st != HR_OK) return st;
     h->view_changed = 1;
+    h->skip_run = 0; /* a view counts its skipped steps anew, on every member alike */
     report_view(h);
     return HR_OK;
 }
@@ -1206,6 +1209,14 @@ static void culprits_str(const long *ids, const int *bits, int n, char *out, siz
                               bits[k] & DIST_FLAG_NONFINITE_LOSS ? "loss" : "");
 }
 
+/* Whether a step that is not finite stops every node: with nonfinite = error always; with skip
+ * when it would be the skip_limit-th skipped in a row in this view (a run whose parameters
+ * diverged would skip every step left). skip_run follows the verdicts every member reached
+ * alike on the same bytes, from the view's start, so every member decides alike. */
+static int nonfinite_stops(const hetring *h) {
+    return !h->cc.skip_nonfinite || (h->cc.skip_limit > 0 && h->skip_run + 1 >= h->cc.skip_limit);
+}
+
 /* After the all-reduce: whether the step is finite, the same verdict on every node (the
  * culprits come from the gathered flags, the sums are the same bytes everywhere). When it is
  * not, h->err says so, naming the iteration and the culprits. */
@@ -1225,17 +1236,27 @@ static int step_finite(hetring *h) {
     h->n_bad = n;
     char who[512];
     culprits_str(ids, bits, n, who, sizeof who);
-    const int skip = h->cc.skip_nonfinite;
+    const int skip = h->cc.skip_nonfinite, stop = nonfinite_stops(h);
+    char why[160];
+    if (!skip)
+        snprintf(why, sizeof why,
+                 "stopping every node ([train] nonfinite = error; skip would "
+                 "skip such steps)");
+    else if (stop)
+        snprintf(why, sizeof why,
+                 "stopping every node: %ld steps in a row in this view were not finite ([train] "
+                 "nonfinite = skip, nonfinite_limit = %ld)",
+                 h->skip_run + 1, h->cc.skip_limit);
+    else
+        snprintf(why, sizeof why, "the step is skipped ([train] nonfinite = skip)");
     snprintf(h->err, sizeof h->err,
              "iteration %ld: the global %s not finite (NaN or inf); not finite before the "
-             "all-reduce: %.300s%s; %s ([train] nonfinite = %s)",
+             "all-reduce: %.170s%s; %s",
              h->iter,
              !grad_ok && !loss_ok ? "gradient and loss are"
              : !grad_ok           ? "gradient is"
                                   : "loss is",
-             who, n ? "" : " (every share was finite: their sum overflowed)",
-             skip ? "the step is skipped" : "stopping every node",
-             skip ? "skip" : "error; skip would skip such steps");
+             who, n ? "" : " (every share was finite: their sum overflowed)", why);
     return 0;
 }
 
@@ -1385,7 +1406,7 @@ int hetring_step(hetring *h, const hetring_grads *g, hetring_result *res) {
         return fatal(h, st);
     }
     const int finite = step_finite(h);
-    if (!finite && !h->cc.skip_nonfinite) return fatal(h, HR_ERR_NONFINITE); /* nothing applied */
+    if (!finite && nonfinite_stops(h)) return fatal(h, HR_ERR_NONFINITE); /* nothing applied */
     int changed = memcmp(h->next, h->split, sizeof *h->next * (size_t)h->size) != 0;
     st_set_split(h, h->next);
     scale_back(h, g);
@@ -1410,6 +1431,7 @@ int hetring_step(hetring *h, const hetring_grads *g, hetring_result *res) {
         grad_xfer_discard(&h->x);
     h->iter++; /* the commit, skipped or not: the samples count as used (I8) */
     h->boundary = 1;
+    h->skip_run = finite ? 0 : h->skip_run + 1;
     if (finite) return HETRING_OK;
     h->skipped++;
     HR_WARN(TRAIN, "%s; %ld step(s) skipped", h->err, h->skipped);

@@ -43,7 +43,10 @@
  *    every node checks the summed gradient and loss after it. A step that is not finite stops
  *    every node with HETRING_ENONFINITE ([train] nonfinite = error, the default) or is skipped
  *    with HETRING_SKIPPED (nonfinite = skip: the iteration is done, its samples count as used,
- *    as PyTorch AMP's GradScaler skips a step); either way hetring_last_error names the
+ *    as PyTorch AMP's GradScaler skips a step; the step that would be the nonfinite_limit-th,
+ *    10 by default, skipped in a row in one view stops every node with HETRING_ENONFINITE,
+ *    for parameters that diverged would skip every step left); either way hetring_last_error
+ *    names the
  *    iteration and hetring_nonfinite the nodes whose share was not finite, the same on every
  *    node.
  *
@@ -97,8 +100,9 @@ typedef enum {
     HETRING_EVIEW = 11,        /* the membership view changed under a collective */
     HETRING_EUNSUPPORTED = 12, /* not available in this build */
     HETRING_ENONFINITE = 13,   /* hetring_step: the step's global gradient or loss was not finite
-                                * (NaN, inf) and [train] nonfinite = error: every node stops,
-                                * nothing applied (hetring_nonfinite names the culprits) */
+                                * (NaN, inf) and [train] nonfinite = error, or skip and it
+                                * would be the nonfinite_limit-th skipped in a row: every node
+                                * stops, nothing applied (hetring_nonfinite names the culprits) */
     HETRING_RETRY = 100,       /* the view changed during hetring_step: the iteration's
                                 * gradients were dropped; call hetring_next and compute again */
     HETRING_DONE = 101,        /* hetring_next: the run's iterations are done */

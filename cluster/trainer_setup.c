@@ -93,6 +93,7 @@ void app_train_config(const cfg *c, int self_idx, train_config *out) {
     app_checkpoint_path(c, self_idx, out->checkpoint, sizeof out->checkpoint);
     out->checkpoint_interval = c->checkpoint_interval;
     out->skip_nonfinite = c->nonfinite == CFG_NONFINITE_SKIP;
+    out->skip_limit = c->nonfinite_limit;
     out->origin = c->path;
     out->threads = c->nodes[self_idx].threads;
     out->node_id = c->nodes[self_idx].id;

@@ -125,6 +125,8 @@ typedef struct {
                                   * CFG_AUTO: chosen while training (cluster/overlap.h) */
     int nonfinite;               /* cfg_nonfinite: a step whose global gradient or loss is
                                   * not finite stops the run or is skipped */
+    long nonfinite_limit;        /* skip: the run stops at this many skipped steps in a row;
+                                  * 0 = never */
     /* [controller] */
     int policy;        /* cfg_policy */
     long interval;     /* iterations between batch-size decisions */

@@ -118,6 +118,10 @@ const key_spec cfg_gkeys[] = {
      "a step whose global gradient or loss is not finite (NaN, inf): error stops every node, "
      "naming the iteration and the nodes whose share was not finite; skip drops its update "
      "(its samples count as used) and counts it in the metrics"},
+    {"train", "nonfinite_limit", T_INT, G(nonfinite_limit), 0, 0, BIG, NULL, "10", 0,
+     "with nonfinite = skip: every node stops, naming the iteration, once this many steps in a "
+     "row were not finite (a run whose parameters diverged would skip every step left; each "
+     "membership view counts anew); 0 = never"},
 
     {"controller", "policy", T_ENUM, G(policy), 0, 0, 0, "static|proportional|pid|model|epoch",
      "model", 0,

@@ -383,6 +383,9 @@ static int rank_unused(const cfg *c, const cfg *d) {
     return c->wire != CFG_WIRE_POWERSGD && c->wire != CFG_WIRE_AUTO &&
            c->powersgd_rank != d->powersgd_rank;
 }
+static int limit_unused(const cfg *c, const cfg *d) {
+    return c->nonfinite != CFG_NONFINITE_SKIP && c->nonfinite_limit != d->nonfinite_limit;
+}
 static int gbit_unused(const cfg *c, const cfg *d) {
     return c->wire != CFG_WIRE_AUTO && c->wire_auto_gbit != d->wire_auto_gbit;
 }
@@ -394,6 +397,9 @@ static const char *model_value(const cfg *c) {
 }
 static const char *dataset_value(const cfg *c) {
     return cfg_dataset_name(c->dataset);
+}
+static const char *nonfinite_value(const cfg *c) {
+    return c->nonfinite == CFG_NONFINITE_SKIP ? "skip" : "error";
 }
 static const char *wire_value(const cfg *c) {
     return cfg_wire_name(c->wire);
@@ -409,6 +415,8 @@ static const unused_rule unused_rules[] = {
     {"powersgd_rank", "wire", rank_unused, wire_value,
      "wire = powersgd or auto, or no powersgd_rank"},
     {"wire_auto_gbit", "wire", gbit_unused, wire_value, "wire = auto, or no wire_auto_gbit"},
+    {"nonfinite_limit", "nonfinite", limit_unused, nonfinite_value,
+     "nonfinite = skip, or no nonfinite_limit"},
 };
 
 static hr_status check_unused(const cfg *c, char *err, size_t errlen) {

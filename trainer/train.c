@@ -236,10 +236,13 @@ static hr_status local_step(trainer *t, train_iter *out) {
 
     const int nonfinite = nonfinite_of(t, ms.loss_sum);
     if (out) out->nonfinite = nonfinite, out->skipped = nonfinite != 0;
-    if (nonfinite && !t->conf.skip_nonfinite) {
+    const long limit = t->conf.skip_limit;
+    if (nonfinite && (!t->conf.skip_nonfinite || (limit > 0 && t->skip_run + 1 >= limit))) {
         if (out) out->iter = i;
+        t->skip_run += t->conf.skip_nonfinite; /* the steps in a row, this one included */
         return HR_ERR_NONFINITE; /* nothing applied, the cursor stays: the run stops */
     }
+    t->skip_run = nonfinite ? t->skip_run + 1 : 0;
     opt_scalars sc = opt_scalars_at(&t->opt, B, i);
     if (!nonfinite) HR_CHECK(device_step(&t->dev, &sc));
 
@@ -686,8 +689,18 @@ static const char *nonfinite_what(int bits) {
     return bits == TRAIN_NONFINITE_LOSS ? "loss is" : "gradient is";
 }
 
-/* A run alone stops before the update of a step that is not finite. */
+/* A run alone stops before the update of a step that is not finite (with skip, of the step
+ * that would be the skip_limit-th skipped in a row). */
 static hr_status nonfinite_error(const trainer *t, const train_iter *r, char *err, size_t errlen) {
+    if (t->conf.skip_nonfinite)
+        return hr_fail(err, errlen, HR_ERR_NONFINITE,
+                       "iteration %ld: the %s not finite (NaN or inf), %ld steps in a row; "
+                       "stopping before its update ([train] nonfinite = skip, nonfinite_limit = "
+                       "%ld: the parameters have not changed since the first of them, so the "
+                       "steps left would likely be skipped too). Try a smaller [train] lr (now "
+                       "%g)",
+                       r->iter, nonfinite_what(r->nonfinite), t->skip_run, t->conf.skip_limit,
+                       t->conf.opt.lr);
     return hr_fail(err, errlen, HR_ERR_NONFINITE,
                    "iteration %ld: the %s not finite (NaN or inf); stopping before its update "
                    "([train] nonfinite = error; skip would skip such steps). Try a smaller "

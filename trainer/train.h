@@ -78,6 +78,9 @@ typedef struct {
     double device_delay_s;    /* the emulated device's delay per operation (tests) */
     int skip_nonfinite;       /* a step whose gradient or loss is not finite: 1 skips its
                                * update (its samples count as used), 0 stops the run */
+    long skip_limit;          /* skip_nonfinite: alone, the run stops at the step that would
+                               * be this many skipped in a row (0: never); a cluster's library
+                               * decides it for every node */
 } train_config;
 
 /* ---------------------------------------------------------------- one iteration */
@@ -192,6 +195,7 @@ typedef struct {
     train_peer peer;  /* the distributed part, when has_peer (train_set_peer) */
     int has_peer;     /* peer is set: it runs the distributed part */
     int peer_buckets; /* all-reduces of the last exchange (the summary's) */
+    long skip_run;    /* alone: steps skipped in a row just before the next (skip_limit) */
     float *resumed_residual; /* (n_params) a resumed checkpoint's residual, for its node to take
                               * up (hr_node_open), or NULL */
     long resumed_node;       /* the node that residual is of (-1: none) */

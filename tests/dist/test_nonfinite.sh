@@ -5,7 +5,9 @@
 # (nothing was trained on NaN); with skip the run ends, every node records each iteration once,
 # the skipped ones with "skipped":1, the replicas end equal, and a skipped step changed nothing:
 # 6 iterations skipping the last end on the bits of the clean 5. A node alone does the same
-# with its own sums (a learning rate that diverges).
+# with its own sums (a learning rate that diverges); a diverged run that skips stops at the
+# [train] nonfinite_limit-th step in a row not finite (10 alone; 3 on three nodes, every node
+# at the same iteration), and goes on to its end with nonfinite_limit = 0.
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 ITERS=12 B=60
 write_conf "$tmp/c.ini" 3 20 <<EOF
@@ -119,15 +121,74 @@ last=$(records one 0 | tail -1 | cut -d: -f1)
 echo "alone: stopped at iteration ${stop:-none}, last record ${last:-none}"
 [ -n "$stop" ] && [ "${last:--1}" = $((stop - 1)) ] || fail "alone: stopped at '${stop}', last record '${last}'"
 ! grep -q '"loss":null' "$tmp/one-0.jsonl" || fail "alone: recorded a loss that is not finite"
+# skip without a limit (nonfinite_limit = 0): every step left is skipped, and the run ends
 timeout 60 "$HR" run --conf "$tmp/one.ini" --node 0 --set train.nonfinite=skip \
+  --set train.nonfinite_limit=0 \
   --metrics "$tmp/onesk-0.jsonl" --summary "$tmp/onesk.json" > "$tmp/onesk.log" 2>&1
 rc=$?
 [ "$rc" = 0 ] || fail "alone, skip: exited $rc: $(tail -3 "$tmp/onesk.log")"
 n=$(records onesk 0 | grep -c ':1$')
 s=$(grep -o '"skipped_steps": [0-9]*' "$tmp/onesk.json" | grep -o '[0-9]*$')
 first=$(records onesk 0 | grep ':1$' | head -1 | cut -d: -f1)
-echo "alone, skip: $n records skipped from iteration ${first:-none}, summary skipped_steps ${s:-none}"
+echo "alone, skip, no limit: $n records skipped from iteration ${first:-none}, summary skipped_steps ${s:-none}"
 [ "$n" -gt 0 ] && [ "${s:-}" = "$n" ] && [ "${first:-}" = "$stop" ] ||
   fail "alone, skip: $n skipped records, summary ${s:-none}, first ${first:-none} (expected $stop)"
 [ "$(records onesk 0 | wc -l)" = 30 ] || fail "alone, skip: $(records onesk 0 | wc -l) records, expected 30"
+
+# skip with the default nonfinite_limit, 10: the diverged run records the 9 skipped steps
+# from $stop on, then stops at the tenth in a row, naming it, and exits 1
+[ "$stop" -le 20 ] || fail "alone: diverged at $stop, too late for 10 steps in a row within 30"
+timeout 60 "$HR" run --conf "$tmp/one.ini" --node 0 --set train.nonfinite=skip \
+  --metrics "$tmp/onelim-0.jsonl" > "$tmp/onelim.log" 2>&1
+rc=$?
+[ "$rc" = 1 ] || fail "alone, skip, limit 10: exited $rc, expected 1: $(tail -3 "$tmp/onelim.log")"
+at=$((stop + 9))
+grep -qE "iteration $at: the (gradient|loss|gradient and loss) (is|are) not finite \(NaN or inf\), 10 steps in a row; stopping before its update \(\[train\] nonfinite = skip, nonfinite_limit = 10" \
+  "$tmp/onelim.log" || fail "alone, skip, limit 10: no stop at $at: $(grep -i 'not finite' "$tmp/onelim.log" | tail -2)"
+n=$(records onelim 0 | grep -c ':1$')
+last=$(records onelim 0 | tail -1 | cut -d: -f1)
+echo "alone, skip, limit 10: $n records skipped, the last record $last, stopped at $at"
+[ "$n" = 9 ] && [ "$last" = $((at - 1)) ] ||
+  fail "alone, skip, limit 10: $n skipped records, last $last (expected 9 and $((at - 1)))"
+
+# the same divergence on three nodes with nonfinite_limit = 3: every node skips the same two
+# steps in a row (the verdict is the summed gradient's, the same bytes on every node) and every
+# node stops at the third, naming it: no node goes on alone
+write_conf "$tmp/div.ini" 3 20 <<EOF
+[train]
+model = linreg
+dataset = synthetic-regression
+samples = 2048
+eval_samples = 64
+global_batch = 64
+iterations = 30
+lr = 100
+momentum = 0
+nonfinite = skip
+nonfinite_limit = 3
+[controller]
+policy = static
+EOF
+pids=()
+for i in 0 1 2; do
+  timeout 60 "$HR" run --conf "$tmp/div.ini" --node $i --metrics "$tmp/div-$i.jsonl" > "$tmp/div.log.$i" 2>&1 &
+  pids+=($!)
+done
+ats=""
+for i in 0 1 2; do
+  wait "${pids[$i]}"
+  rc=$?
+  [ "$rc" = 1 ] || fail "cluster, limit 3: node $i exited $rc, expected 1: $(tail -3 "$tmp/div.log.$i")"
+  first=$(records div $i | grep ':1$' | head -1 | cut -d: -f1)
+  n=$(records div $i | grep -c ':1$')
+  last=$(records div $i | tail -1 | cut -d: -f1)
+  at=$((${first:-0} + 2))
+  grep -qE "iteration $at: the global .* not finite .*stopping every node: 3 steps in a row in this view were not finite \(\[train\] nonfinite = skip, nonfinite_limit = 3\)" \
+    "$tmp/div.log.$i" || fail "cluster, limit 3: node $i did not stop at $at: $(grep -i 'not finite' "$tmp/div.log.$i" | tail -2)"
+  [ "$n" = 2 ] && [ "$last" = $((at - 1)) ] ||
+    fail "cluster, limit 3: node $i has $n skipped records, the last $last (expected 2 and $((at - 1)))"
+  ats+="$at "
+done
+echo "cluster, limit 3: the nodes stopped at iterations $ats"
+[ "$(echo $ats | tr ' ' '\n' | sort -u | wc -l)" = 1 ] || fail "cluster, limit 3: the nodes stopped at $ats"
 finish
