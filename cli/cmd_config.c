@@ -152,8 +152,11 @@ static int dry_port(const cfg *c, int self) {
     if (c->n_nodes < 2) return 0; /* one node trains alone and listens on nothing */
     if (node_id_check_reachable(c, self, err, sizeof err) != HR_OK)
         return fprintf(stderr, "%s\n", err), 1;
-    if (tcp_listen(me->host, me->port, &fd, err, sizeof err) != HR_OK)
+    hr_status st =
+        tcp_listen(me->host, me->port, tcp_now() + c->connect_timeout, &fd, err, sizeof err);
+    if (st == HR_ERR_IO)
         return problem(c, self, "port", "%s (is another node or program using it?)", err);
+    if (st != HR_OK) return problem(c, self, "host", "%s", err);
     tcp_close(&fd);
     return 0;
 }

@@ -417,11 +417,19 @@ void gate_set_lobby(ring *r, gate_lobby_fn *serve, void *ctx) {
     r->lobby = (gate_lobby){serve, ctx};
 }
 
-/* Listen on this node's address and start the gate. */
+/* Listen on this node's address and start the gate. Its host name is looked up within
+ * connect_timeout, as its peers' are. */
 hr_status listen_start(ring *r, char *err, size_t errlen) {
     const ring_member *me = &r->rc.members[r->self];
-    HR_CHECK(tcp_listen(me->host, me->port, &r->listen_fd, err, errlen));
-    hr_status st = gate_start(r, err, errlen);
+    hr_status st = tcp_listen(me->host, me->port, tcp_now() + r->rc.connect_timeout, &r->listen_fd,
+                              err, errlen);
+    if (st == HR_ERR_TIMEOUT)
+        return hr_fail(err, errlen, st,
+                       "node %ld cannot listen: looking up its own host %s took longer than "
+                       "connect_timeout (%.1f s) (is the resolver slow or out of reach?)",
+                       r->self_id, me->host, r->rc.connect_timeout);
+    if (st != HR_OK) return st;
+    st = gate_start(r, err, errlen);
     if (st != HR_OK) tcp_close(&r->listen_fd);
     return st;
 }

@@ -2,10 +2,10 @@
  * tcp.c: TCP sockets with deadlines (see tcp.h).
  *
  * Invariant: every loop that waits goes through poll() with the time left to its deadline, so
- * no call here can block past the deadline it was given. A peer's host name is looked up on a
- * thread of its own (getaddrinfo has no deadline: a resolver out of reach holds it for its own
- * timeouts, seconds times attempts times servers), which the caller waits for until its
- * deadline; a numeric address needs no lookup.
+ * no call here can block past the deadline it was given. A host name, a peer's or this node's
+ * own to listen on, is looked up on a thread of its own (getaddrinfo has no deadline: a resolver
+ * out of reach holds it for its own timeouts, seconds times attempts times servers), which the
+ * caller waits for until its deadline; a numeric address needs no lookup.
  */
 #include "ring/tcp.h"
 #include "base/hr_addr.h"
@@ -72,15 +72,6 @@ static hr_status gai_status(int rc, const char *host, int passive, char *err, si
     return hr_fail(err, errlen, HR_ERR_CONFIG, "cannot resolve %s: %s", host, gai_strerror(rc));
 }
 
-static hr_status resolve(const char *host, long port, int passive, struct addrinfo **res, char *err,
-                         size_t errlen) {
-    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM};
-    if (passive) hints.ai_flags = AI_PASSIVE;
-    char ps[16];
-    snprintf(ps, sizeof ps, "%ld", port);
-    return gai_status(getaddrinfo(host, ps, &hints, res), host, passive, err, errlen);
-}
-
 /* ---------------------------------------------------------------- a lookup with a deadline */
 
 #define LOOKUP_ADDRS 8 /* addresses of one name tried, in the resolver's order */
@@ -100,7 +91,8 @@ typedef struct {
 typedef struct lookup {
     struct lookup *next; /* lookups still running */
     char host[256], port[16];
-    int refs; /* the thread, and each caller waiting */
+    int passive; /* an address to listen on (AI_PASSIVE), not to connect to */
+    int refs;    /* the thread, and each caller waiting */
     int done, rc;
     struct addrinfo *res;
 } lookup;
@@ -128,6 +120,7 @@ static void lookup_put(lookup *l) {
 static void *lookup_thread(void *arg) {
     lookup *l = arg;
     struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *res = NULL;
+    if (l->passive) hints.ai_flags = AI_PASSIVE;
     int rc = getaddrinfo(l->host, l->port, &hints, &res);
     pthread_mutex_lock(&lookup_mu);
     l->rc = rc, l->res = rc == 0 ? res : NULL, l->done = 1;
@@ -152,11 +145,11 @@ static void addr_list_add(addr_list *out, const struct addrinfo *res) {
     }
 }
 
-/* The addresses of host:port by `deadline`: at once for a numeric address, else from a lookup
- * thread (HR_ERR_TIMEOUT when it has not answered by then; it goes on, and a later call for
- * the same address waits on it). */
-static hr_status resolve_by(const char *host, long port, double deadline, addr_list *out, char *err,
-                            size_t errlen) {
+/* The addresses of host:port by `deadline`, to listen on (`passive`) or to connect to: at once
+ * for a numeric address, else from a lookup thread (HR_ERR_TIMEOUT when it has not answered by
+ * then; it goes on, and a later call for the same address waits on it). */
+static hr_status resolve_by(const char *host, long port, int passive, double deadline,
+                            addr_list *out, char *err, size_t errlen) {
     char ps[16];
     snprintf(ps, sizeof ps, "%ld", port);
     out->n = 0;
@@ -179,7 +172,8 @@ static hr_status resolve_by(const char *host, long port, double deadline, addr_l
     pthread_once(&lookup_once, lookup_init);
     pthread_mutex_lock(&lookup_mu);
     lookup *l = lookups;
-    while (l && (strcmp(l->host, host) != 0 || strcmp(l->port, ps) != 0)) l = l->next;
+    while (l && (strcmp(l->host, host) != 0 || strcmp(l->port, ps) != 0 || l->passive != passive))
+        l = l->next;
     if (!l) {
         l = calloc(1, sizeof *l);
         pthread_attr_t a;
@@ -188,6 +182,7 @@ static hr_status resolve_by(const char *host, long port, double deadline, addr_l
         if (l && e == 0) {
             snprintf(l->host, sizeof l->host, "%s", host);
             snprintf(l->port, sizeof l->port, "%s", ps);
+            l->passive = passive;
             l->refs = 1; /* the thread's */
             pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
             e = pthread_create(&th, &a, lookup_thread, l);
@@ -221,16 +216,21 @@ static hr_status resolve_by(const char *host, long port, double deadline, addr_l
                        "looking up %s took longer than the time left (is the resolver slow or out "
                        "of reach?)",
                        host);
-    return gai_status(rc, host, 0, err, errlen);
+    return gai_status(rc, host, passive, err, errlen);
 }
 
-hr_status tcp_listen(const char *host, long port, int *out_fd, char *err, size_t errlen) {
-    struct addrinfo *res = NULL;
+hr_status tcp_listen(const char *host, long port, double deadline, int *out_fd, char *err,
+                     size_t errlen) {
+    addr_list al;
     *out_fd = -1;
-    HR_CHECK(resolve(host, port, 1, &res, err, errlen));
-    int fd = -1, e = 0;
-    for (struct addrinfo *a = res; a; a = a->ai_next) {
-        fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+    char why[HR_ERRLEN];
+    hr_status st = resolve_by(host, port, 1, deadline, &al, why, sizeof why);
+    if (st != HR_OK)
+        return hr_fail(err, errlen, st, "cannot listen on %s: %s",
+                       hr_addr((char[HR_ADDR_LEN]){0}, HR_ADDR_LEN, host, port), why);
+    int fd = -1, e = EADDRNOTAVAIL;
+    for (int i = 0; i < al.n; i++) {
+        fd = socket(al.a[i].family, al.a[i].socktype | SOCK_CLOEXEC, al.a[i].protocol);
         if (fd < 0) {
             e = errno;
             continue;
@@ -241,12 +241,13 @@ hr_status tcp_listen(const char *host, long port, int *out_fd, char *err, size_t
             int sz = TCP_SOCKBUF;
             setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &sz, sizeof sz);
         }
-        if (bind(fd, a->ai_addr, a->ai_addrlen) == 0 && listen(fd, TCP_BACKLOG) == 0) break;
+        if (bind(fd, (struct sockaddr *)&al.a[i].addr, al.a[i].len) == 0 &&
+            listen(fd, TCP_BACKLOG) == 0)
+            break;
         e = errno;
         close(fd);
         fd = -1;
     }
-    freeaddrinfo(res);
     if (fd < 0)
         return hr_fail(err, errlen, HR_ERR_IO, "cannot listen on %s: %s",
                        hr_addr((char[HR_ADDR_LEN]){0}, HR_ADDR_LEN, host, port), strerror(e));
@@ -272,7 +273,7 @@ hr_status tcp_connect(const char *host, long port, double deadline, int *out_fd,
                       size_t errlen) {
     addr_list al;
     *out_fd = -1;
-    HR_CHECK(resolve_by(host, port, deadline, &al, err, errlen));
+    HR_CHECK(resolve_by(host, port, 0, deadline, &al, err, errlen));
     hr_status st = HR_ERR_PEER;
     int e = ECONNREFUSED;
     for (int i = 0; i < al.n; i++) {

@@ -20,8 +20,11 @@ double tcp_now(void);
  * longer wait is several polls; a far deadline never overflows to a negative, endless one). */
 int tcp_poll_ms(double deadline);
 
-/* Listen on host:port (SO_REUSEADDR, non-blocking). */
-hr_status tcp_listen(const char *host, long port, int *out_fd, char *err, size_t errlen);
+/* Listen on host:port (SO_REUSEADDR, non-blocking). A host name is looked up by `deadline`, as
+ * tcp_connect looks one up (HR_ERR_TIMEOUT when the lookup has not answered by then); a name
+ * that does not resolve, even for now, is HR_ERR_CONFIG. */
+hr_status tcp_listen(const char *host, long port, double deadline, int *out_fd, char *err,
+                     size_t errlen);
 
 /* One connection attempt to host:port, finished by `deadline`, the name lookup included (a
  * host name is looked up on a thread of its own; a lookup that has not answered by then gives

@@ -26,7 +26,7 @@
 #   dns_again   node 0's first lookups of its peers' names fail for now (EAI_AGAIN, an
 #               LD_PRELOAD shim given as the fourth argument): it retries and the ring forms;
 #               and a resolver that answers only after 30 s holds no connection attempt past
-#               its deadline
+#               its deadline, nor the lookup of node 0's own host to listen on
 #   poll_enomem node 0's poll() fails with ENOMEM (a shim, the fourth argument) while its peer
 #               is stopped: it gives up at its timeout, on either engine
 #   mt_nomem    two nodes on the threaded engine, one of them without the address space for its
@@ -545,6 +545,20 @@ dns_again)
     awk "BEGIN{exit !($el < 12)}" || { fail "slow resolver: node 0 took $el s to give up"; show 0; }
     grep -q "looking up localhost took longer than the time left" "$tmp/out.0" ||
         { fail "slow resolver: node 0 did not say the lookup took the time"; show 0; }
+    # the same resolver on node 0's own host, which it listens on: it gives up at
+    # connect_timeout too, and says which node and which host
+    newbase; CT=3 TO=2 conf "$tmp/c.ini" 3
+    sed -i 's/^host = 127.0.0.1$/host = localhost/' "$tmp/c.ini"
+    t0=$(now)
+    LD_PRELOAD=$PROXY GAI_SLOW_OWN_S=30 start 0 "$tmp/c.ini" init
+    finish 0
+    el=$(awk "BEGIN{printf \"%.1f\", $(now) - $t0}")
+    grep -h "ring error\|gai_again" "$tmp/out.0" | head -3 | cut -c1-240 | sed 's/^/    /'
+    echo "with a 30 s resolver for its own host, node 0 exited ${rc[0]} after $el s"
+    [ "${rc[0]}" != 0 ] || fail "slow own lookup: node 0 formed a ring"
+    awk "BEGIN{exit !($el < 12)}" || { fail "slow own lookup: node 0 took $el s to give up"; show 0; }
+    grep -q "node 0 cannot listen: looking up its own host localhost took longer than connect_timeout" \
+        "$tmp/out.0" || { fail "slow own lookup: node 0 did not name itself and its host"; show 0; }
     ;;
 mt_nomem)
     # 128 MiB segments: the ring's own two stages take 256 MiB at the start, the threaded
