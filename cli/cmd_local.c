@@ -29,11 +29,14 @@ static void usage(FILE *out) {
         "When a node dies (killed, or a non-zero exit) the others go on as long as a quorum\n"
         "of them still runs ([cluster] min_nodes, default a majority: floor(N/2)+1 of the N\n"
         "nodes); below it, with no restart pending, the others pause and give up after\n"
-        "[cluster] rejoin_timeout; those still running then are stopped. Once nodes have\n"
-        "finished (exit 0) and fewer than a quorum still run, those get the same time to\n"
-        "finish, then are stopped: a stopped or hung node never holds this command. SIGINT\n"
-        "and SIGTERM reach every node as SIGTERM (each checkpoints and leaves); nodes still\n"
-        "running after the grace period are killed, and nothing is restarted any more.\n"
+        "[cluster] rejoin_timeout; those still running then are stopped. A node that exits\n"
+        "with an error before the cluster formed (before any node's first view: its\n"
+        "configuration, its port or its files are wrong) and is not restarted stops the\n"
+        "others at once, whatever the quorum. Once nodes have finished (exit 0) and fewer\n"
+        "than a quorum still run, those get the same time to finish, then are stopped: a\n"
+        "stopped or hung node never holds this command. SIGINT and SIGTERM reach every node\n"
+        "as SIGTERM (each checkpoints and leaves); nodes still running after the grace period\n"
+        "are killed, and nothing is restarted any more.\n"
         "\n"
         "  --conf FILE      cluster INI file\n"
         "  --set S.K=V      override one key, for every node\n"
@@ -79,6 +82,11 @@ static void report_failure(const launch_result *res) {
                 "hetring local: the command line or configuration was refused (exit status %d): "
                 "each node that refused it said why above\n",
                 LAUNCH_EXIT_REFUSED);
+    else if (res->at_start)
+        fprintf(stderr,
+                "hetring local: node %ld failed before the cluster formed (its error is above); "
+                "the others were stopped\n",
+                res->ids[res->failed_node]);
     else if (res->quorum_lost)
         fprintf(stderr,
                 "hetring local: fewer than %ld node(s) (the quorum) were left running; the "

@@ -11,6 +11,7 @@
 #include "base/hr_cores.h"
 #include "base/hr_log.h"
 #include "cli/cli.h"
+#include "cli/launch.h"
 #include "cluster/hr_node.h"
 #include "cluster/hr_fault.h"
 #include "cluster/ring_setup.h"
@@ -252,6 +253,7 @@ static int train_cluster(const cfg *c, int self, const train_opts *opts) {
         goto fail;
     }
     if (st != HR_OK) goto fail;
+    launch_joined(c->nodes[self].id); /* its first view formed: no start-up failure any more */
     hr_node_hooks(&n, to);
     st = train_run(&t, to, &res, err, sizeof err);
     if (st != HR_OK) goto fail;

@@ -6,7 +6,9 @@
  * Children run in their own process groups, so a terminal's Ctrl-C reaches them only through
  * the launcher, once. A failed child either waits for its restart (respawn_at), stays down
  * while a quorum runs, or stops the others; the launcher is "stopping" (kill_at set) from the
- * first stop on, and from then on restarts nothing and no exit changes the outcome.
+ * first stop on, and from then on restarts nothing and no exit changes the outcome. Children
+ * say on one shared socket (LAUNCH_FD_ENV) when they join the cluster; until the first does,
+ * a child's own non-zero exit is a start-up failure, which stops the others.
  */
 #include "cli/launch.h"
 #include "base/hr_log.h"
@@ -23,6 +25,8 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -71,19 +75,24 @@ static void drain(child *ch, long id, FILE *out) {
     }
 }
 
-/* The children's environment: this process's with HETRING_LAUNCHED=1, built before any fork
- * (a child of a process with threads may not allocate or setenv). NULL when out of memory;
- * free with free() alone (the strings are environ's and a static one). */
-static char **child_environment(void) {
+/* The children's environment: this process's with HETRING_LAUNCHED=1 and `fd_var`
+ * (LAUNCH_FD_ENV=N), built before any fork (a child of a process with threads may not allocate
+ * or setenv). NULL when out of memory; free with free() alone (the strings are environ's, a
+ * static one and the caller's). */
+static char **child_environment(char *fd_var) {
     extern char **environ;
     static char launched[] = "HETRING_LAUNCHED=1";
+    const size_t fd_len = strlen(LAUNCH_FD_ENV "=");
     size_t n = 0, k = 0;
     while (environ[n]) n++;
-    char **env = malloc((n + 2) * sizeof *env);
+    char **env = malloc((n + 3) * sizeof *env);
     if (!env) return NULL;
     for (size_t i = 0; i < n; i++)
-        if (strncmp(environ[i], "HETRING_LAUNCHED=", 17) != 0) env[k++] = environ[i];
+        if (strncmp(environ[i], "HETRING_LAUNCHED=", 17) != 0 &&
+            strncmp(environ[i], LAUNCH_FD_ENV "=", fd_len) != 0)
+            env[k++] = environ[i];
     env[k++] = launched;
+    env[k++] = fd_var;
     env[k] = NULL;
     return env;
 }
@@ -111,8 +120,9 @@ static const char **child_argv(const launch_opts *o) {
 
 /* Node id's child, in its network namespace where o->netns names one (the path built by the
  * parent: the child of a process with threads only makes system calls). `argv` is child_argv's;
- * the child fills in its id in its own copy. */
-static pid_t spawn(const launch_opts *o, long id, int out_fd, const sigset_t *old_mask,
+ * the child fills in its id in its own copy. `join_fd`, where it says it joined, stays open
+ * across its exec. */
+static pid_t spawn(const launch_opts *o, long id, int out_fd, int join_fd, const sigset_t *old_mask,
                    const char **argv, char **envp) {
     char ns[256] = "";
     if (o->netns) netns_path(o, id, ns, sizeof ns);
@@ -129,6 +139,7 @@ static pid_t spawn(const launch_opts *o, long id, int out_fd, const sigset_t *ol
     dup2(out_fd, STDOUT_FILENO);
     dup2(out_fd, STDERR_FILENO);
     close(out_fd);
+    fcntl(join_fd, F_SETFD, 0);
     if (ns[0]) {
         int fd = open(ns, O_RDONLY | O_CLOEXEC);
         if (fd < 0 || setns(fd, CLONE_NEWNET) != 0) {
@@ -212,6 +223,10 @@ typedef struct {
     int sfd;            /* signalfd for SIGINT, SIGTERM and SIGCHLD */
     sigset_t old_mask;  /* the caller's signal mask, which children get back */
     char **envp;        /* the children's environment (child_environment) */
+    char fd_var[40];    /* LAUNCH_FD_ENV=N in envp */
+    int join[2];        /* a socket pair: children write their ids on [1] when they join the
+                         * cluster, the launcher reads [0] */
+    int formed;         /* a child said it joined: the cluster formed */
     const char **argv;  /* the children's command line (child_argv) */
     double start;       /* hr_now() when every child was started */
     double kill_at;     /* hr_now() after which survivors get SIGKILL; 0 while none is due */
@@ -245,7 +260,7 @@ static int start_child(launcher *l, int i) {
         HR_ERROR(CLI, "cannot start node %ld: pipe: %s", l->res->ids[i], strerror(errno));
         return -1;
     }
-    pid_t pid = spawn(l->o, l->res->ids[i], p[1], &l->old_mask, l->argv, l->envp);
+    pid_t pid = spawn(l->o, l->res->ids[i], p[1], l->join[1], &l->old_mask, l->argv, l->envp);
     close(p[1]);
     if (pid < 0) {
         close(p[0]);
@@ -309,16 +324,32 @@ static int may_respawn(const launcher *l, int i, char *why, size_t n) {
     return why[0] == 0;
 }
 
-/* After child `i` failed (`what` says how): restart it later, let the others go on while a
- * quorum runs or a restart is pending, or stop them. */
-static void on_failure(launcher *l, int i, const char *what) {
+/* Read which children said they joined the cluster. */
+static void read_joined(launcher *l) {
+    char buf[256];
+    while (recv(l->join[0], buf, sizeof buf, MSG_DONTWAIT) > 0) {
+        if (!l->formed) HR_DEBUG(CLI, "the cluster formed");
+        l->formed = 1;
+    }
+}
+
+/* After child `i` failed (`what` says how; `exited`: by itself, with a non-zero status): restart
+ * it later, let the others go on while a quorum runs or a restart is pending, or stop them; at
+ * once when it exited before the cluster formed, a start-up failure that the others would only
+ * wait on. */
+static void on_failure(launcher *l, int i, const char *what, int exited) {
     launch_result *res = l->res;
     double now = hr_now();
     char why[160];
     if (res->failed_node < 0) res->failed_node = i;
     int respawn = may_respawn(l, i, why, sizeof why);
     if (respawn) l->ch[i].respawn_at = now + l->o->respawn_s, l->pending++;
-    if (l->alive == 0 && l->pending == 0) {
+    if (exited && !respawn && !l->formed && l->alive > 0) {
+        res->failed_node = i, res->at_start = 1;
+        HR_ERROR(CLI, "%s before the cluster formed (its error is above); stopping the others",
+                 what);
+        stop_all(l, SIGTERM, now);
+    } else if (l->alive == 0 && l->pending == 0) {
         HR_ERROR(CLI, "%s; no node is running any more", what);
     } else if (l->alive >= res->quorum || l->pending > 0) {
         HR_WARN(CLI, "%s; %d of %d nodes still running (quorum %ld)%s", what, l->alive, l->n,
@@ -365,7 +396,8 @@ static void on_exit_status(launcher *l, int i, int status) {
                  signame(WTERMSIG(status)));
     else
         snprintf(what, sizeof what, "node %ld exited with status %d", l->res->ids[i], code);
-    on_failure(l, i, what);
+    read_joined(l); /* whatever this child wrote before it exited is there by now */
+    on_failure(l, i, what, WIFEXITED(status));
 }
 
 static void reap(launcher *l) {
@@ -397,7 +429,7 @@ static void respawn_due(launcher *l, double t) {
         if (start_child(l, i) != 0) {
             char what[64];
             snprintf(what, sizeof what, "node %ld could not be restarted", l->res->ids[i]);
-            on_failure(l, i, what);
+            on_failure(l, i, what, 0);
             continue;
         }
         HR_WARN(CLI, "node %ld restarted (pid %ld)", l->res->ids[i], (long)ch->pid);
@@ -448,12 +480,14 @@ static void watch(launcher *l, struct pollfd *pfd) {
     while (l->alive > 0 || open_fds > 0 || l->pending > 0) {
         int np = 0;
         pfd[np++] = (struct pollfd){.fd = l->sfd, .events = POLLIN};
+        pfd[np++] = (struct pollfd){.fd = l->join[0], .events = POLLIN};
         for (int i = 0; i < l->n; i++)
             if (l->ch[i].fd >= 0) pfd[np++] = (struct pollfd){.fd = l->ch[i].fd, .events = POLLIN};
         poll(pfd, (nfds_t)np, poll_ms(l, hr_now()));
         for (int i = 0; i < l->n; i++)
             if (l->ch[i].fd >= 0) drain(&l->ch[i], l->res->ids[i], l->o->out);
         forward_signals(l);
+        read_joined(l);
         reap(l);
         double t = hr_now();
         respawn_due(l, t);
@@ -488,16 +522,23 @@ int launch_cluster(const cfg *c, const launch_opts *o, launch_result *res) {
     int n = c->n_nodes;
     if (check_local(c, o)) return 2;
     launcher l = {.o = o, .res = res, .n = n};
+    if (socketpair(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0, l.join) != 0) {
+        fprintf(stderr, "hetring local: socketpair: %s\n", strerror(errno));
+        return 2;
+    }
+    snprintf(l.fd_var, sizeof l.fd_var, "%s=%d", LAUNCH_FD_ENV, l.join[1]);
     l.ch = calloc((size_t)n, sizeof *l.ch);
     res->ids = calloc((size_t)n, sizeof *res->ids);
     res->exit_code = calloc((size_t)n, sizeof *res->exit_code);
     res->restarts = calloc((size_t)n, sizeof *res->restarts);
-    l.envp = child_environment();
+    l.envp = child_environment(l.fd_var);
     l.argv = child_argv(o);
     if (!l.ch || !res->ids || !res->exit_code || !res->restarts || !l.envp || !l.argv) {
         free(l.ch);
         free(l.envp);
         free(l.argv);
+        close(l.join[0]);
+        close(l.join[1]);
         launch_result_free(res);
         fprintf(stderr, "hetring local: out of memory\n");
         return 2;
@@ -517,7 +558,7 @@ int launch_cluster(const cfg *c, const launch_opts *o, launch_result *res) {
     int rc = start_children(&l, c);
     l.start = hr_now();
     if (rc) stop_all(&l, SIGTERM, l.start); /* could not start everyone: stop who did start */
-    struct pollfd *pfd = calloc((size_t)n + 1, sizeof *pfd);
+    struct pollfd *pfd = calloc((size_t)n + 2, sizeof *pfd);
     watch(&l, pfd);
     free(pfd);
     if (!rc) rc = outcome(&l);
@@ -527,7 +568,24 @@ int launch_cluster(const cfg *c, const launch_opts *o, launch_result *res) {
     free(l.envp);
     free(l.argv);
     close(l.sfd);
+    close(l.join[0]);
+    close(l.join[1]);
     signal(SIGPIPE, old_pipe);
     sigprocmask(SIG_SETMASK, &l.old_mask, NULL);
     return rc;
+}
+
+void launch_joined(long id) {
+    const char *v = getenv(LAUNCH_FD_ENV);
+    if (!v || !v[0]) return;
+    char *end;
+    long fd = strtol(v, &end, 10);
+    struct stat st;
+    unsetenv(LAUNCH_FD_ENV); /* once */
+    if (*end || fd < 3 || fd > 65535 || fstat((int)fd, &st) != 0 || !S_ISSOCK(st.st_mode)) return;
+    char line[32];
+    int len = snprintf(line, sizeof line, "%ld\n", id);
+    if (send((int)fd, line, (size_t)len, MSG_DONTWAIT | MSG_NOSIGNAL) < 0)
+        HR_DEBUG(CLI, "cannot tell the launcher that node %ld joined: %s", id, strerror(errno));
+    close((int)fd);
 }

@@ -12,6 +12,11 @@
  *    Below the quorum the nodes pause and give up by themselves after their rejoin_timeout:
  *    the launcher stops those still running `quorum_wait_s` plus `grace_s` later. So too when
  *    children that exited 0 (finished, or left) leave fewer than the quorum running;
+ *  - a child that exits by itself with a non-zero status (not one killed by a signal) before any
+ *    node joined the cluster (formed its first view), and is not to be restarted, failed at
+ *    start (its configuration, its port, its files): the launcher stops the others at once
+ *    (SIGTERM), whatever the quorum, rather than have them wait for it. Each child learns
+ *    where to say that it joined from LAUNCH_FD_ENV (launch_joined);
  *  - with `max_respawns` > 0 a failed child is started again with the same command line after
  *    `respawn_s`, at most `max_respawns` times per node, and only while another node is running
  *    or waiting for its own restart (a node that fails after the others finished stays down);
@@ -31,6 +36,8 @@
 /* The exit status of a node that refused its command line or configuration (hetring run's
  * usage or configuration error): the same command would refuse again, so it is not restarted. */
 #define LAUNCH_EXIT_REFUSED 2
+/* The environment variable that gives a child the descriptor on which it says it joined. */
+#define LAUNCH_FD_ENV "HETRING_LAUNCH_FD"
 
 typedef struct {
     const char *exe;         /* hetring executable to run for each node */
@@ -62,6 +69,8 @@ typedef struct {
     int timed_out;   /* deadline_s passed */
     int refused;     /* every node that failed exited LAUNCH_EXIT_REFUSED, and nothing else
                       * stopped the run: the configuration was refused, each node said why */
+    int at_start;    /* failed_node exited with an error before any node joined the cluster:
+                      * the others were stopped */
 } launch_result;
 
 /* Run every node of `c` and wait for all of them. Returns 0 when the last process of every node
@@ -71,5 +80,9 @@ typedef struct {
  * saying why. `res` must be freed. */
 int launch_cluster(const cfg *c, const launch_opts *o, launch_result *res);
 void launch_result_free(launch_result *res);
+
+/* In a node that launch_cluster started (LAUNCH_FD_ENV set): tell the launcher that this node,
+ * `id`, joined the cluster, once, when its first view formed. Elsewhere it does nothing. */
+void launch_joined(long id);
 
 #endif

@@ -21,6 +21,10 @@
  *                  ends 2 when they are all that failed
  *   kill_group     SIGKILL after the grace also takes what a node left behind in its process
  *                  group, which would otherwise hold its output pipe and the launcher
+ *   start_failure  a node exits with an error before any node joined the cluster: the others
+ *                  are stopped at once, with a quorum left (exit 1, or 2 for a refused
+ *                  configuration); not so once a node joined, nor for a node killed by a
+ *                  signal, nor for one that is to be restarted
  * The launcher's log (stderr) is captured into a file per case and searched for its lines.
  */
 #include "base/hr_time.h"
@@ -485,6 +489,79 @@ static void test_kill_group(void) {
     scene_free(&s);
 }
 
+/* Four nodes: node 0's plan is `p0`, node 2's `p2` (once the files `after2` are there, or
+ * NULL), nodes 1 and 3 `idle`. */
+static int start_scene(scene *s, const char *name, const char *p0, const char *p2,
+                       const char *after2, const char *idle, launch_opts *o, launch_result *r,
+                       double *took) {
+    const char *plan[] = {p0, idle, p2, idle};
+    scene_init(s, name, 4, plan);
+    if (after2) setenv("FAKE_AFTER_2", after2, 1);
+    return scene_run(s, o, r, took);
+}
+
+static void test_start_failure(void) {
+    scene s;
+    launch_result r;
+    launch_opts o = {0};
+    double took;
+    char sig[64];
+    /* 3 of 4 still run, a quorum: stopped all the same, by SIGTERM, at once (node 2 exits once
+     * the others answer signals) */
+    const char *others = "ready.0 ready.1 ready.3";
+    int rc = start_scene(&s, "start_failure", "idle", "early:1", others, "idle", &o, &r, &took);
+    CHECK(rc == 1 && r.at_start && r.failed_node == 2 && !r.refused,
+          "rc %d at_start %d failed_node %d refused %d", rc, r.at_start, r.failed_node, r.refused);
+    CHECK(r.exit_code[2] == 1, "node 2 exit %d", r.exit_code[2]);
+    for (int i = 0; i < 4; i++)
+        if (i != 2)
+            CHECK(strcmp(signals_of(&s, i, sig, sizeof sig), "TERM ") == 0 && r.exit_code[i] == 0,
+                  "node %d should have got SIGTERM once and left, got '%s', exit %d", i, sig,
+                  r.exit_code[i]);
+    CHECK(took < 10, "the others were stopped at once, not after their 60 s: %.2f s", took);
+    CHECK_LOG(&s, "node 2 exited with status 1 before the cluster formed (its error is above); "
+                  "stopping the others");
+    launch_result_free(&r);
+    scene_free(&s);
+
+    /* a configuration that one node refused: the run ends 2, as when every node refused it */
+    rc = start_scene(&s, "start_refused", "idle", "early:2", others, "idle", &o, &r, &took);
+    CHECK(rc == 2 && r.refused && r.at_start, "refused: rc %d refused %d at_start %d", rc,
+          r.refused, r.at_start);
+    CHECK(took < 10, "refused: the others were stopped at once: %.2f s", took);
+    launch_result_free(&r);
+    scene_free(&s);
+
+    /* once node 0 joined, the cluster formed: node 2's exit is a failure a quorum goes on from */
+    rc =
+        start_scene(&s, "start_formed", "ok:1.5", "early:1", "joined.0", "idle:1.5", &o, &r, &took);
+    CHECK(rc == 1 && !r.at_start && !r.quorum_lost, "formed: rc %d at_start %d", rc, r.at_start);
+    CHECK(!signals_of(&s, 1, sig, sizeof sig)[0] && r.exit_code[1] == 0,
+          "formed: node 1 should have ended by itself, got '%s', exit %d", sig, r.exit_code[1]);
+    CHECK_LOG(&s, "node 2 exited with status 1; 3 of 4 nodes still running (quorum 3)");
+    launch_result_free(&r);
+    scene_free(&s);
+
+    /* killed by a signal before the cluster formed: a crash, which a quorum goes on from */
+    rc = start_scene(&s, "start_killed", "idle:1.5", "kill:0", NULL, "idle:1.5", &o, &r, &took);
+    CHECK(rc == 1 && !r.at_start, "killed: rc %d at_start %d", rc, r.at_start);
+    CHECK(!signals_of(&s, 0, sig, sizeof sig)[0] && r.exit_code[0] == 0,
+          "killed: node 0 should have ended by itself, got '%s', exit %d", sig, r.exit_code[0]);
+    CHECK_LOG(&s, "node 2 was killed by SIGKILL; 3 of 4 nodes still running (quorum 3)");
+    launch_result_free(&r);
+    scene_free(&s);
+
+    /* to be restarted: the others wait for its restart, which then exits 0 */
+    launch_opts ro = {.respawn_s = 0.2, .max_respawns = 1};
+    rc = start_scene(&s, "start_respawn", "idle:2", "early:1 idle:0.3", NULL, "idle:2", &ro, &r,
+                     &took);
+    CHECK(rc == 0 && !r.at_start && r.restarts[2] == 1, "respawn: rc %d at_start %d restarts %d",
+          rc, r.at_start, r.restarts[2]);
+    CHECK(!signals_of(&s, 0, sig, sizeof sig)[0], "respawn: node 0 got '%s'", sig);
+    launch_result_free(&r);
+    scene_free(&s);
+}
+
 int main(void) {
     snprintf(g_tmp, sizeof g_tmp, "/tmp/hetring-test-launch-XXXXXX");
     if (!mkdtemp(g_tmp)) return perror("mkdtemp"), 1;
@@ -500,6 +577,7 @@ int main(void) {
     test_finished();
     test_refused();
     test_kill_group();
+    test_start_failure();
     if (!check_failures_) {
         char cmd[300];
         snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_tmp);

@@ -132,5 +132,31 @@ sleep 2 # the scenario: node 1 starts twice rejoin_timeout after node 0 began wa
 timeout 30 "$HR" run --conf "$late" --node 1 --quiet > "$tmp/late1" 2>&1 || fail "late start: node 1 exited $?: $(cat "$tmp/late1")"
 wait $p0 || fail "late start: node 0 exited $? instead of waiting connect_timeout: $(cat "$tmp/late0")"
 
+# 9. a node whose configuration fails it at start (its key file is missing) exits 2 before the
+# cluster formed: the launcher stops the other at once rather than let it wait its
+# rejoin_timeout (60 s) for a quorum, names the node, and exits 2 as for a refused
+# configuration; with a quorum left (3 nodes) too
+"$HR" keygen --out "$tmp/k0.key" > "$tmp/pub0" && "$HR" keygen --out "$tmp/k1.key" > "$tmp/pub1" &&
+    "$HR" keygen --out "$tmp/k2.key" > "$tmp/pub2" || fail "keygen failed"
+bad=$tmp/bad.ini
+for n in 2 3; do
+    { printf '[cluster]\nsecurity = encrypt\nkey_file = %s/k{id}.key\nrejoin_timeout = 60\n' "$tmp"
+      printf '[train]\niterations = 2\n'
+      for ((i = 0; i < n; i++)); do
+          printf '[node.%d]\nhost = 127.0.0.1\nport = %d\npubkey = %s\n' $i $((base + i)) "$(cat "$tmp/pub$i")"
+      done; } > "$bad"
+    mv "$tmp/k1.key" "$tmp/k1.gone"
+    timeout 50 "$HR" local --conf "$bad" --grace 2 > "$tmp/out9" 2>&1; rc=$?
+    mv "$tmp/k1.gone" "$tmp/k1.key"
+    [ $rc = 2 ] || fail "$n nodes, node 1 without its key: local exited $rc, expected 2: $(tail -5 "$tmp/out9")"
+    grep -q "node 1 exited with status 2 before the cluster formed (its error is above); stopping the others" "$tmp/out9" ||
+        fail "$n nodes: no line naming node 1's start-up failure: $(tail -5 "$tmp/out9")"
+    grep -q "node1 | .*k1.key: cannot open key file" "$tmp/out9" || fail "$n nodes: node 1's error is not shown"
+    grep "before the cluster formed\|ended with" "$tmp/out9"
+    pgrep -f "run --conf $bad" > /dev/null && fail "$n nodes: nodes left running"
+done
+# and with every key in place, the same cluster trains and every node exits 0
+timeout 60 "$HR" local --conf "$bad" --grace 2 > "$tmp/out9b" 2>&1 || fail "keys in place: local exited $?: $(tail -5 "$tmp/out9b")"
+
 echo "$fails failure(s)"
 [ "$fails" = 0 ]
