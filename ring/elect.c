@@ -593,14 +593,34 @@ static void set_state(ring_elastic *el, int state) {
     pthread_mutex_unlock(&el->mu);
 }
 
+hr_status elect_check_own(const ring_view *v, int rank, const ring_lineage *lin,
+                          const uint64_t *lives, const ring_lineage *mine, uint64_t life, char *err,
+                          size_t errlen) {
+    if (rank < 0 || rank >= v->n)
+        return hr_fail(err, errlen, HR_ERR_VIEW, "view %llu does not hold this node",
+                       (unsigned long long)v->epoch);
+    if (lives[rank] != life) /* pick_adopt and decide make sure; kept as a guard */
+        return hr_fail(err, errlen, HR_ERR_VIEW,
+                       "view %llu was decided with an earlier life of node %ld",
+                       (unsigned long long)v->epoch, v->ids[rank]);
+    if (lin[rank].epoch != mine->epoch || lin[rank].progress != mine->progress)
+        return hr_fail(err, errlen, HR_ERR_VIEW,
+                       "view %llu records node %ld's state as (view %llu, %lld iterations), but "
+                       "it holds (view %llu, %lld iterations): the view was decided from an "
+                       "older call of this node",
+                       (unsigned long long)v->epoch, v->ids[rank],
+                       (unsigned long long)lin[rank].epoch, (long long)lin[rank].progress,
+                       (unsigned long long)mine->epoch, (long long)mine->progress);
+    return HR_OK;
+}
+
 /* Every member all-gathers a hash of (view, lineages, lives): the ring is whole and all
- * agree. */
+ * agree. First, this node's own entry must be its life and its lineage (elect_check_own); a
+ * member that fails it closes its links, so the others fail the all-gather at once. */
 static hr_status confirm(ring *r, const ring_lineage *lin, const uint64_t *lives, char *err,
                          size_t errlen) {
-    if (lives[r->rank] != r->el->life) /* pick_adopt and decide make sure; kept as a guard */
-        return hr_fail(err, errlen, HR_ERR_VIEW,
-                       "view %llu was decided with an earlier life of this node",
-                       (unsigned long long)r->view.epoch);
+    HR_CHECK(
+        elect_check_own(&r->view, r->rank, lin, lives, &r->el->mine, r->el->life, err, errlen));
     uint8_t h[32], all[RING_MAX_NODES][32], buf[32];
     crypto_generichash_state s;
     crypto_generichash_init(&s, (const uint8_t *)"hetring-view-v1", 15, 32);

@@ -8,6 +8,7 @@
  *                                  without AES-NI, so a skip is never reported as a pass
  */
 #include "base/hr_addr.h"
+#include "ring/elect_internal.h" /* elect_check_own: the one internal this test reaches */
 #include "ring/frame.h"
 #include "ring/sec.h"
 #include "ring/tcp.h"
@@ -173,6 +174,35 @@ static void test_same_host(void) {
     CHECK(!hr_addr_same_host(a, b), "[::1] is not [::1:2]: %s %s", a, b);
 }
 
+/* A view's entry for this node must be its life and its lineage now: one decided from an older
+ * call of the node (its lineage has moved on since) fails, so that an election repairs it. */
+static void test_check_own(void) {
+    ring_view v = {.epoch = 7, .n = 3, .ids = {0, 2, 5}};
+    ring_lineage lin[3] = {{5, 40}, {5, 40}, {3, 12}};
+    uint64_t lives[3] = {11, 22, 33};
+    ring_lineage mine = {5, 40};
+    char err[HR_ERRLEN] = "";
+    CHECK(elect_check_own(&v, 1, lin, lives, &mine, 22, err, sizeof err) == HR_OK, "own entry: %s",
+          err);
+    mine.progress = 41; /* it trained one more iteration since the call the view was decided on */
+    CHECK(elect_check_own(&v, 1, lin, lives, &mine, 22, err, sizeof err) == HR_ERR_VIEW,
+          "a stale progress was taken");
+    CHECK(strstr(err, "view 7 records node 2's state as (view 5, 40 iterations), but it holds "
+                      "(view 5, 41 iterations)") != NULL,
+          "message: %s", err);
+    mine = (ring_lineage){6, 40}; /* it took up another view's state since */
+    CHECK(elect_check_own(&v, 1, lin, lives, &mine, 22, err, sizeof err) == HR_ERR_VIEW,
+          "a stale epoch was taken");
+    mine = (ring_lineage){3, 12};
+    CHECK(elect_check_own(&v, 2, lin, lives, &mine, 33, err, sizeof err) == HR_OK, "rank 2: %s",
+          err);
+    CHECK(elect_check_own(&v, 2, lin, lives, &mine, 34, err, sizeof err) == HR_ERR_VIEW &&
+              strstr(err, "earlier life of node 5") != NULL,
+          "another life was taken: %s", err);
+    CHECK(elect_check_own(&v, 3, lin, lives, &mine, 33, err, sizeof err) == HR_ERR_VIEW,
+          "a rank outside the view was taken");
+}
+
 int main(int argc, char **argv) {
     if (sodium_init() < 0) return 1;
     if (argc > 1) {
@@ -194,5 +224,6 @@ int main(int argc, char **argv) {
     test_key_files();
     test_poll_ms();
     test_same_host();
+    test_check_own();
     return check_exit();
 }
