@@ -121,13 +121,14 @@ pgrep -f "run --conf $train" > /dev/null && fail "demo: nodes left running"
 
 # 8. a starting node waits for its peers up to connect_timeout, whatever rejoin_timeout says:
 # node 1 starts 2 s after node 0, with rejoin_timeout = 1 (a loaded machine once took 1.3 s to
-# start four nodes, and the first of them gave up after rejoin_timeout)
+# start four nodes, and the first of them gave up after rejoin_timeout); node 0's start (BLAS
+# choice, data, model) may take 10 s on a loaded machine before it waits
 late=$tmp/late.ini
 { printf '[cluster]\nsecurity = none\nrejoin_timeout = 1\nconnect_timeout = 20\n[train]\niterations = 2\n'
   for i in 0 1; do printf '[node.%d]\nhost = 127.0.0.1\nport = %d\n' $i $((base+6+i)); done; } > "$late"
-timeout 30 "$HR" run --conf "$late" --node 0 --quiet > "$tmp/late0" 2>&1 &
+timeout 60 "$HR" run --conf "$late" --node 0 --quiet > "$tmp/late0" 2>&1 &
 p0=$!
-wait_for_line "$tmp/late0" "waiting for node 1" 10 || fail "late start: node 0 never waited for node 1"
+wait_for_line "$tmp/late0" "waiting for node 1" 25 || fail "late start: node 0 never waited for node 1"
 sleep 2 # the scenario: node 1 starts twice rejoin_timeout after node 0 began waiting
 timeout 30 "$HR" run --conf "$late" --node 1 --quiet > "$tmp/late1" 2>&1 || fail "late start: node 1 exited $?: $(cat "$tmp/late1")"
 wait $p0 || fail "late start: node 0 exited $? instead of waiting connect_timeout: $(cat "$tmp/late0")"
