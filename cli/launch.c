@@ -190,6 +190,7 @@ void launch_result_free(launch_result *res) {
  * its own `hetring run` checks that its host is local). Returns 0, or 2 after saying what is
  * wrong. */
 static int check_local(const cfg *c, const launch_opts *o) {
+    const double deadline = hr_now() + c->connect_timeout;
     for (int i = 0; i < c->n_nodes; i++) {
         if (o->netns) {
             char ns[256];
@@ -201,7 +202,18 @@ static int check_local(const cfg *c, const launch_opts *o) {
             }
             continue;
         }
-        if (!node_id_host_is_local(c->nodes[i].host)) {
+        char why[HR_ERRLEN];
+        int local;
+        if (node_id_host_is_local(c->nodes[i].host, deadline, &local, why, sizeof why) != HR_OK) {
+            fprintf(stderr,
+                    "%s:%d: [node.%ld] host %s: looking it up took longer than connect_timeout "
+                    "(%g s), so it is not known whether it is on this machine (is the resolver "
+                    "slow or out of reach? a numeric address needs no lookup)\n",
+                    c->path, c->nodes[i].line, c->nodes[i].id, c->nodes[i].host,
+                    c->connect_timeout);
+            return 2;
+        }
+        if (!local) {
             fprintf(stderr,
                     "%s:%d: [node.%ld] host %s is not an address of this machine (expected every "
                     "node on a local address for hetring local; use hetring run on each host)\n",

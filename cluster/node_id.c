@@ -3,6 +3,7 @@
  */
 #include "cluster/node_id.h"
 #include "base/hr_addr.h"
+#include "ring/tcp.h"
 
 #include <ifaddrs.h>
 #include <netdb.h>
@@ -12,63 +13,107 @@
 #include <string.h>
 #include <sys/socket.h>
 
-/* Is the address of `a` a loopback one (all of 127/8, or ::1)? */
-static int is_loopback(const struct addrinfo *a) {
-    if (a->ai_family == AF_INET) {
-        const struct sockaddr_in *s = (const void *)a->ai_addr;
+#define NODE_ID_ADDRS 8 /* addresses of one name looked at */
+
+/* Is `a` a loopback address (all of 127/8, or ::1)? */
+static int is_loopback(const struct sockaddr_storage *a) {
+    if (a->ss_family == AF_INET) {
+        const struct sockaddr_in *s = (const void *)a;
         return (ntohl(s->sin_addr.s_addr) >> 24) == 127;
     }
-    if (a->ai_family == AF_INET6) {
-        const struct sockaddr_in6 *s = (const void *)a->ai_addr;
+    if (a->ss_family == AF_INET6) {
+        const struct sockaddr_in6 *s = (const void *)a;
         return IN6_IS_ADDR_LOOPBACK(&s->sin6_addr);
     }
     return 0;
 }
 
-int node_id_host_is_local(const char *host) {
-    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM};
-    struct addrinfo *res = NULL;
-    if (getaddrinfo(host, NULL, &hints, &res) != 0) return 0;
-    int local = 0;
+/* The addresses of `host` by `deadline` (tcp_lookup's resolver thread: getaddrinfo has no
+ * deadline of its own). *n = 0 for a name that does not resolve, even for now: the listener
+ * or the connect says why. HR_ERR_TIMEOUT when the resolver has not answered by then. */
+static hr_status lookup(const char *host, double deadline, struct sockaddr_storage *a, int *n,
+                        char *err, size_t errlen) {
+    hr_status st = tcp_lookup(host, deadline, a, NODE_ID_ADDRS, n, err, errlen);
+    if (st == HR_ERR_TIMEOUT) return st;
+    if (st != HR_OK) *n = 0;
+    return HR_OK;
+}
+
+hr_status node_id_host_is_local(const char *host, double deadline, int *local, char *err,
+                                size_t errlen) {
+    struct sockaddr_storage res[NODE_ID_ADDRS];
+    int n;
+    *local = 0;
+    HR_CHECK(lookup(host, deadline, res, &n, err, errlen));
     struct ifaddrs *ifs = NULL;
-    if (getifaddrs(&ifs) != 0) ifs = NULL;
-    for (struct addrinfo *a = res; a && !local; a = a->ai_next) {
-        local = is_loopback(a);
-        for (struct ifaddrs *i = ifs; i && !local; i = i->ifa_next) {
-            if (!i->ifa_addr || i->ifa_addr->sa_family != a->ai_family) continue;
-            if (a->ai_family == AF_INET)
-                local = ((const struct sockaddr_in *)(const void *)i->ifa_addr)->sin_addr.s_addr ==
-                        ((const struct sockaddr_in *)(const void *)a->ai_addr)->sin_addr.s_addr;
+    if (n > 0 && getifaddrs(&ifs) != 0) ifs = NULL;
+    for (int k = 0; k < n && !*local; k++) {
+        const struct sockaddr_storage *a = &res[k];
+        *local = is_loopback(a);
+        for (struct ifaddrs *i = ifs; i && !*local; i = i->ifa_next) {
+            if (!i->ifa_addr || i->ifa_addr->sa_family != a->ss_family) continue;
+            if (a->ss_family == AF_INET)
+                *local = ((const struct sockaddr_in *)(const void *)i->ifa_addr)->sin_addr.s_addr ==
+                         ((const struct sockaddr_in *)(const void *)a)->sin_addr.s_addr;
             else
-                local = memcmp(&((const struct sockaddr_in6 *)(const void *)i->ifa_addr)->sin6_addr,
-                               &((const struct sockaddr_in6 *)(const void *)a->ai_addr)->sin6_addr,
-                               16) == 0;
+                *local =
+                    memcmp(&((const struct sockaddr_in6 *)(const void *)i->ifa_addr)->sin6_addr,
+                           &((const struct sockaddr_in6 *)(const void *)a)->sin6_addr, 16) == 0;
         }
     }
     if (ifs) freeifaddrs(ifs);
-    freeaddrinfo(res);
-    return local;
+    return HR_OK;
 }
 
-/* Whether every address `host` resolves to is a loopback one; the first goes to addr. */
-static int loopback_only(const char *host, char *addr, size_t n) {
-    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM};
-    struct addrinfo *res = NULL;
-    if (getaddrinfo(host, NULL, &hints, &res) != 0) return 0; /* the listener says why */
-    int loop = 1;
-    for (struct addrinfo *a = res; a; a = a->ai_next) loop &= is_loopback(a);
-    if (getnameinfo(res->ai_addr, res->ai_addrlen, addr, (socklen_t)n, NULL, 0, NI_NUMERICHOST))
+/* Whether every address `host` resolves to by `deadline` is a loopback one (*loop; 0 for a
+ * name that does not resolve: the listener says why); the first goes to addr. */
+static hr_status loopback_only(const char *host, double deadline, int *loop, char *addr, size_t n,
+                               char *err, size_t errlen) {
+    struct sockaddr_storage res[NODE_ID_ADDRS];
+    int na;
+    *loop = 0;
+    HR_CHECK(lookup(host, deadline, res, &na, err, errlen));
+    if (na == 0) return HR_OK;
+    *loop = 1;
+    for (int k = 0; k < na; k++) *loop &= is_loopback(&res[k]);
+    socklen_t len =
+        res[0].ss_family == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in);
+    if (getnameinfo((const struct sockaddr *)&res[0], len, addr, (socklen_t)n, NULL, 0,
+                    NI_NUMERICHOST))
         snprintf(addr, n, "?");
-    freeaddrinfo(res);
-    return loop;
+    return HR_OK;
+}
+
+/* Node c->nodes[self] could not look up node c->nodes[k]'s host by connect_timeout. */
+static hr_status slow_lookup(const cfg *c, int self, int k, char *err, size_t errlen) {
+    char at[CFG_PATH + 64], what[96];
+    if (k == self)
+        snprintf(what, sizeof what, "which address node %ld listens on", c->nodes[self].id);
+    else
+        snprintf(what, sizeof what, "whether node %ld is on the machine of node %ld",
+                 c->nodes[k].id, c->nodes[self].id);
+    return hr_fail(err, errlen, HR_ERR_TIMEOUT,
+                   "%s: [node.%ld] host = %s: looking it up took longer than connect_timeout "
+                   "(%g s), so it is not known %s (is the resolver slow or out of reach? a "
+                   "numeric address needs no lookup)",
+                   cfg_where(c, k, "host", at, sizeof at), c->nodes[k].id, c->nodes[k].host,
+                   c->connect_timeout, what);
 }
 
 hr_status node_id_check_reachable(const cfg *c, int self, char *err, size_t errlen) {
-    char addr[NI_MAXHOST], at[CFG_PATH + 64];
+    char addr[NI_MAXHOST], at[CFG_PATH + 64], why[HR_ERRLEN];
     const cfg_node *me = &c->nodes[self];
-    if (c->n_nodes < 2 || !loopback_only(me->host, addr, sizeof addr)) return HR_OK;
-    for (int k = 0; k < c->n_nodes; k++)
-        if (k != self && !node_id_host_is_local(c->nodes[k].host))
+    const double deadline = tcp_now() + c->connect_timeout;
+    int loop, local;
+    if (c->n_nodes < 2) return HR_OK;
+    if (loopback_only(me->host, deadline, &loop, addr, sizeof addr, why, sizeof why) != HR_OK)
+        return slow_lookup(c, self, self, err, errlen);
+    if (!loop) return HR_OK;
+    for (int k = 0; k < c->n_nodes; k++) {
+        if (k == self) continue;
+        if (node_id_host_is_local(c->nodes[k].host, deadline, &local, why, sizeof why) != HR_OK)
+            return slow_lookup(c, self, k, err, errlen);
+        if (!local)
             return hr_fail(err, errlen, HR_ERR_CONFIG,
                            "%s: [node.%ld] host = %s is %s on this machine, a loopback address: "
                            "node %ld (%s), on another machine, could never connect to it "
@@ -76,6 +121,7 @@ hr_status node_id_check_reachable(const cfg *c, int self, char *err, size_t errl
                            "name that /etc/hosts maps to 127.0.1.1 does this)",
                            cfg_where(c, self, "host", at, sizeof at), me->id, me->host, addr,
                            c->nodes[k].id, c->nodes[k].host);
+    }
     return HR_OK;
 }
 
@@ -167,10 +213,21 @@ hr_status node_id_resolve(const cfg *c, const char *cli_id, int *out_idx, char *
     int *local = calloc((size_t)c->n_nodes, sizeof *local);
     if (!local) return HR_ERR_NOMEM;
     int n_local = 0, found = -1;
-    for (int i = 0; i < c->n_nodes; i++)
-        if (node_id_host_is_local(c->nodes[i].host)) local[i] = 1, n_local++, found = i;
+    const double deadline = tcp_now() + c->connect_timeout;
     hr_status st = HR_OK;
-    if (n_local == 1) {
+    for (int i = 0; i < c->n_nodes && st == HR_OK; i++) {
+        char why[HR_ERRLEN], at[CFG_PATH + 64];
+        if (node_id_host_is_local(c->nodes[i].host, deadline, &local[i], why, sizeof why) != HR_OK)
+            st = hr_fail(err, errlen, HR_ERR_TIMEOUT,
+                         "cannot tell which node this is: %s: [node.%ld] host = %s: looking it "
+                         "up took longer than connect_timeout (%g s) (is the resolver slow or "
+                         "out of reach? --node ID or HETRING_NODE needs no lookup)",
+                         cfg_where(c, i, "host", at, sizeof at), c->nodes[i].id, c->nodes[i].host,
+                         c->connect_timeout);
+        if (local[i]) n_local++, found = i;
+    }
+    if (st != HR_OK) {
+    } else if (n_local == 1) {
         *out_idx = found;
     } else if (n_local == 0) {
         st = hr_fail(err, errlen, HR_ERR_CONFIG,

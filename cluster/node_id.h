@@ -16,17 +16,23 @@
  * torchrun's RANK, then the one node whose host is an address of this machine. On ambiguity
  * or none, `err` lists candidates. A rank comes with its launcher's world size (SLURM_NTASKS,
  * OMPI_COMM_WORLD_SIZE, PMI_SIZE, WORLD_SIZE), which must equal the node count: otherwise
- * `err` names the variable and both numbers. */
+ * `err` names the variable and both numbers. Looking the hosts up takes at most connect_timeout
+ * (HR_ERR_TIMEOUT after, `err` naming the node and the host). */
 hr_status node_id_resolve(const cfg *c, const char *cli_id, int *out_idx, char *err, size_t errlen);
 
-/* Is `host` (name or numeric) an address of this machine? */
-int node_id_host_is_local(const char *host);
+/* Is `host` (name or numeric) an address of this machine? *local = 1 if so, 0 if not or if it
+ * does not resolve. A name is looked up by `deadline` (tcp_lookup): HR_ERR_TIMEOUT, `err` saying
+ * so, when the resolver has not answered by then; else HR_OK. */
+hr_status node_id_host_is_local(const char *host, double deadline, int *local, char *err,
+                                size_t errlen);
 
 /* Node c->nodes[self] listens on its host's address: when that is loopback only here (a host
  * name that /etc/hosts maps to 127.0.1.1, or localhost) while another node is on another
  * machine, that node could never connect to it, and the ring would wait out connect_timeout
  * and rejoin_timeout. Returns HR_ERR_CONFIG then, `err` naming the host's FILE:LINE, the
- * address and the other node; else HR_OK. A node alone listens on nothing: HR_OK. */
+ * address and the other node; else HR_OK. A node alone listens on nothing: HR_OK. The lookups
+ * share one deadline, connect_timeout from now: HR_ERR_TIMEOUT when the resolver has not
+ * answered by then, `err` naming the node and its host's FILE:LINE. */
 hr_status node_id_check_reachable(const cfg *c, int self, char *err, size_t errlen);
 
 #endif

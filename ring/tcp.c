@@ -219,6 +219,18 @@ static hr_status resolve_by(const char *host, long port, int passive, double dea
     return gai_status(rc, host, passive, err, errlen);
 }
 
+hr_status tcp_lookup(const char *host, double deadline, struct sockaddr_storage *out, int max,
+                     int *n, char *err, size_t errlen) {
+    addr_list al;
+    *n = 0;
+    HR_CHECK(resolve_by(host, 0, 0, deadline, &al, err, errlen));
+    for (int i = 0; i < al.n && *n < max; i++, ++*n) {
+        memset(&out[*n], 0, sizeof out[*n]);
+        memcpy(&out[*n], &al.a[i].addr, al.a[i].len);
+    }
+    return HR_OK;
+}
+
 hr_status tcp_listen(const char *host, long port, double deadline, int *out_fd, char *err,
                      size_t errlen) {
     addr_list al;

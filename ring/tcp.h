@@ -12,6 +12,7 @@
 #include "base/hr_status.h"
 
 #include <stddef.h>
+#include <sys/socket.h>
 
 /* Seconds on the monotonic clock. */
 double tcp_now(void);
@@ -19,6 +20,14 @@ double tcp_now(void);
 /* poll()'s timeout for waiting until `deadline`: 0 once it has passed, at most an hour (a
  * longer wait is several polls; a far deadline never overflows to a negative, endless one). */
 int tcp_poll_ms(double deadline);
+
+/* The addresses of `host` (name or numeric), by `deadline`: up to `max` of them, in the
+ * resolver's order, into out[], their count into *n. A name is looked up on the thread
+ * tcp_connect uses (HR_ERR_TIMEOUT when it has not answered by then: a resolver slow or out of
+ * reach); a resolver's temporary failure (EAI_AGAIN) is HR_ERR_PEER, a name that does not
+ * resolve HR_ERR_CONFIG. */
+hr_status tcp_lookup(const char *host, double deadline, struct sockaddr_storage *out, int max,
+                     int *n, char *err, size_t errlen);
 
 /* Listen on host:port (SO_REUSEADDR, non-blocking). A host name is looked up by `deadline`, as
  * tcp_connect looks one up (HR_ERR_TIMEOUT when the lookup has not answered by then); a name
