@@ -1134,6 +1134,7 @@ static int recover(hetring *h, hr_status st) {
  * view forms, this node's own iterations are still done, and it says so. */
 static int end_of_run(hetring *h) {
     while (!h->ended && h->iter >= h->total) {
+        ring_set_ending(h->d.r, 1); /* an election here agrees the end: training is done */
         hr_status st = ring_barrier(h->d.r);
         if (st == HR_OK) {
             h->ended = 1;
@@ -1150,6 +1151,7 @@ static int end_of_run(hetring *h) {
             h->ended = 1;
         }
     }
+    if (h->iter < h->total && h->have_dist) ring_set_ending(h->d.r, 0); /* training goes on */
     return h->iter >= h->total ? HETRING_DONE : HETRING_OK;
 }
 

@@ -282,6 +282,10 @@ void ring_set_stop(ring *r, const volatile sig_atomic_t *stop) {
     r->stop = stop;
 }
 
+void ring_set_ending(ring *r, int ending) {
+    r->ending = ending;
+}
+
 int ring_join_requested(ring *r) {
     return r->el ? atomic_load(&r->el->join) : 0;
 }
@@ -1193,17 +1197,21 @@ static hr_status elect_round(ring *r, election *e, ring_agreement *out, char *er
         for (int i = 0; e->led && i < r->self && lead < 0; i++)
             if (e->pr[i].last_ok > 0 && !e->pr[i].differs) lead = i;
         const probe *lp = lead >= 0 ? &e->pr[lead] : NULL;
+        /* at the run's end (ring_set_ending) the view agrees the end, and nothing is left to
+         * train */
+        const char *to = r->ending ? " to agree the run's end" : "";
+        const char *then = r->ending ? "training is done" : "training pauses";
         if (lp && lp->ok && lp->state == EL_ELECTING && lp->agree < e->quorum)
             HR_WARN(RING,
-                    "waiting for a quorum of %d of %d nodes: %s; node %ld leads, %d electing with "
-                    "it; training pauses",
-                    e->quorum, r->rc.n_members, reach, ring_id_of(r, lead), lp->agree);
+                    "waiting for a quorum of %d of %d nodes%s: %s; node %ld leads, %d electing "
+                    "with it; %s",
+                    e->quorum, r->rc.n_members, to, reach, ring_id_of(r, lead), lp->agree, then);
         else if (lp)
             HR_INFO(RING, "electing a view: node %ld leads (%s); %s", ring_id_of(r, lead),
                     lp->ok ? state_name(lp->state) : "slow to answer", reach);
         else if (e->n_s < e->quorum)
-            HR_WARN(RING, "waiting for a quorum of %d of %d nodes: %s; training pauses", e->quorum,
-                    r->rc.n_members, reach);
+            HR_WARN(RING, "waiting for a quorum of %d of %d nodes%s: %s; %s", e->quorum,
+                    r->rc.n_members, to, reach, then);
         else
             HR_INFO(RING, "electing a view: %s", reach);
         e->next_log = tcp_now() + ELECT_LOG_S;

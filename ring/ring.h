@@ -202,6 +202,10 @@ hr_status ring_open(ring **out, const ring_config *rc, char *err, size_t errlen)
  * an election gives up with HR_ERR_INTERRUPTED. NULL: none. */
 void ring_set_stop(ring *r, const volatile sig_atomic_t *stop);
 
+/* Whether the elections that follow agree on the run's end (the caller's last step is done):
+ * their log then says so, rather than that training pauses. 0 at ring_open. */
+void ring_set_ending(ring *r, int ending);
+
 /* Whether a node outside the view has asked to be admitted since the last ring_elect
  * (read by the training loop at every iteration; thread-safe). */
 int ring_join_requested(ring *r);

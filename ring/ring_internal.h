@@ -89,6 +89,7 @@ struct ring {
     hr_status failed;        /* HR_OK, or the error that broke this view */
     char err[HR_ERRLEN];     /* last detailed error */
     const volatile sig_atomic_t *stop; /* ring_set_stop's flag, or NULL */
+    int ending;                        /* ring_set_ending: elections agree on the run's end */
     long suspect; /* the node the last failure was blamed on, for the election's
                    * first probe (-1: none) */
 };

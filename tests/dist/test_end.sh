@@ -5,7 +5,9 @@
 # is below the quorum (2 of 3) and would wait out rejoin_timeout and fail. They recover with it,
 # the view takes their state (iteration LAST + 1), and all three end at once, after one view
 # change, on the same parameters, each iteration recorded once. The same fault one iteration earlier is an ordinary
-# failed step: node 1 takes the state and all go on.
+# failed step: node 1 takes the state and all go on. And where nodes 1 and 2 die in that
+# recovery (test fault crash_xfer, as the state comes), node 0 waits for a quorum to agree the
+# end, saying so (training is done, not paused), then ends on its own at rejoin_timeout.
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 ITERS=12
 B=48
@@ -35,4 +37,22 @@ for at in $((ITERS - 1)) $((ITERS - 2)); do
   awk "BEGIN{exit !($el < 20)}" || fail "at $at: the run took $el s to end (rejoin_timeout 30 s)"
   records_exactly_once "at $at, nodes 0 1 2" "$tmp/at$at.m0" "$tmp/at$at.m1" "$tmp/at$at.m2"
 done
+
+# nodes 1 and 2 die as the recovery's state comes: node 0, done, waits for a quorum to agree the
+# end, and says that training is done
+sed -i 's/^rejoin_timeout = 30$/rejoin_timeout = 6/' "$tmp/c.ini"
+pids=()
+for id in 0 1 2; do
+  HETRING_FAULT=fail_view:1:$((ITERS - 1)),crash_xfer:1:1,crash_xfer:2:1 timeout 120 "$HR" run \
+    --conf "$tmp/c.ini" --node $id --quiet > "$tmp/alone.$id.log" 2>&1 &
+  pids[$id]=$!
+done
+wait "${pids[0]}" || fail "alone: node 0 failed: $(tail -2 "$tmp/alone.0.log")"
+wait "${pids[1]}" "${pids[2]}" 2>/dev/null # killed by their fault
+grep -h "waiting for a quorum\|not agreed" "$tmp/alone.0.log" | head -2 | cut -c1-200 | sed "s/^/    /"
+grep -q "waiting for a quorum of 2 of 3 nodes to agree the run's end: .*; training is done" \
+  "$tmp/alone.0.log" || fail "alone: node 0 did not say it waits to agree the end"
+! grep -q "training pauses" "$tmp/alone.0.log" || fail "alone: node 0 said training pauses"
+grep -q "the run's end was not agreed" "$tmp/alone.0.log" ||
+  fail "alone: node 0 did not say the end was not agreed"
 finish
