@@ -86,7 +86,7 @@ typedef struct {
     char psk_file[CFG_PATH]; /* cluster pre-shared key file (alternative to identities) */
     uint8_t psk[CFG_KEYLEN]; /* inline pre-shared key; never printed */
     int has_psk;             /* psk was given inline */
-    double connect_timeout;  /* seconds to keep retrying connects at ring formation */
+    double connect_timeout;  /* seconds for ring formation: lookups and connects */
     double timeout;          /* seconds any blocking I/O may take before the peer is dead */
     int backend;             /* cfg_backend */
     int wire;                /* cfg_wire: the gradient's format on the wire */

@@ -40,7 +40,7 @@ typedef struct {
     long self_id;                        /* this node's id; must be one of members[] */
     ring_member members[RING_MAX_NODES]; /* every node, ascending id */
     int n_members;                       /* entries used in members[] */
-    double connect_timeout;              /* seconds to keep retrying connects at formation */
+    double connect_timeout;              /* seconds for formation: lookups, connects */
     double timeout;                      /* seconds any blocking I/O may take without progress */
     long segment_bytes;                  /* all-reduce pipeline segment, bytes; 0 = default */
     long tree_bytes;                     /* largest all-reduce on the view's tree; 0 = no tree */
