@@ -44,9 +44,25 @@ conf=$here/examples/torch/cluster.ini
 [ -d "$out/data" ] || "$HETRING" gen-data --kind synthetic --out "$out/data" --samples 12000 \
     --eval-samples 2000 > /dev/null
 pids=()
-trap 'for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done' EXIT
+# The nodes of the run in progress get SIGTERM, and SIGKILL 10 s later, at exit, also on
+# SIGTERM or SIGINT to this script alone. (Every run runs in this shell, its nodes in the
+# background, not in $(...) or <(...), so that the trap finds them: bash takes a trapped signal
+# as soon as `wait` is interrupted.)
+cleanup() {
+    for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+    for _ in $(seq 100); do
+        local left=0
+        for p in "${pids[@]}"; do kill -0 "$p" 2>/dev/null && left=1; done
+        [ $left = 1 ] || break
+        sleep 0.1
+    done
+    for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
 
-# one MODE REP: the 4 nodes; prints node 0's wall seconds and accuracy
+# one MODE REP: the 4 nodes; node 0's wall seconds and accuracy into $wall and $acc
 one() {
     local mode=$1 rep=$2 args=(--set "train.iterations=$iters" --clock "$clock")
     case $mode in
@@ -64,15 +80,16 @@ one() {
     for p in "${pids[@]}"; do wait "$p" || rc=1; done
     pids=()
     [ $rc = 0 ] || { echo "$mode run $rep failed:" >&2; tail -5 "$out/$mode.$rep".*.log >&2; exit 1; }
-    grep -h '^RESULT' "$out/$mode.$rep.0.log" | cut -c8- |
-        "$PYTHON" -c "import json,sys; r=json.load(sys.stdin); print(f\"{r['wall_s']:.3f} {r['accuracy']:.4f}\")"
+    read -r wall acc <<< "$(grep -h '^RESULT' "$out/$mode.$rep.0.log" | cut -c8- |
+        "$PYTHON" -c "import json,sys; r=json.load(sys.stdin); print(f\"{r['wall_s']:.3f} {r['accuracy']:.4f}\")")"
 }
 
 if [ $drift = 1 ]; then
     sed '/^\[node\.1\]/,$d' "$conf" > "$out/one.ini"
     "$PYTHON" "$here/examples/torch/mnist_cnn.py" --conf "$out/one.ini" --node 0 --data "$out/data" \
-        --set "train.iterations=$iters" --save "$out/one.pt" > "$out/one.log" 2>&1 ||
-        { tail "$out/one.log"; exit 1; }
+        --set "train.iterations=$iters" --save "$out/one.pt" > "$out/one.log" 2>&1 &
+    pids=($!)
+    wait "${pids[0]}" || { tail "$out/one.log"; exit 1; }
     pids=()
     for k in 0 1 2 3; do
         "$PYTHON" "$here/examples/torch/mnist_cnn.py" --conf "$conf" --node $k --data "$out/data" \
@@ -108,7 +125,7 @@ echo "4 nodes, slowdowns 1,1.5,2,4 (emulated), $iters iterations of B = 256, $re
     "compute timed by the $clock clock, $(nproc) cores, load $(cut -d' ' -f1 /proc/loadavg)"
 for rep in $(seq 1 "$reps"); do
     for mode in hetring static ddp; do
-        read -r wall acc < <(one $mode "$rep")
+        one $mode "$rep"
         echo "$mode,$rep,$wall,$acc,$iters,256,4,1;1.5;2;4,$(nproc),$clock" >> "$csv"
         printf '  run %d %-8s %8.2f s  accuracy %s\n' "$rep" "$mode" "$wall" "$acc"
     done
