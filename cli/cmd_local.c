@@ -160,7 +160,8 @@ static int rate_ok(const char *name, const char *path, double r) {
 /* The keys of the configured policy that static does not read, given another value than their
  * default (cfg_policy_unused), which the config module would refuse under static: the static
  * pass sets them back to their defaults, as "--set controller.KEY=DEFAULT" into args (NULL
- * after the last; sets holds their text), and says so once. */
+ * after the last; sets holds their text), and says so once. c is the configuration as the
+ * nodes read it (run_config), with the --set options after "--" too. */
 static void static_unread(const cfg *c, const char **args, char sets[][96]) {
     const char *keys[CLI_UNREAD_MAX];
     int n = cfg_policy_unused(c, CFG_POLICY_STATIC, keys, CLI_UNREAD_MAX), na = 0;
@@ -176,14 +177,38 @@ static void static_unread(const cfg *c, const char **args, char sets[][96]) {
     args[na] = NULL;
 }
 
+/* The configuration as every node reads it: c's file, environment and --set options, then the
+ * --set options among the run options after "--" (run_sets), which come after them on each
+ * node's command line. One the config module refuses is left out here: each node refuses it
+ * and says why. Returns 0, or -1 when the file can no longer be read (after a message). */
+static int run_config(cfg *out, const cli_common *o, const char *const *run_sets, int n_run_sets) {
+    char err[HR_ERRLEN];
+    cfg_init(out);
+    hr_status st = cfg_parse_file(out, o->conf, err, sizeof err);
+    if (st == HR_OK) st = cfg_apply_env(out, err, sizeof err);
+    for (int i = 0; st == HR_OK && i < o->n_sets; i++)
+        st = cfg_set(out, o->sets[i], err, sizeof err);
+    if (st != HR_OK) {
+        fprintf(stderr, "hetring local: %s\n", err);
+        cfg_free(out);
+        return -1;
+    }
+    for (int i = 0; i < n_run_sets; i++) cfg_set(out, run_sets[i], err, sizeof err);
+    return 0;
+}
+
 /* Run the cluster with the static policy, then as configured, and report the speed-up. Neither
  * pass reads or writes the user's checkpoint: the first would leave it at the end, where the
  * second, resumed from it, would train nothing (and a checkpoint the user had would be
  * overwritten by a static run's state), so both start from scratch without one. */
 static int compare_static(const cfg *c, const cli_common *o, const char *exe,
-                          const launch_opts *how, char **tail, int n_tail) {
+                          const launch_opts *how, char **tail, int n_tail,
+                          const char *const *run_sets, int n_run_sets) {
+    cfg nodes; /* what the nodes read: the policy they run, the keys to leave out */
+    if (run_config(&nodes, o, run_sets, n_run_sets)) return CLI_FAIL;
     char dir[] = "/tmp/hetring-local-XXXXXX";
     if (!mkdtemp(dir)) {
+        cfg_free(&nodes);
         fprintf(stderr, "hetring local: cannot create a temporary directory: %s\n",
                 strerror(errno));
         return CLI_FAIL;
@@ -195,7 +220,7 @@ static int compare_static(const cfg *c, const cli_common *o, const char *exe,
         "--set", "train.checkpoint=",        "--set",     "train.checkpoint_interval=0",
         "--set", "controller.policy=static", "--summary", s_static};
     char unread[CLI_UNREAD_MAX][96];
-    static_unread(c, run1 + 8, unread);
+    static_unread(&nodes, run1 + 8, unread);
     const char *run2[] = {
         "--set", "train.checkpoint=", "--set", "train.checkpoint_interval=0", "--summary", s_dyn,
         NULL};
@@ -203,7 +228,7 @@ static int compare_static(const cfg *c, const cli_common *o, const char *exe,
     fflush(stdout);
     int rc = launch_once(c, o, exe, how, tail, n_tail, run1);
     if (rc == 0) {
-        printf("== 2/2: dynamic batching, policy %s ==\n", cfg_policy_name(c->policy));
+        printf("== 2/2: dynamic batching, policy %s ==\n", cfg_policy_name(nodes.policy));
         fflush(stdout);
         rc = launch_once(c, o, exe, how, tail, n_tail, run2);
     }
@@ -214,7 +239,7 @@ static int compare_static(const cfg *c, const cli_common *o, const char *exe,
             emulated |= c->nodes[i].slowdown > 1 || c->nodes[i].n_interference > 0;
         printf("\nstatic:  %9.0f samples/s\n%-8s %9.0f samples/s\nspeed-up over static: %.2fx "
                "(measured%s)\n",
-               r1, cfg_policy_name(c->policy), r2, r2 / r1,
+               r1, cfg_policy_name(nodes.policy), r2, r2 / r1,
                emulated ? "; node speeds emulated with slowdown" : "");
     } else if (rc == 0) {
         rc = CLI_FAIL;
@@ -222,6 +247,7 @@ static int compare_static(const cfg *c, const cli_common *o, const char *exe,
     unlink(s_static);
     unlink(s_dyn);
     rmdir(dir);
+    cfg_free(&nodes);
     return rc;
 }
 
@@ -252,8 +278,10 @@ static int seconds_opt(const char *name, const char *arg, double *out) {
  * no --summary, nor a --metrics, which its second run would write over the first's. The options
  * are found as `hetring run` finds them, by getopt_long over its own table (cmd_run_options), so
  * that an abbreviation it takes (--metr F, --summ=F) is found too; what it would refuse is left
- * to it. Returns 0, or CLI_USAGE after a message. */
-static int check_run_args(const cfg *c, char **tail, int n_tail, int compare) {
+ * to it. The values of its --set options go into sets (room for n_tail), their count into
+ * *n_sets. Returns 0, or CLI_USAGE after a message. */
+static int check_run_args(const cfg *c, char **tail, int n_tail, int compare, const char **sets,
+                          int *n_sets) {
     char **argv = malloc(sizeof *argv * (size_t)(n_tail + 2)); /* getopt_long permutes it */
     if (!argv) {
         fprintf(stderr, "hetring local: out of memory\n");
@@ -267,6 +295,7 @@ static int check_run_args(const cfg *c, char **tail, int n_tail, int compare) {
     opterr = 0, optind = 0; /* 0: getopt starts afresh on this argv */
     while (!rc && (ch = getopt_long(n_tail + 1, argv, "h", opts, &idx)) != -1) {
         const char *name = ch == 0 ? opts[idx].name : "";
+        if (strcmp(name, "set") == 0) sets[(*n_sets)++] = optarg;
         if (compare && strcmp(name, "summary") == 0)
             rc = cli_usage_error("local",
                                  "--summary with --compare-static: the comparison writes each "
@@ -324,30 +353,38 @@ int cmd_local(int argc, char **argv) {
     cfg c;
     int rc = cli_load_config(&c, &o, "local");
     if (rc) return rc;
-    if ((rc = check_run_args(&c, tail, n_tail, compare))) {
+    const char **run_sets = malloc(sizeof *run_sets * (size_t)(n_tail + 1));
+    int n_run_sets = 0;
+    if (!run_sets) {
+        fprintf(stderr, "hetring local: out of memory\n");
         cfg_free(&c);
-        return rc;
+        return CLI_FAIL;
     }
-    for (int k = 0; k < c.n_nodes; k++) { /* every node runs here: every device must be here */
+    rc = check_run_args(&c, tail, n_tail, compare, run_sets, &n_run_sets);
+    for (int k = 0; !rc && k < c.n_nodes; k++) { /* every node runs here: every device too */
         char err[HR_ERRLEN];
         if (app_check_device(&c, k, err, sizeof err) != HR_OK) {
             fprintf(stderr, "hetring local: %s\n", err);
-            cfg_free(&c);
-            return CLI_USAGE;
+            rc = CLI_USAGE;
         }
     }
     char exe[4096];
-    if (cli_self_exe(exe, sizeof exe)) {
-        cfg_free(&c);
+    if (!rc && cli_self_exe(exe, sizeof exe)) {
         fprintf(stderr, "hetring local: cannot find the hetring executable (/proc/self/exe)\n");
-        return CLI_FAIL;
+        rc = CLI_FAIL;
+    }
+    if (rc) {
+        free(run_sets);
+        cfg_free(&c);
+        return rc;
     }
     how.min_nodes = cfg_quorum(&c); /* the nodes' own quorum: below it they stop training too */
     how.quorum_wait_s = c.rejoin_timeout; /* and wait this long for it before giving up */
     if (compare)
-        rc = compare_static(&c, &o, exe, &how, tail, n_tail);
+        rc = compare_static(&c, &o, exe, &how, tail, n_tail, run_sets, n_run_sets);
     else
         rc = launch_once(&c, &o, exe, &how, tail, n_tail, NULL);
+    free(run_sets);
     cfg_free(&c);
     return rc == 2 ? CLI_USAGE : rc < 0 ? CLI_FAIL : rc;
 }

@@ -8,7 +8,8 @@
 #              every log line of node k carries [nk]
 #   local      --compare-static prints both rates and "speed-up over static: R.RRx", R their ratio;
 #              the file's interval = 2, which static does not read (and would refuse), is
-#              left out of the static pass, which says so once;
+#              left out of the static pass, which says so once; so is a ki set after "--" or
+#              by HETRING_CONTROLLER_KI, with the report naming the policy the nodes run;
 #              it neither resumes from nor writes the user's [train] checkpoint
 # Node 1 starts once node 0 has logged its first line and 0.3 s more, so node 0's first connects
 # to it are refused and retried: that retry is the ring debug line the level tests look for.
@@ -150,6 +151,21 @@ ln=$(grep -n '^interval = 2$' "$tmp/none.ini" | cut -d: -f1)
 said="hetring local: the static pass leaves out controller.interval ($tmp/none.ini:$ln), which static does not read"
 [ "$(grep -cxF "$said" "$tmp/cmp.out")" = 1 ] ||
     fail "local --compare-static: not said once that the static pass leaves out interval: $(grep -m2 'leaves out' "$tmp/cmp.out")"
+# the same for ki set after "--" (every node gets it) with pid set there too, and for ki set by
+# the environment: the static pass leaves it out, says so once, and the report names pid
+cmp_pid() { # cmp_pid NAME WHERE CMD...: --compare-static whose nodes run pid with ki = 0.3
+    local name=$1 where=$2
+    shift 2
+    "$@" > "$tmp/$name.out" 2>&1 || fail "local --compare-static ($name) exited $?: $(grep -v '^node' "$tmp/$name.out")"
+    [ "$(grep -cxF "hetring local: the static pass leaves out controller.ki ($where), which static does not read" "$tmp/$name.out")" = 1 ] ||
+        fail "local --compare-static ($name): not said once that the static pass leaves out ki: $(grep -v '^node' "$tmp/$name.out")"
+    grep -Eq '^pid +[0-9]+ samples/s$' "$tmp/$name.out" && grep -q '^== 2/2: dynamic batching, policy pid ==$' "$tmp/$name.out" ||
+        fail "local --compare-static ($name): the report does not name pid: $(grep -v '^node' "$tmp/$name.out")"
+}
+cmp_pid cmp-tail "--set controller.ki" timeout 60 "$HR" local --conf "$tmp/none.ini" --compare-static -- --quiet \
+    --set controller.policy=pid --set controller.ki=0.3
+cmp_pid cmp-env "environment HETRING_CONTROLLER_KI" env HETRING_CONTROLLER_KI=0.3 timeout 60 "$HR" local \
+    --conf "$tmp/none.ini" --set controller.policy=pid --compare-static -- --quiet
 
 # 6. --compare-static neither reads nor writes the user's [train] checkpoint: with one at the end
 # of the run, both passes still train from scratch, and the file keeps its bytes (the static pass
