@@ -21,7 +21,7 @@ usage() {
     cat <<EOF
 usage: bench/compare_allreduce.sh [--repeats K] [--rate R] [--nodes "2 4"] [--bytes 64M]
                                   [--lat-iters I] [--no-latency] [--hetring PATH]
-                                  [--python PATH] [--mpi-args ARGS] [--out DIR]
+                                  [--python PATH] [--mpi-args ARGS] [--out DIR] [--lock FILE]
 
 All-reduce (float32, sum, N local processes on loopback) of three implementations, side by
 side on this machine, in the nccl-tests convention: time = slowest node's mean per all-reduce,
@@ -54,6 +54,7 @@ mpirun/mpicc) is skipped with a message.
                   costs whole ~4 ms time slices per wait on a busy 2-core machine;
                   --mpi-args "" measures that default)
   --out DIR       keep every run's output in DIR (default: a new directory under /tmp)
+  --lock FILE     the lock every timed run holds (default $lock)
   -h, --help      this text
 EOF
 }
@@ -72,6 +73,7 @@ while [ $# -gt 0 ]; do
     --python) python=${2:?}; shift 2 ;;
     --mpi-args) mpi_args=${2?}; shift 2 ;;
     --out) outdir=${2:?}; shift 2 ;;
+    --lock) lock=${2:?}; shift 2 ;;
     -h | --help) usage; exit 0 ;;
     *) usage >&2; die "unknown argument: $1" ;;
     esac
@@ -136,7 +138,25 @@ rate_args=()
 [ -z "$rate" ] || rate_args=(--rate "$rate")
 
 # ------------------------------------------------------------------ one run
-# run IMPL N BYTES ITERS TAG: prints "busbw time_us wrong" of the one data line, or "fail".
+# The run in progress (timeout, which leads the process group of the run) gets SIGTERM, which
+# it passes on, and its group SIGKILL 10 s later, at exit, also on SIGTERM or SIGINT to this
+# script alone; so does a wait for the lock. (run_one runs in this shell, its run and the wait
+# for the lock in the background, not in $(...), so that the trap finds them: bash takes a
+# trapped signal as soon as `wait` is interrupted.)
+run_pid=
+cleanup() {
+    [ -n "$run_pid" ] || return 0
+    kill -TERM "$run_pid" 2>/dev/null || return 0
+    for _ in $(seq 100); do kill -0 "$run_pid" 2>/dev/null || break; sleep 0.1; done
+    kill -KILL -- "-$run_pid" "$run_pid" 2>/dev/null || true
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+{ : >>"$lock"; } 2>/dev/null || [ -r "$lock" ] || die "cannot create $lock"
+exec {lock_fd}<"$lock"
+
+# run IMPL N BYTES ITERS TAG: "busbw time_us wrong" of the one data line, or "fail", into $res.
 run_one() {
     local impl=$1 n=$2 b=$3 iters=$4 log=$5
     local cmd=() extra=()
@@ -158,16 +178,23 @@ run_one() {
     esac
     echo "\$ flock $lock ${cmd[*]}" >"$log"
     local rc=0
-    flock "$lock" timeout "$run_timeout" "${cmd[@]}" >>"$log" 2>&1 </dev/null || rc=$?
+    flock "$lock_fd" & # the lock is this shell's (its open file), held until flock -u below
+    run_pid=$!
+    wait "$run_pid" || { run_pid=; die "flock $lock failed"; }
+    timeout "$run_timeout" "${cmd[@]}" >>"$log" 2>&1 </dev/null {lock_fd}>&- &
+    run_pid=$!
+    wait "$run_pid" || rc=$?
+    run_pid=
+    flock -u "$lock_fd"
     # the data line: size count float sum time algbw busbw #wrong
     local line
     line=$(awk '$1 !~ /^#/ && $3 == "float" && $4 == "sum" && NF >= 8 {l = $0} END {print l}' "$log")
     if [ -z "$line" ] || { [ "$rc" -ne 0 ] && [ "$rc" -ne 1 ]; }; then
         echo "compare_allreduce: $impl N=$n $b failed (exit $rc), see $log" >&2
-        echo fail
+        res=fail
         return
     fi
-    awk '{print $7, $5, $8}' <<<"$line"
+    res=$(awk '{print $7, $5, $8}' <<<"$line")
 }
 
 # ------------------------------------------------------------------ the runs
@@ -185,7 +212,7 @@ for rep in $(seq 1 "$repeats"); do
         for j in $(seq 0 $((nimpl - 1))); do
             impl=${impls[$(((j + rot) % nimpl))]}
             if [ "$cfg" = lat2 ]; then n=2 b=4 iters=$lat_iters; else n=${cfg#bw} b=$bytes iters=""; fi
-            res=$(run_one "$impl" "$n" "$b" "$iters" "$outdir/$cfg-$impl-$rep.log")
+            run_one "$impl" "$n" "$b" "$iters" "$outdir/$cfg-$impl-$rep.log"
             if [ "$res" = fail ]; then
                 val=fail
             else

@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# test_compare_allreduce_sh.sh: bench/compare_allreduce.sh with a stand-in for hetring (a
+# script that prints a data line at once, or sleeps), gloo and Open MPI skipped, so that it
+# runs in seconds:
+#   - a run prints the table of the stand-in's busbw;
+#   - SIGTERM to the script alone while a run sleeps: it exits 143 without waiting for it, the
+#     run is gone and the lock free (the run ran in $(...), out of the trap's reach, and was
+#     left running, holding the lock);
+#   - SIGINT to the script alone while a run that ignores SIGTERM sleeps: it exits 130 and the
+#     run is gone (SIGKILL after the grace of 10 s);
+#   - SIGTERM while it waits for the lock: it exits 143 at once.
+# Skipped (77) without flock or timeout, which the script needs.
+set -u
+SRC=$(cd "$(dirname "$0")/../.." && pwd)
+HR=unused
+. "$SRC/tests/harness.sh"
+command -v flock > /dev/null && command -v timeout > /dev/null || { echo "SKIP: no flock or timeout"; exit 77; }
+
+# the stand-in: records its pid (in run-pids, and in all-pids for on_exit); sleeps while
+# $tmp/hang exists (ignoring SIGTERM while $tmp/deaf exists), else prints a data line
+cat > "$tmp/hetring" << EOS
+#!/bin/sh
+echo \$\$ >> "$tmp/run-pids"
+echo \$\$ >> "$tmp/all-pids"
+[ -e "$tmp/deaf" ] && trap '' TERM
+[ -e "$tmp/hang" ] && exec sleep 300
+echo "     67108864  16777216  float  sum  10000.0  6.71  6.71  0"
+EOS
+chmod +x "$tmp/hetring"
+on_exit="kill -KILL \$(cat '$tmp/all-pids' 2> /dev/null) 2> /dev/null"
+args=(--hetring "$tmp/hetring" --python /bin/false --rate 1 --repeats 1 --no-latency --nodes 2
+      --out "$tmp/out" --lock "$tmp/lock")
+
+out=$(timeout 60 bash "$SRC/bench/compare_allreduce.sh" "${args[@]}" 2>&1) ||
+    fail "compare_allreduce.sh exited $?: $out"
+echo "$out" | grep -q '^| busbw N=2, .* | \*\*6.71\*\* (6.71) |$' || fail "compare_allreduce.sh printed no busbw of 6.71: $out"
+
+# stop SIGNAL RC RUNS: the script gets SIGNAL once RUNS runs sleep (0: once it waits for the
+# lock, held here); it must exit RC within 30 s, leave no run running and the lock free
+stop() {
+    local sig=$1 want=$2 runs=$3 script rc p st
+    rm -f "$tmp/run-pids" "$tmp/term.out"
+    # (no timeout: it would signal the script's whole process group; the waits below are
+    # bounded. set -m: a background job of a script ignores SIGINT otherwise.)
+    set -m
+    bash "$SRC/bench/compare_allreduce.sh" "${args[@]}" > "$tmp/term.out" 2>&1 &
+    script=$!
+    set +m
+    if [ "$runs" = 0 ]; then
+        for _ in $(seq 600); do grep -q 'SKIP Open MPI' "$tmp/term.out" 2> /dev/null && break; sleep 0.1; done
+        sleep 0.5 # (it waits for the lock or has not reached it yet: the signal is taken either way)
+    else
+        for _ in $(seq 600); do [ "$(wc -l 2> /dev/null < "$tmp/run-pids")" = "$runs" ] && break; sleep 0.1; done
+        [ "$(wc -l 2> /dev/null < "$tmp/run-pids")" = "$runs" ] ||
+            fail "compare_allreduce.sh started no run: $(cat "$tmp/term.out")"
+    fi
+    kill "-$sig" "$script"
+    for _ in $(seq 300); do kill -0 "$script" 2> /dev/null || break; sleep 0.1; done
+    if kill -0 "$script" 2> /dev/null; then
+        fail "compare_allreduce.sh still ran 30 s after SIG$sig (runs: $runs)"
+        kill -KILL "$script"
+    fi
+    wait "$script"
+    rc=$?
+    [ $rc = "$want" ] || fail "compare_allreduce.sh exited $rc after SIG$sig, not $want: $(cat "$tmp/term.out")"
+    for p in $(cat "$tmp/run-pids" 2> /dev/null); do
+        st=$(ps -o stat= -p "$p") && [ "${st#Z}" = "$st" ] && fail "compare_allreduce.sh left run $p running after SIG$sig"
+    done
+}
+: > "$tmp/hang"
+stop TERM 143 1
+flock -n "$tmp/lock" true || fail "compare_allreduce.sh left $tmp/lock held after SIGTERM"
+: > "$tmp/deaf"
+stop INT 130 1
+# the lock held by another: SIGTERM while the script waits for it
+exec {held}< "$tmp/lock"
+flock "$held"
+stop TERM 143 0
+[ ! -s "$tmp/run-pids" ] || fail "compare_allreduce.sh started a run while the lock was held"
+exec {held}<&-
+[ "$fails" = 0 ]
