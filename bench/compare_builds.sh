@@ -70,9 +70,14 @@ for b in "$old" "$new"; do
     [ -x "$b/hetring" ] || { echo "compare_builds.sh: $b/hetring is not an executable" >&2; exit 2; }
 done
 command -v python3 > /dev/null || { echo "compare_builds.sh: needs python3 for the tables" >&2; exit 2; }
+. "$(dirname "$0")/script_args.sh"
+# SIGTERM or SIGINT to this script alone stops the run in progress (SIGKILL 10 s later) and
+# exits 143 or 130; a temporary folder goes once the run is gone
 if [ -z "$outdir" ]; then
     outdir=$(mktemp -d)
-    trap 'rm -rf "$outdir"' EXIT
+    script_traps 'rm -rf "$outdir"'
+else
+    script_traps
 fi
 mkdir -p "$outdir"
 
@@ -82,14 +87,14 @@ run() {
     if [ "$do_allreduce" = 1 ]; then
         for n in $nodes; do
             log="$outdir/$which-ar$n-$r"
-            "$build/hetring" bench allreduce --nodes "$n" --security none -b "$min_bytes" \
+            script_run "$build/hetring" bench allreduce --nodes "$n" --security none -b "$min_bytes" \
                 -e "$max_bytes" -f 4 --json "$log.json" > "$log.out" 2>&1 ||
                 { echo "compare_builds.sh: $build: bench allreduce --nodes $n failed:" >&2; tail -5 "$log.out" >&2; exit 1; }
         done
     fi
     if [ "$do_hetero" = 1 ]; then
         log="$outdir/$which-het-$r"
-        "$build/hetring" bench hetero --scenarios "$scenarios" --policies "$policies" \
+        script_run "$build/hetring" bench hetero --scenarios "$scenarios" --policies "$policies" \
             --iters "$iters" --out "$log.d" --json "$log.json" > "$log.out" 2>&1 ||
             { echo "compare_builds.sh: $build: bench hetero failed:" >&2; tail -5 "$log.out" >&2; exit 1; }
     fi

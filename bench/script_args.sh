@@ -3,7 +3,8 @@
 # prints the script's header comment (from line 2 to `set -u`) as its usage for -h/--help
 # (exit 0) or no argument (exit 2), and refuses at once a HETRING that is not an executable
 # file (exit 2): each node's start would fail and every wait run to its end, minutes before
-# the script said anything.
+# the script said anything. script_run and script_traps (below) run its commands so that a
+# SIGTERM or SIGINT to the script alone stops them.
 script_usage() { sed -n '2,/^set -u/p' "$0" | sed -e '$d' -e 's/^# \{0,1\}//'; }
 script_hetring() {
     case ${1:-} in
@@ -14,4 +15,40 @@ script_hetring() {
         echo "$(basename "$0"): '$1' is not an executable file (the hetring to measure; --help)" >&2
         exit 2
     }
+}
+
+# script_run CMD...: CMD in the background of this shell, waited for (script_run's status is
+# CMD's, its stdin /dev/null), so that a SIGTERM or SIGINT to the script alone reaches it: bash
+# takes a trapped signal as soon as `wait` is interrupted, only once a command in the foreground
+# ends. script_traps [CMD], once before the first script_run, makes such a signal end the script
+# (143 or 130) and, at exit, sends the run in progress and its children (that of /usr/bin/time
+# or timeout) SIGTERM and, 10 s later, SIGKILL; then it runs CMD (e.g. removes a temporary
+# folder the run writes in).
+script_pid=
+script_run() {
+    local rc=0
+    "$@" < /dev/null &
+    script_pid=$!
+    wait "$script_pid" || rc=$?
+    script_pid=
+    return $rc
+}
+script_stop() {
+    [ -n "$script_pid" ] || return 0
+    local pids=("$script_pid") p left
+    pids+=($(pgrep -P "$script_pid" 2> /dev/null)) || true
+    kill -TERM "${pids[@]}" 2> /dev/null || true
+    for _ in $(seq 100); do
+        left=0
+        for p in "${pids[@]}"; do kill -0 "$p" 2> /dev/null && left=1; done
+        [ $left = 1 ] || break
+        sleep 0.1
+    done
+    kill -KILL "${pids[@]}" 2> /dev/null || true
+    script_pid=
+}
+script_traps() {
+    trap "script_stop; ${1:-}" EXIT
+    trap 'exit 130' INT
+    trap 'exit 143' TERM
 }

@@ -39,6 +39,10 @@ for p in ${ONLY//,/ }; do
     case $p in hetero | crypto | kernels) ;; *) echo "slow_links.sh: --only '$p' (expected hetero, crypto or kernels)" >&2; exit 2 ;; esac
 done
 want() { [[ ,$ONLY, == *,$1,* ]]; }
+. "$SRC/bench/script_args.sh"
+# SIGTERM or SIGINT to this script alone stops the call in progress (its timeout and hetring
+# get SIGTERM, SIGKILL 10 s later) and exits 143 or 130
+script_traps
 mkdir -p "$OUT" || exit 1
 S=$OUT/summary.md
 {
@@ -51,8 +55,8 @@ S=$OUT/summary.md
 run() {
     local limit=$1 log=$2
     shift 2
-    timeout "$limit" "$@" > "$log" 2>&1
-    local rc=$?
+    local rc=0
+    script_run timeout "$limit" "$@" > "$log" 2>&1 || rc=$?
     [ $rc = 0 ] || printf '\n**failed** (exit %s): `%s`; the end of %s:\n\n```\n%s\n```\n' \
         "$rc" "$*" "${log##*/}" "$(tail -5 "$log")" >> "$S"
     return $rc

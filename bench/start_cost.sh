@@ -20,19 +20,21 @@ while [ $# -gt 0 ]; do
   esac
 done
 tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+# SIGTERM or SIGINT to this script alone stops the start in progress (SIGKILL 10 s later) and
+# exits 143 or 130
+script_traps 'rm -rf "$tmp"'
 sed "s/^port = .*/port = $PORT/" "$(dirname "$0")/one_node.ini" > "$tmp/one.ini"
 
 # measure NAME ARGS...: median ms over RUNS starts and the largest max RSS (MB) seen
 measure() {
   local name=$1 i t0 t1
   shift
-  env "${ENVS[@]}" "$HR" "$@" > /dev/null 2>&1 || { echo "$name: exited $?" >&2; return 1; }
+  script_run env "${ENVS[@]}" "$HR" "$@" > /dev/null 2>&1 || { echo "$name: exited $?" >&2; return 1; }
   : > "$tmp/ms"
   : > "$tmp/kb"
   for i in $(seq "$RUNS"); do
     t0=$(date +%s%N)
-    env "${ENVS[@]}" /usr/bin/time -f %M -o "$tmp/rss" "$HR" "$@" > /dev/null 2>&1
+    script_run env "${ENVS[@]}" /usr/bin/time -f %M -o "$tmp/rss" "$HR" "$@" > /dev/null 2>&1
     t1=$(date +%s%N)
     echo $(((t1 - t0) / 1000)) >> "$tmp/ms"
     cat "$tmp/rss" >> "$tmp/kb"

@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# test_bench_scripts_stop.sh: bench/compare_builds.sh, bench/slow_links.sh and
+# bench/start_cost.sh with a stand-in for hetring (a script that answers at once, or sleeps), so
+# that it runs in seconds and makes no namespace:
+#   - each, its stand-in answering at once, ends 0 with the stand-in's figures;
+#   - SIGTERM to the script alone while its stand-in sleeps: it exits 143 without waiting for
+#     it and the stand-in is gone (each ran it in the foreground, where the trap could not reach
+#     it: it was left running, compare_builds.sh's temporary folder removed under it);
+#   - start_cost.sh: SIGINT while the stand-in sleeps under /usr/bin/time ignoring SIGTERM: it
+#     exits 130 and the stand-in is gone (SIGKILL after the grace of 10 s).
+# Skipped (77) without python3, timeout, pgrep or /usr/bin/time, which the scripts need.
+set -u
+SRC=$(cd "$(dirname "$0")/../.." && pwd)
+HR=unused
+. "$SRC/tests/harness.sh"
+for c in python3 timeout pgrep; do command -v $c > /dev/null || { echo "SKIP: no $c"; exit 77; }; done
+[ -x /usr/bin/time ] || { echo "SKIP: no /usr/bin/time"; exit 77; }
+
+# the stand-in: records its pid (in pids); its Nth call since pids was emptied sleeps when
+# $tmp/hang holds a number up to N (ignoring SIGTERM while $tmp/deaf exists), else it answers:
+# bench allreduce writes a busbw of 2.5 to its --json file, bench powersgd prints a line
+mkdir -p "$tmp/old" "$tmp/new"
+cat > "$tmp/old/hetring" << EOS
+#!/bin/sh
+echo \$\$ >> "$tmp/pids"
+echo \$\$ >> "$tmp/all-pids"
+echo "\$*" > "$tmp/args"
+if [ -e "$tmp/hang" ] && [ "\$(wc -l < "$tmp/pids")" -ge "\$(cat "$tmp/hang")" ]; then
+    [ -e "$tmp/deaf" ] && trap '' TERM
+    exec sleep 300
+fi
+case "\$1 \$2" in
+"bench allreduce")
+    while [ \$# -gt 1 ] && [ "\$1" != --json ]; do shift; done
+    echo '{"nodes": 2, "bytes": 1048576, "busbw": 2.5}' > "\$2" ;;
+"bench powersgd") echo "powersgd stand-in: 42 GB/s" ;;
+esac
+exit 0
+EOS
+chmod +x "$tmp/old/hetring"
+cp "$tmp/old/hetring" "$tmp/new/hetring"
+on_exit="kill -KILL \$(cat '$tmp/all-pids' 2> /dev/null) 2> /dev/null"
+cb=(bash "$SRC/bench/compare_builds.sh" --repeats 1 --nodes 2 -b 1M -e 1M --no-hetero
+    "$tmp/old" "$tmp/new")
+sl=(bash "$SRC/bench/slow_links.sh" "$tmp/slow" --hetring "$tmp/old/hetring" --only kernels)
+sc=(bash "$SRC/bench/start_cost.sh" "$tmp/old/hetring" --runs 1 --port "$base")
+
+# the stand-ins answering at once
+out=$(timeout 60 "${cb[@]}" 2>&1) || fail "compare_builds.sh exited $?: $out"
+echo "$out" | grep -q '^| all-reduce busbw GB/s | 2 nodes, 1048576 B | 2.500 | 2.500 | 1.000 |' ||
+    fail "compare_builds.sh printed no busbw of 2.5: $out"
+out=$(timeout 60 "${sl[@]}" 2>&1) || fail "slow_links.sh exited $?: $out"
+grep -q '^powersgd stand-in: 42 GB/s$' "$tmp/slow/summary.md" 2> /dev/null ||
+    fail "slow_links.sh's summary lacks the stand-in's line: $out"
+out=$(timeout 60 "${sc[@]}" 2>&1) || fail "start_cost.sh exited $?: $out"
+[ "$(echo "$out" | grep -cE '^(version|node) +[0-9.]+ ms +[0-9.]+ MB$')" = 2 ] ||
+    fail "start_cost.sh printed no figures: $out"
+
+# stop NAME SIGNAL RC CALL SCRIPT...: SCRIPT gets SIGNAL once the CALLth call of the stand-in
+# sleeps; it must exit RC within 30 s and leave no stand-in running
+stop() {
+    local name=$1 sig=$2 want=$3 call=$4 script rc p st
+    shift 4
+    : > "$tmp/pids"
+    echo "$call" > "$tmp/hang"
+    # (no timeout: it would signal the script's whole process group; the waits below are
+    # bounded. set -m: a background job of a script ignores SIGINT otherwise.)
+    set -m
+    "$@" > "$tmp/stop.out" 2>&1 &
+    script=$!
+    set +m
+    for _ in $(seq 600); do [ "$(wc -l < "$tmp/pids")" -ge "$call" ] && break; sleep 0.1; done
+    [ "$(wc -l < "$tmp/pids")" -ge "$call" ] || fail "$name made no call $call: $(cat "$tmp/stop.out")"
+    sleep 0.3 # (the stand-in's exec of sleep)
+    kill "-$sig" "$script"
+    for _ in $(seq 300); do kill -0 "$script" 2> /dev/null || break; sleep 0.1; done
+    if kill -0 "$script" 2> /dev/null; then
+        fail "$name still ran 30 s after SIG$sig"
+        kill -KILL "$script"
+    fi
+    wait "$script"
+    rc=$?
+    [ $rc = "$want" ] || fail "$name exited $rc after SIG$sig, not $want: $(cat "$tmp/stop.out")"
+    # (a SIGKILL sent just before the script ended may take a moment to be taken)
+    for p in $(cat "$tmp/pids"); do
+        for _ in $(seq 50); do
+            st=$(ps -o stat= -p "$p") && [ "${st#Z}" = "$st" ] || break
+            sleep 0.1
+        done
+        st=$(ps -o stat= -p "$p") && [ "${st#Z}" = "$st" ] && fail "$name left stand-in $p running after SIG$sig"
+    done
+    rm -f "$tmp/hang" "$tmp/deaf"
+}
+stop compare_builds.sh TERM 143 2 "${cb[@]}"
+set -- $(cat "$tmp/args")
+while [ $# -gt 1 ] && [ "$1" != --json ]; do shift; done
+[ -d "$(dirname "$2")" ] && fail "compare_builds.sh left its temporary folder $(dirname "$2") behind"
+stop slow_links.sh TERM 143 2 "${sl[@]}"
+stop start_cost.sh TERM 143 1 "${sc[@]}"
+: > "$tmp/deaf"
+stop start_cost.sh INT 130 2 "${sc[@]}" # the timed start, under /usr/bin/time
+[ "$fails" = 0 ]
