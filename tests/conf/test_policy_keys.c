@@ -9,6 +9,7 @@
  * controller's (cluster/cluster_setup.c drops it for static) and min_batch and max_batch bound
  * every policy, so neither is simulated here.
  */
+#include "cluster/trainer_setup.h"
 #include "conf/cfg.h"
 #include "ctrl/ctrl.h"
 #include "tests/check.h"
@@ -18,22 +19,6 @@
 
 enum { N = 4, ITERS = 240, EPOCH_LEN = 30 };
 #define B 256
-
-/* The controller's config from the file's [controller] section, as cluster/trainer_setup.c's
- * app_ctrl_config makes it. */
-static ctrl_config to_ctrl(const cfg *c) {
-    return (ctrl_config){.policy = (ctrl_policy)c->policy,
-                         .interval = c->interval,
-                         .deadband = c->deadband,
-                         .gain = c->gain,
-                         .ki = c->ki,
-                         .kd = c->kd,
-                         .min_batch = c->min_batch,
-                         .max_batch = c->max_batch,
-                         .smoothing = c->smoothing,
-                         .rate_limit = c->rate_limit,
-                         .forgetting = c->forgetting};
-}
 
 /* Every split of a run under `policy` with `set` ("controller.gain=0.4", or NULL) into
  * splits[ITERS][N]; returns 0, or -1 when the controller refused something. */
@@ -46,7 +31,8 @@ static int run(int policy, const char *set, long splits[ITERS][N]) {
     int bad = cfg_set(&c, pol, err, sizeof err) != HR_OK ||
               (set && cfg_set(&c, set, err, sizeof err) != HR_OK);
     CHECK(!bad, "%s", err);
-    ctrl_config g = to_ctrl(&c);
+    ctrl_config g;
+    app_ctrl_config(&c, &g); /* as a node makes it from its file */
     cfg_free(&c);
     ctrl ct;
     long b[N];
