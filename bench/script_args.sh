@@ -20,23 +20,24 @@ script_hetring() {
 # script_run CMD...: CMD in the background of this shell, waited for (script_run's status is
 # CMD's, its stdin /dev/null), so that a SIGTERM or SIGINT to the script alone reaches it: bash
 # takes a trapped signal as soon as `wait` is interrupted, only once a command in the foreground
-# ends. script_traps [CMD], once before the first script_run, makes such a signal end the script
-# (143 or 130) and, at exit, sends the run in progress and its children (that of /usr/bin/time
-# or timeout) SIGTERM and, 10 s later, SIGKILL; then it runs CMD (e.g. removes a temporary
-# folder the run writes in).
-script_pid=
+# ends. A script that runs several at once (a cluster's nodes) starts each with & and adds its
+# pid to script_pids, and empties it once it waited for them. script_traps [CMD], once before the
+# first run, makes such a signal end the script (143 or 130) and, at exit, sends the runs in
+# progress (script_pids) and their children (that of /usr/bin/time or timeout) SIGTERM and,
+# 10 s later, SIGKILL; then it runs CMD (e.g. removes a temporary folder the run writes in).
+script_pids=()
 script_run() {
     local rc=0
     "$@" < /dev/null &
-    script_pid=$!
-    wait "$script_pid" || rc=$?
-    script_pid=
+    script_pids=($!)
+    wait "${script_pids[0]}" || rc=$?
+    script_pids=()
     return $rc
 }
 script_stop() {
-    [ -n "$script_pid" ] || return 0
-    local pids=("$script_pid") p left
-    pids+=($(pgrep -P "$script_pid" 2> /dev/null)) || true
+    [ ${#script_pids[@]} -gt 0 ] || return 0
+    local pids=("${script_pids[@]}") p left
+    for p in "${script_pids[@]}"; do pids+=($(pgrep -P "$p" 2> /dev/null)) || true; done
     kill -TERM "${pids[@]}" 2> /dev/null || true
     for _ in $(seq 100); do
         left=0
@@ -45,7 +46,7 @@ script_stop() {
         sleep 0.1
     done
     kill -KILL "${pids[@]}" 2> /dev/null || true
-    script_pid=
+    script_pids=()
 }
 script_traps() {
     trap "script_stop; ${1:-}" EXIT

@@ -43,24 +43,11 @@ mkdir -p "$out"
 conf=$here/examples/torch/cluster.ini
 [ -d "$out/data" ] || "$HETRING" gen-data --kind synthetic --out "$out/data" --samples 12000 \
     --eval-samples 2000 > /dev/null
-pids=()
-# The nodes of the run in progress get SIGTERM, and SIGKILL 10 s later, at exit, also on
-# SIGTERM or SIGINT to this script alone. (Every run runs in this shell, its nodes in the
-# background, not in $(...) or <(...), so that the trap finds them: bash takes a trapped signal
-# as soon as `wait` is interrupted.)
-cleanup() {
-    for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-    for _ in $(seq 100); do
-        local left=0
-        for p in "${pids[@]}"; do kill -0 "$p" 2>/dev/null && left=1; done
-        [ $left = 1 ] || break
-        sleep 0.1
-    done
-    for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
+# The nodes of the run in progress (script_pids) get SIGTERM, and SIGKILL 10 s later, at exit,
+# also on SIGTERM or SIGINT to this script alone (bench/script_args.sh). Every run runs in this
+# shell, its nodes in the background, not in $(...) or <(...), so that the trap finds them.
+. "$(dirname "$0")/script_args.sh"
+script_traps
 
 # one MODE REP: the 4 nodes; node 0's wall seconds and accuracy into $wall and $acc
 one() {
@@ -70,15 +57,15 @@ one() {
     static) args+=(--set controller.policy=static) ;;
     ddp) args+=(--mode ddp --ddp-port $((29600 + rep))) ;;
     esac
-    pids=()
+    script_pids=()
     for k in 0 1 2 3; do
         "$PYTHON" "$here/examples/torch/mnist_cnn.py" --conf "$conf" --node $k --data "$out/data" \
             "${args[@]}" > "$out/$mode.$rep.$k.log" 2>&1 &
-        pids+=($!)
+        script_pids+=($!)
     done
     local rc=0
-    for p in "${pids[@]}"; do wait "$p" || rc=1; done
-    pids=()
+    for p in "${script_pids[@]}"; do wait "$p" || rc=1; done
+    script_pids=()
     [ $rc = 0 ] || { echo "$mode run $rep failed:" >&2; tail -5 "$out/$mode.$rep".*.log >&2; exit 1; }
     read -r wall acc <<< "$(grep -h '^RESULT' "$out/$mode.$rep.0.log" | cut -c8- |
         "$PYTHON" -c "import json,sys; r=json.load(sys.stdin); print(f\"{r['wall_s']:.3f} {r['accuracy']:.4f}\")")"
@@ -88,16 +75,16 @@ if [ $drift = 1 ]; then
     sed '/^\[node\.1\]/,$d' "$conf" > "$out/one.ini"
     "$PYTHON" "$here/examples/torch/mnist_cnn.py" --conf "$out/one.ini" --node 0 --data "$out/data" \
         --set "train.iterations=$iters" --save "$out/one.pt" > "$out/one.log" 2>&1 &
-    pids=($!)
-    wait "${pids[0]}" || { tail "$out/one.log"; exit 1; }
-    pids=()
+    script_pids=($!)
+    wait "${script_pids[0]}" || { tail "$out/one.log"; exit 1; }
+    script_pids=()
     for k in 0 1 2 3; do
         "$PYTHON" "$here/examples/torch/mnist_cnn.py" --conf "$conf" --node $k --data "$out/data" \
             --set "train.iterations=$iters" --save "$out/four.$k.pt" > "$out/four.$k.log" 2>&1 &
-        pids+=($!)
+        script_pids+=($!)
     done
-    for p in "${pids[@]}"; do wait "$p"; done
-    pids=()
+    for p in "${script_pids[@]}"; do wait "$p"; done
+    script_pids=()
     "$PYTHON" - "$out" <<'PY'
 import json, sys, torch
 d = sys.argv[1]
