@@ -37,3 +37,20 @@ wait_for_line() {
     fail "${f##*/}: $want line(s) matching '$re' not there within $limit s (found ${n:-0})"
     return 1
 }
+
+# signal_script NAME PID SIG WANT OUT [WHY]: send SIG to the script PID (started in the
+# background of this shell), give it 30 s to end (else fail, with WHY, and SIGKILL it), reap it
+# and fail unless it exited WANT (OUT: its output, shown then). The stop check of every test of
+# a script's signal handling.
+signal_script() {
+    local name=$1 pid=$2 sig=$3 want=$4 out=$5 why=${6:-} rc
+    kill "-$sig" "$pid"
+    for _ in $(seq 300); do kill -0 "$pid" 2> /dev/null || break; sleep 0.1; done
+    if kill -0 "$pid" 2> /dev/null; then
+        fail "$name still ran 30 s after SIG$sig${why:+ ($why)}"
+        kill -KILL "$pid"
+    fi
+    wait "$pid"
+    rc=$?
+    [ $rc = "$want" ] || fail "$name exited $rc after SIG$sig, not $want: $(cat "$out")"
+}

@@ -59,7 +59,7 @@ out=$(timeout 60 "${sc[@]}" 2>&1) || fail "start_cost.sh exited $?: $out"
 # stop NAME SIGNAL RC CALL SCRIPT...: SCRIPT gets SIGNAL once the CALLth call of the stand-in
 # sleeps; it must exit RC within 30 s and leave no stand-in running
 stop() {
-    local name=$1 sig=$2 want=$3 call=$4 script rc p st
+    local name=$1 sig=$2 want=$3 call=$4 script p st
     shift 4
     : > "$tmp/pids"
     echo "$call" > "$tmp/hang"
@@ -72,15 +72,7 @@ stop() {
     for _ in $(seq 600); do [ "$(wc -l < "$tmp/pids")" -ge "$call" ] && break; sleep 0.1; done
     [ "$(wc -l < "$tmp/pids")" -ge "$call" ] || fail "$name made no call $call: $(cat "$tmp/stop.out")"
     sleep 0.3 # (the stand-in's exec of sleep)
-    kill "-$sig" "$script"
-    for _ in $(seq 300); do kill -0 "$script" 2> /dev/null || break; sleep 0.1; done
-    if kill -0 "$script" 2> /dev/null; then
-        fail "$name still ran 30 s after SIG$sig"
-        kill -KILL "$script"
-    fi
-    wait "$script"
-    rc=$?
-    [ $rc = "$want" ] || fail "$name exited $rc after SIG$sig, not $want: $(cat "$tmp/stop.out")"
+    signal_script "$name" "$script" "$sig" "$want" "$tmp/stop.out"
     # (a SIGKILL sent just before the script ended may take a moment to be taken)
     for p in $(cat "$tmp/pids"); do
         for _ in $(seq 50); do

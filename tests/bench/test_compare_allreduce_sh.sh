@@ -38,7 +38,7 @@ echo "$out" | grep -q '^| busbw N=2, .* | \*\*6.71\*\* (6.71) |$' || fail "compa
 # stop SIGNAL RC RUNS: the script gets SIGNAL once RUNS runs sleep (0: once it waits for the
 # lock, held here); it must exit RC within 30 s, leave no run running and the lock free
 stop() {
-    local sig=$1 want=$2 runs=$3 script rc p st
+    local sig=$1 want=$2 runs=$3 script p st
     rm -f "$tmp/run-pids" "$tmp/term.out"
     # (no timeout: it would signal the script's whole process group; the waits below are
     # bounded. set -m: a background job of a script ignores SIGINT otherwise.)
@@ -54,15 +54,7 @@ stop() {
         [ "$(wc -l 2> /dev/null < "$tmp/run-pids")" = "$runs" ] ||
             fail "compare_allreduce.sh started no run: $(cat "$tmp/term.out")"
     fi
-    kill "-$sig" "$script"
-    for _ in $(seq 300); do kill -0 "$script" 2> /dev/null || break; sleep 0.1; done
-    if kill -0 "$script" 2> /dev/null; then
-        fail "compare_allreduce.sh still ran 30 s after SIG$sig (runs: $runs)"
-        kill -KILL "$script"
-    fi
-    wait "$script"
-    rc=$?
-    [ $rc = "$want" ] || fail "compare_allreduce.sh exited $rc after SIG$sig, not $want: $(cat "$tmp/term.out")"
+    signal_script compare_allreduce.sh "$script" "$sig" "$want" "$tmp/term.out" "runs: $runs"
     for p in $(cat "$tmp/run-pids" 2> /dev/null); do
         st=$(ps -o stat= -p "$p") && [ "${st#Z}" = "$st" ] && fail "compare_allreduce.sh left run $p running after SIG$sig"
     done

@@ -48,7 +48,7 @@ echo "$out" | grep -q "^speed-up of hetring (dynamic) over DDP gloo: 1.00x, over
 # term SIGNAL RC NODES ARGS...: the script, with ARGS, gets SIGNAL once NODES nodes sleep; it
 # must exit RC within 30 s and leave no node running
 term() {
-    local sig=$1 want=$2 nodes=$3 script rc p st
+    local sig=$1 want=$2 nodes=$3 script p st
     shift 3
     rm -f "$tmp/node-pids"
     # (no timeout: it would signal the script's whole process group; the waits below are
@@ -60,15 +60,7 @@ term() {
     for _ in $(seq 600); do [ "$(wc -l 2> /dev/null < "$tmp/node-pids")" = "$nodes" ] && break; sleep 0.1; done
     [ "$(wc -l 2> /dev/null < "$tmp/node-pids")" = "$nodes" ] ||
         fail "torch_bench.sh $* started no $nodes node(s): $(cat "$tmp/term.out")"
-    kill "-$sig" "$script"
-    for _ in $(seq 300); do kill -0 "$script" 2> /dev/null || break; sleep 0.1; done
-    if kill -0 "$script" 2> /dev/null; then
-        fail "torch_bench.sh $* still ran 30 s after SIG$sig (its nodes sleep 300 s)"
-        kill -KILL "$script"
-    fi
-    wait "$script"
-    rc=$?
-    [ $rc = "$want" ] || fail "torch_bench.sh $* exited $rc after SIG$sig, not $want: $(cat "$tmp/term.out")"
+    signal_script "torch_bench.sh $*" "$script" "$sig" "$want" "$tmp/term.out" "its nodes sleep 300 s"
     for p in $(cat "$tmp/node-pids" 2> /dev/null); do
         st=$(ps -o stat= -p "$p") && [ "${st#Z}" = "$st" ] && fail "torch_bench.sh $* left node $p running after SIG$sig"
     done

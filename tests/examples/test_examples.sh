@@ -121,15 +121,7 @@ EOS
     on_exit="kill -KILL \$(cat '$tmp/node-pids' 2> /dev/null) 2> /dev/null; $on_exit"
     for _ in $(seq 600); do [ "$(wc -l 2> /dev/null < "$tmp/node-pids")" = 4 ] && break; sleep 0.1; done
     [ "$(wc -l 2> /dev/null < "$tmp/node-pids")" = 4 ] || fail "run.sh started no 4 nodes: $(cat "$tmp/term.out")"
-    kill -TERM "$script"
-    for _ in $(seq 300); do kill -0 "$script" 2> /dev/null || break; sleep 0.1; done
-    if kill -0 "$script" 2> /dev/null; then
-        fail "run.sh still ran 30 s after SIGTERM (its nodes sleep 300 s)"
-        kill -KILL "$script"
-    fi
-    wait "$script"
-    rc=$?
-    [ $rc = 143 ] || fail "run.sh exited $rc after SIGTERM, not 143: $(cat "$tmp/term.out")"
+    signal_script run.sh "$script" TERM 143 "$tmp/term.out" "its nodes sleep 300 s"
     for p in $(cat "$tmp/node-pids"); do
         st=$(ps -o stat= -p "$p") && [ "${st#Z}" = "$st" ] && fail "run.sh left node $p running after SIGTERM"
     done
