@@ -16,6 +16,12 @@
  *   fake nccl: all-reduce error injected at iteration I (view E)
  * Faults: nccl_init_fail:NODE:E (the init of view E fails on NODE), nccl_error:NODE:I (NODE's
  * all-reduce of iteration I fails, once per process).
+ *
+ * Its init is collective, as NCCL's is: a member waits in it until every member of the view has
+ * arrived or its deadline (timeout_s) passed. The members meet through empty files named by the
+ * view's id, one a rank, in $TMPDIR (else /tmp), each removed when its communicator goes; so a
+ * member whose init fails (nccl_init_fail) never arrives, and the others wait in theirs for it
+ * until their deadline, and fail with HR_ERR_TIMEOUT.
  */
 #include "cluster/nccl_fake.h"
 
@@ -24,7 +30,10 @@
 #include "cluster/stats.h"
 
 #include "base/hr_log.h"
+#include "base/hr_time.h"
 
+#include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -65,6 +74,39 @@ static hr_status fake_unique_id(uint8_t id[NCCL_PATH_ID_BYTES], long node_id, ui
     return HR_OK;
 }
 
+/* Where rank `rank` of the communicator with id `hex` says it arrived. */
+static void arrival_path(char *out, size_t len, const char *hex, int rank) {
+    const char *dir = getenv("TMPDIR");
+    snprintf(out, len, "%s/hetring-fake-nccl-%.32s.%d", dir && *dir ? dir : "/tmp", hex, rank);
+}
+
+/* Arrive, then wait until every rank has, or timeout_s. */
+static hr_status meet(const nccl_path_args *a, const char *hex, char *err, size_t errlen) {
+    char path[PATH_MAX];
+    arrival_path(path, sizeof path, hex, a->rank);
+    FILE *f = fopen(path, "w");
+    if (!f || fclose(f) != 0)
+        return hr_fail(err, errlen, HR_ERR_IO, "fake nccl: %s: %s", path, strerror(errno));
+    const double t0 = hr_now();
+    for (int q = 0; q < a->n;) {
+        arrival_path(path, sizeof path, hex, q);
+        if (access(path, F_OK) == 0) {
+            q++;
+            continue;
+        }
+        if (hr_now() - t0 > a->timeout_s) {
+            arrival_path(path, sizeof path, hex, a->rank);
+            unlink(path);
+            return hr_fail(err, errlen, HR_ERR_TIMEOUT,
+                           "communicator init: no progress within %.1f s (rank %d of %d never "
+                           "arrived)",
+                           hr_now() - t0, q, a->n);
+        }
+        nanosleep(&(struct timespec){0, 10 * 1000 * 1000}, NULL);
+    }
+    return HR_OK;
+}
+
 static hr_status fake_init(void **comm, const nccl_path_args *a, char *err, size_t errlen) {
     char hex[2 * NCCL_PATH_ID_BYTES + 1];
     to_hex(a->id, hex);
@@ -77,8 +119,19 @@ static hr_status fake_init(void **comm, const nccl_path_args *a, char *err, size
                        "ncclCommInitRankConfig: unhandled system error (test fault "
                        "nccl_init_fail)");
     }
+    hr_status st = meet(a, hex, err, errlen);
+    if (st != HR_OK) {
+        HR_INFO(RING, "fake nccl: init view %llu rank %d/%d id %s: failed (%s)",
+                (unsigned long long)a->epoch, a->rank, a->n, hex, err);
+        return st;
+    }
     fake_comm *c = calloc(1, sizeof *c);
-    if (!c) return hr_fail(err, errlen, HR_ERR_NOMEM, "fake nccl: out of memory");
+    if (!c) {
+        char path[PATH_MAX];
+        arrival_path(path, sizeof path, hex, a->rank);
+        unlink(path);
+        return hr_fail(err, errlen, HR_ERR_NOMEM, "fake nccl: out of memory");
+    }
     *c = (fake_comm){
         .r = a->r, .epoch = a->epoch, .rank = a->rank, .n = a->n, .node_id = a->node_id};
     memcpy(c->hex, hex, sizeof hex);
@@ -125,6 +178,9 @@ static void fake_abort(void *comm) {
             "all-reduce(s) of %llu floats",
             (unsigned long long)c->epoch, (unsigned long long)ring_get_view(c->r)->epoch, c->calls,
             c->floats);
+    char path[PATH_MAX];
+    arrival_path(path, sizeof path, c->hex, c->rank);
+    unlink(path);
     free(c->scratch);
     free(c);
 }

@@ -108,6 +108,51 @@ static hr_status share_id(nccl_path *p, ring *r, long node_id, id_msg *msg) {
     return ring_broadcast(r, msg, sizeof *msg, 0);
 }
 
+/* All-gather the members' init results. NCCL's init is collective: a member waits in it for
+ * every other until connect_timeout, so one whose init failed at once, or finished early, waits
+ * here as long, and the ring's own deadline on top, before it counts a member as silent. */
+static hr_status gather_inits(ring *r, const cluster_config *c, const init_msg *mine,
+                              init_msg *all) {
+    const double was = ring_timeout(r);
+    ring_set_step_timeout(r, c->connect_timeout + was);
+    hr_status st = ring_allgather(r, mine, all, sizeof *mine);
+    ring_set_step_timeout(r, was);
+    return st;
+}
+
+/* The member whose init failed, by rank, -1 when none: the first that failed for a reason of
+ * its own, else the first that timed out (those waited for a member that never came). */
+static int init_failure(init_msg *all, int n) {
+    int first = -1;
+    for (int q = 0; q < n; q++) {
+        all[q].why[WHY_BYTES - 1] = 0;
+        if (all[q].status == HR_OK) continue;
+        if (all[q].status != HR_ERR_TIMEOUT) return q;
+        if (first < 0) first = q;
+    }
+    return first;
+}
+
+/* Rank 0's one line for a view whose init failed on the member at rank q. */
+static void say_init_failure(const ring_view *v, const cluster_config *c, const init_msg *all,
+                             int q) {
+    char waited[RING_MAX_NODES * 8] = "";
+    size_t len = 0;
+    for (int k = 0; k < v->n && len < sizeof waited; k++)
+        if (k != q && all[k].status == HR_ERR_TIMEOUT)
+            len += (size_t)snprintf(waited + len, sizeof waited - len, "%s%ld", len ? "," : "",
+                                    v->ids[k]);
+    char also[sizeof waited + 96] = "";
+    if (waited[0] && all[q].status != HR_ERR_TIMEOUT)
+        snprintf(also, sizeof also, " (node(s) %s waited for it until connect_timeout, %g s)",
+                 waited, c->connect_timeout);
+    HR_WARN(RING,
+            "view %llu: NCCL init failed on node %ld (%s: %s); this view's gradients go over "
+            "TCP%s",
+            (unsigned long long)v->epoch, v->ids[q], hr_strerror((hr_status)all[q].status),
+            all[q].why, also);
+}
+
 hr_status nccl_path_view(nccl_path *p, ring *r, const cluster_config *c, char *err,
                          size_t errlen) {
     const ring_view *v = ring_get_view(r);
@@ -142,20 +187,14 @@ hr_status nccl_path_view(nccl_path *p, ring *r, const cluster_config *c, char *e
         mine.status = p->ops->init(&p->comm, &a, e, sizeof e);
         if (mine.status != HR_OK) p->comm = NULL, snprintf(mine.why, sizeof mine.why, "%s", e);
     }
-    if ((st = ring_allgather(r, &mine, all, sizeof mine)) != HR_OK) {
+    if ((st = gather_inits(r, c, &mine, all)) != HR_OK) {
         nccl_path_abort(p, r);
         return hr_fail(err, errlen, st, "NCCL init results: %s", ring_error(r));
     }
-    for (int q = 0; q < v->n; q++) {
-        if (all[q].status == HR_OK) continue;
+    const int q = init_failure(all, v->n);
+    if (q >= 0) {
         nccl_path_abort(p, r); /* every member: TCP for this view */
-        all[q].why[WHY_BYTES - 1] = 0;
-        if (ring_rank(r) == 0)
-            HR_WARN(RING,
-                    "view %llu: NCCL init failed on node %ld (%s: %s); this view's "
-                    "gradients go over TCP",
-                    (unsigned long long)v->epoch, v->ids[q], hr_strerror((hr_status)all[q].status),
-                    all[q].why);
+        if (ring_rank(r) == 0) say_init_failure(v, c, all, q);
         p->told = TRANSPORT_TCP;
         return HR_OK;
     }

@@ -12,8 +12,9 @@
  * (transport.h) from the INI and, when the INI allows NCCL, the members' own facts,
  * all-gathered; with NCCL, the lowest member (rank 0) makes a unique id and broadcasts it over
  * the authenticated TCP ring, every member initialises its communicator (rank = ring position,
- * with a deadline) and the results are all-gathered: when any member failed, every member
- * falls back to TCP for this view, and rank 0 logs once which node failed and why.
+ * with the deadline connect_timeout) and the results are all-gathered, waiting as long as an
+ * init may wait for a member that never arrives: when any member failed, every member falls back
+ * to TCP for this view, and rank 0 logs once which node failed and why.
  * Invariants: every member takes the same decision (it is made from all-gathered facts); a
  * communicator never outlives its view (nccl_path_abort runs before every election); an
  * all-reduce error or timeout fails the TCP ring too (ring_fail_view), so it enters the same

@@ -14,8 +14,14 @@
 #             and rejoins (a planned view change, no failed collective): the survivors abort
 #             view 2's communicator before that election too, and view 3 has a new id on all
 #             three; every iteration is recorded once (I8) and the three end alike
-#   fallback  node 1's init fails in view 1: every member goes over TCP for that view, rank 0
-#             logs which node and why, and the run ends bitwise where the TCP run does
+#   fallback  node 1's init fails in view 1: the others wait in theirs for it until
+#             connect_timeout, as in NCCL's, and give up; every member goes over TCP for that
+#             view, rank 0 logs once which node failed and why (node 1, not those that timed out
+#             waiting for it), and the run ends bitwise where the TCP run does
+#   late      the same in view 2, after an NCCL error at iteration 10, where the ring's deadline
+#             is [cluster] timeout (2 s) and not connect_timeout (10 s): node 1, whose init failed
+#             at once, waits for the others' results until their inits give up, the view trains
+#             over TCP and does not fail
 #   error     node 1's NCCL all-reduce fails at iteration 15: every node aborts, a new view
 #             forms with a new id and iteration 15 runs again; exactly once (I8), and the end
 #             is bitwise the TCP run's
@@ -53,6 +59,7 @@ EOT
   done
 }
 
+export TMPDIR=$tmp # where the fake's members meet in its init
 pids=()
 trap 'keep_tmp; kill -KILL "${pids[@]}" 2>/dev/null; rm -rf "$tmp"; port_release' EXIT
 # start NAME ID FAULTS: node ID of $tmp/NAME.ini in the background
@@ -121,6 +128,23 @@ aborted_before() {
     fail "$1: node $2 did not abort view $3's communicator before the election (abort line ${a:-none}, view $(($3 + 1))'s init line ${i:-none})"
 }
 
+# init_failed NAME EPOCH WAITERS...: node 1's init of view EPOCH failed at once (nccl_init_fail);
+# the WAITERS waited in theirs for it until connect_timeout and gave up; rank 0 logged once
+# that node 1 failed and why, and the view went over TCP
+init_failed() {
+  local name=$1 ep=$2 id n
+  shift 2
+  grep -h "NCCL init failed" "$tmp/$name-0.log"
+  grep -q "view $ep: NCCL init failed on node 1 (.*nccl_init_fail.*); this view's gradients go over TCP" \
+    "$tmp/$name-0.log" || fail "$name: rank 0 did not say that node 1's init failed and why"
+  n=$(grep -c "NCCL init failed" "$tmp/$name"-*.log | awk -F: '{s += $2} END {print s}')
+  [ "$n" = 1 ] || fail "$name: the fallback was logged $n times, not once"
+  for id in "$@"; do
+    grep -q "fake nccl: init view $ep rank [0-9]/3 id [0-9a-f]*: failed (communicator init: no progress within" \
+      "$tmp/$name-$id.log" || fail "$name: node $id did not wait in its init of view $ep for node 1"
+  done
+}
+
 case $scenario in
 bitwise)
   conf "$tmp/tcp.ini" tcp
@@ -173,17 +197,20 @@ fallback)
   conf "$tmp/fb.ini" nccl
   run tcp "$GPU"
   run fb "$GPU" "$GPU,nccl_init_fail:1:1"
-  grep -h "NCCL init failed" "$tmp/fb-0.log"
-  grep -q "view 1: NCCL init failed on node 1 (.*nccl_init_fail.*); this view's gradients go over TCP" \
-    "$tmp/fb-0.log" || fail "rank 0 did not say which node's init failed and why"
-  n=$(grep -c "NCCL init failed" "$tmp"/fb-*.log | awk -F: '{s += $2} END {print s}')
-  [ "$n" = 1 ] || fail "the fallback was logged $n times, not once"
-  for id in 0 2; do # the members whose init succeeded dropped their communicator at once
-    grep -q "fake nccl: init view 1 rank [0-9]/3 id [0-9a-f]*: ok" "$tmp/fb-$id.log" &&
-      grep -q "fake nccl: abort of view 1's communicator (ring at view 1)" "$tmp/fb-$id.log" ||
-      fail "node $id did not drop its communicator of view 1"
-  done
+  init_failed fb 1 0 2
   same_end fb tcp 0 1 2
+  ;;
+late)
+  conf "$tmp/tcp.ini" tcp
+  conf "$tmp/lt.ini" nccl
+  sed -i 's/^connect_timeout = .*/connect_timeout = 10/' "$tmp/lt.ini"
+  run tcp "$GPU"
+  run lt "$GPU" "$GPU,nccl_error:1:10,nccl_init_fail:1:2"
+  grep -q "all-reduce error injected at iteration 10" "$tmp/lt-1.log" || fail "no error was injected"
+  init_failed lt 2 0 2
+  grep -h "failed before training" "$tmp"/lt-*.log && fail "view 2 failed instead of going over TCP"
+  grep -q "fake nccl: init view 3 " "$tmp"/lt-*.log && fail "a third view formed"
+  same_end lt tcp 0 1 2
   ;;
 error)
   conf "$tmp/tcp.ini" tcp
