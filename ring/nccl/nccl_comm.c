@@ -7,6 +7,12 @@
  * when a peer or the network failed) and cudaStreamQuery for the collective itself. The poll
  * yields for the first millisecond (small all-reduces finish in microseconds) and then
  * sleeps 50 us per round so a long wait does not burn a core.
+ *
+ * An abort that returns ncclInProgress (a non-blocking communicator still being torn down) is
+ * polled the same way until the communicator leaves ncclInProgress, for TEARDOWN_S at most, as
+ * a finalize is. A teardown that outlives that is left to NCCL, and this process makes no new
+ * communicator on that device (torn_devices), which would race it: such a node's views go over
+ * TCP.
  */
 #include "ring/nccl/nccl_comm.h"
 
@@ -23,6 +29,16 @@
 #include <time.h>
 
 _Static_assert(sizeof(ncclUniqueId) == NCCL_UNIQUE_ID_BYTES, "ncclUniqueId size changed");
+
+#define TEARDOWN_S 10.0 /* seconds a finalize, or an abort in progress, may take */
+
+/* Devices whose aborted communicator was still being torn down after TEARDOWN_S, bit N for
+ * cuda:N (cuda:63 and above share bit 63). The process's, as the device is, and only ever set. */
+static uint64_t torn_devices;
+
+static uint64_t device_bit(int device) {
+    return 1ull << (device < 63 ? device : 63);
+}
 
 /* ================================================================ helpers */
 
@@ -130,6 +146,12 @@ hr_status nccl_comm_init(nccl_comm *c, int rank, int n,
         return hr_fail(err, errlen, HR_ERR_UNSUPPORTED,
                        "nccl: cuda:%d requested, but this machine has %d CUDA device(s)", device,
                        ndev);
+    if (__atomic_load_n(&torn_devices, __ATOMIC_ACQUIRE) & device_bit(device))
+        return hr_fail(err, errlen, HR_ERR_NCCL,
+                       "nccl: cuda:%d: a communicator aborted earlier was still being torn down "
+                       "after %.0f s, so this process makes no new one there (restart the node "
+                       "to use NCCL on it again)",
+                       device, TEARDOWN_S);
     double deadline = hr_now() + timeout_s;
     cudaStream_t stream = NULL;
     cudaError_t e = cudaSetDevice(device);
@@ -200,15 +222,43 @@ hr_status nccl_allreduce(nccl_comm *c, float *dev_buf, size_t count, double time
     return HR_OK;
 }
 
+/* An abort that returned ncclInProgress: poll until the communicator leaves it, TEARDOWN_S at
+ * most; past that, NCCL keeps the communicator and the device takes no new one. */
+static void wait_teardown(const nccl_comm *c, ncclComm_t comm) {
+    const double t0 = hr_now();
+    for (;;) {
+        ncclResult_t st = ncclInProgress;
+        ncclResult_t r = nccl_lib.ncclCommGetAsyncError(comm, &st);
+        if (r != ncclSuccess) {
+            HR_WARN(RING, "nccl rank %d on cuda:%d: after ncclCommAbort: ncclCommGetAsyncError: %s",
+                    c->rank, c->device, nccl_lib.ncclGetErrorString(r));
+            return;
+        }
+        if (st != ncclInProgress) return;
+        double t = hr_now();
+        if (t - t0 > TEARDOWN_S) break;
+        pause_poll(t - t0);
+    }
+    __atomic_fetch_or(&torn_devices, device_bit(c->device), __ATOMIC_RELEASE);
+    HR_ERROR(RING,
+             "nccl rank %d on cuda:%d: ncclCommAbort was still tearing the communicator down "
+             "after %.0f s; it is left to NCCL, and this process makes no new communicator on "
+             "cuda:%d (views with this node go over TCP)",
+             c->rank, c->device, TEARDOWN_S, c->device);
+}
+
 void nccl_comm_abort(nccl_comm *c) {
     if (!c) return;
     if (c->comm) {
+        ncclComm_t comm = (ncclComm_t)c->comm;
+        c->comm = NULL;
         cudaSetDevice(c->device);
-        ncclResult_t r = nccl_lib.ncclCommAbort((ncclComm_t)c->comm);
-        if (r != ncclSuccess && r != ncclInProgress)
+        ncclResult_t r = nccl_lib.ncclCommAbort(comm);
+        if (r == ncclInProgress)
+            wait_teardown(c, comm);
+        else if (r != ncclSuccess)
             HR_WARN(RING, "nccl rank %d: ncclCommAbort: %s", c->rank,
                     nccl_lib.ncclGetErrorString(r));
-        c->comm = NULL;
     }
     c->broken = 1;
 }
@@ -221,7 +271,7 @@ void nccl_comm_free(nccl_comm *c) {
         ncclResult_t r = nccl_lib.ncclCommFinalize(comm);
         hr_status s = HR_OK;
         if (r == ncclInProgress)
-            s = wait_comm(c, hr_now() + 10.0, "finalize"); /* aborts on failure */
+            s = wait_comm(c, hr_now() + TEARDOWN_S, "finalize"); /* aborts on failure */
         else if (r != ncclSuccess)
             s = HR_ERR_NCCL, nccl_comm_abort(c);
         if (s == HR_OK && c->comm) nccl_lib.ncclCommDestroy(comm);

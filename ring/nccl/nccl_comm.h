@@ -61,8 +61,10 @@ hr_status nccl_comm_init(nccl_comm *c, int rank, int n,
  * HR_ERR_NCCL/HR_ERR_CUDA; either way the communicator has been aborted (c->err says why). */
 hr_status nccl_allreduce(nccl_comm *c, float *dev_buf, size_t count, double timeout_s);
 
-/* Tear down at once with ncclCommAbort, abandoning in-flight work (a peer died or the view
- * changed). Safe to call twice. */
+/* Tear down with ncclCommAbort, abandoning in-flight work (a peer died or the view changed).
+ * When the abort returns ncclInProgress, waits until the communicator leaves it, 10 s at most;
+ * a teardown still going then is left to NCCL, and nccl_comm_init refuses that device for the
+ * rest of the process (HR_ERR_NCCL), rather than race it. Safe to call twice. */
 void nccl_comm_abort(nccl_comm *c);
 
 /* Orderly release: finalize (bounded by a short deadline, abort if it runs out), destroy,

@@ -12,6 +12,12 @@
  *                communicator is aborted once, later calls fail without reaching NCCL
  *   deadline     the stream never finishes, no error: HR_ERR_TIMEOUT, aborted
  *   init stuck   a member never arrives: HR_ERR_TIMEOUT, aborted, its stream destroyed
+ *   abort in progress  ncclCommAbort returns ncclInProgress and the communicator tears down
+ *                over a few polls: the abort returns once it left ncclInProgress, and the
+ *                next init on the device goes ahead
+ *   abort stuck  the teardown never ends: the abort gives up after its deadline (10 s) and
+ *                the device takes no new communicator in this process, refused without
+ *                reaching NCCL, naming the device
  */
 #include "ring/nccl/nccl_comm.h"
 #include "ring/nccl/nccl_lib.h"
@@ -70,7 +76,10 @@ const char *cudaGetErrorString(cudaError_t e) {
 
 static int busy;       /* ncclCommGetAsyncError says ncclInProgress this many more times */
 static int fail_after; /* ... then, after this many more polls, ncclRemoteError (-1: never) */
-static int aborts, allreduces;
+static int aborts, allreduces, inits;
+static int abort_polls; /* the next abort returns ncclInProgress and tears down over this many
+                         * polls of ncclCommGetAsyncError (-1: never ends); 0: ncclSuccess */
+static int tearing;     /* polls left of the teardown of an abort in progress (-1: ever) */
 static int comm_obj;
 
 static ncclResult_t s_version(int *v) {
@@ -84,12 +93,16 @@ static ncclResult_t s_unique_id(ncclUniqueId *id) {
 static ncclResult_t s_init(ncclComm_t *comm, int n, ncclUniqueId id, int rank, ncclConfig_t *cfg) {
     (void)n, (void)id, (void)rank;
     CHECK(cfg && cfg->blocking == 0, "the communicator is not non-blocking");
+    inits++;
     *comm = (ncclComm_t)&comm_obj;
     return ncclInProgress;
 }
 static ncclResult_t s_async(ncclComm_t comm, ncclResult_t *st) {
     (void)comm;
-    if (busy != 0) {
+    if (tearing != 0) {
+        if (tearing > 0) tearing--;
+        *st = ncclInProgress;
+    } else if (busy != 0) {
         if (busy > 0) busy--;
         *st = ncclInProgress;
     } else if (fail_after == 0) {
@@ -116,7 +129,9 @@ static ncclResult_t s_allreduce(const void *in, void *out, size_t count, ncclDat
 static ncclResult_t s_abort(ncclComm_t comm) {
     (void)comm;
     aborts++;
-    return ncclSuccess;
+    if (!abort_polls) return ncclSuccess;
+    tearing = abort_polls, abort_polls = 0;
+    return ncclInProgress;
 }
 static ncclResult_t s_finalize(ncclComm_t comm) {
     (void)comm;
@@ -200,5 +215,38 @@ int main(void) {
     CHECK(init(&c, 0.05) == HR_ERR_TIMEOUT, "an init no member completes is no timeout");
     CHECK(aborts == 3 && streams == 0,
           "a stuck init left its communicator (aborts %d) or stream (%d)", aborts, streams);
+
+    busy = 0;
+    CHECK(init(&c, 5.0) == HR_OK, "init before an abort in progress");
+    abort_polls = 4;
+    nccl_comm_abort(&c);
+    CHECK(tearing == 0,
+          "the abort returned while NCCL was still tearing the communicator down (%d polls "
+          "left): a later init on the device races it",
+          tearing);
+    nccl_comm_free(&c);
+    CHECK(streams == 0, "an aborted communicator's stream was left (%d)", streams);
+    int before_inits = inits;
+    CHECK(init(&c, 5.0) == HR_OK && inits == before_inits + 1,
+          "no init after an abort whose teardown ended");
+    nccl_comm_abort(&c);
+    nccl_comm_free(&c);
+
+    CHECK(init(&c, 5.0) == HR_OK, "init before a stuck abort");
+    abort_polls = -1;
+    nccl_comm_abort(&c); /* gives up after its deadline */
+    nccl_comm_free(&c);
+    CHECK(tearing == -1 && streams == 0, "a stuck teardown: tearing %d, streams %d", tearing,
+          streams);
+    tearing = 0;
+    before_inits = inits;
+    uint8_t id[NCCL_UNIQUE_ID_BYTES] = {0};
+    char err[HR_ERRLEN] = "";
+    hr_status s = nccl_comm_init(&c, 0, 2, id, 0, 5.0, err, sizeof err);
+    printf("abort stuck: %s\n", err);
+    CHECK(s == HR_ERR_NCCL && inits == before_inits && strstr(err, "cuda:0") != NULL,
+          "an init on a device whose abort never ended: %s, %d init(s) reached NCCL: %s",
+          hr_strerror(s), inits - before_inits, err);
+    nccl_comm_free(&c);
     return check_exit();
 }
