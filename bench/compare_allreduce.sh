@@ -120,6 +120,16 @@ else
 fi
 [ ${#impls[@]} -gt 0 ] || die "nothing to run"
 
+# ------------------------------------------------------------------ stop and lock
+# The run in progress (the wait for the lock too) gets SIGTERM, and SIGKILL 10 s later with its
+# process group (timeout's: mpirun's ranks, the bench's nodes), at exit, also on SIGTERM
+# or SIGINT to this script alone (bench/script_args.sh). Every run runs in this shell, in the
+# background, not in $(...), so that the trap finds it, and holds the lock while it runs: this
+# shell holds it, the run does not.
+. "$root/bench/script_args.sh"
+script_traps
+script_lock "$lock"
+
 # ------------------------------------------------------------------ R
 if [ -z "$rate" ]; then
     if command -v iperf3 >/dev/null; then
@@ -138,24 +148,6 @@ rate_args=()
 [ -z "$rate" ] || rate_args=(--rate "$rate")
 
 # ------------------------------------------------------------------ one run
-# The run in progress (timeout, which leads the process group of the run) gets SIGTERM, which
-# it passes on, and its group SIGKILL 10 s later, at exit, also on SIGTERM or SIGINT to this
-# script alone; so does a wait for the lock. (run_one runs in this shell, its run and the wait
-# for the lock in the background, not in $(...), so that the trap finds them: bash takes a
-# trapped signal as soon as `wait` is interrupted.)
-run_pid=
-cleanup() {
-    [ -n "$run_pid" ] || return 0
-    kill -TERM "$run_pid" 2>/dev/null || return 0
-    for _ in $(seq 100); do kill -0 "$run_pid" 2>/dev/null || break; sleep 0.1; done
-    kill -KILL -- "-$run_pid" "$run_pid" 2>/dev/null || true
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-{ : >>"$lock"; } 2>/dev/null || [ -r "$lock" ] || die "cannot create $lock"
-exec {lock_fd}<"$lock"
-
 # run IMPL N BYTES ITERS TAG: "busbw time_us wrong" of the one data line, or "fail", into $res.
 run_one() {
     local impl=$1 n=$2 b=$3 iters=$4 log=$5
@@ -178,14 +170,7 @@ run_one() {
     esac
     echo "\$ flock $lock ${cmd[*]}" >"$log"
     local rc=0
-    flock "$lock_fd" & # the lock is this shell's (its open file), held until flock -u below
-    run_pid=$!
-    wait "$run_pid" || { run_pid=; die "flock $lock failed"; }
-    timeout "$run_timeout" "${cmd[@]}" >>"$log" 2>&1 </dev/null {lock_fd}>&- &
-    run_pid=$!
-    wait "$run_pid" || rc=$?
-    run_pid=
-    flock -u "$lock_fd"
+    script_locked timeout "$run_timeout" "${cmd[@]}" >>"$log" 2>&1 || rc=$?
     # the data line: size count float sum time algbw busbw #wrong
     local line
     line=$(awk '$1 !~ /^#/ && $3 == "float" && $4 == "sum" && NF >= 8 {l = $0} END {print l}' "$log")

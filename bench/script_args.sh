@@ -4,7 +4,8 @@
 # (exit 0) or no argument (exit 2), and refuses at once a HETRING that is not an executable
 # file (exit 2): each node's start would fail and every wait run to its end, minutes before
 # the script said anything. script_run and script_traps (below) run its commands so that a
-# SIGTERM or SIGINT to the script alone stops them.
+# SIGTERM or SIGINT to the script alone stops them; script_lock and script_locked run them one
+# at a time with every other holder of a lock (the bench lock).
 script_usage() { sed -n '2,/^set -u/p' "$0" | sed -e '$d' -e 's/^# \{0,1\}//'; }
 script_hetring() {
     case ${1:-} in
@@ -24,7 +25,9 @@ script_hetring() {
 # pid to script_pids, and empties it once it waited for them. script_traps [CMD], once before the
 # first run, makes such a signal end the script (143 or 130) and, at exit, sends the runs in
 # progress (script_pids) and their children (that of /usr/bin/time or timeout) SIGTERM and,
-# 10 s later, SIGKILL; then it runs CMD (e.g. removes a temporary folder the run writes in).
+# 10 s later, SIGKILL, with the process group of a run that leads one (timeout's, which holds
+# the processes its command starts: mpirun's ranks, a bench's nodes); then it runs CMD (e.g.
+# removes a temporary folder the run writes in).
 script_pids=()
 script_run() {
     local rc=0
@@ -36,20 +39,46 @@ script_run() {
 }
 script_stop() {
     [ ${#script_pids[@]} -gt 0 ] || return 0
-    local pids=("${script_pids[@]}") p left
-    for p in "${script_pids[@]}"; do pids+=($(pgrep -P "$p" 2> /dev/null)) || true; done
+    local pids=("${script_pids[@]}") groups=() p g left=0
+    for p in "${script_pids[@]}"; do
+        pids+=($(pgrep -P "$p" 2> /dev/null)) || true
+        g=$(ps -o pgid= -p "$p" 2> /dev/null) && [ "${g// /}" = "$p" ] && groups+=("-$p")
+    done
     kill -TERM "${pids[@]}" 2> /dev/null || true
     for _ in $(seq 100); do
         left=0
-        for p in "${pids[@]}"; do kill -0 "$p" 2> /dev/null && left=1; done
+        for p in "${pids[@]}" "${groups[@]}"; do kill -0 -- "$p" 2> /dev/null && left=1; done
         [ $left = 1 ] || break
         sleep 0.1
     done
-    kill -KILL "${pids[@]}" 2> /dev/null || true
+    # (only what is left: a pid gone since may be another process's by now)
+    [ $left = 0 ] || kill -KILL -- "${groups[@]}" "${pids[@]}" 2> /dev/null || true
     script_pids=()
 }
 script_traps() {
     trap "script_stop; ${1:-}" EXIT
     trap 'exit 130' INT
     trap 'exit 143' TERM
+}
+
+# script_lock FILE: FILE (made if missing) becomes the script's lock, open in this shell
+# (script_lock_fd); exits 2 if it cannot be opened. script_locked CMD... is script_run CMD
+# holding flock FILE, released once CMD ended: the wait for it runs as a run too (a signal stops
+# it), and the lock belongs to this shell's open file, which CMD does not get, so that a run left
+# behind never holds it. Exits 2 if flock fails.
+script_lock_file=
+script_lock_fd=
+script_lock() {
+    script_lock_file=$1
+    { : >> "$1"; } 2> /dev/null || [ -r "$1" ] ||
+        { echo "$(basename "$0"): cannot create the lock $1" >&2; exit 2; }
+    exec {script_lock_fd}< "$1"
+}
+script_locked() {
+    local rc=0
+    script_run flock "$script_lock_fd" ||
+        { echo "$(basename "$0"): flock $script_lock_file failed" >&2; exit 2; }
+    script_run "$@" {script_lock_fd}>&- || rc=$?
+    flock -u "$script_lock_fd"
+    return $rc
 }

@@ -6,8 +6,9 @@
 #   - SIGTERM to the script alone while a run sleeps: it exits 143 without waiting for it, the
 #     run is gone and the lock free (the run ran in $(...), out of the trap's reach, and was
 #     left running, holding the lock);
-#   - SIGINT to the script alone while a run that ignores SIGTERM sleeps: it exits 130 and the
-#     run is gone (SIGKILL after the grace of 10 s);
+#   - SIGINT to the script alone while a run that ignores SIGTERM sleeps, and a child of it
+#     that ignores SIGTERM too: it exits 130 and both are gone (SIGKILL after the grace of 10 s,
+#     to the run's process group);
 #   - SIGTERM while it waits for the lock: it exits 143 at once.
 # Skipped (77) without flock or timeout, which the script needs.
 set -u
@@ -17,13 +18,17 @@ HR=unused
 command -v flock > /dev/null && command -v timeout > /dev/null || { echo "SKIP: no flock or timeout"; exit 77; }
 
 # the stand-in: records its pid (in run-pids, and in all-pids for on_exit); sleeps while
-# $tmp/hang exists (ignoring SIGTERM while $tmp/deaf exists), else prints a data line
+# $tmp/hang exists (ignoring SIGTERM while $tmp/deaf exists, with a child that sleeps too, its
+# pid recorded as well), else prints a data line
 cat > "$tmp/hetring" << EOS
 #!/bin/sh
 echo \$\$ >> "$tmp/run-pids"
 echo \$\$ >> "$tmp/all-pids"
 [ -e "$tmp/deaf" ] && trap '' TERM
-[ -e "$tmp/hang" ] && exec sleep 300
+if [ -e "$tmp/hang" ]; then
+    [ -e "$tmp/deaf" ] && { sleep 300 & echo \$! >> "$tmp/run-pids"; echo \$! >> "$tmp/all-pids"; }
+    exec sleep 300
+fi
 echo "     67108864  16777216  float  sum  10000.0  6.71  6.71  0"
 EOS
 chmod +x "$tmp/hetring"
@@ -35,8 +40,9 @@ out=$(timeout 60 bash "$SRC/bench/compare_allreduce.sh" "${args[@]}" 2>&1) ||
     fail "compare_allreduce.sh exited $?: $out"
 echo "$out" | grep -q '^| busbw N=2, .* | \*\*6.71\*\* (6.71) |$' || fail "compare_allreduce.sh printed no busbw of 6.71: $out"
 
-# stop SIGNAL RC RUNS: the script gets SIGNAL once RUNS runs sleep (0: once it waits for the
-# lock, held here); it must exit RC within 30 s, leave no run running and the lock free
+# stop SIGNAL RC RUNS: the script gets SIGNAL once RUNS runs (or their children) sleep (0: once
+# it waits for the lock, held here); it must exit RC within 30 s, leave none running and the
+# lock free
 stop() {
     local sig=$1 want=$2 runs=$3 script p st
     rm -f "$tmp/run-pids" "$tmp/term.out"
@@ -63,7 +69,7 @@ stop() {
 stop TERM 143 1
 flock -n "$tmp/lock" true || fail "compare_allreduce.sh left $tmp/lock held after SIGTERM"
 : > "$tmp/deaf"
-stop INT 130 1
+stop INT 130 2
 # the lock held by another: SIGTERM while the script waits for it
 exec {held}< "$tmp/lock"
 flock "$held"
