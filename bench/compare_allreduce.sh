@@ -42,7 +42,8 @@ mpirun/mpicc) is skipped with a message.
 
   --repeats K     runs of each implementation per configuration (default $repeats)
   --rate R        R in GB/s (one TCP stream on loopback); default: measured once here with
-                  iperf3 (3 s, as hetring bench allreduce does), else unknown
+                  iperf3 (3 s, as hetring bench allreduce does; its output in DIR/iperf3.json),
+                  else unknown
   --nodes LIST    node counts, space or comma separated (default "$nodes_list")
   --bytes B       bandwidth size, K/M/G suffixes (default $bytes); 20 timed iterations, 3 warm-up
   --lat-iters I   timed iterations of the 4-byte latency runs (default $lat_iters)
@@ -122,10 +123,10 @@ fi
 
 # ------------------------------------------------------------------ stop and lock
 # The run in progress (the wait for the lock too) gets SIGTERM, and SIGKILL 10 s later with its
-# process group (timeout's: mpirun's ranks, the bench's nodes), at exit, also on SIGTERM
-# or SIGINT to this script alone (bench/script_args.sh). Every run runs in this shell, in the
-# background, not in $(...), so that the trap finds it, and holds the lock while it runs: this
-# shell holds it, the run does not.
+# process group (timeout's: mpirun's ranks, the bench's nodes, iperf3), at exit, also on SIGTERM
+# or SIGINT to this script alone (bench/script_args.sh). Every run, iperf3's too, runs in this
+# shell, in the background, not in $(...), so that the trap finds it, and holds the lock while
+# it runs: this shell holds it, the run does not.
 . "$root/bench/script_args.sh"
 script_traps
 script_lock "$lock"
@@ -134,11 +135,14 @@ script_lock "$lock"
 if [ -z "$rate" ]; then
     if command -v iperf3 >/dev/null; then
         port=$((10000 + RANDOM % 22000))
-        json=$(flock "$lock" bash -c "iperf3 -s -1 -p $port -B 127.0.0.1 >/dev/null 2>&1 & sleep 0.5; \
-               iperf3 -c 127.0.0.1 -p $port -t 3 -J 2>/dev/null; wait" || true)
+        # the server ends after one test, or when the client failed (never connected)
+        script_locked timeout 30 bash -c 'iperf3 -s -1 -p "$1" -B 127.0.0.1 >/dev/null 2>&1 &
+            sleep 0.5; iperf3 -c 127.0.0.1 -p "$1" -t 3 -J 2>/dev/null || kill $! 2>/dev/null
+            wait' - "$port" >"$outdir/iperf3.json" || true
         # bits_per_second of "sum_received", as hetring bench allreduce reads it
-        rate=$(printf '%s\n' "$json" | awk '/"sum_received"/ {f = 1}
-            f && /"bits_per_second"/ { gsub(/[^0-9.eE+-]/, "", $2); printf "%.2f", $2 / 8e9; exit }')
+        rate=$(awk '/"sum_received"/ {f = 1}
+            f && /"bits_per_second"/ { gsub(/[^0-9.eE+-]/, "", $2); printf "%.2f", $2 / 8e9; exit }' \
+            "$outdir/iperf3.json")
         [ -n "$rate" ] || echo "compare_allreduce: iperf3 failed; R unknown (give --rate)" >&2
     else
         echo "compare_allreduce: iperf3 not found; R unknown (give --rate)" >&2

@@ -3,6 +3,11 @@
 # script that prints a data line at once, or sleeps), gloo and Open MPI skipped, so that it
 # runs in seconds:
 #   - a run prints the table of the stand-in's busbw;
+#   - without --rate, R comes from iperf3 (a stand-in on PATH whose client prints its result at
+#     once, or sleeps);
+#   - SIGTERM to the script alone while iperf3 measures R: it exits 143, no iperf3 is left and
+#     the lock is free (iperf3 ran in $(...), out of the trap's reach, and was left running,
+#     holding the lock, under a flock of its own);
 #   - SIGTERM to the script alone while a run sleeps: it exits 143 without waiting for it, the
 #     run is gone and the lock free (the run ran in $(...), out of the trap's reach, and was
 #     left running, holding the lock);
@@ -34,11 +39,50 @@ EOS
 chmod +x "$tmp/hetring"
 on_exit="kill -KILL \$(cat '$tmp/all-pids' 2> /dev/null) 2> /dev/null"
 args=(--hetring "$tmp/hetring" --python /bin/false --rate 1 --repeats 1 --no-latency --nodes 2
-      --out "$tmp/out" --lock "$tmp/lock")
+      --out "$tmp/out" --lock "$tmp/lock") # (R given: no iperf3)
 
 out=$(timeout 60 bash "$SRC/bench/compare_allreduce.sh" "${args[@]}" 2>&1) ||
     fail "compare_allreduce.sh exited $?: $out"
 echo "$out" | grep -q '^| busbw N=2, .* | \*\*6.71\*\* (6.71) |$' || fail "compare_allreduce.sh printed no busbw of 6.71: $out"
+
+# R from iperf3: the stand-in records its pid (in iperf3-pids and all-pids), sleeps while
+# $tmp/hang exists, else as a client (-c) prints a result of 80 Gbit/s
+mkdir -p "$tmp/bin"
+cat > "$tmp/bin/iperf3" << EOS
+#!/bin/sh
+echo \$\$ >> "$tmp/iperf3-pids"
+echo \$\$ >> "$tmp/all-pids"
+[ -e "$tmp/hang" ] && exec sleep 300
+case " \$* " in
+*" -c "*) printf '{"end": {"sum_received": {\n\t"bits_per_second":\t80000000000\n}}}\n' ;;
+esac
+EOS
+chmod +x "$tmp/bin/iperf3"
+measure=(--hetring "$tmp/hetring" --python /bin/false --repeats 1 --no-latency --nodes 2
+         --out "$tmp/out" --lock "$tmp/lock")
+out=$(PATH=$tmp/bin:$PATH timeout 60 bash "$SRC/bench/compare_allreduce.sh" "${measure[@]}" 2>&1) ||
+    fail "compare_allreduce.sh without --rate exited $?: $out"
+echo "$out" | grep -q '^R = 10.00 GB/s (one iperf3' || fail "compare_allreduce.sh gave no R of 10.00 GB/s: $out"
+
+# SIGTERM once iperf3's server and client sleep
+: > "$tmp/hang"
+rm -f "$tmp/iperf3-pids"
+set -m # (see stop below)
+PATH=$tmp/bin:$PATH bash "$SRC/bench/compare_allreduce.sh" "${measure[@]}" > "$tmp/term.out" 2>&1 &
+script=$!
+set +m
+for _ in $(seq 600); do [ "$(wc -l 2> /dev/null < "$tmp/iperf3-pids")" = 2 ] && break; sleep 0.1; done
+[ "$(wc -l 2> /dev/null < "$tmp/iperf3-pids")" = 2 ] ||
+    fail "compare_allreduce.sh started no iperf3 server and client: $(cat "$tmp/term.out")"
+signal_script compare_allreduce.sh "$script" TERM 143 "$tmp/term.out" "iperf3 sleeps 300 s"
+left=()
+for p in $(cat "$tmp/iperf3-pids" 2> /dev/null); do
+    st=$(ps -o stat= -p "$p") && [ "${st#Z}" = "$st" ] &&
+        { fail "compare_allreduce.sh left iperf3 $p running after SIGTERM"; left+=("$p"); }
+done
+flock -n "$tmp/lock" true || fail "compare_allreduce.sh left $tmp/lock held after SIGTERM to iperf3"
+# (an iperf3 left running holds the lock: the checks below need it free)
+[ ${#left[@]} = 0 ] || { kill -KILL "${left[@]}"; flock -w 10 "$tmp/lock" true; }
 
 # stop SIGNAL RC RUNS: the script gets SIGNAL once RUNS runs (or their children) sleep (0: once
 # it waits for the lock, held here); it must exit RC within 30 s, leave none running and the
@@ -65,7 +109,6 @@ stop() {
         st=$(ps -o stat= -p "$p") && [ "${st#Z}" = "$st" ] && fail "compare_allreduce.sh left run $p running after SIG$sig"
     done
 }
-: > "$tmp/hang"
 stop TERM 143 1
 flock -n "$tmp/lock" true || fail "compare_allreduce.sh left $tmp/lock held after SIGTERM"
 : > "$tmp/deaf"
