@@ -38,15 +38,46 @@ wait_for_line() {
     return 1
 }
 
+# Stand-ins. A test that runs a script with stand-ins for what the script starts (a /bin/sh
+# script of the test's that sleeps, say) and must find or stop them later puts the line
+# $standin_rec in each, which defines `rec PID`, and has each record itself with
+# `rec $$ >> FILE`: a line "PID START", START the process's start time (clock ticks since boot,
+# field 22 of /proc/PID/stat). A pid alone does not name a process once it ended: another
+# process of the machine may have it (within seconds where pid_max is 32768 and builds run), and
+# a SIGKILL to it at the test's end would hit that one. proc_alive PID START: that process still
+# runs (not a zombie, not another that got PID since). standin_kill FILE...: SIGKILL to each
+# process of FILE's lines that still runs, to no other. proc_stat PID: the fields of
+# /proc/PID/stat from the state on into proc_f ([0] the state, [1] the parent's pid, [19] the
+# start time), without a fork (whose process could get a pid being checked); fails once PID is
+# gone.
+standin_rec='rec() { read -r s < "/proc/$1/stat"; p=$1; s=${s##*") "}; set -- $s; echo "$p ${20}"; }'
+proc_f=()
+proc_stat() {
+    local s
+    read -r s 2> /dev/null < "/proc/$1/stat" || return 1
+    read -ra proc_f <<< "${s##*) }"
+}
+proc_alive() { proc_stat "$1" && [ "${proc_f[19]}" = "$2" ] && [ "${proc_f[0]}" != Z ]; }
+standin_kill() {
+    local f p start
+    for f; do
+        [ -f "$f" ] || continue
+        while read -r p start; do proc_alive "$p" "$start" && kill -KILL "$p" 2> /dev/null; done < "$f"
+    done
+    return 0
+}
+
 # signal_script NAME PID SIG WANT OUT [WHY]: send SIG to the script PID (started in the
 # background of this shell), give it 30 s to end (else fail, with WHY, and SIGKILL it), reap it
 # and fail unless it exited WANT (OUT: its output, shown then). The stop check of every test of
-# a script's signal handling.
+# a script's signal handling. PID gets a signal only while it is this shell's child, the one it
+# started (proc_alive): bash reaps an ended child at once, and its pid may be another's then.
 signal_script() {
-    local name=$1 pid=$2 sig=$3 want=$4 out=$5 why=${6:-} rc
-    kill "-$sig" "$pid"
-    for _ in $(seq 300); do kill -0 "$pid" 2> /dev/null || break; sleep 0.1; done
-    if kill -0 "$pid" 2> /dev/null; then
+    local name=$1 pid=$2 sig=$3 want=$4 out=$5 why=${6:-} rc start=
+    proc_stat "$pid" && [ "${proc_f[1]}" = $$ ] && [ "${proc_f[0]}" != Z ] && start=${proc_f[19]}
+    [ -z "$start" ] || kill "-$sig" "$pid"
+    for _ in $(seq 300); do proc_alive "$pid" "$start" || break; sleep 0.1; done
+    if proc_alive "$pid" "$start"; then
         fail "$name still ran 30 s after SIG$sig${why:+ ($why)}"
         kill -KILL "$pid"
     fi

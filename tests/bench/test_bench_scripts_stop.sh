@@ -16,14 +16,15 @@ HR=unused
 for c in python3 timeout pgrep; do command -v $c > /dev/null || { echo "SKIP: no $c"; exit 77; }; done
 [ -x /usr/bin/time ] || { echo "SKIP: no /usr/bin/time"; exit 77; }
 
-# the stand-in: records its pid (in pids); its Nth call since pids was emptied sleeps when
+# the stand-in: records itself (in pids, and in all-pids for on_exit); its Nth call since pids was emptied sleeps when
 # $tmp/hang holds a number up to N (ignoring SIGTERM while $tmp/deaf exists), else it answers:
 # bench allreduce writes a busbw of 2.5 to its --json file, bench powersgd prints a line
 mkdir -p "$tmp/old" "$tmp/new"
 cat > "$tmp/old/hetring" << EOS
 #!/bin/sh
-echo \$\$ >> "$tmp/pids"
-echo \$\$ >> "$tmp/all-pids"
+$standin_rec
+rec \$\$ >> "$tmp/pids"
+rec \$\$ >> "$tmp/all-pids"
 echo "\$*" > "$tmp/args"
 if [ -e "$tmp/hang" ] && [ "\$(wc -l < "$tmp/pids")" -ge "\$(cat "$tmp/hang")" ]; then
     [ -e "$tmp/deaf" ] && trap '' TERM
@@ -39,7 +40,7 @@ exit 0
 EOS
 chmod +x "$tmp/old/hetring"
 cp "$tmp/old/hetring" "$tmp/new/hetring"
-on_exit="kill -KILL \$(cat '$tmp/all-pids' 2> /dev/null) 2> /dev/null"
+on_exit="standin_kill '$tmp/all-pids'"
 cb=(bash "$SRC/bench/compare_builds.sh" --repeats 1 --nodes 2 -b 1M -e 1M --no-hetero
     "$tmp/old" "$tmp/new")
 sl=(bash "$SRC/bench/slow_links.sh" "$tmp/slow" --hetring "$tmp/old/hetring" --only kernels)
@@ -59,7 +60,7 @@ out=$(timeout 60 "${sc[@]}" 2>&1) || fail "start_cost.sh exited $?: $out"
 # stop NAME SIGNAL RC CALL SCRIPT...: SCRIPT gets SIGNAL once the CALLth call of the stand-in
 # sleeps; it must exit RC within 30 s and leave no stand-in running
 stop() {
-    local name=$1 sig=$2 want=$3 call=$4 script p st
+    local name=$1 sig=$2 want=$3 call=$4 script p start
     shift 4
     : > "$tmp/pids"
     echo "$call" > "$tmp/hang"
@@ -74,13 +75,10 @@ stop() {
     sleep 0.3 # (the stand-in's exec of sleep)
     signal_script "$name" "$script" "$sig" "$want" "$tmp/stop.out"
     # (a SIGKILL sent just before the script ended may take a moment to be taken)
-    for p in $(cat "$tmp/pids"); do
-        for _ in $(seq 50); do
-            st=$(ps -o stat= -p "$p") && [ "${st#Z}" = "$st" ] || break
-            sleep 0.1
-        done
-        st=$(ps -o stat= -p "$p") && [ "${st#Z}" = "$st" ] && fail "$name left stand-in $p running after SIG$sig"
-    done
+    while read -r p start; do
+        for _ in $(seq 50); do proc_alive "$p" "$start" || break; sleep 0.1; done
+        proc_alive "$p" "$start" && fail "$name left stand-in $p running after SIG$sig"
+    done < "$tmp/pids"
     rm -f "$tmp/hang" "$tmp/deaf"
 }
 stop compare_builds.sh TERM 143 2 "${cb[@]}"

@@ -22,22 +22,23 @@ HR=unused
 . "$SRC/tests/harness.sh"
 command -v flock > /dev/null && command -v timeout > /dev/null || { echo "SKIP: no flock or timeout"; exit 77; }
 
-# the stand-in: records its pid (in run-pids, and in all-pids for on_exit); sleeps while
-# $tmp/hang exists (ignoring SIGTERM while $tmp/deaf exists, with a child that sleeps too, its
-# pid recorded as well), else prints a data line
+# the stand-in: records itself (in run-pids, and in all-pids for on_exit); sleeps while
+# $tmp/hang exists (ignoring SIGTERM while $tmp/deaf exists, with a child that sleeps too,
+# recorded as well), else prints a data line
 cat > "$tmp/hetring" << EOS
 #!/bin/sh
-echo \$\$ >> "$tmp/run-pids"
-echo \$\$ >> "$tmp/all-pids"
+$standin_rec
+rec \$\$ >> "$tmp/run-pids"
+rec \$\$ >> "$tmp/all-pids"
 [ -e "$tmp/deaf" ] && trap '' TERM
 if [ -e "$tmp/hang" ]; then
-    [ -e "$tmp/deaf" ] && { sleep 300 & echo \$! >> "$tmp/run-pids"; echo \$! >> "$tmp/all-pids"; }
+    [ -e "$tmp/deaf" ] && { sleep 300 & rec \$! >> "$tmp/run-pids"; rec \$! >> "$tmp/all-pids"; }
     exec sleep 300
 fi
 echo "     67108864  16777216  float  sum  10000.0  6.71  6.71  0"
 EOS
 chmod +x "$tmp/hetring"
-on_exit="kill -KILL \$(cat '$tmp/all-pids' 2> /dev/null) 2> /dev/null"
+on_exit="standin_kill '$tmp/all-pids'"
 args=(--hetring "$tmp/hetring" --python /bin/false --rate 1 --repeats 1 --no-latency --nodes 2
       --out "$tmp/out" --lock "$tmp/lock") # (R given: no iperf3)
 
@@ -45,13 +46,14 @@ out=$(timeout 60 bash "$SRC/bench/compare_allreduce.sh" "${args[@]}" 2>&1) ||
     fail "compare_allreduce.sh exited $?: $out"
 echo "$out" | grep -q '^| busbw N=2, .* | \*\*6.71\*\* (6.71) |$' || fail "compare_allreduce.sh printed no busbw of 6.71: $out"
 
-# R from iperf3: the stand-in records its pid (in iperf3-pids and all-pids), sleeps while
+# R from iperf3: the stand-in records itself (in iperf3-pids and all-pids), sleeps while
 # $tmp/hang exists, else as a client (-c) prints a result of 80 Gbit/s
 mkdir -p "$tmp/bin"
 cat > "$tmp/bin/iperf3" << EOS
 #!/bin/sh
-echo \$\$ >> "$tmp/iperf3-pids"
-echo \$\$ >> "$tmp/all-pids"
+$standin_rec
+rec \$\$ >> "$tmp/iperf3-pids"
+rec \$\$ >> "$tmp/all-pids"
 [ -e "$tmp/hang" ] && exec sleep 300
 case " \$* " in
 *" -c "*) printf '{"end": {"sum_received": {\n\t"bits_per_second":\t80000000000\n}}}\n' ;;
@@ -75,25 +77,25 @@ for _ in $(seq 600); do [ "$(wc -l 2> /dev/null < "$tmp/iperf3-pids")" = 2 ] && 
 [ "$(wc -l 2> /dev/null < "$tmp/iperf3-pids")" = 2 ] ||
     fail "compare_allreduce.sh started no iperf3 server and client: $(cat "$tmp/term.out")"
 signal_script compare_allreduce.sh "$script" TERM 143 "$tmp/term.out" "iperf3 sleeps 300 s"
-left=()
-for p in $(cat "$tmp/iperf3-pids" 2> /dev/null); do
-    st=$(ps -o stat= -p "$p") && [ "${st#Z}" = "$st" ] &&
-        { fail "compare_allreduce.sh left iperf3 $p running after SIGTERM"; left+=("$p"); }
-done
+left=0
+[ -f "$tmp/iperf3-pids" ] && while read -r p start; do
+    proc_alive "$p" "$start" && { fail "compare_allreduce.sh left iperf3 $p running after SIGTERM"; left=1; }
+done < "$tmp/iperf3-pids"
 flock -n "$tmp/lock" true || fail "compare_allreduce.sh left $tmp/lock held after SIGTERM to iperf3"
 # (an iperf3 left running holds the lock: the checks below need it free)
-[ ${#left[@]} = 0 ] || { kill -KILL "${left[@]}"; flock -w 10 "$tmp/lock" true; }
+[ $left = 0 ] || { standin_kill "$tmp/iperf3-pids"; flock -w 10 "$tmp/lock" true; }
 
 # stop SIGNAL RC RUNS: the script gets SIGNAL once RUNS runs (or their children) sleep (0: once
 # it waits for the lock, held here); it must exit RC within 30 s, leave none running and the
 # lock free
 stop() {
-    local sig=$1 want=$2 runs=$3 script p st
+    local sig=$1 want=$2 runs=$3 script p start
     rm -f "$tmp/run-pids" "$tmp/term.out"
     # (no timeout: it would signal the script's whole process group; the waits below are
     # bounded. set -m: a background job of a script ignores SIGINT otherwise.)
     set -m
-    bash "$SRC/bench/compare_allreduce.sh" "${args[@]}" > "$tmp/term.out" 2>&1 &
+    # (9<&-: the lock held below is this shell's alone: a run left behind would hold it for good)
+    bash "$SRC/bench/compare_allreduce.sh" "${args[@]}" > "$tmp/term.out" 2>&1 9<&- &
     script=$!
     set +m
     if [ "$runs" = 0 ]; then
@@ -105,18 +107,19 @@ stop() {
             fail "compare_allreduce.sh started no run: $(cat "$tmp/term.out")"
     fi
     signal_script compare_allreduce.sh "$script" "$sig" "$want" "$tmp/term.out" "runs: $runs"
-    for p in $(cat "$tmp/run-pids" 2> /dev/null); do
-        st=$(ps -o stat= -p "$p") && [ "${st#Z}" = "$st" ] && fail "compare_allreduce.sh left run $p running after SIG$sig"
-    done
+    [ -f "$tmp/run-pids" ] || return 0
+    while read -r p start; do
+        proc_alive "$p" "$start" && fail "compare_allreduce.sh left run $p running after SIG$sig"
+    done < "$tmp/run-pids"
 }
 stop TERM 143 1
 flock -n "$tmp/lock" true || fail "compare_allreduce.sh left $tmp/lock held after SIGTERM"
 : > "$tmp/deaf"
 stop INT 130 2
 # the lock held by another: SIGTERM while the script waits for it
-exec {held}< "$tmp/lock"
-flock "$held"
+exec 9< "$tmp/lock"
+flock 9
 stop TERM 143 0
 [ ! -s "$tmp/run-pids" ] || fail "compare_allreduce.sh started a run while the lock was held"
-exec {held}<&-
+exec 9<&-
 [ "$fails" = 0 ]

@@ -14,7 +14,7 @@ SRC=$(cd "$(dirname "$0")/../.." && pwd)
 . "$SRC/tests/harness.sh"
 PY=$(command -v python3) || { echo "SKIP: no python3"; exit 77; }
 
-# the fakes: gen-data makes its --out; a node records its pid (in node-pids, and in all-pids
+# the fakes: gen-data makes its --out; a node records itself (in node-pids, and in all-pids
 # for on_exit), then prints its RESULT, or sleeps while $tmp/hang exists (ignoring SIGTERM
 # while $tmp/deaf exists); anything else is PY's
 cat > "$tmp/hetring" << 'EOS'
@@ -23,10 +23,11 @@ while [ $# -gt 0 ]; do [ "$1" = --out ] && mkdir -p "$2"; shift; done
 EOS
 cat > "$tmp/python" << EOS
 #!/bin/sh
+$standin_rec
 case "\$1" in
 *mnist_cnn.py)
-    echo \$\$ >> "$tmp/node-pids"
-    echo \$\$ >> "$tmp/all-pids"
+    rec \$\$ >> "$tmp/node-pids"
+    rec \$\$ >> "$tmp/all-pids"
     [ -e "$tmp/deaf" ] && trap '' TERM
     [ -e "$tmp/hang" ] && exec sleep 300
     echo 'RESULT {"wall_s": 2.0, "accuracy": 0.5}'
@@ -35,7 +36,7 @@ esac
 exec "$PY" "\$@"
 EOS
 chmod +x "$tmp/hetring" "$tmp/python"
-on_exit="kill -KILL \$(cat '$tmp/all-pids' 2> /dev/null) 2> /dev/null"
+on_exit="standin_kill '$tmp/all-pids'"
 export HETRING=$tmp/hetring PYTHON=$tmp/python
 
 out=$(timeout 120 bash "$SRC/bench/torch_bench.sh" -r 1 -i 3 -o "$tmp/out" 2>&1) ||
@@ -48,7 +49,7 @@ echo "$out" | grep -q "^speed-up of hetring (dynamic) over DDP gloo: 1.00x, over
 # term SIGNAL RC NODES ARGS...: the script, with ARGS, gets SIGNAL once NODES nodes sleep; it
 # must exit RC within 30 s and leave no node running
 term() {
-    local sig=$1 want=$2 nodes=$3 script p st
+    local sig=$1 want=$2 nodes=$3 script p start
     shift 3
     rm -f "$tmp/node-pids"
     # (no timeout: it would signal the script's whole process group; the waits below are
@@ -61,9 +62,10 @@ term() {
     [ "$(wc -l 2> /dev/null < "$tmp/node-pids")" = "$nodes" ] ||
         fail "torch_bench.sh $* started no $nodes node(s): $(cat "$tmp/term.out")"
     signal_script "torch_bench.sh $*" "$script" "$sig" "$want" "$tmp/term.out" "its nodes sleep 300 s"
-    for p in $(cat "$tmp/node-pids" 2> /dev/null); do
-        st=$(ps -o stat= -p "$p") && [ "${st#Z}" = "$st" ] && fail "torch_bench.sh $* left node $p running after SIG$sig"
-    done
+    [ -f "$tmp/node-pids" ] || return 0
+    while read -r p start; do
+        proc_alive "$p" "$start" && fail "torch_bench.sh $* left node $p running after SIG$sig"
+    done < "$tmp/node-pids"
 }
 : > "$tmp/hang"
 term TERM 143 4 -r 1 -i 3

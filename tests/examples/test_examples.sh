@@ -87,13 +87,15 @@ torch)
     [ "$its" = 4 ] || fail "the resumed run ran '$its' iterations per node, not 4"
     ;;
 run-sh)
-    # the fake: a node records its --data and prints its RESULT; anything else is PY's
+    # the fake: a node records its --data and prints its RESULT, or while $tmp/hang exists
+    # records itself (in node-pids) and sleeps; anything else is PY's
     cat > "$tmp/python" << EOS
 #!/bin/sh
+$standin_rec
 case "\$1" in
 *mnist_cnn.py)
     while [ \$# -gt 0 ]; do [ "\$1" = --data ] && echo "\$2" >> "$tmp/data-dirs"; shift; done
-    [ -e "$tmp/hang" ] && { echo \$\$ >> "$tmp/node-pids"; exec sleep 300; }
+    [ -e "$tmp/hang" ] && { rec \$\$ >> "$tmp/node-pids"; exec sleep 300; }
     echo 'RESULT {"wall_s": 2.0, "accuracy": 0.5}'
     exit 0 ;;
 esac
@@ -118,13 +120,13 @@ EOS
     # (no timeout: it would signal the script's whole process group; the waits below are bounded)
     HETRING=$HR PYTHON=$tmp/python bash "$SRC/examples/torch/run.sh" 3 > "$tmp/term.out" 2>&1 &
     script=$!
-    on_exit="kill -KILL \$(cat '$tmp/node-pids' 2> /dev/null) 2> /dev/null; $on_exit"
+    on_exit="standin_kill '$tmp/node-pids'; $on_exit"
     for _ in $(seq 600); do [ "$(wc -l 2> /dev/null < "$tmp/node-pids")" = 4 ] && break; sleep 0.1; done
     [ "$(wc -l 2> /dev/null < "$tmp/node-pids")" = 4 ] || fail "run.sh started no 4 nodes: $(cat "$tmp/term.out")"
     signal_script run.sh "$script" TERM 143 "$tmp/term.out" "its nodes sleep 300 s"
-    for p in $(cat "$tmp/node-pids"); do
-        st=$(ps -o stat= -p "$p") && [ "${st#Z}" = "$st" ] && fail "run.sh left node $p running after SIGTERM"
-    done
+    while read -r p start; do
+        proc_alive "$p" "$start" && fail "run.sh left node $p running after SIGTERM"
+    done < "$tmp/node-pids"
     work=$(dirname "$(head -1 "$tmp/data-dirs" 2> /dev/null)")
     case $work in /tmp/hetring-torch.*) ;; *) fail "run.sh's nodes got --data in '$work'" ;; esac
     [ ! -e "$work" ] || { fail "run.sh left $work behind after SIGTERM"; rm -rf "$work"; }
