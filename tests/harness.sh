@@ -45,7 +45,9 @@ wait_for_line() {
 # field 22 of /proc/PID/stat). A pid alone does not name a process once it ended: another
 # process of the machine may have it (within seconds where pid_max is 32768 and builds run), and
 # a SIGKILL to it at the test's end would hit that one. proc_alive PID START: that process still
-# runs (not a zombie, not another that got PID since). standin_kill FILE...: SIGKILL to each
+# runs (not a zombie, not another that got PID since). proc_ends PID START: true once it does not,
+# false if it still runs after 10 s (a SIGKILL is taken when the process next runs, which on a
+# loaded machine may be a while after the kill returned). standin_kill FILE...: SIGKILL to each
 # process of FILE's lines that still runs, to no other. proc_stat PID: the fields of
 # /proc/PID/stat from the state on into proc_f ([0] the state, [1] the parent's pid, [19] the
 # start time), without a fork (whose process could get a pid being checked); fails once PID is
@@ -58,6 +60,10 @@ proc_stat() {
     read -ra proc_f <<< "${s##*) }"
 }
 proc_alive() { proc_stat "$1" && [ "${proc_f[19]}" = "$2" ] && [ "${proc_f[0]}" != Z ]; }
+proc_ends() {
+    for _ in $(seq 100); do proc_alive "$1" "$2" || return 0; sleep 0.1; done
+    ! proc_alive "$1" "$2"
+}
 standin_kill() {
     local f p start
     for f; do

@@ -74,10 +74,8 @@ stop() {
     [ "$(wc -l < "$tmp/pids")" -ge "$call" ] || fail "$name made no call $call: $(cat "$tmp/stop.out")"
     sleep 0.3 # (the stand-in's exec of sleep)
     signal_script "$name" "$script" "$sig" "$want" "$tmp/stop.out"
-    # (a SIGKILL sent just before the script ended may take a moment to be taken)
     while read -r p start; do
-        for _ in $(seq 50); do proc_alive "$p" "$start" || break; sleep 0.1; done
-        proc_alive "$p" "$start" && fail "$name left stand-in $p running after SIG$sig"
+        proc_ends "$p" "$start" || fail "$name left stand-in $p running after SIG$sig"
     done < "$tmp/pids"
     rm -f "$tmp/hang" "$tmp/deaf"
 }

@@ -79,7 +79,7 @@ for _ in $(seq 600); do [ "$(wc -l 2> /dev/null < "$tmp/iperf3-pids")" = 2 ] && 
 signal_script compare_allreduce.sh "$script" TERM 143 "$tmp/term.out" "iperf3 sleeps 300 s"
 left=0
 [ -f "$tmp/iperf3-pids" ] && while read -r p start; do
-    proc_alive "$p" "$start" && { fail "compare_allreduce.sh left iperf3 $p running after SIGTERM"; left=1; }
+    proc_ends "$p" "$start" || { fail "compare_allreduce.sh left iperf3 $p running after SIGTERM"; left=1; }
 done < "$tmp/iperf3-pids"
 flock -n "$tmp/lock" true || fail "compare_allreduce.sh left $tmp/lock held after SIGTERM to iperf3"
 # (an iperf3 left running holds the lock: the checks below need it free)
@@ -109,7 +109,7 @@ stop() {
     signal_script compare_allreduce.sh "$script" "$sig" "$want" "$tmp/term.out" "runs: $runs"
     [ -f "$tmp/run-pids" ] || return 0
     while read -r p start; do
-        proc_alive "$p" "$start" && fail "compare_allreduce.sh left run $p running after SIG$sig"
+        proc_ends "$p" "$start" || fail "compare_allreduce.sh left run $p running after SIG$sig"
     done < "$tmp/run-pids"
 }
 stop TERM 143 1

@@ -64,7 +64,7 @@ term() {
     signal_script "torch_bench.sh $*" "$script" "$sig" "$want" "$tmp/term.out" "its nodes sleep 300 s"
     [ -f "$tmp/node-pids" ] || return 0
     while read -r p start; do
-        proc_alive "$p" "$start" && fail "torch_bench.sh $* left node $p running after SIG$sig"
+        proc_ends "$p" "$start" || fail "torch_bench.sh $* left node $p running after SIG$sig"
     done < "$tmp/node-pids"
 }
 : > "$tmp/hang"

@@ -125,7 +125,7 @@ EOS
     [ "$(wc -l 2> /dev/null < "$tmp/node-pids")" = 4 ] || fail "run.sh started no 4 nodes: $(cat "$tmp/term.out")"
     signal_script run.sh "$script" TERM 143 "$tmp/term.out" "its nodes sleep 300 s"
     while read -r p start; do
-        proc_alive "$p" "$start" && fail "run.sh left node $p running after SIGTERM"
+        proc_ends "$p" "$start" || fail "run.sh left node $p running after SIGTERM"
     done < "$tmp/node-pids"
     work=$(dirname "$(head -1 "$tmp/data-dirs" 2> /dev/null)")
     case $work in /tmp/hetring-torch.*) ;; *) fail "run.sh's nodes got --data in '$work'" ;; esac
