@@ -83,12 +83,18 @@ static inline void eng_add_floats(float *restrict dst, const float *restrict src
     for (size_t i = 0; i < n; i++) dst[i] += src[i];
 }
 
-/* float32 to bfloat16, rounded to nearest, ties to even (NaN stays NaN, quiet): integer
- * arithmetic on the bits, so every machine rounds alike. */
+/* float32 to bfloat16, rounded to nearest, ties to even (NaN stays NaN, quiet), except that a
+ * finite float stays finite: one that would round to inf (bits 0x7f7f8000 and up, about
+ * 3.396e38) saturates at the largest finite bf16, 0x7f7f with its sign, so only an inf (or a
+ * float32 sum that overflowed) is inf on the wire, and what the rounding drops, f minus that,
+ * is finite for the error feedback to carry. Integer arithmetic on the bits, so every machine
+ * rounds alike. */
 static inline uint16_t eng_bf16(float f) {
     uint32_t u;
     memcpy(&u, &f, sizeof u);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u);
+    const uint32_t a = u & 0x7fffffffu;
+    if (a > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u);
+    if (a >= 0x7f7f8000u && a < 0x7f800000u) return (uint16_t)(((u >> 16) & 0x8000u) | 0x7f7fu);
     return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
 }
 

@@ -121,7 +121,9 @@ int ring_tree_takes_allreduce(const ring *r, size_t count);
  * take fails the ring (a caller's bug, HR_ERR_INVAL). */
 hr_status ring_allreduce_tree(ring *r, float *buf, size_t count);
 /* ring_allreduce with bfloat16 on the wire: half the bytes. The reduce-scatter adds each
- * received bf16 partial sum to this node's float32 values and sends the sum rounded to bf16;
+ * received bf16 partial sum to this node's float32 values and sends the sum rounded to bf16
+ * (to nearest; a finite float that would round to inf saturates at bf16's largest finite,
+ * about ±3.39e38, so only an inf, or a float32 sum that overflowed, is inf on the wire);
  * the all-gather copies the owners' rounded sums unchanged, so every member ends with the same
  * bits (I4): buf[i] becomes the bf16 sum widened to float32. What this node's roundings
  * dropped goes to dropped[i] (count floats, or NULL): summed over the members it is the exact

@@ -124,6 +124,86 @@ static int check_bf16(ring *r, size_t count) {
     return 0;
 }
 
+/* The float of bits u. */
+static float of_bits(uint32_t u) {
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+/* Rank k's value of element i for check_bf16_max, by i mod 4: 0, rank 0 alone holds a finite
+ * float that rounds to nearest at or past bf16 inf (bits 0x7f7f8000 to 0x7f7fffff, either
+ * sign); 1, ranks 0 and 1 each hold 0x7eff8000, whose sum 0x7f7f8000 is there too (a partial
+ * sum saturates on its hop); 2, rank 0 alone holds 0x7f7f7fff, just below; 3, every rank
+ * value(k, i). The other ranks hold 0. */
+static float near_max(int k, size_t i) {
+    const uint32_t sign = (uint32_t)(i / 4 & 1) << 31;
+    switch (i % 4) {
+    case 0:
+        return k == 0 ? of_bits(sign | (0x7f7f8000u + (uint32_t)(i / 4 * 2654435761u) % 0x8000u))
+                      : 0;
+    case 1:
+        return k <= 1 ? of_bits(sign | 0x7eff8000u) : 0;
+    case 2:
+        return k == 0 ? of_bits(sign | 0x7f7f7fffu) : 0;
+    default:
+        return value(k, i);
+    }
+}
+
+/* ring_allreduce_bf16 of COUNT values near FLT_MAX (near_max), on two nodes or more: a finite
+ * float never becomes inf on the wire, it saturates at the largest finite bf16 (0x7f7f, with its
+ * sign); every result is finite, every rank's dropped part is finite, the result plus every
+ * rank's dropped part is the exact sum (bit for bit where only near-max values take part), and
+ * every rank ends with the same bits (I4). */
+static int check_bf16_max(ring *r, size_t count) {
+    int n = ring_size(r), k = ring_rank(r);
+    char msg[256] = "";
+    float *buf = malloc(count * sizeof *buf), *dropped = malloc(count * sizeof *dropped);
+    uint16_t *wire = malloc(count * sizeof *wire);
+    if (!buf || !dropped || !wire) return 2;
+    for (size_t i = 0; i < count; i++) buf[i] = near_max(k, i), dropped[i] = NAN;
+    if (ring_allreduce_bf16(r, buf, wire, dropped, count) != HR_OK)
+        return free(buf), free(dropped), free(wire), ring_fail(r, "bf16 all-reduce near FLT_MAX");
+    size_t saturated = 0;
+    for (size_t i = 0; i < count && !msg[0]; i++) {
+        if (!isfinite(buf[i]) || !isfinite(dropped[i]))
+            snprintf(msg, sizeof msg,
+                     "element %zu: result %g, this rank's dropped part %g (its value %a): "
+                     "not finite",
+                     i, buf[i], dropped[i], near_max(k, i));
+        saturated += fabsf(buf[i]) == of_bits(0x7f7f0000u);
+    }
+    if (ring_allreduce(r, dropped, count) != HR_OK)
+        return free(buf), free(dropped), free(wire), ring_fail(r, "all-reduce of the dropped");
+    double maxe = 0;
+    for (size_t i = 0; i < count && !msg[0]; i++) {
+        double ref = 0;
+        for (int q = 0; q < n; q++) ref += near_max(q, i);
+        const double e = fabs(ref - ((double)buf[i] + dropped[i]));
+        if (i % 4 == 3 ? !(e <= 1e-5 * n) : e != 0)
+            snprintf(msg, sizeof msg,
+                     "element %zu: result %a + dropped parts %a is %g off the exact sum %a",
+                     i, buf[i], dropped[i], e, ref);
+        if (i % 4 == 3 && !(e <= maxe)) maxe = e;
+    }
+    if (!msg[0])
+        printf(
+            "node %ld: bf16 all-reduce near FLT_MAX count %zu: %zu results saturated at %g, every "
+            "result and dropped part finite, with every rank's dropped part %.3g off\n",
+            g_id, count, saturated, (double)of_bits(0x7f7f0000u), maxe);
+    uint64_t h = fnv(buf, count * sizeof *buf), hs[RING_MAX_NODES];
+    free(buf), free(dropped), free(wire);
+    if (msg[0]) return wrong("bf16 all-reduce near FLT_MAX", count, msg);
+    if (ring_allgather(r, &h, hs, sizeof h) != HR_OK) return ring_fail(r, "all-gather of hashes");
+    for (int q = 0; q < n; q++)
+        if (hs[q] != h) {
+            snprintf(msg, sizeof msg, "rank %d's result differs bitwise from rank %d's (I4)", q, k);
+            return wrong("bf16 all-reduce near FLT_MAX", count, msg);
+        }
+    return 0;
+}
+
 static int check_count(ring *r, size_t count);
 
 /* The link probe, then COUNT floats with the tree's cut lowered to 4 KiB and back (probe mode). */
@@ -188,6 +268,9 @@ static int check_count(ring *r, size_t count) {
     int brc = count > 8192 && count <= (1u << 22) && !ring_tree_takes_allreduce(r, count)
                   ? check_bf16(r, count)
                   : 0;
+    if (!brc && n > 1 && count > 8192 && count <= (1u << 22) &&
+        !ring_tree_takes_allreduce(r, count))
+        brc = check_bf16_max(r, count);
     if (brc) return brc;
     /* all-gather, equal sizes (capped so that N copies stay small) */
     size_t m = count < (1u << 20) ? count : (1u << 20);

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # ring_test.sh SCENARIO MODE RING_NODE [TAMPER_PROXY | STRANGER]: multi-process ring tests on 127.0.0.1.
 #   correct   N = 1..5, counts 0, 1, N-1, N+1 and a large prime: all-reduce, all-gather(v),
-#             broadcast from every root, barrier, against a serial reference
+#             broadcast from every root, barrier, against a serial reference; the bf16
+#             all-reduce too, and near FLT_MAX, where a finite float saturates at bf16's largest
 #   big       16 Mi floats, N = 1..5
 #   tree      N = 4 to 8, counts on both sides of the tree's limits: as correct, and the
 #             all-reduces that must go over the tree did (and no others); from N = 6 on small
@@ -146,7 +147,9 @@ correct | big)
         bad=0
         for i in $ids; do [ "${rc[$i]}" = 0 ] || bad=1; done
         echo "N=$n $mode counts [$counts]: $(awk "BEGIN{printf \"%.2f\", $(now) - $t0}") s"
-        grep -h 'bf16 all-reduce count [0-9]\{7,\}' "$tmp/out.0" | sed 's/^/    /'
+        grep -h 'bf16 all-reduce \(near FLT_MAX \)\?count [0-9]\{7,\}' "$tmp/out.0" | sed 's/^/    /'
+        [ "$n" = 1 ] || [ "$scenario" = big ] || grep -q 'bf16 all-reduce near FLT_MAX count [0-9]\{7,\}: [1-9]' "$tmp/out.0" ||
+            fail "N=$n: node 0 saturated no bf16 value near FLT_MAX"
         if [ $bad = 1 ]; then fail "N=$n: a node failed"; show $ids; fi
     done
     ;;

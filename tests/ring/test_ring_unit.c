@@ -1,14 +1,15 @@
 /*
  * test_ring_unit.c: frame headers, frame sealing (both AEADs, auth and encrypt), tamper and
- * replay detection, key files, poll's timeout for a deadline, and the host part of an address
- * (the gate's eviction counts pending connections per host).
+ * replay detection, key files, poll's timeout for a deadline, the host part of an address
+ * (the gate's eviction counts pending connections per host), and the bf16 wire's rounding.
  *
  * Usage: test_ring_unit            frames, XChaCha20-Poly1305 sealing, key files
  *        test_ring_unit aes256gcm  AES-256-GCM sealing only; exits 77 (ctest's skip) on a CPU
  *                                  without AES-NI, so a skip is never reported as a pass
  */
 #include "base/hr_addr.h"
-#include "ring/elect_internal.h" /* elect_check_own: the one internal this test reaches */
+#include "ring/elect_internal.h"  /* elect_check_own */
+#include "ring/engine_internal.h" /* eng_bf16: the bf16 wire's rounding */
 #include "ring/frame.h"
 #include "ring/sec.h"
 #include "ring/tcp.h"
@@ -203,6 +204,39 @@ static void test_check_own(void) {
           "a rank outside the view was taken");
 }
 
+/* eng_bf16 rounds to nearest, ties to even, keeps inf and NaN (quiet), and saturates a finite
+ * float that would round to inf at the largest finite bf16 with its sign: what it drops is
+ * then finite, and exact (the difference of two floats within a factor 2). */
+static void test_bf16(void) {
+    static const struct {
+        uint32_t f;
+        uint16_t h;
+    } t[] = {
+        {0x3f800000u, 0x3f80}, {0x3f808000u, 0x3f80}, {0x3f818000u, 0x3f82}, {0x3f80ffffu, 0x3f81},
+        {0x00000001u, 0x0000}, {0x80000000u, 0x8000}, {0x7f7f0000u, 0x7f7f}, {0x7f7f7fffu, 0x7f7f},
+        {0x7f7f8000u, 0x7f7f}, {0x7f7fc000u, 0x7f7f}, {0x7f7fffffu, 0x7f7f}, {0xff7f8000u, 0xff7f},
+        {0xff7fffffu, 0xff7f}, {0x7effc000u, 0x7f00}, {0x7f800000u, 0x7f80}, {0xff800000u, 0xff80},
+        {0x7fc00000u, 0x7fc0}, {0x7f800001u, 0x7fc0}, {0xffa00000u, 0xffe0},
+    };
+    for (size_t i = 0; i < sizeof t / sizeof *t; i++) {
+        float f;
+        memcpy(&f, &t[i].f, sizeof f);
+        uint16_t h = eng_bf16(f);
+        CHECK(h == t[i].h, "eng_bf16(0x%08x) = 0x%04x, expected 0x%04x", t[i].f, h, t[i].h);
+    }
+    for (uint32_t u = 0x7f7f0000u; u < 0x7f800000u; u += 0x11u) /* finite: finite, and exact */
+        for (int neg = 0; neg < 2; neg++) {
+            float f;
+            uint32_t b = u | (neg ? 0x80000000u : 0);
+            memcpy(&f, &b, sizeof f);
+            const float w = eng_f32(eng_bf16(f)), d = f - w;
+            if (!isfinite(w) || !isfinite(d) || (double)w + d != f) {
+                CHECK(0, "eng_bf16(0x%08x): %a, dropping %a", b, w, d);
+                return;
+            }
+        }
+}
+
 int main(int argc, char **argv) {
     if (sodium_init() < 0) return 1;
     if (argc > 1) {
@@ -225,5 +259,6 @@ int main(int argc, char **argv) {
     test_poll_ms();
     test_same_host();
     test_check_own();
+    test_bf16();
     return check_exit();
 }
