@@ -69,9 +69,12 @@ enum {
     DIST_FLAG_LEAVE = 2,          /* this member leaves after this iteration (SIGTERM) */
     DIST_FLAG_NONFINITE_GRAD = 4, /* its gradient share held a NaN or an inf */
     DIST_FLAG_NONFINITE_LOSS = 8, /* its loss sum was not finite (as the float the stats carry) */
+    DIST_FLAG_NONFINITE_FEEDBACK = 16, /* its gradient share was finite, but not with the
+                                        * error-feedback residual its exchange adds to it */
 };
 #define DIST_FLAG_CHANGE    (DIST_FLAG_JOIN | DIST_FLAG_LEAVE)
-#define DIST_FLAG_NONFINITE (DIST_FLAG_NONFINITE_GRAD | DIST_FLAG_NONFINITE_LOSS)
+#define DIST_FLAG_NONFINITE                                                                        \
+    (DIST_FLAG_NONFINITE_GRAD | DIST_FLAG_NONFINITE_LOSS | DIST_FLAG_NONFINITE_FEEDBACK)
 
 /* The training state of one node, as the view changes see it. */
 typedef struct {

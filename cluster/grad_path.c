@@ -5,8 +5,10 @@
 #include "cluster/grad_path.h"
 
 #include "conf/cfg.h"
+#include "trainer/train.h"
 
 #include <assert.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -375,6 +377,32 @@ void grad_xfer_passed(grad_xfer *x) {
         x->live = 0;
     }
     x->unsettled = 0;
+}
+
+/* The residual this step's exchange adds to the gradient, or NULL where it adds none: every
+ * path with host buffers adds it while it is live (add_residual, take_residual, powersgd's
+ * whole sum, zeros otherwise), and the first exchange takes up a resumed one of the right
+ * size (feedback_alloc). */
+static const float *residual_sent(const grad_xfer *x) {
+    if (x->live) return x->residual;
+    if (x->resume && x->n_resume == x->n_grad) return x->resume;
+    return NULL;
+}
+
+int grad_xfer_nonfinite(const grad_xfer *x, size_t lo, size_t hi) {
+    const float *g = x->grads + lo, *r = residual_sent(x);
+    if (!r) return train_all_finite(g, hi - lo) ? 0 : DIST_FLAG_NONFINITE_GRAD;
+    r += lo;
+    /* g + r finite implies g finite: one pass where all is well */
+    uint32_t bad = 0;
+    for (size_t i = 0; i < hi - lo; i++) {
+        const float s = g[i] + r[i];
+        uint32_t w;
+        memcpy(&w, &s, sizeof w);
+        bad |= (w & 0x7f800000u) == 0x7f800000u;
+    }
+    if (!bad) return 0;
+    return train_all_finite(g, hi - lo) ? DIST_FLAG_NONFINITE_FEEDBACK : DIST_FLAG_NONFINITE_GRAD;
 }
 
 const float *grad_xfer_residual(const grad_xfer *x) {

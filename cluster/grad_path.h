@@ -201,6 +201,12 @@ void grad_xfer_failed(grad_xfer *x);
  * residual, as its commit would have made it (or, where the exchange did not complete here,
  * the residual it sent is emptied: one step's roundings are lost, none counted twice). */
 void grad_xfer_passed(grad_xfer *x);
+/* What floats [lo, hi) of the gradient hold that is not finite as this step's exchange sends
+ * them, the residual it adds included (the one it holds while live, or a resumed one the first
+ * exchange takes up): DIST_FLAG_NONFINITE_GRAD where the gradient itself holds a NaN or an
+ * inf, DIST_FLAG_NONFINITE_FEEDBACK where it is finite but overflows with the residual added
+ * (the same float additions the exchange makes), else 0. */
+int grad_xfer_nonfinite(const grad_xfer *x, size_t lo, size_t hi);
 /* This node's residual as of the last applied step (what a checkpoint records; n_grad
  * floats): the bf16 path's, a resumed one not taken up yet, or NULL. */
 const float *grad_xfer_residual(const grad_xfer *x);

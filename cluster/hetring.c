@@ -120,6 +120,7 @@ struct hetring {
     /* the gradient's path (grad_path.h; see the top of this file) */
     grad_xfer x;                     /* layout, bucket plan and communication thread */
     const grad_path *path;           /* this view's path, NULL until its first step */
+    const grad_path *sent;           /* the path of the last exchange (which may choose the next) */
     int told;                        /* path->overlaps last logged (-1: none) */
     int told_measured;               /* a choice from measured facts was logged in this view */
     char told_why[384];              /* the reason last logged */
@@ -1059,8 +1060,7 @@ static int give(hetring *h, const hetring_grads *g, int i) {
         memcpy(h->x.grads + h->off[i], g->bufs[i], sizeof *h->x.grads * g->counts[i]);
     if (h->path->host_grads) {
         fault_share(h, h->x.grads + h->off[i], g->counts[i]);
-        if (!train_all_finite(h->x.grads + h->off[i], g->counts[i]))
-            h->share_bad |= DIST_FLAG_NONFINITE_GRAD;
+        h->share_bad |= grad_xfer_nonfinite(&h->x, h->off[i], h->off[i] + g->counts[i]);
     }
     h->given[i] = 1;
     h->n_given++;
@@ -1200,15 +1200,20 @@ static void pack_stats(hetring *h, const hetring_grads *g, double factor, float 
     cluster_stats_pack(head, h->rank, h->size, &mine);
 }
 
-/* "node 1 (gradient), node 2 (gradient, loss)": the culprits of a step, or "none". */
+/* "node 1 (gradient), node 2 (gradient plus its error-feedback residual, loss)": the culprits
+ * of a step, or "none". */
 static void culprits_str(const long *ids, const int *bits, int n, char *out, size_t len) {
     size_t o = 0;
     snprintf(out, len, "none");
-    for (int k = 0; k < n && o < len; k++)
-        o += (size_t)snprintf(out + o, len - o, "%snode %ld (%s%s%s)", k ? ", " : "", ids[k],
-                              bits[k] & DIST_FLAG_NONFINITE_GRAD ? "gradient" : "",
-                              bits[k] == DIST_FLAG_NONFINITE ? ", " : "",
-                              bits[k] & DIST_FLAG_NONFINITE_LOSS ? "loss" : "");
+    for (int k = 0; k < n && o < len; k++) {
+        const char *grad = bits[k] & DIST_FLAG_NONFINITE_GRAD ? "gradient"
+                           : bits[k] & DIST_FLAG_NONFINITE_FEEDBACK
+                               ? "gradient plus its error-feedback residual"
+                               : "";
+        const int loss = (bits[k] & DIST_FLAG_NONFINITE_LOSS) != 0;
+        o += (size_t)snprintf(out + o, len - o, "%snode %ld (%s%s%s)", k ? ", " : "", ids[k], grad,
+                              *grad && loss ? ", " : "", loss ? "loss" : "");
+    }
 }
 
 /* Whether a step that is not finite stops every node: with nonfinite = error always; with skip
@@ -1230,7 +1235,7 @@ static int step_finite(hetring *h) {
     for (int k = 0; k < h->size; k++) loss += h->gathered[k].rec.loss;
     int any = 0; /* an NCCL view's sum is on the device: its shares' flags say for it */
     for (int k = 0; k < n; k++) any |= bits[k];
-    const int grad_ok = !(any & DIST_FLAG_NONFINITE_GRAD) &&
+    const int grad_ok = !(any & (DIST_FLAG_NONFINITE_GRAD | DIST_FLAG_NONFINITE_FEEDBACK)) &&
                         (!h->path->host_grads || train_all_finite(h->x.grads, h->x.n_grad));
     const int loss_ok = !(any & DIST_FLAG_NONFINITE_LOSS) && isfinite(loss);
     if (grad_ok && loss_ok) return 1;
@@ -1238,6 +1243,12 @@ static int step_finite(hetring *h) {
     h->n_bad = n;
     char who[512];
     culprits_str(ids, bits, n, who, sizeof who);
+    /* every share was finite as sent (each checked with the residual its exchange added):
+     * what overflowed came after, the sum, or with powersgd the low-rank products too */
+    const char *overflowed =
+        h->sent == &grad_path_powersgd
+            ? " (every share was finite: their low-rank products or their sums overflowed)"
+            : " (every share was finite: their sum overflowed)";
     const int skip = h->cc.skip_nonfinite, stop = nonfinite_stops(h);
     char why[160];
     if (!skip)
@@ -1258,7 +1269,7 @@ static int step_finite(hetring *h) {
              !grad_ok && !loss_ok ? "gradient and loss are"
              : !grad_ok           ? "gradient is"
                                   : "loss is",
-             who, n ? "" : " (every share was finite: their sum overflowed)", why);
+             who, n ? "" : overflowed, why);
     return 0;
 }
 
@@ -1327,6 +1338,7 @@ static int step_exchange(hetring *h, const hetring_grads *g, double factor) {
      * auto, the one reader, and not the view's first all-reduce (new links, first touches) */
     const int timed = chooses_later(h) && !h->path->overlaps;
     const double t0 = timed ? hr_now() : 0, c0 = timed ? comm_cpu_s(h) : 0;
+    h->sent = h->path;
     st = h->path->exchange(&h->x, head, tail);
     const double t1 = timed ? hr_now() : 0, c1 = timed ? comm_cpu_s(h) : 0;
     if (st == HR_OK) st = probe_links(h); /* the ring is idle now, whatever the path */

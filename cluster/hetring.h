@@ -338,10 +338,11 @@ HETRING_API long hetring_iterations(const hetring *h);
  * before the first step. The same on every node. */
 HETRING_API int hetring_members(const hetring *h, hetring_member *out, int max);
 
-/* The nodes whose share (buffers or loss_sum) was not finite before the all-reduce of the last
- * step that returned HETRING_SKIPPED or HETRING_ENONFINITE: the first max ids into out (out
- * may be NULL with max 0); returns how many, the same on every node. 0 with such a step: every
- * share was finite and their sum overflowed. */
+/* The nodes whose share (buffers, with the error-feedback residual a lossy wire adds to them,
+ * or loss_sum) was not finite before the all-reduce of the last step that returned
+ * HETRING_SKIPPED or HETRING_ENONFINITE: the first max ids into out (out may be NULL with max
+ * 0); returns how many, the same on every node. 0 with such a step: every share was finite and
+ * their sum (with wire = powersgd, their low-rank products or their sums) overflowed. */
 HETRING_API int hetring_nonfinite(const hetring *h, long *out, int max);
 
 /* Steps this handle skipped because they were not finite ([train] nonfinite = skip). */

@@ -126,8 +126,9 @@ class Left(Error):
 
 class NonFinite(Error):
     """A step's global gradient or loss was not finite ([train] nonfinite = error): every node
-    stops. .iter is the iteration, .nodes the ids of the nodes whose share was not finite
-    (empty: every share was finite and their sum overflowed)."""
+    stops. .iter is the iteration, .nodes the ids of the nodes whose share was not finite, with
+    the error-feedback residual of a lossy wire added (empty: every share was finite and their
+    sum overflowed)."""
 
     def __init__(self, status, message, iter, nodes):
         super().__init__(status, message)
@@ -475,8 +476,9 @@ class Node:
         return r
 
     def nonfinite_nodes(self):
-        """The ids of the nodes whose share was not finite in the last step that was skipped
-        or stopped as not finite ([] when every share was finite and their sum overflowed)."""
+        """The ids of the nodes whose share (with the error-feedback residual of a lossy wire
+        added) was not finite in the last step that was skipped or stopped as not finite ([]
+        when every share was finite and their sum overflowed)."""
         if not self._L.has_nonfinite:
             return []
         n = self._L.hetring_nonfinite(self._h, None, 0)

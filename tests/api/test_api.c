@@ -41,6 +41,10 @@
  *                     HETRING_SKIPPED on every node with its culprits (1; 2; none), the
  *                     cursor goes on (every iteration run once), 37 steps are applied and the
  *                     replicas' hashes agree
+ *   test_api nonfinite_wire  wire = bf16, then powersgd, with nonfinite = skip: node 1's
+ *                     finite share whose resumed residual makes it overflow is named as the
+ *                     culprit, finite shares whose sum overflows name none, and a finite
+ *                     3.3966e38 (bf16 inf once rounded to nearest) is applied
  *   test_api end_close  node 2 stops on its own count after the last step and closes: its
  *                     hetring_close agrees on the run's end with nodes 0 and 1, which end in
  *                     the view they began in
@@ -1000,6 +1004,113 @@ static int powersgd(const char *dir, int port) {
     return three_nodes(dir, port, powersgd_node);
 }
 
+/* ================================================================ lossy wires, not finite */
+
+/* test_api nonfinite_wire: wire = bf16, then wire = powersgd (rank 2), on 3 nodes with
+ * [train] nonfinite = skip. Node 1 resumes a residual holding 3e38 at element AT, E the floats
+ * from there on (buffer 0 with bf16; with powersgd the plain vector after the matrix, which goes
+ * as float32). At iteration NW_FB its gradient holds 3e38 there too: a finite share whose
+ * residual makes it overflow, named as such (not "their sum overflowed"); at NW_SUM every node's
+ * gradient holds 3e38 at AT + 2, finite shares whose sum overflows; at NW_MAX node 1's holds
+ * 0x7f7f9000 (3.3966e38) at AT + 1, finite, and the step must be applied (bf16 rounded it to inf
+ * once), its residual finite. Every node must reach the same verdicts with the same culprits. */
+#define NW_FB  0
+#define NW_SUM 2
+#define NW_MAX 3
+
+static int nw_psgd; /* the powersgd round */
+
+static float nw_of_bits(uint32_t u) {
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+static int nonfinite_wire_node(const char *ini, long id) {
+    model m = {{0}, 0, 0, 0, 0, 0, 0};
+    const char *sets[] = {"train.nonfinite=skip",
+                          nw_psgd ? "cluster.wire=powersgd" : "cluster.wire=bf16",
+                          nw_psgd ? "cluster.powersgd_rank=2" : NULL, NULL};
+    hetring *h = open_node(ini, id, sets, &m);
+    if (!h) return 1;
+    enum { NM = PS_R * PS_C + PS_B, N = BF_N };
+    const int AT = nw_psgd ? NM : 0;
+    float *g = malloc(N * sizeof *g), *res = calloc(N, sizeof *res);
+    if (!g || !res) return 1;
+    float *bufs[2] = {g, g + NM};
+    size_t counts[2] = {NM, N - NM}, rows[2] = {PS_R, 0}, cols[2] = {PS_C, 0};
+    if (!nw_psgd) counts[0] = N;
+    if (nw_psgd) CHECK(hetring_matrices(h, rows, cols, 2) == HETRING_OK, "matrices");
+    res[AT] = 3e38f;
+    if (id == 1) CHECK(hetring_resume_residual(h, res, N) == HETRING_OK, "resume");
+    long applied = 0, skipped = 0;
+    int st;
+    hetring_batch b;
+    while ((st = hetring_next(h, &b)) == HETRING_OK) {
+        hetring_grads gr = {.bufs = bufs, .counts = counts, .n_bufs = nw_psgd ? 2 : 1};
+        for (int k = 0; k < N; k++) g[k] = (0.25f + (float)(k % 13) * 0.5f) * (float)b.batch;
+        if (b.iter == NW_FB && id == 1) g[AT] = 3e38f;
+        if (b.iter == NW_SUM) g[AT + 2] = 3e38f;
+        if (b.iter == NW_MAX && id == 1) g[AT + 1] = nw_of_bits(0x7f7f9000u);
+        gr.compute_s = 1e-4;
+        gr.loss_sum = (double)b.batch;
+        hetring_result r = {0};
+        st = hetring_step(h, &gr, &r);
+        const char *e = hetring_last_error(h);
+        long ids[3] = {-1, -1, -1};
+        const int n = hetring_nonfinite(h, ids, 3);
+        if (b.iter == NW_FB || b.iter == NW_SUM)
+            printf("node %ld, %s, iteration %ld: status %d, %d culprit(s): %s\n", id,
+                   nw_psgd ? "powersgd" : "bf16", b.iter, st, n, e);
+        if (b.iter == NW_FB)
+            CHECK(st == HETRING_SKIPPED && n == 1 && ids[0] == 1 &&
+                      strstr(e, "node 1 (gradient plus its error-feedback residual)") &&
+                      !strstr(e, "overflowed"),
+                  "node %ld: node 1's finite share with its residual overflowing: status %d, "
+                  "%d culprit(s), the first %ld: %s",
+                  id, st, n, ids[0], e);
+        if (b.iter == NW_SUM)
+            CHECK(st == HETRING_SKIPPED && n == 0 &&
+                      strstr(e, nw_psgd ? "(every share was finite: their low-rank products or "
+                                          "their sums overflowed)"
+                                        : "(every share was finite: their sum overflowed)"),
+                  "node %ld: finite shares whose sum overflows: status %d, %d culprit(s): %s", id,
+                  st, n, e);
+        if (b.iter == NW_MAX)
+            CHECK(st == HETRING_OK && isfinite(g[AT + 1]),
+                  "node %ld: a finite 3.3966e38 on node 1: status %d, result %g: %s", id, st,
+                  g[AT + 1], e);
+        if (b.iter == NW_MAX && st == HETRING_OK) {
+            CHECK(hetring_residual(h, res, N) == N, "node %ld: the residual", id);
+            int finite = 1;
+            for (int k = 0; k < N; k++) finite &= isfinite(res[k]) != 0;
+            CHECK(finite, "node %ld: the residual after a finite 3.3966e38 is not finite", id);
+        }
+        if (st == HETRING_SKIPPED) {
+            skipped++;
+            continue;
+        }
+        if (st != HETRING_OK) break;
+        applied++;
+    }
+    printf("node %ld, %s: %ld steps applied, %ld skipped\n", id, nw_psgd ? "powersgd" : "bf16",
+           applied, skipped);
+    CHECK(st == HETRING_DONE && applied == ITERS - 2 && skipped == 2,
+          "node %ld: ended with %d after %ld steps applied, %ld skipped: %s", id, st, applied,
+          skipped, hetring_last_error(h));
+    free(g), free(res);
+    hetring_free(h);
+    return check_exit();
+}
+
+static int nonfinite_wire(const char *dir, int port) {
+    nw_psgd = 0;
+    int rc = three_nodes(dir, port, nonfinite_wire_node);
+    nw_psgd = 1; /* whatever the first round did: each round's failures are its own */
+    const int rc2 = three_nodes(dir, port, nonfinite_wire_node);
+    return rc ? rc : rc2;
+}
+
 /* test_api powersgd_threads: wire = powersgd at rank 2 on 3 nodes on 1, 2 and 3 threads
  * ([node] threads), one PT_R x PT_C matrix: big enough for each product to split over 2 or 3
  * threads (powersgd.h). The products' bits do not depend on the threads, so the three nodes'
@@ -1202,11 +1313,9 @@ static int resume(const char *dir, int port) {
 
 int main(int argc, char **argv) {
     if (argc < 2) {
-        fprintf(
-            stderr,
-            "usage: test_api misuse|text|ring|rejoin|leave|overlap|overlap_rejoin|plan|"
-            "resume|leave_open|nonfinite|nonfinite_skip|bf16|bf16_buckets|powersgd|"
-            "powersgd_threads|auto_flush\n");
+        fprintf(stderr, "usage: test_api misuse|text|ring|rejoin|leave|overlap|overlap_rejoin|plan|"
+                        "resume|leave_open|nonfinite|nonfinite_skip|bf16|bf16_buckets|powersgd|"
+                        "powersgd_threads|auto_flush|nonfinite_wire\n");
         return 2;
     }
     signal(SIGPIPE, SIG_IGN);
@@ -1224,6 +1333,7 @@ int main(int argc, char **argv) {
     if (strcmp(argv[1], "powersgd") == 0) rc = powersgd(dir, port);
     if (strcmp(argv[1], "powersgd_threads") == 0) rc = powersgd_threads(dir, port);
     if (strcmp(argv[1], "auto_flush") == 0) rc = auto_flush(dir, port);
+    if (strcmp(argv[1], "nonfinite_wire") == 0) rc = nonfinite_wire(dir, port);
     if (strcmp(argv[1], "nonfinite_skip") == 0) nonfinite_skip = 1, rc = nonfinite(dir, port);
     if (strcmp(argv[1], "resume") == 0) rc = resume(dir, port);
     if (strcmp(argv[1], "leave_open") == 0) rc = leave_open(dir, port);
