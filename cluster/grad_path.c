@@ -226,18 +226,15 @@ const grad_path grad_path_bf16 = {.name = "bf16",
 
 /* ================================================================ powersgd */
 
-/* The state's buffers, and a send buffer for a tail of `tail` floats. */
+/* The state's buffers, and a send buffer for a tail of `tail` floats. Each buffer is had
+ * under its own guard, so a call after one that ran out of memory allocates only what is
+ * missing, and none is used before all are there (grad_xfer_free frees each). */
 static hr_status psgd_alloc(grad_xfer *x, size_t tail) {
     grad_psgd *s = &x->psgd;
     HR_CHECK(feedback_alloc(x));
-    if (!s->q) {
-        s->q = malloc(sizeof *s->q * (s->n_q + 1));
-        s->q_next = malloc(sizeof *s->q_next * (s->n_q + 1));
-        s->local = malloc(sizeof *s->local * (s->n_q + 1));
-        s->qt = malloc(sizeof *s->qt * (s->n_q + 1));
-        s->lt = malloc(sizeof *s->lt * (s->n_q + 1));
-        if (!s->q || !s->q_next || !s->local || !s->qt || !s->lt) return HR_ERR_NOMEM;
-    }
+    float **const bufs[] = {&s->q, &s->q_next, &s->local, &s->qt, &s->lt}; /* (n_q) each */
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
+        if (!*bufs[i] && !(*bufs[i] = malloc(sizeof **bufs[i] * (s->n_q + 1)))) return HR_ERR_NOMEM;
     const size_t need = tail + s->n_plain + s->n_p;
     if (need > s->send_cap) {
         float *b = realloc(s->send, sizeof *b * need);
