@@ -663,7 +663,7 @@ class Trainer:
         _check_state(self.model)
         self._setup_buffers(buffers)
         try:  # what a joining node, the replica check and save() need: refused before it opens
-            state_bytes(self.model, self.optimizer, self.scheduler)
+            packed = state_bytes(self.model, self.optimizer, self.scheduler)
         except Exception as e:  # noqa: BLE001  (pickle raises several kinds)
             raise ValueError(f"hetring.torch: the training state cannot be pickled, which a "
                              f"joining node, the state check and save() need: "
@@ -683,6 +683,10 @@ class Trainer:
         # hetring.h leave_flag: leave() and the leave_on watcher set it, also before the node
         # opens and while a call of it blocks
         self._leave_flag = ctypes.c_int(0)
+        # the state as packed above, which nothing changes until the first view: that view's
+        # get_state calls (the donor's transfer, the state check) take it instead of packing
+        # it again; a state received (_put) or a view reported (_on_view) drops it
+        self._packed = packed
         try:
             # the signals first: one that cannot be caught is refused before a node opens
             self._install_signals(leave_on)
@@ -690,6 +694,8 @@ class Trainer:
         except BaseException:
             self.close()  # no node, port or handler outlives a Trainer that failed
             raise
+        finally:
+            self._packed = None
 
     def _open(self, conf, node_id, n_samples, overrides, sync_first, start_iter, overlap):
         """The node, then what needs it."""
@@ -928,15 +934,19 @@ class Trainer:
     def _get_state(self):
         """The committed state: a view change inside step() (a collective that failed) drops
         the iteration, so what its forward did to the buffers is undone first."""
+        if self._packed is not None:  # the first view, the state as Trainer() packed it
+            return self._packed
         self._restore()
         return state_bytes(self.model, self.optimizer, self.scheduler)
 
     def _put(self, data):
+        self._packed = None
         with torch.no_grad():
             load_state_bytes(self.model, self.optimizer, data, self.scheduler)
         self._snap = None  # the state received replaces the iteration's
 
     def _on_view(self, v):
+        self._packed = None  # on_view may change the model
         self.done = v["iter"]  # the state a view change moved is at that iteration
         self.views.append(v)
         if self._user_view:

@@ -38,7 +38,10 @@
                              lists of the optimizer's state, a string shared by two parameter
                              groups or two equal strings, OneCycleLR's and CyclicLR's methods of
                              their own); a state that cannot be pickled is refused before a
-                             node opens; 2 nodes with each of those schedulers train to the end
+                             node opens; 2 nodes with each of those schedulers train to the end,
+                             node 0 (the donor) packing its state once in Trainer(); where node
+                             1 changes the state it received, the first view's state check
+                             stops both
     test_faults.py signals   two Trainers with leave_on=(SIGUSR1,) in one process: closing
                              the first leaves the signal with the second, which it makes
                              leave; nothing is written to the closed pipe's descriptors, now
@@ -285,16 +288,26 @@ def scheduler_for(kind, opt):
 
 def worker_sched(conf, node, kind):
     """2 nodes whose scheduler's state_dict holds one of its own methods; the first view
-    sends node 0's state to node 1 and checks the state's hash on both."""
+    sends node 0's state to node 1 and checks the state's hash on both. packs: the calls of
+    state_bytes in Trainer()."""
     import hetring.torch as ht
     torch.manual_seed(1)
     lin = torch.nn.Linear(6, 4)
     opt = torch.optim.SGD(lin.parameters(), lr=0.1, momentum=0.9)
     X, Y = data()
-    out = {"iters": [], "error": None}
+    out = {"iters": [], "error": None, "packs": 0}
+    real = ht.state_bytes
+
+    def counted(*a):
+        out["packs"] += 1
+        return real(*a)
     try:
-        tr = ht.Trainer(conf, lin, opt, node_id=node, n_samples=256,
-                        scheduler=scheduler_for(kind, opt))
+        ht.state_bytes = counted
+        try:
+            tr = ht.Trainer(conf, lin, opt, node_id=node, n_samples=256,
+                            scheduler=scheduler_for(kind, opt))
+        finally:
+            ht.state_bytes = real
         for idx in tr.batches():
             res = tr.step(torch.nn.functional.cross_entropy, (X[idx], Y[idx]))
             if res is not None:
@@ -306,10 +319,24 @@ def worker_sched(conf, node, kind):
     return out
 
 
+def worker_perturb(conf, node):
+    """worker_sched's OneCycleLR, where node 1 changes the state it received (bias + 1)."""
+    import hetring.torch as ht
+    if node == 1:
+        real = ht.load_state_bytes
+
+        def changed(model, *a):
+            real(model, *a)
+            with torch.no_grad():
+                model.bias.add_(1)
+        ht.load_state_bytes = changed
+    return worker_sched(conf, node, "onecycle")
+
+
 WORKERS = {"layout": worker_layout, "left": worker_left, "abandon": worker_abandon,
            "sigterm": worker_sigterm,
            "onecycle": lambda c, n: worker_sched(c, n, "onecycle"),
-           "cyclic": lambda c, n: worker_sched(c, n, "cyclic")}
+           "cyclic": lambda c, n: worker_sched(c, n, "cyclic"), "perturb": worker_perturb}
 
 
 def worker(conf, node, mode):
@@ -576,7 +603,9 @@ def state(d, port):
     received (load_state_bytes) packs as the sender's did, with tensors inside lists of the
     optimizer's state, an object shared or not, a scheduler holding its own methods; a
     Trainer whose state cannot be pickled is refused before its node opens; two nodes with
-    those schedulers pass the state check of their first view and train to the end."""
+    those schedulers pass the state check of their first view and train to the end, the
+    donor packing its state once in Trainer(); a node that changes the state it received
+    fails that check on both nodes."""
     import hetring
     import hetring.torch as ht
 
@@ -638,6 +667,20 @@ def state(d, port):
             check(r["error"] is None and r["iters"] == list(range(6)),
                   f"state: {kind}: node {k}: {r['error']}, iterations {r['iters']}")
         check(rs[0]["hash"] == rs[1]["hash"], f"state: {kind}: the replicas differ")
+        packs = [r["packs"] for r in rs]
+        print(f"state: {kind}: Trainer() packed the state {packs} times on nodes 0 and 1")
+        check(packs[0] == 1 and packs[1] >= 2,
+              f"state: {kind}: Trainer() packed the state {packs[0]} time(s) on node 0, the "
+              f"donor (1: its transfer and the state check take the bytes of the check before "
+              f"it opens), and {packs[1]} on node 1 (2: that check, the state check after the "
+              f"transfer)")
+
+    rs = run(d, write_ini(d, port + 1, "perturb", 2, iters=6), 2, "perturb")
+    for k, r in enumerate(rs if None not in rs else ()):
+        print(f"state: node 1 changes the state it received: node {k}: {r['error']}")
+        check(r["iters"] == [] and "training state differs" in (r["error"] or ""),
+              f"state: node 1 changed the state it received, and the state check of the first "
+              f"view did not stop node {k}: {r['error']}, iterations {r['iters']}")
 
 
 def signals(d, port):
