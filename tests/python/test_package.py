@@ -3,9 +3,10 @@ the loaded library's (refusing a library of another minor version), turns a libr
 refuses step() buffers that are not (address, count) pairs (address 0 only with a count of 0)
 and raw-address calls given a negative size or address 0 with a size, and says when a node
 was closed,
-and installs with pip (into a temporary directory, from a copy of python/).
+and installs with pip (into a temporary directory, from a copy of python/); harness.run_case
+names a file changed under a run of a test script, in the worker and in the case.
 
-    test_package.py import | pip
+    test_package.py import | pip | harness
 """
 import os
 import shutil
@@ -175,9 +176,68 @@ def test_pip(src):
               f"the installed package: {r.stdout} {r.stderr[-2000:]}")
 
 
+# a script of run_case's in a folder of its own: its cases start a worker on the files as
+# they are, start one while its own file is swapped (then put back, as a break test does), and
+# change its own file for good
+CASES = """import os, subprocess, sys
+from harness import check, run_case
+
+
+def start():
+    return subprocess.run([sys.executable, os.path.abspath(__file__), "worker"]).returncode
+
+
+def spawn(d, port):
+    check(start() == 0, "spawn: the worker failed")
+
+
+def swap(d, port):
+    with open(__file__) as f:
+        text = f.read()
+    with open(__file__, "a") as f:
+        f.write("# swapped")
+    rc = start()
+    with open(__file__, "w") as f:
+        f.write(text)
+    check(rc == 0, "swap: the worker failed")
+
+
+def edit(d, port):
+    with open(__file__, "a") as f:
+        f.write("# edited")
+
+
+sys.exit(run_case({"spawn": spawn, "swap": swap, "edit": edit}, lambda: 0))
+"""
+
+
+def test_harness():
+    """harness.run_case names a file changed under a run: a worker started on other files than
+    its case fails, and so does a case whose files changed; one that changed nothing passes."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    for case, rc, says in (("spawn", 0, None),
+                           ("swap", 1, "t.py changed since the case that started this worker "
+                                       "began"),
+                           ("edit", 1, "t.py changed during the case")):
+        with tempfile.TemporaryDirectory() as d:
+            shutil.copy(os.path.join(here, "harness.py"), d)
+            with open(os.path.join(d, "t.py"), "w") as f:
+                f.write(CASES)
+            r = subprocess.run([sys.executable, os.path.join(d, "t.py"), case],
+                               capture_output=True, text=True, timeout=60)
+        out = r.stdout + r.stderr
+        print(f"harness: {case}: exit {r.returncode}, saying:")
+        print("".join(f"  | {line}\n" for line in out.splitlines()), end="")
+        check(r.returncode == rc and (says is None) == ("changed" not in out) and
+              (says is None or says in out),
+              f"harness: {case}: exit {r.returncode} (expected {rc}), saying {out[-2000:]!r}")
+
+
 if __name__ == "__main__":
     if sys.argv[1] == "import":
         test_import()
+    elif sys.argv[1] == "harness":
+        test_harness()
     else:
         test_pip(sys.argv[2])
     sys.exit(finish())
