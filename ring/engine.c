@@ -273,14 +273,7 @@ static hr_status eng_recv(ring *r, eng *e) {
                         : 0;
         if (e->rx_want > e->rx_got && n <= 0) {
             if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) break;
-            int err = n == 0 ? 0 : errno;
-            char pw[RING_STR + 64];
-            long pid = ring_link_id(r, e->rx_link);
-            ring_node_str(r, pid, pw, sizeof pw);
-            return fail_view(r, &e->t, e->coll, HR_ERR_PEER, pid, e->rx_link, "%s %s", pw,
-                             err == 0            ? "closed the connection (peer died?)"
-                             : err == ECONNRESET ? "reset the connection (peer died?)"
-                                                 : strerror(err));
+            return fail_rx_closed(r, &e->t, e->coll, e->rx_link, n == 0 ? 0 : errno);
         }
         if (n > 0) {
             e->rx_got += (size_t)n;

@@ -521,18 +521,12 @@ static hr_status mt_recv(ring *r, ring_mt *m, size_t j, mt_rx *x, int *whole, in
         if (x->want > x->got && n <= 0) {
             if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return HR_OK;
             int err = n == 0 ? 0 : errno;
-            char pw[RING_STR + 64];
-            long pid = ring_id_of(r, r->pred);
-            ring_node_str(r, pid, pw, sizeof pw);
             if (mt_quiesce_bad(m))
                 return mt_bad_frame(r, m, m->bad, m->rxb[m->bad % m->nslot],
                                     m->rx_len[m->bad % m->nslot], m->bad_auth);
             mt_counters(r, m, j);
             eng e = mt_eng(m, j);
-            return fail_view(r, &e.t, e.coll, HR_ERR_PEER, pid, FROM_PRED, "%s %s", pw,
-                             err == 0            ? "closed the connection (peer died?)"
-                             : err == ECONNRESET ? "reset the connection (peer died?)"
-                                                 : strerror(err));
+            return fail_rx_closed(r, &e.t, e.coll, FROM_PRED, err);
         }
         if (n > 0) {
             x->got += (size_t)n;

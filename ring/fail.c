@@ -418,6 +418,47 @@ hr_status fail_tx_trouble(ring *r, txf *t, int coll, int from, int e, const link
                                                              : strerror(e));
 }
 
+/* The predecessor link closed with no abort on it; news of the failure may wait on the successor
+ * link instead. A node that drops the link a bad frame came on tells the sender why on that link
+ * alone (fail_view), and in a ring of two that sender is this node's predecessor and successor
+ * both: the abort sits on the successor link, which this node stops watching once it has sent its
+ * frames, and the predecessor link's close (that node's exit, say) comes first. Read an abort
+ * queued on the successor link, waiting for one until `deadline`, and report it. HR_OK when none
+ * came: the link closed (a node that dies closes both at once), the time passed or something
+ * unreadable came; the caller then blames the predecessor. */
+static hr_status news_from_succ(ring *r, txf *t, int coll, double deadline) {
+    int fd = r->succ_fd;
+    uint8_t raw[FRAME_HDR];
+    for (;;) {
+        ssize_t n = recv(fd, raw, 1, MSG_DONTWAIT | MSG_PEEK);
+        if (n > 0) break;
+        if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) return HR_OK;
+        if (errno != EINTR && tcp_wait(fd, POLLIN, deadline) != HR_OK) return HR_OK;
+    }
+    if (tcp_recv_all(fd, raw, FRAME_HDR, tcp_now() + spread_s(r)) != HR_OK) return HR_OK;
+    return fail_on_abort(r, t, coll, raw, FROM_SUCC);
+}
+
+/* The link `from` that this node receives on closed (e: 0 at end-of-file, else the error). On
+ * the predecessor link an abort queued on the successor link explains it (news_from_succ); it is
+ * waited for up to spread_s in a ring of two, where both links join the same node, and only
+ * taken if already there in a larger ring, where a node that died would be blamed that much
+ * later. Else the node at the other end is blamed. */
+hr_status fail_rx_closed(ring *r, txf *t, int coll, int from, int e) {
+    char pw[RING_STR + 64];
+    long pid = ring_link_id(r, from);
+    ring_node_str(r, pid, pw, sizeof pw);
+    if (from == FROM_PRED && r->succ_fd >= 0 && r->succ >= 0) {
+        hr_status st =
+            news_from_succ(r, t, coll, tcp_now() + (r->pred == r->succ ? spread_s(r) : 0));
+        if (st != HR_OK) return st;
+    }
+    return fail_view(r, t, coll, HR_ERR_PEER, pid, from, "%s %s", pw,
+                     e == 0            ? "closed the connection (peer died?)"
+                     : e == ECONNRESET ? "reset the connection (peer died?)"
+                                       : strerror(e));
+}
+
 /* A local failure in the middle of a collective: the others are already sending, so the view
  * is failed and they are told. */
 hr_status fail_local(ring *r, int coll, hr_status st, const char *what) {

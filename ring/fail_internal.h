@@ -32,6 +32,10 @@ hr_status fail_silent(ring *r, txf *t, int coll, int from, int tx, double limit,
 /* Something happened on link `from`, which carries nothing this way but an abort (the
  * successor link, or a tree link while this node sends on it): report what (see fail.c). */
 hr_status fail_tx_trouble(ring *r, txf *t, int coll, int from, int e, const link_pos *pp);
+/* The link `from` that this node receives on closed (`e`: 0 at end-of-file, else the error) with
+ * no abort on it: report an abort queued on the successor link when the predecessor link closed
+ * (see fail.c), else blame the node at the other end. */
+hr_status fail_rx_closed(ring *r, txf *t, int coll, int from, int e);
 /* Report the abort frame whose payload (`len` bytes, verified in secure modes) is `body`, which
  * came on link `from`, and pass it on. */
 hr_status fail_abort_report(ring *r, txf *t, int coll, uint8_t *body, size_t len, int from);
