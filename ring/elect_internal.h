@@ -22,7 +22,7 @@ void elect_formed(ring *r);
  * whose lineage has moved on since, which two leaders of different epochs at once can give)
  * names a state the node does not hold, and the donor rule would act on it. HR_OK, else
  * HR_ERR_VIEW with `err` saying which: the view fails to install and an election repairs it.
- * (Tested by ring.unit.) */
+ * (Tested by ring.unit, and through confirm, from ring_elect, by ring.elect_stale.) */
 hr_status elect_check_own(const ring_view *v, int rank, const ring_lineage *lin,
                           const uint64_t *lives, const ring_lineage *mine, uint64_t life, char *err,
                           size_t errlen);
