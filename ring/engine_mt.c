@@ -4,7 +4,9 @@
  * Collectives that receive more than RING_MT_BYTES run the same schedule on several threads,
  * so that sending, receiving, sealing, opening and reducing use more than one core:
  *  - the calling thread receives: it reads each frame from the predecessor into a slot (one of
- *    MT_SLOTS staged frames) and, without workers, opens it and applies it at once;
+ *    MT_SLOTS staged frames) and, without workers, opens it and applies it at once; a frame
+ *    whose header says it is an abort it opens itself and reads nothing behind it, so that the
+ *    news that may follow it is still on the link (mt_abort_frame);
  *  - a sender thread sends frame after frame in schedule order, each once the frames it needs
  *    are applied; without workers it seals them itself;
  *  - worker threads (ring_workers) seal outgoing frames ahead of the sender and open, check and
@@ -484,6 +486,7 @@ typedef struct {
     size_t got, want; /* bytes of the current part read and expected */
     int body;         /* 0: the header, 1: payload and tag */
     size_t len;       /* payload bytes on the wire */
+    int abort;        /* secure modes: its header, not verified yet, says it is an abort */
 } mt_rx;
 
 /* Where the predecessor's stream stands while frame j is received as `x`, for fail_tx_trouble. */
@@ -507,6 +510,26 @@ static hr_status mt_succ_trouble(ring *r, ring_mt *m, size_t j, const mt_rx *x, 
     eng e = mt_eng(m, j);
     link_pos pp = mt_pos(m, j, x);
     return fail_tx_trouble(r, &e.t, m->coll, FROM_SUCC, err, &pp);
+}
+
+/* Secure modes: received frame j, whole in its slot (`len` payload bytes), says in its header,
+ * not verified yet, that it is an abort. It is opened here, once the threads stopped and the
+ * frames before it were opened in order (the first bad frame decides, as on the single-threaded
+ * engine), and nothing behind it is read: an abort that blames a silent node is followed by the
+ * news that comes next on the link (fail.c, follow_blame), which must still be there. Handed to
+ * a worker, the receiver could take the next frame off the link while the worker opened this
+ * one, and the news in it was lost. */
+static hr_status mt_abort_frame(ring *r, ring_mt *m, size_t j, size_t len) {
+    m->rx_len[j % m->nslot] = len;
+    if (!mt_quiesce_bad(m)) {
+        int auth_failed;
+        (void)mt_apply(m, j, &auth_failed); /* an abort never passes the header check */
+        m->have_bad = 1;
+        m->bad = j;
+        m->bad_auth = auth_failed;
+    }
+    return mt_bad_frame(r, m, m->bad, m->rxb[m->bad % m->nslot], m->rx_len[m->bad % m->nslot],
+                        m->bad_auth);
 }
 
 static hr_status mt_recv(ring *r, ring_mt *m, size_t j, mt_rx *x, int *whole, int *moved) {
@@ -545,6 +568,7 @@ static hr_status mt_recv(ring *r, ring_mt *m, size_t j, mt_rx *x, int *whole, in
                 return fail_link_auth(r, &e.t, e.coll, FROM_PRED, "", "");
             }
             x->len = h.type == FRAME_ABORT || h.len < want ? h.len : want;
+            x->abort = h.type == FRAME_ABORT;
         } else {
             if (!mt_header_ok(m, j, f)) return mt_bad_frame(r, m, j, f, 0, 0);
             x->len = want;
@@ -554,6 +578,7 @@ static hr_status mt_recv(ring *r, ring_mt *m, size_t j, mt_rx *x, int *whole, in
         x->want = x->len + m->tag;
         if (x->want == 0) break;
     }
+    if (x->abort) return mt_abort_frame(r, m, j, x->len);
     m->rx_len[j % m->nslot] = x->len;
     *whole = 1;
     return HR_OK;

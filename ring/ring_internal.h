@@ -16,8 +16,8 @@
  *    run (engine_internal.h);
  *  - fail.c: a view's failures, recorded and told in abort frames (fail_internal.h);
  *  - ring.c: the accessors of ring.h, names and links (this header).
- * Everything else in those files is static. The frame fuzzer (tests/fuzz/fuzz_frame.c) includes
- * this header too, to write on a ring's socket.
+ * Everything else in those files is static. The frame fuzzer (tests/fuzz/fuzz_frame.c) and
+ * tests/ring/test_mt_abort.c include this header too, to write on a ring's socket.
  */
 #ifndef HR_RING_INTERNAL_H
 #define HR_RING_INTERNAL_H
