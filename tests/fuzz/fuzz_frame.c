@@ -6,8 +6,8 @@
  * Two real rings, node 0 and node 1 of a two-node cluster, are formed on 127.0.0.1 once per
  * security mode. For each input node 0 runs one collective; the input stands for everything
  * its predecessor (node 1) sends: it is written on node 1's link to node 0, followed by
- * end-of-file, so node 0 either completes the collective or fails at once (never by its
- * timeout). Then both rings re-form view epoch 0 (ring_reform), so every input meets the same
+ * end-of-file on both of node 1's links, as when node 1 stops, so node 0 either completes the
+ * collective or fails at once (never by its timeout). Then both rings re-form view epoch 0 (ring_reform), so every input meets the same
  * state: sequence number 0, fresh channel keys.
  * Input: one selector byte, then node 1's bytes. Selector: value % 3 is the mode (none, auth,
  * encrypt; a PSK); value / 3 % 5 the collective: 0 a small all-reduce (6 floats), 1 a
@@ -137,6 +137,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     ring *r0 = g_ring[mode][0], *r1 = g_ring[mode][1];
     send_blocking(r1->succ_fd, data + 1, size - 1);
     shutdown(r1->succ_fd, SHUT_WR);
+    /* node 0's successor link ends too: node 0 reads an abort queued there when its predecessor
+     * link closes (fail_rx_closed), and waits up to a second for one while that link is open */
+    shutdown(r1->pred_fd, SHUT_WR);
     double t0 = tcp_now();
     memset(g_buf, 0, sizeof g_buf);
     (void)collective(r0, coll);
