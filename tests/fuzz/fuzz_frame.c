@@ -7,8 +7,8 @@
  * security mode. For each input node 0 runs one collective; the input stands for everything
  * its predecessor (node 1) sends: it is written on node 1's link to node 0, followed by
  * end-of-file on both of node 1's links, as when node 1 stops, so node 0 either completes the
- * collective or fails at once (never by its timeout). Then both rings re-form view epoch 0 (ring_reform), so every input meets the same
- * state: sequence number 0, fresh channel keys.
+ * collective or fails at once (never by its timeout). Then both rings re-form view epoch 0
+ * (ring_reform), so every input meets the same state: sequence number 0, fresh channel keys.
  * Input: one selector byte, then node 1's bytes. Selector: value % 3 is the mode (none, auth,
  * encrypt; a PSK); value / 3 % 5 the collective: 0 a small all-reduce (6 floats), 1 a
  * pipelined all-reduce (8200 floats in 4 KiB segments), 2 an all-gather (12 bytes each),
