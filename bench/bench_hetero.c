@@ -354,8 +354,9 @@ static void usage(FILE *out) {
             "  --python PATH    the Python with torch for --ddp (default: python3 on PATH, then\n"
             "                   /usr/bin/python3, the first that has torch)\n"
             "  --set S.K=V      override a key in every run (e.g. train.bucket_bytes=0); a\n"
-            "                   [controller] key a policy does not read (controller.ki: pid's)\n"
-            "                   is left out of that policy's runs, and the report says so\n"
+            "                   [controller] key a policy does not read (controller.ki: pid's),\n"
+            "                   or a node.ID.capacity (static's), is left out of that policy's\n"
+            "                   runs, and the report says so\n"
             "  --port P         the nodes listen on 127.0.0.1 ports P to P+%d and the DDP\n"
             "                   baseline meets on P+%d (default: %d free ports found at start)\n"
             "  --template FILE  cluster file with %d nodes the runs start from\n"
@@ -492,30 +493,45 @@ static int policy_id(const char *name) {
     return p;
 }
 
-/* Whether --set `set` gives a [controller] key that `policy` does not read, which the config
- * module would refuse under it: such a --set is left out of that policy's runs. */
+/* Whether --set `set` gives a [controller] key, or a node's capacity ("node.ID.capacity"),
+ * that `policy` does not read, which the config module would refuse under it: such a --set is
+ * left out of that policy's runs. */
 static int unread_set(const char *set, int policy) {
-    static const char pre[] = "controller.";
-    if (strncmp(set, pre, sizeof pre - 1) != 0) return 0;
+    static const char pre[] = "controller.", node[] = "node.";
+    const char *k = NULL;
+    if (strncmp(set, pre, sizeof pre - 1) == 0) k = set + sizeof pre - 1;
+    if (strncmp(set, node, sizeof node - 1) == 0 && (k = strchr(set + sizeof node - 1, '.')))
+        k++;
+    if (!k) return 0;
     char key[64];
-    snprintf(key, sizeof key, "%.*s", (int)strcspn(set + sizeof pre - 1, "="),
-             set + sizeof pre - 1);
+    snprintf(key, sizeof key, "%.*s", (int)strcspn(k, "="), k);
     return !cfg_policy_uses(policy, key);
 }
 
 /* The [controller] keys of `c` that `policy` does not read, given another value than their
- * default (the keys of another policy, which the config module refuses under this one), put
- * back to their defaults; with `out`, each named with where it was set ("n" bytes). */
+ * default (the keys of another policy, which the config module refuses under this one), and
+ * the nodes' capacity hints it does not read, put back to their defaults; with `out`, each
+ * named with where it was set ("n" bytes). */
 static void reset_unread(cfg *c, int policy, char *out, size_t n) {
     const char *keys[16];
+    int nodes[CFG_MAX_NODES];
     int nk = cfg_policy_unused(c, policy, keys, 16);
+    int nn = cfg_capacity_unused(c, policy, nodes, CFG_MAX_NODES);
     size_t len = out ? strlen(out) : 0;
-    for (int i = 0; i < nk; i++) {
+    for (int i = 0; i < nk + nn; i++) {
         char at[CFG_PATH + 64];
-        if (out && len < n)
+        const int node = i < nk ? -1 : nodes[i - nk];
+        const char *key = i < nk ? keys[i] : "capacity";
+        if (out && len < n && node < 0)
             len += (size_t)snprintf(out + len, n - len, "%scontroller.%s (%s)", len ? ", " : "",
-                                    keys[i], cfg_where(c, -1, keys[i], at, sizeof at));
-        cfg_reset(c, keys[i]);
+                                    key, cfg_where(c, -1, key, at, sizeof at));
+        else if (out && len < n)
+            len += (size_t)snprintf(out + len, n - len, "%snode.%ld.%s (%s)", len ? ", " : "",
+                                    c->nodes[node].id, key, cfg_where(c, node, key, at, sizeof at));
+        if (node < 0)
+            cfg_reset(c, key);
+        else
+            cfg_reset_node(c, node, key);
     }
 }
 

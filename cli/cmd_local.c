@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #define CLI_UNREAD_MAX 16 /* [controller] keys the static pass of --compare-static sets back */
+#define CLI_UNREAD_ALL (CLI_UNREAD_MAX + CFG_MAX_NODES) /* with a capacity per node */
 
 static void usage(FILE *out) {
     fprintf(
@@ -50,7 +51,8 @@ static void usage(FILE *out) {
         "                   configured, and report the measured speed-up; both runs start\n"
         "                   from scratch, without [train] checkpoint (neither reads nor\n"
         "                   writes it), and take no --summary or --metrics; the static\n"
-        "                   run leaves out the [controller] keys static does not read\n"
+        "                   run leaves out the [controller] keys and the [node] capacity\n"
+        "                   hints static does not read\n"
         "  --netns PREFIX   start node ID in the network namespace PREFIX-ID\n"
         "                   (/var/run/netns/PREFIX-ID, made beforehand: `hetring bench hetero\n"
         "                   --netns` makes them with shaped links); each host must then be an\n"
@@ -158,21 +160,29 @@ static int rate_ok(const char *name, const char *path, double r) {
 }
 
 /* The keys of the configured policy that static does not read, given another value than their
- * default (cfg_policy_unused), which the config module would refuse under static: the static
- * pass sets them back to their defaults, as "--set controller.KEY=DEFAULT" into args (NULL
- * after the last; sets holds their text), and says so once. c is the configuration as the
- * nodes read it (run_config), with the --set options after "--" too. */
+ * default (cfg_policy_unused, and the nodes' capacity: cfg_capacity_unused), which the config
+ * module would refuse under static: the static pass sets them back to their defaults, as
+ * "--set controller.KEY=DEFAULT" and "--set node.ID.capacity=DEFAULT" into args (NULL after
+ * the last; sets holds their text), and says so once. c is the configuration as the nodes read
+ * it (run_config), with the --set options after "--" too. */
 static void static_unread(const cfg *c, const char **args, char sets[][96]) {
     const char *keys[CLI_UNREAD_MAX];
-    int n = cfg_policy_unused(c, CFG_POLICY_STATIC, keys, CLI_UNREAD_MAX), na = 0;
-    for (int i = 0; i < n; i++) {
-        char at[PATH_MAX + 64];
-        snprintf(sets[i], sizeof sets[i], "controller.%s=%s", keys[i], cfg_key_default(keys[i]));
-        args[na++] = "--set", args[na++] = sets[i];
+    int nodes[CFG_MAX_NODES], na = 0, ns = 0;
+    int n = cfg_policy_unused(c, CFG_POLICY_STATIC, keys, CLI_UNREAD_MAX);
+    int nn = cfg_capacity_unused(c, CFG_POLICY_STATIC, nodes, CFG_MAX_NODES);
+    for (int i = 0; i < n + nn; i++) {
+        char at[PATH_MAX + 64], name[64];
+        const int node = i < n ? -1 : nodes[i - n];
+        const char *key = i < n ? keys[i] : "capacity";
+        if (node < 0)
+            snprintf(name, sizeof name, "controller.%s", key);
+        else
+            snprintf(name, sizeof name, "node.%ld.%s", c->nodes[node].id, key);
+        snprintf(sets[ns], sizeof sets[ns], "%.63s=%.31s", name, cfg_key_default(key));
+        args[na++] = "--set", args[na++] = sets[ns++];
         fprintf(stderr,
-                "hetring local: the static pass leaves out controller.%s (%s), which static does "
-                "not read\n",
-                keys[i], cfg_where(c, -1, keys[i], at, sizeof at));
+                "hetring local: the static pass leaves out %s (%s), which static does not read\n",
+                name, cfg_where(c, node, key, at, sizeof at));
     }
     args[na] = NULL;
 }
@@ -216,10 +226,10 @@ static int compare_static(const cfg *c, const cli_common *o, const char *exe,
     char s_static[PATH_MAX], s_dyn[PATH_MAX];
     snprintf(s_static, sizeof s_static, "%s/static.json", dir);
     snprintf(s_dyn, sizeof s_dyn, "%s/dynamic.json", dir);
-    const char *run1[8 + 2 * CLI_UNREAD_MAX + 1] = {
+    const char *run1[8 + 2 * CLI_UNREAD_ALL + 1] = {
         "--set", "train.checkpoint=",        "--set",     "train.checkpoint_interval=0",
         "--set", "controller.policy=static", "--summary", s_static};
-    char unread[CLI_UNREAD_MAX][96];
+    char unread[CLI_UNREAD_ALL][96];
     static_unread(&nodes, run1 + 8, unread);
     const char *run2[] = {
         "--set", "train.checkpoint=", "--set", "train.checkpoint_interval=0", "--summary", s_dyn,

@@ -45,9 +45,22 @@ hr_status cfg_reset(cfg *c, const char *key) {
     return HR_ERR_CONFIG;
 }
 
+hr_status cfg_reset_node(cfg *c, int node_idx, const char *key) {
+    char why[256];
+    int i;
+    const key_spec *k = cfg_find_key(cfg_nkeys, cfg_n_nkeys, "node", key, &i);
+    if (node_idx < 0 || node_idx >= c->n_nodes || !k || !k->def) return HR_ERR_CONFIG;
+    if (cfg_value_set(k, &c->nodes[node_idx], k->def, NULL, why, sizeof why) != 0)
+        abort(); /* a bad default in the schema, as in apply_defaults */
+    c->nodes[node_idx].key_line[i] = 0;
+    return HR_OK;
+}
+
 const char *cfg_key_default(const char *key) {
     for (int i = 0; i < cfg_n_gkeys; i++)
         if (strcmp(cfg_gkeys[i].key, key) == 0) return cfg_gkeys[i].def;
+    for (int i = 0; i < cfg_n_nkeys; i++)
+        if (strcmp(cfg_nkeys[i].key, key) == 0) return cfg_nkeys[i].def;
     return NULL;
 }
 

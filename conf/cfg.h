@@ -169,10 +169,10 @@ hr_status cfg_validate(cfg *c, char *err, size_t errlen);
 /* Members a view needs to train: min_nodes, or a majority of the nodes when it is 0. */
 long cfg_quorum(const cfg *c);
 
-/* Whether controller policy `policy` (cfg_policy) reads [controller] `key`: 0 for a key that
- * only other policies read (ki and kd are pid's, forgetting is model's; static reads none of
- * interval, deadband, gain, smoothing, rate_limit and calibrate, and epoch neither interval nor
- * smoothing), else 1, as for every key of another section. */
+/* Whether controller policy `policy` (cfg_policy) reads [controller] `key`, or [node]
+ * capacity: 0 for a key that only other policies read (ki and kd are pid's, forgetting is
+ * model's; static reads none of interval, deadband, gain, smoothing, rate_limit, calibrate and
+ * capacity, and epoch neither interval nor smoothing), else 1, as for every other key. */
 int cfg_policy_uses(int policy, const char *key);
 /* The [controller] keys `c` gives (file, environment or --set) another value than their
  * default that `policy` does not read, which cfg_validate refuses under that policy: their
@@ -180,11 +180,19 @@ int cfg_policy_uses(int policy, const char *key);
  * configuration under several policies puts them back to their defaults for such a policy
  * (cfg_reset, or --set KEY=cfg_key_default(KEY)). */
 int cfg_policy_unused(const cfg *c, int policy, const char **keys, int max);
+/* The same for [node] capacity: the indexes in c->nodes of the nodes that give it another value
+ * than its default where `policy` does not read it (static), at most max, in c->nodes order;
+ * returns how many. Such a caller puts it back (cfg_reset_node, or --set
+ * node.ID.capacity=cfg_key_default("capacity")). */
+int cfg_capacity_unused(const cfg *c, int policy, int *nodes, int max);
 /* Put key `key` of the cluster ("ki") back to its default, as if it was never given (it
  * prints as a comment). Returns HR_ERR_CONFIG, changing nothing, for a key that is not one or
  * has no default (psk). */
 hr_status cfg_reset(cfg *c, const char *key);
-/* The default of key `key` of the cluster as INI text ("0.05"), or NULL: none, or no such key. */
+/* The same for key `key` of c->nodes[node_idx] ("capacity"). */
+hr_status cfg_reset_node(cfg *c, int node_idx, const char *key);
+/* The default of key `key` of the cluster, or else of a node, as INI text ("0.05"), or NULL:
+ * none, or no such key. */
 const char *cfg_key_default(const char *key);
 
 /* Line of the file that set `key` of the cluster (node_idx -1) or of c->nodes[node_idx]: > 0,

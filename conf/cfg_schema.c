@@ -163,7 +163,7 @@ const key_spec cfg_nkeys[] = {
      "powersgd's products (at most 64); 0 uses every core this process may run on"},
     {"node", "capacity", T_DBL, N(capacity), 0, 1e-6, BIG, NULL, "1", 0,
      "relative speed (cores, FLOPS) for the first batch split when it is not measured "
-     "([controller] calibrate)"},
+     "([controller] calibrate); all but policy = static, which gives every node B/N"},
     {"node", "pubkey", T_HEXKEY, N(pubkey), 0, 0, 0, NULL, NULL, 0,
      "pinned identity public key, 64 hex digits from hetring keygen"},
     {"node", "slowdown", T_DBL, N(slowdown), 0, 1, 1000, NULL, "1", 0,

@@ -294,8 +294,13 @@ static const struct {
 };
 enum { N_POLICY_KEYS = sizeof policy_keys / sizeof *policy_keys };
 
+/* [node] capacity, the nodes' speed hints for a first split that is not measured: the policies
+ * that decide start from them (ctrl_init); static gives every node B/N whatever they say. */
+#define CAPACITY_USERS DECIDE
+
 int cfg_policy_uses(int policy, const char *key) {
     if (policy < CFG_POLICY_STATIC || policy > CFG_POLICY_EPOCH) return 1;
+    if (strcmp(key, "capacity") == 0) return (CAPACITY_USERS >> policy) & 1;
     for (int i = 0; i < N_POLICY_KEYS; i++)
         if (strcmp(policy_keys[i].key, key) == 0) return (policy_keys[i].users >> policy) & 1;
     return 1;
@@ -323,31 +328,63 @@ int cfg_policy_unused(const cfg *c, int policy, const char **keys, int max) {
     return n;
 }
 
-/* "policy = pid", "policy = proportional, pid or model": the policies that use key i. */
-static void policy_users(int i, char *out, size_t n) {
+/* Whether node i of c gives capacity another value than its default. */
+static int capacity_set(const cfg *c, int i) {
+    int idx;
+    const key_spec *k = cfg_find_key(cfg_nkeys, cfg_n_nkeys, "node", "capacity", &idx);
+    cfg_node d;
+    char a[256], b[256], why[256];
+    memset(&d, 0, sizeof d);
+    if (cfg_value_set(k, &d, k->def, NULL, why, sizeof why) != 0) abort(); /* schema's default */
+    cfg_value_format(k, &c->nodes[i], a, sizeof a);
+    cfg_value_format(k, &d, b, sizeof b);
+    return c->nodes[i].key_line[idx] != 0 && strcmp(a, b) != 0;
+}
+
+int cfg_capacity_unused(const cfg *c, int policy, int *nodes, int max) {
+    int n = 0;
+    for (int i = 0; i < c->n_nodes && n < max; i++)
+        if (!cfg_policy_uses(policy, "capacity") && capacity_set(c, i)) nodes[n++] = i;
+    return n;
+}
+
+/* "policy = pid", "policy = proportional, pid or model": the policies in `users` (bit p set:
+ * policy p). */
+static void policy_users(unsigned users, char *out, size_t n) {
     const char *names[CFG_POLICY_EPOCH + 1];
     int m = 0;
     for (int p = CFG_POLICY_STATIC; p <= CFG_POLICY_EPOCH; p++)
-        if ((policy_keys[i].users >> p) & 1) names[m++] = cfg_policy_name(p);
+        if ((users >> p) & 1) names[m++] = cfg_policy_name(p);
     size_t o = (size_t)snprintf(out, n, "policy = %s", names[0]);
     for (int j = 1; j < m && o < n; j++)
         o += (size_t)snprintf(out + o, n - o, "%s%s", j == m - 1 ? " or " : ", ", names[j]);
 }
 
-/* A [controller] key given another value than its default that the policy does not use (a
- * key at its default changes nothing either way: reference.ini gives every key). `hetring local
- * --compare-static` and `bench hetero`, which run one file under several policies, set such a
- * key back to its default for a policy that does not use it (cfg_policy_unused). */
+/* A [controller] key, or a node's capacity, given another value than its default that the
+ * policy does not use (a key at its default changes nothing either way: reference.ini gives
+ * every key). `hetring local --compare-static` and `bench hetero`, which run one file under
+ * several policies, set such a key back to its default for a policy that does not use it
+ * (cfg_policy_unused, cfg_capacity_unused). */
 static hr_status check_controller(const cfg *c, char *err, size_t errlen) {
     const char *key;
-    if (cfg_policy_unused(c, c->policy, &key, 1) == 0) return HR_OK;
-    int i = 0;
-    while (strcmp(policy_keys[i].key, key) != 0) i++;
     char users[128];
-    policy_users(i, users, sizeof users);
+    int node;
+    if (cfg_policy_unused(c, c->policy, &key, 1) == 1) {
+        int i = 0;
+        while (strcmp(policy_keys[i].key, key) != 0) i++;
+        policy_users(policy_keys[i].users, users, sizeof users);
+        return hr_fail(err, errlen, HR_ERR_CONFIG,
+                       "%s: %s is set, but policy = %s does not use it (expected %s, or no %s)",
+                       AT(c, key), key, cfg_policy_name(c->policy), users, key);
+    }
+    if (cfg_capacity_unused(c, c->policy, &node, 1) == 0) return HR_OK;
+    policy_users(CAPACITY_USERS, users, sizeof users);
+    char at[CFG_PATH + 64];
     return hr_fail(err, errlen, HR_ERR_CONFIG,
-                   "%s: %s is set, but policy = %s does not use it (expected %s, or no %s)",
-                   AT(c, key), key, cfg_policy_name(c->policy), users, key);
+                   "%s: [node.%ld] capacity is set, but policy = %s does not use it: every node "
+                   "gets global_batch / nodes (expected %s, or no capacity)",
+                   cfg_where(c, node, "capacity", at, sizeof at), c->nodes[node].id,
+                   cfg_policy_name(c->policy), users);
 }
 
 /* A key given another value than its default that the rest of the configuration does not use:

@@ -7,7 +7,9 @@
 #                   one round of one scenario: the speed-up is the ratio of the two rates;
 #                   the epoch policy beside it runs (its files give no key it leaves unused):
 #                   a template's interval and a --set forgetting, which epoch and static do
-#                   not read, are left out of their runs and named once, and model has both
+#                   not read, are left out of their runs and named once, and model has both;
+#                   so are node 3's capacity in the template and a --set node.1.capacity,
+#                   which static alone does not read
 #   bench allreduce 2 nodes, small sizes: every size correct (#wrong 0 in the JSON and in the
 #                   table, checked positively: a missing field fails), JSON per size
 #                   and the path each size took (2 nodes: the ring; 6 nodes with
@@ -79,20 +81,24 @@ done < <(grep '"scenario"' "$tmp/h.json" 2>/dev/null)
 # one round: the median is that round, so the speed-up is exactly the ratio of the two rates
 # (with the epoch policy beside it, whose runs' files must not give the keys it does not use:
 # the template's interval = 2 and --set controller.forgetting are model's alone)
-sed 's/^\[controller\]$/&\ninterval = 2/' "$(dirname "$0")/../../bench/hetero.ini" > "$tmp/tmpl.ini"
+{ sed 's/^\[controller\]$/&\ninterval = 2/' "$(dirname "$0")/../../bench/hetero.ini"; printf 'capacity = 2\n'; } > "$tmp/tmpl.ini"
 timeout 120 "$HR" bench hetero --port "$base" --out "$tmp/h1" --json "$tmp/h1.json" --iters 24 --batch 64 \
     --layers 784,16,10 --scenarios one-slow --policies model,epoch --repeat 1 --template "$tmp/tmpl.ini" \
-    --set controller.forgetting=0.8 > "$tmp/h1.out" 2>&1 \
+    --set controller.forgetting=0.8 --set node.1.capacity=3 > "$tmp/h1.out" 2>&1 \
     || { fail "bench hetero --repeat 1 exited $?"; cat "$tmp/h1.out"; }
 ln=$(grep -n '^interval = 2$' "$tmp/tmpl.ini" | cut -d: -f1)
+lc=$(grep -n '^capacity = 2$' "$tmp/tmpl.ini" | cut -d: -f1)
 for pol in static epoch; do
     said="# policy $pol does not read controller.interval ($tmp/tmpl.ini:$ln), --set controller.forgetting=0.8: left out of its runs"
+    [ $pol = static ] && said="# policy $pol does not read controller.interval ($tmp/tmpl.ini:$ln), node.3.capacity ($tmp/tmpl.ini:$lc), --set controller.forgetting=0.8, --set node.1.capacity=3: left out of its runs"
     [ "$(grep -cxF "$said" "$tmp/h1.out")" = 1 ] && [ "$(grep -cF "${said#\# }" "$tmp/h1/report.md")" = 1 ] &&
         ! grep -q '^interval' "$tmp/h1/one-slow-$pol.ini" ||
         fail "bench hetero: $pol's unread keys not left out, or not said once: $(grep "policy $pol" "$tmp/h1.out")"
 done
 grep -q "policy model does not read" "$tmp/h1.out" && fail "bench hetero: model said not to read its own keys"
 grep -q '^interval = 2$' "$tmp/h1/one-slow-model.ini" || fail "bench hetero: model's run file lost the template's interval"
+grep -q '^capacity = 2$' "$tmp/h1/one-slow-model.ini" && ! grep -q '^capacity' "$tmp/h1/one-slow-static.ini" ||
+    fail "bench hetero: node 3's capacity not in model's run file, or in static's"
 in_range "$(field "$(grep '"policy": "epoch"' "$tmp/h1.json")" samples_per_s)" 1 1e12 ||
     fail "bench hetero: the epoch policy's run failed: $(grep -A3 epoch "$tmp/h1.out")"
 s1=$(field "$(grep '"policy": "static"' "$tmp/h1.json")" samples_per_s)

@@ -10,6 +10,7 @@
 #              the file's interval = 2, which static does not read (and would refuse), is
 #              left out of the static pass, which says so once; so is a ki set after "--" or
 #              by HETRING_CONTROLLER_KI, with the report naming the policy the nodes run;
+#              and so is a node's capacity, in the file or set after "--" (static gives B/N);
 #              it neither resumes from nor writes the user's [train] checkpoint
 # Node 1 starts once node 0 has logged its first line and 0.3 s more, so node 0's first connects
 # to it are refused and retried: that retry is the ring debug line the level tests look for.
@@ -134,8 +135,9 @@ for k in 0 1; do
 done
 node_ids psk
 
-# 5. local --compare-static: both rates and their ratio
-timeout 60 "$HR" local --conf "$tmp/none.ini" --compare-static -- --quiet > "$tmp/cmp.out" 2>&1 ||
+# 5. local --compare-static: both rates and their ratio; node 1's capacity hint in the file
+{ cat "$tmp/none.ini"; printf 'capacity = 3\n'; } > "$tmp/cmp.ini"
+timeout 60 "$HR" local --conf "$tmp/cmp.ini" --compare-static -- --quiet > "$tmp/cmp.out" 2>&1 ||
     fail "local --compare-static exited $?: $(cat "$tmp/cmp.out")"
 r1=$(sed -n 's/^static: *\([0-9][0-9]*\) samples\/s$/\1/p' "$tmp/cmp.out")
 r2=$(sed -n 's/^model *\([0-9][0-9]*\) samples\/s$/\1/p' "$tmp/cmp.out")
@@ -147,10 +149,14 @@ if [ -n "$r1" ] && [ -n "$r2" ] && [ -n "$sp" ]; then
 else
     fail "local --compare-static: missing rate or speed-up line (static '$r1', model '$r2', speed-up '$sp'): $(cat "$tmp/cmp.out")"
 fi
-ln=$(grep -n '^interval = 2$' "$tmp/none.ini" | cut -d: -f1)
-said="hetring local: the static pass leaves out controller.interval ($tmp/none.ini:$ln), which static does not read"
+ln=$(grep -n '^interval = 2$' "$tmp/cmp.ini" | cut -d: -f1)
+said="hetring local: the static pass leaves out controller.interval ($tmp/cmp.ini:$ln), which static does not read"
 [ "$(grep -cxF "$said" "$tmp/cmp.out")" = 1 ] ||
     fail "local --compare-static: not said once that the static pass leaves out interval: $(grep -m2 'leaves out' "$tmp/cmp.out")"
+ln=$(grep -n '^capacity = 3$' "$tmp/cmp.ini" | cut -d: -f1)
+said="hetring local: the static pass leaves out node.1.capacity ($tmp/cmp.ini:$ln), which static does not read"
+[ "$(grep -cxF "$said" "$tmp/cmp.out")" = 1 ] ||
+    fail "local --compare-static: not said once that the static pass leaves out node 1's capacity: $(grep 'leaves out\|capacity' "$tmp/cmp.out" | head -3)"
 # the same for ki set after "--" (every node gets it) with pid set there too, and for ki set by
 # the environment: the static pass leaves it out, says so once, and the report names pid
 cmp_pid() { # cmp_pid NAME WHERE CMD...: --compare-static whose nodes run pid with ki = 0.3
@@ -163,7 +169,9 @@ cmp_pid() { # cmp_pid NAME WHERE CMD...: --compare-static whose nodes run pid wi
         fail "local --compare-static ($name): the report does not name pid: $(grep -v '^node' "$tmp/$name.out")"
 }
 cmp_pid cmp-tail "--set controller.ki" timeout 60 "$HR" local --conf "$tmp/none.ini" --compare-static -- --quiet \
-    --set controller.policy=pid --set controller.ki=0.3
+    --set controller.policy=pid --set controller.ki=0.3 --set node.0.capacity=2
+[ "$(grep -cxF "hetring local: the static pass leaves out node.0.capacity (--set node.0.capacity), which static does not read" "$tmp/cmp-tail.out")" = 1 ] ||
+    fail "local --compare-static (cmp-tail): not said once that the static pass leaves out node 0's capacity: $(grep -v '^node' "$tmp/cmp-tail.out")"
 cmp_pid cmp-env "environment HETRING_CONTROLLER_KI" env HETRING_CONTROLLER_KI=0.3 timeout 60 "$HR" local \
     --conf "$tmp/none.ini" --set controller.policy=pid --compare-static -- --quiet
 

@@ -367,6 +367,46 @@ static void test_policy_keys(const char *tmp) {
                       "rate_limit)") == 0,
           "got: %s", err);
     cfg_free(&c);
+    /* a node's capacity under static: refused naming the node and where it was set; at its
+     * default it is not; cfg_capacity_unused lists it and cfg_reset_node puts it back */
+    cfg_init(&c);
+    CHECK(cfg_parse_file(&c, tmp, err, sizeof err) == HR_OK, "%s", err);
+    CHECK(cfg_set(&c, "controller.policy=static", err, sizeof err) == HR_OK &&
+              cfg_set(&c, "controller.ki=0.05", err, sizeof err) == HR_OK &&
+              cfg_set(&c, "node.0.capacity=1", err, sizeof err) == HR_OK,
+          "%s", err);
+    CHECK(cfg_validate(&c, err, sizeof err) == HR_OK, "capacity = 1 under static: %s", err);
+    int nodes[4];
+    CHECK(cfg_set(&c, "node.0.capacity=2.5", err, sizeof err) == HR_OK, "%s", err);
+    CHECK(cfg_capacity_unused(&c, CFG_POLICY_STATIC, nodes, 4) == 1 && nodes[0] == 0 &&
+              cfg_capacity_unused(&c, CFG_POLICY_PID, nodes, 4) == 0,
+          "cfg_capacity_unused: not node 0 alone under static, none under pid");
+    CHECK(cfg_validate(&c, err, sizeof err) == HR_ERR_CONFIG, "capacity under static accepted");
+    CHECK(strcmp(err, "--set node.0.capacity: [node.0] capacity is set, but policy = static does "
+                      "not use it: every node gets global_batch / nodes (expected policy = "
+                      "proportional, pid, model or epoch, or no capacity)") == 0,
+          "got: %s", err);
+    CHECK(strcmp(cfg_key_default("capacity"), "1") == 0 &&
+              cfg_reset_node(&c, 0, "capacity") == HR_OK && c.nodes[0].capacity == 1 &&
+              cfg_key_line(&c, 0, "capacity") == 0 && cfg_reset_node(&c, 1, "capacity") != HR_OK &&
+              cfg_reset_node(&c, 0, "host") != HR_OK,
+          "cfg_reset_node: capacity %g, line %d", c.nodes[0].capacity,
+          cfg_key_line(&c, 0, "capacity"));
+    CHECK(cfg_validate(&c, err, sizeof err) == HR_OK, "after cfg_reset_node: %s", err);
+    cfg_free(&c);
+    setenv("HETRING_NODE_0_CAPACITY", "4", 1);
+    cfg_init(&c);
+    CHECK(cfg_parse_file(&c, tmp, err, sizeof err) == HR_OK &&
+              cfg_apply_env(&c, err, sizeof err) == HR_OK,
+          "%s", err);
+    CHECK(cfg_set(&c, "controller.policy=static", err, sizeof err) == HR_OK &&
+              cfg_set(&c, "controller.ki=0.05", err, sizeof err) == HR_OK,
+          "%s", err);
+    CHECK(cfg_validate(&c, err, sizeof err) == HR_ERR_CONFIG &&
+              starts_with(err, "environment HETRING_NODE_0_CAPACITY: [node.0] capacity is set"),
+          "got: %s", err);
+    unsetenv("HETRING_NODE_0_CAPACITY");
+    cfg_free(&c);
     /* reference.ini, which gives every key at its default, runs under every policy */
     char path[1024];
     snprintf(path, sizeof path, "%s/reference.ini", EXAMPLES_DIR);
@@ -392,7 +432,8 @@ static void test_policy_keys(const char *tmp) {
                 {CFG_POLICY_PID, "ki", 1},           {CFG_POLICY_PID, "forgetting", 0},
                 {CFG_POLICY_MODEL, "kd", 0},         {CFG_POLICY_MODEL, "forgetting", 1},
                 {CFG_POLICY_PROPORTIONAL, "ki", 0},  {CFG_POLICY_PROPORTIONAL, "interval", 1},
-                {CFG_POLICY_PROPORTIONAL, "lr", 1}};
+                {CFG_POLICY_PROPORTIONAL, "lr", 1},  {CFG_POLICY_STATIC, "capacity", 0},
+                {CFG_POLICY_EPOCH, "capacity", 1},   {CFG_POLICY_MODEL, "capacity", 1}};
     for (size_t i = 0; i < sizeof uses / sizeof *uses; i++)
         CHECK(cfg_policy_uses(uses[i].policy, uses[i].key) == uses[i].uses,
               "cfg_policy_uses(%s, %s) != %d", cfg_policy_name(uses[i].policy), uses[i].key,

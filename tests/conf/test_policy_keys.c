@@ -5,7 +5,9 @@
  * from iteration 120, an epoch every 30 iterations) with every key at its default, then with
  * one key moved: a key the table says the policy does not read must leave every split as it
  * was (else conf refuses a setting that works), and one it says the policy reads must change
- * some split (else conf accepts a setting that is then ignored). calibrate is not the
+ * some split (else conf accepts a setting that is then ignored). [node] capacity, the hints a
+ * first split starts from, is checked the same way: hints 1 : 2 : 3 : 4 against none. calibrate
+ * is not the
  * controller's (cluster/cluster_setup.c drops it for static) and min_batch and max_batch bound
  * every policy, so neither is simulated here.
  */
@@ -20,9 +22,10 @@
 enum { N = 4, ITERS = 240, EPOCH_LEN = 30 };
 #define B 256
 
-/* Every split of a run under `policy` with `set` ("controller.gain=0.4", or NULL) into
- * splits[ITERS][N]; returns 0, or -1 when the controller refused something. */
-static int run(int policy, const char *set, long splits[ITERS][N]) {
+/* Every split of a run under `policy` with `set` ("controller.gain=0.4", or NULL) and the
+ * capacity hints `cap` (NULL: every node's default) into splits[ITERS][N]; returns 0, or -1
+ * when the controller refused something. */
+static int run(int policy, const char *set, const double *cap, long splits[ITERS][N]) {
     static const double speed[N] = {1e-3, 1.5e-3, 2e-3, 4e-3}; /* s per sample */
     char err[HR_ERRLEN], pol[64];
     cfg c;
@@ -36,7 +39,7 @@ static int run(int policy, const char *set, long splits[ITERS][N]) {
     cfg_free(&c);
     ctrl ct;
     long b[N];
-    if (bad || ctrl_init(&ct, &g, N, B, NULL, b) != HR_OK) return -1;
+    if (bad || ctrl_init(&ct, &g, N, B, cap, b) != HR_OK) return -1;
     int rc = 0;
     for (long it = 0; it < ITERS && rc == 0; it++) {
         ctrl_stat st[N];
@@ -66,16 +69,22 @@ int main(void) {
     int checked = 0;
     for (int p = CFG_POLICY_STATIC; p <= CFG_POLICY_EPOCH; p++) {
         const char *name = cfg_policy_name(p);
-        CHECK(run(p, NULL, base) == 0, "%s with the defaults: refused", name);
+        CHECK(run(p, NULL, NULL, base) == 0, "%s with the defaults: refused", name);
         for (size_t i = 0; i < sizeof moved / sizeof *moved; i++) {
             char key[32];
             snprintf(key, sizeof key, "%.*s", (int)strcspn(moved[i] + 11, "="), moved[i] + 11);
-            CHECK(run(p, moved[i], other) == 0, "%s with %s: refused", name, moved[i]);
+            CHECK(run(p, moved[i], NULL, other) == 0, "%s with %s: refused", name, moved[i]);
             int same = memcmp(base, other, sizeof base) == 0, uses = cfg_policy_uses(p, key);
             CHECK(same != uses, "%s: %s %s the splits, but cfg_policy_uses says it is %s", name,
                   moved[i], same ? "changes none of" : "changes", uses ? "read" : "not read");
             checked++;
         }
+        static const double cap[N] = {1, 2, 3, 4};
+        CHECK(run(p, NULL, cap, other) == 0, "%s with capacity hints: refused", name);
+        int same = memcmp(base, other, sizeof base) == 0, uses = cfg_policy_uses(p, "capacity");
+        CHECK(same != uses, "%s: capacity 1:2:3:4 %s the splits, but cfg_policy_uses says it is %s",
+              name, same ? "changes none of" : "changes", uses ? "read" : "not read");
+        checked++;
     }
     printf("policy and key pairs checked: %d\n", checked);
     return check_exit();
