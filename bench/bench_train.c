@@ -156,7 +156,7 @@ static int setup(cfg *c, trainer *t, const tb_opts *o) {
     c->nodes[0].device = -1; /* cpu (0 would be cuda:0) */
     snprintf(c->nodes[0].host, sizeof c->nodes[0].host, "127.0.0.1");
     train_config tc;
-    app_train_config(c, 0, &tc);
+    app_train_config(c, 0, NULL, &tc);
     if ((st = train_init(t, &tc, err, sizeof err)) != HR_OK) {
         fprintf(stderr, "hetring bench train: %s\n", err);
         cfg_free(c);

@@ -110,8 +110,10 @@ static int dry_trainer(const cfg *c, int self) {
     char err[HR_ERRLEN] = "", key[32] = "";
     train_config tc;
     trainer t;
-    int bad = 0;
-    app_train_config(c, self, &tc);
+    int bad = 0, same[CFG_MAX_NODES]; /* the nodes on this machine */
+    if (node_id_same_machine(c, self, same, err, sizeof err) != HR_OK)
+        return fprintf(stderr, "%s\n", err), 1;
+    app_train_config(c, self, same, &tc);
     char ckpt[sizeof tc.checkpoint]; /* this node's: "{id}" replaced */
     memcpy(ckpt, tc.checkpoint, sizeof ckpt);
     if (ckpt[0] && ckpt_prepare(ckpt, err, sizeof err) != HR_OK)
@@ -138,7 +140,7 @@ static int dry_trainer(const cfg *c, int self) {
     printf("; data: %ld training and %ld held-out samples of %dx%dx%d\n", t.train.n, t.eval.n,
            t.train.h, t.train.w, t.train.c);
     char overlap[400];
-    hr_node_describe_overlap(&t, c, self, overlap, sizeof overlap);
+    hr_node_describe_overlap(&t, c, self, same, overlap, sizeof overlap);
     printf("; %s\n", overlap);
     train_free(&t);
     return bad;

@@ -14,6 +14,7 @@
 #include "cli/launch.h"
 #include "cluster/hr_node.h"
 #include "cluster/hr_fault.h"
+#include "cluster/node_id.h"
 #include "cluster/ring_setup.h"
 #include "cluster/trainer_setup.h"
 #include "trainer/train.h"
@@ -156,7 +157,7 @@ static int train_one(const cfg *c, int self, const train_opts *to) {
     train_result res;
     char err[HR_ERRLEN] = "";
     train_config tc;
-    app_train_config(c, self, &tc);
+    app_train_config(c, self, NULL, &tc); /* alone on its machine */
     announce(c, self, 0); /* one node listens on nothing */
     hr_status st = train_init(&t, &tc, err, sizeof err);
     if (st != HR_OK) {
@@ -228,10 +229,13 @@ static int train_cluster(const cfg *c, int self, const train_opts *opts) {
     long split[CFG_MAX_NODES]; /* the checkpoint's split of every node, when it has one */
     memset(&n, 0, sizeof n);
     train_config tc;
-    app_train_config(c, self, &tc);
+    int same[CFG_MAX_NODES]; /* the nodes on this machine, which share its memory */
     catch_leave_signals(); /* first: a signal while the data loads or the first election runs
                             * stops the node before it joins */
-    hr_status st = train_init(&t, &tc, err, sizeof err);
+    hr_status st = node_id_same_machine(c, self, same, err, sizeof err);
+    if (st != HR_OK) goto fail;
+    app_train_config(c, self, same, &tc);
+    st = train_init(&t, &tc, err, sizeof err);
     if (st != HR_OK) goto fail;
     have_trainer = 1;
     const char *ck = t.conf.checkpoint; /* this node's: "{id}" replaced */

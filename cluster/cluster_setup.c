@@ -9,27 +9,26 @@
 #include <stdio.h>
 #include <string.h>
 
-/* This node's fact for bucket_bytes = auto (overlap.h): the nodes whose host is written as
- * this node's share its machine (hetring local, or several nodes per machine), each with its
- * compute threads and a communication thread, against the cores this process may use. Two
- * spellings of one machine (a name and its address) count as two machines. */
-static overlap_fact machine_of(const cfg *c, int self_idx) {
+/* This node's fact for bucket_bytes = auto (overlap.h): the nodes on its machine (hetring local,
+ * or several nodes per machine: same, app_same_machine), each with its compute threads and a
+ * communication thread, against the cores this process may use. */
+static overlap_fact machine_of(const cfg *c, int self_idx, const int *same) {
     long threads[CFG_MAX_NODES];
     int n = 0;
     const cfg_node *me = &c->nodes[self_idx];
     for (int k = 0; k < c->n_nodes && n < CFG_MAX_NODES; k++)
-        if (strcmp(c->nodes[k].host, me->host) == 0) threads[n++] = c->nodes[k].threads;
+        if (app_same_machine(c, self_idx, same, k)) threads[n++] = c->nodes[k].threads;
     return overlap_fact_of(me->id, hr_cores(), threads, n);
 }
 
-void app_cluster_config(const cfg *c, int self_idx, cluster_config *out) {
+void app_cluster_config(const cfg *c, int self_idx, const int *same, cluster_config *out) {
     memset(out, 0, sizeof *out);
     out->global_batch = c->global_batch;
     out->seed = c->seed;
     out->iterations = c->iterations;
     out->epochs = c->epochs;
     out->bucket_bytes = c->bucket_bytes == CFG_AUTO ? OVERLAP_AUTO : c->bucket_bytes;
-    out->machine = machine_of(c, self_idx);
+    out->machine = machine_of(c, self_idx, same);
     const long threads =
         c->nodes[self_idx].threads > 0 ? c->nodes[self_idx].threads : out->machine.cores;
     out->threads = threads < PSGD_MAX_THREADS ? (int)threads : PSGD_MAX_THREADS;

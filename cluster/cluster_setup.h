@@ -68,7 +68,8 @@ typedef struct {
 int cluster_node_index(const cluster_config *cc, long id);
 
 /* Fill `out` for node c->nodes[self_idx]; its machine fact counts the cores this process may
- * use now (hr_cores). */
-void app_cluster_config(const cfg *c, int self_idx, cluster_config *out);
+ * use now (hr_cores) against the threads of the nodes on its machine (same: app_same_machine,
+ * cluster/trainer_setup.h). */
+void app_cluster_config(const cfg *c, int self_idx, const int *same, cluster_config *out);
 
 #endif

@@ -136,6 +136,8 @@ struct hetring {
     long skip_run;                   /* steps skipped in a row in this view, just before the
                                       * next: the same on every member (cc.skip_limit) */
     overlap_fact *facts;             /* (c.n_nodes) the view's facts, gathered */
+    int *same;                       /* (c.n_nodes) 1: the node runs on this node's machine
+                                      * (node_id_same_machine) */
     double comm_s, comm_cpu_s;       /* the last all-reduce after backward in this view: wall
                                       * seconds, and CPU seconds of the threads that ran it (0:
                                       * none yet; overlap.h) */
@@ -493,7 +495,10 @@ static hr_status setup(hetring *h, const hetring_options *o) {
     const cfg *c = h->c;
     hr_log_set_node((int)c->nodes[h->self].id);
     if (!h->app.c) HR_CHECK(describe_blas(e, n));
-    app_cluster_config(c, h->self, &h->cc);
+    if (!(h->same = calloc((size_t)c->n_nodes, sizeof *h->same)))
+        return hr_fail(e, n, HR_ERR_NOMEM, "out of memory");
+    HR_CHECK(node_id_same_machine(c, h->self, h->same, e, n));
+    app_cluster_config(c, h->self, h->same, &h->cc);
     const long B = h->cc.global_batch;
     h->n_samples = o->n_samples > 0 ? o->n_samples : c->samples;
     h->ds.n = h->n_samples;
@@ -637,6 +642,7 @@ void hetring_free(hetring *h) {
     free(h->given);
     free(h->ptrs);
     free(h->facts);
+    free(h->same);
     free(h->member_ids);
     free(h->bad_ids);
     free(h->blob);
@@ -745,6 +751,10 @@ int hr_lib_resume_residual(hetring *h, const float *r, size_t n) {
 
 int hr_lib_on_device(const hetring *h) {
     return h && h->have_dist && dist_on_nccl(&h->d);
+}
+
+const int *hr_lib_same_machine(const hetring *h) {
+    return h ? h->same : NULL;
 }
 
 const char *hr_lib_ring_error(const hetring *h) {

@@ -77,6 +77,10 @@ const float *hr_lib_powersgd_q(const hetring *h, size_t *n);
  * app.n_grads or with another n, or with wire = fp32. */
 int hr_lib_resume_residual(hetring *h, const float *r, size_t n);
 
+/* Which nodes of the configuration run on this node's machine (node_id_same_machine: c.n_nodes
+ * entries, 1 for those), as the library counted them at open. */
+const int *hr_lib_same_machine(const hetring *h);
+
 /* The ring's own account of its last failure ("" when none, or once the node left). */
 const char *hr_lib_ring_error(const hetring *h);
 

@@ -305,9 +305,10 @@ static int plan_buckets(const trainer *t, const cluster_config *cc) {
     return overlap_plan(count, k, cc->bucket_bytes, cuts);
 }
 
-void hr_node_describe_overlap(const trainer *t, const cfg *c, int self, char *out, size_t n) {
+void hr_node_describe_overlap(const trainer *t, const cfg *c, int self, const int *same, char *out,
+                              size_t n) {
     cluster_config cc;
-    app_cluster_config(c, self, &cc);
+    app_cluster_config(c, self, same, &cc);
     overlap_describe(cc.bucket_bytes, plan_buckets(t, &cc), cc.max_nodes, &cc.machine, out, n);
 }
 
@@ -316,7 +317,7 @@ void hr_node_describe_overlap(const trainer *t, const cfg *c, int self, char *ou
  * made (cluster/hetring.c). */
 static void announce_overlap(const hr_node *n) {
     cluster_config cc;
-    app_cluster_config(n->c, n->self, &cc);
+    app_cluster_config(n->c, n->self, hr_lib_same_machine(n->h), &cc);
     const int nb = plan_buckets(n->t, &cc);
     if (cc.max_nodes < 2 || cc.bucket_bytes != OVERLAP_AUTO || nb < 2) return;
     char line[400];
@@ -394,13 +395,13 @@ hr_status hr_node_open(hr_node *n, const cfg *c, int self, trainer *t, const lon
                              .probe = probe};
     int st = hr_lib_open(&n->h, &o, &app, err, errlen);
     if (st != HETRING_OK) return status_of(st);
-    if (app_checkpoint_shared(c, self)) {
+    if (app_checkpoint_shared(c, self, hr_lib_same_machine(n->h))) {
         char at[CFG_PATH + 64];
         HR_WARN(TRAIN,
-                "%s: checkpoint = %s has no {id}, and the other nodes of host %s write that "
-                "file too: it keeps the last writer's error-feedback residual (wire = %s) alone, "
-                "and the others resume without theirs, losing one step's roundings each "
-                "(expected {id} in the path, which becomes each node's id)",
+                "%s: checkpoint = %s has no {id}, and the other nodes on this machine (host %s) "
+                "write that file too: it keeps the last writer's error-feedback residual "
+                "(wire = %s) alone, and the others resume without theirs, losing one step's "
+                "roundings each (expected {id} in the path, which becomes each node's id)",
                 cfg_where(c, -1, "checkpoint", at, sizeof at), c->checkpoint, c->nodes[self].host,
                 cfg_wire_name(c->wire));
     }

@@ -73,8 +73,10 @@ hr_status hr_node_open(hr_node *n, const cfg *c, int self, trainer *t, const lon
 
 /* How node `self` of c, with trainer t's model, overlaps communication with backward, in one
  * line for the start and the dry run: "overlap: 2 buckets of >= 1 MiB, ... (auto: ...)", with
- * this node's cores. The library cuts the same buckets from the model's layers. */
-void hr_node_describe_overlap(const trainer *t, const cfg *c, int self, char *out, size_t n);
+ * this node's cores and the nodes on its machine (same: app_same_machine). The library cuts
+ * the same buckets from the model's layers. */
+void hr_node_describe_overlap(const trainer *t, const cfg *c, int self, const int *same, char *out,
+                              size_t n);
 
 /* train_run's membership hooks for this node (on_fail, after_iter, tag). */
 void hr_node_hooks(hr_node *n, train_opts *o);

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 
 #define NODE_ID_ADDRS 8 /* addresses of one name looked at */
@@ -121,6 +122,36 @@ hr_status node_id_check_reachable(const cfg *c, int self, char *err, size_t errl
                            "name that /etc/hosts maps to 127.0.1.1 does this)",
                            cfg_where(c, self, "host", at, sizeof at), me->id, me->host, addr,
                            c->nodes[k].id, c->nodes[k].host);
+    }
+    return HR_OK;
+}
+
+/* Whether a and b hold the same address (the port aside). */
+static int same_addr(const struct sockaddr_storage *a, const struct sockaddr_storage *b) {
+    if (a->ss_family != b->ss_family) return 0;
+    if (a->ss_family == AF_INET)
+        return ((const struct sockaddr_in *)(const void *)a)->sin_addr.s_addr ==
+               ((const struct sockaddr_in *)(const void *)b)->sin_addr.s_addr;
+    return a->ss_family == AF_INET6 &&
+           memcmp(&((const struct sockaddr_in6 *)(const void *)a)->sin6_addr,
+                  &((const struct sockaddr_in6 *)(const void *)b)->sin6_addr, 16) == 0;
+}
+
+hr_status node_id_same_machine(const cfg *c, int self, int *same, char *err, size_t errlen) {
+    const double deadline = tcp_now() + c->connect_timeout;
+    struct sockaddr_storage mine[NODE_ID_ADDRS], theirs[NODE_ID_ADDRS];
+    int n_mine = -1, n;
+    char why[HR_ERRLEN];
+    for (int k = 0; k < c->n_nodes; k++) {
+        same[k] = k == self || strcasecmp(c->nodes[k].host, c->nodes[self].host) == 0;
+        if (same[k]) continue;
+        if (n_mine < 0 &&
+            lookup(c->nodes[self].host, deadline, mine, &n_mine, why, sizeof why) != HR_OK)
+            return slow_lookup(c, self, self, err, errlen);
+        if (lookup(c->nodes[k].host, deadline, theirs, &n, why, sizeof why) != HR_OK)
+            return slow_lookup(c, self, k, err, errlen);
+        for (int i = 0; i < n_mine && !same[k]; i++)
+            for (int j = 0; j < n && !same[k]; j++) same[k] = same_addr(&mine[i], &theirs[j]);
     }
     return HR_OK;
 }

@@ -35,4 +35,14 @@ hr_status node_id_host_is_local(const char *host, double deadline, int *local, c
  * answered by then, `err` naming the node and its host's FILE:LINE. */
 hr_status node_id_check_reachable(const cfg *c, int self, char *err, size_t errlen);
 
+/* Which nodes of c share the machine of node c->nodes[self]: same[k] = 1 (for self too) where
+ * node k's host is written as self's (case aside) or resolves to an address that self's host
+ * resolves to, else 0 (c->n_nodes entries). So "localhost" and "127.0.0.1" are one machine, and
+ * so are a name and its address, which hosts compared as written made two; 127.0.0.2 beside
+ * 127.0.0.1 is another, as a cluster of loopback addresses stands for several machines in
+ * tests (which node this process is, node_id_resolve, takes any local address, all of 127/8).
+ * The lookups share one deadline, connect_timeout from now: HR_ERR_TIMEOUT when the resolver
+ * has not answered by then, `err` naming the node and its host's FILE:LINE. */
+hr_status node_id_same_machine(const cfg *c, int self, int *same, char *err, size_t errlen);
+
 #endif

@@ -32,8 +32,9 @@
  *    all-gather, stats.h), so every node decides alike, as the controller does (I5). The
  *    first iteration of every view uses one all-reduce: no facts are gathered yet.
  * A node's fact: the cores its process may use, against the threads its machine runs while
- * overlapping: the compute threads of every node the configuration places on the same host
- * (its `host` written alike), plus one communication thread each; and, measured in the view,
+ * overlapping: the compute threads of every node the configuration places on its machine
+ * (its `host` written alike, or resolving to a common address: node_id_same_machine), plus one
+ * communication thread each; and, measured in the view,
  * its last all-reduce after backward (wall and CPU time) beside its compute: where cores are
  * short, buckets still pay when that all-reduce mostly waits on the wire (overlap_choose).
  * A node measures only while it does not overlap (and not the view's first all-reduce), so the
@@ -79,7 +80,7 @@ typedef struct {
     long at_end; /* 1: it hands its gradients over only once its compute is done (a libhetring
                   * loop that does not call hetring_ready), so buckets overlap nothing there;
                   * 0: bucket by bucket during backward (the built-in trainer) */
-    long hosted; /* nodes of the configuration on its host, itself included */
+    long hosted; /* nodes of the configuration on its machine, itself included */
     /* measured in this view (0: not yet): */
     double comm_s;     /* wall seconds of its last all-reduce after backward (no overlap) */
     double comm_cpu_s; /* CPU seconds the threads that ran it spent: what a communication thread

@@ -80,7 +80,11 @@ void app_train_stretch(const cfg *c, int self_idx, train_stretch *out) {
         out->phases[i] = (train_phase){me->interference[i].iter, me->interference[i].factor};
 }
 
-void app_train_config(const cfg *c, int self_idx, train_config *out) {
+int app_same_machine(const cfg *c, int self_idx, const int *same, int k) {
+    return same ? same[k] != 0 : strcasecmp(c->nodes[k].host, c->nodes[self_idx].host) == 0;
+}
+
+void app_train_config(const cfg *c, int self_idx, const int *same, train_config *out) {
     memset(out, 0, sizeof *out);
     model_config_of(c, &out->model);
     data_config_of(c, &out->data);
@@ -97,8 +101,7 @@ void app_train_config(const cfg *c, int self_idx, train_config *out) {
     out->origin = c->path;
     out->threads = c->nodes[self_idx].threads;
     out->node_id = c->nodes[self_idx].id;
-    for (int k = 0; k < c->n_nodes; k++) /* the same host, as written: one machine for sure */
-        out->host_nodes += strcasecmp(c->nodes[k].host, c->nodes[self_idx].host) == 0;
+    for (int k = 0; k < c->n_nodes; k++) out->host_nodes += app_same_machine(c, self_idx, same, k);
     cfg_where(c, self_idx, "threads", out->threads_at, sizeof out->threads_at);
     const cfg_node *me = &c->nodes[self_idx];
     double delay_ms;
@@ -118,10 +121,10 @@ void app_checkpoint_path(const cfg *c, int self_idx, char *out, size_t n) {
         out[0] = 0; /* never: cfg_load refused a path that does not fit once expanded */
 }
 
-int app_checkpoint_shared(const cfg *c, int self_idx) {
+int app_checkpoint_shared(const cfg *c, int self_idx, const int *same) {
     if (!c->checkpoint[0] || strstr(c->checkpoint, "{id}") || c->wire == CFG_WIRE_FP32) return 0;
     for (int k = 0; k < c->n_nodes; k++)
-        if (k != self_idx && strcasecmp(c->nodes[k].host, c->nodes[self_idx].host) == 0) return 1;
+        if (k != self_idx && app_same_machine(c, self_idx, same, k)) return 1;
     return 0;
 }
 

@@ -14,11 +14,17 @@
 #include "ctrl/ctrl.h"
 #include "trainer/train.h"
 
+/* Whether node c->nodes[k] runs on the machine of node c->nodes[self_idx]: same[k], which nodes
+ * do (node_id_same_machine: resolved addresses), or with same NULL whether k's host is written
+ * as self_idx's (case aside), where two spellings of one machine count as two. */
+int app_same_machine(const cfg *c, int self_idx, const int *same, int k);
+
 /* Fill `out` for node c->nodes[self_idx]: the [train] section, the node's threads, device,
- * slowdown and interference schedule, and whether any node of the cluster emulates a slowdown.
- * Strings in `out` point into c, which must outlive every trainer built from it; the
- * checkpoint path is out's own (app_checkpoint_path). */
-void app_train_config(const cfg *c, int self_idx, train_config *out);
+ * slowdown and interference schedule, the nodes on its machine (same: app_same_machine), and
+ * whether any node of the cluster emulates a slowdown. Strings in `out` point into c, which
+ * must outlive every trainer built from it; the checkpoint path is out's own
+ * (app_checkpoint_path). */
+void app_train_config(const cfg *c, int self_idx, const int *same, train_config *out);
 
 /* Node c->nodes[self_idx]'s checkpoint file: [train] checkpoint with every "{id}" replaced by
  * the node's id (as --metrics FILE's), so that nodes sharing a disk each keep their own and
@@ -26,11 +32,11 @@ void app_train_config(const cfg *c, int self_idx, train_config *out);
  * that it fits CFG_PATH bytes for every node (n must be at least that). */
 void app_checkpoint_path(const cfg *c, int self_idx, char *out, size_t n);
 
-/* Whether node c->nodes[self_idx] writes the same checkpoint file as another node of its host
- * (no "{id}" in [train] checkpoint, and a `host` written alike) while its wire keeps an
- * error-feedback residual (bf16, powersgd, auto): the last writer's residual is then the only
- * one kept, and the other nodes resume without theirs. */
-int app_checkpoint_shared(const cfg *c, int self_idx);
+/* Whether node c->nodes[self_idx] writes the same checkpoint file as another node of its
+ * machine (no "{id}" in [train] checkpoint, and a node on the machine: same, app_same_machine)
+ * while its wire keeps an error-feedback residual (bf16, powersgd, auto): the last writer's
+ * residual is then the only one kept, and the other nodes resume without theirs. */
+int app_checkpoint_shared(const cfg *c, int self_idx, const int *same);
 
 /* Whether node c->nodes[self_idx]'s device can be used here: `device = cpu` always; `device =
  * cuda:N` when this build has CUDA and this machine has device N (device_cuda_check), or when

@@ -66,7 +66,7 @@ typedef struct {
     long checkpoint_interval; /* iterations between checkpoints; 0: at the end only */
     long threads;             /* BLAS threads of this node; 0: all cores */
     long node_id;             /* this node's id */
-    int host_nodes;           /* nodes of the cluster at this node's host (its own included; 0
+    int host_nodes;           /* nodes of the cluster on this node's machine (its own included; 0
                                * counts as 1): they share the machine's memory */
     /* where its threads key was set ("FILE:LINE", or the override: cfg_where), for messages */
     char threads_at[DATA_WHERE_LEN];

@@ -4,6 +4,8 @@
  * candidates, and a launcher's world size must be the node count.
  */
 #include "cluster/node_id.h"
+#include "cluster/cluster_setup.h"
+#include "cluster/trainer_setup.h"
 #include "base/hr_time.h"
 #include "tests/check.h"
 #include "tests/conf/two_nodes.h"
@@ -91,6 +93,47 @@ static void test_reachable(const char *tmp) {
     cfg_free(&c);
 }
 
+/* Nodes on one machine are counted by address, not by how their host is written: localhost
+ * and 127.0.0.1 are one machine, and so is LOCALHOST; 127.0.0.2 stands for another (a loopback
+ * cluster's second machine, as dist.overlap_auto has it), and 192.0.2.1 is another. Each count
+ * that follows: the nodes that share the machine's memory (train_config.host_nodes), the
+ * machine fact's nodes and threads (overlap), and the checkpoint file without {id} that another
+ * node of the machine writes too. NULL counts the hosts as written. */
+static void test_same_machine(const char *tmp) {
+    char err[HR_ERRLEN] = "";
+    cfg c;
+    write_file(tmp, "[cluster]\nsecurity = none\nwire = bf16\n[train]\ncheckpoint = "
+                    "/tmp/hr-same-machine.ckpt\n[node.0]\nhost = localhost\nport = 7001\n"
+                    "threads = 2\n[node.1]\nhost = 127.0.0.1\nport = 7002\nthreads = 2\n"
+                    "[node.2]\nhost = 127.0.0.2\nport = 7003\nthreads = 2\n[node.3]\n"
+                    "host = 192.0.2.1\nport = 7004\nthreads = 2\n[node.4]\nhost = LOCALHOST\n"
+                    "port = 7005\nthreads = 2\n");
+    CHECK(cfg_load(&c, tmp, err, sizeof err) == HR_OK, "%s", err);
+    int same[5] = {-1, -1, -1, -1, -1};
+    CHECK(node_id_same_machine(&c, 0, same, err, sizeof err) == HR_OK, "%s", err);
+    CHECK(same[0] == 1 && same[1] == 1 && same[2] == 0 && same[3] == 0 && same[4] == 1,
+          "nodes on localhost's machine: %d %d %d %d %d, expected 1 1 0 0 1", same[0], same[1],
+          same[2], same[3], same[4]);
+    int other[5] = {-1, -1, -1, -1, -1};
+    CHECK(node_id_same_machine(&c, 2, other, err, sizeof err) == HR_OK, "%s", err);
+    CHECK(!other[0] && !other[1] && other[2] && !other[3] && !other[4],
+          "nodes on 127.0.0.2's machine: %d %d %d %d %d, expected 0 0 1 0 0", other[0], other[1],
+          other[2], other[3], other[4]);
+    train_config tc;
+    cluster_config cc;
+    app_train_config(&c, 0, same, &tc);
+    app_cluster_config(&c, 0, same, &cc);
+    CHECK(tc.host_nodes == 3, "nodes sharing the memory: %d, expected 3", tc.host_nodes);
+    CHECK(cc.machine.hosted == 3 && cc.machine.demand == 9,
+          "machine fact: %ld nodes, %ld threads, expected 3 and 9", (long)cc.machine.hosted,
+          (long)cc.machine.demand);
+    CHECK(app_checkpoint_shared(&c, 1, same), "127.0.0.1 and localhost write one file: no warning");
+    app_train_config(&c, 0, NULL, &tc);
+    CHECK(tc.host_nodes == 2 && !app_checkpoint_shared(&c, 1, NULL),
+          "as written: %d nodes (localhost, LOCALHOST), expected 2", tc.host_nodes);
+    cfg_free(&c);
+}
+
 static void test_launchers(const char *tmp) {
     char err[HR_ERRLEN] = "";
     cfg c;
@@ -150,6 +193,7 @@ int main(void) {
     test_resolve(tmp);
     test_local();
     test_reachable(tmp);
+    test_same_machine(tmp);
     test_launchers(tmp);
     unlink(tmp);
     return check_exit();

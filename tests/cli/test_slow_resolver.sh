@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # A resolver out of reach holds no start past connect_timeout: the lookups before the node
-# listens (which node this is, whether its loopback host is reachable from the others, and
-# hetring local's check that every node is on this machine) give up at connect_timeout, with an
-# error naming the node and the host. The resolver is an LD_PRELOAD shim (the second argument,
-# tests/ring/gai_again.c) whose lookups answer only after 30 s.
+# listens (which node this is, whether its loopback host is reachable from the others, which
+# nodes share its machine, and hetring local's check that every node is on this machine) give
+# up at connect_timeout, with an error naming the node and the host. The resolver is an
+# LD_PRELOAD shim (the second argument, tests/ring/gai_again.c) whose lookups answer only after
+# 30 s.
 SHIM=$2
 . "$(dirname "${BASH_SOURCE[0]}")/../dist/lib.sh"
 # a sanitizer must come first among the libraries a process loads: skipped there

@@ -155,7 +155,7 @@ hashes=$(for f in one.m0 one.m1 one.m2b; do grep -ho '"param_hash":"[0-9a-f]*"' 
 # other two say that it is another node's and start without one (nothing counted twice)
 run_nodes shared --set train.iterations=30 --set train.checkpoint="$tmp/shared.ckpt"
 for id in 0 1 2; do
-  grep -q "checkpoint = .*/shared.ckpt has no {id}, and the other nodes of host 127.0.0.1 write that file too" \
+  grep -q "checkpoint = .*/shared.ckpt has no {id}, and the other nodes on this machine (host 127.0.0.1) write that file too" \
     "$tmp/shared.$id.log" || fail "shared file: node $id did not warn: $(grep -h 'has no {id}' "$tmp/shared.$id.log")"
 done
 run_nodes shared2 --set train.iterations=35 --set train.checkpoint="$tmp/shared.ckpt"

@@ -31,7 +31,7 @@ int main(int argc, char **argv) {
     cfg c;
     cfg_close_load(&c, f, path);
     train_config tc;
-    app_train_config(&c, 0, &tc);
+    app_train_config(&c, 0, NULL, &tc);
     trainer t;
     hr_status st = train_init(&t, &tc, err, sizeof err);
     char want[700], runs[64];

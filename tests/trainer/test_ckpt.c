@@ -560,13 +560,13 @@ static void test_node_path(void) {
     for (int k = 0; k < 3; k++) {
         train_config tc;
         cluster_config cc;
-        app_train_config(&c, k, &tc);
-        app_cluster_config(&c, k, &cc);
+        app_train_config(&c, k, NULL, &tc);
+        app_cluster_config(&c, k, NULL, &cc);
         snprintf(want, sizeof want, "%s/run-%d.ckpt", dir, k);
         CHECK(strcmp(tc.checkpoint, want) == 0 && strcmp(cc.checkpoint, want) == 0,
               "node %d's checkpoint: %s and %s, expected %s", k, tc.checkpoint, cc.checkpoint,
               want);
-        CHECK(!app_checkpoint_shared(&c, k), "node %d: a file with {id} is shared", k);
+        CHECK(!app_checkpoint_shared(&c, k, NULL), "node %d: a file with {id} is shared", k);
     }
     cfg_free(&c);
     static const struct {
@@ -579,9 +579,9 @@ static void test_node_path(void) {
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         three_nodes(&c, cases[i].wire, "run.ckpt");
         for (int k = 0; k < 3; k++)
-            CHECK(app_checkpoint_shared(&c, k) == cases[i].shared[k],
+            CHECK(app_checkpoint_shared(&c, k, NULL) == cases[i].shared[k],
                   "%s, no {id}: node %d shares its file %d, expected %d", cases[i].wire, k,
-                  app_checkpoint_shared(&c, k), cases[i].shared[k]);
+                  app_checkpoint_shared(&c, k, NULL), cases[i].shared[k]);
         cfg_free(&c);
     }
 }

@@ -433,20 +433,20 @@ static void test_cluster_plan(const char *dir) {
     one_node_cfg(&c, dir, mlp);
     CHECK(c.bucket_bytes == CFG_AUTO, "bucket_bytes defaults to auto, not %ld", c.bucket_bytes);
     cluster_config cc;
-    app_cluster_config(&c, 0, &cc);
+    app_cluster_config(&c, 0, NULL, &cc);
     CHECK(cc.bucket_bytes == OVERLAP_AUTO, "auto reaches the cluster as %ld", cc.bucket_bytes);
     CHECK(cc.machine.id == 0 && cc.machine.cores == hr_cores() && cc.machine.demand == 2,
           "one node of one thread: %ld cores for %ld threads", cc.machine.cores, cc.machine.demand);
     trainer t;
     char err[HR_ERRLEN], line[400];
     CHECK(test_train_init(&t, &c, 0, err, sizeof err) == HR_OK, "train_init: %s", err);
-    hr_node_describe_overlap(&t, &c, 0, line, sizeof line);
+    hr_node_describe_overlap(&t, &c, 0, NULL, line, sizeof line);
     CHECK(strstr(line, "off (one node trains alone)") != NULL, "one node alone: %s", line);
     train_free(&t);
     cfg_free(&c);
     ring_cfg(&c, dir, mlp, "", 2, test_port(), NULL);
     CHECK(test_train_init(&t, &c, 0, err, sizeof err) == HR_OK, "train_init: %s", err);
-    hr_node_describe_overlap(&t, &c, 0, line, sizeof line);
+    hr_node_describe_overlap(&t, &c, 0, NULL, line, sizeof line);
     CHECK(strstr(line, "auto, chosen after the first iteration: 2 buckets of >= 1 MiB") != NULL,
           "the 2.7 MB of gradients must make 2 buckets of 1 MiB: %s", line);
     train_free(&t);

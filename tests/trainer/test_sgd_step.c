@@ -49,7 +49,7 @@ static void expected_run(const cfg *c, const float *p0, long w_off, long b_off, 
     data_loader dl;
     char err[HR_ERRLEN];
     train_config tc;
-    app_train_config(c, 0, &tc);
+    app_train_config(c, 0, NULL, &tc);
     if (data_load(&tr, &ev, &tc.data, c->seed, err, sizeof err) != HR_OK ||
         data_loader_init(&dl, &tr, c->seed, B, err, sizeof err) != HR_OK) {
         fprintf(stderr, "%s\n", err);

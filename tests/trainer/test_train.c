@@ -225,8 +225,8 @@ static void test_stretch(void) {
     CHECK(cfg_load(&c, path, err, sizeof err) == HR_OK, "%s", err);
     train_config tc;
     cluster_config cc;
-    app_train_config(&c, 0, &tc);
-    app_cluster_config(&c, 0, &cc);
+    app_train_config(&c, 0, NULL, &tc);
+    app_cluster_config(&c, 0, NULL, &cc);
     const train_stretch *s[2] = {&tc.stretch, &cc.stretch};
     for (int k = 0; k < 2; k++) {
         const char *who = k ? "cluster" : "trainer";

@@ -97,7 +97,7 @@ static inline int test_port(void) {
 static inline hr_status test_train_init(trainer *t, const cfg *c, int self, char *err,
                                         size_t errlen) {
     train_config tc;
-    app_train_config(c, self, &tc);
+    app_train_config(c, self, NULL, &tc);
     return train_init(t, &tc, err, errlen);
 }
 
