@@ -25,7 +25,8 @@ const key_spec cfg_gkeys[] = {
     {"cluster", "psk", T_HEXKEY, G(psk), 0, 0, 0, NULL, NULL, 1,
      "inline pre-shared key, 64 hex digits; prefer psk_file or HETRING_CLUSTER_PSK"},
     {"cluster", "connect_timeout", T_DBL, G(connect_timeout), 0, 0.1, 3600, NULL, "30", 0,
-     "seconds to keep retrying connects while the ring forms (host name lookups included)"},
+     "seconds to keep retrying connects while the ring forms (host name lookups included), and "
+     "to wait for every member's NCCL set-up in a view"},
     {"cluster", "timeout", T_DBL, G(timeout), 0, 0.1, 3600, NULL, "30", 0,
      "seconds a blocking send or receive may wait before its peer is declared dead"},
     {"cluster", "step_timeout", T_DBL, G(step_timeout), 0, 0, 1e6, NULL, "10", 0,
