@@ -6,10 +6,10 @@
 #define HR_FUZZ_RING_H
 
 #include "ring/ring_config.h"
+#include "tests/ring/loopback_ring.h"
 
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 
 /* The deadline of a handshake and of a ring's steps. An input ends at once, the peer's bytes
  * followed by end-of-file, so an input whose call lasted the whole deadline means the code
@@ -33,17 +33,9 @@ static inline void fuzz_waited(const char *what, double t0, double now) {
  * 0), auth (1) or encrypt (2 and up), a FUZZ_WAIT_S timeout, member m on port
  * port0 + m * step. */
 static inline void fuzz_ring_config(ring_config *rc, int mode, int self, int port0, int step) {
-    memset(rc, 0, sizeof *rc);
-    snprintf(rc->name, sizeof rc->name, "fuzz");
+    loopback_ring_config(rc, "fuzz", self, 2, port0, step);
     rc->security = mode == 0 ? RING_SEC_NONE : mode == 1 ? RING_SEC_AUTH : RING_SEC_ENCRYPT;
-    rc->self_id = self;
-    rc->n_members = 2;
     rc->timeout = FUZZ_WAIT_S;
-    for (int m = 0; m < 2; m++) {
-        rc->members[m].id = m;
-        snprintf(rc->members[m].host, RING_STR, "127.0.0.1");
-        rc->members[m].port = port0 + m * step;
-    }
 }
 
 #endif

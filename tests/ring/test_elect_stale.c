@@ -26,6 +26,7 @@
 #include "ring/ring.h"
 #include "tests/check.h"
 #include "tests/ports.h"
+#include "tests/ring/loopback_ring.h"
 
 #include <fcntl.h>
 #include <pthread.h>
@@ -46,22 +47,14 @@ static void on_usr1(int sig) {
 }
 
 static void make_config(ring_config *rc, long self, int base) {
-    memset(rc, 0, sizeof *rc);
-    snprintf(rc->name, sizeof rc->name, "elect-stale");
+    loopback_ring_config(rc, "elect-stale", self, 3, base, 1);
     rc->security = RING_SEC_AUTH;
     memset(rc->psk, 0x5a, sizeof rc->psk);
     rc->has_psk = 1;
-    rc->self_id = self;
-    rc->n_members = 3;
     rc->connect_timeout = 20;
     rc->timeout = 2;
     rc->min_nodes = 3;
     rc->rejoin_timeout = 30;
-    for (int m = 0; m < 3; m++) {
-        rc->members[m].id = m;
-        snprintf(rc->members[m].host, RING_STR, "127.0.0.1");
-        rc->members[m].port = base + m;
-    }
 }
 
 /* One node's ring_elect on a thread of its own. */

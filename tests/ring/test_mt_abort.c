@@ -26,6 +26,7 @@
 #include "ring/tcp.h"
 #include "tests/check.h"
 #include "tests/ports.h"
+#include "tests/ring/loopback_ring.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -36,20 +37,12 @@
 #define COUNT (1 << 20) /* floats: node 0 receives 6 MiB, above RING_MT_BYTES */
 
 static void make_config(ring_config *rc, long self, int base) {
-    memset(rc, 0, sizeof *rc);
-    snprintf(rc->name, sizeof rc->name, "mt-abort");
+    loopback_ring_config(rc, "mt-abort", self, N, base, 1);
     rc->security = RING_SEC_AUTH;
     memset(rc->psk, 0x5a, sizeof rc->psk);
     rc->has_psk = 1;
-    rc->self_id = self;
-    rc->n_members = N;
     rc->connect_timeout = 20;
     rc->timeout = 5;
-    for (int m = 0; m < N; m++) {
-        rc->members[m].id = m;
-        snprintf(rc->members[m].host, RING_STR, "127.0.0.1");
-        rc->members[m].port = base + m;
-    }
 }
 
 typedef struct {
