@@ -69,6 +69,20 @@ static int wrong(const char *what, size_t count, const char *detail) {
     return 1;
 }
 
+/* Rank k's result of `what` hashes to h: all-gather the hashes and fail unless every rank's is
+ * the same (I4). */
+static int same_on_every_rank(ring *r, uint64_t h, int n, int k, const char *what, size_t count) {
+    uint64_t hs[RING_MAX_NODES];
+    if (ring_allgather(r, &h, hs, sizeof h) != HR_OK) return ring_fail(r, "all-gather of hashes");
+    for (int q = 0; q < n; q++)
+        if (hs[q] != h) {
+            char msg[96];
+            snprintf(msg, sizeof msg, "rank %d's result differs bitwise from rank %d's (I4)", q, k);
+            return wrong(what, count, msg);
+        }
+    return 0;
+}
+
 /* ring_allreduce_bf16 of COUNT values, a count that goes round the ring with bf16 on the wire:
  * every rank ends with the same bits (I4), every result is a bf16 value, within n^2 2^-9 of the
  * exact sum, and the exact sum is the result plus every rank's dropped part (error feedback
@@ -112,16 +126,10 @@ static int check_bf16(ring *r, size_t count) {
         snprintf(msg, sizeof msg, "result + dropped parts is %.3g off the exact sum", maxe);
     else
         msg[0] = 0;
-    uint64_t h = fnv(buf, count * sizeof *buf), hs[RING_MAX_NODES];
+    const uint64_t h = fnv(buf, count * sizeof *buf);
     free(buf), free(dropped), free(wire);
     if (msg[0]) return wrong("bf16 all-reduce", count, msg);
-    if (ring_allgather(r, &h, hs, sizeof h) != HR_OK) return ring_fail(r, "all-gather of hashes");
-    for (int q = 0; q < n; q++)
-        if (hs[q] != h) {
-            snprintf(msg, sizeof msg, "rank %d's result differs bitwise from rank %d's (I4)", q, k);
-            return wrong("bf16 all-reduce", count, msg);
-        }
-    return 0;
+    return same_on_every_rank(r, h, n, k, "bf16 all-reduce", count);
 }
 
 /* The float of bits u. */
@@ -183,8 +191,8 @@ static int check_bf16_max(ring *r, size_t count) {
         const double e = fabs(ref - ((double)buf[i] + dropped[i]));
         if (i % 4 == 3 ? !(e <= 1e-5 * n) : e != 0)
             snprintf(msg, sizeof msg,
-                     "element %zu: result %a + dropped parts %a is %g off the exact sum %a",
-                     i, buf[i], dropped[i], e, ref);
+                     "element %zu: result %a + dropped parts %a is %g off the exact sum %a", i,
+                     buf[i], dropped[i], e, ref);
         if (i % 4 == 3 && !(e <= maxe)) maxe = e;
     }
     if (!msg[0])
@@ -192,16 +200,10 @@ static int check_bf16_max(ring *r, size_t count) {
             "node %ld: bf16 all-reduce near FLT_MAX count %zu: %zu results saturated at %g, every "
             "result and dropped part finite, with every rank's dropped part %.3g off\n",
             g_id, count, saturated, (double)of_bits(0x7f7f0000u), maxe);
-    uint64_t h = fnv(buf, count * sizeof *buf), hs[RING_MAX_NODES];
+    const uint64_t h = fnv(buf, count * sizeof *buf);
     free(buf), free(dropped), free(wire);
     if (msg[0]) return wrong("bf16 all-reduce near FLT_MAX", count, msg);
-    if (ring_allgather(r, &h, hs, sizeof h) != HR_OK) return ring_fail(r, "all-gather of hashes");
-    for (int q = 0; q < n; q++)
-        if (hs[q] != h) {
-            snprintf(msg, sizeof msg, "rank %d's result differs bitwise from rank %d's (I4)", q, k);
-            return wrong("bf16 all-reduce near FLT_MAX", count, msg);
-        }
-    return 0;
+    return same_on_every_rank(r, h, n, k, "bf16 all-reduce near FLT_MAX", count);
 }
 
 static int check_count(ring *r, size_t count);
@@ -252,14 +254,10 @@ static int check_count(ring *r, size_t count) {
         snprintf(msg, sizeof msg, "max abs diff %.3g at element %zu", maxd, worst);
         return free(buf), wrong("all-reduce", count, msg);
     }
-    uint64_t h = fnv(buf, count * sizeof *buf), hs[RING_MAX_NODES];
+    const uint64_t h = fnv(buf, count * sizeof *buf);
     free(buf);
-    if (ring_allgather(r, &h, hs, sizeof h) != HR_OK) return ring_fail(r, "all-gather of hashes");
-    for (int q = 0; q < n; q++)
-        if (hs[q] != h) {
-            snprintf(msg, sizeof msg, "rank %d's result differs bitwise from rank %d's (I4)", q, k);
-            return wrong("all-reduce", count, msg);
-        }
+    const int src = same_on_every_rank(r, h, n, k, "all-reduce", count);
+    if (src) return src;
     /* the bf16 all-reduce where it goes round the ring with bf16 on the wire: above the small
      * all-reduce's 8192 floats and beyond the tree (below, it is ring_allreduce, checked above,
      * and ring_test.sh's tree case counts the collectives on the tree), up to 4 Mi values
