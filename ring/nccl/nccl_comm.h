@@ -8,8 +8,9 @@
  * one only once the TCP control plane has agreed on the new view.
  *
  * Nothing here blocks without a deadline: the communicator is non-blocking
- * (config.blocking = 0), and init and all-reduce poll ncclCommGetAsyncError and
- * cudaStreamQuery until done or until the deadline passes. On any error or timeout the
+ * (config.blocking = 0), init and all-reduce poll ncclCommGetAsyncError and cudaStreamQuery
+ * until done or until the deadline passes, and the abort and destroy, which NCCL runs blocking,
+ * run on a thread of their own that is waited for with a deadline. On any error or timeout the
  * communicator is torn down with ncclCommAbort (so a dead peer cannot leave a kernel spinning
  * on the device) and later calls return HR_ERR_NCCL until nccl_comm_free and a new init.
  */
@@ -62,13 +63,17 @@ hr_status nccl_comm_init(nccl_comm *c, int rank, int n,
 hr_status nccl_allreduce(nccl_comm *c, float *dev_buf, size_t count, double timeout_s);
 
 /* Tear down with ncclCommAbort, abandoning in-flight work (a peer died or the view changed).
- * When the abort returns ncclInProgress, waits until the communicator leaves it, 10 s at most;
- * a teardown still going then is left to NCCL, and nccl_comm_init refuses that device for the
- * rest of the process (HR_ERR_NCCL), rather than race it. Safe to call twice. */
+ * The abort runs on a thread of its own and is waited for 10 s at most (when it returns
+ * ncclInProgress, until the communicator leaves that state). An abort that failed, or is still
+ * going then and is left to NCCL, is logged naming rank and device, and nccl_comm_init refuses
+ * that device for the rest of the process (HR_ERR_NCCL), rather than race what is left of it.
+ * Safe to call twice. */
 void nccl_comm_abort(nccl_comm *c);
 
-/* Orderly release: finalize (bounded by a short deadline, abort if it runs out), destroy,
- * free the stream. Safe on a zeroed, partly initialised or aborted struct. */
+/* Orderly release: finalize (bounded by a short deadline, abort if it runs out), destroy (on a
+ * thread of its own, 10 s at most, as the abort: one that fails or outlives that is logged, the
+ * device refused and c->broken set), free the stream. Safe on a zeroed, partly initialised or
+ * aborted struct. */
 void nccl_comm_free(nccl_comm *c);
 
 #endif

@@ -3,7 +3,8 @@
  * multi-rank path shares this interface with the TCP backend, which is tested there): init
  * through the non-blocking path, an in-place SUM all-reduce that must return its input bit
  * for bit, an empty all-reduce, and abort/free on a live, an aborted and a zeroed
- * communicator. Exits 77 without a CUDA device.
+ * communicator (the free's destroy and the abort, each on a thread of its own, end within their
+ * deadline and leave the device open to the next init). Exits 77 without a CUDA device.
  */
 #include "ring/nccl/nccl_comm.h"
 #include "tests/check.h"
@@ -37,6 +38,7 @@ int main(void) {
     CHECK(left == cudaSuccess, "the all-reduces' polls left \"%s\" as the last CUDA error",
           cudaGetErrorString(left));
     nccl_comm_free(&c);
+    CHECK(!c.broken, "the orderly free's ncclCommDestroy failed or outlived its deadline (logged)");
 
     /* abort: later calls fail cleanly, free stays safe */
     HR_DIE(nccl_get_unique_id(id, err, sizeof err));
@@ -45,6 +47,10 @@ int main(void) {
     nccl_comm_abort(&c);
     nccl_comm_abort(&c);
     CHECK(nccl_allreduce(&c, d, n, 1.0) == HR_ERR_NCCL, "all-reduce on an aborted communicator");
+    nccl_comm_free(&c);
+    HR_DIE(nccl_get_unique_id(id, err, sizeof err));
+    s = nccl_comm_init(&c, 0, 1, id, 0, 60.0, err, sizeof err);
+    CHECK(s == HR_OK, "init after an abort (the device should stay open): %s", err);
     nccl_comm_free(&c);
 
     /* bad arguments never reach NCCL */
