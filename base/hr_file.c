@@ -29,6 +29,28 @@ int hr_file_writable(const char *path, char *why, size_t n) {
     return 0;
 }
 
+int hr_file_target(const char *path, char *out, size_t n) {
+    char link[4096];
+    if (snprintf(out, n, "%s", path) >= (int)n) return errno = ENAMETOOLONG, -1;
+    for (int hops = 0;; hops++) {
+        struct stat sb;
+        /* not a link: a file, or a new one created there (what stops that, open says) */
+        if (lstat(out, &sb) != 0 || !S_ISLNK(sb.st_mode)) return 0;
+        if (hops == 40) return errno = ELOOP, -1;
+        ssize_t len = readlink(out, link, sizeof link - 1);
+        if (len < 0) return -1;
+        link[len] = 0;
+        const char *slash = strrchr(out, '/');
+        if (link[0] == '/' || !slash) { /* absolute, or relative to the same directory as out */
+            if (snprintf(out, n, "%s", link) >= (int)n) return errno = ENAMETOOLONG, -1;
+        } else {
+            size_t dl = (size_t)(slash - out) + 1; /* out's directory, with its '/' */
+            if (dl + (size_t)len >= n) return errno = ENAMETOOLONG, -1;
+            memcpy(out + dl, link, (size_t)len + 1);
+        }
+    }
+}
+
 int hr_file_tmp_name(char *out, size_t n, const char *path) {
     if (snprintf(out, n, "%s.tmp.%ld", path, (long)getpid()) < (int)n) return 0;
     errno = ENAMETOOLONG;

@@ -19,6 +19,13 @@
  * path at the same time. */
 int hr_file_writable(const char *path, char *why, size_t n);
 
+/* The file that writing `path` reaches, in out[0..n): `path` itself, or where its chain of
+ * symbolic links ends (a relative link read from the link's own directory), also when that
+ * file does not exist yet, as open(O_CREAT) follows it. A file that replaces another is written
+ * there, so a link is kept and what it points to is replaced, not the link. 0, or -1 with
+ * errno: ELOOP after 40 links, ENAMETOOLONG, or readlink's. */
+int hr_file_target(const char *path, char *out, size_t n);
+
 /* The name a file is written under before it replaces `path`: PATH.tmp.PID, of this process
  * alone. 0, or -1 (errno ENAMETOOLONG) when it does not fit in `n` bytes. */
 int hr_file_tmp_name(char *out, size_t n, const char *path);

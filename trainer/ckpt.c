@@ -107,6 +107,14 @@ static void remove_stale_tmp(const char *path) {
     closedir(dp);
 }
 
+/* The file a save of checkpoint `path` writes, in real[0..n): where its symbolic links lead
+ * (hr_file_target), so a link to another disk keeps its checkpoint there. */
+static hr_status ckpt_target(const char *path, char *real, size_t n, char *err, size_t errlen) {
+    if (hr_file_target(path, real, n) == 0) return HR_OK;
+    return hr_fail(err, errlen, HR_ERR_IO, "checkpoint %s: cannot follow its link (%s)", path,
+                   strerror(errno));
+}
+
 hr_status ckpt_prepare(const char *path, char *err, size_t errlen) {
     struct stat sb;
     if (stat(path, &sb) == 0 && !S_ISREG(sb.st_mode))
@@ -114,9 +122,10 @@ hr_status ckpt_prepare(const char *path, char *err, size_t errlen) {
                        "checkpoint %s: not a regular file (expected a file name for the "
                        "checkpoint, e.g. %s/run.ckpt)",
                        path, path);
-    remove_stale_tmp(path);
-    char tmp[4200];
-    int fd = hr_file_tmp_name(tmp, sizeof tmp, path) == 0
+    char real[4096], tmp[4200];
+    HR_CHECK(ckpt_target(path, real, sizeof real, err, errlen));
+    remove_stale_tmp(real);
+    int fd = hr_file_tmp_name(tmp, sizeof tmp, real) == 0
                  ? open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644)
                  : -1;
     if (fd < 0)
@@ -151,8 +160,17 @@ hr_status ckpt_save(const char *path, const ckpt_meta *meta, const float *params
     if (has_q) crc = crc_more(crc_more(crc, &res->n_q, nqn), res->q, nq);
     h.crc = crc;
 
-    char tmp[4200];
-    int fd = hr_file_tmp_name(tmp, sizeof tmp, path) == 0
+    /* written beside the file the path leads to and renamed over it; never over a device, a
+     * FIFO or a directory that took the file's place since ckpt_prepare */
+    char real[4096], tmp[4200];
+    HR_CHECK(ckpt_target(path, real, sizeof real, err, errlen));
+    struct stat sb;
+    if (lstat(real, &sb) == 0 && !S_ISREG(sb.st_mode))
+        return hr_fail(err, errlen, HR_ERR_IO,
+                       "checkpoint %s: %s is not a regular file; not replaced (expected the "
+                       "checkpoint file there, or no file)",
+                       path, real);
+    int fd = hr_file_tmp_name(tmp, sizeof tmp, real) == 0
                  ? open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644)
                  : -1;
     if (fd < 0)
@@ -172,7 +190,7 @@ hr_status ckpt_save(const char *path, const ckpt_meta *meta, const float *params
     if (e)
         unlink(tmp);
     else
-        e = hr_file_replace(tmp, path); /* removes tmp itself when it fails */
+        e = hr_file_replace(tmp, real); /* removes tmp itself when it fails */
     if (e)
         return hr_fail(err, errlen, HR_ERR_IO, "checkpoint %s: cannot rename into place (%s)", path,
                        strerror(e));
@@ -289,10 +307,24 @@ static hr_status same_run(const char *path, const ckpt_meta *m, const ckpt_meta 
 
 hr_status ckpt_load(const char *path, ckpt_meta *expect, float *params, float *opt_state,
                     int64_t *split, int max_nodes, ckpt_residual *res, char *err, size_t errlen) {
-    FILE *f = fopen(path, "rb");
-    if (!f)
+    /* opened without waiting: a FIFO would hold the node in open() for ever */
+    struct stat sb;
+    int fd = hr_file_open_read(path, &sb);
+    if (fd < 0)
         return hr_fail(err, errlen, HR_ERR_IO, "checkpoint %s: cannot open (%s)", path,
                        strerror(errno));
+    if (!S_ISREG(sb.st_mode)) {
+        close(fd);
+        return hr_fail(err, errlen, HR_ERR_IO,
+                       "checkpoint %s: not a regular file (expected a checkpoint file)", path);
+    }
+    FILE *f = fdopen(fd, "rb");
+    if (!f) {
+        int e = errno;
+        close(fd);
+        return hr_fail(err, errlen, HR_ERR_IO, "checkpoint %s: cannot open (%s)", path,
+                       strerror(e));
+    }
     hr_status st = HR_OK;
     ckpt_header h;
     int64_t *sp = NULL;

@@ -8,7 +8,10 @@
  * also Q, which is the same on every node and taken up by whoever resumes. It is written
  * atomically: to a temporary file in the same directory, fsync'ed, renamed over the target, then
  * the directory is fsync'ed; a crash leaves either the old or the new checkpoint (and a temporary
- * file, which ckpt_prepare removes when the next run starts). A CRC-32 over header and payload
+ * file, which ckpt_prepare removes when the next run starts). A path that is a symbolic link is
+ * followed: the file it leads to is replaced, in its own directory, and the link kept; a FIFO,
+ * device or directory where the file belongs is refused by save and load alike, never
+ * replaced and never opened in a way that waits. A CRC-32 over header and payload
  * detects corruption, and a checkpoint from another model (kind, or shape: the layers' widths,
  * even with as many parameters), seed, batch or training-set size is refused. The data order needs
  * no state: perm_e is a function of (seed, epoch) over the n training samples (I1), so resuming at

@@ -9,6 +9,8 @@
  *              that fails leaves the old file and no temporary one; a name too long is refused
  *   close      a write error that the stream kept is returned when it is closed (/dev/full), with
  *              the errno the caller kept; a stream written whole closes with 0
+ *   target     a file, a new file: itself; a chain of links, relative and absolute, dangling
+ *              at its end: the file it leads to; a loop: ELOOP
  *   open_read  a FIFO that no one writes opens at once and says what it is; the descriptor reads
  *              blocking again; a missing file is -1 with errno
  */
@@ -135,6 +137,33 @@ static void test_close(const char *dir) {
     unlink(path);
 }
 
+static void test_target(const char *dir) {
+    char a[256], b[256], c[256], out[512], loop[256];
+    snprintf(a, sizeof a, "%s/a", dir);
+    snprintf(b, sizeof b, "%s/b", dir);
+    snprintf(c, sizeof c, "%s/sub/c", dir);
+    snprintf(loop, sizeof loop, "%s/loop", dir);
+    CHECK(hr_file_target(c, out, sizeof out) == 0 && strcmp(out, c) == 0, "a new file: '%s'", out);
+    /* a -> b (relative), b -> DIR/sub/c (absolute), c missing */
+    CHECK(symlink("b", a) == 0 && symlink(c, b) == 0 && symlink("loop", loop) == 0,
+          "symlink: %s", strerror(errno));
+    CHECK(hr_file_target(a, out, sizeof out) == 0 && strcmp(out, c) == 0,
+          "a chain of links to a missing file: '%s' (expected '%s')", out, c);
+    char sub[256], d[256], expect[300];
+    snprintf(sub, sizeof sub, "%s/sub", dir);
+    snprintf(d, sizeof d, "%s/sub/d", dir);
+    snprintf(expect, sizeof expect, "%s/sub/../sub/e", dir);
+    CHECK(mkdir(sub, 0700) == 0 && symlink("../sub/e", d) == 0, "mkdir, symlink");
+    write_text(c, "x");
+    CHECK(hr_file_target(d, out, sizeof out) == 0 && strcmp(out, expect) == 0,
+          "a relative link read from its own directory: '%s' (expected '%s')", out, expect);
+    CHECK(hr_file_target(b, out, sizeof out) == 0 && strcmp(out, c) == 0,
+          "a link to an existing file: '%s'", out);
+    errno = 0;
+    CHECK(hr_file_target(loop, out, sizeof out) == -1 && errno == ELOOP, "a loop: errno %d", errno);
+    unlink(a), unlink(b), unlink(loop), unlink(d), unlink(c), rmdir(sub);
+}
+
 static void test_open_read(const char *dir) {
     char fifo[256];
     snprintf(fifo, sizeof fifo, "%s/fifo", dir);
@@ -199,6 +228,7 @@ int main(void) {
     test_replace(dir);
     test_create_commit(dir);
     test_close(dir);
+    test_target(dir);
     test_open_read(dir);
     CHECK(entries(dir) == 0, "the cases left %d file(s) behind", entries(dir));
     char rm[300];

@@ -7,6 +7,10 @@
  *    error, leaves the previous checkpoint alone and no temporary file behind; the temporary
  *    file of a killed save is removed when the next run starts (ckpt_prepare);
  *  - an unwritable checkpoint (missing directory, a directory as the file) fails train_init;
+ *  - links and special files: a save through a symbolic link (relative, or dangling) replaces
+ *    the file it leads to and keeps the link; a FIFO or a directory where the file was is
+ *    refused by a save, naming it, and stays as it was; a load of a FIFO is refused at once
+ *    (not held in open() for ever), with the trainer unchanged;
  *  - the bf16 residual block: saved with its node's id, read back bit for bit; a file without
  *    one reads as node -1 and leaves the caller's buffer alone; a version 1 file (before the
  *    block) still loads, one with a block declared version 1 does not, and a cut block is
@@ -31,6 +35,7 @@
 #include "trainer/ckpt.h"
 
 #include <dirent.h>
+#include <errno.h>
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -368,6 +373,82 @@ static void test_refusal(void) {
     cfg_free(&c);
 }
 
+/* ================================================================ links, special files */
+
+static void on_hung(int sig) {
+    (void)sig;
+    static const char m[] = "FAIL: a checkpoint load or save waited for ever on a FIFO\n";
+    if (write(2, m, sizeof m - 1) < 0) _exit(2);
+    _exit(1);
+}
+
+/* Whether `path` is a symbolic link leading to `to`. */
+static int links_to(const char *path, const char *to) {
+    char b[256];
+    ssize_t n = readlink(path, b, sizeof b - 1);
+    return n >= 0 && (b[n] = 0, strcmp(b, to) == 0);
+}
+
+static void test_links(void) {
+    cfg c;
+    trainer t;
+    char sub[96], real[128], link[128], dangle[128], fifo[128], adir[128], lf[128], err[HR_ERRLEN];
+    snprintf(sub, sizeof sub, "%s/disk", dir);
+    snprintf(real, sizeof real, "%s/disk/run.ckpt", dir);
+    snprintf(link, sizeof link, "%s/link.ckpt", dir);
+    snprintf(dangle, sizeof dangle, "%s/dangle.ckpt", dir);
+    snprintf(fifo, sizeof fifo, "%s/fifo.ckpt", dir);
+    snprintf(adir, sizeof adir, "%s/adir.ckpt", dir);
+    snprintf(lf, sizeof lf, "%s/to-fifo.ckpt", dir);
+    CHECK(mkdir(sub, 0700) == 0 && symlink("disk/run.ckpt", link) == 0 &&
+              symlink("disk/new.ckpt", dangle) == 0 && mkfifo(fifo, 0600) == 0 &&
+              mkdir(adir, 0700) == 0 && symlink("fifo.ckpt", lf) == 0,
+          "setting up %s: %s", dir, strerror(errno));
+    signal(SIGALRM, on_hung);
+    alarm(30);
+    foreign(MLP("784,32,10", "100", "11"), real); /* iteration 2, on the other disk */
+    test_trainer_or_die(&t, &c, dir, MLP("784,32,10", "100", "11"));
+    CHECK(ckpt_prepare(link, err, sizeof err) == HR_OK, "%s", err);
+    CHECK(train_load(&t, link, NULL, 0, NULL, err, sizeof err) == HR_OK && t.iter == 2, "%s", err);
+    steps(&t, 3);
+    /* a save through the link replaces the file it leads to; the link stays a link */
+    CHECK(train_save(&t, link, err, sizeof err) == HR_OK, "%s", err);
+    CHECK(links_to(link, "disk/run.ckpt"), "the save replaced the link %s by a file", link);
+    t.iter = 0;
+    CHECK(train_load(&t, real, NULL, 0, NULL, err, sizeof err) == HR_OK && t.iter == 5,
+          "the file the link leads to holds iteration %ld, not the saved 5 (%s)", t.iter, err);
+    CHECK(ckpt_prepare(dangle, err, sizeof err) == HR_OK, "%s", err);
+    CHECK(train_save(&t, dangle, err, sizeof err) == HR_OK, "%s", err);
+    char made[128];
+    snprintf(made, sizeof made, "%s/disk/new.ckpt", dir);
+    CHECK(links_to(dangle, "disk/new.ckpt") && access(made, F_OK) == 0,
+          "a save through a link to a missing file did not create %s", made);
+
+    /* a FIFO or a directory where the checkpoint was: refused, left as it is */
+    const char *special[] = {fifo, lf, adir};
+    for (int k = 0; k < 3; k++) {
+        CHECK(train_save(&t, special[k], err, sizeof err) == HR_ERR_IO && strstr(err, special[k]) &&
+                  strstr(err, "not a regular file"),
+              "a save to %s: %s", special[k], err);
+        printf("save refused as expected: %s\n", err);
+    }
+    struct stat sb;
+    CHECK(stat(fifo, &sb) == 0 && S_ISFIFO(sb.st_mode) && stat(adir, &sb) == 0 &&
+              S_ISDIR(sb.st_mode) && links_to(lf, "fifo.ckpt"),
+          "a refused save replaced the FIFO, the directory or the link");
+    snapshot s;
+    snap(&s, &t);
+    refused(&t, &s, fifo, HR_ERR_IO, "a FIFO", (const char *const[]){"not a regular file", NULL});
+    refused(&t, &s, lf, HR_ERR_IO, "a link to a FIFO",
+            (const char *const[]){"not a regular file", NULL});
+    alarm(0);
+    CHECK(count_entries(".tmp") == 0, "a save left a temporary file in %s", dir);
+    free(s.params);
+    free(s.vel);
+    train_free(&t);
+    cfg_free(&c);
+}
+
 /* A checkpoint that cannot be written is found by train_init, before any training, with a
  * message naming the file: a missing directory, a directory where a file is expected. */
 static void test_unwritable(void) {
@@ -588,8 +669,8 @@ static void test_node_path(void) {
 
 int main(int argc, char **argv) {
     (void)argc;
-    static void (*const cases[])(void) = {test_atomic_save, test_refusal, test_unwritable,
-                                          test_residual,    test_q,       test_shape,
-                                          test_node_path,   NULL};
+    static void (*const cases[])(void) = {test_atomic_save, test_refusal,   test_links,
+                                          test_unwritable,  test_residual,  test_q,
+                                          test_shape,       test_node_path, NULL};
     return tmpdir_main(argv, dir, sizeof dir, cases);
 }
