@@ -174,26 +174,31 @@ hr_status ckpt_save(const char *path, const ckpt_meta *meta, const float *params
                  ? open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644)
                  : -1;
     if (fd < 0)
-        return hr_fail(err, errlen, HR_ERR_IO, "checkpoint %s: cannot create %s (%s)", path, tmp,
-                       strerror(errno));
+        return hr_fail(err, errlen, HR_ERR_IO,
+                       "checkpoint %s: cannot create %s (%s); the previous checkpoint, if any, is "
+                       "unchanged (expected a directory this process may write to)",
+                       path, tmp, strerror(errno));
+    int e = 0;
     if (write_all(fd, &h, sizeof h) || write_all(fd, params, np) || write_all(fd, opt_state, np) ||
         write_all(fd, split, ns) || (has_res && write_all(fd, &res->node, nn)) ||
         (has_res && write_all(fd, res->data, nr)) || (has_q && write_all(fd, &res->n_q, nqn)) ||
-        (has_q && write_all(fd, res->q, nq)) || fsync(fd)) {
-        int e = errno;
-        close(fd);
+        (has_q && write_all(fd, res->q, nq)) || fsync(fd))
+        e = errno;
+    if (close(fd) != 0 && !e) e = errno; /* a file system that reports a full disk at close */
+    if (e) {
         unlink(tmp);
-        return hr_fail(err, errlen, HR_ERR_IO, "checkpoint %s: write failed (%s)", path,
-                       strerror(e));
+        return hr_fail(err, errlen, HR_ERR_IO,
+                       "checkpoint %s: write failed (%s); the previous checkpoint, if any, is "
+                       "unchanged (expected room for the %llu bytes of a whole new copy beside "
+                       "it, which then replaces the old one)",
+                       path, strerror(e), (unsigned long long)(sizeof h + h.payload));
     }
-    int e = close(fd) != 0 ? errno : 0;
+    e = hr_file_replace(tmp, real); /* removes tmp itself when it fails */
     if (e)
-        unlink(tmp);
-    else
-        e = hr_file_replace(tmp, real); /* removes tmp itself when it fails */
-    if (e)
-        return hr_fail(err, errlen, HR_ERR_IO, "checkpoint %s: cannot rename into place (%s)", path,
-                       strerror(e));
+        return hr_fail(err, errlen, HR_ERR_IO,
+                       "checkpoint %s: cannot rename %s into place (%s); the previous checkpoint, "
+                       "if any, is unchanged",
+                       path, tmp, strerror(e));
     return HR_OK;
 }
 
