@@ -81,18 +81,22 @@ int hr_file_replace(const char *tmp, const char *path) {
 }
 
 FILE *hr_file_create(const char *path, char *tmp, size_t n) {
-    if (hr_file_tmp_name(tmp, n, path) == 0) return fopen(tmp, "w");
-    tmp[0] = 0; /* no name: errno is ENAMETOOLONG */
+    char real[4096];
+    if (hr_file_target(path, real, sizeof real) == 0 && hr_file_tmp_name(tmp, n, real) == 0)
+        return fopen(tmp, "w");
+    tmp[0] = 0; /* no name: errno says why */
     return NULL;
 }
 
 int hr_file_commit(FILE *f, int kept, const char *tmp, const char *path) {
+    char real[4096];
     int e = hr_file_close(f, kept);
+    if (!e && hr_file_target(path, real, sizeof real) != 0) e = errno;
     if (e) {
         unlink(tmp);
         return e;
     }
-    return hr_file_replace(tmp, path);
+    return hr_file_replace(tmp, real);
 }
 
 int hr_file_close(FILE *f, int kept) {

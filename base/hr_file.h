@@ -34,10 +34,12 @@ int hr_file_tmp_name(char *out, size_t n, const char *path);
  * synced). 0, or an errno value, with `tmp` removed. */
 int hr_file_replace(const char *tmp, const char *path);
 
-/* A stream that replaces `path` whole or not at all. hr_file_create opens PATH.tmp.PID for
- * writing, its name in tmp[0..n); NULL with errno when it cannot (tmp empty when the name does
- * not fit: ENAMETOOLONG). hr_file_commit closes it (hr_file_close, with `kept`) and renames
- * it over `path` (hr_file_replace): 0, or an errno value, with the temporary file removed. */
+/* A stream that replaces `path` whole or not at all; where `path` is a symbolic link, the file
+ * it leads to (hr_file_target), and the link stays. hr_file_create opens TARGET.tmp.PID for
+ * writing, its name in tmp[0..n); NULL with errno when it cannot (tmp empty when no name was
+ * made: ENAMETOOLONG, ELOOP). hr_file_commit closes it (hr_file_close, with `kept`) and renames
+ * it over the target (hr_file_replace): 0, or an errno value, with the temporary file
+ * removed. */
 FILE *hr_file_create(const char *path, char *tmp, size_t n);
 int hr_file_commit(FILE *f, int kept, const char *tmp, const char *path);
 

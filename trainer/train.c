@@ -749,13 +749,13 @@ static hr_status run_iteration(trainer *t, const train_opts *o, run_report *rr, 
 
 /* The summary JSON (keys iterations, samples, wall_s, samples_per_s, final_loss, eval_accuracy,
  * emulated, ...), with the fields of the tag hook. Written whole or not at all: into
- * PATH.tmp.PID, renamed over PATH once complete, so a full disk never leaves half a JSON
- * object where a reader expects one. */
+ * PATH.tmp.PID, renamed over PATH once complete (over the file it leads to, where PATH is a
+ * link), so a full disk never leaves half a JSON object where a reader expects one. */
 static hr_status write_summary(const trainer *t, const train_result *r, const train_opts *o,
                                const char *path, char *err, size_t errlen) {
     char tmp[4200];
     FILE *f = hr_file_create(path, tmp, sizeof tmp);
-    if (!f && !tmp[0]) return hr_fail(err, errlen, HR_ERR_IO, "%s: name too long", path);
+    if (!f && !tmp[0]) return hr_fail(err, errlen, HR_ERR_IO, "%s: %s", path, strerror(errno));
     if (!f) return hr_fail(err, errlen, HR_ERR_IO, "%s: cannot create (%s)", tmp, strerror(errno));
     char desc[160];
     model_describe(&t->m, desc, sizeof desc);

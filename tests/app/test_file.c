@@ -7,6 +7,8 @@
  *              node the same --summary): none may see another's probe and refuse
  *   replace    a file written under hr_file_tmp_name's name replaces the old one whole; a rename
  *              that fails leaves the old file and no temporary one; a name too long is refused
+ *   create     hr_file_create and hr_file_commit: the same for a stream; through a link, the
+ *              file it leads to is replaced and the link kept; a loop of links opens nothing
  *   close      a write error that the stream kept is returned when it is closed (/dev/full), with
  *              the errno the caller kept; a stream written whole closes with 0
  *   target     a file, a new file: itself; a chain of links, relative and absolute, dangling
@@ -105,6 +107,29 @@ static void test_create_commit(const char *dir) {
     CHECK(hr_file_create(path, small, sizeof small) == NULL && errno == ENAMETOOLONG &&
               small[0] == 0,
           "a temporary name that does not fit opened a file");
+
+    /* through a link (a --summary that points to another disk): the file it leads to is
+     * replaced, beside itself, and the link stays */
+    char link[256], real[256], loop[256];
+    snprintf(link, sizeof link, "%s/link.csv", dir);
+    snprintf(real, sizeof real, "%s/real.csv", dir);
+    snprintf(loop, sizeof loop, "%s/loop.csv", dir);
+    CHECK(symlink("real.csv", link) == 0 && symlink("loop.csv", loop) == 0, "symlink: %s",
+          strerror(errno));
+    for (int k = 0; k < 2; k++) { /* first to a missing file, then over it */
+        f = hr_file_create(link, tmp, sizeof tmp);
+        CHECK(f != NULL, "create through a link: %s", strerror(errno));
+        if (!f) break;
+        fputs(k ? "second" : "first", f);
+        CHECK(hr_file_commit(f, 0, tmp, link) == 0, "commit through a link: %s", strerror(errno));
+        struct stat sb;
+        CHECK(lstat(link, &sb) == 0 && S_ISLNK(sb.st_mode) && holds(real, k ? "second" : "first"),
+              "a commit through a link replaced the link, or not the file it leads to");
+    }
+    errno = 0;
+    CHECK(hr_file_create(loop, tmp, sizeof tmp) == NULL && errno == ELOOP && tmp[0] == 0,
+          "a loop of links opened a file (errno %d)", errno);
+    unlink(link), unlink(real), unlink(loop);
 }
 
 static void test_close(const char *dir) {
