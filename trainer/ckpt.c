@@ -202,9 +202,21 @@ hr_status ckpt_save(const char *path, const ckpt_meta *meta, const float *params
     return HR_OK;
 }
 
+/* A read that failed (EIO from a disk, a network file system): not the file's fault, so not
+ * called truncated or corrupt, whose advice is to delete it. */
+static hr_status read_failed(const char *path, const char *what, int e, char *err, size_t errlen) {
+    return hr_fail(err, errlen, HR_ERR_IO,
+                   "checkpoint %s: read error in the %s (%s); nothing was loaded and the file is "
+                   "left as it is (expected a readable disk: the file may well be whole, so keep "
+                   "it and try again)",
+                   path, what, strerror(e ? e : EIO));
+}
+
 static hr_status read_exact(FILE *f, void *p, size_t n, uint32_t *crc, const char *path,
                             const char *what, char *err, size_t errlen) {
+    errno = 0;
     size_t got = fread(p, 1, n, f);
+    if (got != n && ferror(f)) return read_failed(path, what, errno, err, errlen);
     if (got != n)
         return hr_fail(err, errlen, HR_ERR_DATA,
                        "checkpoint %s is truncated in the %s (%zu of %zu bytes); it is unusable: "
@@ -221,16 +233,22 @@ static hr_status read_exact(FILE *f, void *p, size_t n, uint32_t *crc, const cha
 static hr_status read_header(FILE *f, const char *path, ckpt_header *h, char *err, size_t errlen) {
     const size_t pre = offsetof(ckpt_header, meta);
     memset(h, 0, sizeof *h);
-    if (fread(h, 1, pre, f) != pre || memcmp(h->magic, ckpt_magic, 8) != 0)
+    errno = 0;
+    const int whole = fread(h, 1, pre, f) == pre;
+    if (!whole && ferror(f)) return read_failed(path, "header", errno, err, errlen);
+    if (!whole || memcmp(h->magic, ckpt_magic, 8) != 0)
         return hr_fail(err, errlen, HR_ERR_DATA,
                        "%s is not a hetring checkpoint (wrong magic or too short)", path);
     if (h->version < 1 || h->version > CKPT_VERSION)
         return hr_fail(err, errlen, HR_ERR_DATA, "checkpoint %s has version %u (expected 1 to %u)",
                        path, h->version, CKPT_VERSION);
     const size_t mb = meta_bytes(h->version), hb = pre + mb + sizeof h->payload;
+    errno = 0;
     if (fread(&h->meta, 1, mb, f) != mb || fread(&h->payload, 1, sizeof h->payload, f) != 8)
-        return hr_fail(err, errlen, HR_ERR_DATA,
-                       "%s is not a hetring checkpoint (wrong magic or too short)", path);
+        return ferror(f)
+                   ? read_failed(path, "header", errno, err, errlen)
+                   : hr_fail(err, errlen, HR_ERR_DATA,
+                             "%s is not a hetring checkpoint (wrong magic or too short)", path);
     const ckpt_meta *m = &h->meta;
     struct stat fs;
     if (fstat(fileno(f), &fs) != 0 || fs.st_size < (off_t)hb ||
