@@ -90,7 +90,11 @@ FILE *hr_file_create(const char *path, char *tmp, size_t n) {
 
 int hr_file_commit(FILE *f, int kept, const char *tmp, const char *path) {
     char real[4096];
-    int e = hr_file_close(f, kept);
+    /* the data is on the disk before the rename is: a crash never leaves the name on an empty
+     * or partial file (and a disk that reports a full disk only now is a failed write) */
+    int e = !ferror(f) && (fflush(f) != 0 || fsync(fileno(f)) != 0) ? errno : 0;
+    const int closed = hr_file_close(f, kept);
+    if (!e) e = closed;
     if (!e && hr_file_target(path, real, sizeof real) != 0) e = errno;
     if (e) {
         unlink(tmp);

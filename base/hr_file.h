@@ -2,7 +2,7 @@
  * hr_file.h: the file handling every writer and reader of the project shares, so that each
  * keeps the same promises: a run checks before it starts that it may write the files it will
  * write later (a node's --metrics and --summary, a bench's --json); a file that replaces another
- * is written beside it and renamed over it, so a full disk keeps the old one; a write error is
+ * is written beside it, fsynced and renamed over it, so a full disk or a crash keeps the old one; a write error is
  * never lost between the stream and its close; and a FIFO or device given where a file belongs
  * never holds a node for ever in open().
  */
@@ -37,9 +37,9 @@ int hr_file_replace(const char *tmp, const char *path);
 /* A stream that replaces `path` whole or not at all; where `path` is a symbolic link, the file
  * it leads to (hr_file_target), and the link stays. hr_file_create opens TARGET.tmp.PID for
  * writing, its name in tmp[0..n); NULL with errno when it cannot (tmp empty when no name was
- * made: ENAMETOOLONG, ELOOP). hr_file_commit closes it (hr_file_close, with `kept`) and renames
- * it over the target (hr_file_replace): 0, or an errno value, with the temporary file
- * removed. */
+ * made: ENAMETOOLONG, ELOOP). hr_file_commit flushes and fsyncs it, closes it (hr_file_close,
+ * with `kept`) and renames it over the target (hr_file_replace): 0, or an errno value, with the
+ * temporary file removed. */
 FILE *hr_file_create(const char *path, char *tmp, size_t n);
 int hr_file_commit(FILE *f, int kept, const char *tmp, const char *path);
 
