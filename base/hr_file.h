@@ -2,9 +2,9 @@
  * hr_file.h: the file handling every writer and reader of the project shares, so that each
  * keeps the same promises: a run checks before it starts that it may write the files it will
  * write later (a node's --metrics and --summary, a bench's --json); a file that replaces another
- * is written beside it, fsynced and renamed over it, so a full disk or a crash keeps the old one; a write error is
- * never lost between the stream and its close; and a FIFO or device given where a file belongs
- * never holds a node for ever in open().
+ * is written beside it, fsynced and renamed over it, so a full disk or a crash keeps the old
+ * one; a write error is never lost between the stream and its close; and a FIFO or device given
+ * where a file belongs never holds a node for ever in open().
  */
 #ifndef HR_FILE_H
 #define HR_FILE_H
