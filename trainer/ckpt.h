@@ -74,8 +74,9 @@ hr_status ckpt_save(const char *path, const ckpt_meta *meta, const float *params
  * whose model, n_params, seed, global batch or (where both give them) n_samples or shape
  * differ from `expect` (HR_ERR_MISMATCH; a shape's message names both, e.g. 784-512-512-10),
  * a bad or truncated file (HR_ERR_DATA), and one that cannot be read (HR_ERR_IO: not a regular
- * file, or a read error, which is never called a bad file). On success expect->iter and expect->n_nodes hold the
- * file's values; a file with a different n_nodes leaves `split` alone. Version 1 files (before
+ * file, or a read error, which is never called a bad file). On success expect->iter and
+ * expect->n_nodes hold the file's values; a file with a different n_nodes leaves `split`
+ * alone. Version 1 files (before
  * residuals) are read as files without one, version 2 files (before Q) as files without Q,
  * files before version 4 with n_samples 0 and files before version 5 with no shape. */
 hr_status ckpt_load(const char *path, ckpt_meta *expect, float *params, float *opt_state,
