@@ -10,8 +10,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-int hr_file_writable(const char *path, char *why, size_t n) {
+int hr_file_writable(const char *link, char *why, size_t n) {
     struct stat sb;
+    char path[4096]; /* where a link leads: the file hr_file_create writes */
+    if (hr_file_target(link, path, sizeof path) != 0)
+        return snprintf(why, n, "%s", strerror(errno)), -1;
     if (stat(path, &sb) == 0) {
         if (!S_ISREG(sb.st_mode)) return snprintf(why, n, "not a regular file"), -1;
         if (access(path, W_OK) != 0) return snprintf(why, n, "%s", strerror(errno)), -1;

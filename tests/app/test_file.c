@@ -2,7 +2,8 @@
  * test_file.c: base/hr_file, the file handling every reader and writer shares: the check that
  * this process may write a file (hetring run's --metrics and --summary, a bench's --json):
  *   cases      a new file in an existing directory, an existing regular file: yes, and nothing
- *              is left behind; a missing directory, a directory: no, with the reason
+ *              is left behind; a missing directory, a directory: no, with the reason; a link,
+ *              where it leads
  *   together   8 processes check one new path 300 times each, at once (hetring local gives every
  *              node the same --summary): none may see another's probe and refuse
  *   replace    a file written under hr_file_tmp_name's name replaces the old one whole; a rename
@@ -228,6 +229,17 @@ int main(void) {
     snprintf(path, sizeof path, "%s/nodir/s.json", dir);
     CHECK(hr_file_writable(path, why, sizeof why) != 0 && strstr(why, "No such file"),
           "a missing directory: '%s'", why);
+    /* a link is checked where it leads: into a missing directory, no (the write at the end of
+     * the run would fail); to a file in this one, yes */
+    char link[256];
+    snprintf(link, sizeof link, "%s/link.json", dir);
+    CHECK(symlink("nodir/s.json", link) == 0, "symlink: %s", strerror(errno));
+    CHECK(hr_file_writable(link, why, sizeof why) != 0 && strstr(why, "No such file"),
+          "a link into a missing directory: '%s'", why);
+    unlink(link);
+    CHECK(symlink("s.json", link) == 0, "symlink: %s", strerror(errno));
+    CHECK(hr_file_writable(link, why, sizeof why) == 0, "a link to a new file: %s", why);
+    unlink(link);
 
     snprintf(path, sizeof path, "%s/together.json", dir);
     enum { PROCS = 8, ROUNDS = 300 };
