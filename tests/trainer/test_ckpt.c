@@ -5,7 +5,8 @@
  *    size limit is below the checkpoint's size) leaves the previous checkpoint bitwise as it
  *    was, and it still loads; a save whose write fails (SIGXFSZ ignored, EFBIG) reports the
  *    error, leaves the previous checkpoint alone and no temporary file behind; the temporary
- *    file of a killed save is removed when the next run starts (ckpt_prepare);
+ *    file of a killed save is removed when the next run starts (ckpt_prepare), and that of
+ *    another process namespace (a container or machine sharing the directory) is kept;
  *  - an unwritable checkpoint (missing directory, a directory as the file) fails train_init;
  *  - links and special files: a save through a symbolic link (relative, or dangling) replaces
  *    the file it leads to and keeps the link; a FIFO or a directory where the file was is
@@ -138,19 +139,37 @@ static void test_atomic_save(void) {
           err);
     CHECK(b.iter == 3 && memcmp(b.m.params, p3, sizeof(float) * (size_t)a.m.n_params) == 0,
           "after a killed save the checkpoint holds iteration %ld, not the saved state", b.iter);
-    /* a crash leaves its temporary file; the next run removes it at start (its process is
-     * gone), and keeps those of live processes and files that only look alike */
-    char stale[256], live[256], other[256];
-    snprintf(stale, sizeof stale, "%s.tmp.%ld", path, (long)pid);
-    snprintf(live, sizeof live, "%s.tmp.%ld", path, (long)getppid());
+    /* a crash leaves its temporary file, PATH.tmp.PID.TAG (TAG: this process namespace's);
+     * the next run removes it at start (its process is gone), and one of an older version
+     * (PATH.tmp.PID), and keeps those of live processes, files that only look alike, and those
+     * of another namespace (a container or machine sharing the directory, whose process ids
+     * mean nothing here: its save of that id may be running) */
+    char stale[256] = "", old_stale[256], live[256], other[256], foreign[256], prefix[64];
+    snprintf(prefix, sizeof prefix, "atomic.ckpt.tmp.%ld.", (long)pid);
+    DIR *dp = opendir(dir);
+    for (struct dirent *e; dp && (e = readdir(dp));)
+        if (strncmp(e->d_name, prefix, strlen(prefix)) == 0 &&
+            strlen(e->d_name) == strlen(prefix) + 8)
+            snprintf(stale, sizeof stale, "%s/%s", dir, e->d_name);
+    if (dp) closedir(dp);
+    CHECK(stale[0], "the killed save left no temporary file %s/%sTAG", dir, prefix);
+    unsigned tag = 0;
+    if (stale[0]) sscanf(stale + strlen(stale) - 8, "%8x", &tag);
+    snprintf(old_stale, sizeof old_stale, "%s.tmp.%ld", path, (long)pid);
+    snprintf(live, sizeof live, "%s.tmp.%ld.%08x", path, (long)getppid(), tag);
     snprintf(other, sizeof other, "%s.tmp.12x", path);
-    spit(live, "x", 1), spit(other, "x", 1);
-    CHECK(access(stale, F_OK) == 0, "the killed save left no temporary file %s", stale);
+    snprintf(foreign, sizeof foreign, "%s.tmp.%ld.%08x", path, (long)pid, tag ^ 1u);
+    spit(old_stale, "x", 1), spit(live, "x", 1), spit(other, "x", 1), spit(foreign, "x", 1);
     CHECK(ckpt_prepare(path, err, sizeof err) == HR_OK, "%s", err);
-    CHECK(access(stale, F_OK) != 0, "the killed save's temporary file %s is still there", stale);
+    CHECK(access(stale, F_OK) != 0 && access(old_stale, F_OK) != 0,
+          "the killed save's temporary file %s, or %s, is still there", stale, old_stale);
     CHECK(access(live, F_OK) == 0 && access(other, F_OK) == 0,
           "a temporary file of a live process, or another file, was removed");
-    unlink(live), unlink(other);
+    CHECK(access(foreign, F_OK) == 0,
+          "%s, another namespace's temporary file (its process id means nothing here), was "
+          "removed",
+          foreign);
+    unlink(live), unlink(other), unlink(foreign);
 
     /* the write fails (EFBIG): an error, the old checkpoint untouched, no temporary left */
     pid = save_limited(&a, path, (rlim_t)old_len / 2, 1);
