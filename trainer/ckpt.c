@@ -277,9 +277,16 @@ static hr_status read_header(FILE *f, const char *path, ckpt_header *h, char *er
     if (!whole || memcmp(h->magic, ckpt_magic, 8) != 0)
         return hr_fail(err, errlen, HR_ERR_DATA,
                        "%s is not a hetring checkpoint (wrong magic or too short)", path);
-    if (h->version < 1 || h->version > CKPT_VERSION)
-        return hr_fail(err, errlen, HR_ERR_DATA, "checkpoint %s has version %u (expected 1 to %u)",
+    if (h->version > CKPT_VERSION)
+        return hr_fail(err, errlen, HR_ERR_DATA,
+                       "checkpoint %s has format version %u, from a newer hetring: this one "
+                       "reads versions 1 to %u (expected the hetring that wrote it, or point "
+                       "[train] checkpoint elsewhere); the file is left as it is",
                        path, h->version, CKPT_VERSION);
+    if (h->version < 1)
+        return hr_fail(err, errlen, HR_ERR_DATA,
+                       "checkpoint %s is corrupt: its format version is 0 (expected 1 to %u)", path,
+                       CKPT_VERSION);
     const size_t mb = meta_bytes(h->version), hb = pre + mb + sizeof h->payload;
     errno = 0;
     if (fread(&h->meta, 1, mb, f) != mb || fread(&h->payload, 1, sizeof h->payload, f) != 8)

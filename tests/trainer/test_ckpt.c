@@ -322,7 +322,14 @@ static void test_refusal(void) {
     bytes[8] = 0x7f; /* the version field, outside the checksum: a version from the future */
     spit(bad, bytes, len);
     bytes[8] = version;
-    refused(&t, &s, bad, HR_ERR_DATA, "other version", (const char *const[]){"version", NULL});
+    refused(&t, &s, bad, HR_ERR_DATA, "other version",
+            (const char *const[]){"format version 127, from a newer hetring", "reads versions 1 to",
+                                  "left as it is", NULL});
+    bytes[8] = 0; /* and one before the first */
+    spit(bad, bytes, len);
+    bytes[8] = version;
+    refused(&t, &s, bad, HR_ERR_DATA, "version 0",
+            (const char *const[]){"corrupt", "format version is 0", NULL});
     const long cuts[] = {0, 30, 400, HEADER + 4 * n, len - 1};
     for (size_t k = 0; k < sizeof cuts / sizeof cuts[0]; k++) {
         spit(bad, bytes, cuts[k]);
