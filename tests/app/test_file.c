@@ -171,8 +171,8 @@ static void test_target(const char *dir) {
     snprintf(loop, sizeof loop, "%s/loop", dir);
     CHECK(hr_file_target(c, out, sizeof out) == 0 && strcmp(out, c) == 0, "a new file: '%s'", out);
     /* a -> b (relative), b -> DIR/sub/c (absolute), c missing */
-    CHECK(symlink("b", a) == 0 && symlink(c, b) == 0 && symlink("loop", loop) == 0,
-          "symlink: %s", strerror(errno));
+    CHECK(symlink("b", a) == 0 && symlink(c, b) == 0 && symlink("loop", loop) == 0, "symlink: %s",
+          strerror(errno));
     CHECK(hr_file_target(a, out, sizeof out) == 0 && strcmp(out, c) == 0,
           "a chain of links to a missing file: '%s' (expected '%s')", out, c);
     char sub[256], d[256], expect[300];
