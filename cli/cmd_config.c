@@ -111,7 +111,7 @@ static int dry_trainer(const cfg *c, int self) {
     train_config tc;
     trainer t;
     int bad = 0, same[CFG_MAX_NODES]; /* the nodes on this machine */
-    if (node_id_same_machine(c, self, same, err, sizeof err) != HR_OK)
+    if (node_id_check_hosts(c, self, same, err, sizeof err) != HR_OK)
         return fprintf(stderr, "%s\n", err), 1;
     app_train_config(c, self, same, &tc);
     char ckpt[sizeof tc.checkpoint]; /* this node's: "{id}" replaced */
@@ -152,7 +152,7 @@ static int dry_port(const cfg *c, int self) {
     char err[HR_ERRLEN];
     int fd = -1;
     if (c->n_nodes < 2) return 0; /* one node trains alone and listens on nothing */
-    if (node_id_check_reachable(c, self, err, sizeof err) != HR_OK)
+    if (node_id_check_reachable(c, self, NULL, err, sizeof err) != HR_OK)
         return fprintf(stderr, "%s\n", err), 1;
     hr_status st =
         tcp_listen(me->host, me->port, tcp_now() + c->connect_timeout, &fd, err, sizeof err);

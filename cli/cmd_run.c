@@ -232,7 +232,7 @@ static int train_cluster(const cfg *c, int self, const train_opts *opts) {
     int same[CFG_MAX_NODES]; /* the nodes on this machine, which share its memory */
     catch_leave_signals(); /* first: a signal while the data loads or the first election runs
                             * stops the node before it joins */
-    hr_status st = node_id_same_machine(c, self, same, err, sizeof err);
+    hr_status st = node_id_check_hosts(c, self, same, err, sizeof err);
     if (st != HR_OK) goto fail;
     app_train_config(c, self, same, &tc);
     st = train_init(&t, &tc, err, sizeof err);

@@ -137,7 +137,7 @@ struct hetring {
                                       * next: the same on every member (cc.skip_limit) */
     overlap_fact *facts;             /* (c.n_nodes) the view's facts, gathered */
     int *same;                       /* (c.n_nodes) 1: the node runs on this node's machine
-                                      * (node_id_same_machine) */
+                                      * (node_id_check_hosts) */
     double comm_s, comm_cpu_s;       /* the last all-reduce after backward in this view: wall
                                       * seconds, and CPU seconds of the threads that ran it (0:
                                       * none yet; overlap.h) */
@@ -497,7 +497,7 @@ static hr_status setup(hetring *h, const hetring_options *o) {
     if (!h->app.c) HR_CHECK(describe_blas(e, n));
     if (!(h->same = calloc((size_t)c->n_nodes, sizeof *h->same)))
         return hr_fail(e, n, HR_ERR_NOMEM, "out of memory");
-    HR_CHECK(node_id_same_machine(c, h->self, h->same, e, n));
+    HR_CHECK(node_id_check_hosts(c, h->self, h->same, e, n));
     app_cluster_config(c, h->self, h->same, &h->cc);
     const long B = h->cc.global_batch;
     h->n_samples = o->n_samples > 0 ? o->n_samples : c->samples;
@@ -525,7 +525,7 @@ static hr_status setup(hetring *h, const hetring_options *o) {
     h->iter = h->start_iter = o->start_iter; /* the election takes the furthest member's state */
     h->size = 1, h->split[0] = B;
     ring_config rc;
-    HR_CHECK(node_id_check_reachable(c, h->self, e, n));
+    HR_CHECK(node_id_check_reachable(c, h->self, h->same, e, n));
     HR_CHECK(app_ring_config(c, h->self, &rc, e, n));
     hr_status st = dist_init(&h->d, &h->cc, &rc, e, n);
     ring_config_wipe(&rc); /* the ring keeps its own copy of the PSK */

@@ -101,7 +101,8 @@ static hr_status slow_lookup(const cfg *c, int self, int k, char *err, size_t er
                    c->connect_timeout, what);
 }
 
-hr_status node_id_check_reachable(const cfg *c, int self, char *err, size_t errlen) {
+hr_status node_id_check_reachable(const cfg *c, int self, const int *same, char *err,
+                                  size_t errlen) {
     char addr[NI_MAXHOST], at[CFG_PATH + 64], why[HR_ERRLEN];
     const cfg_node *me = &c->nodes[self];
     const double deadline = tcp_now() + c->connect_timeout;
@@ -111,7 +112,7 @@ hr_status node_id_check_reachable(const cfg *c, int self, char *err, size_t errl
         return slow_lookup(c, self, self, err, errlen);
     if (!loop) return HR_OK;
     for (int k = 0; k < c->n_nodes; k++) {
-        if (k == self) continue;
+        if (k == self || (same && same[k])) continue; /* at an address of self's: local */
         if (node_id_host_is_local(c->nodes[k].host, deadline, &local, why, sizeof why) != HR_OK)
             return slow_lookup(c, self, k, err, errlen);
         if (!local)
@@ -137,23 +138,153 @@ static int same_addr(const struct sockaddr_storage *a, const struct sockaddr_sto
                   &((const struct sockaddr_in6 *)(const void *)b)->sin6_addr, 16) == 0;
 }
 
-hr_status node_id_same_machine(const cfg *c, int self, int *same, char *err, size_t errlen) {
-    const double deadline = tcp_now() + c->connect_timeout;
-    struct sockaddr_storage mine[NODE_ID_ADDRS], theirs[NODE_ID_ADDRS];
-    int n_mine = -1, n;
+/* Whether `a` is a wildcard address, 0.0.0.0 or ::, which a listener binds on every address of
+ * this machine (:: on the IPv4 ones too: the ring's sockets are dual-stack). */
+static int is_wildcard(const struct sockaddr_storage *a) {
+    if (a->ss_family == AF_INET)
+        return ((const struct sockaddr_in *)(const void *)a)->sin_addr.s_addr == INADDR_ANY;
+    return a->ss_family == AF_INET6 &&
+           IN6_IS_ADDR_UNSPECIFIED(&((const struct sockaddr_in6 *)(const void *)a)->sin6_addr);
+}
+
+/* Whether listeners on a and b, at one port, take the same socket: the same address, or a
+ * wildcard beside an address of this machine (`ifs`) that it covers. */
+static int same_socket(const struct sockaddr_storage *a, const struct sockaddr_storage *b,
+                       struct ifaddrs *ifs) {
+    if (same_addr(a, b)) return 1;
+    if (!is_wildcard(a)) {
+        const struct sockaddr_storage *t = a;
+        a = b, b = t;
+    }
+    if (!is_wildcard(a)) return 0;
+    if (is_wildcard(b)) return 1; /* 0.0.0.0 beside :: */
+    if (a->ss_family == AF_INET && b->ss_family != AF_INET) return 0;
+    if (is_loopback(b)) return 1;
+    for (struct ifaddrs *i = ifs; i; i = i->ifa_next)
+        if (i->ifa_addr && i->ifa_addr->sa_family == b->ss_family &&
+            same_addr((const struct sockaddr_storage *)(const void *)i->ifa_addr, b))
+            return 1;
+    return 0;
+}
+
+static void numeric(const struct sockaddr_storage *a, char *out, size_t n) {
+    socklen_t len =
+        a->ss_family == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in);
+    if (getnameinfo((const struct sockaddr *)a, len, out, (socklen_t)n, NULL, 0, NI_NUMERICHOST))
+        snprintf(out, n, "?");
+}
+
+/* Every node's host, each name looked up at most once, by one deadline. */
+typedef struct {
+    const cfg *c;
+    int self;
+    double deadline;
+    int *n;                        /* (n_nodes) addresses of node k's host; -1: not looked up */
+    struct sockaddr_storage *addr; /* (n_nodes x NODE_ID_ADDRS) */
+} host_table;
+
+/* Node k's addresses: looked up now, or copied from a node whose host is written alike. */
+static hr_status host_get(host_table *t, int k, char *err, size_t errlen) {
+    const cfg *c = t->c;
     char why[HR_ERRLEN];
+    if (t->n[k] >= 0) return HR_OK;
+    for (int j = 0; j < c->n_nodes; j++)
+        if (j != k && t->n[j] >= 0 && strcasecmp(c->nodes[j].host, c->nodes[k].host) == 0) {
+            t->n[k] = t->n[j];
+            memcpy(&t->addr[k * NODE_ID_ADDRS], &t->addr[j * NODE_ID_ADDRS],
+                   NODE_ID_ADDRS * sizeof *t->addr);
+            return HR_OK;
+        }
+    if (lookup(c->nodes[k].host, t->deadline, &t->addr[k * NODE_ID_ADDRS], &t->n[k], why,
+               sizeof why) != HR_OK)
+        return slow_lookup(c, t->self, k, err, errlen);
+    return HR_OK;
+}
+
+/* Whether nodes i and k listen on one socket: HR_ERR_CONFIG naming both, else HR_OK. */
+static hr_status check_endpoint(host_table *t, int i, int k, struct ifaddrs *ifs, char *err,
+                                size_t errlen) {
+    const cfg *c = t->c;
+    const cfg_node *a = &c->nodes[i], *b = &c->nodes[k];
+    HR_CHECK(host_get(t, i, err, errlen));
+    HR_CHECK(host_get(t, k, err, errlen));
+    for (int x = 0; x < t->n[i]; x++)
+        for (int y = 0; y < t->n[k]; y++) {
+            const struct sockaddr_storage *p = &t->addr[i * NODE_ID_ADDRS + x];
+            const struct sockaddr_storage *q = &t->addr[k * NODE_ID_ADDRS + y];
+            if (!same_socket(p, q, ifs)) continue;
+            char at_a[CFG_PATH + 64], at_b[CFG_PATH + 64], ea[HR_ADDR_LEN], eb[HR_ADDR_LEN];
+            char na[80], nb[80], ep[HR_ADDR_LEN]; /* numeric addresses */
+            numeric(p, na, sizeof na), numeric(q, nb, sizeof nb);
+            hr_addr(ep, sizeof ep, is_wildcard(p) ? nb : na, a->port);
+            return hr_fail(
+                err, errlen, HR_ERR_CONFIG,
+                "%s: [node.%ld] %s and %s: [node.%ld] %s are the same endpoint (%s%s%s): "
+                "both nodes would listen on it, so one could not, or would talk to "
+                "itself (expected a distinct address:port per node: another port for "
+                "one of them)",
+                cfg_where(c, k, "host", at_b, sizeof at_b), b->id,
+                hr_addr(eb, sizeof eb, b->host, b->port),
+                cfg_where(c, i, "host", at_a, sizeof at_a), a->id,
+                hr_addr(ea, sizeof ea, a->host, a->port), ep,
+                is_wildcard(p) || is_wildcard(q) ? ", where " : "",
+                is_wildcard(p) || is_wildcard(q)
+                    ? "a wildcard host listens on every address of this machine"
+                    : "");
+        }
+    return HR_OK;
+}
+
+/* Two nodes at one port whose hosts are written differently (conf/ refuses them written alike,
+ * and resolves nothing): refused when they resolve to one socket. */
+static hr_status check_endpoints(host_table *t, char *err, size_t errlen) {
+    const cfg *c = t->c;
+    struct ifaddrs *ifs = NULL;
+    int ifs_read = 0;
+    hr_status st = HR_OK;
+    for (int k = 0; k < c->n_nodes && st == HR_OK; k++)
+        for (int i = 0; i < k && st == HR_OK; i++) {
+            if (c->nodes[i].port != c->nodes[k].port ||
+                strcasecmp(c->nodes[i].host, c->nodes[k].host) == 0)
+                continue;
+            if (!ifs_read && getifaddrs(&ifs) != 0) ifs = NULL;
+            ifs_read = 1;
+            st = check_endpoint(t, i, k, ifs, err, errlen);
+        }
+    if (ifs) freeifaddrs(ifs);
+    return st;
+}
+
+/* same[k]: node k's host is written as self's, or resolves to an address of self's host. */
+static hr_status find_same(host_table *t, int *same, char *err, size_t errlen) {
+    const cfg *c = t->c;
+    const int self = t->self;
     for (int k = 0; k < c->n_nodes; k++) {
         same[k] = k == self || strcasecmp(c->nodes[k].host, c->nodes[self].host) == 0;
         if (same[k]) continue;
-        if (n_mine < 0 &&
-            lookup(c->nodes[self].host, deadline, mine, &n_mine, why, sizeof why) != HR_OK)
-            return slow_lookup(c, self, self, err, errlen);
-        if (lookup(c->nodes[k].host, deadline, theirs, &n, why, sizeof why) != HR_OK)
-            return slow_lookup(c, self, k, err, errlen);
-        for (int i = 0; i < n_mine && !same[k]; i++)
-            for (int j = 0; j < n && !same[k]; j++) same[k] = same_addr(&mine[i], &theirs[j]);
+        HR_CHECK(host_get(t, self, err, errlen));
+        HR_CHECK(host_get(t, k, err, errlen));
+        const struct sockaddr_storage *mine = &t->addr[self * NODE_ID_ADDRS];
+        const struct sockaddr_storage *theirs = &t->addr[k * NODE_ID_ADDRS];
+        for (int i = 0; i < t->n[self] && !same[k]; i++)
+            for (int j = 0; j < t->n[k] && !same[k]; j++) same[k] = same_addr(&mine[i], &theirs[j]);
     }
     return HR_OK;
+}
+
+hr_status node_id_check_hosts(const cfg *c, int self, int *same, char *err, size_t errlen) {
+    const size_t nn = (size_t)c->n_nodes;
+    host_table t = {.c = c, .self = self, .deadline = tcp_now() + c->connect_timeout};
+    t.n = malloc(nn * sizeof *t.n);
+    t.addr = calloc(nn * NODE_ID_ADDRS, sizeof *t.addr);
+    hr_status st = HR_OK;
+    if (!t.n || !t.addr) st = hr_fail(err, errlen, HR_ERR_NOMEM, "out of memory");
+    for (size_t k = 0; st == HR_OK && k < nn; k++) t.n[k] = -1;
+    if (st == HR_OK) st = check_endpoints(&t, err, errlen);
+    if (st == HR_OK) st = find_same(&t, same, err, errlen);
+    free(t.n);
+    free(t.addr);
+    return st;
 }
 
 static void list_candidates(const cfg *c, const int *which, char *out, size_t n) {

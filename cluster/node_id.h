@@ -30,19 +30,28 @@ hr_status node_id_host_is_local(const char *host, double deadline, int *local, c
  * name that /etc/hosts maps to 127.0.1.1, or localhost) while another node is on another
  * machine, that node could never connect to it, and the ring would wait out connect_timeout
  * and rejoin_timeout. Returns HR_ERR_CONFIG then, `err` naming the host's FILE:LINE, the
- * address and the other node; else HR_OK. A node alone listens on nothing: HR_OK. The lookups
+ * address and the other node; else HR_OK. A node alone listens on nothing: HR_OK. `same` (may
+ * be NULL): node_id_check_hosts' answer, whose nodes on self's machine need no lookup here. The
+ * lookups share one deadline, connect_timeout from now: HR_ERR_TIMEOUT when the resolver has not
+ * answered by then, `err` naming the node and its host's FILE:LINE. */
+hr_status node_id_check_reachable(const cfg *c, int self, const int *same, char *err,
+                                  size_t errlen);
+
+/* The start's one look at every node's host, each name looked up at most once:
+ *  - two nodes at one port whose hosts are written differently but resolve to one socket (a
+ *    common address, or a wildcard host, 0.0.0.0 or ::, beside an address of this machine)
+ *    would both listen on it: HR_ERR_CONFIG, `err` naming both nodes' FILE:LINE, host:port and
+ *    the address. conf/ compares hosts only as written (it resolves nothing: a file may be
+ *    checked on another machine), so "localhost" and "127.0.0.1" at one port pass it;
+ *  - which nodes of c share the machine of node c->nodes[self]: same[k] = 1 (for self too) where
+ *    node k's host is written as self's (case aside) or resolves to an address that self's host
+ *    resolves to, else 0 (c->n_nodes entries). So "localhost" and "127.0.0.1" are one machine,
+ *    and so are a name and its address; 127.0.0.2 beside 127.0.0.1 is another (another
+ *    endpoint too), as a cluster of loopback addresses stands for several machines in tests
+ *    (which node this process is, node_id_resolve, takes any local address, all of 127/8).
+ * A host that does not resolve matches none (its listener or connect says why). The lookups
  * share one deadline, connect_timeout from now: HR_ERR_TIMEOUT when the resolver has not
  * answered by then, `err` naming the node and its host's FILE:LINE. */
-hr_status node_id_check_reachable(const cfg *c, int self, char *err, size_t errlen);
-
-/* Which nodes of c share the machine of node c->nodes[self]: same[k] = 1 (for self too) where
- * node k's host is written as self's (case aside) or resolves to an address that self's host
- * resolves to, else 0 (c->n_nodes entries). So "localhost" and "127.0.0.1" are one machine, and
- * so are a name and its address, which hosts compared as written made two; 127.0.0.2 beside
- * 127.0.0.1 is another, as a cluster of loopback addresses stands for several machines in
- * tests (which node this process is, node_id_resolve, takes any local address, all of 127/8).
- * The lookups share one deadline, connect_timeout from now: HR_ERR_TIMEOUT when the resolver
- * has not answered by then, `err` naming the node and its host's FILE:LINE. */
-hr_status node_id_same_machine(const cfg *c, int self, int *same, char *err, size_t errlen);
+hr_status node_id_check_hosts(const cfg *c, int self, int *same, char *err, size_t errlen);
 
 #endif

@@ -33,7 +33,7 @@
  *    first iteration of every view uses one all-reduce: no facts are gathered yet.
  * A node's fact: the cores its process may use, against the threads its machine runs while
  * overlapping: the compute threads of every node the configuration places on its machine
- * (its `host` written alike, or resolving to a common address: node_id_same_machine), plus one
+ * (its `host` written alike, or resolving to a common address: node_id_check_hosts), plus one
  * communication thread each; and, measured in the view,
  * its last all-reduce after backward (wall and CPU time) beside its compute: where cores are
  * short, buckets still pay when that all-reduce mostly waits on the wire (overlap_choose).

@@ -15,7 +15,7 @@
 #include "trainer/train.h"
 
 /* Whether node c->nodes[k] runs on the machine of node c->nodes[self_idx]: same[k], which nodes
- * do (node_id_same_machine: resolved addresses), or with same NULL whether k's host is written
+ * do (node_id_check_hosts: resolved addresses), or with same NULL whether k's host is written
  * as self_idx's (case aside), where two spellings of one machine count as two. */
 int app_same_machine(const cfg *c, int self_idx, const int *same, int k);
 

@@ -386,6 +386,24 @@ static int text(const char *dir, int port) {
               (strstr(err, "host buffers") || strstr(err, "no NCCL")),
           "says why: %s", err);
     printf("backend = nccl: %s\n", err);
+    /* one endpoint written two ways (127.1 is 127.0.0.1): the library, which looks the hosts
+     * up itself for a user, refuses it, naming both nodes and the address (short timeouts:
+     * a node that went on would wait for a quorum it cannot have) */
+    char dup[1024], want[160];
+    snprintf(dup, sizeof dup,
+             "[cluster]\nsecurity = none\nconnect_timeout = 2\nrejoin_timeout = "
+             "1\n[train]\nsamples = %d\nglobal_batch = %d\n"
+             "[node.0]\nhost = 127.0.0.1\nport = %d\n[node.1]\nhost = 127.1\nport = %d\n",
+             SAMPLES, BATCH, port, port);
+    o.conf_text = dup;
+    st = hetring_open(&h, &o, err, sizeof err);
+    CHECK(st == HETRING_ECONFIG && !h, "one endpoint twice: %d (%s)", st, err);
+    snprintf(want, sizeof want,
+             "conf_text:12: [node.1] 127.1:%d and conf_text:9: [node.0] 127.0.0.1:%d are the "
+             "same endpoint (127.0.0.1:%d)",
+             port, port, port);
+    CHECK(strstr(err, want) != NULL, "names both nodes and the address: %s", err);
+    printf("one endpoint twice: %s\n", err);
     o.conf_text = ini;
     st = hetring_open(&h, &o, err, sizeof err);
     CHECK(st == HETRING_OK && h, "open from text: %d (%s)", st, err);

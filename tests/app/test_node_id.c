@@ -9,6 +9,10 @@
 #include "base/hr_time.h"
 #include "tests/check.h"
 #include "tests/conf/two_nodes.h"
+#include "ring/tcp.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -78,18 +82,20 @@ static void test_reachable(const char *tmp) {
     cfg c;
     write_file(tmp, two_nodes); /* node 0 on 127.0.0.1, node 5 on 192.0.2.1 */
     CHECK(cfg_load(&c, tmp, err, sizeof err) == HR_OK, "%s", err);
-    CHECK(node_id_check_reachable(&c, 0, err, sizeof err) == HR_ERR_CONFIG, "loopback beside a "
-                                                                            "remote node passed");
+    CHECK(node_id_check_reachable(&c, 0, NULL, err, sizeof err) == HR_ERR_CONFIG,
+          "loopback beside a "
+          "remote node passed");
     CHECK(strstr(err, ":6: [node.0] host = 127.0.0.1 is 127.0.0.1 on this machine, a loopback "
                       "address: node 5 (192.0.2.1), on another machine"),
           "got: %s", err);
-    CHECK(node_id_check_reachable(&c, 1, err, sizeof err) == HR_OK, "node 5 is not loopback: %s",
-          err);
+    CHECK(node_id_check_reachable(&c, 1, NULL, err, sizeof err) == HR_OK,
+          "node 5 is not loopback: %s", err);
     cfg_free(&c);
     write_file(tmp, "[cluster]\nsecurity = none\n[node.0]\nhost = localhost\nport = 7001\n"
                     "[node.1]\nhost = 127.0.0.2\nport = 7001\n");
     CHECK(cfg_load(&c, tmp, err, sizeof err) == HR_OK, "%s", err);
-    CHECK(node_id_check_reachable(&c, 0, err, sizeof err) == HR_OK, "all on this machine: %s", err);
+    CHECK(node_id_check_reachable(&c, 0, NULL, err, sizeof err) == HR_OK, "all on this machine: %s",
+          err);
     cfg_free(&c);
 }
 
@@ -110,12 +116,12 @@ static void test_same_machine(const char *tmp) {
                     "port = 7005\nthreads = 2\n");
     CHECK(cfg_load(&c, tmp, err, sizeof err) == HR_OK, "%s", err);
     int same[5] = {-1, -1, -1, -1, -1};
-    CHECK(node_id_same_machine(&c, 0, same, err, sizeof err) == HR_OK, "%s", err);
+    CHECK(node_id_check_hosts(&c, 0, same, err, sizeof err) == HR_OK, "%s", err);
     CHECK(same[0] == 1 && same[1] == 1 && same[2] == 0 && same[3] == 0 && same[4] == 1,
           "nodes on localhost's machine: %d %d %d %d %d, expected 1 1 0 0 1", same[0], same[1],
           same[2], same[3], same[4]);
     int other[5] = {-1, -1, -1, -1, -1};
-    CHECK(node_id_same_machine(&c, 2, other, err, sizeof err) == HR_OK, "%s", err);
+    CHECK(node_id_check_hosts(&c, 2, other, err, sizeof err) == HR_OK, "%s", err);
     CHECK(!other[0] && !other[1] && other[2] && !other[3] && !other[4],
           "nodes on 127.0.0.2's machine: %d %d %d %d %d, expected 0 0 1 0 0", other[0], other[1],
           other[2], other[3], other[4]);
@@ -132,6 +138,69 @@ static void test_same_machine(const char *tmp) {
     CHECK(tc.host_nodes == 2 && !app_checkpoint_shared(&c, 1, NULL),
           "as written: %d nodes (localhost, LOCALHOST), expected 2", tc.host_nodes);
     cfg_free(&c);
+}
+
+/* Hosts written differently at one port that resolve to one socket are refused, naming both
+ * nodes' FILE:LINE, how each is written and the address: a common address ("127.1" is
+ * 127.0.0.1 written otherwise; so is localhost where it resolves there), or a wildcard host
+ * beside an address of this machine. 127.0.0.2 beside 127.0.0.1 is another endpoint, and a
+ * wildcard beside another machine's address is not this machine's socket. Any two nodes are
+ * checked, not only this process's. */
+static int hosts_ok(const char *tmp, const char *h0, const char *h1, const char *h2, char *err) {
+    char text[512];
+    cfg c;
+    int same[3];
+    snprintf(text, sizeof text,
+             "[cluster]\nsecurity = none\n[node.0]\nhost = %s\nport = 7001\n[node.1]\n"
+             "host = %s\nport = 7002\n[node.2]\nhost = %s\nport = 7002\n",
+             h0, h1, h2);
+    write_file(tmp, text);
+    CHECK(cfg_load(&c, tmp, err, HR_ERRLEN) == HR_OK, "%s", err);
+    err[0] = 0;
+    hr_status st = node_id_check_hosts(&c, 0, same, err, HR_ERRLEN);
+    CHECK(st == HR_OK || st == HR_ERR_CONFIG, "%s %s %s: %s", h0, h1, h2, err);
+    cfg_free(&c);
+    return st == HR_OK;
+}
+
+/* Whether one of name's addresses is 127.0.0.1. */
+static int resolves_to_loopback_one(const char *name) {
+    struct sockaddr_storage a[8];
+    int n = 0;
+    char err[HR_ERRLEN];
+    if (tcp_lookup(name, hr_now() + 30, a, 8, &n, err, sizeof err) != HR_OK) return 0;
+    for (int k = 0; k < n; k++)
+        if (a[k].ss_family == AF_INET &&
+            ntohl(((const struct sockaddr_in *)(const void *)&a[k])->sin_addr.s_addr) == 0x7f000001)
+            return 1;
+    return 0;
+}
+
+static void test_endpoints(const char *tmp) {
+    char err[HR_ERRLEN] = "", at[64];
+    CHECK(!hosts_ok(tmp, "127.0.0.3", "127.0.0.1", "127.1", err), "127.1 beside 127.0.0.1 passed");
+    snprintf(at, sizeof at, "%s:10: [node.2] 127.1:7002 and %s:7: [node.1] 127.0.0.1:7002", tmp,
+             tmp);
+    CHECK(strstr(err, at) && strstr(err, "are the same endpoint (127.0.0.1:7002)"), "got: %s", err);
+    CHECK(hosts_ok(tmp, "127.0.0.1", "127.0.0.1", "127.0.0.2", err),
+          "127.0.0.2 beside 127.0.0.1: %s", err);
+    CHECK(!hosts_ok(tmp, "127.0.0.1", "0.0.0.0", "127.0.0.2", err), "0.0.0.0 beside 127.0.0.2");
+    CHECK(strstr(err, "[node.2] 127.0.0.2:7002 and ") &&
+              strstr(err, "[node.1] 0.0.0.0:7002 are the same endpoint (127.0.0.2:7002, where a "
+                          "wildcard host listens on every address of this machine)"),
+          "got: %s", err);
+    CHECK(!hosts_ok(tmp, "127.0.0.1", "127.0.0.2", "::", err), ":: beside 127.0.0.2: %s", err);
+    CHECK(!hosts_ok(tmp, "127.0.0.1", "0.0.0.0", "::", err), ":: beside 0.0.0.0: %s", err);
+    CHECK(hosts_ok(tmp, "127.0.0.1", "0.0.0.0", "192.0.2.1", err),
+          "0.0.0.0 beside another machine's address: %s", err);
+    CHECK(hosts_ok(tmp, "127.0.0.1", "0.0.0.0", "::1", err), "0.0.0.0 beside ::1: %s", err);
+    if (resolves_to_loopback_one("localhost")) {
+        CHECK(!hosts_ok(tmp, "127.0.0.3", "127.0.0.1", "localhost", err),
+              "localhost beside 127.0.0.1 passed");
+        CHECK(strstr(err, "[node.2] localhost:7002 and ") &&
+                  strstr(err, "[node.1] 127.0.0.1:7002 are the same endpoint (127.0.0.1:7002)"),
+              "got: %s", err);
+    }
 }
 
 static void test_launchers(const char *tmp) {
@@ -194,6 +263,7 @@ int main(void) {
     test_local();
     test_reachable(tmp);
     test_same_machine(tmp);
+    test_endpoints(tmp);
     test_launchers(tmp);
     unlink(tmp);
     return check_exit();

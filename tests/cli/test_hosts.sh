@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# The hosts as a node's start sees them, through a resolver of the test's own names (the second
+# argument, tests/cli/gai_names.c, LD_PRELOAD: self.test and peer.test are 127.0.0.1, each
+# lookup said on stderr):
+#  - two nodes whose hosts are written differently but name one endpoint (a name and its
+#    address at one port) pass conf/, which resolves nothing, and are refused where the hosts
+#    are resolved: hetring run, hetring local (no node left running) and the dry run of
+#    hetring config --node, each naming both nodes' FILE:LINE, host:port and the address.
+SHIM=$2
+. "$(dirname "${BASH_SOURCE[0]}")/../dist/lib.sh"
+if ldd "$HR" 2>/dev/null | grep -q 'lib[at]san'; then
+    echo "SKIP: a sanitizer build cannot take an LD_PRELOAD shim"; exit 77
+fi
+export GAI_NAMES=self.test=127.0.0.1,peer.test=127.0.0.1
+# cluster FILE PORT1: node 0 self.test:base, node 1 peer.test:PORT1
+cluster() {
+    printf '[cluster]\nsecurity = none\nconnect_timeout = 5\ntimeout = 5\nrejoin_timeout = 1\n' > "$1"
+    mlp_train 784,16,10 200 32 4 >> "$1"
+    printf '[node.0]\nhost = self.test\nport = %d\n[node.1]\nhost = peer.test\nport = %d\n' \
+        "$base" "$2" >> "$1"
+}
+
+# one endpoint written two ways: refused, naming both nodes and the address
+cluster "$tmp/dup.ini" "$base"
+want="dup.ini:16: [node.1] peer.test:$base and $tmp/dup.ini:13: [node.0] self.test:$base are the same endpoint (127.0.0.1:$base)"
+LD_PRELOAD=$SHIM "$HR" config --conf "$tmp/dup.ini" > "$tmp/conf.out" 2>&1 ||
+    fail "hetring config (no lookup) refused dup.ini: $(cat "$tmp/conf.out")"
+# refused NAME RC CMD...: hetring CMD exits RC within the timeout, and says $want
+refused() {
+    local name=$1 want_rc=$2 rc
+    shift 2
+    LD_PRELOAD=$SHIM timeout 60 "$HR" "$@" > "$tmp/$name.out" 2>&1; rc=$?
+    [ $rc = "$want_rc" ] || fail "$name exited $rc, not $want_rc: $(tail -3 "$tmp/$name.out")"
+    grep -qF -- "$want" "$tmp/$name.out" || { fail "$name: no '$want'"; sed 's/^/    /' "$tmp/$name.out"; }
+}
+refused "run" 2 run --conf "$tmp/dup.ini" --node 1
+refused "local" 2 local --conf "$tmp/dup.ini"
+refused "dry run" 1 config --conf "$tmp/dup.ini" --node 0
+pgrep -f -- "--conf $tmp/dup.ini" > /dev/null && fail "a node of hetring local still runs"
+[ $fails = 0 ] && echo "hosts: ok"
+exit $((fails > 0))
