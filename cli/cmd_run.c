@@ -229,7 +229,8 @@ static int train_cluster(const cfg *c, int self, const train_opts *opts) {
     long split[CFG_MAX_NODES]; /* the checkpoint's split of every node, when it has one */
     memset(&n, 0, sizeof n);
     train_config tc;
-    int same[CFG_MAX_NODES]; /* the nodes on this machine, which share its memory */
+    int same[CFG_MAX_NODES]; /* the nodes on this machine, which share its memory; the library
+                              * takes this answer rather than look the hosts up again */
     catch_leave_signals(); /* first: a signal while the data loads or the first election runs
                             * stops the node before it joins */
     hr_status st = node_id_check_hosts(c, self, same, err, sizeof err);
@@ -245,8 +246,8 @@ static int train_cluster(const cfg *c, int self, const train_opts *opts) {
         HR_INFO(TRAIN, "resumed from checkpoint %s at iteration %ld", ck, t.iter);
     }
     listen_ctx lc = {c, self};
-    st = hr_node_open(&n, c, self, &t, recorded ? split : NULL, &leave_requested, on_listen, &lc,
-                      err, sizeof err);
+    st = hr_node_open(&n, c, self, same, &t, recorded ? split : NULL, &leave_requested, on_listen,
+                      &lc, err, sizeof err);
     if (st == HR_ERR_INTERRUPTED && leave_requested) { /* asked to leave before it joined */
         const char *sig = sigabbrev_np(leave_requested);
         HR_INFO(TRAIN,

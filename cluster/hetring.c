@@ -497,7 +497,10 @@ static hr_status setup(hetring *h, const hetring_options *o) {
     if (!h->app.c) HR_CHECK(describe_blas(e, n));
     if (!(h->same = calloc((size_t)c->n_nodes, sizeof *h->same)))
         return hr_fail(e, n, HR_ERR_NOMEM, "out of memory");
-    HR_CHECK(node_id_check_hosts(c, h->self, h->same, e, n));
+    if (h->app.same)
+        memcpy(h->same, h->app.same, (size_t)c->n_nodes * sizeof *h->same);
+    else
+        HR_CHECK(node_id_check_hosts(c, h->self, h->same, e, n));
     app_cluster_config(c, h->self, h->same, &h->cc);
     const long B = h->cc.global_batch;
     h->n_samples = o->n_samples > 0 ? o->n_samples : c->samples;

@@ -6,7 +6,9 @@
  * The built-in trainer is a libhetring user like any other (its state goes through get_state
  * and put_state, its slices come from hetring_next, its gradients through hetring_ready and
  * hetring_step); these extras only spare it work the public API would make it repeat:
- *  - the configuration it already loaded and checked, instead of reading the INI again;
+ *  - the configuration it already loaded and checked, instead of reading the INI again, and
+ *    the nodes on its machine as it looked the hosts up (so the trainer's memory check and the
+ *    library's decisions follow one answer of the resolver, waited for once);
  *  - its gradient computed in place: the model computes into the library's own buffer
  *    (hr_lib_grads), which holds the stats tail before it, so it is all-reduced where it lies,
  *    and hetring_step leaves the SUMS there (the trainer's optimizer divides by B itself, as a
@@ -46,6 +48,12 @@ typedef struct {
     /* Time one forward and backward pass over b samples, changing no state (the first split of
      * a view follows the measured speeds, [controller] calibrate); NULL: capacity hints. */
     hr_status (*probe)(void *user, long b, double *seconds);
+    /* The nodes on this node's machine (c->n_nodes entries) as the application found them with
+     * node_id_check_hosts, which also refused two nodes at one endpoint; NULL: the library
+     * looks the hosts up itself. Given, every decision of the run (the memory check, the
+     * overlap's cores, the shared checkpoint) follows one set of answers, and a slow resolver
+     * is waited for once. */
+    const int *same;
 } hetring_app;
 
 /* hetring_open with the extras above. */
@@ -77,7 +85,7 @@ const float *hr_lib_powersgd_q(const hetring *h, size_t *n);
  * app.n_grads or with another n, or with wire = fp32. */
 int hr_lib_resume_residual(hetring *h, const float *r, size_t n);
 
-/* Which nodes of the configuration run on this node's machine (node_id_same_machine: c.n_nodes
+/* Which nodes of the configuration run on this node's machine (node_id_check_hosts: c.n_nodes
  * entries, 1 for those), as the library counted them at open. */
 const int *hr_lib_same_machine(const hetring *h);
 

@@ -364,9 +364,9 @@ static hr_status layer_buffers(hr_node *n, char *err, size_t errlen) {
     return HR_OK;
 }
 
-hr_status hr_node_open(hr_node *n, const cfg *c, int self, trainer *t, const long *start_split,
-                       volatile sig_atomic_t *leave, void (*on_listen)(void *ctx), void *ctx,
-                       char *err, size_t errlen) {
+hr_status hr_node_open(hr_node *n, const cfg *c, int self, const int *same, trainer *t,
+                       const long *start_split, volatile sig_atomic_t *leave,
+                       void (*on_listen)(void *ctx), void *ctx, char *err, size_t errlen) {
     memset(n, 0, sizeof *n);
     n->t = t, n->c = c, n->self = self;
     n->on_listen = on_listen, n->listen_ctx = ctx;
@@ -392,7 +392,8 @@ hr_status hr_node_open(hr_node *n, const cfg *c, int self, trainer *t, const lon
                              .save = save,
                              .metrics = metrics,
                              .on_listen = listening,
-                             .probe = probe};
+                             .probe = probe,
+                             .same = same};
     int st = hr_lib_open(&n->h, &o, &app, err, errlen);
     if (st != HETRING_OK) return status_of(st);
     if (app_checkpoint_shared(c, self, hr_lib_same_machine(n->h))) {

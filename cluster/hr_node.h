@@ -10,8 +10,9 @@
  * run's: HETRING_RETRY re-runs the iteration, HETRING_LEFT ends the run as a success.
  *
  * The few things the public API leaves out come through hetring_app.h: the configuration the
- * command already loaded, the gradient buffer in place, a resumed split, the checkpoint on
- * leaving, the metrics file for view records and the moment the port is bound.
+ * command already loaded and the nodes on its machine it looked up, the gradient buffer in
+ * place, a resumed split, the checkpoint on leaving, the metrics file for view records and the
+ * moment the port is bound.
  *
  * Iteration order, as train_run sees it:
  *   on_iter(k)      test faults (crash:NODE:ITER)
@@ -62,14 +63,15 @@ typedef struct {
 
 /* Join the cluster as node `self` of c with trainer t (built with app_train_config, resumed
  * from its own checkpoint if it had one, whose split of every node is start_split, or NULL when
- * it recorded none): bind the port (then on_listen), elect the first view
+ * it recorded none), `same` the nodes on its machine as node_id_check_hosts found them for the
+ * trainer (NULL: the library looks them up): bind the port (then on_listen), elect the first view
  * with the reachable nodes and take the newest state any of them holds; with bucket_bytes =
  * auto, say this node's cores (hr_node_describe_overlap).
  * `leave` (may be NULL) makes this node leave at the next boundary, and ends the wait for a
  * quorum. On failure err says why, and hr_node_close is still needed. */
-hr_status hr_node_open(hr_node *n, const cfg *c, int self, trainer *t, const long *start_split,
-                       volatile sig_atomic_t *leave, void (*on_listen)(void *ctx), void *ctx,
-                       char *err, size_t errlen);
+hr_status hr_node_open(hr_node *n, const cfg *c, int self, const int *same, trainer *t,
+                       const long *start_split, volatile sig_atomic_t *leave,
+                       void (*on_listen)(void *ctx), void *ctx, char *err, size_t errlen);
 
 /* How node `self` of c, with trainer t's model, overlaps communication with backward, in one
  * line for the start and the dry run: "overlap: 2 buckets of >= 1 MiB, ... (auto: ...)", with

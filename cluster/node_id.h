@@ -51,7 +51,8 @@ hr_status node_id_check_reachable(const cfg *c, int self, const int *same, char 
  *    (which node this process is, node_id_resolve, takes any local address, all of 127/8).
  * A host that does not resolve matches none (its listener or connect says why). The lookups
  * share one deadline, connect_timeout from now: HR_ERR_TIMEOUT when the resolver has not
- * answered by then, `err` naming the node and its host's FILE:LINE. */
+ * answered by then, `err` naming the node and its host's FILE:LINE. `hetring run` calls it once
+ * and hands `same` to the library (hetring_app.same), so both decide from the same answers. */
 hr_status node_id_check_hosts(const cfg *c, int self, int *same, char *err, size_t errlen);
 
 #endif

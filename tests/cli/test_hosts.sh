@@ -2,6 +2,8 @@
 # The hosts as a node's start sees them, through a resolver of the test's own names (the second
 # argument, tests/cli/gai_names.c, LD_PRELOAD: self.test and peer.test are 127.0.0.1, each
 # lookup said on stderr):
+#  - hetring run looks a peer's host up once before it listens: the memory check and the
+#    library's decisions (the overlap's cores, the shared checkpoint) take the same answer;
 #  - two nodes whose hosts are written differently but name one endpoint (a name and its
 #    address at one port) pass conf/, which resolves nothing, and are refused where the hosts
 #    are resolved: hetring run, hetring local (no node left running) and the dry run of
@@ -19,6 +21,17 @@ cluster() {
     printf '[node.0]\nhost = self.test\nport = %d\n[node.1]\nhost = peer.test\nport = %d\n' \
         "$base" "$2" >> "$1"
 }
+
+# once: node 0 alone (node 1 never comes, rejoin_timeout ends it) looks peer.test up once
+# before it listens on self.test
+cluster "$tmp/two.ini" $((base + 1))
+LD_PRELOAD=$SHIM timeout 60 "$HR" run --conf "$tmp/two.ini" --node 0 > "$tmp/once.out" 2>&1
+rc=$?
+[ $rc = 1 ] || fail "node 0 alone exited $rc, not 1: $(tail -3 "$tmp/once.out")"
+before=$(sed '/gai_names: lookup of self.test to listen/q' "$tmp/once.out")
+grep -q "lookup of self.test to listen" <<< "$before" || fail "node 0 never listened: $(cat "$tmp/once.out")"
+n=$(grep -c "gai_names: lookup of peer.test$" <<< "$before")
+[ "$n" = 1 ] || { fail "peer.test looked up $n times before node 0 listened, expected 1"; sed 's/^/    /' <<< "$before"; }
 
 # one endpoint written two ways: refused, naming both nodes and the address
 cluster "$tmp/dup.ini" "$base"

@@ -126,7 +126,8 @@ static inline hr_status test_node_up(test_node *n, const cfg *c, int self) {
     hr_status st = test_train_init(&n->t, c, self, n->err, sizeof n->err);
     if (st != HR_OK) return st;
     n->have_t = 1;
-    return hr_node_open(&n->an, c, self, &n->t, NULL, NULL, NULL, NULL, n->err, sizeof n->err);
+    return hr_node_open(&n->an, c, self, NULL, &n->t, NULL, NULL, NULL, NULL, n->err,
+                        sizeof n->err);
 }
 
 static inline void test_node_down(test_node *n) {
