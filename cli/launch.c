@@ -203,14 +203,22 @@ static int check_local(const cfg *c, const launch_opts *o) {
             continue;
         }
         char why[HR_ERRLEN];
-        int local;
-        if (node_id_host_is_local(c->nodes[i].host, deadline, &local, why, sizeof why) != HR_OK) {
+        int local, resolves;
+        if (node_id_host_is_local(c->nodes[i].host, deadline, &local, &resolves, why, sizeof why) !=
+            HR_OK) {
             fprintf(stderr,
                     "%s:%d: [node.%ld] host %s: looking it up took longer than connect_timeout "
                     "(%g s), so it is not known whether it is on this machine (is the resolver "
                     "slow or out of reach? a numeric address needs no lookup)\n",
                     c->path, c->nodes[i].line, c->nodes[i].id, c->nodes[i].host,
                     c->connect_timeout);
+            return 2;
+        }
+        if (!resolves) {
+            fprintf(stderr,
+                    "%s:%d: [node.%ld] host %s does not resolve (%s) (expected a name or "
+                    "address of this machine: hetring local starts every node here)\n",
+                    c->path, c->nodes[i].line, c->nodes[i].id, c->nodes[i].host, why);
             return 2;
         }
         if (!local) {

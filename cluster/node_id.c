@@ -30,22 +30,25 @@ static int is_loopback(const struct sockaddr_storage *a) {
 }
 
 /* The addresses of `host` by `deadline` (tcp_lookup's resolver thread: getaddrinfo has no
- * deadline of its own). *n = 0 for a name that does not resolve, even for now: the listener
- * or the connect says why. HR_ERR_TIMEOUT when the resolver has not answered by then. */
+ * deadline of its own). *n = 0 for a name that does not resolve, even for now, `err` then
+ * saying why. HR_ERR_TIMEOUT when the resolver has not answered by then. */
 static hr_status lookup(const char *host, double deadline, struct sockaddr_storage *a, int *n,
                         char *err, size_t errlen) {
     hr_status st = tcp_lookup(host, deadline, a, NODE_ID_ADDRS, n, err, errlen);
     if (st == HR_ERR_TIMEOUT) return st;
     if (st != HR_OK) *n = 0;
+    else if (*n == 0)
+        snprintf(err, errlen, "cannot resolve %s: no address", host);
     return HR_OK;
 }
 
-hr_status node_id_host_is_local(const char *host, double deadline, int *local, char *err,
-                                size_t errlen) {
+hr_status node_id_host_is_local(const char *host, double deadline, int *local, int *resolves,
+                                char *err, size_t errlen) {
     struct sockaddr_storage res[NODE_ID_ADDRS];
     int n;
     *local = 0;
     HR_CHECK(lookup(host, deadline, res, &n, err, errlen));
+    if (resolves) *resolves = n > 0;
     struct ifaddrs *ifs = NULL;
     if (n > 0 && getifaddrs(&ifs) != 0) ifs = NULL;
     for (int k = 0; k < n && !*local; k++) {
@@ -106,15 +109,24 @@ hr_status node_id_check_reachable(const cfg *c, int self, const int *same, char 
     char addr[NI_MAXHOST], at[CFG_PATH + 64], why[HR_ERRLEN];
     const cfg_node *me = &c->nodes[self];
     const double deadline = tcp_now() + c->connect_timeout;
-    int loop, local;
+    int loop, local, resolves;
     if (c->n_nodes < 2) return HR_OK;
     if (loopback_only(me->host, deadline, &loop, addr, sizeof addr, why, sizeof why) != HR_OK)
         return slow_lookup(c, self, self, err, errlen);
     if (!loop) return HR_OK;
     for (int k = 0; k < c->n_nodes; k++) {
         if (k == self || (same && same[k])) continue; /* at an address of self's: local */
-        if (node_id_host_is_local(c->nodes[k].host, deadline, &local, why, sizeof why) != HR_OK)
+        if (node_id_host_is_local(c->nodes[k].host, deadline, &local, &resolves, why, sizeof why) !=
+            HR_OK)
             return slow_lookup(c, self, k, err, errlen);
+        if (!resolves)
+            return hr_fail(err, errlen, HR_ERR_CONFIG,
+                           "%s: [node.%ld] host = %s does not resolve (%s): node %ld listens on "
+                           "%s (%s), a loopback address only this machine reaches, so node %ld "
+                           "must be on this machine (expected a host that resolves to an address "
+                           "of it)",
+                           cfg_where(c, k, "host", at, sizeof at), c->nodes[k].id, c->nodes[k].host,
+                           why, me->id, me->host, addr, c->nodes[k].id);
         if (!local)
             return hr_fail(err, errlen, HR_ERR_CONFIG,
                            "%s: [node.%ld] host = %s is %s on this machine, a loopback address: "
@@ -181,6 +193,7 @@ typedef struct {
     double deadline;
     int *n;                        /* (n_nodes) addresses of node k's host; -1: not looked up */
     struct sockaddr_storage *addr; /* (n_nodes x NODE_ID_ADDRS) */
+    char (*why)[HR_ERRLEN];        /* (n_nodes) why node k's host has no address, when n[k] = 0 */
 } host_table;
 
 /* Node k's addresses: looked up now, or copied from a node whose host is written alike. */
@@ -193,11 +206,13 @@ static hr_status host_get(host_table *t, int k, char *err, size_t errlen) {
             t->n[k] = t->n[j];
             memcpy(&t->addr[k * NODE_ID_ADDRS], &t->addr[j * NODE_ID_ADDRS],
                    NODE_ID_ADDRS * sizeof *t->addr);
+            memcpy(t->why[k], t->why[j], sizeof t->why[k]);
             return HR_OK;
         }
     if (lookup(c->nodes[k].host, t->deadline, &t->addr[k * NODE_ID_ADDRS], &t->n[k], why,
                sizeof why) != HR_OK)
         return slow_lookup(c, t->self, k, err, errlen);
+    if (t->n[k] == 0) snprintf(t->why[k], sizeof t->why[k], "%s", why);
     return HR_OK;
 }
 
@@ -272,16 +287,35 @@ static hr_status find_same(host_table *t, int *same, char *err, size_t errlen) {
     return HR_OK;
 }
 
+/* This node listens on its host (where it has peers): a name that does not resolve here is
+ * refused now, naming its line, rather than by the listener. */
+static hr_status check_own(host_table *t, char *err, size_t errlen) {
+    const cfg *c = t->c;
+    const int self = t->self;
+    char at[CFG_PATH + 64];
+    if (c->n_nodes < 2) return HR_OK; /* a node alone listens on nothing */
+    HR_CHECK(host_get(t, self, err, errlen));
+    if (t->n[self] > 0) return HR_OK;
+    return hr_fail(err, errlen, HR_ERR_CONFIG,
+                   "%s: [node.%ld] host = %s does not resolve (%s), so node %ld cannot listen "
+                   "on it (expected a name or address of this machine)",
+                   cfg_where(c, self, "host", at, sizeof at), c->nodes[self].id,
+                   c->nodes[self].host, t->why[self], c->nodes[self].id);
+}
+
 hr_status node_id_check_hosts(const cfg *c, int self, int *same, char *err, size_t errlen) {
     const size_t nn = (size_t)c->n_nodes;
     host_table t = {.c = c, .self = self, .deadline = tcp_now() + c->connect_timeout};
     t.n = malloc(nn * sizeof *t.n);
     t.addr = calloc(nn * NODE_ID_ADDRS, sizeof *t.addr);
+    t.why = calloc(nn, sizeof *t.why);
     hr_status st = HR_OK;
-    if (!t.n || !t.addr) st = hr_fail(err, errlen, HR_ERR_NOMEM, "out of memory");
+    if (!t.n || !t.addr || !t.why) st = hr_fail(err, errlen, HR_ERR_NOMEM, "out of memory");
     for (size_t k = 0; st == HR_OK && k < nn; k++) t.n[k] = -1;
     if (st == HR_OK) st = check_endpoints(&t, err, errlen);
     if (st == HR_OK) st = find_same(&t, same, err, errlen);
+    if (st == HR_OK) st = check_own(&t, err, errlen);
+    free(t.why);
     free(t.n);
     free(t.addr);
     return st;
@@ -379,7 +413,8 @@ hr_status node_id_resolve(const cfg *c, const char *cli_id, int *out_idx, char *
     hr_status st = HR_OK;
     for (int i = 0; i < c->n_nodes && st == HR_OK; i++) {
         char why[HR_ERRLEN], at[CFG_PATH + 64];
-        if (node_id_host_is_local(c->nodes[i].host, deadline, &local[i], why, sizeof why) != HR_OK)
+        if (node_id_host_is_local(c->nodes[i].host, deadline, &local[i], NULL, why, sizeof why) !=
+            HR_OK)
             st = hr_fail(err, errlen, HR_ERR_TIMEOUT,
                          "cannot tell which node this is: %s: [node.%ld] host = %s: looking it "
                          "up took longer than connect_timeout (%g s) (is the resolver slow or "

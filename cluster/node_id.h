@@ -21,10 +21,11 @@
 hr_status node_id_resolve(const cfg *c, const char *cli_id, int *out_idx, char *err, size_t errlen);
 
 /* Is `host` (name or numeric) an address of this machine? *local = 1 if so, 0 if not or if it
- * does not resolve. A name is looked up by `deadline` (tcp_lookup): HR_ERR_TIMEOUT, `err` saying
- * so, when the resolver has not answered by then; else HR_OK. */
-hr_status node_id_host_is_local(const char *host, double deadline, int *local, char *err,
-                                size_t errlen);
+ * does not resolve; *resolves (may be NULL) = 0 where it does not (even for now: the resolver
+ * failed), `err` then saying why, else 1. A name is looked up by `deadline` (tcp_lookup):
+ * HR_ERR_TIMEOUT, `err` saying so, when the resolver has not answered by then; else HR_OK. */
+hr_status node_id_host_is_local(const char *host, double deadline, int *local, int *resolves,
+                                char *err, size_t errlen);
 
 /* Node c->nodes[self] listens on its host's address: when that is loopback only here (a host
  * name that /etc/hosts maps to 127.0.1.1, or localhost) while another node is on another
@@ -49,7 +50,9 @@ hr_status node_id_check_reachable(const cfg *c, int self, const int *same, char 
  *    and so are a name and its address; 127.0.0.2 beside 127.0.0.1 is another (another
  *    endpoint too), as a cluster of loopback addresses stands for several machines in tests
  *    (which node this process is, node_id_resolve, takes any local address, all of 127/8).
- * A host that does not resolve matches none (its listener or connect says why). The lookups
+ * A peer's host that does not resolve matches none (its connect says why: it may resolve once
+ * that peer is up); this node's own, where it has peers to listen for, is refused
+ * (HR_ERR_CONFIG, `err` naming its FILE:LINE and the resolver's answer). The lookups
  * share one deadline, connect_timeout from now: HR_ERR_TIMEOUT when the resolver has not
  * answered by then, `err` naming the node and its host's FILE:LINE. `hetring run` calls it once
  * and hands `same` to the library (hetring_app.same), so both decide from the same answers. */

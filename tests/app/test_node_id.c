@@ -62,8 +62,8 @@ static void test_resolve(const char *tmp) {
 static int is_local(const char *host) {
     char err[HR_ERRLEN] = "";
     int local = -1;
-    CHECK(node_id_host_is_local(host, hr_now() + 30, &local, err, sizeof err) == HR_OK, "%s: %s",
-          host, err);
+    CHECK(node_id_host_is_local(host, hr_now() + 30, &local, NULL, err, sizeof err) == HR_OK,
+          "%s: %s", host, err);
     return local;
 }
 

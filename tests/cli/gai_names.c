@@ -1,7 +1,8 @@
 /*
  * gai_names.c: an LD_PRELOAD shim for the CLI tests, a resolver of the test's own names:
  *   GAI_NAMES=NAME=ADDR[,NAME=ADDR...]  each lookup of NAME answers ADDR (a numeric address),
- *                                       as /etc/hosts would, without touching it;
+ *                                       as /etc/hosts would, without touching it, or with ADDR
+ *                                       empty EAI_NONAME, as for a name that does not exist;
  * and each such lookup is said on stderr, "gai_names: lookup of NAME" (with " to listen" for
  * the node's own address, AI_PASSIVE), so a test can count them. Every other name is glibc's.
  */
@@ -39,6 +40,7 @@ int getaddrinfo(const char *node, const char *service, const struct addrinfo *hi
     if (!mapped(node, addr, sizeof addr)) return real(node, service, hints, res);
     fprintf(stderr, "gai_names: lookup of %s%s\n", node,
             hints && (hints->ai_flags & AI_PASSIVE) ? " to listen" : "");
+    if (!addr[0]) return EAI_NONAME;
     struct addrinfo h = {0};
     if (hints) h = *hints;
     h.ai_flags |= AI_NUMERICHOST;

@@ -7,13 +7,16 @@
 #  - two nodes whose hosts are written differently but name one endpoint (a name and its
 #    address at one port) pass conf/, which resolves nothing, and are refused where the hosts
 #    are resolved: hetring run, hetring local (no node left running) and the dry run of
-#    hetring config --node, each naming both nodes' FILE:LINE, host:port and the address.
+#    hetring config --node, each naming both nodes' FILE:LINE, host:port and the address;
+#  - a host that does not resolve (gone.test) is refused before the node listens, naming its
+#    FILE:LINE: the node's own (it could not listen), a peer's beside a loopback host (it could
+#    never reach this node), and any node's in hetring local.
 SHIM=$2
 . "$(dirname "${BASH_SOURCE[0]}")/../dist/lib.sh"
 if ldd "$HR" 2>/dev/null | grep -q 'lib[at]san'; then
     echo "SKIP: a sanitizer build cannot take an LD_PRELOAD shim"; exit 77
 fi
-export GAI_NAMES=self.test=127.0.0.1,peer.test=127.0.0.1
+export GAI_NAMES=self.test=127.0.0.1,peer.test=127.0.0.1,gone.test=
 # cluster FILE PORT1: node 0 self.test:base, node 1 peer.test:PORT1
 cluster() {
     printf '[cluster]\nsecurity = none\nconnect_timeout = 5\ntimeout = 5\nrejoin_timeout = 1\n' > "$1"
@@ -50,5 +53,20 @@ refused "run" 2 run --conf "$tmp/dup.ini" --node 1
 refused "local" 2 local --conf "$tmp/dup.ini"
 refused "dry run" 1 config --conf "$tmp/dup.ini" --node 0
 pgrep -f -- "--conf $tmp/dup.ini" > /dev/null && fail "a node of hetring local still runs"
+
+# a host that does not resolve
+printf '[cluster]\nsecurity = none\nconnect_timeout = 5\ntimeout = 5\nrejoin_timeout = 1\n' > "$tmp/gone.ini"
+mlp_train 784,16,10 200 32 4 >> "$tmp/gone.ini"
+printf '[node.0]\nhost = gone.test\nport = %d\n[node.1]\nhost = 127.0.0.1\nport = %d\n' \
+    "$base" $((base + 1)) >> "$tmp/gone.ini"
+want="gone.ini:13: [node.0] host = gone.test does not resolve (cannot resolve gone.test: "
+refused "own host" 2 run --conf "$tmp/gone.ini" --node 0
+grep -qF "so node 0 cannot listen on it" "$tmp/own host.out" || fail "own host: $(cat "$tmp/own host.out")"
+refused "peer host" 2 run --conf "$tmp/gone.ini" --node 1
+grep -qF "node 1 listens on 127.0.0.1 (127.0.0.1), a loopback address" "$tmp/peer host.out" ||
+    fail "peer host: $(cat "$tmp/peer host.out")"
+want="gone.ini:12: [node.0] host gone.test does not resolve (cannot resolve gone.test: "
+refused "local gone" 2 local --conf "$tmp/gone.ini"
+pgrep -f -- "--conf $tmp/gone.ini" > /dev/null && fail "a node of hetring local still runs"
 [ $fails = 0 ] && echo "hosts: ok"
 exit $((fails > 0))
