@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # What hetring run tells a user: "ready on HOST:PORT" only once the port is bound (a busy port
-# gives an error naming the address, and no ready line), the security = none warning once per
+# gives an error naming the address and the port's FILE:LINE, and no ready line), the security = none warning once per
 # node, per-node progress columns labelled, no internal invariant tags (I4, I5, I6), and a last
 # line that carries the reason of a failure rather than a bare status, or that there was nothing
 # left to train; a node alone stops on SIGTERM or SIGINT with its checkpoint, as a node of a
@@ -64,7 +64,7 @@ timeout 30 "$HR" run --conf "$tmp/c.ini" --node 0 --set cluster.connect_timeout=
 kill "$holder"; wait "$holder" 2>/dev/null; holder=
 [ $rc = 1 ] || fail "busy port: exited $rc, expected 1"
 grep -q "ready on" "$tmp/busy" && fail "busy port: said ready: $(cat "$tmp/busy")"
-tail -1 "$tmp/busy" | grep -q "cannot listen on 127.0.0.1:$base: Address already in use" ||
+tail -1 "$tmp/busy" | grep -qF "c.ini:15: [node.0] port = $base: cannot listen on 127.0.0.1:$base: Address already in use (is another node or program using it?)" ||
     fail "busy port: last line: $(tail -1 "$tmp/busy")"
 
 # a replica mismatch: every node's last line says why, in words
