@@ -52,6 +52,12 @@ int cli_resolve_node(cfg *c, const char *node, const char *cmd, int *self);
  * where it runs (app_check_device). cli_load_config calls it. */
 hr_status cli_check_supported(const cfg *c, char *err, size_t errlen);
 
+/* train_init's error `err` about a file-backed data set, which names the file but no key
+ * ("DIR/train-images-idx3-ubyte: cannot open ..."), gets the key that names the data in front:
+ * "FILE:LINE: [train] data_dir = DIR: ...". An error that names its key already (FILE:LINE, or
+ * FILE: [train] KEY), or of a synthetic data set, is left as it is. */
+void cli_name_data_key(const cfg *c, char *err, size_t errlen);
+
 /* Print "hetring CMD: msg" to stderr and return CLI_USAGE. */
 int cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 

@@ -7,6 +7,7 @@
 #include "cluster/transport.h"
 #include "trainer/blas_pick.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -64,6 +65,18 @@ int cli_common_opt(cli_common *o, const char *name, const char *arg) {
         return 1;
     }
     return 0;
+}
+
+void cli_name_data_key(const cfg *c, char *err, size_t errlen) {
+    const size_t pl = strlen(c->path);
+    char at[CFG_PATH + 64], why[HR_ERRLEN];
+    if (c->dataset < CFG_DATA_MNIST || !err[0]) return;
+    if (strncmp(err, c->path, pl) == 0 && err[pl] == ':' &&
+        (isdigit((unsigned char)err[pl + 1]) || strncmp(err + pl + 1, " [train] ", 9) == 0))
+        return;
+    snprintf(why, sizeof why, "%s", err);
+    snprintf(err, errlen, "%s: [train] data_dir = %s: %s",
+             cfg_where(c, -1, "data_dir", at, sizeof at), c->data_dir, why);
 }
 
 hr_status cli_check_supported(const cfg *c, char *err, size_t errlen) {

@@ -161,6 +161,7 @@ static int train_one(const cfg *c, int self, const train_opts *to) {
     announce(c, self, 0); /* one node listens on nothing */
     hr_status st = train_init(&t, &tc, err, sizeof err);
     if (st != HR_OK) {
+        cli_name_data_key(c, err, sizeof err);
         fprintf(stderr, "hetring run: %s\n", err[0] ? err : hr_strerror(st));
         return st == HR_ERR_CONFIG ? CLI_USAGE : CLI_FAIL;
     }
@@ -237,7 +238,10 @@ static int train_cluster(const cfg *c, int self, const train_opts *opts) {
     if (st != HR_OK) goto fail;
     app_train_config(c, self, same, &tc);
     st = train_init(&t, &tc, err, sizeof err);
-    if (st != HR_OK) goto fail;
+    if (st != HR_OK) {
+        cli_name_data_key(c, err, sizeof err);
+        goto fail;
+    }
     have_trainer = 1;
     const char *ck = t.conf.checkpoint; /* this node's: "{id}" replaced */
     if (ck[0] && access(ck, F_OK) == 0) {

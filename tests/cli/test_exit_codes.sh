@@ -190,5 +190,15 @@ printf '[cluster]\nsecurity = none\n[train]\ndataset = mnist\ndata_dir = %s\nmod
 msg=$(timeout 30 "$HR" run --conf "$tmp/mnist.ini" --node 0 2>&1 >/dev/null); rc=$?
 [ $rc = 1 ] && echo "$msg" | grep -q "t10k-images-idx3-ubyte: size mismatch: held-out samples of 32x32x1" \
     || { echo "FAIL: 32x32 held-out images with 28x28 training images exited $rc: $msg"; fails=$((fails+1)); }
+# a data set that is not there: the error names the key that points to it (exit 1, as for every
+# data file that cannot be read), from hetring run and from hetring local's node
+printf '[cluster]\nsecurity = none\n[train]\ndataset = mnist\ndata_dir = %s\nmodel = softmax\nglobal_batch = 20\niterations = 2\n[node.0]\nhost = 127.0.0.1\nport = 7001\n' \
+    "$tmp/nodata" > "$tmp/nodata.ini"
+want="nodata.ini:5: [train] data_dir = $tmp/nodata: $tmp/nodata/train-images-idx3-ubyte: cannot open"
+for cmd in run local; do
+    msg=$(timeout 30 "$HR" $cmd --conf "$tmp/nodata.ini" 2>&1); rc=$?
+    [ $rc = 1 ] && echo "$msg" | grep -qF "$want" ||
+        { echo "FAIL: $cmd with no data exited $rc: $msg"; fails=$((fails+1)); }
+done
 echo "$fails failure(s)"
 [ "$fails" = 0 ]
