@@ -179,6 +179,8 @@ class Node:
     too: setting it nonzero, from any thread and even while a call of this node blocks (open
     waiting for its peers, an election waiting for a quorum), makes the node leave as leave()
     does; open then raises Left. Keep it as long as the node.
+    A node is its process's: in a child forked from it (a DataLoader worker, os.fork) its calls
+    raise Error, and close() (or the garbage collector) only lets go of the child's copy.
     """
 
     def __init__(self, conf, node_id=None, n_samples=0, overrides=(), get_state=None,
@@ -186,6 +188,7 @@ class Node:
         L = _lib_handle()
         self._L = L
         self._h = ctypes.c_void_p()
+        self._pid = os.getpid()  # the process whose ring this is (_own)
         self._keep = None  # the bytes get_state returned last (the library reads them)
         self._pending = None  # an exception raised in a callback
         self._get, self._put, self._view = get_state, put_state, on_view
@@ -270,6 +273,16 @@ class Node:
             e, self._pending = self._pending, None
             raise e
 
+    def _own(self):
+        """Refuse a call of a forked child (a DataLoader worker, os.fork): the node's ring
+        links, threads and listening port are its parent's, and a call would take part in the
+        parent's collectives on the same connections."""
+        if os.getpid() != self._pid:
+            raise Error(_lib.EINVAL, f"hetring: this node belongs to process {self._pid}; "
+                                     f"process {os.getpid()}, forked from it, cannot use it "
+                                     f"(the ring's connections are the parent's): open a Node "
+                                     f"of its own, or start workers with the spawn method")
+
     def _fail(self, st):
         if not self._h:
             raise Error(st, "hetring: this node was closed (Node.close()); open another Node")
@@ -281,6 +294,7 @@ class Node:
     # -------------------------------------------------------------- iterations
     def next(self):
         """This node's Batch of the next iteration, or None when the run is done."""
+        self._own()
         st = self._L.hetring_next(self._h, ctypes.byref(self._batch))
         self._reraise()
         if st == _lib.DONE:
@@ -338,6 +352,7 @@ class Node:
 
     def _floats_in(self, fn, values):
         """values (floats) to a hetring_resume_residual-like call; its failure raised."""
+        self._own()
         a = array.array("f", values)
         buf = (ctypes.c_float * len(a)).from_buffer(a)
         st = fn(self._h, buf, len(a))
@@ -400,6 +415,7 @@ class Node:
         (rows, cols) of buffer i's first rows*cols floats, row-major (a weight's shape[0] and
         the rest), or (0, 0) for a buffer without one (hetring.h, hetring_matrices). Call it
         before the first step; with another wire it changes nothing."""
+        self._own()
         if not self._L.has_matrices:
             raise Error(_lib.EINVAL, f"hetring: {self._L.path} has no hetring_matrices (a "
                                      f"libhetring older than this package's)")
@@ -419,6 +435,7 @@ class Node:
         """Buffer i of `buffers` (the list step() is then given) holds its final sums: hand it
         over now. With buckets on, the library all-reduces it on its own thread while you
         compute the rest (hetring.h, hetring_ready); call it from a backward hook."""
+        self._own()
         if buffers is not self._given:
             self._set_buffers(buffers)
             self._given = buffers
@@ -434,6 +451,7 @@ class Node:
         False when the view changed during the call: drop the iteration and fetch next()
         again, as when step() returns None; raises Left where this node left instead, as
         step() does."""
+        self._own()
         if not self._L.has_allreduce:
             raise Error(_lib.EINVAL, f"hetring: {self._L.path} has no hetring_allreduce (a "
                                      f"libhetring older than this package's)")
@@ -453,6 +471,7 @@ class Node:
         and compute the iteration again. Raises Left where a leave() was pending when a node
         failed during the call: this node left in the view change (nothing to apply).
         """
+        self._own()
         if buffers is not self._given:
             self._set_buffers(buffers)
         self._given = None
@@ -501,6 +520,7 @@ class Node:
 
     def leave(self):
         """Leave at the next boundary the members agree on (next() then raises Left)."""
+        self._own()
         self._L.hetring_leave(self._h)
 
     # -------------------------------------------------------------- facts
@@ -518,9 +538,13 @@ class Node:
         return self._L.hetring_last_error(self._h).decode(errors="replace")
 
     def close(self):
-        """Leave the ring now and release the node (idempotent)."""
+        """Leave the ring now and release the node (idempotent). In a forked child it only lets
+        go of the handle: freeing it there would end the parent's run on the parent's
+        connections (the agreement on the run's end, the leave) and join threads that exist
+        only in the parent."""
         if self._h:
-            self._L.hetring_free(self._h)
+            if os.getpid() == self._pid:
+                self._L.hetring_free(self._h)
             self._h = ctypes.c_void_p()
 
     def __enter__(self):

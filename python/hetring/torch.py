@@ -680,6 +680,7 @@ class Trainer:
         self._live = None  # this iteration's _Buffers while backward runs
         self._hooks = []
         self.node = None
+        self._pid = os.getpid()  # the process whose node this is (a forked child's is not)
         # hetring.h leave_flag: leave() and the leave_on watcher set it, also before the node
         # opens and while a call of it blocks
         self._leave_flag = ctypes.c_int(0)
@@ -1031,6 +1032,10 @@ class Trainer:
         stepped and the buffers stay as the iteration found them, the iteration's samples
         count as used, the scheduler is stepped, and .skipped counts it.
         """
+        if os.getpid() != self._pid:  # a forked child's hooks would hand gradients over first
+            raise RuntimeError(f"hetring.torch: this Trainer belongs to process {self._pid}; "
+                               f"process {os.getpid()}, forked from it, cannot use it (its "
+                               f"node's ring connections are the parent's)")
         b = self.batch
         if b is None:
             raise RuntimeError("hetring.torch: step() without a batch from batches()")

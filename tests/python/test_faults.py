@@ -47,6 +47,10 @@
                              leave; nothing is written to the closed pipe's descriptors, now
                              other files; the last close gives back the handler and wakeup fd
                              from before; five Trainers add one fork hook
+    test_faults.py fork      2 nodes stop on their own count after the last step; node 0
+                             forks a child that calls next() (refused: the node is its
+                             parent's) and closes its copy of the Trainer: the child's close
+                             frees nothing, so the end of the run is agreed by the parents
     test_faults.py worker CONF NODE MODE   one node of those (prints RESULT {json})
 Exit 77 when PyTorch is missing.
 """
@@ -280,6 +284,51 @@ def worker_sigterm(conf, node):
     return out
 
 
+def worker_fork(conf, node):
+    """Both nodes stop on their own count after the last step (the end of the run is agreed
+    when the Trainer closes); node 0 then forks a child that tries the node and closes its
+    copy of the Trainer, as a program's finally would, before its parent closes."""
+    import hetring.torch as ht
+    model = bn_model()
+    X, Y = data()
+    tr = ht.Trainer(conf, model, torch.optim.SGD(model.parameters(), lr=0.1), node_id=node,
+                    n_samples=256)
+    out = {"iters": [], "child": None}
+    for idx in tr.batches():
+        out["iters"].append(tr.step(torch.nn.functional.cross_entropy, (X[idx], Y[idx])).iter)
+        if len(out["iters"]) == ITERS:
+            break  # no next() that says the run is done: close() agrees on its end
+    if node == 0:
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: what it tried, through the pipe, then out without cleanup
+            try:
+                try:
+                    tr.node.next()
+                    said = "next() returned"
+                except Exception as e:  # noqa: BLE001  (reported to the parent)
+                    said = f"{type(e).__name__}: {e}"
+                tr.close()
+                os.write(w, said.encode())
+            finally:
+                os._exit(0)
+        os.close(w)
+        end = time.monotonic() + 30
+        while not os.waitpid(pid, os.WNOHANG)[0]:
+            if time.monotonic() > end:  # it hung: the test fails on what it said
+                os.kill(pid, 9)
+                os.waitpid(pid, 0)
+                break
+            time.sleep(0.05)
+        out["child"] = os.read(r, 4096).decode()
+        os.close(r)
+    else:
+        time.sleep(1)  # the child closes its copy first
+    tr.close()
+    print("CLOSED", flush=True)
+    return out
+
+
 def scheduler_for(kind, opt):
     if kind == "onecycle":  # torch 1.x keeps anneal_func, a method of the scheduler
         return torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=0.2, total_steps=100)
@@ -336,7 +385,8 @@ def worker_perturb(conf, node):
 WORKERS = {"layout": worker_layout, "left": worker_left, "abandon": worker_abandon,
            "sigterm": worker_sigterm,
            "onecycle": lambda c, n: worker_sched(c, n, "onecycle"),
-           "cyclic": lambda c, n: worker_sched(c, n, "cyclic"), "perturb": worker_perturb}
+           "cyclic": lambda c, n: worker_sched(c, n, "cyclic"), "perturb": worker_perturb,
+           "fork": worker_fork}
 
 
 def worker(conf, node, mode):
@@ -683,6 +733,25 @@ def state(d, port):
               f"view did not stop node {k}: {r['error']}, iterations {r['iters']}")
 
 
+def fork(d, port):
+    rs = run(d, write_ini(d, port, "fork", 2, rejoin=4), 2, "fork")
+    if None in rs:
+        return
+    said = rs[0]["child"]
+    print(f"fork: the forked child's next(): {said}")
+    check(said.startswith("Error: hetring: this node belongs to process") and
+          "forked from it" in said, f"fork: the forked child's next(): {said!r}")
+    for k in range(2):
+        with open(os.path.join(d, f"fork{k}.log")) as f:
+            text = f.read()
+        check(rs[k]["iters"] == list(range(ITERS)), f"fork: node {k} ran {rs[k]['iters']}")
+        # the child's close, freeing the node, would agree on the end with node 1 over the
+        # parent's connections, and the parent's own agreement would then fail
+        check("not agreed" not in text and "failed" not in text,
+              f"fork: node {k}'s end of the run was disturbed by the forked child:\n"
+              f"{text[-2000:]}")
+
+
 def signals(d, port):
     """Trainers with leave_on in one process share its signals: closing the first of two
     leaves SIGUSR1 with the second, which the signal still makes leave; the watcher writes to
@@ -745,5 +814,5 @@ def signals(d, port):
 if __name__ == "__main__":
     sys.exit(run_case({"layout": layout, "left": left, "exception": exception,
                        "abandon": abandon, "ctor": ctor, "empty": empty, "sigterm": sigterm,
-                       "state": state, "signals": signals},
+                       "state": state, "signals": signals, "fork": fork},
                       lambda conf, node, what: worker(conf, int(node), what)))
