@@ -1023,7 +1023,11 @@ class Trainer:
         batches() gives the same iteration again (a loop that catches it may go on). Once
         backward's hooks handed gradients over (overlap) or a SyncBatchNorm all-reduce ran,
         the iteration can no longer run again: the node is closed, so that the others go on
-        without it at once, and a RuntimeError says so.
+        without it at once, and a RuntimeError says so. So too once the iteration is committed
+        on every node: an exception in before_step, optimizer.step() or the scheduler's step
+        (raised on this node alone, which would otherwise train on without the update the
+        others applied) closes the node and a RuntimeError says so, and a KeyboardInterrupt
+        while the library runs the step closes it and is raised as it is.
 
         A global gradient or loss that is not finite (a NaN or an inf in any node's share, or
         a sum that overflows) raises hetring.NonFinite on every node ([train] nonfinite =
@@ -1091,44 +1095,81 @@ class Trainer:
                                 f"every parameter and "
                                 f"{'buffer' if self.buffer_mode != 'off' else 'no buffer'} "
                                 f"(buffers={self.buffer_mode!r})") from None
+        except BaseException as e:
+            if isinstance(e, Exception):  # a callback's, raised again once the library returned
+                raise
+            # a KeyboardInterrupt while the library ran the step: whether the others committed
+            # the iteration is unknown, and a loop that caught it would train on apart from them
+            self._restore()
+            self.node.close()
+            raise
         if res is None:
             self._restore()  # the iteration runs again from the buffers it found
             return None
         if res.skipped:  # not finite, nonfinite = skip: committed, nothing of it applied
             self._restore()
             self.skipped += 1
-            if self.scheduler is not None:
-                self.scheduler.step()  # the schedule follows the iterations, as AMP's loops do
-            self.done = res.iter + 1
+            self._apply_step(b, res, live, applied=False)
             return res
-        self._apply_buffers()
-        if self.staged is not None:
-            for p, v in zip(self.params, live.targets):
-                p.grad.copy_(v.view_as(p.grad))  # the global mean, back in the parameter's kind
-        if self.before_step is not None:
-            self.before_step(self)
-        self.optimizer.step()
-        if self.scheduler is not None:
-            self.scheduler.step()
-        self.done = res.iter + 1
+        self._apply_step(b, res, live, applied=True)
         return res
 
-    def _abandon(self, b, e):
+    def _apply_step(self, b, res, live, applied):
+        """What every node does once the iteration is committed: the buffers' update, the
+        optimizer's step (where applied) and the scheduler's; self.done moves on. The buffers'
+        errors are the same on every node (nothing applied anywhere); anything else that raises
+        does so on one node only, which going on would leave behind the others, training
+        replicas that differ: its node is closed (_abandon)."""
+        where, same = "the update of the buffers", None
+        try:
+            if applied:
+                try:
+                    self._apply_buffers()
+                except Exception as e:
+                    same = e
+                    raise
+                where = "the copy of the global gradient to the parameters' .grad"
+                if self.staged is not None:
+                    for p, v in zip(self.params, live.targets):
+                        p.grad.copy_(v.view_as(p.grad))  # the global mean, in the parameter's kind
+                if self.before_step is not None:
+                    where = "before_step"
+                    self.before_step(self)
+                where = "optimizer.step()"
+                self.optimizer.step()
+            if self.scheduler is not None:
+                where = "scheduler.step()"
+                self.scheduler.step()  # skipped steps too: as AMP's loops do
+        except BaseException as e:
+            if e is same:
+                raise
+            raise self._abandon(b, e, committed=where)
+        self.done = res.iter + 1
+
+    def _abandon(self, b, e, committed=False):
         """An exception in forward, loss_fn or backward after this node handed gradients over
         (hetring_ready) or took part in a collective of the iteration: the others hold its
-        part and wait for the rest, which it cannot take back or give. Its node is closed, so
-        that they form a view without it at once, and the error says so (e itself where it
-        is no Exception, a KeyboardInterrupt)."""
+        part and wait for the rest, which it cannot take back or give. Or one after the
+        iteration was committed on every node (committed: where it was raised), which this
+        node cannot apply as the others do. Its node is closed, so that they form a view
+        without it at once (and it cannot train on apart from them), and the error says so (e
+        itself where it is no Exception)."""
         self.node.close()
         if not isinstance(e, Exception):
             return e
-        what = ("handed gradients to the all-reduce" if self._collectives == 0 else
-                "taken part in a SyncBatchNorm all-reduce")
+        if committed:
+            what = (f"raised in {committed} after every node had committed the iteration, "
+                    f"whose update this node cannot apply as the others do (its model and "
+                    f"optimizer may hold part of it)")
+        else:
+            what = ("handed gradients to the all-reduce" if self._collectives == 0 else
+                    "taken part in a SyncBatchNorm all-reduce")
+            what = (f"raised after this node had {what} of the iteration, which it can "
+                    f"neither take back nor finish")
         err = RuntimeError(
-            f"hetring.torch: iteration {b.iter}: {type(e).__name__} raised after this node had "
-            f"{what} of the iteration, which it can neither take back nor finish: this node "
-            f"left the cluster (its node is closed; the others go on without it; a new "
-            f"Trainer joins again): {e}")
+            f"hetring.torch: iteration {b.iter}: {type(e).__name__} {what}: this node left the "
+            f"cluster (its node is closed; the others go on without it; a new Trainer joins "
+            f"again and receives their state): {e}")
         err.__cause__ = e
         return err
 

@@ -47,6 +47,11 @@
                              leave; nothing is written to the closed pipe's descriptors, now
                              other files; the last close gives back the handler and wakeup fd
                              from before; five Trainers add one fork hook
+    test_faults.py commit    3 nodes; once iteration 3 is committed on every node, node 0's
+                             before_step raises, or a KeyboardInterrupt arrives as its library
+                             step returns; its loop catches the error and goes on: its node is
+                             closed (the next batches() raises), where it would train on with
+                             a model that missed the iteration; nodes 1 and 2 finish as two
     test_faults.py fork      2 nodes stop on their own count after the last step; node 0
                              forks a child that calls next() (refused: the node is its
                              parent's) and closes its copy of the Trainer: the child's close
@@ -284,6 +289,48 @@ def worker_sigterm(conf, node):
     return out
 
 
+COMMIT_AT = 3
+
+
+def worker_commit(conf, node, how):
+    """Node 0 fails on its own once iteration COMMIT_AT is committed on every node: its
+    before_step (clipping) raises ("clip"), or a KeyboardInterrupt arrives as the library's
+    step returns ("interrupt"). Its loop catches the error and goes on."""
+    import hetring.torch as ht
+    model = bn_model()
+    X, Y = data()
+
+    def clip(tr):
+        if node == 0 and how == "clip" and tr.done == COMMIT_AT:
+            raise ValueError("clipping failed")
+    tr = ht.Trainer(conf, model, torch.optim.SGD(model.parameters(), lr=0.1), node_id=node,
+                    n_samples=256, before_step=clip)
+    if node == 0 and how == "interrupt":
+        real = tr.node.step
+
+        def step(*args):
+            res = real(*args)
+            if tr.done == COMMIT_AT:
+                raise KeyboardInterrupt  # as a SIGINT's handler would, once the call returned
+            return res
+        tr.node.step = step
+    out = {"iters": [], "none": [], "raised": [], "error": None}
+    try:
+        for idx in tr.batches():
+            it = tr.batch.iter
+            try:
+                res = tr.step(torch.nn.functional.cross_entropy, (X[idx], Y[idx]))
+            except (Exception, KeyboardInterrupt) as e:  # noqa: BLE001  (the loop goes on)
+                out["raised"].append(f"{it}: {type(e).__name__}: {e}")
+                continue
+            (out["none"] if res is None else out["iters"]).append(it)
+    except Exception as e:  # noqa: BLE001  (reported by the test)
+        out["error"] = f"{type(e).__name__}: {e}"
+    out["hash"] = ht.state_hash(model)
+    tr.close()
+    return out
+
+
 def worker_fork(conf, node):
     """Both nodes stop on their own count after the last step (the end of the run is agreed
     when the Trainer closes); node 0 then forks a child that tries the node and closes its
@@ -386,7 +433,8 @@ WORKERS = {"layout": worker_layout, "left": worker_left, "abandon": worker_aband
            "sigterm": worker_sigterm,
            "onecycle": lambda c, n: worker_sched(c, n, "onecycle"),
            "cyclic": lambda c, n: worker_sched(c, n, "cyclic"), "perturb": worker_perturb,
-           "fork": worker_fork}
+           "fork": worker_fork, "clip": lambda c, n: worker_commit(c, n, "clip"),
+           "interrupt": lambda c, n: worker_commit(c, n, "interrupt")}
 
 
 def worker(conf, node, mode):
@@ -733,6 +781,31 @@ def state(d, port):
               f"view did not stop node {k}: {r['error']}, iterations {r['iters']}")
 
 
+def commit(d, port):
+    for k, how in enumerate(("clip", "interrupt")):
+        rs = run(d, write_ini(d, port + 3 * k, how, 3), 3, how)
+        if None in rs:
+            continue
+        r0 = rs[0]
+        print(f"commit: {how}: node 0: iterations {r0['iters']}, raised {r0['raised']}, then "
+              f"{r0['error']}")
+        want = (f"{COMMIT_AT}: RuntimeError: hetring.torch: iteration {COMMIT_AT}: ValueError "
+                f"raised in before_step after every node had committed the iteration"
+                if how == "clip" else f"{COMMIT_AT}: KeyboardInterrupt")
+        check(len(r0["raised"]) == 1 and r0["raised"][0].startswith(want) and
+              (how == "interrupt" or "this node left the cluster" in r0["raised"][0]),
+              f"commit: {how}: node 0 raised {r0['raised']}")
+        check(r0["iters"] == list(range(COMMIT_AT)) and
+              (r0["error"] or "").startswith("Error: hetring: this node was closed"),
+              f"commit: {how}: node 0, its node not closed, trained on apart from the others: "
+              f"iterations {r0['iters']}, then {r0['error']}")
+        for j in (1, 2):
+            r = rs[j]
+            check(r["error"] is None and r["iters"] == list(range(ITERS)),
+                  f"commit: {how}: node {j}: {r['error']}, iterations {r['iters']}")
+        check(rs[1]["hash"] == rs[2]["hash"], f"commit: {how}: nodes 1 and 2 differ")
+
+
 def fork(d, port):
     rs = run(d, write_ini(d, port, "fork", 2, rejoin=4), 2, "fork")
     if None in rs:
@@ -814,5 +887,6 @@ def signals(d, port):
 if __name__ == "__main__":
     sys.exit(run_case({"layout": layout, "left": left, "exception": exception,
                        "abandon": abandon, "ctor": ctor, "empty": empty, "sigterm": sigterm,
-                       "state": state, "signals": signals, "fork": fork},
+                       "state": state, "signals": signals, "fork": fork,
+                       "commit": commit},
                       lambda conf, node, what: worker(conf, int(node), what)))
