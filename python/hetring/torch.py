@@ -30,6 +30,11 @@ Parameters may be of any floating type and on any device (a GPU's included). flo
 gradients are all-reduced in place; any other kind goes through one float32 staging buffer on
 the CPU (copied out before the all-reduce and back after it), so the all-reduce rounds them to
 float32 on the way. On a GPU, the compute time is measured after torch.cuda.synchronize().
+A model converted or moved after the Trainer was made (model.double(), model.to(device)) is
+staged anew at the next step. What the all-reduce carries is otherwise fixed when the Trainer
+is made: a parameter made to require grad later, a tensor assigned in a parameter's place,
+and a buffer dropped or resized later are refused by name at the next step (make them before
+the Trainer; a buffer registered later is not carried, only hashed).
 
 Leaving and resuming: trainer.leave() (or a signal named in leave_on, e.g. SIGTERM when the
 machine is reclaimed) makes this node leave at the next iteration boundary the others agree
@@ -740,11 +745,18 @@ class Trainer:
 
     def _setup_params(self):
         """The parameters all-reduced, and where their gradients are staged."""
-        self.params = [p for p in self.model.parameters() if p.requires_grad]
+        named = [(n, p) for n, p in self.model.named_parameters() if p.requires_grad]
+        self.params = [p for _, p in named]
         for p in self.params:
             if not p.dtype.is_floating_point:
                 raise ValueError(f"hetring.torch: parameters must be floating point, one is "
                                  f"{p.dtype}")
+        self._param_names = [n for n, _ in named]
+        self._numels = [p.numel() for p in self.params]  # the all-reduce's, from the first step
+        self._stage()
+
+    def _stage(self):
+        """Where the gradients are staged, for the parameters' kinds and devices now."""
         # float32 CPU gradients are all-reduced in place; anything else through `staged`, one
         # float32 CPU buffer with a view per parameter (the same buffers, in number and size,
         # as in place: nodes with and without a GPU can share a cluster)
@@ -753,6 +765,61 @@ class Trainer:
             self.staged = torch.zeros(sum(p.numel() for p in self.params), dtype=torch.float32)
         # the GPUs the parameters are on (a model split over several), each synchronised
         self._cuda = sorted({p.device for p in self.params if p.device.type == "cuda"}, key=str)
+        self._kinds = [(p.dtype, p.device) for p in self.params]
+
+    def _check_params(self):
+        """The parameters and buffers as step() finds them. What the all-reduce carries is fixed
+        when the Trainer is made (its layout, from the first step on), so a parameter that
+        requires grad now but did not then, one assigned anew, one whose size changed, and a
+        buffer carried that was dropped or resized since are refused by name (a gradient left
+        out would stay this node's own, and the replicas would differ; a buffer registered
+        since is not carried, but hashed, as before); parameters converted or
+        moved since (model.double(), model.to(device)) are staged anew, and buffers that such a
+        conversion replaced (of another kind or device) are carried in their place."""
+        mine = set(map(id, self.params))
+        new = [n for n, p in self.model.named_parameters() if p.requires_grad and id(p) not in mine]
+        now = set(map(id, self.model.parameters()))
+        gone = [n for n, p in zip(self._param_names, self.params) if id(p) not in now]
+        sized = [f"{n!r} ({k} elements, now {p.numel()})" for n, p, k in
+                 zip(self._param_names, self.params, self._numels) if p.numel() != k]
+        new, gone = [repr(n) for n in new], [repr(n) for n in gone]
+        cur = dict(self.model.named_buffers())
+        bufs = [(n, cur.get(n)) for n, _ in self.carried_buffers]  # by name: those carried
+        lost = [f"{n!r} ({_real(u).numel()} elements, now "
+                f"{'none' if t is None else _real(t).numel()})"
+                for (n, t), (_, u) in zip(bufs, self.carried_buffers)
+                if t is None or _real(t).numel() != _real(u).numel()]
+        if new or gone or sized or lost:
+            either = [n for n in new if n in gone]
+            what = [f"{', '.join(names)} {how}" for names, how in (
+                (either, "was assigned a new tensor"),
+                ([n for n in new if n not in either],
+                 "requires grad now but did not when the Trainer was made"),
+                ([n for n in gone if n not in either], "is no longer the model's"),
+                (sized, "changed size"),
+                ([f"the buffer {x}" for x in lost], "was dropped or resized")) if names]
+            raise RuntimeError(
+                f"hetring.torch: the model changed since the Trainer was made, whose all-reduce "
+                f"takes the parameters that required grad and the buffers there were then: "
+                f"{'; '.join(what)}. Make every parameter you will train require grad before the "
+                f"Trainer (leave it out of the optimizer until then), keep its buffers, change "
+                f"tensors in place (copy_), or save() and make a new Trainer")
+        swapped = [(n, t, u) for (n, t), (_, u) in zip(bufs, self.carried_buffers) if t is not u]
+        for n, t, u in swapped:
+            if (t.dtype, t.device) == (u.dtype, u.device):
+                raise RuntimeError(f"hetring.torch: the buffer {n!r} is no longer the model's: a "
+                                   f"new tensor was assigned to it (only a conversion of the "
+                                   f"model, model.double() or model.to(device), may replace "
+                                   f"buffers); change buffers in place (copy_, add_, mul_, ...)")
+        if swapped:  # replaced by a conversion (the same sizes): carry the new ones
+            self.carried_buffers = bufs
+        if [(p.dtype, p.device) for p in self.params] != self._kinds:
+            self._stage()
+            if self._hooks:  # before PyTorch 2.1 a hook is on the parameter's AccumulateGrad
+                for _, handle in self._hooks:  # node, which a change of kind replaces
+                    handle.remove()
+                self._hooks = []
+                self._install_hooks()
 
     def _declare_matrices(self):
         """Each parameter of two dimensions or more is a matrix of shape[0] rows (a linear
@@ -1044,6 +1111,7 @@ class Trainer:
         if b is None:
             raise RuntimeError("hetring.torch: step() without a batch from batches()")
         self.batch = None
+        self._check_params()  # nothing handed over yet: batches() gives the iteration again
         self.optimizer.zero_grad(set_to_none=False)
         # the replica hash of the state the iteration starts from, before forward changes
         # the buffers

@@ -52,6 +52,12 @@
                              step returns; its loop catches the error and goes on: its node is
                              closed (the next batches() raises), where it would train on with
                              a model that missed the iteration; nodes 1 and 2 finish as two
+    test_faults.py params    2 nodes change the model alike in iteration 3: converted to
+                             float64 (model.double()), it trains on through the staging
+                             buffer, replicas equal; a frozen weight made to require grad, a
+                             new tensor assigned to a bias, or a larger one to a running mean,
+                             is refused by name on both nodes (a gradient would stay each
+                             node's own)
     test_faults.py fork      2 nodes stop on their own count after the last step; node 0
                              forks a child that calls next() (refused: the node is its
                              parent's) and closes its copy of the Trainer: the child's close
@@ -331,6 +337,44 @@ def worker_commit(conf, node, how):
     return out
 
 
+CHANGE_AT = 3
+
+
+def worker_params(conf, node, how):
+    """Both nodes change the model alike before iteration CHANGE_AT: convert it to float64
+    ("convert"), make its frozen first weight require grad ("unfreeze"), assign a new tensor to
+    its last bias ("replace") or a larger one to its BatchNorm's running mean ("resize")."""
+    import hetring.torch as ht
+    model = bn_model()
+    X, Y = data()
+    model[0].weight.requires_grad_(how != "unfreeze")
+    tr = ht.Trainer(conf, model, torch.optim.SGD(model.parameters(), lr=0.1), node_id=node,
+                    n_samples=256)
+    out = {"iters": [], "losses": [], "error": None}
+    try:
+        for idx in tr.batches():
+            if tr.batch.iter == CHANGE_AT and not out.get("changed"):
+                out["changed"] = True
+                if how == "convert":
+                    model.double()
+                    X = X.double()
+                elif how == "unfreeze":
+                    model[0].weight.requires_grad_(True)
+                elif how == "resize":
+                    model[1].running_mean = torch.zeros(9)
+                else:
+                    model[3].bias = torch.nn.Parameter(model[3].bias.detach().clone())
+            res = tr.step(torch.nn.functional.cross_entropy, (X[idx], Y[idx]))
+            if res is not None:
+                out["iters"].append(res.iter)
+                out["losses"].append(res.loss)
+    except Exception as e:  # noqa: BLE001  (reported by the test)
+        out["error"] = f"{type(e).__name__}: {e}"
+    out["hash"] = ht.state_hash(model)
+    tr.close()
+    return out
+
+
 def worker_fork(conf, node):
     """Both nodes stop on their own count after the last step (the end of the run is agreed
     when the Trainer closes); node 0 then forks a child that tries the node and closes its
@@ -434,7 +478,11 @@ WORKERS = {"layout": worker_layout, "left": worker_left, "abandon": worker_aband
            "onecycle": lambda c, n: worker_sched(c, n, "onecycle"),
            "cyclic": lambda c, n: worker_sched(c, n, "cyclic"), "perturb": worker_perturb,
            "fork": worker_fork, "clip": lambda c, n: worker_commit(c, n, "clip"),
-           "interrupt": lambda c, n: worker_commit(c, n, "interrupt")}
+           "interrupt": lambda c, n: worker_commit(c, n, "interrupt"),
+           "convert": lambda c, n: worker_params(c, n, "convert"),
+           "unfreeze": lambda c, n: worker_params(c, n, "unfreeze"),
+           "replace": lambda c, n: worker_params(c, n, "replace"),
+           "resize": lambda c, n: worker_params(c, n, "resize")}
 
 
 def worker(conf, node, mode):
@@ -806,6 +854,34 @@ def commit(d, port):
         check(rs[1]["hash"] == rs[2]["hash"], f"commit: {how}: nodes 1 and 2 differ")
 
 
+def params(d, port):
+    import math
+    for k, how in enumerate(("convert", "unfreeze", "replace", "resize")):
+        rs = run(d, write_ini(d, port + 2 * k, how, 2), 2, how)
+        if None in rs:
+            continue
+        for j, r in enumerate(rs):
+            print(f"params: {how}: node {j}: iterations {r['iters']}, error {r['error']}")
+        if how == "convert":
+            for j, r in enumerate(rs):
+                check(r["error"] is None and r["iters"] == list(range(ITERS)) and
+                      all(math.isfinite(x) for x in r["losses"]),
+                      f"params: convert: node {j}: {r['error']}, iterations {r['iters']}, "
+                      f"losses {r['losses']}")
+            check(rs[0]["hash"] == rs[1]["hash"] and rs[0]["losses"] == rs[1]["losses"],
+                  "params: convert: the replicas differ")
+            continue
+        name = {"unfreeze": "'0.weight' requires grad now",
+                "replace": "'3.bias' was assigned a new tensor",
+                "resize": "the buffer '1.running_mean' (8 elements, now 9) was dropped or "
+                          "resized"}[how]
+        for j, r in enumerate(rs):
+            check(r["iters"] == list(range(CHANGE_AT)) and (r["error"] or "").startswith(
+                  "RuntimeError: hetring.torch: the model changed since the Trainer") and
+                  name in r["error"],
+                  f"params: {how}: node {j} ran {r['iters']}, then {r['error']}")
+
+
 def fork(d, port):
     rs = run(d, write_ini(d, port, "fork", 2, rejoin=4), 2, "fork")
     if None in rs:
@@ -888,5 +964,5 @@ if __name__ == "__main__":
     sys.exit(run_case({"layout": layout, "left": left, "exception": exception,
                        "abandon": abandon, "ctor": ctor, "empty": empty, "sigterm": sigterm,
                        "state": state, "signals": signals, "fork": fork,
-                       "commit": commit},
+                       "commit": commit, "params": params},
                       lambda conf, node, what: worker(conf, int(node), what)))
