@@ -5,7 +5,11 @@
 #   - standin_kill kills a stand-in that runs (recorded by `rec`), not a process that holds the
 #     pid of one that ended (a record whose start time is not the process's);
 #   - proc_alive: true for the stand-in until it is killed, false for that other process;
-#   - signal_script signals its script, and not a process that is not this shell's child.
+#   - signal_script signals its script, and not a process that is not this shell's child;
+#   - the EXIT trap of a script that sources tests/harness.sh SIGKILLs the children it recorded
+#     (child_rec) that still run, with the command of one that leads a process group (timeout's),
+#     not a process that holds the pid of a child that ended; child_rec records no process that
+#     is not the shell's child, and child_signal signals none it did not record.
 set -u
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
 HR=unused
@@ -59,4 +63,40 @@ proc_alive "$orphan" "$orphan_start" || fail "signal_script signalled $orphan, n
 bash -c 'trap "exit 143" TERM; while :; do sleep 0.1; done' &
 script=$!
 signal_script "a script" "$script" TERM 143 /dev/null
+
+# child_rec, child_signal and the EXIT trap's child_kill_all, in a script of their own: a child,
+# a child under timeout (its command in timeout's group), and the record of a child that ended
+# whose pid the other process took
+cat > "$tmp/children.sh" << 'EOS'
+HR=unused
+. "$1/tests/harness.sh"
+out=$2 other=$3 ended_start=$4 orphan=$5
+sleep 300 &
+child_rec $!
+echo "child $! ${child_start[$!]:-}" > "$out"
+timeout 300 sh -c "$standin_rec"'; rec $$ > "$1"; exec sleep 300' - "$out.cmd" &
+child_rec $!
+echo "timeout $! ${child_start[$!]:-}" >> "$out"
+for _ in $(seq 100); do [ -s "$out.cmd" ] && break; sleep 0.05; done
+child_rec "$orphan"
+child_signal KILL "$orphan" && echo "signalled the orphan" >> "$out"
+echo "recorded ${#child_start[@]}" >> "$out"
+child_start[$other]=$ended_start
+exit 3
+EOS
+bash "$tmp/children.sh" "$SRC" "$tmp/children" "$other" "$ended_start" "$orphan"
+rc=$?
+[ $rc = 3 ] || fail "the script of children exited $rc, not 3"
+grep -q "signalled the orphan" "$tmp/children" && fail "child_signal signalled $orphan, which it did not record"
+grep -q "^recorded 2$" "$tmp/children" || fail "child_rec recorded other than its two children: $(cat "$tmp/children")"
+while read -r what p start; do
+    case $what in child | timeout) ;; *) continue ;; esac
+    [ -n "$start" ] || { fail "child_rec did not record the $what $p"; continue; }
+    proc_ends "$p" "$start" || fail "the EXIT trap left the $what $p running"
+done < "$tmp/children"
+read -r p start < "$tmp/children.cmd"
+proc_ends "$p" "$start" || fail "the EXIT trap left timeout's command $p running"
+proc_alive "$orphan" "$orphan_start" || fail "child_rec or the EXIT trap signalled $orphan, not a child"
+proc_alive "$other" "$other_start" || fail "the EXIT trap killed $other, which took the pid of a child that ended"
+
 [ "$fails" = 0 ]

@@ -17,8 +17,6 @@
 set -u
 HR=$1
 . "$(dirname "$0")/../harness.sh"
-p0=
-on_exit='[ -n "$p0" ] && kill -KILL "$p0" 2>/dev/null'
 B=96 ITERS=10
 cluster() { # cluster FILE SECURITY-LINE: a 2-node cluster file, tiny model
     { printf '[cluster]\n%s\nconnect_timeout = 10\ntimeout = 20\n' "$2"
@@ -40,6 +38,7 @@ run2() {
     "${envs[@]}" timeout 30 "$HR" run --conf "$conf" --node 0 "$@" \
         > "$tmp/$name.out.0" 2> "$tmp/$name.err.0" &
     p0=$!
+    child_rec $p0
     # node 0 has started once it logs (with security = none every level shows a line; at most
     # 3 s, well inside connect_timeout); then give it time to try its successor
     for _ in $(seq 1 30); do [ -s "$tmp/$name.err.0" ] && break; sleep 0.1; done
@@ -49,7 +48,6 @@ run2() {
     local rc1=$?
     wait $p0
     local rc0=$?
-    p0=
     [ $rc0 = 0 ] && [ $rc1 = 0 ] ||
         fail "$name: nodes exited $rc0/$rc1: $(cat "$tmp/$name.err.0" "$tmp/$name.err.1")"
 }

@@ -88,10 +88,9 @@ EOF
 }
 
 pids=()
-# every node still running when the script ends (a failed check, ctest's timeout) is killed
-trap 'keep_tmp; kill -KILL "${pids[@]}" 2>/dev/null; rm -rf "$tmp"; port_release' EXIT
 # start ID [ENV...]: node ID in the background (its pid in pids[ID], the hetring process
-# itself, so that signals reach it), its metrics appended to m-ID.jsonl
+# itself, so that signals reach it; recorded, so that one still running when the script ends,
+# after a failed check or at ctest's timeout, is killed), its metrics appended to m-ID.jsonl
 # With PACE=1 every node sleeps 2 ms a step (the test fault sleep), so that however fast or
 # loaded the machine, the others are still training when a restarted node comes back: 3000
 # steps of 4 nodes took 3.2 s here, and a loaded machine's restart (0.8 s idle) could come
@@ -112,6 +111,7 @@ start() {
   env "${envs[@]}" "$HR" run --conf "$tmp/c.ini" --node "$id" --quiet \
     --metrics "$tmp/m-$id.jsonl" ${EXTRA[$id]:-} >> "$tmp/n$id.log" 2>&1 &
   pids[$id]=$!
+  child_rec $!
 }
 
 # restarted_lines FILES...: the log lines of every life but the first (a node's first start may
@@ -255,13 +255,13 @@ stop)
   # has logged that it left and node 0 has gone 25 iterations further
   for id in 0 1 2 3; do start $id HETRING_FAULT=sleep:*:0.002; done
   wait_iter 3 20
-  kill -STOP "${pids[3]}"
+  child_signal STOP "${pids[3]}"
   echo "node 3 stopped at iteration $(iter_of 3)"
   wait_log "node 3 left" "$tmp"/n[012].log
   at=$(iter_of 0)
   wait_iter 0 $((at + 25))
   at=$(iter_of 0)
-  kill -CONT "${pids[3]}"
+  child_signal CONT "${pids[3]}"
   echo "node 3 continued; node 0 was at iteration $at"
   [ "$at" -lt $((ITERS / 2)) ] || fail "node 3 was continued too late to rejoin (node 0 at $at)"
   finish_all 0 1 2 3
@@ -275,11 +275,11 @@ stop0)
   # the lowest id, the leader of the first view, stops: every survivor must name node 0
   for id in 0 1 2 3; do start $id HETRING_FAULT=sleep:*:0.002; done
   wait_iter 0 20
-  kill -STOP "${pids[0]}"
+  child_signal STOP "${pids[0]}"
   wait_log "node 0 left" "$tmp"/n[123].log
   at=$(iter_of 1)
   wait_iter 1 $((at + 25))
-  kill -CONT "${pids[0]}"
+  child_signal CONT "${pids[0]}"
   finish_all 0 1 2 3
   grep -h "node 0 left" "$tmp"/n*.log | head -1
   grep -q "node 0 left" "$tmp/n1.log" || fail "node 1 (the lowest live id) did not log that node 0 left"
@@ -315,7 +315,7 @@ leave)
   EXTRA[1]="--set train.checkpoint=$tmp/n1.ckpt"
   for id in 0 1 2 3; do start $id; done
   wait_iter 1 20
-  kill -TERM "${pids[1]}"
+  child_signal TERM "${pids[1]}"
   finish_all 0 1 2 3
   grep -q "leaving the cluster" "$tmp/n1.log" || fail "node 1 did not say it leaves"
   left=$(grep '"event":"end"' "$tmp/m-1.jsonl" | grep -o '"iter":[0-9]*' | grep -o '[0-9]*$')
@@ -454,7 +454,7 @@ late)
 stopall)
   for id in 0 1 2 3; do EXTRA[$id]="--set train.checkpoint=$tmp/n$id.ckpt"; start $id; done
   wait_iter 0 100
-  kill -TERM "${pids[@]}"
+  child_signal TERM "${pids[@]}"
   finish_all 0 1 2 3
   its=""
   for id in 0 1 2 3; do
@@ -488,7 +488,7 @@ EOF
         fail "four nodes of a small model: $(grep -h 'gradient path' "$tmp/n0.log" || echo 'no gradient path line')"
     else
       for id in 0 1 3; do wait "${pids[$id]}"; done
-      kill -KILL "${pids[2]}" 2>/dev/null # it may still try to rejoin the finished run
+      child_signal KILL "${pids[2]}" # it may still try to rejoin the finished run
       grep -qh "sent nothing for 0.2 s" "$tmp"/n*.log || fail "step_timeout = 0: the slow node was never taken for dead"
       echo "step_timeout = 0: $(grep -h 'sent nothing' "$tmp"/n*.log | head -1 | cut -c1-160)"
     fi
@@ -555,7 +555,7 @@ churn)
     for id in 0 1 2 3 4 5 6 7; do [ "${back_at[$id]}" -gt 0 ] && down=$((down + 1)) || up+=($id); done
     if [ "$now_ms" -ge "$next_kill" ] && [ $down -lt 2 ]; then
       v=${up[$((RANDOM % ${#up[@]}))]}
-      kill -KILL "${pids[$v]}" 2>/dev/null
+      child_signal KILL "${pids[$v]}"
       wait "${pids[$v]}" 2>/dev/null
       echo "$v kill $(date +%T.%3N)" >> "$tmp/churn"
       kills=$((kills + 1))
@@ -598,7 +598,7 @@ restart0 | restart0alone)
   [ "$scenario" = restart0alone ] && down="0" up="1 2 3 4"
   for id in 0 1 2 3 4; do start $id HETRING_FAULT=sleep:*:0.002; done
   wait_iter 1 30
-  for id in $down; do kill -KILL "${pids[$id]}"; done
+  for id in $down; do child_signal KILL "${pids[$id]}"; done
   for id in $down; do wait "${pids[$id]}" 2>/dev/null; done
   echo "killed node(s) $down at iteration $(iter_of 1)"
   sleep 0.5

@@ -61,12 +61,12 @@ EOT
 
 export TMPDIR=$tmp # where the fake's members meet in its init
 pids=()
-trap 'keep_tmp; kill -KILL "${pids[@]}" 2>/dev/null; rm -rf "$tmp"; port_release' EXIT
 # start NAME ID FAULTS: node ID of $tmp/NAME.ini in the background
 start() {
   HETRING_FAULT=$3 timeout 120 "$HR" run --conf "$tmp/$1.ini" --node "$2" --quiet \
     --metrics "$tmp/$1-$2.jsonl" >> "$tmp/$1-$2.log" 2>&1 &
   pids[$2]=$!
+  child_rec $!
 }
 # run NAME FAULTS [FAULTS-OF-NODE-1]: the 3 nodes; all must exit 0
 run() {

@@ -140,11 +140,11 @@ start3() { # start3 ID: node ID of t3.ini, pinned to two cores, 300 iterations
   taskset -c "$AB" "$HR" run --conf "$tmp/t3.ini" --node "$1" --quiet --set train.iterations=300 \
     --metrics "$tmp/m-$1.jsonl" >> "$tmp/e$1.log" 2>&1 &
   epid[$1]=$!
+  child_rec $!
 }
 declare -a epid
-trap 'keep_tmp; kill -KILL "${epid[@]}" 2>/dev/null; rm -rf "$tmp"; port_release' EXIT
 for i in 0 1 2; do start3 $i; done
-wait_iter 2 30 && kill -KILL "${epid[2]}"
+wait_iter 2 30 && child_signal KILL "${epid[2]}"
 wait "${epid[2]}" 2>/dev/null
 wait_iter 0 60 && start3 2
 for i in 0 1 2; do

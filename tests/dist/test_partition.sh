@@ -22,7 +22,6 @@ majority=$((N / 2 + 1))
 
 holders=()
 pids=()
-trap 'keep_tmp; kill -KILL "${pids[@]}" "${holders[@]}" 2>/dev/null; rm -rf "$tmp"; port_release' EXIT
 
 ip link set lo up
 ip link add hrbr0 type bridge && ip link add hrbr1 type bridge || {
@@ -34,6 +33,7 @@ ip link set hrbr1 up
 for ((k = 0; k < N; k++)); do
   unshare -n sleep 600 &
   holders[$k]=$!
+  child_rec $!
   disown
 done
 sleep 0.2
@@ -56,6 +56,7 @@ for ((k = 0; k < N; k++)); do
   nsenter -t "${holders[$k]}" -n "$HR" run --conf "$tmp/c.ini" --node $k --quiet \
     --metrics "$tmp/m-$k.jsonl" > "$tmp/n$k.log" 2>&1 &
   pids[$k]=$!
+  child_rec $!
 done
 
 wait_iter 0 200

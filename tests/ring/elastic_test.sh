@@ -30,11 +30,8 @@
 # no epoch with two different member sets. MODE is none, auth (PSK) or encrypt (identity keys).
 set -u
 scenario=$1 mode=$2 NODE=$3
-pids=()
 . "$(dirname "$0")/../harness.sh"
 . "$(dirname "$0")/security.sh"
-on_exit='for p in "${pids[@]}"; do kill -CONT "$p" 2>/dev/null; kill -KILL "$p" 2>/dev/null; done
-wait 2>/dev/null'
 now() { date +%s.%N; }
 calc() { awk "BEGIN{printf \"%.2f\", $*}"; }
 
@@ -61,14 +58,15 @@ chmod 600 "$tmp/psk"
 stopfile=$tmp/stop
 
 # start ID [VAR=VALUE...]: a node in the background, with those variables in its environment;
-# each start gets a log of its own (out.ID.K)
+# each start gets a log of its own (out.ID.K); recorded, for the EXIT trap (tests/harness.sh)
 declare -A runs
 start() {
     local id=$1 k=${runs[$1]:-0}
     shift
     runs[$id]=$((k + 1))
     env "$@" "$NODE" "$tmp/c.ini" "$id" elastic "$stopfile" 30 > "$tmp/out.$id.$k" 2>&1 &
-    pids+=($!); pid[$id]=$!
+    pid[$id]=$!
+    child_rec $!
     log[$id]=$tmp/out.$id.$k
 }
 # last_view ID: "EPOCH MEMBERS T" of the node's last installed view
@@ -110,8 +108,8 @@ stop_all() {
     touch "$stopfile"
     for id in "$@"; do
         local end; end=$(calc "$(now) + 15")
-        while kill -0 "${pid[$id]}" 2>/dev/null && awk "BEGIN{exit !($(now) < $end)}"; do sleep 0.1; done
-        kill -0 "${pid[$id]}" 2>/dev/null && { fail "node $id still runs 15 s after the stop flag"; continue; }
+        while child_runs "${pid[$id]}" && awk "BEGIN{exit !($(now) < $end)}"; do sleep 0.1; done
+        child_runs "${pid[$id]}" && { fail "node $id still runs 15 s after the stop flag"; continue; }
         wait "${pid[$id]}"; local rc=$?
         [ $rc = 0 ] || fail "node $id exited $rc"
         grep -q "^node $id: ok rounds" "${log[$id]}" || fail "node $id did not stop on the flag"
@@ -158,7 +156,7 @@ case $scenario in
 kill)
     # node 0: the survivors' leader is another node, and the restarted node 0 (no state, rank
     # 0) must not be the donor
-    kill -KILL "${pid[0]}"; t_kill=$(now); wait "${pid[0]}" 2>/dev/null
+    child_signal KILL "${pid[0]}"; t_kill=$(now); wait "${pid[0]}" 2>/dev/null
     min_epoch=$e0
     if wait_view 1,2,3 10 1 2 3; then
         dt=$(calc "$t_view - $t_kill"); e1=$epoch
@@ -183,7 +181,7 @@ kill)
     stop_all 0 1 2 3
     ;;
 relife)
-    kill -KILL "${pid[3]}"; wait "${pid[3]}" 2>/dev/null
+    child_signal KILL "${pid[3]}"; wait "${pid[3]}" 2>/dev/null
     min_epoch=$e0
     wait_view 0,1,2 10 0 1 2 || { fail "no view of 0,1,2 within 10 s of the kill"; show; exit 1; }
     e1=$epoch
@@ -194,7 +192,7 @@ relife)
     # the others form it (their windows: 2.5 s, and connect_timeout for node 3, new) when node 0
     # dies; its new life starts at once
     for id in 1 2 3; do wait_for_line "${log[$id]}" "adopting view $e2: nodes 0,1,2,3; forming" 3 || { show; exit 1; }; done
-    kill -KILL "${pid[0]}"; wait "${pid[0]}" 2>/dev/null
+    child_signal KILL "${pid[0]}"; wait "${pid[0]}" 2>/dev/null
     start 0; t_start=$(now)
     echo "node 0 killed while view $e2 (admitting node 3) formed, and started again"
     wait_for_line "${log[0]}" "not adopting view $e2 .*earlier life of this node" 10 &&
@@ -214,7 +212,7 @@ relife)
     stop_all 0 1 2 3
     ;;
 quorum)
-    kill -KILL "${pid[2]}" "${pid[3]}"; t_kill=$(now); wait "${pid[2]}" "${pid[3]}" 2>/dev/null
+    child_signal KILL "${pid[2]}" "${pid[3]}"; t_kill=$(now); wait "${pid[2]}" "${pid[3]}" 2>/dev/null
     # nodes 0 and 1 say they wait for a quorum, and again one period (5 s) later; between the
     # two lines neither completes a round, in whatever view
     wq="waiting for a quorum of 3 of 4 nodes: reachable 0,1"
@@ -241,7 +239,7 @@ quorum)
     stop_all 0 1 3
     ;;
 stop)
-    kill -STOP "${pid[1]}"; t_stop=$(now)
+    child_signal STOP "${pid[1]}"; t_stop=$(now)
     min_epoch=$e0
     if wait_view 0,2,3 10 0 2 3; then
         e1=$epoch
@@ -251,7 +249,7 @@ stop)
         fail "no view of 0,2,3 within 10 s of SIGSTOP"
     fi
     sleep "$(awk "BEGIN{d = $t_stop + 6 - $(now); print (d > 0 ? d : 0)}")"
-    kill -CONT "${pid[1]}"; t_cont=$(now)
+    child_signal CONT "${pid[1]}"; t_cont=$(now)
     min_epoch=${e1:-$e0}
     if wait_view 0,1,2,3 15 0 1 2 3; then
         echo "SIGCONT node 1 -> view $epoch (0,1,2,3) after $(calc "$t_view - $t_cont") s"
@@ -265,12 +263,12 @@ stop)
 blame)
     ep=$e0
     for v in 1 3 0; do
-        kill -STOP "${pid[$v]}"; t_stop=$(now)
+        child_signal STOP "${pid[$v]}"; t_stop=$(now)
         min_epoch=$ep
         rest=$(ids 0 $((N - 1)) "$v")
         if ! wait_view "$rest" 12 ${rest//,/ }; then
             fail "no view of $rest within 12 s of stopping node $v"
-            kill -CONT "${pid[$v]}"
+            child_signal CONT "${pid[$v]}"
             break
         fi
         echo "SIGSTOP node $v -> view $epoch ($rest) after $(calc "$t_view - $t_stop") s"
@@ -280,7 +278,7 @@ blame)
             echo "    node $id: ${line#*: failed in view $ep }" | cut -c1-240
             [ "$who" = "$v" ] || fail "node $id blamed node ${who:-?} for the stop of node $v"
         done
-        kill -CONT "${pid[$v]}"; t_cont=$(now)
+        child_signal CONT "${pid[$v]}"; t_cont=$(now)
         min_epoch=$epoch
         if ! wait_view "$all" 15 $(seq 0 $((N - 1))); then
             fail "node $v was not admitted within 15 s of SIGCONT"
@@ -304,11 +302,11 @@ scale)
         fi
     }
     v=$((N / 2))
-    kill -KILL "${pid[$v]}"; t0=$(now); wait "${pid[$v]}" 2>/dev/null
+    child_signal KILL "${pid[$v]}"; t0=$(now); wait "${pid[$v]}" 2>/dev/null
     phase "$(ids 0 $((N - 1)) $v)" 8 "kill -9 node $v" $(ids 0 $((N - 1)) $v | tr ',' ' ')
     start $v; t0=$(now)
     phase "$all" 8 "node $v restarted" $(seq 0 $((N - 1)))
-    kill -KILL "${pid[0]}" "${pid[1]}"; t0=$(now); wait "${pid[0]}" "${pid[1]}" 2>/dev/null
+    child_signal KILL "${pid[0]}" "${pid[1]}"; t0=$(now); wait "${pid[0]}" "${pid[1]}" 2>/dev/null
     phase "$(ids 2 $((N - 1)))" 8 "kill -9 nodes 0 and 1" $(seq 2 $((N - 1)))
     start 0; t0=$(now)
     phase "$(ids 0 $((N - 1)) 1)" 8 "node 0 restarted, node 1 down" $(ids 0 $((N - 1)) 1 | tr ',' ' ')

@@ -41,10 +41,8 @@
 # below the kernel's ephemeral range (32768+), so no outgoing connection can hold one.
 set -u
 scenario=$1 mode=$2 NODE=$3 PROXY=${4:-}
-pids=()
 . "$(dirname "$0")/../harness.sh"
 . "$(dirname "$0")/security.sh"
-on_exit='for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null; done; wait 2>/dev/null'
 now() { date +%s.%N; }
 
 # identity keys for ids 0..7, a cluster PSK, and a second ("wrong") key and PSK
@@ -69,11 +67,13 @@ conf() {
         done
     } > "$f"
 }
-# start ID CONF ARGS...: one node in the background, output in $tmp/out.ID
+# start ID CONF ARGS...: one node in the background, output in $tmp/out.ID; recorded, for the
+# EXIT trap (tests/harness.sh)
 start() {
     local id=$1 f=$2; shift 2
     "$NODE" "$f" "$id" "$@" > "$tmp/out.$id" 2>&1 &
-    pids+=($!); pid[$id]=$!
+    pid[$id]=$!
+    child_rec $!
 }
 # running N TIMEOUT_S: until nodes 0..N-1 each said they run (their first collective is done)
 running() {
@@ -120,17 +120,17 @@ proxied() {
         sed "s|port = $((base + target))\$|port = $pport|" "$tmp/c.ini" > "$tmp/c0.ini"
         "$PROXY" $pport $((base + target)) "$what" 3 > "$tmp/proxy.out" 2>&1 &
         ppid=$!
+        child_rec $ppid
         for _ in $(seq 1 200); do # at most 10 s: a loaded machine starts it late
-            grep -q "proxy listening" "$tmp/proxy.out" || ! kill -0 $ppid 2>/dev/null && break
+            grep -q "proxy listening" "$tmp/proxy.out" || ! child_runs $ppid && break
             sleep 0.05
         done
         grep -q "proxy listening" "$tmp/proxy.out" && break
         # not listening: its port was taken, or it is still starting; a proxy that came up
         # late would wait for connections for ever, so it is stopped before the next try
-        kill $ppid 2>/dev/null
+        child_signal TERM $ppid
         wait $ppid 2>/dev/null
     done
-    pids+=($ppid)
 }
 
 case $scenario in
@@ -215,7 +215,7 @@ tree_tamper)
         for i in 1 2 3; do start $i "$tmp/c.ini" reduce 9000 6; done
         listening $((base + 2)) 10; start 0 "$tmp/c0.ini" reduce 9000 6
         finish 0 1 2 3
-        kill "$ppid" 2>/dev/null; wait "$ppid" 2>/dev/null
+        child_signal TERM "$ppid"; wait "$ppid" 2>/dev/null
         for i in 0 1 2 3; do
             [ "${rc[$i]}" = 3 ] || fail "$what: node $i exited ${rc[$i]}, expected 3 (ring error)"
             grep -q "node $i: ok\|WRONG" "$tmp/out.$i" && fail "$what: node $i applied a result"
@@ -249,10 +249,10 @@ tree_death)
             grep -q "^node $i: running, [1-9][0-9]* collective(s) on the tree" "$tmp/out.$i" ||
                 fail "SIG$sig: node $i's first all-reduce did not go over the tree: $(grep running "$tmp/out.$i")"
         done
-        kill -$sig "${pid[1]}"; t0=$(now)
+        child_signal $sig "${pid[1]}"; t0=$(now)
         finish 0 2 3 4 5 6 7
         el=$(awk "BEGIN{printf \"%.2f\", $(now) - $t0}")
-        kill -KILL "${pid[1]}" 2>/dev/null
+        child_signal KILL "${pid[1]}"
         echo "SIG$sig: survivors returned $el s after it (timeout 3 s)"
         awk "BEGIN{exit !($el < 8)}" || fail "SIG$sig: survivors took $el s (timeout 3 s)"
         for i in 0 2 3 4 5 6 7; do
@@ -277,10 +277,10 @@ poll_enomem)
         HETRING_RING_WORKERS=$workers POLL_FAIL_FILE="$tmp/poll_fail" LD_PRELOAD=$PROXY \
             start 0 "$tmp/c.ini" loop 100000
         running 2 20
-        touch "$tmp/poll_fail"; kill -STOP "${pid[1]}"; t0=$(now)
-        for _ in $(seq 200); do kill -0 "${pid[0]}" 2>/dev/null || break; sleep 0.1; done
+        touch "$tmp/poll_fail"; child_signal STOP "${pid[1]}"; t0=$(now)
+        for _ in $(seq 200); do child_runs "${pid[0]}" || break; sleep 0.1; done
         el=$(awk "BEGIN{printf \"%.1f\", $(now) - $t0}")
-        kill -KILL "${pid[0]}" "${pid[1]}" 2>/dev/null
+        child_signal KILL "${pid[0]}" "${pid[1]}"
         finish 0 1
         grep -q "^poll_fail: poll() fails with ENOMEM" "$tmp/out.0" ||
             fail "workers $workers: node 0's poll() never failed: the check proves nothing"
@@ -294,7 +294,7 @@ peer_death)
     n=4; newbase; TO=4 conf "$tmp/c.ini" $n
     for i in 0 1 2 3; do start $i "$tmp/c.ini" loop 4194304; done
     running 4 20
-    kill -KILL "${pid[2]}"; t0=$(now)
+    child_signal KILL "${pid[2]}"; t0=$(now)
     finish 0 1 3
     el=$(awk "BEGIN{printf \"%.2f\", $(now) - $t0}")
     echo "survivors returned $el s after the SIGKILL (timeout 4 s)"
@@ -380,7 +380,7 @@ tamper)
         listening $((base + 1)) 10; start 0 "$tmp/c0.ini" reduce 4194304 3
         finish 0 1 2
         check_engine
-        kill "$ppid" 2>/dev/null; wait "$ppid" 2>/dev/null
+        child_signal TERM "$ppid"; wait "$ppid" 2>/dev/null
         for i in 0 1 2; do
             [ "${rc[$i]}" = 3 ] || fail "$what: node $i exited ${rc[$i]}, expected 3 (ring error)"
             grep -q "node $i: ok\|WRONG" "$tmp/out.$i" && fail "$what: node $i applied a result"
@@ -433,7 +433,8 @@ strangers)
         start 0 "$tmp/c.ini" init
         listening $base 10 # node 0 listens and waits for node 2
         "$stranger" $base $k idle 15 > "$tmp/s.out" 2>&1 &
-        pids+=($!); sp=$!
+        sp=$!
+        child_rec $sp
         wait_for_line "$tmp/s.out" "^connect(ed|ion [0-9]+ to port)" 10 $k # each one tried
         t0=$(now)
         start 1 "$tmp/c.ini" init; start 2 "$tmp/c.ini" init
@@ -460,7 +461,7 @@ strangers)
     "$stranger" $base 1 idle 2 > "$tmp/s.0" 2>&1 & sp[0]=$!
     "$stranger" $((base + 1)) 20 garbage 2 > "$tmp/s.1" 2>&1 & sp[1]=$!
     "$stranger" $((base + 2)) 200 idle 2 > "$tmp/s.2" 2>&1 & sp[2]=$!
-    pids+=("${sp[@]}")
+    child_rec "${sp[@]}"
     for i in 0 1 2; do
         wait "${sp[$i]}" || fail "during the run: node $i did not close every stranger within 2 s"
         echo "    node $i: $(tail -n 1 "$tmp/s.$i")"
@@ -468,10 +469,10 @@ strangers)
     # past the ring timeout (4 s): a collective held up by the strangers would have failed
     sleep "$(awk "BEGIN{d = $t0 + 5.5 - $(now); print (d > 0 ? d : 0)}")"
     for i in 0 1 2; do
-        kill -0 "${pid[$i]}" 2>/dev/null || { fail "node $i stopped during the run"; show $i; }
+        child_runs "${pid[$i]}" || { fail "node $i stopped during the run"; show $i; }
         grep -q "ring error\|WRONG" "$tmp/out.$i" && { fail "node $i: ring error during the run"; show $i; }
     done
-    for i in 0 1 2; do kill -KILL "${pid[$i]}" 2>/dev/null; done
+    child_signal KILL "${pid[0]}" "${pid[1]}" "${pid[2]}"
     a0=$(sed -n 's/^connected //p' "$tmp/s.0")
     grep -q "connection from $a0[: ]" "$tmp/out.0" || fail "node 0 did not name the idle connection $a0"
     grep -m 1 "connection from" "$tmp/out.0" "$tmp/out.1" | sed 's/^/    /'
@@ -573,7 +574,8 @@ mt_nomem)
     newbase; SEG=134217728 conf "$tmp/c.ini" 2
     (ulimit -v 1183744; HETRING_RING_WORKERS=0 exec "$NODE" "$tmp/c.ini" 0 correct 1000003) \
         > "$tmp/out.0" 2>&1 &
-    pids+=($!); pid[0]=$!
+    pid[0]=$!
+    child_rec $!
     HETRING_RING_WORKERS=0 start 1 "$tmp/c.ini" correct 1000003
     finish 0 1
     [ "${rc[0]}" = 0 ] && [ "${rc[1]}" = 0 ] || { fail "a node failed: ${rc[0]} ${rc[1]}"; show 0 1; }
