@@ -50,6 +50,6 @@ child_kill_all() {
         [ "${proc_f[2]}" = "$p" ] && kill -KILL -- "-$p" 2> /dev/null
         kill -KILL "$p" 2> /dev/null && killed+=("$p")
     done
-    for p in "${killed[@]}"; do wait "$p" 2> /dev/null; done
+    for p in "${killed[@]}"; do wait "$p" 2> /dev/null || true; done
     return 0
 }

@@ -61,7 +61,7 @@ one() {
     for k in 0 1 2 3; do
         "$PYTHON" "$here/examples/torch/mnist_cnn.py" --conf "$conf" --node $k --data "$out/data" \
             "${args[@]}" > "$out/$mode.$rep.$k.log" 2>&1 &
-        script_pids+=($!)
+        script_add $!
     done
     local rc=0
     for p in "${script_pids[@]}"; do wait "$p" || rc=1; done
@@ -75,13 +75,13 @@ if [ $drift = 1 ]; then
     sed '/^\[node\.1\]/,$d' "$conf" > "$out/one.ini"
     "$PYTHON" "$here/examples/torch/mnist_cnn.py" --conf "$out/one.ini" --node 0 --data "$out/data" \
         --set "train.iterations=$iters" --save "$out/one.pt" > "$out/one.log" 2>&1 &
-    script_pids=($!)
+    script_add $!
     wait "${script_pids[0]}" || { tail "$out/one.log"; exit 1; }
     script_pids=()
     for k in 0 1 2 3; do
         "$PYTHON" "$here/examples/torch/mnist_cnn.py" --conf "$conf" --node $k --data "$out/data" \
             --set "train.iterations=$iters" --save "$out/four.$k.pt" > "$out/four.$k.log" 2>&1 &
-        script_pids+=($!)
+        script_add $!
     done
     for p in "${script_pids[@]}"; do wait "$p"; done
     script_pids=()

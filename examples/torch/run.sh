@@ -14,20 +14,39 @@ here=$(cd "$(dirname "$0")" && pwd)
 HETRING=${HETRING:-hetring}
 PYTHON=${PYTHON:-python3}
 iters=${1:-120}
-pids=()
+pids=() starts=()
 work=
+# rec PID: a node this shell just started, into pids, and its start time (field 22 of
+# /proc/PID/stat) into starts; runs I: node I of pids still runs. A pid alone does not name a
+# process once it ended: another process of the machine may have it by then, and gets no signal.
+rec() {
+    local s=
+    read -r s 2>/dev/null < "/proc/$1/stat" || true
+    s=${s##*) }
+    set -- "$1" $s
+    pids+=("$1")
+    if [ "${3:-}" = $$ ]; then starts+=("${21:-}"); else starts+=(""); fi
+}
+runs() {
+    local s
+    [ -n "${starts[$1]}" ] && read -r s 2>/dev/null < "/proc/${pids[$1]}/stat" || return 1
+    s=${s##*) }
+    set -- "$1" $s
+    [ "$2" != Z ] && [ "${21}" = "${starts[$1]}" ]
+}
 # The nodes of the run in progress get SIGTERM, and SIGKILL 10 s later, before their logs'
 # directory goes. (run runs in this shell, not in $(...), so that a signal finds its nodes and
 # is not held until the run ends: bash takes a trapped signal as soon as `wait` is interrupted.)
 cleanup() {
-    for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+    local i
+    for i in "${!pids[@]}"; do runs $i && kill "${pids[$i]}" 2>/dev/null || true; done
     for _ in $(seq 100); do
         local left=0
-        for p in "${pids[@]}"; do kill -0 "$p" 2>/dev/null && left=1; done
+        for i in "${!pids[@]}"; do runs $i && left=1 || true; done
         [ $left = 1 ] || break
         sleep 0.1
     done
-    for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
+    for i in "${!pids[@]}"; do runs $i && kill -KILL "${pids[$i]}" 2>/dev/null || true; done
     [ -n "${WORK:-}" ] || [ -z "$work" ] || rm -rf "$work"
 }
 trap cleanup EXIT
@@ -40,15 +59,15 @@ mkdir -p "$work"
 
 # run POLICY: the 4 nodes with [controller] policy = POLICY; node 0's RESULT line into $result
 run() {
-    pids=()
+    pids=() starts=()
     for k in 0 1 2 3; do
         "$PYTHON" "$here/mnist_cnn.py" --conf "$here/cluster.ini" --node "$k" --data "$work/data" \
             --set "controller.policy=$1" --set "train.iterations=$iters" >"$work/$1.$k.log" 2>&1 &
-        pids+=($!)
+        rec $!
     done
     local rc=0
     for p in "${pids[@]}"; do wait "$p" || rc=1; done
-    pids=()
+    pids=() starts=()
     [ $rc = 0 ] || { tail -20 "$work"/"$1".*.log >&2; return 1; }
     result=$(grep -h '^RESULT' "$work/$1.0.log" | cut -c8-)
 }

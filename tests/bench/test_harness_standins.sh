@@ -9,7 +9,10 @@
 #   - the EXIT trap of a script that sources tests/harness.sh SIGKILLs the children it recorded
 #     (child_rec) that still run, with the command of one that leads a process group (timeout's),
 #     not a process that holds the pid of a child that ended; child_rec records no process that
-#     is not the shell's child, and child_signal signals none it did not record.
+#     is not the shell's child, and child_signal signals none it did not record;
+#   - bench/script_args.sh's script_stop stops the runs of script_pids that still run (added
+#     by script_add), not a process that holds the pid of a run that ended, nor one that
+#     script_add did not record.
 set -u
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
 HR=unused
@@ -99,4 +102,25 @@ proc_ends "$p" "$start" || fail "the EXIT trap left timeout's command $p running
 proc_alive "$orphan" "$orphan_start" || fail "child_rec or the EXIT trap signalled $orphan, not a child"
 proc_alive "$other" "$other_start" || fail "the EXIT trap killed $other, which took the pid of a child that ended"
 
+# script_stop: a run that still runs; a run that ended, its pid taken by the other process; a pid
+# put in script_pids without script_add (the orphan's)
+cat > "$tmp/runs.sh" << 'EOS'
+. "$1/bench/script_args.sh"
+out=$2 other=$3 ended_start=$4 orphan=$5
+sleep 300 &
+script_add $!
+echo "run $! ${child_start[$!]:-}" > "$out"
+script_add "$other"
+child_start[$other]=$ended_start
+script_pids+=("$orphan")
+script_stop
+wait "${script_pids[0]:-$(cut -d' ' -f2 "$out")}" 2> /dev/null
+echo "status $?" >> "$out"
+EOS
+bash "$tmp/runs.sh" "$SRC" "$tmp/runs" "$other" "$ended_start" "$orphan"
+read -r _ p start < "$tmp/runs"
+[ -n "$start" ] || fail "script_add did not record the run $p"
+grep -q "^status 143$" "$tmp/runs" || fail "script_stop: the run did not end by SIGTERM: $(cat "$tmp/runs")"
+proc_alive "$other" "$other_start" || fail "script_stop signalled $other, which took the pid of a run that ended"
+proc_alive "$orphan" "$orphan_start" || fail "script_stop signalled $orphan, which script_add did not record"
 [ "$fails" = 0 ]

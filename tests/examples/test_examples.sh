@@ -114,6 +114,33 @@ EOS
         fail "run.sh with WORK exited $?: $out"
     [ -s "$tmp/keep/static.0.log" ] && [ -d "$tmp/keep/data" ] || fail "WORK=$tmp/keep does not hold the data and logs: $(ls "$tmp/keep")"
     echo "$out" | grep -q "data and logs in $tmp/keep" || fail "run.sh with WORK does not say where the logs are: $out"
+    # run.sh's rec and runs, by which its stop signals a node: a node it started runs; a pid
+    # that another process took after the node that had it ended is not the node; a process
+    # that is not the script's child (its pid taken before rec read it) is recorded as none
+    eval "$(sed -n '/^rec() {/,/^}/p; /^runs() {/,/^}/p' "$SRC/examples/torch/run.sh")"
+    sleep 300 &
+    node=$!
+    child_rec $node
+    sh -c "$standin_rec"'; rec $$ > "$1"; exec sleep 300' - "$tmp/other" &
+    other=$!
+    child_rec $other
+    for _ in $(seq 100); do [ -s "$tmp/other" ] && break; sleep 0.05; done
+    sh -c "$standin_rec"'; rec $$' > "$tmp/ended"
+    read -r _ ended_start < "$tmp/ended"
+    pids=() starts=()
+    rec $node
+    pids+=($other) starts+=("$ended_start")
+    (sh -c "$standin_rec"'; rec $$ > "$1"; exec sleep 300' - "$tmp/orphan" &)
+    on_exit="standin_kill '$tmp/orphan'; $on_exit"
+    for _ in $(seq 100); do [ -s "$tmp/orphan" ] && break; sleep 0.05; done
+    read -r orphan _ < "$tmp/orphan"
+    rec $orphan
+    runs 2 && fail "run.sh's runs: $orphan, not a child of the shell that recorded it, runs as its node"
+    runs 0 || fail "run.sh's runs: the node $node does not run"
+    [ "${child_start[$other]}" != "$ended_start" ] && runs 1 &&
+        fail "run.sh's runs: $other, which took the pid of a node that ended, runs as that node"
+    child_signal KILL $node $other
+    wait $node $other 2> /dev/null
     # SIGTERM to the script alone while its 4 nodes run (a fake that sleeps 300 s)
     : > "$tmp/hang"
     rm -f "$tmp/data-dirs"
