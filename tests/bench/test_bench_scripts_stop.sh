@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # test_bench_scripts_stop.sh: bench/compare_builds.sh, bench/slow_links.sh and
 # bench/start_cost.sh with a stand-in for hetring (a script that answers at once, or sleeps), so
-# that it runs in seconds and makes no namespace:
+# that it runs in seconds and makes no namespace; their TMPDIR holds a space:
 #   - each, its stand-in answering at once, ends 0 with the stand-in's figures;
 #   - SIGTERM to the script alone while its stand-in sleeps: it exits 143 without waiting for
 #     it and the stand-in is gone (each ran it in the foreground, where the trap could not reach
@@ -25,7 +25,7 @@ cat > "$tmp/old/hetring" << EOS
 $standin_rec
 rec \$\$ >> "$tmp/pids"
 rec \$\$ >> "$tmp/all-pids"
-echo "\$*" > "$tmp/args"
+printf '%s\n' "\$@" > "$tmp/args"
 if [ -e "$tmp/hang" ] && [ "\$(wc -l < "$tmp/pids")" -ge "\$(cat "$tmp/hang")" ]; then
     [ -e "$tmp/deaf" ] && trap '' TERM
     exec sleep 300
@@ -45,6 +45,9 @@ cb=(bash "$SRC/bench/compare_builds.sh" --repeats 1 --nodes 2 -b 1M -e 1M --no-h
     "$tmp/old" "$tmp/new")
 sl=(bash "$SRC/bench/slow_links.sh" "$tmp/slow" --hetring "$tmp/old/hetring" --only kernels)
 sc=(bash "$SRC/bench/start_cost.sh" "$tmp/old/hetring" --runs 1 --port "$base")
+# the scripts' temporary folders, in a TMPDIR whose name holds a space
+export TMPDIR="$tmp/tmp dir"
+mkdir "$TMPDIR"
 
 # the stand-ins answering at once
 out=$(timeout 60 "${cb[@]}" 2>&1) || fail "compare_builds.sh exited $?: $out"
@@ -79,10 +82,20 @@ stop() {
     done < "$tmp/pids"
     rm -f "$tmp/hang" "$tmp/deaf"
 }
+# folder_of OPTION: into d, the folder of the file OPTION names in the stand-in's last call
+folder_of() {
+    local args i
+    mapfile -t args < "$tmp/args"
+    for ((i = 0; i + 1 < ${#args[@]}; i++)); do
+        [ "${args[$i]}" = "$1" ] && { d=$(dirname "${args[$((i + 1))]}"); return 0; }
+    done
+    fail "the stand-in's last call had no $1: ${args[*]}"
+    d="$tmp/no $1"
+}
 stop compare_builds.sh TERM 143 2 "${cb[@]}"
-set -- $(cat "$tmp/args")
-while [ $# -gt 1 ] && [ "$1" != --json ]; do shift; done
-[ -d "$(dirname "$2")" ] && fail "compare_builds.sh left its temporary folder $(dirname "$2") behind"
+folder_of --json
+case $d in "$TMPDIR"/*) ;; *) fail "compare_builds.sh's folder $d is not in TMPDIR ($TMPDIR)" ;; esac
+[ -d "$d" ] && fail "compare_builds.sh left its temporary folder $d behind"
 stop slow_links.sh TERM 143 2 "${sl[@]}"
 stop start_cost.sh TERM 143 1 "${sc[@]}"
 : > "$tmp/deaf"
