@@ -15,6 +15,8 @@
 # default, which sends the tiny model's all-reduce over the tree from N = 4 on).
 # usage: elastic_scale.sh HETRING [--nodes "16 64 128"] [--runs 3] [--port 20000]
 #                          [--json FILE] [--keep DIR] [--tree-bytes B]
+# A cluster's nodes are stopped at the end of its run, and at exit, also on SIGTERM or SIGINT
+# to this script alone (exit 143 or 130): SIGTERM, and SIGKILL 10 s later.
 set -u
 . "$(dirname "$0")/script_args.sh"
 script_hetring "$@" # the comment above is the usage
@@ -34,7 +36,7 @@ while [ $# -gt 0 ]; do
 done
 tmp=$(mktemp -d)
 pids=()
-trap 'kill -KILL "${pids[@]}" 2>/dev/null; wait 2>/dev/null; rm -rf "$tmp"' EXIT
+script_traps 'rm -rf "$tmp"'
 now() { date +%s.%N; }
 sub() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.3f", a - b }'; }
 median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{ v[NR] = $1 } END { if (NR == 0) print "nan"; else print (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2) }'; }
@@ -48,9 +50,10 @@ conf() {
     for ((i = 0; i < $2; i++)); do printf '[node.%d]\nhost = 127.0.0.1\nport = %d\n' $i $((PORT + i)); done
   } > "$1"
 }
-start() { # start ID
+start() { # start ID: its pid in pids[ID], and in script_pids (script_args.sh)
   "$HR" run --conf "$tmp/c.ini" --node "$1" --quiet --metrics "$tmp/m-$1.jsonl" >> "$tmp/n$1.log" 2>&1 &
   pids[$1]=$!
+  script_add $!
 }
 # first_iter FILE [AFTER] [WITH|WITHOUT ID]: t_unix of the first iteration record after AFTER
 # whose view contains (or not) node ID
@@ -62,12 +65,14 @@ first_iter() {
         has = index(s, "," id ",") > 0; if ((how == "with") != has) next }
       printf "%.6f\n", t; exit }' "$1" 2>/dev/null
 }
-# wait_for CMD... : until CMD prints something (at most 150 s); prints it
+# wait_for VAR CMD... : until CMD prints something (at most 150 s), into VAR; in this shell, not
+# in $(...), where a SIGTERM or SIGINT would wait for it to end (script_args.sh)
 wait_for() {
-  local v t
+  local var=$1 v t
+  shift
   for ((t = 0; t < ${WAIT_TICKS:-1500}; t++)); do
     v=$("$@")
-    [ -n "$v" ] && { echo "$v"; return 0; }
+    [ -n "$v" ] && { printf -v "$var" '%s' "$v"; return 0; }
     sleep 0.1
   done
   return 1
@@ -95,20 +100,21 @@ results=()
 for N in $NODES; do
   F=() L=() R=() K=() I=() C=()
   for ((run = 0; run < RUNS; run++)); do
+    script_stop # (what a run that broke off left running)
     rm -f "$tmp"/m-*.jsonl "$tmp"/n*.log
     pids=()
     conf "$tmp/c.ini" "$N"
     for ((i = 0; i < N; i++)); do start $i; done
     t_last=$(now)
-    t_all=$(wait_for all_started) || { echo "N=$N run $run: the ring never formed" >&2; keep; break; }
+    wait_for t_all all_started || { echo "N=$N run $run: the ring never formed" >&2; keep; break; }
     read -r t_all t_open <<< "$t_all"
     F+=("$(sub "$t_all" "$t_open")") L+=("$(sub "$t_all" "$t_last")")
     sleep 2 # steady state
     victim=$((N / 2))
     t_kill=$(now)
-    kill -KILL "${pids[$victim]}"
+    child_signal KILL "${pids[$victim]}"
     wait "${pids[$victim]}" 2>/dev/null
-    t_res=$(wait_for first_iter "$tmp/m-0.jsonl" "$t_kill" without $victim) || { echo "N=$N: no resume" >&2; keep; break; }
+    wait_for t_res first_iter "$tmp/m-0.jsonl" "$t_kill" without $victim || { echo "N=$N: no resume" >&2; keep; break; }
     R+=("$(sub "$t_res" "$t_kill")")
     # the iteration before the kill, on node 0
     awk -v tk="$t_kill" '/^\{"iter":/ { match($0, /"t_unix":[0-9.]+/); t = substr($0, RSTART + 9, RLENGTH - 9) + 0
@@ -121,12 +127,11 @@ for N in $NODES; do
     sleep 1
     t_re=$(now)
     start $victim
-    t_back=$(wait_for first_iter "$tmp/m-$victim.jsonl" "$t_re" with $victim) || { echo "N=$N: node $victim never back" >&2; keep; break; }
+    wait_for t_back first_iter "$tmp/m-$victim.jsonl" "$t_re" with $victim || { echo "N=$N: node $victim never back" >&2; keep; break; }
     K+=("$(sub "$t_back" "$t_re")")
     echo "N=$N run $run: formed ${F[-1]} s (${L[-1]} s from the last launch), resume ${R[-1]} s, back ${K[-1]} s, iteration $it ms (comm $cm ms)" >&2
     keep
-    kill -KILL "${pids[@]}" 2>/dev/null
-    wait 2>/dev/null
+    script_stop
     pids=()
   done
   f=$(echo "${F[*]:-}" | median) l=$(echo "${L[*]:-}" | median) r=$(echo "${R[*]:-}" | median) k=$(echo "${K[*]:-}" | median)

@@ -1,13 +1,17 @@
 #!/usr/bin/env bash
-# test_bench_scripts_stop.sh: bench/compare_builds.sh, bench/slow_links.sh and
-# bench/start_cost.sh with a stand-in for hetring (a script that answers at once, or sleeps), so
-# that it runs in seconds and makes no namespace; their TMPDIR holds a space:
+# test_bench_scripts_stop.sh: bench/compare_builds.sh, bench/slow_links.sh,
+# bench/start_cost.sh and bench/elastic_scale.sh with a stand-in for hetring (a script that
+# answers at once, or sleeps), so that it runs in seconds and makes no namespace; their TMPDIR
+# holds a space:
 #   - each, its stand-in answering at once, ends 0 with the stand-in's figures;
 #   - SIGTERM to the script alone while its stand-in sleeps: it exits 143 without waiting for
 #     it and the stand-in is gone (each ran it in the foreground, where the trap could not reach
 #     it: it was left running, compare_builds.sh's temporary folder removed under it);
 #   - start_cost.sh: SIGINT while the stand-in sleeps under /usr/bin/time ignoring SIGTERM: it
-#     exits 130 and the stand-in is gone (SIGKILL after the grace of 10 s).
+#     exits 130 and the stand-in is gone (SIGKILL after the grace of 10 s);
+#   - elastic_scale.sh: a cluster that never forms (its stand-ins sleep) is stopped before the
+#     next one starts, and at the end none is left (it lost the nodes of every cluster but the
+#     last); SIGTERM while a cluster runs: exit 143, its nodes and its folder gone.
 # Skipped (77) without python3, timeout, pgrep or /usr/bin/time, which the scripts need.
 set -u
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
@@ -45,6 +49,7 @@ cb=(bash "$SRC/bench/compare_builds.sh" --repeats 1 --nodes 2 -b 1M -e 1M --no-h
     "$tmp/old" "$tmp/new")
 sl=(bash "$SRC/bench/slow_links.sh" "$tmp/slow" --hetring "$tmp/old/hetring" --only kernels)
 sc=(bash "$SRC/bench/start_cost.sh" "$tmp/old/hetring" --runs 1 --port "$base")
+es=(bash "$SRC/bench/elastic_scale.sh" "$tmp/old/hetring" --runs 1 --port "$base")
 # the scripts' temporary folders, in a TMPDIR whose name holds a space
 export TMPDIR="$tmp/tmp dir"
 mkdir "$TMPDIR"
@@ -100,4 +105,21 @@ stop slow_links.sh TERM 143 2 "${sl[@]}"
 stop start_cost.sh TERM 143 1 "${sc[@]}"
 : > "$tmp/deaf"
 stop start_cost.sh INT 130 2 "${sc[@]}" # the timed start, under /usr/bin/time
+
+# elastic_scale.sh: two clusters of 2 that never form (0.5 s each, WAIT_TICKS), then SIGTERM
+# while the nodes of one sleep
+: > "$tmp/pids"
+echo 1 > "$tmp/hang"
+out=$(WAIT_TICKS=5 timeout 60 "${es[@]}" --nodes "2 2" 2>&1)
+rc=$?
+[ $rc = 0 ] && [ "$(echo "$out" | grep -c "the ring never formed")" = 2 ] ||
+    fail "elastic_scale.sh of clusters that never form: exit $rc, $out"
+[ "$(wc -l < "$tmp/pids")" = 4 ] || fail "elastic_scale.sh started $(wc -l < "$tmp/pids") nodes, not 4: $out"
+while read -r p start; do
+    proc_ends "$p" "$start" || fail "elastic_scale.sh left node $p of a cluster that never formed running"
+done < "$tmp/pids"
+stop elastic_scale.sh TERM 143 2 "${es[@]}" --nodes 2
+folder_of --metrics
+case $d in "$TMPDIR"/*) ;; *) fail "elastic_scale.sh's folder $d is not in TMPDIR ($TMPDIR)" ;; esac
+[ -d "$d" ] && fail "elastic_scale.sh left its temporary folder $d behind"
 [ "$fails" = 0 ]
