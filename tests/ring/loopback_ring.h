@@ -25,4 +25,11 @@ static inline void loopback_ring_config(ring_config *rc, const char *name, long 
     }
 }
 
+/* Security auth with the one test PSK (32 bytes of 0x5a) every member of such a ring holds. */
+static inline void loopback_ring_psk(ring_config *rc) {
+    rc->security = RING_SEC_AUTH;
+    memset(rc->psk, 0x5a, sizeof rc->psk);
+    rc->has_psk = 1;
+}
+
 #endif

@@ -83,6 +83,33 @@ static int same_on_every_rank(ring *r, uint64_t h, int n, int k, const char *wha
     return 0;
 }
 
+/* The buffers of a bf16 all-reduce check: the COUNT values and results, this rank's dropped
+ * parts (then every rank's, summed) and the bf16 values the wire carried. */
+typedef struct {
+    float *buf, *dropped;
+    uint16_t *wire;
+} bf16_bufs;
+
+static void bf16_free(bf16_bufs *b) {
+    free(b->buf), free(b->dropped), free(b->wire);
+}
+
+/* ring_allreduce_bf16 of COUNT values into b, rank k's value of element i fill(k, i): 0, or
+ * what the check returns (2 out of memory, ring_fail's status); b is the caller's to free
+ * (bf16_free) either way. */
+static int bf16_run(ring *r, size_t count, float (*fill)(int, size_t), const char *what,
+                    bf16_bufs *b) {
+    const size_t c1 = count ? count : 1;
+    const int k = ring_rank(r);
+    b->buf = malloc(c1 * sizeof *b->buf), b->dropped = malloc(c1 * sizeof *b->dropped);
+    b->wire = malloc(c1 * sizeof *b->wire);
+    if (!b->buf || !b->dropped || !b->wire) return 2;
+    for (size_t i = 0; i < count; i++) b->buf[i] = fill(k, i), b->dropped[i] = NAN;
+    if (ring_allreduce_bf16(r, b->buf, b->wire, b->dropped, count) != HR_OK)
+        return ring_fail(r, what);
+    return 0;
+}
+
 /* ring_allreduce_bf16 of COUNT values, a count that goes round the ring with bf16 on the wire:
  * every rank ends with the same bits (I4), every result is a bf16 value, within n^2 2^-9 of the
  * exact sum, and the exact sum is the result plus every rank's dropped part (error feedback
@@ -90,13 +117,10 @@ static int same_on_every_rank(ring *r, uint64_t h, int n, int k, const char *wha
 static int check_bf16(ring *r, size_t count) {
     int n = ring_size(r), k = ring_rank(r);
     char msg[256];
-    size_t c1 = count ? count : 1;
-    float *buf = malloc(c1 * sizeof *buf), *dropped = malloc(c1 * sizeof *dropped);
-    uint16_t *wire = malloc(c1 * sizeof *wire);
-    if (!buf || !dropped || !wire) return 2;
-    for (size_t i = 0; i < count; i++) buf[i] = value(k, i), dropped[i] = NAN;
-    if (ring_allreduce_bf16(r, buf, wire, dropped, count) != HR_OK)
-        return free(buf), free(dropped), free(wire), ring_fail(r, "bf16 all-reduce");
+    bf16_bufs b;
+    const int rc = bf16_run(r, count, value, "bf16 all-reduce", &b);
+    if (rc) return bf16_free(&b), rc;
+    float *buf = b.buf, *dropped = b.dropped;
     size_t narrow = 0; /* results that are bf16 values */
     for (size_t i = 0; i < count; i++) {
         uint32_t u;
@@ -106,7 +130,7 @@ static int check_bf16(ring *r, size_t count) {
     const int on_bf16 = n > 1 && narrow == count;
     /* every rank's dropped parts, summed: exact sum = result + that */
     if (ring_allreduce(r, dropped, count) != HR_OK)
-        return free(buf), free(dropped), free(wire), ring_fail(r, "all-reduce of the dropped");
+        return bf16_free(&b), ring_fail(r, "all-reduce of the dropped");
     double maxd = 0, maxe = 0, bound = (double)n * n / 512;
     for (size_t i = 0; i < count; i++) {
         double ref = 0;
@@ -127,7 +151,7 @@ static int check_bf16(ring *r, size_t count) {
     else
         msg[0] = 0;
     const uint64_t h = fnv(buf, count * sizeof *buf);
-    free(buf), free(dropped), free(wire);
+    bf16_free(&b);
     if (msg[0]) return wrong("bf16 all-reduce", count, msg);
     return same_on_every_rank(r, h, n, k, "bf16 all-reduce", count);
 }
@@ -167,12 +191,10 @@ static float near_max(int k, size_t i) {
 static int check_bf16_max(ring *r, size_t count) {
     int n = ring_size(r), k = ring_rank(r);
     char msg[256] = "";
-    float *buf = malloc(count * sizeof *buf), *dropped = malloc(count * sizeof *dropped);
-    uint16_t *wire = malloc(count * sizeof *wire);
-    if (!buf || !dropped || !wire) return 2;
-    for (size_t i = 0; i < count; i++) buf[i] = near_max(k, i), dropped[i] = NAN;
-    if (ring_allreduce_bf16(r, buf, wire, dropped, count) != HR_OK)
-        return free(buf), free(dropped), free(wire), ring_fail(r, "bf16 all-reduce near FLT_MAX");
+    bf16_bufs b;
+    const int rc = bf16_run(r, count, near_max, "bf16 all-reduce near FLT_MAX", &b);
+    if (rc) return bf16_free(&b), rc;
+    float *buf = b.buf, *dropped = b.dropped;
     size_t saturated = 0;
     for (size_t i = 0; i < count && !msg[0]; i++) {
         if (!isfinite(buf[i]) || !isfinite(dropped[i]))
@@ -183,7 +205,7 @@ static int check_bf16_max(ring *r, size_t count) {
         saturated += fabsf(buf[i]) == of_bits(0x7f7f0000u);
     }
     if (ring_allreduce(r, dropped, count) != HR_OK)
-        return free(buf), free(dropped), free(wire), ring_fail(r, "all-reduce of the dropped");
+        return bf16_free(&b), ring_fail(r, "all-reduce of the dropped");
     double maxe = 0;
     for (size_t i = 0; i < count && !msg[0]; i++) {
         double ref = 0;
@@ -201,7 +223,7 @@ static int check_bf16_max(ring *r, size_t count) {
             "result and dropped part finite, with every rank's dropped part %.3g off\n",
             g_id, count, saturated, (double)of_bits(0x7f7f0000u), maxe);
     const uint64_t h = fnv(buf, count * sizeof *buf);
-    free(buf), free(dropped), free(wire);
+    bf16_free(&b);
     if (msg[0]) return wrong("bf16 all-reduce near FLT_MAX", count, msg);
     return same_on_every_rank(r, h, n, k, "bf16 all-reduce near FLT_MAX", count);
 }

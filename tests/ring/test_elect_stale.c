@@ -48,9 +48,7 @@ static void on_usr1(int sig) {
 
 static void make_config(ring_config *rc, long self, int base) {
     loopback_ring_config(rc, "elect-stale", self, 3, base, 1);
-    rc->security = RING_SEC_AUTH;
-    memset(rc->psk, 0x5a, sizeof rc->psk);
-    rc->has_psk = 1;
+    loopback_ring_psk(rc);
     rc->connect_timeout = 20;
     rc->timeout = 2;
     rc->min_nodes = 3;
