@@ -2,14 +2,16 @@
 
 check(cond, msg) counts a failure and goes on; finish() prints the count and gives the exit
 status; need_torch() exits 77 (a skip) where PyTorch is missing; port_block() claims a block of
-8 ports as tests/ports.sh does; run_case(cases, worker) is a script's main: its worker, or the
-case its first argument names, timed.
+8 ports as tests/ports.sh does; run_case(cases, worker, files, cleanup) is a script's main:
+its worker, or the case its first argument names, timed.
 
 A case and the workers it starts read their script, this file, the package (PYTHONPATH) and
 HETRING_LIB from the tree as it is when each process starts, so a file changed during a run
 (an edit, a checkout, a file swapped for a break test) has them run other code than each
 other: run_case says so, naming the files, in a worker that starts on other files than its
-case did and at the end of a case whose files changed.
+case did and at the end of a case whose files changed. A worker is the script's own ("worker"
+as its first argument), or a script of its own that the case names in `files` and that calls
+worker_changed() first (test_torch.py's torch_worker.py, test_models.py's model_worker.py).
 """
 import hashlib
 import importlib.util
@@ -63,17 +65,24 @@ def port_block():
     raise RuntimeError("no free block of ports")
 
 
-def sources():
-    """The files a script here runs on, each with the SHA-1 of its bytes: the script, this
-    file, the modules of the hetring package PYTHONPATH finds, HETRING_LIB."""
+def source_files(extra=()):
+    """The files this process runs on: its script, this file, extra, the modules of the hetring
+    package PYTHONPATH finds, HETRING_LIB."""
     spec = importlib.util.find_spec("hetring")  # where it is, not importing it
     files = [os.path.abspath(sys.argv[0]), os.path.abspath(__file__)]
+    files += [os.path.abspath(f) for f in extra]
     for d in spec.submodule_search_locations if spec else ():
         files += sorted(os.path.join(d, f) for f in os.listdir(d) if f.endswith(".py"))
     if os.environ.get("HETRING_LIB"):
         files.append(os.environ["HETRING_LIB"])
+    return files
+
+
+def sources(extra=()):
+    """The files a script here runs on (source_files(extra): extra, the worker scripts its
+    cases start), each with the SHA-1 of its bytes (None: unreadable)."""
     out = {}
-    for f in files:
+    for f in source_files(extra):
         try:
             with open(f, "rb") as fh:
                 out[f] = hashlib.sha1(fh.read()).hexdigest()
@@ -83,37 +92,50 @@ def sources():
 
 
 def changed(before):
-    """The files of before (sources()) whose bytes are not those now, or are new."""
-    now = sources()
+    """The files of before (sources()) whose bytes are not those now, and the files this
+    process runs on that before does not hold."""
+    now = sources(before.keys())
     return sorted(f for f in before.keys() | now.keys() if before.get(f) != now.get(f))
 
 
-def run_case(cases, worker):
+def worker_changed():
+    """In a worker a case started: the files changed since its case began, said on stderr
+    (none where no case started it). A worker of its own (not the script's "worker") calls it
+    first and exits 1 where there are any."""
+    diff = changed(json.loads(os.environ[SOURCES_ENV])) if SOURCES_ENV in os.environ else []
+    if diff:
+        print(f"harness: {', '.join(diff)} changed since the case that started this worker "
+              f"began: the worker would run other code than the case; run the test again "
+              f"on a tree that holds still", file=sys.stderr)
+    return diff
+
+
+def run_case(cases, worker, files=(), cleanup=None):
     """A script's entry: `worker` with the arguments after "worker" (a node the case started),
     or cases[argv[1]](dir, port) in a temporary directory with a claimed block of ports, then
-    finish(), with the case's time. Returns the exit status; 1 for a worker that starts on
-    other files than its case did, and a failed check for a case whose files changed."""
-    if sys.argv[1] == "worker":
-        diff = changed(json.loads(os.environ[SOURCES_ENV])) if SOURCES_ENV in os.environ else []
-        if diff:
-            print(f"harness: {', '.join(diff)} changed since the case that started this worker "
-                  f"began: the worker would run other code than the case; run the test again "
-                  f"on a tree that holds still", file=sys.stderr)
-            return 1
-        return worker(*sys.argv[2:])
+    cleanup() (even when the case raised) and finish(), with the case's time. files: the worker
+    scripts of its own that the cases start. Returns the exit status: the case's 77 (a skip),
+    1 for a worker that starts on other files than its case did, and a failed check for a case
+    whose files changed."""
+    if sys.argv[1] == "worker" and worker:
+        return 1 if worker_changed() else worker(*sys.argv[2:])
     t0 = time.monotonic()
-    before = sources()
+    before = sources(files)
     os.environ[SOURCES_ENV] = json.dumps(before)
     port, claim = port_block()
     try:
         with tempfile.TemporaryDirectory(prefix="hetring-py.") as d:
-            cases[sys.argv[1]](d, port)
+            rc = cases[sys.argv[1]](d, port)
     finally:
+        if cleanup:
+            cleanup()
         os.rmdir(claim)
+    if rc == 77:
+        return 77
     diff = changed(before)
     check(not diff, f"{', '.join(diff)} changed during the case: it and its workers may have "
                     f"run other code than each other; run the test again on a tree that holds "
                     f"still")
-    rc = finish()
+    rc = finish(rc if isinstance(rc, int) else 0)
     print(f"{sys.argv[1]}: {time.monotonic() - t0:.1f} s")
     return rc

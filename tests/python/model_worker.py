@@ -15,10 +15,15 @@ import os
 import sys
 import time
 
-import torch
-import torch.nn as nn
+import harness
 
-import hetring.torch as ht
+if harness.worker_changed():  # the files its case started on changed: it would run other code
+    sys.exit(1)
+
+import torch  # noqa: E402
+import torch.nn as nn  # noqa: E402
+
+import hetring.torch as ht  # noqa: E402
 
 p = argparse.ArgumentParser()
 p.add_argument("conf")

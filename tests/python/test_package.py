@@ -178,9 +178,12 @@ def test_pip(src):
 
 # a script of run_case's in a folder of its own: its cases start a worker on the files as
 # they are, start one while its own file is swapped (then put back, as a break test does), and
-# change its own file for good
+# change its own file for good; and start a worker script of its own (w.py, in run_case's
+# files, as test_torch.py's torch_worker.py is), on the files as they are and swapped
 CASES = """import os, subprocess, sys
 from harness import check, run_case
+
+W = os.path.join(os.path.dirname(os.path.abspath(__file__)), "w.py")
 
 
 def start():
@@ -207,29 +210,55 @@ def edit(d, port):
         f.write("# edited")
 
 
-sys.exit(run_case({"spawn": spawn, "swap": swap, "edit": edit}, lambda: 0))
+def own(d, port):
+    check(subprocess.run([sys.executable, W]).returncode == 0, "own: the worker failed")
+
+
+def own_swap(d, port):
+    with open(W) as f:
+        text = f.read()
+    with open(W, "a") as f:
+        f.write("# swapped")
+    rc = subprocess.run([sys.executable, W]).returncode
+    with open(W, "w") as f:
+        f.write(text)
+    check(rc == 0, "own_swap: the worker failed")
+
+
+sys.exit(run_case({"spawn": spawn, "swap": swap, "edit": edit, "own": own, "own_swap": own_swap},
+                  lambda: 0, files=[W], cleanup=lambda: print("cleanup ran")))
+"""
+OWN_WORKER = """import sys
+import harness
+sys.exit(1 if harness.worker_changed() else 0)
 """
 
 
 def test_harness():
     """harness.run_case names a file changed under a run: a worker started on other files than
-    its case fails, and so does a case whose files changed; one that changed nothing passes."""
+    its case fails, the script's own or one of its files, and so does a case whose files
+    changed; one that changed nothing passes. Its cleanup runs after every case."""
     here = os.path.dirname(os.path.abspath(__file__))
     for case, rc, says in (("spawn", 0, None),
                            ("swap", 1, "t.py changed since the case that started this worker "
                                        "began"),
-                           ("edit", 1, "t.py changed during the case")):
+                           ("edit", 1, "t.py changed during the case"),
+                           ("own", 0, None),
+                           ("own_swap", 1, "w.py changed since the case that started this "
+                                           "worker began")):
         with tempfile.TemporaryDirectory() as d:
             shutil.copy(os.path.join(here, "harness.py"), d)
             with open(os.path.join(d, "t.py"), "w") as f:
                 f.write(CASES)
+            with open(os.path.join(d, "w.py"), "w") as f:
+                f.write(OWN_WORKER)
             r = subprocess.run([sys.executable, os.path.join(d, "t.py"), case],
                                capture_output=True, text=True, timeout=60)
         out = r.stdout + r.stderr
         print(f"harness: {case}: exit {r.returncode}, saying:")
         print("".join(f"  | {line}\n" for line in out.splitlines()), end="")
         check(r.returncode == rc and (says is None) == ("changed" not in out) and
-              (says is None or says in out),
+              (says is None or says in out) and "cleanup ran" in r.stdout,
               f"harness: {case}: exit {r.returncode} (expected {rc}), saying {out[-2000:]!r}")
 
 

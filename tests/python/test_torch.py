@@ -45,10 +45,9 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 import time
 
-from harness import check, finish, need_torch, port_block
+from harness import check, need_torch, run_case
 
 need_torch()
 
@@ -394,17 +393,11 @@ def _cmdline(pid):
 
 
 def main():
-    port, claim = port_block()
-    try:
-        with tempfile.TemporaryDirectory(prefix="hetring-py.") as d:
-            {"split": split, "dtype": dtype, "rejoin": rejoin, "workers": workers,
-             "overlap": overlap, "resume": resume, "leave": leave,
-             "powersgd": powersgd, "resume_bf16": resume_bf16,
-             "resume_powersgd": resume_powersgd}[sys.argv[1]](d, port)
-    finally:
-        kill_all()
-        os.rmdir(claim)
-    return finish()
+    return run_case({"split": split, "dtype": dtype, "rejoin": rejoin, "workers": workers,
+                     "overlap": overlap, "resume": resume, "leave": leave,
+                     "powersgd": powersgd, "resume_bf16": resume_bf16,
+                     "resume_powersgd": resume_powersgd}, None, files=[WORKER],
+                    cleanup=kill_all)
 
 
 if __name__ == "__main__":

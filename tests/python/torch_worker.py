@@ -11,10 +11,15 @@ import os
 import signal
 import sys
 
-import torch
+import harness
 
-import hetring
-import hetring.torch as ht
+if harness.worker_changed():  # the files its case started on changed: it would run other code
+    sys.exit(1)
+
+import torch  # noqa: E402
+
+import hetring  # noqa: E402
+import hetring.torch as ht  # noqa: E402
 
 p = argparse.ArgumentParser()
 p.add_argument("conf")
