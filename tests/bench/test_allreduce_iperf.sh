@@ -11,10 +11,8 @@
 set -u
 HR=$1
 . "$(dirname "$0")/../harness.sh" # the nodes take base.. (--port)
-on_exit='for f in "$tmp"/*.pids; do for p in $(cat "$f"); do kill -KILL "$p" 2>/dev/null; done; done'
+on_exit="standin_kill '$tmp/all.pids'" # the fake iperf3s that still run (tests/harness.sh)
 TIMEOUT=$(command -v timeout)
-# alive PID: running, not a zombie (a killed child of the bench waits for pid 1 to reap it)
-alive() { local st; st=$(ps -o stat= -p "$1") && [ "${st#Z}" = "$st" ]; }
 run() { "$TIMEOUT" 60 "$HR" bench allreduce --port "$base" --nodes 2 -b 1K -e 1K --iters 1 --warmup 0 "$@"; }
 
 mkdir -p "$tmp/none"
@@ -25,9 +23,10 @@ grep -q '^# R unknown (iperf3 is not installed; install it or give --rate)$' "$t
 mkdir -p "$tmp/fake"
 cat > "$tmp/fake/iperf3" << EOS
 #!/bin/sh
+$standin_rec
 case " \$* " in
-*" -s "*) echo \$\$ > "$tmp/server.pid"; echo \$\$ >> "$tmp/all.pids"; port=server; ;;
-*" -c "*) echo \$\$ > "$tmp/client.pid"; echo \$\$ >> "$tmp/all.pids"; port=client; ;;
+*" -s "*) rec \$\$ > "$tmp/server.pid"; rec \$\$ >> "$tmp/all.pids"; port=server; ;;
+*" -c "*) rec \$\$ > "$tmp/client.pid"; rec \$\$ >> "$tmp/all.pids"; port=client; ;;
 *) exit 2 ;;
 esac
 while [ \$# -gt 1 ]; do [ "\$1" = -p ] && echo "\$2" > "$tmp/\$port.port"; shift; done
@@ -44,7 +43,7 @@ PATH=$tmp/fake:$PATH run > "$tmp/failed.out" 2>&1 || fail "iperf3 failing: exit 
 grep -q '^# R unknown (iperf3 failed; give --rate)$' "$tmp/failed.out" ||
     fail "iperf3 failing: $(grep '^# R' "$tmp/failed.out")"
 server=$(cat "$tmp/server.pid" 2> /dev/null)
-[ -n "$server" ] && ! alive "$server" || fail "iperf3 failing: the server ${server:-?} is left running"
+[ -n "$server" ] && ! proc_alive $server || fail "iperf3 failing: the server ${server:-?} is left running"
 echo "client failing: done in $((SECONDS - start)) s"
 [ "$(cat "$tmp/server.port" 2> /dev/null)" = $((base + 2)) ] && [ "$(cat "$tmp/client.port" 2> /dev/null)" = $((base + 2)) ] ||
     fail "iperf3 on port $(cat "$tmp/server.port" 2> /dev/null), its client on $(cat "$tmp/client.port" 2> /dev/null), expected $((base + 2)) (after the nodes')"
@@ -53,7 +52,7 @@ echo "client failing: done in $((SECONDS - start)) s"
 s = socket.socket(); s.bind(("127.0.0.1", int(sys.argv[1]))); s.listen(1)
 open(sys.argv[2], "w").close(); time.sleep(60)' $((base + 2)) "$tmp/held" &
 holder=$!
-on_exit="kill $holder 2>/dev/null; $on_exit"
+child_rec $holder
 for _ in $(seq 100); do [ -e "$tmp/held" ] && break; sleep 0.1; done
 rm -f "$tmp/server.port" "$tmp/client.port"
 PATH=$tmp/fake:$PATH run > "$tmp/taken.out" 2>&1 || fail "iperf3 port taken: exit $?: $(tail -2 "$tmp/taken.out")"
@@ -61,7 +60,7 @@ sp=$(cat "$tmp/server.port" 2> /dev/null)
 [ -n "$sp" ] && [ "$sp" != $((base + 2)) ] && [ "$(cat "$tmp/client.port" 2> /dev/null)" = "$sp" ] &&
     grep -qxF "hetring bench allreduce: port $((base + 2)) for the iperf3 server is taken; it listens on $sp" "$tmp/taken.out" ||
     fail "iperf3 port taken: server on '$sp', client on '$(cat "$tmp/client.port" 2> /dev/null)': $(grep iperf3 "$tmp/taken.out")"
-kill "$holder" 2> /dev/null
+child_signal TERM "$holder"
 wait "$holder" 2> /dev/null
 rm -f "$tmp/client-fails"
 
@@ -69,19 +68,20 @@ for sig in TERM INT; do
     rm -f "$tmp/server.pid" "$tmp/client.pid"
     PATH=$tmp/fake:$PATH "$HR" bench allreduce --port "$base" --nodes 2 -b 1K -e 1K > "$tmp/$sig.out" 2>&1 &
     bench=$!
+    child_rec $bench
     for _ in $(seq 100); do [ -s "$tmp/client.pid" ] && break; sleep 0.1; done
     server=$(cat "$tmp/server.pid" 2> /dev/null)
     [ -n "$server" ] || fail "SIG$sig: no iperf3 server started"
-    kill -"$sig" "$bench"
-    for _ in $(seq 100); do kill -0 "$bench" 2> /dev/null || break; sleep 0.1; done
-    kill -KILL "$bench" 2> /dev/null && fail "SIG$sig: the bench still ran 10 s after the signal"
+    child_signal "$sig" "$bench"
+    for _ in $(seq 100); do child_runs "$bench" || break; sleep 0.1; done
+    child_signal KILL "$bench" && fail "SIG$sig: the bench still ran 10 s after the signal"
     wait "$bench"
     rc=$?
     [ "$rc" = $((128 + $(kill -l "$sig"))) ] || fail "SIG$sig: exit $rc"
     sleep 0.2 # the client's death signal
-    [ -n "$server" ] && alive "$server" && fail "SIG$sig: the iperf3 server $server is left running"
+    [ -n "$server" ] && proc_alive $server && fail "SIG$sig: the iperf3 server ${server% *} is left running"
     client=$(cat "$tmp/client.pid" 2> /dev/null)
-    [ -n "$client" ] && alive "$client" && fail "SIG$sig: the iperf3 client $client is left running"
+    [ -n "$client" ] && proc_alive $client && fail "SIG$sig: the iperf3 client ${client% *} is left running"
 done
 echo "$fails failure(s)"
 [ "$fails" = 0 ]

@@ -11,7 +11,6 @@ set -u
 HR=$1
 . "$(dirname "$0")/../harness.sh" # the bench's nodes take base..base+4 (--port)
 bench=
-on_exit='[ -n "$bench" ] && kill -KILL "$bench" 2>/dev/null'
 
 # descendants PID: every process below PID (hetring local and its nodes; nodes have their own
 # process groups, so only the parent links find them)
@@ -35,8 +34,8 @@ first_done() { grep -q '^homogeneous   model ' "$tmp/$1.out"; }
 stop() {
     local before=$SECONDS
     descendants "$bench" > "$tmp/$2.pids"
-    kill -"$1" "$bench"
-    wait_for 30 eval '! kill -0 $bench 2>/dev/null' || { fail "$2: still running 30 s after SIG$1"; kill -KILL "$bench"; }
+    child_signal "$1" "$bench"
+    wait_for 30 eval '! child_runs $bench' || { fail "$2: still running 30 s after SIG$1"; child_signal KILL "$bench"; }
     wait "$bench"; rc=$?
     # at once, without forking: the bench reaps its run before it exits, so nothing of it may
     # be alive now (the child's death signal alone would clean up only some moments later)
@@ -59,6 +58,7 @@ run_bench() {
     "$HR" bench hetero --port "$base" --out "$tmp/$1" --iters 400 --batch 64 --layers 784,16,10 \
         --scenarios homogeneous,one-slow --policies model > "$tmp/$1.out" 2> "$tmp/$1.err" &
     bench=$!
+    child_rec $bench
 }
 
 # SIGINT in the second scenario
@@ -98,7 +98,7 @@ cat > "$tmp/py/python3" <<EOS
 case "\$1" in
 -c) echo "0.0-fake 3.99.1"; exit 0 ;;
 *ddp_baseline.py)
-    sh -c 'trap "" TERM; echo \$\$ > "$tmp/py/helper.pid"; exec sleep 300' &
+    sh -c '$standin_rec; trap "" TERM; rec \$\$ > "$tmp/py/helper.pid"; exec sleep 300' &
     wait; exit 0 ;;
 esac
 exit 3
@@ -107,13 +107,15 @@ chmod +x "$tmp/py/python3"
 PATH="$tmp/py:$PATH" "$HR" bench hetero --port "$base" --ddp --out "$tmp/ddp" --iters 20 --batch 64 --layers 784,16,10 \
     --scenarios homogeneous --policies model > "$tmp/ddp.out" 2> "$tmp/ddp.err" &
 bench=$!
+child_rec $bench
+on_exit="standin_kill '$tmp/py/helper.pid'"
 wait_for 90 test -s "$tmp/py/helper.pid" || fail "ddp: the fake DDP baseline did not start in 90 s"
 helper=$(cat "$tmp/py/helper.pid" 2>/dev/null)
 stop INT ddp
 [ $rc = 130 ] || fail "ddp: exit $rc, expected 130"
 [ $took -le 20 ] || fail "ddp: took $took s to stop"
-[ -n "$helper" ] && [ ! -e /proc/$helper/cmdline ] || fail "ddp: the baseline's helper $helper outlived the bench"
-[ -n "$helper" ] && kill -KILL "$helper" 2>/dev/null
+[ -n "$helper" ] && ! proc_alive $helper || fail "ddp: the baseline's helper ${helper% *} outlived the bench"
+standin_kill "$tmp/py/helper.pid"
 none_left ddp
 grep -Eq '^homogeneous   model +[0-9]+ ' "$tmp/ddp.out" && grep -q '^bench hetero: stopped by SIGINT after 2 of 2 runs' "$tmp/ddp.out" ||
     fail "ddp: the runs before the baseline are not reported: $(cat "$tmp/ddp.out")"

@@ -10,7 +10,6 @@ set -u
 HR=$1
 . "$(dirname "$0")/../harness.sh" # the bench's nodes take base.. (--port)
 bench=
-on_exit='[ -n "$bench" ] && kill -KILL "$bench" 2>/dev/null'
 
 # the node processes below the bench (hetring run ... --metrics)
 nodes_of() { pgrep -P "$1" -f ' run --conf ' | tr '\n' ' '; }
@@ -24,8 +23,8 @@ stop() {
     local before=$SECONDS pids p
     pids=$(nodes_of "$bench")
     [ -n "$pids" ] || fail "$2: no node running before the signal"
-    kill -"$1" "$bench"
-    wait_for 30 eval '! kill -0 $bench 2>/dev/null' || { fail "$2: still running 30 s after SIG$1"; kill -KILL "$bench"; }
+    child_signal "$1" "$bench"
+    wait_for 30 eval '! child_runs $bench' || { fail "$2: still running 30 s after SIG$1"; child_signal KILL "$bench"; }
     wait "$bench"; rc=$?
     took=$((SECONDS - before))
     left=
@@ -36,6 +35,7 @@ run_bench() {
     "$HR" bench elastic --port "$base" --out "$tmp/$1" --json "$tmp/$1.json" --runs 3 --iters 200 \
         --kill 2@40 --rejoin-after 1 --deadline 60 > "$tmp/$1.out" 2> "$tmp/$1.err" &
     bench=$!
+    child_rec $bench
 }
 
 # SIGINT in the second faulted run
