@@ -532,35 +532,30 @@ dns_again)
     n=$(grep -c "^gai_again: lookup [0-9]* of localhost failed with EAI_AGAIN" "$tmp/out.0")
     [ "$n" = 5 ] || { fail "the shim failed $n lookups of node 0's, not 5"; show 0; }
     echo "node 0's first $n lookups failed for now; the ring formed and ran"
-    # a resolver that takes 30 s an answer: node 0's lookups of its successor wait no longer
-    # than its deadlines, so with its peers down it gives up at connect_timeout (3 s) as it
-    # would without a lookup, and says the lookup is what took the time
-    newbase; CT=3 TO=2 conf "$tmp/c.ini" 3
-    sed -i 's/^host = 127.0.0.1$/host = localhost/' "$tmp/c.ini"
-    t0=$(now)
-    LD_PRELOAD=$PROXY GAI_SLOW_S=30 start 0 "$tmp/c.ini" init
-    finish 0
-    el=$(awk "BEGIN{printf \"%.1f\", $(now) - $t0}")
-    grep -h "ring error\|gai_again" "$tmp/out.0" | head -3 | cut -c1-240 | sed 's/^/    /'
-    echo "with a 30 s resolver and no peers, node 0 exited ${rc[0]} after $el s (connect_timeout 3 s)"
-    [ "${rc[0]}" != 0 ] || fail "slow resolver: node 0 formed a ring without its peers"
-    awk "BEGIN{exit !($el < 12)}" || { fail "slow resolver: node 0 took $el s to give up"; show 0; }
-    grep -q "looking up localhost took longer than the time left" "$tmp/out.0" ||
-        { fail "slow resolver: node 0 did not say the lookup took the time"; show 0; }
-    # the same resolver on node 0's own host, which it listens on: it gives up at
-    # connect_timeout too, and says which node and which host
-    newbase; CT=3 TO=2 conf "$tmp/c.ini" 3
-    sed -i 's/^host = 127.0.0.1$/host = localhost/' "$tmp/c.ini"
-    t0=$(now)
-    LD_PRELOAD=$PROXY GAI_SLOW_OWN_S=30 start 0 "$tmp/c.ini" init
-    finish 0
-    el=$(awk "BEGIN{printf \"%.1f\", $(now) - $t0}")
-    grep -h "ring error\|gai_again" "$tmp/out.0" | head -3 | cut -c1-240 | sed 's/^/    /'
-    echo "with a 30 s resolver for its own host, node 0 exited ${rc[0]} after $el s"
-    [ "${rc[0]}" != 0 ] || fail "slow own lookup: node 0 formed a ring"
-    awk "BEGIN{exit !($el < 12)}" || { fail "slow own lookup: node 0 took $el s to give up"; show 0; }
-    grep -q "node 0 cannot listen: looking up its own host localhost took longer than connect_timeout" \
-        "$tmp/out.0" || { fail "slow own lookup: node 0 did not name itself and its host"; show 0; }
+    # slow_lookup VAR NAME SAYS: node 0 of 3 (its peers down, connect_timeout 3 s) with the
+    # shim's VAR=30, a resolver that takes 30 s an answer: it gives up within 12 s, not 0, and
+    # says SAYS (NAME names the case in the messages)
+    slow_lookup() {
+        newbase; CT=3 TO=2 conf "$tmp/c.ini" 3
+        sed -i 's/^host = 127.0.0.1$/host = localhost/' "$tmp/c.ini"
+        t0=$(now)
+        export "$1=30"
+        LD_PRELOAD=$PROXY start 0 "$tmp/c.ini" init
+        unset "$1"
+        finish 0
+        el=$(awk "BEGIN{printf \"%.1f\", $(now) - $t0}")
+        grep -h "ring error\|gai_again" "$tmp/out.0" | head -3 | cut -c1-240 | sed 's/^/    /'
+        echo "$2: node 0 exited ${rc[0]} after $el s (connect_timeout 3 s)"
+        [ "${rc[0]}" != 0 ] || fail "$2: node 0 formed a ring without its peers"
+        awk "BEGIN{exit !($el < 12)}" || { fail "$2: node 0 took $el s to give up"; show 0; }
+        grep -q "$3" "$tmp/out.0" || { fail "$2: node 0 did not say '$3'"; show 0; }
+    }
+    # its lookups of its successor wait no longer than its deadlines, so it gives up at
+    # connect_timeout as it would without a lookup, and says the lookup is what took the time
+    slow_lookup GAI_SLOW_S "slow resolver" "looking up localhost took longer than the time left"
+    # the same on node 0's own host, which it listens on: it names itself and the host
+    slow_lookup GAI_SLOW_OWN_S "slow own lookup" \
+        "node 0 cannot listen: looking up its own host localhost took longer than connect_timeout"
     ;;
 mt_nomem)
     # 128 MiB segments: the ring's own two stages take 256 MiB at the start, the threaded
