@@ -18,6 +18,7 @@ import importlib.util
 import json
 import os
 import random
+import signal
 import sys
 import tempfile
 import time
@@ -76,6 +77,48 @@ def source_files(extra=()):
     if os.environ.get("HETRING_LIB"):
         files.append(os.environ["HETRING_LIB"])
     return files
+
+
+def boot_ticks():
+    """Now, in clock ticks since boot: the unit of a process's start time (/proc/PID/stat)."""
+    with open("/proc/uptime") as f:
+        s, cs = f.read().split()[0].split(".")  # seconds, and hundredths (no float rounding)
+    return (int(s) * 100 + int(cs)) * os.sysconf("SC_CLK_TCK") // 100
+
+
+def group_and_start(pid):
+    """(process group, start time in clock ticks since boot) of pid, a process that runs; None
+    once it does not (gone, or a zombie)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return None if fields[0] == "Z" else (int(fields[2]), int(fields[19]))
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def kill_groups(procs):
+    """SIGKILL to the process group of each Popen of procs, started with start_new_session (a
+    worker and its loader workers), and to no other process. A worker not reaped yet holds its
+    pid, the group's id. One reaped gave its pid back, and once the last of its group ended,
+    another process of the machine (another test's worker, a `timeout`) may lead a group of
+    that id: of its group only the processes that started before the reap (p.reaped, the
+    boot_ticks() its waiter noted) are its own; without p.reaped none is signalled."""
+    for p in procs:
+        if p.returncode is None:
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+            continue
+        reaped = getattr(p, "reaped", None)
+        for d in os.listdir("/proc") if reaped is not None else ():
+            gs = group_and_start(d) if d.isdigit() else None
+            if gs and gs[0] == p.pid and gs[1] <= reaped:
+                try:
+                    os.kill(int(d), signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
 
 
 def sources(extra=()):

@@ -13,8 +13,9 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 
-from harness import check, finish
+from harness import boot_ticks, check, finish, group_and_start, kill_groups
 
 
 def test_import():
@@ -262,11 +263,62 @@ def test_harness():
               f"harness: {case}: exit {r.returncode} (expected {rc}), saying {out[-2000:]!r}")
 
 
+def test_kill_groups():
+    """harness.kill_groups (test_torch.py's kill_all) kills a worker's process group: of a
+    worker not reaped, the whole group; of one reaped, the processes of its group that started
+    before the reap (a loader worker left behind), and not a process that leads a group of
+    that id since (the worker's pid taken by another test's worker or a `timeout`)."""
+    with tempfile.TemporaryDirectory() as d:
+        member = os.path.join(d, "member")
+        # a worker that leaves a process of its group behind as it ends
+        w = subprocess.Popen(["sh", "-c", 'sleep 300 & echo $! > "$1"', "-", member],
+                             start_new_session=True)
+        w.wait()
+        w.reaped = boot_ticks()
+        with open(member) as f:
+            m = int(f.read())
+        m_start = group_and_start(m)[1]
+        # a process that leads a group of its own, started after the reap: the worker's pid,
+        # reused, is its group's id
+        time.sleep(0.05)
+        other = subprocess.Popen(["sleep", "300"], start_new_session=True)
+        reused = subprocess.Popen(["true"])
+        reused.wait()
+        reused.pid, reused.reaped = other.pid, w.reaped
+        hung = subprocess.Popen(["sleep", "300"], start_new_session=True)
+        try:
+            check(group_and_start(other.pid)[1] > w.reaped,
+                  "the other process started no later than the reap: the check proves nothing")
+            kill_groups([w, reused, hung])
+            rc = hung.wait(timeout=10)
+            check(rc == -9, "kill_groups: a worker not reaped was not killed")
+            for _ in range(100):
+                gs = group_and_start(m)
+                if not gs or gs[1] != m_start:
+                    break
+                time.sleep(0.1)
+            check(not gs or gs[1] != m_start,
+                  "kill_groups: a process of a reaped worker's group was left running")
+            alive = other.poll() is None
+            check(alive, "kill_groups killed a group that took the id of a reaped worker's")
+        finally:
+            other.kill()
+            other.wait()
+            hung.kill()
+            hung.wait()
+            if group_and_start(m) and group_and_start(m)[1] == m_start:
+                os.kill(m, 9)  # (it holds the test's output open)
+    print(f"harness: kill_groups: the worker not reaped exited {rc}; what a reaped one left "
+          f"{'runs' if gs and gs[1] == m_start else 'ended'}; the group that took its id "
+          f"{'runs' if alive else 'was killed'}")
+
+
 if __name__ == "__main__":
     if sys.argv[1] == "import":
         test_import()
     elif sys.argv[1] == "harness":
         test_harness()
+        test_kill_groups()
     else:
         test_pip(sys.argv[2])
     sys.exit(finish())

@@ -47,7 +47,7 @@ import subprocess
 import sys
 import time
 
-from harness import check, need_torch, run_case
+from harness import boot_ticks, check, kill_groups, need_torch, run_case
 
 need_torch()
 
@@ -84,14 +84,10 @@ def start(ini, node, d, *extra, worker=WORKER):
 
 
 def kill_all():
-    """No worker outlives the test, not even a hung one: its ports would be taken from the
-    next test that claims them."""
-    import signal
-    for p in STARTED:
-        try:
-            os.killpg(p.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
+    """No worker outlives the test, not even a hung one, nor its loader workers: their ports
+    would be taken from the next test that claims them (harness.kill_groups: a reaped worker's
+    pid may be another process's since)."""
+    kill_groups(STARTED)
 
 
 DEADLINE = time.monotonic() + 200  # before ctest's 240 s: a hung worker is reported and killed
@@ -100,6 +96,7 @@ DEADLINE = time.monotonic() + 200  # before ctest's 240 s: a hung worker is repo
 def result(p, expect_rc=0):
     try:
         rc = p.wait(timeout=max(1.0, DEADLINE - time.monotonic()))
+        p.reaped = boot_ticks()  # (kill_all)
     except subprocess.TimeoutExpired:
         rc = "a timeout"
     p.log.seek(0)
