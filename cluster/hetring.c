@@ -486,18 +486,6 @@ static hr_status describe_blas(char *err, size_t errlen) {
     return HR_OK;
 }
 
-/* The ring could not bind this node's port: the error names the address, and this adds the key
- * that set it (another program, or another node of this machine, holds the port). */
-static hr_status name_port(const cfg *c, int self, hr_status st, char *err, size_t errlen) {
-    static const char unbound[] = "cannot listen on ";
-    char at[CFG_PATH + 64], why[HR_ERRLEN];
-    if (st != HR_ERR_IO || strncmp(err, unbound, sizeof unbound - 1) != 0) return st;
-    snprintf(why, sizeof why, "%s", err);
-    return hr_fail(
-        err, errlen, st, "%s: [node.%ld] port = %ld: %s (is another node or program using it?)",
-        cfg_where(c, self, "port", at, sizeof at), c->nodes[self].id, c->nodes[self].port, why);
-}
-
 static hr_status setup(hetring *h, const hetring_options *o) {
     char *e = h->err;
     const size_t n = sizeof h->err;
@@ -545,7 +533,7 @@ static hr_status setup(hetring *h, const hetring_options *o) {
     hr_status st = dist_init(&h->d, &h->cc, &rc, e, n);
     ring_config_wipe(&rc); /* the ring keeps its own copy of the PSK */
     h->have_dist = 1;
-    HR_CHECK(name_port(c, h->self, st, e, n));
+    HR_CHECK(st); /* a busy port names its FILE:LINE (rc.port_where) */
     h->d.np.device_grads = h->app.device_grads != NULL; /* a member fact of the choice */
     h->x.d = &h->d, h->x.device_grads = h->app.device_grads;
     if (h->app.on_listen) h->app.on_listen(h->cb.user);

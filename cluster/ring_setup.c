@@ -139,5 +139,9 @@ hr_status app_ring_config(const cfg *c, int self_idx, ring_config *out, char *er
     memcpy(out->psk, c->psk, sizeof c->psk);
     out->has_psk = c->has_psk;
     memcpy(out->label, c->path, sizeof c->path);
+    char at[CFG_PATH + 64];
+    const cfg_node *me = &c->nodes[self_idx];
+    snprintf(out->port_where, sizeof out->port_where, "%s: [node.%ld] port = %ld",
+             cfg_where(c, self_idx, "port", at, sizeof at), me->id, me->port);
     return HR_OK;
 }

@@ -418,7 +418,8 @@ void gate_set_lobby(ring *r, gate_lobby_fn *serve, void *ctx) {
 }
 
 /* Listen on this node's address and start the gate. Its host name is looked up within
- * connect_timeout, as its peers' are. */
+ * connect_timeout, as its peers' are. A port that cannot be bound is named by where the
+ * config set it (rc.port_where), when the caller said. */
 hr_status listen_start(ring *r, char *err, size_t errlen) {
     const ring_member *me = &r->rc.members[r->self];
     hr_status st = tcp_listen(me->host, me->port, tcp_now() + r->rc.connect_timeout, &r->listen_fd,
@@ -428,6 +429,12 @@ hr_status listen_start(ring *r, char *err, size_t errlen) {
                        "node %ld cannot listen: looking up its own host %s took longer than "
                        "connect_timeout (%.1f s) (is the resolver slow or out of reach?)",
                        r->self_id, me->host, r->rc.connect_timeout);
+    if (st == HR_ERR_IO && r->rc.port_where[0]) {
+        char why[HR_ERRLEN];
+        snprintf(why, sizeof why, "%s", err);
+        return hr_fail(err, errlen, st, "%s: %s (is another node or program using it?)",
+                       r->rc.port_where, why);
+    }
     if (st != HR_OK) return st;
     st = gate_start(r, err, errlen);
     if (st != HR_OK) tcp_close(&r->listen_fd);

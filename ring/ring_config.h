@@ -49,6 +49,9 @@ typedef struct {
     uint8_t psk[RING_KEYLEN];            /* inline pre-shared key (if no psk_file); secret */
     int has_psk;                         /* psk was given */
     char label[RING_PATH];               /* where the config came from, for messages; "" = none */
+    char port_where[RING_PATH];          /* where this node's port is set ("FILE:LINE: [node.N]
+                                          * port = P"), leading the error of a listen that
+                                          * failed; "" = none */
     /* what every member's configuration must agree on: lines "[section]" and "key = value"
      * (the application's canonical text); a peer whose text differs is never taken into a
      * view, and the differing keys are named. agree_len 0: no check */
