@@ -17,7 +17,9 @@
  * node's device, cuda:N or cpu, is the GPU emulated on the host, trainer/device.h, each operation
  * ARG ms late); for the NCCL path (cluster/nccl_path.h): fake_nccl (the node's NCCL is the
  * recording fake of cluster/nccl_fake.c, whatever the build has), nccl_init_fail (its NCCL init of
- * the view with epoch ARG fails) and nccl_error (its NCCL all-reduce of iteration ARG fails, once);
+ * the view with epoch ARG fails), nccl_refused (its device takes no new communicator from the view
+ * with epoch ARG on, as after a teardown that failed) and nccl_error (its NCCL all-reduce of
+ * iteration ARG fails, once);
  * for [train] nonfinite (cluster/hetring.c): nan_grad (the first float of every buffer the node
  * hands over at iteration ARG becomes NaN), big_grad (3e38 instead: finite, but two nodes' sum
  * is not) and nan_loss (its loss sum of iteration ARG is NaN); and leave (the node asks to leave

@@ -15,7 +15,9 @@
  *     gradients took this path and not the TCP ring's own all-reduce)
  *   fake nccl: all-reduce error injected at iteration I (view E)
  * Faults: nccl_init_fail:NODE:E (the init of view E fails on NODE), nccl_error:NODE:I (NODE's
- * all-reduce of iteration I fails, once per process).
+ * all-reduce of iteration I fails, once per process), nccl_refused:NODE:E (NODE's device is
+ * refused from view E on, as the real one's is after a teardown that failed: ready says so, and
+ * an init there fails at once).
  *
  * Its init is collective, as NCCL's is: a member waits in it until every member of the view has
  * arrived or its deadline (timeout_s) passed. The members meet through empty files named by the
@@ -107,11 +109,28 @@ static hr_status meet(const nccl_path_args *a, const char *hex, char *err, size_
     return HR_OK;
 }
 
+/* The real one's refused device, scripted: nccl_refused:NODE:E refuses NODE's device from view
+ * E on, as a teardown that failed would (only ever set). */
+static hr_status fake_ready(int cuda, long node_id, uint64_t epoch, char *err, size_t errlen) {
+    double at;
+    if (hr_fault_get("nccl_refused", node_id, -1, &at) && epoch >= (uint64_t)at)
+        return hr_fail(err, errlen, HR_ERR_NCCL,
+                       "nccl: cuda:%d: the teardown of an earlier communicator there failed (test "
+                       "fault nccl_refused), so this process makes no new one there",
+                       cuda);
+    return HR_OK;
+}
+
 static hr_status fake_init(void **comm, const nccl_path_args *a, char *err, size_t errlen) {
     char hex[2 * NCCL_PATH_ID_BYTES + 1];
     to_hex(a->id, hex);
     double at;
     *comm = NULL;
+    if (fake_ready(a->device, a->node_id, a->epoch, err, errlen) != HR_OK) { /* as the real one */
+        HR_INFO(RING, "fake nccl: init view %llu rank %d/%d id %s: failed (%s)",
+                (unsigned long long)a->epoch, a->rank, a->n, hex, err);
+        return HR_ERR_NCCL;
+    }
     if (hr_fault_get("nccl_init_fail", a->node_id, -1, &at) && (uint64_t)at == a->epoch) {
         HR_INFO(RING, "fake nccl: init view %llu rank %d/%d id %s: failed (injected)",
                 (unsigned long long)a->epoch, a->rank, a->n, hex);
@@ -189,5 +208,5 @@ static hr_status fake_load(char *err, size_t errlen) {
     return HR_OK;
 }
 
-const nccl_path_ops nccl_fake_ops = {"fake",    fake_load,      fake_unique_id,
+const nccl_path_ops nccl_fake_ops = {"fake",    fake_load,      fake_unique_id, fake_ready,
                                      fake_init, fake_allreduce, fake_abort};

@@ -96,6 +96,30 @@ static transport_kind choose(nccl_path *p, ring *r, const cluster_config *c, int
     return transport_choose(&f, why, len);
 }
 
+/* Every member says whether it can make a communicator at all (ready) before any enters the
+ * collective init, where the others would wait for one that fails at once until
+ * connect_timeout; the first that cannot, by rank, or -1 in *q. Rank 0 names it. */
+static hr_status gather_ready(nccl_path *p, ring *r, init_msg *all, int *q) {
+    const ring_view *v = ring_get_view(r);
+    init_msg mine = {0};
+    char e[HR_ERRLEN] = "";
+    mine.status = p->ops->ready(p->device, v->ids[ring_rank(r)], v->epoch, e, sizeof e);
+    if (mine.status != HR_OK) snprintf(mine.why, sizeof mine.why, "%s", e);
+    *q = -1;
+    HR_CHECK(ring_allgather(r, &mine, all, sizeof mine));
+    for (int k = 0; k < v->n && *q < 0; k++)
+        if (all[k].status != HR_OK) *q = k;
+    if (*q >= 0 && ring_rank(r) == 0) {
+        all[*q].why[WHY_BYTES - 1] = 0;
+        HR_WARN(RING,
+                "view %llu: node %ld cannot take part in NCCL (%s: %s); this view's gradients "
+                "go over TCP, and no member waited in NCCL's init for it",
+                (unsigned long long)v->epoch, v->ids[*q], hr_strerror((hr_status)all[*q].status),
+                all[*q].why);
+    }
+    return HR_OK;
+}
+
 /* Rank 0's id to every member over the TCP ring. */
 static hr_status share_id(nccl_path *p, ring *r, long node_id, id_msg *msg) {
     memset(msg, 0, sizeof *msg);
@@ -167,10 +191,17 @@ hr_status nccl_path_view(nccl_path *p, ring *r, const cluster_config *c, char *e
         return HR_OK;
     }
     const long self_id = v->ids[ring_rank(r)];
+    init_msg mine = {0}, all[RING_MAX_NODES];
+    int q;
+    if ((st = gather_ready(p, r, all, &q)) != HR_OK)
+        return hr_fail(err, errlen, st, "NCCL readiness: %s", ring_error(r));
+    if (q >= 0) {
+        p->told = TRANSPORT_TCP;
+        return HR_OK;
+    }
     id_msg idm;
     if ((st = share_id(p, r, self_id, &idm)) != HR_OK)
         return hr_fail(err, errlen, st, "NCCL unique id: %s", ring_error(r));
-    init_msg mine = {0}, all[RING_MAX_NODES];
     if (!idm.ok) {
         mine.status = HR_ERR_NCCL;
         snprintf(mine.why, sizeof mine.why, "no unique id: %.180s", idm.why);
@@ -191,7 +222,7 @@ hr_status nccl_path_view(nccl_path *p, ring *r, const cluster_config *c, char *e
         nccl_path_abort(p, r);
         return hr_fail(err, errlen, st, "NCCL init results: %s", ring_error(r));
     }
-    const int q = init_failure(all, v->n);
+    q = init_failure(all, v->n);
     if (q >= 0) {
         nccl_path_abort(p, r); /* every member: TCP for this view */
         if (ring_rank(r) == 0) say_init_failure(v, c, all, q);

@@ -10,7 +10,10 @@
  *
  * Per view (nccl_path_view, once the TCP ring agreed on the view and the state): the choice
  * (transport.h) from the INI and, when the INI allows NCCL, the members' own facts,
- * all-gathered; with NCCL, the lowest member (rank 0) makes a unique id and broadcasts it over
+ * all-gathered; with NCCL, every member all-gathers whether it can make a communicator at all
+ * (ready: a device refused after a failed teardown cannot), and when one cannot, the view goes
+ * over TCP before anyone enters NCCL's init and rank 0 logs once which node and why; else the
+ * lowest member (rank 0) makes a unique id and broadcasts it over
  * the authenticated TCP ring, every member initialises its communicator (rank = ring position,
  * with the deadline connect_timeout) and the results are all-gathered, waiting as long as an
  * init may wait for a member that never arrives: when any member failed, every member falls back
@@ -51,6 +54,11 @@ typedef struct {
     hr_status (*load)(char *err, size_t errlen);
     hr_status (*unique_id)(uint8_t id[NCCL_PATH_ID_BYTES], long node_id, uint64_t epoch, char *err,
                            size_t errlen);
+    /* Whether this member can make a communicator on `device` now, asked before every view's
+     * init: the real one refuses a device without CUDA or one whose earlier teardown failed
+     * (nccl_comm_usable); an init there would fail at once while the others wait in theirs.
+     * node_id and epoch: the fake's faults. */
+    hr_status (*ready)(int device, long node_id, uint64_t epoch, char *err, size_t errlen);
     hr_status (*init)(void **comm, const nccl_path_args *a, char *err, size_t errlen);
     /* In-place SUM of count floats of device memory; iter is the iteration (logs, the fake's
      * fault). On failure the communicator is broken: abort it. */

@@ -17,6 +17,11 @@ static hr_status real_unique_id(uint8_t id[NCCL_PATH_ID_BYTES], long node_id, ui
     return nccl_get_unique_id(id, err, errlen);
 }
 
+static hr_status real_ready(int cuda, long node_id, uint64_t epoch, char *err, size_t errlen) {
+    (void)node_id, (void)epoch;
+    return nccl_comm_usable(cuda, err, errlen);
+}
+
 static hr_status real_init(void **comm, const nccl_path_args *a, char *err, size_t errlen) {
     nccl_comm *c = calloc(1, sizeof *c);
     *comm = NULL;
@@ -47,7 +52,7 @@ static void real_abort(void *comm) {
     free(c);
 }
 
-static const nccl_path_ops real_ops = {"nccl",    nccl_lib_load,  real_unique_id,
+static const nccl_path_ops real_ops = {"nccl",    nccl_lib_load,  real_unique_id, real_ready,
                                        real_init, real_allreduce, real_abort};
 
 const nccl_path_ops *nccl_path_real(void) {

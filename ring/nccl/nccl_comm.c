@@ -140,15 +140,7 @@ hr_status nccl_get_unique_id(uint8_t out[NCCL_UNIQUE_ID_BYTES], char *err, size_
     return HR_OK;
 }
 
-hr_status nccl_comm_init(nccl_comm *c, int rank, int n,
-                         const uint8_t unique_id[NCCL_UNIQUE_ID_BYTES], int device,
-                         double timeout_s, char *err, size_t errlen) {
-    memset(c, 0, sizeof *c);
-    c->rank = rank, c->n = n, c->device = device;
-    if (n < 1 || rank < 0 || rank >= n)
-        return hr_fail(err, errlen, HR_ERR_INVAL, "nccl: rank %d out of range for %d members", rank,
-                       n);
-    HR_CHECK(nccl_lib_load(err, errlen));
+hr_status nccl_comm_usable(int device, char *err, size_t errlen) {
     int ndev = 0;
     if (cudaGetDeviceCount(&ndev) != cudaSuccess) cudaGetLastError(), ndev = 0;
     if (device < 0 || device >= ndev)
@@ -161,6 +153,19 @@ hr_status nccl_comm_init(nccl_comm *c, int rank, int n,
                        "had not ended after %.0f s (logged then), so this process makes no new one "
                        "there (restart the node to use NCCL on it again)",
                        device, TEARDOWN_S);
+    return HR_OK;
+}
+
+hr_status nccl_comm_init(nccl_comm *c, int rank, int n,
+                         const uint8_t unique_id[NCCL_UNIQUE_ID_BYTES], int device,
+                         double timeout_s, char *err, size_t errlen) {
+    memset(c, 0, sizeof *c);
+    c->rank = rank, c->n = n, c->device = device;
+    if (n < 1 || rank < 0 || rank >= n)
+        return hr_fail(err, errlen, HR_ERR_INVAL, "nccl: rank %d out of range for %d members", rank,
+                       n);
+    HR_CHECK(nccl_lib_load(err, errlen));
+    HR_CHECK(nccl_comm_usable(device, err, errlen));
     double deadline = hr_now() + timeout_s;
     cudaStream_t stream = NULL;
     cudaError_t e = cudaSetDevice(device);

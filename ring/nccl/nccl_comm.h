@@ -49,6 +49,13 @@ void nccl_lib_describe(char *out, size_t len);
 /* A fresh ncclUniqueId as bytes (on the lowest-id member only). */
 hr_status nccl_get_unique_id(uint8_t out[NCCL_UNIQUE_ID_BYTES], char *err, size_t errlen);
 
+/* Whether this process can make a communicator on `device` now: HR_ERR_UNSUPPORTED when the
+ * machine has no such CUDA device, HR_ERR_NCCL when an earlier teardown there failed or outlived
+ * its deadline (the device is refused for the rest of the process); err says which. What
+ * nccl_comm_init checks first: a caller asks before a collective init in which the other
+ * members would wait for this one until their deadline. */
+hr_status nccl_comm_usable(int device, char *err, size_t errlen);
+
 /* Join the n-member communicator named by unique_id as `rank` on `device`, waiting at most
  * timeout_s for every member to arrive. HR_ERR_TIMEOUT (the communicator is aborted) when a
  * member does not show up in time, HR_ERR_NCCL or HR_ERR_CUDA for other failures. */

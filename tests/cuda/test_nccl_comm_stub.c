@@ -248,12 +248,14 @@ static void log_end(char *out, size_t len) {
 
 /* A communicator on `device` whose teardown ends as scripted (abort_end or destroy_end): the
  * call returns, the log names the rank, the device, the call and `why`, and a new init on the
- * device is refused without reaching NCCL, naming it. */
+ * device is refused without reaching NCCL, naming it, and nccl_comm_usable says so beforehand. */
 static void teardown_refuses(int device, int destroy, int end, const char *why) {
     nccl_comm c;
     char err[HR_ERRLEN] = "", log[4096];
     const char *call = destroy ? "ncclCommDestroy" : "ncclCommAbort";
     CHECK(init_on(&c, device, 5.0, err, sizeof err) == HR_OK, "init on cuda:%d: %s", device, err);
+    CHECK(nccl_comm_usable(device, err, sizeof err) == HR_OK, "cuda:%d unusable before: %s", device,
+          err);
     __atomic_store_n(destroy ? &destroy_end : &abort_end, end, __ATOMIC_RELEASE);
     log_begin();
     if (destroy)
@@ -280,6 +282,9 @@ static void teardown_refuses(int device, int destroy, int end, const char *why) 
     CHECK(s == HR_ERR_NCCL && inits == before && strstr(err, dev),
           "cuda:%d after %s %s: %s, %d init(s) reached NCCL: %s", device, call, why, hr_strerror(s),
           inits - before, err);
+    CHECK(nccl_comm_usable(device, err, sizeof err) == HR_ERR_NCCL && strstr(err, dev),
+          "cuda:%d after %s %s: asked before an init, it is not refused: %s", device, call, why,
+          err);
     nccl_comm_free(&c);
     if (end == END_BLOCK && still) { /* let the call end on its thread; it frees what it held */
         int was = __atomic_load_n(&returned, __ATOMIC_ACQUIRE);

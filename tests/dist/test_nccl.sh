@@ -22,6 +22,11 @@
 #             is [cluster] timeout (2 s) and not connect_timeout (10 s): node 1, whose init failed
 #             at once, waits for the others' results until their inits give up, the view trains
 #             over TCP and does not fail
+#   refused   node 1's device is refused for new communicators (nccl_refused, as after a teardown
+#             that failed), with connect_timeout = 60: node 1 says so in the round before any
+#             init, so no member makes an id or enters NCCL's init, the view trains over TCP at
+#             once (its first iteration within 30 s, where waiting in the init would take 60),
+#             rank 0 names node 1 and why once, and the run ends bitwise where the TCP run does
 #   error     node 1's NCCL all-reduce fails at iteration 15: every node aborts, a new view
 #             forms with a new id and iteration 15 runs again; exactly once (I8), and the end
 #             is bitwise the TCP run's
@@ -211,6 +216,30 @@ late)
   grep -h "failed before training" "$tmp"/lt-*.log && fail "view 2 failed instead of going over TCP"
   grep -q "fake nccl: init view 3 " "$tmp"/lt-*.log && fail "a third view formed"
   same_end lt tcp 0 1 2
+  ;;
+refused)
+  conf "$tmp/tcp.ini" tcp
+  conf "$tmp/rf.ini" nccl
+  sed -i 's/^connect_timeout = .*/connect_timeout = 60/' "$tmp/rf.ini"
+  run tcp "$GPU"
+  t0=$SECONDS
+  start rf 0 "$GPU"; start rf 1 "$GPU,nccl_refused:1:1"; start rf 2 "$GPU"
+  until grep -q '^{"iter":' "$tmp/rf-0.jsonl" 2>/dev/null; do
+    [ $((SECONDS - t0)) -lt 30 ] || break
+    sleep 0.2
+  done
+  took=$((SECONDS - t0))
+  echo "refused: the first iteration after ${took} s (connect_timeout 60 s)"
+  [ "$took" -lt 30 ] || fail "refused: no iteration within 30 s: the others waited in NCCL's init for node 1"
+  for id in 0 1 2; do wait "${pids[$id]}" || fail "refused: node $id failed: $(tail -3 "$tmp/rf-$id.log")"; done
+  grep -h "cannot take part in NCCL" "$tmp"/rf-*.log
+  grep -q "view 1: node 1 cannot take part in NCCL (.*nccl_refused.*); this view's gradients go over TCP" \
+    "$tmp/rf-0.log" || fail "refused: rank 0 did not say that node 1 cannot take part, and why"
+  n=$(cat "$tmp"/rf-*.log | grep -c "cannot take part in NCCL")
+  [ "$n" = 1 ] || fail "refused: the fallback was logged $n times, not once"
+  grep -q "fake nccl: \(unique id\|init\)" "$tmp"/rf-*.log &&
+    fail "refused: a member made an id or entered NCCL's init"
+  same_end rf tcp 0 1 2
   ;;
 error)
   conf "$tmp/tcp.ini" tcp
