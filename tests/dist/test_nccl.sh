@@ -26,7 +26,9 @@
 #             that failed), with connect_timeout = 60: node 1 says so in the round before any
 #             init, so no member makes an id or enters NCCL's init, the view trains over TCP at
 #             once (its first iteration within 30 s, where waiting in the init would take 60),
-#             rank 0 names node 1 and why once, and the run ends bitwise where the TCP run does
+#             rank 0 names node 1 and why once, and the run ends bitwise where the TCP run does;
+#             the same in view 2, after an NCCL error at iteration 10 on node 1 whose teardown
+#             left its device refused: view 1 trained over NCCL, view 2 goes over TCP at once
 #   error     node 1's NCCL all-reduce fails at iteration 15: every node aborts, a new view
 #             forms with a new id and iteration 15 runs again; exactly once (I8), and the end
 #             is bitwise the TCP run's
@@ -219,27 +221,37 @@ late)
   ;;
 refused)
   conf "$tmp/tcp.ini" tcp
-  conf "$tmp/rf.ini" nccl
-  sed -i 's/^connect_timeout = .*/connect_timeout = 60/' "$tmp/rf.ini"
   run tcp "$GPU"
-  t0=$SECONDS
-  start rf 0 "$GPU"; start rf 1 "$GPU,nccl_refused:1:1"; start rf 2 "$GPU"
-  until grep -q '^{"iter":' "$tmp/rf-0.jsonl" 2>/dev/null; do
-    [ $((SECONDS - t0)) -lt 30 ] || break
-    sleep 0.2
-  done
-  took=$((SECONDS - t0))
-  echo "refused: the first iteration after ${took} s (connect_timeout 60 s)"
-  [ "$took" -lt 30 ] || fail "refused: no iteration within 30 s: the others waited in NCCL's init for node 1"
-  for id in 0 1 2; do wait "${pids[$id]}" || fail "refused: node $id failed: $(tail -3 "$tmp/rf-$id.log")"; done
-  grep -h "cannot take part in NCCL" "$tmp"/rf-*.log
-  grep -q "view 1: node 1 cannot take part in NCCL (.*nccl_refused.*); this view's gradients go over TCP" \
-    "$tmp/rf-0.log" || fail "refused: rank 0 did not say that node 1 cannot take part, and why"
-  n=$(cat "$tmp"/rf-*.log | grep -c "cannot take part in NCCL")
-  [ "$n" = 1 ] || fail "refused: the fallback was logged $n times, not once"
-  grep -q "fake nccl: \(unique id\|init\)" "$tmp"/rf-*.log &&
-    fail "refused: a member made an id or entered NCCL's init"
-  same_end rf tcp 0 1 2
+  # refused NAME EPOCH ITER FAULTS-OF-NODE-1: node 1's device is refused from view EPOCH on; node
+  # 0 records iteration ITER (the first of view EPOCH) within 30 s of the start, where a wait in
+  # NCCL's init would take connect_timeout (60 s); rank 0 names node 1 and why once, nobody made
+  # an id for that view or entered its init, and the run ends where the TCP run does
+  refused() {
+    local name=$1 ep=$2 it=$3 id n t0=$SECONDS took
+    conf "$tmp/$name.ini" nccl
+    sed -i 's/^connect_timeout = .*/connect_timeout = 60/' "$tmp/$name.ini"
+    start "$name" 0 "$GPU"; start "$name" 1 "$GPU,$4"; start "$name" 2 "$GPU"
+    until grep -q "^{\"iter\":$it," "$tmp/$name-0.jsonl" 2>/dev/null; do
+      [ $((SECONDS - t0)) -lt 30 ] || break
+      sleep 0.2
+    done
+    took=$((SECONDS - t0))
+    echo "$name: iteration $it recorded after ${took} s (connect_timeout 60 s)"
+    [ "$took" -lt 30 ] || fail "$name: iteration $it not within 30 s: the others waited in NCCL's init for node 1"
+    for id in 0 1 2; do wait "${pids[$id]}" || fail "$name: node $id failed: $(tail -3 "$tmp/$name-$id.log")"; done
+    grep -h "cannot take part in NCCL" "$tmp/$name"-*.log
+    grep -q "view $ep: node 1 cannot take part in NCCL (.*nccl_refused.*); this view's gradients go over TCP" \
+      "$tmp/$name-0.log" || fail "$name: rank 0 did not say that node 1 cannot take part in view $ep, and why"
+    n=$(cat "$tmp/$name"-*.log | grep -c "cannot take part in NCCL")
+    [ "$n" = 1 ] || fail "$name: the fallback was logged $n times, not once"
+    grep -q "fake nccl: \(unique id for\|init\) view $ep" "$tmp/$name"-*.log &&
+      fail "$name: a member made an id for view $ep or entered its init"
+    same_end "$name" tcp 0 1 2
+  }
+  refused rf 1 1 nccl_refused:1:1
+  refused rl 2 10 nccl_error:1:10,nccl_refused:1:2
+  grep -q "all-reduce error injected at iteration 10" "$tmp/rl-1.log" || fail "rl: no error was injected"
+  same_id rl 1 0 1 2
   ;;
 error)
   conf "$tmp/tcp.ini" tcp
