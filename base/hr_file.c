@@ -3,9 +3,14 @@
  */
 #include "base/hr_file.h"
 
+#include <ctype.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <libgen.h>
+#include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -54,10 +59,82 @@ int hr_file_target(const char *path, char *out, size_t n) {
     }
 }
 
+/* CRC-32 (IEEE, zlib's crc32(0, ...)): the tag's hash, so it stays what checkpoints wrote
+ * before the name moved here and a file they left is still known as this namespace's */
+static unsigned crc32_bytes(const unsigned char *b, size_t n) {
+    unsigned c = 0xffffffffu;
+    for (size_t i = 0; i < n; i++) {
+        c ^= b[i];
+        for (int k = 0; k < 8; k++) c = c & 1 ? (c >> 1) ^ 0xedb88320u : c >> 1;
+    }
+    return ~c;
+}
+
+/* The process namespace this process runs in, as 8 hex digits: a hash of the machine's boot id,
+ * its PID namespace and its host name. A process id names one process only within it: nodes in
+ * two containers (each its own PID namespace, often each its node as process 1) or on two
+ * machines that share a directory may run under one process id. */
+static unsigned ns_tag(void) {
+    char b[512];
+    size_t n = 0;
+    FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
+    if (f) n = fread(b, 1, 64, f), fclose(f);
+    ssize_t l = readlink("/proc/self/ns/pid", b + n, 128);
+    n += l > 0 ? (size_t)l : 0;
+    if (gethostname(b + n, sizeof b - n - 1) == 0) n += strnlen(b + n, sizeof b - n - 1);
+    return crc32_bytes((const unsigned char *)b, n);
+}
+
 int hr_file_tmp_name(char *out, size_t n, const char *path) {
-    if (snprintf(out, n, "%s.tmp.%ld", path, (long)getpid()) < (int)n) return 0;
+    if (snprintf(out, n, "%s.tmp.%ld.%08x", path, (long)getpid(), ns_tag()) < (int)n) return 0;
     errno = ENAMETOOLONG;
     return -1;
+}
+
+/* The process id in `name` when it is `base`.tmp.PID.TAG (hr_file_tmp_name's) or `base`.tmp.PID
+ * (as versions before the tag wrote it), else 0; *ours says whether a tag is this namespace's. */
+static long tmp_pid(const char *name, const char *base, int *ours) {
+    size_t bl = strlen(base);
+    if (strncmp(name, base, bl) != 0 || strncmp(name + bl, ".tmp.", 5) != 0) return 0;
+    const char *p = name + bl + 5;
+    char *end, tag[16];
+    errno = 0;
+    long pid = strtol(p, &end, 10);
+    if (!isdigit((unsigned char)*p) || errno || pid <= 0) return 0;
+    snprintf(tag, sizeof tag, ".%08x", ns_tag());
+    *ours = !*end || strcmp(end, tag) == 0;
+    return !*end || (end[0] == '.' && strlen(end) == 9 && strspn(end + 1, "0123456789abcdef") == 8)
+               ? pid
+               : 0;
+}
+
+void hr_file_remove_stale(const char *path, hr_log_sub sub, const char *what) {
+    char dbuf[4200], bbuf[4200];
+    snprintf(dbuf, sizeof dbuf, "%s", path);
+    snprintf(bbuf, sizeof bbuf, "%s", path);
+    const char *d = dirname(dbuf), *base = basename(bbuf);
+    DIR *dp = opendir(d);
+    if (!dp) return;
+    struct dirent *e;
+    while ((e = readdir(dp))) {
+        int ours = 0;
+        long pid = tmp_pid(e->d_name, base, &ours);
+        if (pid == 0) continue;
+        char full[8500];
+        snprintf(full, sizeof full, "%s/%s", d, e->d_name);
+        if (!ours) {
+            hr_log(sub, HR_LOG_INFO,
+                   "kept %s: the temporary file of a %s from another container or machine, which "
+                   "may still be writing it (remove it once nothing writes %s there)",
+                   full, what, base);
+            continue;
+        }
+        if (pid == (long)getpid() || kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue;
+        if (unlink(full) == 0)
+            hr_log(sub, HR_LOG_INFO, "removed %s, left by an interrupted %s of process %ld", full,
+                   what, pid);
+    }
+    closedir(dp);
 }
 
 int hr_file_replace(const char *tmp, const char *path) {
@@ -85,8 +162,10 @@ int hr_file_replace(const char *tmp, const char *path) {
 
 FILE *hr_file_create(const char *path, char *tmp, size_t n) {
     char real[4096];
-    if (hr_file_target(path, real, sizeof real) == 0 && hr_file_tmp_name(tmp, n, real) == 0)
+    if (hr_file_target(path, real, sizeof real) == 0 && hr_file_tmp_name(tmp, n, real) == 0) {
+        hr_file_remove_stale(real, HR_SUB_CLI, "write");
         return fopen(tmp, "w");
+    }
     tmp[0] = 0; /* no name: errno says why */
     return NULL;
 }

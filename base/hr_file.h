@@ -9,6 +9,8 @@
 #ifndef HR_FILE_H
 #define HR_FILE_H
 
+#include "base/hr_log.h"
+
 #include <stdio.h>
 #include <stddef.h>
 #include <sys/stat.h>
@@ -27,17 +29,29 @@ int hr_file_writable(const char *path, char *why, size_t n);
  * errno: ELOOP after 40 links, ENAMETOOLONG, or readlink's. */
 int hr_file_target(const char *path, char *out, size_t n);
 
-/* The name a file is written under before it replaces `path`: PATH.tmp.PID, of this process
- * alone. 0, or -1 (errno ENAMETOOLONG) when it does not fit in `n` bytes. */
+/* The name a file is written under before it replaces `path`: PATH.tmp.PID.TAG, TAG 8 hex
+ * digits naming this process namespace (a hash of the boot id, the PID namespace and the host
+ * name), so the name is this process's alone also where processes of two containers or machines,
+ * each with its own process ids, write one file in a shared directory. Every replaced file of
+ * the project (checkpoints, --summary, a bench's --json, key files) is written under it. 0, or -1
+ * (errno ENAMETOOLONG) when it does not fit in `n` bytes. */
 int hr_file_tmp_name(char *out, size_t n, const char *path);
+
+/* Remove the temporary files (hr_file_tmp_name's, and PATH.tmp.PID of versions before the tag)
+ * that writes of `path` left when their process was killed: those of this namespace whose
+ * process no longer runs. The files of other namespaces are kept (a process id means nothing
+ * here: a write there may be running) and named in an INFO line of `sub`, as are the files
+ * removed; `what` names the write in those lines ("checkpoint save"). */
+void hr_file_remove_stale(const char *path, hr_log_sub sub, const char *what);
 
 /* Rename `tmp` (written and closed) over `path` and make the rename durable (the directory is
  * synced). 0, or an errno value, with `tmp` removed. */
 int hr_file_replace(const char *tmp, const char *path);
 
 /* A stream that replaces `path` whole or not at all; where `path` is a symbolic link, the file
- * it leads to (hr_file_target), and the link stays. hr_file_create opens TARGET.tmp.PID for
- * writing, its name in tmp[0..n); NULL with errno when it cannot (tmp empty when no name was
+ * it leads to (hr_file_target), and the link stays. hr_file_create removes the temporary
+ * files earlier writes left (hr_file_remove_stale, in CLI lines) and opens hr_file_tmp_name's
+ * TARGET.tmp.PID.TAG for writing, its name in tmp[0..n); NULL with errno when it cannot (tmp empty when no name was
  * made: ENAMETOOLONG, ELOOP). hr_file_commit flushes and fsyncs it, closes it (hr_file_close,
  * with `kept`) and renames it over the target (hr_file_replace): 0, or an errno value, with the
  * temporary file removed. */

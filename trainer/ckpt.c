@@ -15,12 +15,8 @@
 #include "base/hr_log.h"
 #include "trainer/model.h"
 
-#include <ctype.h>
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <libgen.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -73,78 +69,6 @@ static int write_all(int fd, const void *p, size_t n) {
     return 0;
 }
 
-/* The process namespace this process runs in, as 8 hex digits: a hash of the machine's boot id,
- * its PID namespace and its host name. A process id names one process only within it: nodes in
- * two containers (each its own PID namespace, often each its node as process 1) or on two
- * machines that share a checkpoint directory may run under one process id. */
-static unsigned ns_tag(void) {
-    char b[512];
-    size_t n = 0;
-    FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
-    if (f) n = fread(b, 1, 64, f), fclose(f);
-    ssize_t l = readlink("/proc/self/ns/pid", b + n, 128);
-    n += l > 0 ? (size_t)l : 0;
-    if (gethostname(b + n, sizeof b - n - 1) == 0) n += strnlen(b + n, sizeof b - n - 1);
-    return (unsigned)crc32(0, (const Bytef *)b, (uInt)n);
-}
-
-/* The name a save of `path` writes before its rename: PATH.tmp.PID.TAG (TAG: ns_tag), of this
- * process alone, also where processes of other containers or machines save to the same file. */
-static int tmp_name(char *out, size_t n, const char *path) {
-    if (snprintf(out, n, "%s.tmp.%ld.%08x", path, (long)getpid(), ns_tag()) < (int)n) return 0;
-    errno = ENAMETOOLONG;
-    return -1;
-}
-
-/* The process id in `name` when it is `base`.tmp.PID.TAG (tmp_name's) or `base`.tmp.PID (as
- * versions before the tag wrote it), else 0; *ours says whether a tag is this namespace's. */
-static long tmp_pid(const char *name, const char *base, int *ours) {
-    size_t bl = strlen(base);
-    if (strncmp(name, base, bl) != 0 || strncmp(name + bl, ".tmp.", 5) != 0) return 0;
-    const char *p = name + bl + 5;
-    char *end, tag[16];
-    errno = 0;
-    long pid = strtol(p, &end, 10);
-    if (!isdigit((unsigned char)*p) || errno || pid <= 0) return 0;
-    snprintf(tag, sizeof tag, ".%08x", ns_tag());
-    *ours = !*end || strcmp(end, tag) == 0;
-    return !*end || (end[0] == '.' && strlen(end) == 9 && strspn(end + 1, "0123456789abcdef") == 8)
-               ? pid
-               : 0;
-}
-
-/* Remove the temporary files of saves to `path` whose process no longer runs. A process id is
- * only meaningful in its own namespace: the files of other containers or machines are kept (a
- * save there may be running) and named, for the user to remove once no node saves. */
-static void remove_stale_tmp(const char *path) {
-    char dbuf[4200], bbuf[4200];
-    snprintf(dbuf, sizeof dbuf, "%s", path);
-    snprintf(bbuf, sizeof bbuf, "%s", path);
-    const char *d = dirname(dbuf), *base = basename(bbuf);
-    DIR *dp = opendir(d);
-    if (!dp) return;
-    struct dirent *e;
-    while ((e = readdir(dp))) {
-        int ours = 0;
-        long pid = tmp_pid(e->d_name, base, &ours);
-        if (pid == 0) continue;
-        char full[8500];
-        snprintf(full, sizeof full, "%s/%s", d, e->d_name);
-        if (!ours) {
-            HR_INFO(TRAIN,
-                    "kept %s: a checkpoint save's temporary file from another container or "
-                    "machine, which may still be saving (remove it once no node saves there)",
-                    full);
-            continue;
-        }
-        if (pid == (long)getpid() || kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue;
-        if (unlink(full) == 0)
-            HR_INFO(TRAIN, "removed %s, left by an interrupted checkpoint save of process %ld",
-                    full, pid);
-    }
-    closedir(dp);
-}
-
 /* The file a save of checkpoint `path` writes, in real[0..n): where its symbolic links lead
  * (hr_file_target), so a link to another disk keeps its checkpoint there. */
 static hr_status ckpt_target(const char *path, char *real, size_t n, char *err, size_t errlen) {
@@ -162,8 +86,8 @@ hr_status ckpt_prepare(const char *path, char *err, size_t errlen) {
                        path, path);
     char real[4096], tmp[4200];
     HR_CHECK(ckpt_target(path, real, sizeof real, err, errlen));
-    remove_stale_tmp(real);
-    int fd = tmp_name(tmp, sizeof tmp, real) == 0
+    hr_file_remove_stale(real, HR_SUB_TRAIN, "checkpoint save");
+    int fd = hr_file_tmp_name(tmp, sizeof tmp, real) == 0
                  ? open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644)
                  : -1;
     if (fd < 0)
@@ -208,7 +132,7 @@ hr_status ckpt_save(const char *path, const ckpt_meta *meta, const float *params
                        "checkpoint %s: %s is not a regular file; not replaced (expected the "
                        "checkpoint file there, or no file)",
                        path, real);
-    int fd = tmp_name(tmp, sizeof tmp, real) == 0
+    int fd = hr_file_tmp_name(tmp, sizeof tmp, real) == 0
                  ? open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644)
                  : -1;
     if (fd < 0)

@@ -749,8 +749,9 @@ static hr_status run_iteration(trainer *t, const train_opts *o, run_report *rr, 
 
 /* The summary JSON (keys iterations, samples, wall_s, samples_per_s, final_loss, eval_accuracy,
  * emulated, ...), with the fields of the tag hook. Written whole or not at all: into
- * PATH.tmp.PID, renamed over PATH once complete (over the file it leads to, where PATH is a
- * link), so a full disk never leaves half a JSON object where a reader expects one. */
+ * PATH.tmp.PID.TAG (hr_file_tmp_name), renamed over PATH once complete (over the file it
+ * leads to, where PATH is a link), so a full disk never leaves half a JSON object where a
+ * reader expects one. */
 static hr_status write_summary(const trainer *t, const train_result *r, const train_opts *o,
                                const char *path, char *err, size_t errlen) {
     char tmp[4200];

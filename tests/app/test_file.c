@@ -6,8 +6,11 @@
  *              where it leads
  *   together   8 processes check one new path 300 times each, at once (hetring local gives every
  *              node the same --summary): none may see another's probe and refuse
- *   replace    a file written under hr_file_tmp_name's name replaces the old one whole; a rename
+ *   replace    the temporary name is PATH.tmp.PID.TAG (TAG: the process namespace's); a file
+ *              written under it replaces the old one whole; a rename
  *              that fails leaves the old file and no temporary one; a name too long is refused
+ *   stale      hr_file_create removes the temporary files of killed writes of this namespace,
+ *              and keeps live processes', another namespace's and files that only look alike
  *   create     hr_file_create and hr_file_commit: the same for a stream; through a link, the
  *              file it leads to is replaced and the link kept; a loop of links opens nothing
  *   close      a write error that the stream kept is returned when it is closed (/dev/full), with
@@ -57,8 +60,12 @@ static void test_replace(const char *dir) {
     snprintf(path, sizeof path, "%s/r.json", dir);
     write_text(path, "old");
     CHECK(hr_file_tmp_name(tmp, sizeof tmp, path) == 0, "tmp name");
-    snprintf(expect, sizeof expect, "%s.tmp.%ld", path, (long)getpid());
-    CHECK(strcmp(tmp, expect) == 0, "tmp name '%s' (expected '%s')", tmp, expect);
+    snprintf(expect, sizeof expect, "%s.tmp.%ld.", path, (long)getpid());
+    CHECK(strncmp(tmp, expect, strlen(expect)) == 0 && strlen(tmp) == strlen(expect) + 8 &&
+              strspn(tmp + strlen(expect), "0123456789abcdef") == 8,
+          "tmp name '%s' (expected '%sTAG', TAG 8 hex digits naming the process namespace: a "
+          "process id alone is shared by processes of two containers)",
+          tmp, expect);
     write_text(tmp, "new");
     CHECK(hr_file_replace(tmp, path) == 0, "replace: %s", strerror(errno));
     CHECK(holds(path, "new"), "the new file did not replace the old one");
@@ -76,6 +83,40 @@ static void test_replace(const char *dir) {
     errno = 0;
     CHECK(hr_file_tmp_name(small, sizeof small, path) == -1 && errno == ENAMETOOLONG,
           "a temporary name that does not fit is refused");
+}
+
+/* The temporary files writes of a path left when killed: hr_file_create removes this
+ * namespace's whose process is gone (tagged, or PATH.tmp.PID of versions before the tag) and
+ * keeps those of live processes, of another namespace (its process ids mean nothing here) and
+ * files that only look alike. */
+static void test_stale(const char *dir) {
+    char path[256], tmp[300], stale[300], old[300], live[300], foreign[300], other[300];
+    snprintf(path, sizeof path, "%s/s.json", dir);
+    CHECK(hr_file_tmp_name(tmp, sizeof tmp, path) == 0, "tmp name");
+    const char *tag = tmp + strlen(tmp) - 8;
+    pid_t dead = fork();
+    if (dead == 0) _exit(0);
+    waitpid(dead, NULL, 0);
+    snprintf(stale, sizeof stale, "%s.tmp.%ld.%s", path, (long)dead, tag);
+    snprintf(old, sizeof old, "%s.tmp.%ld", path, (long)dead);
+    snprintf(live, sizeof live, "%s.tmp.%ld.%s", path, (long)getppid(), tag);
+    snprintf(foreign, sizeof foreign, "%s.tmp.%ld.%08x", path, (long)dead,
+             (unsigned)strtoul(tag, NULL, 16) ^ 1u);
+    snprintf(other, sizeof other, "%s.tmp.12x", path);
+    const char *all[] = {stale, old, live, foreign, other};
+    for (int i = 0; i < 5; i++) write_text(all[i], "x");
+    FILE *f = hr_file_create(path, tmp, sizeof tmp);
+    CHECK(f != NULL, "create: %s", strerror(errno));
+    if (f) {
+        fputs("new", f);
+        CHECK(hr_file_commit(f, 0, tmp, path) == 0, "commit");
+    }
+    CHECK(access(stale, F_OK) != 0 && access(old, F_OK) != 0,
+          "a killed write's temporary file %s, or %s, is still there", stale, old);
+    CHECK(access(live, F_OK) == 0 && access(foreign, F_OK) == 0 && access(other, F_OK) == 0,
+          "a live process's, another namespace's or an unrelated file was removed");
+    for (int i = 0; i < 5; i++) unlink(all[i]);
+    unlink(path);
 }
 
 /* hr_file_create and hr_file_commit: a stream written whole replaces the old file; one whose
@@ -263,6 +304,7 @@ int main(void) {
     CHECK(entries(dir) == 0, "the checks left %d file(s) behind", entries(dir));
 
     test_replace(dir);
+    test_stale(dir);
     test_create_commit(dir);
     test_close(dir);
     test_target(dir);

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # test_durable_writes.sh HETRING: a file that replaces another (the checkpoint, --summary) is on
-# the disk before its name is: a one-node run, traced by strace, writes each into FILE.tmp.PID,
+# the disk before its name is: a one-node run, traced by strace, writes each into FILE.tmp.PID.TAG,
 # fsyncs that file, renames it over FILE and then fsyncs FILE's directory, which holds the
 # rename; so a crash (a power cut) leaves the old file or the new one whole, never an empty or
 # partial file under the name.
