@@ -125,13 +125,19 @@ hr_status sec_write_key_file(const char *path, const uint8_t key[32], const char
                        "%s/node0.key)",
                        path, path);
     /* without --force: created here or not at all (O_EXCL), and removed again if it could not
-     * be written whole; with it: written beside and renamed over PATH, so the key it replaces
-     * stays until the new one is complete (a full disk never leaves a node without either) */
-    char tmp[4200];
+     * be written whole; with it: written beside the file PATH leads to (hr_file_target: a link
+     * is kept, as for a checkpoint) and renamed over that file, so the key it replaces stays
+     * until the new one is complete (a full disk never leaves a node without either). Either
+     * way the file is created 0600 by open itself, never readable by others for a moment. */
+    char tmp[4200], real[4096];
     const char *target = path;
     if (force) {
-        if (hr_file_tmp_name(tmp, sizeof tmp, path) != 0)
+        if (hr_file_target(path, real, sizeof real) != 0)
+            return hr_fail(err, errlen, HR_ERR_IO, "%s: cannot follow its link: %s", path,
+                           strerror(errno));
+        if (hr_file_tmp_name(tmp, sizeof tmp, real) != 0)
             return hr_fail(err, errlen, HR_ERR_IO, "%s: name too long", path);
+        hr_file_remove_stale(real, HR_SUB_SEC, "key write");
         target = tmp;
     }
     int fd = open(target, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
@@ -143,7 +149,7 @@ hr_status sec_write_key_file(const char *path, const uint8_t key[32], const char
         unlink(target);
         return st;
     }
-    int e = force ? hr_file_replace(tmp, path) : 0;
+    int e = force ? hr_file_replace(tmp, real) : 0;
     if (e) return hr_fail(err, errlen, HR_ERR_IO, "%s: cannot replace it: %s", path, strerror(e));
     return HR_OK;
 }
