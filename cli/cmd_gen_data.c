@@ -10,6 +10,10 @@
  * so a run on the files follows the same trajectory as a run on the generator. A file may hold
  * no sample (--eval-samples 0; --samples below 5 leaves CIFAR batches empty): the loaders take
  * it as an empty set, and refuse only a training set with no sample at all.
+ *
+ * Each file is written whole beside its name and renamed over it (a full disk keeps what was
+ * there), and a file of those names that DIR holds is refused unless --force: DIR may hold a
+ * user's real MNIST files.
  */
 #include "base/hr_cores.h"
 #include "base/hr_file.h"
@@ -26,7 +30,7 @@
 
 static void usage(FILE *out) {
     fprintf(out, "usage: hetring gen-data --kind KIND --out DIR [--samples N] [--eval-samples M]\n"
-                 "                        [--seed S] [--gzip]\n"
+                 "                        [--seed S] [--gzip] [--force]\n"
                  "\n"
                  "Write a synthetic dataset as files, for the mnist, cifar10 and csv loaders.\n"
                  "\n"
@@ -39,6 +43,8 @@ static void usage(FILE *out) {
                  "  --seed S           generator seed, as [train] seed (default 1)\n"
                  "  --gzip             gzip the IDX files (and remove plain ones of the same\n"
                  "                     name; without --gzip, gzipped ones)\n"
+                 "  --force            replace (or remove) files of those names in DIR; without\n"
+                 "                     it, any such file is refused and nothing is written\n"
                  "  --help             this text\n");
 }
 
@@ -56,16 +62,21 @@ typedef struct {
     const char *dir;  /* --out */
     long n, n_eval;   /* training and held-out samples */
     unsigned long long seed;
-    int gz; /* gzip the IDX files */
+    int gz;    /* gzip the IDX files */
+    int force; /* replace files that DIR holds */
 } gen_opts;
 
 /* Read the command line into `g`. Returns -1 to go on, or the exit code to return now. */
 static int parse_args(int argc, char **argv, gen_opts *g) {
-    static const struct option opts[] = {
-        {"kind", required_argument, 0, 'k'},    {"out", required_argument, 0, 'o'},
-        {"samples", required_argument, 0, 'n'}, {"eval-samples", required_argument, 0, 'e'},
-        {"seed", required_argument, 0, 's'},    {"gzip", no_argument, 0, 'z'},
-        {"help", no_argument, 0, 'h'},          {0, 0, 0, 0}};
+    static const struct option opts[] = {{"kind", required_argument, 0, 'k'},
+                                         {"out", required_argument, 0, 'o'},
+                                         {"samples", required_argument, 0, 'n'},
+                                         {"eval-samples", required_argument, 0, 'e'},
+                                         {"seed", required_argument, 0, 's'},
+                                         {"gzip", no_argument, 0, 'z'},
+                                         {"force", no_argument, 0, 'f'},
+                                         {"help", no_argument, 0, 'h'},
+                                         {0, 0, 0, 0}};
     int ch;
     char *end;
     optind = 1;
@@ -100,6 +111,9 @@ static int parse_args(int argc, char **argv, gen_opts *g) {
         case 'z':
             g->gz = 1;
             break;
+        case 'f':
+            g->force = 1;
+            break;
         default:
             usage(stderr);
             return CLI_USAGE;
@@ -109,6 +123,19 @@ static int parse_args(int argc, char **argv, gen_opts *g) {
     if (!g->kind || !g->dir) return cli_usage_error("gen-data", "--kind and --out are required");
     return -1;
 }
+
+/* The files each kind writes, in DIR; the IDX ones also as NAME.gz (the one of the two that
+ * is not written is removed). */
+static const char *const idx_files[] = {"train-images-idx3-ubyte", "train-labels-idx1-ubyte",
+                                        "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte", NULL};
+static const char *const cifar_files[] = {"data_batch_1.bin",
+                                          "data_batch_2.bin",
+                                          "data_batch_3.bin",
+                                          "data_batch_4.bin",
+                                          "data_batch_5.bin",
+                                          "test_batch.bin",
+                                          NULL};
+static const char *const csv_files[] = {"train.csv", "test.csv", NULL};
 
 /* The other variant of IDX file DIR/NAME that a gen-data with (or without) --gzip wrote,
  * removed: the loader refuses a directory that holds both NAME and NAME.gz. */
@@ -125,8 +152,7 @@ static hr_status remove_other(const gen_opts *g, const char *name, char *err, si
 /* synthetic: MNIST IDX files, training then t10k. */
 static hr_status write_idx(const gen_opts *g, const data_set *tr, const data_set *ev, char *err,
                            size_t errlen) {
-    static const char *const names[4] = {"train-images-idx3-ubyte", "train-labels-idx1-ubyte",
-                                         "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"};
+    const char *const *names = idx_files;
     const char *z = g->gz ? ".gz" : "";
     char a[4200], b[4200];
     hr_status st = HR_OK;
@@ -165,6 +191,26 @@ static hr_status write_csv(const gen_opts *g, const data_set *tr, const data_set
     return st;
 }
 
+/* Without --force, a file of a name gen-data writes or removes that DIR already holds (real
+ * MNIST files, another set's) is refused before anything is written: CLI_FAIL naming it; else
+ * -1 to go on. */
+static int refuse_existing(const gen_opts *g, const char *const *files, int idx) {
+    if (g->force) return -1;
+    for (int i = 0; files[i]; i++)
+        for (int z = 0; z <= idx; z++) {
+            char p[4200];
+            struct stat sb;
+            snprintf(p, sizeof p, "%s/%s%s", g->dir, files[i], z ? ".gz" : "");
+            if (lstat(p, &sb) != 0) continue;
+            fprintf(stderr,
+                    "hetring gen-data: %s exists; nothing written (expected a directory without "
+                    "the data set's files, or --force to replace them)\n",
+                    p);
+            return CLI_FAIL;
+        }
+    return -1;
+}
+
 typedef hr_status (*writer)(const gen_opts *g, const data_set *tr, const data_set *ev, char *err,
                             size_t errlen);
 
@@ -172,10 +218,12 @@ static const struct {
     const char *name;
     data_kind kind;
     writer write;
+    const char *const *files; /* the files it writes */
+    int idx;                  /* 1: IDX files, each also as NAME.gz */
 } kinds[] = {
-    {"synthetic", DATA_SYNTHETIC, write_idx},
-    {"synthetic-rgb", DATA_SYNTHETIC_RGB, write_cifar},
-    {"synthetic-regression", DATA_SYNTHETIC_REGRESSION, write_csv},
+    {"synthetic", DATA_SYNTHETIC, write_idx, idx_files, 1},
+    {"synthetic-rgb", DATA_SYNTHETIC_RGB, write_cifar, cifar_files, 0},
+    {"synthetic-regression", DATA_SYNTHETIC_REGRESSION, write_csv, csv_files, 0},
 };
 
 int cmd_gen_data(int argc, char **argv) {
@@ -201,6 +249,7 @@ int cmd_gen_data(int argc, char **argv) {
         fprintf(stderr, "hetring gen-data: cannot create %s (%s)\n", g.dir, strerror(errno));
         return CLI_FAIL;
     }
+    if ((rc = refuse_existing(&g, kinds[k].files, kinds[k].idx)) >= 0) return rc;
     data_set tr, ev;
     char err[HR_ERRLEN] = "";
     hr_status st = data_synthetic(&tr, &ev, kinds[k].kind, g.n, g.n_eval, g.seed, err, sizeof err);

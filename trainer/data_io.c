@@ -15,6 +15,7 @@
 #include "base/hr_log.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -104,12 +105,37 @@ static void put_be32(uint8_t *p, uint32_t v) {
     p[3] = (uint8_t)v;
 }
 
-static gzFile open_write(const char *path, int gz, char *err, size_t errlen, hr_status *st) {
-    gzFile f = gzopen(path, gz ? "wb6" : "wbT");
-    if (!f)
-        *st = hr_fail(err, errlen, HR_ERR_IO, "%s: cannot create (%s)", path,
-                      errno ? strerror(errno) : "out of memory");
-    return f;
+/* A data file being written: into hr_file_tmp_name's temporary name beside the file `path`
+ * leads to (hr_file_target), renamed over it once whole and on the disk, so a full disk or a
+ * crash keeps the file it replaces. */
+typedef struct {
+    gzFile f;        /* the stream, on the temporary file */
+    int sync;        /* a second descriptor of it, fsynced after gzclose has written the end */
+    char tmp[4200];  /* the temporary file */
+    char real[4096]; /* the file it replaces */
+} out_file;
+
+static hr_status open_write(out_file *o, const char *path, int gz, char *err, size_t errlen) {
+    o->f = NULL, o->sync = -1;
+    if (hr_file_target(path, o->real, sizeof o->real) != 0 ||
+        hr_file_tmp_name(o->tmp, sizeof o->tmp, o->real) != 0)
+        return hr_fail(err, errlen, HR_ERR_IO, "%s: cannot create (%s)", path, strerror(errno));
+    hr_file_remove_stale(o->real, HR_SUB_DATA, "data file write");
+    int fd = open(o->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0)
+        return hr_fail(err, errlen, HR_ERR_IO, "%s: cannot create %s (%s)", path, o->tmp,
+                       strerror(errno));
+    o->sync = dup(fd);
+    errno = 0;
+    if (o->sync < 0 || !(o->f = gzdopen(fd, gz ? "wb6" : "wbT"))) {
+        int e = errno;
+        close(fd);
+        if (o->sync >= 0) close(o->sync);
+        unlink(o->tmp);
+        return hr_fail(err, errlen, HR_ERR_IO, "%s: cannot create (%s)", path,
+                       e ? strerror(e) : "out of memory");
+    }
+    return HR_OK;
 }
 
 static hr_status write_full(gzFile f, const void *buf, size_t n, const char *path, char *err,
@@ -129,15 +155,26 @@ static hr_status write_full(gzFile f, const void *buf, size_t n, const char *pat
     return HR_OK;
 }
 
-/* Close f after writing it (st: how the writing went). A file that could not be written whole
- * (a full disk) is removed: what is left is never a cut-short data set that a later run
- * reads. */
-static hr_status close_write(gzFile f, const char *path, hr_status st, char *err, size_t errlen) {
-    if (gzclose(f) != Z_OK && st == HR_OK)
+/* Close o after writing it (st: how the writing went) and rename it over the file it
+ * replaces. A file that could not be written whole (a full disk) is removed and the old one
+ * kept: what is left is never a cut-short data set that a later run reads. */
+static hr_status close_write(out_file *o, const char *path, hr_status st, char *err,
+                             size_t errlen) {
+    if (gzclose(o->f) != Z_OK && st == HR_OK)
         st = hr_fail(err, errlen, HR_ERR_IO, "%s: write failed on close (%s)", path,
                      strerror(errno));
-    if (st != HR_OK) unlink(path);
-    return st;
+    if (st == HR_OK && fsync(o->sync) != 0)
+        st = hr_fail(err, errlen, HR_ERR_IO, "%s: write failed (%s)", path, strerror(errno));
+    close(o->sync);
+    if (st != HR_OK) {
+        unlink(o->tmp);
+        return st;
+    }
+    int e = hr_file_replace(o->tmp, o->real);
+    if (e)
+        return hr_fail(err, errlen, HR_ERR_IO, "%s: cannot rename %s into place (%s)", path, o->tmp,
+                       strerror(e));
+    return HR_OK;
 }
 
 /* ================================================================ MNIST IDX */
@@ -273,23 +310,22 @@ hr_status data_write_idx(const data_set *ds, const char *images, const char *lab
                          char *err, size_t errlen) {
     if (!ds->x8 || !ds->y || ds->c != 1)
         return hr_fail(err, errlen, HR_ERR_INVAL, "%s: IDX needs a one-channel image set", images);
-    hr_status st = HR_OK;
     uint8_t h[16];
-    gzFile f = open_write(images, gz, err, errlen, &st);
-    if (!f) return st;
+    out_file o;
+    HR_CHECK(open_write(&o, images, gz, err, errlen));
     put_be32(h, 0x00000803), put_be32(h + 4, (uint32_t)ds->n);
     put_be32(h + 8, (uint32_t)ds->h), put_be32(h + 12, (uint32_t)ds->w);
-    st = write_full(f, h, 16, images, err, errlen);
-    if (st == HR_OK) st = write_full(f, ds->x8, (size_t)(ds->n * ds->d), images, err, errlen);
-    HR_CHECK(close_write(f, images, st, err, errlen));
-    if (!(f = open_write(labels, gz, err, errlen, &st))) return st;
+    hr_status st = write_full(o.f, h, 16, images, err, errlen);
+    if (st == HR_OK) st = write_full(o.f, ds->x8, (size_t)(ds->n * ds->d), images, err, errlen);
+    HR_CHECK(close_write(&o, images, st, err, errlen));
+    HR_CHECK(open_write(&o, labels, gz, err, errlen));
     put_be32(h, 0x00000801), put_be32(h + 4, (uint32_t)ds->n);
-    st = write_full(f, h, 8, labels, err, errlen);
+    st = write_full(o.f, h, 8, labels, err, errlen);
     for (long i = 0; i < ds->n && st == HR_OK; i++) {
         uint8_t v = (uint8_t)ds->y[i];
-        st = write_full(f, &v, 1, labels, err, errlen);
+        st = write_full(o.f, &v, 1, labels, err, errlen);
     }
-    return close_write(f, labels, st, err, errlen);
+    return close_write(&o, labels, st, err, errlen);
 }
 
 /* ================================================================ CIFAR-10 binary */
@@ -362,16 +398,16 @@ hr_status data_write_cifar(const data_set *ds, long first, long n, const char *p
                            size_t errlen) {
     if (!ds->x8 || !ds->y || ds->d != CIFAR_PIXELS || ds->c != 3)
         return hr_fail(err, errlen, HR_ERR_INVAL, "%s: CIFAR needs a 32x32x3 image set", path);
+    out_file o;
+    HR_CHECK(open_write(&o, path, 0, err, errlen));
     hr_status st = HR_OK;
-    gzFile f = open_write(path, 0, err, errlen, &st);
-    if (!f) return st;
     for (long i = first; i < first + n && st == HR_OK; i++) {
         uint8_t lab = (uint8_t)ds->y[i];
-        st = write_full(f, &lab, 1, path, err, errlen);
+        st = write_full(o.f, &lab, 1, path, err, errlen);
         if (st == HR_OK)
-            st = write_full(f, ds->x8 + i * CIFAR_PIXELS, CIFAR_PIXELS, path, err, errlen);
+            st = write_full(o.f, ds->x8 + i * CIFAR_PIXELS, CIFAR_PIXELS, path, err, errlen);
     }
-    return close_write(f, path, st, err, errlen);
+    return close_write(&o, path, st, err, errlen);
 }
 
 /* ================================================================ CSV */
@@ -531,8 +567,11 @@ fail:
 }
 
 hr_status data_write_csv(const data_set *ds, const char *path, char *err, size_t errlen) {
-    FILE *f = fopen(path, "w");
-    if (!f) return hr_fail(err, errlen, HR_ERR_IO, "%s: cannot create (%s)", path, strerror(errno));
+    char tmp[4200]; /* written whole beside it and renamed over it, as open_write */
+    FILE *f = hr_file_create(path, tmp, sizeof tmp);
+    if (!f)
+        return hr_fail(err, errlen, HR_ERR_IO, "%s: cannot create %s (%s)", path,
+                       tmp[0] ? tmp : path, strerror(errno));
     for (long i = 0; i < ds->n; i++) {
         if (ds->t)
             fprintf(f, "%.9g", (double)ds->t[i * ds->n_targets]);
@@ -543,9 +582,8 @@ hr_status data_write_csv(const data_set *ds, const char *path, char *err, size_t
                     ds->xf ? (double)ds->xf[i * ds->d + j] : (double)ds->x8[i * ds->d + j] / 255.0);
         fputc('\n', f);
     }
-    int e = hr_file_close(f, errno);
-    if (!e) return HR_OK;
-    unlink(path); /* as close_write: no cut-short data set is left */
+    int e = hr_file_commit(f, errno, tmp, path);
+    if (!e) return HR_OK; /* else the old file is kept and no cut-short data set is left */
     return hr_fail(err, errlen, HR_ERR_IO, "%s: write failed (%s)", path, strerror(e));
 }
 

@@ -159,7 +159,7 @@ done
 printf '[cluster]\nsecurity = none\n[train]\ndataset = mnist\nmodel = softmax\ndata_dir = %s\nglobal_batch = 2\niterations = 2\n[node.0]\nhost = 127.0.0.1\nport = 7001\n' \
     "$tmp/gz" > "$tmp/gz.ini"
 for gzip in --gzip "" --gzip; do
-    "$HR" gen-data --kind synthetic --out "$tmp/gz" --samples 30 --eval-samples 5 $gzip > /dev/null 2>&1 || { echo "FAIL: gen-data $gzip"; fails=$((fails+1)); }
+    "$HR" gen-data --kind synthetic --out "$tmp/gz" --samples 30 --eval-samples 5 $gzip --force > /dev/null 2>&1 || { echo "FAIL: gen-data $gzip"; fails=$((fails+1)); }
     n=$(ls "$tmp/gz" | grep -c '\.gz$'); want=$([ -n "$gzip" ] && echo 4 || echo 0)
     [ "$n" = "$want" ] && [ "$(ls "$tmp/gz" | wc -l)" = 4 ] || { echo "FAIL: gen-data '$gzip' left $(ls "$tmp/gz" | tr '\n' ' ')"; fails=$((fails+1)); }
     msg=$(timeout 30 "$HR" run --conf "$tmp/gz.ini" --quiet 2>&1) || { echo "FAIL: run after gen-data '$gzip': $(echo "$msg" | tail -1)"; fails=$((fails+1)); }
