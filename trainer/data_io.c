@@ -177,6 +177,49 @@ static hr_status close_write(out_file *o, const char *path, hr_status st, char *
     return HR_OK;
 }
 
+/* ================================================================ memory */
+
+/* A data file whose samples this process cannot hold is refused, naming the file, its size on
+ * disk, what its samples need and the memory there is (hr_memory_bytes): under a cgroup memory
+ * limit the kernel lends the pages and then kills the node, with no word of why. `held` says
+ * what needs `need` bytes. */
+static hr_status too_big(const char *path, const char *held, double need, double have, char *err,
+                         size_t errlen) {
+    struct stat sb;
+    char size[64] = "size unknown";
+    if (stat(path, &sb) == 0) snprintf(size, sizeof size, "%.3g GB", (double)sb.st_size / 1e9);
+    return hr_fail(err, errlen, HR_ERR_DATA,
+                   "%s (%s on disk): %s need %.3g GB of memory, more than the %.3g GB this "
+                   "process may use here (expected a smaller file, or more memory for this node; "
+                   "[train] samples cuts the set only after the whole file is read)",
+                   path, size, held, need / 1e9, have / 1e9);
+}
+
+/* The part of file `path` (plain or gzipped) that stream f has read so far, in (0, 1]: 1 where
+ * it is not known. */
+static double read_part(gzFile f, const char *path) {
+    struct stat sb;
+    const double at = (double)gzoffset(f);
+    if (stat(path, &sb) != 0 || sb.st_size <= 0 || at <= 0) return 1;
+    return at < (double)sb.st_size ? at / (double)sb.st_size : 1;
+}
+
+/* Samples of `row` bytes each held in memory, `before` of earlier files and `n` of this one,
+ * `part` of it read (read_part): the capacity *cap grows to when sample before + n does not
+ * fit it, doubled but never beyond the memory this process may use. HR_ERR_DATA (too_big) when the
+ * whole file at the rate of its samples so far, or sample n itself, does not fit there: found
+ * early, before the node holds that memory, which under a cgroup limit the kernel would kill it
+ * for. `held` names the samples in the message. */
+static hr_status grow_cap(long before, long n, double row, double part, long *cap, const char *path,
+                          const char *held, char *err, size_t errlen) {
+    const double have = hr_memory_bytes(), need = ((double)before + (double)(n + 1) / part) * row;
+    if (have > 0 && need > have) return too_big(path, held, need, have, err, errlen);
+    const double fit = have > 0 ? have / row : 9e18;
+    long grown = *cap ? 2 * *cap : 1024;
+    *cap = (double)grown > fit ? (long)fit : grown;
+    return HR_OK;
+}
+
 /* ================================================================ MNIST IDX */
 
 /* The 16-byte header of IDX image file `path`: n images of rows x cols bytes each. */
@@ -223,6 +266,15 @@ static hr_status idx_read_images(data_set *ds, gzFile f, const char *path, char 
         if (r < 0) return read_error(f, path, err, errlen);
         got += (size_t)r;
         if (got < cap || cap == bytes) break;
+        /* past 64 MiB, the file holds many images: the set the header declares must fit */
+        const double need = (double)bytes + (double)sizeof *ds->y * (double)n,
+                     have = hr_memory_bytes();
+        if (have > 0 && need > have) {
+            char held[160];
+            snprintf(held, sizeof held, "the %ld images of %ldx%ld its header declares", n, rows,
+                     cols);
+            return too_big(path, held, need, have, err, errlen);
+        }
         size_t grown = cap * 2 < bytes ? cap * 2 : bytes;
         uint8_t *x = realloc(ds->x8, grown + 1);
         if (!x)
@@ -369,7 +421,15 @@ hr_status data_load_cifar(data_set *ds, const char *const *files, int n_files, c
                 goto fail;
             }
             if (ds->n == cap) {
-                cap = cap ? 2 * cap : 10000;
+                char held[96];
+                snprintf(held, sizeof held, "its records (%ld read, at that rate)%s", k,
+                         ds->n > k ? ", with those of the files before" : "");
+                if ((st = grow_cap(ds->n - k, k, sizeof *ds->y + CIFAR_PIXELS,
+                                   read_part(f, files[fi]), &cap, files[fi], held, err, errlen)) !=
+                    HR_OK) {
+                    gzclose(f);
+                    goto fail;
+                }
                 uint8_t *x = realloc(ds->x8, (size_t)(cap * CIFAR_PIXELS));
                 int32_t *y = x ? realloc(ds->y, sizeof *y * (size_t)cap) : NULL;
                 if (x) ds->x8 = x;
@@ -484,15 +544,14 @@ static hr_status csv_parse_row(char *p, float *row, long cols, int regression, c
     return HR_OK;
 }
 
-/* Append a parsed row as sample ds->n, doubling the arrays (room for *cap samples) when they
- * are full; -1 when out of memory. */
-static int csv_append(data_set *ds, const float *row, int regression, long *cap) {
-    if (ds->n == *cap) {
-        *cap = *cap ? 2 * *cap : 1024;
-        float *x = realloc(ds->xf, sizeof *x * (size_t)(*cap * ds->d));
+/* Append a parsed row as sample ds->n, growing the arrays to room for `cap` samples (grow_cap's)
+ * when they are full (`grow`); -1 when out of memory. */
+static int csv_append(data_set *ds, const float *row, int regression, int grow, long cap) {
+    if (grow) {
+        float *x = realloc(ds->xf, sizeof *x * (size_t)(cap * ds->d));
         if (x) ds->xf = x;
-        void *yt = x ? (regression ? realloc(ds->t, sizeof *ds->t * (size_t)*cap)
-                                   : realloc(ds->y, sizeof *ds->y * (size_t)*cap))
+        void *yt = x ? (regression ? realloc(ds->t, sizeof *ds->t * (size_t)cap)
+                                   : realloc(ds->y, sizeof *ds->y * (size_t)cap))
                      : NULL;
         if (yt) {
             if (regression)
@@ -544,7 +603,16 @@ hr_status data_load_csv(data_set *ds, const char *path, int regression, char *er
             goto fail;
         }
         HR_CHECK_GOTO(csv_parse_row(p, row, cols, regression, path, lineno, err, errlen), st, fail);
-        if (csv_append(ds, row, regression, &cap) != 0) goto nomem;
+        const int grow = ds->n == cap;
+        if (grow) {
+            char held[96];
+            snprintf(held, sizeof held, "its rows (%ld read, at that rate) of %ld floats", ds->n,
+                     cols);
+            HR_CHECK_GOTO(grow_cap(0, ds->n, 4.0 * (double)cols, read_part(f, path), &cap, path,
+                                   held, err, errlen),
+                          st, fail);
+        }
+        if (csv_append(ds, row, regression, grow, cap) != 0) goto nomem;
     }
     if (got < 0) goto nomem;
     if (!gzeof(f) || cut_short(f)) {
