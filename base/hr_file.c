@@ -15,6 +15,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+static unsigned ns_tag(void);
+
 int hr_file_writable(const char *link, char *why, size_t n) {
     struct stat sb;
     char path[4096]; /* where a link leads: the file hr_file_create writes */
@@ -25,10 +27,11 @@ int hr_file_writable(const char *link, char *why, size_t n) {
         if (access(path, W_OK) != 0) return snprintf(why, n, "%s", strerror(errno)), -1;
         return 0;
     }
-    /* a probe of this process's own beside it: nodes started together may check one path at
-     * once (hetring local gives every node the same --summary), and none may see another's */
-    char probe[4200];
-    if (snprintf(probe, sizeof probe, "%s.probe.%ld", path, (long)getpid()) >= (int)sizeof probe)
+    /* a probe of this process's own beside it (named as hr_file_tmp_name names): nodes started
+     * together, of this or another container, may check one path at once (hetring local gives every node the same --summary), and none may see another's */
+    char probe[4200]; /* PATH.probe.PID.TAG: another container's process may run as PID here */
+    if (snprintf(probe, sizeof probe, "%s.probe.%ld.%08x", path, (long)getpid(), ns_tag()) >=
+        (int)sizeof probe)
         return snprintf(why, n, "%s", strerror(ENAMETOOLONG)), -1;
     int fd = open(probe, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     if (fd < 0) return snprintf(why, n, "%s", strerror(errno)), -1;

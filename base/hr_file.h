@@ -17,7 +17,7 @@
 
 /* 0 when `path` (where its links lead: hr_file_target) is a regular file this process may
  * write, or names a new file its directory takes (a probe file of this process's own,
- * PATH.probe.PID, created and removed again); else
+ * PATH.probe.PID.TAG, TAG as hr_file_tmp_name's, created and removed again); else
  * -1 with the reason in `why` ("not a regular file", or strerror's). Processes may check one
  * path at the same time. */
 int hr_file_writable(const char *path, char *why, size_t n);

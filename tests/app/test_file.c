@@ -5,7 +5,8 @@
  *              is left behind; a missing directory, a directory: no, with the reason; a link,
  *              where it leads
  *   together   8 processes check one new path 300 times each, at once (hetring local gives every
- *              node the same --summary): none may see another's probe and refuse
+ *              node the same --summary): none may see another's probe and refuse, nor for the
+ *              probe of a process of another container under this process's id
  *   replace    the temporary name is PATH.tmp.PID.TAG (TAG: the process namespace's); a file
  *              written under it replaces the old one whole; a rename
  *              that fails leaves the old file and no temporary one; a name too long is refused
@@ -302,6 +303,15 @@ int main(void) {
           PROCS);
     unlink(path);
     CHECK(entries(dir) == 0, "the checks left %d file(s) behind", entries(dir));
+    /* a probe of a process of another container that runs under this process's id: not this
+     * process's (it was PATH.probe.PID, and the check refused: "File exists") */
+    char other[300];
+    snprintf(other, sizeof other, "%s.probe.%ld", path, (long)getpid());
+    write_text(other, "");
+    CHECK(hr_file_writable(path, why, sizeof why) == 0,
+          "a probe of another container's process of this id refused the check: %s", why);
+    CHECK(access(other, F_OK) == 0, "another process's probe %s was removed", other);
+    unlink(other);
 
     test_replace(dir);
     test_stale(dir);
