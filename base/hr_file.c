@@ -28,7 +28,8 @@ int hr_file_writable(const char *link, char *why, size_t n) {
         return 0;
     }
     /* a probe of this process's own beside it (named as hr_file_tmp_name names): nodes started
-     * together, of this or another container, may check one path at once (hetring local gives every node the same --summary), and none may see another's */
+     * together, of this or another container, may check one path at once (hetring local gives
+     * every node the same --summary), and none may see another's */
     char probe[4200]; /* PATH.probe.PID.TAG: another container's process may run as PID here */
     if (snprintf(probe, sizeof probe, "%s.probe.%ld.%08x", path, (long)getpid(), ns_tag()) >=
         (int)sizeof probe)

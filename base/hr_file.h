@@ -51,10 +51,10 @@ int hr_file_replace(const char *tmp, const char *path);
 /* A stream that replaces `path` whole or not at all; where `path` is a symbolic link, the file
  * it leads to (hr_file_target), and the link stays. hr_file_create removes the temporary
  * files earlier writes left (hr_file_remove_stale, in CLI lines) and opens hr_file_tmp_name's
- * TARGET.tmp.PID.TAG for writing, its name in tmp[0..n); NULL with errno when it cannot (tmp empty when no name was
- * made: ENAMETOOLONG, ELOOP). hr_file_commit flushes and fsyncs it, closes it (hr_file_close,
- * with `kept`) and renames it over the target (hr_file_replace): 0, or an errno value, with the
- * temporary file removed. */
+ * TARGET.tmp.PID.TAG for writing, its name in tmp[0..n); NULL with errno when it cannot (tmp
+ * empty when no name was made: ENAMETOOLONG, ELOOP). hr_file_commit flushes and fsyncs it,
+ * closes it (hr_file_close, with `kept`) and renames it over the target (hr_file_replace): 0,
+ * or an errno value, with the temporary file removed. */
 FILE *hr_file_create(const char *path, char *tmp, size_t n);
 int hr_file_commit(FILE *f, int kept, const char *tmp, const char *path);
 

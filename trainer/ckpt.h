@@ -46,9 +46,9 @@ typedef struct {
 /* Get `path` ready before a run writes it: remove the temporary files `path`.tmp.PID.TAG that
  * saves of processes no longer running left behind (hr_file_remove_stale: a save killed
  * part-way; TAG names the process namespace, and files of another one, a container or machine
- * sharing the directory, are kept and named, since their process ids mean nothing here), then create and remove
- * this process's own to prove that the directory takes new files (HR_ERR_IO naming the file
- * when not, or when `path` exists and is not a regular file). */
+ * sharing the directory, are kept and named, since their process ids mean nothing here), then
+ * create and remove this process's own to prove that the directory takes new files (HR_ERR_IO
+ * naming the file when not, or when `path` exists and is not a regular file). */
 hr_status ckpt_prepare(const char *path, char *err, size_t errlen);
 
 /* A node's error-feedback residual (the bf16 or powersgd wire's): n_params floats, and the
