@@ -8,16 +8,11 @@
 # Exits 77 (skipped) where this process may not make PID namespaces (unshare, as root).
 set -u
 HR=$1
-. "$(dirname "${BASH_SOURCE[0]}")/../ports.sh"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"; port_release' EXIT
-fails=0
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+. "$(dirname "${BASH_SOURCE[0]}")/../harness.sh"
 if ! unshare -p -f --mount-proc true 2> /dev/null; then
     echo "no PID namespaces here (unshare -p needs root): skipped"
     exit 77
 fi
-port_block || exit 1
 mkdir "$tmp/shared"
 cat > "$tmp/c.ini" <<INI
 [cluster]

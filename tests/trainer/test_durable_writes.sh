@@ -9,16 +9,11 @@
 # Exits 77 (skipped) where strace is missing or may not trace (no ptrace in the container).
 set -u
 HR=$1
-. "$(dirname "${BASH_SOURCE[0]}")/../ports.sh"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"; port_release' EXIT
-fails=0
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+. "$(dirname "${BASH_SOURCE[0]}")/../harness.sh"
 if ! command -v strace > /dev/null || ! strace -o /dev/null true 2> /dev/null; then
     echo "strace cannot trace here: skipped"
     exit 77
 fi
-port_block || exit 1
 mkdir "$tmp/ck" "$tmp/sum"
 cat > "$tmp/c.ini" <<INI
 [cluster]
