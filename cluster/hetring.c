@@ -67,6 +67,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 _Static_assert((int)HETRING_EUNSUPPORTED == (int)HR_ERR_UNSUPPORTED &&
                    (int)HETRING_EMISMATCH == (int)HR_ERR_MISMATCH &&
@@ -154,6 +155,8 @@ struct hetring {
     int closed;                      /* hetring_close ran */
     int left;                        /* this node left the cluster */
     int ended;                       /* the view agreed on the run's end (end_of_run) */
+    pid_t owner;                     /* the process that opened the node: its connections and
+                                      * threads are that process's, not a forked child's */
     long start_iter;                 /* hetring_options.start_iter: where the user's state is */
     hr_status failed;                /* a failure that ended the node (later calls return it) */
     volatile sig_atomic_t leave;     /* hetring_leave: leave at the next boundary */
@@ -216,9 +219,20 @@ static int fatal(hetring *h, hr_status st) {
     return status_of(st);
 }
 
+/* A process forked from the one that opened the node holds a copy of the handle: its sockets
+ * are the owner's connections and the threads behind them do not exist in the copy. */
+static int forked(const hetring *h) {
+    return h->owner != getpid();
+}
+
 /* The checks every call makes first. */
 static int usable(hetring *h) {
     if (!h) return HETRING_EINVAL;
+    if (forked(h))
+        return fail(h, HETRING_EINVAL,
+                    "this node belongs to process %ld; process %ld, forked from it, cannot use "
+                    "it (only hetring_free, which releases this process's copy)",
+                    (long)h->owner, (long)getpid());
     if (h->closed) return fail(h, HETRING_ECLOSED, "the handle was closed (hetring_close)");
     if (h->left) return fail(h, HETRING_LEFT, "this node left the cluster");
     if (h->failed != HR_OK) return status_of(h->failed); /* h->err still says why */
@@ -586,6 +600,7 @@ int hr_lib_open(hetring **out, const hetring_options *o, const hetring_app *app,
     }
     hetring *h = calloc(1, sizeof *h);
     if (!h) return HETRING_ENOMEM;
+    h->owner = getpid();
     if (app) h->app = *app;
     h->cb = o->cb;
     h->leave_at = o->leave_flag ? o->leave_flag : &h->leave;
@@ -615,6 +630,14 @@ static int end_of_run(hetring *h);
 
 int hetring_close(hetring *h) {
     if (!h) return HETRING_EINVAL;
+    /* a forked child's copy: the end of the run, the connections and the communication threads
+     * are the owner's; the child leaves them alone (its ring and control state stay allocated
+     * until it exits, since freeing them would close and join what the owner still runs) */
+    if (forked(h)) {
+        h->have_dist = 0;
+        h->closed = 1;
+        return HETRING_OK;
+    }
     /* a loop that stopped on its own count after the last step, without the hetring_next that
      * says DONE: the others wait on this node to agree on the end (end_of_run), so it does */
     if (!h->closed && !h->left && h->failed == HR_OK && h->have_dist && h->iter >= h->total &&
@@ -629,7 +652,7 @@ int hetring_close(hetring *h) {
 
 void hetring_free(hetring *h) {
     if (!h) return;
-    hetring_close(h);
+    hetring_close(h); /* in a forked child, touches neither the network nor threads */
     grad_xfer_free(&h->x);
     if (h->have_dl) data_loader_free(&h->dl);
     if (h->have_cfg) cfg_free(&h->own);

@@ -59,6 +59,13 @@
  * Your callbacks run on the thread that called into the library (inside hetring_open,
  * hetring_next or hetring_step). hetring_leave alone may be called from any thread or from a
  * signal handler. Several handles in one process are independent.
+ *
+ * fork(): a handle belongs to the process that opened it. In a process forked from that one,
+ * every call that would use the cluster (hetring_next, hetring_step, hetring_ready,
+ * hetring_allreduce, hetring_matrices, hetring_resume_*) returns HETRING_EINVAL and
+ * hetring_last_error says so; hetring_close and hetring_free there release the child's copy
+ * only: they neither agree on the run's end nor close the owner's connections, and the owner
+ * runs on undisturbed.
  */
 #ifndef HETRING_H
 #define HETRING_H
@@ -360,7 +367,8 @@ HETRING_API uint64_t hetring_hash(const void *data, size_t bytes, uint64_t seed)
  * would (the others wait on it there). */
 HETRING_API int hetring_close(hetring *h);
 
-/* Close if needed and release h (NULL is fine). */
+/* Close if needed and release h (NULL is fine). In a process forked from the one that opened
+ * h, only that process's copy is released (see fork() above). */
 HETRING_API void hetring_free(hetring *h);
 
 #ifdef __cplusplus

@@ -48,6 +48,10 @@
  *   test_api end_close  node 2 stops on its own count after the last step and closes: its
  *                     hetring_close agrees on the run's end with nodes 0 and 1, which end in
  *                     the view they began in
+ *   test_api fork     node 0 forks mid-run: in the child every call but
+ *                     hetring_close/hetring_free returns HETRING_EINVAL, and its hetring_free
+ *                     leaves the parent's connections alone: every node runs to HETRING_DONE
+ *                     in the first view
  *   test_api plan     one node, 200 buffers: bucket_bytes = 4 asks for a bucket per buffer,
  *                     and the plan grows its buckets to stay within the communication
  *                     thread's job table (every buffer still comes back as sum / B);
@@ -803,6 +807,78 @@ static int end_close(const char *dir, int port) {
     return three_nodes(dir, port, end_close_node);
 }
 
+/* test_api fork: node 0 forks after its step of iteration FORK_AT. In the child, hetring_next
+ * and hetring_step return HETRING_EINVAL naming both processes, and hetring_close/hetring_free
+ * release the child's copy without touching the parent's connections or joining the
+ * communication thread (node 0 sends buckets with hetring_ready), which the child does not
+ * have: every node
+ * runs its iterations on in the view it began in, and ends it with HETRING_DONE. */
+#define FORK_AT (ITERS / 2)
+
+static int fork_node(const char *ini, long id) {
+    model m = {{0}, 0, 0, 0, 0, 0, 0};
+    hetring_options o;
+    hetring_options_init(&o);
+    const char *sets[] = {"train.bucket_bytes=64", NULL}; /* node 0: buckets on a thread */
+    o.conf = ini, o.node_id = id, o.set = sets;
+    o.cb = (hetring_callbacks){
+        .user = &m, .get_state = get_state, .put_state = put_state, .on_view = on_view};
+    hetring *h;
+    char err[512];
+    if (hetring_open(&h, &o, err, sizeof err) != HETRING_OK) {
+        CHECK(0, "node %ld: open: %s", id, err);
+        return 1;
+    }
+    float g[D], count[SAMPLES] = {0};
+    float *bufs[2] = {g, count};
+    size_t counts[2] = {D, SAMPLES};
+    hetring_grads gr = {.bufs = bufs, .counts = counts, .n_bufs = 2, .compute_s = 1e-4};
+    int st;
+    long steps = 0;
+    hetring_batch b;
+    while ((st = hetring_next(h, &b)) == HETRING_OK) {
+        for (int j = 0; j < D; j++) g[j] = (float)b.batch;
+        if (id == 0 && (st = hetring_ready(h, &gr, 1)) != HETRING_OK) break;
+        if ((st = hetring_step(h, &gr, NULL)) != HETRING_OK) break;
+        steps++;
+        if (id != 0 || b.iter != FORK_AT) continue;
+        fflush(stdout);
+        const pid_t parent = getpid(), child = fork();
+        if (child == 0) {
+            char want[128];
+            snprintf(want, sizeof want, "this node belongs to process %ld; process %ld, forked",
+                     (long)parent, (long)getpid());
+            int cst = hetring_next(h, &b);
+            CHECK(cst == HETRING_EINVAL && strstr(hetring_last_error(h), want),
+                  "child: hetring_next returned %d: %s", cst, hetring_last_error(h));
+            cst = hetring_step(h, &gr, NULL);
+            CHECK(cst == HETRING_EINVAL && strstr(hetring_last_error(h), want),
+                  "child: hetring_step returned %d: %s", cst, hetring_last_error(h));
+            CHECK(hetring_close(h) == HETRING_OK, "child: hetring_close");
+            hetring_free(h);
+            fflush(stdout);
+            _exit(check_exit());
+        }
+        int ws = 0, done = 0; /* a child that joins threads it does not have waits forever */
+        for (int k = 0; k < 600 && child > 0 && !(done = waitpid(child, &ws, WNOHANG) == child);
+             k++)
+            usleep(100 * 1000);
+        if (child > 0 && !done) kill(child, SIGKILL), waitpid(child, &ws, 0);
+        CHECK(done && WIFEXITED(ws) && WEXITSTATUS(ws) == 0, "node 0's forked child failed (%s)",
+              done ? "its checks" : "still running after 60 s");
+    }
+    printf("node %ld: %ld steps, %d view(s), ended with %d\n", id, steps, m.views, st);
+    CHECK(steps == ITERS && st == HETRING_DONE, "node %ld: %ld steps, ended with %d: %s", id, steps,
+          st, hetring_last_error(h));
+    CHECK(m.views == 1, "node %ld: %d views: the child's free disturbed the ring", id, m.views);
+    hetring_free(h);
+    return check_exit();
+}
+
+static int fork_run(const char *dir, int port) {
+    return three_nodes(dir, port, fork_node);
+}
+
 /* ================================================================ bf16 */
 
 /* test_api bf16: [cluster] wire = bf16 on 3 nodes. Every node hands over v[j] times its share
@@ -1333,7 +1409,7 @@ int main(int argc, char **argv) {
     if (argc < 2) {
         fprintf(stderr, "usage: test_api misuse|text|ring|rejoin|leave|overlap|overlap_rejoin|plan|"
                         "resume|leave_open|nonfinite|nonfinite_skip|bf16|bf16_buckets|powersgd|"
-                        "powersgd_threads|auto_flush|nonfinite_wire\n");
+                        "powersgd_threads|auto_flush|nonfinite_wire|end_close|fork\n");
         return 2;
     }
     signal(SIGPIPE, SIG_IGN);
@@ -1346,6 +1422,7 @@ int main(int argc, char **argv) {
     if (strcmp(argv[1], "plan") == 0) rc = plan(dir, port);
     if (strcmp(argv[1], "nonfinite") == 0) rc = nonfinite(dir, port);
     if (strcmp(argv[1], "end_close") == 0) rc = end_close(dir, port);
+    if (strcmp(argv[1], "fork") == 0) rc = fork_run(dir, port);
     if (strcmp(argv[1], "bf16") == 0) rc = bf16(dir, port);
     if (strcmp(argv[1], "bf16_buckets") == 0) bf16_buckets = 1, rc = bf16(dir, port);
     if (strcmp(argv[1], "powersgd") == 0) rc = powersgd(dir, port);
