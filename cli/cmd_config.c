@@ -156,8 +156,11 @@ static int dry_port(const cfg *c, int self) {
         return fprintf(stderr, "%s\n", err), 1;
     hr_status st =
         tcp_listen(me->host, me->port, tcp_now() + c->connect_timeout, &fd, err, sizeof err);
-    if (st == HR_ERR_IO)
-        return problem(c, self, "port", "%s (is another node or program using it?)", err);
+    if (st == HR_ERR_IO) { /* as the ring's listen_start says it */
+        char at[RING_PATH];
+        app_port_where(c, self, at, sizeof at);
+        return fprintf(stderr, "%s: %s (is another node or program using it?)\n", at, err), 1;
+    }
     if (st != HR_OK) return problem(c, self, "host", "%s", err);
     tcp_close(&fd);
     return 0;

@@ -139,9 +139,13 @@ hr_status app_ring_config(const cfg *c, int self_idx, ring_config *out, char *er
     memcpy(out->psk, c->psk, sizeof c->psk);
     out->has_psk = c->has_psk;
     memcpy(out->label, c->path, sizeof c->path);
+    app_port_where(c, self_idx, out->port_where, sizeof out->port_where);
+    return HR_OK;
+}
+
+void app_port_where(const cfg *c, int self_idx, char *out, size_t len) {
     char at[CFG_PATH + 64];
     const cfg_node *me = &c->nodes[self_idx];
-    snprintf(out->port_where, sizeof out->port_where, "%s: [node.%ld] port = %ld",
-             cfg_where(c, self_idx, "port", at, sizeof at), me->id, me->port);
-    return HR_OK;
+    snprintf(out, len, "%s: [node.%ld] port = %ld", cfg_where(c, self_idx, "port", at, sizeof at),
+             me->id, me->port);
 }

@@ -29,6 +29,10 @@ size_t app_agree_text(const cfg *c, char *out, size_t cap);
 
 hr_status app_ring_config(const cfg *c, int self_idx, ring_config *out, char *err, size_t errlen);
 
+/* Where node self_idx's port is set, with its value: "FILE:LINE: [node.N] port = P" (or the
+ * override that set it), as a port that cannot be bound is reported (ring_config.port_where). */
+void app_port_where(const cfg *c, int self_idx, char *out, size_t len);
+
 /* Copy `pattern` into `out` (`len` bytes) with every "{id}" replaced by `id`. Returns 0, or -1
  * when the result was cut to fit (it is still NUL-terminated). */
 int app_expand_id(char *out, size_t len, const char *pattern, long id);
