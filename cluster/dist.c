@@ -144,8 +144,11 @@ hr_status dist_decide(dist *d, long iter, const cluster_stat *stats, int size, l
     if (check_params && !agree(d, stats, size, DIST_STAT_PHASH, &bad, &ref))
         return mismatch("replica check failed at iteration %ld: the parameters of node %ld differ "
                         "from node %ld's (every node must hold identical parameters); "
-                        "stopping. This points to memory corruption or a build that differs "
-                        "between nodes",
+                        "stopping. Likely causes, most likely first: the training loop changed "
+                        "one node's state outside the step (a learning rate or other optimizer "
+                        "setting, a parameter edited by hand, a checkpoint loaded on one node "
+                        "only); a build or math library that differs between nodes; memory "
+                        "corruption",
                         iter, bad, ref);
     if (!agree(d, stats, size, DIST_STAT_DHASH, &bad, &ref))
         return mismatch("decision check failed at iteration %ld: node %ld's batch-size controller "

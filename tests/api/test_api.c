@@ -52,6 +52,9 @@
  *                     hetring_close/hetring_free returns HETRING_EINVAL, and its hetring_free
  *                     leaves the parent's connections alone: every node runs to HETRING_DONE
  *                     in the first view
+ *   test_api mismatch  node 1's param_hash differs: every node stops with HETRING_EMISMATCH
+ *                     and logs the replica check with the likely causes, the loop's own
+ *                     change of one node's state first
  *   test_api plan     one node, 200 buffers: bucket_bytes = 4 asks for a bucket per buffer,
  *                     and the plan grows its buckets to stay within the communication
  *                     thread's job table (every buffer still comes back as sum / B);
@@ -65,6 +68,7 @@
 #include "hetring.h"
 #include "ports.h"
 
+#include <fcntl.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -879,6 +883,53 @@ static int fork_run(const char *dir, int port) {
     return three_nodes(dir, port, fork_node);
 }
 
+/* test_api mismatch: node 1 passes another param_hash than nodes 0 and 2 at the first hash
+ * iteration. Every node stops with HETRING_EMISMATCH, and its log (stderr, read back) names the
+ * replica check and, first among the likely causes, a loop that changed one node's state. */
+static int mismatch_node(const char *ini, long id) {
+    model m = {{0}, 0, 0, 0, 0, 0, 0};
+    char path[600];
+    snprintf(path, sizeof path, "%s.err%ld", ini, id);
+    fflush(stderr);
+    const int saved = dup(2), fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    if (saved < 0 || fd < 0 || dup2(fd, 2) < 0) return 1;
+    close(fd);
+    hetring *h = open_node(ini, id, NULL, &m);
+    float g[D];
+    float *bufs[1] = {g};
+    size_t counts[1] = {D};
+    int st = HETRING_EINVAL;
+    long hashed = -1;
+    hetring_batch b;
+    while (h && (st = hetring_next(h, &b)) == HETRING_OK) {
+        for (int j = 0; j < D; j++) g[j] = (float)b.batch;
+        hetring_grads gr = {.bufs = bufs, .counts = counts, .n_bufs = 1, .compute_s = 1e-4};
+        if (b.check_hash && hashed < 0) hashed = b.iter;
+        gr.param_hash = b.check_hash ? 7 + (uint64_t)(id == 1) : 0;
+        if ((st = hetring_step(h, &gr, NULL)) != HETRING_OK) break;
+    }
+    fflush(stderr);
+    dup2(saved, 2), close(saved);
+    char text[1 << 16] = "";
+    FILE *f = fopen(path, "r");
+    const size_t got = f ? fread(text, 1, sizeof text - 1, f) : 0;
+    if (f) fclose(f);
+    text[got] = 0;
+    char want[128];
+    snprintf(want, sizeof want, "replica check failed at iteration %ld: the parameters of node",
+             hashed);
+    CHECK(st == HETRING_EMISMATCH && hashed >= 0 && strstr(text, want) &&
+              strstr(text, "Likely causes, most likely first: the training loop changed one "
+                           "node's state outside the step (a learning rate"),
+          "node %ld: ended with %d after hash iteration %ld; its log:\n%s", id, st, hashed, text);
+    hetring_free(h);
+    return check_exit();
+}
+
+static int mismatch(const char *dir, int port) {
+    return three_nodes(dir, port, mismatch_node);
+}
+
 /* ================================================================ bf16 */
 
 /* test_api bf16: [cluster] wire = bf16 on 3 nodes. Every node hands over v[j] times its share
@@ -1409,7 +1460,7 @@ int main(int argc, char **argv) {
     if (argc < 2) {
         fprintf(stderr, "usage: test_api misuse|text|ring|rejoin|leave|overlap|overlap_rejoin|plan|"
                         "resume|leave_open|nonfinite|nonfinite_skip|bf16|bf16_buckets|powersgd|"
-                        "powersgd_threads|auto_flush|nonfinite_wire|end_close|fork\n");
+                        "powersgd_threads|auto_flush|nonfinite_wire|end_close|fork|mismatch\n");
         return 2;
     }
     signal(SIGPIPE, SIG_IGN);
@@ -1423,6 +1474,7 @@ int main(int argc, char **argv) {
     if (strcmp(argv[1], "nonfinite") == 0) rc = nonfinite(dir, port);
     if (strcmp(argv[1], "end_close") == 0) rc = end_close(dir, port);
     if (strcmp(argv[1], "fork") == 0) rc = fork_run(dir, port);
+    if (strcmp(argv[1], "mismatch") == 0) rc = mismatch(dir, port);
     if (strcmp(argv[1], "bf16") == 0) rc = bf16(dir, port);
     if (strcmp(argv[1], "bf16_buckets") == 0) bf16_buckets = 1, rc = bf16(dir, port);
     if (strcmp(argv[1], "powersgd") == 0) rc = powersgd(dir, port);
