@@ -4,11 +4,9 @@
 # checkpoint directory or busy port, a pinned pubkey that is not the key file's, and a loopback
 # host beside a node on another machine, is reported
 # as FILE:LINE: KEY with exit status 1; a node that would start passes with exit status 0.
-# HR, fail, $tmp and the port block `base` from the shared setup; the trap also stops the
-# process holding a port, if any
+# HR, fail, $tmp and the port block `base` from the shared setup, whose EXIT trap also stops
+# the process holding a port, if it still runs (child_rec)
 . "$(dirname "${BASH_SOURCE[0]}")/../dist/lib.sh"
-holder=
-trap 'rm -rf "$tmp"; [ -n "$holder" ] && kill "$holder" 2>/dev/null; port_release' EXIT
 mkdir -p "$tmp/cluster" "$tmp/elsewhere"
 ini=$tmp/cluster/c.ini
 write_ini() { # write_ini LAYERS PUB0 PUB1
@@ -94,6 +92,7 @@ write_ini 784,16,10 "$pub0" "$pub1"
 python3 -c 'import socket,sys,time
 s=socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind(("127.0.0.1", int(sys.argv[1]))); s.listen(1); time.sleep(60)' \
     $((base + 1)) & holder=$!
+child_rec "$holder"
 for _ in $(seq 50); do
     python3 -c 'import socket,sys; socket.create_connection(("127.0.0.1", int(sys.argv[1])))' \
         $((base + 1)) 2>/dev/null && break
@@ -103,7 +102,7 @@ dry_run 1
 # the whole line, as hetring run reports the busy port (the ring's listen_start)
 line="../cluster/c.ini:18: [node.1] port = $((base + 1)): cannot listen on 127.0.0.1:$((base + 1)): Address already in use (is another node or program using it?)"
 grep -qxF -- "$line" "$tmp/out" || { fail "no line '$line' in:"; cat "$tmp/out"; }
-kill "$holder"; wait "$holder" 2>/dev/null; holder=
+child_signal TERM "$holder"; wait "$holder" 2>/dev/null
 dry_run 0
 
 # a node whose host is loopback here while another node is elsewhere could never be reached:

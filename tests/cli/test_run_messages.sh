@@ -7,11 +7,9 @@
 # cluster leaves, and a node of a cluster asked to leave before it joined stops with exit 0;
 # metrics that could not be written fail the run; a model beyond the process's
 # memory is refused at start; an IPv6 address is written [HOST]:PORT.
-# HR, fail, $tmp and the port block `base` from the shared setup; the trap also stops the
-# process holding a port, if any
+# HR, fail, $tmp and the port block `base` from the shared setup, whose EXIT trap also stops
+# the process holding a port, if it still runs (child_rec)
 . "$(dirname "${BASH_SOURCE[0]}")/../dist/lib.sh"
-holder=
-trap 'rm -rf "$tmp"; [ -n "$holder" ] && kill "$holder" 2>/dev/null; port_release' EXIT
 cat > "$tmp/c.ini" <<INI
 [cluster]
 security = none
@@ -55,13 +53,14 @@ grep -Eq '\| batch [0-9]+/[0-9]+ compute [0-9]+/[0-9]+ ms' "$tmp/l0" ||
 python3 -c 'import socket,sys,time
 s=socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind(("127.0.0.1", int(sys.argv[1]))); s.listen(1); time.sleep(60)' \
     "$base" & holder=$!
+child_rec "$holder"
 for _ in $(seq 50); do
     python3 -c 'import socket,sys; socket.create_connection(("127.0.0.1", int(sys.argv[1])))' \
         "$base" 2>/dev/null && break
     sleep 0.1
 done
 timeout 30 "$HR" run --conf "$tmp/c.ini" --node 0 --set cluster.connect_timeout=2 > "$tmp/busy" 2>&1; rc=$?
-kill "$holder"; wait "$holder" 2>/dev/null; holder=
+child_signal TERM "$holder"; wait "$holder" 2>/dev/null
 [ $rc = 1 ] || fail "busy port: exited $rc, expected 1"
 grep -q "ready on" "$tmp/busy" && fail "busy port: said ready: $(cat "$tmp/busy")"
 tail -1 "$tmp/busy" | grep -qF "c.ini:15: [node.0] port = $base: cannot listen on 127.0.0.1:$base: Address already in use (is another node or program using it?)" ||
@@ -114,8 +113,9 @@ for sig in TERM INT; do
     rm -f "$tmp/sig.ckpt" "$tmp/sig.jsonl"
     timeout 60 "$HR" run --conf "$tmp/ck1.ini" --quiet --set train.iterations=100000 \
         --set "train.checkpoint=$tmp/sig.ckpt" --metrics "$tmp/sig.jsonl" > "$tmp/sig" 2>&1 & p=$!
+    child_rec $p
     wait_for_line "$tmp/sig.jsonl" '^\{"iter":3,' 30
-    kill -$sig $p; wait $p; rc=$?
+    child_signal $sig $p; wait $p; rc=$?
     [ $rc = 0 ] || fail "SIG$sig alone: exited $rc: $(tail -2 "$tmp/sig")"
     stop=$(grep -o "train: stopping at iteration [0-9]* on SIG$sig; checkpoint written to $tmp/sig.ckpt$" "$tmp/sig" | grep -o '[0-9][0-9]*' | head -1)
     [ -n "$stop" ] && [ -s "$tmp/sig.ckpt" ] || fail "SIG$sig alone: no checkpoint said or written: $(tail -2 "$tmp/sig")"
@@ -135,10 +135,11 @@ caught() { # PID SIGNUM: the process has a handler for the signal
     mask=$(awk '/^SigCgt:/ {print $2}' "/proc/$1/status" 2>/dev/null) || return 1
     [ -n "$mask" ] && (((0x$mask >> ($2 - 1)) & 1))
 }
-child() { # PID: its child (hetring under timeout), once there is one
+child() { # PID: its child (hetring under timeout), once there is one, as "PID START" (proc.sh)
     local c
     for _ in $(seq 200); do
-        c=$(pgrep -P "$1" | head -1) && [ -n "$c" ] && { echo "$c"; return; }
+        c=$(pgrep -P "$1" | head -1) && [ -n "$c" ] && proc_stat "$c" &&
+            { echo "$c ${proc_f[19]}"; return; }
         sleep 0.05
     done
 }
@@ -147,11 +148,12 @@ for when in load election; do
     [ $when = load ] && samples=60000 # seconds of synthetic data to make
     timeout 60 "$HR" run --conf "$tmp/c.ini" --node 0 --set train.samples=$samples \
         > "$tmp/early" 2>&1 & p=$!
-    hp=$(child $p)
+    child_rec $p
+    read -r hp hs <<< "$(child $p)"
     for _ in $(seq 300); do caught "$hp" 15 && break; sleep 0.05; done
     [ $when = election ] && wait_for_line "$tmp/early" "waiting for a quorum" 30
     grep -q "ready on" "$tmp/early" && [ $when = load ] && fail "SIGTERM $when: the data had loaded already"
-    kill -TERM "$hp"; wait $p; rc=$?
+    proc_signal TERM "$hp" "$hs"; wait $p; rc=$?
     [ $rc = 0 ] || fail "SIGTERM in the $when: exited $rc: $(tail -2 "$tmp/early")"
     tail -1 "$tmp/early" | grep -q "train: node 0 stopped on SIGTERM before it joined the cluster (nothing trained, no checkpoint written)$" ||
         fail "SIGTERM in the $when: last line: $(tail -1 "$tmp/early")"
@@ -163,9 +165,10 @@ done
 for gap in 0.05 0.6; do
     timeout 60 "$HR" run --conf "$tmp/c.ini" --node 0 --set train.samples=120000 \
         > "$tmp/early" 2>&1 & p=$!
-    hp=$(child $p)
+    child_rec $p
+    read -r hp hs <<< "$(child $p)"
     for _ in $(seq 300); do caught "$hp" 15 && break; sleep 0.05; done
-    kill -TERM "$hp"; sleep $gap; kill -TERM "$hp"; wait $p; rc=$?
+    proc_signal TERM "$hp" "$hs"; sleep $gap; proc_signal TERM "$hp" "$hs"; wait $p; rc=$?
     want=0
     [ $gap = 0.6 ] && want=143
     [ $rc = $want ] || fail "SIGTERM, then again $gap s later, while the data loads: exited $rc, not $want: $(tail -1 "$tmp/early")"
