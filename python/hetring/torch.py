@@ -39,9 +39,10 @@ the Trainer; a buffer registered later is not carried, only hashed).
 Leaving and resuming: trainer.leave() (or a signal named in leave_on, e.g. SIGTERM when the
 machine is reclaimed) makes this node leave at the next iteration boundary the others agree
 on: batches() then ends, trainer.left is True, and the others go on without it. Save with
-trainer.save(path) (atomically: a temporary file, fsync, rename); Trainer(..., resume=path)
-starts from such a file when it exists, and nodes that resume nothing receive the state of
-the node furthest along.
+trainer.save(path) (atomically, as the C library writes its checkpoints: a temporary file
+PATH.tmp.PID.TAG, fsync, rename, the directory fsynced; what killed saves left is removed);
+Trainer(..., resume=path) starts from such a file when it exists, and nodes that resume
+nothing receive the state of the node furthest along.
 
 Buffers (buffers="average", the default): every registered buffer (BatchNorm's running
 statistics, num_batches_tracked, any buffer of your own) is made the same on every node at
@@ -98,11 +99,13 @@ import multiprocessing
 import os
 import pickle
 import signal
+import socket
 import stat
 import threading
 import time
 import types
 import weakref
+import zlib
 
 import torch
 
@@ -245,6 +248,103 @@ def state_bytes(model, optimizer=None, scheduler=None):
     sc = (sorted((k, _pack(v, scheduler)) for k, v in scheduler.state_dict().items())
           if scheduler is not None else None)
     return _dumps((m, o, sc, extra))
+
+
+def _ns_tag():
+    """This process namespace as 8 hex digits, as base/hr_file.c's ns_tag computes it (the CRC-32
+    of the boot id's first 64 bytes, the /proc/self/ns/pid link's first 128 and the host name),
+    so a checkpoint's temporary file is named as the C library names it and either side knows
+    the other's leftovers as this namespace's (test_save.py ctag compares the two)."""
+    b = b""
+    try:
+        with open("/proc/sys/kernel/random/boot_id", "rb") as f:
+            b = f.read(64)
+    except OSError:
+        pass
+    try:
+        b += os.fsencode(os.readlink("/proc/self/ns/pid"))[:128]
+    except OSError:
+        pass
+    return f"{zlib.crc32(b + os.fsencode(socket.gethostname())) & 0xffffffff:08x}"
+
+
+def _tmp_name(path):
+    """PATH.tmp.PID.TAG, hr_file_tmp_name's name: this process's alone also where processes of
+    two containers or machines, each with its own process ids, write one file in a shared
+    directory."""
+    return f"{path}.tmp.{os.getpid()}.{_ns_tag()}"
+
+
+def _remove_stale(path, what):
+    """Remove what writes of path left when their process was killed, as hr_file_remove_stale
+    does: PATH.tmp.PID.TAG of this namespace (and PATH.tmp.PID of versions before the tag) whose
+    process no longer runs. Those of another namespace are kept (a process id means nothing
+    here: a write there may be running) and named in an INFO line, as are those removed."""
+    log = logging.getLogger("hetring.torch")
+    d, base = os.path.split(path)
+    d = d or "."
+    try:
+        names = os.listdir(d)
+    except OSError:
+        return
+    tag, prefix = _ns_tag(), base + ".tmp."
+    for name in names:
+        if not name.startswith(prefix):
+            continue
+        pid, dot, rest = name[len(prefix):].partition(".")  # PID, or PID.TAG
+        if not pid.isascii() or not pid.isdigit() or not 0 < int(pid) < 2**31:
+            continue
+        if dot and (len(rest) != 8 or rest.strip("0123456789abcdef")):
+            continue
+        full = os.path.join(d, name)
+        if dot and rest != tag:
+            log.info("hetring.torch: kept %s: the temporary file of a %s from another container "
+                     "or machine, which may still be writing it (remove it once nothing writes "
+                     "%s there)", full, what, base)
+            continue
+        try:
+            if int(pid) == os.getpid():
+                continue
+            os.kill(int(pid), 0)
+            continue  # it runs: its write may be going on
+        except ProcessLookupError:
+            pass
+        except OSError:
+            continue
+        try:
+            os.unlink(full)
+            log.info("hetring.torch: removed %s, left by an interrupted %s of process %s", full,
+                     what, pid)
+        except OSError:
+            pass
+
+
+def _write_replace(path, data):
+    """data into path whole or not at all, as hr_file.c writes a file that replaces another:
+    leftovers of killed writes removed, written to _tmp_name(path), fsynced, renamed over path,
+    and the directory fsynced, so that a crash keeps the new file or the old one."""
+    _remove_stale(path, "checkpoint save")
+    tmp = _tmp_name(path)
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    try:  # the directory holds the rename: synced, or a crash may lose it
+        fd = os.open(os.path.dirname(path) or ".", os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 def load_state_bytes(model, optimizer, data, scheduler=None):
@@ -905,8 +1005,9 @@ class Trainer:
                  "checkpoint (%d floats)", len(r["values"]))
 
     def save(self, path):
-        """The model, the optimizer and the iteration they are at, into path atomically (a
-        temporary file in the same directory, fsync, rename): a crash leaves the old file."""
+        """The model, the optimizer and the iteration they are at, into path atomically
+        (_write_replace: a temporary file in the same directory, fsync, rename, the directory
+        fsynced): a crash leaves the old file or the new one."""
         ck = {"format": _CKPT_FORMAT, "iter": self.done,
               "state": state_bytes(self.model, self.optimizer, self.scheduler)}
         res = self.node.residual() if getattr(self.node, "has_residual", False) else None
@@ -915,18 +1016,7 @@ class Trainer:
             q = self.node.powersgd_q() if getattr(self.node, "has_powersgd_q", False) else None
             if q is not None:  # replicated: any node takes it up again
                 ck["powersgd_q"] = q
-        data = pickle.dumps(ck, protocol=4)
-        tmp = f"{path}.tmp.{os.getpid()}"
-        try:
-            with open(tmp, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-            raise
+        _write_replace(path, pickle.dumps(ck, protocol=4))
 
     def leave(self):
         """Leave the cluster at the next iteration boundary the members agree on: batches()
