@@ -84,9 +84,10 @@ int bench_add_set(const char *suite, const char *arg, void *dst);
 int bench_close(FILE *f, const char *path);
 
 /* A file written whole or not at all (the CSVs the plots read): bench_open_out opens
- * PATH.tmp.PID beside `path`, its name in tmp[0..n); bench_commit closes it and renames it
- * over `path` when every write reached it, else removes it and leaves `path` as it was (-1,
- * after a message naming `path`). bench_open_out gives NULL, after a message, when it cannot. */
+ * PATH.tmp.PID.TAG beside `path` (hr_file_create: what killed writes left there is removed
+ * first), its name in tmp[0..n); bench_commit closes it and renames it over `path` when every
+ * write reached it, else removes it and leaves `path` as it was (-1, after a message naming
+ * `path`). bench_open_out gives NULL, after a message, when it cannot. */
 FILE *bench_open_out(const char *path, char *tmp, size_t n);
 int bench_commit(FILE *f, const char *tmp, const char *path);
 

@@ -33,8 +33,9 @@ static void put_quoted(FILE *f, const char *s) {
     fputc('\'', f);
 }
 
-/* gnuplot draws p->png as PNG.tmp.PID, renamed over PNG once every plot of the script is drawn:
- * a failed or stopped gnuplot (which leaves an empty or partial file) never replaces a plot */
+/* gnuplot draws p->png as PNG.tmp.PID.TAG (hr_file_tmp_name), renamed over PNG once every plot
+ * of the script is drawn: a failed or stopped gnuplot (which leaves an empty or partial file)
+ * never replaces a plot */
 static void tmp_png(const plot_spec *p, char *out, size_t n) {
     if (hr_file_tmp_name(out, n, p->png) != 0) snprintf(out, n, "%s", p->png);
 }
@@ -94,6 +95,8 @@ static int finish_pngs(const plot_spec *plots, int n, int ok) {
 
 int plot_render(const char *script, const plot_spec *plots, int n, const char *log) {
     if (inputs_readable(plots, n) != 0) return -1;
+    /* what a killed run's gnuplot left (hr_file_create does the same for the CSVs) */
+    for (int i = 0; i < n; i++) hr_file_remove_stale(plots[i].png, HR_SUB_BENCH, "plot");
     FILE *f = fopen(script, "w");
     if (!f) {
         HR_WARN(BENCH, "cannot write %s; plots skipped", script);

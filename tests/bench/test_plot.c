@@ -2,6 +2,9 @@
  * test_plot.c: bench/plot.c's promises on a PNG that exists from an earlier run ("old"):
  *   missing input  a series' CSV that cannot be read: -1, nothing drawn, the old PNG kept
  *                  (gnuplot left it empty) and no temporary file
+ *   stale          a.png.tmp.PID.TAG of this namespace and a.png.tmp.PID of a process that is
+ *                  gone (a killed run's gnuplot left them) are removed when plots are drawn
+ *                  again; one of another namespace's tag is kept (its writer may run)
  *   gnuplot fails  a CSV with no data: -1, the old PNG kept, no temporary file
  *   drawn          a CSV with data: 0, the PNG replaced by a whole one, no temporary file
  * The last two need gnuplot; without it they are skipped (and say so).
@@ -9,17 +12,20 @@
  *                  write cut short (a 4 KiB file size limit for a full disk) fails and keeps
  *                  the old file whole, with no temporary file; a whole write replaces it
  */
+#include "base/hr_file.h"
 #include "bench/bench_util.h"
 #include "bench/plot.h"
 #include "tests/check.h"
 
 #include <dirent.h>
+#include <errno.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 #include <sys/resource.h>
+#include <sys/wait.h>
 
 static char g_dir[64];
 
@@ -78,6 +84,29 @@ int main(void) {
     CHECK(size == 7 && strcmp(buf, "old png") == 0,
           "missing input: a.png was replaced (%ld bytes, '%s')", size, buf);
     CHECK(temporaries() == 0, "missing input: %d temporary file(s) left", temporaries());
+
+    /* stale: a process id no process has now (a child's, reaped), in the names left behind */
+    pid_t dead;
+    do {
+        if ((dead = fork()) == 0) _exit(0);
+        waitpid(dead, NULL, 0);
+    } while (kill(dead, 0) == 0 || errno != ESRCH);
+    char png[128], name[200], ours[200], plain[200], theirs[200];
+    snprintf(png, sizeof png, "%s/a.png", g_dir);
+    hr_file_tmp_name(name, sizeof name, png); /* a.png.tmp.OURPID.TAG: this namespace's tag */
+    const char *tag = strrchr(name, '.') + 1;
+    unsigned other = (unsigned)strtoul(tag, NULL, 16) ^ 1u;
+    snprintf(ours, sizeof ours, "a.png.tmp.%ld.%s", (long)dead, tag);
+    snprintf(plain, sizeof plain, "a.png.tmp.%ld", (long)dead);
+    snprintf(theirs, sizeof theirs, "a.png.tmp.%ld.%08x", (long)dead, other);
+    put(ours, "x"), put(plain, "x"), put(theirs, "x");
+    put("empty.csv", "x,y\n");
+    render("empty.csv"); /* -1 either way: no data, or no gnuplot */
+    CHECK(head(ours, buf) == -1, "stale: %s was kept", ours);
+    CHECK(head(plain, buf) == -1, "stale: %s was kept", plain);
+    CHECK(head(theirs, buf) == 1, "stale: %s (another namespace's) was removed", theirs);
+    snprintf(name, sizeof name, "%s/%s", g_dir, theirs);
+    unlink(name);
 
     int gnuplot = system("command -v gnuplot > /dev/null 2>&1") == 0;
     if (gnuplot) {
