@@ -40,7 +40,8 @@ Leaving and resuming: trainer.leave() (or a signal named in leave_on, e.g. SIGTE
 machine is reclaimed) makes this node leave at the next iteration boundary the others agree
 on: batches() then ends, trainer.left is True, and the others go on without it. Save with
 trainer.save(path) (atomically, as the C library writes its checkpoints: a temporary file
-PATH.tmp.PID.TAG, fsync, rename, the directory fsynced; what killed saves left is removed);
+PATH.tmp.PID.TAG, fsync, rename, the directory fsynced; what killed saves left is removed; a
+symbolic link is kept and the file it leads to replaced);
 Trainer(..., resume=path) starts from such a file when it exists, and nodes that resume
 nothing receive the state of the node furthest along.
 
@@ -92,6 +93,7 @@ size) the last layers' gradients are all-reduced while backward computes the fir
 DDP does.
 """
 import ctypes
+import errno
 import hashlib
 import io
 import logging
@@ -319,10 +321,30 @@ def _remove_stale(path, what):
             pass
 
 
+def _target(path):
+    """The file writing path reaches, as hr_file_target finds it: path, or where its chain of
+    symbolic links ends (a relative link read from the link's own directory), also when that
+    file does not exist yet. OSError ELOOP after 40 links."""
+    out = path
+    for hops in range(41):
+        try:
+            if not stat.S_ISLNK(os.lstat(out).st_mode):
+                return out
+        except OSError:  # a new file (what stops that, open says)
+            return out
+        if hops == 40:
+            raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), path)
+        link, slash = os.readlink(out), out.rfind("/")
+        out = link if link.startswith("/") or slash < 0 else out[:slash + 1] + link
+    return out
+
+
 def _write_replace(path, data):
     """data into path whole or not at all, as hr_file.c writes a file that replaces another:
-    leftovers of killed writes removed, written to _tmp_name(path), fsynced, renamed over path,
+    where path is a symbolic link, into the file it leads to (_target), and the link stays;
+    leftovers of killed writes removed, written to _tmp_name, fsynced, renamed over the file,
     and the directory fsynced, so that a crash keeps the new file or the old one."""
+    path = _target(path)
     _remove_stale(path, "checkpoint save")
     tmp = _tmp_name(path)
     try:

@@ -9,12 +9,16 @@ project replaces (hetring.torch._write_replace, without a cluster).
                           whose process is gone, and keeps those of a process that runs, of
                           another namespace (named in an INFO line) and names that are not
                           temporary files of PATH
+    test_save.py link     a PATH that is a symbolic link (relative, through a second one) is
+                          kept, and the file it leads to is replaced; a loop of links is
+                          refused with ELOOP and nothing written
     test_save.py ctag HR  the tag is the C library's: `HR keygen --force` (hr_file_remove_stale)
                           removes a dead writer's file named with the Python tag, and keeps one
                           named with another tag, so neither side can drift from the other
 
 Exits 77 (skipped) where the interpreter has no torch.
 """
+import errno
 import logging
 import os
 import subprocess
@@ -133,6 +137,28 @@ def test_stale(d):
           f"no INFO line keeping {kept[1]}: {lines}")
 
 
+def test_link(d):
+    os.mkdir(os.path.join(d, "sub"))
+    path = os.path.join(d, "run.ckpt")
+    os.symlink("hop", path)
+    os.symlink("sub/real.ckpt", os.path.join(d, "hop"))
+    ht._write_replace(path, b"data")
+    check(os.path.islink(path) and os.readlink(path) == "hop", "the link was replaced")
+    with open(os.path.join(d, "sub", "real.ckpt"), "rb") as f:
+        check(f.read() == b"data", "the file the links lead to does not hold the data")
+    check(sorted(os.listdir(d)) == ["hop", "run.ckpt", "sub"] and
+          os.listdir(os.path.join(d, "sub")) == ["real.ckpt"],
+          f"left: {sorted(os.listdir(d))}, sub: {os.listdir(os.path.join(d, 'sub'))}")
+    loop = os.path.join(d, "loop")
+    os.symlink("loop", loop)
+    try:
+        ht._write_replace(loop, b"data")
+        check(False, "a loop of links was written")
+    except OSError as e:
+        check(e.errno == errno.ELOOP, f"a loop of links: {e}, not ELOOP")
+    check(os.path.islink(loop) and os.readlink(loop) == "loop", "the looping link was replaced")
+
+
 def test_ctag(d, hr):
     path = os.path.join(d, "n0.key")
     dead = dead_pid()
@@ -154,7 +180,9 @@ def main():
         if mode == "ctag":
             test_ctag(d, sys.argv[2])
         else:
-            {"name": test_name, "fsync": test_fsync, "stale": test_stale}[mode](d)
+            modes = {"name": test_name, "fsync": test_fsync, "stale": test_stale,
+                     "link": test_link}
+            modes[mode](d)
     print("FAIL" if fails else "PASS")
     sys.exit(1 if fails else 0)
 
