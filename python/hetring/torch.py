@@ -982,8 +982,16 @@ class Trainer:
             _leave_on.add(self, tuple(leave_on))
 
     def _load(self, path):
-        """Adopt a file of save(); its iteration."""
-        with open(path, "rb") as f:
+        """Adopt a file of save(); its iteration. Opened without waiting in open(), as
+        hr_file_open_read opens the C library's checkpoints: a FIFO or a device given where the
+        file belongs is refused, never waited on."""
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise ValueError(f"hetring.torch: checkpoint {path}: not a regular file (expected a "
+                             f"checkpoint file of Trainer.save)")
+        os.set_blocking(fd, True)
+        with os.fdopen(fd, "rb") as f:
             try:
                 ck = pickle.load(f)  # a file of your own, as torch.load reads them
             except (pickle.UnpicklingError, EOFError, ValueError, TypeError) as e:

@@ -12,6 +12,8 @@ project replaces (hetring.torch._write_replace, without a cluster).
     test_save.py link     a PATH that is a symbolic link (relative, through a second one) is
                           kept, and the file it leads to is replaced; a loop of links is
                           refused with ELOOP and nothing written
+    test_save.py fifo     resuming from a FIFO (or any file that is not a regular one) is
+                          refused at once with a message naming it, not waited on in open()
     test_save.py ctag HR  the tag is the C library's: `HR keygen --force` (hr_file_remove_stale)
                           removes a dead writer's file named with the Python tag, and keeps one
                           named with another tag, so neither side can drift from the other
@@ -21,6 +23,7 @@ Exits 77 (skipped) where the interpreter has no torch.
 import errno
 import logging
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -159,6 +162,20 @@ def test_link(d):
     check(os.path.islink(loop) and os.readlink(loop) == "loop", "the looping link was replaced")
 
 
+def test_fifo(d):
+    path = os.path.join(d, "run.ckpt")
+    os.mkfifo(path)
+    t = ht.Trainer.__new__(ht.Trainer)  # _load alone: no model, no node
+    signal.alarm(60)  # a hang in open() fails here instead of at the ctest timeout
+    try:
+        t._load(path)
+        check(False, "a FIFO was taken as a checkpoint")
+    except ValueError as e:
+        want = f"hetring.torch: checkpoint {path}: not a regular file"
+        check(str(e).startswith(want), f"a FIFO: {e!r}, not {want!r}")
+    signal.alarm(0)
+
+
 def test_ctag(d, hr):
     path = os.path.join(d, "n0.key")
     dead = dead_pid()
@@ -181,7 +198,7 @@ def main():
             test_ctag(d, sys.argv[2])
         else:
             modes = {"name": test_name, "fsync": test_fsync, "stale": test_stale,
-                     "link": test_link}
+                     "link": test_link, "fifo": test_fifo}
             modes[mode](d)
     print("FAIL" if fails else "PASS")
     sys.exit(1 if fails else 0)
