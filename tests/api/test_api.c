@@ -671,7 +671,8 @@ static hetring *open_node(const char *ini, long id, const char **sets, model *m)
     hetring_options o;
     hetring_options_init(&o);
     o.conf = ini, o.node_id = id, o.set = sets;
-    o.cb = (hetring_callbacks){.user = m, .get_state = get_state, .put_state = put_state};
+    o.cb = (hetring_callbacks){
+        .user = m, .get_state = get_state, .put_state = put_state, .on_view = on_view};
     hetring *h;
     char err[512];
     int st = hetring_open(&h, &o, err, sizeof err);
@@ -774,17 +775,8 @@ static int nonfinite(const char *dir, int port) {
  * would fail and they would elect a view of two first. */
 static int end_close_node(const char *ini, long id) {
     model m = {{0}, 0, 0, 0, 0, 0, 0};
-    hetring_options o;
-    hetring_options_init(&o);
-    o.conf = ini, o.node_id = id;
-    o.cb = (hetring_callbacks){
-        .user = &m, .get_state = get_state, .put_state = put_state, .on_view = on_view};
-    hetring *h;
-    char err[512];
-    if (hetring_open(&h, &o, err, sizeof err) != HETRING_OK) {
-        CHECK(0, "node %ld: open: %s", id, err);
-        return 1;
-    }
+    hetring *h = open_node(ini, id, NULL, &m);
+    if (!h) return 1;
     float g[D];
     float *bufs[1] = {g};
     size_t counts[1] = {D};
@@ -821,18 +813,9 @@ static int end_close(const char *dir, int port) {
 
 static int fork_node(const char *ini, long id) {
     model m = {{0}, 0, 0, 0, 0, 0, 0};
-    hetring_options o;
-    hetring_options_init(&o);
     const char *sets[] = {"train.bucket_bytes=64", NULL}; /* node 0: buckets on a thread */
-    o.conf = ini, o.node_id = id, o.set = sets;
-    o.cb = (hetring_callbacks){
-        .user = &m, .get_state = get_state, .put_state = put_state, .on_view = on_view};
-    hetring *h;
-    char err[512];
-    if (hetring_open(&h, &o, err, sizeof err) != HETRING_OK) {
-        CHECK(0, "node %ld: open: %s", id, err);
-        return 1;
-    }
+    hetring *h = open_node(ini, id, sets, &m);
+    if (!h) return 1;
     float g[D], count[SAMPLES] = {0};
     float *bufs[2] = {g, count};
     size_t counts[2] = {D, SAMPLES};
