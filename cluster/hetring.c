@@ -1176,6 +1176,13 @@ static int end_of_run(hetring *h) {
             h->ended = 1;
             break;
         }
+        HR_WARN(RING,
+                "the run's end: this node's %ld iterations are done, but agreeing the end with "
+                "the others failed; waiting up to rejoin_timeout %g s for a view to agree it in: "
+                "a member whose last step failed runs it again in that view from this node's "
+                "state, the furthest along, and without this node the others could be left "
+                "below the quorum or end on other parameters (a leave ends the wait)",
+                h->total, h->c->rejoin_timeout);
         st = reform(h, st); /* then the barrier again, in the new view */
         if (st == HR_ERR_INTERRUPTED) return left(h);
         if (st != HR_OK) {

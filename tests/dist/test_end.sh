@@ -7,7 +7,8 @@
 # change, on the same parameters, each iteration recorded once. The same fault one iteration earlier is an ordinary
 # failed step: node 1 takes the state and all go on. And where nodes 1 and 2 die in that
 # recovery (test fault crash_xfer, as the state comes), node 0 waits for a quorum to agree the
-# end, saying so (training is done, not paused), then ends on its own at rejoin_timeout.
+# end, saying so (training is done, not paused), why (a member may need its state) and how long,
+# then ends on its own at rejoin_timeout.
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 ITERS=12
 B=48
@@ -53,6 +54,8 @@ grep -h "waiting for a quorum\|not agreed" "$tmp/alone.0.log" | head -2 | cut -c
 grep -q "waiting for a quorum of 2 of 3 nodes to agree the run's end: .*; training is done" \
   "$tmp/alone.0.log" || fail "alone: node 0 did not say it waits to agree the end"
 ! grep -q "training pauses" "$tmp/alone.0.log" || fail "alone: node 0 said training pauses"
+grep -q "the run's end: this node's $ITERS iterations are done, but agreeing the end with the others failed; waiting up to rejoin_timeout 6 s .*a member whose last step failed runs it again in that view from this node's state" \
+  "$tmp/alone.0.log" || fail "alone: node 0 did not say why it waits to agree the end, and how long"
 grep -q "the run's end was not agreed" "$tmp/alone.0.log" ||
   fail "alone: node 0 did not say the end was not agreed"
 finish
