@@ -564,6 +564,37 @@ class _LeaveOn:
 _leave_on = _LeaveOn
 
 
+class _HoldInterrupt:
+    """SIGINT held back while it lasts, then its handler run (KeyboardInterrupt with Python's
+    own): around the library's step and the update, so that a Ctrl-C landing as the step
+    returns, a few bytecodes before the update is applied, cannot leave this node's model
+    without the iteration every other node applied (the replicas would differ). The library
+    retries its calls that a signal interrupts, and Python runs a handler only once the call
+    returns in any case, so the interrupt waits only for the update itself. Only in the main
+    thread (where Python runs handlers) and only for a handler of Python's (not SIG_IGN or
+    SIG_DFL, or one installed from C)."""
+
+    def __enter__(self):
+        self.got, self.old = None, None
+        if threading.current_thread() is threading.main_thread():
+            old = signal.getsignal(signal.SIGINT)
+            if callable(old):
+                signal.signal(signal.SIGINT, self._hold)
+                self.old = old
+        return self
+
+    def _hold(self, sig, frame):
+        if self.got is None:
+            self.got = (sig, frame)
+
+    def __exit__(self, *exc):
+        if self.old is None:
+            return
+        signal.signal(signal.SIGINT, self.old)
+        if self.got is not None:
+            self.old(*self.got)  # the update is whole: the interrupt may go on up now
+
+
 def _worker_init(dataset):
     global _worker_dataset
     _worker_dataset = dataset
@@ -1213,8 +1244,12 @@ class Trainer:
         without it at once, and a RuntimeError says so. So too once the iteration is committed
         on every node: an exception in before_step, optimizer.step() or the scheduler's step
         (raised on this node alone, which would otherwise train on without the update the
-        others applied) closes the node and a RuntimeError says so, and a KeyboardInterrupt
-        while the library runs the step closes it and is raised as it is.
+        others applied) closes the node and a RuntimeError says so. A SIGINT (Ctrl-C) from the
+        moment the library's step starts until the update is applied is held back and its
+        KeyboardInterrupt raised once step() has applied the update (in the main thread, with
+        a handler of Python's for SIGINT): the node stays a member, its model that of the
+        others, and a loop that catches it may go on; a KeyboardInterrupt raised otherwise
+        while the library runs the step closes the node and is raised as it is.
 
         A global gradient or loss that is not finite (a NaN or an inf in any node's share, or
         a sum that overflows) raises hetring.NonFinite on every node ([train] nonfinite =
@@ -1265,6 +1300,12 @@ class Trainer:
         if self.carried is not None and not live.given[-1]:
             self._carry(b, live, hand_over=False)
         self._live = None
+        with _HoldInterrupt():  # from the library's step to the update applied: no window
+            return self._ring_step(b, live, compute_s, loss_sum, correct, h)
+
+    def _ring_step(self, b, live, compute_s, loss_sum, correct, h):
+        """The library's step (the all-reduce and the commit), then the update applied where
+        the iteration was committed: what step() returns."""
         try:
             res = self.node.step(live.bufs, compute_s, loss_sum, correct, h)
         except hetring.NonFinite:

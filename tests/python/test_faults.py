@@ -62,6 +62,12 @@
                              forks a child that calls next() (refused: the node is its
                              parent's) and closes its copy of the Trainer: the child's close
                              frees nothing, so the end of the run is agreed by the parents
+    test_faults.py window    3 nodes; a SIGINT reaches node 0 (Python's handler) between its
+                             library step of iteration 3 returning and the update being
+                             applied (a test hook on _apply_step raises it there): step()
+                             applies the update first and then raises the KeyboardInterrupt;
+                             the loop catches it and goes on, and the replica hash (every
+                             iteration) finds the three nodes equal to the end
     test_faults.py worker CONF NODE MODE   one node of those (prints RESULT {json})
 Exit 77 when PyTorch is missing.
 """
@@ -337,6 +343,41 @@ def worker_commit(conf, node, how):
     return out
 
 
+def worker_window(conf, node):
+    """Node 0 receives a SIGINT (Python's handler) in iteration COMMIT_AT between the
+    library's step returning and the update being applied: a test hook on _apply_step raises
+    the signal there. Its loop catches the KeyboardInterrupt and goes on."""
+    import signal
+    import hetring.torch as ht
+    model = bn_model()
+    X, Y = data()
+    tr = ht.Trainer(conf, model, torch.optim.SGD(model.parameters(), lr=0.1), node_id=node,
+                    n_samples=256)
+    if node == 0:
+        real = tr._apply_step
+
+        def apply_step(b, res, *args, **kw):
+            if res.iter == COMMIT_AT:
+                signal.raise_signal(signal.SIGINT)  # its handler runs here, before the update
+            return real(b, res, *args, **kw)
+        tr._apply_step = apply_step
+    out = {"iters": [], "none": [], "raised": [], "error": None}
+    try:
+        for idx in tr.batches():
+            it = tr.batch.iter
+            try:
+                res = tr.step(torch.nn.functional.cross_entropy, (X[idx], Y[idx]))
+            except KeyboardInterrupt:
+                out["raised"].append(f"{it}: KeyboardInterrupt, done {tr.done}")
+                continue
+            (out["none"] if res is None else out["iters"]).append(it)
+    except Exception as e:  # noqa: BLE001  (reported by the test)
+        out["error"] = f"{type(e).__name__}: {e}"
+    out["hash"] = ht.state_hash(model)
+    tr.close()
+    return out
+
+
 CHANGE_AT = 3
 
 
@@ -479,6 +520,7 @@ WORKERS = {"layout": worker_layout, "left": worker_left, "abandon": worker_aband
            "cyclic": lambda c, n: worker_sched(c, n, "cyclic"), "perturb": worker_perturb,
            "fork": worker_fork, "clip": lambda c, n: worker_commit(c, n, "clip"),
            "interrupt": lambda c, n: worker_commit(c, n, "interrupt"),
+           "window": worker_window,
            "convert": lambda c, n: worker_params(c, n, "convert"),
            "unfreeze": lambda c, n: worker_params(c, n, "unfreeze"),
            "replace": lambda c, n: worker_params(c, n, "replace"),
@@ -854,6 +896,25 @@ def commit(d, port):
         check(rs[1]["hash"] == rs[2]["hash"], f"commit: {how}: nodes 1 and 2 differ")
 
 
+def window(d, port):
+    rs = run(d, write_ini(d, port, "window", 3), 3, "window")
+    if None in rs:
+        return
+    for k, r in enumerate(rs):
+        print(f"window: node {k}: iterations {r['iters']}, raised {r['raised']}, error "
+              f"{r['error']}")
+    r0 = rs[0]
+    check(r0["raised"] == [f"{COMMIT_AT}: KeyboardInterrupt, done {COMMIT_AT + 1}"],
+          f"window: node 0 raised {r0['raised']}: expected the KeyboardInterrupt once the "
+          f"update of iteration {COMMIT_AT} was applied")
+    for k, r in enumerate(rs):
+        want = [i for i in range(ITERS) if k or i != COMMIT_AT]
+        check(r["error"] is None and r["iters"] == want,
+              f"window: node {k}: {r['error']}, iterations {r['iters']}, expected {want}")
+    check(rs[0]["hash"] == rs[1]["hash"] == rs[2]["hash"],
+          "window: the replicas differ at the end")
+
+
 def params(d, port):
     import math
     for k, how in enumerate(("convert", "unfreeze", "replace", "resize")):
@@ -964,5 +1025,5 @@ if __name__ == "__main__":
     sys.exit(run_case({"layout": layout, "left": left, "exception": exception,
                        "abandon": abandon, "ctor": ctor, "empty": empty, "sigterm": sigterm,
                        "state": state, "signals": signals, "fork": fork,
-                       "commit": commit, "params": params},
+                       "commit": commit, "params": params, "window": window},
                       lambda conf, node, what: worker(conf, int(node), what)))
