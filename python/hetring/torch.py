@@ -1,12 +1,15 @@
 """hetring.torch: a PyTorch model and optimizer of your own on a hetring cluster.
 
-    trainer = hetring.torch.Trainer("cluster.ini", model, optimizer, node_id=0,
-                                    n_samples=len(train_set))
-    for idx in trainer.batches():                   # this node's indices, iteration by iteration
-        res = trainer.step(loss_fn, (X[idx], Y[idx]))
-        if res is None:                              # the view changed: the iteration runs again
-            continue
-        print(res.iter, res.loss, res.next_batch)
+    with hetring.torch.Trainer("cluster.ini", model, optimizer, node_id=0,
+                               n_samples=len(train_set)) as trainer:
+        for idx in trainer.batches():               # this node's indices, iteration by iteration
+            res = trainer.step(loss_fn, (X[idx], Y[idx]))
+            if res is None:                          # the view changed: the iteration runs again
+                continue
+            print(res.iter, res.loss, res.next_batch)
+
+The with block closes the Trainer however it ends (an exception, a KeyboardInterrupt): this
+node leaves the ring at once and the others go on without it.
 
 or with a DataLoader: DataLoader(train_set, batch_sampler=trainer.sampler()), num_workers=0
 (the sampler asks the cluster for each iteration's indices when the loop needs them), or, to
@@ -804,6 +807,9 @@ class Trainer:
     None, .left is True), and so does the node's open waiting for its peers (Trainer() raises
     hetring.Left). A forked child (a loader worker) that receives one ends as it would have
     without them. A Trainer that fails to be made closes what it opened.
+
+    `with Trainer(...) as t:` closes it at the block's end, also on an exception or a
+    KeyboardInterrupt: this node leaves the ring at once and the others go on without it.
     """
 
     def __init__(self, conf, model, optimizer, node_id=None, n_samples=0, overrides=(),
@@ -1229,6 +1235,7 @@ class Trainer:
     def step(self, loss_fn, batch):
         """One iteration on batch = (inputs, targets) of this node's indices.
 
+
         Returns the hetring Result (loss and accuracy over the global batch, this node's
         next batch size, its compute and communication seconds), or None when the view
         changed during the all-reduce: the iteration must run again (batches() gives its new
@@ -1602,7 +1609,17 @@ class Trainer:
             self._view_changed = True
             raise _ViewChanged("the view changed during a SyncBatchNorm all-reduce")
 
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        """close(): also on an exception or a KeyboardInterrupt, which then goes on up; this
+        node leaves the ring at once and the others go on without it."""
+        self.close()
+
     def close(self):
+        """Leave the ring now (the others go on without this node) and give back the
+        leave_on signals and the hooks (idempotent)."""
         _leave_on.remove(self)
         for _, handle in self._hooks:
             handle.remove()

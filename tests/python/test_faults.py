@@ -68,6 +68,11 @@
                              applies the update first and then raises the KeyboardInterrupt;
                              the loop catches it and goes on, and the replica hash (every
                              iteration) finds the three nodes equal to the end
+    test_faults.py with      3 nodes train in `with Trainer(...) as tr:`; node 0's loop raises
+                             a ValueError, then the KeyboardInterrupt of a SIGINT, in iteration
+                             3 outside step(): its with closes its node, and nodes 1 and 2
+                             finish as two while node 0's process still runs ([cluster]
+                             timeout = 90 s: no failure detection by timeout)
     test_faults.py worker CONF NODE MODE   one node of those (prints RESULT {json})
 Exit 77 when PyTorch is missing.
 """
@@ -85,10 +90,10 @@ import torch  # noqa: E402
 ITERS = 8
 
 
-def write_ini(d, port, name, n, iters=ITERS, extra="", rejoin=20):
+def write_ini(d, port, name, n, iters=ITERS, extra="", rejoin=20, timeout=10):
     path = os.path.join(d, f"{name}.ini")
     with open(path, "w") as f:
-        f.write("[cluster]\nsecurity = none\nconnect_timeout = 20\ntimeout = 10\n"
+        f.write(f"[cluster]\nsecurity = none\nconnect_timeout = 20\ntimeout = {timeout}\n"
                 f"rejoin_timeout = {rejoin}\n"
                 f"[train]\nsamples = 256\nglobal_batch = 32\niterations = {iters}\nseed = 3\n"
                 f"hash_interval = 1\n{extra}")
@@ -378,6 +383,49 @@ def worker_window(conf, node):
     return out
 
 
+WITH_AT = 3
+
+
+def worker_with(conf, node, how):
+    """`with Trainer(...) as tr:` on every node; node 0's loop raises in iteration WITH_AT,
+    outside step(): a ValueError ("error") or the KeyboardInterrupt of a SIGINT ("sigint").
+    Nodes 1 and 2 then mark their end in files; node 0's process waits for those marks (up to
+    60 s, within the cluster's timeout of 90 s), so they can end only where its node left at
+    the with's end."""
+    import signal
+    import hetring.torch as ht
+    model = bn_model()
+    X, Y = data()
+    out = {"iters": [], "none": [], "error": None, "closed": None}
+    tr = None
+    try:
+        with ht.Trainer(conf, model, torch.optim.SGD(model.parameters(), lr=0.1), node_id=node,
+                        n_samples=256) as tr:
+            for idx in tr.batches():
+                if node == 0 and tr.batch.iter == WITH_AT:
+                    if how == "sigint":
+                        signal.raise_signal(signal.SIGINT)
+                    raise ValueError("the loop failed")
+                it = tr.batch.iter
+                res = tr.step(torch.nn.functional.cross_entropy, (X[idx], Y[idx]))
+                (out["none"] if res is None else out["iters"]).append(it)
+    except (Exception, KeyboardInterrupt) as e:  # noqa: BLE001  (reported by the test)
+        out["error"] = f"{type(e).__name__}: {e}"
+    out["closed"] = tr is not None and not tr.node._h
+    out["hash"] = ht.state_hash(model)
+    mark = os.path.join(os.path.dirname(conf), f"{how}.end.{node}")
+    if node > 0:
+        open(mark, "w").close()
+        return out
+    ends = [os.path.join(os.path.dirname(conf), f"{how}.end.{k}") for k in (1, 2)]
+    for _ in range(600):
+        if all(os.path.exists(e) for e in ends):
+            break
+        time.sleep(0.1)
+    out["others_ended"] = all(os.path.exists(e) for e in ends)
+    return out
+
+
 CHANGE_AT = 3
 
 
@@ -521,6 +569,8 @@ WORKERS = {"layout": worker_layout, "left": worker_left, "abandon": worker_aband
            "fork": worker_fork, "clip": lambda c, n: worker_commit(c, n, "clip"),
            "interrupt": lambda c, n: worker_commit(c, n, "interrupt"),
            "window": worker_window,
+           "with_error": lambda c, n: worker_with(c, n, "error"),
+           "with_sigint": lambda c, n: worker_with(c, n, "sigint"),
            "convert": lambda c, n: worker_params(c, n, "convert"),
            "unfreeze": lambda c, n: worker_params(c, n, "unfreeze"),
            "replace": lambda c, n: worker_params(c, n, "replace"),
@@ -915,6 +965,31 @@ def window(d, port):
           "window: the replicas differ at the end")
 
 
+def with_(d, port):
+    for k, how in enumerate(("error", "sigint")):
+        mode = f"with_{how}"
+        rs = run(d, write_ini(d, port + 3 * k, mode, 3, timeout=90), 3, mode, timeout=150)
+        if None in rs:
+            continue
+        for j, r in enumerate(rs):
+            print(f"with: {how}: node {j}: iterations {r['iters']}, step None in {r['none']}, "
+                  f"error {r['error']}, closed {r['closed']}")
+        r0 = rs[0]
+        want = "ValueError: the loop failed" if how == "error" else "KeyboardInterrupt: "
+        check(r0["error"] == want and r0["closed"] and r0["iters"] == list(range(WITH_AT)),
+              f"with: {how}: node 0: {r0['error']} (expected {want}), closed {r0['closed']}, "
+              f"iterations {r0['iters']}")
+        check(r0.get("others_ended"), f"with: {how}: nodes 1 and 2 did not end while node 0's "
+                                      f"process waited for them: its node did not leave at "
+                                      f"the with's end")
+        for j in (1, 2):
+            r = rs[j]
+            check(r["error"] is None and r["closed"] and r["iters"] == list(range(ITERS)),
+                  f"with: {how}: node {j}: {r['error']}, iterations {r['iters']}, closed "
+                  f"{r['closed']}")
+        check(rs[1]["hash"] == rs[2]["hash"], f"with: {how}: nodes 1 and 2 differ")
+
+
 def params(d, port):
     import math
     for k, how in enumerate(("convert", "unfreeze", "replace", "resize")):
@@ -1025,5 +1100,6 @@ if __name__ == "__main__":
     sys.exit(run_case({"layout": layout, "left": left, "exception": exception,
                        "abandon": abandon, "ctor": ctor, "empty": empty, "sigterm": sigterm,
                        "state": state, "signals": signals, "fork": fork,
-                       "commit": commit, "params": params, "window": window},
+                       "commit": commit, "params": params, "window": window,
+                       "with": with_},
                       lambda conf, node, what: worker(conf, int(node), what)))
