@@ -3,13 +3,16 @@
     with hetring.torch.Trainer("cluster.ini", model, optimizer, node_id=0,
                                n_samples=len(train_set)) as trainer:
         for idx in trainer.batches():               # this node's indices, iteration by iteration
-            res = trainer.step(loss_fn, (X[idx], Y[idx]))
+            res = trainer.step(loss_fn, (X[idx], Y[idx]), batch_size=len(idx))
             if res is None:                          # the view changed: the iteration runs again
                 continue
             print(res.iter, res.loss, res.next_batch)
 
 The with block closes the Trainer however it ends (an exception, a KeyboardInterrupt): this
-node leaves the ring at once and the others go on without it.
+node leaves the ring at once and the others go on without it. The batch must hold exactly the
+samples of the indices, the node's share, by which the all-reduce weights its gradient;
+batch_size= (the samples in the batch along your batch dimension) has step() refuse one of
+another size (see step()).
 
 or with a DataLoader: DataLoader(train_set, batch_sampler=trainer.sampler()), num_workers=0
 (the sampler asks the cluster for each iteration's indices when the loop needs them), or, to
@@ -101,6 +104,7 @@ import hashlib
 import io
 import logging
 import multiprocessing
+import operator
 import os
 import pickle
 import signal
@@ -1232,9 +1236,19 @@ class Trainer:
                 parts = pool.map(_worker_load, [ids[k:k + per] for k in range(0, len(ids), per)])
                 yield collate([s for part in parts for s in part]) if ids else None
 
-    def step(self, loss_fn, batch):
+    def step(self, loss_fn, batch, batch_size=None):
         """One iteration on batch = (inputs, targets) of this node's indices.
 
+        The batch must hold exactly the samples of the indices batches() gave for the
+        iteration (trainer.batch.batch of them): the all-reduce weights this node's gradient
+        by that count, so a batch of another size (a DataLoader of its own batch size, a
+        last batch cut short) mis-weights the global mean on every node without any error
+        (the replicas stay equal). step() cannot tell on its own which dimension of your
+        tensors runs over samples (dim 0, or dim 1 for sequence-first inputs): pass
+        batch_size= (the samples in batch, counted along your batch dimension) and a batch
+        of another size is refused with a ValueError before anything is computed (batches()
+        gives the iteration again). trainer.loader() and DataLoader over trainer.sampler()
+        build batches of exactly those indices.
 
         Returns the hetring Result (loss and accuracy over the global batch, this node's
         next batch size, its compute and communication seconds), or None when the view
@@ -1273,6 +1287,7 @@ class Trainer:
         if b is None:
             raise RuntimeError("hetring.torch: step() without a batch from batches()")
         self.batch = None
+        self._check_size(b, batch_size)
         self._check_params()  # nothing handed over yet: batches() gives the iteration again
         self.optimizer.zero_grad(set_to_none=False)
         # the replica hash of the state the iteration starts from, before forward changes
@@ -1309,6 +1324,26 @@ class Trainer:
         self._live = None
         with _HoldInterrupt():  # from the library's step to the update applied: no window
             return self._ring_step(b, live, compute_s, loss_sum, correct, h)
+
+    @staticmethod
+    def _check_size(b, batch_size):
+        """batch_size (where step() was given one) against this node's share of iteration b,
+        before anything is computed: batches() then gives the iteration again."""
+        if batch_size is None:
+            return
+        try:
+            n = operator.index(batch_size)
+        except TypeError:
+            raise TypeError(f"hetring.torch: step(batch_size=...) takes the number of samples "
+                            f"in the batch, an int, not {type(batch_size).__name__}") from None
+        if n != b.batch:
+            raise ValueError(
+                f"hetring.torch: iteration {b.iter}: step() was given a batch of {n} samples "
+                f"(batch_size={n}), but this node's share of the iteration is {b.batch} "
+                f"samples (the indices batches() gave, trainer.batch.batch): the all-reduce "
+                f"weights this node's gradient by its share, so that batch would mis-weight "
+                f"the global mean on every node. Build the batch from exactly those indices "
+                f"(nothing was computed; batches() gives the iteration again)")
 
     def _ring_step(self, b, live, compute_s, loss_sum, correct, h):
         """The library's step (the all-reduce and the commit), then the update applied where

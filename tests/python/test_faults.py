@@ -73,6 +73,10 @@
                              3 outside step(): its with closes its node, and nodes 1 and 2
                              finish as two while node 0's process still runs ([cluster]
                              timeout = 90 s: no failure detection by timeout)
+    test_faults.py size      one node passes step(batch_size=): a batch one sample short of its
+                             share, and a batch_size that is no int, are refused before anything
+                             is computed; the loop goes on and ends with the state of a run
+                             without them
     test_faults.py worker CONF NODE MODE   one node of those (prints RESULT {json})
 Exit 77 when PyTorch is missing.
 """
@@ -424,6 +428,36 @@ def worker_with(conf, node, how):
         time.sleep(0.1)
     out["others_ended"] = all(os.path.exists(e) for e in ends)
     return out
+
+
+def train_sized(conf, wrong):
+    """One node over ITERS iterations, passing batch_size=; with wrong, in iteration FAIL_AT
+    first a batch one sample short (refused: caught, the loop goes on) and a batch_size that
+    is no int. (state hash, the errors, Trainer.done)."""
+    import hetring.torch as ht
+    model = bn_model()
+    X, Y = data()
+    tr = ht.Trainer(conf, model, torch.optim.SGD(model.parameters(), lr=0.1), node_id=0,
+                    n_samples=256)
+    errors = []
+    try:
+        for idx in tr.batches():
+            if wrong and tr.batch.iter == FAIL_AT and len(errors) < 2:
+                short = idx[:-1]
+                try:
+                    if not errors:
+                        tr.step(torch.nn.functional.cross_entropy, (X[short], Y[short]),
+                                batch_size=len(short))
+                    else:
+                        tr.step(torch.nn.functional.cross_entropy, (X[idx], Y[idx]),
+                                batch_size=float(len(idx)))
+                except (ValueError, TypeError) as e:
+                    errors.append(f"{type(e).__name__}: {e}")
+                continue
+            tr.step(torch.nn.functional.cross_entropy, (X[idx], Y[idx]), batch_size=len(idx))
+        return ht.state_hash(model), errors, tr.done
+    finally:
+        tr.close()
 
 
 CHANGE_AT = 3
@@ -990,6 +1024,21 @@ def with_(d, port):
         check(rs[1]["hash"] == rs[2]["hash"], f"with: {how}: nodes 1 and 2 differ")
 
 
+def size(d, port):
+    want, _, _ = train_sized(write_ini(d, port, "clean", 1), False)
+    h, errors, done = train_sized(write_ini(d, port + 1, "sized", 1), True)
+    for e in errors:
+        print(f"size: {e}")
+    check(len(errors) == 2 and errors[0].startswith(
+        f"ValueError: hetring.torch: iteration {FAIL_AT}: step() was given a batch of ") and
+          "but this node's share of the iteration is" in errors[0] and
+          errors[1].startswith("TypeError: hetring.torch: step(batch_size=...) takes"),
+          f"size: the wrong batches raised {errors}")
+    check(done == ITERS and h == want, f"size: done {done}, the state "
+                                       f"{'equals' if h == want else 'differs from'} the run's "
+                                       f"without the wrong batches")
+
+
 def params(d, port):
     import math
     for k, how in enumerate(("convert", "unfreeze", "replace", "resize")):
@@ -1101,5 +1150,5 @@ if __name__ == "__main__":
                        "abandon": abandon, "ctor": ctor, "empty": empty, "sigterm": sigterm,
                        "state": state, "signals": signals, "fork": fork,
                        "commit": commit, "params": params, "window": window,
-                       "with": with_},
+                       "with": with_, "size": size},
                       lambda conf, node, what: worker(conf, int(node), what)))
