@@ -204,16 +204,65 @@ static double read_part(gzFile f, const char *path) {
     return at < (double)sb.st_size ? at / (double)sb.st_size : 1;
 }
 
+/* The samples of file `path` counted on a stream of its own, reading it through: its bytes over
+ * `rec` (a file of rec-byte records), or with rec 0 its CSV data lines (neither blank nor a
+ * comment: each is a row, or the load stops on it). -1 where it cannot be read to its end (the
+ * load itself then says why). Memory: 64 KiB whatever the file. */
+static long count_samples(const char *path, long rec) {
+    hr_status st;
+    char e[8];
+    gzFile f = open_read(path, e, sizeof e, &st);
+    if (!f) return -1;
+    enum { CHUNK = 1 << 16 };
+    char *buf = malloc(CHUNK);
+    long n = 0, bytes = 0;
+    int r = 0, seen = 0, skip = 0; /* the line so far: holds data (seen), or is skipped */
+    while (buf && (r = gzread(f, buf, CHUNK)) > 0) {
+        int i = 0;
+        if (!rec && bytes == 0 && r >= 3 && memcmp(buf, "\xef\xbb\xbf", 3) == 0) i = 3; /* BOM */
+        bytes += r;
+        for (; !rec && i < r; i++) { /* as data_load_csv skips lines: by their first character */
+            const char c = buf[i];
+            if (c == '\n')
+                n += seen, seen = 0, skip = 0;
+            else if (!seen && !skip && c != ' ' && c != '\t')
+                *(c == '\r' || c == '#' || c == 0 ? &skip : &seen) = 1;
+        }
+    }
+    const int ok = buf && r == 0 && !cut_short(f);
+    free(buf);
+    gzclose(f);
+    if (!ok) return -1;
+    return rec ? bytes / rec : n + seen;
+}
+
 /* Samples of `row` bytes each held in memory, `before` of earlier files and `n` of this one,
  * `part` of it read (read_part): the capacity *cap grows to when sample before + n does not
  * fit it, doubled but never beyond the memory this process may use. HR_ERR_DATA (too_big) when the
- * whole file at the rate of its samples so far, or sample n itself, does not fit there: found
- * early, before the node holds that memory, which under a cgroup limit the kernel would kill it
- * for. `held` names the samples in the message. */
-static hr_status grow_cap(long before, long n, double row, double part, long *cap, const char *path,
-                          const char *held, char *err, size_t errlen) {
-    const double have = hr_memory_bytes(), need = ((double)before + (double)(n + 1) / part) * row;
-    if (have > 0 && need > have) return too_big(path, held, need, have, err, errlen);
+ * whole file does not fit there, or sample n itself does not: found early, before the node holds
+ * that memory, which under a cgroup limit the kernel would kill it for. The whole file's samples
+ * are projected at the rate of those so far, which overshoots where the first ones are shorter
+ * on disk than the rest (shorter text, or gzipped better); so a projection that does not fit is
+ * only a reason to count them, once (count_samples with `rec`, its record size or 0 for CSV
+ * lines, into *total: -1 until then, -2 where they cannot be counted), and the count decides.
+ * `what` names the samples in the message ("rows of 500 floats"). */
+static hr_status grow_cap(long before, long n, double row, double part, long rec, long *total,
+                          long *cap, const char *path, const char *what, char *err, size_t errlen) {
+    const double have = hr_memory_bytes();
+    double need = ((double)before + (double)(n + 1) / part) * row;
+    if (have > 0 && need > have && *total == -1) {
+        const long counted = count_samples(path, rec);
+        *total = counted < 0 ? -2 : counted;
+    }
+    const long whole = *total > n + 1 ? *total : n + 1; /* n + 1 where they cannot be counted */
+    if (*total != -1) need = ((double)before + (double)whole) * row;
+    if (have > 0 && need > have) {
+        char held[128];
+        snprintf(held, sizeof held, "its %s (%ld %s)%s", what, *total >= 0 ? *total : n + 1,
+                 *total >= 0 ? "counted" : "read",
+                 before ? ", with those of the files before" : "");
+        return too_big(path, held, need, have, err, errlen);
+    }
     const double fit = have > 0 ? have / row : 9e18;
     long grown = *cap ? 2 * *cap : 1024;
     *cap = (double)grown > fit ? (long)fit : grown;
@@ -396,6 +445,7 @@ hr_status data_load_cifar(data_set *ds, const char *const *files, int n_files, c
     for (int fi = 0; fi < n_files; fi++) {
         gzFile f = open_read(files[fi], err, errlen, &st);
         if (!f) goto fail;
+        long total = -1; /* this file's records, once counted (grow_cap) */
         for (long k = 0;; k++) {
             long r = read_full(f, rec, CIFAR_RECORD);
             if (r < 0) {
@@ -421,12 +471,9 @@ hr_status data_load_cifar(data_set *ds, const char *const *files, int n_files, c
                 goto fail;
             }
             if (ds->n == cap) {
-                char held[96];
-                snprintf(held, sizeof held, "its records (%ld read, at that rate)%s", k,
-                         ds->n > k ? ", with those of the files before" : "");
                 if ((st = grow_cap(ds->n - k, k, sizeof *ds->y + CIFAR_PIXELS,
-                                   read_part(f, files[fi]), &cap, files[fi], held, err, errlen)) !=
-                    HR_OK) {
+                                   read_part(f, files[fi]), CIFAR_RECORD, &total, &cap, files[fi],
+                                   "records", err, errlen)) != HR_OK) {
                     gzclose(f);
                     goto fail;
                 }
@@ -580,7 +627,7 @@ hr_status data_load_csv(data_set *ds, const char *path, int regression, char *er
     size_t cap_line = 1 << 16;
     char *line = malloc(cap_line);
     float *row = NULL;
-    long cols = -1, cap = 0, lineno = 0;
+    long cols = -1, cap = 0, lineno = 0, total = -1; /* total: the rows counted (grow_cap) */
     int got;
     if (!line) goto nomem;
     while ((got = csv_read_line(f, &line, &cap_line)) > 0) {
@@ -605,11 +652,10 @@ hr_status data_load_csv(data_set *ds, const char *path, int regression, char *er
         HR_CHECK_GOTO(csv_parse_row(p, row, cols, regression, path, lineno, err, errlen), st, fail);
         const int grow = ds->n == cap;
         if (grow) {
-            char held[96];
-            snprintf(held, sizeof held, "its rows (%ld read, at that rate) of %ld floats", ds->n,
-                     cols);
-            HR_CHECK_GOTO(grow_cap(0, ds->n, 4.0 * (double)cols, read_part(f, path), &cap, path,
-                                   held, err, errlen),
+            char what[64];
+            snprintf(what, sizeof what, "rows of %ld floats", cols);
+            HR_CHECK_GOTO(grow_cap(0, ds->n, 4.0 * (double)cols, read_part(f, path), 0, &total,
+                                   &cap, path, what, err, errlen),
                           st, fail);
         }
         if (csv_append(ds, row, regression, grow, cap) != 0) goto nomem;

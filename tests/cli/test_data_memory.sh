@@ -4,8 +4,9 @@
 # the file, its size on disk, what its samples need and the memory there is, long before the
 # node holds that memory (under a cgroup limit the kernel killed the node instead): a plain IDX
 # file (sparse), a gzipped IDX file (its header says the size), a plain and a gzipped CIFAR-10
-# batch and a gzipped CSV file (their size at the rate of the samples read so far). A set that
-# fits loads under the same limit.
+# batch and a gzipped CSV file (their size at the rate of the samples read so far, counted where
+# that rate says they do not fit). Sets that fit load under the same limit, a CSV whose first
+# rows are much shorter on disk than the rest too.
 set -u
 HR=$1
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
@@ -60,6 +61,18 @@ yes "$row" | head -n 500000 | gzip -1 > "$tmp/csv/train.csv"
 : > "$tmp/csv/test.csv"
 ini csv softmax "$tmp/csv"
 msg=$(run); expect $? "$msg" "$tmp/csv/train.csv" "[0-9.]*"
+# CSV whose first rows are much shorter on disk than the rest: 4096 rows of zeros, which gzip
+# packs to next to nothing, then 5000 rows of random numbers; at the rate of the first rows the
+# file would need GBs, its 9096 rows of 500 floats need 18 MB: counted, they load
+mkdir "$tmp/csvshort"
+awk 'BEGIN { srand(7); z = "1"; for (j = 1; j < 500; j++) z = z ",0"
+  for (i = 0; i < 4096; i++) print z
+  for (i = 0; i < 5000; i++) { l = i % 10; for (j = 1; j < 500; j++) l = l sprintf(",%.9f", rand()); print l } }' |
+  gzip -1 > "$tmp/csvshort/train.csv"
+: > "$tmp/csvshort/test.csv"
+ini csv softmax "$tmp/csvshort"
+msg=$(run) || fail "a CSV whose first rows are short, which fits: $(echo "$msg" | tail -2)"
+echo "$msg" | grep -q "loaded csv from .*: 9096 training" || fail "csvshort: $(echo "$msg" | tail -2)"
 # a set that fits loads under the same limit
 "$HR" gen-data --kind synthetic --out "$tmp/fits" --samples 2000 --eval-samples 100 > /dev/null
 ini mnist softmax "$tmp/fits"
