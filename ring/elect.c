@@ -131,7 +131,6 @@ static double probe_s(const ring *r, int silent) {
 #define ELECT_CAND    2   /* a node probes this many of the lowest live ids below its own */
 #define ELECT_SWEEP   64  /* most nodes one sweep of a node without a live lower id probes */
 #define ELECT_SWEEP_S 0.5 /* seconds between two sweeps */
-#define ELECT_THREADS 16  /* probes in flight at once from one node */
 #define ELECT_DEAD_S  1.0 /* a node whose probe failed is probed again after this */
 #define ELECT_LED_S                                                                                \
     1.5                    /* a lower id that answered this lately and then timed out still        \

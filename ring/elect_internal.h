@@ -7,6 +7,10 @@
 
 #include "ring/ring.h"
 
+/* Probes in flight at once from one node: its most lobby connections (open.c's descriptor
+ * budget). */
+#define ELECT_THREADS 16
+
 typedef struct ring_elastic ring_elastic;
 
 /* The election state of a ring (r->el), allocated by ring_init and ring_open, which also

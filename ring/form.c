@@ -55,8 +55,6 @@ static const char *engine_name(const ring *r, char *out, size_t n);
  * Invariant: a slot's fd is shut down (never closed) by the gate, under `mu`, and only while
  * the handshake thread still owns it; that thread closes it.
  */
-#define GATE_PENDING 16                 /* unauthenticated connections handshaking at once */
-#define GATE_SLOTS   (2 * GATE_PENDING) /* those, and evicted ones still winding down */
 #define GATE_HS_S    5.0                /* per-connection handshake deadline, capped by timeout */
 #define GATE_IDLE_S  1.0                /* the same while no view forms (lobby calls only) */
 #define GATE_LOGS    20                 /* lines per second about strangers; the rest are counted */

@@ -9,6 +9,11 @@
 
 #include <stddef.h>
 
+/* The gate's sockets (form.c): at most GATE_SLOTS at once, which open.c's descriptor budget
+ * counts. */
+#define GATE_PENDING 16                 /* unauthenticated connections handshaking at once */
+#define GATE_SLOTS   (2 * GATE_PENDING) /* those, and evicted ones still winding down */
+
 /* Register the gate's handler of lobby calls (elect.c does, as the ring is set up): before the
  * gate starts, so that its threads only read it. */
 void gate_set_lobby(ring *r, gate_lobby_fn *serve, void *ctx);

@@ -8,7 +8,9 @@
  * Invariants:
  *  - ring_free stops the gate before it frees what the gate's threads read (listen_fd, rc,
  *    the keys, the election state);
- *  - ring_free is safe on a ring that was only partly set up.
+ *  - ring_free is safe on a ring that was only partly set up;
+ *  - a ring starts only where the open-file limit (RLIMIT_NOFILE) holds every descriptor it may
+ *    need at once (fd_budget), so no accept or connect fails mid-run with EMFILE.
  */
 #include "ring/ring.h"
 
@@ -21,9 +23,11 @@
 #include "ring/ring_internal.h"
 #include "ring/tcp.h"
 
+#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 /* Measured default pipeline segment (bench/README.md, "All-reduce"). */
@@ -57,6 +61,59 @@ static hr_status workers_of(ring *r) {
     /* with less than two cores a node's threads would only take turns: one thread runs it */
     r->mt_workers = per < 2 ? -1 : per - 2 > MT_WORKERS_MAX ? MT_WORKERS_MAX : (int)(per - 2);
     return HR_OK;
+}
+
+/* Descriptors a node may need besides those open at its start: the trainer's files, a
+ * checkpoint being written, a log. */
+#define RING_FDS_SPARE 8
+
+/* Descriptors open in this process now (/proc/self/fd); 3 where it cannot be read. */
+static long fds_open(void) {
+    DIR *d = opendir("/proc/self/fd");
+    if (!d) return 3;
+    long n = -1; /* the DIR's own */
+    for (struct dirent *e; (e = readdir(d));) n += e->d_name[0] != '.';
+    closedir(d);
+    return n;
+}
+
+/* Descriptors a ring of n members may hold at once besides those open before it: the listening
+ * socket, the ring's two links and the tree's three, the election's probes in flight, the
+ * gate's connections, the threaded engine's wake pipe. */
+static long fds_needed(int n) {
+    const long probes = n - 1 < ELECT_THREADS ? n - 1 : ELECT_THREADS;
+    return 1 + 2 + 3 + probes + GATE_SLOTS + 2;
+}
+
+/* The open-file limit must hold what the ring may need at once: a limit below it would fail
+ * accepts and connects mid-run (EMFILE), where the election waits for a quorum, instead of at
+ * the start. A soft limit below it is raised as far as it needs (the hard limit allowing);
+ * else the ring does not start, and says which limit to raise. */
+static hr_status fd_budget(ring *r) {
+    if (r->rc.n_members < 2) return HR_OK; /* no sockets */
+    const long need = fds_open() + fds_needed(r->rc.n_members) + RING_FDS_SPARE;
+    struct rlimit l;
+    if (getrlimit(RLIMIT_NOFILE, &l) != 0 || l.rlim_cur == RLIM_INFINITY ||
+        l.rlim_cur >= (rlim_t)need)
+        return HR_OK;
+    const unsigned long was = (unsigned long)l.rlim_cur;
+    if (l.rlim_max == RLIM_INFINITY || l.rlim_max >= (rlim_t)need) {
+        l.rlim_cur = (rlim_t)need;
+        if (setrlimit(RLIMIT_NOFILE, &l) == 0) {
+            HR_INFO(RING,
+                    "raised the open-file limit (RLIMIT_NOFILE) from %lu to %ld: a node "
+                    "of a %d-node cluster may hold that many descriptors at once",
+                    was, need, r->rc.n_members);
+            return HR_OK;
+        }
+    }
+    return hr_fail(r->err, sizeof r->err, HR_ERR_CONFIG,
+                   "node %ld: the open-file limit (RLIMIT_NOFILE, ulimit -n) is %lu (hard %lu), "
+                   "but a node of a %d-node cluster may need %ld descriptors at once (%ld open "
+                   "now): raise it to %ld or more (ulimit -n %ld, or LimitNOFILE= for a service)",
+                   r->self_id, was,
+                   l.rlim_max == RLIM_INFINITY ? (unsigned long)-1 : (unsigned long)l.rlim_max,
+                   r->rc.n_members, need, fds_open(), need, need);
 }
 
 static hr_status alloc_stage(ring *r) {
@@ -95,6 +152,7 @@ static hr_status ring_setup(ring **out, const ring_config *rc) {
     r->seg_bytes = rc->segment_bytes > 0 ? (size_t)rc->segment_bytes : RING_SEG_DEFAULT;
     if (r->seg_bytes < 64) r->seg_bytes = 64;
     HR_CHECK(workers_of(r));
+    HR_CHECK(fd_budget(r));
     HR_CHECK(sec_keys_load(&r->keys, &r->rc, r->err, sizeof r->err));
     if (r->keys.mode == RING_SEC_NONE)
         HR_WARN(SEC, "security = none: ring links are neither authenticated nor encrypted");

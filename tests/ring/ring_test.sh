@@ -31,6 +31,8 @@
 #               its deadline, nor the lookup of node 0's own host to listen on
 #   poll_enomem node 0's poll() fails with ENOMEM (a shim, the fourth argument) while its peer
 #               is stopped: it gives up at its timeout, on either engine
+#   nofile      an open-file limit too low for a node: a hard one stops it at its start naming
+#               the limit, a soft one is raised and the ring runs
 #   mt_nomem    two nodes on the threaded engine, one of them without the address space for its
 #               staging: it says so and runs the collectives on its own thread, and both
 #               nodes' results check (the frames are the same either way)
@@ -556,6 +558,29 @@ dns_again)
     # the same on node 0's own host, which it listens on: it names itself and the host
     slow_lookup GAI_SLOW_OWN_S "slow own lookup" \
         "node 0 cannot listen: looking up its own host localhost took longer than connect_timeout"
+    ;;
+nofile)
+    # an open-file limit below what a node may need at once (sockets of the ring, the tree, the
+    # election and the gate): a hard limit stops the node at its start, naming the limit and
+    # what to raise it to, instead of accepts and connects failing mid-run (EMFILE); a soft
+    # limit alone is raised, and the ring forms and checks its sums
+    newbase; conf "$tmp/c.ini" 3
+    (ulimit -n 24; exec "$NODE" "$tmp/c.ini" 0 init) > "$tmp/out.0" 2>&1
+    st=$?
+    [ $st = 3 ] || fail "under ulimit -n 24 the node exited with $st, expected 3"
+    grep -q "the open-file limit (RLIMIT_NOFILE, ulimit -n) is 24 (hard 24), but a node of a 3-node cluster may need [0-9]* descriptors at once" "$tmp/out.0" &&
+        grep -q "raise it to [0-9]* or more (ulimit -n [0-9]*" "$tmp/out.0" ||
+        { fail "no message naming the limit"; show 0; }
+    for ((i = 0; i < 3; i++)); do
+        (ulimit -Sn 16; exec "$NODE" "$tmp/c.ini" $i correct 1000003) > "$tmp/out.$i" 2>&1 &
+        pid[$i]=$!
+        child_rec $!
+    done
+    finish 0 1 2
+    [ "${rc[0]}${rc[1]}${rc[2]}" = 000 ] || { fail "a node failed under ulimit -Sn 16"; show 0 1 2; }
+    grep -q "raised the open-file limit (RLIMIT_NOFILE) from 16 to [0-9]*" "$tmp/out.0" ||
+        { fail "node 0 did not say it raised its soft limit"; show 0; }
+    grep -h "open-file limit" "$tmp/out.0" | sed 's/^/    /'
     ;;
 mt_nomem)
     # 128 MiB segments: the ring's own two stages take 256 MiB at the start, the threaded
