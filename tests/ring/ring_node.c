@@ -8,6 +8,7 @@
  *   ring_node CONF ID loop COUNT        all-reduce COUNT floats until an error ("running" once,
  *                                       after the first, with the tree's collectives so far)
  *   ring_node CONF ID reduce COUNT K    K all-reduces of COUNT floats, each checked
+ *   ring_node CONF ID reduce_bf16 COUNT K  the same with ring_allreduce_bf16
  *   ring_node CONF ID probe COUNT       ring_probe_links (alpha >= 0, beta > 0 and finite, the
  *                                       tree's cut as before it), then COUNT floats checked as
  *                                       `correct` does with the cut set to 4 KiB (every node
@@ -582,20 +583,27 @@ int main(int argc, char **argv) {
         rc = probe_links(r, (size_t)atoll(argv[4]));
     } else if (strcmp(mode, "reform") == 0 && argc == 6) {
         rc = leave_and_rejoin(r, &c, atol(argv[4]), (size_t)atoll(argv[5]));
-    } else if (strcmp(mode, "loop") == 0 || strcmp(mode, "reduce") == 0) {
+    } else if (strcmp(mode, "loop") == 0 || strcmp(mode, "reduce") == 0 ||
+               strcmp(mode, "reduce_bf16") == 0) {
         size_t count = argc > 4 ? (size_t)atoll(argv[4]) : 1 << 20;
         long iters = strcmp(mode, "loop") == 0 ? -1 : (argc > 5 ? atol(argv[5]) : 1);
+        /* bf16: values of 8 significant bits, so every partial sum is exact on the wire */
+        const int bf16 = strcmp(mode, "reduce_bf16") == 0;
+        const size_t period = bf16 ? 64 : 1000;
         float *buf = malloc(count * sizeof *buf);
-        if (!buf) return 2;
+        uint16_t *wire = bf16 ? malloc(count * sizeof *wire) : NULL;
+        if (!buf || (bf16 && !wire)) return 2;
         int n = ring_size(r);
         for (long it = 0; iters < 0 || it < iters; it++) {
-            for (size_t i = 0; i < count; i++) buf[i] = (float)((i % 1000) + ring_rank(r));
-            if (ring_allreduce(r, buf, count) != HR_OK) {
+            for (size_t i = 0; i < count; i++) buf[i] = (float)((i % period) + ring_rank(r));
+            hr_status st = bf16 ? ring_allreduce_bf16(r, buf, wire, NULL, count)
+                                : ring_allreduce(r, buf, count);
+            if (st != HR_OK) {
                 rc = ring_fail(r, "all-reduce");
                 break;
             }
             for (size_t i = 0; i < count; i++)
-                if (buf[i] != (float)(n * (i % 1000)) + (float)(n * (n - 1) / 2)) {
+                if (buf[i] != (float)(n * (i % period)) + (float)(n * (n - 1) / 2)) {
                     rc = wrong("all-reduce", count, "wrong sum");
                     break;
                 }
@@ -605,6 +613,7 @@ int main(int argc, char **argv) {
                        (unsigned long long)ring_tree_runs(r));
         }
         free(buf);
+        free(wire);
     } else {
         fprintf(stderr, "unknown mode %s\n", mode);
         rc = 2;
