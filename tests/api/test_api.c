@@ -55,6 +55,11 @@
  *   test_api mismatch  node 1's param_hash differs: every node stops with HETRING_EMISMATCH
  *                     and logs the replica check with the likely causes, the loop's own
  *                     change of one node's state first
+ *   test_api churn    node 1 joins and leaves CHURN_CYCLES times (hetring_leave, then
+ *                     SIGKILL, in turn) while nodes 0 and 2 train on: node 0 holds as many
+ *                     descriptors (/proc/self/fd) and threads (/proc/self/task) in its last
+ *                     view without node 1 as in its first (the least over each view's steps,
+ *                     so a connection still closing does not count)
  *   test_api plan     one node, 200 buffers: bucket_bytes = 4 asks for a bucket per buffer,
  *                     and the plan grows its buckets to stay within the communication
  *                     thread's job table (every buffer still comes back as sum / B);
@@ -68,6 +73,7 @@
 #include "hetring.h"
 #include "ports.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <math.h>
 #include <signal.h>
@@ -1370,6 +1376,124 @@ static int wait_ok(pid_t p, int expect) {
     return WIFEXITED(ws) && WEXITSTATUS(ws) == expect;
 }
 
+/* ================================================================ churn */
+
+#define CHURN_CYCLES 8
+
+/* Entries of a /proc directory (this process's fds or threads), less the DIR's own fd. */
+static int proc_count(const char *path) {
+    DIR *d = opendir(path);
+    if (!d) return -1;
+    int n = strcmp(path, "/proc/self/fd") == 0 ? -1 : 0;
+    for (struct dirent *e; (e = readdir(d));) n += e->d_name[0] != '.';
+    closedir(d);
+    return n;
+}
+
+static int churn_grads(hetring *h) {
+    float g[D] = {0};
+    float *bufs[1] = {g};
+    size_t counts[1] = {D};
+    hetring_grads gr = {.bufs = bufs, .counts = counts, .n_bufs = 1, .compute_s = 1e-3};
+    return hetring_step(h, &gr, NULL);
+}
+
+/* Node 1's life in cycle c: join, three steps, then leave (even c) or die (odd c). */
+static int churn_joiner(const char *ini, int c) {
+    hetring *h = open_node(ini, 1, NULL, &(model){{0}, 0, 0, 0, 0, 0, 0});
+    if (!h) return 1;
+    hetring_batch b;
+    int st, steps = 0;
+    while ((st = hetring_next(h, &b)) == HETRING_OK) {
+        if (++steps == 3) {
+            if (c % 2) raise(SIGKILL);
+            hetring_leave(h);
+        }
+        st = churn_grads(h);
+        if (st != HETRING_OK && st != HETRING_RETRY) break;
+    }
+    (void)hetring_close(h);
+    hetring_free(h);
+    return st == HETRING_LEFT ? 0 : 1;
+}
+
+/* Nodes 0 (id 0, measuring) and 2: train until `stop` exists, then node 0 leaves. */
+static int churn_survivor(const char *ini, long id, const char *stop) {
+    model m = {{0}, 0, 0, 0, 0, 0, 0};
+    hetring *h = open_node(ini, id, NULL, &m);
+    if (!h) return 1;
+    /* the least descriptors and threads of the first view without node 1, and of the latest */
+    int fds[2] = {-1, -1}, thr[2] = {-1, -1}, views = 0, seen = -1, st;
+    hetring_batch b;
+    while ((st = hetring_next(h, &b)) == HETRING_OK) {
+        st = churn_grads(h);
+        if (st != HETRING_OK && st != HETRING_RETRY) break;
+        if (st == HETRING_OK && b.size == 2) {
+            if (m.views != seen) { /* a new view without node 1 */
+                if (views == 1) fds[0] = fds[1], thr[0] = thr[1];
+                fds[1] = thr[1] = -1;
+                views++, seen = m.views;
+            }
+            const int f = proc_count("/proc/self/fd"), t = proc_count("/proc/self/task");
+            if (fds[1] < 0 || f < fds[1]) fds[1] = f;
+            if (thr[1] < 0 || t < thr[1]) thr[1] = t;
+            if (id == 0 && access(stop, F_OK) == 0) hetring_leave(h);
+        }
+        usleep(2000);
+    }
+    if (id == 0) {
+        printf("node 0: %d views without node 1: first %d fds %d threads, last %d fds %d threads\n",
+               views, fds[0], thr[0], fds[1], thr[1]);
+        CHECK(st == HETRING_LEFT, "node 0 ended with %d, not HETRING_LEFT: %s", st,
+              hetring_last_error(h));
+        CHECK(views >= 3, "node 0 saw %d views without node 1 in %d cycles", views, CHURN_CYCLES);
+        CHECK(fds[1] == fds[0], "node 0 holds %d descriptors after %d views, %d after the first",
+              fds[1], views, fds[0]);
+        CHECK(thr[1] == thr[0], "node 0 runs %d threads after %d views, %d after the first", thr[1],
+              views, thr[0]);
+    }
+    (void)hetring_close(h);
+    hetring_free(h);
+    fflush(stdout);
+    return check_exit();
+}
+
+static int churn(const char *dir, int port) {
+    char ini[512], stop[512];
+    snprintf(ini, sizeof ini, "%s/churn.ini", dir);
+    snprintf(stop, sizeof stop, "%s/churn.stop", dir);
+    FILE *f = fopen(ini, "w");
+    if (!f) return 2;
+    fprintf(f,
+            "[cluster]\nsecurity = none\nconnect_timeout = 10\ntimeout = 5\n"
+            "rejoin_timeout = 30\n[train]\nsamples = %d\nglobal_batch = %d\n"
+            "iterations = 100000000\nseed = 3\n[controller]\npolicy = proportional\n"
+            "interval = 1\nmin_batch = 2\n",
+            SAMPLES, BATCH);
+    for (int k = 0; k < 3; k++) fprintf(f, "[node.%d]\nhost = 127.0.0.1\nport = %d\n", k, port + k);
+    fclose(f);
+    pid_t surv[2];
+    for (int k = 0; k < 2; k++) {
+        fflush(stdout);
+        if ((surv[k] = fork()) == 0) _exit(churn_survivor(ini, 2 * k, stop));
+    }
+    for (int c = 0; c < CHURN_CYCLES; c++) {
+        fflush(stdout);
+        pid_t p = fork();
+        if (p == 0) _exit(churn_joiner(ini, c));
+        int ws;
+        CHECK(waitpid(p, &ws, 0) == p &&
+                  (c % 2 ? WIFSIGNALED(ws) : WIFEXITED(ws) && WEXITSTATUS(ws) == 0),
+              "node 1's cycle %d ended wrongly (status 0x%x)", c, ws);
+        usleep(200000); /* the others train a while without it */
+    }
+    fclose(fopen(stop, "w"));
+    CHECK(wait_ok(surv[0], 0), "node 0 failed");
+    kill(surv[1], SIGKILL); /* alone below the quorum it would wait for rejoin_timeout */
+    waitpid(surv[1], NULL, 0);
+    return check_exit();
+}
+
 static int ring(const char *dir, int port, int rejoin, int leave) {
     if (overlap_run) train_extra = "bucket_bytes = 64";
     const char *ini =
@@ -1441,9 +1565,10 @@ static int resume(const char *dir, int port) {
 
 int main(int argc, char **argv) {
     if (argc < 2) {
-        fprintf(stderr, "usage: test_api misuse|text|ring|rejoin|leave|overlap|overlap_rejoin|plan|"
-                        "resume|leave_open|nonfinite|nonfinite_skip|bf16|bf16_buckets|powersgd|"
-                        "powersgd_threads|auto_flush|nonfinite_wire|end_close|fork|mismatch\n");
+        fprintf(stderr,
+                "usage: test_api misuse|text|ring|rejoin|leave|overlap|overlap_rejoin|plan|"
+                "resume|leave_open|nonfinite|nonfinite_skip|bf16|bf16_buckets|powersgd|"
+                "powersgd_threads|auto_flush|nonfinite_wire|end_close|fork|mismatch|churn\n");
         return 2;
     }
     signal(SIGPIPE, SIG_IGN);
@@ -1454,6 +1579,7 @@ int main(int argc, char **argv) {
     if (strcmp(argv[1], "misuse") == 0) rc = misuse(dir, port);
     if (strcmp(argv[1], "text") == 0) rc = text(dir, port);
     if (strcmp(argv[1], "plan") == 0) rc = plan(dir, port);
+    if (strcmp(argv[1], "churn") == 0) rc = churn(dir, port);
     if (strcmp(argv[1], "nonfinite") == 0) rc = nonfinite(dir, port);
     if (strcmp(argv[1], "end_close") == 0) rc = end_close(dir, port);
     if (strcmp(argv[1], "fork") == 0) rc = fork_run(dir, port);
