@@ -154,7 +154,7 @@ hr_status ring_broadcast(ring *r, void *buf, size_t bytes, int root) {
     s->n_tx = rel == n - 1 ? 0 : ns;
     s->n_rx = rel == 0 ? 0 : ns;
     for (size_t i = 0; i < ns; i++) {
-        size_t lo = i * bytes / ns, hi = (i + 1) * bytes / ns;
+        size_t lo = sched_cut(i, bytes, ns), hi = sched_cut(i + 1, bytes, ns);
         s->tx_off[i] = s->rx_off[i] = lo;
         s->tx_len[i] = s->rx_len[i] = hi - lo;
         s->tx_need[i] = rel == 0 ? 0 : i + 1;
@@ -216,7 +216,8 @@ hr_status ring_allreduce_tree(ring *r, float *buf, size_t count) {
 /* The ring all-reduce's blocks: block j of count elements of esz bytes. */
 static void allreduce_blocks(int n, size_t count, size_t esz, size_t *off, size_t *len) {
     for (int j = 0; j < n; j++) {
-        size_t lo = (size_t)j * count / (size_t)n, hi = (size_t)(j + 1) * count / (size_t)n;
+        size_t lo = sched_cut((size_t)j, count, (size_t)n),
+               hi = sched_cut((size_t)j + 1, count, (size_t)n);
         off[j] = lo * esz;
         len[j] = (hi - lo) * esz;
     }

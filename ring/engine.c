@@ -89,7 +89,7 @@ hr_status sched_steps(ring *r, const sched_blocks *b, const int *tx_blk, const i
     for (int k = 0; k < steps; k++) {
         size_t len = b->len[tx_blk[k]], e = len / esz, ns = sched_nseg(len, r->seg_bytes);
         for (size_t i = 0; i < ns; i++) {
-            size_t lo = i * e / ns, hi = (i + 1) * e / ns;
+            size_t lo = sched_cut(i, e, ns), hi = sched_cut(i + 1, e, ns);
             s->tx_off[s->n_tx] = b->off[tx_blk[k]] + lo * esz;
             s->tx_len[s->n_tx] = (hi - lo) * esz;
             s->tx_need[s->n_tx] = k == 0 ? 0 : prev_rx_start + i + 1;
@@ -98,7 +98,7 @@ hr_status sched_steps(ring *r, const sched_blocks *b, const int *tx_blk, const i
         prev_rx_start = s->n_rx;
         len = b->len[rx_blk[k]], e = len / esz, ns = sched_nseg(len, r->seg_bytes);
         for (size_t i = 0; i < ns; i++) {
-            size_t lo = i * e / ns, hi = (i + 1) * e / ns;
+            size_t lo = sched_cut(i, e, ns), hi = sched_cut(i + 1, e, ns);
             s->rx_off[s->n_rx] = b->off[rx_blk[k]] + lo * esz;
             s->rx_len[s->n_rx] = (hi - lo) * esz;
             s->rx_add[s->n_rx] = add[k];

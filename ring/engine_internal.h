@@ -54,6 +54,13 @@ static inline size_t sched_nseg(size_t bytes, size_t seg) {
     return bytes <= seg ? 1 : (bytes + seg - 1) / seg;
 }
 
+/* Where part i of `e` units cut into `ns` near-equal parts starts: floor(i * e / ns) for
+ * i <= ns, without forming i * e, which overflows size_t for a large buffer cut into small
+ * segments (a 34 GB state broadcast in 64-byte segments); exact while ns < 2^32. */
+static inline size_t sched_cut(size_t i, size_t e, size_t ns) {
+    return i * (e / ns) + i * (e % ns) / ns;
+}
+
 /* Build the schedule of a sequence of ring steps into r->sched (see engine.c). */
 hr_status sched_steps(ring *r, const sched_blocks *b, const int *tx_blk, const int *rx_blk,
                       const uint8_t *add, int steps, size_t esz);

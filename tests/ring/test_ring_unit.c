@@ -1,7 +1,8 @@
 /*
  * test_ring_unit.c: frame headers, frame sealing (both AEADs, auth and encrypt), tamper and
  * replay detection, key files, poll's timeout for a deadline, the host part of an address
- * (the gate's eviction counts pending connections per host), and the bf16 wire's rounding.
+ * (the gate's eviction counts pending connections per host), the bf16 wire's rounding, and the
+ * schedule's arithmetic at buffers above 2^32 bytes.
  *
  * Usage: test_ring_unit            frames, XChaCha20-Poly1305 sealing, key files
  *        test_ring_unit aes256gcm  AES-256-GCM sealing only; exits 77 (ctest's skip) on a CPU
@@ -237,6 +238,88 @@ static void test_bf16(void) {
         }
 }
 
+/* sched_cut is floor(i * e / ns) at sizes where i * e overflows 64 bits. */
+static void test_sched_cut(void) {
+    static const size_t es[] = {600000000u, (1ull << 33) + 7, (1ull << 40) + 3, (1ull << 62) + 11,
+                                SIZE_MAX / 3};
+    static const size_t nss[] = {1, 2, 3, 7, 255, 4096, (1u << 20) + 1, 0xfffffffbu};
+    for (size_t a = 0; a < sizeof es / sizeof *es; a++)
+        for (size_t b = 0; b < sizeof nss / sizeof *nss; b++) {
+            const size_t e = es[a], ns = nss[b];
+            const size_t is[] = {0, 1, ns / 3, ns / 2, ns - 1, ns};
+            for (size_t k = 0; k < sizeof is / sizeof *is; k++) {
+                const size_t i = is[k];
+                const size_t want = (size_t)((unsigned __int128)i * e / ns),
+                             got = sched_cut(i, e, ns);
+                CHECK(got == want, "sched_cut(%zu, %zu, %zu) = %zu, expected %zu", i, e, ns, got,
+                      want);
+            }
+        }
+}
+
+/* The ring all-reduce's schedule of a buffer above 2^31 and 2^32 bytes (600M floats, 2.4 GB; 2^33
+ * floats, 32 GiB), float32 and bf16, on 2, 3 and 7 nodes: the frames each node receives tile its
+ * blocks exactly, each fits the frame header's 32-bit length and the segment, and a frame sent
+ * waits for the frame received at its place one step before. No buffer is allocated: only the
+ * schedule. */
+static void test_sched_large(void) {
+    static const size_t counts[] = {600000000u, 1ull << 33};
+    static const int ns[] = {2, 3, 7};
+    ring *r = aligned_alloc(64, (sizeof(ring) + 63) & ~(size_t)63);
+    memset(r, 0, sizeof *r);
+    r->seg_bytes = 1 << 20;
+    if (sched_alloc(r) != HR_OK) {
+        CHECK(0, "no memory for a schedule");
+        free(r);
+        return;
+    }
+    for (size_t c = 0; c < sizeof counts / sizeof *counts; c++)
+        for (size_t esz = 2; esz <= 4; esz += 2)
+            for (size_t q = 0; q < sizeof ns / sizeof *ns; q++) {
+                const int n = ns[q], k = n - 1;
+                const size_t count = counts[c];
+                size_t off[16], len[16];
+                for (int j = 0; j < n; j++) {
+                    const size_t lo = sched_cut((size_t)j, count, (size_t)n),
+                                 hi = sched_cut((size_t)j + 1, count, (size_t)n);
+                    off[j] = lo * esz, len[j] = (hi - lo) * esz;
+                }
+                CHECK(off[n - 1] + len[n - 1] == count * esz, "blocks end at %zu, not %zu",
+                      off[n - 1] + len[n - 1], count * esz);
+                int tx[32], rx[32];
+                uint8_t add[32];
+                for (int s = 0; s < n - 1; s++) {
+                    tx[s] = (k - s + n) % n, rx[s] = (k - s - 1 + 2 * n) % n, add[s] = RX_ADD;
+                    tx[n - 1 + s] = (k + 1 - s + n) % n, rx[n - 1 + s] = (k - s + n) % n;
+                    add[n - 1 + s] = RX_COPY;
+                }
+                sched_blocks bl = {off, len};
+                if (sched_steps(r, &bl, tx, rx, add, 2 * (n - 1), esz) != HR_OK) {
+                    CHECK(0, "no memory for the schedule of %zu elements", count);
+                    continue;
+                }
+                const ring_sched *s = r->sched;
+                size_t at = off[rx[0]], j = 0, bad = 0;
+                for (int st = 0; st < 2 * (n - 1); st++) {
+                    at = off[rx[st]];
+                    for (; j < s->n_rx && at < off[rx[st]] + len[rx[st]]; j++) {
+                        bad += s->rx_off[j] != at || s->rx_len[j] > r->seg_bytes ||
+                               s->rx_len[j] > UINT32_MAX || s->rx_len[j] % esz != 0;
+                        at += s->rx_len[j];
+                    }
+                    bad += at != off[rx[st]] + len[rx[st]];
+                }
+                bad += j != s->n_rx || s->n_tx != s->n_rx || s->n_rx > UINT32_MAX;
+                for (size_t i = 0; i < s->n_tx; i++) /* sent as received the step before */
+                    bad += s->tx_need[i] > 0 && (s->rx_off[s->tx_need[i] - 1] != s->tx_off[i] ||
+                                                 s->rx_len[s->tx_need[i] - 1] != s->tx_len[i]);
+                CHECK(bad == 0, "%zu floats of %zu bytes on %d nodes: %zu frames misplaced of %zu",
+                      count, esz, n, bad, s->n_rx);
+            }
+    sched_free(r);
+    free(r);
+}
+
 int main(int argc, char **argv) {
     if (sodium_init() < 0) return 1;
     if (argc > 1) {
@@ -260,5 +343,7 @@ int main(int argc, char **argv) {
     test_same_host();
     test_check_own();
     test_bf16();
+    test_sched_cut();
+    test_sched_large();
     return check_exit();
 }
