@@ -142,7 +142,7 @@ struct hetring {
     double comm_s, comm_cpu_s;       /* the last all-reduce after backward in this view: wall
                                       * seconds, and CPU seconds of the threads that ran it (0:
                                       * none yet; overlap.h) */
-    int comm_n;                      /* all-reduces after backward timed in this view */
+    int comm_n;                      /* all-reduces after backward timed in this view, up to 2 */
     int path_final;                  /* the view's path was chosen from measured facts: kept */
     int link_state;                  /* LINK_*: this view's link probe and tuning (link_tune.h) */
     ring_link link;                  /* this node's probe of the view's links (0s: none yet) */
@@ -1391,7 +1391,8 @@ static int step_exchange(hetring *h, const hetring_grads *g, double factor) {
         st = ring_fail_view(h->d.r, HR_ERR_IO, "test fault: the view failed after the all-reduce");
     round_reset(h);
     if (st != HR_OK) return recover(h, st);
-    if (timed && ++h->comm_n >= 2) h->comm_s = t1 - t0, h->comm_cpu_s = c1 - c0;
+    if (timed && h->comm_n < 2) h->comm_n++; /* stops at 2: a view may last 2^31 steps */
+    if (timed && h->comm_n >= 2) h->comm_s = t1 - t0, h->comm_cpu_s = c1 - c0;
     cluster_stats_unpack(head, h->size, h->gathered);
     memcpy(h->member_ids, ring_get_view(h->d.r)->ids, sizeof *h->member_ids * (size_t)h->size);
     h->n_members = h->size;
