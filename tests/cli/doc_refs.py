@@ -1,0 +1,213 @@
+"""doc_refs.py cites HETRING SRC TESTS: what README.md, DESIGN.md, bench/README.md and
+python/README.md cite against what the build has, one "FILE:LINE: ..." line per citation that
+names nothing (exit 1 when there is one):
+
+  keys   every [section] key, --set section.key=... and HETRING_SECTION_KEY is a key of
+         `hetring config --reference` (the schema);
+  flags  every --flag (and -b/-e/-f) written after `hetring CMD` or `hetring bench SUITE` in a
+         code span or code line is in that command's --help;
+  tests  every test a `ctest -R NAME` or a `label.name` span cites is in TESTS (one name a
+         line, `ctest -N`'s), or for cuda.* in tests/cuda/CMakeLists.txt (a CUDA build's);
+  files  every path like dir/file.ext is a file of SRC (or of the citing file's folder).
+
+doc_refs.py records README METRICS SUMMARY [BENCH_JSON]: the keys README.md's tables give the
+metrics records (iteration, view, end), the summary and bench allreduce --json are the keys a
+run wrote, both ways (a key written and not documented, or documented and never written).
+"""
+import os
+import re
+import subprocess
+import sys
+
+DOCS = ["README.md", "DESIGN.md", "bench/README.md", "python/README.md"]
+COMMANDS = ["run", "local", "config", "keygen", "gen-data", "version"]
+SUITES = ["allreduce", "train", "hetero", "elastic", "powersgd"]
+
+
+def spans(text):
+    """(offset, text) of every code line (indented, or inside ``` fences) and every backtick
+    span of the prose (a span may run over a line break, which becomes a space)."""
+    out, prose, fence, off = [], [], False, 0
+    for line in text.split("\n"):
+        if line.startswith("```"):
+            fence = not fence
+            prose.append(" " * len(line))  # blanked, so that offsets stay the text's
+        elif fence or line.startswith("    "):
+            out.append((off, line))
+            prose.append(" " * len(line))
+        else:
+            prose.append(line)
+        off += len(line) + 1
+    prose_text = "\n".join(prose)
+    out += [(m.start(), m.group(1).replace("\n", " "))
+            for m in re.finditer(r"`([^`]+)`", prose_text)]
+    return out
+
+
+def schema_keys(hr):
+    """{(section, key)} of hetring config --reference; node sections as "node"."""
+    ref = subprocess.run([hr, "config", "--reference"], capture_output=True, text=True,
+                         check=True).stdout
+    keys, section = set(), None
+    for line in ref.splitlines():
+        m = re.match(r"\[([a-z]+)", line)
+        if m:
+            section = m.group(1)
+        m = re.match(r";?([a-z_]+) =", line)
+        if m and section:
+            keys.add((section, m.group(1)))
+    return keys
+
+
+def check_keys(where, text, keys):
+    bad = []
+    cites = [(m.start(), m.group(1), m.group(2))
+             for m in re.finditer(r"\[(cluster|train|controller|node)(?:\.[A-Za-z0-9]+)?\] "
+                                  r"([a-z_]+)", text)]
+    cites += [(m.start(), m.group(1), m.group(2))
+              for m in re.finditer(r"--set (cluster|train|controller|node)\.(?:[0-9A-Z]+\.)?"
+                                   r"([a-z_]+)", text)]
+    cites += [(m.start(), m.group(1).lower(), m.group(2).lower())
+              for m in re.finditer(r"HETRING_(CLUSTER|TRAIN|CONTROLLER)_([A-Z][A-Z_]*[A-Z])",
+                                   text)]
+    for off, section, key in cites:
+        if (section, key) not in keys:
+            bad.append(f"{where(off)}: [{section}] {key} is no key of hetring config "
+                       f"--reference")
+    return bad, len(cites)
+
+
+def check_flags(where, text, hr):
+    helps, bad, n = {}, [], 0
+    for off, s in spans(text):
+        for m in re.finditer(r"\bhetring (bench )?([a-z-]+)((?: [^|;&\n]*)?)", s):
+            cmd = ("bench " if m.group(1) else "") + m.group(2)
+            if cmd not in COMMANDS and cmd not in ["bench " + x for x in SUITES]:
+                continue
+            if cmd not in helps:
+                helps[cmd] = subprocess.run([hr] + cmd.split() + ["--help"],
+                                            capture_output=True, text=True).stdout
+            rest = m.group(3).split(" -- ")[0]  # after --: options of hetring run
+            for flag in re.findall(r"(?<![\w-])(--[a-z][a-z0-9-]*|-[bef])\b", rest):
+                n += 1
+                if not re.search(r"(?<![\w-])" + re.escape(flag) + r"\b", helps[cmd]):
+                    bad.append(f"{where(off)}: hetring {cmd} {flag}: not in hetring {cmd} "
+                               f"--help")
+    return bad, n
+
+
+def check_tests(where, text, tests, src):
+    cuda = open(os.path.join(src, "tests/cuda/CMakeLists.txt")).read()
+    labels = r"(?:api|app|bench|cli|conf|ctrl|cuda|dist|examples|fuzz|gpu|layers|python|ring|" \
+             r"trainer)"
+    cites = [(m.start(), m.group(1)) for m in re.finditer(r"ctest -R ([a-z_.0-9]+)", text)]
+    for off, s in spans(text):
+        cites += [(off, m.group(0)) for m in re.finditer(
+            r"^" + labels + r"\.[a-z_0-9]+(?:\.[a-z_0-9]+)*$", s.strip())]
+    bad = []
+    for off, name in cites:
+        if any(t == name or t.startswith(name + ".") or (name.endswith("_") and
+               t.startswith(name)) for t in tests):
+            continue
+        if name.startswith("cuda.") and (f"NAME {name} " in cuda or
+                                         re.search(r"\b" + name[5:] + r"\b", cuda)):
+            continue
+        # -R takes a regular expression: a prefix of a name is a citation of its group
+        if any(t.startswith(name) for t in tests):
+            continue
+        bad.append(f"{where(off)}: test {name}: no such ctest")
+    return bad, len(cites)
+
+
+def check_files(where, text, src, doc):
+    bad, n = [], 0
+    for m in re.finditer(r"(?<![\w./-])((?:[A-Za-z_0-9.-]+/)+[A-Za-z_0-9.-]+\."
+                         r"(?:c|h|sh|py|ini|md|cmake|toml|cu))\b", text):
+        p = m.group(1)
+        if p.startswith(("P/", "OUT/", "OUTDIR/", "BUILD/", "/")) or "//" in p:
+            continue  # a placeholder prefix, or a URL
+        n += 1
+        if not (os.path.exists(os.path.join(src, p)) or
+                os.path.exists(os.path.join(src, os.path.dirname(doc), p))):
+            bad.append(f"{where(m.start())}: {p}: no such file")
+    return bad, n
+
+
+def keys_of_table(text, heading):
+    """The backticked keys of the first column of the table after the paragraph that starts
+    with heading, or of that paragraph where it is prose."""
+    i = text.index(heading)
+    block = text[i:].split("\n\n")[1 if "|" not in text[i:].split("\n\n")[0] else 0]
+    if block.lstrip().startswith("|"):
+        firsts = [row.split("|")[1] for row in block.splitlines()[2:]]
+        return set(re.findall(r"`([a-z_0-9]+)`", " ".join(firsts)))
+    # in prose, what stands in brackets describes a key (its values), and is none
+    return set(re.findall(r"`([a-z_0-9]+)`", re.sub(r"\([^()]*\)", "",
+                                                      text[i:].split("\n\n")[0])))
+
+
+def records(readme, metrics, summary, bench=None):
+    import json
+    text = open(readme).read()
+    doc = {"iteration": keys_of_table(text, "An iteration record"),
+           "view": keys_of_table(text, "A view record") | {"event"},
+           "end": keys_of_table(text, "An end record") | {"event"},
+           "summary": keys_of_table(text, "The summary:")}
+    got = {k: set() for k in doc}
+    for line in open(metrics):
+        r = json.loads(line)
+        got["iteration" if "event" not in r else r["event"]].update(r)
+    got["summary"] = set(json.load(open(summary)))
+    # written only where the run has them: a regression run's accuracy, an evaluation
+    optional = {"iteration": set(), "view": set(), "end": set(), "summary": set()}
+    if bench:
+        doc["bench allreduce --json"] = keys_of_table(text, "`bench allreduce --json FILE`")
+        got["bench allreduce --json"] = set().union(*(json.loads(l) for l in open(bench)))
+        optional["bench allreduce --json"] = {"link_rate_bps"}  # with --netns only
+    bad = 0
+    for what in doc:
+        for k in sorted(got[what] - doc[what]):
+            print(f"FAIL: the {what} record has {k}, which README.md does not list")
+            bad += 1
+        for k in sorted(doc[what] - got[what] - optional[what]):
+            print(f"FAIL: README.md lists {k} in the {what} record, which the run did not "
+                  f"write")
+            bad += 1
+        print(f"{what}: {len(got[what])} keys written, {len(doc[what])} documented")
+        if len(doc[what]) < 3:
+            print(f"FAIL: README.md's {what} table not found (is the heading stale?)")
+            bad += 1
+    sys.exit(1 if bad else 0)
+
+
+def main():
+    if sys.argv[1] == "records":
+        records(*sys.argv[2:])
+    hr, src, tests_file = sys.argv[2:5]
+    keys = schema_keys(hr)
+    tests = [t for t in open(tests_file).read().split() if t]
+    bad, counts = [], [0, 0, 0, 0]
+    for doc in DOCS:
+        text = open(os.path.join(src, doc)).read()
+
+        def where(off, doc=doc, text=text):
+            return f"{doc}:{text.count(chr(10), 0, off) + 1}"
+        for i, (b, n) in enumerate([check_keys(where, text, keys),
+                                    check_flags(where, text, hr),
+                                    check_tests(where, text, tests, src),
+                                    check_files(where, text, src, doc)]):
+            bad += b
+            counts[i] += n
+    print("cited: %d keys, %d flags, %d tests, %d files" % tuple(counts))
+    for line in bad:
+        print("FAIL: " + line)
+    # a pattern gone stale would find nothing and pass: each kind is cited dozens of times
+    for what, n, least in zip(["keys", "flags", "tests", "files"], counts, [50, 100, 30, 30]):
+        if n < least:
+            print(f"FAIL: only {n} {what} found in the docs (is the pattern stale?)")
+            bad.append(what)
+    sys.exit(1 if bad else 0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# test_docs.sh HETRING SRC CTEST BUILD: what a newcomer reads names what the build has.
+#   cites    every key, hetring flag, test and file that README.md, DESIGN.md, bench/README.md
+#            and python/README.md cite exists (doc_refs.py cites: the schema from
+#            `hetring config --reference`, each command's --help, `ctest -N`, the tree)
+#   usage    every flag in the synopsis and the option list of each command's and bench suite's
+#            --help is one its parser takes
+#   records  the keys README.md's tables give the metrics records, the summary and bench
+#            allreduce --json are those a run writes, both ways (two nodes of a tiny MLP, six
+#            iterations; one size of bench allreduce): about two seconds
+# Skipped (77) without python3.
+set -u
+HR=$1 SRC=$2 CTEST=$3 BUILD=$4
+command -v python3 > /dev/null || { echo "SKIP: no python3"; exit 77; }
+. "$(dirname "$0")/../harness.sh"
+refs=$(dirname "$0")/doc_refs.py
+
+"$CTEST" --test-dir "$BUILD" -N | sed -n 's/^ *Test *#[0-9]*: //p' > "$tmp/tests"
+python3 "$refs" cites "$HR" "$SRC" "$tmp/tests" || fail "the docs cite what the build lacks"
+
+# usage: each listed flag, given with a value and then --help, is not refused as unknown
+n=0
+for cmd in run local config keygen gen-data version "bench allreduce" "bench train" \
+           "bench hetero" "bench elastic" "bench powersgd"; do
+    [[ $cmd != bench* ]] || [ -x "$(dirname "$HR")/hetring-bench" ] || continue
+    $HR $cmd --help > "$tmp/help"
+    # the synopsis (up to the first blank line) and the first column of the option lines;
+    # the prose may name another command's flags (local's "--metrics FILE needs {id}")
+    for o in $({ sed '/^$/q' "$tmp/help"; grep -E '^ +(-[a-z], )?--' "$tmp/help" |
+                 awk '{ print ($1 ~ /,$/) ? $2 : $1 }'; } |
+               grep -oE -- '(^|[^a-z0-9-])--[a-z][a-z0-9-]*' | sed 's/^[^-]*//' | sort -u); do
+        n=$((n + 1))
+        $HR $cmd "$o" x --help > /dev/null 2> "$tmp/err"
+        ! grep -q "unrecognized option\|invalid option" "$tmp/err" ||
+            fail "hetring $cmd --help lists $o, which its parser refuses: $(head -1 "$tmp/err")"
+    done
+done
+echo "usage: $n flags of the --help texts taken by their parsers"
+[ $n -ge 60 ] || fail "only $n flags in the --help texts (is the pattern stale?)"
+
+# records: two nodes, an evaluation every 2 iterations, so every documented key is written
+{ printf '[cluster]\nsecurity = none\nconnect_timeout = 20\n'
+  printf '[train]\nlayers = 784,16,10\nsamples = 1000\neval_samples = 100\nglobal_batch = 32\n'
+  printf 'iterations = 6\neval_interval = 2\n'
+  for i in 0 1; do printf '[node.%d]\nhost = 127.0.0.1\nport = %d\n' $i $((base + i)); done
+} > "$tmp/two.ini"
+timeout 60 "$HR" local --conf "$tmp/two.ini" -- --quiet --metrics "$tmp/m{id}.jsonl" \
+    --summary "$tmp/summary.json" > "$tmp/local.log" 2>&1 ||
+    fail "hetring local exited $?: $(tail -3 "$tmp/local.log")"
+bench=
+if [ -x "$(dirname "$HR")/hetring-bench" ]; then
+    bench=$tmp/allreduce.json
+    timeout 60 "$HR" bench allreduce --port $((base + 2)) --rate 1 -b 1K -e 1K --iters 1 \
+        --warmup 0 --json "$bench" > "$tmp/bench.log" 2>&1 ||
+        fail "bench allreduce exited $?: $(tail -3 "$tmp/bench.log")"
+fi
+[ -s "$tmp/m0.jsonl" ] && [ -s "$tmp/summary.json" ] &&
+    python3 "$refs" records "$SRC/README.md" "$tmp/m0.jsonl" "$tmp/summary.json" $bench ||
+    fail "README.md's record tables and the records written differ"
+[ $fails = 0 ] && echo "PASS" || { echo "$fails failure(s)"; exit 1; }
