@@ -467,6 +467,11 @@ class Node:
     def step(self, buffers, compute_s, loss_sum=0.0, correct=0, param_hash=0):
         """All-reduce buffers (a list of (address, float32 count)) in place to the global mean.
 
+        buffers hold this node's gradient SUMS over its batch's samples (not means), and come
+        back as the sum over every node divided by B. compute_s: the seconds this node spent
+        computing them (not waiting), above 0; loss_sum: the sum of the batch's per-sample
+        losses; correct: its correct predictions (classification; else 0); param_hash: where
+        the Batch's check_hash is set, hash_bytes over your parameters (else ignored).
         Returns a Result, or None when the view changed during the call: fetch next() again
         and compute the iteration again. Raises Left where a leave() was pending when a node
         failed during the call: this node left in the view change (nothing to apply).
