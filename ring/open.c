@@ -48,8 +48,7 @@ static hr_status workers_of(ring *r) {
         }
         if (*end || end == env || w < 0 || w > MT_WORKERS_MAX)
             return hr_fail(r->err, sizeof r->err, HR_ERR_CONFIG,
-                           "node %ld: HETRING_RING_WORKERS=%s: expected off or 0 to %d", r->self_id,
-                           env, MT_WORKERS_MAX);
+                           "HETRING_RING_WORKERS=%s: expected off or 0 to %d", env, MT_WORKERS_MAX);
         r->mt_workers = (int)w;
         return HR_OK;
     }

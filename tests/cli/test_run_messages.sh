@@ -6,7 +6,8 @@
 # left to train; a node alone stops on SIGTERM or SIGINT with its checkpoint, as a node of a
 # cluster leaves, and a node of a cluster asked to leave before it joined stops with exit 0;
 # metrics that could not be written fail the run; a model beyond the process's
-# memory is refused at start; an IPv6 address is written [HOST]:PORT.
+# memory is refused at start; a bad HETRING_RING_WORKERS is named once, after the node's
+# prefix; an IPv6 address is written [HOST]:PORT.
 # HR, fail, $tmp and the port block `base` from the shared setup, whose EXIT trap also stops
 # the process holding a port, if it still runs (child_rec)
 . "$(dirname "${BASH_SOURCE[0]}")/../dist/lib.sh"
@@ -220,6 +221,11 @@ if (ulimit -v 4000000; timeout 60 "$HR" config --conf "$tmp/c.ini" --node 0 > /d
 else
     echo "memory case not run: a small model does not start under ulimit -v 4000000 here"
 fi
+# an environment variable the ring cannot honour is named once, after the node's prefix (it
+# read "hetring run: node 0: node 0: HETRING_RING_WORKERS=9: ...")
+HETRING_RING_WORKERS=9 timeout 60 "$HR" run --conf "$tmp/c.ini" --node 0 > "$tmp/w" 2>&1; rc=$?
+[ $rc = 2 ] && grep -q "^hetring run: node 0: HETRING_RING_WORKERS=9: expected off or 0 to 8$" "$tmp/w" ||
+    fail "HETRING_RING_WORKERS=9: exited $rc: $(tail -1 "$tmp/w")"
 # IPv6: a cluster on ::1 trains, and an address is written [HOST]:PORT, so that its colons do
 # not run into the port's (it said "ready on ::1:PORT"); not checked where ::1 cannot be bound
 if python3 -c 'import socket; s=socket.socket(socket.AF_INET6); s.bind(("::1", 0))' 2>/dev/null; then
