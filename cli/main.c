@@ -72,7 +72,8 @@ static void usage(FILE *out) {
             fprintf(out, "  %-9s %s\n", commands[i].name, commands[i].summary);
     fprintf(out, "\nRun 'hetring COMMAND --help' for a command's options.\n"
                  "Quick start: hetring local --conf conf/examples/demo.ini\n"
-                 "Logging: HETRING_LOG=info|debug|trace, or per subsystem, e.g. warn,ring=debug\n");
+                 "Logging: HETRING_LOG=error|warn|info|debug|trace (default info),\n"
+                 "         or per subsystem, e.g. warn,ring=debug\n");
 }
 
 static const cli_command *find(const char *name) {

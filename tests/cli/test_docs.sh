@@ -5,6 +5,8 @@
 #            `hetring config --reference`, each command's --help, `ctest -N`, the tree)
 #   usage    every flag in the synopsis and the option list of each command's and bench suite's
 #            --help is one its parser takes
+#   logging  the levels and subsystems HETRING_LOG takes are named by hetring --help (levels)
+#            and README.md's Logging section
 #   records  the keys README.md's tables give the metrics records, the summary and bench
 #            allreduce --json are those a run writes, both ways (two nodes of a tiny MLP, six
 #            iterations; one size of bench allreduce): about two seconds
@@ -37,6 +39,22 @@ for cmd in run local config keygen gen-data version "bench allreduce" "bench tra
 done
 echo "usage: $n flags of the --help texts taken by their parsers"
 [ $n -ge 60 ] || fail "only $n flags in the --help texts (is the pattern stale?)"
+
+# logging: the levels and subsystems HETRING_LOG takes (its error lists them) are the ones
+# hetring --help (levels) and README.md's Logging section name
+msg=$(HETRING_LOG=bogus "$HR" version 2>&1)
+levels=$(sed -n 's/.*levels \([a-z,]*\);.*/\1/p' <<< "$msg" | tr , ' ')
+subs=$(sed -n 's/.*subsystems \([a-z,]*\)).*/\1/p' <<< "$msg" | tr , ' ')
+[ -n "$levels" ] && [ -n "$subs" ] || fail "HETRING_LOG=bogus: no levels or subsystems in: $msg"
+logline=$("$HR" --help | sed -n '/^Logging:/,$p')
+readme=$(sed -n '/^## Logging/,/^## /p' "$SRC/README.md")
+for l in $levels; do
+    grep -q "\b$l\b" <<< "$logline" || fail "hetring --help's Logging line lacks the level $l"
+    grep -q "\`$l\`" <<< "$readme" || fail "README.md's Logging section lacks the level $l"
+done
+for s in $subs; do
+    grep -q "\b$s\b" <<< "$readme" || fail "README.md's Logging section lacks the subsystem $s"
+done
 
 # records: two nodes, an evaluation every 2 iterations, so every documented key is written
 { printf '[cluster]\nsecurity = none\nconnect_timeout = 20\n'
