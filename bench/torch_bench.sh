@@ -66,7 +66,7 @@ one() {
     local rc=0
     for p in "${script_pids[@]}"; do wait "$p" || rc=1; done
     script_pids=()
-    [ $rc = 0 ] || { echo "$mode run $rep failed:" >&2; tail -5 "$out/$mode.$rep".*.log >&2; exit 1; }
+    [ $rc = 0 ] || { echo "$mode run $rep failed:" >&2; tail -n 5 "$out/$mode.$rep".*.log >&2; exit 1; }
     read -r wall acc <<< "$(grep -h '^RESULT' "$out/$mode.$rep.0.log" | cut -c8- |
         "$PYTHON" -c "import json,sys; r=json.load(sys.stdin); print(f\"{r['wall_s']:.3f} {r['accuracy']:.4f}\")")"
 }

@@ -68,7 +68,7 @@ run() {
     local rc=0
     for p in "${pids[@]}"; do wait "$p" || rc=1; done
     pids=() starts=()
-    [ $rc = 0 ] || { tail -20 "$work"/"$1".*.log >&2; return 1; }
+    [ $rc = 0 ] || { tail -n 20 "$work"/"$1".*.log >&2; return 1; }
     result=$(grep -h '^RESULT' "$work/$1.0.log" | cut -c8-)
 }
 

@@ -37,7 +37,7 @@ node 2 "$work/n2.log" "$@"
 rc=0
 for k in 0 1 2; do wait "${pids[$k]}" || rc=1; done
 pids=()
-[ $rc = 0 ] || { tail -20 "$work"/n*.log >&2; exit 1; }
+[ $rc = 0 ] || { tail -n 20 "$work"/n*.log >&2; exit 1; }
 grep -h "^view\|^iter" "$work/n0.log"
 grep -h "^node " "$work"/n*.log
 hashes=$(grep -h '^RESULT' "$work"/n*.log | "$PYTHON" -c \

@@ -7,6 +7,7 @@
 #            --help is one its parser takes
 #   logging  the levels and subsystems HETRING_LOG takes are named by hetring --help (levels)
 #            and README.md's Logging section
+#   scripts  no script takes the tail of several files with tail -N, which GNU tail refuses
 #   records  the keys README.md's tables give the metrics records, the summary and bench
 #            allreduce --json are those a run writes, both ways (two nodes of a tiny MLP, six
 #            iterations; one size of bench allreduce): about two seconds
@@ -55,6 +56,13 @@ done
 for s in $subs; do
     grep -q "\b$s\b" <<< "$readme" || fail "README.md's Logging section lacks the subsystem $s"
 done
+
+# scripts: where a documented script fails, it shows the nodes' logs; `tail -20 F1 F2`, the
+# obsolete form over several files, is refused by GNU tail ("option used in invalid context"),
+# which examples/torch/run.sh and run_resnet.sh printed instead of the logs
+bad=$(cd "$SRC" && git grep -nE '\btail -[0-9]+ [^|;]*(\*|" +")' -- '*.sh' 2> /dev/null ||
+      grep -rnE --include='*.sh' '\btail -[0-9]+ [^|;]*(\*|" +")' bench examples tests)
+[ -z "$bad" ] || fail "tail -N over several files (use tail -n N): $bad"
 
 # records: two nodes, an evaluation every 2 iterations, so every documented key is written
 { printf '[cluster]\nsecurity = none\nconnect_timeout = 20\n'
