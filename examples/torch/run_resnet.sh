@@ -6,6 +6,8 @@
 #
 #   examples/torch/run_resnet.sh [ITERATIONS] [--sync-bn] [--data DIR] [other resnet.py flags]
 #
+# ITERATIONS: 60 by default, 30 at least.
+#
 # Needs python3 with torch, torchvision and the hetring package (pip install ./python, or
 # PYTHONPATH=python) and libhetring (installed, or HETRING_LIB).
 set -euo pipefail
@@ -13,6 +15,11 @@ here=$(cd "$(dirname "$0")" && pwd)
 PYTHON=${PYTHON:-python3}
 iters=60
 if [[ ${1:-} =~ ^[0-9]+$ ]]; then iters=$1; shift; fi
+# node 0 prints every 10th iteration and the kill follows the first print at or past KILL_AT:
+# with fewer iterations node 2 was killed near the end and waited rejoin_timeout for nothing
+[ "$iters" -ge 30 ] || { echo "run_resnet.sh: ITERATIONS $iters (expected 30 or more, so that" \
+    "node 2, killed at node 0's first printed iteration past a third of the run, can rejoin" \
+    "before the end)" >&2; exit 2; }
 kill_at=${KILL_AT:-$((iters / 3))}
 work=${WORK:-$(mktemp -d /tmp/hetring-resnet.XXXXXX)}
 mkdir -p "$work"

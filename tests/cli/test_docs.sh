@@ -7,7 +7,8 @@
 #            --help is one its parser takes
 #   logging  the levels and subsystems HETRING_LOG takes are named by hetring --help (levels)
 #            and README.md's Logging section
-#   scripts  no script takes the tail of several files with tail -N, which GNU tail refuses
+#   scripts  no script takes the tail of several files with tail -N, which GNU tail refuses;
+#            examples/torch/run_resnet.sh refuses fewer ITERATIONS than README.md says it needs
 #   records  the keys README.md's tables give the metrics records, the summary and bench
 #            allreduce --json are those a run writes, both ways (two nodes of a tiny MLP, six
 #            iterations; one size of bench allreduce): about two seconds
@@ -63,6 +64,12 @@ done
 bad=$(cd "$SRC" && git grep -nE '\btail -[0-9]+ [^|;]*(\*|" +")' -- '*.sh' 2> /dev/null ||
       grep -rnE --include='*.sh' '\btail -[0-9]+ [^|;]*(\*|" +")' bench examples tests)
 [ -z "$bad" ] || fail "tail -N over several files (use tail -n N): $bad"
+# run_resnet.sh refuses the ITERATIONS README says are too few at once, before any node starts
+# (with 12, node 2 was killed at iteration 10 and waited rejoin_timeout after the others ended)
+PYTHON=false timeout 20 bash "$SRC/examples/torch/run_resnet.sh" 12 > "$tmp/resnet" 2>&1
+rc=$?
+[ $rc = 2 ] && grep -q "ITERATIONS 12 (expected 30 or more" "$tmp/resnet" ||
+    fail "run_resnet.sh 12: exited $rc: $(cat "$tmp/resnet")"
 
 # records: two nodes, an evaluation every 2 iterations, so every documented key is written
 { printf '[cluster]\nsecurity = none\nconnect_timeout = 20\n'
