@@ -8,7 +8,9 @@ names nothing (exit 1 when there is one):
          code span or code line is in that command's --help;
   tests  every test a `ctest -R NAME` or a `label.name` span cites is in TESTS (one name a
          line, `ctest -N`'s), or for cuda.* in tests/cuda/CMakeLists.txt (a CUDA build's);
-  files  every path like dir/file.ext is a file of SRC (or of the citing file's folder).
+  files  every path like dir/file.ext is a file of SRC (or of the citing file's folder);
+  python every keyword passed to Trainer(...) or Node(...) is one of its parameters, and every
+         ht.NAME and hetring.NAME a name of hetring.torch or hetring (read with ast).
 
 doc_refs.py records README METRICS SUMMARY [BENCH_JSON]: the keys README.md's tables give the
 metrics records (iteration, view, end), the summary and bench allreduce --json are the keys a
@@ -138,6 +140,51 @@ def check_files(where, text, src, doc):
     return bad, n
 
 
+def python_api(src):
+    """{"Trainer": its parameters, "Node": ..., "hetring": top-level names, "ht": ...} of the
+    package's source, read with ast (torch need not be installed)."""
+    import ast
+    api = {}
+    for mod, path in (("hetring", "python/hetring/__init__.py"),
+                      ("ht", "python/hetring/torch.py")):
+        tree = ast.parse(open(os.path.join(src, path)).read())
+        names = set()
+        for node in tree.body:
+            if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+                names.add(node.name)
+            elif isinstance(node, ast.Assign):
+                names |= {t.id for t in node.targets if isinstance(t, ast.Name)}
+            if isinstance(node, ast.ClassDef) and node.name in ("Trainer", "Node"):
+                init = [f for f in node.body if isinstance(f, ast.FunctionDef) and
+                        f.name == "__init__"][0]
+                api[node.name] = {a.arg for a in init.args.args + init.args.kwonlyargs}
+        api[mod] = names | ({"torch", "__version__"} if mod == "hetring" else set())
+    return api
+
+
+def check_python(where, text, api):
+    """Every keyword a doc passes to Trainer(...) or Node(...) is one of its parameters, and
+    every ht.NAME or hetring.NAME is a name of that module."""
+    bad, n = [], 0
+    for m in re.finditer(r"\b(Trainer|Node)\(", text):
+        depth, i = 1, m.end()
+        while depth and i < len(text) and i - m.end() < 800:  # the call, to its bracket
+            depth += {"(": 1, ")": -1}.get(text[i], 0)
+            i += 1
+        for k in re.findall(r"[(,]\s*([a-z_]+)=", re.sub(r"`", "", text[m.end() - 1:i])):
+            n += 1
+            if k not in api[m.group(1)]:
+                bad.append(f"{where(m.start())}: {m.group(1)}(..., {k}=): no such parameter")
+    for m in re.finditer(r"\b(ht|hetring)\.([A-Za-z_][A-Za-z_0-9]*)\b", text):
+        if m.group(2) in ("h", "c", "map", "pc", "_lib"):
+            continue  # hetring.h, hetring.c: files, not the package
+        n += 1
+        if m.group(2) not in api[m.group(1)]:
+            bad.append(f"{where(m.start())}: {m.group(1)}.{m.group(2)}: no such name in the "
+                       f"package")
+    return bad, n
+
+
 def keys_of_table(text, heading):
     """The backticked keys of the first column of the table after the paragraph that starts
     with heading, or of that paragraph where it is prose."""
@@ -190,8 +237,9 @@ def main():
         records(*sys.argv[2:])
     hr, src, tests_file = sys.argv[2:5]
     keys = schema_keys(hr)
+    api = python_api(src)
     tests = [t for t in open(tests_file).read().split() if t]
-    bad, counts = [], [0, 0, 0, 0]
+    bad, counts = [], [0, 0, 0, 0, 0]
     for doc in DOCS:
         text = open(os.path.join(src, doc)).read()
 
@@ -200,14 +248,16 @@ def main():
         for i, (b, n) in enumerate([check_keys(where, text, keys),
                                     check_flags(where, text, hr),
                                     check_tests(where, text, tests, src),
-                                    check_files(where, text, src, doc)]):
+                                    check_files(where, text, src, doc),
+                                    check_python(where, text, api)]):
             bad += b
             counts[i] += n
-    print("cited: %d keys, %d flags, %d tests, %d files" % tuple(counts))
+    print("cited: %d keys, %d flags, %d tests, %d files, %d Python names" % tuple(counts))
     for line in bad:
         print("FAIL: " + line)
     # a pattern gone stale would find nothing and pass: each kind is cited dozens of times
-    for what, n, least in zip(["keys", "flags", "tests", "files"], counts, [50, 100, 30, 30]):
+    for what, n, least in zip(["keys", "flags", "tests", "files", "Python names"], counts,
+                              [50, 100, 30, 30, 15]):
         if n < least:
             print(f"FAIL: only {n} {what} found in the docs (is the pattern stale?)")
             bad.append(what)
