@@ -22,8 +22,6 @@ import subprocess
 import sys
 
 DOCS = ["README.md", "DESIGN.md", "bench/README.md", "python/README.md"]
-COMMANDS = ["run", "local", "config", "keygen", "gen-data", "version"]
-SUITES = ["allreduce", "train", "hetero", "elastic", "powersgd"]
 
 
 def spans(text):
@@ -79,12 +77,23 @@ def check_keys(where, text, keys):
     return bad, len(cites)
 
 
+def listed(hr, args, heading):
+    """The first words of the indented lines after heading in hetring ARGS --help."""
+    out = subprocess.run([hr] + args + ["--help"], capture_output=True, text=True).stdout
+    return re.findall(r"(?m)^  ([a-z][a-z-]*) ", out.split(heading, 1)[1]) if heading in out \
+        else []
+
+
 def check_flags(where, text, hr):
+    """Every --flag after hetring CMD (the commands of hetring --help, the suites of hetring
+    bench --help) in a code line or span is in that command's --help."""
+    commands = [c for c in listed(hr, [], "Commands:") if c not in ("bench", "help")]
+    suites = listed(hr, ["bench"], "Suites:")
     helps, bad, n = {}, [], 0
     for off, s in spans(text):
         for m in re.finditer(r"\bhetring (bench )?([a-z-]+)((?: [^|;&\n]*)?)", s):
             cmd = ("bench " if m.group(1) else "") + m.group(2)
-            if cmd not in COMMANDS and cmd not in ["bench " + x for x in SUITES]:
+            if cmd not in commands and cmd not in ["bench " + x for x in suites]:
                 continue
             if cmd not in helps:
                 helps[cmd] = subprocess.run([hr] + cmd.split() + ["--help"],

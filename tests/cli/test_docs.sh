@@ -25,17 +25,23 @@ python3 "$refs" cites "$HR" "$SRC" "$tmp/tests" || fail "the docs cite what the 
 
 # usage: each listed flag, given with a value and then --help, is not refused as unknown
 n=0
-for cmd in run local config keygen gen-data version "bench allreduce" "bench train" \
-           "bench hetero" "bench elastic" "bench powersgd"; do
-    [[ $cmd != bench* ]] || [ -x "$(dirname "$HR")/hetring-bench" ] || continue
-    $HR $cmd --help > "$tmp/help"
+# listed HEADING PREFIX ARGS...: the first words of the lines after HEADING in hetring ARGS --help
+listed() {
+    "$HR" "${@:3}" --help | awk -v p="$2" -v h="$1" '$0 == h { on = 1; next }
+                                                     on && /^  [a-z]/ { print p $1 }'
+}
+cmds=$(listed Commands: "" | grep -vx 'bench\|help')
+[ -x "$(dirname "$HR")/hetring-bench" ] && cmds+=$'\n'$(listed Suites: bench: bench)
+for cmd in $cmds; do
+    cmd=${cmd/:/ }
+    "$HR" $cmd --help > "$tmp/help"
     # the synopsis (up to the first blank line) and the first column of the option lines;
     # the prose may name another command's flags (local's "--metrics FILE needs {id}")
     for o in $({ sed '/^$/q' "$tmp/help"; grep -E '^ +(-[a-z], )?--' "$tmp/help" |
                  awk '{ print ($1 ~ /,$/) ? $2 : $1 }'; } |
                grep -oE -- '(^|[^a-z0-9-])--[a-z][a-z0-9-]*' | sed 's/^[^-]*//' | sort -u); do
         n=$((n + 1))
-        $HR $cmd "$o" x --help > /dev/null 2> "$tmp/err"
+        "$HR" $cmd "$o" x --help > /dev/null 2> "$tmp/err"
         ! grep -q "unrecognized option\|invalid option" "$tmp/err" ||
             fail "hetring $cmd --help lists $o, which its parser refuses: $(head -1 "$tmp/err")"
     done
