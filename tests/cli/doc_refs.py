@@ -10,7 +10,8 @@ names nothing (exit 1 when there is one):
          line, `ctest -N`'s), or for cuda.* in tests/cuda/CMakeLists.txt (a CUDA build's);
   files  every path like dir/file.ext is a file of SRC (or of the citing file's folder);
   python every keyword passed to Trainer(...) or Node(...) is one of its parameters, and every
-         ht.NAME and hetring.NAME a name of hetring.torch or hetring (read with ast).
+         ht.NAME and hetring.NAME a name of hetring.torch or hetring (read with ast);
+  c      every hetring_NAME is declared in cluster/hetring.h or cluster/hetring_app.h.
 
 doc_refs.py records README METRICS SUMMARY [BENCH_JSON]: the keys README.md's tables give the
 metrics records (iteration, view, end), the summary and bench allreduce --json are the keys a
@@ -194,6 +195,19 @@ def check_python(where, text, api):
     return bad, n
 
 
+def check_capi(where, text, src):
+    """Every hetring_NAME the docs cite is declared in cluster/hetring.h (the public API) or
+    cluster/hetring_app.h (what hetring run takes besides)."""
+    h = "".join(open(os.path.join(src, "cluster", f)).read()
+                for f in ("hetring.h", "hetring_app.h"))
+    bad, n = [], 0
+    for m in re.finditer(r"\bhetring_[a-z_0-9]+\b", text):
+        n += 1
+        if not re.search(r"\b" + m.group(0) + r"\b", h):
+            bad.append(f"{where(m.start())}: {m.group(0)}: not in cluster/hetring.h")
+    return bad, n
+
+
 def keys_of_table(text, heading):
     """The backticked keys of the first column of the table after the paragraph that starts
     with heading, or of that paragraph where it is prose."""
@@ -248,7 +262,7 @@ def main():
     keys = schema_keys(hr)
     api = python_api(src)
     tests = [t for t in open(tests_file).read().split() if t]
-    bad, counts = [], [0, 0, 0, 0, 0]
+    bad, counts = [], [0, 0, 0, 0, 0, 0]
     for doc in DOCS:
         text = open(os.path.join(src, doc)).read()
 
@@ -258,15 +272,17 @@ def main():
                                     check_flags(where, text, hr),
                                     check_tests(where, text, tests, src),
                                     check_files(where, text, src, doc),
-                                    check_python(where, text, api)]):
+                                    check_python(where, text, api),
+                                    check_capi(where, text, src)]):
             bad += b
             counts[i] += n
-    print("cited: %d keys, %d flags, %d tests, %d files, %d Python names" % tuple(counts))
+    print("cited: %d keys, %d flags, %d tests, %d files, %d Python names, %d C names" %
+          tuple(counts))
     for line in bad:
         print("FAIL: " + line)
     # a pattern gone stale would find nothing and pass: each kind is cited dozens of times
-    for what, n, least in zip(["keys", "flags", "tests", "files", "Python names"], counts,
-                              [50, 100, 30, 30, 15]):
+    for what, n, least in zip(["keys", "flags", "tests", "files", "Python names", "C names"],
+                              counts, [50, 100, 30, 30, 15, 30]):
         if n < least:
             print(f"FAIL: only {n} {what} found in the docs (is the pattern stale?)")
             bad.append(what)

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # test_docs.sh HETRING SRC CTEST BUILD: what a newcomer reads names what the build has.
-#   cites    every key, hetring flag, test, file and Python name that README.md, DESIGN.md,
-#            bench/README.md and python/README.md cite exists (doc_refs.py cites: the schema from
-#            `hetring config --reference`, each command's --help, `ctest -N`, the tree, the
-#            package's source)
+#   cites    every key, hetring flag, test, file, Python name and hetring_ C name that README.md,
+#            DESIGN.md, bench/README.md and python/README.md cite exists (doc_refs.py cites: the
+#            schema from `hetring config --reference`, each command's --help, `ctest -N`, the
+#            tree, the package's source, cluster/hetring.h)
 #   usage    every flag in the synopsis and the option list of each command's and bench suite's
 #            --help is one its parser takes
 #   logging  the levels and subsystems HETRING_LOG takes are named by hetring --help (levels)
