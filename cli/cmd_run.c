@@ -3,9 +3,10 @@
  *
  * A one-node cluster trains alone, without a ring; a cluster of several nodes forms
  * the ring and trains with the replicated controller setting every node's batch (dist.h).
- * Such a node joins a running job by itself, and SIGTERM or SIGINT make it leave at the next
- * iteration boundary the members agree on, with a checkpoint (a second signal kills it); a node
- * alone stops at its next boundary the same way.
+ * Such a node joins a running job by itself, and SIGTERM, SIGINT or SIGHUP make it leave at the
+ * next iteration boundary the members agree on, with a checkpoint (a second signal kills it); a
+ * node alone stops at its next boundary the same way. SIGPIPE (its output's reader is gone) asks
+ * the same leave, never kills, and the command then exits 1.
  */
 #include "base/hr_addr.h"
 #include "base/hr_cores.h"
@@ -50,10 +51,12 @@ static void usage(FILE *out) {
             "\n"
             "With several nodes the run is elastic: when a node dies the others agree on a new\n"
             "view and go on while a quorum ([cluster] min_nodes) remains; a node started while\n"
-            "the others train joins them and receives the state. SIGTERM or SIGINT make this\n"
-            "node leave after an iteration the others agree on, writing its checkpoint; a\n"
-            "node alone stops after the iteration in progress, writing its checkpoint. Either\n"
-            "exits 0; a second signal, half a second or more later, stops it at once.\n");
+            "the others train joins them and receives the state. SIGTERM, SIGINT or SIGHUP\n"
+            "make this node leave after an iteration the others agree on, writing its\n"
+            "checkpoint; a node alone stops after the iteration in progress, writing its\n"
+            "checkpoint. Either exits 0; a second signal, half a second or more later, stops\n"
+            "it at once. When its output cannot be written any more (a pipe whose reader\n"
+            "exited: SIGPIPE) it leaves the same way and exits 1.\n");
 }
 
 /* "node ID of N ready", with the address it listens on when `listening`. */
@@ -113,6 +116,7 @@ static void on_leave_signal(int sig) {
         leave_requested = sig;
         return;
     }
+    if (sig == SIGPIPE) return; /* every later write to the closed output raises it again */
     const double since = (double)(now.tv_sec - leave_asked_at.tv_sec) +
                          (double)(now.tv_nsec - leave_asked_at.tv_nsec) * 1e-9;
     if (since < LEAVE_SAME_S) return;
@@ -122,18 +126,39 @@ static void on_leave_signal(int sig) {
     raise(sig);
 }
 
-/* SIGTERM (a scheduler's pre-emption) and SIGINT ask this node to leave cleanly; a second one,
- * LEAVE_SAME_S or more after the first, takes the default action. */
+/* The signals that ask this node to leave: SIGTERM (a scheduler's pre-emption), SIGINT
+ * (Ctrl-C), SIGHUP (its terminal closed) and SIGPIPE (its standard output or error is a pipe
+ * whose reader exited, `hetring run | head`: the write fails with EPIPE instead of killing the
+ * node, perhaps mid-save, without a word to its peers). */
+static const int leave_signals[] = {SIGTERM, SIGINT, SIGHUP, SIGPIPE};
+#define N_LEAVE_SIGNALS ((int)(sizeof leave_signals / sizeof leave_signals[0]))
+
+/* Each of leave_signals asks this node to leave cleanly; a second one, LEAVE_SAME_S or more
+ * after the first, takes the default action, SIGPIPE's excepted. */
 static void catch_leave_signals(void) {
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_leave_signal;
     sa.sa_flags = SA_RESTART;
-    sigemptyset(&sa.sa_mask); /* each blocks the other while the handler runs */
-    sigaddset(&sa.sa_mask, SIGTERM);
-    sigaddset(&sa.sa_mask, SIGINT);
-    sigaction(SIGTERM, &sa, NULL);
-    sigaction(SIGINT, &sa, NULL);
+    sigemptyset(&sa.sa_mask); /* each blocks the others while the handler runs */
+    for (int i = 0; i < N_LEAVE_SIGNALS; i++) sigaddset(&sa.sa_mask, leave_signals[i]);
+    for (int i = 0; i < N_LEAVE_SIGNALS; i++) sigaction(leave_signals[i], &sa, NULL);
+}
+
+/* Why this node was asked to leave, for its messages: "SIGHUP (its terminal closed)". */
+static const char *leave_cause(char *out, size_t n) {
+    const char *sig = sigabbrev_np(leave_requested);
+    const char *why = leave_requested == SIGHUP    ? " (its terminal closed)"
+                      : leave_requested == SIGPIPE ? " (its output's reader is gone)"
+                                                   : "";
+    snprintf(out, n, "SIG%s%s", sig ? sig : "?", why);
+    return out;
+}
+
+/* The exit status of a run that ended as asked: 1 when it was asked by a closed output, which
+ * the user's command did not get whole. */
+static int left_status(void) {
+    return leave_requested == SIGPIPE ? CLI_FAIL : CLI_OK;
 }
 
 /* Alone, a leave signal stops the run after the iteration in progress, as a cluster node leaves
@@ -144,14 +169,14 @@ static hr_status stop_if_asked(void *ctx, trainer *t, char *err, size_t errlen) 
     if (!leave_requested || t->iter >= t->total) return HR_OK;
     const char *ck = t->conf.checkpoint; /* this node's: "{id}" replaced */
     if (ck[0]) HR_CHECK(train_save(t, ck, err, errlen));
-    const char *sig = sigabbrev_np(leave_requested);
-    HR_INFO(TRAIN, "stopping at iteration %ld on SIG%s%s%s", t->iter, sig ? sig : "?",
+    char cause[64];
+    HR_INFO(TRAIN, "stopping at iteration %ld on %s%s%s", t->iter, leave_cause(cause, sizeof cause),
             ck[0] ? "; checkpoint written to " : " (no checkpoint configured)", ck);
     return HR_ERR_INTERRUPTED;
 }
 
-/* Train on this node alone; SIGTERM or SIGINT stop it at the next iteration boundary with its
- * checkpoint (exit 0, as a cluster node that leaves). */
+/* Train on this node alone; a leave signal stops it at the next iteration boundary with its
+ * checkpoint (exit 0, as a cluster node that leaves; 1 on SIGPIPE: left_status). */
 static int train_one(const cfg *c, int self, const train_opts *to) {
     trainer t;
     train_result res;
@@ -181,7 +206,7 @@ static int train_one(const cfg *c, int self, const train_opts *to) {
     else
         say_done(&t, &res, NULL);
     train_free(&t);
-    return CLI_OK;
+    return res.left ? left_status() : CLI_OK;
 }
 
 /* The reason a cluster run failed, for its last line. train_run's own fallback says only
@@ -253,24 +278,27 @@ static int train_cluster(const cfg *c, int self, const train_opts *opts) {
     st = hr_node_open(&n, c, self, same, &t, recorded ? split : NULL, &leave_requested, on_listen,
                       &lc, err, sizeof err);
     if (st == HR_ERR_INTERRUPTED && leave_requested) { /* asked to leave before it joined */
-        const char *sig = sigabbrev_np(leave_requested);
+        char cause[64];
         HR_INFO(TRAIN,
-                "node %ld stopped on SIG%s before it joined the cluster (nothing trained, "
+                "node %ld stopped on %s before it joined the cluster (nothing trained, "
                 "no checkpoint written)",
-                c->nodes[self].id, sig ? sig : "?");
-        rc = CLI_OK;
-        goto fail;
+                c->nodes[self].id, leave_cause(cause, sizeof cause));
+        rc = left_status();
+        goto out;
     }
     if (st != HR_OK) goto fail;
     launch_joined(c->nodes[self].id); /* its first view formed: no start-up failure any more */
     hr_node_hooks(&n, to);
     st = train_run(&t, to, &res, err, sizeof err);
     if (st != HR_OK) goto fail;
+    char cause[64];
     if (res.left)
-        HR_INFO(TRAIN, "node %ld left the cluster at iteration %ld", c->nodes[self].id, t.iter);
+        HR_INFO(TRAIN, "node %ld left the cluster at iteration %ld on %s", c->nodes[self].id,
+                t.iter, leave_cause(cause, sizeof cause));
     else if (train_lead(&t))
         say_done(&t, &res, cfg_policy_name(c->policy));
-    rc = CLI_OK;
+    rc = res.left ? left_status() : CLI_OK;
+    goto out; /* a leave asked by SIGPIPE is no failure of the run's to tell */
 fail:
     if (rc != CLI_OK) {
         char why[HR_ERRLEN + 64];
@@ -278,6 +306,7 @@ fail:
         fprintf(stderr, "hetring run: node %ld: %s\n", c->nodes[self].id, why);
         if (st == HR_ERR_CONFIG) rc = CLI_USAGE;
     }
+out:
     hr_node_close(&n);
     if (have_trainer) train_free(&t);
     return rc;
