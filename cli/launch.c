@@ -1,8 +1,8 @@
 /*
  * launch.c: the local multi-node launcher (see launch.h).
  *
- * One poll loop watches a signalfd (SIGINT, SIGTERM, SIGCHLD) and one pipe per child carrying
- * its merged stdout and stderr. Output is cut into lines and written with a node prefix.
+ * One poll loop watches a signalfd (SIGINT, SIGTERM, SIGHUP, SIGCHLD) and one pipe per child
+ * carrying its merged stdout and stderr. Output is cut into lines and written with a node prefix.
  * Children run in their own process groups, so a terminal's Ctrl-C reaches them only through
  * the launcher, once. A failed child either waits for its restart (respawn_at), stays down
  * while a quorum runs, or stops the others; the launcher is "stopping" (kill_at set) from the
@@ -240,7 +240,7 @@ typedef struct {
     int n;              /* nodes */
     int alive;          /* children not yet reaped */
     int pending;        /* failed children waiting for their restart */
-    int sfd;            /* signalfd for SIGINT, SIGTERM and SIGCHLD */
+    int sfd;            /* signalfd for SIGINT, SIGTERM, SIGHUP and SIGCHLD */
     sigset_t old_mask;  /* the caller's signal mask, which children get back */
     char **envp;        /* the children's environment (child_environment) */
     char fd_var[40];    /* LAUNCH_FD_ENV=N in envp */
@@ -305,17 +305,31 @@ static int start_children(launcher *l, const cfg *c) {
     return 0;
 }
 
-/* SIGINT and SIGTERM to the launcher reach every child as SIGTERM. */
+/* Stop every node as an interruption of the run does, saying why the first time. */
+static void interrupt(launcher *l, const char *why) {
+    if (!l->res->interrupted) HR_WARN(CLI, "%s: stopping %d node(s)", why, l->alive);
+    l->res->interrupted = 1;
+    stop_all(l, SIGTERM, hr_now());
+}
+
+/* SIGINT, SIGTERM and SIGHUP (its terminal closed) to the launcher reach every child as
+ * SIGTERM: each leaves with its checkpoint, rather than die with the launcher
+ * (PR_SET_PDEATHSIG). */
 static void forward_signals(launcher *l) {
     struct signalfd_siginfo si;
     while (read(l->sfd, &si, sizeof si) == (ssize_t)sizeof si) {
-        if (si.ssi_signo != SIGINT && si.ssi_signo != SIGTERM) continue;
-        if (!l->res->interrupted)
-            HR_WARN(CLI, "received SIG%s: stopping %d node(s)", signame((int)si.ssi_signo),
-                    l->alive);
-        l->res->interrupted = 1;
-        stop_all(l, SIGTERM, hr_now());
+        if (si.ssi_signo != SIGINT && si.ssi_signo != SIGTERM && si.ssi_signo != SIGHUP) continue;
+        char why[64];
+        snprintf(why, sizeof why, "received SIG%s", signame((int)si.ssi_signo));
+        interrupt(l, why);
     }
+}
+
+/* Whether `out` is a pipe or socket whose reader is gone (`hetring local | head`): the nodes'
+ * output has nowhere to go, and the user's command has ended. */
+static int output_gone(FILE *out) {
+    struct pollfd p = {.fd = out ? fileno(out) : -1};
+    return p.fd >= 0 && poll(&p, 1, 0) == 1 && (p.revents & POLLERR);
 }
 
 /* Whether a node other than `i` runs or waits for its restart: a cluster to rejoin. */
@@ -507,6 +521,8 @@ static void watch(launcher *l, struct pollfd *pfd) {
         for (int i = 0; i < l->n; i++)
             if (l->ch[i].fd >= 0) drain(&l->ch[i], l->res->ids[i], l->o->out);
         forward_signals(l);
+        if (!l->res->interrupted && output_gone(l->o->out))
+            interrupt(l, "standard output was closed (its reader exited)");
         read_joined(l);
         reap(l);
         double t = hr_now();
@@ -570,6 +586,7 @@ int launch_cluster(const cfg *c, const launch_opts *o, launch_result *res) {
     sigemptyset(&mask);
     sigaddset(&mask, SIGINT);
     sigaddset(&mask, SIGTERM);
+    sigaddset(&mask, SIGHUP);
     sigaddset(&mask, SIGCHLD);
     sigprocmask(SIG_BLOCK, &mask, &l.old_mask);
     l.sfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);

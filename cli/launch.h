@@ -65,7 +65,8 @@ typedef struct {
     int failed_node; /* index of the first child that failed, or -1 */
     int quorum_lost; /* fewer than `quorum` ran with no restart pending: the others were stopped
                       * (or ended by themselves) */
-    int interrupted; /* a SIGINT or SIGTERM reached the launcher */
+    int interrupted; /* a SIGINT, SIGTERM or SIGHUP reached the launcher, or the reader of its
+                      * output exited */
     int timed_out;   /* deadline_s passed */
     int refused;     /* every node that failed exited LAUNCH_EXIT_REFUSED, and nothing else
                       * stopped the run: the configuration was refused, each node said why */

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# What a closed terminal (SIGHUP) and a closed output (SIGPIPE: `| head`) do to `hetring run`: a
-# node leaves as on SIGTERM, with its checkpoint and no temporary file left, the others going on
-# without it. SIGTERM and SIGINT are tested by cli.run_messages.
+# What a closed terminal (SIGHUP) and a closed output (SIGPIPE: `| head`) do to `hetring run` and
+# `hetring local`: a node leaves as on SIGTERM, with its checkpoint and no temporary file left,
+# the others going on without it; `hetring local` stops every node that way and leaves none
+# running. SIGTERM and SIGINT are tested by cli.run_messages and cli.local.
 set -u
 HR=$1
 . "$(dirname "$0")/../harness.sh"
@@ -17,6 +18,11 @@ conf() {
 }
 # no_tmp ID: node ID left no temporary checkpoint file behind
 no_tmp() { ! ls "$tmp"/ck."$1".tmp.* > /dev/null 2>&1 || fail "node $1 left $(ls "$tmp"/ck."$1".tmp.*)"; }
+children() { pgrep -f "run --conf $1" | tr '\n' ' '; }
+wait_gone() { # wait_gone CONF: until no node of CONF is left, 10 s at most
+    for _ in $(seq 100); do [ -z "$(children "$1")" ] && return 0; sleep 0.1; done
+    fail "nodes of $1 still run: $(children "$1")"
+}
 
 # 1. SIGHUP to a node of a cluster: it leaves with its checkpoint, exit 0; the others go on
 conf "$tmp/c.ini" 3 1000000
@@ -52,5 +58,33 @@ grep -q "^hetring: cannot write standard output" "$tmp/p.err" ||
 [ -s "$tmp/ck.0" ] || fail "| head -1: no checkpoint written"
 no_tmp 0
 [ "$rc" = 1 ] && echo "ok: | head -1: $(head -c 60 "$tmp/p.out")... then exit 1, $(grep -o "stopping at iteration [0-9]*" "$tmp/p.err")"
+
+# 3. SIGHUP to `hetring local`: every node gets SIGTERM, leaves with its checkpoint; exit 1
+rm -f "$tmp"/ck.*
+"$HR" local --conf "$tmp/c.ini" -- --quiet --metrics "$tmp/l.{id}" > "$tmp/l.out" 2>&1 &
+lp=$!
+child_rec $lp
+wait_for_line "$tmp/l.0" '^\{"iter":3,' 60
+child_signal HUP $lp
+wait $lp; rc=$?
+[ $rc = 1 ] || fail "local, SIGHUP: exited $rc: $(tail -3 "$tmp/l.out")"
+grep -q "cli: received SIGHUP: stopping 3 node(s)$" "$tmp/l.out" || fail "local, SIGHUP: not said: $(tail -3 "$tmp/l.out")"
+for i in 0 1 2; do
+    grep -q "^node$i | .*train: node $i left the cluster at iteration [0-9]* on SIGTERM$" "$tmp/l.out" ||
+        fail "local, SIGHUP: node $i did not leave: $(grep "^node$i" "$tmp/l.out" | tail -2)"
+    [ -s "$tmp/ck.$i" ] || fail "local, SIGHUP: node $i wrote no checkpoint"
+    no_tmp $i
+done
+wait_gone "$tmp/c.ini"
+[ $rc = 1 ] && echo "ok: local, SIGHUP: exit 1, $(grep -c "left the cluster" "$tmp/l.out") nodes left"
+
+# 4. `hetring local | head -1`: the nodes are stopped once head has exited; exit 1
+( timeout 60 "$HR" local --conf "$tmp/c.ini" 2> "$tmp/h.err"; echo $? > "$tmp/h.rc" ) | head -1 > /dev/null
+rc=$(cat "$tmp/h.rc")
+[ "$rc" = 1 ] || fail "local | head -1: exited $rc: $(tail -3 "$tmp/h.err")"
+grep -q "cli: standard output was closed (its reader exited): stopping 3 node(s)$" "$tmp/h.err" ||
+    fail "local | head -1: not said: $(tail -3 "$tmp/h.err")"
+wait_gone "$tmp/c.ini"
+[ "$rc" = 1 ] && echo "ok: local | head -1: exit 1"
 
 [ "$fails" = 0 ]
