@@ -131,6 +131,21 @@ static void gate_log(ring_gate *g, const char *fmt, ...) {
         HR_WARN(SEC, "%s", line);
 }
 
+/* Tell how many lines gate_log left out, once their one-second window has ended (or, with `all`,
+ * at once): a flood that ends within a window is counted too, not only one that goes on. */
+static void gate_log_flush(ring_gate *g, int all) {
+    pthread_mutex_lock(&g->mu);
+    long skipped = 0;
+    if (g->log_skipped > 0 && (all || tcp_now() - g->log_t >= 1.0)) {
+        skipped = g->log_skipped;
+        g->log_skipped = 0;
+    }
+    pthread_mutex_unlock(&g->mu);
+    if (skipped > 0)
+        HR_WARN(SEC, "%ld more lines about strangers' connections not shown (at most %d a second)",
+                skipped, GATE_LOGS);
+}
+
 /* Shut a pending connection down, so that its handshake thread ends now. Under mu. */
 static void gate_cut(gate_slot *s, const char *why) {
     if (s->cut) return;
@@ -327,6 +342,7 @@ static void *gate_main(void *arg) {
     ring_gate *g = arg;
     while (!atomic_load(&g->stop)) {
         gate_reap(g, 0);
+        gate_log_flush(g, 0);
         if (!gate_room(g)) {
             hr_sleep(0.005);
             continue;
@@ -346,6 +362,7 @@ static void *gate_main(void *arg) {
         }
     }
     gate_reap(g, 1);
+    gate_log_flush(g, 1);
     return NULL;
 }
 

@@ -1,14 +1,16 @@
 /*
  * stranger.c: connections from a node without the key, for ring_test.sh's `strangers` scenario.
  *
- *   stranger PORT N idle|garbage WAIT_S
+ *   stranger PORT N idle|garbage|http|churn WAIT_S
  *
  * Opens N connections to 127.0.0.1:PORT (retrying each for up to 5 s while the port is not yet
  * listened on), prints "connected 127.0.0.1:LOCALPORT" for each, and with `garbage` sends 300
- * bytes that are no hello. Then it waits up to WAIT_S seconds for the other end to close each
- * connection (EOF or reset) and prints how many it closed and how long the slowest took.
- * Exit status: 0 all N closed within WAIT_S, 1 some still open, 2 a connection could not be
- * made within 5 s (those made are still held and watched).
+ * bytes that are no hello, with `http` an HTTP request (a health checker's). Then it waits up to
+ * WAIT_S seconds for the other end to close each connection (EOF or reset) and prints how many
+ * it closed and how long the slowest took. With `churn` it closes each connection at once, as a
+ * port scanner does, and prints how many it made.
+ * Exit status: 0 all N closed within WAIT_S (made, for churn), 1 some still open, 2 a connection
+ * could not be made within 5 s (those made are still held and watched).
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -62,10 +64,22 @@ static int reap(const int *fd, int n, double *t_closed) {
 
 int main(int argc, char **argv) {
     if (argc != 5) {
-        fprintf(stderr, "usage: stranger PORT N idle|garbage WAIT_S\n");
+        fprintf(stderr, "usage: stranger PORT N idle|garbage|http|churn WAIT_S\n");
         return 2;
     }
     int port = atoi(argv[1]), n = atoi(argv[2]), garbage = strcmp(argv[3], "garbage") == 0;
+    int http = strcmp(argv[3], "http") == 0, churn = strcmp(argv[3], "churn") == 0;
+    if (churn) { /* one connection at a time, closed at once: nothing is held */
+        int made = 0;
+        for (int i = 0; i < n; i++) {
+            int fd = dial(port);
+            if (fd < 0) break;
+            close(fd);
+            made++;
+        }
+        printf("churn: %d of %d connections made and closed\n", made, n);
+        return made == n ? 0 : 2;
+    }
     double wait_s = atof(argv[4]);
     if (n < 1 || n > MAXN) return 2;
     static int fd[MAXN];
@@ -85,7 +99,10 @@ int main(int argc, char **argv) {
         socklen_t sl = sizeof me;
         getsockname(fd[i], (struct sockaddr *)&me, &sl);
         printf("connected 127.0.0.1:%d\n", ntohs(me.sin_port));
-        if (garbage) {
+        if (http) {
+            static const char get[] = "GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n";
+            if (send(fd[i], get, sizeof get - 1, MSG_NOSIGNAL) < 0) t_closed[i] = now(), closed++;
+        } else if (garbage) {
             char junk[300];
             for (size_t k = 0; k < sizeof junk; k++) junk[k] = (char)(k * 37 + i);
             if (send(fd[i], junk, sizeof junk, MSG_NOSIGNAL) < 0) t_closed[i] = now(), closed++;
