@@ -61,9 +61,10 @@ void cli_name_data_key(const cfg *c, char *err, size_t errlen);
 /* Print "hetring CMD: msg" to stderr and return CLI_USAGE. */
 int cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
-/* The opening of every main (hetring, hetring-bench): choose the BLAS kernels, which may run the
+/* The opening of every main (hetring, hetring-bench): hold the standard descriptors the caller
+ * closed (no file or socket may take their numbers), choose the BLAS kernels, which may run the
  * program again (trainer/blas_pick.h), then read the log settings from the environment.
- * CLI_OK, or CLI_USAGE after "<prog>: <why>" on stderr. */
+ * CLI_OK, or CLI_USAGE (CLI_FAIL) after "<prog>: <why>" on stderr. */
 int cli_main_start(char **argv, const char *prog);
 /* The exit status of a command that returned `rc`: a write error on standard output (a full
  * disk) makes a success 1, with a message from `prog`, as the output it promised was lost

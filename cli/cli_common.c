@@ -9,6 +9,7 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -24,8 +25,31 @@ int cli_usage_error(const char *cmd, const char *fmt, ...) {
     return CLI_USAGE;
 }
 
+/* Hold each of standard input, output and error that the caller closed (hetring run 2>&-) with
+ * a descriptor that can be neither read nor written (O_PATH), so that it stays as it was, closed
+ * to every read and write (EBADF), while the next file or socket opened cannot take its number:
+ * else a log line written to descriptor 2 would land in a checkpoint being written, or in a ring
+ * link. -1 when none can be opened. */
+static int std_fds_hold(void) {
+    for (int fd = 0; fd < 3; fd++) {
+        if (fcntl(fd, F_GETFD) != -1 || errno != EBADF) continue;
+        int got = open("/", O_PATH); /* the lowest free number: fd */
+        if (got < 0) return -1;
+        if (got != fd) {
+            dup2(got, fd);
+            close(got);
+        }
+    }
+    return 0;
+}
+
 int cli_main_start(char **argv, const char *prog) {
     char err[HR_ERRLEN];
+    if (std_fds_hold() != 0) {
+        fprintf(stderr, "%s: standard input, output or error is closed, and cannot be held: %s\n",
+                prog, strerror(errno));
+        return CLI_FAIL;
+    }
     hr_status blas = blas_pick_main(argv, err, sizeof err); /* may run this program again */
     if (blas == HR_OK && hr_log_init_from_env(err, sizeof err) != 0) blas = HR_ERR_CONFIG;
     if (blas == HR_OK) return CLI_OK;
