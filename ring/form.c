@@ -146,6 +146,11 @@ static void gate_log_flush(ring_gate *g, int all) {
                 skipped, GATE_LOGS);
 }
 
+/* Why gate_reap cuts a pending connection that has spoken as the ring is freed: most often a
+ * member's lobby call (its election probing this node as it leaves), nothing to warn of. One
+ * that has sent nothing for GATE_MUTE_S is a stranger's, named as such (gate_silent). */
+static const char gate_closing[] = "this node is shutting down";
+
 /* Shut a pending connection down, so that its handshake thread ends now. Under mu. */
 static void gate_cut(gate_slot *s, const char *why) {
     if (s->cut) return;
@@ -204,7 +209,10 @@ static void *gate_hs_main(void *arg) {
     sec_chan_free(&s->ch);
     if (take) return NULL;
     close(fd);
-    if (cut)
+    if (cut == gate_closing)
+        HR_DEBUG(SEC, "closed a connection from %s after %.1f s: %s", s->peer, tcp_now() - s->t0,
+                 cut);
+    else if (cut)
         gate_log(g, "closed a connection from %s after %.1f s: %s", s->peer, tcp_now() - s->t0,
                  cut);
     else if (st == HR_ERR_VIEW) /* another epoch or neighbour: transient while views change */
@@ -224,13 +232,23 @@ static void *gate_hs_main(void *arg) {
     return NULL;
 }
 
+/* Whether a pending connection has been silent for GATE_MUTE_S: nothing read by its thread,
+ * nothing waiting in its socket. Under mu. */
+static int gate_silent(gate_slot *s, double now) {
+    if (s->spoke || now - s->t0 < GATE_MUTE_S) return 0;
+    int avail = 0;
+    return s->fd >= 0 && ioctl(s->fd, FIONREAD, &avail) == 0 && avail == 0;
+}
+
 /* Join finished handshake threads; with `all`, shut every connection down and join them all. */
 static void gate_reap(ring_gate *g, int all) {
     for (int i = 0; i < GATE_SLOTS; i++) {
         gate_slot *s = &g->slots[i];
         if (!s->used) continue;
         pthread_mutex_lock(&g->mu);
-        if (all) gate_cut(s, "this node is shutting down");
+        if (all)
+            gate_cut(s, gate_silent(s, tcp_now()) ? "this node is shutting down (it sent nothing)"
+                                                  : gate_closing);
         int done = s->done;
         pthread_mutex_unlock(&g->mu);
         if (!done && !all) continue;
@@ -239,13 +257,10 @@ static void gate_reap(ring_gate *g, int all) {
     }
 }
 
-/* Whether a pending connection may be evicted now: silent for GATE_MUTE_S (nothing read by its
- * thread, nothing waiting in its socket), or pending for GATE_SLOW_S. Under mu. */
+/* Whether a pending connection may be evicted now: silent (gate_silent), or pending for
+ * GATE_SLOW_S. Under mu. */
 static int gate_evictable(gate_slot *s, double now) {
-    if (now - s->t0 >= GATE_SLOW_S) return 1;
-    if (s->spoke || now - s->t0 < GATE_MUTE_S) return 0;
-    int avail = 0;
-    return s->fd >= 0 && ioctl(s->fd, FIONREAD, &avail) == 0 && avail == 0;
+    return now - s->t0 >= GATE_SLOW_S || gate_silent(s, now);
 }
 
 /* The pending connection to evict, or -1 when none may be (gate_evictable): the oldest from the
