@@ -104,10 +104,7 @@ static void say_done(const trainer *t, const train_result *res, const char *poli
 static volatile sig_atomic_t leave_requested; /* the signal that asked to leave; 0: none */
 static struct timespec leave_asked_at;        /* when it came (CLOCK_MONOTONIC) */
 
-/* A signal within LEAVE_SAME_S of the first is the same request delivered twice: timeout(1),
- * for one, sends its signal to the node and to the node's process group. */
-#define LEAVE_SAME_S 0.5
-
+/* A signal within LAUNCH_SIGNAL_SAME_S of the first is the same request delivered twice. */
 static void on_leave_signal(int sig) {
     struct timespec now;
     clock_gettime(CLOCK_MONOTONIC, &now); /* async-signal-safe */
@@ -119,7 +116,7 @@ static void on_leave_signal(int sig) {
     if (sig == SIGPIPE) return; /* every later write to the closed output raises it again */
     const double since = (double)(now.tv_sec - leave_asked_at.tv_sec) +
                          (double)(now.tv_nsec - leave_asked_at.tv_nsec) * 1e-9;
-    if (since < LEAVE_SAME_S) return;
+    if (since < LAUNCH_SIGNAL_SAME_S) return;
     /* a second request: the default action, once this handler returns (the signal is blocked
      * while it runs) */
     signal(sig, SIG_DFL);
@@ -133,8 +130,8 @@ static void on_leave_signal(int sig) {
 static const int leave_signals[] = {SIGTERM, SIGINT, SIGHUP, SIGPIPE};
 #define N_LEAVE_SIGNALS ((int)(sizeof leave_signals / sizeof leave_signals[0]))
 
-/* Each of leave_signals asks this node to leave cleanly; a second one, LEAVE_SAME_S or more
- * after the first, takes the default action, SIGPIPE's excepted. */
+/* Each of leave_signals asks this node to leave cleanly; a second one, LAUNCH_SIGNAL_SAME_S or
+ * more after the first, takes the default action, SIGPIPE's excepted. */
 static void catch_leave_signals(void) {
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);

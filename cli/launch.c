@@ -252,6 +252,7 @@ typedef struct {
     double kill_at;     /* hr_now() after which survivors get SIGKILL; 0 while none is due */
     double killed;      /* hr_now() when they got it (kill_all); 0 = not yet */
     double stop_at;     /* hr_now() at which nodes left without a quorum get SIGTERM; 0 = none */
+    double signal_at;   /* hr_now() when the first SIGINT, SIGTERM or SIGHUP came; 0 = none */
 } launcher;
 
 /* Send `sig` (then SIGCONT, so that a stopped child acts on it) to every child still running,
@@ -314,14 +315,25 @@ static void interrupt(launcher *l, const char *why) {
 
 /* SIGINT, SIGTERM and SIGHUP (its terminal closed) to the launcher reach every child as
  * SIGTERM: each leaves with its checkpoint, rather than die with the launcher
- * (PR_SET_PDEATHSIG). */
+ * (PR_SET_PDEATHSIG). A second one (Ctrl-C twice) LAUNCH_SIGNAL_SAME_S or more after the first
+ * kills the nodes still leaving; one sooner is the first delivered twice. */
 static void forward_signals(launcher *l) {
     struct signalfd_siginfo si;
     while (read(l->sfd, &si, sizeof si) == (ssize_t)sizeof si) {
         if (si.ssi_signo != SIGINT && si.ssi_signo != SIGTERM && si.ssi_signo != SIGHUP) continue;
+        double now = hr_now();
         char why[64];
         snprintf(why, sizeof why, "received SIG%s", signame((int)si.ssi_signo));
-        interrupt(l, why);
+        if (!l->signal_at) {
+            l->signal_at = now;
+            interrupt(l, why);
+        } else if (!l->killed && l->alive > 0 && now - l->signal_at >= LAUNCH_SIGNAL_SAME_S) {
+            HR_WARN(CLI,
+                    "%s again: killing the %d node(s) still leaving, without their checkpoints",
+                    why, l->alive);
+            kill_all(l->ch, l->n);
+            l->killed = now;
+        }
     }
 }
 

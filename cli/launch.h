@@ -38,6 +38,10 @@
 #define LAUNCH_EXIT_REFUSED 2
 /* The environment variable that gives a child the descriptor on which it says it joined. */
 #define LAUNCH_FD_ENV "HETRING_LAUNCH_FD"
+/* A node's second leave signal this many seconds or more after its first stops it at once,
+ * without its checkpoint; one sooner is the same request delivered twice (timeout(1), for one,
+ * sends its signal to the node and to the node's process group). */
+#define LAUNCH_SIGNAL_SAME_S 0.5
 
 typedef struct {
     const char *exe;         /* hetring executable to run for each node */

@@ -2,9 +2,10 @@
 # What a closed terminal (SIGHUP) and a closed output (SIGPIPE: `| head`) do to `hetring run` and
 # `hetring local`: a node leaves as on SIGTERM, with its checkpoint and no temporary file left,
 # the others going on without it; `hetring local` stops every node that way and leaves none
-# running. SIGTERM and SIGINT are tested by cli.run_messages and cli.local.
+# running, and kills them on a second Ctrl-C. SIGTERM and SIGINT are tested by cli.run_messages
+# and cli.local.
 set -u
-HR=$1
+HR=$1 HOOKS=${2:-0} # HOOKS: 1 when HETRING_FAULT works (-DHETRING_TEST_HOOKS=ON)
 . "$(dirname "$0")/../harness.sh"
 on_exit='pkill -KILL -f "$tmp/" 2>/dev/null'
 
@@ -89,5 +90,24 @@ grep -q "cli: standard output was closed (its reader exited): stopping 3 node(s)
     fail "local | head -1: not said: $(tail -3 "$tmp/h.err")"
 wait_gone "$tmp/c.ini"
 [ "$rc" = 1 ] && echo "ok: local | head -1: exit 1"
+
+# 5. Ctrl-C twice to `hetring local`, the second 0.7 s after the first, while every iteration
+# takes 3 s (HETRING_FAULT sleep): the launcher says it kills the nodes still leaving, and does
+if [ "$HOOKS" = 1 ]; then
+    HETRING_FAULT='sleep:*:3' "$HR" local --conf "$tmp/c.ini" > "$tmp/k.out" 2>&1 &
+    lp=$!
+    child_rec $lp
+    wait_for_line "$tmp/k.out" "^node0 \| .*train: training mlp" 60
+    child_signal INT $lp
+    sleep 0.7
+    child_signal INT $lp
+    wait $lp; rc=$?
+    [ $rc = 1 ] || fail "local, Ctrl-C twice: exited $rc: $(tail -3 "$tmp/k.out")"
+    grep -q "cli: received SIGINT again: killing the 3 node(s) still leaving, without their checkpoints$" "$tmp/k.out" ||
+        fail "local, Ctrl-C twice: not said: $(grep "cli:" "$tmp/k.out" | tail -3)"
+    wait_gone "$tmp/c.ini"
+    [ $rc = 1 ] && grep -q "received SIGINT again" "$tmp/k.out" &&
+        echo "ok: local, Ctrl-C twice: $(grep -o "received SIGINT again.*" "$tmp/k.out")"
+fi
 
 [ "$fails" = 0 ]
