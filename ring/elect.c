@@ -1262,13 +1262,16 @@ hr_status ring_elect(ring *r, const ring_lineage *mine, ring_agreement *out, cha
     if (elect_begin(r, mine, &e, &starting) != HR_OK)
         return hr_fail(err, errlen, HR_ERR_NOMEM, "out of memory");
     double limit = r->rc.rejoin_timeout > 0 ? r->rc.rejoin_timeout : ELECT_DEFAULT_S;
-    /* a node that never held a view is starting, and so may its peers be: it waits for them up
-     * to connect_timeout, as its "waiting for node K" lines say (a loaded machine took 1.3 s
-     * to start four nodes, and rejoin_timeout = 1 gave up on them) */
+    /* a node that never held a view is starting, and so may its peers be: the first view waits
+     * for every node up to connect_timeout, as its "waiting for node K" lines say (a loaded
+     * machine took 1.3 s to start four nodes), and only then is elected without the missing
+     * ones, which takes an election's own time: so a starting node elects for connect_timeout
+     * plus rejoin_timeout (with the larger of the two alone, a quorum that started without a
+     * node had well under a second left once the wait ended, and failed) */
     const char *limit_key = "rejoin_timeout";
-    if (starting && r->rc.connect_timeout > limit) {
-        limit = r->rc.connect_timeout;
-        limit_key = "connect_timeout";
+    if (starting) {
+        limit += r->rc.connect_timeout;
+        limit_key = "connect_timeout + rejoin_timeout";
     }
     double t0 = tcp_now();
     char why[HR_ERRLEN] = "";

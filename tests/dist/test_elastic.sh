@@ -21,6 +21,8 @@
 #            when both reach the lobby within about a step of each other)
 #   late     nodes 0..2 start alone, train once connect_timeout has passed, and node 3
 #            joins later
+#   coldmiss nodes 0..2 start and node 3 never does: the cold start waits connect_timeout for
+#            it, then elects 0..2 (connect_timeout = rejoin_timeout = 6 s)
 #   stopall  every node gets SIGTERM at once: all leave with a checkpoint, exit 0
 #   slowstep node 2 takes 0.4 s more a step (test fault sleep) against a timeout of 0.2 s:
 #            with step_timeout the deadline follows the step time (connect_timeout, 20 s, for
@@ -450,6 +452,21 @@ late)
   check_end 0 1 2 3
   exactly_once 0 1 2
   follows_reference 0 1 2
+  ;;
+coldmiss)
+  # node 3 never starts: the cold start waits connect_timeout for it, then elects 0..2 within
+  # rejoin_timeout more (with the two equal, an election limited to the larger alone ended as
+  # the wait did, and both timed out: "no view within connect_timeout")
+  sed -i 's/^connect_timeout = .*/connect_timeout = 6/; s/^rejoin_timeout = .*/rejoin_timeout = 6/' \
+    "$tmp/c.ini"
+  for id in 0 1 2; do start $id; done
+  finish_all 0 1 2
+  grep -h "starting without it\|view [0-9]*: nodes 0,1,2; ready" "$tmp/n0.log" | head -2
+  grep -q "waiting for node 3 (127.0.0.1:[0-9]*): .*; starting without it in [0-9]* s more" \
+    "$tmp/n0.log" || fail "node 0 did not wait for node 3 at the start"
+  grep -q "view [0-9]*: nodes 0,1,2; ready" "$tmp/n0.log" || fail "nodes 0..2 did not form a view"
+  check_end 0 1 2
+  exactly_once 0 1 2
   ;;
 stopall)
   for id in 0 1 2 3; do EXTRA[$id]="--set train.checkpoint=$tmp/n$id.ckpt"; start $id; done
