@@ -1113,18 +1113,32 @@ static void decide(ring *r, const election *e, uint64_t seen, ring_view *v, ring
     v->epoch = top + 1;
 }
 
-/* "reachable 0,1 (electing 0,1)" */
+/* "reachable: nodes 0,1 (electing 0,1); no answer from node 2 (node 2: why)": ids, never a
+ * count, so that "reachable: node 0" alone is not read as "no node reachable"; the nodes probed
+ * this round that did not answer are the ones this node waits for, the first one's failure
+ * says how */
 static void reach_str(ring *r, const election *e, char *out, size_t len) {
-    long reach[RING_MAX_NODES], el[RING_MAX_NODES];
-    int nr = 0, ne = 0;
+    long reach[RING_MAX_NODES], el[RING_MAX_NODES], gone[RING_MAX_NODES];
+    int nr = 0, ne = 0, ng = 0;
+    const char *why = "";
     for (int i = 0; i < r->rc.n_members; i++) {
-        if (i == r->self || e->pr[i].ok) reach[nr++] = r->rc.members[i].id;
+        if (i == r->self || e->pr[i].ok)
+            reach[nr++] = r->rc.members[i].id;
+        else if (e->pr[i].probed) {
+            if (ng == 0) why = e->pr[i].why;
+            gone[ng++] = r->rc.members[i].id;
+        }
         if (e->in_s[i]) el[ne++] = r->rc.members[i].id;
     }
-    char a[RING_MAX_NODES * 8], b[RING_MAX_NODES * 8];
+    char a[RING_MAX_NODES * 8], b[RING_MAX_NODES * 8], c[RING_MAX_NODES * 8];
     ids_str(reach, nr, a, sizeof a);
     ids_str(el, ne, b, sizeof b);
-    snprintf(out, len, "reachable %.200s (electing %.200s)", a, b);
+    ids_str(gone, ng, c, sizeof c);
+    int o =
+        snprintf(out, len, "reachable: node%s %.200s (electing %.200s)", nr > 1 ? "s" : "", a, b);
+    if (ng > 0 && o > 0 && (size_t)o < len)
+        snprintf(out + o, len - (size_t)o, "; no answer from node%s %.200s (node %ld: %.120s)",
+                 ng > 1 ? "s" : "", c, gone[0], why[0] ? why : "no reply");
 }
 
 static uint64_t seen_now(ring_elastic *el) {

@@ -215,7 +215,7 @@ quorum)
     child_signal KILL "${pid[2]}" "${pid[3]}"; t_kill=$(now); wait "${pid[2]}" "${pid[3]}" 2>/dev/null
     # nodes 0 and 1 say they wait for a quorum, and again one period (5 s) later; between the
     # two lines neither completes a round, in whatever view
-    wq="waiting for a quorum of 3 of 4 nodes: reachable 0,1"
+    wq="waiting for a quorum of 3 of 4 nodes: reachable: nodes 0,1"
     for i in 0 1; do wq0[$i]=$(grep -c "$wq" "${log[$i]}"); done
     for i in 0 1; do wait_for_line "${log[$i]}" "$wq" 20 $((wq0[$i] + 1)); done
     r0=$(rounds 0 "[0-9]*"); r1=$(rounds 1 "[0-9]*")
@@ -223,7 +223,7 @@ quorum)
     echo "after the kill: rounds of node 0 $r0 -> $(rounds 0 "[0-9]*"), node 1 $r1 -> $(rounds 1 "[0-9]*")"
     [ "$(rounds 0 "[0-9]*")" = "$r0" ] && [ "$(rounds 1 "[0-9]*")" = "$r1" ] || fail "nodes 0 and 1 trained on without a quorum"
     for i in 0 1; do
-        grep -q "waiting for a quorum of 3 of 4 nodes: reachable 0,1" "${log[$i]}" ||
+        grep -q "waiting for a quorum of 3 of 4 nodes: reachable: nodes 0,1" "${log[$i]}" ||
             fail "node $i does not say it waits for a quorum"
         [ "$(last_view $i | cut -d' ' -f1)" = "$e0" ] || fail "node $i installed a view without a quorum"
     done
