@@ -12,6 +12,7 @@
 #   lossy    every link is rate-limited with a queue that drops what overflows it (tbf: TCP
 #            loses segments and retransmits them at every iteration; the kernel here has no
 #            netem); the run ends with every replica bitwise equal
+# SECURITY=encrypt (or auth) runs it on links secured with a pre-shared key.
 # A node's link is cut by taking its veth out of the bridge: its packets go nowhere, and no
 # FIN, reset or ICMP error tells anyone. Without the privilege to create namespaces, bridges or
 # the tbf queue it exits 77 (skipped).
@@ -61,8 +62,9 @@ if [ "$SCEN" = lossy ]; then
 fi
 
 {
-  printf '[cluster]\nsecurity = none\nconnect_timeout = 20\ntimeout = %s\nrejoin_timeout = %s\n' \
-    $timeout_s $rejoin
+  printf '[cluster]\nsecurity = %s\nconnect_timeout = 20\ntimeout = %s\nrejoin_timeout = %s\n' \
+    "${SECURITY:-none}" $timeout_s $rejoin
+  [ "${SECURITY:-none}" = none ] || printf 'psk = %064d\n' 7
   mlp_train 784,32,10 4096 $B $ITERS
   printf 'hash_interval = 5\n[controller]\npolicy = proportional\n'
   for ((k = 0; k < N; k++)); do printf '[node.%d]\nhost = 10.77.0.%d\nport = %d\n' $k $((k + 1)) $((base + k)); done
