@@ -5,7 +5,9 @@
  * train_init does (data loaded and checked against the model, the checkpoint directory
  * proven writable, an existing checkpoint read), and binds the node's port and lets it go.
  * Nothing is trained and nothing is left behind. Each problem is reported on its own line,
- * naming the FILE:LINE (or the override) that set the value.
+ * naming the FILE:LINE (or the override) that set the value. Its verdict is hetring run's: exit
+ * status 2 for what run refuses as a configuration error, 1 for the other problems. Without
+ * --node, every check of run that the file alone decides (train_check_config) is made.
  */
 #include "base/hr_log.h"
 #include "cli/cli.h"
@@ -33,6 +35,9 @@ static void usage(FILE *out) {
             "\n"
             "Validate FILE and print the effective configuration: defaults, then the file, then\n"
             "HETRING_<SECTION>_<KEY> environment overrides, then --set. Secrets are redacted.\n"
+            "Every check hetring run makes that the file alone decides is made, the model\n"
+            "against the dataset included, with the same exit status 2; what depends on the\n"
+            "node's machine (its files, memory, device and port) takes --node.\n"
             "Paths written relative in FILE are relative to FILE's directory; in an override, to\n"
             "the current directory. The printed paths are absolute.\n"
             "\n"
@@ -42,7 +47,8 @@ static void usage(FILE *out) {
             "                     its key files are read, its data loaded and checked against\n"
             "                     the model, its checkpoint directory written to and its port\n"
             "                     bound, as hetring run would; each problem names the FILE:LINE\n"
-            "                     of the value; exit status 1 when there is one\n"
+            "                     of the value; exit status 2 when hetring run would refuse\n"
+            "                     one as a configuration error, else 1 when there is one\n"
             "  --reference        print every key with its default and range (reference.ini)\n"
             "  --help             this text\n");
 }
@@ -77,8 +83,9 @@ __attribute__((format(printf, 4, 5))) static int problem(const cfg *c, int node_
 }
 
 /* The key files the ring reads at start, read the same way (regular files, mode 0600, a key),
- * and the node's identity key against the pubkey pinned for it, as sec_keys_load checks it. */
-static int dry_keys(const cfg *c, int self) {
+ * and the node's identity key against the pubkey pinned for it, as sec_keys_load checks it.
+ * Each problem is one hetring run refuses as a configuration error: sets *refused. */
+static int dry_keys(const cfg *c, int self, int *refused) {
     char path[CFG_PATH], err[HR_ERRLEN];
     uint8_t key[32];
     int bad = 0;
@@ -102,24 +109,28 @@ static int dry_keys(const cfg *c, int self) {
     if (c->psk_file[0] && sec_read_key_file(c->psk_file, key, err, sizeof err) != HR_OK)
         bad += problem(c, -1, "psk_file", "%s", err);
     memset(key, 0, sizeof key);
+    if (bad) *refused = 1;
     return bad;
 }
 
-/* The trainer as train_init builds it, and the checkpoint as a resuming run reads it. */
-static int dry_trainer(const cfg *c, int self) {
+/* The trainer as train_init builds it, and the checkpoint as a resuming run reads it. Sets
+ * *refused when a problem is one hetring run refuses as a configuration error (exit 2). */
+static int dry_trainer(const cfg *c, int self, int *refused) {
     char err[HR_ERRLEN] = "", key[32] = "";
     train_config tc;
     trainer t;
     int bad = 0, same[CFG_MAX_NODES]; /* the nodes on this machine */
-    if (node_id_check_hosts(c, self, same, err, sizeof err) != HR_OK)
-        return fprintf(stderr, "%s\n", err), 1;
+    hr_status st = node_id_check_hosts(c, self, same, err, sizeof err);
+    if (st != HR_OK) return *refused |= st == HR_ERR_CONFIG, fprintf(stderr, "%s\n", err), 1;
     app_train_config(c, self, same, &tc);
     char ckpt[sizeof tc.checkpoint]; /* this node's: "{id}" replaced */
     memcpy(ckpt, tc.checkpoint, sizeof ckpt);
     if (ckpt[0] && ckpt_prepare(ckpt, err, sizeof err) != HR_OK)
         bad += problem(c, -1, "checkpoint", "%s", err);
     tc.checkpoint[0] = 0; /* checked above, to name its key */
-    if (train_init(&t, &tc, err, sizeof err) != HR_OK) {
+    st = train_init(&t, &tc, err, sizeof err);
+    if (st != HR_OK) {
+        *refused |= st == HR_ERR_CONFIG;
         /* "FILE: [train] KEY ..." (a model that does not fit the data) names its key; anything
          * else is about the data files */
         size_t pl = strlen(c->path);
@@ -146,31 +157,44 @@ static int dry_trainer(const cfg *c, int self) {
     return bad;
 }
 
-/* The node's listening port: bound and released, as the ring will bind it. */
-static int dry_port(const cfg *c, int self) {
+/* The node's listening port: bound and released, as the ring will bind it; *refused as
+ * dry_trainer sets it. */
+static int dry_port(const cfg *c, int self, int *refused) {
     const cfg_node *me = &c->nodes[self];
     char err[HR_ERRLEN];
     int fd = -1;
     if (c->n_nodes < 2) return 0; /* one node trains alone and listens on nothing */
-    if (node_id_check_reachable(c, self, NULL, err, sizeof err) != HR_OK)
-        return fprintf(stderr, "%s\n", err), 1;
-    hr_status st =
-        tcp_listen(me->host, me->port, tcp_now() + c->connect_timeout, &fd, err, sizeof err);
+    hr_status st = node_id_check_reachable(c, self, NULL, err, sizeof err);
+    if (st != HR_OK) return *refused |= st == HR_ERR_CONFIG, fprintf(stderr, "%s\n", err), 1;
+    st = tcp_listen(me->host, me->port, tcp_now() + c->connect_timeout, &fd, err, sizeof err);
     if (st == HR_ERR_IO) { /* as the ring's listen_start says it */
         char at[RING_PATH];
         app_port_where(c, self, at, sizeof at);
         return fprintf(stderr, "%s: %s (is another node or program using it?)\n", at, err), 1;
     }
-    if (st != HR_OK) return problem(c, self, "host", "%s", err);
+    if (st != HR_OK) return *refused |= st == HR_ERR_CONFIG, problem(c, self, "host", "%s", err);
     tcp_close(&fd);
     return 0;
 }
 
 /* Everything hetring run would meet on this node before its first iteration, peers aside.
- * Returns the number of problems, each printed. */
-static int dry_run(const cfg *c, int self) {
+ * Returns the number of problems, each printed; *refused as dry_trainer sets it. */
+static int dry_run(const cfg *c, int self, int *refused) {
     hr_log_set_node((int)c->nodes[self].id);
-    return dry_keys(c, self) + dry_trainer(c, self) + dry_port(c, self);
+    return dry_keys(c, self, refused) + dry_trainer(c, self, refused) + dry_port(c, self, refused);
+}
+
+/* What hetring run refuses with exit status 2 before it trains, whichever node it is, that
+ * needs neither the network nor the data files: the model against the dataset, and the shape
+ * and size of a synthetic set (train_check_config). */
+static int check_trainer_config(const cfg *c) {
+    char err[HR_ERRLEN] = "";
+    train_config tc;
+    app_train_config(c, 0, NULL, &tc); /* the [train] keys, the same on every node */
+    if (train_check_config(&tc, err, sizeof err) == HR_OK) return CLI_OK;
+    cli_name_data_key(c, err, sizeof err);
+    fprintf(stderr, "hetring config: %s\n", err);
+    return CLI_USAGE;
 }
 
 int cmd_config(int argc, char **argv) {
@@ -202,6 +226,10 @@ int cmd_config(int argc, char **argv) {
     int rc = cli_load_config(&c, &o, "config");
     if (rc) return rc;
     cfg_print(&c, stdout);
+    if ((rc = check_trainer_config(&c))) {
+        cfg_free(&c);
+        return rc;
+    }
     if (o.node || getenv("HETRING_NODE")) {
         int self;
         if ((rc = cli_resolve_node(&c, o.node, NULL, &self))) return rc;
@@ -213,12 +241,12 @@ int cmd_config(int argc, char **argv) {
             cfg_free(&c);
             return CLI_USAGE;
         }
-        int bad = dry_run(&c, self);
+        int refused = 0, bad = dry_run(&c, self, &refused);
         if (bad) {
             fprintf(stderr, "hetring config: node %ld would not start: %d problem%s above\n",
                     c.nodes[self].id, bad, bad == 1 ? "" : "s");
             cfg_free(&c);
-            return CLI_FAIL;
+            return refused ? CLI_USAGE : CLI_FAIL;
         }
         printf("; dry run of node %ld: key files, data, checkpoint and port are ready\n",
                c.nodes[self].id);

@@ -115,6 +115,11 @@ static hr_status check_training(const cfg *c, char *err, size_t errlen) {
                        "set would not fill one iteration (expected samples >= global_batch)",
                        AT(c, given(c, "samples") ? "samples" : "global_batch"), c->samples,
                        c->global_batch);
+    if (!synthetic && !c->data_dir[0]) /* a node would find out as it loads the data */
+        return hr_fail(err, errlen, HR_ERR_CONFIG,
+                       "%s: dataset = %s needs [train] data_dir (expected the directory of the "
+                       "files, e.g. from `hetring gen-data`)",
+                       AT(c, "dataset"), cfg_dataset_name(c->dataset));
     if (c->model == CFG_MODEL_MLP && c->n_layers < 2)
         return hr_fail(err, errlen, HR_ERR_CONFIG,
                        "%s: the mlp needs layers (expected e.g. layers = 784,256,10)",

@@ -113,10 +113,9 @@ static int32_t make_image(uint8_t *px, const float *proto, uint64_t seed, uint64
 }
 
 static hr_status synth_images(data_set *ds, const float *proto, uint64_t seed, uint64_t stream,
-                              long n, int c, int hw) {
-    memset(ds, 0, sizeof *ds);
-    ds->n = n, ds->c = c, ds->h = hw, ds->w = hw, ds->d = (long)c * hw * hw;
-    ds->n_classes = DATA_CLASSES;
+                              long n, data_kind kind) {
+    data_synthetic_shape(ds, kind, n);
+    const int c = ds->c, hw = ds->h;
     ds->x8 = malloc((size_t)(n * ds->d) + 1);
     ds->y = malloc(sizeof *ds->y * (size_t)n + 1);
     if (!ds->x8 || !ds->y) return HR_ERR_NOMEM;
@@ -128,9 +127,8 @@ static hr_status synth_images(data_set *ds, const float *proto, uint64_t seed, u
 /* ================================================================ synthetic regression */
 
 static hr_status synth_regression(data_set *ds, uint64_t seed, uint64_t stream, long n) {
-    memset(ds, 0, sizeof *ds);
-    int D = DATA_REGRESSION_FEATURES;
-    ds->n = n, ds->c = D, ds->h = 1, ds->w = 1, ds->d = D, ds->n_targets = 1;
+    data_synthetic_shape(ds, DATA_SYNTHETIC_REGRESSION, n);
+    const int D = DATA_REGRESSION_FEATURES;
     ds->xf = malloc(sizeof *ds->xf * (size_t)(n * D) + 1);
     ds->t = malloc(sizeof *ds->t * (size_t)n + 1);
     if (!ds->xf || !ds->t) return HR_ERR_NOMEM;
@@ -152,6 +150,18 @@ static hr_status synth_regression(data_set *ds, uint64_t seed, uint64_t stream, 
     return HR_OK;
 }
 
+void data_synthetic_shape(data_set *ds, data_kind kind, long n) {
+    memset(ds, 0, sizeof *ds);
+    ds->n = n;
+    if (kind == DATA_SYNTHETIC_REGRESSION) {
+        ds->c = DATA_REGRESSION_FEATURES, ds->h = ds->w = 1, ds->n_targets = 1;
+    } else {
+        ds->c = kind == DATA_SYNTHETIC_RGB ? 3 : 1, ds->h = ds->w = ds->c == 3 ? 32 : 28;
+        ds->n_classes = DATA_CLASSES;
+    }
+    ds->d = (long)ds->c * ds->h * ds->w;
+}
+
 double data_synthetic_bytes(data_kind kind, long n) {
     const double per = kind == DATA_SYNTHETIC_REGRESSION ? 4.0 * (DATA_REGRESSION_FEATURES + 1)
                        : kind == DATA_SYNTHETIC_RGB      ? 3 * 32 * 32 + 4
@@ -168,10 +178,11 @@ hr_status data_synthetic(data_set *train, data_set *eval, data_kind kind, long n
         st = synth_regression(train, seed, STREAM_TRAIN, n);
         if (st == HR_OK) st = synth_regression(eval, seed, STREAM_EVAL, n_eval);
     } else if (kind == DATA_SYNTHETIC || kind == DATA_SYNTHETIC_RGB) {
-        int c = kind == DATA_SYNTHETIC ? 1 : 3, hw = kind == DATA_SYNTHETIC ? 28 : 32;
-        float *proto = make_prototypes(seed, c, hw, hw);
-        st = proto ? synth_images(train, proto, seed, STREAM_TRAIN, n, c, hw) : HR_ERR_NOMEM;
-        if (st == HR_OK) st = synth_images(eval, proto, seed, STREAM_EVAL, n_eval, c, hw);
+        data_set shape;
+        data_synthetic_shape(&shape, kind, 0);
+        float *proto = make_prototypes(seed, shape.c, shape.h, shape.w);
+        st = proto ? synth_images(train, proto, seed, STREAM_TRAIN, n, kind) : HR_ERR_NOMEM;
+        if (st == HR_OK) st = synth_images(eval, proto, seed, STREAM_EVAL, n_eval, kind);
         free(proto);
     } else {
         return hr_fail(err, errlen, HR_ERR_INVAL, "data: kind %d is not synthetic", (int)kind);

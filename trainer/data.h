@@ -55,6 +55,11 @@ void data_set_free(data_set *ds);
  * before it is written page by page until the kernel kills the process. */
 double data_synthetic_bytes(data_kind kind, long n);
 
+/* The shape of a synthetic set of n samples of `kind` (n, c, h, w, d, n_classes, n_targets),
+ * without the samples (x8, xf, y and t NULL): what the configuration alone decides, for the
+ * checks made before any data is made. */
+void data_synthetic_shape(data_set *ds, data_kind kind, long n);
+
 /* Synthetic sets (kind is DATA_SYNTHETIC, _RGB or _REGRESSION): n training and n_eval
  * held-out samples from `seed`. */
 hr_status data_synthetic(data_set *train, data_set *eval, data_kind kind, long n, long n_eval,

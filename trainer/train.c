@@ -63,6 +63,33 @@ static hr_status fits_memory(const train_config *c, const model_spec *spec, long
                    c->origin, what, need, k, k * bytes / 1e9, shared / 1e9);
 }
 
+/* A linreg model needs regression data; the others, classification data. */
+static hr_status check_fits_data(const train_config *c, int regression, char *err, size_t errlen) {
+    if (regression == (c->model.kind == MODEL_LINREG)) return HR_OK;
+    return hr_fail(err, errlen, HR_ERR_CONFIG,
+                   "%s: [train] model = %s does not fit dataset = %s (expected linreg with "
+                   "regression data, softmax, mlp or cnn with classification data)",
+                   c->origin, c->model.name, c->data.name);
+}
+
+hr_status train_check_config(const train_config *c, char *err, size_t errlen) {
+    const data_kind kind = c->data.kind;
+    if (kind == DATA_MNIST || kind == DATA_CIFAR10) /* classes; the shape is in the files */
+        return check_fits_data(c, 0, err, errlen);
+    if (kind == DATA_CSV) return check_fits_data(c, c->data.csv_regression, err, errlen);
+    data_set shape; /* a synthetic set: what train_init checks against the loaded set */
+    data_synthetic_shape(&shape, kind, c->data.samples);
+    const int regression = shape.n_targets > 0;
+    HR_CHECK(check_fits_data(c, regression, err, errlen));
+    model_spec spec;
+    HR_CHECK(model_spec_build(&spec, &c->model, shape.c, shape.h, shape.w,
+                              regression ? shape.n_targets : shape.n_classes, err, errlen));
+    data_loader dl;
+    HR_CHECK(data_loader_init(&dl, &shape, c->seed, c->global_batch, err, errlen));
+    data_loader_free(&dl);
+    return HR_OK;
+}
+
 hr_status train_init(trainer *t, const train_config *tc, char *err, size_t errlen) {
     memset(t, 0, sizeof *t);
     t->resumed_node = -1;
@@ -70,6 +97,7 @@ hr_status train_init(trainer *t, const train_config *tc, char *err, size_t errle
     const train_config *c = &t->conf;
     t->dl.perm = NULL;
     hr_status st = HR_OK;
+    HR_CHECK(train_check_config(c, err, errlen)); /* what the configuration decides: first */
     /* every node writes the checkpoint (nodes need not share a disk): find an unwritable place
      * now, not at the first save */
     if (c->checkpoint[0]) HR_CHECK(ckpt_prepare(c->checkpoint, err, errlen));
@@ -82,13 +110,7 @@ hr_status train_init(trainer *t, const train_config *tc, char *err, size_t errle
 
     HR_CHECK_GOTO(data_load(&t->train, &t->eval, &c->data, c->seed, err, errlen), st, fail);
     int regression = t->train.n_targets > 0;
-    if (regression != (c->model.kind == MODEL_LINREG)) {
-        st = hr_fail(err, errlen, HR_ERR_CONFIG,
-                     "%s: [train] model = %s does not fit dataset = %s (expected linreg with "
-                     "regression data, softmax, mlp or cnn with classification data)",
-                     c->origin, c->model.name, c->data.name);
-        goto fail;
-    }
+    HR_CHECK_GOTO(check_fits_data(c, regression, err, errlen), st, fail);
     model_spec spec;
     int outputs = regression ? t->train.n_targets : t->train.n_classes;
     HR_CHECK_GOTO(model_spec_build(&spec, &c->model, t->train.c, t->train.h, t->train.w, outputs,

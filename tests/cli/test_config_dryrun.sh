@@ -3,7 +3,9 @@
 # the file's directory (not the working directory), and each missing key file, data file,
 # checkpoint directory or busy port, a pinned pubkey that is not the key file's, and a loopback
 # host beside a node on another machine, is reported
-# as FILE:LINE: KEY with exit status 1; a node that would start passes with exit status 0.
+# as FILE:LINE: KEY with hetring run's exit status: 2 for what run refuses as a configuration
+# error (a key file, a model that does not fit the data, a host), 1 for the rest (a busy
+# port); a node that would start passes with exit status 0.
 # HR, fail, $tmp and the port block `base` from the shared setup, whose EXIT trap also stops
 # the process holding a port, if it still runs (child_rec)
 . "$(dirname "${BASH_SOURCE[0]}")/../dist/lib.sh"
@@ -43,8 +45,9 @@ dry_run() {
 }
 has() { grep -qF -- "$1" "$tmp/out" || { fail "no '$1' in:"; cat "$tmp/out"; }; }
 
-# nothing is there yet: every missing file, by its line, resolved next to the INI file
-dry_run 1
+# nothing is there yet: every missing file, by its line, resolved next to the INI file (the
+# key file makes it a configuration error)
+dry_run 2
 has "c.ini:3: key_file: $tmp/cluster/keys/node1.key: cannot open key file"
 has "c.ini:9: checkpoint: checkpoint $tmp/cluster/ck/run.ckpt: cannot create"
 has "c.ini:6: data_dir: $tmp/cluster/data/train-images-idx3-ubyte: cannot open"
@@ -52,7 +55,7 @@ has "node 1 would not start: 3 problems above"
 
 # a FIFO in place of the key file is refused, not waited on
 mkdir "$tmp/cluster/keys" && mkfifo "$tmp/cluster/keys/node1.key"
-dry_run 1
+dry_run 2
 has "c.ini:3: key_file: $tmp/cluster/keys/node1.key: key file is not a regular file"
 rm "$tmp/cluster/keys/node1.key"
 
@@ -71,20 +74,20 @@ ls "$tmp/cluster/ck" | grep -q . && fail "the dry run left files in the checkpoi
 
 # a model that does not fit the data names its key and line
 write_ini 1024,16,10 "$pub0" "$pub1"
-dry_run 1
+dry_run 2
 has "c.ini:8: layers: starts with 1024, but the mnist inputs have 784 features"
 write_ini 784,16,10 "$pub0" "$pub1"
 
 # a key readable by others is refused as the ring would refuse it
 chmod 644 "$tmp/cluster/keys/node1.key"
-dry_run 1
+dry_run 2
 has "c.ini:3: key_file: $tmp/cluster/keys/node1.key: key file is readable by group or others"
 chmod 600 "$tmp/cluster/keys/node1.key"
 
 # another node's pubkey pinned for node 1: refused by its line, as the node refuses it at start
 # (the dry run passed it, and the node then exited 2)
 write_ini 784,16,10 "$pub1" "$pub0"
-dry_run 1
+dry_run 2
 has "c.ini:19: [node.1] pubkey: is not the public key of $tmp/cluster/keys/node1.key (that is $pub1)"
 write_ini 784,16,10 "$pub0" "$pub1"
 
@@ -111,7 +114,7 @@ printf '[cluster]\nsecurity = none\n[node.0]\nhost = localhost\nport = %d\n[node
     "$base" $((base + 1)) > "$tmp/lb.ini"
 timeout 20 "$HR" config --conf "$tmp/lb.ini" --node 0 > "$tmp/out" 2>&1
 rc=$?
-[ $rc = 1 ] || fail "loopback host beside a remote node: exited $rc"
+[ $rc = 2 ] || fail "loopback host beside a remote node: exited $rc"
 has "lb.ini:4: [node.0] host = localhost is 127.0.0.1 on this machine, a loopback address: node 1 (192.0.2.1), on another machine, could never connect to it"
 sed -i 's/192.0.2.1/127.0.0.1/' "$tmp/lb.ini"
 timeout 20 "$HR" config --conf "$tmp/lb.ini" --node 0 > "$tmp/out" 2>&1 ||
