@@ -35,7 +35,8 @@ static void usage(FILE *out) {
     fprintf(out, "usage: hetring bench SUITE [OPTIONS]\n\nSuites:\n");
     for (int i = 0; i < N_SUITES; i++)
         fprintf(out, "  %-10s %s\n", suites[i].name, suites[i].summary);
-    fprintf(out, "\nRun 'hetring bench SUITE --help' for a suite's options.\n");
+    fprintf(out, "\nRun 'hetring bench SUITE --help' (or 'hetring bench help SUITE') for a suite's "
+                 "options.\n");
 }
 
 int main(int argc, char **argv) {
@@ -45,8 +46,17 @@ int main(int argc, char **argv) {
         usage(argc < 2 ? stderr : stdout);
         return cli_main_end(argc < 2 ? CLI_USAGE : CLI_OK, "hetring bench");
     }
+    /* `hetring bench help [SUITE]`, as `hetring help [COMMAND]`: the usage, or SUITE --help */
+    const int help = strcmp(argv[1], "help") == 0;
+    if (help && argc < 3) {
+        usage(stdout);
+        return cli_main_end(CLI_OK, "hetring bench");
+    }
+    const char *name = argv[1 + help];
+    char *sub[] = {(char *)name, "--help", NULL};
     for (int i = 0; i < N_SUITES; i++)
-        if (strcmp(suites[i].name, argv[1]) == 0)
-            return cli_main_end(suites[i].fn(argc - 1, argv + 1), "hetring bench");
-    return cli_main_unknown("hetring bench", "suite", argv[1], usage);
+        if (strcmp(suites[i].name, name) == 0)
+            return cli_main_end(help ? suites[i].fn(2, sub) : suites[i].fn(argc - 1, argv + 1),
+                                "hetring bench");
+    return cli_main_unknown("hetring bench", "suite", name, usage);
 }

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # test_bench_aliases.sh HETRING: `hetring bench allreduce` takes nccl-tests' -b/-e/-f (smallest
 # size, largest size, step factor; K/M/G suffixes, value attached or apart) as aliases of
-# --min-bytes/--max-bytes/--step-factor, and its usage lists every option its parser takes.
+# --min-bytes/--max-bytes/--step-factor, and its usage lists every option its parser takes;
+# `hetring bench help [SUITE]` is `hetring bench [SUITE] --help`.
 # Two nodes on loopback, sizes of a few KiB: about a second.
 set -u
 HR=$(realpath "$1")
@@ -46,4 +47,14 @@ suites=$("$HR" bench --help | awk '/^Suites:/ { on = 1; next } on && /^  [a-z]/ 
 for s in $suites; do
     grep -qw -- "$s" <<< "$line" || fail "hetring --help does not name the bench suite $s: '$line'"
 done
+# hetring bench help [SUITE] answers as hetring help [COMMAND] does (it said "unknown suite
+# 'help'"): the usage, or the suite's
+"$HR" bench help > "$tmp/h1" 2>&1 || fail "bench help exited $?: $(cat "$tmp/h1")"
+"$HR" bench --help > "$tmp/h2" 2>&1
+cmp -s "$tmp/h1" "$tmp/h2" || fail "bench help is not bench --help: $(cat "$tmp/h1")"
+"$HR" bench help allreduce > "$tmp/h1" 2>&1 || fail "bench help allreduce exited $?"
+cmp -s "$tmp/h1" "$tmp/help" || fail "bench help allreduce is not allreduce --help: $(cat "$tmp/h1")"
+"$HR" bench help nosuch > /dev/null 2> "$tmp/err"
+rc=$?
+[ $rc = 2 ] && grep -q "unknown suite 'nosuch'" "$tmp/err" || fail "bench help nosuch: exit $rc, $(cat "$tmp/err")"
 [ $fails = 0 ] && echo "PASS" || { echo "$fails failure(s)"; exit 1; }
