@@ -66,8 +66,10 @@ int cmd_keygen(int argc, char **argv) {
         return CLI_FAIL;
     }
     if (psk) {
-        fprintf(stderr, "hetring keygen: wrote a pre-shared key to %s (mode 0600); set psk_file\n",
-                out);
+        fprintf(stderr,
+                "hetring keygen: wrote a pre-shared key to %s (mode 0600); copy it to every node "
+                "and set '[cluster] psk_file = %s' in the cluster file\n",
+                out, out);
         return CLI_OK;
     }
     cfg_hex_encode(pk, 32, hex);

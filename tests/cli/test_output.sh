@@ -124,7 +124,10 @@ done
 node_ids mixed
 
 # 4. with a pre-shared key the links are protected and nothing warns about security = none
-timeout 10 "$HR" keygen --psk --out "$tmp/c.psk" > /dev/null 2>&1 || fail "keygen --psk failed"
+timeout 10 "$HR" keygen --psk --out "$tmp/c.psk" > /dev/null 2> "$tmp/keygen.err" ||
+    fail "keygen --psk failed"
+# it says where the file goes (it ended with "set psk_file")
+has keygen.err "copy it to every node and set '\[cluster\] psk_file = $tmp/c.psk' in the cluster file$"
 cluster "$tmp/psk.ini" "psk_file = $tmp/c.psk"
 run2 psk "$tmp/psk.ini" - --quiet
 for k in 0 1; do
