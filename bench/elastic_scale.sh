@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# elastic_scale.sh: membership at scale, with separate `hetring run` processes on loopback
-# (issue 29's targets). For each N: RUNS fresh clusters of a tiny MLP (784-16-10, B = 8 per
+# elastic_scale.sh: membership at scale, with separate `hetring run` processes on loopback: how
+# long N nodes take to form a ring, to go on without a killed node and to take it back, and what
+# an iteration costs them. For each N: RUNS fresh clusters of a tiny MLP (784-16-10, B = 8 per
 # node, security none, connect_timeout 60), and per run
 #   formed   seconds from the start of the last node's first election (its first view
 #            record's t_unix less its elect_s: the process is up and listening) to the

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# start_cost.sh: what a process of a build costs before it does any work (issue 37): resident
-# memory (the maximum, /usr/bin/time's %M) and wall time per start of `hetring version` and of
-# a one-node `hetring run` (a CPU node: 784-16-10, 10 iterations of B = 32, synthetic data),
-# each the median of RUNS starts one after another (warm page cache; one untimed start first).
+# start_cost.sh: what a process of a build costs before it does any work (a CPU node of a CUDA
+# build against one of a build without CUDA, say): resident memory (the maximum, /usr/bin/time's
+# %M) and wall time per start of `hetring version` and of a one-node `hetring run` (a CPU node:
+# 784-16-10, 10 iterations of B = 32, synthetic data), each the median of RUNS starts one after
+# another (warm page cache; one untimed start first).
 # ENV... are put in the environment of every start (e.g. HETRING_CUDA_LIBS=/nonexistent).
 # usage: start_cost.sh HETRING [--runs 31] [--port 29950] [ENV=VALUE...]
 set -u

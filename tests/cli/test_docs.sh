@@ -9,6 +9,7 @@
 #   logging  the levels and subsystems HETRING_LOG takes are named by hetring --help (levels)
 #            and README.md's Logging section
 #   scripts  no script takes the tail of several files with tail -N, which GNU tail refuses;
+#            no bench script's --help cites an issue number;
 #            examples/torch/run_resnet.sh refuses fewer ITERATIONS than README.md says it needs
 #   records  the keys README.md's tables give the metrics records, the summary and bench
 #            allreduce --json are those a run writes, both ways (two nodes of a tiny MLP, six
@@ -71,6 +72,14 @@ done
 bad=$(cd "$SRC" && git grep -nE '\btail -[0-9]+ [^|;]*(\*|" +")' -- '*.sh' 2> /dev/null ||
       grep -rnE --include='*.sh' '\btail -[0-9]+ [^|;]*(\*|" +")' bench examples tests)
 [ -z "$bad" ] || fail "tail -N over several files (use tail -n N): $bad"
+# a bench script's --help says what it measures, not which issue asked for it ("issue 29's
+# targets", "issue 37")
+for f in "$SRC"/bench/*.sh; do
+    grep -q '^script_hetring' "$f" || continue
+    bash "$f" --help > "$tmp/script_help" 2>&1 || fail "$f --help exited $?"
+    ! grep -Ein '\bissues? [0-9]' "$tmp/script_help" ||
+        fail "$(basename "$f") --help cites an issue number"
+done
 # run_resnet.sh refuses the ITERATIONS README says are too few at once, before any node starts
 # (with 12, node 2 was killed at iteration 10 and waited rejoin_timeout after the others ended)
 PYTHON=false timeout 20 bash "$SRC/examples/torch/run_resnet.sh" 12 > "$tmp/resnet" 2>&1
