@@ -92,7 +92,7 @@ def losses(f):
     return next(json.loads(l[7:]) for l in open(f) if l.startswith("RESULT "))["losses"]
 l1, l4 = losses(f"{d}/one.log"), losses(f"{d}/four.0.log")
 rel = [abs(a - b) / abs(a) for a, b in zip(l1, l4)]
-marks = [i for i in (0, 9, 39, 79, len(rel) - 1) if i < len(rel)]
+marks = sorted({i for i in (0, 9, 39, 79, len(rel) - 1) if i < len(rel)})  # the last once
 print("relative loss difference, 4 nodes vs 1, at iterations " +
       ", ".join(f"{i + 1}: {rel[i]:.2g}" for i in marks))
 one = torch.load(f"{d}/one.pt")

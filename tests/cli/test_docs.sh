@@ -9,7 +9,8 @@
 #   logging  the levels and subsystems HETRING_LOG takes are named by hetring --help (levels)
 #            and README.md's Logging section
 #   scripts  no script takes the tail of several files with tail -N, which GNU tail refuses;
-#            no bench script's --help cites an issue number;
+#            no bench script's --help cites an issue number; torch_bench.sh -d reports
+#            each iteration once;
 #            examples/torch/run_resnet.sh refuses fewer ITERATIONS than README.md says it needs
 #   records  the keys README.md's tables give the metrics records, the summary and bench
 #            allreduce --json are those a run writes, both ways (two nodes of a tiny MLP, six
@@ -80,6 +81,16 @@ for f in "$SRC"/bench/*.sh; do
     ! grep -Ein '\bissues? [0-9]' "$tmp/script_help" ||
         fail "$(basename "$f") --help cites an issue number"
 done
+# bench/torch_bench.sh -d names each iteration it reports once: with -i 10 it printed "1: ...,
+# 10: ..., 10: ..." (its marks line, run on losses of several lengths; torch need not be here)
+python3 - "$SRC/bench/torch_bench.sh" <<'PY' || fail "torch_bench.sh -d: an iteration reported twice"
+import sys
+line = next(l for l in open(sys.argv[1]) if l.startswith("marks = "))
+for n in (1, 9, 10, 11, 40, 80, 120):
+    rel = [0.0] * n
+    marks = eval(line[len("marks = "):])
+    assert marks == sorted(set(marks)) and marks[-1] == n - 1, (n, marks)
+PY
 # run_resnet.sh refuses the ITERATIONS README says are too few at once, before any node starts
 # (with 12, node 2 was killed at iteration 10 and waited rejoin_timeout after the others ended)
 PYTHON=false timeout 20 bash "$SRC/examples/torch/run_resnet.sh" 12 > "$tmp/resnet" 2>&1
