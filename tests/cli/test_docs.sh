@@ -10,7 +10,7 @@
 #            and README.md's Logging section
 #   scripts  no script takes the tail of several files with tail -N, which GNU tail refuses;
 #            no bench script's --help cites an issue number; torch_bench.sh -d reports
-#            each iteration once;
+#            each iteration once; no two example cluster files share a port;
 #            examples/torch/run_resnet.sh refuses fewer ITERATIONS than README.md says it needs
 #   records  the keys README.md's tables give the metrics records, the summary and bench
 #            allreduce --json are those a run writes, both ways (two nodes of a tiny MLP, six
@@ -90,6 +90,25 @@ for n in (1, 9, 10, 11, 40, 80, 120):
     rel = [0.0] * n
     marks = eval(line[len("marks = "):])
     assert marks == sorted(set(marks)) and marks[-1] == n - 1, (n, marks)
+PY
+# no two example cluster files give a node the same port on this machine, so that any two
+# examples run at once (examples/c/cluster.ini and examples/torch/resnet.ini both took
+# 29520-29522, and the second to start stopped with Address already in use)
+python3 - "$SRC" <<'PY' || fail "two example cluster files share a port"
+import configparser, glob, sys
+seen, bad = {}, 0
+for f in sorted(glob.glob(sys.argv[1] + "/examples/*/*.ini") +
+                glob.glob(sys.argv[1] + "/conf/examples/*.ini")):
+    c = configparser.ConfigParser(inline_comment_prefixes=(";", "#"))
+    c.read(f)
+    for s in c.sections():
+        if s.startswith("node.") and c[s].get("port"):
+            port = c[s]["port"]
+            if port in seen and seen[port] != f:
+                print(f"port {port}: {seen[port]} and {f}")
+                bad = 1
+            seen.setdefault(port, f)
+sys.exit(bad)
 PY
 # run_resnet.sh refuses the ITERATIONS README says are too few at once, before any node starts
 # (with 12, node 2 was killed at iteration 10 and waited rejoin_timeout after the others ended)
