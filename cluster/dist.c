@@ -591,19 +591,32 @@ static void gist(const char *e, char *out, size_t n) {
     if (r) *r = 0;
 }
 
+/* What failed at data cursor `iter`: "iteration N", or, once every iteration is done, "the
+ * run's end" (the barrier that agrees it: iteration N, one past the last, does not exist). */
+static const char *what_failed(const dist *d, long iter, char *out, size_t n) {
+    const long total = d->cc->iterations > 0 ? d->cc->iterations : d->cc->epochs * d->ipe;
+    if (iter >= total)
+        snprintf(out, n, "the run's end (agreeing it once all %ld iterations are done)", total);
+    else
+        snprintf(out, n, "iteration %ld", iter);
+    return out;
+}
+
 hr_status dist_recover(dist *d, hr_status st, char *err, size_t errlen) {
     flush_pending(d);
     if (ring_status(d->r) == HR_OK) return st;
     if (!ring_trouble(st)) return hr_fail(err, errlen, st, "%s", ring_error(d->r));
     const long iter = d->st.iter(d->st.ctx);
+    char what[96];
+    what_failed(d, iter, what, sizeof what);
     if (iter == d->fail_iter && ++d->fails >= DIST_MAX_RETRIES)
-        return hr_fail(err, errlen, st, "iteration %ld failed in %d views in a row; stopping: %s",
-                       iter, d->fails, ring_error(d->r));
+        return hr_fail(err, errlen, st, "%s failed in %d views in a row; stopping: %s", what,
+                       d->fails, ring_error(d->r));
     if (iter != d->fail_iter) d->fail_iter = iter, d->fails = 0;
     double t0 = hr_now();
     char why[HR_ERRLEN];
     gist(ring_error(d->r), why, sizeof why);
-    HR_WARN(RING, "iteration %ld failed: %s; agreeing on a new view", iter, ring_error(d->r));
+    HR_WARN(RING, "%s failed: %s; agreeing on a new view", what, ring_error(d->r));
     return change_or_leave(d, why, t0, err, errlen);
 }
 

@@ -8,7 +8,7 @@
 # failed step: node 1 takes the state and all go on. And where nodes 1 and 2 die in that
 # recovery (test fault crash_xfer, as the state comes), node 0 waits for a quorum to agree the
 # end, saying so (training is done, not paused), why (a member may need its state) and how long,
-# then ends on its own at rejoin_timeout.
+# then ends on its own at rejoin_timeout, its failed barrier named as the run's end.
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 ITERS=12
 B=48
@@ -58,4 +58,9 @@ grep -q "the run's end: this node's $ITERS iterations are done, but agreeing the
   "$tmp/alone.0.log" || fail "alone: node 0 did not say why it waits to agree the end, and how long"
 grep -q "the run's end was not agreed" "$tmp/alone.0.log" ||
   fail "alone: node 0 did not say the end was not agreed"
+# the failed barrier is the run's end, not an iteration past the last ("iteration 12 failed")
+grep -q "the run's end (agreeing it once all $ITERS iterations are done) failed: " \
+  "$tmp/alone.0.log" || fail "alone: node 0 did not say the run's end failed"
+! grep -q "iteration $ITERS failed" "$tmp/alone.0.log" ||
+  fail "alone: node 0 said iteration $ITERS failed, one past the last"
 finish
