@@ -15,6 +15,7 @@
 #include "base/hr_time.h"
 #include "cluster/node_id.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -24,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -278,7 +280,9 @@ static int start_child(launcher *l, int i) {
     }
     int p[2];
     if (pipe2(p, O_CLOEXEC) != 0) {
-        HR_ERROR(CLI, "cannot start node %ld: pipe: %s", l->res->ids[i], strerror(errno));
+        const int emfile = errno == EMFILE; /* a restart, past fd_budget's count */
+        HR_ERROR(CLI, "cannot start node %ld: pipe: %s%s", l->res->ids[i], strerror(errno),
+                 emfile ? " (the open-file limit, RLIMIT_NOFILE or ulimit -n: raise it)" : "");
         return -1;
     }
     pid_t pid = spawn(l->o, l->res->ids[i], p[1], l->join[1], &l->old_mask, l->argv, l->envp);
@@ -296,11 +300,51 @@ static int start_child(launcher *l, int i) {
     return 0;
 }
 
+/* The descriptors this process has open (/proc/self/fd), or -1 where that cannot be read. */
+static long fds_open(void) {
+    DIR *d = opendir("/proc/self/fd");
+    if (!d) return -1;
+    long n = -1; /* the directory's own descriptor */
+    for (struct dirent *e; (e = readdir(d));) n += e->d_name[0] != '.';
+    closedir(d);
+    return n;
+}
+
+/* The launcher holds one pipe per node (its output), and two while it makes each: under the
+ * open-file limit, it raises the soft limit toward the hard one (the nodes inherit it), as a
+ * node's ring does (ring/open.c, fd_budget); where that is not enough, it says so, naming the
+ * limit and the count, before any node starts. Returns 0, or 2 after the message. */
+static int fd_budget(int n) {
+    const long open = fds_open(), need = open + n + 2;
+    struct rlimit lim;
+    if (open < 0 || getrlimit(RLIMIT_NOFILE, &lim) != 0 || lim.rlim_cur == RLIM_INFINITY ||
+        lim.rlim_cur >= (rlim_t)need)
+        return 0;
+    const unsigned long was = (unsigned long)lim.rlim_cur;
+    if (lim.rlim_max == RLIM_INFINITY || lim.rlim_max >= (rlim_t)need) {
+        lim.rlim_cur = (rlim_t)need;
+        if (setrlimit(RLIMIT_NOFILE, &lim) == 0) {
+            HR_INFO(CLI,
+                    "raised the open-file limit (RLIMIT_NOFILE) from %lu to %ld: the launcher "
+                    "holds a pipe per node",
+                    was, need);
+            return 0;
+        }
+    }
+    HR_ERROR(CLI,
+             "the open-file limit (RLIMIT_NOFILE, ulimit -n) is %lu (hard %lu), but starting %d "
+             "nodes needs %ld descriptors in this launcher (a pipe per node, %ld open now), and "
+             "each node more of its own: raise it (ulimit -n %ld or more) or start fewer nodes",
+             was, (unsigned long)lim.rlim_max, n, need, open, need);
+    return 2;
+}
+
 /* Fork one child per node. Returns 0, or 2 when one could not be started (the children
  * already started keep running for the caller to stop). */
 static int start_children(launcher *l, const cfg *c) {
     for (int i = 0; i < l->n; i++) l->ch[i].fd = -1; /* none polled until started */
     for (int i = 0; i < l->n; i++) l->res->ids[i] = c->nodes[i].id;
+    if (fd_budget(l->n) != 0) return 2;
     for (int i = 0; i < l->n; i++)
         if (start_child(l, i) != 0) return 2;
     return 0;
