@@ -82,12 +82,8 @@ hr_status train_check_config(const train_config *c, char *err, size_t errlen) {
     const int regression = shape.n_targets > 0;
     HR_CHECK(check_fits_data(c, regression, err, errlen));
     model_spec spec;
-    HR_CHECK(model_spec_build(&spec, &c->model, shape.c, shape.h, shape.w,
-                              regression ? shape.n_targets : shape.n_classes, err, errlen));
-    data_loader dl;
-    HR_CHECK(data_loader_init(&dl, &shape, c->seed, c->global_batch, err, errlen));
-    data_loader_free(&dl);
-    return HR_OK;
+    return model_spec_build(&spec, &c->model, shape.c, shape.h, shape.w,
+                            regression ? shape.n_targets : shape.n_classes, err, errlen);
 }
 
 hr_status train_init(trainer *t, const train_config *tc, char *err, size_t errlen) {

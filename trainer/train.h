@@ -208,10 +208,11 @@ typedef struct {
  * node's slices come from its peer (train_set_peer). */
 hr_status train_init(trainer *t, const train_config *tc, char *err, size_t errlen);
 void train_free(trainer *t);
-/* The checks of train_init that the configuration alone decides, made without loading any data:
- * the model against the kind of data (regression or classification), and for a synthetic set,
- * whose shape and size the configuration fixes, the model's layers against that shape and the
- * samples against global_batch. HR_ERR_CONFIG with train_init's message, else HR_OK. */
+/* The checks of train_init that the configuration alone decides, made without loading any data
+ * or taking memory for it: the model against the kind of data (regression or classification),
+ * and for a synthetic set, whose shape the configuration fixes, the model's layers against that
+ * shape (its size against global_batch is cfg_validate's). HR_ERR_CONFIG with train_init's
+ * message, else HR_OK. */
 hr_status train_check_config(const train_config *tc, char *err, size_t errlen);
 
 /* The trainer's global batch B, t->conf.global_batch: its data loader and optimizer are
