@@ -185,8 +185,8 @@ static int dry_run(const cfg *c, int self, int *refused) {
 }
 
 /* What hetring run refuses with exit status 2 before it trains, whichever node it is, that
- * needs neither the network nor the data files: the model against the dataset, and the shape
- * and size of a synthetic set (train_check_config). */
+ * needs neither the network nor the data files: the model against the dataset, and against the
+ * shape of a synthetic set (train_check_config). */
 static int check_trainer_config(const cfg *c) {
     char err[HR_ERRLEN] = "";
     train_config tc;
