@@ -7,7 +7,8 @@
 #  - two nodes whose hosts are written differently but name one endpoint (a name and its
 #    address at one port) pass conf/, which resolves nothing, and are refused where the hosts
 #    are resolved: hetring run, hetring local (no node left running) and the dry run of
-#    hetring config --node, each naming both nodes' FILE:LINE, host:port and the address;
+#    hetring config --node, each naming both nodes' FILE:LINE, host:port and the address, and
+#    each exiting 2;
 #  - a host that does not resolve (gone.test) is refused before the node listens, naming its
 #    FILE:LINE: the node's own (it could not listen), a peer's beside a loopback host (it could
 #    never reach this node), and any node's in hetring local.
@@ -51,7 +52,7 @@ refused() {
 }
 refused "run" 2 run --conf "$tmp/dup.ini" --node 1
 refused "local" 2 local --conf "$tmp/dup.ini"
-refused "dry run" 1 config --conf "$tmp/dup.ini" --node 0
+refused "dry run" 2 config --conf "$tmp/dup.ini" --node 0 # exit 2 as hetring run
 pgrep -f -- "--conf $tmp/dup.ini" > /dev/null && fail "a node of hetring local still runs"
 
 # a host that does not resolve
