@@ -618,6 +618,10 @@ static void mt_begin(ring *r, ring_mt *m, int coll, uint8_t *base) {
     m->tag = secure ? SEC_TAG : 0;
     m->tx_ctr0 = r->succ_ch.tx.ctr;
     m->rx_ctr0 = r->pred_ch.rx.ctr;
+    if (secure) { /* the threads read the channels' window keys from here on */
+        sec_dir_sync(&r->succ_ch.tx);
+        sec_dir_sync(&r->pred_ch.rx);
+    }
     m->sent = m->sealed_next = m->recvd = m->open_next = m->applied = 0;
     memset(m->tx_have, 0, m->nslot * sizeof *m->tx_have);
     memset(m->rx_state, RX_FREE, m->nslot);

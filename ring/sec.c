@@ -16,12 +16,13 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #define HS_MAGIC   0x53485248u /* "HRHS" */
-#define HS_VERSION 2
+#define HS_VERSION 3           /* 3: frame keys change every key window (sec.h) */
 
 enum { MSG_PROOF = 1, MSG_VERDICT = 2 };
 
@@ -168,6 +169,21 @@ hr_status sec_keys_load(sec_keys *k, const ring_config *rc, char *err, size_t er
                        k->mode);
     if (k->mode == RING_SEC_NONE) return HR_OK;
     if (sodium_init() < 0) return hr_fail(err, errlen, HR_ERR_IO, "libsodium failed to start");
+    /* test hook: smaller key windows (never larger), so that a test crosses many */
+    const char *win = getenv("HETRING_TEST_KEY_WINDOW");
+    if (win && *win) {
+        char *end;
+        long w = strtol(win, &end, 10);
+        if (*end || end == win || w < 1 || w > 63)
+            return hr_fail(err, errlen, HR_ERR_CONFIG,
+                           "node %ld: HETRING_TEST_KEY_WINDOW=%s: expected 1 to 63", rc->self_id,
+                           win);
+        k->window_log2 = (int)w;
+        HR_WARN(SEC,
+                "HETRING_TEST_KEY_WINDOW=%s: frame keys change every %llu frames at most "
+                "(a test hook)",
+                win, 1ull << w);
+    }
     hr_status st;
     long self_id = rc->self_id;
     if (rc->key_file[0]) {
@@ -229,20 +245,74 @@ const char *sec_aead_name(int aead) {
 
 /* ================================================================ frames */
 
+unsigned sec_window_shift(uint32_t seg_bytes) {
+    uint64_t frame = FRAME_HDR + (uint64_t)seg_bytes + 64 + SEC_TAG;
+    unsigned log2 = 0; /* ceil(log2(frame)) */
+    while ((1ull << log2) < frame) log2++;
+    return log2 >= SEC_WINDOW_LOG2 ? 0 : SEC_WINDOW_LOG2 - log2;
+}
+
+/* The key of window `w`: BLAKE2b keyed with the direction's key, the window as subkey id. */
+static void window_key(const sec_dir *d, uint64_t w, uint8_t key[32]) {
+    crypto_kdf_derive_from_key(key, 32, w, "hrwindow", d->base);
+}
+
+/* Make `st` hold the frame keys of window `w` of `d` (its key, or its expanded AES key). */
+static void window_state(const sec_dir *d, uint64_t w, sec_dir *st) {
+    uint8_t key[32];
+    window_key(d, w, key);
+    if (d->aead == SEC_AEAD_AES256GCM)
+        crypto_aead_aes256gcm_beforenm(&st->aes, key);
+    else
+        memcpy(st->key, key, 32);
+    st->win = w;
+    sodium_memzero(key, sizeof key);
+}
+
+void sec_dir_init(sec_dir *d, int mode, int aead, const uint8_t key[32], unsigned shift) {
+    memset(d, 0, sizeof *d);
+    d->mode = mode;
+    d->aead = aead;
+    d->shift = shift > 63 ? 63 : shift;
+    if (mode == RING_SEC_NONE) return;
+    memcpy(d->base, key, 32);
+    window_state(d, 0, d);
+}
+
+void sec_dir_sync(sec_dir *d) {
+    uint64_t w = d->ctr >> d->shift;
+    if (d->mode != RING_SEC_NONE && w != d->win) window_state(d, w, d);
+}
+
+/* The keys that seal and open frame `ctr` of `d`: d's own for a frame of its window, else
+ * `tmp`'s, made for the frame (the caller wipes it). */
+static const sec_dir *frame_keys(const sec_dir *d, uint64_t ctr, sec_dir *tmp) {
+    uint64_t w = ctr >> d->shift;
+    if (w == d->win) return d;
+    tmp->mode = d->mode;
+    tmp->aead = d->aead;
+    window_state(d, w, tmp);
+    return tmp;
+}
+
 static void nonce_of(uint64_t ctr, uint8_t n[24]) {
     memset(n, 0, 24);
     for (int i = 0; i < 8; i++) n[i] = (uint8_t)(ctr >> (8 * i));
 }
 
 void sec_seal(sec_dir *d, uint8_t *frame, const uint8_t *src, size_t len) {
+    sec_dir_sync(d);
     sec_seal_at(d, d->ctr++, frame, src, len);
 }
 
 int sec_open(sec_dir *d, uint8_t *frame, size_t len, uint8_t *dst) {
+    sec_dir_sync(d);
     return sec_open_at(d, d->ctr++, frame, len, dst);
 }
 
-void sec_seal_at(const sec_dir *d, uint64_t ctr, uint8_t *frame, const uint8_t *src, size_t len) {
+/* Seal frame `ctr` with the keys of its window, `d`. */
+static void seal_with(const sec_dir *d, uint64_t ctr, uint8_t *frame, const uint8_t *src,
+                      size_t len) {
     uint8_t n[24], dummy = 0;
     uint8_t *pay = frame + FRAME_HDR, *tag = pay + len;
     nonce_of(ctr, n);
@@ -264,7 +334,15 @@ void sec_seal_at(const sec_dir *d, uint64_t ctr, uint8_t *frame, const uint8_t *
     }
 }
 
-int sec_open_at(const sec_dir *d, uint64_t ctr, uint8_t *frame, size_t len, uint8_t *dst) {
+void sec_seal_at(const sec_dir *d, uint64_t ctr, uint8_t *frame, const uint8_t *src, size_t len) {
+    sec_dir tmp;
+    const sec_dir *k = frame_keys(d, ctr, &tmp);
+    seal_with(k, ctr, frame, src, len);
+    if (k == &tmp) sodium_memzero(&tmp, sizeof tmp);
+}
+
+/* Open frame `ctr` with the keys of its window, `d`. */
+static int open_with(const sec_dir *d, uint64_t ctr, uint8_t *frame, size_t len, uint8_t *dst) {
     uint8_t n[24], dummy = 0;
     uint8_t *pay = frame + FRAME_HDR, *tag = pay + len;
     int rc;
@@ -292,30 +370,35 @@ int sec_open_at(const sec_dir *d, uint64_t ctr, uint8_t *frame, size_t len, uint
     return 0;
 }
 
-static void dir_init(sec_dir *d, int mode, int aead, const uint8_t key[32]) {
-    memset(d, 0, sizeof *d);
-    d->mode = mode;
-    d->aead = aead;
-    if (mode == RING_SEC_NONE) return;
-    if (aead == SEC_AEAD_AES256GCM)
-        crypto_aead_aes256gcm_beforenm(&d->aes, key);
-    else
-        memcpy(d->key, key, 32);
+int sec_open_at(const sec_dir *d, uint64_t ctr, uint8_t *frame, size_t len, uint8_t *dst) {
+    sec_dir tmp;
+    const sec_dir *k = frame_keys(d, ctr, &tmp);
+    int rc = open_with(k, ctr, frame, len, dst);
+    if (k == &tmp) sodium_memzero(&tmp, sizeof tmp);
+    return rc;
 }
 
 /* ================================================================ handshake */
 
 /* Hello layout: 0 magic u32 | 4 version u16 | 6 role u8 | 7 mode u8 | 8 epoch u64 | 16 from i64 |
- * 24 to i64 | 32 seg u32 | 36 aes u8 | 37 link u8 | 40 tree_bytes u32 | 64 ephemeral pk (32) |
+ * 24 to i64 | 32 seg u32 | 36 aes u8 | 37 link u8 | 38 key window shift u8 |
+ * 40 tree_bytes u32 | 64 ephemeral pk (32) |
  * 96 name hash (32) | 128 name prefix (64, for messages). */
 typedef struct {
     uint32_t seg, tree_bytes;
-    int version, role, mode, aes, link;
+    int version, role, mode, aes, link, shift;
     uint64_t epoch;
     long from, to;
     const uint8_t *eph, *name_hash;
     char name[65];
 } hello;
+
+/* The key window shift of this node's links (sec_window_shift, or the test hook's if smaller). */
+static unsigned hs_shift(const sec_hs_params *p) {
+    unsigned s = sec_window_shift(p->seg_bytes);
+    int t = p->keys->window_log2;
+    return t > 0 && (unsigned)t < s ? (unsigned)t : s;
+}
 
 static void hello_build(uint8_t h[SEC_HELLO], const sec_hs_params *p, int role,
                         const uint8_t eph[32]) {
@@ -330,6 +413,7 @@ static void hello_build(uint8_t h[SEC_HELLO], const sec_hs_params *p, int role,
     le_put32(h + 32, p->seg_bytes);
     h[36] = p->keys->mode == RING_SEC_NONE ? 0 : (uint8_t)crypto_aead_aes256gcm_is_available();
     h[37] = (uint8_t)p->link;
+    h[38] = (uint8_t)hs_shift(p);
     le_put32(h + 40, p->tree_bytes);
     if (eph) memcpy(h + 64, eph, 32);
     crypto_generichash(h + 96, 32, (const uint8_t *)p->rc->name, strlen(p->rc->name), NULL, 0);
@@ -346,6 +430,7 @@ static void hello_parse(const uint8_t h[SEC_HELLO], hello *o) {
     o->seg = le_get32(h + 32);
     o->aes = h[36];
     o->link = h[37];
+    o->shift = h[38];
     o->tree_bytes = le_get32(h + 40);
     o->eph = h + 64;
     o->name_hash = h + 96;
@@ -422,6 +507,11 @@ static hr_status hello_check(const hello *o, const uint8_t mine[SEC_HELLO], cons
     if (o->tree_bytes != p->tree_bytes)
         return hr_fail(why, whylen, HR_ERR_PROTO, "tree_bytes %u differs from this node's %u",
                        o->tree_bytes, p->tree_bytes);
+    if (p->keys->mode != RING_SEC_NONE && o->shift != (int)hs_shift(p))
+        return hr_fail(why, whylen, HR_ERR_PROTO,
+                       "key windows of 2^%d frames differ from this node's 2^%u (is "
+                       "HETRING_TEST_KEY_WINDOW set on one node only?)",
+                       o->shift, hs_shift(p));
     if (p->keys->have_identity && !p->rc->members[idx].has_pubkey)
         return hr_fail(why, whylen, HR_ERR_AUTH, "unknown peer: node %ld has no pinned pubkey",
                        o->from);
@@ -729,8 +819,9 @@ hr_status sec_handshake(int fd, int initiator, const sec_hs_params *p, double de
         int aead = !h.secure                 ? SEC_AEAD_NONE
                    : (h.o.aes && h.mine[36]) ? SEC_AEAD_AES256GCM
                                              : SEC_AEAD_XCHACHA20;
-        dir_init(&ch->tx, p->keys->mode, aead, initiator ? h.k.i2r : h.k.r2i);
-        dir_init(&ch->rx, p->keys->mode, aead, initiator ? h.k.r2i : h.k.i2r);
+        unsigned shift = hs_shift(p);
+        sec_dir_init(&ch->tx, p->keys->mode, aead, initiator ? h.k.i2r : h.k.r2i, shift);
+        sec_dir_init(&ch->rx, p->keys->mode, aead, initiator ? h.k.r2i : h.k.i2r, shift);
         if (p->peer) {
             p->peer->id = h.o.from;
             p->peer->lobby = h.o.epoch == SEC_EPOCH_LOBBY;

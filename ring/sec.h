@@ -31,7 +31,13 @@
  * a tree hello addressed to it.
  *
  * Frames: AES-256-GCM when both ends have AES-NI, else XChaCha20-Poly1305; the nonce is a
- * 64-bit counter per direction, so a replayed, dropped or reordered frame fails to open. In
+ * 64-bit counter per direction, so a replayed, dropped or reordered frame fails to open.
+ * Key windows: frame `ctr` of a direction is sealed with the key of window ctr >> shift,
+ * derived from the direction's handshake key and the window number (crypto_kdf, BLAKE2b), so
+ * both ends change keys at the same frame without a message. `shift` follows from the segment
+ * size both hellos carry: 2^shift frames of the largest frame a link takes hold at most
+ * 2^SEC_WINDOW_LOG2 bytes, well below the ~350 GB libsodium advises as the most to encrypt
+ * under one AES-256-GCM key (XChaCha20-Poly1305 has no such limit; it changes keys alike). In
  * encrypt mode the header is associated data and the payload is encrypted; in auth mode
  * header and payload are both associated data (a MAC only). Keys are wiped with
  * sodium_memzero and never logged.
@@ -64,12 +70,21 @@ typedef struct {
     uint8_t sign_sk[crypto_sign_SECRETKEYBYTES]; /* Ed25519 secret key */
     int have_psk;                                /* psk holds the cluster pre-shared key */
     uint8_t psk[32];                             /* cluster pre-shared key */
+    int window_log2; /* > 0: key windows of at most 2^window_log2 frames (test hook
+                      * HETRING_TEST_KEY_WINDOW, set by sec_keys_load); 0: as the segment says */
 } sec_keys;
 
-/* One direction of a channel. */
+/* Bytes one key window may carry at most: 2^36 (64 GiB, about 69 GB). */
+#define SEC_WINDOW_LOG2 36
+
+/* One direction of a channel. The state of window `win` is kept (the key schedule runs once
+ * a window); a frame of another window gets a state of its own for that frame. */
 typedef struct {
-    crypto_aead_aes256gcm_state aes; /* expanded AES-GCM key */
-    uint8_t key[32];                 /* XChaCha20-Poly1305 key */
+    crypto_aead_aes256gcm_state aes; /* expanded AES-GCM key of window `win` */
+    uint8_t key[32];                 /* XChaCha20-Poly1305 key of window `win` */
+    uint8_t base[32];                /* the direction's key from the handshake */
+    uint64_t win;                    /* the window aes or key belong to */
+    unsigned shift;                  /* a window is 2^shift frames (0 to 63) */
     int aead;                        /* SEC_AEAD_* */
     int mode;                        /* ring_security: how frames are protected */
     uint64_t ctr;                    /* nonce counter of the next frame */
@@ -131,6 +146,16 @@ hr_status sec_handshake(int fd, int initiator, const sec_hs_params *p, double de
 void sec_chan_free(sec_chan *ch);
 const char *sec_aead_name(int aead);
 
+/* The key window shift of links whose frames carry at most `seg_bytes` of payload (the
+ * pipeline segment): 2^shift frames of FRAME_HDR + seg_bytes + 64 + SEC_TAG bytes (a ring's
+ * stage, ring/open.c) hold at most 2^SEC_WINDOW_LOG2 bytes. */
+unsigned sec_window_shift(uint32_t seg_bytes);
+/* Set up one direction from its handshake key: window 0's state, counter 0. */
+void sec_dir_init(sec_dir *d, int mode, int aead, const uint8_t key[32], unsigned shift);
+/* Keep the state of the window d->ctr is in (once a window; the threaded engine calls it
+ * before its threads take a collective, as nothing else may use `d` then). */
+void sec_dir_sync(sec_dir *d);
+
 /* Seal `frame` = header(FRAME_HDR) | payload(len) | tag(SEC_TAG). The payload is taken from
  * `src` (which may be frame + FRAME_HDR): encrypted into the frame, or copied for auth. */
 void sec_seal(sec_dir *d, uint8_t *frame, const uint8_t *src, size_t len);
@@ -140,7 +165,9 @@ int sec_open(sec_dir *d, uint8_t *frame, size_t len, uint8_t *dst)
     __attribute__((warn_unused_result));
 /* The same with the frame's nonce counter given and `d` left unchanged: frames of one
  * direction can be sealed and opened on several threads at once (engine_mt.c's threaded engine
- * gives frame i of a collective the counter start + i, as the in-order calls would). */
+ * gives frame i of a collective the counter start + i, as the in-order calls would). A frame
+ * outside d's window gets its window's keys made for it, on the stack (a BLAKE2b and, for
+ * AES-256-GCM, the key schedule). */
 void sec_seal_at(const sec_dir *d, uint64_t ctr, uint8_t *frame, const uint8_t *src, size_t len);
 int sec_open_at(const sec_dir *d, uint64_t ctr, uint8_t *frame, size_t len, uint8_t *dst)
     __attribute__((warn_unused_result));

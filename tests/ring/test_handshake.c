@@ -70,6 +70,8 @@ typedef struct {
     uint32_t seg;           /* segment size in its hello */
     uint32_t tree_bytes;    /* tree_bytes in its hello */
     int link;               /* link kind in its hello (SEC_LINK_*) */
+    int version;            /* protocol version in its hello, 0: this one's */
+    int shift;              /* key window shift in its hello, -1: sec_window_shift(seg) */
     const char *name;       /* cluster name in its hello */
     const uint8_t *sign_sk; /* identity it signs with (64 bytes), NULL: zeros */
     const uint8_t *psk;     /* pre-shared key (32 bytes), NULL: none */
@@ -131,7 +133,7 @@ static int fk_read_msg(fake *f, uint8_t body[SEC_TEXT_MAX]) {
 static void fk_hello(const fake *f, uint8_t h[HELLO], const uint8_t eph[32]) {
     memset(h, 0, HELLO);
     le_put32(h, MAGIC);
-    h[4] = 2;
+    h[4] = (uint8_t)(f->version ? f->version : 3);
     h[6] = (uint8_t)(f->role ^ f->wrong_role);
     h[7] = (uint8_t)f->mode;
     le_put64(h + 8, f->epoch);
@@ -139,6 +141,7 @@ static void fk_hello(const fake *f, uint8_t h[HELLO], const uint8_t eph[32]) {
     le_put64(h + 24, (uint64_t)f->to);
     le_put32(h + 32, f->seg);
     h[37] = (uint8_t)f->link;
+    h[38] = (uint8_t)(f->shift >= 0 ? (unsigned)f->shift : sec_window_shift(f->seg));
     le_put32(h + 40, f->tree_bytes);
     memcpy(h + 64, eph, 32);
     crypto_generichash(h + 96, 32, (const uint8_t *)f->name, strlen(f->name), NULL, 0);
@@ -384,6 +387,7 @@ static fake honest(const realnode *r, int role) {
               .to = 0,
               .seg = SEG,
               .tree_bytes = TREE,
+              .shift = -1,
               .name = "hstest",
               .sign_sk = r->keys.have_identity ? g_sk[1] : NULL,
               .psk = r->keys.have_psk ? g_psk : NULL,
@@ -463,11 +467,19 @@ static void test_honest(realnode *r, int role, const char *what) {
     CHECK(f.proof_ok == 1, "%s: the real node's proof did not verify at the fake", what);
     if (role == INITIATOR)
         CHECK(f.verdict == 0, "%s: the fake got verdict %d (%s)", what, f.verdict, f.text);
-    /* the fake advertises no AES, so the channel is XChaCha20-Poly1305 with raw keys */
+    /* the fake advertises no AES, so the channel is XChaCha20-Poly1305; window 0's keys are
+     * derived from the handshake's with the window number (crypto_kdf, context "hrwindow") */
     const uint8_t *tx = role == RESPONDER ? f.i2r : f.r2i, *rx = role == RESPONDER ? f.r2i : f.i2r;
-    CHECK(st == HR_OK && ch->tx.aead == SEC_AEAD_XCHACHA20 && memcmp(ch->tx.key, tx, 32) == 0 &&
-              memcmp(ch->rx.key, rx, 32) == 0,
+    uint8_t tx0[32], rx0[32];
+    crypto_kdf_derive_from_key(tx0, 32, 0, "hrwindow", tx);
+    crypto_kdf_derive_from_key(rx0, 32, 0, "hrwindow", rx);
+    CHECK(st == HR_OK && ch->tx.aead == SEC_AEAD_XCHACHA20 && memcmp(ch->tx.base, tx, 32) == 0 &&
+              memcmp(ch->rx.base, rx, 32) == 0 && memcmp(ch->tx.key, tx0, 32) == 0 &&
+              memcmp(ch->rx.key, rx0, 32) == 0,
           "%s: the two ends derived different frame keys", what);
+    CHECK(st == HR_OK && ch->tx.shift == sec_window_shift(SEG) && ch->rx.shift == ch->tx.shift,
+          "%s: key windows of 2^%u frames, expected 2^%u", what, ch->tx.shift,
+          sec_window_shift(SEG));
     printf("%-44s -> ok\n", what);
     sec_chan_free(ch);
     free(ch);
@@ -503,6 +515,12 @@ static void test_cheats(realnode *r, int role, const char *tag) {
     CASE("mismatched mode", f.mode = psk_only ? RING_SEC_ENCRYPT : RING_SEC_AUTH, HR_ERR_PROTO,
          "differs from this node's");
     CASE("mismatched segment size", f.seg = SEG / 2, HR_ERR_PROTO, "segment_bytes 32768 differs");
+    /* a node of the protocol before key windows (2) is told apart, not met with frames that
+     * fail to open */
+    CASE("an older protocol version", f.version = 2, HR_ERR_PROTO,
+         "protocol version 2, this node speaks 3");
+    CASE("mismatched key window", f.shift = 3, HR_ERR_PROTO,
+         "key windows of 2^3 frames differ from this node's 2^19");
     CASE("mismatched tree_bytes", f.tree_bytes = TREE / 2, HR_ERR_PROTO,
          "tree_bytes 2048 differs");
     CASE("unknown link kind", f.link = 5, HR_ERR_PROTO, "unknown link kind 5");
@@ -797,6 +815,7 @@ static void ring_case(int role, fk_script script, const char *text, const char *
                   .to = 0,
                   .seg = SEG,
                   .tree_bytes = 65536, /* the ring's default */
+                  .shift = -1,
                   .name = "hstest",
                   .sign_sk = g_sk[1],
                   .verdict = -1};

@@ -42,17 +42,8 @@ static void test_frame(void) {
 static void pair(sec_dir *tx, sec_dir *rx, int mode, int aead) {
     uint8_t key[32];
     randombytes_buf(key, sizeof key);
-    memset(tx, 0, sizeof *tx);
-    tx->mode = rx->mode = mode;
-    tx->aead = rx->aead = aead;
-    if (aead == SEC_AEAD_AES256GCM) {
-        crypto_aead_aes256gcm_beforenm(&tx->aes, key);
-        crypto_aead_aes256gcm_beforenm(&rx->aes, key);
-    } else {
-        memcpy(tx->key, key, 32);
-        memcpy(rx->key, key, 32);
-    }
-    rx->ctr = tx->ctr = 0;
+    sec_dir_init(tx, mode, aead, key, sec_window_shift(1 << 20));
+    sec_dir_init(rx, mode, aead, key, sec_window_shift(1 << 20));
 }
 
 static void test_seal(int mode, int aead) {
@@ -100,6 +91,118 @@ static void test_seal(int mode, int aead) {
     free(f2);
     free(tx);
     free(rx);
+}
+
+/* Seal frame `ctr` of `tx` (sec_seal_at) and open it with `rx`: 0 when it opens whole. */
+static int seal_open_at(const sec_dir *tx, const sec_dir *rx, uint64_t ctr) {
+    uint8_t f[FRAME_HDR + 64 + SEC_TAG], src[64], out[64];
+    frame_hdr h = {FRAME_MAGIC, FRAME_VERSION, FRAME_DATA, 1, 0, 0, (uint32_t)ctr, sizeof src};
+    for (size_t i = 0; i < sizeof src; i++) src[i] = (uint8_t)(ctr + i);
+    frame_encode(&h, f);
+    sec_seal_at(tx, ctr, f, src, sizeof src);
+    if (sec_open_at(rx, ctr, f, sizeof src, out) != 0) return -1;
+    return memcmp(out, src, sizeof src) == 0 ? 0 : -1;
+}
+
+/* Key windows: frame keys change every 2^shift frames, alike at both ends and on either path
+ * (the in-order calls that keep a window's state, the _at calls that make one for a frame of
+ * another window), up to the counter's far end; a frame of one window opens under no other
+ * window's key. */
+static void test_windows(int mode, int aead) {
+    const char *what = sec_aead_name(aead);
+    /* the shift: the largest that keeps 2^shift stage-sized frames within 2^SEC_WINDOW_LOG2 */
+    uint32_t segs[] = {64, 1000, 1 << 16, 1 << 20, 3u << 20, 1u << 30, UINT32_MAX};
+    for (size_t i = 0; i < sizeof segs / sizeof *segs; i++) {
+        unsigned sh = sec_window_shift(segs[i]);
+        uint64_t frame = FRAME_HDR + (uint64_t)segs[i] + 64 + SEC_TAG, cap = 1ull << 36;
+        CHECK(sh < 30 && frame << sh <= cap && frame << (sh + 1) > cap,
+              "segment %u: 2^%u frames of %llu bytes per key window", segs[i], sh,
+              (unsigned long long)frame);
+    }
+    CHECK(sec_window_shift(1u << 30) == 5, "1 GiB segments: windows of 32 frames (%u)",
+          sec_window_shift(1u << 30));
+    sec_dir *tx = aligned_alloc(16, sizeof *tx), *rx = aligned_alloc(16, sizeof *rx);
+    sec_dir *other = aligned_alloc(16, sizeof *other);
+    uint8_t key[32];
+    randombytes_buf(key, sizeof key);
+    /* in order, across five windows of 4 frames: each end changes keys at the same frame */
+    sec_dir_init(tx, mode, aead, key, 2);
+    sec_dir_init(rx, mode, aead, key, 2);
+    uint8_t f[FRAME_HDR + 100 + SEC_TAG], src[100], out[100];
+    memset(src, 7, sizeof src);
+    frame_hdr h = {FRAME_MAGIC, FRAME_VERSION, FRAME_DATA, 1, 0, 0, 0, sizeof src};
+    int ok = 1;
+    for (uint32_t i = 0; i < 20; i++) {
+        h.index = i;
+        frame_encode(&h, f);
+        sec_seal(tx, f, src, sizeof src);
+        ok &= sec_open(rx, f, sizeof src, out) == 0 && memcmp(out, src, sizeof src) == 0;
+    }
+    CHECK(ok && tx->win == 4 && rx->win == 4, "%s: 20 frames in order over 5 windows (at %llu)",
+          what, (unsigned long long)tx->win);
+    /* out of order on const channels, in windows other than the one kept: frame 2 of window 0
+     * and frames of windows 1, 7 and far away, each sealed and opened with a state of its own */
+    uint64_t ctrs[] = {2, 5, 31, 1ull << 40, (1ull << 40) + 3};
+    ok = 1;
+    for (size_t i = 0; i < sizeof ctrs / sizeof *ctrs; i++)
+        ok &= seal_open_at(tx, rx, ctrs[i]) == 0;
+    CHECK(ok, "%s: frames of other windows seal and open on const channels", what);
+    /* the _at calls and the in-order ones agree: frames sealed on a channel kept at window 0
+     * open in order on one that changes windows, and the other way round */
+    sec_dir_init(other, mode, aead, key, 2);
+    tx->ctr = rx->ctr = 0;
+    ok = 1;
+    for (uint32_t i = 0; i < 20; i++) {
+        h.index = i;
+        frame_encode(&h, f);
+        sec_seal_at(other, i, f, src, sizeof src);
+        ok &= sec_open(rx, f, sizeof src, out) == 0;
+        frame_encode(&h, f);
+        sec_seal(tx, f, src, sizeof src);
+        ok &= sec_open_at(other, i, f, sizeof src, out) == 0;
+    }
+    CHECK(ok && other->win == 0 && rx->win == 4,
+          "%s: frames of 5 windows sealed with _at open in order, and the other way round", what);
+    /* a frame sealed in window j does not open under window j + 1's key (same nonce): `other`
+     * has the same key and windows of 2 frames, so frame 4 is in its window 2, tx's window 1 */
+    sec_dir_init(other, mode, aead, key, 1);
+    CHECK(seal_open_at(tx, other, 4) != 0 && seal_open_at(other, tx, 4) != 0,
+          "%s: frame 4 sealed in window 1 does not open in window 2", what);
+    sec_dir_init(other, mode, aead, key, 0); /* a window per frame: frame 1 is window 1 */
+    CHECK(seal_open_at(tx, other, 1) != 0 && seal_open_at(other, tx, 1) != 0,
+          "%s: frame 1 sealed in window 0 does not open in window 1", what);
+    CHECK(seal_open_at(other, other, 1) == 0 && seal_open_at(other, other, 2) == 0,
+          "%s: windows of one frame seal and open", what);
+    /* a key of the handshake's other direction opens nothing */
+    uint8_t key2[32];
+    memcpy(key2, key, 32);
+    key2[31] ^= 1;
+    sec_dir_init(other, mode, aead, key2, 2);
+    CHECK(seal_open_at(tx, other, 0) != 0, "%s: another direction key opens nothing", what);
+    /* the counter's far end: the last window (2^62 - 1 with windows of 4 frames) and the one
+     * before it, in order and at any counter; no window arithmetic wraps */
+    tx->ctr = rx->ctr = UINT64_MAX - 5;
+    ok = 1;
+    for (int i = 0; i < 5; i++) {
+        h.index = (uint32_t)i;
+        frame_encode(&h, f);
+        sec_seal(tx, f, src, sizeof src);
+        ok &= sec_open(rx, f, sizeof src, out) == 0;
+    }
+    CHECK(ok && tx->ctr == UINT64_MAX && tx->win == UINT64_MAX >> 2 && rx->win == UINT64_MAX >> 2,
+          "%s: frames up to counter 2^64 - 2 in order, last window %llu", what,
+          (unsigned long long)tx->win);
+    CHECK(seal_open_at(tx, rx, UINT64_MAX) == 0 && seal_open_at(tx, rx, UINT64_MAX - 4) == 0 &&
+              seal_open_at(tx, rx, 0) == 0,
+          "%s: frames at counters 2^64 - 1, 2^64 - 5 and 0 from the far end", what);
+    sec_dir_init(other, mode, aead, key, 63); /* one window of 2^63 frames, then a second */
+    CHECK(seal_open_at(other, other, UINT64_MAX) == 0 && seal_open_at(other, tx, 1ull << 63) != 0 &&
+              seal_open_at(other, other, (1ull << 63) - 1) == 0,
+          "%s: windows of 2^63 frames", what);
+    sodium_memzero(key, sizeof key);
+    free(tx);
+    free(rx);
+    free(other);
 }
 
 static void on_alarm(int sig) {
@@ -333,11 +436,15 @@ int main(int argc, char **argv) {
         }
         test_seal(RING_SEC_AUTH, SEC_AEAD_AES256GCM);
         test_seal(RING_SEC_ENCRYPT, SEC_AEAD_AES256GCM);
+        test_windows(RING_SEC_AUTH, SEC_AEAD_AES256GCM);
+        test_windows(RING_SEC_ENCRYPT, SEC_AEAD_AES256GCM);
         return check_exit();
     }
     test_frame();
     test_seal(RING_SEC_AUTH, SEC_AEAD_XCHACHA20);
     test_seal(RING_SEC_ENCRYPT, SEC_AEAD_XCHACHA20);
+    test_windows(RING_SEC_AUTH, SEC_AEAD_XCHACHA20);
+    test_windows(RING_SEC_ENCRYPT, SEC_AEAD_XCHACHA20);
     test_key_files();
     test_poll_ms();
     test_same_host();
