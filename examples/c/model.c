@@ -7,11 +7,17 @@
  * state to a node that joins (get_state/put_state). Everything else is the loop you would
  * write for one machine.
  *
+ * SIGTERM (a scheduler's pre-emption), SIGINT (Ctrl-C) and SIGHUP (a closed terminal) make the
+ * node leave cleanly at the next iteration boundary, as `hetring run` does: the others log its
+ * leave and go on without it. A second one of the same signal ends the node at once.
+ *
  *     ./model cluster.ini NODE_ID [SECTION.KEY=VALUE ...]
  */
+#define _POSIX_C_SOURCE 200809L /* sigaction */
 #include <hetring.h>
 
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -57,6 +63,19 @@ static void on_view(void *user, const hetring_view *v) {
                v->iter);
 }
 
+static volatile sig_atomic_t leave; /* a leave signal came: hetring reads it (leave_flag) */
+static void on_leave_signal(int sig) {
+    (void)sig;
+    leave = 1;
+}
+static void catch_leave_signals(void) {
+    struct sigaction sa = {.sa_handler = on_leave_signal, .sa_flags = SA_RESETHAND};
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL);
+}
+
 static double now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -76,11 +95,14 @@ int main(int argc, char **argv) {
     o.node_id = atol(argv[2]);
     o.n_samples = N;
     o.set = (const char *const *)(argv + 3); /* argv is NULL-terminated */
+    o.leave_flag = &leave;                   /* also ends the wait for the others in open */
     o.cb = (hetring_callbacks){
         .user = &s, .get_state = get_state, .put_state = put_state, .on_view = on_view};
     char err[512];
     hetring *h;
+    catch_leave_signals();
     int st = hetring_open(&h, &o, err, sizeof err);
+    if (st == HETRING_LEFT) return 0; /* asked to leave before the cluster formed */
     if (st != HETRING_OK) {
         fprintf(stderr, "model: %s\n", err);
         return 1;
@@ -120,6 +142,8 @@ int main(int argc, char **argv) {
     }
     int ok = st == HETRING_DONE || st == HETRING_LEFT;
     if (!ok) fprintf(stderr, "model: %s\n", hetring_last_error(h));
+    if (st == HETRING_LEFT)
+        printf("node %s left the cluster after iteration %ld\n", argv[2], r.iter);
     double dw = 0;
     for (int j = 0; j < D; j++) dw = fmax(dw, fabs(s.w[j] - true_w(j)));
     if (ok && hetring_rank(h) == 0)

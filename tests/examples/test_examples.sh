@@ -49,6 +49,21 @@ c)
     done
     for k in 0 1 2; do wait "${pids[$k]}" || fail "node $k exited $?: $(tail -5 "$tmp/n$k.log")"; done
     grep -h "^done:" "$tmp/n0.log" || fail "node 0 printed no result: $(cat "$tmp/n0.log")"
+    # SIGTERM to node 2 once node 0 printed iteration 50 (of 10000, about 1000 a second): node
+    # 2 leaves cleanly, and the others log its leave, not a failure, and finish
+    for k in 0 1 2; do
+        timeout 120 stdbuf -oL "$tmp/c/model" "$tmp/c/cluster.ini" $k train.iterations=10000 \
+            "${sets[@]:0:3}" > "$tmp/t$k.log" 2>&1 &
+        pids[$k]=$!
+    done
+    for _ in $(seq 600); do grep -q "^iter   50" "$tmp/t0.log" && break; sleep 0.1; done
+    kill -TERM "${pids[2]}" # timeout passes it on to the node
+    for k in 0 1 2; do wait "${pids[$k]}" || fail "node $k exited $? after SIGTERM to node 2: $(tail -3 "$tmp/t$k.log")"; done
+    grep -h "left the cluster" "$tmp/t2.log" || fail "node 2 did not leave on SIGTERM: $(tail -3 "$tmp/t2.log")"
+    grep -q "ring: node 2 left at iteration" "$tmp/t0.log" || fail "node 0 did not log node 2's leave: $(grep ring: "$tmp/t0.log" | tail -3)"
+    grep -q "^done:" "$tmp/t0.log" || fail "node 0 did not finish after node 2 left: $(tail -3 "$tmp/t0.log")"
+    ! grep -h "\] \(warn\|error\) " "$tmp/t0.log" "$tmp/t1.log" | grep -v "security = none" ||
+        fail "a node reported node 2's leave as a failure"
     ;;
 torch)
     if ! "$PY" -c "import torch" 2> /dev/null; then
