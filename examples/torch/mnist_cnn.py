@@ -10,8 +10,9 @@ gradients weighted by those shares, and keeps the replicas identical; the rest i
 PyTorch loop you know. The last line of each node is `RESULT {json}` (wall time, samples/s,
 held-out accuracy, a hash of the final parameters).
 
-SIGTERM makes a node leave the cluster at the next iteration boundary (the others go on
-without it; start it again and it rejoins with their state). --checkpoint FILE resumes from
+SIGTERM, SIGINT (Ctrl-C) or SIGHUP makes a node leave the cluster at the next iteration
+boundary, as `hetring run` does (the others go on without it; start it again and it rejoins
+with their state). --checkpoint FILE resumes from
 FILE when it exists and writes it when this node stops (at the end, or when it left).
 
 --device cuda (or cuda:N) puts this node's model and batches on a GPU; hetring stages its
@@ -107,7 +108,7 @@ def run_hetring(a, s, data):
 
     tr = ht.Trainer(a.conf, model, opt, node_id=a.node, n_samples=len(X), overrides=a.set,
                     on_view=on_view, clock=CLOCKS[a.clock], resume=a.checkpoint,
-                    leave_on=(signal.SIGTERM,))
+                    leave_on=(signal.SIGTERM, signal.SIGINT, signal.SIGHUP))
     t0, done, retries, comm, losses = None, 0, 0, 0.0, []
     for idx in tr.batches():
         if t0 is None:

@@ -17,7 +17,7 @@ follows a 1-node run of the same global batch. A StepLR scheduler and gradient c
 before_step (after the all-reduce) show where those go. The last line is `RESULT {json}`
 (iterations, losses, held-out accuracy, a hash of every parameter and buffer).
 
-SIGTERM makes the node leave at the next boundary; killed (SIGKILL) it is dropped by the
+SIGTERM, SIGINT or SIGHUP makes the node leave at the next boundary; killed (SIGKILL) it is dropped by the
 others, who run the interrupted iteration again; started again, it rejoins with their state.
 """
 import argparse
@@ -88,7 +88,8 @@ def main():
 
     tr = ht.Trainer(a.conf, model, opt, node_id=a.node, n_samples=len(X), overrides=a.set,
                     buffers=a.buffers, sync_bn=a.sync_bn, scheduler=sched, before_step=clip,
-                    on_view=on_view, clock=time.thread_time, leave_on=(signal.SIGTERM,))
+                    on_view=on_view, clock=time.thread_time,
+                    leave_on=(signal.SIGTERM, signal.SIGINT, signal.SIGHUP))
     loss_fn = nn.CrossEntropyLoss()
     losses, retries, t0 = [], 0, None
     for idx in tr.batches():

@@ -100,6 +100,22 @@ torch)
     run 12
     its=$(grep -h '^RESULT' "$tmp"/n*.log | sed 's/.*"iterations": \([0-9]*\).*/\1/' | sort -u)
     [ "$its" = 4 ] || fail "the resumed run ran '$its' iterations per node, not 4"
+    # SIGINT (Ctrl-C) to node 3 once node 0 printed its first iteration (of 60): node 3 leaves
+    # cleanly (a KeyboardInterrupt killed it), node 0 logs its leave, and the others finish
+    pids=()
+    for k in 0 1 2 3; do
+        args=(--set train.iterations=60)
+        for s in "${sets[@]}"; do args+=(--set "$s"); done
+        timeout 180 "$PY" "$SRC/examples/torch/mnist_cnn.py" --conf "$SRC/examples/torch/cluster.ini" \
+            --node $k --data "$tmp/data" "${args[@]}" > "$tmp/i$k.log" 2>&1 &
+        pids+=($!)
+    done
+    for _ in $(seq 1200); do grep -q "^iter " "$tmp/i0.log" && break; sleep 0.1; done
+    kill -INT "${pids[3]}" # timeout passes it on to the node
+    for k in 0 1 2 3; do wait "${pids[$k]}" || fail "node $k exited $? after SIGINT to node 3: $(tail -3 "$tmp/i$k.log")"; done
+    grep -h "left the cluster" "$tmp/i3.log" || fail "node 3 did not leave on SIGINT: $(tail -3 "$tmp/i3.log")"
+    grep -q "ring: node 3 left at iteration" "$tmp/i0.log" || fail "node 0 did not log node 3's leave"
+    grep -q "^done:" "$tmp/i0.log" || fail "node 0 did not finish after node 3 left: $(tail -3 "$tmp/i0.log")"
     ;;
 run-sh)
     # the fake: a node records its --data and prints its RESULT, or while $tmp/hang exists
