@@ -17,7 +17,9 @@
 # usage: elastic_scale.sh HETRING [--nodes "16 64 128"] [--runs 3] [--port 20000]
 #                          [--json FILE] [--keep DIR] [--tree-bytes B]
 # A cluster's nodes are stopped at the end of its run, and at exit, also on SIGTERM or SIGINT
-# to this script alone (exit 143 or 130): SIGTERM, and SIGKILL 10 s later.
+# to this script alone (exit 143 or 130): SIGTERM, and SIGKILL 10 s later. Their iterations are
+# endless: killed by SIGKILL (no trap runs), the script leaves a watcher that stops them so
+# within a second or so.
 set -u
 . "$(dirname "$0")/script_args.sh"
 script_hetring "$@" # the comment above is the usage
@@ -38,6 +40,7 @@ done
 tmp=$(mktemp -d)
 pids=()
 script_traps 'rm -rf "$tmp"'
+proc_orphan_watch "$tmp/nodes"
 now() { date +%s.%N; }
 sub() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.3f", a - b }'; }
 median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{ v[NR] = $1 } END { if (NR == 0) print "nan"; else print (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2) }'; }
@@ -55,6 +58,7 @@ start() { # start ID: its pid in pids[ID], and in script_pids (script_args.sh)
   "$HR" run --conf "$tmp/c.ini" --node "$1" --quiet --metrics "$tmp/m-$1.jsonl" >> "$tmp/n$1.log" 2>&1 &
   pids[$1]=$!
   script_add $!
+  [ -n "${child_start[$!]:-}" ] && echo "$! ${child_start[$!]}" >> "$tmp/nodes"
 }
 # first_iter FILE [AFTER] [WITH|WITHOUT ID]: t_unix of the first iteration record after AFTER
 # whose view contains (or not) node ID

@@ -18,6 +18,11 @@
 #     fails if none did.
 #   child_kill_all: SIGKILL to every recorded child that still runs, with the process group of
 #     one that leads its own (timeout's, which holds the command it runs), and reaps them.
+#   proc_orphan_watch FILE: a watcher in the background for what this shell leaves running
+#     when it ends without its traps (SIGKILL): once this shell is gone it sends SIGTERM, and
+#     SIGKILL 10 s later, to each process of FILE's "PID START" lines that still runs, to no
+#     other; where FILE is gone by then (the shell's traps stopped them and removed it), it
+#     does nothing. For processes meant to run until stopped (nodes of endless iterations).
 proc_f=()
 proc_stat() {
     local s
@@ -52,4 +57,20 @@ child_kill_all() {
     done
     for p in "${killed[@]}"; do wait "$p" 2> /dev/null || true; done
     return 0
+}
+proc_orphan_watch() {
+    proc_stat "$BASHPID" || return 1
+    local me=$BASHPID start=${proc_f[19]}
+    (
+        while proc_alive "$me" "$start"; do sleep 1; done
+        [ -f "$1" ] || exit 0
+        mapfile -t left < "$1"
+        [ ${#left[@]} -gt 0 ] || exit 0
+        for p in "${left[@]}"; do proc_signal TERM $p; done
+        for _ in $(seq 100); do
+            for p in "${left[@]}"; do proc_alive $p && break; done || exit 0
+            sleep 0.1
+        done
+        for p in "${left[@]}"; do proc_signal KILL $p; done
+    ) < /dev/null > /dev/null 2>&1 &
 }

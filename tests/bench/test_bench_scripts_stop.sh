@@ -122,4 +122,20 @@ stop elastic_scale.sh TERM 143 2 "${es[@]}" --nodes 2
 folder_of --metrics
 case $d in "$TMPDIR"/*) ;; *) fail "elastic_scale.sh's folder $d is not in TMPDIR ($TMPDIR)" ;; esac
 [ -d "$d" ] && fail "elastic_scale.sh left its temporary folder $d behind"
+# SIGKILL to elastic_scale.sh while the nodes of a cluster sleep: no trap of its runs, and its
+# watcher stops them (they ran on for ever, holding their ports)
+: > "$tmp/pids"
+echo 1 > "$tmp/hang"
+"${es[@]}" --nodes 2 > "$tmp/kill.out" 2>&1 &
+script=$!
+child_rec $script
+for _ in $(seq 600); do [ "$(wc -l < "$tmp/pids")" -ge 2 ] && break; sleep 0.1; done
+[ "$(wc -l < "$tmp/pids")" -ge 2 ] || fail "elastic_scale.sh started no 2 nodes: $(cat "$tmp/kill.out")"
+sleep 0.3 # (the stand-ins' exec of sleep)
+child_signal KILL $script
+wait $script 2> /dev/null
+while read -r p start; do
+    proc_ends "$p" "$start" || fail "elastic_scale.sh, killed by SIGKILL, left node $p running"
+done < "$tmp/pids"
+rm -f "$tmp/hang"
 [ "$fails" = 0 ]
