@@ -1113,19 +1113,23 @@ static void decide(ring *r, const election *e, uint64_t seen, ring_view *v, ring
     v->epoch = top + 1;
 }
 
-/* "reachable: nodes 0,1 (electing 0,1); no answer from node 2 (node 2: why)": ids, never a
- * count, so that "reachable: node 0" alone is not read as "no node reachable"; the nodes probed
- * this round that did not answer are the ones this node waits for, the first one's failure
- * says how */
+/* "reachable: nodes 0,1 (electing 0,1); no answer from node 2 (node 2 (HOST:PORT): why)": ids,
+ * never a count, so that "reachable: node 0" alone is not read as "no node reachable"; the
+ * nodes probed this round that did not answer are the ones this node waits for, the first
+ * one's failure says how, with the address it was called at */
 static void reach_str(ring *r, const election *e, char *out, size_t len) {
     long reach[RING_MAX_NODES], el[RING_MAX_NODES], gone[RING_MAX_NODES];
     int nr = 0, ne = 0, ng = 0;
     const char *why = "";
+    char addr[HR_ADDR_LEN] = "";
     for (int i = 0; i < r->rc.n_members; i++) {
         if (i == r->self || e->pr[i].ok)
             reach[nr++] = r->rc.members[i].id;
         else if (e->pr[i].probed) {
-            if (ng == 0) why = e->pr[i].why;
+            if (ng == 0) {
+                why = e->pr[i].why;
+                hr_addr(addr, sizeof addr, r->rc.members[i].host, r->rc.members[i].port);
+            }
             gone[ng++] = r->rc.members[i].id;
         }
         if (e->in_s[i]) el[ne++] = r->rc.members[i].id;
@@ -1137,8 +1141,9 @@ static void reach_str(ring *r, const election *e, char *out, size_t len) {
     int o =
         snprintf(out, len, "reachable: node%s %.200s (electing %.200s)", nr > 1 ? "s" : "", a, b);
     if (ng > 0 && o > 0 && (size_t)o < len)
-        snprintf(out + o, len - (size_t)o, "; no answer from node%s %.200s (node %ld: %.120s)",
-                 ng > 1 ? "s" : "", c, gone[0], why[0] ? why : "no reply");
+        snprintf(out + o, len - (size_t)o,
+                 "; no answer from node%s %.200s (node %ld (%.100s): %.120s)", ng > 1 ? "s" : "", c,
+                 gone[0], addr, why[0] ? why : "no reply");
 }
 
 static uint64_t seen_now(ring_elastic *el) {

@@ -112,7 +112,7 @@ if [ "$SCEN" = vanish ]; then
   [ ${rc[0]} = 1 ] || fail "node 0, alone, exited with status ${rc[0]}, not 1"
   msg=$(grep "no view within rejoin_timeout" "$tmp/n0.log" | tail -1)
   echo "node 0 says: ${msg##*node 0: }"
-  [[ "$msg" == *"reachable: node 0 (electing 0); no answer from nodes 1,2 (node 1: "* ]] ||
+  [[ "$msg" == *"reachable: node 0 (electing 0); no answer from nodes 1,2 (node 1 (10.77.0.2:$((base + 1))): "* ]] ||
     fail "node 0 does not name the nodes it waited for: $(tail -1 "$tmp/n0.log")"
 fi
 ref=
