@@ -590,6 +590,7 @@ typedef struct {
     const char *metrics_path; /* its name, for the error when closing it fails */
     long metrics_lost;        /* the iteration whose record could not be written first; -1 none */
     int metrics_errno;        /* why */
+    int out_errno;            /* why progress output failed (none written since); 0: it works */
     int mode;                 /* TRAIN_PROGRESS_*: shown only while this node is rank 0 */
     const train_opts *o;      /* the options (hooks), or NULL */
     long every;               /* lines mode: a line every `every` iterations */
@@ -690,14 +691,21 @@ static void report_iteration(run_report *rr, const trainer *t, const train_iter 
                     rr->metrics_path, r->iter, strerror(rr->metrics_errno));
         }
     }
-    if (rr->mode == TRAIN_PROGRESS_NONE || !train_lead(t)) return;
+    if (rr->mode == TRAIN_PROGRESS_NONE || rr->out_errno || !train_lead(t)) return;
     if (!(bar ? (now - rr->last_print > 0.1 || last || evaluated)
               : (t->iter % rr->every == 0 || last || evaluated)))
         return;
     double rate = (double)(t->iter - rr->last_iter) * (double)train_global_batch(t) /
                   fmax(1e-9, now - rr->last_print);
+    errno = 0;
     progress(rr->out, bar, t, r, rate, t->y ? ea : el, evaluated);
     if (bar && (evaluated || last)) fputc('\n', rr->out);
+    if (ferror(rr->out)) { /* said once, with its cause: the command's last line cannot know it */
+        rr->out_errno = errno ? errno : EIO;
+        HR_WARN(TRAIN, "cannot write the progress of iteration %ld to %s (%s); training goes on",
+                r->iter, rr->out == stdout ? "standard output" : "its stream",
+                strerror(rr->out_errno));
+    }
     rr->last_print = now, rr->last_iter = t->iter;
 }
 

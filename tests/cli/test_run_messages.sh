@@ -5,7 +5,8 @@
 # line that carries the reason of a failure rather than a bare status, or that there was nothing
 # left to train; a node alone stops on SIGTERM or SIGINT with its checkpoint, as a node of a
 # cluster leaves, and a node of a cluster asked to leave before it joined stops with exit 0;
-# metrics that could not be written fail the run; a model beyond the process's
+# metrics that could not be written fail the run, progress that could not be written is said
+# once with its cause; a model beyond the process's
 # memory is refused at start; a bad HETRING_RING_WORKERS is named once, after the node's
 # prefix; an IPv6 address is written [HOST]:PORT.
 # HR, fail, $tmp and the port block `base` from the shared setup, whose EXIT trap also stops
@@ -186,6 +187,16 @@ n=$(grep -c "m.jsonl: cannot write the record of iteration [0-9]* (File too larg
 [ "$n" = 1 ] || fail "metrics past the size limit: $n warnings: $(grep -i metrics "$tmp/mf")"
 tail -1 "$tmp/mf" | grep -Eq "m.jsonl: write failed \(File too large\): the records from iteration [0-9]+ on are missing or cut short$" ||
     fail "metrics past the size limit: last line: $(tail -1 "$tmp/mf")"
+# progress that cannot be written (standard output on a full disk: /dev/full): said once when
+# it happens, with its cause, training goes on, and the run ends 1 (its last line said "an
+# earlier write failed", and no line said why)
+if [ -w /dev/full ]; then
+    timeout 60 "$HR" run --conf "$tmp/m1.ini" --set train.iterations=40 > /dev/full 2> "$tmp/ff"
+    rc=$?
+    n=$(grep -c "train: cannot write the progress of iteration [0-9]* to standard output (No space left on device); training goes on" "$tmp/ff")
+    [ "$rc" = 1 ] && [ "$n" = 1 ] && grep -q "train: done: 40 iterations" "$tmp/ff" ||
+        fail "progress to /dev/full: exited $rc, $n warnings: $(cat "$tmp/ff")"
+fi
 # a summary that cannot be written leaves the one before it as it was, and no part of its own
 # (it emptied the old one: fopen truncated it before the write failed)
 echo '{"old": 1}' > "$tmp/s.json"
