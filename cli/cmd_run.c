@@ -88,6 +88,13 @@ static void say_done(const trainer *t, const train_result *res, const char *poli
     char ho[96], pol[48] = "";
     held_out(t, res, ho, sizeof ho);
     if (policy) snprintf(pol, sizeof pol, ", policy %s", policy);
+    /* the run's iterations since this node started; it computed fewer where it took a state
+     * past some of them (a view change after a step the others applied): no iteration lost */
+    const long ran = res->samples / train_global_batch(t);
+    char mine[96] = "";
+    if (res->iterations != ran)
+        snprintf(mine, sizeof mine, " (%ld computed by this node, %ld in a state from a peer)",
+                 res->iterations, ran - res->iterations);
     if (res->iterations == 0)
         HR_INFO(TRAIN,
                 "done: nothing left to train (resumed at iteration %ld, [train] iterations = %ld); "
@@ -95,10 +102,10 @@ static void say_done(const trainer *t, const train_result *res, const char *poli
                 t->iter, t->total, ho);
     else
         HR_INFO(TRAIN,
-                "done: %ld iterations, %ld samples in %.2f s (%.0f samples/s), final loss %.4f, "
-                "%s%s%s",
-                res->iterations, res->samples, res->wall_s, res->samples_per_s, res->final_loss, ho,
-                pol, res->emulated ? " (emulated heterogeneity)" : "");
+                "done: %ld iterations%s, %ld samples in %.2f s (%.0f samples/s), final loss "
+                "%.4f, %s%s%s",
+                ran, mine, res->samples, res->wall_s, res->samples_per_s, res->final_loss, ho, pol,
+                res->emulated ? " (emulated heterogeneity)" : "");
 }
 
 static volatile sig_atomic_t leave_requested; /* the signal that asked to leave; 0: none */

@@ -3,7 +3,8 @@
 # gives an error naming the address and the port's FILE:LINE, and no ready line), the security = none warning once per
 # node, per-node progress columns labelled, no internal invariant tags (I4, I5, I6), and a last
 # line that carries the reason of a failure rather than a bare status, or that there was nothing
-# left to train; a node alone stops on SIGTERM or SIGINT with its checkpoint, as a node of a
+# left to train, and how many of the run's iterations a node computed where it took a state
+# past some; a node alone stops on SIGTERM or SIGINT with its checkpoint, as a node of a
 # cluster leaves, and a node of a cluster asked to leave before it joined stops with exit 0;
 # metrics that could not be written fail the run, progress that could not be written is said
 # once with its cause; a model beyond the process's
@@ -50,6 +51,15 @@ for i in 0 1; do
 done
 grep -Eq '\| batch [0-9]+/[0-9]+ compute [0-9]+/[0-9]+ ms' "$tmp/l0" ||
     fail "progress columns unlabelled: $(grep iter "$tmp/l0" | tail -1)"
+
+# node 0's all-reduce of iteration 5 completes, then its view fails (test fault fail_view):
+# node 1 applied the step, node 0 takes its state, one iteration past. Its last line counts the
+# run's 12 iterations and says it computed 11 of them (it said "done: 11 iterations", read as one
+# lost)
+pair "fail_view:0:5"
+[ $rc0 = 0 ] && [ $rc1 = 0 ] || fail "fail_view:0:5 exited $rc0/$rc1: $(tail -3 "$tmp/l0")"
+tail -1 "$tmp/l0" | grep -q "train: done: 12 iterations (11 computed by this node, 1 in a state from a peer), 768 samples" ||
+    fail "node 0 that took a state: last line: $(tail -1 "$tmp/l0")"
 
 # the port is taken: no ready line, and the error names the address
 python3 -c 'import socket,sys,time
