@@ -3,6 +3,8 @@
  */
 #include "base/hr_cores.h"
 
+#include <dirent.h>
+#include <limits.h>
 #include <sched.h>
 #include <stdio.h>
 #include <sys/resource.h>
@@ -74,4 +76,25 @@ double hr_memory_bytes(void) {
         (bytes <= 0 || (double)rl.rlim_cur < bytes))
         bytes = (double)rl.rlim_cur;
     return bytes;
+}
+
+long hr_fds_open(void) {
+    DIR *d = opendir("/proc/self/fd");
+    if (!d) return -1;
+    long n = -1; /* the directory's own descriptor */
+    for (struct dirent *e; (e = readdir(d));) n += e->d_name[0] != '.';
+    closedir(d);
+    return n;
+}
+
+int hr_fds_reserve(long need, unsigned long *soft, unsigned long *hard) {
+    struct rlimit l;
+    *soft = *hard = ULONG_MAX;
+    if (getrlimit(RLIMIT_NOFILE, &l) != 0) return 0;
+    if (l.rlim_cur != RLIM_INFINITY) *soft = (unsigned long)l.rlim_cur;
+    if (l.rlim_max != RLIM_INFINITY) *hard = (unsigned long)l.rlim_max;
+    if (l.rlim_cur == RLIM_INFINITY || l.rlim_cur >= (rlim_t)need) return 0;
+    if (l.rlim_max != RLIM_INFINITY && l.rlim_max < (rlim_t)need) return -1;
+    l.rlim_cur = (rlim_t)need;
+    return setrlimit(RLIMIT_NOFILE, &l) == 0 ? 1 : -1;
 }

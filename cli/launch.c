@@ -11,11 +11,11 @@
  * a child's own non-zero exit is a start-up failure, which stops the others.
  */
 #include "cli/launch.h"
+#include "base/hr_cores.h"
 #include "base/hr_log.h"
 #include "base/hr_time.h"
 #include "cluster/node_id.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -25,7 +25,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
-#include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -300,42 +299,26 @@ static int start_child(launcher *l, int i) {
     return 0;
 }
 
-/* The descriptors this process has open (/proc/self/fd), or -1 where that cannot be read. */
-static long fds_open(void) {
-    DIR *d = opendir("/proc/self/fd");
-    if (!d) return -1;
-    long n = -1; /* the directory's own descriptor */
-    for (struct dirent *e; (e = readdir(d));) n += e->d_name[0] != '.';
-    closedir(d);
-    return n;
-}
-
 /* The launcher holds one pipe per node (its output), and two while it makes each: under the
  * open-file limit, it raises the soft limit toward the hard one (the nodes inherit it), as a
  * node's ring does (ring/open.c, fd_budget); where that is not enough, it says so, naming the
  * limit and the count, before any node starts. Returns 0, or 2 after the message. */
 static int fd_budget(int n) {
-    const long open = fds_open(), need = open + n + 2;
-    struct rlimit lim;
-    if (open < 0 || getrlimit(RLIMIT_NOFILE, &lim) != 0 || lim.rlim_cur == RLIM_INFINITY ||
-        lim.rlim_cur >= (rlim_t)need)
-        return 0;
-    const unsigned long was = (unsigned long)lim.rlim_cur;
-    if (lim.rlim_max == RLIM_INFINITY || lim.rlim_max >= (rlim_t)need) {
-        lim.rlim_cur = (rlim_t)need;
-        if (setrlimit(RLIMIT_NOFILE, &lim) == 0) {
-            HR_INFO(CLI,
-                    "raised the open-file limit (RLIMIT_NOFILE) from %lu to %ld: the launcher "
-                    "holds a pipe per node",
-                    was, need);
-            return 0;
-        }
-    }
+    const long open = hr_fds_open(), need = open + n + 2;
+    if (open < 0) return 0;
+    unsigned long soft, hard;
+    const int got = hr_fds_reserve(need, &soft, &hard);
+    if (got == 1)
+        HR_INFO(CLI,
+                "raised the open-file limit (RLIMIT_NOFILE) from %lu to %ld: the launcher holds "
+                "a pipe per node",
+                soft, need);
+    if (got >= 0) return 0;
     HR_ERROR(CLI,
              "the open-file limit (RLIMIT_NOFILE, ulimit -n) is %lu (hard %lu), but starting %d "
              "nodes needs %ld descriptors in this launcher (a pipe per node, %ld open now), and "
              "each node more of its own: raise it (ulimit -n %ld or more) or start fewer nodes",
-             was, (unsigned long)lim.rlim_max, n, need, open, need);
+             soft, hard, n, need, open, need);
     return 2;
 }
 

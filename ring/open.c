@@ -23,11 +23,9 @@
 #include "ring/ring_internal.h"
 #include "ring/tcp.h"
 
-#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
 #include <unistd.h>
 
 /* Measured default pipeline segment (bench/README.md, "All-reduce"). */
@@ -66,16 +64,6 @@ static hr_status workers_of(ring *r) {
  * checkpoint being written, a log. */
 #define RING_FDS_SPARE 8
 
-/* Descriptors open in this process now (/proc/self/fd); 3 where it cannot be read. */
-static long fds_open(void) {
-    DIR *d = opendir("/proc/self/fd");
-    if (!d) return 3;
-    long n = -1; /* the DIR's own */
-    for (struct dirent *e; (e = readdir(d));) n += e->d_name[0] != '.';
-    closedir(d);
-    return n;
-}
-
 /* Descriptors a ring of n members may hold at once besides those open before it: the listening
  * socket, the ring's two links and the tree's three, the election's probes in flight, the
  * gate's connections, the threaded engine's wake pipe. */
@@ -90,29 +78,22 @@ static long fds_needed(int n) {
  * else the ring does not start, and says which limit to raise. */
 static hr_status fd_budget(ring *r) {
     if (r->rc.n_members < 2) return HR_OK; /* no sockets */
-    const long need = fds_open() + fds_needed(r->rc.n_members) + RING_FDS_SPARE;
-    struct rlimit l;
-    if (getrlimit(RLIMIT_NOFILE, &l) != 0 || l.rlim_cur == RLIM_INFINITY ||
-        l.rlim_cur >= (rlim_t)need)
-        return HR_OK;
-    const unsigned long was = (unsigned long)l.rlim_cur;
-    if (l.rlim_max == RLIM_INFINITY || l.rlim_max >= (rlim_t)need) {
-        l.rlim_cur = (rlim_t)need;
-        if (setrlimit(RLIMIT_NOFILE, &l) == 0) {
-            HR_INFO(RING,
-                    "raised the open-file limit (RLIMIT_NOFILE) from %lu to %ld: a node "
-                    "of a %d-node cluster may hold that many descriptors at once",
-                    was, need, r->rc.n_members);
-            return HR_OK;
-        }
-    }
+    long open = hr_fds_open();
+    if (open < 0) open = 3; /* /proc unreadable: the standard three */
+    const long need = open + fds_needed(r->rc.n_members) + RING_FDS_SPARE;
+    unsigned long soft, hard;
+    const int got = hr_fds_reserve(need, &soft, &hard);
+    if (got == 1)
+        HR_INFO(RING,
+                "raised the open-file limit (RLIMIT_NOFILE) from %lu to %ld: a node of a %d-node "
+                "cluster may hold that many descriptors at once",
+                soft, need, r->rc.n_members);
+    if (got >= 0) return HR_OK;
     return hr_fail(r->err, sizeof r->err, HR_ERR_CONFIG,
                    "node %ld: the open-file limit (RLIMIT_NOFILE, ulimit -n) is %lu (hard %lu), "
                    "but a node of a %d-node cluster may need %ld descriptors at once (%ld open "
                    "now): raise it to %ld or more (ulimit -n %ld, or LimitNOFILE= for a service)",
-                   r->self_id, was,
-                   l.rlim_max == RLIM_INFINITY ? (unsigned long)-1 : (unsigned long)l.rlim_max,
-                   r->rc.n_members, need, fds_open(), need, need);
+                   r->self_id, soft, hard, r->rc.n_members, need, open, need, need);
 }
 
 static hr_status alloc_stage(ring *r) {
