@@ -84,3 +84,32 @@ finish() {
   echo "$fails failure(s)"
   [ "$fails" = 0 ]
 }
+
+# netns_nodes N: in the script's own network namespace (unshare -n), one namespace per node,
+# each held by a `sleep` (holders[K]) and joined by a veth pair (hrhK here, hrcK there, address
+# 10.77.0.K+1/24) to the bridge hrbr0, which must exist and be up. Each holder's namespace is
+# awaited (up to 10 s) before its veth moves, so a loaded machine cannot move it into ours.
+netns_nodes() {
+  local k t me
+  me=$(readlink /proc/self/ns/net)
+  holders=()
+  for ((k = 0; k < $1; k++)); do
+    unshare -n sleep 600 &
+    holders[$k]=$!
+    child_rec $!
+    disown
+  done
+  for ((k = 0; k < $1; k++)); do
+    for ((t = 0; t < 200; t++)); do
+      [ "$(readlink "/proc/${holders[$k]}/ns/net" 2>/dev/null)" != "$me" ] && break
+      sleep 0.05
+    done
+    [ "$(readlink "/proc/${holders[$k]}/ns/net" 2>/dev/null)" != "$me" ] ||
+      fail "the namespace of node $k's holder did not appear within 10 s"
+    ip link add hrh$k type veth peer name hrc$k
+    ip link set hrc$k netns "${holders[$k]}"
+    ip link set hrh$k master hrbr0
+    ip link set hrh$k up
+    nsenter -t "${holders[$k]}" -n sh -c "ip link set lo up && ip addr add 10.77.0.$((k + 1))/24 dev hrc$k && ip link set hrc$k up"
+  done
+}

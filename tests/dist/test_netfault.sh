@@ -39,20 +39,7 @@ pids=()
 ip link set lo up
 ip link add hrbr0 type bridge || { echo "SKIP: cannot create a bridge in the namespace"; exit 77; }
 ip link set hrbr0 up
-for ((k = 0; k < N; k++)); do
-  unshare -n sleep 600 &
-  holders[$k]=$!
-  child_rec $!
-  disown
-done
-sleep 0.2
-for ((k = 0; k < N; k++)); do
-  ip link add hrh$k type veth peer name hrc$k
-  ip link set hrc$k netns "${holders[$k]}"
-  ip link set hrh$k master hrbr0
-  ip link set hrh$k up
-  nsenter -t "${holders[$k]}" -n sh -c "ip link set lo up && ip addr add 10.77.0.$((k + 1))/24 dev hrc$k && ip link set hrc$k up"
-done
+netns_nodes $N
 if [ "$SCEN" = lossy ]; then
   # 50 Mbit/s with 16 KiB of queue each way: an all-reduce's burst (about 100 KB) overflows it
   q="tbf rate 50mbit burst 16k limit 16k"

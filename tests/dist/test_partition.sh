@@ -30,20 +30,7 @@ ip link add hrbr0 type bridge && ip link add hrbr1 type bridge || {
 }
 ip link set hrbr0 up
 ip link set hrbr1 up
-for ((k = 0; k < N; k++)); do
-  unshare -n sleep 600 &
-  holders[$k]=$!
-  child_rec $!
-  disown
-done
-sleep 0.2
-for ((k = 0; k < N; k++)); do
-  ip link add hrh$k type veth peer name hrc$k
-  ip link set hrc$k netns "${holders[$k]}"
-  ip link set hrh$k master hrbr0
-  ip link set hrh$k up
-  nsenter -t "${holders[$k]}" -n sh -c "ip link set lo up && ip addr add 10.77.0.$((k + 1))/24 dev hrc$k && ip link set hrc$k up"
-done
+netns_nodes $N
 
 {
   printf '[cluster]\nsecurity = none\nconnect_timeout = 20\ntimeout = 1\nrejoin_timeout = 60\n'
