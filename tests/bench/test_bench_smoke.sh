@@ -195,7 +195,7 @@ rc=$?
 # not fit, an unknown --set key) is refused before any run, once, exit 2, naming the problem;
 # it ran every scenario and policy, each failing into its log, and exited 1
 for bad in "--template $tmp/nope.ini|$tmp/nope.ini: cannot open" \
-    "--layers 5,10|layers: starts with 5, but the synthetic inputs have 784 features" \
+    "--layers 5,10|layers starts with 5, but the synthetic inputs have 784 features" \
     "--set train.nope=1|unknown key 'nope' in \[train\]"; do
     # shellcheck disable=SC2086
     timeout 60 "$HR" bench hetero --port "$base" --out "$tmp/hbad" --iters 20 ${bad%%|*} > "$tmp/t2.out" 2> "$tmp/t2.err"
