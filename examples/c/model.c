@@ -9,7 +9,7 @@
  *
  * SIGTERM (a scheduler's pre-emption), SIGINT (Ctrl-C) and SIGHUP (a closed terminal) make the
  * node leave cleanly at the next iteration boundary, as `hetring run` does: the others log its
- * leave and go on without it. A second one of the same signal ends the node at once.
+ * leave and go on without it. A second one, half a second or more later, ends the node at once.
  *
  *     ./model cluster.ini NODE_ID [SECTION.KEY=VALUE ...]
  */
@@ -64,12 +64,22 @@ static void on_view(void *user, const hetring_view *v) {
 }
 
 static volatile sig_atomic_t leave; /* a leave signal came: hetring reads it (leave_flag) */
+static struct timespec leave_at;    /* when */
+/* The first signal asks to leave; one 0.5 s or more later kills (Ctrl-C twice). A repeat within
+ * 0.5 s is the same signal sent twice (timeout(1) sends its child one and its group one). */
 static void on_leave_signal(int sig) {
-    (void)sig;
-    leave = 1;
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    if (!leave) {
+        leave_at = t;
+        leave = 1;
+    } else if ((t.tv_sec - leave_at.tv_sec) + (t.tv_nsec - leave_at.tv_nsec) * 1e-9 >= 0.5) {
+        signal(sig, SIG_DFL);
+        raise(sig);
+    }
 }
 static void catch_leave_signals(void) {
-    struct sigaction sa = {.sa_handler = on_leave_signal, .sa_flags = SA_RESETHAND};
+    struct sigaction sa = {.sa_handler = on_leave_signal};
     sigemptyset(&sa.sa_mask);
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGINT, &sa, NULL);
